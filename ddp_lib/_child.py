@@ -1,0 +1,78 @@
+"""What runs first in each child process that ddp_lib's launcher starts.
+
+It points the rank's stdout/stderr at its own files, sets the rank's environment, imports the
+worker by name (so an edited module takes effect on the next launch), runs it and sends back
+its return value or its exception through a pipe. A watchdog ends the process if its parent
+dies, so a killed notebook kernel leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+
+
+def _redirect(fd: int, path: str) -> None:
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(target, fd)
+    os.close(target)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    # When the parent dies this process is re-parented; nothing else would ever stop it.
+    while os.getppid() == parent_pid:
+        time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _resolve(module: str, qualname: str):
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of ``text``, stripped (error summaries stay one line)."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def run_rank(rank: int, fn_ref: tuple[str, str], args_blob: bytes, env: dict[str, str],
+             stdout_path: str, stderr_path: str, sys_path: list[str], cwd: str, result_conn) -> None:
+    """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
+    _redirect(1, stdout_path)
+    _redirect(2, stderr_path)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.reconfigure(line_buffering=True)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path[:] = sys_path
+    os.chdir(cwd)
+    try:
+        import torch
+
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+        fn = _resolve(*fn_ref)
+        value = fn(rank, int(env["WORLD_SIZE"]), *pickle.loads(args_blob))
+    except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
+        code, message = 1, ("error", type(exc).__qualname__, str(exc), traceback.format_exc())
+    else:
+        code, message = 0, ("ok", value)
+    try:
+        blob = pickle.dumps(message)
+    except Exception as exc:
+        code = 1
+        blob = pickle.dumps(("error", type(exc).__qualname__,
+                             f"the worker's return value cannot be pickled: {exc}", traceback.format_exc()))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    result_conn.send_bytes(blob)
+    sys.exit(code)

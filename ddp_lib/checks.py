@@ -1,0 +1,97 @@
+"""Checks on what a launch is given, run in the caller before any process starts.
+
+Each failure is a LaunchInputError whose one-line message names the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import numbers
+import pickle
+from collections.abc import Callable
+
+from ddp_lib.device import check_backend, default_backend
+from ddp_lib.errors import LaunchInputError
+
+START_METHODS = ("forkserver", "spawn", "fork")
+
+
+def check_world_size(world_size: object) -> int:
+    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral):
+        raise LaunchInputError(f"world_size must be a whole number of processes (1 or more), got {world_size!r}")
+    if world_size < 1:
+        raise LaunchInputError(f"world_size must be 1 or more, got {world_size}")
+    return int(world_size)
+
+
+def check_args(args: object) -> tuple:
+    if not isinstance(args, tuple):
+        hint = f"args=({args!r},)" if not isinstance(args, list) else f"args=tuple({args!r})"
+        raise LaunchInputError(
+            f"args must be a tuple of extra arguments for the worker, got {type(args).__name__} {args!r}; "
+            f"(x) is just x in Python, write {hint}"
+        )
+    try:
+        pickle.dumps(args)
+    except Exception as exc:
+        raise LaunchInputError(f"args cannot be sent to the child processes: {exc}") from None
+    return args
+
+
+def check_worker(fn: object) -> tuple[str, str]:
+    """Return (module, qualname) for a worker the child processes can import by name."""
+    if not callable(fn):
+        raise LaunchInputError(f"the worker must be a function, got {type(fn).__name__} {fn!r}")
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    label = qualname or repr(fn)
+    move = "define it at the top level of a module and import it from there (or use one from ddp_lib.workers)"
+    if not module or not qualname:
+        raise LaunchInputError(f"worker {label} has no importable name; {move}")
+    if module in ("__main__", "__mp_main__"):
+        raise LaunchInputError(
+            f"worker {label} is defined in __main__ (this notebook or script), which child processes cannot "
+            f"import; {move}, e.g. %%writefile my_worker.py then from my_worker import {qualname}"
+        )
+    if "<lambda>" in qualname or "<locals>" in qualname:
+        raise LaunchInputError(f"worker {label} is a lambda or a nested function, which child processes cannot import; {move}")
+    try:
+        found = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise LaunchInputError(f"worker {module}.{qualname} cannot be imported by name ({exc}); {move}") from None
+    if found is not fn:
+        raise LaunchInputError(
+            f"worker {module}.{qualname} is not the object that name imports (was the module reloaded?); "
+            "import the worker again"
+        )
+    return module, qualname
+
+
+def check_start_method(start_method: object) -> str:
+    available = [m for m in START_METHODS if m in multiprocessing.get_all_start_methods()]
+    if start_method is None:
+        return available[0]
+    if start_method not in available:
+        raise LaunchInputError(f"start_method must be one of {', '.join(map(repr, available))}, got {start_method!r}")
+    return start_method
+
+
+def check_timeout(timeout: object) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
+        raise LaunchInputError(f"timeout must be a number of seconds above 0, or None for no deadline, got {timeout!r}")
+    return float(timeout)
+
+
+def check_launch(fn: Callable, world_size: object, args: object, backend: object,
+                 start_method: object, timeout: object) -> tuple:
+    """Validate a launch; return (fn_ref, world_size, args, backend, start_method, timeout)."""
+    world_size = check_world_size(world_size)
+    args = check_args(args)
+    fn_ref = check_worker(fn)
+    backend = default_backend(world_size) if backend is None else check_backend(backend, world_size)
+    return fn_ref, world_size, args, backend, check_start_method(start_method), check_timeout(timeout)

@@ -1,0 +1,46 @@
+"""The exceptions the launcher raises in the calling process."""
+
+from __future__ import annotations
+
+
+class LaunchInputError(ValueError):
+    """Bad input to a launch, found before any process starts. The message is one line."""
+
+
+class WorkerError(RuntimeError):
+    """A rank failed: it raised, or exited without returning a result.
+
+    ``rank``, ``exc_type`` and ``message`` say what happened; ``worker_traceback`` is the
+    traceback text from the child (empty if it died without raising); ``failures`` maps
+    every failed rank to its one-line description; ``outputs`` holds each rank's captured
+    output.
+    """
+
+    def __init__(self, rank: int, exc_type: str, message: str, worker_traceback: str = "",
+                 failures: dict[int, str] | None = None, outputs: dict | None = None):
+        self.rank = rank
+        self.exc_type = exc_type
+        self.message = message
+        self.worker_traceback = worker_traceback
+        self.failures = failures or {}
+        self.outputs = outputs or {}
+        if exc_type:
+            summary = f"rank {rank} raised {exc_type}: {message}"
+        else:
+            summary = f"rank {rank} {message}"
+        super().__init__(summary)
+
+
+class LaunchTimeout(TimeoutError):
+    """The job passed its deadline; every rank was stopped. ``running`` lists the ranks
+    that had not finished."""
+
+    def __init__(self, timeout: float, running: list[int], outputs: dict | None = None):
+        self.timeout = timeout
+        self.running = running
+        self.outputs = outputs or {}
+        ranks = ", ".join(str(r) for r in running)
+        super().__init__(
+            f"the job did not finish within its {timeout:g} s deadline; "
+            f"rank{'s' if len(running) != 1 else ''} {ranks} still running were stopped"
+        )

@@ -1,0 +1,42 @@
+"""The workers: top-level functions ``fn(rank, world_size, *args)`` that run in every rank.
+
+``WORKERS`` names the ones ``python -m ddp_lib run NAME`` can start. Each entry says where the
+function lives, what it shows, and the command-line options that become its extra arguments,
+in order. Modules are imported only when a worker is run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Option:
+    """A command-line option that becomes one positional argument of the worker."""
+
+    flag: str
+    type: type
+    default: object
+    help: str
+
+
+@dataclass(frozen=True)
+class Worker:
+    target: str  # "module:function"
+    summary: str
+    options: tuple[Option, ...] = field(default_factory=tuple)
+
+    def load(self) -> Callable:
+        module, name = self.target.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+WORKERS: dict[str, Worker] = {
+    "demo_basic": Worker(
+        "ddp_lib.workers.basic:demo_basic",
+        "the classic basic DDP example, corrected: one step, the same parameters on every rank",
+        (Option("--seed", int, 0, "base seed; rank r uses seed + r"),),
+    ),
+}
