@@ -1,0 +1,1 @@
+"""Pictures for the lessons (matplotlib). Nothing else in ddp_lib imports matplotlib."""
