@@ -2,8 +2,8 @@
 
 It points the rank's stdout/stderr at its own files, sets the rank's environment, imports the
 worker by name (so an edited module takes effect on the next launch), runs it and sends back
-its return value or its exception through a pipe. A watchdog ends the process if its parent
-dies, so a killed notebook kernel leaves nothing behind.
+its return value or its exception through a pipe. A watchdog ends the process if the launching
+process dies, so a killed notebook kernel leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pickle
 import signal
 import sys
 import threading
-import time
 import traceback
 
 
@@ -24,10 +23,13 @@ def _redirect(fd: int, path: str) -> None:
     os.close(target)
 
 
-def _watch_parent(parent_pid: int) -> None:
-    # When the parent dies this process is re-parented; nothing else would ever stop it.
-    while os.getppid() == parent_pid:
-        time.sleep(0.2)
+def _watch_lifeline(lifeline) -> None:
+    # Only the launching process holds the pipe's write end: end of file means it has died
+    # (or finished without us), and nothing else would ever stop this process.
+    try:
+        lifeline.recv_bytes()
+    except (EOFError, OSError):
+        pass
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -44,14 +46,17 @@ def first_line(text: str) -> str:
 
 
 def run_rank(rank: int, fn_ref: tuple[str, str], args_blob: bytes, env: dict[str, str],
-             stdout_path: str, stderr_path: str, sys_path: list[str], cwd: str, result_conn) -> None:
+             stdout_path: str, stderr_path: str, sys_path: list[str], cwd: str, result_conn,
+             lifeline, inherited_lifeline_fd: int | None) -> None:
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
     _redirect(1, stdout_path)
     _redirect(2, stderr_path)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.reconfigure(line_buffering=True)
-    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    if inherited_lifeline_fd is not None:
+        os.close(inherited_lifeline_fd)  # under fork every child inherits the write end
+    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
     os.environ.clear()
     os.environ.update(env)
     sys.path[:] = sys_path

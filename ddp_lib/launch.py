@@ -156,17 +156,22 @@ class _Job:
         self.results: dict[int, object] = {}
         self.failures: dict[int, tuple[str, str, str]] = {}
         self.running: list[int] = []
+        self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
 
     def start(self, fn_ref, args_blob: bytes, envs: list[dict[str, str]]) -> None:
+        lifeline, self.lifeline = self.ctx.Pipe(duplex=False)
+        inherited = self.lifeline.fileno() if self.ctx.get_start_method() == "fork" else None
         for rank in range(self.world_size):
             reader, writer = self.ctx.Pipe(duplex=False)
             proc = self.ctx.Process(
                 target=_child.run_rank, name=f"ddp_lib-rank{rank}", daemon=False,
-                args=(rank, fn_ref, args_blob, envs[rank], *self.paths[rank], list(sys.path), os.getcwd(), writer))
+                args=(rank, fn_ref, args_blob, envs[rank], *self.paths[rank], list(sys.path), os.getcwd(), writer,
+                      lifeline, inherited))
             self.procs.append(proc)
             self.conns[rank] = reader
             proc.start()
             writer.close()
+        lifeline.close()
 
     def wait(self, timeout: float | None) -> None:
         """Wait until every rank has reported, one has failed, or the deadline passes."""
@@ -227,6 +232,8 @@ class _Job:
             proc.close()
         for conn in self.conns.values():
             conn.close()
+        if self.lifeline is not None:
+            self.lifeline.close()
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
         return {r: tuple(_read(path) for path in self.paths[r]) for r in range(self.world_size)}

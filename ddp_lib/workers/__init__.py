@@ -39,4 +39,14 @@ WORKERS: dict[str, Worker] = {
         "the classic basic DDP example, corrected: one step, the same parameters on every rank",
         (Option("--seed", int, 0, "base seed; rank r uses seed + r"),),
     ),
+    "raise_on_rank": Worker(
+        "ddp_lib.workers.failures:raise_on_rank",
+        "one rank raises ValueError: the error names the rank, the others are stopped",
+        (Option("--bad-rank", int, 1, "the rank that raises"),),
+    ),
+    "hang_on_rank": Worker(
+        "ddp_lib.workers.failures:hang_on_rank",
+        "one rank never returns: --timeout turns the hang into an error",
+        (Option("--bad-rank", int, 1, "the rank that hangs"),),
+    ),
 }

@@ -1,0 +1,80 @@
+"""Process-group setup and teardown, device and backend choice, in this process."""
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp_lib.device import backend_for, check_backend, default_backend, device_for, threads_per_rank, usable_cores
+from ddp_lib.errors import LaunchInputError
+from ddp_lib.process_group import env_int, is_main, process_group, setup, teardown
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "DDP_LIB_BACKEND", "TORCHELASTIC_USE_AGENT_STORE"):
+        monkeypatch.delenv(name, raising=False)
+    yield
+    teardown()
+
+
+def test_a_single_process_group_can_be_joined_twice_in_one_process(clean_env):
+    for _ in range(2):
+        with process_group(0, 1) as device:
+            assert dist.is_initialized() and dist.get_world_size() == 1 and is_main()
+            assert dist.get_backend() == backend_for(device)
+            t = torch.ones(3)
+            dist.all_reduce(t)
+            assert t.tolist() == [1.0, 1.0, 1.0]
+        assert not dist.is_initialized()
+    assert os.environ["MASTER_ADDR"] == "127.0.0.1"  # loopback unless told otherwise
+
+
+def test_nested_setup_keeps_the_existing_group(clean_env):
+    with process_group(0, 1):
+        with process_group(0, 1):
+            pass
+        assert dist.is_initialized()  # the inner block did not create it, so did not destroy it
+        with pytest.raises(RuntimeError, match="already rank 0 of 1"):
+            setup(1, 2)
+
+
+def test_rank_and_world_size_come_from_the_environment_as_under_torchrun(clean_env, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with process_group() as device:
+        assert dist.get_rank() == 0 and device == device_for(0)
+
+
+def test_missing_or_bad_environment_is_named(clean_env, monkeypatch):
+    with pytest.raises(RuntimeError, match="RANK is not set"):
+        setup()
+    monkeypatch.setenv("RANK", "zero")
+    with pytest.raises(RuntimeError, match=r"RANK='zero' is not an integer"):
+        env_int("RANK")
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(RuntimeError, match="MASTER_PORT is not set"):
+        setup(0, 2)
+
+
+def test_an_explicit_backend_is_validated(clean_env):
+    with pytest.raises(LaunchInputError, match="unknown backend"):
+        setup(0, 1, backend="smoke-signals")
+
+
+def test_device_and_backend_choice_on_this_machine():
+    if torch.cuda.is_available():
+        assert device_for(0) == torch.device("cuda", 0) and default_backend(1) == "nccl"
+    else:
+        assert device_for(0) == torch.device("cpu") and default_backend(4) == "gloo"
+    assert backend_for(torch.device("cpu")) == "gloo" and backend_for(torch.device("cuda", 1)) == "nccl"
+    assert check_backend("GLOO", 2) == "gloo"
+
+
+def test_threads_per_rank_share_the_cores():
+    cores = usable_cores()
+    assert threads_per_rank(1) == cores
+    assert threads_per_rank(cores * 2) == 1
+    assert threads_per_rank(2) * 2 <= max(cores, 2)
