@@ -67,3 +67,19 @@ def usable_cores() -> int:
 def threads_per_rank(local_world_size: int) -> int:
     """Intra-op threads per rank so that the ranks on one machine share its cores, not fight."""
     return max(1, usable_cores() // max(1, local_world_size))
+
+
+def machine_report() -> dict:
+    """What this machine offers for distributed training: versions, backends, devices, cores."""
+    import platform
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.system(),
+        "cores": usable_cores(),
+        "backends": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
+                     "mpi": dist.is_mpi_available()},
+        "cuda_gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "mps": bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()),
+    }

@@ -34,7 +34,8 @@ from ddp_lib.process_group import BACKEND_ENV
 
 DEFAULT_TIMEOUT = 300.0  # seconds: a hung job becomes an error, not a cell that never ends
 STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL when stopping ranks
-EXIT_GRACE = 10.0  # seconds a rank that has returned gets to exit before it is stopped
+EXIT_GRACE = 10.0
+FAILURE_GRACE = 0.3  # seconds to hear from other ranks after the first failure  # seconds a rank that has returned gets to exit before it is stopped
 
 # Preloaded once into the forkserver, so each child starts with torch already imported.
 # (DDP imports torch._dynamo on construction: 2-3 s per child if not preloaded.)
@@ -67,7 +68,7 @@ def launch(fn, world_size: int, args: tuple = (), *, backend: str | None = None,
     start_method: "forkserver" (default where available), "spawn" or "fork".
     show_output: True prints each rank's stdout and stderr afterwards, "stdout" only stdout, False nothing.
     env: extra environment variables for every rank.
-    Raises LaunchInputError before starting anything, WorkerError naming the first rank that
+    Raises LaunchInputError before starting anything, WorkerError naming the rank that
     failed, or LaunchTimeout. No child is left running in any case.
     """
     fn_ref, world_size, args, backend, start_method, timeout = check_launch(
@@ -83,7 +84,8 @@ def launch(fn, world_size: int, args: tuple = (), *, backend: str | None = None,
     if show_output:
         _show(outputs, with_stderr=show_output is True)
     if job.failures:
-        rank, (exc_type, message, tb) = next(iter(job.failures.items()))
+        rank = job.first_failure()
+        exc_type, message, tb = job.failures[rank]
         failures = {r: f"{t}: {_child.first_line(m)}" if t else m for r, (t, m, _) in job.failures.items()}
         raise WorkerError(rank, exc_type, _child.first_line(message), tb, failures, outputs)
     if job.running:
@@ -176,10 +178,20 @@ class _Job:
     def wait(self, timeout: float | None) -> None:
         """Wait until every rank has reported, one has failed, or the deadline passes."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self.results) < self.world_size and not self.failures:
+        self._wait_until(deadline, stop_at_failure=True)
+        if self.failures:
+            # Other ranks often fail at the same moment (all raise, or a peer's collective
+            # breaks): hear them too, so the report does not depend on which pipe won.
+            self._wait_until(time.monotonic() + FAILURE_GRACE, stop_at_failure=False)
+        elif not self.running:
+            self._join_finished()
+
+    def _wait_until(self, deadline: float | None, stop_at_failure: bool) -> None:
+        while self.conns and not (stop_at_failure and self.failures):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                self.running = sorted(set(range(self.world_size)) - set(self.results))
+                if stop_at_failure:
+                    self.running = sorted(self.conns)
                 return
             # A rank is watched through its result pipe and its process sentinel until heard from.
             watched = {}
@@ -189,7 +201,12 @@ class _Job:
                 rank = watched[ready]
                 if rank in self.conns:
                     self._receive(rank)
-        self._join_finished()
+
+    def first_failure(self) -> int:
+        """The rank to blame: the lowest one that failed on its own, rather than because a
+        peer's failure broke a collective (torch's Dist*Error)."""
+        own = [r for r, (exc_type, _, _) in self.failures.items() if not exc_type.startswith("Dist")]
+        return min(own or self.failures)
 
     def _receive(self, rank: int) -> None:
         conn = self.conns[rank]
@@ -210,8 +227,6 @@ class _Job:
         conn.close()
 
     def _join_finished(self) -> None:
-        if self.failures:
-            return
         end = time.monotonic() + EXIT_GRACE
         for proc in self.procs:
             proc.join(max(0.0, end - time.monotonic()))
