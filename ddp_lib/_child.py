@@ -65,6 +65,11 @@ def run_rank(rank: int, fn_ref: tuple[str, str], args_blob: bytes, env: dict[str
         import torch
 
         torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+        # torch.distributed read TORCH_DISTRIBUTED_DEBUG when the forkserver imported it;
+        # read it again so env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"} takes effect.
+        import torch.distributed as dist
+
+        dist.set_debug_level_from_env()
         fn = _resolve(*fn_ref)
         value = fn(rank, int(env["WORLD_SIZE"]), *pickle.loads(args_blob))
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 class LaunchInputError(ValueError):
     """Bad input to a launch, found before any process starts. The message is one line."""
@@ -44,3 +46,17 @@ class LaunchTimeout(TimeoutError):
             f"the job did not finish within its {timeout:g} s deadline; "
             f"rank{'s' if len(running) != 1 else ''} {ranks} still running were stopped"
         )
+
+
+_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
+_PEER_PORT = re.compile(r"(\[[0-9a-fA-F.:]+\]):\d+")
+
+
+def readable(message: str, limit: int | None = None) -> str:
+    """``message`` without what changes from run to run or machine to machine (C++ source
+    locations such as ``[/path/pair.cc:553]``, peer ports such as ``[127.0.0.1]:43236``),
+    cut at a word boundary to at most ``limit`` characters."""
+    text = _PEER_PORT.sub(r"\1:PORT", _SOURCE_LOCATION.sub("", message)).strip()
+    if limit is not None and len(text) > limit:
+        text = text[:limit].rsplit(" ", 1)[0] + " ..."
+    return text

@@ -1,23 +1,9 @@
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-
-def process_alive(pid: int) -> bool:
-    """True if ``pid`` is a running process (zombies count as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-    return state not in ("Z", "X")
+from ddp_lib.workers.failures import process_alive
 
 
 def recorded_pids(pid_dir: Path) -> list[int]:

@@ -75,3 +75,30 @@ def report_env(rank: int, world_size: int) -> dict:
     names = ("MASTER_ADDR", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS")
     return {**{n: os.environ.get(n) for n in names}, "threads": torch.get_num_threads(),
             "has_port": os.environ.get("MASTER_PORT", "").isdigit()}
+
+
+def still_running(pid_dir: str) -> list[int]:
+    """The process ids recorded in ``pid_dir`` that still belong to a live process."""
+    alive = []
+    for name in sorted(os.listdir(pid_dir)):
+        if name.endswith(".pid"):
+            with open(os.path.join(pid_dir, name)) as f:
+                pid = int(f.read())
+            if process_alive(pid):
+                alive.append(pid)
+    return alive
+
+
+def process_alive(pid: int) -> bool:
+    """True while ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # on Linux, a zombie has exited and only waits to be reaped
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return True

@@ -1,0 +1,141 @@
+"""The failures lesson 07 shows, reproduced with real processes, and its exercise checker."""
+
+import textwrap
+
+import pytest
+
+from ddp_lib.errors import LaunchInputError, WorkerError, readable
+from ddp_lib.exercises.lesson07 import check_evaluation
+from ddp_lib.launch import spawn
+from ddp_lib.workers import failure_lab as lab
+
+
+def test_a_collective_only_rank_0_calls_times_out_within_seconds():
+    with pytest.raises(WorkerError, match="Timed out waiting 3000ms"):
+        spawn(lab.evaluate_on_rank0_only, 2, (False,), timeout=60, show_output=False)
+
+
+def test_monitored_barrier_names_the_rank_that_did_not_arrive():
+    with pytest.raises(WorkerError) as info:
+        spawn(lab.evaluate_on_rank0_only, 3, (True,), timeout=60, show_output=False)
+    assert info.value.rank == 0
+    assert info.value.message == "[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 3000 ms"
+
+
+def test_every_rank_evaluating_is_the_fix():
+    assert spawn(lab.evaluate_on_rank0_only, 2, (False, True), show_output=False) == [3.0, 3.0]
+
+
+def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
+    with pytest.raises(WorkerError) as plain:
+        spawn(lab.mismatched_shapes, 2, show_output=False)
+    assert plain.value.rank == 1 and "Connection closed by peer" in plain.value.message
+    assert 0 not in plain.value.failures  # rank 0 "succeeded" with a wrong sum
+    with pytest.raises(WorkerError, match="Detected mismatch between collectives") as detail:
+        spawn(lab.mismatched_shapes, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, show_output=False)
+    assert "TensorShape=[2]" in str(detail.value.failures) and "TensorShape=[3]" in str(detail.value.failures)
+
+
+def test_an_unused_parameter_fails_the_second_step_until_find_unused_parameters():
+    with pytest.raises(WorkerError, match="Expected to have finished reduction in the prior iteration"):
+        spawn(lab.unused_parameter, 2, show_output=False)
+    losses = spawn(lab.unused_parameter, 2, (True,), show_output=False)
+    assert losses[0] == losses[1] and len(losses[0]) == 2
+
+
+def test_device_ids_with_a_cpu_model_is_a_value_error():
+    with pytest.raises(WorkerError) as info:
+        spawn(lab.device_ids_on_cpu, 2, show_output=False)
+    assert info.value.exc_type == "ValueError" and "device_ids" in info.value.message
+
+
+def test_without_set_epoch_every_epoch_has_the_same_order():
+    same = spawn(lab.sampler_orders, 2, (False,), show_output=False)
+    assert all(epochs[0] == epochs[1] == epochs[2] for epochs in same)
+    fixed = spawn(lab.sampler_orders, 2, (True,), show_output=False)
+    assert all(epochs[0] != epochs[1] for epochs in fixed)
+    # Each epoch, the ranks together still see every sample exactly once.
+    for epoch in range(3):
+        assert sorted(fixed[0][epoch] + fixed[1][epoch]) == list(range(8))
+
+
+def test_readable_drops_source_locations_and_peer_ports():
+    text = "[/a/b/pair.cc:553] Connection closed by peer [127.0.0.1]:43236. This is typically"
+    assert readable(text) == "Connection closed by peer [127.0.0.1]:PORT. This is typically"
+    assert readable(text, limit=30) == "Connection closed by peer ..."
+
+
+def test_args_that_is_not_a_tuple_never_starts_a_process():
+    with pytest.raises(LaunchInputError, match="args=\\(2,\\)"):
+        spawn(lab.sampler_orders, 2, args=(2))
+
+
+SOLUTIONS = {
+    "right": """
+        with process_group(rank, world_size):
+            metric = torch.tensor([rank + 1.0])
+            dist.all_reduce(metric)
+            return metric.item() / world_size
+    """,
+    "rank0_only": """
+        with process_group(rank, world_size, timeout=timedelta(seconds=60)):
+            metric = torch.tensor([rank + 1.0])
+            if rank == 0:
+                dist.all_reduce(metric)
+            return metric.item() / world_size
+    """,
+    "others_busy": """
+        with process_group(rank, world_size, timeout=timedelta(seconds=60)):
+            metric = torch.tensor([rank + 1.0])
+            if rank == 0:
+                dist.all_reduce(metric)
+            else:
+                import time; time.sleep(60)
+            return metric.item() / world_size
+    """,
+    "sum_not_mean": """
+        with process_group(rank, world_size):
+            metric = torch.tensor([rank + 1.0])
+            dist.all_reduce(metric)
+            return metric.item()
+    """,
+}
+
+
+@pytest.fixture
+def solution(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def load(key):
+        name = f"evaluation_{key}"
+        body = textwrap.indent(textwrap.dedent(SOLUTIONS[key]).strip(), "    ")
+        (tmp_path / f"{name}.py").write_text(
+            "from datetime import timedelta\nimport torch\nimport torch.distributed as dist\n"
+            "from ddp_lib.process_group import process_group\n\n"
+            f"def evaluate(rank, world_size):\n{body}\n")
+        return __import__(name).evaluate
+
+    return load
+
+
+def test_checker_passes_a_right_evaluation(solution):
+    report = check_evaluation(solution("right"), world_sizes=(2,))
+    assert report.passed and report.lines == ["PASS 2 ranks: every rank returned the mean 1.5"]
+
+
+def test_checker_turns_a_hang_into_a_useful_failure(solution):
+    report = check_evaluation(solution("others_busy"), world_sizes=(2,), timeout=5)
+    assert not report.passed
+    assert report.lines == ["FAIL 2 ranks: still running after 5 s on rank(s) 0, 1; "
+                            "does every rank call the same collectives, in the same order?"]
+
+
+def test_checker_explains_a_broken_collective(solution):
+    (line,) = check_evaluation(solution("rank0_only"), world_sizes=(2,)).lines
+    assert line.startswith("FAIL 2 ranks: rank 0 raised RuntimeError: Connection closed by peer [127.0.0.1]:PORT.")
+    assert line.endswith("; does every rank call the same collectives, in the same order?")
+
+
+def test_checker_names_a_wrong_value(solution):
+    report = check_evaluation(solution("sum_not_mean"), world_sizes=(2,))
+    assert report.lines == ["FAIL 2 ranks: rank 0 returned 3.0, expected the mean 1.5 on every rank"]
