@@ -50,13 +50,15 @@ class LaunchTimeout(TimeoutError):
 
 _SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 _PEER_PORT = re.compile(r"(\[[0-9a-fA-F.:]+\]):\d+")
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def readable(message: str, limit: int | None = None) -> str:
     """``message`` without what changes from run to run or machine to machine (C++ source
-    locations such as ``[/path/pair.cc:553]``, peer ports such as ``[127.0.0.1]:43236``),
+    locations such as ``[/path/pair.cc:553]``, peer ports such as ``[127.0.0.1]:43236``,
+    terminal colour codes),
     cut at a word boundary to at most ``limit`` characters."""
-    text = _PEER_PORT.sub(r"\1:PORT", _SOURCE_LOCATION.sub("", message)).strip()
+    text = _PEER_PORT.sub(r"\1:PORT", _SOURCE_LOCATION.sub("", _TERMINAL_CODES.sub("", message))).strip()
     if limit is not None and len(text) > limit:
         text = text[:limit].rsplit(" ", 1)[0] + " ..."
     return text

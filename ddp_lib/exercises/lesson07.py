@@ -6,11 +6,14 @@ The worker ``fn(rank, world_size)`` joins the process group, takes its own metri
 
 from __future__ import annotations
 
+import re
+
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, readable
 from ddp_lib.exercises.lesson00 import CheckReport
 from ddp_lib.launch import spawn
 
 
+BROKEN_COLLECTIVE = re.compile(r"Connection closed|Connection reset|Read error|Timed out|monitoredBarrier")
 HINT = "; does every rank call the same collectives, in the same order?"
 
 
@@ -25,8 +28,16 @@ def check_evaluation(fn, world_sizes: tuple[int, ...] = (2, 3), timeout: float =
             report.fail(f"{world_size} ranks: still running after {timeout:g} s on rank(s) "
                         f"{', '.join(map(str, exc.running))}{HINT}")
             continue
-        except (LaunchInputError, WorkerError) as exc:
-            report.fail(f"{world_size} ranks: {readable(str(exc), 120)}{HINT}")
+        except WorkerError as exc:
+            if BROKEN_COLLECTIVE.search(exc.message):
+                # The exact words depend on timing (closed, reset, timed out): say what happened.
+                report.fail(f"{world_size} ranks: rank {exc.rank}'s collective broke because another rank "
+                            f"left it or never joined ({exc.exc_type}){HINT}")
+            else:
+                report.fail(f"{world_size} ranks: {readable(str(exc), 120)}")
+            continue
+        except LaunchInputError as exc:
+            report.fail(f"{world_size} ranks: {exc}")
             continue
         wrong = [(r, v) for r, v in enumerate(results) if not isinstance(v, (int, float)) or abs(v - want) > 1e-6]
         if wrong:
