@@ -39,4 +39,26 @@ WORKERS: dict[str, Worker] = {
         "the classic basic DDP example, corrected: one step, the same parameters on every rank",
         (Option("--seed", int, 0, "base seed; rank r uses seed + r"),),
     ),
+    "whoami": Worker(
+        "ddp_lib.workers.collectives:whoami",
+        "join a process group with an init method; each rank reports rank, world size, backend and store",
+        (Option("--method", str, "env", "init method: env, tcp or file"),
+         Option("--path", str, None, "for --method file: a store file path no other job uses")),
+    ),
+    "collectives": Worker(
+        "ddp_lib.workers.collectives:run_collective",
+        "run one collective; each rank returns its tensor before and after",
+        (Option("--name", str, "all_reduce", "broadcast, all_reduce, reduce, all_gather, gather, scatter, "
+                                              "reduce_scatter or all_to_all"),),
+    ),
+    "subgroups": Worker(
+        "ddp_lib.workers.collectives:subgroups",
+        "split the ranks into evens and odds with new_group and all-reduce within each",
+    ),
+    "ring": Worker(
+        "ddp_lib.workers.ring:ring_check",
+        "a ring all-reduce from send/recv, checked against dist.all_reduce, with the bytes each rank sent",
+        (Option("--numel", int, 10, "number of elements in the tensor"),
+         Option("--seed", int, 0, "base seed; rank r uses seed + r")),
+    ),
 }
