@@ -81,7 +81,7 @@ def _check_world_size(fn: Callable, world_size: int, timeout: float, report: Rep
         report.wrong(f"world_size {world_size}: ranks {exc.running} had not finished after {timeout:g} s; {HANG_HINT}")
         return
     except WorkerError as exc:
-        message = gloo_message(exc.message).split(". ")[0]
+        message = gloo_message(exc.message)
         hint = ""
         if any(s in message for s in ("Connection closed by peer", "Timed out", "Connection reset")):
             hint = f" ({HANG_HINT})"

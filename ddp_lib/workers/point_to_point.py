@@ -79,7 +79,8 @@ def swap(rank: int | None = None, world_size: int | None = None, numel: int = 1,
 
 
 def gloo_message(text: str) -> str:
-    """gloo's first error line without its source path and peer address (they vary by machine)."""
+    """gloo's first error sentence without its source path and peer address (they vary by machine)."""
     line = (text.strip().splitlines() or [""])[0]
     line = re.sub(r"^\[[^\]]*\]\s*", "", line)  # "[/path/gloo/.../unbound_buffer.cc:129] "
-    return re.sub(r"\s*\[?\d+\.\d+\.\d+\.\d+\]?:\d+", "", line)
+    line = re.sub(r"\s*\[?\d+\.\d+\.\d+\.\d+\]?:\d+", "", line)
+    return line.split(". ")[0]
