@@ -53,10 +53,20 @@ def test_store_by_hand_then_process_group(tmp_path):
     assert not os.path.exists(tmp_path / "store")  # FileStore removes its file when the last rank leaves
 
 
-@pytest.mark.parametrize("world_size", [2, 4])
-@pytest.mark.parametrize("name", collectives.COLLECTIVES)
-def test_collective_before_and_after(name, world_size):
-    results = spawn(collectives.run_collective, world_size, (name,))
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_every_collective_before_and_after(world_size):
+    per_rank = spawn(collectives.run_collectives, world_size)
+    for name in collectives.COLLECTIVES:
+        check_collective(name, [r[name] for r in per_rank], world_size)
+
+
+def test_one_collective_and_a_wrong_name():
+    check_collective("all_to_all", spawn(collectives.run_collective, 3, ("all_to_all",)), 3)
+    with pytest.raises(ValueError, match="unknown collective 'allreduce'; accepted: broadcast"):
+        collectives.run_collectives(0, 1, ("allreduce",))
+
+
+def check_collective(name, results, world_size):
     for rank, (r, want) in enumerate(zip(results, expected(name, world_size))):
         assert r["rank"] == rank and r["name"] == name
         assert r["before"] == (None if name == "scatter" and rank else start(rank, world_size))
@@ -125,7 +135,10 @@ def test_gloo_message_drops_paths_and_addresses():
 def test_plot_collective_draws_every_value():
     from ddp_lib.plots.collectives import plot_collective
 
+    import matplotlib.pyplot as plt
+
     fig = plot_collective(spawn(collectives.run_collective, 2, ("all_gather",)))
+    plt.close(fig)
     before, after = fig.axes
     assert [t.get_text() for t in before.texts] == ["1", "2", "11", "12"]
     assert [t.get_text() for t in after.texts] == ["1", "2", "11", "12"] * 2

@@ -3,10 +3,12 @@ the ring all-reduce step by step, and the bytes a rank sends.
 
 Values follow lesson 01's convention (rank r starts with 10 r + 1, ..., 10 r + N): a cell holding
 a value one rank started with takes that rank's colour (its tens digit); a sum is grey.
+Each function draws one pyplot figure and returns it (a notebook shows it at the end of the cell).
 """
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
@@ -49,7 +51,7 @@ def plot_collective(results: list[dict], title: str | None = None) -> Figure:
     world_size = len(results)
     summed = results[0]["name"] in SUMMING
     widths = [max(len(r[key] or [0]) for r in results) for key in ("before", "after")]
-    fig = Figure(figsize=(2.0 + 0.45 * sum(widths), 0.6 + 0.45 * world_size), layout="constrained")
+    fig = plt.figure(figsize=(2.0 + 0.45 * sum(widths), 0.6 + 0.45 * world_size), layout="constrained")
     axes = fig.subplots(1, 2, width_ratios=widths)
     for ax, key, width in zip(axes, ("before", "after"), widths):
         for r in results:
@@ -65,7 +67,7 @@ def plot_collective(results: list[dict], title: str | None = None) -> Figure:
 def plot_barrier(results: list[dict]) -> Figure:
     """When each rank arrived at the barrier and when it left (seconds after the first arrival)."""
     start = min(r["arrived"] for r in results)
-    fig = Figure(figsize=(6, 0.8 + 0.4 * len(results)), layout="constrained")
+    fig = plt.figure(figsize=(6, 0.8 + 0.4 * len(results)), layout="constrained")
     ax = fig.subplots()
     for r in results:
         arrived, left = r["arrived"] - start, r["left"] - start
@@ -89,7 +91,7 @@ def plot_ring_steps(results: list[dict]) -> Figure:
     # (with lesson 01's numbers, a partial sum never does for N <= 4).
     starts = [{r["history"][0][i] for r in results} for i in range(world_size)]
     final = results[0]["history"][-1]
-    fig = Figure(figsize=(1.2 + 0.42 * steps * (world_size + 1), 1.0 + 0.45 * world_size), layout="constrained")
+    fig = plt.figure(figsize=(1.2 + 0.42 * steps * (world_size + 1), 1.0 + 0.45 * world_size), layout="constrained")
     ax = fig.subplots()
     for step in range(steps):
         x0 = step * (world_size + 1)
@@ -113,7 +115,7 @@ def plot_ring_bytes(measured: dict[int, float], numel: int, element_size: int = 
     at the given world sizes, and the formula) against sending everything through rank 0."""
     size = numel * element_size
     ns = list(range(2, max_world_size + 1))
-    fig = Figure(figsize=(6, 3.2), layout="constrained")
+    fig = plt.figure(figsize=(6, 3.2), layout="constrained")
     ax = fig.subplots()
     ax.plot(ns, [2 * (n - 1) / n for n in ns], color="tab:blue", label="ring: 2 (N-1)/N per rank")
     ax.plot(ns, [n - 1 for n in ns], color="tab:red", linestyle="--",

@@ -79,46 +79,57 @@ def store_demo(rank: int, world_size: int, path: str) -> dict:
 def run_collective(rank: int | None = None, world_size: int | None = None, name: str = "all_reduce") -> dict:
     """Run one collective on the lesson's starting tensors; return this rank's tensor before and
     after (None where the rank has no tensor), and whether "after" is defined on this rank."""
-    if name not in COLLECTIVES:
-        raise ValueError(f"unknown collective {name!r}; accepted: {', '.join(COLLECTIVES)}")
+    return run_collectives(rank, world_size, (name,))[name]
+
+
+def run_collectives(rank: int | None = None, world_size: int | None = None,
+                    names: tuple[str, ...] = COLLECTIVES) -> dict[str, dict]:
+    """Run each collective in ``names``, in order, in one process group, each on fresh starting
+    tensors; return {name: what run_collective returns}."""
+    unknown = [name for name in names if name not in COLLECTIVES]
+    if unknown:
+        raise ValueError(f"unknown collective {unknown[0]!r}; accepted: {', '.join(COLLECTIVES)}")
     with process_group(rank, world_size) as device:
-        rank, world_size = dist.get_rank(), dist.get_world_size()
-        mine = start_tensor(rank, world_size, device)
-        before, after, defined = mine.tolist(), None, True
-        if name == "broadcast":
-            dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
-            after = mine.tolist()
-        elif name == "all_reduce":
-            dist.all_reduce(mine, op=dist.ReduceOp.SUM)
-            after = mine.tolist()
-        elif name == "reduce":
-            dist.reduce(mine, dst=0, op=dist.ReduceOp.SUM)
-            # Only dst gets the sum; gloo uses the others' tensors as scratch space.
-            after, defined = mine.tolist(), rank == 0
-        elif name == "all_gather":
-            pieces = [torch.empty_like(mine) for _ in range(world_size)]
-            dist.all_gather(pieces, mine)
-            after = torch.cat(pieces).tolist()
-        elif name == "gather":
-            pieces = [torch.empty_like(mine) for _ in range(world_size)] if rank == 0 else None
-            dist.gather(mine, gather_list=pieces, dst=0)
-            after = torch.cat(pieces).tolist() if rank == 0 else None
-        elif name == "scatter":
-            # Rank 0 deals out its tensor, one slot to each rank; the others only receive.
-            before = mine.tolist() if rank == 0 else None
-            pieces = list(mine.chunk(world_size)) if rank == 0 else None
-            received = torch.empty(1, device=device)
-            dist.scatter(received, scatter_list=pieces, src=0)
-            after = received.tolist()
-        elif name == "reduce_scatter":
-            received = torch.empty(1, device=device)
-            dist.reduce_scatter(received, list(mine.chunk(world_size)), op=dist.ReduceOp.SUM)
-            after = received.tolist()
-        elif name == "all_to_all":
-            received = [torch.empty(1, device=device) for _ in range(world_size)]
-            dist.all_to_all(received, list(mine.chunk(world_size)))
-            after = torch.cat(received).tolist()
-        return {"name": name, "rank": rank, "before": before, "after": after, "defined": defined}
+        return {name: _collective(name, dist.get_rank(), dist.get_world_size(), device) for name in names}
+
+
+def _collective(name: str, rank: int, world_size: int, device: torch.device) -> dict:
+    mine = start_tensor(rank, world_size, device)
+    before, after, defined = mine.tolist(), None, True
+    if name == "broadcast":
+        dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
+        after = mine.tolist()
+    elif name == "all_reduce":
+        dist.all_reduce(mine, op=dist.ReduceOp.SUM)
+        after = mine.tolist()
+    elif name == "reduce":
+        dist.reduce(mine, dst=0, op=dist.ReduceOp.SUM)
+        # Only dst gets the sum; gloo uses the others' tensors as scratch space.
+        after, defined = mine.tolist(), rank == 0
+    elif name == "all_gather":
+        pieces = [torch.empty_like(mine) for _ in range(world_size)]
+        dist.all_gather(pieces, mine)
+        after = torch.cat(pieces).tolist()
+    elif name == "gather":
+        pieces = [torch.empty_like(mine) for _ in range(world_size)] if rank == 0 else None
+        dist.gather(mine, gather_list=pieces, dst=0)
+        after = torch.cat(pieces).tolist() if rank == 0 else None
+    elif name == "scatter":
+        # Rank 0 deals out its tensor, one slot to each rank; the others only receive.
+        before = mine.tolist() if rank == 0 else None
+        pieces = list(mine.chunk(world_size)) if rank == 0 else None
+        received = torch.empty(1, device=device)
+        dist.scatter(received, scatter_list=pieces, src=0)
+        after = received.tolist()
+    elif name == "reduce_scatter":
+        received = torch.empty(1, device=device)
+        dist.reduce_scatter(received, list(mine.chunk(world_size)), op=dist.ReduceOp.SUM)
+        after = received.tolist()
+    elif name == "all_to_all":
+        received = [torch.empty(1, device=device) for _ in range(world_size)]
+        dist.all_to_all(received, list(mine.chunk(world_size)))
+        after = torch.cat(received).tolist()
+    return {"name": name, "rank": rank, "before": before, "after": after, "defined": defined}
 
 
 def barrier_timeline(rank: int | None = None, world_size: int | None = None, delay: float = 0.1) -> dict:
