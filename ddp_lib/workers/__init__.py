@@ -49,4 +49,26 @@ WORKERS: dict[str, Worker] = {
         "one rank never returns: --timeout turns the hang into an error",
         (Option("--bad-rank", int, 1, "the rank that hangs"),),
     ),
+    "whoami": Worker(
+        "ddp_lib.workers.collectives:whoami",
+        "join a process group with an init method; each rank reports rank, world size, backend and store",
+        (Option("--method", str, "env", "init method: env, tcp or file"),
+         Option("--path", str, None, "for --method file: a store file path no other job uses")),
+    ),
+    "collectives": Worker(
+        "ddp_lib.workers.collectives:run_collective",
+        "run one collective; each rank returns its tensor before and after",
+        (Option("--name", str, "all_reduce", "broadcast, all_reduce, reduce, all_gather, gather, scatter, "
+                                              "reduce_scatter or all_to_all"),),
+    ),
+    "subgroups": Worker(
+        "ddp_lib.workers.collectives:subgroups",
+        "split the ranks into evens and odds with new_group and all-reduce within each",
+    ),
+    "ring": Worker(
+        "ddp_lib.workers.ring:ring_check",
+        "a ring all-reduce from send/recv, checked against dist.all_reduce, with the bytes each rank sent",
+        (Option("--numel", int, 10, "number of elements in the tensor"),
+         Option("--seed", int, 0, "base seed; rank r uses seed + r")),
+    ),
 }

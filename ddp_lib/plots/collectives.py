@@ -1,0 +1,130 @@
+"""Lesson 01's pictures: each rank's tensor before and after a collective, a barrier's timeline,
+the ring all-reduce step by step, and the bytes a rank sends.
+
+Values follow lesson 01's convention (rank r starts with 10 r + 1, ..., 10 r + N): a cell holding
+a value one rank started with takes that rank's colour (its tens digit); a sum is grey.
+Each function draws one pyplot figure and returns it (a notebook shows it at the end of the cell).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+RANK_COLOURS = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5", "#ffffb3", "#bc80bd")
+SUM_COLOUR = "#d9d9d9"
+DONE_COLOUR = "#66c2a5"
+# Collectives whose results are sums; the others only move values around.
+SUMMING = ("all_reduce", "reduce", "reduce_scatter")
+
+
+def _rank_colour(value: float) -> str:
+    return RANK_COLOURS[int(value) // 10 % len(RANK_COLOURS)]
+
+
+def _draw_row(ax, x0: float, y: float, values: list | None, summed: bool, *,
+              faded: bool = False, colour: str | None = None) -> None:
+    if values is None:
+        ax.text(x0 + 0.5, y, "-", ha="center", va="center", color="grey")
+        return
+    for i, value in enumerate(values):
+        face = colour or (SUM_COLOUR if summed else _rank_colour(value))
+        ax.add_patch(Rectangle((x0 + i, y - 0.4), 1, 0.8, facecolor=face, edgecolor="black",
+                               alpha=0.35 if faded else 1.0, hatch="//" if faded else None))
+        ax.text(x0 + i + 0.5, y, f"{value:g}", ha="center", va="center", fontsize=8,
+                color="grey" if faded else "black")
+
+
+def _rank_axis(ax, world_size: int, width: float) -> None:
+    ax.set_xlim(-0.2, width + 0.2)
+    ax.set_ylim(world_size - 0.4, -0.6)
+    ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+
+
+def plot_collective(results: list[dict], title: str | None = None) -> Figure:
+    """Each rank's tensor before (left) and after (right) a collective, from the workers' results
+    (dicts with "before", "after", "defined"); hatched cells are undefined scratch values."""
+    world_size = len(results)
+    summed = results[0]["name"] in SUMMING
+    widths = [max(len(r[key] or [0]) for r in results) for key in ("before", "after")]
+    fig = plt.figure(figsize=(2.0 + 0.45 * sum(widths), 0.6 + 0.45 * world_size), layout="constrained")
+    axes = fig.subplots(1, 2, width_ratios=widths)
+    for ax, key, width in zip(axes, ("before", "after"), widths):
+        for r in results:
+            _draw_row(ax, 0, r["rank"], r[key], summed and key == "after",
+                      faded=key == "after" and not r["defined"])
+        _rank_axis(ax, world_size, width)
+        ax.set_title(key)
+    axes[1].set_yticks(range(world_size), [""] * world_size)
+    fig.suptitle(title or results[0]["name"])
+    return fig
+
+
+def plot_barrier(results: list[dict]) -> Figure:
+    """When each rank arrived at the barrier and when it left (seconds after the first arrival)."""
+    start = min(r["arrived"] for r in results)
+    fig = plt.figure(figsize=(6, 0.8 + 0.4 * len(results)), layout="constrained")
+    ax = fig.subplots()
+    for r in results:
+        arrived, left = r["arrived"] - start, r["left"] - start
+        ax.plot([arrived, left], [r["rank"]] * 2, color="grey", linewidth=3, label="waiting" if r["rank"] == 0 else None)
+        ax.plot(arrived, r["rank"], "o", color="tab:blue", label="arrives" if r["rank"] == 0 else None)
+        ax.plot(left, r["rank"], "s", color="tab:green", label="leaves" if r["rank"] == 0 else None)
+    ax.set_yticks(range(len(results)), [f"rank {r['rank']}" for r in results])
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds after the first rank arrived")
+    ax.set_title("dist.barrier(): nobody leaves before the last rank arrives")
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    return fig
+
+
+def plot_ring_steps(results: list[dict]) -> Figure:
+    """Every rank's tensor after each step of the ring all-reduce (from ``ring_steps``): partial
+    sums grey, finished sums green."""
+    world_size = len(results)
+    steps = len(results[0]["history"])
+    # A cell still holds a starting value if it equals some rank's start at that position
+    # (with lesson 01's numbers, a partial sum never does for N <= 4).
+    starts = [{r["history"][0][i] for r in results} for i in range(world_size)]
+    final = results[0]["history"][-1]
+    fig = plt.figure(figsize=(1.2 + 0.42 * steps * (world_size + 1), 1.0 + 0.45 * world_size), layout="constrained")
+    ax = fig.subplots()
+    for step in range(steps):
+        x0 = step * (world_size + 1)
+        for r in results:
+            values = r["history"][step]
+            for i, value in enumerate(values):
+                original = value in starts[i]
+                colour = None if original else DONE_COLOUR if value == final[i] else SUM_COLOUR
+                _draw_row(ax, x0 + i, r["rank"], [value], not original, colour=colour)
+        phase = "start" if step == 0 else ("reduce-scatter" if step < world_size else "all-gather")
+        label = phase if step == 0 else f"{phase}\nstep {step if step < world_size else step - world_size + 1}"
+        ax.text(x0 + world_size / 2, world_size - 0.3, label, ha="center", va="top", fontsize=8)
+    _rank_axis(ax, world_size, steps * (world_size + 1) - 1)
+    ax.set_ylim(world_size + 0.5, -0.6)
+    ax.set_title("ring all-reduce: each rank sends one chunk to its right neighbour per step")
+    return fig
+
+
+def plot_ring_bytes(measured: dict[int, float], numel: int, element_size: int = 4, max_world_size: int = 16) -> Figure:
+    """Bytes each rank sends, as a multiple of the tensor's size: the ring's 2 (N-1)/N (measured
+    at the given world sizes, and the formula) against sending everything through rank 0."""
+    size = numel * element_size
+    ns = list(range(2, max_world_size + 1))
+    fig = plt.figure(figsize=(6, 3.2), layout="constrained")
+    ax = fig.subplots()
+    ax.plot(ns, [2 * (n - 1) / n for n in ns], color="tab:blue", label="ring: 2 (N-1)/N per rank")
+    ax.plot(ns, [n - 1 for n in ns], color="tab:red", linestyle="--",
+            label="via rank 0 (reduce, then broadcast): rank 0 sends N-1")
+    ax.plot(list(measured), [b / size for b in measured.values()], "o", color="tab:blue",
+            label="ring_all_reduce, measured (mean over ranks)")
+    ax.set_xlabel("world size N (ranks)")
+    ax.set_ylabel("bytes sent / tensor bytes")
+    ax.set_ylim(0, 4.5)
+    ax.set_title("the ring's traffic per rank stays under 2x the tensor")
+    ax.legend(fontsize=8)
+    return fig

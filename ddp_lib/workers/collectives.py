@@ -1,0 +1,177 @@
+"""Lesson 01's workers: joining a process group three ways, a store, every collective, subgroups.
+
+Each collective starts from the same tensors: rank r holds [10 r + 1, 10 r + 2, ..., 10 r + N]
+(N = world_size <= 9), so every value says which rank it came from (its tens digit) and which
+slot (its last digit).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d
+
+from ddp_lib.device import backend_for, device_for
+from ddp_lib.process_group import BACKEND_ENV, process_group, teardown
+
+COLLECTIVES = ("broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter",
+               "reduce_scatter", "all_to_all")
+
+
+def start_tensor(rank: int, world_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The lesson's starting tensor for ``rank``: [10 rank + 1, ..., 10 rank + world_size]."""
+    return (torch.arange(1, world_size + 1, dtype=torch.float32) + 10 * rank).to(device)
+
+
+def init_method_url(method: str, path: str | None = None) -> str:
+    """The init_method string for "env", "tcp" or "file" (file needs a path no other job uses)."""
+    if method == "env":
+        return "env://"  # read MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
+    if method == "tcp":
+        # The launcher (like torchrun) already serves the store at MASTER_PORT; tcp:// names it directly.
+        return f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ['MASTER_PORT']}"
+    if method == "file":
+        if not path:
+            raise ValueError("init method 'file' needs a path to a file all ranks can reach")
+        return f"file://{path}"  # on Windows e.g. file:///C:/Users/me/ddp_store
+    raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
+
+
+def whoami(rank: int | None = None, world_size: int | None = None, method: str = "env",
+           path: str | None = None) -> dict:
+    """Join the group with init method ``method``; return this rank's view of it: rank, world
+    size, backend, the store underneath and the all-reduced sum of the ranks."""
+    with process_group(rank, world_size, init_method=init_method_url(method, path)) as device:
+        store = distributed_c10d._get_default_store()  # private: used here only to name it
+        while hasattr(store, "underlying_store"):  # PrefixStores namespace the keys of each group
+            store = store.underlying_store
+        total = torch.tensor([float(dist.get_rank())], device=device)
+        dist.all_reduce(total)
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": dist.get_backend(),
+                "init_method": method + "://", "store": type(store).__name__, "sum_of_ranks": total.item()}
+
+
+def store_demo(rank: int, world_size: int, path: str) -> dict:
+    """Use a FileStore by hand (set, wait, get, add), then build the process group on it."""
+    store = dist.FileStore(path, world_size)
+    store.set(f"hello/{rank}", f"rank {rank} is here")
+    # wait() blocks until every key exists: this is all a rendezvous is.
+    keys = [f"hello/{r}" for r in range(world_size)]
+    store.wait(keys, timedelta(seconds=30))
+    seen = [store.get(key).decode() for key in keys]
+    arrival = store.add("arrivals", 1)  # atomic counter: 1..world_size, in arrival order
+    backend = os.environ.get(BACKEND_ENV) or backend_for(device_for(rank))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=60))
+    try:
+        total = torch.tensor([float(rank)], device=device_for(rank))
+        dist.all_reduce(total)
+        return {"rank": rank, "seen": seen, "arrival_in_range": 1 <= arrival <= world_size,
+                "sum_of_ranks": total.item()}
+    finally:
+        teardown()
+
+
+def run_collective(rank: int | None = None, world_size: int | None = None, name: str = "all_reduce") -> dict:
+    """Run one collective on the lesson's starting tensors; return this rank's tensor before and
+    after (None where the rank has no tensor), and whether "after" is defined on this rank."""
+    return run_collectives(rank, world_size, (name,))[name]
+
+
+def run_collectives(rank: int | None = None, world_size: int | None = None,
+                    names: tuple[str, ...] = COLLECTIVES) -> dict[str, dict]:
+    """Run each collective in ``names``, in order, in one process group, each on fresh starting
+    tensors; return {name: what run_collective returns}."""
+    unknown = [name for name in names if name not in COLLECTIVES]
+    if unknown:
+        raise ValueError(f"unknown collective {unknown[0]!r}; accepted: {', '.join(COLLECTIVES)}")
+    with process_group(rank, world_size) as device:
+        return {name: _collective(name, dist.get_rank(), dist.get_world_size(), device) for name in names}
+
+
+def _collective(name: str, rank: int, world_size: int, device: torch.device) -> dict:
+    mine = start_tensor(rank, world_size, device)
+    before, after, defined = mine.tolist(), None, True
+    if name == "broadcast":
+        dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
+        after = mine.tolist()
+    elif name == "all_reduce":
+        dist.all_reduce(mine, op=dist.ReduceOp.SUM)
+        after = mine.tolist()
+    elif name == "reduce":
+        dist.reduce(mine, dst=0, op=dist.ReduceOp.SUM)
+        # Only dst gets the sum; gloo uses the others' tensors as scratch space.
+        after, defined = mine.tolist(), rank == 0
+    elif name == "all_gather":
+        pieces = [torch.empty_like(mine) for _ in range(world_size)]
+        dist.all_gather(pieces, mine)
+        after = torch.cat(pieces).tolist()
+    elif name == "gather":
+        pieces = [torch.empty_like(mine) for _ in range(world_size)] if rank == 0 else None
+        dist.gather(mine, gather_list=pieces, dst=0)
+        after = torch.cat(pieces).tolist() if rank == 0 else None
+    elif name == "scatter":
+        # Rank 0 deals out its tensor, one slot to each rank; the others only receive.
+        before = mine.tolist() if rank == 0 else None
+        pieces = list(mine.chunk(world_size)) if rank == 0 else None
+        received = torch.empty(1, device=device)
+        dist.scatter(received, scatter_list=pieces, src=0)
+        after = received.tolist()
+    elif name == "reduce_scatter":
+        received = torch.empty(1, device=device)
+        dist.reduce_scatter(received, list(mine.chunk(world_size)), op=dist.ReduceOp.SUM)
+        after = received.tolist()
+    elif name == "all_to_all":
+        received = [torch.empty(1, device=device) for _ in range(world_size)]
+        dist.all_to_all(received, list(mine.chunk(world_size)))
+        after = torch.cat(received).tolist()
+    return {"name": name, "rank": rank, "before": before, "after": after, "defined": defined}
+
+
+def barrier_timeline(rank: int | None = None, world_size: int | None = None, delay: float = 0.1) -> dict:
+    """Arrive at a barrier ``delay * rank`` seconds late; return when this rank arrived and left
+    (wall-clock seconds, comparable across processes on one machine)."""
+    with process_group(rank, world_size):
+        rank = dist.get_rank()
+        dist.barrier()  # line everyone up first, so the delays below are the only difference
+        time.sleep(delay * rank)
+        arrived = time.time()
+        dist.barrier()
+        left = time.time()
+        return {"rank": rank, "arrived": arrived, "left": left}
+
+
+def subgroups(rank: int | None = None, world_size: int | None = None) -> dict:
+    """Split the ranks into evens and odds with new_group; all-reduce each rank's number within
+    its own subgroup only."""
+    with process_group(rank, world_size) as device:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        # Every rank must call new_group for every subgroup, in the same order, even for the
+        # groups it is not in: creating a group is itself a collective over the default group.
+        evens = dist.new_group(list(range(0, world_size, 2)))
+        odds = dist.new_group(list(range(1, world_size, 2)))
+        group = evens if rank % 2 == 0 else odds
+        total = torch.tensor([float(rank)], device=device)
+        dist.all_reduce(total, group=group)
+        return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds",
+                "members": dist.get_process_group_ranks(group), "group_rank": dist.get_rank(group),
+                "group_size": dist.get_world_size(group), "sum": total.item()}
+
+
+def _fmt(values: list | None) -> str:
+    if values is None:
+        return "-"
+    return "[" + ", ".join(f"{v:g}" for v in values) + "]"
+
+
+def describe(results: list[dict]) -> str:
+    """One line per rank, in rank order: the tensor before and after a collective."""
+    lines = [results[0]["name"]]
+    for r in results:
+        after = _fmt(r["after"]) if r["defined"] else "undefined (scratch space)"
+        lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
+    return "\n".join(lines)

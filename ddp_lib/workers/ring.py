@@ -1,0 +1,108 @@
+"""A ring all-reduce built from point-to-point calls: reduce-scatter, then all-gather.
+
+    bytes_sent = ring_all_reduce(tensor)    # tensor now holds the sum over ranks, like dist.all_reduce
+
+Each rank only ever talks to its two neighbours, and sends about 2 (N-1)/N times the tensor's
+size whatever the number of ranks N: that is why rings (in gloo, nccl, ...) scale.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ddp_lib.process_group import process_group
+from ddp_lib.workers.collectives import start_tensor
+
+
+def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> int:
+    """Sum ``tensor`` over the ranks of ``group`` in place, like ``dist.all_reduce``; return the
+    number of bytes this rank sent."""
+    world_size = dist.get_world_size(group)
+    rank = dist.get_rank(group)
+    if world_size == 1:
+        return 0
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+    if group is not None:  # send/recv take ranks in the default group
+        right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
+    flat = tensor.view(-1)  # chunks are views, so results land in ``tensor`` itself
+    # tensor_split, unlike chunk, always gives world_size pieces: sizes differ by at most one
+    # element, and some are empty when the tensor has fewer elements than there are ranks.
+    chunks = list(torch.tensor_split(flat, world_size))
+    bytes_sent = 0
+
+    def exchange(send_index: int, recv_into: torch.Tensor) -> None:
+        # Every rank sends first. With blocking sends that deadlocks on gloo (a send waits for
+        # the matching recv), so the send is asynchronous and finished after the recv.
+        nonlocal bytes_sent
+        outgoing = chunks[send_index]
+        request = dist.isend(outgoing, right, group=group) if outgoing.numel() else None
+        if recv_into.numel():
+            dist.recv(recv_into, left, group=group)
+        if request is not None:
+            request.wait()
+            bytes_sent += outgoing.numel() * outgoing.element_size()
+
+    # Reduce-scatter: after N-1 steps rank r holds the full sum of chunk (r + 1) % N.
+    for step in range(world_size - 1):
+        send_index = (rank - step) % world_size
+        recv_index = (rank - step - 1) % world_size
+        incoming = torch.empty_like(chunks[recv_index])
+        exchange(send_index, incoming)
+        chunks[recv_index].add_(incoming)
+
+    # All-gather: pass each finished chunk once around the ring, overwriting stale partial sums.
+    for step in range(world_size - 1):
+        send_index = (rank + 1 - step) % world_size
+        recv_index = (rank - step) % world_size
+        exchange(send_index, chunks[recv_index])
+    return bytes_sent
+
+
+def ring_bytes_expected(numel: int, world_size: int, element_size: int = 4) -> float:
+    """The textbook figure: each rank sends 2 (N-1)/N times the tensor's size in bytes."""
+    return 2 * (world_size - 1) / world_size * numel * element_size
+
+
+def ring_check(rank: int | None = None, world_size: int | None = None, numel: int = 10, seed: int = 0) -> dict:
+    """Run ring_all_reduce and dist.all_reduce on the same random tensor; return whether they
+    agree, the largest difference and the bytes this rank sent."""
+    with process_group(rank, world_size) as device:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        generator = torch.Generator().manual_seed(seed + rank)
+        mine = torch.randn(numel, generator=generator).to(device)
+        ours, reference = mine.clone(), mine.clone()
+        bytes_sent = ring_all_reduce(ours)
+        dist.all_reduce(reference)
+        # The ring adds in another order than gloo/nccl, so the last bits of a float may differ.
+        diff = (ours - reference).abs().max().item() if numel else 0.0
+        return {"rank": rank, "numel": numel, "equal": bool(torch.allclose(ours, reference, atol=1e-5)),
+                "max_abs_diff": float(f"{diff:.1e}"), "bytes_sent": bytes_sent,
+                "bytes_expected": round(ring_bytes_expected(numel, world_size, mine.element_size()), 1)}
+
+
+def ring_steps(rank: int | None = None, world_size: int | None = None) -> dict:
+    """A ring all-reduce of lesson 01's starting tensors (one element per rank), recording this
+    rank's tensor after every step, for the step-by-step picture."""
+    with process_group(rank, world_size) as device:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        tensor = start_tensor(rank, world_size, device)
+        history = [tensor.tolist()]
+        chunks = list(torch.tensor_split(tensor, world_size))
+        right, left = (rank + 1) % world_size, (rank - 1) % world_size
+        for phase in ("reduce-scatter", "all-gather"):
+            for step in range(world_size - 1):
+                # The same indices as ring_all_reduce, one step at a time.
+                offset = 0 if phase == "reduce-scatter" else 1
+                send_index = (rank + offset - step) % world_size
+                recv_index = (rank + offset - step - 1) % world_size
+                incoming = torch.empty_like(chunks[recv_index])
+                request = dist.isend(chunks[send_index], right)
+                dist.recv(incoming, left)
+                request.wait()
+                if phase == "reduce-scatter":
+                    chunks[recv_index].add_(incoming)
+                else:
+                    chunks[recv_index].copy_(incoming)
+                history.append(tensor.tolist())
+        return {"rank": rank, "history": history}

@@ -1,0 +1,144 @@
+"""Lesson 01's workers on real gloo process groups: init methods, the store, every collective,
+point-to-point (including the deadlock of two blocking sends), subgroups and the plots."""
+
+import os
+
+import pytest
+
+from ddp_lib.launch import spawn
+from ddp_lib.workers import collectives, point_to_point
+
+
+def start(rank, world_size):
+    return [10.0 * rank + j for j in range(1, world_size + 1)]
+
+
+def expected(name, world_size):
+    """What each rank should hold after ``name``, computed without torch.distributed."""
+    starts = [start(r, world_size) for r in range(world_size)]
+    sums = [sum(column) for column in zip(*starts)]
+    everything = [v for s in starts for v in s]
+    return {
+        "broadcast": [starts[0]] * world_size,
+        "all_reduce": [sums] * world_size,
+        "reduce": [sums] + [None] * (world_size - 1),  # None: undefined there
+        "all_gather": [everything] * world_size,
+        "gather": [everything] + [None] * (world_size - 1),
+        "scatter": [[starts[0][r]] for r in range(world_size)],
+        "reduce_scatter": [[sums[r]] for r in range(world_size)],
+        "all_to_all": [[starts[q][r] for q in range(world_size)] for r in range(world_size)],
+    }[name]
+
+
+@pytest.mark.parametrize("method", ["env", "tcp", "file"])
+def test_init_methods_form_the_same_group(method, tmp_path):
+    results = spawn(collectives.whoami, 3, (method, str(tmp_path / "store")))
+    assert [r["rank"] for r in results] == [0, 1, 2]
+    assert {r["world_size"] for r in results} == {3}
+    assert {r["backend"] for r in results} == {"gloo"}
+    assert {r["store"] for r in results} == {"FileStore" if method == "file" else "TCPStore"}
+    assert {r["sum_of_ranks"] for r in results} == {3.0}
+
+
+def test_file_init_method_needs_a_path():
+    with pytest.raises(ValueError, match="needs a path"):
+        collectives.init_method_url("file")
+
+
+def test_store_by_hand_then_process_group(tmp_path):
+    results = spawn(collectives.store_demo, 3, (str(tmp_path / "store"),))
+    for r in results:
+        assert r["seen"] == ["rank 0 is here", "rank 1 is here", "rank 2 is here"]
+        assert r["arrival_in_range"] and r["sum_of_ranks"] == 3.0
+    assert not os.path.exists(tmp_path / "store")  # FileStore removes its file when the last rank leaves
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_every_collective_before_and_after(world_size):
+    per_rank = spawn(collectives.run_collectives, world_size)
+    for name in collectives.COLLECTIVES:
+        check_collective(name, [r[name] for r in per_rank], world_size)
+
+
+def test_one_collective_and_a_wrong_name():
+    check_collective("all_to_all", spawn(collectives.run_collective, 3, ("all_to_all",)), 3)
+    with pytest.raises(ValueError, match="unknown collective 'allreduce'; accepted: broadcast"):
+        collectives.run_collectives(0, 1, ("allreduce",))
+
+
+def check_collective(name, results, world_size):
+    for rank, (r, want) in enumerate(zip(results, expected(name, world_size))):
+        assert r["rank"] == rank and r["name"] == name
+        assert r["before"] == (None if name == "scatter" and rank else start(rank, world_size))
+        if name == "reduce":
+            assert r["defined"] == (rank == 0)
+        if want is not None:
+            assert r["after"] == want
+        elif name == "gather":
+            assert r["after"] is None
+
+
+def test_describe_prints_ranks_in_order():
+    text = collectives.describe(spawn(collectives.run_collective, 2, ("reduce",)))
+    assert text.splitlines() == ["reduce",
+                                 "  rank 0: [1, 2]               -> [12, 14]",
+                                 "  rank 1: [11, 12]             -> undefined (scratch space)"]
+
+
+def test_barrier_releases_nobody_before_the_last_arrival():
+    results = spawn(collectives.barrier_timeline, 3, (0.1,))
+    last_arrival = max(r["arrived"] for r in results)
+    assert last_arrival - min(r["arrived"] for r in results) > 0.15  # the delays happened
+    assert all(r["left"] >= last_arrival for r in results)
+
+
+def test_subgroups_reduce_only_within_their_group():
+    results = spawn(collectives.subgroups, 4)
+    assert [r["group"] for r in results] == ["evens", "odds", "evens", "odds"]
+    assert [r["members"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [r["group_rank"] for r in results] == [0, 0, 1, 1]
+    assert [r["sum"] for r in results] == [2.0, 4.0, 2.0, 4.0]
+
+
+def test_send_recv_moves_rank0s_tensor_to_rank1_only():
+    results = spawn(point_to_point.send_recv, 3)
+    assert [r["after"] for r in results] == [start(0, 3), start(0, 3), start(2, 3)]
+
+
+def test_isend_irecv_pass_right():
+    results = spawn(point_to_point.pass_right, 3)
+    assert [r["after"] for r in results] == [start(2, 3), start(0, 3), start(1, 3)]
+
+
+@pytest.mark.parametrize("numel", [1, 1 << 20])
+def test_two_blocking_sends_deadlock_on_gloo_at_any_size(numel):
+    # gloo does not buffer: a send completes only once the peer posts the matching recv.
+    results = spawn(point_to_point.swap, 2, (numel, "both_send_first", 2.0), backend="gloo")
+    assert [r["completed"] for r in results] == [False, False]
+    errors = {r["error"] for r in results}
+    assert "Timed out waiting 2000ms for send operation to complete" in errors
+    assert errors <= {"Timed out waiting 2000ms for send operation to complete", "Connection closed by peer"}
+
+
+@pytest.mark.parametrize("order", ["by_parity", "isend"])
+def test_ordered_or_asynchronous_sends_complete(order):
+    results = spawn(point_to_point.swap, 2, (1 << 20, order, 10.0))
+    assert [(r["completed"], r["error"]) for r in results] == [(True, "")] * 2
+
+
+def test_gloo_message_drops_paths_and_addresses():
+    text = ("[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
+            "[127.0.0.1]:3795. This is typically caused by a remote worker crashing.")
+    assert point_to_point.gloo_message(text) == "Connection closed by peer"
+
+
+def test_plot_collective_draws_every_value():
+    from ddp_lib.plots.collectives import plot_collective
+
+    import matplotlib.pyplot as plt
+
+    fig = plot_collective(spawn(collectives.run_collective, 2, ("all_gather",)))
+    plt.close(fig)
+    before, after = fig.axes
+    assert [t.get_text() for t in before.texts] == ["1", "2", "11", "12"]
+    assert [t.get_text() for t in after.texts] == ["1", "2", "11", "12"] * 2
