@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 
 def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces"):
     """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
     below it one bar per bucket all-reduce. ``timelines`` are backward_timeline's results in rank order."""
-    fig, ax = plt.subplots(figsize=(10, 1 + 1.1 * len(timelines)))
+    # A Figure outside pyplot's state: shown once, where the notebook returns it, and never again.
+    fig = Figure(figsize=(10, 1 + 1.1 * len(timelines)))
+    ax = fig.subplots()
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     labels, ticks = [], []
     for rank, tl in enumerate(timelines):

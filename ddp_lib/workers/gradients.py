@@ -184,16 +184,17 @@ class TwoHeads(nn.Module):
         return self.a(h) + self.b(h) if use_b else self.a(h)
 
 
-def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3) -> dict:
-    """Train TwoHeads without ever using head b. Without find_unused_parameters the second
-    forward raises; with it, returns head b's grad (None) and the mean step time in ms."""
+def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
+                      use_b: bool = False) -> dict:
+    """Train TwoHeads, using head b only if ``use_b``. With b unused and no find_unused_parameters
+    the second forward raises; otherwise returns b's weight grad and the mean step time in ms."""
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
         x, y = torch.randn(4, 8, device=device), torch.randn(4, 4, device=device)
         start = time.perf_counter()
         for _ in range(steps):
-            nn.functional.mse_loss(model(x), y).backward()
+            nn.functional.mse_loss(model(x, use_b), y).backward()
         return {"b_weight_grad": model.module.b.weight.grad, "steps": steps,
                 "ms_per_step": 1000 * (time.perf_counter() - start) / steps}
 
