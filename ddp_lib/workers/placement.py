@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -66,7 +67,8 @@ def simulate_nodes(rank: int, world_size: int, nproc_per_node: int, target: str)
 def without_set_device(rank: int, world_size: int) -> dict:
     """GPU only: init nccl without torch.cuda.set_device and use "cuda" (which means the current
     device, cuda:0, on every rank), then all-reduce. Fails with nccl's duplicate-GPU error."""
-    dist.init_process_group("nccl", rank=rank, world_size=world_size)  # no set_device before it
+    # No set_device before it; a short timeout so that a stuck communicator becomes an error.
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
     try:
         tensor = torch.ones(1, device="cuda")
         current = torch.cuda.current_device()
