@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import importlib
 
+import torch
+
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import spawn
-from ddp_lib.workers.placement import expected_device
+from ddp_lib.workers.placement import expected_device, simulate_nodes
 
 NODES, NPROC_PER_NODE = 2, 2
 
 
 def _run_learner(rank: int, world_size: int, module: str, name: str):
-    from ddp_lib.workers.placement import simulate_nodes
-
-    import torch
-
+    """Runs in each rank: the learner's worker under a simulated 2-node layout."""
     # Different weights and data on each rank unless DDP makes them agree: a worker without
     # DDP then fails the checksum test instead of passing by luck.
     torch.manual_seed(1000 + rank)

@@ -11,7 +11,15 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddp_lib import scratch_ddp
 from ddp_lib.process_group import process_group
-from ddp_lib.workers.gradients import LR, flat_grads, flat_params, gather_flat, make_mlp, rank_batch, wrap_ddp
+from ddp_lib.workers.gradients import (
+    LR,
+    flat_grads,
+    flat_params,
+    gather_flat,
+    make_mlp,
+    rank_batch,
+    wrap_ddp,
+)
 
 WIDE = (64, 128, 128, 128, 128, 8)  # weights of 32, 64, 64, 64 and 4 KiB
 TIMELINE_WIDTHS = (256,) * 8  # seven 256 KiB weights: backward and all-reduces take visible time

@@ -7,6 +7,7 @@ with the whole global batch (:func:`single_process_run`) can replay exactly what
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from contextlib import nullcontext
 
@@ -27,7 +28,7 @@ def make_mlp(seed: int, widths: tuple[int, ...] = WIDTHS) -> nn.Sequential:
     """Linear -> Tanh -> ... -> Linear with the given widths, initialised from ``seed``."""
     torch.manual_seed(seed)
     layers: list[nn.Module] = []
-    for i, (n_in, n_out) in enumerate(zip(widths, widths[1:])):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(widths) - 2:
             layers.append(nn.Tanh())
