@@ -8,6 +8,8 @@ in order. Modules are imported only when a worker is run.
 from __future__ import annotations
 
 import importlib
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -70,5 +72,87 @@ WORKERS: dict[str, Worker] = {
         "a ring all-reduce from send/recv, checked against dist.all_reduce, with the bytes each rank sent",
         (Option("--numel", int, 10, "number of elements in the tensor"),
          Option("--seed", int, 0, "base seed; rank r uses seed + r")),
+    ),
+    # Lesson 03: where tensors live.
+    "input_placement": Worker(
+        "ddp_lib.workers.placement:input_placement",
+        "the classic example's forward: which device the model sees its CPU-made input on",
+        (Option("--device-ids", str, "none", "'rank' passes device_ids=[rank] (ValueError on CPU), 'none' passes None"),
+         Option("--move-inputs", int, 0, "1 moves the inputs to the rank's device first")),
+    ),
+    "where_am_i": Worker(
+        "ddp_lib.workers.placement:where_am_i",
+        "RANK, LOCAL_RANK, GROUP_RANK and the GPU a rank should use",
+    ),
+    "simulate_nodes": Worker(
+        "ddp_lib.workers.placement:simulate_nodes",
+        "run a worker as if the ranks were on several nodes (LOCAL_RANK etc. rewritten as torchrun would)",
+        (Option("--nproc-per-node", int, 2, "processes per simulated node"),
+         Option("--target", str, "ddp_lib.workers.placement:where_am_i", "module:function of the worker")),
+    ),
+    "checkpoint_devices": Worker(
+        "ddp_lib.workers.placement:checkpoint_devices",
+        "rank 0 saves a checkpoint; every rank loads it without and with map_location",
+        (Option("--path", str, os.path.join(tempfile.gettempdir(), "ddp_lib_lesson03.pt"), "checkpoint file"),),
+    ),
+    "nccl_cpu_tensor": Worker(
+        "ddp_lib.workers.placement:nccl_cpu_tensor",
+        "GPU only: all-reduce a CPU tensor on nccl (fails: nccl needs CUDA tensors)",
+    ),
+    "without_set_device": Worker(
+        "ddp_lib.workers.placement:without_set_device",
+        "GPU only: nccl without torch.cuda.set_device, every rank on cuda:0 (fails)",
+    ),
+    "with_set_device": Worker(
+        "ddp_lib.workers.placement:with_set_device",
+        "GPU only: torch.cuda.set_device(local_rank) before init; each rank on its own GPU",
+    ),
+    # Lesson 04: what DDP does to parameters and gradients.
+    "broadcast_at_construction": Worker(
+        "ddp_lib.workers.gradients:broadcast_at_construction",
+        "ranks start with different weights; DDP() makes them rank 0's",
+        (Option("--seed", int, 0, "base seed; rank r uses seed + r"),),
+    ),
+    "grads_after_backward": Worker(
+        "ddp_lib.workers.gradients:grads_after_backward",
+        "after backward() every rank holds the mean of the ranks' gradients",
+        (Option("--seed", int, 0, "seed of the model and data"), Option("--per-rank-batch", int, 4, "batch per rank")),
+    ),
+    "ddp_run": Worker(
+        "ddp_lib.workers.gradients:ddp_run",
+        "a few DDP steps; compare with gradients.single_process_run on the global batch",
+        (Option("--per-rank-batch", int, 4, "batch per rank"), Option("--steps", int, 5, "SGD steps"),
+         Option("--seed", int, 0, "seed"), Option("--reduction", str, "mean", "'mean' or 'sum' loss")),
+    ),
+    "no_sync_run": Worker(
+        "ddp_lib.workers.gradients:no_sync_run",
+        "gradient accumulation with no_sync: all-reduces per micro-batch",
+        (Option("--per-rank-batch", int, 4, "batch per rank per step"),
+         Option("--grad-accum-steps", int, 2, "micro-batches per step"), Option("--steps", int, 3, "SGD steps")),
+    ),
+    "unused_parameters": Worker(
+        "ddp_lib.workers.gradients:unused_parameters",
+        "a head that gets no gradient: the error, or find_unused_parameters=1",
+        (Option("--find-unused-parameters", int, 0, "1 turns on unused parameter detection"),),
+    ),
+    "fp16_compression": Worker(
+        "ddp_lib.workers.gradients:fp16_compression",
+        "gradients with the default hook and with fp16_compress_hook",
+    ),
+    "scratch_vs_torch": Worker(
+        "ddp_lib.workers.buckets:scratch_vs_torch",
+        "DDP from scratch (after_backward, per_parameter_hooks, buckets) against torch's DDP",
+        (Option("--way", str, "buckets", "after_backward, per_parameter_hooks, buckets or torch"),
+         Option("--steps", int, 4, "SGD steps"), Option("--bucket-cap-mb", float, 0.001, "bucket size")),
+    ),
+    "count_allreduces": Worker(
+        "ddp_lib.workers.buckets:count_allreduces",
+        "all-reduces per step for a bucket_cap_mb",
+        (Option("--bucket-cap-mb", float, 25.0, "bucket size in MiB"),),
+    ),
+    "backward_timeline": Worker(
+        "ddp_lib.workers.buckets:backward_timeline",
+        "timestamps of gradients ready and bucket all-reduces in one backward",
+        (Option("--bucket-cap-mb", float, 0.3, "bucket size in MiB"),),
     ),
 }

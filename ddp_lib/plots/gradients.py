@@ -1,0 +1,36 @@
+"""Lesson 04 pictures: backward against communication, per rank."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+
+def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces"):
+    """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
+    below it one bar per bucket all-reduce. ``timelines`` are backward_timeline's results in rank order."""
+    fig, ax = plt.subplots(figsize=(10, 1 + 1.1 * len(timelines)))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    labels, ticks = [], []
+    for rank, tl in enumerate(timelines):
+        y_backward, y_comm = 2.4 * rank, 2.4 * rank + 1
+        ax.barh(y_backward, tl["backward_ms"], left=0, height=0.6, color="lightgray",
+                label="backward (until it returns)" if rank == 0 else None)
+        ready = [t for _, t in tl["grad_ready"]]
+        ax.plot(ready, [y_backward] * len(ready), "k|", markersize=14,
+                label="a weight's gradient is ready" if rank == 0 else None)
+        n = max(1, len(tl["allreduces"]))
+        for ev in tl["allreduces"]:
+            # One thin sub-row per bucket, so all-reduces in flight at the same time stay visible.
+            y = y_comm - 0.35 + 0.7 * (ev["bucket"] + 0.5) / n
+            ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.7 / n, alpha=0.85,
+                    color=colors[ev["bucket"] % len(colors)], edgecolor="black",
+                    label=f"all-reduce of bucket {ev['bucket']}" if rank == 0 else None)
+        labels += [f"rank {rank} backward", f"rank {rank} all-reduce"]
+        ticks += [y_backward, y_comm]
+    ax.set_yticks(ticks, labels)
+    ax.set_xlabel("ms since backward() was called (each rank's own clock)")
+    ax.set_title(title)
+    ax.invert_yaxis()  # rank 0 on top
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,220 @@
+"""Lesson 04 workers: what DDP does to parameters and gradients, checked with numbers.
+
+Every worker builds a small MLP and a batch that depends only on (seed, step), so one process
+with the whole global batch (:func:`single_process_run`) can replay exactly what N ranks did.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+from contextlib import nullcontext
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddp_lib.models import param_checksum
+from ddp_lib.process_group import process_group
+
+WIDTHS = (8, 16, 16, 4)  # in_features, hidden, hidden, out_features: 484 parameters
+LR = 0.1
+
+
+def make_mlp(seed: int, widths: tuple[int, ...] = WIDTHS) -> nn.Sequential:
+    """Linear -> Tanh -> ... -> Linear with the given widths, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(widths) - 2:
+            layers.append(nn.Tanh())
+    return nn.Sequential(*layers)
+
+
+def global_batch(step: int, size: int, seed: int = 0, widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of the whole (global) batch of ``step``; the same in every process."""
+    g = torch.Generator().manual_seed(seed * 100_003 + step)
+    return torch.randn(size, widths[0], generator=g), torch.randn(size, widths[-1], generator=g)
+
+
+def rank_batch(step: int, rank: int, world_size: int, per_rank_batch: int, seed: int = 0,
+               widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's slice (rows rank*B to (rank+1)*B) of the global batch of ``step``."""
+    x, y = global_batch(step, world_size * per_rank_batch, seed, widths)
+    rows = slice(rank * per_rank_batch, (rank + 1) * per_rank_batch)
+    return x[rows], y[rows]
+
+
+def wrap_ddp(model: nn.Module, device: torch.device, **options) -> DDP:
+    """DDP around ``model`` (already on ``device``): device_ids only for a single GPU."""
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **options)
+
+
+def flat_grads(model: nn.Module) -> torch.Tensor:
+    """Every parameter's .grad in one flat CPU tensor (zeros where a grad is None)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).cpu()
+                      for p in model.parameters()])
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """Every parameter in one flat CPU tensor."""
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+
+
+def gather_flat(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """all_gather a flat tensor: every rank gets every rank's copy, in rank order."""
+    copies = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(copies, tensor)
+    return [c.cpu() for c in copies]
+
+
+def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict:
+    """Start each rank with different weights (seed + rank); return checksums before and after DDP()."""
+    with process_group(rank, world_size) as device:
+        model = make_mlp(seed + rank).to(device)
+        before = param_checksum(model)
+        wrap_ddp(model, device)  # rank 0's parameters and buffers are broadcast here
+        return {"before": before, "after": param_checksum(model)}
+
+
+def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4) -> dict:
+    """One backward on this rank's data. Returns the gradient this rank would have alone
+    (a plain copy of the model), the .grad DDP leaves, and whether all ranks hold the same .grad."""
+    with process_group(rank, world_size) as device:
+        model = wrap_ddp(make_mlp(seed).to(device), device)
+        alone = copy.deepcopy(model.module)  # same weights, no DDP: what this rank computes by itself
+        x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, seed))
+        nn.functional.mse_loss(alone(x), y).backward()
+        nn.functional.mse_loss(model(x), y).backward()  # the all-reduce happens inside this call
+        local, synced = flat_grads(alone).to(device), flat_grads(model)
+        mean_of_local = sum(gather_flat(local)) / world_size
+        everyone = gather_flat(synced.to(device))
+        return {
+            "local_grad_sum": round(local.sum().item(), 6),
+            "ddp_grad_sum": round(synced.sum().item(), 6),
+            "all_ranks_equal": all(torch.equal(everyone[0], g) for g in everyone),
+            "equals_mean_of_local": torch.allclose(synced, mean_of_local, atol=1e-7),
+        }
+
+
+def _train(model: nn.Module, batches, steps: int, reduction: str, device: torch.device,
+           grad_accum_steps: int = 1) -> dict:
+    """SGD for ``steps`` steps; batches(step) yields (x, y) micro-batches. Returns the first
+    step's gradients and the final parameters."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+    first_grads = None
+    for step in range(steps):
+        optimizer.zero_grad()
+        for x, y in batches(step):
+            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device), reduction=reduction)
+            (loss / grad_accum_steps).backward()
+        if first_grads is None:
+            first_grads = flat_grads(model)
+        optimizer.step()
+    return {"first_grads": first_grads, "params": flat_params(model)}
+
+
+def single_process_run(global_batch_size: int, steps: int = 5, seed: int = 0, reduction: str = "mean") -> dict:
+    """One process, no DDP, batch ``global_batch_size``: the reference the ranks must match."""
+    return _train(make_mlp(seed), lambda step: [global_batch(step, global_batch_size, seed)], steps,
+                  reduction, torch.device("cpu"))
+
+
+def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5, seed: int = 0,
+            reduction: str = "mean") -> dict:
+    """DDP training on per-rank batches; ranks start from different weights (seed + rank)."""
+    with process_group(rank, world_size) as device:
+        model = wrap_ddp(make_mlp(seed + rank).to(device), device)
+        return _train(model, lambda step: [rank_batch(step, rank, world_size, per_rank_batch, seed)],
+                      steps, reduction, device)
+
+
+def _counting_allreduce_hook(counts: list[int]):
+    """torch's default all-reduce comm hook, also counting its calls into ``counts``."""
+    def hook(state, bucket):
+        counts.append(1)
+        return default_hooks.allreduce_hook(state, bucket)
+    return hook
+
+
+def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_steps: int = 2,
+                steps: int = 3, seed: int = 0) -> dict:
+    """Gradient accumulation: each rank splits its batch into ``grad_accum_steps`` micro-batches and
+    skips the all-reduce (no_sync) on all but the last. Returns final parameters and the number of
+    all-reduces per micro-batch of the first step."""
+    with process_group(rank, world_size) as device:
+        model = wrap_ddp(make_mlp(seed).to(device), device)
+        counts: list[int] = []
+        model.register_comm_hook(None, _counting_allreduce_hook(counts))
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        micro = per_rank_batch // grad_accum_steps
+        allreduces_per_micro_batch = []
+        for step in range(steps):
+            optimizer.zero_grad()
+            x, y = (t.to(device) for t in rank_batch(step, rank, world_size, per_rank_batch, seed))
+            for i in range(grad_accum_steps):
+                before = len(counts)
+                rows = slice(i * micro, (i + 1) * micro)
+                last = i == grad_accum_steps - 1
+                # Inside no_sync, backward only accumulates into .grad; the next synced backward
+                # all-reduces the accumulated sum.
+                with (nullcontext() if last else model.no_sync()):
+                    loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
+                    loss.backward()
+                if step == 0:
+                    allreduces_per_micro_batch.append(len(counts) - before)
+            optimizer.step()
+        return {"params": flat_params(model), "allreduces_per_micro_batch": allreduces_per_micro_batch}
+
+
+class TwoHeads(nn.Module):
+    """A trunk and two heads; forward uses head ``b`` only when asked, so ``b`` can go unused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.a = nn.Linear(8, 4)
+        self.b = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, use_b: bool = False) -> torch.Tensor:
+        h = torch.tanh(self.trunk(x))
+        return self.a(h) + self.b(h) if use_b else self.a(h)
+
+
+def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
+                      use_b: bool = False) -> dict:
+    """Train TwoHeads, using head b only if ``use_b``. With b unused and no find_unused_parameters
+    the second forward raises; otherwise returns b's weight grad and the mean step time in ms."""
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(0)
+        model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
+        x, y = torch.randn(4, 8, device=device), torch.randn(4, 4, device=device)
+        start = time.perf_counter()
+        for _ in range(steps):
+            nn.functional.mse_loss(model(x, use_b), y).backward()
+        return {"b_weight_grad": model.module.b.weight.grad, "steps": steps,
+                "ms_per_step": 1000 * (time.perf_counter() - start) / steps}
+
+
+def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4, timing_steps: int = 20) -> dict:
+    """Same weights and data through DDP with the default hook and with fp16_compress_hook.
+    Returns the gradients of both (flat CPU tensors) and ms per step of each (not deterministic)."""
+    with process_group(rank, world_size) as device:
+        plain = wrap_ddp(make_mlp(seed).to(device), device)
+        fp16 = wrap_ddp(make_mlp(seed).to(device), device)
+        # Each bucket is cast to float16 before the all-reduce (half the bytes) and back after.
+        fp16.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, seed))
+        result = {}
+        for name, model in (("plain", plain), ("fp16", fp16)):
+            nn.functional.mse_loss(model(x), y).backward()
+            result[name] = flat_grads(model)
+            start = time.perf_counter()
+            for _ in range(timing_steps):
+                nn.functional.mse_loss(model(x), y).backward()
+            result[f"{name}_ms"] = 1000 * (time.perf_counter() - start) / timing_steps
+        return result

@@ -1,0 +1,115 @@
+"""Lesson 03 workers: where tensors live. What runs on a CPU machine runs; the GPU-only ones
+say so in their docstring and are only launched by the notebook when CUDA GPUs are present."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddp_lib.device import device_for
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import env_int, process_group, teardown
+
+
+def input_placement(rank: int, world_size: int, device_ids: str = "none", move_inputs: bool = False) -> dict:
+    """The classic example's forward pass. ``device_ids``: "rank" passes device_ids=[rank] as the
+    example does, "none" passes None. Returns the device the model saw its input on and the
+    device of the output."""
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(0)
+        model = ToyModel().to(device)
+        ddp_model = DDP(model, device_ids=[rank] if device_ids == "rank" else None)
+        seen = []
+        model.register_forward_pre_hook(lambda _module, args: seen.append(str(args[0].device)))
+        inputs = torch.randn(20, 10)  # created on the CPU, as in the classic example
+        outputs = ddp_model(inputs.to(device) if move_inputs else inputs)
+        return {"model_on": str(device), "input_seen_on": seen[0], "output_on": str(outputs.device)}
+
+
+def nccl_cpu_tensor(rank: int, world_size: int) -> dict:
+    """GPU only: join an nccl group, then all-reduce a CPU tensor (fails: nccl needs CUDA tensors)."""
+    with process_group(rank, world_size, backend="nccl") as device:
+        on_gpu = torch.ones(1, device=device)
+        dist.all_reduce(on_gpu)  # fine
+        dist.all_reduce(torch.ones(1))  # a CPU tensor: nccl has no CPU implementation
+        return {"sum": on_gpu.item()}
+
+
+def where_am_i(rank: int, world_size: int) -> dict:
+    """What a rank learns from its environment, and the device it should use (LOCAL_RANK's)."""
+    local_rank = env_int("LOCAL_RANK")
+    local_world_size = env_int("LOCAL_WORLD_SIZE")
+    with process_group(rank, world_size):
+        return {
+            "RANK": env_int("RANK"), "LOCAL_RANK": local_rank, "GROUP_RANK": env_int("GROUP_RANK"),
+            "WORLD_SIZE": env_int("WORLD_SIZE"), "LOCAL_WORLD_SIZE": local_world_size,
+            # A node with LOCAL_WORLD_SIZE GPUs numbers them 0..LOCAL_WORLD_SIZE-1, whatever its rank.
+            "right_gpu": f"cuda:{local_rank}",
+            "cuda_rank_exists": rank < local_world_size,
+        }
+
+
+def simulate_nodes(rank: int, world_size: int, nproc_per_node: int, target: str):
+    """Run ``target`` ("module:function") as if the ranks were spread over nodes of
+    ``nproc_per_node`` processes each: LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK are rewritten
+    as torchrun would set them on each node. All ranks really run on this machine."""
+    os.environ.update({"LOCAL_RANK": str(rank % nproc_per_node), "LOCAL_WORLD_SIZE": str(nproc_per_node),
+                       "GROUP_RANK": str(rank // nproc_per_node)})
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)(rank, world_size)
+
+
+def without_set_device(rank: int, world_size: int) -> dict:
+    """GPU only: init nccl without torch.cuda.set_device and use "cuda" (which means the current
+    device, cuda:0, on every rank), then all-reduce. Fails with nccl's duplicate-GPU error."""
+    # No set_device before it; a short timeout so that a stuck communicator becomes an error.
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+    try:
+        tensor = torch.ones(1, device="cuda")
+        current = torch.cuda.current_device()
+        dist.all_reduce(tensor)
+        torch.cuda.synchronize()
+        return {"current_device": current, "sum": tensor.item()}
+    finally:
+        teardown()
+
+
+def with_set_device(rank: int, world_size: int) -> dict:
+    """GPU only: process_group calls torch.cuda.set_device(local_rank) before init; "cuda" then
+    means this rank's own GPU."""
+    with process_group(rank, world_size, backend="nccl"):
+        tensor = torch.ones(1, device="cuda")
+        dist.all_reduce(tensor)
+        return {"current_device": torch.cuda.current_device(), "sum": tensor.item()}
+
+
+def checkpoint_devices(rank: int, world_size: int, path: str) -> dict:
+    """Rank 0 saves ToyModel's state_dict from its device; every rank then loads it three ways.
+    Returns where the file says the tensors were, and where they land without and with map_location."""
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(0)
+        model = DDP(ToyModel().to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        if rank == 0:
+            torch.save(model.module.state_dict(), path)
+        dist.barrier()  # nobody reads before rank 0 has written
+        saved_on = set()
+
+        def record(storage, location):
+            saved_on.add(location)  # the device recorded in the file for this tensor
+            return storage
+        torch.load(path, map_location=record)
+        plain = torch.load(path)  # goes back to the device it was saved from: rank 0's
+        mapped = torch.load(path, map_location=device)  # this rank's own device
+        model.module.load_state_dict(mapped)
+        return {"saved_on": sorted(saved_on), "loaded_without_map_location": str(plain["net1.weight"].device),
+                "loaded_with_map_location": str(mapped["net1.weight"].device), "checksum": param_checksum(model)}
+
+
+def expected_device(local_rank: int) -> str:
+    """The device a rank with this local_rank should use on this machine, as a string."""
+    return str(device_for(local_rank))

@@ -1,0 +1,97 @@
+"""The checkers of lessons 03 and 04, run on a right solution and on wrong ones."""
+
+import textwrap
+
+import pytest
+import torch
+
+from ddp_lib.exercises.lesson03 import check_device_worker
+from ddp_lib.exercises.lesson04 import check_average_gradients
+
+GOOD_03 = '''
+import os, torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+def one_step(rank, world_size):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    with process_group(rank, world_size):
+        use_gpu = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
+        device = torch.device("cuda", local_rank) if use_gpu else torch.device("cpu")
+        model = ToyModel().to(device)
+        ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        ddp(torch.randn(20, 10).to(device)).sum().backward()
+        torch.optim.SGD(ddp.parameters(), lr=0.1).step()
+        return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
+'''
+
+WRONG_03 = {
+    "uses_rank": (GOOD_03.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
+                  "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
+    "device_ids_on_cpu": (GOOD_03.replace('[local_rank] if device.type == "cuda" else None', "[local_rank]"),
+                          "with a CPU model pass device_ids=None"),
+    "no_ddp": (GOOD_03.replace("ddp = DDP(model, device_ids=[local_rank] if device.type == \"cuda\" else None)",
+                               "ddp = model"),
+               "the ranks' parameters differ after the step"),
+    "bad_return": (GOOD_03.replace('return {"local_rank"', 'return {"rank"'),
+                   "return a dict with keys 'local_rank', 'device' and 'checksum'"),
+}
+
+GOOD_04 = '''
+import torch.distributed as dist
+
+def average_gradients(model):
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+'''
+
+WRONG_04 = {
+    "no_division": (GOOD_04.replace("        p.grad /= dist.get_world_size()\n", ""),
+                    "every gradient is 2 times too large: all_reduce sums, so divide by world_size"),
+    "nothing": ("def average_gradients(model):\n    pass\n",
+                "the gradients are unchanged: each rank still has only its own; all_reduce them"),
+    "reduce": (GOOD_04.replace("dist.all_reduce(p.grad)", "dist.reduce(p.grad, dst=0)"),
+               "rank 0 is right but rank(s) [1] are not"),
+    "first_only": (GOOD_04.replace("for p in model.parameters():", "for p in list(model.parameters())[:1]:"),
+                   "these parameters do not hold the average: 0.bias, 2.weight, 2.bias, 4.weight, 4.bias"),
+    "zeroes": ("def average_gradients(model):\n    model.zero_grad()\n",
+               "the gradients are gone (.grad is None)"),
+    "raises": ("def average_gradients(model):\n    raise ValueError('not written yet')\n",
+               "raised ValueError: not written yet"),
+}
+
+
+def _write(tmp_path, monkeypatch, name, source):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_lesson03_checker_accepts_a_right_solution(tmp_path, monkeypatch, capsys):
+    assert check_device_worker(_write(tmp_path, monkeypatch, "good03", GOOD_03))
+    assert "Correct: every rank used its LOCAL_RANK's device" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_03))
+def test_lesson03_checker_explains_wrong_solutions(case, tmp_path, monkeypatch, capsys):
+    source, message = WRONG_03[case]
+    if case == "device_ids_on_cpu" and torch.cuda.is_available():
+        pytest.skip("device_ids=[local_rank] is right on GPUs")
+    assert not check_device_worker(_write(tmp_path, monkeypatch, f"wrong03_{case}", source))
+    out = capsys.readouterr().out
+    assert "Not yet" in out and message in out
+
+
+def test_lesson04_checker_accepts_a_right_solution(tmp_path, monkeypatch, capsys):
+    assert check_average_gradients(_write(tmp_path, monkeypatch, "good04", GOOD_04))
+    assert "Correct: on all 2 ranks, all 6 gradients equal DDP's" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_04))
+def test_lesson04_checker_explains_wrong_solutions(case, tmp_path, monkeypatch, capsys):
+    source, message = WRONG_04[case]
+    assert not check_average_gradients(_write(tmp_path, monkeypatch, f"wrong04_{case}", source))
+    out = capsys.readouterr().out
+    assert "Not yet" in out and message in out

@@ -1,0 +1,85 @@
+"""Lesson 04: what DDP does to parameters and gradients, checked on gloo with real processes."""
+
+import pytest
+import torch
+
+from ddp_lib.errors import WorkerError
+from ddp_lib.launch import spawn
+from ddp_lib.workers import buckets, gradients
+
+TOL = 1e-6  # float32: sums in a different order differ by a few ulps, never more
+
+
+def test_ddp_broadcasts_rank0_parameters_at_construction():
+    results = spawn(gradients.broadcast_at_construction, 2, show_output=False)
+    assert results[0]["before"] != results[1]["before"]
+    assert results[0]["after"] == results[1]["after"] == results[0]["before"]
+
+
+def test_after_backward_every_rank_holds_the_mean_gradient():
+    results = spawn(gradients.grads_after_backward, 2, show_output=False)
+    assert results[0]["local_grad_sum"] != results[1]["local_grad_sum"]
+    assert all(r["all_ranks_equal"] and r["equals_mean_of_local"] for r in results)
+    mean = (results[0]["local_grad_sum"] + results[1]["local_grad_sum"]) / 2
+    assert results[0]["ddp_grad_sum"] == pytest.approx(mean, abs=1e-5)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_n_ranks_with_batch_b_equal_one_process_with_batch_nb(world_size):
+    results = spawn(gradients.ddp_run, world_size, (4, 5, 0, "mean"), show_output=False)
+    reference = gradients.single_process_run(world_size * 4, 5, 0, "mean")
+    for r in results:
+        assert torch.allclose(r["first_grads"], reference["first_grads"], atol=TOL)
+        assert torch.allclose(r["params"], reference["params"], atol=TOL)
+    # The parameters moved: the comparison is not between two untouched copies.
+    assert not torch.allclose(reference["params"], gradients.flat_params(gradients.make_mlp(0)), atol=1e-3)
+
+
+def test_summed_loss_gives_gradients_world_size_times_smaller_than_one_process():
+    results = spawn(gradients.ddp_run, 2, (4, 1, 0, "sum"), show_output=False)
+    reference = gradients.single_process_run(8, 1, 0, "sum")
+    assert torch.allclose(results[0]["first_grads"] * 2, reference["first_grads"], atol=1e-5)
+    assert not torch.allclose(results[0]["first_grads"], reference["first_grads"], atol=1e-3)
+
+
+def test_no_sync_accumulation_equals_the_large_batch_step():
+    results = spawn(gradients.no_sync_run, 2, (4, 2, 3), show_output=False)
+    reference = gradients.single_process_run(8, 3)
+    for r in results:
+        assert r["allreduces_per_micro_batch"] == [0, 1]
+        assert torch.allclose(r["params"], reference["params"], atol=TOL)
+
+
+def test_unused_parameter_raises_then_find_unused_parameters_fixes_it():
+    with pytest.raises(WorkerError) as info:
+        spawn(gradients.unused_parameters, 2, (False,), show_output=False)
+    assert info.value.exc_type == "RuntimeError"
+    assert info.value.message.startswith("Expected to have finished reduction in the prior iteration")
+    results = spawn(gradients.unused_parameters, 2, (True,), show_output=False)
+    assert all(r["b_weight_grad"] is None and r["steps"] == 3 for r in results)
+
+
+def test_fp16_compression_changes_gradients_only_within_fp16_precision():
+    r = spawn(gradients.fp16_compression, 2, (0, 4, 1), show_output=False)[0]
+    diff = (r["plain"] - r["fp16"]).abs()
+    assert diff.max() > 0  # the hook really ran
+    # float16 keeps 11 significant bits: each rank's gradient is rounded by at most 2**-11 of itself.
+    assert diff.max() <= 2 ** -10 * r["plain"].abs().max()
+    assert diff.norm() / r["plain"].norm() < 1e-3
+
+
+def test_bucket_cap_mb_sets_the_number_of_allreduces():
+    # Step 0 uses one bucket for everything; DDP rebuilds buckets from the gradient order after it.
+    counts = {cap: spawn(buckets.count_allreduces, 2, (cap,), show_output=False)[0] for cap in (25.0, 0.1, 0.05)}
+    assert [counts[cap]["allreduces_per_step"] for cap in (25.0, 0.1, 0.05)] == [[1, 1, 1], [1, 2, 2], [1, 4, 4]]
+    total = sum(p.numel() * 4 for p in gradients.make_mlp(0, buckets.WIDE).parameters())
+    assert all(sum(c["bucket_bytes"]) == total for c in counts.values())
+
+
+def test_timeline_first_allreduce_starts_before_backward_is_done():
+    results = spawn(buckets.backward_timeline, 2, show_output=False)
+    for r in results:
+        assert len(r["allreduces"]) == 4 and len(r["grad_ready"]) == 7
+        last_ready = max(t for _, t in r["grad_ready"])
+        assert r["allreduces"][0]["start"] < last_ready  # overlap: communication began during backward
+        assert all(a["end"] <= r["backward_ms"] for a in r["allreduces"])

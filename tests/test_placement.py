@@ -1,0 +1,65 @@
+"""Lesson 03: where tensors live, on gloo with real processes (the GPU-only workers are skipped here)."""
+
+import pytest
+import torch
+
+from ddp_lib.errors import LaunchInputError, WorkerError
+from ddp_lib.launch import spawn
+from ddp_lib.workers import placement
+
+no_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU behaviour")
+
+
+@pytest.mark.parametrize("move_inputs", [False, True])
+def test_without_device_ids_the_model_sees_the_input_where_it_was_made(move_inputs):
+    results = spawn(placement.input_placement, 2, ("none", move_inputs), show_output=False)
+    for rank, r in enumerate(results):
+        expected = placement.expected_device(rank)
+        assert r["model_on"] == r["output_on"] == expected
+        assert r["input_seen_on"] == (expected if move_inputs else "cpu")
+
+
+@cpu_only
+def test_device_ids_with_a_cpu_model_is_a_value_error():
+    with pytest.raises(WorkerError) as info:
+        spawn(placement.input_placement, 2, ("rank", False), show_output=False)
+    assert info.value.exc_type == "ValueError"
+    assert "device_ids and output_device arguments only work with" in info.value.message
+    assert "module parameters {device(type='cpu')}" in info.value.message
+
+
+@no_gpus
+def test_device_ids_moves_cpu_inputs_to_the_gpu():
+    results = spawn(placement.input_placement, 2, ("rank", False), show_output=False)
+    assert [r["input_seen_on"] for r in results] == ["cuda:0", "cuda:1"]
+
+
+def test_two_nodes_of_two_ranks_number_gpus_from_zero_on_each_node():
+    results = spawn(placement.simulate_nodes, 4, (2, "ddp_lib.workers.placement:where_am_i"), show_output=False)
+    assert [(r["RANK"], r["LOCAL_RANK"], r["GROUP_RANK"]) for r in results] == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert [r["right_gpu"] for r in results] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert [r["cuda_rank_exists"] for r in results] == [True, True, False, False]
+    assert all(r["WORLD_SIZE"] == 4 and r["LOCAL_WORLD_SIZE"] == 2 for r in results)
+
+
+def test_map_location_puts_the_checkpoint_on_each_ranks_device(tmp_path):
+    results = spawn(placement.checkpoint_devices, 2, (str(tmp_path / "ck.pt"),), show_output=False)
+    saved_from = placement.expected_device(0)
+    for rank, r in enumerate(results):
+        assert r["saved_on"] == [saved_from]
+        assert r["loaded_without_map_location"] == saved_from  # rank 0's device, on every rank
+        assert r["loaded_with_map_location"] == placement.expected_device(rank)
+    assert results[0]["checksum"] == results[1]["checksum"]
+
+
+@cpu_only
+def test_nccl_is_refused_before_starting_without_gpus():
+    with pytest.raises(LaunchInputError, match="backend 'nccl' needs CUDA GPUs"):
+        spawn(placement.nccl_cpu_tensor, 2, backend="nccl")
+
+
+@no_gpus
+def test_nccl_with_a_cpu_tensor_fails():
+    with pytest.raises(WorkerError, match="No backend type associated with device type cpu"):
+        spawn(placement.nccl_cpu_tensor, 2, backend="nccl", show_output=False)
