@@ -1,0 +1,100 @@
+"""Reliability with real processes: many launches, launches at once, and a notebook kernel
+interrupted or restarted while a job runs. (tools/reliability.py runs the longer checks.)"""
+
+import queue
+import threading
+import time
+
+import pytest
+from conftest import recorded_pids, wait_until_gone
+
+from ddp_lib.launch import spawn
+from ddp_lib.workers.basic import demo_basic
+from ddp_lib.workers.failures import process_alive
+
+jupyter_client = pytest.importorskip("jupyter_client")
+
+
+def test_fifty_launches_in_a_row_all_succeed():
+    failures = []
+    for i in range(50):
+        try:
+            results = spawn(demo_basic, 2, (i,), timeout=60, show_output=False)
+            assert results[0]["checksum"] == results[1]["checksum"]
+        except Exception as exc:  # counted: the assertion below reports them
+            failures.append(repr(exc))
+    assert failures == []
+
+
+def test_ten_launches_at_once_never_collide_on_a_port():
+    errors, done = [], []
+
+    def one(i):
+        try:
+            done.append(spawn(demo_basic, 2, (i,), timeout=120, show_output=False))
+        except Exception as exc:  # counted: the assertion below reports them
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(done) == 10
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(tmp_path))
+    client = km.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=120)
+    yield km, client
+    client.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+HANG = "from ddp_lib.launch import spawn\nfrom ddp_lib.workers.failures import hang_all\nspawn(hang_all, 2, ({!r},))"
+
+
+def _start_hanging_job(client, pid_dir) -> list[int]:
+    client.execute(HANG.format(str(pid_dir)))
+    end = time.monotonic() + 120
+    while len(recorded_pids(pid_dir)) < 2:
+        assert time.monotonic() < end, "the ranks did not start"
+        time.sleep(0.1)
+    return recorded_pids(pid_dir)
+
+
+def _reply_error(client, timeout=60) -> str:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            msg = client.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if msg["msg_type"] == "error":
+            return msg["content"]["ename"]
+    return ""
+
+
+def test_the_stop_button_stops_every_rank(kernel, pid_dir):
+    km, client = kernel
+    pids = _start_hanging_job(client, pid_dir)
+    km.interrupt_kernel()  # what JupyterLab's stop button sends
+    assert _reply_error(client) == "KeyboardInterrupt"
+    assert wait_until_gone(pids) == []
+    # The kernel is still usable, and a new launch works.
+    reply = client.execute_interactive(
+        "from ddp_lib.workers.failures import talk\nassert spawn(talk, 2, show_output=False) == [0, 10]",
+        timeout=120, output_hook=lambda msg: None)
+    assert reply["content"]["status"] == "ok"
+
+
+def test_restarting_the_kernel_mid_launch_leaves_no_rank_behind(kernel, pid_dir):
+    km, client = kernel
+    pids = _start_hanging_job(client, pid_dir)
+    assert all(process_alive(p) for p in pids)
+    km.restart_kernel(now=True)  # kills the kernel: no clean-up code runs in it
+    assert wait_until_gone(pids, seconds=15) == []
