@@ -8,7 +8,7 @@ WORLD_SIZE ?= 4
 
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test unit nbtest lab demo notebooks bench clean
+.PHONY: install test unit nbtest lab demo notebooks bench reliability clean
 
 install: $(INSTALLED)
 
@@ -37,6 +37,9 @@ notebooks: $(INSTALLED)  ## re-execute every notebook in place from a fresh kern
 
 bench: $(INSTALLED)  ## the launch benchmark
 	$(PY) -m ddp_lib bench launch
+
+reliability: $(INSTALLED)  ## the long reliability checks behind the README's table
+	$(PY) tools/reliability.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

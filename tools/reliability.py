@@ -1,0 +1,75 @@
+"""The long reliability checks, whose figures go in the README's Reliability table.
+
+    python tools/reliability.py            # both checks
+    python tools/reliability.py twice      # every cell of every notebook run twice in one kernel
+    python tools/reliability.py repeat     # the notebook test suite run three times
+
+The quick checks (no process left behind after each kind of failure, 50 launches in a row,
+10 at once, bad input refused, a kernel interrupted or restarted mid-launch) are pytest tests:
+tests/test_launch.py, tests/test_checks.py and tests/test_reliability.py.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-v"]
+
+
+def raises(cell) -> bool:
+    return "raises-exception" in cell.metadata.get("tags", []) or "NBVAL_RAISES_EXCEPTION" in cell.source
+
+
+def run_twice(path: Path) -> list[str]:
+    """Execute every code cell, then every code cell again, in one kernel; return the errors."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
+    errors = []
+    with client.setup_kernel():
+        for round_ in (1, 2):
+            for index, cell in enumerate(nb.cells):
+                if cell.cell_type != "code":
+                    continue
+                try:
+                    client.execute_cell(cell, index)
+                except Exception as exc:  # a cell that must not raise did: record it
+                    if not raises(cell):
+                        errors.append(f"{path.name} round {round_} cell {index}: {type(exc).__name__}")
+    return errors
+
+
+def twice() -> bool:
+    failed = []
+    for path in NOTEBOOKS:
+        errors = run_twice(path)
+        print(f"{path.name}: {'ok' if not errors else errors}", flush=True)
+        failed += errors
+    print(f"every cell run twice in one kernel: {len(NOTEBOOKS)} notebooks, {len(failed)} errors")
+    return not failed
+
+
+def repeat(times: int = 3) -> bool:
+    outcomes = []
+    for i in range(times):
+        out = subprocess.run([sys.executable, "-m", "pytest", "notebooks", *NBVAL], cwd=ROOT, capture_output=True, text=True)
+        summary = out.stdout.strip().splitlines()[-1]
+        # The outcome of every cell, by name, so that "identical" means cell for cell.
+        cells = sorted(" ".join(line.split()[:2]) for line in out.stdout.splitlines() if "::" in line)
+        outcomes.append((out.returncode, summary.split(" in ")[0], cells))
+        print(f"run {i + 1}: {summary}", flush=True)
+    identical = all(o == outcomes[0] for o in outcomes) and outcomes[0][0] == 0
+    print(f"notebook suite {times} times: {'identical, all passed' if identical else 'DIFFERENT or failing'}")
+    return identical
+
+
+if __name__ == "__main__":
+    which = sys.argv[1:] or ["twice", "repeat"]
+    ok = all([{"twice": twice, "repeat": repeat}[name]() for name in which])
+    sys.exit(0 if ok else 1)
