@@ -39,4 +39,20 @@ WORKERS: dict[str, Worker] = {
         "the classic basic DDP example, corrected: one step, the same parameters on every rank",
         (Option("--seed", int, 0, "base seed; rank r uses seed + r"),),
     ),
+    # lesson 02: how processes are started
+    "hello": Worker("ddp_lib.workers.spawning:hello", "return a greeting naming the rank"),
+    "describe_rank": Worker(
+        "ddp_lib.workers.spawning:describe_rank",
+        "what each rank is told (arguments, RANK, WORLD_SIZE, MASTER_ADDR/PORT), checked by an all-reduce",
+    ),
+    "fail_on_rank": Worker(
+        "ddp_lib.workers.spawning:fail_on_rank",
+        "raise ValueError on one rank, to see how a worker's error reaches the caller",
+        (Option("--bad-rank", int, 1, "the rank that raises"),),
+    ),
+    "chatty": Worker(
+        "ddp_lib.workers.spawning:chatty",
+        "print a few lines per rank; the launcher shows them afterwards in rank order",
+        (Option("--lines", int, 3, "lines each rank prints"),),
+    ),
 }
