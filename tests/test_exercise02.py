@@ -48,10 +48,10 @@ def test_printing_instead_of_returning(solution, capsys):
     """)
     problems = share_problems(fn, world_sizes=(2,))
     assert problems == [
-        "world_size 2, rank 0 returned None and printed '[0, 2, 4, 6, 8]': what a worker prints never "
-        "reaches the caller's variables; return the list instead",
-        "world_size 2, rank 1 returned None and printed '[1, 3, 5, 7, 9]': what a worker prints never "
-        "reaches the caller's variables; return the list instead",
+        ("world_size 2, rank 0 returned None and printed '[0, 2, 4, 6, 8]': what a worker prints never "
+         "reaches the caller's variables; return the list instead"),
+        ("world_size 2, rank 1 returned None and printed '[1, 3, 5, 7, 9]': what a worker prints never "
+         "reaches the caller's variables; return the list instead"),
     ]
     assert check_share(fn, world_sizes=(2,)) is False
     assert capsys.readouterr().out.startswith("✗ my_share: 2 problems\n  - world_size 2, rank 0 returned None")
@@ -64,8 +64,8 @@ def test_ignoring_the_rank(solution):
     """)
     problems = share_problems(fn, world_sizes=(2,))
     assert problems == [
-        "world_size 2, rank 1 returned [0, 2, 4, 6, 8], expected [1, 3, 5, 7, 9] "
-        "(rank 0's share: does the worker use its rank argument?)",
+        ("world_size 2, rank 1 returned [0, 2, 4, 6, 8], expected [1, 3, 5, 7, 9] "
+         "(rank 0's share: does the worker use its rank argument?)"),
         "world_size 2: items [1, 3, 5, 7, 9] are handled by no rank; items [0, 2, 4, 6, 8] by more than one rank",
     ]
 
