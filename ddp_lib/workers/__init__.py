@@ -155,4 +155,20 @@ WORKERS: dict[str, Worker] = {
         "timestamps of gradients ready and bucket all-reduces in one backward",
         (Option("--bucket-cap-mb", float, 0.3, "bucket size in MiB"),),
     ),
+    # lesson 02: how processes are started
+    "hello": Worker("ddp_lib.workers.spawning:hello", "return a greeting naming the rank"),
+    "describe_rank": Worker(
+        "ddp_lib.workers.spawning:describe_rank",
+        "what each rank is told (arguments, RANK, WORLD_SIZE, MASTER_ADDR/PORT), checked by an all-reduce",
+    ),
+    "fail_on_rank": Worker(
+        "ddp_lib.workers.spawning:fail_on_rank",
+        "raise ValueError on one rank, to see how a worker's error reaches the caller",
+        (Option("--bad-rank", int, 1, "the rank that raises"),),
+    ),
+    "chatty": Worker(
+        "ddp_lib.workers.spawning:chatty",
+        "print a few lines per rank; the launcher shows them afterwards in rank order",
+        (Option("--lines", int, 3, "lines each rank prints"),),
+    ),
 }

@@ -1,0 +1,185 @@
+"""Looking inside ``torch.multiprocessing`` for lesson 02: the loop that injects the rank, the
+stderr of raw child processes, start-up time per start method, and why fork is fragile.
+
+Only the lessons need these; a training script does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.multiprocessing as mp
+
+from ddp_lib.launch import FORKSERVER_PRELOAD
+
+# The lines of torch/multiprocessing/spawn.py that make fn(i, *args) happen, as in torch 2.13.
+_LOOP_LINES = {
+    "start_processes": ("def start_processes(", "fn,", "args=(),", "nprocs=1,", "def start_process(i):", "process = mp.Process(", "target=_wrap,",
+                        "args=(fn, i, args, tf.name),", "process.start()", "if not start_parallel:", "for i in range(nprocs):",
+                        "idx, process, tf_name = start_process(i)", "while not context.join():"),
+    "_wrap": ("def _wrap(fn, i, args, error_file):", "fn(i, *args)"),
+}
+
+
+def spawn_loop_source() -> str:
+    """The lines of ``start_processes`` and ``_wrap`` (torch/multiprocessing/spawn.py) that call
+    ``fn(i, *args)`` once per process, with their indentation; comments dropped."""
+    module = sys.modules["torch.multiprocessing.spawn"]  # the name `spawn` there is the function
+    shown = []
+    for name, wanted in _LOOP_LINES.items():
+        shown.append(f"# torch.multiprocessing.spawn.{name}")
+        lines = inspect.getsource(getattr(module, name)).splitlines()
+        found = [line.split("  #")[0].rstrip() for line in lines if line.split("#")[0].strip() in wanted]
+        if len(found) != len(wanted):
+            missing = set(wanted) - {line.strip() for line in found}
+            raise RuntimeError(f"torch {torch.__version__} changed {name}; lines not found: {sorted(missing)}")
+        shown.extend(found)
+    return "\n".join(shown)
+
+
+class Captured:
+    """Text written to stderr inside a ``capture_stderr`` block (available after it ends)."""
+
+    text: str = ""
+
+    def lines_with(self, needle: str) -> list[str]:
+        """The distinct lines containing ``needle``, in first-seen order."""
+        return list(dict.fromkeys(line.strip() for line in self.text.splitlines() if needle in line))
+
+
+@contextlib.contextmanager
+def capture_stderr() -> Iterator[Captured]:
+    """Send file descriptor 2 (inherited by child processes), ``sys.stderr`` and torch's
+    "Terminating process" warnings into a ``Captured`` object instead of the screen.
+
+    A child's stderr goes wherever fd 2 of its parent points: in JupyterLab into the cell, under
+    nbval to /dev/null. Capturing it makes a notebook's output the same in both.
+    """
+    captured = Captured()
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    old_level = spawn_log.level
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as tmp, contextlib.redirect_stderr(io.StringIO()) as py_err:
+        os.dup2(tmp.fileno(), 2)
+        spawn_log.setLevel(logging.ERROR)  # its warning carries a PID and a timestamp, and races
+        try:
+            yield captured
+        finally:
+            spawn_log.setLevel(old_level)
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            tmp.seek(0)
+            captured.text = tmp.read().decode(errors="replace") + py_err.getvalue()
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line of ``text`` (for a traceback: the exception and its message)."""
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+def time_start_methods(fn: Callable, nprocs: int = 2,
+                       repeats: dict[str, int] | None = None) -> dict[str, list[float]]:
+    """Seconds for ``mp.start_processes(fn, args=(nprocs,), nprocs=nprocs, start_method=m)`` to
+    start and join, for each method in ``repeats`` (default spawn once, forkserver and fork 3 times).
+    forkserver is timed warm: its server, with torch preloaded, is started before timing."""
+    repeats = repeats or {"spawn": 1, "forkserver": 3, "fork": 3}
+    if "forkserver" in repeats:
+        # As ddp_lib's launcher does; no effect if the server already runs (it then has it).
+        multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
+        mp.start_processes(fn, args=(nprocs,), nprocs=nprocs, start_method="forkserver")  # warm-up, not timed
+    times: dict[str, list[float]] = {}
+    for method, count in repeats.items():
+        if method not in multiprocessing.get_all_start_methods():
+            continue
+        times[method] = []
+        for _ in range(count):
+            start = time.perf_counter()
+            mp.start_processes(fn, args=(nprocs,), nprocs=nprocs, start_method=method)
+            times[method].append(time.perf_counter() - start)
+    return times
+
+
+def start_time_table(times: dict[str, list[float]]) -> str:
+    """A small text table: per start method, the launches measured and their median in seconds."""
+    rows = [f"{'start method':<12}  {'launches':>8}  {'median s':>8}"]
+    for method, values in times.items():
+        rows.append(f"{method:<12}  {len(values):>8}  {statistics.median(values):>8.3f}")
+    return "\n".join(rows)
+
+
+# --- fork copies memory, not threads -------------------------------------------------------
+
+_lock = threading.Lock()
+
+
+def _hold_lock(seconds: float) -> None:
+    with _lock:
+        time.sleep(seconds)
+
+
+def _try_lock(wait: float, answer) -> None:
+    answer.put(_lock.acquire(timeout=wait))
+
+
+def fork_while_lock_held(wait: float = 0.5) -> dict[str, bool]:
+    """Fork while another thread holds a lock; report whether the child and, later, the parent
+    could take it. The child gets the lock's memory (locked) but not the thread that would
+    release it."""
+    ctx = multiprocessing.get_context("fork")
+    holder = threading.Thread(target=_hold_lock, args=(2 * wait,))
+    holder.start()
+    while not _lock.locked():
+        time.sleep(0.001)
+    answer = ctx.SimpleQueue()
+    child = ctx.Process(target=_try_lock, args=(wait, answer))
+    child.start()
+    child_got_it = answer.get()
+    child.join()
+    holder.join()
+    parent_got_it = _lock.acquire(timeout=wait)
+    if parent_got_it:
+        _lock.release()
+    return {"child took the lock": child_got_it, "parent took the lock": parent_got_it}
+
+
+def _matmul() -> float:
+    a = torch.ones(256, 256)
+    return float((a @ a)[0, 0])
+
+
+def _matmul_in_child(answer) -> None:
+    answer.put(_matmul())
+
+
+def fork_after_threads(threads: int = 2, wait: float = 5.0) -> str:
+    """Use torch's intra-op thread pool (``threads`` threads) in this process, then fork a child
+    that multiplies two matrices. Returns "finished" or "hung" (the child is then killed)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _matmul()  # starts the thread pool in this process
+        ctx = multiprocessing.get_context("fork")
+        answer = ctx.SimpleQueue()
+        child = ctx.Process(target=_matmul_in_child, args=(answer,))
+        child.start()
+        child.join(wait)
+        if child.is_alive():
+            child.kill()
+            child.join()
+            return "hung"
+        return "finished" if child.exitcode == 0 else f"exited with code {child.exitcode}"
+    finally:
+        torch.set_num_threads(old)

@@ -1,0 +1,80 @@
+"""Workers for lesson 02 (how processes are started). Each is a top-level function, so child
+processes can import it by name; each takes the rank (or mp.spawn's process index) first.
+
+``record_args`` is for a raw ``torch.multiprocessing.spawn`` call, which drops return values:
+it writes what it was called with to a file instead. The others run under ddp_lib's launcher,
+raw ``mp.spawn`` and torchrun alike.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from ddp_lib.process_group import env_int, process_group
+
+
+def record_args(i: int, world_size: int, out_dir: str) -> None:
+    """Write the arguments this process was called with to ``out_dir/call-<i>.json``."""
+    call = {"i": i, "world_size": world_size, "pid": os.getpid()}
+    with open(os.path.join(out_dir, f"call-{i}.json"), "w") as f:
+        json.dump(call, f)
+
+
+def read_calls(out_dir: str) -> list[dict]:
+    """The calls ``record_args`` wrote to ``out_dir``, sorted by the process index ``i``."""
+    calls = []
+    for name in os.listdir(out_dir):
+        if name.startswith("call-") and name.endswith(".json"):
+            with open(os.path.join(out_dir, name)) as f:
+                calls.append(json.load(f))
+    return sorted(calls, key=lambda call: call["i"])
+
+
+def hello(rank: int, world_size: int) -> str:
+    """Return a greeting naming this rank: the worker a notebook cannot define for itself."""
+    return f"hello from rank {rank} of {world_size}"
+
+
+def noop(rank: int, *args) -> None:
+    """Do nothing: a launch of this measures only the cost of starting processes."""
+
+
+def describe_rank(rank: int | None = None, world_size: int | None = None) -> dict:
+    """Join the process group, all-reduce ``rank + 1``, and return what this rank was told:
+    its arguments, its environment variables and the all-reduced sum."""
+    rank = env_int("RANK") if rank is None else rank
+    world_size = env_int("WORLD_SIZE") if world_size is None else world_size
+    with process_group(rank, world_size) as device:
+        total = torch.tensor([rank + 1.0], device=device)
+        dist.all_reduce(total)  # proves the rendezvous worked: every rank took part
+        return {
+            "rank": rank,
+            "world_size": world_size,
+            "RANK": os.environ.get("RANK"),
+            "LOCAL_RANK": os.environ.get("LOCAL_RANK"),
+            "WORLD_SIZE": os.environ.get("WORLD_SIZE"),
+            "MASTER_ADDR": os.environ.get("MASTER_ADDR"),
+            "MASTER_PORT": int(os.environ["MASTER_PORT"]),
+            "pid": os.getpid(),
+            "sum": int(total.item()),
+        }
+
+
+def fail_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
+    """Raise ValueError on ``bad_rank``; every other rank returns its rank."""
+    if rank == bad_rank:
+        raise ValueError(f"rank {rank} of {world_size} was told to fail")
+    return rank
+
+
+def chatty(rank: int, world_size: int, lines: int = 3) -> int:
+    """Print ``lines`` lines, pausing between them so that ranks interleave; return ``lines``."""
+    for k in range(lines):
+        print(f"rank {rank} of {world_size}: line {k}", flush=True)
+        time.sleep(0.01)
+    return lines

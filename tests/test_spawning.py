@@ -1,0 +1,191 @@
+"""Lesson 02: how processes are started. Real processes on gloo; raw torch.multiprocessing
+launches use forkserver (warm, fast) except the one test that needs the spawn start method."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ddp_lib.cli import main as cli_main
+from ddp_lib.errors import LaunchInputError, WorkerError
+from ddp_lib.launch import FORKSERVER_PRELOAD, launch, spawn
+from ddp_lib.spawn_tools import (capture_stderr, fork_after_threads, fork_while_lock_held, last_line,
+                                 spawn_loop_source, start_time_table, time_start_methods)
+from ddp_lib.workers import WORKERS
+from ddp_lib.workers.spawning import chatty, describe_rank, fail_on_rank, hello, noop, read_calls, record_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def preloaded_forkserver():
+    # The forkserver is one per process and keeps the preload list it started with. Started by a
+    # raw start_processes call without this, every child would import torch itself (seconds each).
+    multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
+
+
+def test_rank_is_the_index_start_processes_puts_first(tmp_path):
+    assert mp.start_processes(record_args, args=(3, str(tmp_path)), nprocs=3, start_method="forkserver") is None
+    calls = read_calls(str(tmp_path))
+    assert [(c["i"], c["world_size"]) for c in calls] == [(0, 3), (1, 3), (2, 3)]
+    assert len({c["pid"] for c in calls}) == 3 and os.getpid() not in {c["pid"] for c in calls}
+
+
+def test_spawn_loop_source_shows_the_loop_and_the_call():
+    source = spawn_loop_source()
+    for line in ("for i in range(nprocs):", "args=(fn, i, args, tf.name),", "fn(i, *args)", "process.start()"):
+        assert line in source
+    assert "#" not in source.replace("# torch.multiprocessing.spawn.", "")  # comments dropped
+
+
+def test_ddp_lib_passes_rank_world_size_and_environment():
+    results = spawn(describe_rank, 3)
+    assert [(r["rank"], r["world_size"], r["RANK"], r["LOCAL_RANK"], r["WORLD_SIZE"]) for r in results] == [
+        (0, 3, "0", "0", "3"), (1, 3, "1", "1", "3"), (2, 3, "2", "2", "3")]
+    assert {r["sum"] for r in results} == {6}  # 1 + 2 + 3: the all-reduce really ran
+    assert len({r["MASTER_PORT"] for r in results}) == 1 and results[0]["MASTER_ADDR"] == "127.0.0.1"
+
+
+def test_non_tuple_args_fail_in_the_child_with_raw_torch():
+    with capture_stderr(), pytest.raises(mp.ProcessRaisedException) as info:
+        mp.start_processes(record_args, args=(2), nprocs=2, start_method="forkserver")
+    assert last_line(str(info.value)) == "TypeError: Value after * must be an iterable, not int"
+
+
+def test_non_tuple_args_are_refused_before_starting():
+    with pytest.raises(LaunchInputError, match=r"got int 1; \(x\) is just x in Python, write args=\(1,\)"):
+        spawn(fail_on_rank, 2, args=(1))
+    with pytest.raises(LaunchInputError, match=r"write args=\('gloo',\)"):
+        spawn(fail_on_rank, 2, args=("gloo"))
+
+
+def test_function_from_main_is_refused_before_starting():
+    def local_hello(rank, world_size):
+        return rank
+
+    local_hello.__module__, local_hello.__qualname__ = "__main__", "local_hello"
+    with pytest.raises(LaunchInputError, match=r"defined in __main__ .* %%writefile my_worker.py then from my_worker import local_hello"):
+        spawn(local_hello, 2)
+
+
+def test_function_from_main_fails_under_raw_spawn_with_the_childs_attribute_error():
+    # A python -c program has no main file for spawned children to re-run, like a notebook kernel.
+    program = textwrap.dedent("""
+        import torch.multiprocessing as mp
+        from ddp_lib.spawn_tools import capture_stderr
+
+        def hello(rank, world_size):
+            return rank
+
+        if __name__ == "__main__":
+            with capture_stderr() as err:
+                try:
+                    mp.spawn(hello, args=(2,), nprocs=2)
+                except mp.ProcessExitedException as e:
+                    print(type(e).__name__, e.exit_code)
+            print("\\n".join(err.lines_with("AttributeError")))
+    """)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "ProcessExitedException 1",
+        "AttributeError: Can't get attribute 'hello' on <module '__main__' (built-in)>",
+    ]
+    assert "Terminating process" not in done.stderr  # captured, not printed
+
+
+def test_a_held_port_gives_address_already_in_use():
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        with mock.patch.dict(os.environ, {"MASTER_ADDR": "localhost", "MASTER_PORT": str(port)}):
+            with pytest.raises(dist.DistNetworkError, match="EADDRINUSE, message: address already in use"):
+                dist.init_process_group("gloo", rank=0, world_size=2, timeout=timedelta(seconds=10))
+    assert not dist.is_initialized()
+
+
+def test_launches_in_a_row_beside_a_held_port():
+    with socket.create_server(("127.0.0.1", 0)) as held:
+        port = held.getsockname()[1]
+        for _ in range(2):
+            results = spawn(describe_rank, 2)
+            assert [r["sum"] for r in results] == [3, 3]
+            assert port not in {r["MASTER_PORT"] for r in results}
+
+
+def test_worker_error_names_rank_type_and_message():
+    with pytest.raises(WorkerError) as info:
+        spawn(fail_on_rank, 3, args=(2,), show_output=False)
+    e = info.value
+    assert str(e) == "rank 2 raised ValueError: rank 2 of 3 was told to fail"
+    assert (e.rank, e.exc_type, e.message) == (2, "ValueError", "rank 2 of 3 was told to fail")
+    assert e.failures == {2: "ValueError: rank 2 of 3 was told to fail"}
+    assert last_line(e.worker_traceback) == "ValueError: rank 2 of 3 was told to fail"
+
+
+def test_raw_torch_reports_a_traceback_in_text():
+    with capture_stderr() as err, pytest.raises(mp.ProcessRaisedException) as info:
+        mp.start_processes(fail_on_rank, args=(2, 1), nprocs=2, start_method="forkserver")
+    assert info.value.error_index == 1
+    assert str(info.value).strip().splitlines()[0] == "-- Process 1 terminated with the following error:"
+    assert last_line(str(info.value)) == "ValueError: rank 1 of 2 was told to fail"
+    assert "Terminating process" not in err.text  # the logger was quietened, not just redirected
+
+
+def test_results_come_back_from_ddp_lib_not_from_torch():
+    assert mp.start_processes(hello, args=(2,), nprocs=2, start_method="forkserver") is None
+    assert spawn(hello, 3) == ["hello from rank 0 of 3", "hello from rank 1 of 3", "hello from rank 2 of 3"]
+
+
+def test_worker_prints_are_captured_per_rank(capsys):
+    run = launch(chatty, 2, args=(2,), show_output=False)
+    assert run.results == [2, 2]
+    assert run.stdout == [f"rank {r} of 2: line 0\nrank {r} of 2: line 1\n" for r in range(2)]
+    assert capsys.readouterr().out == ""
+    spawn(chatty, 2, args=(1,))
+    assert capsys.readouterr().out == "[rank 0] rank 0 of 2: line 0\n[rank 1] rank 1 of 2: line 0\n"
+
+
+def test_capture_stderr_takes_file_descriptor_2_and_restores_it():
+    with capture_stderr() as err:
+        os.write(2, b"from fd 2\n")
+        print("from sys.stderr", file=sys.stderr)
+    assert err.lines_with("from") == ["from fd 2", "from sys.stderr"]
+    assert os.fstat(2)  # still open after the block
+
+
+def test_fork_copies_a_held_lock_but_not_its_thread():
+    assert fork_while_lock_held(wait=0.2) == {"child took the lock": False, "parent took the lock": True}
+
+
+def test_fork_after_a_single_threaded_pool_is_fine():
+    assert fork_after_threads(threads=1, wait=30) == "finished"
+
+
+def test_time_start_methods_and_table():
+    times = time_start_methods(noop, nprocs=2, repeats={"forkserver": 2, "fork": 1})
+    assert {m: len(t) for m, t in times.items()} == {"forkserver": 2, "fork": 1}
+    assert all(t > 0 for ts in times.values() for t in ts)
+    table = start_time_table(times).splitlines()
+    assert table[0].split() == ["start", "method", "launches", "median", "s"]
+    assert [row.split()[:2] for row in table[1:]] == [["forkserver", "2"], ["fork", "1"]]
+
+
+@pytest.mark.parametrize("name", ["hello", "describe_rank", "fail_on_rank", "chatty"])
+def test_lesson_workers_are_runnable_by_name(name):
+    assert callable(WORKERS[name].load())
+
+
+def test_cli_reports_the_failing_rank(capsys):
+    assert cli_main(["run", "fail_on_rank", "--world-size", "2", "--bad-rank", "0"]) == 1
+    assert capsys.readouterr().err.strip().endswith("rank 0 raised ValueError: rank 0 of 2 was told to fail")
