@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 # Variables a launcher sets for its ranks: a torchrun started from inside a rank must not
 # inherit them, or its workers would join the outer job's store.
 _LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "DDP_LIB_BACKEND")
+                "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "DDP_LIB_BACKEND",
+                # Unbuffered output writes a line and its newline separately: lines of ranks interleave.
+                "PYTHONUNBUFFERED")
+_RECORD = '{"rank": '
 
 
 @dataclass
@@ -48,18 +51,25 @@ def torchrun_command(program: list[str], *, nproc_per_node: int = 2, nnodes: int
 
 def parse_results(stdout: str) -> tuple[list, list[str]]:
     """Split torchrun's stdout into the ranks' JSON results (in rank order) and the other lines."""
+    # Ranks share one stdout: a rank whose line is written in two pieces (text, then newline)
+    # can end up with another rank's line glued on, so each record is decoded where it starts.
+    decoder = json.JSONDecoder()
     found, lines = {}, []
     for line in stdout.splitlines():
-        if line.startswith('{"rank": '):
-            record = json.loads(line)
+        text = []
+        while (start := line.find(_RECORD)) >= 0:
+            record, end = decoder.raw_decode(line, start)
             found[record["rank"]] = record["result"]
-        elif line.strip():
-            lines.append(line)
+            text.append(line[:start])
+            line = line[end:]
+        if "".join(text + [line]).strip():
+            lines.append("".join(text + [line]))
     return [found[r] for r in sorted(found)], lines
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without any launcher's rank variables, plus ``extra``."""
+    """This process's environment without any launcher's rank variables (nor PYTHONUNBUFFERED),
+    plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
     env.update(extra or {})
     return env

@@ -74,3 +74,16 @@ def test_lesson06_checker_names_each_wrong_field(tmp_path):
     assert "rank 1: local_rank is 1, expected 0: read LOCAL_RANK (not RANK)" in report
     assert "rank 0: local_world_size is '1', expected 1" in report
     assert "rank 1: node_rank is 0, expected 1: read GROUP_RANK" in report
+
+
+def test_lesson06_checker_logic_on_missing_ranks_and_keys():
+    from ddp_lib.exercises.lesson06 import find_problems
+
+    assert find_problems([{}], nnodes=2, nproc_per_node=1) == ["1 of 2 ranks printed a result; every rank must return a dict"]
+    info = {"world_size": 2, "local_rank": 0, "local_world_size": 1}
+    assert find_problems([info, info], 2, 1)[0] == "rank 0: the result lacks node_rank"
+
+
+def test_parse_results_separates_lines_glued_together():
+    results, lines = parse_results('{"rank": 1, "result": [1]}epoch 2{"rank": 0, "result": [0]}\n\n')
+    assert results == [[0], [1]] and lines == ["epoch 2"]

@@ -161,3 +161,13 @@ def test_checker_passes_a_correct_solution(tmp_path, monkeypatch):
 def test_checker_explains_wrong_solutions(tmp_path, monkeypatch, name, message):
     report = check_epoch_indices(_solution(tmp_path, monkeypatch, name))
     assert report.startswith("FAIL") and message in report, report
+
+
+def test_checker_logic_on_unshuffled_and_malformed_results():
+    from ddp_lib.exercises.lesson05 import find_problems
+
+    unshuffled = [[list(range(r, 8, 2)) for _ in range(2)] for r in range(2)]
+    problems = find_problems(unshuffled, epochs=2, n_samples=8)
+    assert "rank 0 reads samples in dataset order; create the sampler with shuffle=True" in problems
+    assert find_problems([[[0, 2]], [[1]]], epochs=1, n_samples=4)[0].startswith("epoch 0: 1 samples (e.g. [3])")
+    assert find_problems([None, [[1]]], epochs=1, n_samples=2)[0].startswith("rank 0 returned NoneType None")

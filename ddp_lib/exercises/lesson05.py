@@ -30,23 +30,16 @@ def find_problems(results: list, epochs: int, n_samples: int) -> list[str]:
         return problems
     world_size = len(results)
     for epoch in range(epochs):
-        owner: dict[int, int] = {}
+        owner: dict[int, int] = {}  # sample index -> the first rank that read it
         for rank, per_epoch in enumerate(results):
             for i in per_epoch[epoch]:
-                if i in owner and owner[i] != rank:
-                    problems.append(f"epoch {epoch}: ranks {owner[i]} and {rank} both read sample {i}; give "
-                                    "DistributedSampler num_replicas=world_size and rank=rank, and the same seed on every rank")
-                    break
-                owner[i] = rank
-            else:
-                continue
-            break
+                if owner.setdefault(i, rank) != rank:
+                    return [f"epoch {epoch}: ranks {owner[i]} and {rank} both read sample {i}; give DistributedSampler "
+                            "num_replicas=world_size and rank=rank, and the same seed on every rank"]
         missing = sorted(set(range(n_samples)) - set(owner))
-        if missing and not problems:
-            problems.append(f"epoch {epoch}: {len(missing)} samples (e.g. {missing[:3]}) are read by no rank; "
-                            "every rank must use the same DistributedSampler over the whole dataset")
-        if problems:
-            return problems
+        if missing:
+            return [f"epoch {epoch}: {len(missing)} samples (e.g. {missing[:3]}) are read by no rank; "
+                    "every rank must use the same DistributedSampler over the whole dataset"]
     for rank, per_epoch in enumerate(results):
         if per_epoch[0] == list(range(rank, n_samples, world_size)):
             problems.append(f"rank {rank} reads samples in dataset order; create the sampler with shuffle=True")

@@ -87,7 +87,8 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
                 loss = loss_fn(ddp_model(x), y)
                 loss.backward()  # gradients are averaged across ranks here
                 optimizer.step()
-                totals += torch.stack([loss.detach().double() * len(y), torch.tensor(len(y), dtype=torch.float64, device=device)])
+                totals[0] += loss.detach().double() * len(y)
+                totals[1] += len(y)
             # The epoch's loss over every rank's samples, not just this rank's shard.
             dist.all_reduce(totals)
             losses.append(round((totals[0] / totals[1]).item(), 6))

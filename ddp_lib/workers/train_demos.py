@@ -44,7 +44,7 @@ def torch_sync_batchnorm(rank: int, world_size: int) -> str:
 def uneven_batches(rank: int, world_size: int, use_join: int = 1, batch_size: int = 16, seed: int = 0) -> dict:
     """Rank r trains on 2 + 2*r batches (uneven on purpose), inside ``Join`` when use_join is 1.
     Returns {"rank", "steps", "checksum"}."""
-    with process_group(rank, world_size, ) as device:
+    with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
         x, y = make_moons().tensors
         steps = 2 + 2 * rank
