@@ -37,7 +37,10 @@ def _worker_parser(name: str, worker) -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=None, help="seconds before a hung job is stopped")
     parser.add_argument("--json", action="store_true", help="print the per-rank results as JSON on the last line")
     for option in worker.options:
-        parser.add_argument(option.flag, type=option.type, default=option.default, help=option.help)
+        if option.type is bool:
+            parser.add_argument(option.flag, action="store_true", help=option.help)
+        else:
+            parser.add_argument(option.flag, type=option.type, default=option.default, help=option.help)
     return parser
 
 
@@ -75,7 +78,10 @@ def _run_this_rank(fn, args: tuple, as_json: bool) -> int:
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     result = record(fn)(rank, world_size, *args)  # torchrun's error summary then shows the cause
-    print(json.dumps({"rank": rank, "result": result}, default=repr) if as_json else f"rank {rank} returned {result!r}")
+    line = json.dumps({"rank": rank, "result": result}, default=repr) if as_json else f"rank {rank} returned {result!r}"
+    # One write: ranks share the terminal, and print() may write the newline separately.
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
     return 0
 
 

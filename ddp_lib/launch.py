@@ -139,10 +139,14 @@ def _rank_env(world_size: int, port: int, backend: str, extra: dict[str, str] | 
 
 
 def _context(start_method: str):
-    ctx = multiprocessing.get_context(start_method)
-    if start_method == "forkserver":
-        ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
-    return ctx
+    return multiprocessing.get_context(start_method)
+
+
+# Set on import, not at the first launch: the forkserver is one per process and keeps the
+# preload it started with, so a raw mp.start_processes(..., "forkserver") run first would
+# otherwise leave every later launch importing torch afresh.
+if "forkserver" in multiprocessing.get_all_start_methods():
+    multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
 
 
 class _Job:

@@ -37,7 +37,7 @@ def test_two_nodes_on_one_machine_give_the_one_node_result(reference):
 
 
 def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path, reference):
-    program = TRAIN + ["--checkpoint-dir", str(tmp_path), "--resume", "1", "--fail-at-epoch", "3"]
+    program = TRAIN + ["--checkpoint-dir", str(tmp_path), "--resume", "--fail-at-epoch", "3"]
     # The shared rendezvous store keeps the first attempt's keys (pytorch/pytorch#135712): opt out.
     env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     job = run_torchrun(torchrun_command(program, nproc_per_node=2, max_restarts=1), env=env)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Option:
-    """A command-line option that becomes one positional argument of the worker."""
+    """A command-line option that becomes one positional argument of the worker (type bool: a flag)."""
 
     flag: str
     type: type
@@ -179,7 +179,7 @@ WORKERS: dict[str, Worker] = {
          Option("--lr", float, 0.1, "learning rate (SGD with momentum 0.9)"),
          Option("--seed", int, 0, "seed of the initial weights and of the shuffle"),
          Option("--checkpoint-dir", str, "", "directory for rank 0's checkpoints ('' for none)"),
-         Option("--resume", int, 0, "1: continue from the latest checkpoint in --checkpoint-dir, if any"),
+         Option("--resume", bool, False, "continue from the latest checkpoint in --checkpoint-dir, if any"),
          Option("--set-epoch", int, 1, "0: forget sampler.set_epoch (the same order every epoch)"),
          Option("--norm", str, "none", "none, batch (BatchNorm1d) or sync (statistics of the global batch)"),
          Option("--fail-at-epoch", int, 0, "the last rank raises at this epoch on a first attempt only (0: never)")),
