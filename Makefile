@@ -6,9 +6,14 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 WORLD_SIZE ?= 4
 
+# `make lab` and tools/check_lab.py (tests/test_lab.py, through `make lab-args`) start JupyterLab
+# with these options. Jupyter refuses to run as root unless told; containers often run as root.
+LAB_ARGS := --notebook-dir=notebooks --ip=127.0.0.1 $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
+LINTED := ddp_lib tests tools notebooks
+
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test unit nbtest lab demo notebooks bench reliability clean
+.PHONY: install test lint unit nbtest lab lab-args check-lab demo notebooks bench reliability setup-git clean
 
 install: $(INSTALLED)
 
@@ -17,8 +22,11 @@ $(INSTALLED): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[notebooks,test]"
 	touch $@
 
-test: $(INSTALLED)  ## unit tests, multi-process tests and every notebook under nbval
+test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
 	$(PY) -m pytest tests notebooks $(NBVAL)
+
+lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the notebooks' code cells
+	$(VENV)/bin/ruff check $(LINTED)
 
 unit: $(INSTALLED)  ## only the library's tests
 	$(PY) -m pytest tests
@@ -27,7 +35,13 @@ nbtest: $(INSTALLED)  ## only the notebooks under nbval
 	$(PY) -m pytest notebooks $(NBVAL)
 
 lab: $(INSTALLED)  ## JupyterLab on notebooks/
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	$(VENV)/bin/jupyter lab $(LAB_ARGS)
+
+lab-args:  ## print the options make lab passes to jupyter lab (tools/check_lab.py reads them)
+	@echo $(LAB_ARGS)
+
+check-lab: $(INSTALLED)  ## start JupyterLab headless, check it serves the notebooks, stop it
+	$(PY) tools/check_lab.py
 
 demo: $(INSTALLED)  ## the classic example, headless, on $(WORLD_SIZE) ranks
 	$(PY) -m ddp_lib run demo_basic --world-size $(WORLD_SIZE)
@@ -40,6 +54,10 @@ bench: $(INSTALLED)  ## the launch benchmark
 
 reliability: $(INSTALLED)  ## the long reliability checks behind the README's table
 	$(PY) tools/reliability.py
+
+setup-git:  ## once per clone: git diff shows notebooks as cells (see .gitattributes)
+	git config diff.ipynb.textconv "$(PYTHON) tools/nbdiff_text.py"
+	git config diff.ipynb.cachetextconv true
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -55,7 +55,8 @@ def check_worker(fn: object) -> tuple[str, str]:
             f"import; {move}, e.g. %%writefile my_worker.py then from my_worker import {qualname}"
         )
     if "<lambda>" in qualname or "<locals>" in qualname:
-        raise LaunchInputError(f"worker {label} is a lambda or a nested function, which child processes cannot import; {move}")
+        raise LaunchInputError(
+            f"worker {label} is a lambda or a nested function, which child processes cannot import; {move}")
     try:
         found = importlib.import_module(module)
         for part in qualname.split("."):

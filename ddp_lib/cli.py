@@ -63,7 +63,8 @@ def _run(name: str, argv: list[str]) -> int:
     try:
         world_size = int(opts.world_size)
     except ValueError:
-        raise LaunchInputError(f"--world-size must be a whole number of processes (1 or more), got {opts.world_size!r}") from None
+        raise LaunchInputError(
+            f"--world-size must be a whole number of processes (1 or more), got {opts.world_size!r}") from None
     results = spawn(fn, world_size, args, backend=opts.backend, timeout=opts.timeout or DEFAULT_TIMEOUT)
     if opts.json:
         print(json.dumps(results, default=repr))

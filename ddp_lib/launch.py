@@ -34,8 +34,8 @@ from ddp_lib.process_group import BACKEND_ENV
 
 DEFAULT_TIMEOUT = 300.0  # seconds: a hung job becomes an error, not a cell that never ends
 STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL when stopping ranks
-EXIT_GRACE = 10.0
-FAILURE_GRACE = 0.3  # seconds to hear from other ranks after the first failure  # seconds a rank that has returned gets to exit before it is stopped
+EXIT_GRACE = 10.0  # seconds a rank that has returned gets to exit before it is stopped
+FAILURE_GRACE = 0.3  # seconds to hear from other ranks after the first failure
 
 # Preloaded once into the forkserver, so each child starts with torch already imported.
 # (DDP imports torch._dynamo on construction: 2-3 s per child if not preloaded.)

@@ -34,7 +34,8 @@ def test_run_json_prints_per_rank_results_in_rank_order_on_the_last_line():
 @pytest.mark.parametrize("args, message", [
     (["run", "demo_basic", "--world-size", "0"], "world_size must be 1 or more, got 0"),
     (["run", "demo_basic", "--world-size", "-1"], "world_size must be 1 or more, got -1"),
-    (["run", "demo_basic", "--world-size", "two"], "--world-size must be a whole number of processes (1 or more), got 'two'"),
+    (["run", "demo_basic", "--world-size", "two"],
+     "--world-size must be a whole number of processes (1 or more), got 'two'"),
     (["run", "demo_basic"], "--world-size is required"),
     (["run", "nope", "--world-size", "2"], "unknown worker 'nope'; accepted: "),
     (["run", "demo_basic", "--world-size", "2", "--backend", "carrier-pigeon"], "unknown backend 'carrier-pigeon'"),
@@ -76,7 +77,8 @@ def test_the_same_worker_runs_under_torchrun():
          "-m", "ddp_lib", "run", "demo_basic", "--json"],
         capture_output=True, text=True, timeout=180, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
-    results = sorted((json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    results = sorted(map(json.loads, lines), key=lambda r: r["rank"])
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["result"]["checksum"] == results[1]["result"]["checksum"]
     # Same seed, same world size: the same numbers as through ddp_lib's own launcher.

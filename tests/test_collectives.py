@@ -133,9 +133,9 @@ def test_gloo_message_drops_paths_and_addresses():
 
 
 def test_plot_collective_draws_every_value():
-    from ddp_lib.plots.collectives import plot_collective
-
     import matplotlib.pyplot as plt
+
+    from ddp_lib.plots.collectives import plot_collective
 
     fig = plot_collective(spawn(collectives.run_collective, 2, ("all_gather",)))
     plt.close(fig)

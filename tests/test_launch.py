@@ -8,8 +8,8 @@ import threading
 import time
 
 import pytest
-from conftest import process_alive, recorded_pids, wait_until_gone
 
+from conftest import recorded_pids, wait_until_gone
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import launch, spawn
 from ddp_lib.workers import failures
@@ -42,7 +42,8 @@ def test_each_rank_gets_the_launch_environment():
     envs = spawn(failures.report_env, 2)
     for rank, env in enumerate(envs):
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["has_port"]
-        assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"]) == (str(rank), str(rank), "2", "2")
+        numbers = (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"])
+        assert numbers == (str(rank), str(rank), "2", "2")
         assert env["threads"] == int(env["OMP_NUM_THREADS"]) >= 1
 
 

@@ -6,8 +6,8 @@ import threading
 import time
 
 import pytest
-from conftest import recorded_pids, wait_until_gone
 
+from conftest import recorded_pids, wait_until_gone
 from ddp_lib.launch import spawn
 from ddp_lib.workers.basic import demo_basic
 from ddp_lib.workers.failures import process_alive

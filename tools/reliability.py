@@ -58,7 +58,8 @@ def twice() -> bool:
 def repeat(times: int = 3) -> bool:
     outcomes = []
     for i in range(times):
-        out = subprocess.run([sys.executable, "-m", "pytest", "notebooks", *NBVAL], cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run([sys.executable, "-m", "pytest", "notebooks", *NBVAL], cwd=ROOT,
+                             capture_output=True, text=True)
         summary = out.stdout.strip().splitlines()[-1]
         # The outcome of every cell, by name, so that "identical" means cell for cell.
         cells = sorted(" ".join(line.split()[:2]) for line in out.stdout.splitlines() if "::" in line)

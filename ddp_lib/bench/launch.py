@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 
@@ -37,8 +38,8 @@ def _plain_mp_spawn(world_size: int) -> None:
 def measure(world_sizes: tuple[int, ...] = (2, 4), repeats: int = 5) -> list[dict]:
     rows = []
     for world_size in world_sizes:
-        plain = median_seconds(lambda: _plain_mp_spawn(world_size), repeats)
-        ours = median_seconds(lambda: spawn(allreduce_once, world_size, show_output=False), repeats)
+        plain = median_seconds(functools.partial(_plain_mp_spawn, world_size), repeats)
+        ours = median_seconds(functools.partial(spawn, allreduce_once, world_size, show_output=False), repeats)
         rows.append({"world_size": world_size, "mp_spawn_s": round(plain, 4), "ddp_lib_s": round(ours, 4),
                      "ratio": round(ours / plain, 4)})
     return rows

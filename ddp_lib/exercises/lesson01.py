@@ -60,7 +60,8 @@ def _diagnose(rank: int, value: float, world_size: int, all_same: bool) -> str:
     """Why ``value`` from ``rank`` is not the mean: the usual mistakes, named."""
     total = expected_mean(world_size) * world_size
     if not all_same and _close(value, own_value(rank)):
-        return f"rank {rank} returned {value:g}, its own value: it never combined values with the other ranks (dist.all_reduce)"
+        return (f"rank {rank} returned {value:g}, its own value: "
+                "it never combined values with the other ranks (dist.all_reduce)")
     if _close(value, total):
         return f"rank {rank} returned {value:g}, the sum over ranks: divide by world_size to get the mean"
     if _close(value, math.floor(total / world_size)):

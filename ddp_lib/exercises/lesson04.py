@@ -33,7 +33,8 @@ def _run_learner(rank: int, world_size: int, module: str, name: str, seed: int =
         local = {n: p.grad.detach().clone().cpu() for n, p in model.named_parameters()}
         average_gradients(model)
         return {
-            "learner": {n: None if p.grad is None else p.grad.detach().clone().cpu() for n, p in model.named_parameters()},
+            "learner": {n: None if p.grad is None else p.grad.detach().clone().cpu()
+                        for n, p in model.named_parameters()},
             "reference": {n: p.grad.detach().clone().cpu() for n, p in reference.module.named_parameters()},
             "local": local,
         }

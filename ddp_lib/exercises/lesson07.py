@@ -12,7 +12,6 @@ from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, readabl
 from ddp_lib.exercises.lesson00 import CheckReport
 from ddp_lib.launch import spawn
 
-
 BROKEN_COLLECTIVE = re.compile(r"Connection closed|Connection reset|Read error|Timed out|monitoredBarrier")
 HINT = "; does every rank call the same collectives, in the same order?"
 

@@ -71,7 +71,8 @@ def plot_barrier(results: list[dict]) -> Figure:
     ax = fig.subplots()
     for r in results:
         arrived, left = r["arrived"] - start, r["left"] - start
-        ax.plot([arrived, left], [r["rank"]] * 2, color="grey", linewidth=3, label="waiting" if r["rank"] == 0 else None)
+        ax.plot([arrived, left], [r["rank"]] * 2, color="grey", linewidth=3,
+                label="waiting" if r["rank"] == 0 else None)
         ax.plot(arrived, r["rank"], "o", color="tab:blue", label="arrives" if r["rank"] == 0 else None)
         ax.plot(left, r["rank"], "s", color="tab:green", label="leaves" if r["rank"] == 0 else None)
     ax.set_yticks(range(len(results)), [f"rank {r['rank']}" for r in results])

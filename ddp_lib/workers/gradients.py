@@ -35,7 +35,8 @@ def make_mlp(seed: int, widths: tuple[int, ...] = WIDTHS) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def global_batch(step: int, size: int, seed: int = 0, widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
+def global_batch(step: int, size: int, seed: int = 0,
+                 widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
     """Inputs and targets of the whole (global) batch of ``step``; the same in every process."""
     g = torch.Generator().manual_seed(seed * 100_003 + step)
     return torch.randn(size, widths[0], generator=g), torch.randn(size, widths[-1], generator=g)
@@ -200,7 +201,8 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
                 "ms_per_step": 1000 * (time.perf_counter() - start) / steps}
 
 
-def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4, timing_steps: int = 20) -> dict:
+def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4,
+                     timing_steps: int = 20) -> dict:
     """Same weights and data through DDP with the default hook and with fp16_compress_hook.
     Returns the gradients of both (flat CPU tensors) and ms per step of each (not deterministic)."""
     with process_group(rank, world_size) as device:

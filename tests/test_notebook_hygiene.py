@@ -1,0 +1,113 @@
+"""Every lesson notebook is committed clean: executed in order, generic metadata, no machine paths,
+no unexpected errors, no widget state, a Summary and Exercises, and a first cell of imports only."""
+
+import ast
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+# Home directories, temporary directories and Windows profiles: they differ on every machine.
+MACHINE_PATH = re.compile(r"/root/|/home/[^/\s]+/|/tmp/|/Users/|[A-Za-z]:\\\\?Users\\", re.IGNORECASE)
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def load(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def code_cells(nb: nbformat.NotebookNode) -> list:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def may_raise(cell) -> bool:
+    return "raises-exception" in cell.metadata.get("tags", []) or "NBVAL_RAISES_EXCEPTION" in cell.source
+
+
+def output_texts(output) -> list[str]:
+    """The text a reader sees in ``output`` (images are skipped: base64 is not text)."""
+    if output.output_type == "stream":
+        return [output.text]
+    if output.output_type == "error":
+        return [output.ename, output.evalue, *output.traceback]
+    texts = []
+    for mime, value in output.get("data", {}).items():
+        if not mime.startswith("image/") or mime == "image/svg+xml":
+            texts.append(value if isinstance(value, str) else str(value))
+    return texts
+
+
+def heading_texts(nb: nbformat.NotebookNode) -> list[str]:
+    found = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            found += [m.group(1).strip() for m in re.finditer(r"^#{1,6}\s+(.*)$", cell.source, re.MULTILINE)]
+    return found
+
+
+def test_there_are_lessons():
+    assert NOTEBOOKS, "no notebooks/NN_*.ipynb found"
+
+
+@pytest.fixture(params=NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def nb(request) -> nbformat.NotebookNode:
+    return load(request.param)
+
+
+def test_executed_top_to_bottom_from_a_fresh_kernel(nb):
+    counts = [c.execution_count for c in code_cells(nb) if c.source.strip()]
+    expected = list(range(1, len(counts) + 1))
+    assert counts == expected, "re-execute it from a fresh kernel: make notebooks NB=<this notebook>"
+
+
+def test_kernelspec_is_the_generic_python3(nb):
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+
+
+def test_metadata_holds_nothing_machine_specific(nb):
+    assert set(nb.metadata) <= {"kernelspec", "language_info"}
+    assert set(nb.metadata.get("language_info", {})) <= {"name", "pygments_lexer"}
+
+
+def test_no_machine_paths_in_outputs(nb):
+    found = []
+    for index, cell in enumerate(code_cells(nb)):
+        for output in cell.get("outputs", []):
+            for text in output_texts(output):
+                found += [f"code cell {index}: {m.group(0)!r} in {line.strip()[:100]!r}"
+                          for line in text.splitlines() for m in [MACHINE_PATH.search(line)] if m]
+    assert found == []
+
+
+def test_errors_are_stored_only_where_the_cell_says_it_raises(nb):
+    unexpected = [f"code cell {index}: {o.ename}: {o.evalue[:100]}"
+                  for index, cell in enumerate(code_cells(nb)) if not may_raise(cell)
+                  for o in cell.get("outputs", []) if o.output_type == "error"]
+    assert unexpected == [], "tag the cell raises-exception, or catch the error and print it"
+
+
+def test_no_widget_state(nb):
+    assert "widgets" not in nb.metadata
+    widget_outputs = [index for index, cell in enumerate(code_cells(nb))
+                      if "widgets" in cell.metadata
+                      or any(WIDGET_MIME in o.get("data", {}) for o in cell.get("outputs", []))]
+    assert widget_outputs == []
+
+
+@pytest.mark.parametrize("heading", ["Summary", "Exercises"])
+def test_lesson_closes_with(nb, heading):
+    headings = heading_texts(nb)
+    assert any(h.lower().startswith(heading.lower()) for h in headings), \
+        f"no markdown heading {heading!r} in {headings}"
+
+
+def test_first_code_cell_only_imports(nb):
+    first = next(c for c in code_cells(nb) if c.source.strip())
+    tree = ast.parse(first.source)
+    others = [ast.unparse(node).splitlines()[0] for node in tree.body
+              if not isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert others == [], "the first code cell holds the imports only"
