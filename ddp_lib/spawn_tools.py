@@ -26,8 +26,9 @@ from ddp_lib.launch import FORKSERVER_PRELOAD
 
 # The lines of torch/multiprocessing/spawn.py that make fn(i, *args) happen, as in torch 2.13.
 _LOOP_LINES = {
-    "start_processes": ("def start_processes(", "fn,", "args=(),", "nprocs=1,", "def start_process(i):", "process = mp.Process(", "target=_wrap,",
-                        "args=(fn, i, args, tf.name),", "process.start()", "if not start_parallel:", "for i in range(nprocs):",
+    "start_processes": ("def start_processes(", "fn,", "args=(),", "nprocs=1,", "def start_process(i):",
+                        "process = mp.Process(", "target=_wrap,", "args=(fn, i, args, tf.name),", "process.start()",
+                        "if not start_parallel:", "for i in range(nprocs):",
                         "idx, process, tf_name = start_process(i)", "while not context.join():"),
     "_wrap": ("def _wrap(fn, i, args, error_file):", "fn(i, *args)"),
 }

@@ -88,7 +88,8 @@ def test_right_items_wrong_order(solution):
             return sorted(range(rank, n, world_size), reverse=True)
     """)
     problems = share_problems(fn, world_sizes=(3,))
-    assert problems[0] == "world_size 3, rank 0 returned [9, 6, 3, 0], expected [0, 3, 6, 9] (the right items in the wrong order)"
+    assert problems[0] == ("world_size 3, rank 0 returned [9, 6, 3, 0], expected [0, 3, 6, 9] "
+                           "(the right items in the wrong order)")
     assert len(problems) == 3  # one per rank; the coverage itself is right
 
 
@@ -106,7 +107,8 @@ def test_not_a_list(solution):
         def my_share(rank, world_size, n):
             return len(range(rank, n, world_size))
     """)
-    assert share_problems(fn, world_sizes=(2,))[0] == "world_size 2, rank 0 returned int 5; expected a list of ints, [0, 2, 4, 6, 8]"
+    assert share_problems(fn, world_sizes=(2,))[0] == (
+        "world_size 2, rank 0 returned int 5; expected a list of ints, [0, 2, 4, 6, 8]")
 
 
 def test_forgotten_world_size_argument(solution):
@@ -129,4 +131,5 @@ def test_a_worker_defined_in_main_is_refused():
     my_share.__module__, my_share.__qualname__ = "__main__", "my_share"
     problems = share_problems(my_share)
     assert len(problems) == 1
-    assert problems[0].startswith("the launcher refused the worker before starting anything: worker my_share is defined in __main__")
+    assert problems[0].startswith(
+        "the launcher refused the worker before starting anything: worker my_share is defined in __main__")

@@ -19,8 +19,15 @@ import torch.multiprocessing as mp
 from ddp_lib.cli import main as cli_main
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import FORKSERVER_PRELOAD, launch, spawn
-from ddp_lib.spawn_tools import (capture_stderr, fork_after_threads, fork_while_lock_held, last_line,
-                                 spawn_loop_source, start_time_table, time_start_methods)
+from ddp_lib.spawn_tools import (
+    capture_stderr,
+    fork_after_threads,
+    fork_while_lock_held,
+    last_line,
+    spawn_loop_source,
+    start_time_table,
+    time_start_methods,
+)
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import chatty, describe_rank, fail_on_rank, hello, noop, read_calls, record_args
 
@@ -74,7 +81,8 @@ def test_function_from_main_is_refused_before_starting():
         return rank
 
     local_hello.__module__, local_hello.__qualname__ = "__main__", "local_hello"
-    with pytest.raises(LaunchInputError, match=r"defined in __main__ .* %%writefile my_worker.py then from my_worker import local_hello"):
+    with pytest.raises(LaunchInputError,
+                       match=r"defined in __main__ .* %%writefile my_worker.py then from my_worker import local_hello"):
         spawn(local_hello, 2)
 
 

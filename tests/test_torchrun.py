@@ -79,7 +79,8 @@ def test_lesson06_checker_names_each_wrong_field(tmp_path):
 def test_lesson06_checker_logic_on_missing_ranks_and_keys():
     from ddp_lib.exercises.lesson06 import find_problems
 
-    assert find_problems([{}], nnodes=2, nproc_per_node=1) == ["1 of 2 ranks printed a result; every rank must return a dict"]
+    assert find_problems([{}], nnodes=2, nproc_per_node=1) == [
+        "1 of 2 ranks printed a result; every rank must return a dict"]
     info = {"world_size": 2, "local_rank": 0, "local_world_size": 1}
     assert find_problems([info, info], 2, 1)[0] == "rank 0: the result lacks node_rank"
 
