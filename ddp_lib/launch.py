@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import re
 import socket
 import sys
 import tempfile
@@ -35,7 +36,9 @@ from ddp_lib.process_group import BACKEND_ENV
 DEFAULT_TIMEOUT = 300.0  # seconds: a hung job becomes an error, not a cell that never ends
 STOP_GRACE = 3.0  # seconds between SIGTERM and SIGKILL when stopping ranks
 EXIT_GRACE = 10.0  # seconds a rank that has returned gets to exit before it is stopped
-FAILURE_GRACE = 0.3  # seconds to hear from other ranks after the first failure
+FAILURE_GRACE = 2.0  # seconds to hear from other ranks after the first failure
+# How gloo reports that a peer went away: the failure of a rank whose partner failed first.
+_PEER_FAILED = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Read error")
 
 # Preloaded once into the forkserver, so each child starts with torch already imported.
 # (DDP imports torch._dynamo on construction: 2-3 s per child if not preloaded.)
@@ -208,8 +211,9 @@ class _Job:
 
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
-        peer's failure broke a collective (torch's Dist*Error)."""
-        own = [r for r, (exc_type, _, _) in self.failures.items() if not exc_type.startswith("Dist")]
+        peer's failure broke a collective (a closed or reset connection, torch's Dist*Error)."""
+        own = [rank for rank, (exc_type, message, _) in self.failures.items()
+               if not (exc_type.startswith("Dist") or _PEER_FAILED.search(message))]
         return min(own or self.failures)
 
     def _receive(self, rank: int) -> None:

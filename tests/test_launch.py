@@ -80,6 +80,19 @@ def test_a_worker_exception_names_the_rank_type_and_message(pid_dir):
     assert wait_until_gone(recorded_pids(pid_dir)) == []
 
 
+def test_the_rank_that_failed_first_is_blamed_not_the_peers_it_broke():
+    with pytest.raises(WorkerError) as info:
+        spawn(failures.raise_in_collective, 3, (2,), show_output=False)
+    assert str(info.value) == "rank 2 raised ValueError: rank 2 was told to fail"
+
+
+def test_when_every_rank_fails_alike_the_lowest_rank_is_named_every_time():
+    for _ in range(3):
+        with pytest.raises(WorkerError) as info:
+            spawn(failures.raise_everywhere, 3, show_output=False)
+        assert info.value.rank == 0 and sorted(info.value.failures) == [0, 1, 2]
+
+
 def test_a_killed_rank_is_named_and_the_others_are_stopped(pid_dir):
     start = time.monotonic()
     with pytest.raises(WorkerError, match=r"^rank 1 was killed by SIGKILL before returning a result$") as info:

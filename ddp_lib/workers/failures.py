@@ -102,3 +102,23 @@ def process_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return True
+
+
+def raise_in_collective(rank: int, world_size: int, bad_rank: int = 1) -> int:
+    """Rank ``bad_rank`` raises while the others wait for it in an all_reduce; their
+    collective then breaks too, but the launcher blames ``bad_rank``."""
+    import torch
+    import torch.distributed as dist
+
+    from ddp_lib.process_group import process_group
+
+    with process_group(rank, world_size):
+        if rank == bad_rank:
+            raise ValueError(f"rank {rank} was told to fail")
+        dist.all_reduce(torch.ones(1))
+    return rank
+
+
+def raise_everywhere(rank: int, world_size: int) -> int:
+    """Every rank raises the same error at about the same moment."""
+    raise RuntimeError("every rank fails here")
