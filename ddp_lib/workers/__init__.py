@@ -155,4 +155,21 @@ WORKERS: dict[str, Worker] = {
         "timestamps of gradients ready and bucket all-reduces in one backward",
         (Option("--bucket-cap-mb", float, 0.3, "bucket size in MiB"),),
     ),
+    "train": Worker(
+        "ddp_lib.workers.train:train",
+        "train a small classifier with DistributedSampler, averaged losses, checkpoints and resume",
+        (Option("--epochs", int, 8, "number of epochs to reach (counting those already in a checkpoint)"),
+         Option("--batch-size", int, 16, "samples per rank per step (global batch = world size x this)"),
+         Option("--lr", float, 0.1, "learning rate (SGD with momentum 0.9)"),
+         Option("--seed", int, 0, "seed of the initial weights and of the shuffle"),
+         Option("--checkpoint-dir", str, "", "directory for rank 0's checkpoints ('' for none)"),
+         Option("--resume", int, 0, "1: continue from the latest checkpoint in --checkpoint-dir, if any"),
+         Option("--set-epoch", int, 1, "0: forget sampler.set_epoch (the same order every epoch)"),
+         Option("--norm", str, "none", "none, batch (BatchNorm1d) or sync (statistics of the global batch)"),
+         Option("--fail-at-epoch", int, 0, "the last rank raises at this epoch on a first attempt only (0: never)")),
+    ),
+    "torchrun_env": Worker(
+        "ddp_lib.workers.torchrun_env:torchrun_env",
+        "report the launch environment variables each rank sees (ports and addresses only as set/unset)",
+    ),
 }

@@ -1,0 +1,53 @@
+"""Checker for lesson 06's exercise: a worker that reads where it runs from torchrun's
+environment. The learner writes ``launch_info(rank, world_size) -> dict`` with the keys
+``local_rank``, ``local_world_size``, ``node_rank`` and ``world_size``; the checker runs it under
+real torchrun as two "nodes" of one process each, on this machine."""
+
+from __future__ import annotations
+
+import os
+
+from ddp_lib.torchrun import run_nodes
+
+KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
+HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
+         "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
+
+
+def find_problems(results: list, nnodes: int, nproc_per_node: int) -> list[str]:
+    """What is wrong in the per-rank dicts of a run of nnodes x nproc_per_node (empty if nothing)."""
+    world_size = nnodes * nproc_per_node
+    if len(results) != world_size:
+        return [f"{len(results)} of {world_size} ranks printed a result; every rank must return a dict"]
+    problems = []
+    for rank, info in enumerate(results):
+        if not isinstance(info, dict) or set(KEYS) - set(info):
+            missing = sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS)
+            problems.append(f"rank {rank}: the result lacks {', '.join(missing)}")
+            continue
+        expected = {"world_size": world_size, "local_rank": rank % nproc_per_node,
+                    "local_world_size": nproc_per_node, "node_rank": rank // nproc_per_node}
+        for key in KEYS:
+            if info[key] != expected[key]:
+                problems.append(f"rank {rank}: {key} is {info[key]!r}, expected {expected[key]}: read {HINTS[key]} "
+                                "and convert it with int()")
+    return problems
+
+
+def check_launch_info(target: str = "lesson06_worker:launch_info", directory: str | None = None,
+                      nnodes: int = 2, nproc_per_node: int = 1) -> str:
+    """Run the worker ``module:function`` (importable from ``directory``, default the current
+    one) under torchrun on ``nnodes`` local nodes; return a report starting with PASS or FAIL."""
+    directory = os.path.abspath(directory or os.getcwd())
+    path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
+    job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=nnodes, nproc_per_node=nproc_per_node,
+                    env={"PYTHONPATH": path})
+    if job.returncode != 0:
+        last = [line for line in job.stderr.splitlines() if "Error" in line and ": " in line]
+        cause = last[-1].strip() if last else f"exit code {job.returncode}"
+        return f"FAIL\n- the job failed: {cause[-200:]}"
+    problems = find_problems(job.results, nnodes, nproc_per_node)
+    if problems:
+        return "FAIL\n" + "\n".join(f"- {p}" for p in problems)
+    return (f"PASS: on {nnodes} nodes x {nproc_per_node} process(es), every rank knows its node, "
+            "its place on the node and the size of the job")

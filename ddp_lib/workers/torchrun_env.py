@@ -1,0 +1,28 @@
+"""What a rank sees of its launcher: the environment variables torchrun (or ddp_lib's launcher)
+sets, and a check that the process group they describe works."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from ddp_lib.process_group import process_group
+
+# Shown with their values: the same on every run.
+SHOWN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+         "ROLE_RANK", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "OMP_NUM_THREADS")
+# Shown only as set or unset: addresses, ports and ids change from run to run.
+PRESENCE = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE")
+
+
+def torchrun_env(rank: int, world_size: int) -> dict:
+    """This rank's launch variables (values, or "set"/"unset" for addresses and ports) and the
+    ranks an all_gather over the process group returns."""
+    env = {name: os.environ.get(name, "unset") for name in SHOWN}
+    env.update({name: "set" if name in os.environ else "unset" for name in PRESENCE})
+    with process_group(rank, world_size) as device:
+        gathered = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world_size)]
+        dist.all_gather(gathered, torch.tensor([rank], device=device))
+        return {"rank": rank, "env": env, "all_gather": [int(t.item()) for t in gathered]}

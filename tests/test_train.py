@@ -1,0 +1,173 @@
+"""Lesson 05: the training worker on real processes (gloo), its checkpoints, and the checker."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from ddp_lib.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from ddp_lib.errors import WorkerError
+from ddp_lib.exercises.lesson05 import check_epoch_indices
+from ddp_lib.launch import spawn
+from ddp_lib.workers.train import train
+from ddp_lib.workers.train_demos import state_dict_keys, uneven_batches
+
+# Float tolerance for "the same parameters": N ranks sum their gradients in a different order
+# than one process does; measured differences are below 1e-6 after 4 epochs.
+ATOL = 1e-5
+
+
+def _max_diff(a: dict, b: dict) -> float:
+    return (torch.tensor(a["params"]) - torch.tensor(b["params"])).abs().max().item()
+
+
+def test_n_ranks_at_batch_b_equal_one_rank_at_batch_n_times_b():
+    # epochs, batch_size, lr, seed
+    one = spawn(train, 1, args=(3, 32, 0.1, 0), show_output=False)[0]
+    two = spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
+    assert two[0]["params"] == two[1]["params"]  # replicas agree exactly
+    assert _max_diff(one, two[0]) < ATOL
+    assert one["losses"] == pytest.approx(two[0]["losses"], abs=1e-5)
+    assert two[0]["losses"] == two[1]["losses"]  # the averaged loss is the same on every rank
+    # and it is a real change: a different global batch gives different parameters
+    other = spawn(train, 1, args=(3, 16, 0.1, 0), show_output=False)[0]
+    assert _max_diff(one, other) > 1e-2
+
+
+def test_forgetting_set_epoch_repeats_the_order_and_rank_0_prints_progress():
+    without = spawn(train, 2, args=(3, 16, 0.1, 0, "", 0, 0), show_output=False)
+    assert without[0]["order"][0] == without[0]["order"][1] == without[0]["order"][2]
+    res = __import__("ddp_lib.launch", fromlist=["launch"]).launch(train, 2, args=(3, 16, 0.1, 0), show_output=False)
+    orders = res.results[0]["order"]
+    assert orders[0] != orders[1] != orders[2]
+    assert not set(res.results[0]["order"][0]) & set(res.results[1]["order"][0])
+    assert res.stdout[0].splitlines()[-1].startswith("epoch  3/3 [####################] loss ")
+    assert res.stdout[1] == ""
+
+
+def test_crash_then_resume_continues_where_it_stopped(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    with pytest.raises(WorkerError) as info:
+        spawn(train, 2, args=(4, 16, 0.1, 0, ckpt, 1, 1, "none", 3), show_output=False)
+    assert info.value.rank == 1 and info.value.message == "injected failure at epoch 3 on rank 1"
+    assert list_checkpoints(ckpt) == ["epoch_001.pt", "epoch_002.pt"]
+    resumed = spawn(train, 2, args=(4, 16, 0.1, 0, ckpt, 1), show_output=False)
+    straight = spawn(train, 2, args=(4, 16, 0.1, 0), show_output=False)
+    assert [r["start_epoch"] for r in resumed] == [2, 2]
+    assert resumed[0]["losses"] == straight[0]["losses"]  # epochs 1-2 from the checkpoint, 3-4 trained
+    assert _max_diff(resumed[0], straight[0]) < 1e-6
+    state = load_checkpoint(latest_checkpoint(ckpt))
+    assert state["epoch"] == 4
+    assert list(state["model"]) == ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]  # no "module."
+    assert "momentum_buffer" in state["optimizer"]["state"][0]
+
+
+def test_a_crash_while_saving_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch):
+    save_checkpoint(str(tmp_path), 1, {"epoch": 1, "w": torch.ones(3)})
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise KeyboardInterrupt  # as if the job were killed mid-write
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(str(tmp_path), 2, {"epoch": 2, "w": torch.zeros(3)})
+    assert sorted(os.listdir(tmp_path)) == ["epoch_001.pt"]  # no partial file, no stray temp file
+    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["epoch"] == 1
+
+
+def test_sync_batch_norm_restores_the_equivalence_that_batch_norm_breaks():
+    one = spawn(train, 1, args=(2, 32, 0.1, 0, "", 0, 1, "batch"), show_output=False)[0]
+    local = spawn(train, 2, args=(2, 16, 0.1, 0, "", 0, 1, "batch"), show_output=False)[0]
+    synced = spawn(train, 2, args=(2, 16, 0.1, 0, "", 0, 1, "sync"), show_output=False)[0]
+    assert _max_diff(one, local) > 1e-3  # statistics of 16 samples, not of the global 32
+    assert _max_diff(one, synced) < ATOL
+
+
+def test_join_lets_ranks_with_fewer_batches_finish():
+    results = spawn(uneven_batches, 2, args=(1,), show_output=False)
+    assert [r["steps"] for r in results] == [2, 4]
+    assert results[0]["checksum"] == results[1]["checksum"]
+    with pytest.raises(WorkerError) as info:
+        spawn(uneven_batches, 2, args=(0,), show_output=False, timeout=60)
+    assert info.value.rank == 1  # the rank left waiting for a peer that has finished
+
+
+def test_ddp_state_dict_keys_carry_the_module_prefix():
+    keys = spawn(state_dict_keys, 1, show_output=False)[0]
+    assert keys["ddp_keys"] == ["module." + k for k in keys["module_keys"]]
+    assert keys["load_error"].startswith("Error(s) in loading state_dict for MoonsNet")
+    assert keys["after_strip"] == "<All keys matched successfully>"
+
+
+def test_cli_runs_the_worker_and_prints_json():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "ddp_lib", "run", "train", "--world-size", "2", "--epochs", "2",
+                           "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.splitlines()[-1])
+    assert [r["rank"] for r in results] == [0, 1] and len(results[0]["losses"]) == 2
+    assert "[rank 0] epoch  2/2 [####################] loss" in proc.stdout
+
+
+SOLUTIONS = {
+    "good": """
+        sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        out = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            out.append(list(sampler))
+        return out""",
+    "no_set_epoch": """
+        sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed)
+        return [list(sampler) for epoch in range(epochs)]""",
+    "seed_per_rank": """
+        sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed + rank)
+        out = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            out.append(list(sampler))
+        return out""",
+    "raises": """
+        raise ValueError("not written yet")""",
+}
+
+
+def _solution(tmp_path, monkeypatch, name: str):
+    body = textwrap.indent(textwrap.dedent(SOLUTIONS[name]).strip(), "    ")
+    (tmp_path / f"ex05_{name}.py").write_text(
+        "from torch.utils.data import DistributedSampler\nfrom ddp_lib.data import make_moons\n\n"
+        f"def epoch_indices(rank, world_size, epochs, seed):\n{body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
+    return importlib.import_module(f"ex05_{name}").epoch_indices
+
+
+def test_checker_passes_a_correct_solution(tmp_path, monkeypatch):
+    assert check_epoch_indices(_solution(tmp_path, monkeypatch, "good")).startswith("PASS: on 2 ranks")
+
+
+@pytest.mark.parametrize("name, message", [
+    ("no_set_epoch", "rank 0 reads the same order in epoch 1 as in epoch 0; call sampler.set_epoch(epoch)"),
+    ("seed_per_rank", "epoch 0: ranks 0 and 1 both read sample"),
+    ("raises", "your worker raised on rank"),
+])
+def test_checker_explains_wrong_solutions(tmp_path, monkeypatch, name, message):
+    report = check_epoch_indices(_solution(tmp_path, monkeypatch, name))
+    assert report.startswith("FAIL") and message in report, report
+
+
+def test_checker_logic_on_unshuffled_and_malformed_results():
+    from ddp_lib.exercises.lesson05 import find_problems
+
+    unshuffled = [[list(range(r, 8, 2)) for _ in range(2)] for r in range(2)]
+    problems = find_problems(unshuffled, epochs=2, n_samples=8)
+    assert "rank 0 reads samples in dataset order; create the sampler with shuffle=True" in problems
+    assert find_problems([[[0, 2]], [[1]]], epochs=1, n_samples=4)[0].startswith("epoch 0: 1 samples (e.g. [3])")
+    assert find_problems([None, [[1]]], epochs=1, n_samples=2)[0].startswith("rank 0 returned NoneType None")
