@@ -1,5 +1,5 @@
 """torch DDP's step time and all-reduces per step against bucket_cap_mb (2 ranks), the bucket
-sizes stepped in turn in one run.
+sizes stepped in turn in one run, one thread per rank.
 
     python -m ddp_lib bench buckets [--quick] [--repeats N] [--json]
 """
@@ -20,7 +20,8 @@ def measure(quick: bool = False, repeats: int | None = None, world_size: int = 2
     """{"rows": one per bucket_cap_mb: all-reduces per step, median step time, ratio to the default}."""
     repeats = repeats or (5 if quick else 30)
     caps = QUICK_CAPS_MB if quick else CAPS_MB
-    sweep = spawn(bucket_sweep, world_size, args=(caps, repeats), show_output=False)[0]
+    sweep = spawn(bucket_sweep, world_size, args=(caps, repeats), show_output=False,
+                  env={"OMP_NUM_THREADS": "1"})[0]
     default = next(r["step_s"] for r in sweep if r["bucket_cap_mb"] == 25.0)
     rows = [{"bucket_cap_mb": r["bucket_cap_mb"], "allreduces": r["allreduces"], "step_ms": round(r["step_s"] * 1e3, 3),
              "ratio": round(r["step_s"] / default, 3)} for r in sweep]
@@ -28,7 +29,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_size: int = 2
 
 
 def _notes(result: dict) -> str:
-    return (f"{result['world_size']} ranks, MLP widths {result['model_widths']}, median of {result['repeats']} "
+    return (f"{result['world_size']} ranks of one thread, MLP widths {result['model_widths']}, median of {result['repeats']} "
             "steps per size; all-reduces counted by a hook on an untimed copy, after DDP rebuilt its buckets")
 
 

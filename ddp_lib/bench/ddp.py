@@ -1,5 +1,7 @@
 """A DDP step against a local step of the same model (1 and 2 ranks), and lesson 04's three
-from-scratch DDPs against torch's DDP (2 ranks): every way stepped in turn in one run.
+from-scratch DDPs against torch's DDP (2 ranks): every way stepped in turn in one run. Each
+rank gets one thread, so a rank computes alike on 1 and 2 ranks, and a busy machine's cores are
+not fought over by a rank's own threads.
 
     python -m ddp_lib bench ddp [--quick] [--repeats N] [--json]
 """
@@ -21,7 +23,8 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
     rows = []
     for world_size in (1, 2):
         ways = ["local", "torch"] + (SCRATCH if world_size == 2 else [])
-        result = spawn(ddp_steps, world_size, args=(ways, repeats), show_output=False)[0]
+        result = spawn(ddp_steps, world_size, args=(ways, repeats), show_output=False,
+                       env={"OMP_NUM_THREADS": "1"})[0]
         step = result["step_s"]
         rows.append({"world_size": world_size, "way": "local", "step_ms": round(step["local"] * 1e3, 3),
                      "baseline": None, "ratio": None, "allreduces": None})
@@ -37,7 +40,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
 def _notes(result: dict) -> str:
     by = {(r["world_size"], r["way"]): r for r in result["rows"]}
     lines = [f"MLP widths {result['model_widths']}, batch {result['batch_per_rank']} per rank, "
-             f"median of {result['repeats']} steps per way after 2 warm-up rounds"]
+             f"one thread per rank, median of {result['repeats']} steps per way after 2 warm-up rounds"]
     one = by[(1, "torch")]["ratio"]
     lines.append(f"goal DDP on 1 rank within 1.10x of the local step: {one:.2f}x ({'met' if one <= 1.10 else 'missed'})")
     bucketed = by[(2, "buckets")]["ratio"]

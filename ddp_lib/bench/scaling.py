@@ -33,12 +33,13 @@ def _run(world_size: int, epochs: int, threads: int) -> float:
     return max(seconds)  # the slowest rank
 
 
-def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None) -> dict:
+def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None,
+            epochs: tuple[int, int] | None = None) -> dict:
     """{"rows": one per world size: threads per rank, samples per second, speed-up over 1 rank}."""
     repeats = repeats or (1 if quick else 3)
     world_sizes = world_sizes or ((1, 2) if quick else (1, 2, 4))
     policies = ("one",) if quick else POLICIES
-    short, long = (1, 8) if quick else (2, 20)
+    short, long = epochs or ((1, 8) if quick else (2, 20))
     samples = len(make_moons()) * (long - short)
     configs = [(policy, ws) for policy in policies for ws in world_sizes]
     rates: dict[tuple[str, int], list[float]] = {c: [] for c in configs}

@@ -36,11 +36,13 @@ def methods() -> dict:
     return found
 
 
-def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None) -> dict:
-    """{"rows": one per (world size, launcher): median seconds and the ratio to ddp_lib's}."""
+def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None,
+            names: tuple[str, ...] | None = None) -> dict:
+    """{"rows": one per (world size, launcher): median seconds and the ratio to ddp_lib's}.
+    names: a subset of methods() to run (ddp_lib is always run, as the baseline)."""
     repeats = repeats or (1 if quick else 5)
     world_sizes = world_sizes or ((2,) if quick else (2, 4))
-    launchers = methods()
+    launchers = {k: v for k, v in methods().items() if names is None or k in names or k == "ddp_lib"}
     rows = []
     for world_size in world_sizes:
         times: dict[str, list[float]] = {name: [] for name in launchers}
