@@ -49,8 +49,10 @@ demo: $(INSTALLED)  ## the classic example, headless, on $(WORLD_SIZE) ranks
 notebooks: $(INSTALLED)  ## re-execute every notebook in place from a fresh kernel, for committing
 	$(PY) tools/execute_notebooks.py $(or $(NB),notebooks/*.ipynb)
 
-bench: $(INSTALLED)  ## the launch benchmark
+bench: $(INSTALLED)  ## every benchmark, full size (several minutes); add ARGS=--quick for a small run
 	$(PY) -m ddp_lib bench launch
+	for name in allreduce ring ddp buckets startup scaling; do \
+		echo "== $$name"; $(PY) -m ddp_lib bench $$name $(ARGS) || exit 1; done
 
 reliability: $(INSTALLED)  ## the long reliability checks behind the README's table
 	$(PY) tools/reliability.py

@@ -1,0 +1,38 @@
+"""torch DDP's step time and all-reduces per step against bucket_cap_mb (2 ranks), the bucket
+sizes stepped in turn in one run, one thread per rank.
+
+    python -m ddp_lib bench buckets [--quick] [--repeats N] [--json]
+"""
+
+from __future__ import annotations
+
+from ddp_lib.bench.report import run_main
+from ddp_lib.launch import spawn
+from ddp_lib.workers.bench_workers import DDP_WIDTHS, bucket_sweep
+
+CAPS_MB = [0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 25.0]
+QUICK_CAPS_MB = [0.01, 0.5, 25.0]
+COLUMNS = [("bucket_cap_mb", "bucket_cap_mb", "g"), ("allreduces", "all-reduces/step", "d"),
+           ("step_ms", "step (ms)", ".2f"), ("ratio", "vs 25 MB", ".2f")]
+
+
+def measure(quick: bool = False, repeats: int | None = None, world_size: int = 2) -> dict:
+    """{"rows": one per bucket_cap_mb: all-reduces per step, median step time, ratio to the default}."""
+    repeats = repeats or (5 if quick else 30)
+    caps = QUICK_CAPS_MB if quick else CAPS_MB
+    sweep = spawn(bucket_sweep, world_size, args=(caps, repeats), show_output=False,
+                  env={"OMP_NUM_THREADS": "1"})[0]
+    default = next(r["step_s"] for r in sweep if r["bucket_cap_mb"] == 25.0)
+    rows = [{"bucket_cap_mb": r["bucket_cap_mb"], "allreduces": r["allreduces"], "step_ms": round(r["step_s"] * 1e3, 3),
+             "ratio": round(r["step_s"] / default, 3)} for r in sweep]
+    return {"rows": rows, "world_size": world_size, "model_widths": list(DDP_WIDTHS), "repeats": repeats}
+
+
+def _notes(result: dict) -> str:
+    return (f"{result['world_size']} ranks of one thread, MLP widths {result['model_widths']}, "
+            f"median of {result['repeats']} "
+            "steps per size; all-reduces counted by a hook on an untimed copy, after DDP rebuilt its buckets")
+
+
+def main(argv: list[str]) -> int:
+    return run_main(argv, "buckets", __doc__, measure, COLUMNS, _notes)

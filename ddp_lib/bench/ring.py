@@ -1,0 +1,44 @@
+"""Lesson 01's ring all-reduce (send/recv) against dist.all_reduce, timed alternately in one
+run, for 2 and 4 ranks: the ratio ring / all_reduce per message size.
+
+    python -m ddp_lib bench ring [--quick] [--repeats N] [--json]
+"""
+
+from __future__ import annotations
+
+from ddp_lib.bench.report import human_bytes, run_main
+from ddp_lib.launch import spawn
+from ddp_lib.workers.bench_workers import allreduce_sweep
+
+SIZES = [4**k for k in range(1, 14)]  # 4 B to 64 MiB
+QUICK_SIZES = [4**k for k in (2, 5, 8, 12)]  # 16 B to 16 MiB
+GOAL_BYTES = 16 << 20  # the goal: within 1.5x of gloo at 16 MiB on 2 ranks
+COLUMNS = [("world_size", "ranks", "d"), ("size", "size", "s"), ("ring_us", "ring (us)", ".1f"),
+           ("all_reduce_us", "all_reduce (us)", ".1f"), ("ratio", "ring / all_reduce", ".2f")]
+
+
+def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None,
+            sizes: list[int] | None = None) -> dict:
+    """{"rows": one per (world size, size) with both medians and their ratio}."""
+    repeats = repeats or (2 if quick else 5)
+    sizes = sizes or (QUICK_SIZES if quick else SIZES)
+    world_sizes = world_sizes or ((2,) if quick else (2, 4))
+    rows = []
+    for world_size in world_sizes:
+        for r in spawn(allreduce_sweep, world_size, args=(sizes, repeats, True), show_output=False)[0]:
+            rows.append({"world_size": world_size, "bytes": r["bytes"], "size": human_bytes(r["bytes"]),
+                         "ring_us": round(r["ring_s"] * 1e6, 1), "all_reduce_us": round(r["all_reduce_s"] * 1e6, 1),
+                         "ratio": round(r["ring_s"] / r["all_reduce_s"], 3)})
+    return {"rows": rows}
+
+
+def _notes(result: dict) -> str:
+    goal = [r for r in result["rows"] if r["world_size"] == 2 and r["bytes"] == GOAL_BYTES]
+    if not goal:
+        return "goal (16 MiB, 2 ranks) not in this run"
+    verdict = "met" if goal[0]["ratio"] <= 1.5 else "missed"
+    return f"goal ring within 1.5x of all_reduce at 16 MiB on 2 ranks: {goal[0]['ratio']:.2f}x ({verdict})"
+
+
+def main(argv: list[str]) -> int:
+    return run_main(argv, "ring", __doc__, measure, COLUMNS, _notes)

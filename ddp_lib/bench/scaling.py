@@ -1,0 +1,67 @@
+"""Samples per second of the training worker (ddp_lib.workers.train) on 1, 2 and 4 ranks.
+
+Threads per rank, two policies: "one" (OMP_NUM_THREADS=1, torchrun's default: N ranks use N
+cores, like N GPUs) and "share" (cores // ranks, ddp_lib's default: every run may use all the
+cores). Start-up is taken out by timing, inside the ranks, a short and a long run of each
+configuration in turn: rate = extra samples / extra seconds.
+
+    python -m ddp_lib bench scaling [--quick] [--repeats N] [--json]
+"""
+
+from __future__ import annotations
+
+from ddp_lib.bench.report import median, run_main
+from ddp_lib.data import make_moons
+from ddp_lib.device import threads_per_rank
+from ddp_lib.launch import spawn
+from ddp_lib.workers.bench_workers import timed_train
+
+BATCH_SIZE = 16  # per rank, the worker's default: the global batch grows with the ranks
+POLICIES = ("one", "share")
+COLUMNS = [("world_size", "ranks", "d"), ("policy", "threads", "s"), ("threads_per_rank", "threads/rank", "d"),
+           ("samples_per_s", "samples/s", ".0f"), ("speedup", "vs 1 rank", ".2f")]
+
+
+def threads_for(policy: str, world_size: int) -> int:
+    """OMP threads per rank under a policy: "one", or "share" (cores // ranks, at least 1)."""
+    return 1 if policy == "one" else threads_per_rank(world_size)
+
+
+def _run(world_size: int, epochs: int, threads: int) -> float:
+    seconds = spawn(timed_train, world_size, args=(epochs, BATCH_SIZE), show_output=False,
+                    env={"OMP_NUM_THREADS": str(threads)})
+    return max(seconds)  # the slowest rank
+
+
+def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None,
+            epochs: tuple[int, int] | None = None) -> dict:
+    """{"rows": one per world size: threads per rank, samples per second, speed-up over 1 rank}."""
+    repeats = repeats or (1 if quick else 3)
+    world_sizes = world_sizes or ((1, 2) if quick else (1, 2, 4))
+    policies = ("one",) if quick else POLICIES
+    short, long = epochs or ((1, 8) if quick else (2, 20))
+    samples = len(make_moons()) * (long - short)
+    configs = [(policy, ws) for policy in policies for ws in world_sizes]
+    rates: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
+    for repeat in range(repeats + 1):  # round 0 is warm-up
+        for policy, ws in configs:
+            threads = threads_for(policy, ws)
+            extra = _run(ws, long, threads) - _run(ws, short, threads)
+            if repeat:
+                rates[policy, ws].append(samples / max(extra, 1e-6))
+    rows = []
+    for (policy, ws), r in rates.items():
+        base = median(rates[policy, world_sizes[0]])
+        rows.append({"world_size": ws, "policy": policy, "threads_per_rank": threads_for(policy, ws),
+                     "samples_per_s": round(median(r), 1), "speedup": round(median(r) / base, 3)})
+    return {"rows": rows, "batch_size_per_rank": BATCH_SIZE, "epochs": [short, long], "repeats": repeats}
+
+
+def _notes(result: dict) -> str:
+    return (f"batch {result['batch_size_per_rank']} per rank; rate from epochs {result['epochs'][1]} minus "
+            f"{result['epochs'][0]} (start-up cancels); median of {result['repeats']} after a warm-up round; "
+            "threads 'one': 1 per rank (N ranks on N cores); 'share': cores // ranks")
+
+
+def main(argv: list[str]) -> int:
+    return run_main(argv, "scaling", __doc__, measure, COLUMNS, _notes)

@@ -1,0 +1,70 @@
+"""Start-up cost: init, one 4 KiB all-reduce and teardown on 2 and 4 ranks, started by plain
+torch.multiprocessing.start_processes with spawn, forkserver and fork, and by ddp_lib's
+launcher (forkserver with torch preloaded), the four taken in turn in one run.
+
+    python -m ddp_lib bench startup [--quick] [--repeats N] [--json]
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import torch.multiprocessing as mp
+
+from ddp_lib.bench.launch import allreduce_once
+from ddp_lib.bench.report import median, run_main
+from ddp_lib.launch import spawn
+from ddp_lib.process_group import free_port
+from ddp_lib.workers.bench_workers import plain_allreduce
+
+COLUMNS = [("world_size", "ranks", "d"), ("method", "started by", "s"), ("seconds", "median (s)", ".3f"),
+           ("ratio", "vs ddp_lib", ".1f")]
+
+
+def _plain(start_method: str, world_size: int) -> None:
+    mp.start_processes(plain_allreduce, args=(world_size, free_port()), nprocs=world_size, join=True,
+                       start_method=start_method)
+
+
+def methods() -> dict:
+    """The launchers to compare, by name: each a function of world_size that runs one job."""
+    available = multiprocessing.get_all_start_methods()
+    # ddp_lib first: whoever starts the process's one forkserver decides what it preloads.
+    found = {"ddp_lib": lambda ws: spawn(allreduce_once, ws, show_output=False)}
+    found.update({f"mp {m}": (lambda ws, m=m: _plain(m, ws))
+                  for m in ("spawn", "forkserver", "fork") if m in available})
+    return found
+
+
+def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None,
+            names: tuple[str, ...] | None = None) -> dict:
+    """{"rows": one per (world size, launcher): median seconds and the ratio to ddp_lib's}.
+    names: a subset of methods() to run (ddp_lib is always run, as the baseline)."""
+    repeats = repeats or (1 if quick else 5)
+    world_sizes = world_sizes or ((2,) if quick else (2, 4))
+    launchers = {k: v for k, v in methods().items() if names is None or k in names or k == "ddp_lib"}
+    rows = []
+    for world_size in world_sizes:
+        times: dict[str, list[float]] = {name: [] for name in launchers}
+        for repeat in range(repeats + 1):  # round 0 warms up (forkserver's server, imports, caches)
+            for name, run in launchers.items():
+                if not repeat and name == "mp spawn":
+                    continue  # nothing to warm: every spawn starts from scratch
+                start = time.perf_counter()
+                run(world_size)
+                if repeat:
+                    times[name].append(time.perf_counter() - start)
+        ours = median(times["ddp_lib"])
+        rows += [{"world_size": world_size, "method": name, "seconds": round(median(t), 4),
+                  "ratio": round(median(t) / ours, 2)} for name, t in times.items()]
+    return {"rows": rows, "repeats": repeats}
+
+
+def _notes(result: dict) -> str:
+    return (f"median of {result['repeats']} launches each after a warm-up round. Python has one forkserver per "
+            "process: 'mp forkserver' shares the server ddp_lib started, with torch already preloaded")
+
+
+def main(argv: list[str]) -> int:
+    return run_main(argv, "startup", __doc__, measure, COLUMNS, _notes)

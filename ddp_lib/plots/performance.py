@@ -1,0 +1,72 @@
+"""Pictures for lesson 08: all-reduce time and bandwidth against message size, the bucket
+sweep, and scaling with the number of ranks. Each takes a benchmark's measure() result."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+
+def plot_allreduce(result: dict):
+    """Left: time of one all-reduce against size; right: algbw and busbw against size, with the
+    memory-copy and loopback limits as horizontal lines. Returns the Figure."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for world_size in sorted({r["world_size"] for r in result["rows"]}):
+        rows = [r for r in result["rows"] if r["world_size"] == world_size]
+        sizes = [r["bytes"] for r in rows]
+        left.plot(sizes, [r["time_us"] for r in rows], marker="o", markersize=3, label=f"{world_size} ranks")
+        right.plot(sizes, [r["algbw_gbs"] for r in rows], marker="o", markersize=3, linestyle="--",
+                   label=f"algbw, {world_size} ranks")
+        right.plot(sizes, [r["busbw_gbs"] for r in rows], marker="s", markersize=3, label=f"busbw, {world_size} ranks")
+    right.axhline(result["copy_gbs"], color="grey", label="memory copy (1 thread)")
+    right.axhline(result["loopback_gbs"], color="black", linestyle=":", label="loopback socket")
+    for ax in (left, right):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.grid(alpha=0.3)
+    left.set_yscale("log")
+    left.set_ylabel("time of one all-reduce (µs)")
+    left.set_title("latency dominates small messages")
+    left.legend()
+    right.set_yscale("log")
+    right.set_ylabel("GB/s")
+    right.set_title("bandwidth dominates large ones")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def plot_buckets(result: dict):
+    """Step time (bars) and all-reduces per step (line) for each bucket_cap_mb. Returns the Figure."""
+    rows = result["rows"]
+    labels = [f"{r['bucket_cap_mb']:g}" for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    ax.bar(labels, [r["step_ms"] for r in rows], color="tab:blue", alpha=0.7)
+    ax.set_xlabel("bucket_cap_mb")
+    ax.set_ylabel("median step time (ms)", color="tab:blue")
+    counts = ax.twinx()
+    counts.plot(labels, [r["allreduces"] for r in rows], color="tab:red", marker="o")
+    counts.set_ylabel("all-reduces per step", color="tab:red")
+    counts.set_ylim(bottom=0)
+    ax.set_title(f"DDP on {result['world_size']} ranks: fewer, larger all-reduces")
+    fig.tight_layout()
+    return fig
+
+
+def plot_scaling(result: dict):
+    """Samples per second against ranks, one line per threads policy, with perfect scaling
+    (the 1-rank rate times the ranks) dotted. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for policy in sorted({r["policy"] for r in result["rows"]}):
+        rows = [r for r in result["rows"] if r["policy"] == policy]
+        ranks = [r["world_size"] for r in rows]
+        line, = ax.plot(ranks, [r["samples_per_s"] for r in rows], marker="o", label=f"threads: {policy}")
+        ax.plot(ranks, [rows[0]["samples_per_s"] * n / ranks[0] for n in ranks], linestyle=":",
+                color=line.get_color(), label="perfect scaling")
+    ax.set_xticks(sorted({r["world_size"] for r in result["rows"]}))
+    ax.set_xlabel("ranks (world_size)")
+    ax.set_ylabel("samples per second")
+    ax.set_title("training throughput against ranks")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

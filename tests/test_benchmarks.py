@@ -1,0 +1,146 @@
+"""Lesson 08's benchmarks in their smallest form: well-formed rows, the counts that must hold,
+the bus-bandwidth formula, the table and JSON output, and the exercise checkers. No timing is
+asserted: only that times are positive and that derived figures follow from them."""
+
+import json
+import math
+import textwrap
+
+import pytest
+
+from ddp_lib.bench import allreduce, buckets, ddp, ring, scaling, startup
+from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
+from ddp_lib.exercises.lesson08 import check_bandwidth_worker, check_busbw
+
+
+def test_busbw_is_algbw_times_two_n_minus_one_over_n():
+    assert [bus_factor(n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
+    assert algbw_gbs(2_000_000_000, 2.0) == 1.0
+    assert busbw_gbs(2_000_000_000, 2.0, 4) == 1.5
+
+
+def test_sizes_print_like_nccl_tests():
+    assert [human_bytes(n) for n in (4, 1000, 1024, 16 << 20)] == ["4 B", "1000 B", "1 KiB", "16 MiB"]
+
+
+def test_table_and_json_output(capsys):
+    columns = [("n", "ranks", "d"), ("x", "time (us)", ".1f")]
+    table = format_table([{"n": 2, "x": 12.345}, {"n": 4, "x": None}], columns)
+    assert table.splitlines() == ["ranks  time (us)", "    2       12.3", "    4          -"]
+
+    def fake(quick, repeats):
+        return {"rows": [{"n": 2, "x": 1.0}], "quick": quick, "repeats": repeats}
+    assert run_main(["--quick", "--json", "--repeats", "3"], "fake", "doc", fake, columns) == 0
+    assert json.loads(capsys.readouterr().out) == {"rows": [{"n": 2, "x": 1.0}], "quick": True, "repeats": 3}
+    run_main([], "fake", "doc", fake, columns, notes=lambda r: f"repeats {r['repeats']}")
+    assert capsys.readouterr().out.splitlines() == ["ranks  time (us)", "    2        1.0", "repeats None"]
+
+
+def test_allreduce_rows_have_nccl_tests_columns_and_the_limits():
+    result = allreduce.measure(repeats=1, world_sizes=(2,), sizes=[4, 4096])
+    assert [(r["world_size"], r["bytes"], r["count"], r["type"]) for r in result["rows"]] == [
+        (2, 4, 1, "float"), (2, 4096, 1024, "float")]
+    for r in result["rows"]:
+        assert r["time_us"] > 0
+        assert math.isclose(r["algbw_gbs"], r["bytes"] / (r["time_us"] * 1e-6) / 1e9, rel_tol=0.05, abs_tol=1e-4)
+        assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * bus_factor(2), abs_tol=1e-4)
+    assert result["copy_gbs"] > 0 and result["loopback_gbs"] > 0
+
+
+def test_ring_rows_are_ratios_of_both_sides():
+    rows = ring.measure(repeats=1, world_sizes=(2,), sizes=[16, 4096])["rows"]
+    assert [r["bytes"] for r in rows] == [16, 4096]
+    for r in rows:
+        assert r["ring_us"] > 0 and r["all_reduce_us"] > 0
+        assert math.isclose(r["ratio"], r["ring_us"] / r["all_reduce_us"], rel_tol=0.02)
+
+
+def test_ddp_rows_and_all_reduce_counts():
+    result = ddp.measure(quick=True, repeats=1)
+    rows = {(r["world_size"], r["way"]): r for r in result["rows"]}
+    assert set(rows) == {(1, "local"), (1, "torch"), (2, "local"), (2, "torch"),
+                         (2, "after_backward"), (2, "per_parameter_hooks"), (2, "buckets")}
+    # Five Linear layers: ten parameters, one all-reduce each; one 25 MB bucket holds them all.
+    assert [rows[2, w]["allreduces"] for w in ("after_backward", "per_parameter_hooks", "buckets")] == [10, 10, 1]
+    assert rows[1, "torch"]["baseline"] == "local" and rows[2, "buckets"]["baseline"] == "torch"
+    assert all(r["step_ms"] > 0 for r in rows.values())
+
+
+def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
+    rows = buckets.measure(quick=True, repeats=1)["rows"]
+    assert [r["bucket_cap_mb"] for r in rows] == buckets.QUICK_CAPS_MB
+    counts = [r["allreduces"] for r in rows]
+    assert counts == sorted(counts, reverse=True) and counts[-1] == 1 and counts[0] > 1
+    assert rows[-1]["ratio"] == 1.0
+
+
+def test_startup_rows_name_each_launcher():
+    assert set(startup.methods()) >= {"ddp_lib", "mp spawn", "mp forkserver"}
+    rows = startup.measure(repeats=1, world_sizes=(2,), names=("mp fork",))["rows"]
+    assert [r["method"] for r in rows] == ["ddp_lib", "mp fork"]
+    assert all(r["seconds"] > 0 for r in rows) and rows[0]["ratio"] == 1.0
+
+
+def test_scaling_rows_per_world_size():
+    rows = scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 2))["rows"]
+    assert [(r["world_size"], r["policy"], r["threads_per_rank"]) for r in rows] == [(1, "one", 1), (2, "one", 1)]
+    assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
+
+
+def test_busbw_checker_accepts_the_formula_and_names_mistakes(capsys):
+    assert check_busbw(lambda algbw, n: algbw * 2 * (n - 1) / n)
+    assert "Correct" in capsys.readouterr().out
+    assert not check_busbw(lambda algbw, n: algbw)
+    out = capsys.readouterr().out
+    assert "busbw(10.0, 4) returned 10.0, expected 15" in out and "multiply by 2(N-1)/N" in out
+    assert not check_busbw(lambda algbw, n: algbw * 2)
+    assert "not 2" in capsys.readouterr().out
+
+
+GOOD = '''
+import time, torch
+import torch.distributed as dist
+from ddp_lib.process_group import process_group
+
+def measure_allreduce(rank, world_size, nbytes):
+    with process_group(rank, world_size):
+        tensor = torch.ones(nbytes // 4)
+        dist.all_reduce(tensor)  # warm-up
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        seconds = time.perf_counter() - start
+        algbw = nbytes / seconds / 1e9
+        return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+'''
+
+WRONG = {
+    "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
+    "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
+    "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")
+                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "never called dist.all_reduce"),
+    "list": (GOOD.replace('return {"seconds"', 'return [{"seconds"').replace("/ world_size}", "/ world_size}]"),
+             "rank 0 returned list: return a dict with keys seconds, algbw_gbs, busbw_gbs"),
+}
+
+
+@pytest.fixture
+def learner_module(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launched ranks get this sys.path too
+
+    def write(name, source):
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        return name
+    return write
+
+
+def test_bandwidth_checker_accepts_a_right_worker(learner_module, capsys):
+    assert check_bandwidth_worker(learner_module("lesson08_good", GOOD))
+    assert "Correct: on all 4 ranks" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mistake", list(WRONG))
+def test_bandwidth_checker_names_the_mistake(learner_module, capsys, mistake):
+    source, message = WRONG[mistake]
+    assert not check_bandwidth_worker(learner_module(f"lesson08_{mistake}", source))
+    assert message in capsys.readouterr().out
