@@ -13,7 +13,7 @@ LINTED := ddp_lib tests tools notebooks
 
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test lint unit nbtest lab lab-args check-lab demo notebooks bench reliability setup-git clean
+.PHONY: install test lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git clean
 
 install: $(INSTALLED)
 
@@ -53,6 +53,9 @@ bench: $(INSTALLED)  ## every benchmark, full size (several minutes); add ARGS=-
 	$(PY) -m ddp_lib bench launch
 	for name in allreduce ring ddp buckets startup scaling; do \
 		echo "== $$name"; $(PY) -m ddp_lib bench $$name $(ARGS) || exit 1; done
+
+bench-notebooks: $(INSTALLED)  ## the notebook suite under nbval against a notebook that only imports torch
+	$(PY) tools/notebook_suite_cost.py
 
 reliability: $(INSTALLED)  ## the long reliability checks behind the README's table
 	$(PY) tools/reliability.py
