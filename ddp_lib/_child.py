@@ -8,9 +8,9 @@ process dies, so a killed notebook kernel leaves nothing behind.
 
 from __future__ import annotations
 
-import importlib
 import os
 import pickle
+import pkgutil
 import signal
 import sys
 import threading
@@ -33,19 +33,12 @@ def _watch_lifeline(lifeline) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _resolve(module: str, qualname: str):
-    obj = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
 def first_line(text: str) -> str:
     """The first non-blank line of ``text``, stripped (error summaries stay one line)."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def run_rank(rank: int, fn_ref: tuple[str, str], args_blob: bytes, env: dict[str, str],
+def run_rank(rank: int, fn_ref: str, args_blob: bytes, env: dict[str, str],
              stdout_path: str, stderr_path: str, sys_path: list[str], cwd: str, result_conn,
              lifeline, inherited_lifeline_fd: int | None) -> None:
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
@@ -70,8 +63,9 @@ def run_rank(rank: int, fn_ref: tuple[str, str], args_blob: bytes, env: dict[str
         import torch.distributed as dist
 
         dist.set_debug_level_from_env()
-        fn = _resolve(*fn_ref)
-        value = fn(rank, int(env["WORLD_SIZE"]), *pickle.loads(args_blob))
+        fn = pkgutil.resolve_name(fn_ref)
+        args, kwargs = pickle.loads(args_blob)
+        value = fn(rank, int(env["WORLD_SIZE"]), *args, **kwargs)
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
         code, message = 1, ("error", type(exc).__qualname__, str(exc), traceback.format_exc())
     else:

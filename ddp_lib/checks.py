@@ -5,10 +5,11 @@ Each failure is a LaunchInputError whose one-line message names the value and wh
 
 from __future__ import annotations
 
-import importlib
+import functools
 import multiprocessing
 import numbers
 import pickle
+import pkgutil
 from collections.abc import Callable
 
 from ddp_lib.device import check_backend, default_backend
@@ -32,15 +33,33 @@ def check_args(args: object) -> tuple:
             f"args must be a tuple of extra arguments for the worker, got {type(args).__name__} {args!r}; "
             f"(x) is just x in Python, write {hint}"
         )
-    try:
-        pickle.dumps(args)
-    except Exception as exc:
-        raise LaunchInputError(f"args cannot be sent to the child processes: {exc}") from None
     return args
 
 
-def check_worker(fn: object) -> tuple[str, str]:
-    """Return (module, qualname) for a worker the child processes can import by name."""
+def check_kwargs(kwargs: object) -> dict:
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise LaunchInputError(f"kwargs must be a dict of keyword arguments for the worker, got {kwargs!r}")
+    return kwargs
+
+
+def check_picklable(args: tuple, kwargs: dict) -> None:
+    try:
+        pickle.dumps((args, kwargs))
+    except Exception as exc:
+        raise LaunchInputError(f"the worker's arguments cannot be sent to the child processes: {exc}") from None
+
+
+def unwrap_partial(fn: object, args: tuple, kwargs: dict) -> tuple[object, tuple, dict]:
+    """``functools.partial(f, *a, **k)`` becomes ``f`` with ``a`` before ``args`` and ``k`` under ``kwargs``."""
+    if isinstance(fn, functools.partial):  # partial of a partial is flattened by functools itself
+        return fn.func, fn.args + args, {**fn.keywords, **kwargs}
+    return fn, args, kwargs
+
+
+def check_worker(fn: object) -> str:
+    """Return the "module:qualname" name by which child processes import the worker."""
     if not callable(fn):
         raise LaunchInputError(f"the worker must be a function, got {type(fn).__name__} {fn!r}")
     module = getattr(fn, "__module__", None)
@@ -57,18 +76,17 @@ def check_worker(fn: object) -> tuple[str, str]:
     if "<lambda>" in qualname or "<locals>" in qualname:
         raise LaunchInputError(
             f"worker {label} is a lambda or a nested function, which child processes cannot import; {move}")
+    name = f"{module}:{qualname}"
     try:
-        found = importlib.import_module(module)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
+        found = pkgutil.resolve_name(name)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise LaunchInputError(f"worker {module}.{qualname} cannot be imported by name ({exc}); {move}") from None
     if found is not fn:
         raise LaunchInputError(
             f"worker {module}.{qualname} is not the object that name imports (was the module reloaded?); "
             "import the worker again"
         )
-    return module, qualname
+    return name
 
 
 def check_start_method(start_method: object) -> str:
@@ -88,11 +106,12 @@ def check_timeout(timeout: object) -> float | None:
     return float(timeout)
 
 
-def check_launch(fn: Callable, world_size: object, args: object, backend: object,
+def check_launch(fn: Callable, world_size: object, args: object, kwargs: object, backend: object,
                  start_method: object, timeout: object) -> tuple:
-    """Validate a launch; return (fn_ref, world_size, args, backend, start_method, timeout)."""
+    """Validate a launch; return (fn_ref, world_size, args, kwargs, backend, start_method, timeout)."""
     world_size = check_world_size(world_size)
-    args = check_args(args)
+    fn, args, kwargs = unwrap_partial(fn, check_args(args), check_kwargs(kwargs))
+    check_picklable(args, kwargs)
     fn_ref = check_worker(fn)
     backend = default_backend(world_size) if backend is None else check_backend(backend, world_size)
-    return fn_ref, world_size, args, backend, check_start_method(start_method), check_timeout(timeout)
+    return fn_ref, world_size, args, kwargs, backend, check_start_method(start_method), check_timeout(timeout)

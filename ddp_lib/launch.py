@@ -55,17 +55,18 @@ class LaunchResult:
     stderr: list[str] = field(default_factory=list)
 
 
-def spawn(fn, world_size: int, args: tuple = (), **options) -> list:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return their results in
-    rank order. Options are those of :func:`launch`."""
-    return launch(fn, world_size, args, **options).results
+def spawn(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, **options) -> list:
+    """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes; return their
+    results in rank order. Options are those of :func:`launch`."""
+    return launch(fn, world_size, args, kwargs, **options).results
 
 
-def launch(fn, world_size: int, args: tuple = (), *, backend: str | None = None,
+def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *, backend: str | None = None,
            timeout: float | None = DEFAULT_TIMEOUT, start_method: str | None = None,
            show_output: bool | str = True, env: dict[str, str] | None = None) -> LaunchResult:
-    """Run ``fn(rank, world_size, *args)`` on each rank and wait for all of them.
+    """Run ``fn(rank, world_size, *args, **kwargs)`` on each rank and wait for all of them.
 
+    fn: a function importable by name (module-level), or a ``functools.partial`` of one.
     backend: passed to workers as DDP_LIB_BACKEND (default: nccl if every rank has a GPU, else gloo).
     timeout: seconds before a job still running is stopped with LaunchTimeout (None: no deadline).
     start_method: "forkserver" (default where available), "spawn" or "fork".
@@ -74,12 +75,12 @@ def launch(fn, world_size: int, args: tuple = (), *, backend: str | None = None,
     Raises LaunchInputError before starting anything, WorkerError naming the rank that
     failed, or LaunchTimeout. No child is left running in any case.
     """
-    fn_ref, world_size, args, backend, start_method, timeout = check_launch(
-        fn, world_size, args, backend, start_method, timeout)
+    fn_ref, world_size, args, kwargs, backend, start_method, timeout = check_launch(
+        fn, world_size, args, kwargs, backend, start_method, timeout)
     with tempfile.TemporaryDirectory(prefix="ddp_lib-") as logdir, _loopback_store() as port:
         job = _Job(world_size, start_method, logdir)
         try:
-            job.start(fn_ref, pickle.dumps(args), _rank_env(world_size, port, backend, env))
+            job.start(fn_ref, pickle.dumps((args, kwargs)), _rank_env(world_size, port, backend, env))
             job.wait(timeout)
         finally:
             job.stop()

@@ -54,7 +54,7 @@ def test_args_that_is_not_a_tuple_is_the_args_equals_paren_x_trap():
 
 
 def test_args_that_cannot_be_sent_to_children():
-    refused("args cannot be sent to the child processes", demo_basic, 2, args=(threading.Lock(),))
+    refused("arguments cannot be sent to the child processes", demo_basic, 2, args=(threading.Lock(),))
 
 
 def test_a_function_defined_in_main_or_a_notebook_is_refused_with_the_fix():

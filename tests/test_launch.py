@@ -1,5 +1,6 @@
 """The launcher with real processes on gloo: results, output, errors, deadlines, clean-up."""
 
+import functools
 import signal
 import subprocess
 import sys
@@ -18,6 +19,14 @@ from ddp_lib.workers.basic import demo_basic
 
 def test_results_come_back_in_rank_order_even_when_later_ranks_finish_first():
     assert spawn(failures.talk, 3, (1, 0.3), show_output=False) == [0, 10, 20]
+
+
+def test_keyword_arguments_and_partials_reach_the_worker():
+    assert spawn(failures.talk, 2, kwargs=dict(lines=0, delay=0.0), show_output=False) == [0, 10]
+    # A partial's own arguments come first, the launch's args after them; keywords merge.
+    worker = functools.partial(failures.talk, lines=0)
+    assert spawn(worker, 2, (), kwargs=dict(delay=0.0), show_output=False) == [0, 10]
+    assert spawn(functools.partial(failures.raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
 
 
 def test_output_is_captured_per_rank_and_printed_in_rank_order(capsys):
