@@ -2,6 +2,7 @@
 
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,7 +117,19 @@ def test_train_step_checker_fails_the_stub(tmp_path, monkeypatch):
 
 def test_train_step_checker_names_a_missing_clip(tmp_path, monkeypatch):
     import inspect
-    no_clip = inspect.getsource(solutions).replace("    nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)\n", "")
+    clip_line = "    nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)\n"
+    no_clip = inspect.getsource(solutions).replace(clip_line, "")
     module = _load(tmp_path, monkeypatch, "noclip09_step", no_clip)
     report = lesson09.check_train_step(module.train_step)
     assert report.startswith("FAIL") and "clip_grad_norm_" in report
+
+
+
+def test_the_lesson_starts_each_exercise_from_the_stub_the_tests_fail():
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "09_training_loop.ipynb", as_version=4)
+    written = {c.source.splitlines()[0]: c.source.split("\n", 1)[1] for c in nb.cells
+               if c.cell_type == "code" and c.source.startswith("%%writefile")}
+    assert written["%%writefile lesson09_evaluate.py"].rstrip() == lesson09.EVALUATE_STUB.rstrip()
+    assert written["%%writefile lesson09_train_step.py"].rstrip() == lesson09.TRAIN_STEP_STUB.rstrip()

@@ -44,7 +44,7 @@ def _run_evaluate(rank: int, world_size: int, evaluate: Callable, seed: int = 0)
             with torch.no_grad():
                 right = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double()
 
-            def mean_over(drop_last: bool, shard: int | None = None) -> float:
+            def mean_over(drop_last: bool, shard: int | None = None, dataset=dataset, right=right) -> float:
                 picked = []
                 for r in range(world_size) if shard is None else [shard]:
                     picked += list(DistributedSampler(dataset, world_size, r, shuffle=False, drop_last=drop_last))
@@ -65,11 +65,13 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
         n_eval, truth = rows[0]["n_eval"], rows[0]
         values = [row["value"] for row in rows]
         if any(isinstance(v, str) for v in values):
-            return [f"evaluate returned {next(v for v in values if isinstance(v, str))}; return the accuracy as a float"]
+            bad = next(v for v in values if isinstance(v, str))
+            return [f"evaluate returned {bad}; return the accuracy as a float"]
         if any(abs(v - values[0]) > TOL for v in values):
             local = all(abs(row["value"] - row["local"]) < TOL for row in rows)
-            problems.append(f"{n_eval} samples: the ranks returned different accuracies {[round(v, 4) for v in values]}"
-                            + ("; each is its own shard's: all_reduce the correct and counted samples" if local else ""))
+            hint = "; each is its own shard's: all_reduce the correct and counted samples" if local else ""
+            problems.append(f"{n_eval} samples: the ranks returned different accuracies "
+                            f"{[round(v, 4) for v in values]}{hint}")
             continue
         value = values[0]
         if abs(value - truth["exact"]) < TOL:
@@ -81,7 +83,8 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
             problems.append(f"{n_eval} samples: {value:.4f} leaves out the samples drop_last=True drops "
                             f"(exact: {truth['exact']:.4f}); count every sample once")
         else:
-            problems.append(f"{n_eval} samples: returned {value:.4f}, the accuracy over all samples is {truth['exact']:.4f}")
+            problems.append(f"{n_eval} samples: returned {value:.4f}, "
+                            f"the accuracy over all samples is {truth['exact']:.4f}")
     return problems
 
 

@@ -194,8 +194,8 @@ def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
     return {"first_step_s": step_seconds[0], "steady_step_s": statistics.median(step_seconds[warmup:])}
 
 
-def evaluate_padded(rank: int, world_size: int, n_eval: int = 11, fix: Literal["none", "drop_last", "count_real"] = "none",
-                    seed: int = 0) -> dict:
+def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
+                    fix: Literal["none", "drop_last", "count_real"] = "none", seed: int = 0) -> dict:
     """Evaluate one model on ``n_eval`` held-out samples split by DistributedSampler, the naive way
     or with a fix for its padding, and sum the counts over ranks with all_reduce.
 
