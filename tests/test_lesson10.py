@@ -9,13 +9,20 @@ import pytest
 from ddp_lib.exercises import lesson10
 from ddp_lib.exercises.solutions import lesson10 as solutions
 from ddp_lib.launch import spawn
-from ddp_lib.workers.beyond_ddp import fsdp_checkpoint, memory_run, mesh_2x2
+from ddp_lib.workers.beyond_ddp import compare_strategies, fsdp_checkpoint, memory_run, mesh_2x2
 
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
     return {s: spawn(memory_run, 2, kwargs=dict(strategy=s, width=64, layers=2), show_output=False)
             for s in ("ddp", "zero1", "fsdp")}
+
+
+def test_compare_strategies_runs_each_in_one_job():
+    ranks = spawn(compare_strategies, 2, kwargs=dict(strategies="ddp,fsdp", steps=2), show_output=False)
+    assert list(ranks[0]) == ["ddp", "fsdp"]
+    assert max(abs(a - b) for a, b in zip(ranks[0]["ddp"]["losses"], ranks[1]["fsdp"]["losses"])) < 1e-5
+    assert ranks[1]["fsdp"]["local_shape"] == [128, 256]
 
 
 def test_the_strategies_train_to_the_same_losses(runs):
@@ -47,7 +54,7 @@ def test_each_strategy_runs_its_own_collectives(runs):
 def test_fsdp_checkpoint_resumes_to_the_same_result(tmp_path):
     straight = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, width=64), show_output=False)[0]
     first = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), width=64),
-                  show_output=False)[0]
+                  show_output=False)[0]  # saving does not change the run
     resumed = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), resume=True,
                                                     width=64), show_output=False)[0]
     assert first["losses"] == straight["losses"]

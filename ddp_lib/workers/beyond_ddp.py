@@ -2,6 +2,7 @@
 each runs, an FSDP2 checkpoint and resume, and a 2x2 DeviceMesh.
 
     spawn(memory_run, 2, kwargs=dict(strategy="fsdp"))
+    spawn(compare_strategies, 4)                   # ddp, zero1 and fsdp in one job
     spawn(fsdp_checkpoint, 2, kwargs=dict(checkpoint_dir=d, steps=4, save_at=2))
     spawn(mesh_2x2, 4)
 
@@ -156,6 +157,22 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
             "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
             "local_shape": list(local(first).shape), "global_shape": list(first.shape),
         }
+
+
+
+def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,zero1,fsdp", steps: int = 3) -> dict:
+    """``memory_run`` for each strategy in turn, in one job (one launch instead of three).
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        strategies: comma-separated strategies, each "ddp", "zero1" or "fsdp".
+        steps: training steps per strategy.
+
+    Returns {strategy: memory_run's result on this rank}.
+    """
+    with process_group(rank, world_size):  # memory_run joins this group instead of creating one
+        return {s: memory_run(rank, world_size, s, steps) for s in strategies.split(",")}
 
 
 def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps: int = 4, save_at: int = 0,
