@@ -1,0 +1,1 @@
+"""Worked solutions of the exercises that have checkers, one module per lesson."""

@@ -1,0 +1,321 @@
+"""Lesson 09: the training loop as it is written today, on lesson 05's job (the same data and model).
+
+    spawn(train_loop, 2, kwargs=dict(epochs=4, precision="bf16", max_norm=1.0))
+    spawn(evaluate_padded, 2, kwargs=dict(n_eval=11, fix="count_real"))
+    spawn(seeds_and_logging, 2)
+
+Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_group.py beside it).
+"""
+
+import logging
+import math
+import statistics
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import process_group
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import process_group
+
+EVAL_SEED = 99  # the held-out set: same generator as the training data, another seed
+
+
+def make_moons(n_samples: int = 512, noise: float = 0.15, seed: int = 1234) -> TensorDataset:
+    """Lesson 05's two half-moons (the same code as ddp_lib.data.make_moons, so this file stands alone)."""
+    g = torch.Generator().manual_seed(seed)
+    half = n_samples // 2
+    angle = torch.rand(n_samples, generator=g) * math.pi
+    upper = torch.stack([torch.cos(angle[:half]), torch.sin(angle[:half])], dim=1)
+    lower = torch.stack([1 - torch.cos(angle[half:]), 0.5 - torch.sin(angle[half:])], dim=1)
+    x = torch.cat([upper, lower]) + noise * torch.randn(n_samples, 2, generator=g)
+    y = torch.cat([torch.zeros(half, dtype=torch.long), torch.ones(n_samples - half, dtype=torch.long)])
+    order = torch.randperm(n_samples, generator=g)
+    return TensorDataset(x[order], y[order])
+
+
+def make_model(hidden: int = 32, dropout: float = 0.0) -> nn.Sequential:
+    """Lesson 05's MoonsNet shape, Linear(2, hidden) -> ReLU -> Dropout -> Linear(hidden, 2); with the
+    same seed it starts from the same weights (dropout has none)."""
+    return nn.Sequential(nn.Linear(2, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 2))
+
+
+def recording_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's own ``allreduce_hook`` (average the bucket), after noting the dtype it sends."""
+    state["sent"].add(str(bucket.buffer().dtype).removeprefix("torch."))
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def bf16_compress(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average the bucket in bfloat16, then copy the result back into the float32 bucket: the same
+    computation as torch's ``bf16_compress_hook``, which DDP accepts only with NCCL or XCCL."""
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())  # half the bytes on the wire
+    state["sent"].add(str(compressed.dtype).removeprefix("torch."))
+
+    def decompress(fut: torch.futures.Future) -> torch.Tensor:
+        return buffer.copy_(fut.value()[0])
+
+    return dist.all_reduce(compressed, async_op=True).get_future().then(decompress)
+
+
+def accuracy_counts(model: nn.Module, dataset: TensorDataset, rank: int, world_size: int,
+                    device: torch.device) -> torch.Tensor:
+    """(correct, counted) over every sample of ``dataset`` exactly once, summed over all ranks.
+
+    DistributedSampler pads the index list to a multiple of world_size by repeating its first
+    indices; rank r reads positions r, r + world_size, ... of the padded list, so a position at or
+    past len(dataset) is a duplicate and is not counted.
+    """
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    counts = torch.zeros(2, dtype=torch.float64, device=device)
+    model.eval()
+    with torch.no_grad():
+        for i, index in enumerate(sampler):
+            if rank + i * world_size >= len(dataset):
+                continue  # a padding duplicate
+            x, y = dataset[index]
+            counts[0] += (model(x.to(device).unsqueeze(0)).argmax(1) == y.to(device)).sum()
+            counts[1] += 1
+    model.train()
+    dist.all_reduce(counts)  # every rank calls it: a collective only some ranks reach hangs
+    return counts
+
+
+def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16, lr: float = 0.1,
+               seed: int = 0, precision: Literal["fp32", "bf16", "fp16"] = "fp32",
+               comm_hook: Literal["none", "allreduce", "bf16_compress"] = "none",
+               max_norm: float | None = None, clip: Literal["after_sync", "before_sync"] = "after_sync",
+               compile: bool = False, hidden: int = 32) -> dict:
+    """Lesson 05's training job with the parts a loop has today: autocast, gradient clipping,
+    an exact evaluation, torch.compile and logging on rank 0.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        epochs: epochs over the 512 training samples.
+        batch_size: samples per rank per step (global batch = world_size x batch_size).
+        lr: learning rate of SGD with momentum 0.9.
+        seed: seed of the initial weights (the same on every rank) and of the shuffle.
+        precision: "fp32", or autocast to "bf16" or "fp16" (fp16 with a GradScaler).
+        comm_hook: "none" (DDP's built-in all-reduce), "allreduce" (torch's allreduce_hook, recording
+            the dtype it sends) or "bf16_compress" (averaged in bfloat16, see ``bf16_compress``).
+        max_norm: clip the gradient norm to this (None: no clipping).
+        clip: "after_sync" clips the averaged gradient; "before_sync" (wrong) clips each rank's own
+            gradient inside no_sync, then averages by hand.
+        compile: wrap the DDP model in torch.compile.
+        hidden: width of the hidden layer.
+
+    Returns {"rank", "losses" (per epoch, mean over all ranks' samples), "grad_norms" (this rank's
+    norm before clipping, per step), "dtypes" (of parameters, logits, loss, gradients, and what the
+    comm hook sent), "step_seconds" (per step), "accuracy" (held-out, exact), "scale" (the
+    GradScaler's final scale, or None), "params" (flattened)}.
+    """
+    with process_group(rank, world_size) as device:
+        log = logging.getLogger("train_loop")
+        log.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+        torch.manual_seed(seed)
+        dataset = make_moons()
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
+        model = make_model(hidden).to(device)
+        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        hook_state: dict = {"sent": set()}
+        if comm_hook == "allreduce":
+            ddp_model.register_comm_hook(hook_state, recording_allreduce)
+        elif comm_hook == "bf16_compress":
+            ddp_model.register_comm_hook(hook_state, bf16_compress)
+        step_model = torch.compile(ddp_model) if compile else ddp_model
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled.
+        scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        loss_fn = nn.CrossEntropyLoss()
+
+        losses, grad_norms, step_seconds, dtypes = [], [], [], {}
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            totals = torch.zeros(2, dtype=torch.float64, device=device)
+            for x, y in loader:
+                start = time.perf_counter()
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad(set_to_none=True)
+                clip_alone = max_norm is not None and clip == "before_sync"
+                # no_sync must cover the forward: DDP decides there whether backward all-reduces.
+                with ddp_model.no_sync() if clip_alone else nullcontext():
+                    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                        logits = step_model(x)
+                        loss = loss_fn(logits, y)
+                    scaler.scale(loss).backward()  # DDP averages the gradients here, unless in no_sync
+                if clip_alone:  # wrong: each rank clips its own gradient, by its own factor
+                    scaler.unscale_(optimizer)
+                    grad_norms.append(nn.utils.clip_grad_norm_(model.parameters(), max_norm).item())
+                    for p in model.parameters():  # averaged only now, after each rank clipped alone
+                        dist.all_reduce(p.grad)
+                        p.grad /= world_size
+                else:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                    norm = nn.utils.get_total_norm([p.grad for p in model.parameters()])
+                    if max_norm is not None:
+                        nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
+                    grad_norms.append(norm.item())
+                dtypes.setdefault("parameters", str(next(model.parameters()).dtype).removeprefix("torch."))
+                dtypes.setdefault("logits", str(logits.dtype).removeprefix("torch."))
+                dtypes.setdefault("loss", str(loss.dtype).removeprefix("torch."))
+                dtypes.setdefault("gradients", str(next(model.parameters()).grad.dtype).removeprefix("torch."))
+                scaler.step(optimizer)  # skips the step if a gradient is inf/nan (fp16 overflow)
+                scaler.update()
+                step_seconds.append(time.perf_counter() - start)
+                totals[0] += loss.detach().double() * len(y)
+                totals[1] += len(y)
+            dist.all_reduce(totals)
+            losses.append(round((totals[0] / totals[1]).item(), 6))
+            log.info("epoch %d/%d loss %.4f", epoch + 1, epochs, losses[-1])
+
+        counts = accuracy_counts(model, make_moons(101, seed=EVAL_SEED), rank, world_size, device)
+        dtypes["all_reduced"] = sorted(hook_state["sent"])
+        return {"rank": rank, "losses": losses, "grad_norms": [round(n, 6) for n in grad_norms],
+                "dtypes": dtypes, "step_seconds": step_seconds, "accuracy": (counts[0] / counts[1]).item(),
+                "scale": scaler.get_scale() if scaler.is_enabled() else None,
+                "params": torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().tolist()}
+
+
+def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
+    """The first step (where torch.compile compiles) and the median of the steps after ``warmup``."""
+    return {"first_step_s": step_seconds[0], "steady_step_s": statistics.median(step_seconds[warmup:])}
+
+
+def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
+                    fix: Literal["none", "drop_last", "count_real"] = "none", seed: int = 0) -> dict:
+    """Evaluate one model on ``n_eval`` held-out samples split by DistributedSampler, the naive way
+    or with a fix for its padding, and sum the counts over ranks with all_reduce.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        n_eval: number of held-out samples (not a multiple of world_size, to see the padding).
+        fix: "none" counts every index the sampler gives (duplicates too), "drop_last" uses
+            DistributedSampler(drop_last=True), "count_real" skips the padding positions.
+        seed: seed of the model's weights (an untrained model: the point is the counting).
+
+    Returns {"rank", "indices" (this rank's sample indices), "correct", "counted" (summed over
+    ranks), "accuracy", "reference" (accuracy of the same model on every sample, computed on this rank alone)}.
+    """
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(seed)
+        model = make_model().to(device).eval()
+        dataset = make_moons(n_eval, seed=EVAL_SEED)
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False,
+                                     drop_last=fix == "drop_last")
+        indices = list(sampler)
+        counts = torch.zeros(2, dtype=torch.float64, device=device)
+        with torch.no_grad():
+            x, y = dataset.tensors
+            right = (model(x.to(device)).argmax(1) == y.to(device)).cpu()
+            for i, index in enumerate(indices):
+                if fix == "count_real" and rank + i * world_size >= len(dataset):
+                    continue
+                counts += torch.tensor([float(right[index]), 1.0], dtype=torch.float64, device=device)
+        dist.all_reduce(counts)
+        return {"rank": rank, "indices": indices, "correct": int(counts[0]), "counted": int(counts[1]),
+                "accuracy": (counts[0] / counts[1]).item(), "reference": right.double().mean().item()}
+
+
+def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = False, timeout_s: float = 3.0) -> dict:
+    """Rank 0 alone evaluates the model after a training step, the others go on to the next step.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        collective_in_eval: True makes rank 0's evaluation all-reduce its metric, a collective the
+            other ranks never call (they call the next step's gradient all-reduce instead).
+        timeout_s: the process group's timeout, after which a collective nobody matches fails.
+
+    Returns {"rank", "accuracy" (rank 0 only, else None), "checksum" (of the parameters after two steps)}.
+    """
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
+        torch.manual_seed(0)
+        model = make_model().to(device)
+        ddp_model = DDP(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        dataset = make_moons()
+        x, y = (t[rank::world_size][:16].to(device) for t in dataset.tensors)
+        accuracy = None
+        for step in range(2):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(ddp_model(x), y).backward()
+            optimizer.step()
+            if step == 0 and rank == 0:
+                with torch.no_grad():  # the unwrapped module: DDP's forward may call collectives
+                    model.eval()
+                    hits = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double().sum()
+                    model.train()
+                if collective_in_eval:
+                    dist.all_reduce(hits)  # only rank 0 gets here
+                accuracy = hits.item() / len(dataset)
+        checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
+        return {"rank": rank, "accuracy": accuracy, "checksum": checksum}
+
+
+class RankFilter(logging.Filter):
+    """Adds ``record.rank`` so that a format can say which rank logged the line."""
+
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True
+
+
+def setup_logging(rank: int, name: str = "train_loop") -> logging.Logger:
+    """A logger that prints INFO and above on rank 0 and WARNING and above on the other ranks, each
+    line prefixed with its rank (no timestamps, so that runs compare line by line)."""
+    handler = logging.StreamHandler()  # stderr
+    handler.addFilter(RankFilter(rank))
+    handler.setFormatter(logging.Formatter("[rank %(rank)d] %(levelname)s %(message)s"))
+    logger = logging.getLogger(name)
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    return logger
+
+
+def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 11) -> dict:
+    """One seed for what must agree (the initial weights), seed + rank for what must differ
+    (dropout masks, augmentation), and logging that is quiet on every rank but 0 except for warnings.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        seed: the base seed.
+        n_eval: held-out samples; a rank whose shard holds a padding duplicate logs a warning.
+
+    Returns {"rank", "init_checksum" (the same on every rank), "dropout_mask" (this rank's first
+    dropout mask, as 0/1 ints: different on each rank)}.
+    """
+    with process_group(rank, world_size):
+        log = setup_logging(rank)
+        torch.manual_seed(seed)  # the same initial weights on every rank
+        model = make_model(hidden=8, dropout=0.5)
+        init_checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
+        torch.manual_seed(seed + rank)  # from here on, random streams differ between ranks
+        mask = (model[2](torch.ones(1, 8)) != 0).int().flatten().tolist()
+        log.info("model with %d parameters, seed %d, world size %d", sum(p.numel() for p in model.parameters()),
+                 seed, world_size)
+        padded = len(range(rank, math.ceil(n_eval / world_size) * world_size, world_size)) - len(
+            range(rank, n_eval, world_size))
+        if padded:
+            log.warning("my evaluation shard holds %d padding duplicate(s)", padded)
+        log.info("done")
+        return {"rank": rank, "init_checksum": init_checksum, "dropout_mask": mask}

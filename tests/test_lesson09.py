@@ -1,0 +1,135 @@
+"""Lesson 09's workers and exercise checkers, run on 2 real gloo ranks."""
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddp_lib.errors import WorkerError
+from ddp_lib.exercises import lesson09
+from ddp_lib.exercises.solutions import lesson09 as solutions
+from ddp_lib.launch import launch, spawn
+from ddp_lib.workers.training_loop import evaluate_padded, rank0_evaluation, seeds_and_logging, train_loop
+
+
+def test_bf16_autocast_keeps_fp32_gradients_and_ddp_all_reduces_fp32():
+    ranks = spawn(train_loop, 2, kwargs=dict(epochs=1, precision="bf16", comm_hook="allreduce"), show_output=False)
+    dtypes = ranks[0]["dtypes"]
+    assert dtypes["logits"] == "bfloat16"
+    assert dtypes["loss"] == "float32" and dtypes["gradients"] == "float32"
+    assert dtypes["all_reduced"] == ["float32"]
+    assert ranks[0]["params"] == ranks[1]["params"]
+
+
+def test_bf16_compression_sends_bfloat16_and_stays_close_to_fp32():
+    fp32 = spawn(train_loop, 2, kwargs=dict(epochs=2), show_output=False)[0]
+    compressed = spawn(train_loop, 2, kwargs=dict(epochs=2, comm_hook="bf16_compress"), show_output=False)[0]
+    assert compressed["dtypes"]["all_reduced"] == ["bfloat16"]
+    assert compressed["losses"] != fp32["losses"]  # the rounding is real...
+    assert max(abs(a - b) for a, b in zip(compressed["losses"], fp32["losses"])) < 0.01  # ...and small
+
+
+def test_fp16_uses_a_grad_scaler():
+    result = spawn(train_loop, 2, kwargs=dict(epochs=1, precision="fp16"), show_output=False)[0]
+    assert result["dtypes"]["logits"] == "float16" and result["scale"] is not None
+
+
+def test_clipping_after_sync_matches_one_process_and_before_sync_does_not():
+    kwargs = dict(epochs=1, lr=0.5, max_norm=0.5)
+    after = spawn(train_loop, 2, kwargs=kwargs, show_output=False)
+    before = spawn(train_loop, 2, kwargs=dict(kwargs, clip="before_sync"), show_output=False)
+    one = spawn(train_loop, 1, kwargs=dict(kwargs, batch_size=32), show_output=False)[0]
+    assert after[0]["grad_norms"] == after[1]["grad_norms"]
+    assert torch.allclose(torch.tensor(after[0]["params"]), torch.tensor(one["params"]), atol=1e-5)
+    assert before[0]["grad_norms"] != before[1]["grad_norms"]  # each rank measured its own gradient
+    assert before[0]["params"] == before[1]["params"]  # averaged afterwards, so the ranks still agree...
+    assert (torch.tensor(before[0]["params"]) - torch.tensor(one["params"])).abs().max() > 1e-3  # ...on a wrong step
+
+
+@pytest.mark.parametrize("fix, counted", [("none", 12), ("drop_last", 10), ("count_real", 11)])
+def test_evaluation_counts(fix, counted):
+    ranks = spawn(evaluate_padded, 2, kwargs=dict(n_eval=11, fix=fix), show_output=False)
+    assert [r["counted"] for r in ranks] == [counted, counted]
+    exact = ranks[0]["accuracy"] == ranks[0]["reference"]
+    assert exact == (fix == "count_real")
+
+
+def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
+    ranks = spawn(rank0_evaluation, 2, show_output=False)
+    assert ranks[0]["accuracy"] is not None and ranks[1]["accuracy"] is None
+    assert ranks[0]["checksum"] == ranks[1]["checksum"]
+    with pytest.raises(WorkerError, match="Timed out"):
+        spawn(rank0_evaluation, 2, kwargs=dict(collective_in_eval=True, timeout_s=2.0), show_output=False)
+
+
+def test_seeds_and_logging():
+    job = launch(seeds_and_logging, 2, show_output=False)
+    assert job.results[0]["init_checksum"] == job.results[1]["init_checksum"]
+    assert job.results[0]["dropout_mask"] != job.results[1]["dropout_mask"]
+    assert job.stderr[0].splitlines()[0].startswith("[rank 0] INFO model with")
+    assert job.stderr[1] == "[rank 1] WARNING my evaluation shard holds 1 padding duplicate(s)\n"
+
+
+@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="no C++ compiler")
+def test_compiled_loop_equals_eager():
+    eager = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64), show_output=False)[0]
+    compiled = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64, compile=True), show_output=False)[0]
+    assert max(abs(a - b) for a, b in zip(eager["losses"], compiled["losses"])) < 1e-4
+
+
+def _load(tmp_path, monkeypatch, name, source):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return __import__(name)
+
+
+def test_evaluate_checker_passes_the_solution():
+    assert lesson09.check_evaluate(solutions.evaluate).startswith("PASS")
+
+
+def test_evaluate_checker_fails_the_stub(tmp_path, monkeypatch):
+    stub = _load(tmp_path, monkeypatch, "stub09_eval", lesson09.EVALUATE_STUB)
+    report = lesson09.check_evaluate(stub.evaluate)
+    assert report.startswith("FAIL") and "all_reduce" in report
+
+
+def test_evaluate_checker_names_the_padding(tmp_path, monkeypatch):
+    counts_padding = lesson09.EVALUATE_STUB.replace("return correct / len(sampler)", textwrap.dedent("""\
+        counts = torch.tensor([float(correct), float(len(sampler))])
+            torch.distributed.all_reduce(counts)
+            return (counts[0] / counts[1]).item()"""))
+    module = _load(tmp_path, monkeypatch, "padded09_eval", counts_padding)
+    report = lesson09.check_evaluate(module.evaluate)
+    assert report.startswith("FAIL") and "padding duplicate" in report
+
+
+def test_train_step_checker_passes_the_solution():
+    assert lesson09.check_train_step(solutions.train_step).startswith("PASS")
+
+
+def test_train_step_checker_fails_the_stub(tmp_path, monkeypatch):
+    stub = _load(tmp_path, monkeypatch, "stub09_step", lesson09.TRAIN_STEP_STUB)
+    report = lesson09.check_train_step(stub.train_step)
+    assert report.startswith("FAIL") and "no_sync" in report and "divide the loss" in report
+
+
+def test_train_step_checker_names_a_missing_clip(tmp_path, monkeypatch):
+    import inspect
+    clip_line = "    nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)\n"
+    no_clip = inspect.getsource(solutions).replace(clip_line, "")
+    module = _load(tmp_path, monkeypatch, "noclip09_step", no_clip)
+    report = lesson09.check_train_step(module.train_step)
+    assert report.startswith("FAIL") and "clip_grad_norm_" in report
+
+
+
+def test_the_lesson_starts_each_exercise_from_the_stub_the_tests_fail():
+    import nbformat
+
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "09_training_loop.ipynb", as_version=4)
+    written = {c.source.splitlines()[0]: c.source.split("\n", 1)[1] for c in nb.cells
+               if c.cell_type == "code" and c.source.startswith("%%writefile")}
+    assert written["%%writefile lesson09_evaluate.py"].rstrip() == lesson09.EVALUATE_STUB.rstrip()
+    assert written["%%writefile lesson09_train_step.py"].rstrip() == lesson09.TRAIN_STEP_STUB.rstrip()

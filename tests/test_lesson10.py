@@ -1,0 +1,98 @@
+"""Lesson 10's workers and exercise checker, run on real gloo ranks."""
+
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from ddp_lib.exercises import lesson10
+from ddp_lib.exercises.solutions import lesson10 as solutions
+from ddp_lib.launch import spawn
+from ddp_lib.workers.beyond_ddp import compare_strategies, fsdp_checkpoint, memory_run, mesh_2x2
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    return {s: spawn(memory_run, 2, kwargs=dict(strategy=s, width=64, layers=2), show_output=False)
+            for s in ("ddp", "zero1", "fsdp")}
+
+
+def test_compare_strategies_runs_each_in_one_job():
+    ranks = spawn(compare_strategies, 2, kwargs=dict(strategies="ddp,fsdp", steps=2), show_output=False)
+    assert list(ranks[0]) == ["ddp", "fsdp"]
+    assert max(abs(a - b) for a, b in zip(ranks[0]["ddp"]["losses"], ranks[1]["fsdp"]["losses"])) < 1e-5
+    assert ranks[1]["fsdp"]["local_shape"] == [128, 256]
+
+
+def test_the_strategies_train_to_the_same_losses(runs):
+    ddp = runs["ddp"][0]["losses"]
+    for strategy in ("zero1", "fsdp"):
+        assert max(abs(a - b) for a, b in zip(ddp, runs[strategy][0]["losses"])) < 1e-5
+
+
+def test_zero1_halves_the_optimizer_state_and_fsdp_everything(runs):
+    ddp = runs["ddp"][0]["bytes"]
+    for rank in range(2):
+        zero1, fsdp = runs["zero1"][rank]["bytes"], runs["fsdp"][rank]["bytes"]
+        assert zero1["parameters"] == ddp["parameters"] and zero1["gradients"] == ddp["gradients"]
+        assert 0.4 < zero1["optimizer state"] / ddp["optimizer state"] < 0.6
+        for part in ("parameters", "gradients", "optimizer state"):
+            assert 0.4 < fsdp[part] / ddp[part] < 0.6
+        assert fsdp["activations"] == ddp["activations"] > 0
+
+
+def test_each_strategy_runs_its_own_collectives(runs):
+    assert set(runs["ddp"][0]["collectives"]) == {"c10d::allreduce_", "gloo:all_reduce"}
+    assert runs["zero1"][0]["collectives"]["c10d::broadcast_"] > 0
+    fsdp = runs["fsdp"][0]["collectives"]
+    assert fsdp["c10d::_allgather_base_"] == 2 * fsdp["c10d::_reduce_scatter_base_"] == 6  # 3 Linear units
+    assert runs["fsdp"][0]["placements"] == ["S(0)"]
+    assert runs["fsdp"][0]["local_shape"] == [32, 64] and runs["fsdp"][0]["global_shape"] == [64, 64]
+
+
+def test_fsdp_checkpoint_resumes_to_the_same_result(tmp_path):
+    straight = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, width=64), show_output=False)[0]
+    first = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), width=64),
+                  show_output=False)[0]  # saving does not change the run
+    resumed = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), resume=True,
+                                                    width=64), show_output=False)[0]
+    assert first["losses"] == straight["losses"]
+    assert resumed["start_step"] == 2 and resumed["losses"] == straight["losses"][2:]
+    assert resumed["checksum"] == straight["checksum"]
+
+
+def test_mesh_2x2_groups():
+    ranks = spawn(mesh_2x2, 4, show_output=False)
+    assert [r["coordinate"] for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [r["replicate_group"] for r in ranks] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [r["shard_group"] for r in ranks] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [r["sum_over_replicate"] for r in ranks] == [2.0, 4.0, 2.0, 4.0]
+    assert ranks[0]["placements"] == ["R", "S(0)"]
+
+
+def test_mesh_2x2_refuses_other_world_sizes():
+    from ddp_lib.errors import WorkerError
+
+    with pytest.raises(WorkerError, match="needs world_size 4"):
+        spawn(mesh_2x2, 2, show_output=False)
+
+
+def test_checker_passes_the_solution():
+    assert lesson10.check_state_bytes(solutions.state_bytes).startswith("PASS")
+
+
+def test_checker_fails_the_stub_and_names_zero_and_dtensor(tmp_path, monkeypatch):
+    (tmp_path / "stub10.py").write_text(lesson10.STATE_BYTES_STUB)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import stub10
+
+    report = lesson10.check_state_bytes(stub10.state_bytes)
+    assert report.startswith("FAIL") and ".optim" in report and ".to_local()" in report and "ddp" not in report
+
+
+def test_the_lesson_starts_the_exercise_from_the_stub():
+    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "10_beyond_ddp.ipynb", as_version=4)
+    written = [c.source.split("\n", 1)[1] for c in nb.cells
+               if c.cell_type == "code" and c.source.startswith("%%writefile lesson10_")]
+    assert [w.rstrip() for w in written] == [textwrap.dedent(lesson10.STATE_BYTES_STUB).rstrip()]
