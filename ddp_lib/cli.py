@@ -58,8 +58,8 @@ def _help(param: Param) -> str:
     text = param.help or param.name.replace("_", " ")
     if param.required:
         return f"{text} (required)"
-    if param.type is bool:
-        return text
+    if param.type is bool and param.choices is None:
+        return f"{text} (default: {'--' if param.default else '--no-'}{param.flag[2:]})"
     return f"{text} (default: {param.default!r})"
 
 
@@ -162,7 +162,8 @@ def _run_this_rank(fn, kwargs: dict, as_json: bool) -> int:
 def _report(by_rank: dict[int, object], payload: object, as_json: bool) -> None:
     """Print ``payload`` as JSON on one line, or one line per rank of ``by_rank``; say on stderr
     where a number is not finite (a diverged loss): JSON has no nan or inf, so they become null."""
-    bad = [(f"rank {rank} {path}".strip(), value) for rank, result in by_rank.items() for path, value in _finite(result)[1]]
+    bad = [(f"rank {rank} {path}".strip(), value)
+           for rank, result in by_rank.items() for path, value in _finite(result)[1]]
     if bad:
         where = ", ".join(f"{path} = {value}" for path, value in bad[:3]) + (" ..." if len(bad) > 3 else "")
         print(f"ddp_lib: the loss diverged: {len(bad)} number(s) in the results are not finite ({where})"
