@@ -91,15 +91,17 @@ def _worker_parser(prog: str, summary: str, params: list[Param]) -> argparse.Arg
                 raise LaunchInputError(f"worker {prog}: parameter {param.name} has no type the command line can "
                                        "give (bool, int, float, str, Literal[...] or X | None)")
             continue  # left at the signature's default
-        dest = param.name
-        if param.type is bool and param.choices is None:
-            default = None if param.required else param.default
-            worker.add_argument(param.flag, dest=dest, action=argparse.BooleanOptionalAction, default=default,
-                                required=param.required, help=_help(param))
-        else:
-            worker.add_argument(param.flag, dest=dest, type=_converter(param), choices=param.choices,
-                                default=None if param.required else param.default, required=param.required,
-                                help=_help(param))
+        default = None if param.required else param.default
+        try:
+            if param.type is bool and param.choices is None:
+                worker.add_argument(param.flag, dest=param.name, action=argparse.BooleanOptionalAction,
+                                    default=default, required=param.required, help=_help(param))
+            else:
+                worker.add_argument(param.flag, dest=param.name, type=_converter(param), choices=param.choices,
+                                    default=default, required=param.required, help=_help(param))
+        except argparse.ArgumentError:  # e.g. a parameter named timeout or backend
+            raise LaunchInputError(f"worker {prog}: parameter {param.name} clashes with the launcher's own option "
+                                   f"{param.flag}; rename the parameter") from None
     return parser
 
 

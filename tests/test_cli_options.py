@@ -124,3 +124,11 @@ def test_a_worker_parameter_without_a_command_line_type_and_no_default_is_refuse
 
     with pytest.raises(LaunchInputError, match="parameter model has no type the command line can give"):
         cli._worker_parser("odd", "", worker_params(odd))
+
+
+def test_a_worker_parameter_named_like_a_launcher_option_is_refused():
+    def timed(rank: int, world_size: int, timeout: float = 1.0):
+        """A worker whose option would hide the launcher's --timeout."""
+
+    with pytest.raises(LaunchInputError, match="parameter timeout clashes with the launcher's own option --timeout"):
+        cli._worker_parser("timed", "", worker_params(timed))
