@@ -6,16 +6,53 @@ Each failure is a LaunchInputError whose one-line message names the value and wh
 from __future__ import annotations
 
 import functools
+import inspect
+import math
 import multiprocessing
 import numbers
+import os
 import pickle
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from ddp_lib.device import check_backend, default_backend
 from ddp_lib.errors import LaunchInputError
+from ddp_lib.worker_params import value_problem, worker_params
+
+# Nothing here imports torch at module level (the backend checks import it when called), so that
+# ``python -m ddp_lib`` can check the environment before torch reads it at import.
 
 START_METHODS = ("forkserver", "spawn", "fork")
+
+# One machine: each rank is a whole torch process (hundreds of MB, threads, sockets to every
+# peer). Beyond this, use several nodes with torchrun; DDP_LIB_MAX_WORLD_SIZE raises the cap.
+MAX_WORLD_SIZE = 64
+MAX_WORLD_SIZE_ENV = "DDP_LIB_MAX_WORLD_SIZE"
+# The longest wait multiprocessing.connection.wait accepts is about 24.8 days (2**31 ms);
+# beyond a week, no deadline (None) says what is meant.
+MAX_TIMEOUT = 7 * 24 * 3600.0
+
+# What the launcher sets for every rank itself: an override would point ranks at another job's
+# store, or give two ranks the same rank.
+LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")  # TORCH_DISTRIBUTED_DEBUG, any case (torch's c10d debug.cpp)
+
+# What torchrun's agent (torch 2.13, elastic/agent/server/local_elastic_agent.py) sets for every
+# worker. All of them set means "started by torchrun"; MASTER_ADDR/MASTER_PORT are left out of
+# the test because tutorials export them by hand and the launcher ignores them anyway.
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                 "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT",
+                 "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_USE_AGENT_STORE")
+TORCHRUN_ADDRESS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+
+
+def max_world_size() -> int:
+    """The most ranks one launch may start: MAX_WORLD_SIZE, or DDP_LIB_MAX_WORLD_SIZE when set."""
+    raw = os.environ.get(MAX_WORLD_SIZE_ENV)
+    if raw is None:
+        return MAX_WORLD_SIZE
+    if not raw.strip().isdigit() or int(raw) < 1:
+        raise LaunchInputError(f"{MAX_WORLD_SIZE_ENV} must be a whole number, 1 or more, got {raw!r}")
+    return int(raw)
 
 
 def check_world_size(world_size: object) -> int:
@@ -23,6 +60,12 @@ def check_world_size(world_size: object) -> int:
         raise LaunchInputError(f"world_size must be a whole number of processes (1 or more), got {world_size!r}")
     if world_size < 1:
         raise LaunchInputError(f"world_size must be 1 or more, got {world_size}")
+    limit = max_world_size()
+    if world_size > limit:
+        raise LaunchInputError(
+            f"world_size {world_size} is more processes than one machine should run (at most {limit}; this machine "
+            f"has {os.cpu_count()} CPU cores): for more ranks use several nodes with torchrun, "
+            f"or set {MAX_WORLD_SIZE_ENV} to raise the limit")
     return int(world_size)
 
 
@@ -101,17 +144,92 @@ def check_start_method(start_method: object) -> str:
 def check_timeout(timeout: object) -> float | None:
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout > 0:
-        raise LaunchInputError(f"timeout must be a number of seconds above 0, or None for no deadline, got {timeout!r}")
+    if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout)
+            or not 0 < timeout <= MAX_TIMEOUT):
+        raise LaunchInputError(f"timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f} (a week), "
+                               f"or None for no deadline, got {timeout!r}")
     return float(timeout)
 
 
+def check_worker_arguments(fn: Callable, args: tuple, kwargs: dict) -> None:
+    """Refuse a value the worker's signature rules out: a choice outside its ``Literal[...]``, or
+    one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter of that name
+    (``epochs=0``, ``lr=float("nan")``). Arguments that do not fit the signature at all are left
+    to the worker, whose TypeError then names the rank."""
+    try:
+        bound = inspect.signature(fn).bind(0, 1, *args, **kwargs)  # rank and world_size stand-ins
+        params = worker_params(fn)
+    except (TypeError, ValueError):
+        return
+    for param in params:
+        if param.name in bound.arguments:
+            problem = value_problem(param, bound.arguments[param.name])
+            if problem:
+                raise LaunchInputError(f"{param.name} {problem}")
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Refuse values of variables torch or the ranks read that would fail only inside a rank
+    (OMP_NUM_THREADS) or at ``import torch`` (TORCH_DISTRIBUTED_DEBUG)."""
+    threads = environ.get("OMP_NUM_THREADS")
+    if threads is not None and not (threads.strip().isdigit() and int(threads) >= 1):
+        raise LaunchInputError(
+            f"OMP_NUM_THREADS must be a whole number of threads per rank, 1 or more, got {threads!r}")
+    debug = environ.get("TORCH_DISTRIBUTED_DEBUG")
+    if debug is not None and debug.upper() not in DEBUG_LEVELS:
+        raise LaunchInputError(
+            f"TORCH_DISTRIBUTED_DEBUG must be one of {', '.join(DEBUG_LEVELS)} (any case), got {debug!r}")
+
+
+def check_env(env: object) -> dict[str, str]:
+    """Check ``env=``, the extra variables for every rank, together with the environment the ranks
+    inherit; return it as a dict of strings."""
+    if env is None:
+        env = {}
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) for k in env):
+        raise LaunchInputError(f"env must be a dict of environment variable names to values, got {env!r}")
+    reserved = [k for k in env if k in LAUNCHER_VARS]
+    if reserved:
+        raise LaunchInputError(
+            f"env may not set {', '.join(reserved)}: the launcher sets {', '.join(LAUNCHER_VARS)} for every rank "
+            "itself (to run ranks elsewhere, use torchrun)")
+    env = {k: str(v) for k, v in env.items()}
+    check_environment({**os.environ, **env})
+    return env
+
+
+def torchrun_mode(environ: Mapping[str, str], world_size: object = None) -> bool:
+    """True when torchrun started this process: every variable torchrun sets is set. Some set and
+    others not, or a ``world_size`` other than torchrun's WORLD_SIZE, is refused in one line."""
+    present = [k for k in TORCHRUN_VARS if k in environ]
+    if not present:
+        return False
+    missing = [k for k in TORCHRUN_VARS + TORCHRUN_ADDRESS_VARS if k not in environ]
+    if missing:
+        raise LaunchInputError(
+            f"{', '.join(present)} set in the environment but not {', '.join(missing)}: this is not a rank "
+            f"started by torchrun; unset {', '.join(present)} to launch with --world-size, or start it with torchrun")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        if not environ[name].isdigit():
+            raise LaunchInputError(f"{name} must be a whole number under torchrun, got {environ[name]!r}")
+    if world_size is not None and str(world_size) != environ["WORLD_SIZE"]:
+        raise LaunchInputError(
+            f"--world-size {world_size} contradicts WORLD_SIZE={environ['WORLD_SIZE']} set by torchrun: under "
+            "torchrun the number of ranks is torchrun's (--nnodes x --nproc-per-node); drop --world-size")
+    return True
+
+
 def check_launch(fn: Callable, world_size: object, args: object, kwargs: object, backend: object,
-                 start_method: object, timeout: object) -> tuple:
-    """Validate a launch; return (fn_ref, world_size, args, kwargs, backend, start_method, timeout)."""
+                 start_method: object, timeout: object, env: object = None) -> tuple:
+    """Validate a launch; return (fn_ref, world_size, args, kwargs, backend, start_method, timeout).
+    ``env`` (extra variables for every rank) is checked too; the inherited environment always is."""
+    from ddp_lib.device import check_backend, default_backend  # imports torch
+
     world_size = check_world_size(world_size)
     fn, args, kwargs = unwrap_partial(fn, check_args(args), check_kwargs(kwargs))
     check_picklable(args, kwargs)
     fn_ref = check_worker(fn)
+    check_worker_arguments(fn, args, kwargs)
+    check_env(env)
     backend = default_backend(world_size) if backend is None else check_backend(backend, world_size)
     return fn_ref, world_size, args, kwargs, backend, check_start_method(start_method), check_timeout(timeout)

@@ -1,17 +1,28 @@
 """``python -m ddp_lib``: list the workers, run one on N ranks, or run a benchmark.
 
 Exit codes: 0 success; 1 a worker failed (the message names the rank); 2 bad input (one line
-on stderr, nothing started). Under torchrun (RANK set), ``run`` runs this process's rank only.
+on stderr, nothing started); 130 interrupted (Ctrl-C; every rank is stopped). Under torchrun
+(every variable torchrun sets is set), ``run`` runs this process's rank only.
+
+A worker's options come from its signature (the parameters after rank and world_size): a
+``bool`` is a flag ``--name``/``--no-name``, ``int``/``float``/``str`` take a value,
+``Literal[...]`` takes one of its choices, ``X | None`` may be left out; defaults are the
+signature's and help lines come from the docstring's ``Args:`` block.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
+from ddp_lib.checks import MAX_TIMEOUT, check_environment, check_timeout, check_world_size, torchrun_mode
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
+from ddp_lib.worker_params import Param, value_problem, worker_params
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,33 +41,100 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _worker_parser(name: str, worker) -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"python -m ddp_lib run {name}", description=worker.summary)
-    parser.add_argument("--world-size", help="number of ranks (ignored under torchrun, which sets WORLD_SIZE)")
+def _converter(param: Param):
+    """The argparse ``type`` for a parameter: its scalar type; "none" gives None where allowed."""
+    scalar = param.type
+
+    def convert(text: str):
+        if param.optional and scalar is not str and text.lower() == "none":
+            return None
+        return scalar(text)
+
+    convert.__name__ = scalar.__name__  # argparse names it in "invalid int value: 'x'"
+    return convert
+
+
+def _help(param: Param) -> str:
+    text = param.help or param.name.replace("_", " ")
+    if param.required:
+        return f"{text} (required)"
+    if param.type is bool and param.choices is None:
+        return f"{text} (default: {'--' if param.default else '--no-'}{param.flag[2:]})"
+    return f"{text} (default: {param.default!r})"
+
+
+def _timeout(text: str) -> float | None:
+    if text.lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = text
+    try:
+        return check_timeout(value)
+    except LaunchInputError:
+        raise LaunchInputError(f"--timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT:.0f} (a week), "
+                               f"or 'none' for no deadline, got {text!r}") from None
+
+
+def _worker_parser(prog: str, summary: str, params: list[Param]) -> argparse.ArgumentParser:
+    parser = _Parser(prog=f"python -m ddp_lib run {prog}", description=summary)
+    parser.add_argument("--world-size", help="number of ranks (under torchrun, torchrun's; leave it out)")
     parser.add_argument("--backend", help="gloo or nccl (default: nccl if every rank has a GPU, else gloo)")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds before a hung job is stopped")
-    parser.add_argument("--json", action="store_true", help="print the per-rank results as JSON on the last line")
-    for option in worker.options:
-        if option.type is bool:
-            parser.add_argument(option.flag, action="store_true", help=option.help)
-        else:
-            parser.add_argument(option.flag, type=option.type, default=option.default, help=option.help)
+    parser.add_argument("--timeout", help="seconds before a hung job is stopped (default: 300; 'none': no deadline)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the per-rank results as JSON on the last line (nan and inf as null)")
+    worker = parser.add_argument_group(f"options of {prog}")
+    for param in params:
+        if param.type is None:
+            if param.required:
+                raise LaunchInputError(f"worker {prog}: parameter {param.name} has no type the command line can "
+                                       "give (bool, int, float, str, Literal[...] or X | None)")
+            continue  # left at the signature's default
+        default = None if param.required else param.default
+        try:
+            if param.type is bool and param.choices is None:
+                worker.add_argument(param.flag, dest=param.name, action=argparse.BooleanOptionalAction,
+                                    default=default, required=param.required, help=_help(param))
+            else:
+                worker.add_argument(param.flag, dest=param.name, type=_converter(param), choices=param.choices,
+                                    default=default, required=param.required, help=_help(param))
+        except argparse.ArgumentError:  # e.g. a parameter named timeout or backend
+            raise LaunchInputError(f"worker {prog}: parameter {param.name} clashes with the launcher's own option "
+                                   f"{param.flag}; rename the parameter") from None
     return parser
 
 
-def _run(name: str, argv: list[str]) -> int:
+def _load(name: str):
+    """A registered worker's (function, summary), or any ``module:function``."""
+    import pkgutil
+
+    from ddp_lib.worker_params import summary
     from ddp_lib.workers import WORKERS
 
-    if name not in WORKERS:
-        raise LaunchInputError(f"unknown worker {name!r}; accepted: {', '.join(sorted(WORKERS))}")
-    worker = WORKERS[name]
-    opts = _worker_parser(name, worker).parse_args(argv)
-    fn = worker.load()
-    args = tuple(getattr(opts, o.flag.lstrip("-").replace("-", "_")) for o in worker.options)
-    if "RANK" in os.environ:
-        return _run_this_rank(fn, args, opts.json)
+    if name in WORKERS:
+        return WORKERS[name].load(), WORKERS[name].summary
+    if ":" in name:
+        try:
+            fn = pkgutil.resolve_name(name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise LaunchInputError(f"cannot import worker {name!r}: {exc}") from None
+        if not callable(fn):
+            raise LaunchInputError(f"{name} is not a function, got {type(fn).__name__}")
+        return fn, summary(fn)
+    raise LaunchInputError(f"unknown worker {name!r}; accepted: {', '.join(sorted(WORKERS))}, or module:function")
 
-    from ddp_lib.launch import DEFAULT_TIMEOUT, spawn
+
+def _run(name: str, argv: list[str]) -> int:
+    fn, summary = _load(name)
+    params = worker_params(fn)
+    opts = _worker_parser(name, summary, params).parse_args(argv)
+    kwargs = {p.name: getattr(opts, p.name) for p in params if p.type is not None}
+    for param in params:  # values the worker would refuse only after every rank has started
+        if param.name in kwargs and (problem := value_problem(param, kwargs[param.name])):
+            raise LaunchInputError(f"{param.flag} {problem}")
+    if torchrun_mode(os.environ, opts.world_size):
+        return _run_this_rank(fn, kwargs, opts.json)
 
     if opts.world_size is None:
         raise LaunchInputError("--world-size is required (a whole number of processes, 1 or more)")
@@ -65,25 +143,53 @@ def _run(name: str, argv: list[str]) -> int:
     except ValueError:
         raise LaunchInputError(
             f"--world-size must be a whole number of processes (1 or more), got {opts.world_size!r}") from None
-    results = spawn(fn, world_size, args, backend=opts.backend, timeout=opts.timeout or DEFAULT_TIMEOUT)
-    if opts.json:
-        print(json.dumps(results, default=repr))
-    else:
-        for rank, result in enumerate(results):
-            print(f"rank {rank} returned {result!r}")
+    world_size = check_world_size(world_size)
+    from ddp_lib.launch import DEFAULT_TIMEOUT, spawn
+
+    timeout = DEFAULT_TIMEOUT if opts.timeout is None else _timeout(opts.timeout)
+    results = spawn(fn, world_size, kwargs=kwargs, backend=opts.backend, timeout=timeout)
+    _report(dict(enumerate(results)), results, opts.json)
     return 0
 
 
-def _run_this_rank(fn, args: tuple, as_json: bool) -> int:
+def _run_this_rank(fn, kwargs: dict, as_json: bool) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    result = record(fn)(rank, world_size, *args)  # torchrun's error summary then shows the cause
-    line = json.dumps({"rank": rank, "result": result}, default=repr) if as_json else f"rank {rank} returned {result!r}"
-    # One write: ranks share the terminal, and print() may write the newline separately.
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    result = record(fn)(rank, world_size, **kwargs)  # torchrun's error summary then shows the cause
+    _report({rank: result}, {"rank": rank, "result": result}, as_json)
     return 0
+
+
+def _report(by_rank: dict[int, object], payload: object, as_json: bool) -> None:
+    """Print ``payload`` as JSON on one line, or one line per rank of ``by_rank``; say on stderr
+    where a number is not finite (a diverged loss): JSON has no nan or inf, so they become null."""
+    bad = [(f"rank {rank} {path}".strip(), value)
+           for rank, result in by_rank.items() for path, value in _finite(result)[1]]
+    if bad:
+        where = ", ".join(f"{path} = {value}" for path, value in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        print(f"ddp_lib: the loss diverged: {len(bad)} number(s) in the results are not finite ({where})"
+              + ("; written as null in the JSON" if as_json else ""), file=sys.stderr)
+    if as_json:
+        text = json.dumps(_finite(payload)[0], default=repr, allow_nan=False)
+    else:
+        text = "\n".join(f"rank {rank} returned {result!r}" for rank, result in by_rank.items())
+    # One write: ranks under torchrun share the terminal, and print() may write the newline separately.
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def _finite(value, path: str = "") -> tuple[object, list[tuple[str, float]]]:
+    """``value`` with every nan and inf float replaced by None, and where each one was."""
+    if isinstance(value, float):
+        return (value, []) if math.isfinite(value) else (None, [(path, value)])
+    if isinstance(value, dict):
+        pairs = [(k, _finite(v, f"{path}[{k!r}]")) for k, v in value.items()]
+        return {k: v for k, (v, _) in pairs}, [b for _, (_, bad) in pairs for b in bad]
+    if isinstance(value, (list, tuple)):
+        items = [_finite(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [v for v, _ in items], [b for _, bad in items for b in bad]
+    return value, []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, worker in WORKERS.items():
                 print(f"{name:<{width}}  {worker.summary}")
             return 0
+        # torch reads TORCH_DISTRIBUTED_DEBUG when it is imported (a bad value is a traceback
+        # from deep inside `import torch`), and each rank reads OMP_NUM_THREADS: check both first.
+        check_environment(os.environ)
         if known.command == "bench":
             from ddp_lib.bench import run_benchmark
 
@@ -108,3 +217,6 @@ def main(argv: list[str] | None = None) -> int:
     except (WorkerError, LaunchTimeout) as exc:
         print(f"ddp_lib: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("ddp_lib: interrupted; every rank was stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED

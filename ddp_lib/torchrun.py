@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from ddp_lib.checks import LAUNCHER_VARS, TORCHRUN_VARS
+
 # Variables a launcher sets for its ranks: a torchrun started from inside a rank must not
 # inherit them, or its workers would join the outer job's store.
-_LAUNCH_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "DDP_LIB_BACKEND",
+_LAUNCH_VARS = (*TORCHRUN_VARS, *LAUNCHER_VARS, "DDP_LIB_BACKEND",
                 # Unbuffered output writes a line and its newline separately: lines of ranks interleave.
                 "PYTHONUNBUFFERED")
 _RECORD = '{"rank": '
@@ -109,10 +111,7 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int = 1, m
 def run_this_rank(target: str) -> None:
     """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE,
     print its result as one JSON line (what :func:`parse_results` reads)."""
-    import importlib
-
-    module, name = target.split(":")
-    fn = getattr(importlib.import_module(module), name)
+    fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     print(json.dumps({"rank": rank, "result": fn(rank, world_size)}, default=repr), flush=True)
 

@@ -84,3 +84,147 @@ def test_the_same_worker_runs_under_torchrun():
     # Same seed, same world size: the same numbers as through ddp_lib's own launcher.
     ours = json.loads(cli("run", "demo_basic", "--world-size", "2", "--json").stdout.splitlines()[-1])
     assert [r["result"] for r in results] == ours
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def cli_env(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m ddp_lib ARGS`` with ``env`` added to a clean environment (no rank variables)."""
+    from ddp_lib.torchrun import clean_env
+
+    environ = clean_env({"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]), **env})
+    return subprocess.run([sys.executable, "-m", "ddp_lib", *args], capture_output=True, text=True,
+                          timeout=timeout, env=environ)
+
+
+def one_line_refusal(out: subprocess.CompletedProcess, message: str) -> None:
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stdout == ""
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("ddp_lib: error: "), out.stderr[-2000:]
+    assert message in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "0"}, "ddp_lib: error: RANK set in the environment but not LOCAL_RANK, WORLD_SIZE"),
+    ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456"},
+     "ddp_lib: error: RANK, WORLD_SIZE set in the environment but not LOCAL_RANK"),
+])
+def test_a_rank_variable_left_in_the_environment_does_not_take_over_the_command_line(env, message):
+    # Kubeflow-style containers set RANK (and more); before, this ended in a KeyError traceback
+    # or a rank listening on every interface, waiting for peers that never come.
+    out = cli_env("run", "hello", "--world-size", "2", env=env, timeout=60)
+    one_line_refusal(out, message)
+    assert "unset" in out.stderr and "or start it with torchrun" in out.stderr
+
+
+def test_world_size_contradicting_torchrun_stops_every_rank_in_one_line():
+    from ddp_lib.torchrun import run_torchrun, torchrun_command
+
+    job = run_torchrun(torchrun_command(["-m", "ddp_lib", "run", "hello", "--world-size", "3"], nproc_per_node=2),
+                       timeout=120)
+    assert job.returncode != 0 and job.results == []
+    assert job.stderr.count("ddp_lib: error: --world-size 3 contradicts WORLD_SIZE=2 set by torchrun") == 2
+    assert "Traceback" not in job.stderr.split("ddp_lib: error:")[0]
+
+
+def test_the_same_world_size_as_torchrun_is_accepted():
+    from ddp_lib.torchrun import run_torchrun, torchrun_command
+
+    job = run_torchrun(torchrun_command(["-m", "ddp_lib", "run", "hello", "--world-size", "2", "--json"],
+                                        nproc_per_node=2), timeout=120)
+    assert job.returncode == 0, job.stderr[-2000:]
+    assert len(job.results) == 2
+
+
+def test_a_world_size_beyond_one_machine_is_refused_before_anything_starts():
+    out = cli_env("run", "hello", "--world-size", "1000000000", env={})
+    one_line_refusal(out, "world_size 1000000000 is more processes than one machine should run (at most 64")
+    assert "use several nodes with torchrun" in out.stderr and "DDP_LIB_MAX_WORLD_SIZE" in out.stderr
+
+
+def test_the_world_size_limit_can_be_raised():
+    out = cli_env("run", "hello", "--world-size", "65", env={"DDP_LIB_MAX_WORLD_SIZE": "65", "OMP_NUM_THREADS": "x"})
+    one_line_refusal(out, "OMP_NUM_THREADS must be")  # past the world size check: refused by the next one
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e300", "0", "-5", "nan", "soon"])
+def test_timeouts_that_would_fail_late_or_change_silently_are_refused(timeout):
+    out = cli_env("run", "hello", "--world-size", "2", "--timeout", timeout, env={})
+    one_line_refusal(out, f"--timeout must be a number of seconds above 0 and at most 604800 (a week), "
+                          f"or 'none' for no deadline, got '{timeout}'")
+
+
+def test_timeout_none_means_no_deadline():
+    out = cli_env("run", "hello", "--world-size", "2", "--timeout", "none", env={})
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("name, value", [("OMP_NUM_THREADS", "0"), ("OMP_NUM_THREADS", "abc"),
+                                         ("OMP_NUM_THREADS", "4,2"), ("TORCH_DISTRIBUTED_DEBUG", "bogus")])
+def test_bad_environment_variables_are_refused_before_any_process_starts(name, value):
+    out = cli_env("run", "hello", "--world-size", "2", env={name: value})
+    one_line_refusal(out, f"ddp_lib: error: {name} must be")
+    assert f"got {value!r}" in out.stderr
+
+
+def test_json_stays_json_when_the_loss_diverges():
+    out = cli_env("run", "cli_workers:diverged", "--world-size", "2", "--json", env={})
+    assert out.returncode == 0, out.stderr
+
+    def refuse(constant):
+        raise AssertionError(f"not JSON: {constant}")
+
+    results = json.loads(out.stdout.splitlines()[-1], parse_constant=refuse)
+    assert results == [{"losses": [1.0, None, None], "rank": 0}, {"losses": [1.0, None, None], "rank": 1}]
+    assert ("ddp_lib: the loss diverged: 4 number(s) in the results are not finite "
+            "(rank 0 ['losses'][1] = inf, rank 0 ['losses'][2] = nan, rank 1 ['losses'][1] = inf ...); "
+            "written as null in the JSON") in out.stderr.splitlines()
+
+
+def _processes_in_group(pgid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts processes through /proc")
+def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
+    import signal
+    import time
+
+    from ddp_lib.torchrun import clean_env
+
+    env = clean_env({"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])})
+    # Its own process group, as a terminal's foreground job: Ctrl-C sends SIGINT to all of it.
+    proc = subprocess.Popen([sys.executable, "-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--world-size",
+                             "2", "--pid-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(tmp_path.glob("rank*.pid"))) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.1)
+        ranks = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+        assert len(_processes_in_group(proc.pid)) >= 3  # the command, its ranks (and the forkserver)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130
+    assert err == "ddp_lib: interrupted; every rank was stopped\n"
+    deadline = time.monotonic() + 10
+    while _processes_in_group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_in_group(proc.pid) == []
+    assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
