@@ -6,8 +6,10 @@ import torch
 from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.models import ToyModel, param_checksum
-from ddp_lib.process_group import process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import ToyModel, param_checksum, process_group
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import ToyModel, param_checksum, process_group
 
 
 def demo_basic(rank: int, world_size: int, seed: int = 0) -> dict:

@@ -15,16 +15,13 @@ import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from ddp_lib.device import backend_for, device_for
-from ddp_lib.process_group import BACKEND_ENV, process_group, teardown
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import BACKEND_ENV, backend_for, device_for, process_group, start_tensor, teardown
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import BACKEND_ENV, backend_for, device_for, process_group, start_tensor, teardown
 
 COLLECTIVES = ("broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter",
                "reduce_scatter", "all_to_all")
-
-
-def start_tensor(rank: int, world_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The lesson's starting tensor for ``rank``: [10 rank + 1, ..., 10 rank + world_size]."""
-    return (torch.arange(1, world_size + 1, dtype=torch.float32) + 10 * rank).to(device)
 
 
 def init_method_url(method: str, path: str | None = None) -> str:

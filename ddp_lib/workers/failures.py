@@ -110,7 +110,10 @@ def raise_in_collective(rank: int, world_size: int, bad_rank: int = 1) -> int:
     import torch
     import torch.distributed as dist
 
-    from ddp_lib.process_group import process_group
+    try:  # inside the ddp_lib package
+        from ddp_lib.process_group import process_group
+    except ModuleNotFoundError:  # copied into a project next to process_group.py
+        from process_group import process_group
 
     with process_group(rank, world_size):
         if rank == bad_rank:

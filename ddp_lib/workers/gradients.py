@@ -7,70 +7,40 @@ with the whole global batch (:func:`single_process_run`) can replay exactly what
 from __future__ import annotations
 
 import copy
-import itertools
 import time
 from contextlib import nullcontext
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.models import param_checksum
-from ddp_lib.process_group import process_group
-
-WIDTHS = (8, 16, 16, 4)  # in_features, hidden, hidden, out_features: 484 parameters
-LR = 0.1
-
-
-def make_mlp(seed: int, widths: tuple[int, ...] = WIDTHS) -> nn.Sequential:
-    """Linear -> Tanh -> ... -> Linear with the given widths, initialised from ``seed``."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
-        layers.append(nn.Linear(n_in, n_out))
-        if i < len(widths) - 2:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
-
-
-def global_batch(step: int, size: int, seed: int = 0,
-                 widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and targets of the whole (global) batch of ``step``; the same in every process."""
-    g = torch.Generator().manual_seed(seed * 100_003 + step)
-    return torch.randn(size, widths[0], generator=g), torch.randn(size, widths[-1], generator=g)
-
-
-def rank_batch(step: int, rank: int, world_size: int, per_rank_batch: int, seed: int = 0,
-               widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's slice (rows rank*B to (rank+1)*B) of the global batch of ``step``."""
-    x, y = global_batch(step, world_size * per_rank_batch, seed, widths)
-    rows = slice(rank * per_rank_batch, (rank + 1) * per_rank_batch)
-    return x[rows], y[rows]
-
-
-def wrap_ddp(model: nn.Module, device: torch.device, **options) -> DDP:
-    """DDP around ``model`` (already on ``device``): device_ids only for a single GPU."""
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **options)
-
-
-def flat_grads(model: nn.Module) -> torch.Tensor:
-    """Every parameter's .grad in one flat CPU tensor (zeros where a grad is None)."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).cpu()
-                      for p in model.parameters()])
-
-
-def flat_params(model: nn.Module) -> torch.Tensor:
-    """Every parameter in one flat CPU tensor."""
-    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
-
-
-def gather_flat(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """all_gather a flat tensor: every rank gets every rank's copy, in rank order."""
-    copies = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(copies, tensor)
-    return [c.cpu() for c in copies]
+# The MLP, its batches and the flat views are shared with buckets.py: they live in the helper.
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import (
+        LR,
+        flat_grads,
+        flat_params,
+        gather_flat,
+        global_batch,
+        make_mlp,
+        param_checksum,
+        process_group,
+        rank_batch,
+        wrap_ddp,
+    )
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import (
+        LR,
+        flat_grads,
+        flat_params,
+        gather_flat,
+        global_batch,
+        make_mlp,
+        param_checksum,
+        process_group,
+        rank_batch,
+        wrap_ddp,
+    )
 
 
 def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict:

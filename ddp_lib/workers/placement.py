@@ -11,9 +11,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.device import device_for
-from ddp_lib.models import ToyModel, param_checksum
-from ddp_lib.process_group import env_int, process_group, teardown
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import ToyModel, device_for, env_int, param_checksum, process_group, teardown
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import ToyModel, device_for, env_int, param_checksum, process_group, teardown
 
 
 def input_placement(rank: int, world_size: int, device_ids: str = "none", move_inputs: bool = False) -> dict:
@@ -41,13 +42,15 @@ def nccl_cpu_tensor(rank: int, world_size: int) -> dict:
 
 
 def where_am_i(rank: int, world_size: int) -> dict:
-    """What a rank learns from its environment, and the device it should use (LOCAL_RANK's)."""
-    local_rank = env_int("LOCAL_RANK")
-    local_world_size = env_int("LOCAL_WORLD_SIZE")
+    """What a rank learns from its environment, and the device it should use (LOCAL_RANK's).
+    Under plain mp.spawn, which sets none of these, they read as setup() reads them: LOCAL_RANK
+    = rank, LOCAL_WORLD_SIZE = world_size, GROUP_RANK = 0 (one node)."""
+    local_rank = env_int("LOCAL_RANK", rank)
+    local_world_size = env_int("LOCAL_WORLD_SIZE", world_size)
     with process_group(rank, world_size):
         return {
-            "RANK": env_int("RANK"), "LOCAL_RANK": local_rank, "GROUP_RANK": env_int("GROUP_RANK"),
-            "WORLD_SIZE": env_int("WORLD_SIZE"), "LOCAL_WORLD_SIZE": local_world_size,
+            "RANK": env_int("RANK", rank), "LOCAL_RANK": local_rank, "GROUP_RANK": env_int("GROUP_RANK", 0),
+            "WORLD_SIZE": env_int("WORLD_SIZE", world_size), "LOCAL_WORLD_SIZE": local_world_size,
             # A node with LOCAL_WORLD_SIZE GPUs numbers them 0..LOCAL_WORLD_SIZE-1, whatever its rank.
             "right_gpu": f"cuda:{local_rank}",
             "cuda_rank_exists": rank < local_world_size,

@@ -15,7 +15,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from ddp_lib.process_group import env_int, process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import env_int, process_group
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import env_int, process_group
 
 
 def record_args(i: int, world_size: int, out_dir: str) -> None:
