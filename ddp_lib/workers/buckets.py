@@ -26,6 +26,7 @@ DDP without find_unused_parameters, the hook-based ways expect every parameter t
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -156,7 +157,9 @@ class TorchDDP(DDP):
         pass
 
 
-WAYS = {
+Way = Literal["after_backward", "per_parameter_hooks", "buckets", "torch"]
+
+WAYS: dict[str, type[nn.Module]] = {  # the keys are Way's values
     "after_backward": AllReduceAfterBackward,
     "per_parameter_hooks": PerParameterHooksDDP,
     "buckets": BucketedOverlapDDP,
@@ -175,11 +178,19 @@ WIDE = (64, 128, 128, 128, 128, 8)  # weights of 32, 64, 64, 64 and 4 KiB
 TIMELINE_WIDTHS = (256,) * 8  # seven 256 KiB weights: backward and all-reduces take visible time
 
 
-def scratch_vs_torch(rank: int, world_size: int, way: str = "buckets", steps: int = 4,
+def scratch_vs_torch(rank: int, world_size: int, way: Way = "buckets", steps: int = 4,
                      bucket_cap_mb: float = 0.001, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """Train the same model with torch's DDP and with scratch_ddp ``way`` side by side for ``steps``
     steps. Returns the largest difference of gradients and of parameters over all steps, the
-    all-reduces per step of the scratch version, and whether all ranks ended equal."""
+    all-reduces per step of the scratch version, and whether all ranks ended equal.
+
+    Args:
+        way: the scratch DDP to compare with torch's.
+        steps: SGD steps.
+        bucket_cap_mb: bucket size in MiB.
+        seed: seed of the model and data.
+        per_rank_batch: batch per rank.
+    """
     with process_group(rank, world_size) as device:
         # Different starting weights per rank: both must broadcast rank 0's.
         reference = wrap_ddp(make_mlp(seed + rank).to(device), device, bucket_cap_mb=bucket_cap_mb)
@@ -223,7 +234,12 @@ def _recording_hook(events: list[tuple], clock):
 
 def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float = 25.0, steps: int = 3) -> dict:
     """Train WIDE under DDP with ``bucket_cap_mb``; return the all-reduces of each step and the
-    bucket sizes in bytes of the last step (after DDP rebuilt its buckets in step 0)."""
+    bucket sizes in bytes of the last step (after DDP rebuilt its buckets in step 0).
+
+    Args:
+        bucket_cap_mb: bucket size in MiB.
+        steps: training steps.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(0, WIDE).to(device), device, bucket_cap_mb=bucket_cap_mb)
         events: list[tuple] = []
@@ -241,7 +257,13 @@ def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float = 25.0, st
 def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, warmup: int = 2,
                       per_rank_batch: int = 256) -> dict:
     """Record one DDP backward: when each weight's gradient was ready and when each bucket's
-    all-reduce started and ended, in ms from the start of backward (one clock per rank)."""
+    all-reduce started and ended, in ms from the start of backward (one clock per rank).
+
+    Args:
+        bucket_cap_mb: bucket size in MiB.
+        warmup: backward passes before the one recorded.
+        per_rank_batch: batch per rank.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(0, TIMELINE_WIDTHS).to(device), device, bucket_cap_mb=bucket_cap_mb)
         clock = time.perf_counter

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import time
 from contextlib import nullcontext
+from typing import Literal
 
 import torch
 from torch import nn
@@ -44,7 +45,11 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py
 
 
 def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict:
-    """Start each rank with different weights (seed + rank); return checksums before and after DDP()."""
+    """Start each rank with different weights (seed + rank); return checksums before and after DDP().
+
+    Args:
+        seed: base seed; rank r uses seed + r.
+    """
     with process_group(rank, world_size) as device:
         model = make_mlp(seed + rank).to(device)
         before = param_checksum(model)
@@ -54,7 +59,12 @@ def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict
 
 def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """One backward on this rank's data. Returns the gradient this rank would have alone
-    (a plain copy of the model), the .grad DDP leaves, and whether all ranks hold the same .grad."""
+    (a plain copy of the model), the .grad DDP leaves, and whether all ranks hold the same .grad.
+
+    Args:
+        seed: seed of the model and data.
+        per_rank_batch: batch per rank.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed).to(device), device)
         alone = copy.deepcopy(model.module)  # same weights, no DDP: what this rank computes by itself
@@ -96,8 +106,15 @@ def single_process_run(global_batch_size: int, steps: int = 5, seed: int = 0, re
 
 
 def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5, seed: int = 0,
-            reduction: str = "mean") -> dict:
-    """DDP training on per-rank batches; ranks start from different weights (seed + rank)."""
+            reduction: Literal["mean", "sum"] = "mean") -> dict:
+    """DDP training on per-rank batches; ranks start from different weights (seed + rank).
+
+    Args:
+        per_rank_batch: batch per rank.
+        steps: SGD steps.
+        seed: seed of the model and data.
+        reduction: "mean" or "sum" loss.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed + rank).to(device), device)
         return _train(model, lambda step: [rank_batch(step, rank, world_size, per_rank_batch, seed)],
@@ -116,7 +133,14 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
                 steps: int = 3, seed: int = 0) -> dict:
     """Gradient accumulation: each rank splits its batch into ``grad_accum_steps`` micro-batches and
     skips the all-reduce (no_sync) on all but the last. Returns final parameters and the number of
-    all-reduces per micro-batch of the first step."""
+    all-reduces per micro-batch of the first step.
+
+    Args:
+        per_rank_batch: batch per rank per micro-batch.
+        grad_accum_steps: micro-batches per step.
+        steps: SGD steps.
+        seed: seed of the model and data.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed).to(device), device)
         counts: list[int] = []
@@ -159,7 +183,13 @@ class TwoHeads(nn.Module):
 def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
                       use_b: bool = False) -> dict:
     """Train TwoHeads, using head b only if ``use_b``. With b unused and no find_unused_parameters
-    the second forward raises; otherwise returns b's weight grad and the mean step time in ms."""
+    the second forward raises; otherwise returns b's weight grad and the mean step time in ms.
+
+    Args:
+        find_unused_parameters: turn on DDP's unused parameter detection.
+        steps: training steps.
+        use_b: use head b in forward (then nothing is unused).
+    """
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
@@ -174,7 +204,13 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
 def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4,
                      timing_steps: int = 20) -> dict:
     """Same weights and data through DDP with the default hook and with fp16_compress_hook.
-    Returns the gradients of both (flat CPU tensors) and ms per step of each (not deterministic)."""
+    Returns the gradients of both (flat CPU tensors) and ms per step of each (not deterministic).
+
+    Args:
+        seed: seed of the model and data.
+        per_rank_batch: batch per rank.
+        timing_steps: steps timed for each hook.
+    """
     with process_group(rank, world_size) as device:
         plain = wrap_ddp(make_mlp(seed).to(device), device)
         fp16 = wrap_ddp(make_mlp(seed).to(device), device)

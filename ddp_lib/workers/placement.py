@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import tempfile
 from datetime import timedelta
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -17,10 +19,16 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py
     from process_group import ToyModel, device_for, env_int, param_checksum, process_group, teardown
 
 
-def input_placement(rank: int, world_size: int, device_ids: str = "none", move_inputs: bool = False) -> dict:
+def input_placement(rank: int, world_size: int, device_ids: Literal["rank", "none"] = "none",
+                    move_inputs: bool = False) -> dict:
     """The classic example's forward pass. ``device_ids``: "rank" passes device_ids=[rank] as the
     example does, "none" passes None. Returns the device the model saw its input on and the
-    device of the output."""
+    device of the output.
+
+    Args:
+        device_ids: "rank" passes device_ids=[rank] (ValueError on CPU), "none" passes None.
+        move_inputs: move the inputs to the rank's device first.
+    """
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = ToyModel().to(device)
@@ -57,10 +65,16 @@ def where_am_i(rank: int, world_size: int) -> dict:
         }
 
 
-def simulate_nodes(rank: int, world_size: int, nproc_per_node: int, target: str):
+def simulate_nodes(rank: int, world_size: int, nproc_per_node: int = 2,
+                   target: str = "ddp_lib.workers.placement:where_am_i") -> object:
     """Run ``target`` ("module:function") as if the ranks were spread over nodes of
     ``nproc_per_node`` processes each: LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK are rewritten
-    as torchrun would set them on each node. All ranks really run on this machine."""
+    as torchrun would set them on each node. All ranks really run on this machine.
+
+    Args:
+        nproc_per_node: processes per simulated node.
+        target: "module:function" of the worker to run.
+    """
     os.environ.update({"LOCAL_RANK": str(rank % nproc_per_node), "LOCAL_WORLD_SIZE": str(nproc_per_node),
                        "GROUP_RANK": str(rank // nproc_per_node)})
     module, name = target.split(":")
@@ -91,9 +105,15 @@ def with_set_device(rank: int, world_size: int) -> dict:
         return {"current_device": torch.cuda.current_device(), "sum": tensor.item()}
 
 
-def checkpoint_devices(rank: int, world_size: int, path: str) -> dict:
+def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> dict:
     """Rank 0 saves ToyModel's state_dict from its device; every rank then loads it three ways.
-    Returns where the file says the tensors were, and where they land without and with map_location."""
+    Returns where the file says the tensors were, and where they land without and with map_location.
+
+    Args:
+        path: the checkpoint file (None: ddp_lib_lesson03.pt in the temporary directory).
+    """
+    if path is None:
+        path = os.path.join(tempfile.gettempdir(), "ddp_lib_lesson03.pt")
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = DDP(ToyModel().to(device), device_ids=[device.index] if device.type == "cuda" else None)

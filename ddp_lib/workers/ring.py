@@ -68,7 +68,12 @@ def ring_bytes_expected(numel: int, world_size: int, element_size: int = 4) -> f
 
 def ring_check(rank: int | None = None, world_size: int | None = None, numel: int = 10, seed: int = 0) -> dict:
     """Run ring_all_reduce and dist.all_reduce on the same random tensor; return whether they
-    agree, the largest difference and the bytes this rank sent."""
+    agree, the largest difference and the bytes this rank sent.
+
+    Args:
+        numel: number of elements in the tensor.
+        seed: base seed; rank r uses seed + r.
+    """
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         generator = torch.Generator().manual_seed(seed + rank)

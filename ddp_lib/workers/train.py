@@ -207,8 +207,6 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
     """Train MoonsNet with SGD (momentum 0.9) under DDP.
 
     Args:
-        rank: this process's rank (mp.spawn's process index; torchrun's RANK).
-        world_size: number of ranks.
         epochs: number of epochs to reach, counting those already in a resumed checkpoint.
         batch_size: samples per rank per step (global batch = world_size x this).
         lr: learning rate.
