@@ -166,13 +166,22 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
 
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(threads_per_rank(local_world_size))
+    options = {}
     if device.type == "cuda":
-        # Makes "cuda" and .cuda() mean this rank's GPU, not cuda:0. Without it, tensors made
-        # that way land on cuda:0 on every rank, and nccl then fails with "Duplicate GPU".
+        # The current device is what "cuda", .cuda() and torch.ones(..., device="cuda") mean;
+        # left at its default, that is cuda:0 on every rank, so every rank's tensors (and, at
+        # its first collective, the nccl communicator built on the tensors' device) would share
+        # GPU 0: nccl then fails with "Duplicate GPU detected".
         torch.cuda.set_device(device)
+        # nccl forms its communicator lazily, at the first collective, on that tensor's device.
+        # Binding the group to this rank's GPU forms it now (torch 2.13 distributed_c10d:
+        # eager_connect_single_device), so a broken GPU setup fails here rather than at the
+        # first all-reduce; barrier() also uses this GPU and new_group() can split it.
+        options["device_id"] = device
     if init_method == "env://":
         _set_rendezvous_defaults(rank, world_size)
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout,
+                            **options)
     return device
 
 

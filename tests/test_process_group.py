@@ -74,6 +74,16 @@ def test_without_master_port_the_ranks_meet_on_the_tutorials_default(clean_env, 
     assert os.environ["MASTER_PORT"] == "23456"
 
 
+def test_the_group_is_bound_to_a_device_only_on_cuda(clean_env, monkeypatch):
+    calls = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: calls.append(kwargs))
+    device = setup(0, 1)
+    # init_process_group refuses a CPU device_id ("must be an accelerator with an index").
+    assert ("device_id" in calls[0]) == (device.type == "cuda")
+    if device.type == "cuda":
+        assert calls[0]["device_id"] == device
+
+
 def test_backend_for_is_torchs_default_map():
     for device_type, backend in dist.Backend.default_device_backend_map.items():
         assert backend_for(torch.device(device_type)) == backend
