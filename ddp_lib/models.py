@@ -1,26 +1,14 @@
-"""Small models the lessons train: quick on a laptop CPU, the same code on a GPU."""
+"""The small models the lessons train, all in one place: quick on a laptop CPU, the same code on a GPU.
 
-from __future__ import annotations
+Each is defined next to the workers that use it, so that a worker module and
+``process_group.py`` are all a copy into another project needs: the classic example's
+``ToyModel`` and lesson 04's MLP in ``process_group.py`` (several lessons use them),
+``MoonsNet`` in ``workers/train.py``, ``TwoHeads`` in ``workers/gradients.py``.
+"""
 
-import torch
-from torch import nn
+from ddp_lib.process_group import WIDTHS, ToyModel, make_mlp, param_checksum
+from ddp_lib.workers.gradients import TwoHeads
+from ddp_lib.workers.train import NORMS, AllReduceBatchNorm1d, MoonsNet, Norm, to_torch_sync_batchnorm
 
-
-class ToyModel(nn.Module):
-    """The classic example's model: Linear(10, 10) -> ReLU -> Linear(10, 5)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net1 = nn.Linear(10, 10)
-        self.relu = nn.ReLU()
-        self.net2 = nn.Linear(10, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net2(self.relu(self.net1(x)))
-
-
-def param_checksum(model: nn.Module) -> float:
-    """Sum of every parameter, rounded: equal on every rank when the replicas agree."""
-    with torch.no_grad():
-        total = sum(p.detach().double().sum().item() for p in model.parameters())
-    return round(total, 6)
+__all__ = ["NORMS", "WIDTHS", "AllReduceBatchNorm1d", "MoonsNet", "Norm", "ToyModel", "TwoHeads", "make_mlp",
+           "param_checksum", "to_torch_sync_batchnorm"]

@@ -2,10 +2,17 @@
 
     with process_group(rank, world_size) as device:
         ...  # collectives, DDP; the group is destroyed on the way out, error or not
+
+This file imports only torch and the standard library: copy it next to a worker module and the
+worker runs in any project (see the README, "Copying a worker into your project"). So it also
+holds the device and backend rule, and the few small models and checks that workers of several
+lessons share.
 """
 
 from __future__ import annotations
 
+import errno
+import itertools
 import os
 import socket
 import time
@@ -15,8 +22,8 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
-from ddp_lib.device import backend_for, check_backend, device_for, threads_per_rank
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 # Long enough for a slow first all-reduce on an oversubscribed laptop, short enough that a
 # rank stuck in a collective its peers never reach fails within a minute, not half an hour
@@ -27,6 +34,14 @@ GLOO_SETTLE_SECONDS = 0.02
 
 # The launcher passes a backend chosen in the parent (e.g. ``--backend gloo``) through this.
 BACKEND_ENV = "DDP_LIB_BACKEND"
+
+# What the classic tutorial's setup() uses when nothing else says where rank 0's store is:
+# loopback (the store has no authentication) and a fixed port every rank can agree on.
+DEFAULT_MASTER_ADDR = "127.0.0.1"
+DEFAULT_MASTER_PORT = 12355
+
+# mpi needs mpirun to start the processes, so it is named but refused with that reason.
+KNOWN_BACKENDS = ("gloo", "nccl", "mpi")
 
 
 def env_int(name: str, default: int | None = None) -> int:
@@ -47,6 +62,83 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def port_in_use(port: int) -> bool:
+    """True if a server already listens on ``port`` (probed as rank 0's store would bind it)."""
+    with socket.socket() as s:
+        # The store binds with SO_REUSEADDR too, so a port left in TIME_WAIT by the previous
+        # run counts as free, as it is for the store.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("", port))
+        except OSError as e:
+            return e.errno == errno.EADDRINUSE
+    return False
+
+
+def device_for(local_rank: int) -> torch.device:
+    """The device for this rank: ``cuda:<local_rank>`` where CUDA has that GPU, else CPU."""
+    if torch.cuda.is_available() and local_rank < torch.cuda.device_count():
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def backend_for(device: torch.device) -> str:
+    """torch's own default backend for the device type: nccl for CUDA, gloo for the CPU."""
+    return dist.Backend.default_device_backend_map.get(device.type, "gloo")
+
+
+def check_backend(backend: object, world_size: int) -> str:
+    """Return ``backend`` (lower case) if this machine can run it with ``world_size`` local
+    ranks, else raise ValueError with a one-line reason."""
+    if not isinstance(backend, str) or backend.lower() not in KNOWN_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; accepted: 'gloo' (CPU, any machine) or 'nccl' (CUDA GPUs)")
+    backend = backend.lower()
+    if backend == "mpi":
+        raise ValueError("backend 'mpi' needs processes started by mpirun; use 'gloo' or 'nccl' here")
+    if backend == "gloo" and not dist.is_gloo_available():
+        raise ValueError("backend 'gloo' is not built into this torch; reinstall torch")
+    if backend == "nccl":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus == 0 or not dist.is_nccl_available():
+            raise ValueError("backend 'nccl' needs CUDA GPUs and none is available here; use 'gloo'")
+        if world_size > gpus:
+            raise ValueError(
+                f"backend 'nccl' needs one GPU per rank: world size {world_size} but {gpus} GPU(s) here; "
+                f"use at most {gpus} ranks or 'gloo'"
+            )
+    return backend
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (respects affinity masks and containers)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def threads_per_rank(local_world_size: int) -> int:
+    """Intra-op threads per rank so that the ranks on one machine share its cores, not fight."""
+    return max(1, usable_cores() // max(1, local_world_size))
+
+
+def _set_rendezvous_defaults(rank: int, world_size: int) -> None:
+    """MASTER_ADDR/MASTER_PORT as the tutorial's setup() sets them, where no launcher did."""
+    os.environ.setdefault("MASTER_ADDR", DEFAULT_MASTER_ADDR)
+    if "MASTER_PORT" in os.environ:
+        return  # a launcher (ddp_lib, torchrun) or the user chose it, and may already serve it
+    if world_size == 1:
+        os.environ["MASTER_PORT"] = str(free_port())  # nobody else has to agree on it
+        return
+    os.environ["MASTER_PORT"] = str(DEFAULT_MASTER_PORT)
+    # Rank 0 will serve the store on this port. If something already listens there, torch says
+    # so only after retrying for seconds, in a DistNetworkError; say it now, naming the port.
+    if rank == 0 and port_in_use(DEFAULT_MASTER_PORT):
+        raise RuntimeError(
+            f"MASTER_PORT {DEFAULT_MASTER_PORT} (the default) is already in use on this machine; "
+            f"set MASTER_PORT to a free port in the environment before starting the ranks"
+        )
 
 
 def setup(rank: int | None = None, world_size: int | None = None, *, backend: str | None = None,
@@ -74,17 +166,22 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
 
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(threads_per_rank(local_world_size))
+    options = {}
     if device.type == "cuda":
-        # Before init: otherwise every rank's nccl communicator lands on GPU 0.
+        # The current device is what "cuda", .cuda() and torch.ones(..., device="cuda") mean;
+        # left at its default, that is cuda:0 on every rank, so every rank's tensors (and, at
+        # its first collective, the nccl communicator built on the tensors' device) would share
+        # GPU 0: nccl then fails with "Duplicate GPU detected".
         torch.cuda.set_device(device)
+        # nccl forms its communicator lazily, at the first collective, on that tensor's device.
+        # Binding the group to this rank's GPU forms it now (torch 2.13 distributed_c10d:
+        # eager_connect_single_device), so a broken GPU setup fails here rather than at the
+        # first all-reduce; barrier() also uses this GPU and new_group() can split it.
+        options["device_id"] = device
     if init_method == "env://":
-        # Loopback, never all interfaces: the store has no authentication.
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if "MASTER_PORT" not in os.environ:
-            if world_size != 1:
-                raise RuntimeError("MASTER_PORT is not set; every rank must be given the same free port")
-            os.environ["MASTER_PORT"] = str(free_port())
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout)
+        _set_rendezvous_defaults(rank, world_size)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout,
+                            **options)
     return device
 
 
@@ -114,3 +211,84 @@ def process_group(rank: int | None = None, world_size: int | None = None, **kwar
 def is_main() -> bool:
     """True on rank 0, or when no process group exists."""
     return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def wrap_ddp(model: nn.Module, device: torch.device, **options) -> DDP:
+    """DDP around ``model`` (already on ``device``): device_ids only for a single GPU."""
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **options)
+
+
+# What workers of several lessons share. Models used by one worker module live in that module;
+# ddp_lib.models gathers them all.
+
+class ToyModel(nn.Module):
+    """The classic example's model: Linear(10, 10) -> ReLU -> Linear(10, 5)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net1 = nn.Linear(10, 10)
+        self.relu = nn.ReLU()
+        self.net2 = nn.Linear(10, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net2(self.relu(self.net1(x)))
+
+
+def param_checksum(model: nn.Module) -> float:
+    """Sum of every parameter, rounded: equal on every rank when the replicas agree."""
+    with torch.no_grad():
+        total = sum(p.detach().double().sum().item() for p in model.parameters())
+    return round(total, 6)
+
+
+WIDTHS = (8, 16, 16, 4)  # in_features, hidden, hidden, out_features: 484 parameters
+LR = 0.1
+
+
+def make_mlp(seed: int, widths: tuple[int, ...] = WIDTHS) -> nn.Sequential:
+    """Linear -> Tanh -> ... -> Linear with the given widths, initialised from ``seed``."""
+    torch.manual_seed(seed)
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
+        layers.append(nn.Linear(n_in, n_out))
+        if i < len(widths) - 2:
+            layers.append(nn.Tanh())
+    return nn.Sequential(*layers)
+
+
+def global_batch(step: int, size: int, seed: int = 0,
+                 widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets of the whole (global) batch of ``step``; the same in every process."""
+    g = torch.Generator().manual_seed(seed * 100_003 + step)
+    return torch.randn(size, widths[0], generator=g), torch.randn(size, widths[-1], generator=g)
+
+
+def rank_batch(step: int, rank: int, world_size: int, per_rank_batch: int, seed: int = 0,
+               widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's slice (rows rank*B to (rank+1)*B) of the global batch of ``step``."""
+    x, y = global_batch(step, world_size * per_rank_batch, seed, widths)
+    rows = slice(rank * per_rank_batch, (rank + 1) * per_rank_batch)
+    return x[rows], y[rows]
+
+
+def flat_grads(model: nn.Module) -> torch.Tensor:
+    """Every parameter's .grad in one flat CPU tensor (zeros where a grad is None)."""
+    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).cpu()
+                      for p in model.parameters()])
+
+
+def flat_params(model: nn.Module) -> torch.Tensor:
+    """Every parameter in one flat CPU tensor."""
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+
+
+def gather_flat(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """all_gather a flat tensor: every rank gets every rank's copy, in rank order."""
+    copies = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(copies, tensor)
+    return [c.cpu() for c in copies]
+
+
+def start_tensor(rank: int, world_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Lesson 01's starting tensor for ``rank``: [10 rank + 1, ..., 10 rank + world_size]."""
+    return (torch.arange(1, world_size + 1, dtype=torch.float32) + 10 * rank).to(device)

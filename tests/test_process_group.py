@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 from ddp_lib.device import backend_for, check_backend, default_backend, device_for, threads_per_rank, usable_cores
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.process_group import env_int, is_main, process_group, setup, teardown
+from ddp_lib.process_group import DEFAULT_MASTER_PORT, env_int, is_main, process_group, setup, teardown
 
 
 @pytest.fixture
@@ -54,14 +54,39 @@ def test_missing_or_bad_environment_is_named(clean_env, monkeypatch):
     monkeypatch.setenv("RANK", "zero")
     with pytest.raises(RuntimeError, match=r"RANK='zero' is not an integer"):
         env_int("RANK")
-    monkeypatch.setenv("RANK", "0")
-    with pytest.raises(RuntimeError, match="MASTER_PORT is not set"):
-        setup(0, 2)
 
 
 def test_an_explicit_backend_is_validated(clean_env):
-    with pytest.raises(LaunchInputError, match="unknown backend"):
+    with pytest.raises(ValueError, match="unknown backend 'smoke-signals'"):
         setup(0, 1, backend="smoke-signals")
+    with pytest.raises(LaunchInputError, match="unknown backend 'smoke-signals'"):  # the launcher's check
+        check_backend("smoke-signals", 1)
+
+
+def test_without_master_port_the_ranks_meet_on_the_tutorials_default(clean_env, monkeypatch):
+    # Rank 1 sets the same address and port as rank 0 and then connects; joining is not needed
+    # to see what it chose, so init is replaced here (real launches are in test_copy_workers.py).
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: None)
+    setup(1, 2)
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("127.0.0.1", str(DEFAULT_MASTER_PORT))
+    monkeypatch.setenv("MASTER_PORT", "23456")  # the environment wins
+    setup(1, 2)
+    assert os.environ["MASTER_PORT"] == "23456"
+
+
+def test_the_group_is_bound_to_a_device_only_on_cuda(clean_env, monkeypatch):
+    calls = []
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: calls.append(kwargs))
+    device = setup(0, 1)
+    # init_process_group refuses a CPU device_id ("must be an accelerator with an index").
+    assert ("device_id" in calls[0]) == (device.type == "cuda")
+    if device.type == "cuda":
+        assert calls[0]["device_id"] == device
+
+
+def test_backend_for_is_torchs_default_map():
+    for device_type, backend in dist.Backend.default_device_backend_map.items():
+        assert backend_for(torch.device(device_type)) == backend
 
 
 def test_device_and_backend_choice_on_this_machine():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,10 +13,16 @@ import textwrap
 import pytest
 import torch
 
-from ddp_lib.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from ddp_lib.checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    load_latest_checkpoint,
+    save_checkpoint,
+)
 from ddp_lib.errors import WorkerError
 from ddp_lib.exercises.lesson05 import check_epoch_indices
-from ddp_lib.launch import spawn
+from ddp_lib.launch import launch, spawn
 from ddp_lib.workers.train import train
 from ddp_lib.workers.train_demos import state_dict_keys, uneven_batches
 
@@ -81,6 +88,77 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_intact(tmp_path, mo
         save_checkpoint(str(tmp_path), 2, {"epoch": 2, "w": torch.zeros(3)})
     assert sorted(os.listdir(tmp_path)) == ["epoch_001.pt"]  # no partial file, no stray temp file
     assert load_checkpoint(latest_checkpoint(str(tmp_path)))["epoch"] == 1
+
+
+def test_checkpoints_are_ordered_by_epoch_number_past_999(tmp_path):
+    for epoch in (998, 1000, 999, 1001):
+        save_checkpoint(str(tmp_path), epoch, {"epoch": epoch})
+    assert list_checkpoints(str(tmp_path)) == ["epoch_998.pt", "epoch_999.pt", "epoch_1000.pt", "epoch_1001.pt"]
+    assert load_checkpoint(latest_checkpoint(str(tmp_path)))["epoch"] == 1001
+
+
+def test_resume_after_epoch_1000_continues_from_1000(tmp_path):
+    ckpt = str(tmp_path)
+    spawn(train, 2, kwargs=dict(epochs=2, checkpoint_dir=ckpt), show_output=False)
+    state = load_checkpoint(latest_checkpoint(ckpt))
+    for epoch in (999, 1000):  # as if the job had run that long
+        save_checkpoint(ckpt, epoch, {**state, "epoch": epoch, "losses": [0.5] * epoch})
+    resumed = spawn(train, 2, kwargs=dict(epochs=1001, checkpoint_dir=ckpt, resume=True), show_output=False)
+    assert [r["start_epoch"] for r in resumed] == [1000, 1000]
+    assert len(resumed[0]["losses"]) == 1001
+    assert load_checkpoint(os.path.join(ckpt, "epoch_1000.pt"))["losses"] == [0.5] * 1000  # not overwritten
+
+
+def test_an_unreadable_checkpoint_is_named(tmp_path):
+    path = save_checkpoint(str(tmp_path), 1, {"epoch": 1, "w": torch.ones(100)})
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(RuntimeError, match=re.escape(f"checkpoint {path} is truncated or unreadable")):
+        load_checkpoint(path)
+    with pytest.raises(RuntimeError, match=re.escape(f"no checkpoint in {tmp_path} loads; unreadable: {path}")):
+        with pytest.warns(UserWarning, match=re.escape(f"skipped checkpoint {path}")):
+            load_latest_checkpoint(str(tmp_path))
+
+
+def test_resume_skips_a_truncated_latest_checkpoint_with_a_warning(tmp_path):
+    ckpt = str(tmp_path / "ckpt")
+    straight = spawn(train, 2, kwargs=dict(epochs=4, checkpoint_dir=str(tmp_path / "all"), keep_last=2),
+                     show_output=False)
+    assert list_checkpoints(str(tmp_path / "all")) == ["epoch_003.pt", "epoch_004.pt"]  # keep_last=2
+    spawn(train, 2, kwargs=dict(epochs=3, checkpoint_dir=ckpt), show_output=False)
+    latest = latest_checkpoint(ckpt)
+    with open(latest, "r+b") as f:  # a crash of the disk, not of the write: the rename happened
+        f.truncate(100)
+    res = launch(train, 2, kwargs=dict(epochs=4, checkpoint_dir=ckpt, resume=True), show_output=False)
+    assert [r["start_epoch"] for r in res.results] == [2, 2]
+    assert f"skipped checkpoint {latest} is truncated or unreadable" in res.stderr[0]
+    assert res.results[0]["losses"] == straight[0]["losses"]
+    assert _max_diff(res.results[0], straight[0]) < 1e-6
+
+
+def test_a_stray_temporary_file_is_removed_by_the_next_save(tmp_path):
+    stray = tmp_path / ".epoch_crashed.tmp"
+    stray.write_bytes(b"half a checkpoint")
+    (tmp_path / "notes.tmp").write_text("not ours")
+    save_checkpoint(str(tmp_path), 1, {"epoch": 1})
+    assert sorted(os.listdir(tmp_path)) == ["epoch_001.pt", "notes.tmp"]
+
+
+def test_keep_last_keeps_the_newest_and_rejects_nonsense(tmp_path):
+    for epoch in range(1, 6):
+        save_checkpoint(str(tmp_path), epoch, {"epoch": epoch}, keep_last=2)
+    assert list_checkpoints(str(tmp_path)) == ["epoch_004.pt", "epoch_005.pt"]
+    with pytest.raises(ValueError, match="keep_last must be a positive number of checkpoints or None .*got 0"):
+        save_checkpoint(str(tmp_path), 6, {"epoch": 6}, keep_last=0)
+
+
+def test_resume_with_no_checkpoint_says_so_in_one_line(tmp_path):
+    res = launch(train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "empty"), resume=True),
+                 show_output=False)
+    assert res.stdout[0].splitlines()[0] == "no checkpoint to resume from yet: starting at epoch 1"
+    assert [r["start_epoch"] for r in res.results] == [0, 0]
+    with pytest.raises(WorkerError, match="resume=True needs a checkpoint_dir"):
+        spawn(train, 1, kwargs=dict(epochs=1, resume=True), show_output=False)
 
 
 def test_sync_batch_norm_restores_the_equivalence_that_batch_norm_breaks():

@@ -12,9 +12,10 @@ import time
 
 import torch
 
-from ddp_lib.bench.report import algbw_gbs, busbw_gbs, human_bytes, median, run_main
+from ddp_lib.bench.ranks import allreduce_sweep
+from ddp_lib.bench.report import algbw_gbs, busbw_gbs, human_bytes, run_main
+from ddp_lib.bench.stats import median
 from ddp_lib.launch import spawn
-from ddp_lib.workers.bench_workers import allreduce_sweep
 
 SIZES = [4**k for k in range(1, 14)]  # 4 B to 64 MiB
 QUICK_SIZES = [4**k for k in (1, 3, 5, 7, 9, 11)]  # 4 B to 4 MiB

@@ -6,9 +6,9 @@ sizes stepped in turn in one run, one thread per rank.
 
 from __future__ import annotations
 
+from ddp_lib.bench.ranks import DDP_WIDTHS, bucket_sweep
 from ddp_lib.bench.report import run_main
 from ddp_lib.launch import spawn
-from ddp_lib.workers.bench_workers import DDP_WIDTHS, bucket_sweep
 
 CAPS_MB = [0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 25.0]
 QUICK_CAPS_MB = [0.01, 0.5, 25.0]

@@ -8,9 +8,9 @@ not fought over by a rank's own threads.
 
 from __future__ import annotations
 
+from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, ddp_steps
 from ddp_lib.bench.report import run_main
 from ddp_lib.launch import spawn
-from ddp_lib.workers.bench_workers import DDP_BATCH, DDP_WIDTHS, ddp_steps
 
 SCRATCH = ["after_backward", "per_parameter_hooks", "buckets"]
 COLUMNS = [("world_size", "ranks", "d"), ("way", "way", "s"), ("step_ms", "step (ms)", ".2f"),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 from collections.abc import Callable
 
 
@@ -26,11 +25,6 @@ def algbw_gbs(nbytes: int, seconds: float) -> float:
 def busbw_gbs(nbytes: int, seconds: float, world_size: int) -> float:
     """Bus bandwidth in GB/s: algbw times 2 (N-1)/N, comparable with a link's bandwidth."""
     return algbw_gbs(nbytes, seconds) * bus_factor(world_size)
-
-
-def median(values: list[float]) -> float:
-    """The median of a non-empty list of timings."""
-    return statistics.median(values)
 
 
 def human_bytes(nbytes: int) -> str:

@@ -7,9 +7,9 @@ run, for 2 and 4 ranks: the ratio ring / all_reduce per message size.
 from __future__ import annotations
 
 from ddp_lib.bench.allreduce import SIZES  # the same sizes as the all-reduce sweep
+from ddp_lib.bench.ranks import allreduce_sweep
 from ddp_lib.bench.report import human_bytes, run_main
 from ddp_lib.launch import spawn
-from ddp_lib.workers.bench_workers import allreduce_sweep
 
 QUICK_SIZES = [4**k for k in (2, 5, 8, 12)]  # 16 B to 16 MiB
 GOAL_BYTES = 16 << 20  # the goal: within 1.5x of gloo at 16 MiB on 2 ranks

@@ -10,11 +10,12 @@ configuration in turn: rate = extra samples / extra seconds.
 
 from __future__ import annotations
 
-from ddp_lib.bench.report import median, run_main
+from ddp_lib.bench.ranks import timed_train
+from ddp_lib.bench.report import run_main
+from ddp_lib.bench.stats import median
 from ddp_lib.data import make_moons
 from ddp_lib.device import threads_per_rank
 from ddp_lib.launch import spawn
-from ddp_lib.workers.bench_workers import timed_train
 
 BATCH_SIZE = 16  # per rank, the worker's default: the global batch grows with the ranks
 POLICIES = ("one", "share")

@@ -13,10 +13,11 @@ import time
 import torch.multiprocessing as mp
 
 from ddp_lib.bench.launch import allreduce_once
-from ddp_lib.bench.report import median, run_main
+from ddp_lib.bench.ranks import plain_allreduce
+from ddp_lib.bench.report import run_main
+from ddp_lib.bench.stats import median
 from ddp_lib.launch import spawn
 from ddp_lib.process_group import free_port
-from ddp_lib.workers.bench_workers import plain_allreduce
 
 COLUMNS = [("world_size", "ranks", "d"), ("method", "started by", "s"), ("seconds", "median (s)", ".3f"),
            ("ratio", "vs ddp_lib", ".1f")]

@@ -6,13 +6,19 @@ import torch
 from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.models import ToyModel, param_checksum
-from ddp_lib.process_group import process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import ToyModel, param_checksum, process_group
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import ToyModel, param_checksum, process_group
 
 
 def demo_basic(rank: int, world_size: int, seed: int = 0) -> dict:
     """One training step of ToyModel under DDP; returns this rank's loss and the parameter
-    checksum after the step (the same on every rank: that is what DDP guarantees)."""
+    checksum after the step (the same on every rank: that is what DDP guarantees).
+
+    Args:
+        seed: base seed; rank r uses seed + r.
+    """
     with process_group(rank, world_size) as device:
         print(f"rank {rank} of {world_size} on {device.type}")
         torch.manual_seed(seed + rank)  # different weights and data per rank, on purpose

@@ -1,42 +1,203 @@
-"""Lesson 04 workers on how gradients travel: DDP from scratch against torch's DDP, how many
-all-reduces bucket_cap_mb gives, and a timeline of backward against communication."""
+"""Lesson 04 on how gradients travel: DDP written from scratch, three ways, checked against
+torch's DDP; how many all-reduces bucket_cap_mb gives; a timeline of backward against communication.
+
+The scratch versions are small classes with the same shape:
+
+    model = BucketedOverlapDDP(module, bucket_cap_mb=0.25)  # or AllReduceAfterBackward(module), ...
+    loss_fn(model(x), y).backward()
+    model.finish_gradient_sync()  # now every rank holds the same averaged .grad
+    optimizer.step()
+
+All three broadcast rank 0's parameters when constructed and average gradients as torch's
+default hook does: divide by world_size, then sum all-reduce. They differ only in *when* the
+all-reduces start and *how many* there are:
+
+- AllReduceAfterBackward: after backward, one blocking all-reduce per parameter.
+- PerParameterHooksDDP: an asynchronous all-reduce per parameter, started by a hook the moment
+  that parameter's gradient is ready, so communication overlaps the rest of backward.
+- BucketedOverlapDDP: gradients grouped into buckets of about bucket_cap_mb; one asynchronous
+  all-reduce per bucket, started when its last gradient is ready (what torch's DDP does).
+
+``allreduce_calls`` counts the all-reduces started, so the ways can be compared. Like torch's
+DDP without find_unused_parameters, the hook-based ways expect every parameter to get a gradient.
+``make(way, module, **options)`` builds any of them, or torch's DDP, by name.
+"""
 
 from __future__ import annotations
 
 import time
+from typing import Literal
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib import scratch_ddp
-from ddp_lib.process_group import process_group
-from ddp_lib.workers.gradients import (
-    LR,
-    flat_grads,
-    flat_params,
-    gather_flat,
-    make_mlp,
-    rank_batch,
-    wrap_ddp,
-)
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import (
+        LR,
+        flat_grads,
+        flat_params,
+        gather_flat,
+        make_mlp,
+        process_group,
+        rank_batch,
+        wrap_ddp,
+    )
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import LR, flat_grads, flat_params, gather_flat, make_mlp, process_group, rank_batch, wrap_ddp
+
+
+class _ScratchDDP(nn.Module):
+    """What the three ways share: the wrapped module, the group, and the broadcast at construction."""
+
+    def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None) -> None:
+        super().__init__()
+        self.module = module
+        self.process_group = process_group
+        self.world_size = dist.get_world_size(process_group)
+        self.params = [p for p in module.parameters() if p.requires_grad]
+        self.allreduce_calls = 0
+        with torch.no_grad():
+            # Replicas must start equal, or averaging gradients keeps them different forever.
+            for tensor in [*module.parameters(), *module.buffers()]:
+                dist.broadcast(tensor, group=process_group, group_src=0)
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def _allreduce(self, tensor: torch.Tensor, async_op: bool):
+        self.allreduce_calls += 1
+        tensor.div_(self.world_size)  # sum of grad / world_size is the mean
+        return dist.all_reduce(tensor, group=self.process_group, async_op=async_op)
+
+    def finish_gradient_sync(self) -> None:
+        """Call after backward, before optimizer.step(): returns when every .grad is averaged."""
+        raise NotImplementedError
+
+
+class AllReduceAfterBackward(_ScratchDDP):
+    """The simplest DDP: wait for backward to finish, then all-reduce each gradient in turn."""
+
+    def finish_gradient_sync(self) -> None:
+        for p in self.params:
+            self._allreduce(p.grad, async_op=False)
+
+
+class PerParameterHooksDDP(_ScratchDDP):
+    """One asynchronous all-reduce per parameter, started by a hook as its gradient is ready."""
+
+    def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None) -> None:
+        super().__init__(module, process_group)
+        self._pending: list = []
+        for p in self.params:
+            # Runs after the gradient is fully accumulated into p.grad, during backward.
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+    def _on_grad_ready(self, p: torch.Tensor) -> None:
+        self._pending.append(self._allreduce(p.grad, async_op=True))
+
+    def finish_gradient_sync(self) -> None:
+        for work in self._pending:
+            work.wait()
+        self._pending.clear()
+
+
+class BucketedOverlapDDP(_ScratchDDP):
+    """Gradients packed into buckets of about ``bucket_cap_mb``; one asynchronous all-reduce per
+    bucket, started when the bucket is full, in bucket order on every rank."""
+
+    def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None,
+                 bucket_cap_mb: float = 25.0) -> None:
+        super().__init__(module, process_group)
+        cap = bucket_cap_mb * 2**20
+        # Backward produces the last layer's gradients first, so buckets fill in reverse order.
+        self.buckets: list[list[torch.Tensor]] = [[]]
+        size = 0
+        for p in reversed(self.params):
+            nbytes = p.numel() * p.element_size()
+            if self.buckets[-1] and size + nbytes > cap:
+                self.buckets.append([])
+                size = 0
+            self.buckets[-1].append(p)
+            size += nbytes
+        self._bucket_of = {id(p): i for i, bucket in enumerate(self.buckets) for p in bucket}
+        self._reset()
+        for p in self.params:
+            p.register_post_accumulate_grad_hook(self._on_grad_ready)
+
+    def _reset(self) -> None:
+        self._ready = [0] * len(self.buckets)
+        self._next = 0  # the next bucket to launch: every rank must launch them in the same order
+        self._pending: list[tuple[int, torch.Tensor, object]] = []
+
+    def _on_grad_ready(self, p: torch.Tensor) -> None:
+        self._ready[self._bucket_of[id(p)]] += 1
+        while self._next < len(self.buckets) and self._ready[self._next] == len(self.buckets[self._next]):
+            bucket = self.buckets[self._next]
+            flat = torch.cat([q.grad.reshape(-1) for q in bucket])  # one message instead of many
+            self._pending.append((self._next, flat, self._allreduce(flat, async_op=True)))
+            self._next += 1
+
+    def finish_gradient_sync(self) -> None:
+        for i, flat, work in self._pending:
+            work.wait()
+            offset = 0
+            for q in self.buckets[i]:
+                q.grad.copy_(flat[offset:offset + q.numel()].view_as(q.grad))
+                offset += q.numel()
+        self._reset()
+
+
+class TorchDDP(DDP):
+    """torch's DDP with the same shape: its all-reduces are already done when backward returns."""
+
+    def finish_gradient_sync(self) -> None:
+        pass
+
+
+Way = Literal["after_backward", "per_parameter_hooks", "buckets", "torch"]
+
+WAYS: dict[str, type[nn.Module]] = {  # the keys are Way's values
+    "after_backward": AllReduceAfterBackward,
+    "per_parameter_hooks": PerParameterHooksDDP,
+    "buckets": BucketedOverlapDDP,
+    "torch": TorchDDP,
+}
+
+
+def make(way: str, module: nn.Module, **options) -> nn.Module:
+    """Wrap ``module`` in one of WAYS by name; options (e.g. bucket_cap_mb) go to its constructor."""
+    if way not in WAYS:
+        raise ValueError(f"unknown way {way!r}; accepted: {', '.join(WAYS)}")
+    return WAYS[way](module, **options)
+
 
 WIDE = (64, 128, 128, 128, 128, 8)  # weights of 32, 64, 64, 64 and 4 KiB
 TIMELINE_WIDTHS = (256,) * 8  # seven 256 KiB weights: backward and all-reduces take visible time
 
 
-def scratch_vs_torch(rank: int, world_size: int, way: str = "buckets", steps: int = 4,
+def scratch_vs_torch(rank: int, world_size: int, way: Way = "buckets", steps: int = 4,
                      bucket_cap_mb: float = 0.001, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """Train the same model with torch's DDP and with scratch_ddp ``way`` side by side for ``steps``
     steps. Returns the largest difference of gradients and of parameters over all steps, the
-    all-reduces per step of the scratch version, and whether all ranks ended equal."""
+    all-reduces per step of the scratch version, and whether all ranks ended equal.
+
+    Args:
+        way: the scratch DDP to compare with torch's.
+        steps: SGD steps.
+        bucket_cap_mb: bucket size in MiB.
+        seed: seed of the model and data.
+        per_rank_batch: batch per rank.
+    """
     with process_group(rank, world_size) as device:
         # Different starting weights per rank: both must broadcast rank 0's.
         reference = wrap_ddp(make_mlp(seed + rank).to(device), device, bucket_cap_mb=bucket_cap_mb)
         options = {"bucket_cap_mb": bucket_cap_mb} if way in ("buckets", "torch") else {}
         if way == "torch" and device.type == "cuda":
             options["device_ids"] = [device.index]
-        ours = scratch_ddp.make(way, make_mlp(seed + rank).to(device), **options)
+        ours = make(way, make_mlp(seed + rank).to(device), **options)
         optimizers = [torch.optim.SGD(m.parameters(), lr=LR) for m in (reference, ours)]
         grad_diff = param_diff = 0.0
         calls = []
@@ -73,7 +234,12 @@ def _recording_hook(events: list[tuple], clock):
 
 def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float = 25.0, steps: int = 3) -> dict:
     """Train WIDE under DDP with ``bucket_cap_mb``; return the all-reduces of each step and the
-    bucket sizes in bytes of the last step (after DDP rebuilt its buckets in step 0)."""
+    bucket sizes in bytes of the last step (after DDP rebuilt its buckets in step 0).
+
+    Args:
+        bucket_cap_mb: bucket size in MiB.
+        steps: training steps.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(0, WIDE).to(device), device, bucket_cap_mb=bucket_cap_mb)
         events: list[tuple] = []
@@ -91,7 +257,13 @@ def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float = 25.0, st
 def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, warmup: int = 2,
                       per_rank_batch: int = 256) -> dict:
     """Record one DDP backward: when each weight's gradient was ready and when each bucket's
-    all-reduce started and ended, in ms from the start of backward (one clock per rank)."""
+    all-reduce started and ended, in ms from the start of backward (one clock per rank).
+
+    Args:
+        bucket_cap_mb: bucket size in MiB.
+        warmup: backward passes before the one recorded.
+        per_rank_batch: batch per rank.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(0, TIMELINE_WIDTHS).to(device), device, bucket_cap_mb=bucket_cap_mb)
         clock = time.perf_counter

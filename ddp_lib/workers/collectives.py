@@ -10,24 +10,24 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
+from typing import Literal, get_args
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
-from ddp_lib.device import backend_for, device_for
-from ddp_lib.process_group import BACKEND_ENV, process_group, teardown
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import BACKEND_ENV, backend_for, device_for, process_group, start_tensor, teardown
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import BACKEND_ENV, backend_for, device_for, process_group, start_tensor, teardown
 
-COLLECTIVES = ("broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter",
-               "reduce_scatter", "all_to_all")
+Collective = Literal["broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter", "reduce_scatter",
+                     "all_to_all"]
+COLLECTIVES = get_args(Collective)
+InitMethod = Literal["env", "tcp", "file"]
 
 
-def start_tensor(rank: int, world_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """The lesson's starting tensor for ``rank``: [10 rank + 1, ..., 10 rank + world_size]."""
-    return (torch.arange(1, world_size + 1, dtype=torch.float32) + 10 * rank).to(device)
-
-
-def init_method_url(method: str, path: str | None = None) -> str:
+def init_method_url(method: InitMethod, path: str | None = None) -> str:
     """The init_method string for "env", "tcp" or "file" (file needs a path no other job uses)."""
     if method == "env":
         return "env://"  # read MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
@@ -41,10 +41,15 @@ def init_method_url(method: str, path: str | None = None) -> str:
     raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
 
 
-def whoami(rank: int | None = None, world_size: int | None = None, method: str = "env",
+def whoami(rank: int | None = None, world_size: int | None = None, method: InitMethod = "env",
            path: str | None = None) -> dict:
     """Join the group with init method ``method``; return this rank's view of it: rank, world
-    size, backend, the store underneath and the all-reduced sum of the ranks."""
+    size, backend, the store underneath and the all-reduced sum of the ranks.
+
+    Args:
+        method: init method: env, tcp or file.
+        path: for method file: a store file path no other job uses.
+    """
     with process_group(rank, world_size, init_method=init_method_url(method, path)) as device:
         store = distributed_c10d._get_default_store()  # private: used here only to name it
         while hasattr(store, "underlying_store"):  # PrefixStores namespace the keys of each group
@@ -76,9 +81,13 @@ def store_demo(rank: int, world_size: int, path: str) -> dict:
         teardown()
 
 
-def run_collective(rank: int | None = None, world_size: int | None = None, name: str = "all_reduce") -> dict:
+def run_collective(rank: int | None = None, world_size: int | None = None, name: Collective = "all_reduce") -> dict:
     """Run one collective on the lesson's starting tensors; return this rank's tensor before and
-    after (None where the rank has no tensor), and whether "after" is defined on this rank."""
+    after (None where the rank has no tensor), and whether "after" is defined on this rank.
+
+    Args:
+        name: the collective to run.
+    """
     return run_collectives(rank, world_size, (name,))[name]
 
 

@@ -15,7 +15,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.process_group import process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import process_group
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import process_group
 
 SHORT = timedelta(seconds=3)
 

@@ -20,7 +20,12 @@ def _record_pid(rank: int, pid_dir: str | None) -> None:
 
 
 def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
-    """Rank ``bad_rank`` raises ValueError; the others return their rank."""
+    """Rank ``bad_rank`` raises ValueError; the others return their rank.
+
+    Args:
+        bad_rank: the rank that raises.
+        pid_dir: a directory where each rank writes its process id (None: nowhere).
+    """
     _record_pid(rank, pid_dir)
     if rank == bad_rank:
         raise ValueError(f"rank {rank} was told to fail")
@@ -45,7 +50,12 @@ def exit_on_rank(rank: int, world_size: int, bad_rank: int = 1, code: int = 3) -
 
 
 def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
-    """Rank ``bad_rank`` loops forever in Python; the others return at once."""
+    """Rank ``bad_rank`` loops forever in Python; the others return at once.
+
+    Args:
+        bad_rank: the rank that hangs.
+        pid_dir: a directory where each rank writes its process id (None: nowhere).
+    """
     _record_pid(rank, pid_dir)
     while rank == bad_rank:
         time.sleep(0.05)
@@ -110,7 +120,10 @@ def raise_in_collective(rank: int, world_size: int, bad_rank: int = 1) -> int:
     import torch
     import torch.distributed as dist
 
-    from ddp_lib.process_group import process_group
+    try:  # inside the ddp_lib package
+        from ddp_lib.process_group import process_group
+    except ModuleNotFoundError:  # copied into a project next to process_group.py
+        from process_group import process_group
 
     with process_group(rank, world_size):
         if rank == bad_rank:

@@ -7,74 +7,49 @@ with the whole global batch (:func:`single_process_run`) can replay exactly what
 from __future__ import annotations
 
 import copy
-import itertools
 import time
 from contextlib import nullcontext
+from typing import Literal
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.models import param_checksum
-from ddp_lib.process_group import process_group
-
-WIDTHS = (8, 16, 16, 4)  # in_features, hidden, hidden, out_features: 484 parameters
-LR = 0.1
-
-
-def make_mlp(seed: int, widths: tuple[int, ...] = WIDTHS) -> nn.Sequential:
-    """Linear -> Tanh -> ... -> Linear with the given widths, initialised from ``seed``."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
-        layers.append(nn.Linear(n_in, n_out))
-        if i < len(widths) - 2:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
-
-
-def global_batch(step: int, size: int, seed: int = 0,
-                 widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and targets of the whole (global) batch of ``step``; the same in every process."""
-    g = torch.Generator().manual_seed(seed * 100_003 + step)
-    return torch.randn(size, widths[0], generator=g), torch.randn(size, widths[-1], generator=g)
-
-
-def rank_batch(step: int, rank: int, world_size: int, per_rank_batch: int, seed: int = 0,
-               widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's slice (rows rank*B to (rank+1)*B) of the global batch of ``step``."""
-    x, y = global_batch(step, world_size * per_rank_batch, seed, widths)
-    rows = slice(rank * per_rank_batch, (rank + 1) * per_rank_batch)
-    return x[rows], y[rows]
-
-
-def wrap_ddp(model: nn.Module, device: torch.device, **options) -> DDP:
-    """DDP around ``model`` (already on ``device``): device_ids only for a single GPU."""
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **options)
-
-
-def flat_grads(model: nn.Module) -> torch.Tensor:
-    """Every parameter's .grad in one flat CPU tensor (zeros where a grad is None)."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).cpu()
-                      for p in model.parameters()])
-
-
-def flat_params(model: nn.Module) -> torch.Tensor:
-    """Every parameter in one flat CPU tensor."""
-    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
-
-
-def gather_flat(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """all_gather a flat tensor: every rank gets every rank's copy, in rank order."""
-    copies = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(copies, tensor)
-    return [c.cpu() for c in copies]
+# The MLP, its batches and the flat views are shared with buckets.py: they live in the helper.
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import (
+        LR,
+        flat_grads,
+        flat_params,
+        gather_flat,
+        global_batch,
+        make_mlp,
+        param_checksum,
+        process_group,
+        rank_batch,
+        wrap_ddp,
+    )
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import (
+        LR,
+        flat_grads,
+        flat_params,
+        gather_flat,
+        global_batch,
+        make_mlp,
+        param_checksum,
+        process_group,
+        rank_batch,
+        wrap_ddp,
+    )
 
 
 def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict:
-    """Start each rank with different weights (seed + rank); return checksums before and after DDP()."""
+    """Start each rank with different weights (seed + rank); return checksums before and after DDP().
+
+    Args:
+        seed: base seed; rank r uses seed + r.
+    """
     with process_group(rank, world_size) as device:
         model = make_mlp(seed + rank).to(device)
         before = param_checksum(model)
@@ -84,7 +59,12 @@ def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict
 
 def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """One backward on this rank's data. Returns the gradient this rank would have alone
-    (a plain copy of the model), the .grad DDP leaves, and whether all ranks hold the same .grad."""
+    (a plain copy of the model), the .grad DDP leaves, and whether all ranks hold the same .grad.
+
+    Args:
+        seed: seed of the model and data.
+        per_rank_batch: batch per rank.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed).to(device), device)
         alone = copy.deepcopy(model.module)  # same weights, no DDP: what this rank computes by itself
@@ -126,8 +106,15 @@ def single_process_run(global_batch_size: int, steps: int = 5, seed: int = 0, re
 
 
 def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5, seed: int = 0,
-            reduction: str = "mean") -> dict:
-    """DDP training on per-rank batches; ranks start from different weights (seed + rank)."""
+            reduction: Literal["mean", "sum"] = "mean") -> dict:
+    """DDP training on per-rank batches; ranks start from different weights (seed + rank).
+
+    Args:
+        per_rank_batch: batch per rank.
+        steps: SGD steps.
+        seed: seed of the model and data.
+        reduction: "mean" or "sum" loss.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed + rank).to(device), device)
         return _train(model, lambda step: [rank_batch(step, rank, world_size, per_rank_batch, seed)],
@@ -146,7 +133,14 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
                 steps: int = 3, seed: int = 0) -> dict:
     """Gradient accumulation: each rank splits its batch into ``grad_accum_steps`` micro-batches and
     skips the all-reduce (no_sync) on all but the last. Returns final parameters and the number of
-    all-reduces per micro-batch of the first step."""
+    all-reduces per micro-batch of the first step.
+
+    Args:
+        per_rank_batch: batch per rank per micro-batch.
+        grad_accum_steps: micro-batches per step.
+        steps: SGD steps.
+        seed: seed of the model and data.
+    """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed).to(device), device)
         counts: list[int] = []
@@ -189,7 +183,13 @@ class TwoHeads(nn.Module):
 def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
                       use_b: bool = False) -> dict:
     """Train TwoHeads, using head b only if ``use_b``. With b unused and no find_unused_parameters
-    the second forward raises; otherwise returns b's weight grad and the mean step time in ms."""
+    the second forward raises; otherwise returns b's weight grad and the mean step time in ms.
+
+    Args:
+        find_unused_parameters: turn on DDP's unused parameter detection.
+        steps: training steps.
+        use_b: use head b in forward (then nothing is unused).
+    """
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
@@ -204,7 +204,13 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
 def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4,
                      timing_steps: int = 20) -> dict:
     """Same weights and data through DDP with the default hook and with fp16_compress_hook.
-    Returns the gradients of both (flat CPU tensors) and ms per step of each (not deterministic)."""
+    Returns the gradients of both (flat CPU tensors) and ms per step of each (not deterministic).
+
+    Args:
+        seed: seed of the model and data.
+        per_rank_batch: batch per rank.
+        timing_steps: steps timed for each hook.
+    """
     with process_group(rank, world_size) as device:
         plain = wrap_ddp(make_mlp(seed).to(device), device)
         fp16 = wrap_ddp(make_mlp(seed).to(device), device)

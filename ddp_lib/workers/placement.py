@@ -5,21 +5,30 @@ from __future__ import annotations
 
 import importlib
 import os
+import tempfile
 from datetime import timedelta
+from typing import Literal
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.device import device_for
-from ddp_lib.models import ToyModel, param_checksum
-from ddp_lib.process_group import env_int, process_group, teardown
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import ToyModel, device_for, env_int, param_checksum, process_group, teardown
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import ToyModel, device_for, env_int, param_checksum, process_group, teardown
 
 
-def input_placement(rank: int, world_size: int, device_ids: str = "none", move_inputs: bool = False) -> dict:
+def input_placement(rank: int, world_size: int, device_ids: Literal["rank", "none"] = "none",
+                    move_inputs: bool = False) -> dict:
     """The classic example's forward pass. ``device_ids``: "rank" passes device_ids=[rank] as the
     example does, "none" passes None. Returns the device the model saw its input on and the
-    device of the output."""
+    device of the output.
+
+    Args:
+        device_ids: "rank" passes device_ids=[rank] (ValueError on CPU), "none" passes None.
+        move_inputs: move the inputs to the rank's device first.
+    """
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = ToyModel().to(device)
@@ -41,23 +50,31 @@ def nccl_cpu_tensor(rank: int, world_size: int) -> dict:
 
 
 def where_am_i(rank: int, world_size: int) -> dict:
-    """What a rank learns from its environment, and the device it should use (LOCAL_RANK's)."""
-    local_rank = env_int("LOCAL_RANK")
-    local_world_size = env_int("LOCAL_WORLD_SIZE")
+    """What a rank learns from its environment, and the device it should use (LOCAL_RANK's).
+    Under plain mp.spawn, which sets none of these, they read as setup() reads them: LOCAL_RANK
+    = rank, LOCAL_WORLD_SIZE = world_size, GROUP_RANK = 0 (one node)."""
+    local_rank = env_int("LOCAL_RANK", rank)
+    local_world_size = env_int("LOCAL_WORLD_SIZE", world_size)
     with process_group(rank, world_size):
         return {
-            "RANK": env_int("RANK"), "LOCAL_RANK": local_rank, "GROUP_RANK": env_int("GROUP_RANK"),
-            "WORLD_SIZE": env_int("WORLD_SIZE"), "LOCAL_WORLD_SIZE": local_world_size,
+            "RANK": env_int("RANK", rank), "LOCAL_RANK": local_rank, "GROUP_RANK": env_int("GROUP_RANK", 0),
+            "WORLD_SIZE": env_int("WORLD_SIZE", world_size), "LOCAL_WORLD_SIZE": local_world_size,
             # A node with LOCAL_WORLD_SIZE GPUs numbers them 0..LOCAL_WORLD_SIZE-1, whatever its rank.
             "right_gpu": f"cuda:{local_rank}",
             "cuda_rank_exists": rank < local_world_size,
         }
 
 
-def simulate_nodes(rank: int, world_size: int, nproc_per_node: int, target: str):
+def simulate_nodes(rank: int, world_size: int, nproc_per_node: int = 2,
+                   target: str = "ddp_lib.workers.placement:where_am_i") -> object:
     """Run ``target`` ("module:function") as if the ranks were spread over nodes of
     ``nproc_per_node`` processes each: LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK are rewritten
-    as torchrun would set them on each node. All ranks really run on this machine."""
+    as torchrun would set them on each node. All ranks really run on this machine.
+
+    Args:
+        nproc_per_node: processes per simulated node.
+        target: "module:function" of the worker to run.
+    """
     os.environ.update({"LOCAL_RANK": str(rank % nproc_per_node), "LOCAL_WORLD_SIZE": str(nproc_per_node),
                        "GROUP_RANK": str(rank // nproc_per_node)})
     module, name = target.split(":")
@@ -88,9 +105,15 @@ def with_set_device(rank: int, world_size: int) -> dict:
         return {"current_device": torch.cuda.current_device(), "sum": tensor.item()}
 
 
-def checkpoint_devices(rank: int, world_size: int, path: str) -> dict:
+def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> dict:
     """Rank 0 saves ToyModel's state_dict from its device; every rank then loads it three ways.
-    Returns where the file says the tensors were, and where they land without and with map_location."""
+    Returns where the file says the tensors were, and where they land without and with map_location.
+
+    Args:
+        path: the checkpoint file (None: ddp_lib_lesson03.pt in the temporary directory).
+    """
+    if path is None:
+        path = os.path.join(tempfile.gettempdir(), "ddp_lib_lesson03.pt")
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = DDP(ToyModel().to(device), device_ids=[device.index] if device.type == "cuda" else None)

@@ -11,8 +11,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ddp_lib.process_group import process_group
-from ddp_lib.workers.collectives import start_tensor
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import process_group, start_tensor
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import process_group, start_tensor
 
 SWAP_ORDERS = ("both_send_first", "by_parity", "isend")
 

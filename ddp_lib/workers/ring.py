@@ -11,8 +11,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ddp_lib.process_group import process_group
-from ddp_lib.workers.collectives import start_tensor
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import process_group, start_tensor
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import process_group, start_tensor
 
 
 def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> int:
@@ -66,7 +68,12 @@ def ring_bytes_expected(numel: int, world_size: int, element_size: int = 4) -> f
 
 def ring_check(rank: int | None = None, world_size: int | None = None, numel: int = 10, seed: int = 0) -> dict:
     """Run ring_all_reduce and dist.all_reduce on the same random tensor; return whether they
-    agree, the largest difference and the bytes this rank sent."""
+    agree, the largest difference and the bytes this rank sent.
+
+    Args:
+        numel: number of elements in the tensor.
+        seed: base seed; rank r uses seed + r.
+    """
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         generator = torch.Generator().manual_seed(seed + rank)

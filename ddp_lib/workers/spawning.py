@@ -15,7 +15,10 @@ import time
 import torch
 import torch.distributed as dist
 
-from ddp_lib.process_group import env_int, process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import env_int, process_group
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import env_int, process_group
 
 
 def record_args(i: int, world_size: int, out_dir: str) -> None:
@@ -66,14 +69,22 @@ def describe_rank(rank: int | None = None, world_size: int | None = None) -> dic
 
 
 def fail_on_rank(rank: int, world_size: int, bad_rank: int = 1) -> int:
-    """Raise ValueError on ``bad_rank``; every other rank returns its rank."""
+    """Raise ValueError on ``bad_rank``; every other rank returns its rank.
+
+    Args:
+        bad_rank: the rank that raises.
+    """
     if rank == bad_rank:
         raise ValueError(f"rank {rank} of {world_size} was told to fail")
     return rank
 
 
 def chatty(rank: int, world_size: int, lines: int = 3) -> int:
-    """Print ``lines`` lines, pausing between them so that ranks interleave; return ``lines``."""
+    """Print ``lines`` lines, pausing between them so that ranks interleave; return ``lines``.
+
+    Args:
+        lines: lines each rank prints.
+    """
     for k in range(lines):
         print(f"rank {rank} of {world_size}: line {k}", flush=True)
         time.sleep(0.01)

@@ -8,7 +8,10 @@ import os
 import torch
 import torch.distributed as dist
 
-from ddp_lib.process_group import process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import process_group
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import process_group
 
 # Shown with their values: the same on every run.
 SHOWN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",

@@ -1,25 +1,196 @@
-"""A complete small training job under DDP: sharded data, averaged loss metrics, a progress
-line on rank 0, checkpoints on rank 0 and resume from the latest one.
+"""A complete small training job under DDP: generated data, a small classifier, sharded
+batches, averaged loss metrics, a progress line on rank 0, checkpoints on rank 0 and resume.
 
-    spawn(train, 2, args=(8, 16, 0.1, 0))          # epochs, batch_size per rank, lr, seed
+    spawn(train, 2, kwargs=dict(epochs=8, batch_size=16, lr=0.1, seed=0))
     torchrun --nproc-per-node 2 -m ddp_lib run train --epochs 8 --json
+
+Everything the job needs is in this file and ``process_group.py``, so the two can be copied
+into a project and run there; ``ddp_lib.data``, ``ddp_lib.models`` and ``ddp_lib.checkpoint``
+name the same functions.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import tempfile
+import warnings
+from typing import Literal, get_args
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn.functional as dist_fn
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from ddp_lib.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from ddp_lib.data import make_moons
-from ddp_lib.models import param_checksum
-from ddp_lib.moons_model import MoonsNet, to_torch_sync_batchnorm
-from ddp_lib.process_group import process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import param_checksum, process_group, wrap_ddp
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import param_checksum, process_group, wrap_ddp
+
+# ---- data: built in every process from a fixed seed, so every rank holds the same samples
+
+DATA_SEED = 1234  # fixed: the data never changes with the training seed
+N_SAMPLES = 512  # divisible by 4 ranks x 16: every rank gets whole, equal batches
+
+
+def make_moons(n_samples: int = N_SAMPLES, noise: float = 0.15, seed: int = DATA_SEED) -> TensorDataset:
+    """Two interleaved half-moons in 2-D with labels 0/1 (a small classification task):
+    returns a TensorDataset of (x: float32 [n, 2], y: int64 [n])."""
+    g = torch.Generator().manual_seed(seed)
+    half = n_samples // 2
+    angle = torch.rand(n_samples, generator=g) * math.pi
+    upper = torch.stack([torch.cos(angle[:half]), torch.sin(angle[:half])], dim=1)
+    lower = torch.stack([1 - torch.cos(angle[half:]), 0.5 - torch.sin(angle[half:])], dim=1)
+    x = torch.cat([upper, lower]) + noise * torch.randn(n_samples, 2, generator=g)
+    y = torch.cat([torch.zeros(half, dtype=torch.long), torch.ones(n_samples - half, dtype=torch.long)])
+    # Interleave the classes so that an unshuffled batch still holds both.
+    order = torch.randperm(n_samples, generator=g)
+    return TensorDataset(x[order], y[order])
+
+
+# ---- the model
+
+Norm = Literal["none", "batch", "sync"]
+NORMS = get_args(Norm)
+
+
+class AllReduceBatchNorm1d(nn.BatchNorm1d):
+    """BatchNorm1d whose training statistics are those of the global batch (all ranks together),
+    the same computation as ``nn.SyncBatchNorm``, written with a differentiable all-reduce."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
+            return super().forward(x)
+        channels = x.shape[1]
+        count = torch.full((1,), float(x.shape[0]), dtype=x.dtype, device=x.device)
+        # Sum, sum of squares and count from every rank in one all-reduce; its backward is an
+        # all-reduce too, so each rank's gradient includes how its samples moved the statistics.
+        stats = dist_fn.all_reduce(torch.cat([x.sum(0), (x * x).sum(0), count]))
+        total = stats[-1]
+        mean = stats[:channels] / total
+        var = stats[channels:2 * channels] / total - mean * mean
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * total / (total - 1), self.momentum)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+class MoonsNet(nn.Module):
+    """Linear(2, hidden) -> [norm] -> ReLU -> Linear(hidden, 2). ``norm`` is "none", "batch"
+    (BatchNorm1d, statistics of this rank's batch) or "sync" (statistics of the global batch)."""
+
+    def __init__(self, hidden: int = 32, norm: Norm = "none") -> None:
+        super().__init__()
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+        self.fc1 = nn.Linear(2, hidden)
+        self.norm = {"none": nn.Identity(), "batch": nn.BatchNorm1d(hidden),
+                     "sync": AllReduceBatchNorm1d(hidden)}[norm]
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.relu(self.norm(self.fc1(x))))
+
+
+def to_torch_sync_batchnorm(model: nn.Module) -> nn.Module:
+    """On a GPU, swap every batch norm (ours included) for torch's ``nn.SyncBatchNorm``."""
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+
+
+# ---- checkpoints: written to a temporary file and renamed into place, so the newest file
+# is complete even after a crash mid-write; loaded with weights_only=True.
+
+_NAME = re.compile(r"^epoch_(\d+)\.pt$")
+_TMP_PREFIX, _TMP_SUFFIX = ".epoch_", ".tmp"
+
+
+def checkpoint_path(directory: str, epoch: int) -> str:
+    """The file name of the checkpoint taken after ``epoch`` completed epochs."""
+    return os.path.join(directory, f"epoch_{epoch:03d}.pt")
+
+
+def save_checkpoint(directory: str, epoch: int, state: dict, keep_last: int | None = None) -> str:
+    """Write ``state`` as the checkpoint for ``epoch`` atomically and return its path. Removes
+    temporary files a crashed save left behind and, with ``keep_last``, all but the newest
+    ``keep_last`` checkpoints."""
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be a positive number of checkpoints or None (keep all), got {keep_last!r}")
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
+            os.remove(os.path.join(directory, name))  # only one process saves: none is in progress
+    path = checkpoint_path(directory, epoch)
+    # Same directory, so os.replace is a rename on one filesystem: atomic. A crash before it
+    # leaves only a stray .tmp file, which list_checkpoints ignores and the next save removes.
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    if keep_last is not None:
+        for name in list_checkpoints(directory)[:-keep_last]:
+            os.remove(os.path.join(directory, name))
+    return path
+
+
+def list_checkpoints(directory: str | None) -> list[str]:
+    """Checkpoint file names in ``directory``, oldest epoch first (names only, no paths)."""
+    if not directory or not os.path.isdir(directory):
+        return []
+    names = [name for name in os.listdir(directory) if _NAME.match(name)]
+    # By epoch number, not as text: epoch_1000.pt comes after epoch_999.pt.
+    return sorted(names, key=lambda name: int(_NAME.match(name).group(1)))
+
+
+def latest_checkpoint(directory: str | None) -> str | None:
+    """The path of the checkpoint with the highest epoch in ``directory``, or None."""
+    names = list_checkpoints(directory)
+    return os.path.join(directory, names[-1]) if names else None
+
+
+def load_checkpoint(path: str, map_location: torch.device | str = "cpu") -> dict:
+    """Load a checkpoint onto ``map_location`` (this rank's device, never the saving rank's).
+    A truncated or unreadable file raises RuntimeError naming it."""
+    try:
+        # weights_only: tensors, numbers, strings and containers only; no arbitrary code on load.
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # torch raises RuntimeError, EOFError or UnpicklingError, by how it is broken
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise RuntimeError(f"checkpoint {path} is truncated or unreadable: {reason}") from e
+
+
+def load_latest_checkpoint(directory: str | None, map_location: torch.device | str = "cpu") -> dict | None:
+    """The newest checkpoint in ``directory`` that loads, or None if there is none. An unreadable
+    newer one is skipped with a warning naming it; if none loads, RuntimeError names them all."""
+    names = list_checkpoints(directory)
+    skipped = []
+    for name in reversed(names):
+        path = os.path.join(directory, name)
+        try:
+            state = load_checkpoint(path, map_location)
+        except RuntimeError as e:
+            skipped.append(path)
+            warnings.warn(f"skipped {e}", stacklevel=2)
+            continue
+        return state
+    if skipped:
+        raise RuntimeError(f"no checkpoint in {directory} loads; unreadable: {', '.join(skipped)}")
+    return None
+
+
+# ---- the training job
 
 ORDER_SHOWN = 6  # how many sample indices per epoch the result reports (enough to see a pattern)
 
@@ -31,20 +202,32 @@ def progress_line(epoch: int, epochs: int, loss: float, width: int = 20) -> str:
 
 
 def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr: float = 0.1,
-          seed: int = 0, checkpoint_dir: str = "", resume: int = 0, set_epoch: int = 1,
-          norm: str = "none", fail_at_epoch: int = 0) -> dict:
-    """Train MoonsNet for ``epochs`` epochs at ``batch_size`` samples per rank per step.
+          seed: int = 0, checkpoint_dir: str | None = None, resume: bool = False, set_epoch: bool = True,
+          norm: Norm = "none", fail_at_epoch: int = 0, keep_last: int | None = None) -> dict:
+    """Train MoonsNet with SGD (momentum 0.9) under DDP.
 
-    checkpoint_dir: where rank 0 saves a checkpoint after every epoch ("" for none).
-    resume: 1 to continue from the latest checkpoint there, if any.
-    set_epoch: 0 to forget ``sampler.set_epoch`` (to show what goes wrong).
-    norm: "none", "batch" or "sync" (see MoonsNet).
-    fail_at_epoch: the last rank raises when it reaches this epoch (1-based), but only on a
-    first attempt (TORCHELASTIC_RESTART_COUNT 0); 0 never fails.
+    Args:
+        epochs: number of epochs to reach, counting those already in a resumed checkpoint.
+        batch_size: samples per rank per step (global batch = world_size x this).
+        lr: learning rate.
+        seed: seed of the initial weights and of the shuffle.
+        checkpoint_dir: directory where rank 0 saves a checkpoint after every epoch (None or "": none).
+        resume: continue from the newest readable checkpoint in checkpoint_dir (none yet: say so, start at 1).
+        set_epoch: call sampler.set_epoch each epoch (False: the same order every epoch, to show why).
+        norm: "none", "batch" (BatchNorm1d, this rank's statistics) or "sync" (statistics of the global batch).
+        fail_at_epoch: the last rank raises on reaching this epoch (1-based), on a first attempt only (0: never).
+        keep_last: keep only this many newest checkpoints (None: keep all).
+
     Returns {"rank", "attempt" (torchrun's restart count), "start_epoch", "losses" (one per epoch
     so far, averaged over all ranks), "order" (the first sample indices this rank read in each
     epoch it trained), "checksum", "params" (all parameters, flattened)}.
     """
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+    if resume and not checkpoint_dir:
+        raise ValueError("resume=True needs a checkpoint_dir to resume from")
+    if keep_last is not None and keep_last < 1:
+        raise ValueError(f"keep_last must be a positive number of checkpoints or None (keep all), got {keep_last!r}")
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)  # the same initial weights everywhere (DDP would broadcast them anyway)
         dataset = make_moons()
@@ -59,16 +242,20 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
         start_epoch, losses = 0, []
-        path = latest_checkpoint(checkpoint_dir) if resume else None
-        if path:
+        if resume:
             # map_location: tensors saved from rank 0's device land on this rank's device.
-            state = load_checkpoint(path, map_location=device)
-            model.load_state_dict(state["model"])  # before DDP, which then broadcasts rank 0's copy
-            optimizer.load_state_dict(state["optimizer"])
-            start_epoch, losses = state["epoch"], list(state["losses"])
-            if rank == 0:
-                print(f"resumed from the checkpoint of epoch {start_epoch}", flush=True)
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+            state = load_latest_checkpoint(checkpoint_dir, map_location=device)
+            if state is None:
+                # Expected on the first attempt of a job torchrun may restart; said, not silent.
+                if rank == 0:
+                    print("no checkpoint to resume from yet: starting at epoch 1", flush=True)
+            else:
+                model.load_state_dict(state["model"])  # before DDP, which then broadcasts rank 0's copy
+                optimizer.load_state_dict(state["optimizer"])
+                start_epoch, losses = state["epoch"], list(state["losses"])
+                if rank == 0:
+                    print(f"resumed from the checkpoint of epoch {start_epoch}", flush=True)
+        ddp_model = wrap_ddp(model, device)
         loss_fn = nn.CrossEntropyLoss()
 
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -98,7 +285,7 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
                     # The unwrapped module: keys without "module.", loadable with or without DDP.
                     save_checkpoint(checkpoint_dir, epoch + 1, {
                         "epoch": epoch + 1, "model": ddp_model.module.state_dict(),
-                        "optimizer": optimizer.state_dict(), "losses": losses})
+                        "optimizer": optimizer.state_dict(), "losses": losses}, keep_last=keep_last)
             if checkpoint_dir:
                 dist.barrier()  # nobody reads or crashes past a checkpoint rank 0 has not finished
 

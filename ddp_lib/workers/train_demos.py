@@ -9,10 +9,12 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.data import make_moons
-from ddp_lib.models import param_checksum
-from ddp_lib.moons_model import MoonsNet
-from ddp_lib.process_group import process_group
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import param_checksum, process_group
+    from ddp_lib.workers.train import MoonsNet, make_moons
+except ModuleNotFoundError:  # copied into a project next to process_group.py and train.py
+    from process_group import param_checksum, process_group
+    from train import MoonsNet, make_moons
 
 
 def state_dict_keys(rank: int, world_size: int) -> dict:

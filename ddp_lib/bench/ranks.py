@@ -1,0 +1,158 @@
+"""What the benchmarks run on every rank (lesson 08). Each times its sides interleaved
+(one repeat of each in turn), takes the slowest rank's time per repeat, and returns medians."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from ddp_lib import scratch_ddp
+from ddp_lib.bench.stats import median
+from ddp_lib.process_group import make_mlp, process_group, wrap_ddp
+from ddp_lib.workers.ring import ring_all_reduce
+
+# Five weights of 0.5 to 1 MiB (3.6 MiB of gradients): big enough that communication shows.
+DDP_WIDTHS = (256, 512, 512, 512, 512, 10)
+DDP_BATCH = 64
+
+
+def _slowest(times: list[float]) -> list[float]:
+    """Per repeat, the slowest rank's time: a collective is only done when every rank is done."""
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def allreduce_sweep(rank: int, world_size: int, sizes: list[int], repeats: int = 5,
+                    with_ring: bool = False) -> list[dict]:
+    """For each message size in bytes, the median seconds of one float32 dist.all_reduce and,
+    with_ring, of lesson 01's ring_all_reduce, timed alternately. Rank 0's list is the result."""
+    with process_group(rank, world_size) as device:
+        sides = {"all_reduce_s": lambda t: dist.all_reduce(t)}
+        if with_ring:
+            sides["ring_s"] = ring_all_reduce
+        rows = []
+        for nbytes in sizes:
+            tensor = torch.ones(max(1, nbytes // 4), device=device)
+            # Small messages take microseconds: time a loop and divide, as nccl-tests does.
+            iters = max(1, min(20, (4 << 20) // nbytes))
+            times: dict[str, list[float]] = {name: [] for name in sides}
+            for repeat in range(repeats + 1):  # the first round is warm-up
+                for name, op in sides.items():
+                    dist.barrier()
+                    start = time.perf_counter()
+                    for _ in range(iters):
+                        op(tensor)
+                    if repeat:
+                        times[name].append((time.perf_counter() - start) / iters)
+            rows.append({"bytes": nbytes, **{name: median(_slowest(t)) for name, t in times.items()}})
+        return rows
+
+
+def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    optimizer.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    if hasattr(model, "finish_gradient_sync"):
+        model.finish_gradient_sync()
+    optimizer.step()
+
+
+def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
+              bucket_cap_mb: float = 25.0, seed: int = 0) -> dict:
+    """Median seconds of one SGD step of the same MLP for each way: "local" (no wrapper), or a
+    scratch_ddp way ("after_backward", "per_parameter_hooks", "buckets", "torch"), taken in turn.
+    Returns {"step_s": {way: seconds}, "allreduces": {way: per step, scratch ways only}}."""
+    with process_group(rank, world_size) as device:
+        models = {}
+        for way in ways:
+            module = make_mlp(seed, DDP_WIDTHS).to(device)
+            if way == "local":
+                models[way] = module
+            else:
+                options = {"bucket_cap_mb": bucket_cap_mb} if way in ("buckets", "torch") else {}
+                models[way] = scratch_ddp.make(way, module, **options)
+        optimizers = {way: torch.optim.SGD(m.parameters(), lr=0.01) for way, m in models.items()}
+        g = torch.Generator().manual_seed(seed + rank)
+        x = torch.randn(DDP_BATCH, DDP_WIDTHS[0], generator=g).to(device)
+        y = torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g).to(device)
+        times: dict[str, list[float]] = {way: [] for way in ways}
+        for repeat in range(repeats + 2):  # two warm-up rounds: torch's DDP rebuilds buckets after its first
+            # Rotate who goes first, so no way always follows the same neighbour.
+            order = ways[repeat % len(ways):] + ways[:repeat % len(ways)]
+            for way in order:
+                dist.barrier()
+                start = time.perf_counter()
+                _train_step(models[way], optimizers[way], x, y)
+                if repeat >= 2:
+                    times[way].append(time.perf_counter() - start)
+        calls = {}
+        for way, model in models.items():
+            if hasattr(model, "allreduce_calls"):
+                before = model.allreduce_calls
+                _train_step(model, optimizers[way], x, y)
+                calls[way] = model.allreduce_calls - before
+        return {"step_s": {way: median(_slowest(t)) for way, t in times.items()}, "allreduces": calls}
+
+
+def _counting_hook(counter: list[int]):
+    """torch's default all-reduce comm hook, counting its calls."""
+    def hook(state, bucket):
+        counter[0] += 1
+        return default_hooks.allreduce_hook(state, bucket)
+    return hook
+
+
+def bucket_sweep(rank: int, world_size: int, caps_mb: list[float], repeats: int = 10, seed: int = 0) -> list[dict]:
+    """For each bucket_cap_mb, the median seconds of a torch DDP step (bucket sizes taken in turn)
+    and the all-reduces per step, counted by a hook on a second, untimed copy."""
+    with process_group(rank, world_size) as device:
+        timed, counted, counters = {}, {}, {}
+        for cap in caps_mb:
+            timed[cap] = wrap_ddp(make_mlp(seed, DDP_WIDTHS).to(device), device, bucket_cap_mb=cap)
+            counted[cap] = wrap_ddp(make_mlp(seed, DDP_WIDTHS).to(device), device, bucket_cap_mb=cap)
+            counters[cap] = [0]
+            counted[cap].register_comm_hook(None, _counting_hook(counters[cap]))
+        optimizers = {cap: torch.optim.SGD(m.parameters(), lr=0.01) for cap, m in timed.items()}
+        g = torch.Generator().manual_seed(seed + rank)
+        x = torch.randn(DDP_BATCH, DDP_WIDTHS[0], generator=g).to(device)
+        y = torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g).to(device)
+        times: dict[float, list[float]] = {cap: [] for cap in caps_mb}
+        for repeat in range(repeats + 2):
+            order = caps_mb[repeat % len(caps_mb):] + caps_mb[:repeat % len(caps_mb)]
+            for cap in order:
+                dist.barrier()
+                start = time.perf_counter()
+                _train_step(timed[cap], optimizers[cap], x, y)
+                if repeat >= 2:
+                    times[cap].append(time.perf_counter() - start)
+        rows = []
+        for cap in caps_mb:
+            spare = torch.optim.SGD(counted[cap].parameters(), lr=0.01)
+            _train_step(counted[cap], spare, x, y)  # DDP rebuilds its buckets after the first step
+            counters[cap][0] = 0
+            _train_step(counted[cap], spare, x, y)
+            rows.append({"bucket_cap_mb": cap, "step_s": median(_slowest(times[cap])), "allreduces": counters[cap][0]})
+        return rows
+
+
+def timed_train(rank: int, world_size: int, epochs: int, batch_size: int = 16) -> float:
+    """Seconds this rank spent in ddp_lib.workers.train.train (group, model, data and epochs),
+    timed inside the process so launch noise stays out."""
+    from ddp_lib.workers.train import train
+
+    start = time.perf_counter()
+    train(rank, world_size, epochs, batch_size, 0.1, 0)
+    return time.perf_counter() - start
+
+
+def plain_allreduce(i: int, world_size: int, port: int) -> None:
+    """What torch.multiprocessing.start_processes runs in the start-up benchmark: join on
+    ``port`` (rank 0 hosts the store), all-reduce 1024 floats, leave."""
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)  # rank 0 must host the store itself
+    with process_group(i, world_size, init_method=f"tcp://127.0.0.1:{port}"):
+        dist.all_reduce(torch.ones(1024))

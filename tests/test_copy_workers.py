@@ -1,0 +1,265 @@
+"""Every worker module the command line lists runs when copied out of the package with the files
+the README names (the module and process_group.py), where ``ddp_lib`` cannot be imported: under
+plain ``torch.multiprocessing.spawn`` and under ``torchrun``, with the same results as through
+ddp_lib. One launch of each kind runs every worker, on 2 ranks."""
+
+from __future__ import annotations
+
+import ast
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import ddp_lib
+from ddp_lib.launch import spawn
+from ddp_lib.process_group import DEFAULT_MASTER_PORT, free_port, port_in_use
+from ddp_lib.workers import WORKERS
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = pathlib.Path(ddp_lib.__file__).resolve().parent
+TORCHRUN = pathlib.Path(sys.executable).with_name("torchrun")
+
+# The workers that need CUDA GPUs; on a CPU machine only their module is copied and imported.
+GPU_ONLY = {"nccl_cpu_tensor", "without_set_device", "with_set_device"}
+# Workers whose results hold timings or launcher-specific values: only checked to have run.
+NOT_COMPARED = {"unused_parameters", "fp16_compression", "backward_timeline", "torchrun_env", "describe_rank",
+                "count_allreduces"}
+
+# (module, function, keyword arguments) for each worker the command line lists, and train.
+# "{tmp}" becomes a directory of the run. Arguments that make a worker fail on purpose name a
+# rank that does not exist, so the run shows the worker itself works.
+JOBS = [
+    ("basic", "demo_basic", {"seed": 3}),
+    ("failures", "raise_on_rank", {"bad_rank": -1}),
+    ("failures", "hang_on_rank", {"bad_rank": -1}),
+    ("collectives", "whoami", {"method": "env"}),
+    ("collectives", "run_collective", {"name": "reduce_scatter"}),
+    ("collectives", "subgroups", {}),
+    ("ring", "ring_check", {"numel": 10, "seed": 1}),
+    ("placement", "input_placement", {"device_ids": "none", "move_inputs": True}),
+    ("placement", "where_am_i", {}),
+    ("placement", "simulate_nodes", {"nproc_per_node": 1, "target": "placement:where_am_i"}),
+    ("placement", "checkpoint_devices", {"path": "{tmp}/toy.pt"}),
+    ("gradients", "broadcast_at_construction", {}),
+    ("gradients", "grads_after_backward", {}),
+    ("gradients", "ddp_run", {"steps": 3}),
+    ("gradients", "no_sync_run", {}),
+    ("gradients", "unused_parameters", {"find_unused_parameters": True}),
+    ("gradients", "fp16_compression", {"timing_steps": 2}),
+    ("buckets", "scratch_vs_torch", {"way": "buckets", "steps": 2}),
+    ("buckets", "count_allreduces", {"bucket_cap_mb": 0.01}),
+    ("buckets", "backward_timeline", {"warmup": 0, "per_rank_batch": 8}),
+    ("spawning", "hello", {}),
+    ("spawning", "describe_rank", {}),
+    ("spawning", "fail_on_rank", {"bad_rank": -1}),
+    ("spawning", "chatty", {"lines": 1}),
+    ("train", "train", {"epochs": 2, "checkpoint_dir": "{tmp}/ckpt", "keep_last": 1}),
+    ("torchrun_env", "torchrun_env", {}),
+]
+
+# Runs every job in each rank: under mp.spawn (argv[1] == "spawn") or as one torchrun rank.
+# Each worker module is imported from its own directory, which holds only the files the README
+# names for it. ddp_lib is made unimportable first, in this process and in its children.
+RUNNER = textwrap.dedent('''
+    import importlib, os, sys, time
+    sys.modules["ddp_lib"] = None  # the package is installed in this environment: hide it
+    import torch
+    import torch.multiprocessing as mp
+
+    def run_all(rank, world_size, root, jobs):
+        try:
+            import ddp_lib  # noqa: F401
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise AssertionError("ddp_lib is importable in the copied project")
+        results = {}
+        for job, (module, name, kwargs, port) in enumerate(jobs):
+            if port:
+                # A group after the first needs a store of its own: torch names the default
+                # group's keys the same each time, so a reused store hands out the last group's
+                # addresses (torchrun's store lives as long as the job).
+                os.environ["MASTER_PORT"] = str(port)
+                os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+            sys.path.insert(0, os.path.join(root, module))
+            try:
+                fn = getattr(importlib.import_module(module), name)
+                results[f"{module}.{name}"] = fn(rank, world_size, **kwargs)
+            finally:
+                sys.path.pop(0)
+                sys.modules.pop("process_group", None)  # the next module imports its own copy
+            # Nobody starts the next group before every rank has left this one.
+            open(os.path.join(root, f"done.{sys.argv[1]}.{job}.{rank}"), "w").close()
+            while not all(os.path.exists(os.path.join(root, f"done.{sys.argv[1]}.{job}.{r}"))
+                          for r in range(world_size)):
+                time.sleep(0.01)
+        torch.save(results, os.path.join(root, f"results.{sys.argv[1]}.{rank}.pt"))
+
+    if __name__ == "__main__":
+        root, jobs = sys.argv[2], eval(sys.argv[3])
+        if sys.argv[1] == "spawn":
+            mp.spawn(run_all, args=(2, root, jobs), nprocs=2)  # the tutorial's launch, nothing else
+        else:
+            run_all(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), root, jobs)
+''')
+
+
+def copy_table() -> dict[str, list[str]]:
+    """The README's table: worker module name -> the files to copy."""
+    text = (REPO / "README.md").read_text()
+    section = text.split("### Copying a worker into your project", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        match = re.match(r"^\| `ddp_lib/workers/(\w+)\.py` \|.*\| ([^|]+) \|$", line)
+        if match:
+            table[match.group(1)] = re.findall(r"`([\w.]+\.py)`", match.group(2))
+    return table
+
+
+def listed_modules() -> set[str]:
+    modules = {w.target.split(":")[0] for w in WORKERS.values()} | {"ddp_lib.workers.train"}
+    return {m.removeprefix("ddp_lib.workers.") for m in modules}
+
+
+def test_every_listed_worker_has_a_job_and_a_row_in_the_readme_table():
+    listed = {w.target.split(":")[1] for w in WORKERS.values()} | {"train"}
+    assert listed - GPU_ONLY <= {name for _, name, _ in JOBS}
+    table = copy_table()
+    assert listed_modules() <= set(table)
+    for module, files in table.items():
+        assert files[0] == f"{module}.py" and len(files) <= 2, (module, files)  # at most one helper
+
+
+def test_copied_files_import_only_torch_the_standard_library_and_each_other():
+    for module, files in copy_table().items():
+        names = {f.removesuffix(".py") for f in files}
+        for file in files:
+            source = (PACKAGE / ("workers" if file == f"{module}.py" else "") / file).read_text()
+            for node in ast.walk(ast.parse(source)):
+                if isinstance(node, ast.Import):
+                    roots = [alias.name.split(".")[0] for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    roots = [node.module.split(".")[0]]
+                    if roots == ["ddp_lib"]:  # the try branch the copy falls back from
+                        assert node.module.rsplit(".", 1)[-1] in names, (file, node.module)
+                        continue
+                else:
+                    continue
+                for root in roots:
+                    assert root in sys.stdlib_module_names or root in {"torch"} | names, (file, root)
+
+
+@pytest.fixture(scope="module")
+def copied(tmp_path_factory):
+    """Each listed module with the files the README names, in a directory of its own."""
+    root = tmp_path_factory.mktemp("project")
+    for module, files in copy_table().items():
+        (root / module).mkdir()
+        for file in files:
+            source = PACKAGE / ("workers" if file == f"{module}.py" else "") / file
+            shutil.copy(source, root / module / file)
+    (root / "runner.py").write_text(RUNNER)
+    return root
+
+
+def _jobs(root: pathlib.Path, tag: str) -> list:
+    """JOBS with paths filled in and, after the first (which uses the launch's own settings), a
+    free port for each."""
+    (root / tag).mkdir()
+    return [(m, n, {k: v.replace("{tmp}", str(root / tag)) if isinstance(v, str) else v for k, v in kw.items()},
+             free_port() if i else None)
+            for i, (m, n, kw) in enumerate(JOBS)]
+
+
+def _run(root: pathlib.Path, how: str, env: dict) -> list[dict]:
+    command = [sys.executable, "-I", str(root / "runner.py")]
+    if how == "torchrun":
+        command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(root / "runner.py")]
+    env = {**{k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}, **env}
+    proc = subprocess.run(command + [how, str(root), repr(_jobs(root, how))], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [torch.load(root / f"results.{how}.{rank}.pt", weights_only=False) for rank in range(2)]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a if k not in ("path",))
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return torch.allclose(a, b, atol=1e-6)
+    if isinstance(a, float):
+        return a == pytest.approx(b, abs=1e-6)
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def spawned(copied):
+    # Nothing set, as in the tutorial: the ranks meet on the default 127.0.0.1:12355, one job
+    # after another. Only if another program holds that port, the environment names a free one.
+    env = {"MASTER_PORT": str(free_port())} if port_in_use(DEFAULT_MASTER_PORT) else {}
+    return _run(copied, "spawn", env)
+
+
+def test_copied_workers_run_under_mp_spawn_and_torchrun_alike(copied, spawned):
+    under_torchrun = _run(copied, "torchrun", {})
+    for rank in range(2):
+        assert spawned[rank].keys() == under_torchrun[rank].keys() == {f"{m}.{n}" for m, n, _ in JOBS}
+        for key, value in spawned[rank].items():
+            if key.split(".")[1] not in NOT_COMPARED:
+                assert _same(value, under_torchrun[rank][key]), key
+    assert under_torchrun[0]["torchrun_env.torchrun_env"]["env"]["TORCHELASTIC_RUN_ID"] == "set"
+    assert spawned[0]["torchrun_env.torchrun_env"]["env"]["TORCHELASTIC_RUN_ID"] == "unset"
+
+
+def test_copied_workers_give_the_results_they_give_inside_ddp_lib(spawned):
+    from ddp_lib.workers.basic import demo_basic
+    from ddp_lib.workers.gradients import ddp_run
+    from ddp_lib.workers.train import train
+
+    assert _same(spawn(demo_basic, 2, kwargs={"seed": 3}), [spawned[r]["basic.demo_basic"] for r in range(2)])
+    assert _same(spawn(ddp_run, 2, kwargs={"steps": 3}), [spawned[r]["gradients.ddp_run"] for r in range(2)])
+    inside = spawn(train, 2, kwargs={"epochs": 2})
+    copied_train = [spawned[r]["train.train"] for r in range(2)]
+    assert [r["losses"] for r in inside] == [r["losses"] for r in copied_train]
+    assert [r["params"] for r in inside] == [r["params"] for r in copied_train]
+
+
+def test_the_default_master_port_is_the_tutorials_and_a_busy_one_is_named(copied):
+    # Under plain mp.spawn with nothing set, the ranks meet on 127.0.0.1:12355 (the tutorial's).
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    script = copied / "default_port.py"
+    script.write_text(textwrap.dedent('''
+        import os, sys
+        sys.modules["ddp_lib"] = None
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "basic"))
+        from process_group import setup, teardown
+        try:
+            setup(0, 2)
+        except RuntimeError as e:
+            print(e)
+            sys.exit(3)
+    '''))
+    with socket.socket() as busy:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is not busy
+        try:
+            busy.bind(("127.0.0.1", DEFAULT_MASTER_PORT))
+        except OSError:
+            pass  # another program listens there: busy either way
+        else:
+            busy.listen()
+        proc = subprocess.run([sys.executable, "-I", str(script)], env=env, capture_output=True, text=True,
+                              timeout=60)
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stdout.strip() == (f"MASTER_PORT {DEFAULT_MASTER_PORT} (the default) is already in use on this "
+                                   f"machine; set MASTER_PORT to a free port in the environment before starting "
+                                   f"the ranks")
