@@ -70,7 +70,8 @@ def check_share(fn: Callable, n: int | None = None, world_sizes: Sequence[int] =
         run = launch_on_ranks(fn, world_size, report, (n,))
         if run is None:
             if report.lines[-1].startswith("FAIL world_size"):
-                report.lines[-1] += " (the launcher calls fn(rank, world_size, n))"
+                if "TypeError" in report.lines[-1]:
+                    report.lines[-1] += " (the launcher calls fn(rank, world_size, n))"
                 continue
             return report  # refused before starting: the same for every world size
         problems = [p for rank, got in enumerate(run.results)
