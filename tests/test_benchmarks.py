@@ -5,7 +5,6 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
-
 from ddp_lib.bench import allreduce, buckets, ddp, ring, scaling, startup
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
 

@@ -44,7 +44,7 @@ def measure_allreduce(rank, world_size, nbytes):
 
 WRONG = {
     "made_up_time": (GOOD.replace("seconds = time.perf_counter() - start", "seconds = 1.0"),
-                     "when the checker timed it just before"),
+                     "when the checker timed them"),
     "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
     "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
     "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")

@@ -120,7 +120,8 @@ def solution(tmp_path, monkeypatch):
 
 def test_checker_passes_a_right_evaluation(solution):
     report = check_evaluation(solution("right"), world_sizes=(2,), seed=0)
-    assert report.passed and report.lines == ["PASS world_size 2, metrics [0.84, 0.76]: every rank returned the mean 0.8"]
+    assert report.passed
+    assert report.lines == ["PASS world_size 2, metrics [0.84, 0.76]: every rank returned the mean 0.8"]
 
 
 def test_checker_turns_a_hang_into_a_useful_failure(solution):
@@ -140,7 +141,7 @@ def test_checker_explains_a_broken_collective(solution):
 def test_checker_names_a_wrong_value(solution):
     report = check_evaluation(solution("sum_not_mean"), world_sizes=(2,), seed=0)
     (line,) = report.lines
-    assert line.startswith("FAIL world_size 2, metrics [0.84, 0.76]: rank 0 returned 1.6")  # float32 sum
+    assert line.startswith("FAIL world_size 2, metrics [0.84, 0.76]: rank 0 returned 1.")  # 1.6 as a float32 sum
     assert line.endswith("expected the mean 0.8 on every rank")
 
 
