@@ -22,7 +22,15 @@ def test_two_ranks_draw_one_line_named_for_both_and_four_ranks_two():
     assert not any("zero" in t.get_text() for t in fig.texts)
 
 
-def test_points_of_zero_are_counted_in_the_figure():
-    rows = [_row(2, 4, 300.0, 0.0), _row(2, 1024, 400.0, 0.1)]
+def test_bandwidths_that_round_to_zero_in_the_table_are_still_drawn():
+    rows = [_row(2, 4, 300.0, 0.0), _row(2, 1024, 400.0, 0.003)]  # 4 B in 300 us: 1.3e-5 GB/s, 0.000 rounded
+    fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})
+    (line,) = [ln for ln in fig.axes[1].get_lines() if ln.get_label() == "busbw = algbw, 2 ranks"]
+    assert abs(line.get_ydata()[0] - 4 / 300e-6 / 1e9) < 1e-12
+    assert fig.texts == []
+
+
+def test_a_time_of_zero_is_counted_in_the_figure_not_dropped_silently():
+    rows = [_row(2, 4, 0.0, 0.0), _row(2, 1024, 400.0, 0.003)]
     fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})
     assert [t.get_text() for t in fig.texts] == ["2 point(s) of zero not drawn on the log axes"]

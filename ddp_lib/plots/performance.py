@@ -26,15 +26,21 @@ def plot_allreduce(result: dict):
         sizes = [r["bytes"] for r in rows]
         times, missing = _positive([r["time_us"] for r in rows])
         not_drawn += missing
-        left.plot(sizes, times, marker="o", markersize=3, label=f"{world_size} ranks")
-        algbw, missing_a = _positive([r["algbw_gbs"] for r in rows])
-        busbw, missing_b = _positive([r["busbw_gbs"] for r in rows])
-        not_drawn += missing_a + missing_b
-        same = world_size == 2  # 2(N-1)/N = 1: one line is both
-        right.plot(sizes, busbw, marker="s", markersize=4,
-                   label=f"busbw = algbw, {world_size} ranks" if same else f"busbw, {world_size} ranks")
-        right.plot(sizes, algbw, marker="o", markersize=2, linestyle="--",
-                   label="_" if same else f"algbw, {world_size} ranks")
+        line, = left.plot(sizes, times, marker="o", markersize=3, label=f"{world_size} ranks")
+        # From bytes and time, not the table's rounded GB/s: small messages round to 0.000 there.
+        algbw, missing = _positive([r["bytes"] / (r["time_us"] * 1e-6) / 1e9 if r["time_us"] > 0 else 0.0
+                                    for r in rows])
+        not_drawn += missing
+        factor = 2 * (world_size - 1) / world_size
+        busbw = [v * factor for v in algbw]
+        if world_size == 2:  # 2(N-1)/N = 1: one line is both
+            right.plot(sizes, busbw, marker="s", markersize=4, color=line.get_color(),
+                       label="busbw = algbw, 2 ranks")
+        else:
+            right.plot(sizes, busbw, marker="s", markersize=4, color=line.get_color(),
+                       label=f"busbw, {world_size} ranks")
+            right.plot(sizes, algbw, marker="o", markersize=3, linestyle="--", color=line.get_color(),
+                       label=f"algbw, {world_size} ranks")
     right.axhline(result["copy_gbs"], color="grey", label="memory copy (1 thread)")
     right.axhline(result["loopback_gbs"], color="black", linestyle=":", label="loopback socket")
     for ax in (left, right):
