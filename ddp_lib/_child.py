@@ -33,6 +33,26 @@ def _watch_lifeline(lifeline) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
+    """``fn(*args, **kwargs)``, with fn's frame appended to ``kept`` so that its locals outlive the call.
+
+    A worker's locals (a DDP model, hence its reducer and process group) are otherwise freed as
+    it returns, while this thread holds the GIL: if the process group dies then, its destructor
+    joins gloo's threads, one of which may be waiting for the GIL to free its last finished
+    work (see run_rank). Held here, they are never freed: the process ends with os._exit.
+    """
+    def note_first_frame(frame, event, arg):
+        if event == "call":
+            kept.append(frame)
+            sys.setprofile(None)
+
+    sys.setprofile(note_first_frame)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
+
+
 def first_line(text: str) -> str:
     """The first non-blank line of ``text``, stripped (error summaries stay one line)."""
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
@@ -54,6 +74,7 @@ def run_rank(rank: int, fn_ref: str, args_blob: bytes, env: dict[str, str],
     os.environ.update(env)
     sys.path[:] = sys_path
     os.chdir(cwd)
+    kept: list = []  # the worker's frame or exception: never freed, see _call_keeping_locals
     try:
         import torch
 
@@ -65,8 +86,9 @@ def run_rank(rank: int, fn_ref: str, args_blob: bytes, env: dict[str, str],
         dist.set_debug_level_from_env()
         fn = pkgutil.resolve_name(fn_ref)
         args, kwargs = pickle.loads(args_blob)
-        value = fn(rank, int(env["WORLD_SIZE"]), *args, **kwargs)
+        value = _call_keeping_locals(fn, (rank, int(env["WORLD_SIZE"]), *args), kwargs, kept)
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
+        kept.append(exc)  # its traceback holds the worker's frames: keep them too
         code, message = 1, ("error", type(exc).__qualname__, str(exc), traceback.format_exc())
     else:
         code, message = 0, ("ok", value)
@@ -79,4 +101,8 @@ def run_rank(rank: int, fn_ref: str, args_blob: bytes, env: dict[str, str],
     sys.stdout.flush()
     sys.stderr.flush()
     result_conn.send_bytes(blob)
-    sys.exit(code)
+    # Leave without freeing anything: no destructor of the worker's objects runs (a gloo
+    # process group's would join threads that may be waiting for the GIL), and nothing
+    # else would run anyway under fork/forkserver, where multiprocessing ends its children
+    # with os._exit too. Only the streams need flushing, done above.
+    os._exit(code)
