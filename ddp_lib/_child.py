@@ -2,19 +2,48 @@
 
 It points the rank's stdout/stderr at its own files, sets the rank's environment, imports the
 worker by name (so an edited module takes effect on the next launch), runs it and sends back
-its return value or its exception through a pipe. A watchdog ends the process if the launching
-process dies, so a killed notebook kernel leaves nothing behind.
+its return value or its exception through a pipe. A watchdog ends the process, and every
+process it started, if the launching process dies, so a killed notebook kernel leaves nothing
+behind.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import pkgutil
+import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
+from dataclasses import dataclass
+
+# How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone.
+ENV_POLL_S = 0.02
+# The signal on which a rank writes every thread's Python stack to its stderr file: the
+# launcher sends it to ranks still running at the deadline, so the error can say where they were.
+STACK_DUMP_SIGNAL = signal.SIGUSR1 if hasattr(signal, "SIGUSR1") else None
+
+
+@dataclass
+class RankSpec:
+    """Everything one rank is told, pickled once into the child."""
+
+    rank: int
+    world_size: int
+    fn_ref: str
+    args_blob: bytes  # pickle of (args, kwargs): unpickled only after sys.path is set
+    pass_world_size: bool  # fn(rank, world_size, *args) (ddp_lib.launch) or fn(rank, *args) (ddp_lib.mp)
+    env: dict[str, str]
+    stdout_path: str
+    stderr_path: str
+    sys_path: list[str]
+    cwd: str
+    logdir: str  # removed by the watchdog if the launcher dies before removing it
+    store_env: dict[str, str] | None  # MASTER_ADDR/MASTER_PORT the worker must not change, if any
 
 
 def _redirect(fd: int, path: str) -> None:
@@ -23,14 +52,97 @@ def _redirect(fd: int, path: str) -> None:
     os.close(target)
 
 
-def _watch_lifeline(lifeline) -> None:
+def _own_process_group() -> None:
+    """Make this rank the leader of a new session, so that every process the worker starts
+    (subprocess, a multiprocessing helper, a shell) can be stopped with it: the launcher
+    signals the whole group, and so does the watchdog if the launcher dies."""
+    try:
+        os.setsid()
+    except OSError:  # already a group leader (not under multiprocessing's start methods)
+        pass
+
+
+def _watch_lifeline(lifeline, logdir: str) -> None:
     # Only the launching process holds the pipe's write end: end of file means it has died
-    # (or finished without us), and nothing else would ever stop this process.
+    # (or finished without us), and nothing else would ever stop this process or remove the
+    # directory that holds the ranks' output.
     try:
         lifeline.recv_bytes()
     except (EOFError, OSError):
         pass
+    shutil.rmtree(logdir, ignore_errors=True)
+    try:
+        os.killpg(os.getpgid(0), signal.SIGKILL)  # this rank and everything it started
+    except OSError:
+        pass
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+class _Reporter:
+    """Sends the rank's one message to the launcher, from whichever thread has something to say first."""
+
+    def __init__(self, conn):
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    def finish(self, code: int, message: tuple) -> None:
+        """Send ``message``, flush the streams and end the process at once (never returns)."""
+        with self._lock:  # held until the process ends: nothing else is sent
+            try:
+                blob = pickle.dumps(message)
+            except Exception as exc:
+                code = 1
+                blob = pickle.dumps(("error", type(exc).__qualname__,
+                                     f"the worker's return value cannot be pickled: {exc}", traceback.format_exc()))
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+            self._conn.send_bytes(blob)
+            # Leave without freeing anything: no destructor of the worker's objects runs (a
+            # gloo process group's joins threads that may be waiting for the GIL, see
+            # _call_keeping_locals), and no interpreter shutdown runs (under fork/forkserver
+            # multiprocessing ends its children with os._exit too).
+            os._exit(code)
+
+
+def _watch_store_env(expected: dict[str, str], reporter: _Reporter) -> None:
+    # Under ddp_lib.launch every rank is a client of the store the launcher hosts on the port
+    # in MASTER_PORT: a worker that sets its own port would dial a port nobody serves and wait
+    # for half an hour. Say so at once instead.
+    while True:
+        time.sleep(ENV_POLL_S)
+        for name, value in expected.items():
+            now = os.environ.get(name)
+            if now != value:
+                reporter.finish(1, ("error", "", (
+                    f"set {name}={now!r}, but under ddp_lib.launch the launcher hosts the rendezvous store "
+                    f"and sets {name}={value!r} itself: leave MASTER_ADDR/MASTER_PORT alone "
+                    "(os.environ.setdefault keeps a tutorial's setup() working), or launch with "
+                    "ddp_lib.mp.spawn, which leaves them to the worker"), ""))
+
+
+def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
+    """``fn(*args, **kwargs)``, with fn's frame appended to ``kept`` so that its locals outlive the call.
+
+    A worker's locals (a DDP model, hence its reducer and process group) are otherwise freed as
+    it returns, while this thread holds the GIL. If the group dies then, its destructor joins
+    gloo's threads, and one of them may be waiting for the GIL to free the last finished work of
+    a backward pass (that work holds a Python object: the contextvars context that autograd
+    stashes in thread-local state): a deadlock. Held here, they are never freed: the process
+    ends with os._exit.
+    """
+    def note_first_frame(frame, event, arg):
+        if event == "call":
+            kept.append(frame)
+            sys.setprofile(None)
+
+    sys.setprofile(note_first_frame)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        sys.setprofile(None)
 
 
 def first_line(text: str) -> str:
@@ -38,45 +150,54 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
-def run_rank(rank: int, fn_ref: str, args_blob: bytes, env: dict[str, str],
-             stdout_path: str, stderr_path: str, sys_path: list[str], cwd: str, result_conn,
-             lifeline, inherited_lifeline_fd: int | None) -> None:
+def _describe(exc: BaseException) -> tuple[str, str, str]:
+    """(type name, message, traceback text) of ``exc``, even when its ``__str__`` raises."""
+    try:
+        message = str(exc)
+    except Exception as str_error:
+        message = f"(its message could not be made: str() raised {type(str_error).__qualname__}: {str_error})"
+    try:
+        tb = "".join(traceback.format_exception(exc))
+    except Exception:
+        tb = "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__qualname__}: {message}\n"
+    return type(exc).__qualname__, message, tb
+
+
+def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int | None) -> None:
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
-    _redirect(1, stdout_path)
-    _redirect(2, stderr_path)
+    _redirect(1, spec.stdout_path)
+    _redirect(2, spec.stderr_path)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.reconfigure(line_buffering=True)
+    if STACK_DUMP_SIGNAL is not None:
+        faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+    _own_process_group()
     if inherited_lifeline_fd is not None:
         os.close(inherited_lifeline_fd)  # under fork every child inherits the write end
-    threading.Thread(target=_watch_lifeline, args=(lifeline,), daemon=True).start()
+    threading.Thread(target=_watch_lifeline, args=(lifeline, spec.logdir), daemon=True).start()
+    reporter = _Reporter(result_conn)
     os.environ.clear()
-    os.environ.update(env)
-    sys.path[:] = sys_path
-    os.chdir(cwd)
+    os.environ.update(spec.env)
+    sys.path[:] = spec.sys_path
+    os.chdir(spec.cwd)
+    if spec.store_env:
+        threading.Thread(target=_watch_store_env, args=(spec.store_env, reporter), daemon=True).start()
+    kept: list = []  # the worker's frame or exception: never freed, see _call_keeping_locals
     try:
         import torch
 
-        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
+        torch.set_num_threads(int(spec.env["OMP_NUM_THREADS"]))
         # torch.distributed read TORCH_DISTRIBUTED_DEBUG when the forkserver imported it;
         # read it again so env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"} takes effect.
         import torch.distributed as dist
 
         dist.set_debug_level_from_env()
-        fn = pkgutil.resolve_name(fn_ref)
-        args, kwargs = pickle.loads(args_blob)
-        value = fn(rank, int(env["WORLD_SIZE"]), *args, **kwargs)
+        fn = pkgutil.resolve_name(spec.fn_ref)
+        args, kwargs = pickle.loads(spec.args_blob)
+        leading = (spec.rank, spec.world_size) if spec.pass_world_size else (spec.rank,)
+        value = _call_keeping_locals(fn, (*leading, *args), kwargs, kept)
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
-        code, message = 1, ("error", type(exc).__qualname__, str(exc), traceback.format_exc())
-    else:
-        code, message = 0, ("ok", value)
-    try:
-        blob = pickle.dumps(message)
-    except Exception as exc:
-        code = 1
-        blob = pickle.dumps(("error", type(exc).__qualname__,
-                             f"the worker's return value cannot be pickled: {exc}", traceback.format_exc()))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    result_conn.send_bytes(blob)
-    sys.exit(code)
+        kept.append(exc)  # its traceback holds the worker's frames: keep them too
+        reporter.finish(1, ("error", *_describe(exc)))
+    reporter.finish(0, ("ok", value))

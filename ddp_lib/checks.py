@@ -102,7 +102,12 @@ def unwrap_partial(fn: object, args: tuple, kwargs: dict) -> tuple[object, tuple
 
 
 def check_worker(fn: object) -> str:
-    """Return the "module:qualname" name by which child processes import the worker."""
+    """Return the "module:qualname" name by which child processes import the worker.
+
+    A worker defined in the script being run (``__main__`` with a file) is accepted: children
+    import that script as ``__mp_main__``, as multiprocessing does. One defined in a notebook,
+    the REPL or ``python -c`` has no file to import and is refused.
+    """
     if not callable(fn):
         raise LaunchInputError(f"the worker must be a function, got {type(fn).__name__} {fn!r}")
     module = getattr(fn, "__module__", None)
@@ -111,11 +116,13 @@ def check_worker(fn: object) -> str:
     move = "define it at the top level of a module and import it from there (or use one from ddp_lib.workers)"
     if not module or not qualname:
         raise LaunchInputError(f"worker {label} has no importable name; {move}")
-    if module in ("__main__", "__mp_main__"):
-        raise LaunchInputError(
-            f"worker {label} is defined in __main__ (this notebook or script), which child processes cannot "
-            f"import; {move}, e.g. %%writefile my_worker.py then from my_worker import {qualname}"
-        )
+    in_main = module in ("__main__", "__mp_main__")
+    not_in_main_file = (
+        f"worker {label} is defined in __main__ (this notebook or script), which child processes cannot "
+        f"import; {move}, e.g. %%writefile my_worker.py then from my_worker import {qualname}"
+    )
+    if in_main and not _main_is_a_script():
+        raise LaunchInputError(not_in_main_file)
     if "<lambda>" in qualname or "<locals>" in qualname:
         raise LaunchInputError(
             f"worker {label} is a lambda or a nested function, which child processes cannot import; {move}")
@@ -123,6 +130,8 @@ def check_worker(fn: object) -> str:
     try:
         found = pkgutil.resolve_name(name)
     except (ImportError, AttributeError, ValueError) as exc:
+        if in_main:
+            raise LaunchInputError(not_in_main_file) from None
         raise LaunchInputError(f"worker {module}.{qualname} cannot be imported by name ({exc}); {move}") from None
     if found is not fn:
         raise LaunchInputError(
@@ -130,6 +139,18 @@ def check_worker(fn: object) -> str:
             "import the worker again"
         )
     return name
+
+
+def _main_is_a_script() -> bool:
+    """Whether children can import ``__main__`` again from its file, as multiprocessing's spawn
+    and forkserver do (a script run with ``python file.py`` or ``python -m``; not a notebook,
+    the REPL or ``python -c``)."""
+    import os
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return bool(path) and str(path).endswith(".py") and os.path.isfile(path) and not hasattr(main, "get_ipython")
 
 
 def check_start_method(start_method: object) -> str:

@@ -1,8 +1,31 @@
-"""The exceptions the launcher raises in the calling process."""
+"""The exceptions the launcher raises in the calling process, and how to tell a rank that
+failed on its own from one whose collective broke because a peer failed."""
 
 from __future__ import annotations
 
 import re
+
+# How gloo reports that a peer went away: the failure of a rank whose partner failed first.
+_PEER_FAILED = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Read error")
+
+
+def is_peer_failure(exc_type: str, message: str) -> bool:
+    """Whether a rank's failure (exception type name and message) is the echo of a peer's:
+    a closed or reset connection, or one of torch's Dist*Error (DistNetworkError, ...)."""
+    return exc_type.startswith("Dist") or bool(_PEER_FAILED.search(message))
+
+
+class RemoteTraceback(Exception):
+    """The text of a worker's traceback, set as the ``__cause__`` of the error raised in the
+    caller (as concurrent.futures does), so the default display shows the worker's file, line
+    and code above the one-line summary."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
 
 
 class LaunchInputError(ValueError):
@@ -31,21 +54,29 @@ class WorkerError(RuntimeError):
         else:
             summary = f"rank {rank} {message}"
         super().__init__(summary)
+        if worker_traceback:
+            self.__cause__ = RemoteTraceback(f"\nin rank {rank}:\n{worker_traceback.rstrip()}")
 
 
 class LaunchTimeout(TimeoutError):
     """The job passed its deadline; every rank was stopped. ``running`` lists the ranks
-    that had not finished."""
+    that had not finished; ``stacks`` maps each to the Python stack it was in when stopped
+    (its threads' frames, as faulthandler writes them), shown as the error's cause."""
 
-    def __init__(self, timeout: float, running: list[int], outputs: dict | None = None):
+    def __init__(self, timeout: float, running: list[int], outputs: dict | None = None,
+                 stacks: dict[int, str] | None = None):
         self.timeout = timeout
         self.running = running
         self.outputs = outputs or {}
+        self.stacks = stacks or {}
         ranks = ", ".join(str(r) for r in running)
-        super().__init__(
-            f"the job did not finish within its {timeout:g} s deadline; "
-            f"rank{'s' if len(running) != 1 else ''} {ranks} still running were stopped"
-        )
+        stopped = f"rank {ranks} still running was stopped" if len(running) == 1 else \
+            f"ranks {ranks} still running were stopped"
+        super().__init__(f"the job did not finish within its {timeout:g} s deadline; {stopped}")
+        where = "".join(f"\nrank {rank} was here when stopped:\n{text.rstrip()}\n"
+                        for rank, text in sorted(self.stacks.items()) if text.strip())
+        if where:
+            self.__cause__ = RemoteTraceback(where)
 
 
 _SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")

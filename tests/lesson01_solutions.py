@@ -1,4 +1,4 @@
-"""Solutions to lesson 01's exercise, right and wrong, for tests/test_exercise01.py (importable
+"""Answers to lesson 01's exercise, right and wrong, for tests/test_exercise01.py (importable
 by the launched ranks because they live in a module, not in the test file's functions)."""
 
 import torch
@@ -7,57 +7,70 @@ import torch.distributed as dist
 from ddp_lib.process_group import process_group
 
 
-def correct(rank, world_size):
+def correct(rank, world_size, x):
     with process_group(rank, world_size):
-        x = torch.tensor([float((rank + 1) ** 2)])
-        dist.all_reduce(x)
-        return (x / world_size).item()
+        t = torch.tensor([x])
+        dist.all_reduce(t)
+        return (t / world_size).item()
 
 
-def no_communication(rank, world_size):
-    return float((rank + 1) ** 2)
+def no_communication(rank, world_size, x):
+    return x
 
 
-def sum_not_mean(rank, world_size):
+def closed_form(rank, world_size, x):
+    # The old exercise's answer, (r + 1) ** 2 averaged, copied without communicating.
+    return sum((r + 1) ** 2 for r in range(world_size)) / world_size
+
+
+def gathers_instead(rank, world_size, x):
+    # Right number, wrong collective: the exercise is about all_reduce.
     with process_group(rank, world_size):
-        x = torch.tensor([float((rank + 1) ** 2)])
-        dist.all_reduce(x)
-        return x.item()
+        parts = [torch.zeros(1) for _ in range(world_size)]
+        dist.all_gather(parts, torch.tensor([x]))
+        return torch.cat(parts).mean().item()
 
 
-def integer_tensor(rank, world_size):
+def sum_not_mean(rank, world_size, x):
     with process_group(rank, world_size):
-        x = torch.tensor([(rank + 1) ** 2])
-        dist.all_reduce(x)
-        return (x // world_size).item()
+        t = torch.tensor([x])
+        dist.all_reduce(t)
+        return t.item()
 
 
-def reduce_to_rank0(rank, world_size):
+def integer_tensor(rank, world_size, x):
     with process_group(rank, world_size):
-        x = torch.tensor([float((rank + 1) ** 2)])
-        dist.reduce(x, dst=0)
-        return (x / world_size).item()
+        t = torch.tensor([int(x)])
+        dist.all_reduce(t)
+        return (t // world_size).item()
 
 
-def returns_tensor(rank, world_size):
+def reduce_to_rank0(rank, world_size, x):
     with process_group(rank, world_size):
-        x = torch.tensor([float((rank + 1) ** 2)])
-        dist.all_reduce(x)
-        return x / world_size
+        t = torch.tensor([x])
+        dist.reduce(t, dst=0)
+        return (t / world_size).item() if rank == 0 else x
 
 
-def raises(rank, world_size):
+def returns_tensor(rank, world_size, x):
+    with process_group(rank, world_size):
+        t = torch.tensor([x])
+        dist.all_reduce(t)
+        return t / world_size
+
+
+def raises(rank, world_size, x):
     if rank == 1:
         raise ValueError("forgot something")
     return 0.0
 
 
-def only_rank0_communicates(rank, world_size):
+def only_rank0_communicates(rank, world_size, x):
     # Rank 0 waits for an all_reduce nobody else calls: a hang, cut short by the timeouts.
     from datetime import timedelta
 
     with process_group(rank, world_size, timeout=timedelta(seconds=3)):
-        x = torch.tensor([float((rank + 1) ** 2)])
+        t = torch.tensor([x])
         if rank == 0:
-            dist.all_reduce(x)
-        return (x / world_size).item()
+            dist.all_reduce(t)
+        return (t / world_size).item()

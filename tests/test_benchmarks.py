@@ -4,13 +4,9 @@ asserted: only that times are positive and that derived figures follow from them
 
 import json
 import math
-import textwrap
-
-import pytest
 
 from ddp_lib.bench import allreduce, buckets, ddp, ring, scaling, startup
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
-from ddp_lib.exercises.lesson08 import check_bandwidth_worker, check_busbw
 
 
 def test_busbw_is_algbw_times_two_n_minus_one_over_n():
@@ -85,62 +81,3 @@ def test_scaling_rows_per_world_size():
     rows = scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 2))["rows"]
     assert [(r["world_size"], r["policy"], r["threads_per_rank"]) for r in rows] == [(1, "one", 1), (2, "one", 1)]
     assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
-
-
-def test_busbw_checker_accepts_the_formula_and_names_mistakes(capsys):
-    assert check_busbw(lambda algbw, n: algbw * 2 * (n - 1) / n)
-    assert "Correct" in capsys.readouterr().out
-    assert not check_busbw(lambda algbw, n: algbw)
-    out = capsys.readouterr().out
-    assert "busbw(10.0, 4) returned 10.0, expected 15" in out and "multiply by 2(N-1)/N" in out
-    assert not check_busbw(lambda algbw, n: algbw * 2)
-    assert "not 2" in capsys.readouterr().out
-
-
-GOOD = '''
-import time, torch
-import torch.distributed as dist
-from ddp_lib.process_group import process_group
-
-def measure_allreduce(rank, world_size, nbytes):
-    with process_group(rank, world_size):
-        tensor = torch.ones(nbytes // 4)
-        dist.all_reduce(tensor)  # warm-up
-        dist.barrier()
-        start = time.perf_counter()
-        dist.all_reduce(tensor)
-        seconds = time.perf_counter() - start
-        algbw = nbytes / seconds / 1e9
-        return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
-'''
-
-WRONG = {
-    "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
-    "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
-    "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")
-                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "never called dist.all_reduce"),
-    "list": (GOOD.replace('return {"seconds"', 'return [{"seconds"').replace("/ world_size}", "/ world_size}]"),
-             "rank 0 returned list: return a dict with keys seconds, algbw_gbs, busbw_gbs"),
-}
-
-
-@pytest.fixture
-def learner_module(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(tmp_path))  # the launched ranks get this sys.path too
-
-    def write(name, source):
-        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-        return name
-    return write
-
-
-def test_bandwidth_checker_accepts_a_right_worker(learner_module, capsys):
-    assert check_bandwidth_worker(learner_module("lesson08_good", GOOD))
-    assert "Correct: on all 4 ranks" in capsys.readouterr().out
-
-
-@pytest.mark.parametrize("mistake", list(WRONG))
-def test_bandwidth_checker_names_the_mistake(learner_module, capsys, mistake):
-    source, message = WRONG[mistake]
-    assert not check_bandwidth_worker(learner_module(f"lesson08_{mistake}", source))
-    assert message in capsys.readouterr().out

@@ -30,17 +30,17 @@ def solution(tmp_path, monkeypatch):
 
 def test_a_right_solution_passes(solution):
     report = check_who_am_i(solution("right"), world_sizes=(1, 2))
-    assert report.passed and str(report).endswith("all checks passed")
+    assert report.passed and str(report).endswith("All checks passed.")
 
 
 def test_a_wrong_answer_names_the_rank_and_both_values(solution):
     report = check_who_am_i(solution("main_everywhere"), world_sizes=(1, 2))
     assert not report.passed
-    assert report.lines[0].startswith("PASS 1 rank(s)")
-    assert report.lines[1] == ("FAIL 2 rank(s): rank 1 returned {'rank': 1, 'world_size': 2, 'is_main': True}, "
+    assert report.lines[0].startswith("PASS world_size 1")
+    assert report.lines[1] == ("FAIL world_size 2: rank 1 returned {'rank': 1, 'world_size': 2, 'is_main': True}, "
                                "expected {'rank': 1, 'world_size': 2, 'is_main': False}")
 
 
 def test_a_worker_that_raises_is_reported_with_the_rank(solution):
     report = check_who_am_i(solution("raises"), world_sizes=(2,))
-    assert report.lines == ["FAIL 2 rank(s): rank 0 raised RuntimeError: not written yet"]
+    assert report.lines == ["FAIL world_size 2: rank 0 raised RuntimeError: not written yet"]

@@ -8,7 +8,11 @@ import textwrap
 
 import pytest
 
-from ddp_lib.exercises.lesson02 import check_share, expected_share, share_problems
+from ddp_lib.exercises.lesson02 import check_share, expected_share
+
+
+def share_problems(fn, n=10, world_sizes=(2, 3)):
+    return [line.removeprefix("FAIL ") for line in check_share(fn, n, world_sizes).lines if line.startswith("FAIL")]
 
 _names = itertools.count()
 
@@ -31,17 +35,17 @@ def test_expected_share_is_round_robin():
     assert [expected_share(r, 3, 10) for r in range(3)] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
 
 
-def test_correct_solution_passes(solution, capsys):
+def test_correct_solution_passes(solution):
     fn = solution("""
         def my_share(rank, world_size, n):
             return list(range(rank, n, world_size))
     """)
     assert share_problems(fn) == []
-    assert check_share(fn) is True
-    assert capsys.readouterr().out.startswith("✓ my_share: every rank returned its share of range(10)")
+    report = check_share(fn)  # n drawn now
+    assert report.passed and report.lines[0].startswith("PASS world_size 2: every rank returned its share of range(")
 
 
-def test_printing_instead_of_returning(solution, capsys):
+def test_printing_instead_of_returning(solution):
     fn = solution("""
         def my_share(rank, world_size, n):
             print(list(range(rank, n, world_size)))
@@ -53,8 +57,7 @@ def test_printing_instead_of_returning(solution, capsys):
         ("world_size 2, rank 1 returned None and printed '[1, 3, 5, 7, 9]': what a worker prints never "
          "reaches the caller's variables; return the list instead"),
     ]
-    assert check_share(fn, world_sizes=(2,)) is False
-    assert capsys.readouterr().out.startswith("✗ my_share: 2 problems\n  - world_size 2, rank 0 returned None")
+    assert not check_share(fn, world_sizes=(2,)).passed
 
 
 def test_ignoring_the_rank(solution):
@@ -132,4 +135,12 @@ def test_a_worker_defined_in_main_is_refused():
     problems = share_problems(my_share)
     assert len(problems) == 1
     assert problems[0].startswith(
-        "the launcher refused the worker before starting anything: worker my_share is defined in __main__")
+        "the worker cannot be launched: worker my_share is defined in __main__")
+
+
+def test_a_hard_coded_n_fails_when_n_is_drawn(solution):
+    fn = solution("""
+        def my_share(rank, world_size, n):
+            return list(range(rank, 10, world_size))
+    """)
+    assert not check_share(fn, seed=1).passed  # seed 1 draws n != 10

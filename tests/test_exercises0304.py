@@ -1,5 +1,6 @@
 """The checkers of lessons 03 and 04, run on a right solution and on wrong ones."""
 
+import importlib
 import textwrap
 
 import pytest
@@ -63,35 +64,35 @@ WRONG_04 = {
 }
 
 
-def _write(tmp_path, monkeypatch, name, source):
+def _write(tmp_path, monkeypatch, name, source, function):
+    """Write a learner's file (as %%writefile would) and return its function."""
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return name
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
+    importlib.invalidate_caches()
+    return getattr(importlib.import_module(name), function)
 
 
-def test_lesson03_checker_accepts_a_right_solution(tmp_path, monkeypatch, capsys):
-    assert check_device_worker(_write(tmp_path, monkeypatch, "good03", GOOD_03))
-    assert "Correct: every rank used its LOCAL_RANK's device" in capsys.readouterr().out
+def test_lesson03_checker_accepts_a_right_solution(tmp_path, monkeypatch):
+    report = check_device_worker(_write(tmp_path, monkeypatch, "good03", GOOD_03, "one_step"))
+    assert report.passed and "every rank used its LOCAL_RANK's device" in report.lines[0], str(report)
 
 
 @pytest.mark.parametrize("case", sorted(WRONG_03))
-def test_lesson03_checker_explains_wrong_solutions(case, tmp_path, monkeypatch, capsys):
+def test_lesson03_checker_explains_wrong_solutions(case, tmp_path, monkeypatch):
     source, message = WRONG_03[case]
     if case == "device_ids_on_cpu" and torch.cuda.is_available():
         pytest.skip("device_ids=[local_rank] is right on GPUs")
-    assert not check_device_worker(_write(tmp_path, monkeypatch, f"wrong03_{case}", source))
-    out = capsys.readouterr().out
-    assert "Not yet" in out and message in out
+    report = check_device_worker(_write(tmp_path, monkeypatch, f"wrong03_{case}", source, "one_step"))
+    assert not report.passed and message in str(report), str(report)
 
 
-def test_lesson04_checker_accepts_a_right_solution(tmp_path, monkeypatch, capsys):
-    assert check_average_gradients(_write(tmp_path, monkeypatch, "good04", GOOD_04))
-    assert "Correct: on all 2 ranks, all 6 gradients equal DDP's" in capsys.readouterr().out
+def test_lesson04_checker_accepts_a_right_solution(tmp_path, monkeypatch):
+    report = check_average_gradients(_write(tmp_path, monkeypatch, "good04", GOOD_04, "average_gradients"))
+    assert report.lines == ["PASS on all 2 ranks, all 6 gradients equal DDP's (within 1e-06)"]
 
 
 @pytest.mark.parametrize("case", sorted(WRONG_04))
-def test_lesson04_checker_explains_wrong_solutions(case, tmp_path, monkeypatch, capsys):
+def test_lesson04_checker_explains_wrong_solutions(case, tmp_path, monkeypatch):
     source, message = WRONG_04[case]
-    assert not check_average_gradients(_write(tmp_path, monkeypatch, f"wrong04_{case}", source))
-    out = capsys.readouterr().out
-    assert "Not yet" in out and message in out
+    report = check_average_gradients(_write(tmp_path, monkeypatch, f"wrong04_{case}", source, "average_gradients"))
+    assert not report.passed and message in str(report), str(report)

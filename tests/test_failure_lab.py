@@ -73,20 +73,20 @@ def test_args_that_is_not_a_tuple_never_starts_a_process():
 SOLUTIONS = {
     "right": """
         with process_group(rank, world_size):
-            metric = torch.tensor([rank + 1.0])
+            metric = torch.tensor([metric])
             dist.all_reduce(metric)
             return metric.item() / world_size
     """,
     "rank0_only": """
         with process_group(rank, world_size, timeout=timedelta(seconds=60)):
-            metric = torch.tensor([rank + 1.0])
+            metric = torch.tensor([metric])
             if rank == 0:
                 dist.all_reduce(metric)
             return metric.item() / world_size
     """,
     "others_busy": """
         with process_group(rank, world_size, timeout=timedelta(seconds=60)):
-            metric = torch.tensor([rank + 1.0])
+            metric = torch.tensor([metric])
             if rank == 0:
                 dist.all_reduce(metric)
             else:
@@ -95,7 +95,7 @@ SOLUTIONS = {
     """,
     "sum_not_mean": """
         with process_group(rank, world_size):
-            metric = torch.tensor([rank + 1.0])
+            metric = torch.tensor([metric])
             dist.all_reduce(metric)
             return metric.item()
     """,
@@ -112,30 +112,40 @@ def solution(tmp_path, monkeypatch):
         (tmp_path / f"{name}.py").write_text(
             "from datetime import timedelta\nimport torch\nimport torch.distributed as dist\n"
             "from ddp_lib.process_group import process_group\n\n"
-            f"def evaluate(rank, world_size):\n{body}\n")
+            f"def evaluate(rank, world_size, metric):\n{body}\n")
         return __import__(name).evaluate
 
     return load
 
 
 def test_checker_passes_a_right_evaluation(solution):
-    report = check_evaluation(solution("right"), world_sizes=(2,))
-    assert report.passed and report.lines == ["PASS 2 ranks: every rank returned the mean 1.5"]
+    report = check_evaluation(solution("right"), world_sizes=(2,), seed=0)
+    assert report.passed
+    assert report.lines == ["PASS world_size 2, metrics [0.84, 0.76]: every rank returned the mean 0.8"]
 
 
 def test_checker_turns_a_hang_into_a_useful_failure(solution):
     report = check_evaluation(solution("others_busy"), world_sizes=(2,), timeout=5)
     assert not report.passed
-    assert report.lines == ["FAIL 2 ranks: still running after 5 s on rank(s) 0, 1; "
-                            "does every rank call the same collectives, in the same order?"]
+    assert report.lines == ["FAIL world_size 2: rank(s) 0, 1 still running after 5 s; a rank waits in a collective "
+                            "that another rank never called: does every rank call the same collectives, in the same "
+                            "order?"]
 
 
 def test_checker_explains_a_broken_collective(solution):
     (line,) = check_evaluation(solution("rank0_only"), world_sizes=(2,)).lines
-    assert line == ("FAIL 2 ranks: rank 0's collective broke because another rank left it or never joined "
+    assert line == ("FAIL world_size 2: rank 0's collective broke because another rank left it or never joined "
                     "(RuntimeError); does every rank call the same collectives, in the same order?")
 
 
 def test_checker_names_a_wrong_value(solution):
-    report = check_evaluation(solution("sum_not_mean"), world_sizes=(2,))
-    assert report.lines == ["FAIL 2 ranks: rank 0 returned 3.0, expected the mean 1.5 on every rank"]
+    report = check_evaluation(solution("sum_not_mean"), world_sizes=(2,), seed=0)
+    (line,) = report.lines
+    assert line.startswith("FAIL world_size 2, metrics [0.84, 0.76]: rank 0 returned 1.")  # 1.6 as a float32 sum
+    assert line.endswith("expected the mean 0.8 on every rank")
+
+
+def test_checker_draws_new_metrics_each_time(solution):
+    # A worker that returns a number copied from an earlier run cannot pass twice.
+    a, b = (check_evaluation(solution("right"), world_sizes=(2,)).lines[0] for _ in range(2))
+    assert a.startswith("PASS") and b.startswith("PASS") and a != b

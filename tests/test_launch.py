@@ -120,7 +120,7 @@ def test_the_deadline_turns_a_hang_into_an_error_and_stops_every_rank(pid_dir):
     with pytest.raises(LaunchTimeout) as info:
         spawn(failures.hang_on_rank, 3, (1, str(pid_dir)), timeout=2, show_output=False)
     assert info.value.running == [1]
-    assert "did not finish within its 2 s deadline; rank 1 still running were stopped" in str(info.value)
+    assert "did not finish within its 2 s deadline; rank 1 still running was stopped" in str(info.value)
     assert wait_until_gone(recorded_pids(pid_dir)) == []
 
 

@@ -113,13 +113,27 @@ def test_first_code_cell_only_imports(nb):
     assert others == [], "the first code cell holds the imports only"
 
 
-NBVAL_MARKERS = {"NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_RAISES_EXCEPTION", "NBVAL_SKIP"}
+NBVAL_TAGS = {"nbval-ignore-output", "nbval-check-output", "raises-exception", "nbval-skip", "nbval-raises-exception"}
 
 
-def test_nbval_markers_stand_alone_on_their_line(nb):
-    # nbval honours "# NBVAL_IGNORE_OUTPUT" only as a whole comment line; with a reason appended
-    # it is silently ignored and the cell compared after all.
+def test_nbval_markers_are_cell_tags_not_code(nb):
+    # The learner reads the code; what the test harness needs goes in the cell's tags.
     for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
-        for line in cell.source.splitlines():
-            if line.lstrip().startswith("#") and "NBVAL_" in line:
-                assert line.strip().lstrip("#").strip() in NBVAL_MARKERS, f"code cell {i}: {line.strip()!r}"
+        assert "NBVAL_" not in cell.source, f"code cell {i}: use a cell tag ({', '.join(sorted(NBVAL_TAGS))})"
+
+
+def test_lessons_do_not_talk_about_their_tests(nb):
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            assert "notebook tests" not in cell.source.lower(), f"cell {i} talks about the notebook tests"
+
+
+WRITEFILE = re.compile(r"^%%writefile\s+(\S+)", re.MULTILINE)
+
+
+def test_learner_files_go_to_my_work(nb):
+    # Files a lesson writes for the learner stay out of the lessons' folder (notebooks/my_work/ is
+    # git-ignored and importable as my_work).
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        for path in WRITEFILE.findall(cell.source):
+            assert path.startswith("my_work/"), f"code cell {i} writes {path}; write to my_work/ instead"

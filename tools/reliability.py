@@ -1,6 +1,7 @@
 """The long reliability checks, whose figures go in the README's Reliability table.
 
-    python tools/reliability.py            # both checks
+    python tools/reliability.py            # every check
+    python tools/reliability.py teardown   # the tutorial's worker (its own setup and cleanup) 100 times
     python tools/reliability.py twice      # every cell of every notebook run twice in one kernel
     python tools/reliability.py repeat     # the notebook test suite run three times
 
@@ -21,6 +22,25 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-v"]
+
+
+def teardown(times: int = 100) -> bool:
+    """The official tutorial's worker, which destroys its own process group, launched ``times``
+    times in a row with the default start method: every launch must finish (none hangs)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import tutorial_workers
+
+    from ddp_lib.launch import spawn
+
+    failures = []
+    for i in range(times):
+        try:
+            spawn(tutorial_workers.demo_basic, 2, timeout=60, show_output=False)
+        except Exception as exc:  # counted and reported below
+            failures.append(f"launch {i}: {exc!r}")
+    print(f"tutorial worker {times} times in a row: {times - len(failures)} finished, {len(failures)} failed",
+          *failures, sep="\n", flush=True)
+    return not failures
 
 
 def raises(cell) -> bool:
@@ -71,6 +91,6 @@ def repeat(times: int = 3) -> bool:
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["twice", "repeat"]
-    ok = all([{"twice": twice, "repeat": repeat}[name]() for name in which])
+    which = sys.argv[1:] or ["teardown", "twice", "repeat"]
+    ok = all([{"teardown": teardown, "twice": twice, "repeat": repeat}[name]() for name in which])
     sys.exit(0 if ok else 1)

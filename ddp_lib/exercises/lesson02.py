@@ -1,16 +1,16 @@
 """Checker for lesson 02's exercise: a worker ``my_share(rank, world_size, n)`` that returns the
 items of ``range(n)`` its rank handles, round robin: rank, rank + world_size, rank + 2 * world_size, ...
 
-    check_share(my_share)    # prints what is right or wrong; returns True if all is right
+    print(check_share(my_share))    # what is right or wrong, with n drawn at check time
 """
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
-from ddp_lib.launch import launch
+from ddp_lib.exercises.checking import Report, launch_on_ranks
 
 
 def expected_share(rank: int, world_size: int, n: int) -> list[int]:
@@ -60,44 +60,28 @@ def _coverage_problem(world_size: int, n: int, shares: list[list]) -> str | None
     return f"world_size {world_size}: " + "; ".join(parts) if parts else None
 
 
-def share_problems(fn: Callable, n: int = 10, world_sizes: Sequence[int] = (2, 3)) -> list[str]:
-    """Run ``fn(rank, world_size, n)`` on each world size; return what is wrong, one line per
-    problem (an empty list: all right)."""
-    problems: list[str] = []
+def check_share(fn: Callable, n: int | None = None, world_sizes: Sequence[int] = (2, 3),
+                seed: int | None = None) -> Report:
+    """Run the learner's ``fn(rank, world_size, n)`` on every rank for each world size, with ``n``
+    drawn now (unless given), and report what is right or wrong, one line per problem."""
+    report = Report()
+    n = random.Random(seed).randint(9, 23) if n is None else n
     for world_size in world_sizes:
-        try:
-            run = launch(fn, world_size, (n,), show_output=False, timeout=60)
-        except LaunchInputError as exc:
-            return [f"the launcher refused the worker before starting anything: {exc}"]
-        except WorkerError as exc:
-            problems.append(f"world_size {world_size}: {exc} (the launcher calls fn(rank, world_size, n))")
-            continue
-        except LaunchTimeout as exc:
-            problems.append(f"world_size {world_size}: {exc}")
-            continue
-        for rank, got in enumerate(run.results):
-            problem = _rank_problem(rank, world_size, n, got, run.stdout[rank])
-            if problem:
-                problems.append(problem)
+        run = launch_on_ranks(fn, world_size, report, (n,))
+        if run is None:
+            if report.lines[-1].startswith("FAIL world_size"):
+                if "TypeError" in report.lines[-1]:
+                    report.lines[-1] += " (the launcher calls fn(rank, world_size, n))"
+                continue
+            return report  # refused before starting: the same for every world size
+        problems = [p for rank, got in enumerate(run.results)
+                    if (p := _rank_problem(rank, world_size, n, got, run.stdout[rank]))]
         shares = [_as_items(got) for got in run.results]
-        if all(share is not None for share in shares):
-            problem = _coverage_problem(world_size, n, shares)
-            if problem:
-                problems.append(problem)
-    return problems
-
-
-def check_share(fn: Callable, n: int = 10, world_sizes: Sequence[int] = (2, 3)) -> bool:
-    """Run the learner's worker on every rank for each world size, print what is right or
-    wrong, and return True when every rank returned exactly its share."""
-    problems = share_problems(fn, n, world_sizes)
-    name = getattr(fn, "__name__", repr(fn))
-    sizes = " and ".join(str(w) for w in world_sizes)
-    if not problems:
-        print(f"✓ {name}: every rank returned its share of range({n}) for world_size {sizes}, "
-              "and together they cover each item once")
-        return True
-    print(f"✗ {name}: {len(problems)} problem{'s' if len(problems) != 1 else ''}")
-    for problem in problems:
-        print(f"  - {problem}")
-    return False
+        if all(share is not None for share in shares) and (p := _coverage_problem(world_size, n, shares)):
+            problems.append(p)
+        for problem in problems:
+            report.fail(problem)
+        if not problems:
+            report.ok(f"world_size {world_size}: every rank returned its share of range({n}), "
+                      "and together they cover each item once")
+    return report

@@ -8,24 +8,23 @@ LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK are set as torchrun would set them o
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 
 import torch
 
-from ddp_lib.errors import WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
 from ddp_lib.workers.placement import expected_device, simulate_nodes
 
 NODES, NPROC_PER_NODE = 2, 2
 
 
-def _run_learner(rank: int, world_size: int, module: str, name: str):
+def _run_learner(rank: int, world_size: int, target: str):
     """Runs in each rank: the learner's worker under a simulated 2-node layout."""
     # Different weights and data on each rank unless DDP makes them agree: a worker without
     # DDP then fails the checksum test instead of passing by luck.
     torch.manual_seed(1000 + rank)
-    importlib.invalidate_caches()
-    return simulate_nodes(rank, world_size, NPROC_PER_NODE, f"{module}:{name}")
+    load_worker(target)  # read the learner's file fresh
+    return simulate_nodes(rank, world_size, NPROC_PER_NODE, target)
 
 
 def diagnose(results: list) -> list[str]:
@@ -49,25 +48,21 @@ def diagnose(results: list) -> list[str]:
     return problems
 
 
-def check_device_worker(module: str, name: str = "one_step", timeout: float = 120) -> bool:
-    """Run the learner's worker ``module.name`` on 2 simulated nodes x 2 ranks; print what is
-    right or wrong and return True when everything is right."""
+def check_device_worker(fn: Callable, timeout: float = 120) -> Report:
+    """Run the learner's worker ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks and
+    report what is right or wrong."""
+    report = Report()
     world_size = NODES * NPROC_PER_NODE
-    try:
-        results = spawn(_run_learner, world_size, (module, name), backend="gloo", timeout=timeout, show_output=False)
-    except WorkerError as e:
-        print(f"Not yet: {e}")
-        if "device_ids" in e.message and "cpu" in e.message.lower():
-            print("Hint: device_ids is for a model on one GPU; with a CPU model pass device_ids=None.")
-        return False
+    results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn),), timeout=timeout)
+    if results is None:
+        if "device_ids" in report.lines[-1] and "cpu" in report.lines[-1].lower():
+            report.lines[-1] += " (device_ids is for a model on one GPU; with a CPU model pass device_ids=None)"
+        return report
     problems = diagnose(results)
-    for rank, result in enumerate(results):
-        print(f"rank {rank}: local_rank {result.get('local_rank') if isinstance(result, dict) else '?'}, "
-              f"device {result.get('device') if isinstance(result, dict) else '?'}")
-    if problems:
-        print("Not yet:")
-        for problem in problems:
-            print(f"- {problem}")
-        return False
-    print(f"Correct: every rank used its LOCAL_RANK's device and all {world_size} ranks agree after the step.")
-    return True
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        report.ok(f"{NODES} nodes x {NPROC_PER_NODE} ranks: every rank used its LOCAL_RANK's device "
+                  f"({', '.join(r['device'] for r in results)})")
+        report.ok(f"all {world_size} ranks hold the same parameters after the step")
+    return report

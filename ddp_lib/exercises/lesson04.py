@@ -7,23 +7,21 @@ compares every parameter's .grad with what torch's DDP produces from the same we
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from ddp_lib.errors import LaunchTimeout, WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
 
 ATOL = 1e-6
 
 
-def _run_learner(rank: int, world_size: int, module: str, name: str, seed: int = 0) -> dict:
+def _run_learner(rank: int, world_size: int, target: str, seed: int = 0) -> dict:
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.gradients import make_mlp, rank_batch, wrap_ddp
 
-    importlib.invalidate_caches()
-    average_gradients = getattr(importlib.import_module(module), name)
+    average_gradients = load_worker(target)
     with process_group(rank, world_size) as device:
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, 4, seed))
         reference = wrap_ddp(make_mlp(seed).to(device), device)
@@ -72,25 +70,17 @@ def diagnose(results: list[dict]) -> list[str]:
     return problems
 
 
-def check_average_gradients(module: str, name: str = "average_gradients", world_size: int = 2,
-                            timeout: float = 90) -> bool:
-    """Run the learner's ``module.name(model)`` after backward on ``world_size`` ranks; print what
-    is right or wrong and return True when every rank's .grad equals DDP's."""
-    try:
-        results = spawn(_run_learner, world_size, (module, name), backend="gloo", timeout=timeout, show_output=False)
-    except WorkerError as e:
-        print(f"Not yet: {e}")
-        return False
-    except LaunchTimeout:
-        print(f"Not yet: the ranks hung for {timeout:g} s; does every rank call the same collectives "
-              "in the same order?")
-        return False
+def check_average_gradients(fn: Callable, world_size: int = 2, timeout: float = 90) -> Report:
+    """Run the learner's ``fn(model)`` after backward on ``world_size`` ranks, each with its own
+    data, and report whether every rank's .grad equals torch DDP's."""
+    report = Report()
+    results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn),), timeout=timeout)
+    if results is None:
+        return report
     problems = diagnose(results)
-    if problems:
-        print("Not yet:")
-        for problem in problems:
-            print(f"- {problem}")
-        return False
-    n_params = len(results[0]["reference"])
-    print(f"Correct: on all {world_size} ranks, all {n_params} gradients equal DDP's (within {ATOL:g}).")
-    return True
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        n_params = len(results[0]["reference"])
+        report.ok(f"on all {world_size} ranks, all {n_params} gradients equal DDP's (within {ATOL:g})")
+    return report

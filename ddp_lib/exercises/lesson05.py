@@ -6,11 +6,13 @@ The learner writes ``epoch_indices(rank, world_size, epochs, seed) -> list[list[
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
+from torch.utils.data import DistributedSampler
+
 from ddp_lib.data import make_moons
-from ddp_lib.errors import WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.exercises.checking import Report, run_on_ranks
 
 
 def _shape_problem(rank: int, value: object, epochs: int) -> str | None:
@@ -51,15 +53,31 @@ def find_problems(results: list, epochs: int, n_samples: int) -> list[str]:
     return problems
 
 
-def check_epoch_indices(fn: Callable, world_size: int = 2, epochs: int = 3, seed: int = 0) -> str:
-    """Run ``fn(rank, world_size, epochs, seed)`` on ``world_size`` ranks; return a report that
-    starts with "PASS" or "FAIL" and says what is right or wrong."""
-    try:
-        results = spawn(fn, world_size, args=(epochs, seed), show_output=False, timeout=120)
-    except WorkerError as exc:
-        return f"FAIL\n- your worker raised on rank {exc.rank}: {exc.exc_type}: {exc.message}"
-    problems = find_problems(results, epochs, len(make_moons()))
-    if problems:
-        return "FAIL\n" + "\n".join(f"- {p}" for p in problems)
-    return (f"PASS: on {world_size} ranks, every epoch splits the {len(make_moons())} samples between the ranks "
-            f"with no overlap, and each rank's order changes from epoch to epoch")
+def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
+    sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def check_epoch_indices(fn: Callable, world_size: int = 2, epochs: int = 3, seed: int | None = None) -> Report:
+    """Run ``fn(rank, world_size, epochs, seed)`` on ``world_size`` ranks, with a seed drawn now
+    (unless given), and report what is right or wrong."""
+    report = Report()
+    seed = random.Random().randint(1, 9999) if seed is None else seed
+    results = run_on_ranks(fn, world_size, report, (epochs, seed), timeout=120)
+    if results is None:
+        return report
+    n_samples = len(make_moons())
+    problems = find_problems(results, epochs, n_samples)
+    if not problems:
+        for rank, per_epoch in enumerate(results):
+            if per_epoch[0] != _reference(rank, world_size, 0, seed):
+                problems.append(f"rank {rank}'s order in epoch 0 is not DistributedSampler's for the seed the "
+                                f"checker passed ({seed}): build the sampler with seed=seed")
+                break
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        report.ok(f"world_size {world_size}, seed {seed}: every epoch splits the {n_samples} samples between the "
+                  "ranks with no overlap, and each rank's order changes from epoch to epoch")
+    return report

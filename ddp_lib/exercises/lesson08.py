@@ -1,22 +1,26 @@
 """Checkers for lesson 08's exercises.
 
-1. ``busbw(algbw, world_size)``: the bus bandwidth nccl-tests prints for an all-reduce.
+1. ``busbw(algbw, world_size)``: the bus bandwidth nccl-tests prints for an all-reduce (checked on
+   values drawn at check time).
 2. ``measure_allreduce(rank, world_size, nbytes)``, a worker that times ``dist.all_reduce`` of a
    float32 tensor of ``nbytes`` bytes and returns {"seconds", "algbw_gbs", "busbw_gbs"}; the
-   checker runs it on every rank and checks that the figures follow from the time measured.
+   checker runs it on every rank, times the worker's all-reduces itself, checks that the worker's time
+   is of that order, and that the figures follow from it.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
+import random
 from collections.abc import Callable
 
 from ddp_lib.bench.report import bus_factor
-from ddp_lib.errors import LaunchTimeout, WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
 
 REL_TOL = 0.01
+# The learner's time must lie within the range of its own all-reduces' durations as the checker
+# timed them (one call, or an average of several), give or take this factor for the timer's overhead.
+MEASURED_FACTOR = 1.5
 KEYS = ("seconds", "algbw_gbs", "busbw_gbs")
 
 
@@ -31,38 +35,49 @@ def _factor_mistake(ratio: float, world_size: int) -> str:
     return f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}"
 
 
-def check_busbw(busbw: Callable[[float, int], float]) -> bool:
-    """Call the learner's ``busbw(algbw, world_size)`` for several world sizes; print what is
-    right or wrong and return True when every answer is right."""
+def check_busbw(busbw: Callable[[float, int], float]) -> Report:
+    """Call the learner's ``busbw(algbw, world_size)`` for several world sizes and algbw values
+    drawn now; report what is right or wrong."""
+    report = Report()
+    rng = random.Random()
     for world_size in (2, 4, 8):
-        got = busbw(10.0, world_size)
-        expected = 10.0 * bus_factor(world_size)
+        algbw = round(rng.uniform(0.5, 50), 2)
+        expected = algbw * bus_factor(world_size)
+        try:
+            got = busbw(algbw, world_size)
+        except Exception as exc:  # the learner's code: report whatever it raised
+            report.fail(f"busbw(algbw, {world_size}) raised {type(exc).__name__}: {exc}")
+            return report
         if not isinstance(got, (int, float)) or not math.isclose(got, expected, rel_tol=1e-6):
-            print(f"Not yet: busbw(10.0, {world_size}) returned {got!r}, expected {expected:g}.")
-            if isinstance(got, (int, float)) and got:
-                print(f"- {_factor_mistake(got / 10.0, world_size)}")
-            return False
-    print("Correct: busbw = algbw x 2(N-1)/N for 2, 4 and 8 ranks (1, 1.5 and 1.75 times algbw).")
-    return True
+            hint = f"; {_factor_mistake(got / algbw, world_size)}" if isinstance(got, (int, float)) and got else ""
+            report.fail(f"busbw({algbw}, {world_size}) returned {got!r}, expected {expected:.6g}{hint}")
+        else:
+            report.ok(f"busbw(algbw, {world_size}) = algbw x {bus_factor(world_size):g}")
+    return report
 
 
-def _run_learner(rank: int, world_size: int, module: str, name: str, nbytes: int) -> dict:
+def _run_learner(rank: int, world_size: int, target: str, nbytes: int) -> dict:
+    """Runs in each rank: the learner's worker, with every ``dist.all_reduce`` it makes counted and
+    timed by the checker, so its own time can be compared with what the checker saw."""
+    import time
+
     import torch.distributed as dist
 
-    importlib.invalidate_caches()
-    worker = getattr(importlib.import_module(module), name)
-    calls = [0]
-    real = dist.all_reduce
+    worker = load_worker(target)
+    real, durations = dist.all_reduce, []
 
-    def counting(*args, **kwargs):
-        calls[0] += 1
-        return real(*args, **kwargs)
-    dist.all_reduce = counting  # to tell the learner whether an all-reduce ran at all
+    def timed(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            durations.append(time.perf_counter() - start)
+    dist.all_reduce = timed
     try:
         result = worker(rank, world_size, nbytes)
     finally:
         dist.all_reduce = real
-    return {"result": result, "calls": calls[0]}
+    return {"result": result, "calls": len(durations), "durations": durations}
 
 
 def diagnose(results: list[dict], nbytes: int) -> list[str]:
@@ -78,6 +93,11 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
         seconds, algbw, busbw = (float(out[k]) for k in KEYS)
         if not seconds > 0:
             return [f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"]
+        low, high = min(r["durations"]), max(r["durations"])
+        if not low / MEASURED_FACTOR <= seconds <= high * MEASURED_FACTOR:
+            return [f"rank {rank} reports {seconds:.3g} s, but its all-reduces took {low:.3g} to {high:.3g} s when "
+                    "the checker timed them: time the all-reduce itself, with time.perf_counter() just before "
+                    "and just after it"]
         expected = nbytes / seconds / 1e9
         if not math.isclose(algbw, expected, rel_tol=REL_TOL):
             ratio = algbw / expected
@@ -97,25 +117,18 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
     return problems
 
 
-def check_bandwidth_worker(module: str, name: str = "measure_allreduce", world_size: int = 4,
-                           nbytes: int = 1 << 20, timeout: float = 90) -> bool:
-    """Run the learner's ``module.name(rank, world_size, nbytes)`` on ``world_size`` ranks; print
-    what is right or wrong and return True when every rank's figures follow from its time."""
-    try:
-        results = spawn(_run_learner, world_size, (module, name, nbytes), backend="gloo", timeout=timeout,
-                        show_output=False)
-    except WorkerError as e:
-        print(f"Not yet: {e}")
-        return False
-    except LaunchTimeout:
-        print(f"Not yet: the ranks hung for {timeout:g} s; does every rank call the same collectives?")
-        return False
+def check_bandwidth_worker(fn: Callable, world_size: int = 4, nbytes: int = 1 << 20, timeout: float = 90) -> Report:
+    """Run the learner's ``fn(rank, world_size, nbytes)`` on ``world_size`` ranks and report
+    whether each rank's time is a real measurement and its figures follow from it."""
+    report = Report()
+    results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), nbytes), timeout=timeout)
+    if results is None:
+        return report
     problems = diagnose(results, nbytes)
-    if problems:
-        print("Not yet:")
-        for problem in problems:
-            print(f"- {problem}")
-        return False
-    print(f"Correct: on all {world_size} ranks, algbw = bytes / seconds and busbw = algbw x "
-          f"{bus_factor(world_size):g} (2(N-1)/N for N={world_size}).")
-    return True
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        report.ok(f"world_size {world_size}: every rank timed a real all-reduce of {nbytes} bytes")
+        report.ok(f"algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} "
+                  f"(2(N-1)/N for N={world_size}) on every rank")
+    return report

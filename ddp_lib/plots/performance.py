@@ -3,20 +3,44 @@ sweep, and scaling with the number of ranks. Each takes a benchmark's measure() 
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
+
+
+def _positive(values: list[float]) -> tuple[list[float], int]:
+    """``values`` with every value that is not above zero replaced by NaN (a log axis cannot show
+    it), and how many were replaced, so that the picture can say so instead of dropping them."""
+    kept = [v if v > 0 else math.nan for v in values]
+    return kept, sum(1 for v in values if not v > 0)
 
 
 def plot_allreduce(result: dict):
     """Left: time of one all-reduce against size; right: algbw and busbw against size, with the
-    memory-copy and loopback limits as horizontal lines. Returns the Figure."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    memory-copy and loopback limits as horizontal lines. At 2 ranks busbw equals algbw, and the
+    legend says so. Returns the Figure."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    not_drawn = 0
     for world_size in sorted({r["world_size"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["world_size"] == world_size]
         sizes = [r["bytes"] for r in rows]
-        left.plot(sizes, [r["time_us"] for r in rows], marker="o", markersize=3, label=f"{world_size} ranks")
-        right.plot(sizes, [r["algbw_gbs"] for r in rows], marker="o", markersize=3, linestyle="--",
-                   label=f"algbw, {world_size} ranks")
-        right.plot(sizes, [r["busbw_gbs"] for r in rows], marker="s", markersize=3, label=f"busbw, {world_size} ranks")
+        times, missing = _positive([r["time_us"] for r in rows])
+        not_drawn += missing
+        line, = left.plot(sizes, times, marker="o", markersize=3, label=f"{world_size} ranks")
+        # From bytes and time, not the table's rounded GB/s: small messages round to 0.000 there.
+        algbw, missing = _positive([r["bytes"] / (r["time_us"] * 1e-6) / 1e9 if r["time_us"] > 0 else 0.0
+                                    for r in rows])
+        not_drawn += missing
+        factor = 2 * (world_size - 1) / world_size
+        busbw = [v * factor for v in algbw]
+        if world_size == 2:  # 2(N-1)/N = 1: one line is both
+            right.plot(sizes, busbw, marker="s", markersize=4, color=line.get_color(),
+                       label="busbw = algbw, 2 ranks")
+        else:
+            right.plot(sizes, busbw, marker="s", markersize=4, color=line.get_color(),
+                       label=f"busbw, {world_size} ranks")
+            right.plot(sizes, algbw, marker="o", markersize=3, linestyle="--", color=line.get_color(),
+                       label=f"algbw, {world_size} ranks")
     right.axhline(result["copy_gbs"], color="grey", label="memory copy (1 thread)")
     right.axhline(result["loopback_gbs"], color="black", linestyle=":", label="loopback socket")
     for ax in (left, right):
@@ -26,11 +50,13 @@ def plot_allreduce(result: dict):
     left.set_yscale("log")
     left.set_ylabel("time of one all-reduce (µs)")
     left.set_title("latency dominates small messages")
-    left.legend()
+    left.legend(fontsize=9)
     right.set_yscale("log")
     right.set_ylabel("GB/s")
     right.set_title("bandwidth dominates large ones")
-    right.legend(fontsize=7)
+    right.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    if not_drawn:
+        fig.text(0.01, 0.01, f"{not_drawn} point(s) of zero not drawn on the log axes", fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -61,12 +87,12 @@ def plot_scaling(result: dict):
         ranks = [r["world_size"] for r in rows]
         line, = ax.plot(ranks, [r["samples_per_s"] for r in rows], marker="o", label=f"threads: {policy}")
         ax.plot(ranks, [rows[0]["samples_per_s"] * n / ranks[0] for n in ranks], linestyle=":",
-                color=line.get_color(), label="perfect scaling")
+                color=line.get_color(), label="perfect scaling (1-rank rate x ranks)")
     ax.set_xticks(sorted({r["world_size"] for r in result["rows"]}))
     ax.set_xlabel("ranks (world_size)")
     ax.set_ylabel("samples per second")
     ax.set_title("training throughput against ranks")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     fig.tight_layout()
     return fig

@@ -1,1 +1,2 @@
-"""Worked solutions of the exercises that have checkers, one module per lesson."""
+"""Worked solutions to the lessons' checked exercises, one module per lesson. Open one after
+trying the exercise yourself: the checker tells you what is wrong before this does."""

@@ -1,0 +1,113 @@
+"""What every exercise checker shares: one report shape, one way to run the learner's worker on
+every rank, and one way to name that worker.
+
+A checker takes the learner's worker function itself (imported from the file the lesson wrote),
+runs it on every rank with :func:`run_on_ranks`, and returns a :class:`Report`: one ``PASS`` or
+``FAIL`` line per thing checked, and ``passed``. ``print(report)`` shows it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import pkgutil
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from ddp_lib.checks import check_worker
+from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, readable
+from ddp_lib.launch import launch
+
+# What a rank's error says when its collective broke because a peer left it or never came.
+BROKEN_COLLECTIVE = re.compile(r"Connection closed|Connection reset|Read error|Timed out|monitoredBarrier")
+COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
+
+
+@dataclass
+class Report:
+    """A checker's verdict: one line per thing checked (``PASS ...`` or ``FAIL ...``) and ``passed``."""
+
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.lines) and not any(line.startswith("FAIL") for line in self.lines)
+
+    def ok(self, text: str) -> None:
+        self.lines.append(f"PASS {text}")
+
+    def fail(self, text: str) -> None:
+        self.lines.append(f"FAIL {text}")
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        verdict = "All checks passed." if self.passed else "Not yet: fix what the FAIL lines say."
+        return "\n".join([*self.lines, verdict])
+
+
+def worker_name(fn: Callable | str) -> str:
+    """``"module:function"`` for the learner's worker (a function, or that string already)."""
+    if isinstance(fn, str):
+        fn = pkgutil.resolve_name(fn)  # fails here, in the caller, if it does not exist
+    return check_worker(fn)
+
+
+def load_worker(target: str) -> Callable:
+    """In a rank: the learner's function named by ``target``, read fresh from its file."""
+    importlib.invalidate_caches()
+    return pkgutil.resolve_name(target)
+
+
+def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), kwargs: dict | None = None,
+                 timeout: float = 60.0, **options) -> list | None:
+    """Run ``fn(rank, world_size, *args, **kwargs)`` on every rank (gloo) and return the results in
+    rank order; when the job fails, add one FAIL line to ``report`` that says why and return None."""
+    run = launch_on_ranks(fn, world_size, report, args, kwargs, timeout, **options)
+    return None if run is None else run.results
+
+
+def launch_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), kwargs: dict | None = None,
+                    timeout: float = 60.0, **options):
+    """:func:`run_on_ranks`, returning the launcher's whole result (``.results``, ``.stdout``, ...)."""
+    where = f"world_size {world_size}"
+    try:
+        return launch(fn, world_size, args, kwargs, backend="gloo", timeout=timeout, show_output=False, **options)
+    except LaunchInputError as exc:
+        report.fail(f"the worker cannot be launched: {exc}")
+    except LaunchTimeout as exc:
+        report.fail(f"{where}: rank(s) {', '.join(map(str, exc.running))} still running after {timeout:g} s; "
+                    f"a rank waits in a collective that another rank never called: {COLLECTIVE_HINT}")
+    except WorkerError as exc:
+        if BROKEN_COLLECTIVE.search(exc.message):
+            # The exact words depend on timing (closed, reset, timed out): say what happened.
+            report.fail(f"{where}: rank {exc.rank}'s collective broke because another rank left it or never "
+                        f"joined ({exc.exc_type}); {COLLECTIVE_HINT}")
+        else:
+            report.fail(f"{where}: rank {exc.rank} raised {exc.exc_type}: {readable(exc.message, 160)}")
+    return None
+
+
+@contextlib.contextmanager
+def counting_calls(*names: str) -> Iterator[dict[str, int]]:
+    """In a rank: count calls to ``torch.distributed.<name>`` for each name while the block runs
+    (so a checker can tell whether the learner used a collective at all)."""
+    import torch.distributed as dist
+
+    counts = dict.fromkeys(names, 0)
+    originals = {name: getattr(dist, name) for name in names}
+
+    def counter(name: str, real: Callable) -> Callable:
+        def counted(*a, **kw):
+            counts[name] += 1
+            return real(*a, **kw)
+        return counted
+    for name, real in originals.items():
+        setattr(dist, name, counter(name, real))
+    try:
+        yield counts
+    finally:
+        for name, real in originals.items():
+            setattr(dist, name, real)

@@ -1,0 +1,22 @@
+"""Lesson 03, exercise 1: a worker that finds its device from LOCAL_RANK."""
+
+import os
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+
+def one_step(rank: int, world_size: int) -> dict:
+    local_rank = int(os.environ["LOCAL_RANK"])  # GPUs are numbered per node: not RANK
+    with process_group(rank, world_size):
+        use_gpu = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
+        device = torch.device("cuda", local_rank) if use_gpu else torch.device("cpu")
+        model = ToyModel().to(device)
+        ddp_model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+        ddp_model(torch.randn(20, 10).to(device)).sum().backward()
+        optimizer.step()
+        return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}

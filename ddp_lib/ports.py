@@ -1,0 +1,76 @@
+"""Which process is listening on a TCP port, for errors that say who holds a fixed port.
+
+Linux: the listening socket's inode from /proc/net/tcp and /proc/net/tcp6, then the process
+whose /proc/PID/fd links to it. Elsewhere, or when /proc hides it: ``lsof`` if installed.
+Best effort: None when the holder cannot be found (another user's process, no /proc, no lsof).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+_LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def _process_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = [w.decode(errors="replace") for w in f.read().split(b"\0") if w]
+    except OSError:
+        return "?"
+    return " ".join(" ".join(words).split())[:120] or "?"
+
+
+def _holder_from_proc(port: int) -> str | None:
+    inodes = _listening_inodes(port)
+    if not inodes:
+        return None
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{entry}/fd")
+            if any(os.readlink(f"/proc/{entry}/fd/{fd}") in wanted for fd in fds):
+                return f"process {entry} ({_process_name(int(entry))})"
+        except OSError:
+            continue
+    return "a process this user cannot see"
+
+
+def _holder_from_lsof(port: int) -> str | None:
+    lsof = shutil.which("lsof")
+    if not lsof:
+        return None
+    try:
+        out = subprocess.run([lsof, "-nP", f"-iTCP:{port}", "-sTCP:LISTEN", "-Fpc"], capture_output=True,
+                             text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    pid, name = re.search(r"^p(\d+)", out, re.M), re.search(r"^c(.+)$", out, re.M)
+    return f"process {pid.group(1)} ({name.group(1) if name else '?'})" if pid else None
+
+
+def port_holder(port: int) -> str | None:
+    """"process PID (command line)" of whoever listens on TCP ``port`` here, or None if unknown."""
+    if os.path.isdir("/proc/net"):
+        return _holder_from_proc(port)
+    return _holder_from_lsof(port)

@@ -1,0 +1,75 @@
+"""Lesson 05's checker: a right answer passes, and the usual mistakes are named."""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from ddp_lib.exercises.lesson05 import check_epoch_indices, find_problems
+
+SOLUTIONS = {
+    "good": """
+        sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        out = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            out.append(list(sampler))
+        return out""",
+    "no_set_epoch": """
+        sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed)
+        return [list(sampler) for epoch in range(epochs)]""",
+    "seed_per_rank": """
+        sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed + rank)
+        out = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            out.append(list(sampler))
+        return out""",
+    "raises": """
+        raise ValueError("not written yet")""",
+}
+
+
+def _solution(tmp_path, monkeypatch, name: str):
+    body = textwrap.indent(textwrap.dedent(SOLUTIONS[name]).strip(), "    ")
+    (tmp_path / f"ex05_{name}.py").write_text(
+        "from torch.utils.data import DistributedSampler\nfrom ddp_lib.data import make_moons\n\n"
+        f"def epoch_indices(rank, world_size, epochs, seed):\n{body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
+    return importlib.import_module(f"ex05_{name}").epoch_indices
+
+
+def test_checker_passes_a_correct_solution(tmp_path, monkeypatch):
+    report = check_epoch_indices(_solution(tmp_path, monkeypatch, "good"))
+    assert report.passed and report.lines[0].startswith("PASS world_size 2"), str(report)
+
+
+@pytest.mark.parametrize("name, message", [
+    ("no_set_epoch", "rank 0 reads the same order in epoch 1 as in epoch 0; call sampler.set_epoch(epoch)"),
+    ("seed_per_rank", "epoch 0: ranks 0 and 1 both read sample"),
+    ("raises", "raised ValueError: not written yet"),
+])
+def test_checker_explains_wrong_solutions(tmp_path, monkeypatch, name, message):
+    report = check_epoch_indices(_solution(tmp_path, monkeypatch, name))
+    assert not report.passed and message in str(report), str(report)
+
+
+def test_checker_logic_on_unshuffled_and_malformed_results():
+    unshuffled = [[list(range(r, 8, 2)) for _ in range(2)] for r in range(2)]
+    problems = find_problems(unshuffled, epochs=2, n_samples=8)
+    assert "rank 0 reads samples in dataset order; create the sampler with shuffle=True" in problems
+    assert find_problems([[[0, 2]], [[1]]], epochs=1, n_samples=4)[0].startswith("epoch 0: 1 samples (e.g. [3])")
+    assert find_problems([None, [[1]]], epochs=1, n_samples=2)[0].startswith("rank 0 returned NoneType None")
+
+
+def test_a_seed_copied_from_the_lesson_fails_when_the_seed_is_drawn(tmp_path, monkeypatch):
+    fn = _solution(tmp_path, monkeypatch, "good")
+    (tmp_path / "ex05_fixed_seed.py").write_text(
+        "from ddp_lib.exercises.solutions.lesson05 import epoch_indices as right\n\n"
+        "def epoch_indices(rank, world_size, epochs, seed):\n    return right(rank, world_size, epochs, 0)\n")
+    fixed = importlib.import_module("ex05_fixed_seed").epoch_indices
+    assert check_epoch_indices(fn, seed=5).passed
+    report = check_epoch_indices(fixed, seed=5)
+    assert not report.passed and "seed" in str(report), str(report)

@@ -1,0 +1,77 @@
+"""Lesson 08's checkers: busbw from algbw, and a worker that measures an all-reduce."""
+
+import importlib
+import textwrap
+
+import pytest
+
+from ddp_lib.exercises.lesson08 import check_bandwidth_worker, check_busbw
+
+
+def test_busbw_checker_accepts_the_formula_and_names_mistakes():
+    assert check_busbw(lambda algbw, n: algbw * 2 * (n - 1) / n).passed
+    report = str(check_busbw(lambda algbw, n: algbw))
+    assert "busbw equals algbw: multiply by 2(N-1)/N (1.5 for N=4)" in report
+    assert "not 2" in str(check_busbw(lambda algbw, n: algbw * 2))
+
+
+def test_busbw_checker_draws_its_inputs_so_a_copied_number_fails():
+    assert not check_busbw(lambda algbw, n: {2: 10.0, 4: 15.0, 8: 17.5}[n]).passed
+
+
+def test_busbw_checker_reports_an_exception():
+    def stub(algbw, world_size):
+        raise NotImplementedError("write busbw")
+    assert "raised NotImplementedError: write busbw" in str(check_busbw(stub))
+
+
+GOOD = '''
+import time, torch
+import torch.distributed as dist
+from ddp_lib.process_group import process_group
+
+def measure_allreduce(rank, world_size, nbytes):
+    with process_group(rank, world_size):
+        tensor = torch.ones(nbytes // 4)
+        dist.all_reduce(tensor)  # warm-up
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        seconds = time.perf_counter() - start
+        algbw = nbytes / seconds / 1e9
+        return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+'''
+
+WRONG = {
+    "made_up_time": (GOOD.replace("seconds = time.perf_counter() - start", "seconds = 1.0"),
+                     "when the checker timed them"),
+    "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
+    "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
+    "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")
+                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "never called dist.all_reduce"),
+    "list": (GOOD.replace('return {"seconds"', 'return [{"seconds"').replace("/ world_size}", "/ world_size}]"),
+             "rank 0 returned list: return a dict with keys seconds, algbw_gbs, busbw_gbs"),
+}
+
+
+@pytest.fixture
+def learner_module(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launched ranks get this sys.path too
+
+    def write(name, source):
+        (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+        importlib.invalidate_caches()
+        return importlib.import_module(name).measure_allreduce
+    return write
+
+
+def test_bandwidth_checker_accepts_a_right_worker(learner_module):
+    report = check_bandwidth_worker(learner_module("lesson08_good", GOOD))
+    assert report.passed, str(report)
+
+
+@pytest.mark.parametrize("mistake", list(WRONG))
+def test_bandwidth_checker_names_the_mistake(learner_module, mistake):
+    source, message = WRONG[mistake]
+    report = check_bandwidth_worker(learner_module(f"lesson08_{mistake}", source))
+    assert not report.passed and message in str(report), str(report)

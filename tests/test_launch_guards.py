@@ -1,0 +1,166 @@
+"""The launcher's guarantees beyond results: no silent wait, scripts, readable errors, nothing
+left behind (not even a worker's own child processes or the output directory)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+
+import launcher_workers
+import pytest
+
+from conftest import recorded_pids, wait_until_gone
+from ddp_lib.errors import LaunchTimeout, WorkerError
+from ddp_lib.launch import spawn
+from ddp_lib.workers import failures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_a_worker_that_sets_its_own_port_fails_at_once_naming_the_variable():
+    spawn(failures.talk, 1, show_output=False)  # the forkserver's start-up is not what is timed
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        spawn(launcher_workers.set_own_port, 2, (12399,), timeout=120, show_output=False)
+    assert "set MASTER_PORT='12399'" in str(info.value) and "ddp_lib.mp.spawn" in str(info.value)
+    assert time.monotonic() - start < 20
+
+
+def test_a_long_wait_with_nobody_at_the_store_is_announced_once(capfd):
+    spawn(failures.hang_on_rank, 2, (5,), timeout=60, show_output=False)  # no rank hangs: returns at once
+    assert "no rank has reached the rendezvous store" not in capfd.readouterr().err
+    with pytest.raises(LaunchTimeout):
+        spawn(failures.hang_all, 2, timeout=7, show_output=False)
+    assert capfd.readouterr().err.count("no rank has reached the rendezvous store yet") == 1
+
+
+def _run_script(tmp_path, body: str, timeout=180, env=None) -> subprocess.CompletedProcess:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(body))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=timeout,
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": ROOT, **(env or {})})
+
+
+def test_a_worker_defined_in_the_script_being_run_works(tmp_path):
+    done = _run_script(tmp_path, """
+        import ddp_lib.mp as mp
+        from ddp_lib.launch import spawn
+
+        def work(rank, world_size):
+            return rank * 100
+
+        if __name__ == "__main__":
+            print(spawn(work, 2, show_output=False))
+            print(mp.spawn(work, args=(7,), nprocs=2))
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["[0, 100]", "[0, 100]"]
+
+
+def test_a_script_without_a_main_guard_gets_the_hint_in_the_error(tmp_path):
+    done = _run_script(tmp_path, """
+        from ddp_lib.launch import spawn
+
+        def work(rank, world_size):
+            return rank
+
+        spawn(work, 2, show_output=False)
+    """)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ddp_lib.errors.WorkerError: rank 0") and 'if __name__ == "__main__":' in last
+
+
+def _format_with_ipython(exc: BaseException) -> str:
+    from IPython.core.ultratb import FormattedTB
+
+    return FormattedTB(mode="Context", theme_name="nocolor").text(type(exc), exc, exc.__traceback__)
+
+
+@pytest.mark.parametrize("formatter", ["traceback", "ipython"])
+def test_the_worker_traceback_shows_under_the_error(formatter):
+    with pytest.raises(WorkerError) as info:
+        spawn(failures.raise_on_rank, 2, (1,), show_output=False)
+    exc = info.value
+    text = "".join(traceback.format_exception(exc)) if formatter == "traceback" else _format_with_ipython(exc)
+    assert 'raise ValueError(f"rank {rank} was told to fail")' in text
+    assert "ddp_lib/workers/failures.py" in text and "rank 1 raised ValueError" in text
+
+
+def test_a_killed_rank_and_a_timeout_read_right_when_formatted(pid_dir):
+    with pytest.raises(WorkerError) as info:
+        spawn(failures.die_on_rank, 2, (1, str(pid_dir)), show_output=False)
+    assert "rank 1 was killed by SIGKILL" in "".join(traceback.format_exception(info.value))
+    with pytest.raises(LaunchTimeout) as info:
+        spawn(launcher_workers.sleep_in_named_function, 2, timeout=3, show_output=False)
+    assert str(info.value).endswith("ranks 0, 1 still running were stopped")
+    text = _format_with_ipython(info.value)
+    assert "rank 1 was here when stopped" in text and "sleep_in_named_function" in text
+    with pytest.raises(LaunchTimeout, match=r"rank 1 still running was stopped$"):
+        spawn(failures.hang_on_rank, 2, (1,), timeout=2, show_output=False)
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_processes_a_worker_starts_are_stopped_with_it(pid_dir, fail):
+    if fail:
+        with pytest.raises(WorkerError, match="rank 1 raised RuntimeError"):
+            spawn(launcher_workers.start_grandchild, 2, (str(pid_dir), True), show_output=False)
+    else:
+        assert spawn(launcher_workers.start_grandchild, 2, (str(pid_dir),), show_output=False) == [0, 1]
+    pids = recorded_pids(pid_dir)
+    assert len(pids) == 2 and wait_until_gone(pids) == []
+
+
+def test_a_killed_caller_leaves_no_output_directory(tmp_path, pid_dir):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    script = textwrap.dedent(f"""
+        from ddp_lib.launch import spawn
+        from ddp_lib.workers.failures import hang_all
+        if __name__ == "__main__":
+            spawn(hang_all, 2, ({str(pid_dir)!r},))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp)})
+    end = time.monotonic() + 120
+    while len(recorded_pids(pid_dir)) < 2:
+        assert time.monotonic() < end and proc.poll() is None
+        time.sleep(0.05)
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("ddp_lib-")] != []
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert wait_until_gone(recorded_pids(pid_dir)) == []
+    end = time.monotonic() + 10
+    while any(p.name.startswith("ddp_lib-") for p in tmp.iterdir()) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert [p.name for p in tmp.iterdir() if p.name.startswith("ddp_lib-")] == []
+
+
+def test_a_result_that_cannot_be_unpickled_or_a_message_that_cannot_be_made_names_the_rank():
+    with pytest.raises(WorkerError, match=r"^rank 1 raised RuntimeError: its return value cannot be unpickled"):
+        spawn(launcher_workers.unloadable_result, 2, show_output=False)
+    with pytest.raises(WorkerError, match=r"^rank 1 raised _BadMessage: \(its message could not be made"):
+        spawn(launcher_workers.raise_bad_message, 2, show_output=False)
+
+
+def test_rank_0s_output_shows_while_the_job_runs(tmp_path):
+    script = tmp_path / "live.py"
+    script.write_text(textwrap.dedent("""
+        from ddp_lib.launch import spawn
+        from launcher_workers import print_then_wait
+        if __name__ == "__main__":
+            spawn(print_then_wait, 2, (4,))
+    """))
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, tests_dir])})
+    first = proc.stdout.readline()
+    seen_at = time.monotonic()
+    rest = proc.stdout.read()
+    ended_at = time.monotonic()
+    assert proc.wait() == 0
+    assert first == "[rank 0] early line from rank 0\n"
+    assert ended_at - seen_at > 2  # printed while rank 0 still had 4 s to go
+    assert rest.splitlines() == ["[rank 0] late line from rank 0", "[rank 1] late line from rank 1"]

@@ -1,0 +1,36 @@
+"""Lesson 08's pictures: algbw and busbw both named, and zeros on a log axis said, not dropped."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from ddp_lib.plots.performance import plot_allreduce  # noqa: E402
+
+
+def _row(world_size, nbytes, time_us, algbw):
+    factor = 2 * (world_size - 1) / world_size
+    return {"world_size": world_size, "bytes": nbytes, "time_us": time_us, "algbw_gbs": algbw,
+            "busbw_gbs": algbw * factor}
+
+
+def test_two_ranks_draw_one_line_named_for_both_and_four_ranks_two():
+    rows = [_row(2, 4, 300.0, 0.01), _row(2, 1024, 400.0, 0.1), _row(4, 4, 500.0, 0.02), _row(4, 1024, 600.0, 0.2)]
+    fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert "busbw = algbw, 2 ranks" in labels
+    assert "busbw, 4 ranks" in labels and "algbw, 4 ranks" in labels
+    assert not any("zero" in t.get_text() for t in fig.texts)
+
+
+def test_bandwidths_that_round_to_zero_in_the_table_are_still_drawn():
+    rows = [_row(2, 4, 300.0, 0.0), _row(2, 1024, 400.0, 0.003)]  # 4 B in 300 us: 1.3e-5 GB/s, 0.000 rounded
+    fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})
+    (line,) = [ln for ln in fig.axes[1].get_lines() if ln.get_label() == "busbw = algbw, 2 ranks"]
+    assert abs(line.get_ydata()[0] - 4 / 300e-6 / 1e9) < 1e-12
+    assert fig.texts == []
+
+
+def test_a_time_of_zero_is_counted_in_the_figure_not_dropped_silently():
+    rows = [_row(2, 4, 0.0, 0.0), _row(2, 1024, 400.0, 0.003)]
+    fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})
+    assert [t.get_text() for t in fig.texts] == ["2 point(s) of zero not drawn on the log axes"]
