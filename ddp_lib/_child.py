@@ -56,6 +56,8 @@ def _own_process_group() -> None:
     """Make this rank the leader of a new session, so that every process the worker starts
     (subprocess, a multiprocessing helper, a shell) can be stopped with it: the launcher
     signals the whole group, and so does the watchdog if the launcher dies."""
+    if not hasattr(os, "setsid"):  # Windows: no process groups of this kind
+        return
     try:
         os.setsid()
     except OSError:  # already a group leader (not under multiprocessing's start methods)
@@ -71,10 +73,11 @@ def _watch_lifeline(lifeline, logdir: str) -> None:
     except (EOFError, OSError):
         pass
     shutil.rmtree(logdir, ignore_errors=True)
-    try:
-        os.killpg(os.getpgid(0), signal.SIGKILL)  # this rank and everything it started
-    except OSError:
-        pass
+    if hasattr(os, "killpg") and os.getpgid(0) == os.getpid():  # only a group this rank leads
+        try:
+            os.killpg(os.getpid(), signal.SIGKILL)  # this rank and everything it started
+        except OSError:
+            pass
     os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -404,6 +404,8 @@ class _Job:
     def _signal_groups(self, sig: int) -> None:
         # Each rank leads its own process group: this reaches whatever the worker started too,
         # whether the rank itself is still alive or not.
+        if not hasattr(os, "killpg"):
+            return
         for pid in self.pids:
             try:
                 os.killpg(pid, sig)
