@@ -322,8 +322,11 @@ class _Job:
                     self.running = sorted(self.conns)
                 return
             if notice_at is not None and now >= notice_at:
-                notice_at = None
-                self._notice_if_nobody_joined()
+                if self._all_started():
+                    notice_at = None
+                    self._notice_if_nobody_joined()
+                else:  # still starting (a busy machine): not the silence this notice is about
+                    notice_at = now + 1.0
             # A rank is watched through its result pipe and its process sentinel until heard from.
             watched = {}
             for rank, conn in self.conns.items():
@@ -336,6 +339,10 @@ class _Job:
                     self._receive(rank)
             if self.live:
                 self.live.poll()
+
+    def _all_started(self) -> bool:
+        """Whether every rank has reached ddp_lib's code (its first act creates its output file)."""
+        return all(os.path.exists(spec.stdout_path) for spec in self.specs)
 
     def _notice_if_nobody_joined(self) -> None:
         try:

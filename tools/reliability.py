@@ -17,9 +17,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
-
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "tests/nbval_sanitize.cfg", "-v"]
@@ -73,6 +70,11 @@ def raises(cell) -> bool:
 
 def run_twice(path: Path) -> list[str]:
     """Execute every code cell, then every code cell again, in one kernel; return the errors."""
+    # Imported here, not at the top: every rank a launch starts imports this script again
+    # (as __mp_main__), and these two cost seconds to import.
+    import nbformat
+    from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     errors = []
