@@ -187,8 +187,11 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
 
 def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int | None) -> None:
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
-    _redirect(1, spec.stdout_path)
-    _redirect(2, spec.stderr_path)
+    try:
+        _redirect(1, spec.stdout_path)
+        _redirect(2, spec.stderr_path)
+    except FileNotFoundError:  # the output directory is gone: the launcher died while this rank started
+        os._exit(1)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.reconfigure(line_buffering=True)
