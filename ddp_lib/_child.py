@@ -21,8 +21,9 @@ import time
 import traceback
 from dataclasses import dataclass
 
-# How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone.
-ENV_POLL_S = 0.02
+# How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone, and takes
+# a reference to the process groups it has created.
+WATCH_POLL_S = 0.02
 # The signal on which a rank writes every thread's Python stack to its stderr file: the
 # launcher sends it to ranks still running at the deadline, so the error can say where they were.
 STACK_DUMP_SIGNAL = signal.SIGUSR1 if hasattr(signal, "SIGUSR1") else None
@@ -56,6 +57,8 @@ def _own_process_group() -> None:
     """Make this rank the leader of a new session, so that every process the worker starts
     (subprocess, a multiprocessing helper, a shell) can be stopped with it: the launcher
     signals the whole group, and so does the watchdog if the launcher dies."""
+    if not hasattr(os, "setsid"):  # Windows: no process groups of this kind
+        return
     try:
         os.setsid()
     except OSError:  # already a group leader (not under multiprocessing's start methods)
@@ -71,10 +74,11 @@ def _watch_lifeline(lifeline, logdir: str) -> None:
     except (EOFError, OSError):
         pass
     shutil.rmtree(logdir, ignore_errors=True)
-    try:
-        os.killpg(os.getpgid(0), signal.SIGKILL)  # this rank and everything it started
-    except OSError:
-        pass
+    if hasattr(os, "killpg") and os.getpgid(0) == os.getpid():  # only a group this rank leads
+        try:
+            os.killpg(os.getpid(), signal.SIGKILL)  # this rank and everything it started
+        except OSError:
+            pass
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -107,20 +111,37 @@ class _Reporter:
             os._exit(code)
 
 
-def _watch_store_env(expected: dict[str, str], reporter: _Reporter) -> None:
-    # Under ddp_lib.launch every rank is a client of the store the launcher hosts on the port
-    # in MASTER_PORT: a worker that sets its own port would dial a port nobody serves and wait
-    # for half an hour. Say so at once instead.
-    while True:
-        time.sleep(ENV_POLL_S)
-        for name, value in expected.items():
-            now = os.environ.get(name)
-            if now != value:
-                reporter.finish(1, ("error", "", (
-                    f"set {name}={now!r}, but under ddp_lib.launch the launcher hosts the rendezvous store "
+def _store_env_changed(expected: dict[str, str]) -> str | None:
+    """Why this rank must stop, if the worker changed MASTER_ADDR/MASTER_PORT under ddp_lib.launch."""
+    # Every rank is a client of the store the launcher hosts on the port in MASTER_PORT: a
+    # worker that sets its own port would dial a port nobody serves and wait for half an hour.
+    for name, value in expected.items():
+        now = os.environ.get(name)
+        if now != value:
+            return (f"set {name}={now!r}, but under ddp_lib.launch the launcher hosts the rendezvous store "
                     f"and sets {name}={value!r} itself: leave MASTER_ADDR/MASTER_PORT alone "
                     "(os.environ.setdefault keeps a tutorial's setup() working), or launch with "
-                    "ddp_lib.mp.spawn, which leaves them to the worker"), ""))
+                    "ddp_lib.mp.spawn, which leaves them to the worker")
+    return None
+
+
+def _keep_process_groups(kept: set) -> None:
+    """Hold a reference to every process group the worker has created, so that none is
+    destroyed before the process ends (see _call_keeping_locals for why that can deadlock)."""
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")  # never import from this thread
+    try:
+        kept.update(list(c10d._world.pg_map))
+    except (AttributeError, RuntimeError):  # not imported yet, or a torch without this registry
+        pass
+
+
+def _watch(store_env: dict[str, str] | None, reporter: _Reporter, kept: set) -> None:
+    while True:
+        time.sleep(WATCH_POLL_S)
+        _keep_process_groups(kept)
+        problem = _store_env_changed(store_env) if store_env else None
+        if problem:
+            reporter.finish(1, ("error", "", problem, ""))
 
 
 def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
@@ -131,7 +152,8 @@ def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
     gloo's threads, and one of them may be waiting for the GIL to free the last finished work of
     a backward pass (that work holds a Python object: the contextvars context that autograd
     stashes in thread-local state): a deadlock. Held here, they are never freed: the process
-    ends with os._exit.
+    ends with os._exit. This covers the worker's own frame; _keep_process_groups covers groups
+    whose last user dies in a function the worker calls.
     """
     def note_first_frame(frame, event, arg):
         if event == "call":
@@ -165,8 +187,11 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
 
 def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int | None) -> None:
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
-    _redirect(1, spec.stdout_path)
-    _redirect(2, spec.stderr_path)
+    try:
+        _redirect(1, spec.stdout_path)
+        _redirect(2, spec.stderr_path)
+    except FileNotFoundError:  # the output directory is gone: the launcher died while this rank started
+        os._exit(1)
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.reconfigure(line_buffering=True)
@@ -181,8 +206,8 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
     os.environ.update(spec.env)
     sys.path[:] = spec.sys_path
     os.chdir(spec.cwd)
-    if spec.store_env:
-        threading.Thread(target=_watch_store_env, args=(spec.store_env, reporter), daemon=True).start()
+    groups: set = set()  # every process group seen: never freed, see _keep_process_groups
+    threading.Thread(target=_watch, args=(spec.store_env, reporter, groups), daemon=True).start()
     kept: list = []  # the worker's frame or exception: never freed, see _call_keeping_locals
     try:
         import torch

@@ -243,27 +243,22 @@ class _LiveOutput:
     def __init__(self, path: str):
         self.path = path
         self.shown = ""  # what has been printed, so the rest can follow afterwards
-        self._file = None
+        self._offset = 0  # bytes of the file printed so far
 
     def poll(self) -> None:
-        if self._file is None:
-            try:
-                self._file = open(self.path, encoding="utf-8", errors="replace", newline="")
-            except FileNotFoundError:
-                return
-        text = self._file.read()
-        if not text:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
             return
-        cut = text.rfind("\n") + 1
-        self._file.seek(self._file.tell() - len(text[cut:].encode("utf-8", errors="replace")))
+        cut = data.rfind(b"\n") + 1  # whole lines only; a partial line waits for its end
         if cut:
-            self.shown += text[:cut]
-            sys.stdout.write("".join(f"[rank 0] {line}\n" for line in text[:cut].splitlines()))
+            self._offset += cut
+            text = _text(data[:cut])
+            self.shown += text
+            sys.stdout.write("".join(f"[rank 0] {line}\n" for line in text.splitlines()))
             sys.stdout.flush()
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
 
 
 class _Job:
@@ -283,6 +278,7 @@ class _Job:
         self.failures: dict[int, tuple[str, str, str]] = {}
         self.running: list[int] = []
         self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline
+        self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
 
     def start(self) -> None:
@@ -322,8 +318,11 @@ class _Job:
                     self.running = sorted(self.conns)
                 return
             if notice_at is not None and now >= notice_at:
-                notice_at = None
-                self._notice_if_nobody_joined()
+                if self._all_started():
+                    notice_at = None
+                    self._notice_if_nobody_joined()
+                else:  # still starting (a busy machine): not the silence this notice is about
+                    notice_at = now + 1.0
             # A rank is watched through its result pipe and its process sentinel until heard from.
             watched = {}
             for rank, conn in self.conns.items():
@@ -336,6 +335,10 @@ class _Job:
                     self._receive(rank)
             if self.live:
                 self.live.poll()
+
+    def _all_started(self) -> bool:
+        """Whether every rank has reached ddp_lib's code (its first act creates its output file)."""
+        return all(os.path.exists(spec.stdout_path) for spec in self.specs)
 
     def _notice_if_nobody_joined(self) -> None:
         try:
@@ -351,18 +354,17 @@ class _Job:
         where each was in the timeout error."""
         if _child.STACK_DUMP_SIGNAL is None:
             return
-        sizes = {}
         for rank in self.running:
-            sizes[rank] = _size(self.specs[rank].stderr_path)
+            self.stack_starts[rank] = _size(self.specs[rank].stderr_path)
             try:
                 os.kill(self.pids[rank], _child.STACK_DUMP_SIGNAL)
             except OSError:
                 pass
         time.sleep(STACK_DUMP_WAIT_S)
-        for rank, start in sizes.items():
-            with open(self.specs[rank].stderr_path, encoding="utf-8", errors="replace") as f:
+        for rank, start in self.stack_starts.items():
+            with open(self.specs[rank].stderr_path, "rb") as f:
                 f.seek(start)
-                self.stacks[rank] = f.read()
+                self.stacks[rank] = f.read().decode("utf-8", errors="replace")
 
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
@@ -404,6 +406,8 @@ class _Job:
     def _signal_groups(self, sig: int) -> None:
         # Each rank leads its own process group: this reaches whatever the worker started too,
         # whether the rank itself is still alive or not.
+        if not hasattr(os, "killpg"):
+            return
         for pid in self.pids:
             try:
                 os.killpg(pid, sig)
@@ -433,10 +437,12 @@ class _Job:
             self.lifeline.close()
         if self.live:
             self.live.poll()
-            self.live.close()
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
-        return {s.rank: (_read(s.stdout_path), _read(s.stderr_path)) for s in self.specs}
+        # A stack written at the deadline goes in the error, not in the rank's stderr: it
+        # holds thread addresses that change from run to run.
+        return {s.rank: (_read(s.stdout_path), _read(s.stderr_path, self.stack_starts.get(s.rank)))
+                for s in self.specs}
 
 
 def _size(path: str) -> int:
@@ -446,12 +452,19 @@ def _size(path: str) -> int:
         return 0
 
 
-def _read(path: str) -> str:
+def _read(path: str, limit: int | None = None) -> str:
+    """The text of ``path``, its first ``limit`` bytes if given ("" if it does not exist)."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
+        with open(path, "rb") as f:
+            data = f.read() if limit is None else f.read(limit)
     except FileNotFoundError:
         return ""
+    return _text(data)
+
+
+def _text(data: bytes) -> str:
+    # As a file opened in text mode reads: universal newlines.
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _describe_exit(exitcode: int | None, started: bool = True) -> str:

@@ -2,6 +2,7 @@
 
     python tools/reliability.py            # every check
     python tools/reliability.py teardown   # the tutorial's worker (its own setup and cleanup) 100 times
+    python tools/reliability.py mp         # the same worker 100 times through ddp_lib.mp, its own port
     python tools/reliability.py twice      # every cell of every notebook run twice in one kernel
     python tools/reliability.py repeat     # the notebook test suite run three times
 
@@ -15,9 +16,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-
-import nbformat
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -43,12 +41,40 @@ def teardown(times: int = 100) -> bool:
     return not failures
 
 
+def mp(times: int = 100) -> bool:
+    """The same worker through the drop-in ``ddp_lib.mp.spawn``, where it picks the port itself
+    (a free one here, kept by its setup(), so that other jobs on the machine cannot collide)."""
+    import os
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import tutorial_workers
+
+    import ddp_lib.mp
+    from ddp_lib.process_group import free_port
+
+    failures = []
+    for i in range(times):
+        os.environ["MASTER_PORT"] = str(free_port())
+        try:
+            ddp_lib.mp.spawn(tutorial_workers.demo_basic, args=(2,), nprocs=2, timeout=60)
+        except Exception as exc:  # counted and reported below
+            failures.append(f"launch {i}: {exc!r}")
+    print(f"tutorial worker through ddp_lib.mp {times} times in a row: {times - len(failures)} finished, "
+          f"{len(failures)} failed", *failures, sep="\n", flush=True)
+    return not failures
+
+
 def raises(cell) -> bool:
     return "raises-exception" in cell.metadata.get("tags", []) or "NBVAL_RAISES_EXCEPTION" in cell.source
 
 
 def run_twice(path: Path) -> list[str]:
     """Execute every code cell, then every code cell again, in one kernel; return the errors."""
+    # Imported here, not at the top: every rank a launch starts imports this script again
+    # (as __mp_main__), and these two cost seconds to import.
+    import nbformat
+    from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}})
     errors = []
@@ -91,6 +117,7 @@ def repeat(times: int = 3) -> bool:
 
 
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["teardown", "twice", "repeat"]
-    ok = all([{"teardown": teardown, "twice": twice, "repeat": repeat}[name]() for name in which])
+    which = sys.argv[1:] or ["teardown", "mp", "twice", "repeat"]
+    checks = {"teardown": teardown, "mp": mp, "twice": twice, "repeat": repeat}
+    ok = all([checks[name]() for name in which])
     sys.exit(0 if ok else 1)
