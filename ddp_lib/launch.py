@@ -89,7 +89,7 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
     failed, or LaunchTimeout. No child, and no process a child started, is left running.
     """
     fn_ref, world_size, args, kwargs, backend, start_method, timeout = check_launch(
-        fn, world_size, args, kwargs, backend, start_method, timeout)
+        fn, world_size, args, kwargs, backend, start_method, timeout, env=env)
     with _loopback_store() as store:
         envs = _rank_env(world_size, backend, env, store_port=store.port)
         return run_job(fn_ref, world_size, (args, kwargs), envs, start_method=start_method, timeout=timeout,
