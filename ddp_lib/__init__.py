@@ -13,6 +13,7 @@ imported until one of them is used.
 from __future__ import annotations
 
 import importlib
+import sys
 import types
 
 __version__ = "0.1.0"
@@ -33,6 +34,20 @@ def make_callable(module_name: str) -> None:
     module = importlib.import_module(module_name)
     if not isinstance(module, CallableModule):
         module.__class__ = CallableModule
+
+
+class _Package(types.ModuleType):
+    """This package: ``ddp_lib.launch`` and ``ddp_lib.process_group`` are read as callable modules
+    even when a plain ``import ddp_lib.process_group`` (a worker's) came before any use here."""
+
+    def __getattribute__(self, name: str):
+        value = super().__getattribute__(name)
+        if name in ("launch", "process_group") and type(value) is types.ModuleType:
+            value.__class__ = CallableModule
+        return value
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):

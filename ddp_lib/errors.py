@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 
-# How gloo reports that a peer went away: the failure of a rank whose partner failed first.
-_PEER_FAILED = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Read error")
+# How gloo reports that a peer went away or never came: the failure of a rank whose partner
+# failed first, or left it waiting in a collective until the group's timeout.
+_PEER_FAILED = re.compile(r"Connection closed|Connection reset|Broken pipe|Read error|Timed out|monitoredBarrier")
 
 
 def is_peer_failure(exc_type: str, message: str) -> bool:
     """Whether a rank's failure (exception type name and message) is the echo of a peer's:
-    a closed or reset connection, or one of torch's Dist*Error (DistNetworkError, ...)."""
+    a closed or reset connection, a collective that timed out waiting for a peer, or one of
+    torch's Dist*Error (DistNetworkError, ...)."""
     return exc_type.startswith("Dist") or bool(_PEER_FAILED.search(message))
 
 

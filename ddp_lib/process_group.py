@@ -293,10 +293,3 @@ def start_tensor(rank: int, world_size: int, device: torch.device | str = "cpu")
     """Lesson 01's starting tensor for ``rank``: [10 rank + 1, ..., 10 rank + world_size]."""
     return (torch.arange(1, world_size + 1, dtype=torch.float32) + 10 * rank).to(device)
 
-
-try:  # inside the ddp_lib package: `from ddp_lib import process_group` is this module, callable as
-    from ddp_lib import make_callable  # the context manager whichever was imported first
-except ImportError:  # copied into a project: nothing to do
-    pass
-else:
-    make_callable(__name__)

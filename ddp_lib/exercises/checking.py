@@ -11,16 +11,13 @@ from __future__ import annotations
 import contextlib
 import importlib
 import pkgutil
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ddp_lib.checks import check_worker
-from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, readable
+from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, readable
 from ddp_lib.launch import launch
 
-# What a rank's error says when its collective broke because a peer left it or never came.
-BROKEN_COLLECTIVE = re.compile(r"Connection closed|Connection reset|Read error|Timed out|monitoredBarrier")
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
 
 
@@ -81,7 +78,7 @@ def launch_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple =
         report.fail(f"{where}: rank(s) {', '.join(map(str, exc.running))} still running after {timeout:g} s; "
                     f"a rank waits in a collective that another rank never called: {COLLECTIVE_HINT}")
     except WorkerError as exc:
-        if BROKEN_COLLECTIVE.search(exc.message):
+        if is_peer_failure(exc.exc_type, exc.message):
             # The exact words depend on timing (closed, reset, timed out): say what happened.
             report.fail(f"{where}: rank {exc.rank}'s collective broke because another rank left it or never "
                         f"joined ({exc.exc_type}); {COLLECTIVE_HINT}")
