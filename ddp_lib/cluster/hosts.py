@@ -14,6 +14,7 @@ the next ``two_hosts()`` removes those whose process is gone (or ``python -m ddp
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-PREFIX = "ddplib"  # every namespace and link made here starts with it (and names the owner's pid)
+PREFIX = "ddpl"  # every namespace and link made here starts with it, then the owner's pid in hex
 SUBNET = "10.200.0"  # a private test range, used only inside the namespaces made here
 IFNAME = "eth0"  # each host's interface to the other, as on a typical machine
 
@@ -34,6 +35,8 @@ IFNAME = "eth0"  # each host's interface to the other, as on a typical machine
 # private UTS and mount namespaces, so the machine's own stay as they are), then run the command.
 # The resolver is pointed at the host's own loopback: a name missing from /etc/hosts fails at
 # once instead of waiting for a name server the namespace cannot reach.
+_pairs = itertools.count()  # several pairs may exist at once (their namespaces keep them apart)
+
 _ENTER = ('mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && hostname "$2" '
           '&& shift 2 && exec "$@"')
 
@@ -93,9 +96,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _owner(name: str) -> int | None:
-    """The process id a namespace or link made here is named after."""
-    digits = name[len(PREFIX):].split("n")[0].split("v")[0]
-    return int(digits) if name.startswith(PREFIX) and digits.isdigit() else None
+    """The process id a namespace or link made here is named after (ddpl<pid in hex>n...)."""
+    digits = name[len(PREFIX):].split("n")[0]
+    try:
+        return int(digits, 16) if name.startswith(PREFIX) else None
+    except ValueError:
+        return None
 
 
 def our_namespaces() -> list[str]:
@@ -175,11 +181,11 @@ def two_hosts(names: tuple[str, str] = ("node0", "node1")) -> Iterator[tuple[Hos
     if reason:
         raise RuntimeError(f"cannot make hosts here: {reason}")
     clean_stale()
-    tag = f"{PREFIX}{os.getpid()}"
+    tag = f"{PREFIX}{os.getpid():x}n{next(_pairs)}"  # links: at most 15 characters
     workdir = tempfile.mkdtemp(prefix="ddp_lib-hosts-")
-    hosts = [Host(name, f"{SUBNET}.{i + 1}", f"{tag}n{i}", os.path.join(workdir, f"{name}.hosts"))
+    hosts = [Host(name, f"{SUBNET}.{i + 1}", f"{tag}h{i}", os.path.join(workdir, f"{name}.hosts"))
              for i, name in enumerate(names)]
-    links = [f"{tag}v0", f"{tag}v1"]
+    links = [f"{tag}a", f"{tag}b"]
     with open(os.path.join(workdir, "resolv.conf"), "w") as f:
         f.write("nameserver 127.0.0.1\n")
     with _sigterm_as_exit():
@@ -202,6 +208,27 @@ def two_hosts(names: tuple[str, str] = ("node0", "node1")) -> Iterator[tuple[Hos
                 if link in our_links():
                     _ip("link", "del", link, check=False)
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def firewall_unavailable() -> str | None:
+    """Why a port cannot be blocked on a host here (one sentence), or None if it can (nft)."""
+    if shutil.which("nft") is None:
+        return unavailable() or "the nft command is not installed (apt-get install nftables)"
+    return unavailable()
+
+
+@contextmanager
+def port_blocked(host: Host, port: int) -> Iterator[None]:
+    """While inside, ``host`` drops TCP packets that arrive on eth0 for ``port``, as a firewall
+    between machines would (its own loopback still reaches it)."""
+    rules = (f"table inet ddp_lib_firewall {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n"
+             f"  iifname {IFNAME} tcp dport {port} drop\n }}\n}}\n")
+    nft = ["ip", "netns", "exec", host.netns, "nft"]
+    subprocess.run(nft + ["-f", "-"], input=rules, text=True, check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run(nft + ["delete", "table", "inet", "ddp_lib_firewall"], capture_output=True)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,14 @@ class HostsJob:
     def ok(self) -> bool:
         return all(node.returncode == 0 for node in self.nodes)
 
+    def summary(self, width: int = 200) -> str:
+        """One line per node: how it ended, after how many seconds, and its first error."""
+        lines = []
+        for node in self.nodes:
+            ended = "succeeded" if node.returncode == 0 else f"failed ({node.error()[:width]})"
+            lines.append(f"{node.host}: {ended} after {node.seconds:.0f} s")
+        return "\n".join(lines)
+
 
 def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | None = None,
                  timeout: float = 120) -> HostsJob:
