@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -18,19 +17,17 @@ from ddp_lib.cluster.hosts import (
     firewall_unavailable,
     our_links,
     our_namespaces,
-    port_blocked,
     two_hosts,
     unavailable,
 )
-from ddp_lib.cluster.jobs import HELLO, RDZV_PORT, node_command, run_on_hosts
+from ddp_lib.cluster.jobs import RDZV_PORT, node_command, run_on_hosts
+from ddp_lib.cluster.mistakes import run_mistakes
 from ddp_lib.launch import spawn
 from ddp_lib.workers.train import train
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"two hosts need root on Linux: {unavailable()}")
 
 TRAIN = ["-m", "ddp_lib", "run", "train", "--epochs", "3", "--json"]
-# For the jobs expected to fail at the rendezvous: a shorter join, so the test waits less.
-SHORT_JOIN = "join_timeout=10,read_timeout=10,last_call_timeout=1,close_timeout=5"
 
 
 def leftovers() -> str:
@@ -113,41 +110,10 @@ def test_training_on_two_hosts_gives_the_one_machine_result(reference):
         assert diff < 1e-6
 
 
-def _rdzv_on_loopback():
-    with two_hosts() as (node0, node1):
-        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
-                             (node1, node_command(HELLO, endpoint=f"127.0.0.1:{RDZV_PORT}", rdzv_conf=SHORT_JOIN))])
-
-
-def _gloo_on_loopback():
-    with two_hosts() as (node0, node1):
-        runs = [(node0, node_command(HELLO)), (node1, node_command(HELLO))]
-        bad = run_on_hosts(runs, env={"GLOO_SOCKET_IFNAME": "lo"})
-        return bad, run_on_hosts(runs, env={"GLOO_SOCKET_IFNAME": "eth0"})
-
-
-def _port_blocked():
-    with two_hosts() as (node0, node1), port_blocked(node0, RDZV_PORT):
-        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
-                             (node1, node_command(HELLO, rdzv_conf=SHORT_JOIN))])
-
-
-def _nnodes_mismatch():
-    with two_hosts() as (node0, node1):
-        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
-                             (node1, node_command(HELLO, nnodes=3, rdzv_conf=SHORT_JOIN))])
-
-
 @pytest.fixture(scope="module")
 def mistakes():
     """Every mistake at once, each on its own pair of hosts: most of the time is waiting."""
-    cases = {"rdzv_on_loopback": _rdzv_on_loopback, "gloo_on_loopback": _gloo_on_loopback,
-             "nnodes_mismatch": _nnodes_mismatch}
-    if firewall_unavailable() is None:
-        cases["port_blocked"] = _port_blocked
-    with ThreadPoolExecutor(len(cases)) as pool:
-        futures = {name: pool.submit(fn) for name, fn in cases.items()}
-        return {name: future.result() for name, future in futures.items()}
+    return run_mistakes()
 
 
 # Start-up of torchrun and its ranks, on top of the configured waits: several mistakes run at once,
@@ -165,7 +131,7 @@ def test_node1_given_127_0_0_1_waits_alone_until_the_join_timeout(mistakes):
 
 
 def test_gloo_on_the_loopback_interface_cannot_reach_the_other_host(mistakes):
-    bad, fixed = mistakes["gloo_on_loopback"]
+    bad, fixed = mistakes["gloo_on_loopback"], mistakes["gloo_on_eth0"]
     errors = [e for node in bad.nodes for e in node.errors()]
     assert any("Gloo connectFullMesh failed" in e and "Connection refused, remote=[127.0.0.1]" in e for e in errors), \
         bad.summary()
@@ -175,9 +141,9 @@ def test_gloo_on_the_loopback_interface_cannot_reach_the_other_host(mistakes):
 
 
 def test_a_blocked_rendezvous_port_fails_the_connection_within_read_timeout(mistakes):
-    if "port_blocked" not in mistakes:
+    if "port_closed" not in mistakes:
         pytest.skip(firewall_unavailable())
-    node0, node1 = mistakes["port_blocked"].nodes
+    node0, node1 = mistakes["port_closed"].nodes
     assert f"The client socket has timed out after 10000ms while trying to connect to (node0, {RDZV_PORT})" \
         in "\n".join(node1.errors()), node1.stderr[-2000:]
     assert node1.seconds < 10 + SLACK

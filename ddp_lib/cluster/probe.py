@@ -6,7 +6,9 @@ rank's host name to every rank. Light enough to show a mistake quickly (no DDP, 
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -23,3 +25,11 @@ def hello(rank: int, world_size: int) -> dict:
         hosts = [None] * world_size
         dist.all_gather_object(hosts, socket.gethostname())
         return {"rank": rank, "host": socket.gethostname(), "hosts": hosts}
+
+
+def agent_listening(rank: int, world_size: int) -> list[str]:
+    """The local addresses (ports left out) on which this rank's parent, the torchrun agent,
+    accepts connections, from ``ss -ltnp`` (Linux). ``*`` means every interface."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    agent = f"pid={os.getppid()},"
+    return sorted(line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if agent in line)
