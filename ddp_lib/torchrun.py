@@ -116,7 +116,13 @@ def run_this_rank(target: str) -> None:
     module, name = target.split(":")
     fn = getattr(importlib.import_module(module), name)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    print(json.dumps({"rank": rank, "result": fn(rank, world_size)}, default=repr), flush=True)
+    try:
+        result = fn(rank, world_size)
+    except Exception as exc:
+        # One line that names the rank, as torchrun prints for workers wrapped in @record.
+        print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        raise
+    print(json.dumps({"rank": rank, "result": result}, default=repr), flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from ddp_lib.process_group import process_group
 
 # A peer that cannot be reached fails the first collective within this, not gloo's 30 minutes.
-TIMEOUT = timedelta(seconds=20)
+TIMEOUT = timedelta(seconds=10)
 
 
 def hello(rank: int, world_size: int) -> dict:
