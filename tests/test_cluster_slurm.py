@@ -23,8 +23,8 @@ from ddp_lib.workers.train import train
 
 SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "train.sbatch"
 
-pytestmark = pytest.mark.skipif(hosts_unavailable() is not None,
-                                reason=f"a one-machine SLURM cluster needs root on Linux: {hosts_unavailable()}")
+needs_root_on_linux = pytest.mark.skipif(
+    hosts_unavailable() is not None, reason=f"a one-machine SLURM cluster needs root on Linux: {hosts_unavailable()}")
 
 
 def daemon_pids() -> set[int]:
@@ -52,6 +52,7 @@ def test_sbatch_script_has_the_slurm_mapping():
         assert line in text
 
 
+@needs_root_on_linux
 def test_the_sbatch_script_trains_on_two_slurm_nodes_like_one_machine(slurm):
     key_before, daemons_before = os.path.exists(MACHINE_MUNGE_KEY), daemon_pids()
     with slurm_cluster() as cluster:
