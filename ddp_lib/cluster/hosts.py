@@ -31,12 +31,12 @@ PREFIX = "ddpl"  # every namespace and link made here starts with it, then the o
 SUBNET = "10.200.0"  # a private test range, used only inside the namespaces made here
 IFNAME = "eth0"  # each host's interface to the other, as on a typical machine
 
+_pairs = itertools.count()  # several pairs may exist at once (their namespaces keep them apart)
+
 # Run inside the namespace: give the host its own name, /etc/hosts and /etc/resolv.conf (in
 # private UTS and mount namespaces, so the machine's own stay as they are), then run the command.
 # The resolver is pointed at the host's own loopback: a name missing from /etc/hosts fails at
 # once instead of waiting for a name server the namespace cannot reach.
-_pairs = itertools.count()  # several pairs may exist at once (their namespaces keep them apart)
-
 _ENTER = ('mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf && hostname "$2" '
           '&& shift 2 && exec "$@"')
 
