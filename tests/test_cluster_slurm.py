@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddp_lib.cluster.hosts import our_links, our_namespaces
+from ddp_lib.cluster.hosts import left_behind
 from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
 from ddp_lib.cluster.slurm import DAEMONS, MACHINE_MUNGE_KEY, install_packages, slurm_cluster, unavailable
 from ddp_lib.launch import spawn
@@ -28,8 +28,9 @@ needs_root_on_linux = pytest.mark.skipif(
 
 
 def daemon_pids() -> set[int]:
-    found = subprocess.run(["pgrep", "-x", "|".join(DAEMONS)], capture_output=True, text=True).stdout
-    return {int(pid) for pid in found.split()}
+    """Process ids of every munged, slurmctld and slurmd on the machine."""
+    found = [subprocess.run(["pgrep", "-x", name], capture_output=True, text=True).stdout for name in DAEMONS]
+    return {int(pid) for out in found for pid in out.split()}
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +58,8 @@ def test_the_sbatch_script_trains_on_two_slurm_nodes_like_one_machine(slurm):
     key_before, daemons_before = os.path.exists(MACHINE_MUNGE_KEY), daemon_pids()
     with slurm_cluster() as cluster:
         assert cluster.sinfo().splitlines() == ["node0 idle", "node1 idle"]
+        ours = daemon_pids() - daemons_before
+        assert len(ours) >= 4  # munged, slurmctld, a slurmd on each host
         job = cluster.sbatch(str(SCRIPT), env={"PYTHON": sys.executable, "EPOCHS": "3"})
         assert job.returncode == 0, job.output[-3000:] + cluster.logs()
     results, lines = parse_results(job.output)
@@ -69,6 +72,6 @@ def test_the_sbatch_script_trains_on_two_slurm_nodes_like_one_machine(slurm):
         assert (torch.tensor(got["params"]) - torch.tensor(want["params"])).abs().max().item() < 1e-6
     assert [line for line in lines if line.startswith("epoch ")][-1].startswith("epoch  3/3 [####################]")
     # Nothing left: daemons, namespaces, links, the machine-wide munge key.
-    assert daemon_pids() == daemons_before
-    assert our_namespaces() == [] and our_links() == []
+    assert ours & daemon_pids() == set()
+    assert left_behind(os.getpid()) == []
     assert os.path.exists(MACHINE_MUNGE_KEY) == key_before

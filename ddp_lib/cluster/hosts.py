@@ -117,6 +117,13 @@ def our_links() -> list[str]:
     return [name for name in names if name.startswith(PREFIX)]
 
 
+def left_behind(pid: int) -> list[str]:
+    """Namespaces and links that should not exist once process ``pid`` has left every
+    ``two_hosts()``: those named after it, and those whose owner no longer runs."""
+    names = our_namespaces() + our_links()
+    return [n for n in names if _owner(n) == pid or _owner(n) is None or not _pid_alive(_owner(n))]
+
+
 def kill_everything_in(netns: str) -> None:
     """SIGKILL every process in ``netns``; wait (up to a few seconds) until none is left."""
     for _ in range(100):
