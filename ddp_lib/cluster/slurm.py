@@ -13,6 +13,7 @@ Everything is stopped and removed on the way out (daemons, namespaces, files).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -117,6 +118,30 @@ class BatchJob:
     returncode: int  # sbatch --wait's exit code: the job's
     output: str  # the job's stdout and stderr (the batch script's and every srun task's)
     seconds: float
+
+
+# srun --label writes "N: " before each line of task N, and splits lines longer than this into
+# pieces, each labelled: a piece of exactly this length continues on the task's next piece.
+SRUN_PIECE = 1024
+_LABEL = re.compile(r"^(\d+): (.*)$")
+
+
+def unlabel(output: str) -> tuple[str, dict[int, str]]:
+    """Split the output of a batch script whose ``srun --label`` tasks share it into the lines
+    without a label (the script's own) and each task's output, long lines joined again."""
+    own, tasks = [], {}
+    for line in output.splitlines():
+        match = _LABEL.match(line)
+        if not match:
+            own.append(line)
+            continue
+        task, text = int(match.group(1)), match.group(2)
+        pieces = tasks.setdefault(task, [])
+        if pieces and pieces[-1][1]:
+            pieces[-1] = (pieces[-1][0] + text, len(text) == SRUN_PIECE)
+        else:
+            pieces.append((text, len(text) == SRUN_PIECE))
+    return "\n".join(own), {task: "\n".join(t for t, _ in pieces) for task, pieces in sorted(tasks.items())}
 
 
 class SlurmCluster:
@@ -239,5 +264,5 @@ if __name__ == "__main__":
     # python -m ddp_lib.cluster.slurm SCRIPT   runs one batch script on a fresh one-machine cluster
     with slurm_cluster() as running:
         done = running.sbatch(sys.argv[1], env={"PYTHON": sys.executable})
-        print(done.output, end="")
+        print(done.output, end="")  # each task's lines labelled "N: " by srun --label
         sys.exit(done.returncode)
