@@ -152,7 +152,9 @@ def test_a_blocked_rendezvous_port_fails_the_connection_within_read_timeout(mist
 
 def test_mismatched_nnodes_fails_the_rendezvous(mistakes):
     job = mistakes["nnodes_mismatch"]
-    assert not job.ok
-    assert "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError" in [n.error() for n in job.nodes], \
-        job.summary()
+    assert all(node.returncode not in (0, None) for node in job.nodes), job.summary()
+    # The first node whose join_timeout runs out reports RendezvousTimeoutError and leaves; which
+    # one that is depends on timing, and the other then finds the rendezvous closed or its store gone.
+    errors = [e for node in job.nodes for e in node.errors()]
+    assert any(e.endswith(("RendezvousTimeoutError", "RendezvousClosedError")) for e in errors), job.summary()
     assert max(node.seconds for node in job.nodes) < 10 + SLACK
