@@ -26,7 +26,7 @@ test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every
 	$(PY) -m pytest tests notebooks $(NBVAL)
 
 test-cluster: $(INSTALLED)  ## only the multi-host tests: two hosts in network namespaces, SLURM (root on Linux)
-	$(PY) -m pytest tests/test_cluster_hosts.py tests/test_cluster_slurm.py
+	$(PY) -m pytest tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py
 
 lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the notebooks' code cells
 	$(VENV)/bin/ruff check $(LINTED)
