@@ -79,7 +79,7 @@ def test_nothing_is_left_after_an_interruption(sig):
     proc = subprocess.Popen([sys.executable, "-c", _HOLD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "up", proc.stderr.read()
-        assert len(left_behind(proc.pid)) == 2
+        assert len(left_behind(proc.pid)) == 3  # two namespaces, one temporary directory
         proc.send_signal(sig)
         proc.wait(timeout=30)
     finally:
@@ -88,7 +88,7 @@ def test_nothing_is_left_after_an_interruption(sig):
             proc.wait()
     if sig == signal.SIGKILL:  # no cleanup can run in the process itself; the next user removes it
         left = left_behind(proc.pid)
-        assert len(left) == 2
+        assert len(left) == 3
         assert set(left) <= set(clean_stale())
 
 

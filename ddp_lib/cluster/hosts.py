@@ -14,6 +14,7 @@ the next ``two_hosts()`` removes those whose process is gone (or ``python -m ddp
 
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 import shutil
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 PREFIX = "ddpl"  # every namespace and link made here starts with it, then the owner's pid in hex
 SUBNET = "10.200.0"  # a private test range, used only inside the namespaces made here
 IFNAME = "eth0"  # each host's interface to the other, as on a typical machine
+_WORKDIR = "ddp_lib-hosts-"  # temporary directories: this, then the namespaces' tag
 
 _pairs = itertools.count()  # several pairs may exist at once (their namespaces keep them apart)
 
@@ -118,10 +120,15 @@ def our_links() -> list[str]:
 
 
 def left_behind(pid: int) -> list[str]:
-    """Namespaces and links that should not exist once process ``pid`` has left every
-    ``two_hosts()``: those named after it, and those whose owner no longer runs."""
+    """Namespaces, links and temporary directories that should not exist once process ``pid``
+    has left every ``two_hosts()``: those named after it, and those whose owner no longer runs."""
     names = our_namespaces() + our_links()
-    return [n for n in names if _owner(n) == pid or _owner(n) is None or not _pid_alive(_owner(n))]
+    found = [n for n in names if _owner(n) == pid or _owner(n) is None or not _pid_alive(_owner(n))]
+    for workdir in glob.glob(os.path.join(tempfile.gettempdir(), f"{_WORKDIR}{PREFIX}*")):
+        owner = _owner(os.path.basename(workdir)[len(_WORKDIR):])
+        if owner == pid or owner is None or not _pid_alive(owner):
+            found.append(workdir)
+    return found
 
 
 def kill_everything_in(netns: str) -> None:
@@ -145,8 +152,8 @@ def remove_namespace(netns: str) -> None:
 
 
 def clean_stale(everything: bool = False) -> list[str]:
-    """Remove namespaces and links made here by processes that no longer run (or all of them
-    with ``everything``); return their names."""
+    """Remove namespaces, links and temporary directories made here by processes that no longer
+    run (or all of them with ``everything``); return their names."""
     removed = []
     for netns in our_namespaces():
         owner = _owner(netns)
@@ -158,6 +165,11 @@ def clean_stale(everything: bool = False) -> list[str]:
         if everything or owner is None or not _pid_alive(owner):
             _ip("link", "del", link, check=False)
             removed.append(link)
+    for workdir in glob.glob(os.path.join(tempfile.gettempdir(), f"{_WORKDIR}{PREFIX}*")):
+        owner = _owner(os.path.basename(workdir)[len(_WORKDIR):])
+        if everything or owner is None or not _pid_alive(owner):
+            shutil.rmtree(workdir, ignore_errors=True)
+            removed.append(workdir)
     return removed
 
 
@@ -189,7 +201,7 @@ def two_hosts(names: tuple[str, str] = ("node0", "node1")) -> Iterator[tuple[Hos
         raise RuntimeError(f"cannot make hosts here: {reason}")
     clean_stale()
     tag = f"{PREFIX}{os.getpid():x}n{next(_pairs)}"  # links: at most 15 characters
-    workdir = tempfile.mkdtemp(prefix="ddp_lib-hosts-")
+    workdir = tempfile.mkdtemp(prefix=f"{_WORKDIR}{tag}-")
     hosts = [Host(name, f"{SUBNET}.{i + 1}", f"{tag}h{i}", os.path.join(workdir, f"{name}.hosts"))
              for i, name in enumerate(names)]
     links = [f"{tag}a", f"{tag}b"]
