@@ -150,11 +150,16 @@ def test_a_blocked_rendezvous_port_fails_the_connection_within_read_timeout(mist
     assert node0.error() == "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
 
 
-def test_mismatched_nnodes_fails_the_rendezvous(mistakes):
+def test_mismatched_nnodes_ends_within_the_join_timeout_one_way_or_the_other(mistakes):
     job = mistakes["nnodes_mismatch"]
+    assert max(node.seconds for node in job.nodes) < 10 + SLACK
+    if job.ok:
+        # node0 (--nnodes 2) saw both nodes and closed the round at 2: node1 runs in a job of 2
+        # whatever its own flag said. Seen here about one time in two.
+        assert [r["hosts"] for r in job.results] == [["node0", "node1"]] * 2
+        return
+    # Otherwise the first node whose join_timeout runs out reports RendezvousTimeoutError and
+    # leaves; the other then finds the rendezvous closed or its store gone.
     assert all(node.returncode not in (0, None) for node in job.nodes), job.summary()
-    # The first node whose join_timeout runs out reports RendezvousTimeoutError and leaves; which
-    # one that is depends on timing, and the other then finds the rendezvous closed or its store gone.
     errors = [e for node in job.nodes for e in node.errors()]
     assert any(e.endswith(("RendezvousTimeoutError", "RendezvousClosedError")) for e in errors), job.summary()
-    assert max(node.seconds for node in job.nodes) < 10 + SLACK
