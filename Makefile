@@ -13,7 +13,7 @@ LINTED := ddp_lib tests tools notebooks
 
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git clean
+.PHONY: install test test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git clean
 
 install: $(INSTALLED)
 
@@ -24,6 +24,9 @@ $(INSTALLED): pyproject.toml constraints.txt
 
 test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
 	$(PY) -m pytest tests notebooks $(NBVAL)
+
+test-cluster: $(INSTALLED)  ## only the multi-host tests: two hosts in network namespaces, SLURM (root on Linux)
+	$(PY) -m pytest tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py
 
 lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the notebooks' code cells
 	$(VENV)/bin/ruff check $(LINTED)

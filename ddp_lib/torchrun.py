@@ -38,17 +38,19 @@ class TorchrunJob:
 
 
 def torchrun_command(program: list[str], *, nproc_per_node: int = 2, nnodes: int = 1,
-                     rdzv_endpoint: str | None = None, max_restarts: int = 0, run_id: str = "ddp-lib") -> list[str]:
+                     rdzv_endpoint: str | None = None, max_restarts: int = 0, run_id: str = "ddp-lib",
+                     options: tuple[str, ...] = ()) -> list[str]:
     """The argument list of ``python -m torch.distributed.run`` (torchrun) for ``program``
     (e.g. ``["-m", "ddp_lib", "run", "train", "--json"]``). Without ``rdzv_endpoint``,
-    one node with ``--standalone`` (a c10d rendezvous on a free local port)."""
+    one node with ``--standalone`` (a c10d rendezvous on a free local port). ``options``: more
+    torchrun options, e.g. ``("--rdzv-conf=join_timeout=20",)``."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
            f"--max-restarts={max_restarts}"]
     if rdzv_endpoint is None:
         cmd.append("--standalone")
     else:
         cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={run_id}"]
-    return cmd + program
+    return cmd + list(options) + program
 
 
 def parse_results(stdout: str) -> tuple[list, list[str]]:
@@ -113,7 +115,13 @@ def run_this_rank(target: str) -> None:
     print its result as one JSON line (what :func:`parse_results` reads)."""
     fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    print(json.dumps({"rank": rank, "result": fn(rank, world_size)}, default=repr), flush=True)
+    try:
+        result = fn(rank, world_size)
+    except Exception as exc:
+        # One line that names the rank, as torchrun prints for workers wrapped in @record.
+        print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        raise
+    print(json.dumps({"rank": rank, "result": result}, default=repr), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,9 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
 
-from ddp_lib.exercises.lesson06 import check_launch_info
 from ddp_lib.launch import spawn
 from ddp_lib.torchrun import parse_results, run_nodes, run_torchrun, torchrun_command
 from ddp_lib.workers.train import train
@@ -49,40 +46,6 @@ def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path,
     assert job.lines[-1].startswith("epoch  3/3 [####################] loss ")
     assert job.results[0]["losses"] == reference[0]["losses"]
     assert job.results[0]["params"] == reference[0]["params"]
-
-
-def _write(tmp_path, name: str, body: str) -> str:
-    (tmp_path / f"{name}.py").write_text("import os\n\n\ndef launch_info(rank, world_size):\n"
-                                        + textwrap.indent(textwrap.dedent(body).strip(), "    ") + "\n")
-    return f"{name}:launch_info"
-
-
-def test_lesson06_checker_passes_a_correct_solution(tmp_path):
-    target = _write(tmp_path, "ex06_good", """
-        return {"world_size": int(os.environ["WORLD_SIZE"]), "local_rank": int(os.environ["LOCAL_RANK"]),
-                "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]), "node_rank": int(os.environ["GROUP_RANK"])}""")
-    assert check_launch_info(target, directory=str(tmp_path)).startswith("PASS: on 2 nodes x 1 process(es)")
-
-
-def test_lesson06_checker_names_each_wrong_field(tmp_path):
-    target = _write(tmp_path, "ex06_wrong", """
-        return {"world_size": int(os.environ["LOCAL_WORLD_SIZE"]), "local_rank": rank,
-                "local_world_size": os.environ["LOCAL_WORLD_SIZE"], "node_rank": 0}""")
-    report = check_launch_info(target, directory=str(tmp_path))
-    assert report.startswith("FAIL")
-    assert "rank 0: world_size is 1, expected 2: read WORLD_SIZE" in report
-    assert "rank 1: local_rank is 1, expected 0: read LOCAL_RANK (not RANK)" in report
-    assert "rank 0: local_world_size is '1', expected 1" in report
-    assert "rank 1: node_rank is 0, expected 1: read GROUP_RANK" in report
-
-
-def test_lesson06_checker_logic_on_missing_ranks_and_keys():
-    from ddp_lib.exercises.lesson06 import find_problems
-
-    assert find_problems([{}], nnodes=2, nproc_per_node=1) == [
-        "1 of 2 ranks printed a result; every rank must return a dict"]
-    info = {"world_size": 2, "local_rank": 0, "local_world_size": 1}
-    assert find_problems([info, info], 2, 1)[0] == "rank 0: the result lacks node_rank"
 
 
 def test_parse_results_separates_lines_glued_together():

@@ -1,14 +1,18 @@
 """Checker for lesson 06's exercise: a worker that reads where it runs from torchrun's
 environment. The learner writes ``launch_info(rank, world_size) -> dict`` with the keys
 ``local_rank``, ``local_world_size``, ``node_rank`` and ``world_size``; the checker runs it under
-real torchrun as two "nodes" of one process each, on this machine."""
+real torchrun as two "nodes" of two processes each, on this machine, so that no rank, local rank
+or node rank can be guessed: only the values torchrun sets are right on every rank. A worked
+solution is in ``ddp_lib/exercises/solutions/lesson06.py``."""
 
 from __future__ import annotations
 
 import os
+import re
 
 from ddp_lib.torchrun import run_nodes
 
+_RANK_ERROR = re.compile(r"^\[rank(\d+)\]: (\w+(?:Error|Exception)\b.*)$")
 KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
@@ -34,8 +38,22 @@ def find_problems(results: list, nnodes: int, nproc_per_node: int) -> list[str]:
     return problems
 
 
+def _first_failure(stderr: str, returncode: int) -> str:
+    """The lowest rank's exception, as ``rank N raised Type: message``, from torchrun's stderr
+    (each rank's lines are prefixed ``[rankN]:``)."""
+    raised = {}
+    for line in stderr.splitlines():
+        match = _RANK_ERROR.match(line.strip())
+        if match:
+            raised.setdefault(int(match.group(1)), match.group(2))
+    if not raised:
+        return f"torchrun exited with code {returncode}"
+    rank = min(raised)
+    return f"rank {rank} raised {raised[rank][:200]}"
+
+
 def check_launch_info(target: str = "lesson06_worker:launch_info", directory: str | None = None,
-                      nnodes: int = 2, nproc_per_node: int = 1) -> str:
+                      nnodes: int = 2, nproc_per_node: int = 2) -> str:
     """Run the worker ``module:function`` (importable from ``directory``, default the current
     one) under torchrun on ``nnodes`` local nodes; return a report starting with PASS or FAIL."""
     directory = os.path.abspath(directory or os.getcwd())
@@ -43,9 +61,7 @@ def check_launch_info(target: str = "lesson06_worker:launch_info", directory: st
     job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=nnodes, nproc_per_node=nproc_per_node,
                     env={"PYTHONPATH": path})
     if job.returncode != 0:
-        last = [line for line in job.stderr.splitlines() if "Error" in line and ": " in line]
-        cause = last[-1].strip() if last else f"exit code {job.returncode}"
-        return f"FAIL\n- the job failed: {cause[-200:]}"
+        return f"FAIL\n- the job failed: {_first_failure(job.stderr, job.returncode)}"
     problems = find_problems(job.results, nnodes, nproc_per_node)
     if problems:
         return "FAIL\n" + "\n".join(f"- {p}" for p in problems)

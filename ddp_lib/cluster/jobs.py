@@ -1,0 +1,129 @@
+"""One torchrun per host, started together, each waited for within a deadline; what each node
+printed, how it ended and how long it took.
+
+    with two_hosts() as (node0, node1):
+        job = run_on_hosts([(node0, node_command(HELLO)), (node1, node_command(HELLO))])
+        job.results     # every rank's result, in rank order
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from ddp_lib.cluster.hosts import Host, kill_everything_in
+from ddp_lib.torchrun import clean_env, parse_results, torchrun_command
+
+RDZV_PORT = 29400  # torchrun's usual c10d rendezvous port
+# Every wait of the rendezvous bounded, and short: a node that never comes fails the join after
+# join_timeout; a store that does not answer fails after read_timeout (torch's defaults: 600 and
+# 60 s). last_call_timeout only matters when --nnodes is a range.
+RDZV_CONF = "join_timeout=20,read_timeout=10,last_call_timeout=1,close_timeout=5"
+HELLO = ["-m", "ddp_lib.torchrun", "ddp_lib.cluster.probe:hello"]
+# An exception line as Python prints it, e.g. "torch.distributed...RendezvousTimeoutError: ..."
+# or bare, as torchrun prints a RendezvousTimeoutError.
+_ERROR = re.compile(r"^(?:\[rank\d+\]: )?([A-Za-z_][\w.]*(?:Error|Exception))(?:: (.*))?$")
+
+
+def node_command(program: list[str], *, endpoint: str = f"node0:{RDZV_PORT}", nnodes: int = 2,
+                 nproc_per_node: int = 1, rdzv_conf: str = RDZV_CONF, run_id: str = "two-hosts") -> list[str]:
+    """torchrun for one node of a multi-node job: c10d rendezvous at ``endpoint``, every
+    rendezvous wait bounded by ``rdzv_conf``."""
+    return torchrun_command(program, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=endpoint,
+                            run_id=run_id, options=(f"--rdzv-conf={rdzv_conf}", "--monitor-interval=0.1"))
+
+
+@dataclass
+class NodeRun:
+    """How one node's torchrun ended."""
+
+    host: str
+    returncode: int | None  # None: still running at the deadline (then killed)
+    seconds: float
+    stdout: str
+    stderr: str
+
+    def errors(self) -> list[str]:
+        """The exception lines in this node's stderr (``Type: message``), first seen first,
+        without repeats."""
+        found = []
+        for line in self.stderr.splitlines():
+            match = _ERROR.match(line.strip())
+            if match and match.group(0) not in found:
+                found.append(match.group(0))
+        return found
+
+    def error(self) -> str:
+        """The first exception line, or a sentence saying how the node ended without one."""
+        errors = self.errors()
+        if errors:
+            return errors[0]
+        return "still running at the deadline" if self.returncode is None else f"exit code {self.returncode}"
+
+
+@dataclass
+class HostsJob:
+    """The nodes of one job, in the order they were given."""
+
+    nodes: list[NodeRun]
+    results: list = field(default_factory=list)  # every rank's result, in rank order
+    lines: list[str] = field(default_factory=list)  # other stdout lines, node by node
+
+    @property
+    def ok(self) -> bool:
+        return all(node.returncode == 0 for node in self.nodes)
+
+    def summary(self, width: int = 200) -> str:
+        """One line per node: how it ended, after how many seconds, and its first error."""
+        lines = []
+        for node in self.nodes:
+            ended = "succeeded" if node.returncode == 0 else f"failed ({node.error()[:width]})"
+            lines.append(f"{node.host}: {ended} after {node.seconds:.0f} s")
+        return "\n".join(lines)
+
+
+def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | None = None,
+                 timeout: float = 120) -> HostsJob:
+    """Start each ``(host, command)`` at once; wait for all, up to ``timeout`` seconds in all;
+    kill what is still running then. ``env``: extra variables for every command."""
+    start = time.monotonic()
+    with ExitStack() as stack:
+        files = [(stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
+                 for _ in runs]
+        procs = []
+        try:
+            for (host, cmd), (out, err) in zip(runs, files):
+                procs.append(subprocess.Popen(host.command(cmd), stdout=out, stderr=err, text=True, env=clean_env(env)))
+            ended: dict[int, float] = {}
+            while len(ended) < len(procs) and time.monotonic() - start < timeout:
+                for i, proc in enumerate(procs):
+                    if i not in ended and proc.poll() is not None:
+                        ended[i] = time.monotonic() - start
+                time.sleep(0.05)
+        finally:
+            # At the deadline, on an error or Ctrl-C: nothing may outlive the call. SIGTERM first
+            # (torchrun then stops its ranks), then whatever still runs on the hosts is killed.
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            for host, _ in runs:
+                kill_everything_in(host.netns)
+            for proc in procs:
+                proc.wait()
+        nodes = []
+        for i, ((host, _), (out, err)) in enumerate(zip(runs, files)):
+            out.seek(0)
+            err.seek(0)
+            code = procs[i].returncode if i in ended else None
+            nodes.append(NodeRun(host.name, code, ended.get(i, timeout), out.read(), err.read()))
+    results, lines = parse_results("\n".join(node.stdout for node in nodes))
+    return HostsJob(nodes, results, lines)

@@ -1,0 +1,71 @@
+"""The first-cluster mistakes, each run for real on two hosts of its own, each failing within a
+bounded time (every wait of the rendezvous is set short here; torch's defaults are 600 s for a
+join and 30 minutes for a gloo collective).
+
+    jobs = run_mistakes()             # all at once: most of the time is waiting
+    print(jobs["rdzv_on_loopback"].summary())
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from ddp_lib.cluster.hosts import firewall_unavailable, port_blocked, two_hosts
+from ddp_lib.cluster.jobs import HELLO, RDZV_PORT, HostsJob, node_command, run_on_hosts
+
+# Jobs that are meant to fail at the rendezvous wait 10 s for their peers, not 20.
+SHORT_JOIN = "join_timeout=10,read_timeout=10,last_call_timeout=1,close_timeout=5"
+# Every case ends on its own, within its timeouts plus start-up; this is only the backstop for a
+# machine so busy that start-up alone takes minutes.
+DEADLINE = 300
+
+
+def rdzv_on_loopback() -> HostsJob:
+    """node1 is given 127.0.0.1 as the rendezvous address (copied from a one-machine run)."""
+    with two_hosts() as (node0, node1):
+        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
+                             (node1, node_command(HELLO, endpoint=f"127.0.0.1:{RDZV_PORT}", rdzv_conf=SHORT_JOIN))],
+                            timeout=DEADLINE)
+
+
+def gloo_on_loopback() -> HostsJob:
+    """gloo told to use the loopback interface (GLOO_SOCKET_IFNAME=lo, as on one machine)."""
+    with two_hosts() as (node0, node1):
+        return run_on_hosts([(node0, node_command(HELLO)), (node1, node_command(HELLO))],
+                            env={"GLOO_SOCKET_IFNAME": "lo"}, timeout=DEADLINE)
+
+
+def gloo_on_eth0() -> HostsJob:
+    """The fix: gloo told to use the interface that reaches the other host."""
+    with two_hosts() as (node0, node1):
+        return run_on_hosts([(node0, node_command(HELLO)), (node1, node_command(HELLO))],
+                            env={"GLOO_SOCKET_IFNAME": "eth0"}, timeout=DEADLINE)
+
+
+def port_closed() -> HostsJob:
+    """A firewall on node0 drops the rendezvous port for packets from other hosts."""
+    with two_hosts() as (node0, node1), port_blocked(node0, RDZV_PORT):
+        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
+                             (node1, node_command(HELLO, rdzv_conf=SHORT_JOIN))],
+                            timeout=DEADLINE)
+
+
+def nnodes_mismatch() -> HostsJob:
+    """node1 is started with --nnodes 3, node0 with --nnodes 2."""
+    with two_hosts() as (node0, node1):
+        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
+                             (node1, node_command(HELLO, nnodes=3, rdzv_conf=SHORT_JOIN))],
+                            timeout=DEADLINE)
+
+
+MISTAKES = {"rdzv_on_loopback": rdzv_on_loopback, "gloo_on_loopback": gloo_on_loopback,
+            "gloo_on_eth0": gloo_on_eth0, "port_closed": port_closed, "nnodes_mismatch": nnodes_mismatch}
+
+
+def run_mistakes(names: tuple[str, ...] = tuple(MISTAKES)) -> dict[str, HostsJob]:
+    """Run the named cases at the same time, each on its own two hosts; ``port_closed`` is left
+    out where no firewall can be set (see :func:`firewall_unavailable`)."""
+    names = tuple(n for n in names if n != "port_closed" or firewall_unavailable() is None)
+    with ThreadPoolExecutor(len(names)) as pool:
+        futures = {name: pool.submit(MISTAKES[name]) for name in names}
+        return {name: future.result() for name, future in futures.items()}

@@ -1,0 +1,35 @@
+"""The smallest multi-host check: every rank joins the group, and an ``all_gather`` brings each
+rank's host name to every rank. Light enough to show a mistake quickly (no DDP, no data).
+
+    torchrun ... -m ddp_lib.torchrun ddp_lib.cluster.probe:hello
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from ddp_lib.process_group import process_group
+
+# A peer that cannot be reached fails the first collective within this, not gloo's 30 minutes.
+TIMEOUT = timedelta(seconds=10)
+
+
+def hello(rank: int, world_size: int) -> dict:
+    """Join the group; return this rank's host and the host of every rank, gathered over gloo."""
+    with process_group(rank, world_size, timeout=TIMEOUT):
+        hosts = [None] * world_size
+        dist.all_gather_object(hosts, socket.gethostname())
+        return {"rank": rank, "host": socket.gethostname(), "hosts": hosts}
+
+
+def agent_listening(rank: int, world_size: int) -> list[str]:
+    """The local addresses (ports left out) on which this rank's parent, the torchrun agent,
+    accepts connections, from ``ss -ltnp`` (Linux). ``*`` means every interface."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    agent = f"pid={os.getppid()},"
+    return sorted(line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if agent in line)

@@ -1,0 +1,268 @@
+"""A one-machine SLURM cluster for real: the two hosts of :mod:`ddp_lib.cluster.hosts` as two
+SLURM nodes, slurmctld on node0, one slurmd on each host, munge for authentication; every
+file (configuration, munge key, state, logs) in a temporary directory. Needs root, Linux and the
+Debian packages ``slurmctld slurmd slurm-client munge``.
+
+    with slurm_cluster() as cluster:
+        job = cluster.sbatch("slurm/train.sbatch", env={"PYTHON": sys.executable})
+        job.output      # what the job printed
+
+Everything is stopped and removed on the way out (daemons, namespaces, files).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from ddp_lib.cluster.hosts import Host, two_hosts
+from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
+
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "srun", "scontrol", "sinfo")
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+
+_CONF = """\
+ClusterName=ddplib
+SlurmctldHost={head}({head_addr})
+SlurmctldPort=6817
+SlurmdPort=6818
+AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={workdir}/state
+SlurmdSpoolDir={workdir}/spool-%n
+SlurmctldPidFile={workdir}/slurmctld.pid
+SlurmdPidFile={workdir}/slurmd-%n.pid
+SlurmctldLogFile={workdir}/slurmctld.log
+SlurmdLogFile={workdir}/slurmd-%n.log
+# No cgroups, no accounting: nothing outside this directory is touched.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+SlurmctldTimeout=30
+SlurmdTimeout=30
+MessageTimeout=10
+{nodes}
+PartitionName=debug Nodes={names} Default=YES MaxTime=30 State=UP
+"""
+
+
+def unavailable() -> str | None:
+    """Why a SLURM cluster cannot be started here (one sentence), or None if it can."""
+    reason = hosts_unavailable()
+    if reason:
+        return reason
+    missing = [tool for tool in DAEMONS + CLIENTS if shutil.which(tool) is None]
+    if missing:
+        return (f"SLURM is not installed ({', '.join(missing)} not found; on Debian: "
+                f"apt-get install {' '.join(PACKAGES)})")
+    return None
+
+
+MACHINE_MUNGE_KEY = "/etc/munge/munge.key"
+
+
+def install_packages(timeout: float = 600) -> str:
+    """Install SLURM and munge from apt if missing (root, Debian or Ubuntu), without starting
+    their services and without leaving the machine-wide munge key the package makes (this
+    cluster brings its own). Return what was done, in a sentence."""
+    if not any(shutil.which(tool) is None for tool in DAEMONS + CLIENTS):
+        return "SLURM and munge were installed already"
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise RuntimeError("installing SLURM needs root and apt-get (Debian or Ubuntu)")
+    had_key = os.path.exists(MACHINE_MUNGE_KEY)
+    policy = "/usr/sbin/policy-rc.d"
+    own_policy = not os.path.exists(policy)
+    if own_policy:  # the packages would otherwise start munge, slurmctld and slurmd as services
+        with open(policy, "w") as f:
+            f.write("#!/bin/sh\nexit 101\n")
+        os.chmod(policy, 0o755)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
+    try:
+        start = time.monotonic()
+        if subprocess.run(install, capture_output=True, env=env, timeout=timeout).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, timeout=timeout, check=True)
+            subprocess.run(install, capture_output=True, text=True, env=env, timeout=timeout, check=True)
+    finally:
+        if own_policy:
+            os.remove(policy)
+        if not had_key and os.path.exists(MACHINE_MUNGE_KEY):
+            os.remove(MACHINE_MUNGE_KEY)
+    return f"installed {' '.join(PACKAGES)} from apt in {time.monotonic() - start:.0f} s"
+
+
+@dataclass
+class BatchJob:
+    """A finished batch job: its id, SLURM's verdict and what it printed."""
+
+    job_id: int
+    returncode: int  # sbatch --wait's exit code: the job's
+    output: str  # the job's stdout and stderr (the batch script's and every srun task's)
+    seconds: float
+
+
+# srun --label writes "N: " before each line of task N, and splits lines longer than this into
+# pieces, each labelled: a piece of exactly this length continues on the task's next piece.
+SRUN_PIECE = 1024
+_LABEL = re.compile(r"^(\d+): (.*)$")
+
+
+def unlabel(output: str) -> tuple[str, dict[int, str]]:
+    """Split the output of a batch script whose ``srun --label`` tasks share it into the lines
+    without a label (the script's own) and each task's output, long lines joined again."""
+    own, tasks = [], {}
+    for line in output.splitlines():
+        match = _LABEL.match(line)
+        if not match:
+            own.append(line)
+            continue
+        task, text = int(match.group(1)), match.group(2)
+        pieces = tasks.setdefault(task, [])
+        if pieces and pieces[-1][1]:
+            pieces[-1] = (pieces[-1][0] + text, len(text) == SRUN_PIECE)
+        else:
+            pieces.append((text, len(text) == SRUN_PIECE))
+    return "\n".join(own), {task: "\n".join(t for t, _ in pieces) for task, pieces in sorted(tasks.items())}
+
+
+class SlurmCluster:
+    """A running one-machine cluster (from :func:`slurm_cluster`)."""
+
+    def __init__(self, hosts: tuple[Host, Host], workdir: str):
+        self.hosts = hosts
+        self.workdir = workdir
+        self.conf = os.path.join(workdir, "slurm.conf")
+
+    def command(self, argv: list[str]) -> list[str]:
+        """A SLURM client command (sbatch, sinfo, ...) as run on the head node."""
+        return self.hosts[0].command(argv)
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        from ddp_lib.torchrun import clean_env
+
+        return clean_env({"SLURM_CONF": self.conf, **(extra or {})})
+
+    def sinfo(self) -> str:
+        """``sinfo``'s node list: one line per node, name and state."""
+        proc = subprocess.run(self.command(["sinfo", "-N", "-h", "-o", "%N %T"]), capture_output=True,
+                              text=True, env=self.env(), timeout=30)
+        return proc.stdout.strip()
+
+    def sbatch(self, script: str, *, env: dict[str, str] | None = None, timeout: float = 300,
+               cwd: str | None = None) -> BatchJob:
+        """Submit ``script`` from the head node, wait for the job to end (``sbatch --wait``), and
+        return its output. ``env``: extra variables (exported to the job)."""
+        output = os.path.join(self.workdir, "job-%j.out")
+        start = time.monotonic()
+        proc = subprocess.run(self.command(["sbatch", "--wait", "--parsable", f"--output={output}",
+                                            os.path.abspath(script)]),
+                              capture_output=True, text=True, env=self.env(env), timeout=timeout, cwd=cwd)
+        seconds = time.monotonic() - start
+        first = proc.stdout.strip().split(";")[0]
+        if not first.isdigit():
+            raise RuntimeError(f"sbatch failed (exit code {proc.returncode}): {proc.stderr.strip()[-500:]}")
+        job_id = int(first)
+        with open(output.replace("%j", str(job_id))) as f:
+            text = f.read()
+        return BatchJob(job_id, proc.returncode, text, seconds)
+
+    def logs(self) -> str:
+        """The daemons' log files, for a report when something fails."""
+        parts = []
+        for name in sorted(os.listdir(self.workdir)):
+            if name.endswith(".log"):
+                with open(os.path.join(self.workdir, name), errors="replace") as f:
+                    parts.append(f"== {name}\n{f.read()[-3000:]}")
+        return "\n".join(parts)
+
+
+def _start(stack: ExitStack, argv: list[str], log: str, env: dict[str, str]) -> subprocess.Popen:
+    """Start a daemon in the foreground; stop it (SIGTERM, then SIGKILL) when ``stack`` closes."""
+    out = stack.enter_context(open(log, "w"))
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def stop():
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        proc.wait()
+
+    stack.callback(stop)
+    return proc
+
+
+def _wait_until(check, what: str, timeout: float, logs) -> None:
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            raise RuntimeError(f"the one-machine SLURM cluster did not come up: {what} after {timeout:.0f} s\n{logs()}")
+        time.sleep(0.2)
+
+
+@contextmanager
+def slurm_cluster(timeout: float = 60) -> Iterator[SlurmCluster]:
+    """Start munged, slurmctld (on node0) and a slurmd per host; yield the cluster once both
+    nodes are idle (within ``timeout`` seconds); stop and remove everything on the way out."""
+    reason = unavailable()
+    if reason:
+        raise RuntimeError(f"cannot start SLURM here: {reason}")
+    workdir = tempfile.mkdtemp(prefix="ddp_lib-slurm-")
+    try:
+        with two_hosts() as hosts, ExitStack() as stack:
+            for sub in ["state"] + [f"spool-{h.name}" for h in hosts]:
+                os.makedirs(os.path.join(workdir, sub))
+            munge_socket = os.path.join(workdir, "munge.socket")
+            key = os.path.join(workdir, "munge.key")
+            with open(os.open(key, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as f:
+                f.write(os.urandom(1024))  # this cluster's own key; the machine's is never used
+            nodes = "\n".join(f"NodeName={h.name} NodeAddr={h.addr} CPUs={os.cpu_count() or 1} State=UNKNOWN"
+                              for h in hosts)
+            with open(os.path.join(workdir, "slurm.conf"), "w") as f:
+                f.write(_CONF.format(head=hosts[0].name, head_addr=hosts[0].addr, munge_socket=munge_socket,
+                                     workdir=workdir, nodes=nodes, names=",".join(h.name for h in hosts)))
+            cluster = SlurmCluster(hosts, workdir)
+            env = cluster.env()
+            _start(stack, ["munged", "--foreground", "--force", f"--key-file={key}", f"--socket={munge_socket}",
+                           f"--pid-file={workdir}/munged.pid", f"--log-file={workdir}/munged.log",
+                           f"--seed-file={workdir}/munged.seed"], os.path.join(workdir, "munged.out"), env)
+            _wait_until(lambda: os.path.exists(munge_socket), "munged's socket", timeout, cluster.logs)
+            _start(stack, hosts[0].command(["slurmctld", "-D", "-f", cluster.conf]),
+                   os.path.join(workdir, "slurmctld.out"), env)
+            for host in hosts:
+                _start(stack, host.command(["slurmd", "-D", "-f", cluster.conf]),
+                       os.path.join(workdir, f"slurmd-{host.name}.out"), env)
+            _wait_until(lambda: cluster.sinfo().split() == [hosts[0].name, "idle", hosts[1].name, "idle"],
+                        "both nodes idle", timeout, cluster.logs)
+            yield cluster
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    # python -m ddp_lib.cluster.slurm SCRIPT   runs one batch script on a fresh one-machine cluster
+    with slurm_cluster() as running:
+        done = running.sbatch(sys.argv[1], env={"PYTHON": sys.executable})
+        print(done.output, end="")  # each task's lines labelled "N: " by srun --label
+        sys.exit(done.returncode)

@@ -1,0 +1,165 @@
+"""Two hosts with their own network (network namespaces, root on Linux): the training job on both
+gives the one-machine result, each first-cluster mistake fails within a bounded time with the error
+a learner would see, and nothing is left behind, also after an interruption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from ddp_lib.cluster.hosts import (
+    clean_stale,
+    firewall_unavailable,
+    left_behind,
+    two_hosts,
+    unavailable,
+)
+from ddp_lib.cluster.jobs import RDZV_PORT, node_command, run_on_hosts
+from ddp_lib.cluster.mistakes import run_mistakes
+from ddp_lib.launch import spawn
+from ddp_lib.workers.train import train
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"two hosts need root on Linux: {unavailable()}")
+
+TRAIN = ["-m", "ddp_lib", "run", "train", "--epochs", "3", "--json"]
+
+
+def leftovers() -> list[str]:
+    """What this machine still holds of anything two_hosts() made in this process, or in one that
+    has ended (others may be running their own hosts meanwhile)."""
+    return left_behind(os.getpid())
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind():
+    assert leftovers() == []
+    yield
+    assert leftovers() == []
+
+
+def test_each_host_has_its_own_name_address_and_hosts_file():
+    with two_hosts() as (node0, node1):
+        def run(host, *argv):
+            return subprocess.run(host.command(list(argv)), capture_output=True, text=True, check=True).stdout
+
+        assert run(node0, "hostname").strip() == "node0" and run(node1, "hostname").strip() == "node1"
+        assert run(node1, "getent", "hosts", "node0").split() == ["10.200.0.1", "node0"]
+        assert "inet 10.200.0.2/24" in run(node1, "ip", "-o", "-4", "addr", "show", "eth0")
+        # A host's loopback is its own: a port open on node0's 127.0.0.1 is closed on node1's.
+        server = subprocess.Popen(node0.command([sys.executable, "-c", "import socket, time; s = socket.socket(); "
+                                                 "s.bind(('127.0.0.1', 40123)); s.listen(); time.sleep(30)"]))
+        try:
+            probe = "import socket; socket.create_connection(('{}', 40123), timeout=5)"
+            for _ in range(100):
+                if subprocess.run(node0.command([sys.executable, "-c", probe.format("127.0.0.1")])).returncode == 0:
+                    break
+                time.sleep(0.1)
+            else:
+                pytest.fail("the test server on node0 never listened")
+            assert subprocess.run(node1.command([sys.executable, "-c", probe.format("127.0.0.1")]),
+                                  capture_output=True).returncode != 0
+        finally:
+            server.kill()
+            server.wait()
+    assert subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip() not in ("node0", "node1")
+
+
+_HOLD = "from ddp_lib.cluster.hosts import two_hosts\nimport time\nwith two_hosts():\n    print('up', flush=True)\n" \
+        "    time.sleep(120)\n"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=lambda s: s.name)
+def test_nothing_is_left_after_an_interruption(sig):
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up", proc.stderr.read()
+        assert len(left_behind(proc.pid)) == 3  # two namespaces, one temporary directory
+        proc.send_signal(sig)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if sig == signal.SIGKILL:  # no cleanup can run in the process itself; the next user removes it
+        left = left_behind(proc.pid)
+        assert len(left) == 3
+        assert set(left) <= set(clean_stale())
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The 2-rank job on one machine, through ddp_lib's launcher."""
+    return spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
+
+
+def test_training_on_two_hosts_gives_the_one_machine_result(reference):
+    with two_hosts() as (node0, node1):
+        job = run_on_hosts([(node0, node_command(TRAIN)), (node1, node_command(TRAIN))])
+    assert job.ok, job.summary() + "\n" + job.nodes[0].stderr[-2000:]
+    assert [r["rank"] for r in job.results] == [0, 1]
+    for got, want in zip(job.results, reference):
+        assert got["losses"] == want["losses"]
+        assert got["checksum"] == pytest.approx(want["checksum"], abs=1e-6)
+        diff = (torch.tensor(got["params"]) - torch.tensor(want["params"])).abs().max().item()
+        assert diff < 1e-6
+
+
+@pytest.fixture(scope="module")
+def mistakes():
+    """Every mistake at once, each on its own pair of hosts: most of the time is waiting."""
+    return run_mistakes()
+
+
+# Start-up of torchrun and its ranks, on top of the configured waits: several mistakes run at once,
+# on 2 cores that may be busy with other work (up to 85 s seen for a 10 s join_timeout). Still far
+# below torch's defaults, which these bounds are about (join 600 s, gloo 30 min).
+SLACK = 150
+
+
+def test_node1_given_127_0_0_1_waits_alone_until_the_join_timeout(mistakes):
+    job = mistakes["rdzv_on_loopback"]
+    for node in job.nodes:  # each hosts its own rendezvous on its own loopback and waits for a peer
+        assert node.returncode == 1
+        assert node.error() == "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
+        assert 10 <= node.seconds < 10 + SLACK
+
+
+def test_gloo_on_the_loopback_interface_cannot_reach_the_other_host(mistakes):
+    bad, fixed = mistakes["gloo_on_loopback"], mistakes["gloo_on_eth0"]
+    errors = [e for node in bad.nodes for e in node.errors()]
+    assert any("Gloo connectFullMesh failed" in e and "Connection refused, remote=[127.0.0.1]" in e for e in errors), \
+        bad.summary()
+    assert max(node.seconds for node in bad.nodes) < 20 + 10 + SLACK  # join, then the group's 10 s timeout
+    assert fixed.ok, fixed.summary()
+    assert [r["hosts"] for r in fixed.results] == [["node0", "node1"]] * 2
+
+
+def test_a_blocked_rendezvous_port_fails_the_connection_within_read_timeout(mistakes):
+    if "port_closed" not in mistakes:
+        pytest.skip(firewall_unavailable())
+    node0, node1 = mistakes["port_closed"].nodes
+    assert f"The client socket has timed out after 10000ms while trying to connect to (node0, {RDZV_PORT})" \
+        in "\n".join(node1.errors()), node1.stderr[-2000:]
+    assert node1.seconds < 10 + SLACK
+    assert node0.error() == "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
+
+
+def test_mismatched_nnodes_ends_within_the_join_timeout_one_way_or_the_other(mistakes):
+    job = mistakes["nnodes_mismatch"]
+    assert max(node.seconds for node in job.nodes) < 10 + SLACK
+    if job.ok:
+        # node0 (--nnodes 2) saw both nodes and closed the round at 2: node1 runs in a job of 2
+        # whatever its own flag said. Seen here about one time in two.
+        assert [r["hosts"] for r in job.results] == [["node0", "node1"]] * 2
+        return
+    # Otherwise the first node whose join_timeout runs out reports RendezvousTimeoutError and
+    # leaves; the other then finds the rendezvous closed or its store gone.
+    assert all(node.returncode not in (0, None) for node in job.nodes), job.summary()
+    errors = [e for node in job.nodes for e in node.errors()]
+    assert any(e.endswith(("RendezvousTimeoutError", "RendezvousClosedError")) for e in errors), job.summary()

@@ -1,0 +1,34 @@
+"""What torchrun's agent listens on, seen with ``ss -ltnp`` while a run is up: every interface,
+whatever address it is given (torch 2.13). Lesson 06 and the README say so; this keeps them honest."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+
+from ddp_lib.process_group import free_port
+from ddp_lib.torchrun import run_torchrun, torchrun_command
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or shutil.which("ss") is None,
+                                reason="needs Linux and ss (iproute2)")
+
+PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.cluster.probe:agent_listening"]
+EVERY_INTERFACE = {"*", "0.0.0.0", "[::]"}
+
+
+def test_standalone_agent_listens_on_every_interface():
+    job = run_torchrun(torchrun_command(PROGRAM, nproc_per_node=1))
+    assert job.returncode == 0, job.stderr[-2000:]
+    # Two stores: the rendezvous store and the one the ranks share.
+    assert len(job.results[0]) == 2 and set(job.results[0]) <= EVERY_INTERFACE, job.results
+
+
+def test_loopback_endpoint_and_local_addr_do_not_narrow_it():
+    endpoint = f"127.0.0.1:{free_port()}"
+    cmd = torchrun_command(PROGRAM, nproc_per_node=1, nnodes=1, rdzv_endpoint=endpoint,
+                           options=("--local-addr=127.0.0.1",))
+    job = run_torchrun(cmd)
+    assert job.returncode == 0, job.stderr[-2000:]
+    assert job.results[0] and set(job.results[0]) <= EVERY_INTERFACE, job.results
