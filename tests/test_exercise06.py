@@ -10,7 +10,7 @@ from pathlib import Path
 from ddp_lib.exercises.lesson06 import check_launch_info, find_problems
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_torchrun.ipynb"
-WRITEFILE = "%%writefile lesson06_worker.py\n"
+WRITEFILE = "%%writefile my_work/lesson06_worker.py\n"
 
 
 def _write(tmp_path, name: str, body: str) -> str:
@@ -24,19 +24,22 @@ def test_the_lessons_stub_fails_and_says_why(tmp_path):
     stub = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith(WRITEFILE))
     (tmp_path / "lesson06_stub.py").write_text(stub[len(WRITEFILE):])
     report = check_launch_info("lesson06_stub:launch_info", directory=str(tmp_path))
-    assert report == "FAIL\n- the job failed: rank 0 raised NotImplementedError: write launch_info"
+    assert not report.passed
+    assert report.lines == ["FAIL the job failed: rank 0 raised NotImplementedError: write launch_info"]
 
 
 def test_the_worked_solution_passes():
-    report = check_launch_info("ddp_lib.exercises.solutions.lesson06:launch_info")
-    assert report.startswith("PASS: on 2 nodes x 2 process(es)")
+    from ddp_lib.exercises.solutions.lesson06 import launch_info
+
+    report = check_launch_info(launch_info)
+    assert report.passed and report.lines[0].startswith("PASS on 2 nodes x 2 processes")
 
 
 def test_hard_coded_values_fail_on_the_ranks_where_they_are_wrong(tmp_path):
     target = _write(tmp_path, "ex06_wrong", """
         return {"world_size": int(os.environ["LOCAL_WORLD_SIZE"]), "local_rank": 0,
                 "local_world_size": os.environ["LOCAL_WORLD_SIZE"], "node_rank": 0}""")
-    report = check_launch_info(target, directory=str(tmp_path))
+    report = str(check_launch_info(target, directory=str(tmp_path)))
     assert report.startswith("FAIL")
     assert "rank 0: world_size is 2, expected 4: read WORLD_SIZE" in report
     assert "rank 0: local_world_size is '2', expected 2" in report

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 
+from ddp_lib.exercises.checking import Report, worker_name
 from ddp_lib.torchrun import run_nodes
 
 _RANK_ERROR = re.compile(r"^\[rank(\d+)\]: (\w+(?:Error|Exception)\b.*)$")
@@ -52,18 +54,24 @@ def _first_failure(stderr: str, returncode: int) -> str:
     return f"rank {rank} raised {raised[rank][:200]}"
 
 
-def check_launch_info(target: str = "lesson06_worker:launch_info", directory: str | None = None,
-                      nnodes: int = 2, nproc_per_node: int = 2) -> str:
-    """Run the worker ``module:function`` (importable from ``directory``, default the current
-    one) under torchrun on ``nnodes`` local nodes; return a report starting with PASS or FAIL."""
+def check_launch_info(launch_info: Callable | str, directory: str | None = None,
+                      nnodes: int = 2, nproc_per_node: int = 2) -> Report:
+    """Run the learner's ``launch_info`` (the function, or its ``"module:function"`` name,
+    importable from ``directory``, default the current one) under torchrun on ``nnodes`` local
+    nodes of ``nproc_per_node`` processes; return the report."""
     directory = os.path.abspath(directory or os.getcwd())
+    target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
     job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=nnodes, nproc_per_node=nproc_per_node,
                     env={"PYTHONPATH": path})
+    report = Report()
     if job.returncode != 0:
-        return f"FAIL\n- the job failed: {_first_failure(job.stderr, job.returncode)}"
+        report.fail(f"the job failed: {_first_failure(job.stderr, job.returncode)}")
+        return report
     problems = find_problems(job.results, nnodes, nproc_per_node)
-    if problems:
-        return "FAIL\n" + "\n".join(f"- {p}" for p in problems)
-    return (f"PASS: on {nnodes} nodes x {nproc_per_node} process(es), every rank knows its node, "
-            "its place on the node and the size of the job")
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        report.ok(f"on {nnodes} nodes x {nproc_per_node} processes, every rank knows its node, its place on the "
+                  "node and the size of the job")
+    return report
