@@ -124,7 +124,8 @@ def test_world_size_contradicting_torchrun_stops_every_rank_in_one_line():
     job = run_torchrun(torchrun_command(["-m", "ddp_lib", "run", "hello", "--world-size", "3"], nproc_per_node=2),
                        timeout=120)
     assert job.returncode != 0 and job.results == []
-    assert job.stderr.count("ddp_lib: error: --world-size 3 contradicts WORLD_SIZE=2 set by torchrun") == 2
+    # torchrun stops the other rank as soon as one exits, so it may not get to print its line.
+    assert job.stderr.count("ddp_lib: error: --world-size 3 contradicts WORLD_SIZE=2 set by torchrun") >= 1
     assert "Traceback" not in job.stderr.split("ddp_lib: error:")[0]
 
 
