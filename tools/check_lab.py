@@ -6,8 +6,8 @@ JupyterLab gets the options ``make lab`` uses (``make lab-args`` prints them), p
 headless check needs: no browser, a free port on 127.0.0.1, a random token, and a private
 runtime directory and user-settings directory. Then ``GET /api/contents/`` must list every
 ``notebooks/NN_*.ipynb``, ``GET /lab`` must answer 200, ``GET /`` must lead to lesson 00, and
-JupyterLab's settings must say never to fetch Jupyter news (no popup asking). The server is stopped afterwards whatever happened, and
-``main`` fails if it is still running.
+JupyterLab's settings must say never to fetch Jupyter news (no popup asking). The server is
+stopped afterwards whatever happened, and ``main`` fails if it is still running.
 """
 
 from __future__ import annotations
