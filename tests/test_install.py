@@ -55,12 +55,13 @@ def uv() -> str:
     return path
 
 
-def uv_resolve(build: str, platform: str, tmp_path: Path, env: dict[str, str] | None = None) -> dict[str, str]:
+def uv_resolve(build: str, platform: str, tmp_path: Path, env: dict[str, str] | None = None,
+               python_version: str = HERE) -> dict[str, str]:
     """What ``uv pip install`` as tools/install.py runs it would select for ``platform``, without installing."""
     constraints = install.constraints_for(build, tmp_path)
     options = install.source_options("uv", build, sys.executable)
     out = tmp_path / "resolved.txt"
-    command = [uv(), "pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python-version", HERE,
+    command = [uv(), "pip", "compile", "--quiet", "--no-header", "--no-annotate", "--python-version", python_version,
                "--python-platform", platform, "-c", str(constraints), "pyproject.toml",
                "--extra", "notebooks", "--extra", "test", *options, "-o", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -105,6 +106,14 @@ def test_the_cuda_build_on_linux_takes_pypis_torch_and_pins_every_cuda_package(t
     assert resolved["torch"] == "2.13.0"
     cuda = sorted(filter(CUDA_PACKAGE.match, resolved))
     assert "triton" in cuda and any(name.startswith("nvidia-") for name in cuda)
+    assert unpinned(resolved, pins()) == {}
+
+
+def test_the_python_floor_resolves_from_its_first_release(tmp_path):
+    # requires-python says 3.11: every pin must allow 3.11.0 (Debian 12's Python is 3.11.2).
+    project = (ROOT / "pyproject.toml").read_text()
+    floor = re.search(r'^requires-python = ">=(\d+\.\d+)"$', project, re.MULTILINE).group(1)
+    resolved = uv_resolve("cuda", "x86_64-manylinux_2_28", tmp_path, python_version=f"{floor}.0")
     assert unpinned(resolved, pins()) == {}
 
 
