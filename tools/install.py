@@ -4,7 +4,9 @@
 
 ``make install`` runs it (``make install INSTALLER=pip TORCH=cuda`` passes the options). It
 creates the environment if missing, installs the project with its ``notebooks`` and ``test``
-extras, and turns off JupyterLab's news popup in that environment.
+extras, and turns off JupyterLab's news popup in that environment. The installer is uv (several
+times faster than pip on the same install, see the README), itself pinned and installed by pip;
+if uv fails, plain pip installs the same pins.
 
 Which build of torch 2.13.0:
 
@@ -17,7 +19,7 @@ Which build of torch 2.13.0:
 The CPU index is passed only if it answers within a few seconds: pip retries an index it
 cannot reach for about 10 s for every package, so on a machine that reaches PyPI only (and
 finds the CPU wheel through pip's find-links) it would add many minutes. uv does not read
-pip's configuration, so pip's find-links are handed to it.
+pip's configuration, so pip's find-links and certificate bundle are handed to it.
 """
 
 from __future__ import annotations
@@ -82,17 +84,31 @@ def constraints_for(build: str, workdir: Path) -> Path:
     return path
 
 
-def pip_find_links(python: str) -> list[str]:
-    """The find-links locations of pip's configuration (files and environment), as pip would use them."""
+def pip_config(python: str, name: str) -> list[str]:
+    """The values of setting ``name`` (e.g. ``find-links``) in pip's configuration, files and environment."""
     out = subprocess.run([python, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
     found: list[str] = []
     for line in out.splitlines():
         key, _, value = line.partition("=")
-        if key.endswith(".find-links"):
-            for location in shlex.split(value.strip().strip("'\"")):
-                if location not in found:
-                    found.append(location)
+        if key.endswith("." + name):
+            for item in shlex.split(value.strip().strip("'\"")):
+                if item not in found:
+                    found.append(item)
     return found
+
+
+def pip_find_links(python: str) -> list[str]:
+    """The find-links locations of pip's configuration, as pip would use them."""
+    return pip_config(python, "find-links")
+
+
+def uv_environment(python: str) -> dict[str, str]:
+    """The environment for uv: pip's certificate bundle, if pip is configured with one and uv is not."""
+    env = dict(os.environ)
+    certs = pip_config(python, "cert")
+    if certs and "SSL_CERT_FILE" not in env:
+        env["SSL_CERT_FILE"] = certs[0]
+    return env
 
 
 def source_options(installer: str, build: str, python: str, cpu_index_reachable: bool | None = None) -> list[str]:
@@ -130,9 +146,9 @@ def install_lab_settings(venv: Path) -> Path:
     return target
 
 
-def run(command: list[str]) -> None:
+def run(command: list[str], env: dict[str, str] | None = None, check: bool = True) -> int:
     print("+ " + shlex.join(command), flush=True)
-    subprocess.run(command, cwd=ROOT, check=True)
+    return subprocess.run(command, cwd=ROOT, env=env, check=check).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,9 +164,16 @@ def main(argv: list[str] | None = None) -> int:
         run([sys.executable, "-m", "venv", str(venv)])
     if args.installer == "uv" and not (bin_dir(venv) / "uv").exists():
         run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-c", str(CONSTRAINTS), "uv"])
+    constraints = constraints_for(build, venv)
     options = source_options(args.installer, build, python)
     print(f"torch: the {build} build; sources beyond PyPI: {shlex.join(options) or 'none'}", flush=True)
-    run(install_command(args.installer, venv, constraints_for(build, venv), options))
+    if args.installer == "uv":
+        status = run(install_command("uv", venv, constraints, options), env=uv_environment(python), check=False)
+        if status != 0:  # plain pip is the path that must always work
+            print(f"uv stopped with exit status {status}; installing with pip instead", flush=True)
+            run(install_command("pip", venv, constraints, source_options("pip", build, python)))
+    else:
+        run(install_command("pip", venv, constraints, options))
     install_lab_settings(venv)
     return 0
 
