@@ -65,7 +65,7 @@ def uv_resolve(build: str, platform: str, tmp_path: Path, env: dict[str, str] | 
                "--python-platform", platform, "-c", str(constraints), "pyproject.toml",
                "--extra", "notebooks", "--extra", "test", *options, "-o", str(out)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})
+                          env={**install.uv_environment(sys.executable), **(env or {})})
     assert done.returncode == 0, done.stderr
     resolved = {}
     for line in out.read_text().splitlines():
