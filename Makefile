@@ -1,14 +1,19 @@
 # Every target sets up what it needs: .venv at the repository root, installed from
-# constraints.txt, re-installed when pyproject.toml or constraints.txt change.
+# constraints.txt by tools/install.py, re-installed when pyproject.toml or constraints.txt change.
+# INSTALLER=pip installs with plain pip instead of uv; TORCH=cpu or TORCH=cuda picks torch's build
+# (default auto: CPU-only on Linux without nvidia-smi). After changing either: make clean install.
 PYTHON ?= python3
 VENV ?= .venv
+INSTALLER ?= uv
+TORCH ?= auto
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 WORLD_SIZE ?= 4
 
 # `make lab` and tools/check_lab.py (tests/test_lab.py, through `make lab-args`) start JupyterLab
-# with these options. Jupyter refuses to run as root unless told; containers often run as root.
-LAB_ARGS := --notebook-dir=notebooks --ip=127.0.0.1 $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
+# with these options: the lessons' folder, opening on lesson 00. Jupyter refuses to run as root
+# unless told; containers often run as root.
+LAB_ARGS := --notebook-dir=notebooks --LabApp.default_url=/lab/tree/00_start_here.ipynb --ip=127.0.0.1 $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 LINTED := ddp_lib tests tools notebooks
 
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
@@ -17,9 +22,8 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-w
 
 install: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml constraints.txt
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[notebooks,test]"
+$(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_overrides.json
+	$(PYTHON) tools/install.py --venv $(VENV) --installer $(INSTALLER) --torch $(TORCH)
 	touch $@
 
 test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
@@ -63,9 +67,10 @@ bench-notebooks: $(INSTALLED)  ## the notebook suite under nbval against a noteb
 reliability: $(INSTALLED)  ## the long reliability checks behind the README's table
 	$(PY) tools/reliability.py
 
-setup-git:  ## once per clone: git diff shows notebooks as cells (see .gitattributes)
-	git config diff.ipynb.textconv "$(PYTHON) tools/nbdiff_text.py"
-	git config diff.ipynb.cachetextconv true
+setup-git: $(INSTALLED)  ## once per clone: nbdime as git's diff and merge driver for notebooks (see .gitattributes)
+	git config diff.jupyternotebook.command "$(abspath $(VENV))/bin/git-nbdiffdriver diff"
+	git config merge.jupyternotebook.driver "$(abspath $(VENV))/bin/git-nbmergedriver merge %O %A %B %L %P"
+	git config merge.jupyternotebook.name "jupyter notebook merge driver"
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -1,5 +1,7 @@
-"""`make lab` works: JupyterLab starts with the Makefile's options, serves the lessons, and stops."""
+"""`make lab` works: JupyterLab starts with the Makefile's options, serves the lessons, opens on lesson 00
+without asking about Jupyter news, and stops."""
 
+import json
 import re
 import socket
 import subprocess
@@ -23,6 +25,15 @@ def test_jupyterlab_serves_the_notebooks_and_stops():
     lessons = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert f"lists the {len(lessons)} lessons: {', '.join(lessons)}" in out.stdout
     assert "GET /lab answers 200" in out.stdout
+    assert "GET / opens 00_start_here.ipynb" in out.stdout
+    assert "fetchNews is 'false': no popup about Jupyter news" in out.stdout
     port = int(re.search(r"served on 127\.0\.0\.1:(\d+), then stopped", out.stdout).group(1))
     with socket.socket() as s:  # nothing listens there any more
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_the_install_puts_the_news_setting_where_jupyterlab_reads_it():
+    install = (ROOT / "tools" / "install.py").read_text()
+    assert "jupyterlab_overrides.json" in install and '"overrides.d"' in install
+    overrides = json.loads((ROOT / "tools" / "jupyterlab_overrides.json").read_text())
+    assert overrides["@jupyterlab/apputils-extension:notification"]["fetchNews"] == "false"

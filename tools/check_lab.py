@@ -4,9 +4,10 @@
 
 JupyterLab gets the options ``make lab`` uses (``make lab-args`` prints them), plus what a
 headless check needs: no browser, a free port on 127.0.0.1, a random token, and a private
-runtime directory. Then ``GET /api/contents/`` must list every ``notebooks/NN_*.ipynb`` and
-``GET /lab`` must answer 200. The server is stopped afterwards whatever happened, and
-``main`` fails if it is still running.
+runtime directory and user-settings directory. Then ``GET /api/contents/`` must list every
+``notebooks/NN_*.ipynb``, ``GET /lab`` must answer 200, ``GET /`` must lead to lesson 00, and
+JupyterLab's settings must say never to fetch Jupyter news (no popup asking). The server is
+stopped afterwards whatever happened, and ``main`` fails if it is still running.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 120.0  # seconds; a cold start on a busy 2-core machine takes several
 STOP_TIMEOUT = 20.0
+START = "00_start_here.ipynb"
+NOTIFICATIONS = "@jupyterlab/apputils-extension:notification"
 
 
 def lab_args() -> list[str]:
@@ -49,12 +52,17 @@ def free_port() -> int:
 
 
 def get(url: str, token: str) -> tuple[int, bytes]:
+    return fetch(url, token)[:2]
+
+
+def fetch(url: str, token: str) -> tuple[int, bytes, str]:
+    """Status, body and the address answered from, after redirects."""
     request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read()
+            return response.status, response.read(), response.url
     except urllib.error.HTTPError as e:
-        return e.code, e.read()
+        return e.code, e.read(), e.url
 
 
 def start(port: int, token: str, runtime_dir: str, log: Path) -> subprocess.Popen:
@@ -63,7 +71,10 @@ def start(port: int, token: str, runtime_dir: str, log: Path) -> subprocess.Pope
                f"--IdentityProvider.token={token}"]
     if not any(arg.startswith("--ip=") for arg in command):
         command.append("--ip=127.0.0.1")
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": runtime_dir, "PYTHONUNBUFFERED": "1"}
+    # Private user settings too: what is checked is the lab as installed, not this user's own choices.
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": runtime_dir, "PYTHONUNBUFFERED": "1",
+           "JUPYTERLAB_SETTINGS_DIR": os.path.join(runtime_dir, "user-settings"),
+           "JUPYTERLAB_WORKSPACES_DIR": os.path.join(runtime_dir, "workspaces")}
     # Output to a file (a pipe nobody reads could fill and block the server); its own session,
     # so that stop() ends the server and anything it started, and only that.
     with open(log, "wb") as out:
@@ -122,9 +133,22 @@ def check(base: str, token: str) -> list[str]:
     assert b"<html" in body.lower() or b"<!doctype html" in body.lower(), "GET /lab did not answer a page"
     status, _ = get(f"{base}/api/contents/", "wrong-" + token)
     assert status == 403, f"GET /api/contents/ with a wrong token answered {status}, not 403"
+    status, _, landed = fetch(f"{base}/", token)
+    assert status == 200 and landed.endswith(f"/lab/tree/{START}"), f"GET / led to {landed} ({status}), not {START}"
+    status, body = get(f"{base}/lab/api/settings/{NOTIFICATIONS}", token)
+    assert status == 200, f"GET /lab/api/settings/{NOTIFICATIONS} answered {status}"
+    news = news_setting(json.loads(body))
+    assert news == "false", f"fetchNews is {news!r}: JupyterLab will ask about Jupyter news; expected 'false'"
     return [f"GET /api/contents/ lists the {len(expected)} lessons: {', '.join(expected)}",
             "GET /lab answers 200 with the JupyterLab page",
-            "a wrong token is refused (403)"]
+            "a wrong token is refused (403)",
+            f"GET / opens {START}",
+            "fetchNews is 'false': no popup about Jupyter news"]
+
+
+def news_setting(plugin: dict) -> object:
+    """The fetchNews value JupyterLab's front end uses: the user's own, else the default after overrides."""
+    return plugin.get("settings", {}).get("fetchNews", plugin["schema"]["properties"]["fetchNews"].get("default"))
 
 
 def main() -> int:
