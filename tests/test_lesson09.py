@@ -86,12 +86,12 @@ def _load(tmp_path, monkeypatch, name, source):
 
 
 def test_evaluate_checker_passes_the_solution():
-    assert lesson09.check_evaluate(solutions.evaluate).startswith("PASS")
+    assert lesson09.check_evaluate(solutions.evaluate).passed
 
 
 def test_evaluate_checker_fails_the_stub(tmp_path, monkeypatch):
     stub = _load(tmp_path, monkeypatch, "stub09_eval", lesson09.EVALUATE_STUB)
-    report = lesson09.check_evaluate(stub.evaluate)
+    report = str(lesson09.check_evaluate(stub.evaluate))
     assert report.startswith("FAIL") and "all_reduce" in report
 
 
@@ -101,17 +101,17 @@ def test_evaluate_checker_names_the_padding(tmp_path, monkeypatch):
             torch.distributed.all_reduce(counts)
             return (counts[0] / counts[1]).item()"""))
     module = _load(tmp_path, monkeypatch, "padded09_eval", counts_padding)
-    report = lesson09.check_evaluate(module.evaluate)
+    report = str(lesson09.check_evaluate(module.evaluate))
     assert report.startswith("FAIL") and "padding duplicate" in report
 
 
 def test_train_step_checker_passes_the_solution():
-    assert lesson09.check_train_step(solutions.train_step).startswith("PASS")
+    assert lesson09.check_train_step(solutions.train_step).passed
 
 
 def test_train_step_checker_fails_the_stub(tmp_path, monkeypatch):
     stub = _load(tmp_path, monkeypatch, "stub09_step", lesson09.TRAIN_STEP_STUB)
-    report = lesson09.check_train_step(stub.train_step)
+    report = str(lesson09.check_train_step(stub.train_step))
     assert report.startswith("FAIL") and "no_sync" in report and "divide the loss" in report
 
 
@@ -120,7 +120,7 @@ def test_train_step_checker_names_a_missing_clip(tmp_path, monkeypatch):
     clip_line = "    nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)\n"
     no_clip = inspect.getsource(solutions).replace(clip_line, "")
     module = _load(tmp_path, monkeypatch, "noclip09_step", no_clip)
-    report = lesson09.check_train_step(module.train_step)
+    report = str(lesson09.check_train_step(module.train_step))
     assert report.startswith("FAIL") and "clip_grad_norm_" in report
 
 

@@ -79,7 +79,7 @@ def test_mesh_2x2_refuses_other_world_sizes():
 
 
 def test_checker_passes_the_solution():
-    assert lesson10.check_state_bytes(solutions.state_bytes).startswith("PASS")
+    assert lesson10.check_state_bytes(solutions.state_bytes).passed
 
 
 def test_checker_fails_the_stub_and_names_zero_and_dtensor(tmp_path, monkeypatch):
@@ -87,7 +87,7 @@ def test_checker_fails_the_stub_and_names_zero_and_dtensor(tmp_path, monkeypatch
     monkeypatch.syspath_prepend(str(tmp_path))
     import stub10
 
-    report = lesson10.check_state_bytes(stub10.state_bytes)
+    report = str(lesson10.check_state_bytes(stub10.state_bytes))
     assert report.startswith("FAIL") and ".optim" in report and ".to_local()" in report and "ddp" not in report
 
 

@@ -17,15 +17,18 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ddp_lib.errors import LaunchTimeout, WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.exercises.checking import Report, run_on_ranks
 
 EVAL_SIZES = (11, 7)  # not multiples of 2: the sampler pads both
 TOL = 1e-5
 
 
-def _report(problems: list[str], success: str) -> str:
-    return "FAIL\n" + "\n".join(f"- {p}" for p in problems) if problems else f"PASS: {success}"
+def _report(report: Report, problems: list[str], success: str) -> Report:
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        report.ok(success)
+    return report
 
 
 def _run_evaluate(rank: int, world_size: int, evaluate: Callable, seed: int = 0) -> list[dict]:
@@ -88,16 +91,14 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
     return problems
 
 
-def check_evaluate(evaluate: Callable, world_size: int = 2) -> str:
+def check_evaluate(evaluate: Callable, world_size: int = 2) -> Report:
     """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, for held-out sets
-    of 11 and 7 samples; return a report that starts with "PASS" or "FAIL"."""
-    try:
-        results = spawn(_run_evaluate, world_size, kwargs=dict(evaluate=evaluate), show_output=False, timeout=120)
-    except WorkerError as exc:
-        return f"FAIL\n- your function raised on rank {exc.rank}: {exc.exc_type}: {exc.message}"
-    except LaunchTimeout as exc:
-        return f"FAIL\n- the ranks did not finish ({exc}); does every rank call the same collectives?"
-    return _report(diagnose_evaluate(results),
+    of 11 and 7 samples; return the report."""
+    report = Report()
+    results = run_on_ranks(_run_evaluate, world_size, report, kwargs=dict(evaluate=evaluate), timeout=120)
+    if results is None:
+        return report
+    return _report(report, diagnose_evaluate(results),
                    f"on {world_size} ranks every rank returns the exact accuracy, padding or not "
                    f"({', '.join(str(n) for n in EVAL_SIZES)} samples)")
 
@@ -192,17 +193,14 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
     return problems
 
 
-def check_train_step(train_step: Callable, world_size: int = 2) -> str:
+def check_train_step(train_step: Callable, world_size: int = 2) -> Report:
     """Run the learner's ``train_step(ddp_model, optimizer, micro_batches, max_norm)`` for 3 steps of
-    2 micro-batches on every rank; return a report that starts with "PASS" or "FAIL"."""
-    try:
-        results = spawn(_run_train_step, world_size, kwargs=dict(train_step=train_step), show_output=False,
-                        timeout=120)
-    except WorkerError as exc:
-        return f"FAIL\n- your function raised on rank {exc.rank}: {exc.exc_type}: {exc.message}"
-    except LaunchTimeout as exc:
-        return f"FAIL\n- the ranks did not finish ({exc}); does every rank call the same collectives?"
-    return _report(diagnose_train_step(results),
+    2 micro-batches on every rank; return the report."""
+    report = Report()
+    results = run_on_ranks(_run_train_step, world_size, report, kwargs=dict(train_step=train_step), timeout=120)
+    if results is None:
+        return report
+    return _report(report, diagnose_train_step(results),
                    f"on {world_size} ranks the parameters equal one process on the global batch, "
                    f"with one all-reduce per step")
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ddp_lib.errors import LaunchTimeout, WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.exercises.checking import Report, run_on_ranks
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 
@@ -64,17 +63,16 @@ def diagnose(results: list[dict]) -> list[str]:
     return problems
 
 
-def check_state_bytes(state_bytes: Callable, world_size: int = 2) -> str:
+def check_state_bytes(state_bytes: Callable, world_size: int = 2) -> Report:
     """Run the learner's ``state_bytes(optimizer)`` after one Adam step under DDP, ZeRO-1 and FSDP2
-    on every rank; return a report that starts with "PASS" or "FAIL"."""
-    try:
-        results = spawn(_run_state_bytes, world_size, kwargs=dict(state_bytes=state_bytes), show_output=False,
-                        timeout=120)
-    except WorkerError as exc:
-        return f"FAIL\n- your function raised on rank {exc.rank}: {exc.exc_type}: {exc.message}"
-    except LaunchTimeout as exc:
-        return f"FAIL\n- the ranks did not finish ({exc})"
+    on every rank; return the report."""
+    report = Report()
+    results = run_on_ranks(_run_state_bytes, world_size, report, kwargs=dict(state_bytes=state_bytes), timeout=120)
+    if results is None:
+        return report
     problems = diagnose(results)
-    if problems:
-        return "FAIL\n" + "\n".join(f"- {p}" for p in problems)
-    return f"PASS: on {world_size} ranks the count is exact under DDP, ZeRO-1 and FSDP2"
+    for problem in problems:
+        report.fail(problem)
+    if not problems:
+        report.ok(f"on {world_size} ranks the count is exact under DDP, ZeRO-1 and FSDP2")
+    return report
