@@ -145,7 +145,7 @@ RULES: dict[str, tuple[Callable[[object], bool], str]] = {
     "batch_size": _whole(1),
     "per_rank_batch": _whole(1),
     "grad_accum_steps": _whole(1),
-    "numel": _whole(1),
+    "numel": _whole(0),
     "nproc_per_node": _whole(1),
     "timing_steps": _whole(1),
     "warmup": _whole(0),

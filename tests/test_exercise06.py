@@ -60,3 +60,11 @@ def test_missing_ranks_and_keys():
         "1 of 2 ranks printed a result; every rank must return a dict"]
     info = {"world_size": 2, "local_rank": 0, "local_world_size": 1}
     assert find_problems([info, info], 2, 1)[0] == "rank 0: the result lacks node_rank"
+
+
+def test_two_ranks_errors_on_one_line_are_read_apart():
+    from ddp_lib.exercises.lesson06 import _first_failure
+
+    # torchrun's children share one stderr: two ranks writing at once can share a line.
+    stderr = "[rank1]: NotImplementedError: write launch_info[rank0]: NotImplementedError: write launch_info\n"
+    assert _first_failure(stderr, 1) == "rank 0 raised NotImplementedError: write launch_info"

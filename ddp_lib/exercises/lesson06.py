@@ -14,7 +14,9 @@ from collections.abc import Callable
 from ddp_lib.exercises.checking import Report, worker_name
 from ddp_lib.torchrun import run_nodes
 
-_RANK_ERROR = re.compile(r"^\[rank(\d+)\]: (\w+(?:Error|Exception)\b.*)$")
+# A rank's one-line error as torchrun's children print it. Two ranks writing at once can share
+# a line, so a message ends where the next rank's prefix starts.
+_RANK_ERROR = re.compile(r"\[rank(\d+)\]: (\w+(?:Error|Exception)\b.*?)(?=\[rank\d+\]: |$)", re.M)
 KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
@@ -44,10 +46,8 @@ def _first_failure(stderr: str, returncode: int) -> str:
     """The lowest rank's exception, as ``rank N raised Type: message``, from torchrun's stderr
     (each rank's lines are prefixed ``[rankN]:``)."""
     raised = {}
-    for line in stderr.splitlines():
-        match = _RANK_ERROR.match(line.strip())
-        if match:
-            raised.setdefault(int(match.group(1)), match.group(2))
+    for match in _RANK_ERROR.finditer(stderr):
+        raised.setdefault(int(match.group(1)), match.group(2).strip())
     if not raised:
         return f"torchrun exited with code {returncode}"
     rank = min(raised)
