@@ -16,7 +16,7 @@ from ddp_lib.torchrun import run_nodes
 
 # A rank's one-line error as torchrun's children print it. Two ranks writing at once can share
 # a line, so a message ends where the next rank's prefix starts.
-_RANK_ERROR = re.compile(r"\[rank(\d+)\]: (\w+(?:Error|Exception)\b.*?)(?=\[rank\d+\]: |$)", re.M)
+_RANK_ERROR = re.compile(r"\[rank(\d+)\]:\s*(\w+(?:Error|Exception)\b.*)$")
 KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
@@ -46,8 +46,11 @@ def _first_failure(stderr: str, returncode: int) -> str:
     """The lowest rank's exception, as ``rank N raised Type: message``, from torchrun's stderr
     (each rank's lines are prefixed ``[rankN]:``)."""
     raised = {}
-    for match in _RANK_ERROR.finditer(stderr):
-        raised.setdefault(int(match.group(1)), match.group(2).strip())
+    # Cut at every rank prefix first: two ranks writing at once can share a line.
+    for piece in re.split(r"(?=\[rank\d+\]:)", stderr):
+        match = _RANK_ERROR.match(piece.splitlines()[0] if piece else "")
+        if match:
+            raised.setdefault(int(match.group(1)), match.group(2).strip())
     if not raised:
         return f"torchrun exited with code {returncode}"
     rank = min(raised)
