@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from ddp_lib import launch as launch_module
+from ddp_lib import _job
 from ddp_lib.errors import LaunchInputError
 from ddp_lib.launch import spawn
 from ddp_lib.workers.basic import demo_basic
@@ -15,7 +15,7 @@ def no_process_may_start(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a process was started for bad input")
 
-    monkeypatch.setattr(launch_module._Job, "start", refuse)
+    monkeypatch.setattr(_job.Job, "start", refuse)
 
 
 def defined_in_main(rank, world_size):

@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from ddp_lib._job import pid_alive
+
 PREFIX = "ddpl"  # every namespace and link made here starts with it, then the owner's pid in hex
 SUBNET = "10.200.0"  # a private test range, used only inside the namespaces made here
 IFNAME = "eth0"  # each host's interface to the other, as on a typical machine
@@ -87,16 +89,6 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _owner(name: str) -> int | None:
     """The process id a namespace or link made here is named after (ddpl<pid in hex>n...)."""
     digits = name[len(PREFIX):].split("n")[0]
@@ -123,10 +115,10 @@ def left_behind(pid: int) -> list[str]:
     """Namespaces, links and temporary directories that should not exist once process ``pid``
     has left every ``two_hosts()``: those named after it, and those whose owner no longer runs."""
     names = our_namespaces() + our_links()
-    found = [n for n in names if _owner(n) == pid or _owner(n) is None or not _pid_alive(_owner(n))]
+    found = [n for n in names if _owner(n) == pid or _owner(n) is None or not pid_alive(_owner(n))]
     for workdir in glob.glob(os.path.join(tempfile.gettempdir(), f"{_WORKDIR}{PREFIX}*")):
         owner = _owner(os.path.basename(workdir)[len(_WORKDIR):])
-        if owner == pid or owner is None or not _pid_alive(owner):
+        if owner == pid or owner is None or not pid_alive(owner):
             found.append(workdir)
     return found
 
@@ -157,17 +149,17 @@ def clean_stale(everything: bool = False) -> list[str]:
     removed = []
     for netns in our_namespaces():
         owner = _owner(netns)
-        if everything or owner is None or not _pid_alive(owner):
+        if everything or owner is None or not pid_alive(owner):
             remove_namespace(netns)
             removed.append(netns)
     for link in our_links():
         owner = _owner(link)
-        if everything or owner is None or not _pid_alive(owner):
+        if everything or owner is None or not pid_alive(owner):
             _ip("link", "del", link, check=False)
             removed.append(link)
     for workdir in glob.glob(os.path.join(tempfile.gettempdir(), f"{_WORKDIR}{PREFIX}*")):
         owner = _owner(os.path.basename(workdir)[len(_WORKDIR):])
-        if everything or owner is None or not _pid_alive(owner):
+        if everything or owner is None or not pid_alive(owner):
             shutil.rmtree(workdir, ignore_errors=True)
             removed.append(workdir)
     return removed

@@ -1,0 +1,283 @@
+"""The processes of one launch: start the ranks, hear from each, print rank 0's output as it
+comes, stop whatever is left (each rank's own process group too) and read what they wrote.
+
+``ddp_lib.launch.run_job`` drives a :class:`Job`; this module knows nothing of stores or
+environments, only of processes, pipes and output files.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import time
+from multiprocessing.connection import wait
+
+from ddp_lib import _child
+from ddp_lib.errors import is_peer_failure
+
+STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
+EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it is stopped
+FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
+QUIET_NOTICE_S = 5.0  # with no rank at the rendezvous store after this long, say so (once)
+STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
+OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed while the job runs
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one owned by another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _context(start_method: str):
+    return multiprocessing.get_context(start_method)
+
+
+class LiveOutput:
+    """Prints rank 0's stdout while the job runs, whole lines only, labelled ``[rank 0]``."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.shown = ""  # what has been printed, so the rest can follow afterwards
+        self._offset = 0  # bytes of the file printed so far
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        cut = data.rfind(b"\n") + 1  # whole lines only; a partial line waits for its end
+        if cut:
+            self._offset += cut
+            text = _text(data[:cut])
+            self.shown += text
+            sys.stdout.write("".join(f"[rank 0] {line}\n" for line in text.splitlines()))
+            sys.stdout.flush()
+
+
+class Job:
+    """The processes of one launch and what has been heard from them."""
+
+    def __init__(self, specs: list[_child.RankSpec], start_method: str, live: LiveOutput | None,
+                 store: object | None):
+        self.specs = specs
+        self.world_size = len(specs)
+        self.ctx = _context(start_method)
+        self.live = live
+        self.store = store
+        self.procs: list = []
+        self.pids: list[int] = []
+        self.conns: dict = {}  # reading end of each rank's result pipe, until heard from
+        self.results: dict[int, object] = {}
+        self.failures: dict[int, tuple[str, str, str]] = {}
+        self.running: list[int] = []
+        self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline
+        self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
+        self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
+
+    def start(self) -> None:
+        lifeline, self.lifeline = self.ctx.Pipe(duplex=False)
+        inherited = self.lifeline.fileno() if self.ctx.get_start_method() == "fork" else None
+        for spec in self.specs:
+            reader, writer = self.ctx.Pipe(duplex=False)
+            proc = self.ctx.Process(target=_child.run_rank, name=f"ddp_lib-rank{spec.rank}", daemon=False,
+                                    args=(spec, writer, lifeline, inherited))
+            self.procs.append(proc)
+            self.conns[spec.rank] = reader
+            proc.start()
+            self.pids.append(proc.pid)
+            writer.close()
+        lifeline.close()
+
+    def wait(self, timeout: float | None) -> None:
+        """Wait until every rank has reported, one has failed, or the deadline passes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._wait_until(deadline, stop_at_failure=True)
+        if self.failures:
+            # Other ranks often fail at the same moment (all raise, or a peer's collective
+            # breaks): hear them too, so the report does not depend on which pipe won.
+            self._wait_until(time.monotonic() + FAILURE_GRACE_S, stop_at_failure=False)
+        elif not self.running:
+            self._join_finished()
+        else:
+            self._dump_stacks()
+
+    def _wait_until(self, deadline: float | None, stop_at_failure: bool) -> None:
+        notice_at = time.monotonic() + QUIET_NOTICE_S if self.store is not None else None
+        while self.conns and not (stop_at_failure and self.failures):
+            now = time.monotonic()
+            remaining = None if deadline is None else deadline - now
+            if remaining is not None and remaining <= 0:
+                if stop_at_failure:
+                    self.running = sorted(self.conns)
+                return
+            if notice_at is not None and now >= notice_at:
+                if self._all_started():
+                    notice_at = None
+                    self._notice_if_nobody_joined()
+                else:  # still starting (a busy machine): not the silence this notice is about
+                    notice_at = now + 1.0
+            # A rank is watched through its result pipe and its process sentinel until heard from.
+            watched = {}
+            for rank, conn in self.conns.items():
+                watched[conn] = watched[self.procs[rank].sentinel] = rank
+            pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None,
+                                 None if notice_at is None else max(0.0, notice_at - now)) if t is not None]
+            for ready in wait(list(watched), min(pause) if pause else None):
+                rank = watched[ready]
+                if rank in self.conns:
+                    self._receive(rank)
+            if self.live:
+                self.live.poll()
+
+    def _all_started(self) -> bool:
+        """Whether every rank has reached ddp_lib's code (its first act creates its output file)."""
+        return all(os.path.exists(spec.stdout_path) for spec in self.specs)
+
+    def _notice_if_nobody_joined(self) -> None:
+        try:
+            joined = self.store.anyone_joined()
+        except Exception:  # the notice is a courtesy: never let it fail the launch
+            return
+        if not joined:
+            print(f"[ddp_lib] {QUIET_NOTICE_S:g} s in, no rank has reached the rendezvous store yet (still waiting; "
+                  "a worker that never joins a process group can ignore this)", file=sys.stderr, flush=True)
+
+    def _dump_stacks(self) -> None:
+        """Ask the ranks still running to write their Python stacks (faulthandler), to name
+        where each was in the timeout error."""
+        if _child.STACK_DUMP_SIGNAL is None:
+            return
+        for rank in self.running:
+            self.stack_starts[rank] = _size(self.specs[rank].stderr_path)
+            try:
+                os.kill(self.pids[rank], _child.STACK_DUMP_SIGNAL)
+            except OSError:
+                pass
+        time.sleep(STACK_DUMP_WAIT_S)
+        for rank, start in self.stack_starts.items():
+            with open(self.specs[rank].stderr_path, "rb") as f:
+                f.seek(start)
+                self.stacks[rank] = f.read().decode("utf-8", errors="replace")
+
+    def first_failure(self) -> int:
+        """The rank to blame: the lowest one that failed on its own, rather than because a
+        peer's failure broke a collective (a closed or reset connection, torch's Dist*Error)."""
+        own = [rank for rank, (exc_type, message, _) in self.failures.items()
+               if not is_peer_failure(exc_type, message)]
+        return min(own or self.failures)
+
+    def _receive(self, rank: int) -> None:
+        conn = self.conns[rank]
+        proc = self.procs[rank]
+        try:
+            if not conn.poll() and proc.is_alive():
+                return
+            blob = conn.recv_bytes()
+        except (EOFError, OSError):
+            proc.join(1)
+            started = os.path.exists(self.specs[rank].stdout_path)  # the child's first act is to create it
+            self.failures[rank] = ("", _describe_exit(proc.exitcode, started), "")
+        else:
+            try:
+                message = pickle.loads(blob)
+            except Exception as exc:
+                self.failures[rank] = (type(exc).__qualname__,
+                                       f"its return value cannot be unpickled in the launching process: {exc}", "")
+            else:
+                if message[0] == "ok":
+                    self.results[rank] = message[1]
+                else:
+                    self.failures[rank] = message[1:]
+        del self.conns[rank]
+        conn.close()
+
+    def _join_finished(self) -> None:
+        end = time.monotonic() + EXIT_GRACE_S
+        for proc in self.procs:
+            proc.join(max(0.0, end - time.monotonic()))
+
+    def _signal_groups(self, sig: int) -> None:
+        # Each rank leads its own process group: this reaches whatever the worker started too,
+        # whether the rank itself is still alive or not.
+        if not hasattr(os, "killpg"):
+            return
+        for pid in self.pids:
+            try:
+                os.killpg(pid, sig)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        """Stop every rank still alive, and every process a rank started: SIGTERM, then
+        SIGKILL after a grace period."""
+        alive = [p for p in self.procs if p.is_alive()]
+        for proc in alive:
+            proc.terminate()
+        self._signal_groups(signal.SIGTERM)
+        end = time.monotonic() + STOP_GRACE_S
+        for proc in alive:
+            proc.join(max(0.0, end - time.monotonic()))
+        for proc in alive:
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self._signal_groups(signal.SIGKILL)
+        for proc in self.procs:
+            proc.close()
+        for conn in self.conns.values():
+            conn.close()
+        if self.lifeline is not None:
+            self.lifeline.close()
+        if self.live:
+            self.live.poll()
+
+    def read_outputs(self) -> dict[int, tuple[str, str]]:
+        # A stack written at the deadline goes in the error, not in the rank's stderr: it
+        # holds thread addresses that change from run to run.
+        return {s.rank: (_read(s.stdout_path), _read(s.stderr_path, self.stack_starts.get(s.rank)))
+                for s in self.specs}
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _read(path: str, limit: int | None = None) -> str:
+    """The text of ``path``, its first ``limit`` bytes if given ("" if it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read() if limit is None else f.read(limit)
+    except FileNotFoundError:
+        return ""
+    return _text(data)
+
+
+def _text(data: bytes) -> str:
+    # As a file opened in text mode reads: universal newlines.
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _describe_exit(exitcode: int | None, started: bool = True) -> str:
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by {signal.Signals(-exitcode).name} before returning a result"
+    if not started:
+        # Under spawn and forkserver a child imports the main script first: a script that
+        # launches at import makes each child try to launch too, which multiprocessing refuses.
+        return (f"exited with code {exitcode} while starting, before the worker ran (its error went to this "
+                "process's stderr); if a script launches the ranks, put the launch under "
+                '`if __name__ == "__main__":`, since each rank imports the main script')
+    return f"exited with code {exitcode} before returning a result"
