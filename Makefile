@@ -16,6 +16,10 @@ WORLD_SIZE ?= 4
 LAB_ARGS := --notebook-dir=notebooks --LabApp.default_url=/lab/tree/00_start_here.ipynb --ip=127.0.0.1 $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 LINTED := ddp_lib tests tools notebooks
 
+# Tests run on $(JOBS) processes (pytest-xdist); conftest.py keeps each file and each notebook on one
+# of them, in order, and keeps apart the files that share a port or the machine's network namespaces.
+JOBS ?= 2
+PARALLEL := -n $(JOBS) --dist loadgroup
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: install test test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git clean
@@ -27,7 +31,7 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 	touch $@
 
 test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
-	$(PY) -m pytest tests notebooks $(NBVAL)
+	$(PY) -m pytest $(PARALLEL) tests notebooks $(NBVAL)
 
 test-cluster: $(INSTALLED)  ## only the multi-host tests: two hosts in network namespaces, SLURM (root on Linux)
 	$(PY) -m pytest tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py
@@ -36,10 +40,10 @@ lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the noteboo
 	$(VENV)/bin/ruff check $(LINTED)
 
 unit: $(INSTALLED)  ## only the library's tests
-	$(PY) -m pytest tests
+	$(PY) -m pytest $(PARALLEL) tests
 
 nbtest: $(INSTALLED)  ## only the notebooks under nbval
-	$(PY) -m pytest notebooks $(NBVAL)
+	$(PY) -m pytest $(PARALLEL) notebooks $(NBVAL)
 
 lab: $(INSTALLED)  ## JupyterLab on notebooks/
 	$(VENV)/bin/jupyter lab $(LAB_ARGS)

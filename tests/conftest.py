@@ -25,3 +25,36 @@ def pid_dir(tmp_path: Path) -> Path:
     d = tmp_path / "pids"
     d.mkdir()
     return d
+
+
+@pytest.fixture
+def cli_in_process(monkeypatch, capsys):
+    """``python -m ddp_lib ARGS`` run inside this test process, for input the command line must
+    refuse before any rank starts: ``main()`` is what ``__main__`` exits with, so the exit code,
+    stdout and stderr are the command's own, without paying a fresh interpreter's ``import torch``
+    per case (tests/test_cli.py keeps real processes for the rest). Starting a rank fails the test.
+
+        out = cli_in_process("run", "hello", "--world-size", "0", env={"OMP_NUM_THREADS": "2"})
+    """
+    import subprocess
+
+    from ddp_lib import _job, cli
+    from ddp_lib.torchrun import _LAUNCH_VARS
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a rank was started: the input should have been refused first")
+
+    monkeypatch.setattr(_job.Job, "start", no_process)
+
+    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        with monkeypatch.context() as scoped:
+            for name in _LAUNCH_VARS:  # a clean environment, as the subprocess tests give
+                scoped.delenv(name, raising=False)
+            for name, value in (env or {}).items():
+                scoped.setenv(name, value)
+            capsys.readouterr()
+            code = cli.main(list(args))
+            out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["python", "-m", "ddp_lib", *args], code, out, err)
+
+    return run

@@ -42,19 +42,26 @@ def test_run_json_prints_per_rank_results_in_rank_order_on_the_last_line():
     (["run", "demo_basic", "--world-size", "2", "--colour", "red"], "unrecognized arguments: --colour red"),
     (["fly"], "invalid choice: 'fly'"),
 ])
-def test_bad_input_exits_2_with_one_line_and_no_traceback(args, message):
-    out = cli(*args)
+def test_bad_input_exits_2_with_one_line_and_no_traceback(args, message, cli_in_process):
+    out = cli_in_process(*args)
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("ddp_lib: error: ") and message in out.stderr
 
 
-def test_nccl_without_cuda_exits_2():
+def test_a_real_process_exits_2_with_one_line_and_no_traceback():
+    # The refusals above run main() in this process; here the command as a user runs it.
+    out = cli("run", "demo_basic", "--world-size", "0")
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == "ddp_lib: error: world_size must be 1 or more, got 0\n"
+
+
+def test_nccl_without_cuda_exits_2(cli_in_process):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    out = cli("run", "demo_basic", "--world-size", "2", "--backend", "nccl")
+    out = cli_in_process("run", "demo_basic", "--world-size", "2", "--backend", "nccl")
     assert out.returncode == 2 and "needs CUDA GPUs" in out.stderr
 
 
@@ -110,10 +117,10 @@ def one_line_refusal(out: subprocess.CompletedProcess, message: str) -> None:
     ({"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456"},
      "ddp_lib: error: RANK, WORLD_SIZE set in the environment but not LOCAL_RANK"),
 ])
-def test_a_rank_variable_left_in_the_environment_does_not_take_over_the_command_line(env, message):
+def test_a_rank_variable_left_in_the_environment_does_not_take_over_the_command_line(env, message, cli_in_process):
     # Kubeflow-style containers set RANK (and more); before, this ended in a KeyError traceback
     # or a rank listening on every interface, waiting for peers that never come.
-    out = cli_env("run", "hello", "--world-size", "2", env=env, timeout=60)
+    out = cli_in_process("run", "hello", "--world-size", "2", env=env)
     one_line_refusal(out, message)
     assert "unset" in out.stderr and "or start it with torchrun" in out.stderr
 
@@ -138,20 +145,21 @@ def test_the_same_world_size_as_torchrun_is_accepted():
     assert len(job.results) == 2
 
 
-def test_a_world_size_beyond_one_machine_is_refused_before_anything_starts():
-    out = cli_env("run", "hello", "--world-size", "1000000000", env={})
+def test_a_world_size_beyond_one_machine_is_refused_before_anything_starts(cli_in_process):
+    out = cli_in_process("run", "hello", "--world-size", "1000000000")
     one_line_refusal(out, "world_size 1000000000 is more processes than one machine should run (at most 64")
     assert "use several nodes with torchrun" in out.stderr and "DDP_LIB_MAX_WORLD_SIZE" in out.stderr
 
 
-def test_the_world_size_limit_can_be_raised():
-    out = cli_env("run", "hello", "--world-size", "65", env={"DDP_LIB_MAX_WORLD_SIZE": "65", "OMP_NUM_THREADS": "x"})
+def test_the_world_size_limit_can_be_raised(cli_in_process):
+    out = cli_in_process("run", "hello", "--world-size", "65",
+                         env={"DDP_LIB_MAX_WORLD_SIZE": "65", "OMP_NUM_THREADS": "x"})
     one_line_refusal(out, "OMP_NUM_THREADS must be")  # past the world size check: refused by the next one
 
 
 @pytest.mark.parametrize("timeout", ["inf", "1e300", "0", "-5", "nan", "soon"])
-def test_timeouts_that_would_fail_late_or_change_silently_are_refused(timeout):
-    out = cli_env("run", "hello", "--world-size", "2", "--timeout", timeout, env={})
+def test_timeouts_that_would_fail_late_or_change_silently_are_refused(timeout, cli_in_process):
+    out = cli_in_process("run", "hello", "--world-size", "2", "--timeout", timeout)
     one_line_refusal(out, f"--timeout must be a number of seconds above 0 and at most 604800 (a week), "
                           f"or 'none' for no deadline, got '{timeout}'")
 
@@ -163,8 +171,8 @@ def test_timeout_none_means_no_deadline():
 
 @pytest.mark.parametrize("name, value", [("OMP_NUM_THREADS", "0"), ("OMP_NUM_THREADS", "abc"),
                                          ("OMP_NUM_THREADS", "4,2"), ("TORCH_DISTRIBUTED_DEBUG", "bogus")])
-def test_bad_environment_variables_are_refused_before_any_process_starts(name, value):
-    out = cli_env("run", "hello", "--world-size", "2", env={name: value})
+def test_bad_environment_variables_are_refused_before_any_process_starts(name, value, cli_in_process):
+    out = cli_in_process("run", "hello", "--world-size", "2", env={name: value})
     one_line_refusal(out, f"ddp_lib: error: {name} must be")
     assert f"got {value!r}" in out.stderr
 

@@ -92,8 +92,8 @@ def test_left_out_options_take_the_signatures_defaults():
     (["cli_workers:needs_path"], "the following arguments are required: --path"),
     (["cli_workers:nowhere"], "cannot import worker 'cli_workers:nowhere'"),
 ])
-def test_bad_worker_options_exit_2_in_one_line(args, message):
-    refused_in_one_line(cli_run("run", args[0], "--world-size", "2", *args[1:]), message)
+def test_bad_worker_options_exit_2_in_one_line(args, message, cli_in_process):
+    refused_in_one_line(cli_in_process("run", args[0], "--world-size", "2", *args[1:]), message)
 
 
 # Item: values a worker would refuse only after every rank had started.
@@ -108,13 +108,13 @@ def test_bad_worker_options_exit_2_in_one_line(args, message):
     (["scratch_vs_torch", "--bucket-cap-mb", "0"], "--bucket-cap-mb must be a finite number above 0, got 0.0"),
     (["cli_workers:configured", "--batch-size", "0"], "--batch-size must be a whole number, 1 or more, got 0"),
 ])
-def test_worker_values_are_checked_before_any_process_starts(args, message):
-    refused_in_one_line(cli_run("run", args[0], "--world-size", "2", *args[1:]), message)
+def test_worker_values_are_checked_before_any_process_starts(args, message, cli_in_process):
+    refused_in_one_line(cli_in_process("run", args[0], "--world-size", "2", *args[1:]), message)
 
 
-def test_an_unknown_norm_is_refused_before_any_process_starts():
+def test_an_unknown_norm_is_refused_before_any_process_starts(cli_in_process):
     # With norm annotated Literal["none", "batch", "sync"], as train's is meant to be.
-    refused_in_one_line(cli_run("run", "cli_workers:configured", "--world-size", "2", "--norm", "layer"),
+    refused_in_one_line(cli_in_process("run", "cli_workers:configured", "--world-size", "2", "--norm", "layer"),
                         "argument --norm: invalid choice: 'layer' (choose from 'none', 'batch', 'sync')")
 
 
