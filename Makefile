@@ -30,11 +30,15 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 	$(PYTHON) tools/install.py --venv $(VENV) --installer $(INSTALLER) --torch $(TORCH)
 	touch $@
 
-test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
-	$(PY) -m pytest $(PARALLEL) tests notebooks $(NBVAL)
+# The multi-host tests build network namespaces and a SLURM cluster (minutes, root on Linux): they run
+# in make test-cluster, which .ci/run runs after make test. Lesson 06 runs the same jobs under make test.
+CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py
 
-test-cluster: $(INSTALLED)  ## only the multi-host tests: two hosts in network namespaces, SLURM (root on Linux)
-	$(PY) -m pytest tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py
+test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
+	$(PY) -m pytest $(PARALLEL) tests notebooks $(addprefix --ignore=,$(CLUSTER_TESTS)) $(NBVAL)
+
+test-cluster: $(INSTALLED)  ## the multi-host tests: two hosts in network namespaces, SLURM (root on Linux)
+	$(PY) -m pytest $(CLUSTER_TESTS)
 
 lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the notebooks' code cells
 	$(VENV)/bin/ruff check $(LINTED)
