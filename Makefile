@@ -70,7 +70,7 @@ bench: $(INSTALLED)  ## every benchmark, full size (several minutes); add ARGS=-
 		echo "== $$name"; $(PY) -m ddp_lib bench $$name $(ARGS) || exit 1; done
 
 bench-notebooks: $(INSTALLED)  ## the notebook suite under nbval against a notebook that only imports torch
-	$(PY) tools/notebook_suite_cost.py
+	$(PY) tools/notebook_suite_cost.py --jobs $(JOBS)
 
 reliability: $(INSTALLED)  ## the long reliability checks behind the README's table
 	$(PY) tools/reliability.py

@@ -8,8 +8,9 @@ seconds split by what each cell does, judged from its source: cells that run tor
 that start ranks (a launch, a checker, ``mp.spawn``), cells that draw a plot, and the rest
 (kernel start, imports and compute). Goal: at most 30 s per lesson.
 
-Suite: the notebook tests as `make test` runs them (pytest with nbval, a fresh kernel each)
-against the import-only notebook, timed side by side. Goal: at most 12x.
+Suite: the notebook tests as `make test` runs them (pytest with nbval, a fresh kernel each, on
+``--jobs`` processes as ``make test``'s JOBS) against the import-only notebook run the same way,
+timed side by side. Goal: at most 12x.
 """
 
 from __future__ import annotations
@@ -46,9 +47,10 @@ def kind_of(source: str) -> str:
     return next((kind for kind, pattern in KINDS if pattern.search(source)), OTHER)
 
 
-def nbval_seconds(*paths: Path) -> float:
+def nbval_seconds(*paths: Path, jobs: int = 1) -> float:
+    parallel = ["-n", str(jobs), "--dist", "loadgroup"] if jobs > 1 else []
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "pytest", *map(str, paths), *NBVAL], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "pytest", *parallel, *map(str, paths), *NBVAL], cwd=ROOT,
                          capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"nbval failed on {', '.join(p.name for p in paths)}:\n{out.stdout[-2000:]}")
@@ -85,6 +87,7 @@ def import_only_notebook(folder: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="suite and baseline runs, median taken")
+    parser.add_argument("--jobs", type=int, default=2, help="pytest processes for the suite, as make test (default 2)")
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every lesson")
     opts = parser.parse_args()
     lessons = opts.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -104,11 +107,11 @@ def main() -> int:
         baseline_nb = import_only_notebook(Path(tmp))
         baseline, suite = [], []
         for _ in range(opts.repeats):  # interleaved, so load changes hit both sides alike
-            baseline.append(nbval_seconds(baseline_nb))
-            suite.append(nbval_seconds(*lessons))
+            baseline.append(nbval_seconds(baseline_nb, jobs=opts.jobs))
+            suite.append(nbval_seconds(*lessons, jobs=opts.jobs))
     ratio = statistics.median(suite) / statistics.median(baseline)
     print(f"import-only notebook {statistics.median(baseline):.1f} s; suite under nbval "
-          f"{statistics.median(suite):.1f} s; ratio {ratio:.1f}x "
+          f"{statistics.median(suite):.1f} s on {opts.jobs} process(es); ratio {ratio:.1f}x "
           f"(goal at most {SUITE_GOAL_RATIO:g}x: {'met' if ratio <= SUITE_GOAL_RATIO else 'missed'})")
     return 0
 
