@@ -31,25 +31,30 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     # tensor_split, unlike chunk, always gives world_size pieces: sizes differ by at most one
     # element, and some are empty when the tensor has fewer elements than there are ranks.
     chunks = list(torch.tensor_split(flat, world_size))
+    # One receive buffer for the whole call (chunk 0 is the largest), not a new one every step.
+    buffer = torch.empty_like(chunks[0])
     bytes_sent = 0
 
     def exchange(send_index: int, recv_into: torch.Tensor) -> None:
-        # Every rank sends first. With blocking sends that deadlocks on gloo (a send waits for
-        # the matching recv), so the send is asynchronous and finished after the recv.
+        # Every rank sends and receives at once. Blocking sends would deadlock on gloo (a send
+        # waits for the matching recv), so both calls are asynchronous, the receive posted
+        # first so that it is ready when the neighbour's data arrives; then wait for both.
         nonlocal bytes_sent
         outgoing = chunks[send_index]
-        request = dist.isend(outgoing, right, group=group) if outgoing.numel() else None
+        requests = []
         if recv_into.numel():
-            dist.recv(recv_into, left, group=group)
-        if request is not None:
-            request.wait()
+            requests.append(dist.irecv(recv_into, left, group=group))
+        if outgoing.numel():
+            requests.append(dist.isend(outgoing, right, group=group))
             bytes_sent += outgoing.numel() * outgoing.element_size()
+        for request in requests:
+            request.wait()
 
     # Reduce-scatter: after N-1 steps rank r holds the full sum of chunk (r + 1) % N.
     for step in range(world_size - 1):
         send_index = (rank - step) % world_size
         recv_index = (rank - step - 1) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
+        incoming = buffer[:chunks[recv_index].numel()]
         exchange(send_index, incoming)
         chunks[recv_index].add_(incoming)
 
@@ -104,9 +109,9 @@ def ring_steps(rank: int | None = None, world_size: int | None = None) -> dict:
                 send_index = (rank + offset - step) % world_size
                 recv_index = (rank + offset - step - 1) % world_size
                 incoming = torch.empty_like(chunks[recv_index])
-                request = dist.isend(chunks[send_index], right)
-                dist.recv(incoming, left)
-                request.wait()
+                requests = [dist.irecv(incoming, left), dist.isend(chunks[send_index], right)]
+                for request in requests:
+                    request.wait()
                 if phase == "reduce-scatter":
                     chunks[recv_index].add_(incoming)
                 else:
