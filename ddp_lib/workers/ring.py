@@ -25,13 +25,13 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     if world_size == 1:
         return 0
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    if group is not None:  # send/recv take ranks in the default group
+    if group is not None:  # isend/irecv take ranks in the default group
         right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
     flat = tensor.view(-1)  # chunks are views, so results land in ``tensor`` itself
     # tensor_split, unlike chunk, always gives world_size pieces: sizes differ by at most one
     # element, and some are empty when the tensor has fewer elements than there are ranks.
     chunks = list(torch.tensor_split(flat, world_size))
-    # One receive buffer for the whole call (chunk 0 is the largest), not a new one every step.
+    # One receive buffer for the whole call (chunk 0 is the largest), reused by every step.
     buffer = torch.empty_like(chunks[0])
     bytes_sent = 0
 
