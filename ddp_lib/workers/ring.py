@@ -25,7 +25,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     if world_size == 1:
         return 0
     right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    if group is not None:  # isend/irecv take ranks in the default group
+    if group is not None:  # send/recv take ranks in the default group
         right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
     flat = tensor.view(-1)  # chunks are views, so results land in ``tensor`` itself
     # tensor_split, unlike chunk, always gives world_size pieces: sizes differ by at most one
@@ -36,19 +36,16 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     bytes_sent = 0
 
     def exchange(send_index: int, recv_into: torch.Tensor) -> None:
-        # Every rank sends and receives at once. Blocking sends would deadlock on gloo (a send
-        # waits for the matching recv), so both calls are asynchronous, the receive posted
-        # first so that it is ready when the neighbour's data arrives; then wait for both.
+        # Every rank sends first. With blocking sends that deadlocks on gloo (a send waits for
+        # the matching recv), so the send is asynchronous and finished after the recv.
         nonlocal bytes_sent
         outgoing = chunks[send_index]
-        requests = []
+        request = dist.isend(outgoing, right, group=group) if outgoing.numel() else None
         if recv_into.numel():
-            requests.append(dist.irecv(recv_into, left, group=group))
-        if outgoing.numel():
-            requests.append(dist.isend(outgoing, right, group=group))
-            bytes_sent += outgoing.numel() * outgoing.element_size()
-        for request in requests:
+            dist.recv(recv_into, left, group=group)
+        if request is not None:
             request.wait()
+            bytes_sent += outgoing.numel() * outgoing.element_size()
 
     # Reduce-scatter: after N-1 steps rank r holds the full sum of chunk (r + 1) % N.
     for step in range(world_size - 1):
@@ -109,9 +106,9 @@ def ring_steps(rank: int | None = None, world_size: int | None = None) -> dict:
                 send_index = (rank + offset - step) % world_size
                 recv_index = (rank + offset - step - 1) % world_size
                 incoming = torch.empty_like(chunks[recv_index])
-                requests = [dist.irecv(incoming, left), dist.isend(chunks[send_index], right)]
-                for request in requests:
-                    request.wait()
+                request = dist.isend(chunks[send_index], right)
+                dist.recv(incoming, left)
+                request.wait()
                 if phase == "reduce-scatter":
                     chunks[recv_index].add_(incoming)
                 else:
