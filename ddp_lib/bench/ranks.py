@@ -43,11 +43,13 @@ def allreduce_sweep(rank: int, world_size: int, sizes: list[int], repeats: int =
             iters = max(1, min(20, (4 << 20) // nbytes))
             times: dict[str, list[float]] = {name: [] for name in sides}
             for repeat in range(repeats + 1):  # the first round is warm-up
-                for name, op in sides.items():
+                # Rotate who goes first, so no side always follows the same neighbour.
+                names = list(sides)[repeat % len(sides):] + list(sides)[:repeat % len(sides)]
+                for name in names:
                     dist.barrier()
                     start = time.perf_counter()
                     for _ in range(iters):
-                        op(tensor)
+                        sides[name](tensor)
                     if repeat:
                         times[name].append((time.perf_counter() - start) / iters)
             rows.append({"bytes": nbytes, **{name: median(_slowest(t)) for name, t in times.items()}})

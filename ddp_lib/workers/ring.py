@@ -31,6 +31,8 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     # tensor_split, unlike chunk, always gives world_size pieces: sizes differ by at most one
     # element, and some are empty when the tensor has fewer elements than there are ranks.
     chunks = list(torch.tensor_split(flat, world_size))
+    # One receive buffer for the whole call (chunk 0 is the largest), reused by every step.
+    buffer = torch.empty_like(chunks[0])
     bytes_sent = 0
 
     def exchange(send_index: int, recv_into: torch.Tensor) -> None:
@@ -49,7 +51,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     for step in range(world_size - 1):
         send_index = (rank - step) % world_size
         recv_index = (rank - step - 1) % world_size
-        incoming = torch.empty_like(chunks[recv_index])
+        incoming = buffer[:chunks[recv_index].numel()]
         exchange(send_index, incoming)
         chunks[recv_index].add_(incoming)
 
