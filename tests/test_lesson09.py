@@ -11,6 +11,7 @@ from ddp_lib.errors import WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
 from ddp_lib.launch import launch, spawn
+from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for
 from ddp_lib.workers.training_loop import evaluate_padded, rank0_evaluation, seeds_and_logging, train_loop
 
 
@@ -133,3 +134,51 @@ def test_the_lesson_starts_each_exercise_from_the_stub_the_tests_fail():
                if c.cell_type == "code" and c.source.startswith("%%writefile")}
     assert written["%%writefile my_work/lesson09_evaluate.py"].rstrip() == lesson09.EVALUATE_STUB.rstrip()
     assert written["%%writefile my_work/lesson09_train_step.py"].rstrip() == lesson09.TRAIN_STEP_STUB.rstrip()
+
+
+SPLIT_SETTINGS = {"split": dict(optimize_ddp=True), "whole": dict(optimize_ddp=False),
+                  "sequential": dict(model="sequential"), "cap_2mb": dict(bucket_cap_mb=2.0)}
+
+
+@pytest.fixture(scope="module")
+def compiled_runs() -> dict[str, list[dict]]:
+    """compiled_graphs on 2 ranks for each of SPLIT_SETTINGS (one job): {setting: [rank 0, rank 1]}."""
+    ranks = spawn(compiled_graphs_for, 2, kwargs=dict(settings=list(SPLIT_SETTINGS.values())), show_output=False)
+    return {name: [ranks[0][i], ranks[1][i]] for i, name in enumerate(SPLIT_SETTINGS)}
+
+
+def test_optimize_ddp_compiles_one_graph_per_ddp_bucket(compiled_runs):
+    for r in compiled_runs["split"]:
+        assert len(r["buckets"]) == 3 and r["allreduces_per_step"] == [1, 3]  # DDP rebuilt its buckets
+        # dynamo hands the pieces over in forward order; DDP fills buckets from the output back
+        assert [g["bytes"] for g in reversed(r["graphs"])] == r["buckets"]
+        assert sum(g["parameters"] for g in r["graphs"]) == len(list(DeepNet().parameters()))
+        assert r["max_diff"] < 1e-6
+
+
+def test_without_optimize_ddp_one_graph_holds_every_parameter(compiled_runs):
+    for r in compiled_runs["whole"]:
+        assert len(r["graphs"]) == 1 and r["graphs"][0]["bytes"] == sum(r["buckets"])
+        assert len(r["buckets"]) == 3  # DDP's buckets do not depend on the compile
+        assert r["max_diff"] < 1e-6
+
+
+def test_a_bare_sequential_under_ddp_gives_dynamo_no_graph(compiled_runs):
+    for r in compiled_runs["sequential"]:
+        assert r["graphs"] == [] and len(r["buckets"]) == 3
+
+
+def test_ddp_optimizer_first_bucket_is_1_mib_whatever_ddp_uses(compiled_runs):
+    for r in compiled_runs["cap_2mb"]:
+        first_from_output = r["graphs"][-1]["bytes"]
+        assert 2**20 <= first_from_output < r["buckets"][0]  # cut at 1 MiB; DDP's first bucket is ~2 MiB
+        assert [g["bytes"] for g in reversed(r["graphs"])] != r["buckets"]
+
+
+def test_a_bucket_below_1_mib_is_refused_by_torch_and_by_the_worker():
+    from torch._dynamo.backends.distributed import DDPOptimizer
+
+    with pytest.raises(AssertionError, match="First bucket"):
+        DDPOptimizer(bucket_bytes_cap=2**19, backend_compile_fn=lambda gm, example_inputs: gm.forward)
+    with pytest.raises(ValueError, match=r"bucket_cap_mb=0.5: .* at least 1"):
+        compiled_graphs(0, 2, bucket_cap_mb=0.5)

@@ -112,7 +112,8 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         max_norm: clip the gradient norm to this (None: no clipping).
         clip: "after_sync" clips the averaged gradient; "before_sync" (wrong) clips each rank's own
             gradient inside no_sync, then averages by hand.
-        compile: wrap the DDP model in torch.compile.
+        compile: wrap the DDP model in torch.compile (which, under DDP, compiles none of this
+            nn.Sequential: see compiled.py).
         hidden: width of the hidden layer.
 
     Returns {"rank", "losses" (per epoch, mean over all ranks' samples), "grad_norms" (this rank's
