@@ -139,6 +139,12 @@ def _positive_finite(value: object) -> bool:
 
 _POSITIVE = (_positive_finite, "a finite number above 0")
 
+# torch.compile backends a worker's ``compile_backend`` may name: those that run with torch alone,
+# on a CPU as on a GPU. torch._dynamo.list_backends() is no list to check against: by default it
+# leaves out aot_eager and eager (tagged "debug") and holds cudagraphs (CUDA only), openxla and tvm
+# (packages of their own); with exclude_tags=() it adds backends that fail on purpose, for torch's tests.
+COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
+
 RULES: dict[str, tuple[Callable[[object], bool], str]] = {
     "epochs": _whole(1),
     "steps": _whole(1),
@@ -153,6 +159,7 @@ RULES: dict[str, tuple[Callable[[object], bool], str]] = {
     "fail_at_epoch": _whole(0),
     "lr": _POSITIVE,
     "bucket_cap_mb": _POSITIVE,
+    "compile_backend": (COMPILE_BACKENDS.__contains__, f"one of {', '.join(map(repr, COMPILE_BACKENDS))}"),
 }
 
 

@@ -107,6 +107,8 @@ def test_bad_worker_options_exit_2_in_one_line(args, message, cli_in_process):
     (["ddp_run", "--per-rank-batch", "0"], "--per-rank-batch must be a whole number, 1 or more, got 0"),
     (["scratch_vs_torch", "--bucket-cap-mb", "0"], "--bucket-cap-mb must be a finite number above 0, got 0.0"),
     (["cli_workers:configured", "--batch-size", "0"], "--batch-size must be a whole number, 1 or more, got 0"),
+    (["ddp_lib.workers.training_loop:train_loop", "--compile", "--compile-backend", "tvm"],
+     "--compile-backend must be one of 'inductor', 'aot_eager', 'eager', got 'tvm'"),
 ])
 def test_worker_values_are_checked_before_any_process_starts(args, message, cli_in_process):
     refused_in_one_line(cli_in_process("run", args[0], "--world-size", "2", *args[1:]), message)

@@ -1,16 +1,17 @@
 """Lesson 09's workers and exercise checkers, run on 2 real gloo ranks."""
 
-import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
-from ddp_lib.errors import WorkerError
+from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
 from ddp_lib.launch import launch, spawn
+from ddp_lib.worker_params import COMPILE_BACKENDS
+from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for
 from ddp_lib.workers.training_loop import evaluate_padded, rank0_evaluation, seeds_and_logging, train_loop
 
 
@@ -72,11 +73,26 @@ def test_seeds_and_logging():
     assert job.stderr[1] == "[rank 1] WARNING my evaluation shard holds 1 padding duplicate(s)\n"
 
 
-@pytest.mark.skipif(not any(shutil.which(c) for c in ("g++", "c++", "clang++")), reason="no C++ compiler")
-def test_compiled_loop_equals_eager():
-    eager = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64), show_output=False)[0]
-    compiled = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64, compile=True), show_output=False)[0]
-    assert max(abs(a - b) for a, b in zip(eager["losses"], compiled["losses"])) < 1e-4
+def test_compiled_loop_compiles_its_model_and_equals_eager():
+    eager = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64), show_output=False)
+    compiled = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64, compile=True, compile_backend="aot_eager"),
+                     show_output=False)
+    # One graph per rank: LoopNet's parameters fit in one DDP bucket. A bare nn.Sequential gives 0.
+    assert [r["compiled_graphs"] for r in compiled] == [1, 1]
+    assert [r["compiled_graphs"] for r in eager] == [0, 0]
+    assert max(abs(a - b) for a, b in zip(eager[0]["losses"], compiled[0]["losses"])) < 1e-4
+    assert compiled[0]["params"] == compiled[1]["params"]
+
+
+def test_an_unknown_compile_backend_is_refused_before_any_process_starts():
+    with pytest.raises(LaunchInputError, match=r"^compile_backend must be one of 'inductor', 'aot_eager', "
+                                               r"'eager', got 'inductr'$"):
+        spawn(train_loop, 2, kwargs=dict(compile=True, compile_backend="inductr"), show_output=False)
+
+
+def test_the_accepted_compile_backends_are_torchs_own():
+    assert set(COMPILE_BACKENDS) <= set(torch._dynamo.list_backends(exclude_tags=()))
+    assert "aot_eager" not in torch._dynamo.list_backends()  # why the accepted names are a list of our own
 
 
 def _load(tmp_path, monkeypatch, name, source):
@@ -133,3 +149,51 @@ def test_the_lesson_starts_each_exercise_from_the_stub_the_tests_fail():
                if c.cell_type == "code" and c.source.startswith("%%writefile")}
     assert written["%%writefile my_work/lesson09_evaluate.py"].rstrip() == lesson09.EVALUATE_STUB.rstrip()
     assert written["%%writefile my_work/lesson09_train_step.py"].rstrip() == lesson09.TRAIN_STEP_STUB.rstrip()
+
+
+SPLIT_SETTINGS = {"split": dict(optimize_ddp=True), "whole": dict(optimize_ddp=False),
+                  "sequential": dict(model="sequential"), "cap_2mb": dict(bucket_cap_mb=2.0)}
+
+
+@pytest.fixture(scope="module")
+def compiled_runs() -> dict[str, list[dict]]:
+    """compiled_graphs on 2 ranks for each of SPLIT_SETTINGS (one job): {setting: [rank 0, rank 1]}."""
+    ranks = spawn(compiled_graphs_for, 2, kwargs=dict(settings=list(SPLIT_SETTINGS.values())), show_output=False)
+    return {name: [ranks[0][i], ranks[1][i]] for i, name in enumerate(SPLIT_SETTINGS)}
+
+
+def test_optimize_ddp_compiles_one_graph_per_ddp_bucket(compiled_runs):
+    for r in compiled_runs["split"]:
+        assert len(r["buckets"]) == 3 and r["allreduces_per_step"] == [1, 3]  # DDP rebuilt its buckets
+        # dynamo hands the pieces over in forward order; DDP fills buckets from the output back
+        assert [g["bytes"] for g in reversed(r["graphs"])] == r["buckets"]
+        assert sum(g["parameters"] for g in r["graphs"]) == len(list(DeepNet().parameters()))
+        assert r["max_diff"] < 1e-6
+
+
+def test_without_optimize_ddp_one_graph_holds_every_parameter(compiled_runs):
+    for r in compiled_runs["whole"]:
+        assert len(r["graphs"]) == 1 and r["graphs"][0]["bytes"] == sum(r["buckets"])
+        assert len(r["buckets"]) == 3  # DDP's buckets do not depend on the compile
+        assert r["max_diff"] < 1e-6
+
+
+def test_a_bare_sequential_under_ddp_gives_dynamo_no_graph(compiled_runs):
+    for r in compiled_runs["sequential"]:
+        assert r["graphs"] == [] and len(r["buckets"]) == 3
+
+
+def test_ddp_optimizer_first_bucket_is_1_mib_whatever_ddp_uses(compiled_runs):
+    for r in compiled_runs["cap_2mb"]:
+        first_from_output = r["graphs"][-1]["bytes"]
+        assert 2**20 <= first_from_output < r["buckets"][0]  # cut at 1 MiB; DDP's first bucket is ~2 MiB
+        assert [g["bytes"] for g in reversed(r["graphs"])] != r["buckets"]
+
+
+def test_a_bucket_below_1_mib_is_refused_by_torch_and_by_the_worker():
+    from torch._dynamo.backends.distributed import DDPOptimizer
+
+    with pytest.raises(AssertionError, match="First bucket"):
+        DDPOptimizer(bucket_bytes_cap=2**19, backend_compile_fn=lambda gm, example_inputs: gm.forward)
+    with pytest.raises(ValueError, match=r"bucket_cap_mb=0.5: .* at least 1"):
+        compiled_graphs(0, 2, bucket_cap_mb=0.5)

@@ -36,13 +36,13 @@ def _run_evaluate(rank: int, world_size: int, evaluate: Callable, seed: int = 0)
     from torch.utils.data import DistributedSampler
 
     from ddp_lib.process_group import process_group
-    from ddp_lib.workers.training_loop import EVAL_SEED, make_model, make_moons
+    from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, make_moons
 
     with process_group(rank, world_size):
         found = []
         for n_eval in EVAL_SIZES:
             torch.manual_seed(seed)
-            model = make_model()
+            model = LoopNet()
             dataset = make_moons(n_eval, seed=EVAL_SEED)
             with torch.no_grad():
                 right = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double()
@@ -122,10 +122,10 @@ def micro_batches_for(step: int, rank: int, world_size: int) -> list[tuple[torch
 def reference_params(world_size: int, divide: bool = True, clip: bool = True) -> torch.Tensor:
     """One process over the global batch (every rank's micro-batches): what the step must produce.
     ``divide``/``clip`` False give the results of the usual mistakes."""
-    from ddp_lib.workers.training_loop import make_model
+    from ddp_lib.workers.training_loop import LoopNet
 
     torch.manual_seed(0)
-    model = make_model()
+    model = LoopNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(STEPS):
         optimizer.zero_grad()
@@ -152,11 +152,11 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ddp_lib.process_group import process_group
-    from ddp_lib.workers.training_loop import make_model
+    from ddp_lib.workers.training_loop import LoopNet
 
     with process_group(rank, world_size):
         torch.manual_seed(0)
-        model = make_model()
+        model = LoopNet()
         ddp_model = DDP(model)
         state = {"all_reduces": 0}
         ddp_model.register_comm_hook(state, _counting_allreduce)

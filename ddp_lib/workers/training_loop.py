@@ -11,6 +11,7 @@ import logging
 import math
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import timedelta
 from typing import Literal
@@ -43,10 +44,24 @@ def make_moons(n_samples: int = 512, noise: float = 0.15, seed: int = 1234) -> T
     return TensorDataset(x[order], y[order])
 
 
-def make_model(hidden: int = 32, dropout: float = 0.0) -> nn.Sequential:
+class LoopNet(nn.Module):
     """Lesson 05's MoonsNet shape, Linear(2, hidden) -> ReLU -> Dropout -> Linear(hidden, 2); with the
-    same seed it starts from the same weights (dropout has none)."""
-    return nn.Sequential(nn.Linear(2, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 2))
+    same seed it starts from the same weights (dropout has none).
+
+    A class of its own, not an nn.Sequential, so that torch.compile sees its forward: under DDP,
+    dynamo meets the model's forward as a frame of its own, and skips the frames of torch.nn's
+    own modules (see compiled.py).
+    """
+
+    def __init__(self, hidden: int = 32, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2, hidden)
+        self.relu = nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(self.relu(self.fc1(x))))
 
 
 def recording_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -95,7 +110,7 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
                seed: int = 0, precision: Literal["fp32", "bf16", "fp16"] = "fp32",
                comm_hook: Literal["none", "allreduce", "bf16_compress"] = "none",
                max_norm: float | None = None, clip: Literal["after_sync", "before_sync"] = "after_sync",
-               compile: bool = False, hidden: int = 32) -> dict:
+               compile: bool = False, compile_backend: str = "inductor", hidden: int = 32) -> dict:
     """Lesson 05's training job with the parts a loop has today: autocast, gradient clipping,
     an exact evaluation, torch.compile and logging on rank 0.
 
@@ -113,12 +128,16 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         clip: "after_sync" clips the averaged gradient; "before_sync" (wrong) clips each rank's own
             gradient inside no_sync, then averages by hand.
         compile: wrap the DDP model in torch.compile.
+        compile_backend: torch.compile's backend: "inductor" (generates fused C++ or GPU kernels;
+            needs a C++ compiler on a CPU), "aot_eager" (traces forward and backward, runs them op
+            by op) or "eager" (runs the graphs dynamo captured as they are).
         hidden: width of the hidden layer.
 
     Returns {"rank", "losses" (per epoch, mean over all ranks' samples), "grad_norms" (this rank's
     norm before clipping, per step), "dtypes" (of parameters, logits, loss, gradients, and what the
     comm hook sent), "step_seconds" (per step), "accuracy" (held-out, exact), "scale" (the
-    GradScaler's final scale, or None), "params" (flattened)}.
+    GradScaler's final scale, or None), "params" (flattened), "compiled_graphs" (graphs handed to
+    the compile backend: with DDP, one per gradient bucket; 0 without compile)}.
     """
     with process_group(rank, world_size) as device:
         log = logging.getLogger("train_loop")
@@ -127,14 +146,19 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         dataset = make_moons()
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
-        model = make_model(hidden).to(device)
+        model = LoopNet(hidden).to(device)
         ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         hook_state: dict = {"sent": set()}
         if comm_hook == "allreduce":
             ddp_model.register_comm_hook(hook_state, recording_allreduce)
         elif comm_hook == "bf16_compress":
             ddp_model.register_comm_hook(hook_state, bf16_compress)
-        step_model = torch.compile(ddp_model) if compile else ddp_model
+        compiled_graphs: list[torch.fx.GraphModule] = []
+        if compile:
+            backend = counting_backend(compile_backend, compiled_graphs)
+            step_model = torch.compile(ddp_model, backend=backend)
+        else:
+            step_model = ddp_model
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled.
@@ -186,7 +210,20 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         return {"rank": rank, "losses": losses, "grad_norms": [round(n, 6) for n in grad_norms],
                 "dtypes": dtypes, "step_seconds": step_seconds, "accuracy": (counts[0] / counts[1]).item(),
                 "scale": scaler.get_scale() if scaler.is_enabled() else None,
-                "params": torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().tolist()}
+                "params": torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().tolist(),
+                "compiled_graphs": len(compiled_graphs)}
+
+
+def counting_backend(name: str, graphs: list[torch.fx.GraphModule]) -> Callable:
+    """torch.compile's backend ``name`` ("inductor", "aot_eager", ...), appending each graph dynamo
+    hands it to ``graphs``: with DDP and optimize_ddp, one graph per gradient bucket."""
+    compile_graph = torch._dynamo.lookup_backend(name)  # an unknown name: torch's InvalidBackend
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable:
+        graphs.append(gm)
+        return compile_graph(gm, example_inputs)
+
+    return backend
 
 
 def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
@@ -212,7 +249,7 @@ def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
     """
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
-        model = make_model().to(device).eval()
+        model = LoopNet().to(device).eval()
         dataset = make_moons(n_eval, seed=EVAL_SEED)
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False,
                                      drop_last=fix == "drop_last")
@@ -244,7 +281,7 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
     """
     with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
         torch.manual_seed(0)
-        model = make_model().to(device)
+        model = LoopNet().to(device)
         ddp_model = DDP(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         dataset = make_moons()
@@ -307,10 +344,10 @@ def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 1
     with process_group(rank, world_size):
         log = setup_logging(rank)
         torch.manual_seed(seed)  # the same initial weights on every rank
-        model = make_model(hidden=8, dropout=0.5)
+        model = LoopNet(hidden=8, dropout=0.5)
         init_checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
         torch.manual_seed(seed + rank)  # from here on, random streams differ between ranks
-        mask = (model[2](torch.ones(1, 8)) != 0).int().flatten().tolist()
+        mask = (model.dropout(torch.ones(1, 8)) != 0).int().flatten().tolist()
         log.info("model with %d parameters, seed %d, world size %d", sum(p.numel() for p in model.parameters()),
                  seed, world_size)
         padded = len(range(rank, math.ceil(n_eval / world_size) * world_size, world_size)) - len(
