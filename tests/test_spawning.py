@@ -17,9 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from ddp_lib.cli import main as cli_main
-from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import FORKSERVER_PRELOAD, launch, spawn
-from ddp_lib.spawn_tools import (
+from ddp_lib.demos.spawning import (
     capture_stderr,
     fork_after_threads,
     fork_while_lock_held,
@@ -28,6 +26,8 @@ from ddp_lib.spawn_tools import (
     start_time_table,
     time_start_methods,
 )
+from ddp_lib.errors import LaunchInputError, WorkerError
+from ddp_lib.launch import FORKSERVER_PRELOAD, launch, spawn
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import chatty, describe_rank, fail_on_rank, hello, noop, read_calls, record_args
 
@@ -90,7 +90,7 @@ def test_function_from_main_fails_under_raw_spawn_with_the_childs_attribute_erro
     # A python -c program has no main file for spawned children to re-run, like a notebook kernel.
     program = textwrap.dedent("""
         import torch.multiprocessing as mp
-        from ddp_lib.spawn_tools import capture_stderr
+        from ddp_lib.demos.spawning import capture_stderr
 
         def hello(rank, world_size):
             return rank

@@ -1,2 +1,2 @@
-"""Small workers that a lesson needs for one demonstration only (the lesson's main workers live
-in ``ddp_lib.workers``)."""
+"""Code that a lesson needs for one demonstration only: small workers, and lesson 02's look
+inside ``torch.multiprocessing`` (the lessons' main workers live in ``ddp_lib.workers``)."""

@@ -1,7 +1,7 @@
-"""Looking inside ``torch.multiprocessing`` for lesson 02: the loop that injects the rank, the
+"""Lesson 02: looking inside ``torch.multiprocessing``: the loop that injects the rank, the
 stderr of raw child processes, start-up time per start method, and why fork is fragile.
 
-Only the lessons need these; a training script does not.
+Only the lesson needs these; a training script does not.
 """
 
 from __future__ import annotations
