@@ -1,9 +1,18 @@
+import os
 import time
 from pathlib import Path
 
 import pytest
 
 from ddp_lib.workers.failures import process_alive
+
+TESTS = str(Path(__file__).parent)  # the test workers' modules (launcher_workers, cli_workers, ...)
+
+
+def pythonpath_with_tests() -> str:
+    """PYTHONPATH for a fresh interpreter that imports the test workers by name (its ranks get its
+    sys.path, so they find them too)."""
+    return os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
 
 
 def recorded_pids(pid_dir: Path) -> list[int]:

@@ -1,9 +1,66 @@
-"""Workers for the launcher's tests: ones that break the rules the launcher must survive."""
+"""Workers for the launcher's tests: ones that print, report what they were given, fail in
+ways lesson 07 does not show, or break the rules the launcher must survive.
+
+Ranks import this module by name: the launcher gives each rank the caller's ``sys.path``, where
+pytest has put this directory (a test that runs code in a fresh interpreter puts it on
+``PYTHONPATH``: see ``conftest.tests_on_path``).
+"""
 
 import os
 import subprocess
 import sys
 import time
+
+import torch
+import torch.distributed as dist
+
+from ddp_lib.process_group import process_group
+from ddp_lib.workers.failures import record_pid
+
+
+def talk(rank, world_size, lines=2, delay=0.0):
+    """Print ``lines`` lines to stdout and one to stderr; later ranks finish first when delay > 0."""
+    time.sleep(delay * (world_size - 1 - rank))
+    for i in range(lines):
+        print(f"line {i} from rank {rank}")
+    print(f"a warning from rank {rank}", file=sys.stderr)
+    return rank * 10
+
+
+def report_env(rank, world_size):
+    """The launch variables this rank sees, and its thread count."""
+    names = ("MASTER_ADDR", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS")
+    return {**{n: os.environ.get(n) for n in names}, "threads": torch.get_num_threads(),
+            "has_port": os.environ.get("MASTER_PORT", "").isdigit()}
+
+
+def hang_all(rank, world_size, pid_dir=None):
+    """Every rank sleeps for an hour (the caller interrupts or times out)."""
+    record_pid(rank, pid_dir)
+    time.sleep(3600)
+    return rank
+
+
+def exit_on_rank(rank, world_size, bad_rank=1, code=3):
+    """Rank ``bad_rank`` calls os._exit(code): no exception, no result."""
+    if rank == bad_rank:
+        os._exit(code)
+    return rank
+
+
+def raise_in_collective(rank, world_size, bad_rank=1):
+    """Rank ``bad_rank`` raises while the others wait for it in an all_reduce; their
+    collective then breaks too, but the launcher blames ``bad_rank``."""
+    with process_group(rank, world_size):
+        if rank == bad_rank:
+            raise ValueError(f"rank {rank} was told to fail")
+        dist.all_reduce(torch.ones(1))
+    return rank
+
+
+def raise_everywhere(rank, world_size):
+    """Every rank raises the same error at about the same moment."""
+    raise RuntimeError("every rank fails here")
 
 
 def set_own_port(rank, world_size, port):

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from conftest import pythonpath_with_tests
 from ddp_lib.workers import WORKERS
 
 
@@ -93,14 +94,11 @@ def test_the_same_worker_runs_under_torchrun():
     assert [r["result"] for r in results] == ours
 
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
-
-
 def cli_env(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m ddp_lib ARGS`` with ``env`` added to a clean environment (no rank variables)."""
     from ddp_lib.torchrun import clean_env
 
-    environ = clean_env({"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]), **env})
+    environ = clean_env({"PYTHONPATH": pythonpath_with_tests(), **env})
     return subprocess.run([sys.executable, "-m", "ddp_lib", *args], capture_output=True, text=True,
                           timeout=timeout, env=environ)
 
@@ -212,7 +210,7 @@ def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
 
     from ddp_lib.torchrun import clean_env
 
-    env = clean_env({"PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])})
+    env = clean_env({"PYTHONPATH": pythonpath_with_tests()})
     # Its own process group, as a terminal's foreground job: Ctrl-C sends SIGINT to all of it.
     proc = subprocess.Popen([sys.executable, "-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--world-size",
                              "2", "--pid-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -7,20 +7,18 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import pythonpath_with_tests
 from ddp_lib import cli
 from ddp_lib.errors import LaunchInputError
 from ddp_lib.worker_params import docstring_args, worker_params
 from ddp_lib.workers import WORKERS
 
-TESTS = str(Path(__file__).parent)
-
 
 def cli_run(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")]), **env}
+    environ = {**os.environ, "PYTHONPATH": pythonpath_with_tests(), **env}
     return subprocess.run([sys.executable, "-m", "ddp_lib", *args], capture_output=True, text=True,
                           timeout=timeout, env=environ)
 

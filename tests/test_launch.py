@@ -1,6 +1,7 @@
 """The launcher with real processes on gloo: results, output, errors, deadlines, clean-up."""
 
 import functools
+import os
 import signal
 import subprocess
 import sys
@@ -8,9 +9,10 @@ import textwrap
 import threading
 import time
 
+import launcher_workers
 import pytest
 
-from conftest import recorded_pids, wait_until_gone
+from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import launch, spawn
 from ddp_lib.workers import failures
@@ -18,19 +20,19 @@ from ddp_lib.workers.basic import demo_basic
 
 
 def test_results_come_back_in_rank_order_even_when_later_ranks_finish_first():
-    assert spawn(failures.talk, 3, (1, 0.3), show_output=False) == [0, 10, 20]
+    assert spawn(launcher_workers.talk, 3, (1, 0.3), show_output=False) == [0, 10, 20]
 
 
 def test_keyword_arguments_and_partials_reach_the_worker():
-    assert spawn(failures.talk, 2, kwargs=dict(lines=0, delay=0.0), show_output=False) == [0, 10]
+    assert spawn(launcher_workers.talk, 2, kwargs=dict(lines=0, delay=0.0), show_output=False) == [0, 10]
     # A partial's own arguments come first, the launch's args after them; keywords merge.
-    worker = functools.partial(failures.talk, lines=0)
+    worker = functools.partial(launcher_workers.talk, lines=0)
     assert spawn(worker, 2, (), kwargs=dict(delay=0.0), show_output=False) == [0, 10]
     assert spawn(functools.partial(failures.raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
 
 
 def test_output_is_captured_per_rank_and_printed_in_rank_order(capsys):
-    result = launch(failures.talk, 2, (2, 0.2))
+    result = launch(launcher_workers.talk, 2, (2, 0.2))
     assert result.stdout == ["line 0 from rank 0\nline 1 from rank 0\n", "line 0 from rank 1\nline 1 from rank 1\n"]
     assert result.stderr == ["a warning from rank 0\n", "a warning from rank 1\n"]
     out, err = capsys.readouterr()
@@ -40,15 +42,15 @@ def test_output_is_captured_per_rank_and_printed_in_rank_order(capsys):
 
 
 def test_show_output_stdout_only_and_off(capsys):
-    launch(failures.talk, 2, (1,), show_output="stdout")
+    launch(launcher_workers.talk, 2, (1,), show_output="stdout")
     out, err = capsys.readouterr()
     assert "[rank 1] line 0 from rank 1" in out and err == ""
-    launch(failures.talk, 2, (1,), show_output=False)
+    launch(launcher_workers.talk, 2, (1,), show_output=False)
     assert capsys.readouterr() == ("", "")
 
 
 def test_each_rank_gets_the_launch_environment():
-    envs = spawn(failures.report_env, 2)
+    envs = spawn(launcher_workers.report_env, 2)
     for rank, env in enumerate(envs):
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["has_port"]
         numbers = (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"])
@@ -57,7 +59,7 @@ def test_each_rank_gets_the_launch_environment():
 
 
 def test_extra_env_reaches_every_rank():
-    envs = spawn(failures.report_env, 2, env={"OMP_NUM_THREADS": 1})
+    envs = spawn(launcher_workers.report_env, 2, env={"OMP_NUM_THREADS": 1})
     assert [e["threads"] for e in envs] == [1, 1]
 
 
@@ -91,14 +93,14 @@ def test_a_worker_exception_names_the_rank_type_and_message(pid_dir):
 
 def test_the_rank_that_failed_first_is_blamed_not_the_peers_it_broke():
     with pytest.raises(WorkerError) as info:
-        spawn(failures.raise_in_collective, 3, (2,), show_output=False)
+        spawn(launcher_workers.raise_in_collective, 3, (2,), show_output=False)
     assert str(info.value) == "rank 2 raised ValueError: rank 2 was told to fail"
 
 
 def test_when_every_rank_fails_alike_the_lowest_rank_is_named_every_time():
     for _ in range(3):
         with pytest.raises(WorkerError) as info:
-            spawn(failures.raise_everywhere, 3, show_output=False)
+            spawn(launcher_workers.raise_everywhere, 3, show_output=False)
         assert info.value.rank == 0 and sorted(info.value.failures) == [0, 1, 2]
 
 
@@ -113,7 +115,7 @@ def test_a_killed_rank_is_named_and_the_others_are_stopped(pid_dir):
 
 def test_a_rank_that_exits_without_raising_is_named():
     with pytest.raises(WorkerError, match=r"^rank 0 exited with code 3 before returning a result$"):
-        spawn(failures.exit_on_rank, 2, (0, 3), show_output=False)
+        spawn(launcher_workers.exit_on_rank, 2, (0, 3), show_output=False)
 
 
 def test_the_deadline_turns_a_hang_into_an_error_and_stops_every_rank(pid_dir):
@@ -171,12 +173,14 @@ def test_other_start_methods_work(start_method):
 
 def _run_launcher_script(pid_dir, body: str) -> subprocess.Popen:
     script = textwrap.dedent(f"""
+        from launcher_workers import hang_all
+
         from ddp_lib.launch import spawn
-        from ddp_lib.workers.failures import hang_all
         if __name__ == "__main__":
             {body}
     """)
-    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
 
 
 def _wait_for_pids(pid_dir, count, proc, seconds=60):

@@ -12,7 +12,7 @@ import traceback
 import launcher_workers
 import pytest
 
-from conftest import recorded_pids, wait_until_gone
+from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import spawn
 from ddp_lib.workers import failures
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_a_worker_that_sets_its_own_port_fails_at_once_naming_the_variable():
-    spawn(failures.talk, 1, show_output=False)  # the forkserver's start-up is not what is timed
+    spawn(launcher_workers.talk, 1, show_output=False)  # the forkserver's start-up is not what is timed
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
         spawn(launcher_workers.set_own_port, 2, (12399,), timeout=120, show_output=False)
@@ -33,7 +33,7 @@ def test_a_long_wait_with_nobody_at_the_store_is_announced_once(capfd):
     spawn(failures.hang_on_rank, 2, (5,), timeout=60, show_output=False)  # no rank hangs: returns at once
     assert "no rank has reached the rendezvous store" not in capfd.readouterr().err
     with pytest.raises(LaunchTimeout):
-        spawn(failures.hang_all, 2, timeout=7, show_output=False)
+        spawn(launcher_workers.hang_all, 2, timeout=7, show_output=False)
     assert capfd.readouterr().err.count("no rank has reached the rendezvous store yet") == 1
 
 
@@ -121,12 +121,14 @@ def test_a_killed_caller_leaves_no_output_directory(tmp_path, pid_dir):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     script = textwrap.dedent(f"""
+        from launcher_workers import hang_all
+
         from ddp_lib.launch import spawn
-        from ddp_lib.workers.failures import hang_all
         if __name__ == "__main__":
             spawn(hang_all, 2, ({str(pid_dir)!r},))
     """)
-    proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(tmp)})
+    proc = subprocess.Popen([sys.executable, "-c", script],
+                            env={**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": pythonpath_with_tests()})
     end = time.monotonic() + 120
     while len(recorded_pids(pid_dir)) < 2:
         assert time.monotonic() < end and proc.poll() is None

@@ -21,18 +21,18 @@ def test_the_readme_import_line_gives_the_functions_and_the_modules_keep_working
         import ddp_lib.launch as launch_module
         import ddp_lib.process_group as pg
         from ddp_lib.process_group import setup, teardown
-        from ddp_lib.workers.failures import talk
+        from ddp_lib.workers.spawning import hello
 
         assert pg is process_group and launch_module is launch and pg.setup is setup
         if __name__ == "__main__":
-            print(spawn(talk, 2, kwargs=dict(lines=0), show_output=False))
-            print(launch(talk, 2, kwargs=dict(lines=0), show_output=False).results)
+            print(spawn(hello, 2, show_output=False))
+            print(launch(hello, 2, show_output=False).results)
             with process_group(0, 1) as device:
                 import torch.distributed as dist
                 print(dist.get_world_size(), device)
             print(launch_module.spawn is spawn)
     """)
-    assert out.splitlines() == ["[0, 10]", "[0, 10]", "1 cpu", "True"]
+    assert out.splitlines() == ["['hello from rank 0 of 2', 'hello from rank 1 of 2']"] * 2 + ["1 cpu", "True"]
 
 
 def test_the_module_imported_first_still_gives_a_callable_process_group():

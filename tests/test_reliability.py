@@ -1,13 +1,14 @@
 """Reliability with real processes: many launches, launches at once, and a notebook kernel
 interrupted or restarted while a job runs. (tools/reliability.py runs the longer checks.)"""
 
+import os
 import queue
 import threading
 import time
 
 import pytest
 
-from conftest import recorded_pids, wait_until_gone
+from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
 from ddp_lib.launch import spawn
 from ddp_lib.workers.basic import demo_basic
 from ddp_lib.workers.failures import process_alive
@@ -54,7 +55,7 @@ def test_ten_launches_at_once_never_collide_on_a_port():
 @pytest.fixture
 def kernel(tmp_path):
     km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(tmp_path))
+    km.start_kernel(cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
     client = km.client()
     client.start_channels()
     client.wait_for_ready(timeout=120)
@@ -63,7 +64,7 @@ def kernel(tmp_path):
     km.shutdown_kernel(now=True)
 
 
-HANG = "from ddp_lib.launch import spawn\nfrom ddp_lib.workers.failures import hang_all\nspawn(hang_all, 2, ({!r},))"
+HANG = "from ddp_lib.launch import spawn\nfrom launcher_workers import hang_all\nspawn(hang_all, 2, ({!r},))"
 
 
 def _start_hanging_job(client, pid_dir) -> list[int]:
@@ -95,7 +96,7 @@ def test_the_stop_button_stops_every_rank(kernel, pid_dir):
     assert wait_until_gone(pids) == []
     # The kernel is still usable, and a new launch works. (Right after an error ipykernel
     # aborts requests that were already queued, so an "aborted" reply is asked again.)
-    code = "from ddp_lib.workers.failures import talk\nassert spawn(talk, 2, show_output=False) == [0, 10]"
+    code = "from launcher_workers import talk\nassert spawn(talk, 2, show_output=False) == [0, 10]"
     for _ in range(5):
         reply = client.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
         if reply["content"]["status"] != "aborted":

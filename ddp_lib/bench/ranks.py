@@ -152,8 +152,17 @@ def timed_train(rank: int, world_size: int, epochs: int, batch_size: int = 16) -
     return time.perf_counter() - start
 
 
+def allreduce_once(rank: int, world_size: int) -> float:
+    """What ddp_lib's launcher starts in the launch and start-up benchmarks: join, all-reduce
+    1024 floats, leave."""
+    with process_group(rank, world_size):
+        t = torch.ones(1024)
+        dist.all_reduce(t)
+        return t[0].item()
+
+
 def plain_allreduce(i: int, world_size: int, port: int) -> None:
-    """What torch.multiprocessing.start_processes runs in the start-up benchmark: join on
+    """The same work under torch.multiprocessing (launch and start-up benchmarks): join on
     ``port`` (rank 0 hosts the store), all-reduce 1024 floats, leave."""
     os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)  # rank 0 must host the store itself
     with process_group(i, world_size, init_method=f"tcp://127.0.0.1:{port}"):

@@ -7,33 +7,25 @@ launcher (forkserver with torch preloaded), the four taken in turn in one run.
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
-import time
 
-import torch.multiprocessing as mp
-
-from ddp_lib.bench.launch import allreduce_once
-from ddp_lib.bench.ranks import plain_allreduce
+from ddp_lib.bench.launch import plain_launch
+from ddp_lib.bench.ranks import allreduce_once
 from ddp_lib.bench.report import run_main
-from ddp_lib.bench.stats import median
+from ddp_lib.bench.stats import median, time_in_turn
 from ddp_lib.launch import spawn
-from ddp_lib.process_group import free_port
 
 COLUMNS = [("world_size", "ranks", "d"), ("method", "started by", "s"), ("seconds", "median (s)", ".3f"),
            ("ratio", "vs ddp_lib", ".1f")]
-
-
-def _plain(start_method: str, world_size: int) -> None:
-    mp.start_processes(plain_allreduce, args=(world_size, free_port()), nprocs=world_size, join=True,
-                       start_method=start_method)
 
 
 def methods() -> dict:
     """The launchers to compare, by name: each a function of world_size that runs one job."""
     available = multiprocessing.get_all_start_methods()
     # ddp_lib first: whoever starts the process's one forkserver decides what it preloads.
-    found = {"ddp_lib": lambda ws: spawn(allreduce_once, ws, show_output=False)}
-    found.update({f"mp {m}": (lambda ws, m=m: _plain(m, ws))
+    found = {"ddp_lib": functools.partial(spawn, allreduce_once, show_output=False)}
+    found.update({f"mp {m}": functools.partial(plain_launch, start_method=m)
                   for m in ("spawn", "forkserver", "fork") if m in available})
     return found
 
@@ -47,15 +39,9 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
     launchers = {k: v for k, v in methods().items() if names is None or k in names or k == "ddp_lib"}
     rows = []
     for world_size in world_sizes:
-        times: dict[str, list[float]] = {name: [] for name in launchers}
-        for repeat in range(repeats + 1):  # round 0 warms up (forkserver's server, imports, caches)
-            for name, run in launchers.items():
-                if not repeat and name == "mp spawn":
-                    continue  # nothing to warm: every spawn starts from scratch
-                start = time.perf_counter()
-                run(world_size)
-                if repeat:
-                    times[name].append(time.perf_counter() - start)
+        # The warm-up round starts forkserver's server and fills caches; a spawn has nothing to warm.
+        times = time_in_turn({name: functools.partial(run, world_size) for name, run in launchers.items()},
+                             repeats, cold=("mp spawn",))
         ours = median(times["ddp_lib"])
         rows += [{"world_size": world_size, "method": name, "seconds": round(median(t), 4),
                   "ratio": round(median(t) / ours, 2)} for name, t in times.items()]

@@ -12,13 +12,18 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
-def median_seconds(run: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of ``run()`` over ``repeats`` calls, after ``warmup`` untimed calls."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return median(times)
+def time_in_turn(runs: dict[str, Callable[[], object]], repeats: int,
+                 cold: tuple[str, ...] = ()) -> dict[str, list[float]]:
+    """Wall seconds of each of ``runs`` (name -> call) in ``repeats`` rounds, one call of each
+    in turn per round, after one untimed warm-up round (which skips the names in ``cold``:
+    nothing to warm). Taken in turn, the sides share whatever else the machine is doing."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for repeat in range(repeats + 1):
+        for name, run in runs.items():
+            if not repeat and name in cold:
+                continue
+            start = time.perf_counter()
+            run()
+            if repeat:
+                times[name].append(time.perf_counter() - start)
+    return times
