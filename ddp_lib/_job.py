@@ -1,5 +1,6 @@
 """The processes of one launch: start the ranks, hear from each, print rank 0's output as it
-comes, stop whatever is left (each rank's own process group too) and read what they wrote.
+comes (a progress bar as one line updated in place), stop whatever is left (each rank's own
+process group too) and read what they wrote.
 
 ``ddp_lib.launch.run_job`` drives a :class:`Job`; this module knows nothing of stores or
 environments, only of processes, pipes and output files.
@@ -23,7 +24,7 @@ EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
 QUIET_NOTICE_S = 5.0  # with no rank at the rendezvous store after this long, say so (once)
 STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
-OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed while the job runs
+OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
 
 
 def pid_alive(pid: int) -> bool:
@@ -41,28 +42,102 @@ def _context(start_method: str):
     return multiprocessing.get_context(start_method)
 
 
-class LiveOutput:
-    """Prints rank 0's stdout while the job runs, whole lines only, labelled ``[rank 0]``."""
+_PREFIX = "[rank 0] "
 
-    def __init__(self, path: str):
+
+class _LiveStream:
+    """One of rank 0's output files, printed to ``target`` (this process's stdout or stderr) as it grows."""
+
+    def __init__(self, path: str, target):
         self.path = path
-        self.shown = ""  # what has been printed, so the rest can follow afterwards
-        self._offset = 0  # bytes of the file printed so far
+        self.target = target
+        self.offset = 0  # bytes of the file printed as whole lines
+        self.status = ""  # the unfinished line being redrawn (a progress bar), as on screen now
+        self.limit: int | None = None  # bytes past this are not shown (stacks written at the deadline)
 
-    def poll(self) -> None:
+    def take(self, final: bool) -> tuple[list[str], str]:
+        """The lines finished since the last call (each in its last state), and the unfinished
+        line if it is being redrawn ("" if none). ``final``: an unfinished line counts as finished."""
         try:
             with open(self.path, "rb") as f:
-                f.seek(self._offset)
+                f.seek(self.offset)
                 data = f.read()
         except FileNotFoundError:
-            return
-        cut = data.rfind(b"\n") + 1  # whole lines only; a partial line waits for its end
-        if cut:
-            self._offset += cut
-            text = _text(data[:cut])
-            self.shown += text
-            sys.stdout.write("".join(f"[rank 0] {line}\n" for line in text.splitlines()))
-            sys.stdout.flush()
+            return [], ""
+        if self.limit is not None:
+            data = data[:max(0, self.limit - self.offset)]
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        self.offset += cut
+        parts = _decode(data[:cut]).split("\n")
+        if parts[-1] == "":
+            parts.pop()
+        lines = [line for line in map(_last_state, parts) if line is not None]
+        partial = data[cut:]
+        # Only a redrawn line is shown before it ends; other text waits for its newline. (An
+        # incomplete UTF-8 character at the end waits too.)
+        status = _last_state(partial.decode("utf-8", errors="ignore")) or "" if b"\r" in partial else ""
+        return lines, status
+
+    def write(self, text: str) -> None:
+        self.target.write(text)
+        self.target.flush()
+
+
+class LiveOutput:
+    """Prints rank 0's stdout (and stderr) while the job runs, labelled ``[rank 0]``: each line
+    once it ends, and an unfinished line that the rank redraws with carriage returns (a progress
+    bar such as tqdm's) as one line updated in place, as a terminal and Jupyter show ``\r``.
+
+    Jupyter shows stdout and stderr apart. In a terminal they share the screen: a bar shown on
+    one is wiped while lines are printed on the other, then drawn again below them.
+    """
+
+    def __init__(self, stdout_path: str, stderr_path: str | None = None):
+        self.streams = [_LiveStream(stdout_path, sys.stdout)]
+        if stderr_path is not None:
+            self.streams.append(_LiveStream(stderr_path, sys.stderr))
+        self.shared_screen = len(self.streams) > 1 and all(_isatty(s.target) for s in self.streams)
+
+    def poll(self, final: bool = False) -> None:
+        """Print what rank 0 wrote since the last poll. ``final``: the job is over, so an
+        unfinished last line is printed as a line."""
+        for stream in self.streams:
+            lines, status = stream.take(final)
+            if lines or status != stream.status:
+                self._show(stream, lines, status)
+
+    def stop_stderr_at(self, limit: int | None) -> None:
+        """Show none of rank 0's stderr past byte ``limit`` (where stacks written at the deadline begin)."""
+        if len(self.streams) > 1:
+            self.streams[1].limit = limit
+
+    def _show(self, stream: _LiveStream, lines: list[str], status: str) -> None:
+        others = [s for s in self.streams if s is not stream and s.status] if self.shared_screen else []
+        for other in others:
+            other.write(_wipe(other.status))
+        text = "".join(f"{_PREFIX}{line}\n" for line in lines) + (f"{_PREFIX}{status}" if status else "")
+        if stream.status:  # this stream's bar is on screen: write over it from the start of its line
+            first, newline, rest = text.partition("\n")
+            text = f"\r{first.ljust(len(_PREFIX + stream.status))}{newline}{rest}" if text else _wipe(stream.status)
+        stream.write(text)
+        stream.status = status
+        for other in others:
+            if status:  # this bar now holds the bottom line; the other is drawn again at its next change
+                other.status = ""
+            else:
+                other.write(f"{_PREFIX}{other.status}")
+
+
+def _wipe(status: str) -> str:
+    """Carriage return, spaces over the bar, carriage return: its line left empty."""
+    return "\r" + " " * len(_PREFIX + status) + "\r"
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
 
 
 class Job:
@@ -240,7 +315,9 @@ class Job:
         if self.lifeline is not None:
             self.lifeline.close()
         if self.live:
-            self.live.poll()
+            # The rest of rank 0's output, up to any stacks written at the deadline (they go in the error).
+            self.live.stop_stderr_at(self.stack_starts.get(0))
+            self.live.poll(final=True)
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
         # A stack written at the deadline goes in the error, not in the rank's stderr: it
@@ -266,9 +343,28 @@ def _read(path: str, limit: int | None = None) -> str:
     return _text(data)
 
 
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+
+
+def _last_state(line: str) -> str | None:
+    """A line as a terminal leaves it: of a line redrawn with carriage returns (a progress bar),
+    its last non-blank state; None if it was wiped (spaces over it, as a bar that clears itself)."""
+    if "\r" not in line:
+        return line
+    states = [state for state in line.split("\r") if state.strip()]
+    return states[-1] if states else None
+
+
 def _text(data: bytes) -> str:
-    # As a file opened in text mode reads: universal newlines.
-    return data.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    """A rank's output as it would stay on screen: each line redrawn with carriage returns in its
+    last state (a progress bar's hundreds of updates are one line), wiped lines left out."""
+    text = _decode(data)
+    if "\r" not in text:
+        return text
+    *lines, rest = text.split("\n")
+    kept = "".join(f"{line}\n" for line in map(_last_state, lines) if line is not None)
+    return kept + (_last_state(rest) or "")
 
 
 def _describe_exit(exitcode: int | None, started: bool = True) -> str:

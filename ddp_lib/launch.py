@@ -10,9 +10,10 @@ loopback, on a port the OS picks and the launcher holds), so workers must not ov
 MASTER_ADDR or MASTER_PORT (a rank that does fails at once, saying so). ``ddp_lib.mp.spawn``
 is the drop-in for ``torch.multiprocessing.spawn`` that leaves the store to the worker.
 
-Each rank's stdout and stderr go to files. Rank 0's stdout is printed as it comes, the rest
-afterwards, from this process, in rank order, labelled ``[rank N]``: the same in JupyterLab,
-under nbval and in a terminal.
+Each rank's stdout and stderr go to files. Rank 0's are printed as they come (a progress bar
+redrawn with carriage returns as one line updated in place), the other ranks' afterwards, from
+this process, in rank order, labelled ``[rank N]``: the same in JupyterLab, under nbval and in a
+terminal.
 """
 
 from __future__ import annotations
@@ -103,15 +104,18 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         specs = [_child.RankSpec(r, world_size, fn_ref, args_blob, pass_world_size, envs[r],
                                  os.path.join(logdir, f"rank{r}.out"), os.path.join(logdir, f"rank{r}.err"),
                                  list(sys.path), os.getcwd(), logdir, store_env) for r in range(world_size)]
-        job = Job(specs, start_method, LiveOutput(specs[0].stdout_path) if show_output else None, store)
+        live = None
+        if show_output:
+            live = LiveOutput(specs[0].stdout_path, specs[0].stderr_path if show_output is True else None)
+        job = Job(specs, start_method, live, store)
         try:
             job.start()
             job.wait(timeout)
         finally:
             job.stop()
         outputs = job.read_outputs()
-    if show_output:
-        _show(outputs, with_stderr=show_output is True, already_shown=job.live.shown if job.live else "")
+    if show_output:  # rank 0's has been shown as it came
+        _show({r: out for r, out in outputs.items() if r != 0}, with_stderr=show_output is True)
     if job.failures:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
@@ -215,11 +219,9 @@ if "forkserver" in multiprocessing.get_all_start_methods():
     multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
 
 
-def _show(outputs: dict[int, tuple[str, str]], with_stderr: bool, already_shown: str = "") -> None:
+def _show(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> None:
     for rank in sorted(outputs):
         out, err = outputs[rank]
-        if rank == 0 and out.startswith(already_shown):
-            out = out[len(already_shown):]
         for text, stream in ((out, sys.stdout), (err if with_stderr else "", sys.stderr)):
             if text:
                 stream.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))

@@ -15,6 +15,22 @@ def pythonpath_with_tests() -> str:
     return os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
 
 
+def screen(text: str) -> list[str]:
+    """The lines a terminal shows after printing ``text``: a carriage return goes back to the
+    start of the line, and what follows overwrites it (trailing spaces dropped)."""
+    lines, line, column = [], [], 0
+    for char in text:
+        if char == "\n":
+            lines.append("".join(line).rstrip())
+            line, column = [], 0
+        elif char == "\r":
+            column = 0
+        else:
+            line[column:column + 1] = [char]
+            column += 1
+    return lines + (["".join(line).rstrip()] if "".join(line).strip() else [])
+
+
 def recorded_pids(pid_dir: Path) -> list[int]:
     return [int(p.read_text()) for p in sorted(pid_dir.glob("rank*.pid"))]
 

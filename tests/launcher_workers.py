@@ -114,6 +114,16 @@ def raise_bad_message(rank, world_size):
     return rank
 
 
+def redraw_a_line(rank, world_size, steps=4, pause=0.3):
+    """Every rank redraws one line of stderr with carriage returns, as a progress bar does
+    ("step 1/4", "step 2/4", ...), then ends it with a newline."""
+    for step in range(1, steps + 1):
+        print(f"\rstep {step}/{steps}", end="", file=sys.stderr, flush=True)
+        time.sleep(pause)
+    print(file=sys.stderr, flush=True)
+    return rank
+
+
 def print_then_wait(rank, world_size, seconds):
     """Rank 0 prints a line at once and then works for ``seconds``."""
     if rank == 0:

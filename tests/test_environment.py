@@ -42,9 +42,9 @@ def test_torch_is_pinned_to_the_release_the_notebooks_were_executed_with():
     assert torch == ['torch==2.13.0+cpu ; sys_platform == "linux"', 'torch==2.13.0 ; sys_platform != "linux"']
 
 
-def test_the_runtime_needs_only_torch_and_numpy():
+def test_the_runtime_needs_only_torch_numpy_and_tqdm():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert sorted(map(requirement_name, project["dependencies"])) == ["numpy", "torch"]
+    assert sorted(map(requirement_name, project["dependencies"])) == ["numpy", "torch", "tqdm"]
 
 
 def test_environment_yml_installs_the_project_with_the_same_pins():

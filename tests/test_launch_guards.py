@@ -12,9 +12,10 @@ import traceback
 import launcher_workers
 import pytest
 
-from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
+from conftest import pythonpath_with_tests, recorded_pids, screen, wait_until_gone
+from ddp_lib._job import LiveOutput
 from ddp_lib.errors import LaunchTimeout, WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.launch import launch, spawn
 from ddp_lib.workers import failures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -158,9 +159,8 @@ def test_rank_0s_output_shows_while_the_job_runs(tmp_path):
         if __name__ == "__main__":
             spawn(print_then_wait, 2, (4,))
     """))
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, tests_dir])})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, pythonpath_with_tests()])})
     first = proc.stdout.readline()
     seen_at = time.monotonic()
     rest = proc.stdout.read()
@@ -169,3 +169,56 @@ def test_rank_0s_output_shows_while_the_job_runs(tmp_path):
     assert first == "[rank 0] early line from rank 0\n"
     assert ended_at - seen_at > 2  # printed while rank 0 still had 4 s to go
     assert rest.splitlines() == ["[rank 0] late line from rank 0", "[rank 1] late line from rank 1"]
+
+
+def test_a_line_redrawn_with_carriage_returns_shows_as_one_line_updated_in_place(capsys):
+    # As a progress bar draws itself (tqdm writes "\r" and the new state, no newline until it closes).
+    result = launch(launcher_workers.redraw_a_line, 2, (4, 0.3))
+    assert result.stderr == ["step 4/4\n", "step 4/4\n"]  # each rank's line in its last state
+    err = capsys.readouterr().err
+    assert screen(err) == ["[rank 0] step 4/4", "[rank 1] step 4/4"]
+    # Rank 0's line was drawn while the job ran, each state over the last (carriage returns, no
+    # newline in between); rank 1's was printed once, in its last state, after the job.
+    assert err.count("\n") == 2 and err.count("[rank 0] step") >= 2 and err.count("[rank 1]") == 1
+
+
+class _Stream:
+    """Where the launcher prints: a terminal (stdout and stderr on one screen) or not (Jupyter)."""
+
+    def __init__(self, tty: bool):
+        self.text, self.tty = "", tty
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize("terminal", [True, False], ids=["terminal", "jupyter"])
+def test_a_bar_on_stderr_stays_one_line_below_the_lines_printed_on_stdout(tmp_path, monkeypatch, terminal):
+    out_path, err_path = tmp_path / "rank0.out", tmp_path / "rank0.err"
+    out = _Stream(terminal)
+    err = out if terminal else _Stream(False)
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    live = LiveOutput(str(out_path), str(err_path))
+    seen = []
+    for path, text in [(err_path, "\rtrain 1/3"), (out_path, "epoch 1\n"), (err_path, "\rtrain 2/3"),
+                       (out_path, "epoch 2\n"), (err_path, "\rtrain 3/3\n")]:
+        with open(path, "a") as f:
+            f.write(text)
+        live.poll(final=text.endswith("3/3\n"))
+        seen.append(screen(out.text if terminal else err.text))
+    if terminal:  # one screen: the lines above, the bar on the bottom line, never a stale copy of it
+        assert seen == [["[rank 0] train 1/3"],
+                        ["[rank 0] epoch 1", "[rank 0] train 1/3"],
+                        ["[rank 0] epoch 1", "[rank 0] train 2/3"],
+                        ["[rank 0] epoch 1", "[rank 0] epoch 2", "[rank 0] train 2/3"],
+                        ["[rank 0] epoch 1", "[rank 0] epoch 2", "[rank 0] train 3/3"]]
+    else:  # each stream in its own output area: the bar's redraws go to stderr untouched by stdout's lines
+        assert err.text == "[rank 0] train 1/3\r[rank 0] train 2/3\r[rank 0] train 3/3\n"
+        assert out.text == "[rank 0] epoch 1\n[rank 0] epoch 2\n"

@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from conftest import screen
 from ddp_lib.checkpoint import (
     latest_checkpoint,
     list_checkpoints,
@@ -191,3 +192,32 @@ def test_cli_runs_the_worker_and_prints_json():
     assert [r["rank"] for r in results] == [0, 1] and len(results[0]["losses"]) == 2
     assert "[rank 0] epoch  2/2 [####################] loss" in proc.stdout
 
+
+
+# tqdm's last state of rank 0's bar: 2 epochs of 16 steps (512 samples, 2 ranks x 16 per step).
+FINAL_BAR = re.compile(r"train: 100%\|.+\| 32/32 \[.+step/s, epoch 2/2, loss 0\.\d{4}\]")
+
+
+def test_progress_draws_a_bar_on_rank_0s_stderr_only_and_changes_no_result(capsys):
+    plain = spawn(train, 2, kwargs=dict(epochs=2), show_output=False)
+    job = launch(train, 2, kwargs=dict(epochs=2, progress=True))
+    for with_bar, without in zip(job.results, plain):
+        assert (with_bar["losses"], with_bar["checksum"], with_bar["params"]) == (
+            without["losses"], without["checksum"], without["params"])
+    assert FINAL_BAR.fullmatch(job.stderr[0].rstrip("\n")) and job.stderr[0].count("\n") == 1
+    assert job.stderr[1] == "" and job.stdout == ["", ""]  # the bar replaces rank 0's line per epoch
+    live = capsys.readouterr().err
+    (line,) = screen(live)  # one line on screen, however many times it was redrawn
+    assert line.startswith("[rank 0] ") and FINAL_BAR.fullmatch(line.removeprefix("[rank 0] "))
+
+
+def test_cli_progress_flag_draws_the_bar_and_keeps_the_json():
+    plain = spawn(train, 2, kwargs=dict(epochs=2), show_output=False)
+    # Bytes, not text=True: universal newlines would turn each carriage return into a newline.
+    proc = subprocess.run([sys.executable, "-m", "ddp_lib", "run", "train", "--world-size", "2", "--epochs", "2",
+                           "--progress", "--json"], capture_output=True, timeout=120)
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert [r["losses"] for r in json.loads(out.splitlines()[-1])] == [r["losses"] for r in plain]
+    (line,) = screen(err)  # rank 0's bar alone, as one line; nothing from rank 1
+    assert FINAL_BAR.fullmatch(line.removeprefix("[rank 0] "))

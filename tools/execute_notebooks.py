@@ -3,11 +3,13 @@
     python tools/execute_notebooks.py notebooks/*.ipynb
 
 This is how notebooks are committed: with outputs, execution counts 1, 2, 3, ..., the generic
-``python3`` kernelspec, and no metadata that changes from machine to machine.
+``python3`` kernelspec, no metadata that changes from machine to machine, and a progress bar's
+many redraws stored as the one line Jupyter shows.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,6 +20,27 @@ from nbclient import NotebookClient
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
 
+# A line's text up to a carriage return that more text on the same line overwrites.
+_OVERWRITTEN = re.compile(r"[^\n]*\r(?=[^\n])")
+
+
+def redraws_resolved(outputs: list) -> list:
+    """Stream outputs as Jupyter shows them: a piece that redraws a line with carriage returns
+    (a progress bar, sent as many pieces) joined to the stream before it, and each redrawn line
+    kept in its last state only."""
+    kept = []
+    for out in outputs:
+        if (out.get("output_type") == "stream" and kept and kept[-1].get("output_type") == "stream"
+                and kept[-1]["name"] == out["name"] and _OVERWRITTEN.search(kept[-1]["text"][-1:] + out["text"])):
+            kept[-1]["text"] += out["text"]
+        else:
+            kept.append(out)
+    for out in kept:
+        if out.get("output_type") == "stream":
+            out["text"] = _OVERWRITTEN.sub("", out["text"])
+    return kept
+
+
 def normalise(nb: nbformat.NotebookNode) -> None:
     nb.metadata = nbformat.from_dict({
         "kernelspec": KERNELSPEC,
@@ -26,6 +49,8 @@ def normalise(nb: nbformat.NotebookNode) -> None:
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # per-cell timestamps
         cell.metadata.pop("widgets", None)
+        if cell.cell_type == "code":
+            cell.outputs = redraws_resolved(cell.outputs)
 
 
 def execute(path: Path) -> float:

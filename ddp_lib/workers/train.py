@@ -1,12 +1,14 @@
 """A complete small training job under DDP: generated data, a small classifier, sharded
-batches, averaged loss metrics, a progress line on rank 0, checkpoints on rank 0 and resume.
+batches, averaged loss metrics, a progress line on rank 0 (or, for long jobs, a tqdm bar),
+checkpoints on rank 0 and resume.
 
     spawn(train, 2, kwargs=dict(epochs=8, batch_size=16, lr=0.1, seed=0))
     torchrun --nproc-per-node 2 -m ddp_lib run train --epochs 8 --json
+    python -m ddp_lib run train --world-size 2 --epochs 200 --progress
 
-Everything the job needs is in this file and ``process_group.py``, so the two can be copied
-into a project and run there; ``ddp_lib.data``, ``ddp_lib.models`` and ``ddp_lib.checkpoint``
-name the same functions.
+Everything the job needs is in this file and ``process_group.py`` (and tqdm for the bar), so
+the two can be copied into a project and run there; ``ddp_lib.data``, ``ddp_lib.models`` and
+``ddp_lib.checkpoint`` name the same functions.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import tempfile
+import threading
 import warnings
 from typing import Literal, get_args
 
@@ -201,9 +205,21 @@ def progress_line(epoch: int, epochs: int, loss: float, width: int = 20) -> str:
     return f"epoch {epoch:>2}/{epochs} [{'#' * done}{'-' * (width - done)}] loss {loss:.4f}"
 
 
+def progress_bar(steps: int):
+    """A tqdm bar over ``steps`` training steps on stderr, for rank 0 of a long job. Under a
+    launcher that captures output (ddp_lib's, torchrun's) stderr is a file: the bar's updates
+    are carriage returns in it, which ddp_lib's launcher shows as one line updated in place."""
+    from tqdm import tqdm  # imported here: only a job with a bar needs tqdm installed
+
+    # One bar in this process: a thread lock is enough. tqdm's default adds a multiprocessing
+    # lock, a semaphore that a process ending with os._exit (as ddp_lib's ranks do) never frees.
+    tqdm.set_lock(threading.RLock())
+    return tqdm(total=steps, desc="train", unit="step", file=sys.stderr)
+
+
 def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr: float = 0.1,
           seed: int = 0, checkpoint_dir: str | None = None, resume: bool = False, set_epoch: bool = True,
-          norm: Norm = "none", fail_at_epoch: int = 0, keep_last: int | None = None) -> dict:
+          norm: Norm = "none", fail_at_epoch: int = 0, keep_last: int | None = None, progress: bool = False) -> dict:
     """Train MoonsNet with SGD (momentum 0.9) under DDP.
 
     Args:
@@ -217,6 +233,7 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
         norm: "none", "batch" (BatchNorm1d, this rank's statistics) or "sync" (statistics of the global batch).
         fail_at_epoch: the last rank raises on reaching this epoch (1-based), on a first attempt only (0: never).
         keep_last: keep only this many newest checkpoints (None: keep all).
+        progress: a tqdm bar over the steps on rank 0's stderr (last epoch, its loss) instead of a line per epoch.
 
     Returns {"rank", "attempt" (torchrun's restart count), "start_epoch", "losses" (one per epoch
     so far, averaged over all ranks), "order" (the first sample indices this rank read in each
@@ -260,6 +277,7 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
 
         restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         order = []
+        bar = progress_bar(max(0, epochs - start_epoch) * len(loader)) if progress and rank == 0 else None
         for epoch in range(start_epoch, epochs):
             if epoch + 1 == fail_at_epoch and restart == 0 and rank == world_size - 1:
                 raise RuntimeError(f"injected failure at epoch {epoch + 1} on rank {rank}")
@@ -276,11 +294,16 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
                 optimizer.step()
                 totals[0] += loss.detach().double() * len(y)
                 totals[1] += len(y)
+                if bar is not None:
+                    bar.update()
             # The epoch's loss over every rank's samples, not just this rank's shard.
             dist.all_reduce(totals)
             losses.append(round((totals[0] / totals[1]).item(), 6))
             if rank == 0:
-                print(progress_line(epoch + 1, epochs, losses[-1]), flush=True)
+                if bar is None:
+                    print(progress_line(epoch + 1, epochs, losses[-1]), flush=True)
+                else:
+                    bar.set_postfix_str(f"epoch {epoch + 1}/{epochs}, loss {losses[-1]:.4f}")
                 if checkpoint_dir:
                     # The unwrapped module: keys without "module.", loadable with or without DDP.
                     save_checkpoint(checkpoint_dir, epoch + 1, {
@@ -289,6 +312,8 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
             if checkpoint_dir:
                 dist.barrier()  # nobody reads or crashes past a checkpoint rank 0 has not finished
 
+        if bar is not None:
+            bar.close()
         params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
         return {"rank": rank, "attempt": restart, "start_epoch": start_epoch, "losses": losses, "order": order,
                 "checksum": param_checksum(model), "params": params.tolist()}
