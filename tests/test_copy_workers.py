@@ -138,23 +138,44 @@ def test_every_listed_worker_has_a_job_and_a_row_in_the_readme_table():
         assert files[0] == f"{module}.py" and len(files) <= 2, (module, files)  # at most one helper
 
 
+# Imported only inside the function that needs it, for an option the README's row names:
+# train(progress=True) draws a tqdm bar. A copy runs without it otherwise.
+OPTIONAL_IMPORTS = {"train": {"tqdm"}}
+
+
+def _imports(tree: ast.AST, in_function: bool = False):
+    """(node, inside a function body) for every import in ``tree``."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, in_function
+        yield from _imports(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
 def test_copied_files_import_only_torch_the_standard_library_and_each_other():
     for module, files in copy_table().items():
         names = {f.removesuffix(".py") for f in files}
         for file in files:
             source = (PACKAGE / ("workers" if file == f"{module}.py" else "") / file).read_text()
-            for node in ast.walk(ast.parse(source)):
+            for node, in_function in _imports(ast.parse(source)):
                 if isinstance(node, ast.Import):
                     roots = [alias.name.split(".")[0] for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                elif node.level == 0:
                     roots = [node.module.split(".")[0]]
                     if roots == ["ddp_lib"]:  # the try branch the copy falls back from
                         assert node.module.rsplit(".", 1)[-1] in names, (file, node.module)
                         continue
                 else:
                     continue
+                optional = OPTIONAL_IMPORTS.get(file.removesuffix(".py"), set()) if in_function else set()
                 for root in roots:
-                    assert root in sys.stdlib_module_names or root in {"torch"} | names, (file, root)
+                    assert root in sys.stdlib_module_names or root in {"torch"} | names | optional, (file, root)
+
+
+def test_an_optional_import_is_named_in_the_readme_row():
+    rows = (REPO / "README.md").read_text().split("### Copying a worker into your project", 1)[1]
+    for module, extras in OPTIONAL_IMPORTS.items():
+        row = next(line for line in rows.splitlines() if line.startswith(f"| `ddp_lib/workers/{module}.py` |"))
+        assert all(f"pip install {extra}" in row for extra in extras), row
 
 
 @pytest.fixture(scope="module")
