@@ -75,7 +75,7 @@ class _LiveStream:
         partial = data[cut:]
         # Only a redrawn line is shown before it ends; other text waits for its newline. (An
         # incomplete UTF-8 character at the end waits too.)
-        status = _last_state(partial.decode("utf-8", errors="ignore")) or "" if b"\r" in partial else ""
+        status = (_last_state(partial.decode("utf-8", errors="ignore")) or "") if b"\r" in partial else ""
         return lines, status
 
     def write(self, text: str) -> None:
