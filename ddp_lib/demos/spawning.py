@@ -165,7 +165,7 @@ def _matmul_in_child(answer) -> None:
     answer.put(_matmul())
 
 
-def fork_after_threads(threads: int = 2, wait: float = 5.0) -> str:
+def fork_after_threads(threads: int = 2, wait: float = 2.0) -> str:
     """Use torch's intra-op thread pool (``threads`` threads) in this process, then fork a child
     that multiplies two matrices. Returns "finished" or "hung" (the child is then killed)."""
     old = torch.get_num_threads()
