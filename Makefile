@@ -19,7 +19,7 @@ LINTED := ddp_lib tests tools notebooks
 # Tests run on $(JOBS) processes (pytest-xdist); conftest.py keeps each file and each notebook on one
 # of them, in order, and keeps apart the files that share a port or the machine's network namespaces.
 JOBS ?= 2
-PARALLEL := -n $(JOBS) --dist loadgroup
+PARALLEL := -n $(JOBS) --dist loadfile
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: install test test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git clean

@@ -48,7 +48,7 @@ def kind_of(source: str) -> str:
 
 
 def nbval_seconds(*paths: Path, jobs: int = 1) -> float:
-    parallel = ["-n", str(jobs), "--dist", "loadgroup"] if jobs > 1 else []
+    parallel = ["-n", str(jobs), "--dist", "loadfile"] if jobs > 1 else []
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "pytest", *parallel, *map(str, paths), *NBVAL], cwd=ROOT,
                          capture_output=True, text=True)
