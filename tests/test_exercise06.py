@@ -25,7 +25,8 @@ def test_the_lessons_stub_fails_and_says_why(tmp_path):
     (tmp_path / "lesson06_stub.py").write_text(stub[len(WRITEFILE):])
     report = check_launch_info("lesson06_stub:launch_info", directory=str(tmp_path))
     assert not report.passed
-    assert report.lines == ["FAIL the job failed: rank 0 raised NotImplementedError: write launch_info"]
+    assert report.lines == [
+        "FAIL the job failed: NotImplementedError: write launch_info (the same on every rank that reported)"]
 
 
 def test_the_worked_solution_passes():
@@ -66,5 +67,10 @@ def test_two_ranks_errors_on_one_line_are_read_apart():
     from ddp_lib.exercises.lesson06 import _first_failure
 
     # torchrun's children share one stderr: two ranks writing at once can share a line.
-    stderr = "[rank1]: NotImplementedError: write launch_info[rank0]: NotImplementedError: write launch_info\n"
+    stderr = "[rank1]: ValueError: bad local rank[rank0]: NotImplementedError: write launch_info\n"
     assert _first_failure(stderr, 1) == "rank 0 raised NotImplementedError: write launch_info"
+    # Whichever ranks got to report the same error, the report reads the same.
+    for stderr in ("[rank1]: NotImplementedError: write launch_info\n",
+                   "[rank0]: NotImplementedError: write launch_info[rank3]: NotImplementedError: write launch_info\n"):
+        assert _first_failure(stderr, 1) == ("NotImplementedError: write launch_info "
+                                             "(the same on every rank that reported)")

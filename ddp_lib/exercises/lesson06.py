@@ -43,18 +43,22 @@ def find_problems(results: list, nnodes: int, nproc_per_node: int) -> list[str]:
 
 
 def _first_failure(stderr: str, returncode: int) -> str:
-    """The lowest rank's exception, as ``rank N raised Type: message``, from torchrun's stderr
-    (each rank's lines are prefixed ``[rankN]:``)."""
+    """What the ranks raised, from torchrun's stderr (each rank's lines are prefixed
+    ``[rankN]:``): ``Type: message`` when every rank that got to report raised the same, else the
+    lowest rank's, as ``rank N raised Type: message``. torchrun stops the other ranks as soon as
+    one fails, so which ranks get to report differs from run to run; the report must not."""
     raised = {}
     # Cut at every rank prefix first: two ranks writing at once can share a line.
     for piece in re.split(r"(?=\[rank\d+\]:)", stderr):
         match = _RANK_ERROR.match(piece.splitlines()[0] if piece else "")
         if match:
-            raised.setdefault(int(match.group(1)), match.group(2).strip())
+            raised.setdefault(int(match.group(1)), match.group(2).strip()[:200])
     if not raised:
         return f"torchrun exited with code {returncode}"
+    if len(set(raised.values())) == 1:
+        return f"{next(iter(raised.values()))} (the same on every rank that reported)"
     rank = min(raised)
-    return f"rank {rank} raised {raised[rank][:200]}"
+    return f"rank {rank} raised {raised[rank]}"
 
 
 def check_launch_info(launch_info: Callable | str, directory: str | None = None,
