@@ -61,7 +61,9 @@ def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
     ranks = spawn(rank0_evaluation, 2, show_output=False)
     assert ranks[0]["accuracy"] is not None and ranks[1]["accuracy"] is None
     assert ranks[0]["checksum"] == ranks[1]["checksum"]
-    with pytest.raises(WorkerError, match="Timed out"):
+    # Mismatched collectives: both ranks time out, or gloo sees the sizes differ, one rank fails
+    # and the other finds its connection closed; which one is a matter of timing.
+    with pytest.raises(WorkerError, match="Timed out|Connection closed"):
         spawn(rank0_evaluation, 2, kwargs=dict(collective_in_eval=True, timeout_s=2.0), show_output=False)
 
 
