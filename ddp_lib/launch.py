@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from ddp_lib import _child, make_callable
-from ddp_lib._job import Job, LiveOutput, pid_alive
+from ddp_lib._job import Job, pid_alive
+from ddp_lib._live_output import LiveOutput
 from ddp_lib.checks import check_launch
 from ddp_lib.device import threads_per_rank
 from ddp_lib.errors import LaunchTimeout, WorkerError

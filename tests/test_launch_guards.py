@@ -13,7 +13,7 @@ import launcher_workers
 import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, screen, wait_until_gone
-from ddp_lib._job import LiveOutput
+from ddp_lib._live_output import LiveOutput
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import launch, spawn
 from ddp_lib.workers import failures
