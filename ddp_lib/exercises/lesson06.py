@@ -55,8 +55,10 @@ def _first_failure(stderr: str, returncode: int) -> str:
             raised.setdefault(int(match.group(1)), match.group(2).strip()[:200])
     if not raised:
         return f"torchrun exited with code {returncode}"
-    if len(set(raised.values())) == 1:
-        return f"{next(iter(raised.values()))} (the same on every rank that reported)"
+    # Another process's text glued onto a rank's line must not make two same errors differ.
+    shortest = min(raised.values(), key=len)
+    if all(message.startswith(shortest) for message in raised.values()):
+        return f"{shortest} (the same on every rank that reported)"
     rank = min(raised)
     return f"rank {rank} raised {raised[rank]}"
 
