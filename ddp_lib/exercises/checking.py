@@ -8,6 +8,7 @@ runs it on every rank with :func:`run_on_ranks`, and returns a :class:`Report`: 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
 import pkgutil
@@ -108,3 +109,21 @@ def counting_calls(*names: str) -> Iterator[dict[str, int]]:
     finally:
         for name, real in originals.items():
             setattr(dist, name, real)
+
+
+@contextlib.contextmanager
+def counting_collectives() -> Iterator[collections.Counter]:
+    """In a rank: count the collectives that ran while the block ran, by c10d's operator name
+    (``"allreduce_"``, ``"broadcast_"``, ``"allgather_"``, ``"barrier"``, ...), however they were
+    called: ``dist.all_reduce``, ``distributed_c10d.all_reduce``, a name imported with ``from
+    torch.distributed import ...``, a ``ProcessGroup`` method, or DDP's own reducer. The counter is
+    filled when the block ends. Unlike :func:`counting_calls` it cannot be bypassed by another route
+    to the same collective, because it reads torch's profiler, which records every c10d operator."""
+    from torch.profiler import ProfilerActivity, profile
+
+    counts: collections.Counter = collections.Counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        yield counts
+    for event in prof.key_averages():
+        if event.key.startswith("c10d::"):
+            counts[event.key.removeprefix("c10d::")] += event.count
