@@ -22,7 +22,7 @@ JOBS ?= 2
 PARALLEL := -n $(JOBS) --dist loadfile
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git clean
+.PHONY: install test test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book clean
 
 install: $(INSTALLED)
 
@@ -79,5 +79,19 @@ setup-git: $(INSTALLED)  ## once per clone: nbdime as git's diff and merge drive
 	git config merge.jupyternotebook.driver "$(abspath $(VENV))/bin/git-nbmergedriver merge %O %A %B %L %P"
 	git config merge.jupyternotebook.name "jupyter notebook merge driver"
 
+# The book: the `book` extra added to .venv (pinned by constraints.txt), then Sphinx with book/conf.py over
+# the repository. The lessons are shown with their committed outputs, never executed; the site loads
+# nothing from the internet (tests/test_book.py checks). Open build/book/html/index.html.
+# Only the extra's packages (read from pyproject.toml), not the project again: torch stays the build installed.
+BOOK_INSTALLED := $(VENV)/.installed-book
+BOOK_PACKAGES = $$($(PY) -c "import tomllib; print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['book'])")
+
+$(BOOK_INSTALLED): $(INSTALLED)
+	$(if $(filter pip,$(INSTALLER)),$(PY) -m pip install,$(VENV)/bin/uv pip install --python $(PY)) -c constraints.txt $(BOOK_PACKAGES)
+	touch $@
+
+book: $(BOOK_INSTALLED)  ## the lessons and docs/ as a static website in build/book/html (offline)
+	$(PY) -m sphinx -b html -c book -n -q . build/book/html
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build/book
