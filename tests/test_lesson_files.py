@@ -1,4 +1,4 @@
-"""The README's "Files behind each lesson" table lists, for every lesson, each ddp_lib file the
+"""The "Files behind each lesson" table (docs/library.md) lists, for every lesson, each ddp_lib file the
 lesson's code cells import from, and nothing that does not exist."""
 
 import ast
@@ -15,9 +15,9 @@ LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 ROW = re.compile(r"^\| `(\d\d)_\w+` \| (.*) \|$")
 
 
-def readme_rows() -> dict[str, list[str]]:
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Files behind each lesson", 1)[1].split("\n#", 1)[0]
+def table_rows() -> dict[str, list[str]]:
+    text = (ROOT / "docs" / "library.md").read_text()
+    section = text.split("## Files behind each lesson", 1)[1].split("\n#", 1)[0]
     rows = {}
     for line in section.splitlines():
         found = ROW.match(line)
@@ -53,11 +53,11 @@ def imported_files(notebook: Path) -> set[str]:
 
 
 def test_every_lesson_has_a_row():
-    assert sorted(readme_rows()) == [p.name[:2] for p in LESSONS]
+    assert sorted(table_rows()) == [p.name[:2] for p in LESSONS]
 
 
 @pytest.mark.parametrize("notebook", LESSONS, ids=lambda p: p.name)
 def test_row_lists_the_files_the_lesson_imports(notebook):
-    listed = readme_rows()[notebook.name[:2]]
+    listed = table_rows()[notebook.name[:2]]
     assert [f for f in listed if not (ROOT / f).is_file()] == []
     assert sorted(imported_files(notebook) - set(listed)) == []

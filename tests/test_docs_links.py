@@ -1,0 +1,41 @@
+"""The README stays a short page for learners that links every page of docs/, and no link in the
+README or docs/ points at a file or heading that is not there."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+README_LIMIT = 10_500  # bytes: "at most about 10 KB"; the rest belongs in docs/
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's and myst's anchor for each heading: lower case, punctuation dropped, spaces to dashes."""
+    found = set()
+    for line in page.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_the_readme_is_short():
+    assert len((ROOT / "README.md").read_bytes()) <= README_LIMIT
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    linked = {target.split("#")[0] for target in LINK.findall((ROOT / "README.md").read_text())}
+    assert {f"docs/{page.name}" for page in PAGES[1:]} <= linked
+
+
+def test_every_relative_link_resolves():
+    for page in PAGES:
+        for target in LINK.findall(page.read_text()):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            destination = (page.parent / path).resolve() if path else page
+            assert destination.exists(), f"{page.name}: {target}"
+            if anchor and destination.suffix == ".md":
+                assert anchor in anchors(destination), f"{page.name}: {target}"
