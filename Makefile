@@ -49,8 +49,10 @@ unit: $(INSTALLED)  ## only the library's tests
 nbtest: $(INSTALLED)  ## only the notebooks under nbval
 	$(PY) -m pytest $(PARALLEL) notebooks $(NBVAL)
 
+# LAB_IP=0.0.0.0 (set by the Dockerfile) listens on every interface instead, so that a container's
+# published port reaches the lab.
 lab: $(INSTALLED)  ## JupyterLab on notebooks/
-	$(VENV)/bin/jupyter lab $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab $(if $(LAB_IP),$(subst --ip=127.0.0.1,--ip=$(LAB_IP),$(LAB_ARGS)),$(LAB_ARGS))
 
 lab-args:  ## print the options make lab passes to jupyter lab (tools/check_lab.py reads them)
 	@echo $(LAB_ARGS)

@@ -57,10 +57,36 @@ def test_every_python_from_the_floor_to_313(job):
     assert re.search(r'^requires-python = ">=3\.11"$', pyproject, re.MULTILINE)  # the first one run is the floor
 
 
-def test_uv_downloads_cached_by_the_pins(job):
-    (cache,) = [s for s in job["steps"] if s.get("uses", "").startswith("actions/cache@")]
-    assert "hashFiles('constraints.txt', 'pyproject.toml')" in cache["with"]["key"]
-    assert any("UV_CACHE_DIR=" in s.get("run", "") and cache["with"]["path"] in s["run"] for s in job["steps"])
+# The first major version of each action that runs on Node.js 24 (Node.js 20 actions are deprecated).
+NODE24 = {"actions/checkout": 5, "actions/setup-python": 6, "actions/cache": 5, "actions/configure-pages": 6,
+          "actions/upload-pages-artifact": 5, "actions/deploy-pages": 5}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / ".github" / "workflows").glob("*.yml")), ids=lambda p: p.name)
+def test_actions_are_current(path):
+    for action, major in re.findall(r"uses:\s*([\w-]+/[\w-]+)@v(\d+)", path.read_text()):
+        assert action in NODE24 and int(major) >= NODE24[action], f"{action}@v{major}"
+
+
+def test_builds_the_book_before_the_tests(job):
+    runs = [s.get("run", "").strip() for s in job["steps"]]
+    assert "make book" in runs and runs.index("make book") < runs.index("make test")
+
+
+def test_cluster_tests_run_as_root_on_linux(job):
+    (linux,) = [s for s in job["steps"] if "test-cluster" in s.get("run", "") and "Linux" in s.get("if", "")
+                and "!=" not in s["if"]]
+    assert linux["run"].startswith("sudo ")
+
+
+def test_the_book_is_published_from_main():
+    book = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    triggers = book.get("on", book.get(True))
+    assert triggers["push"]["branches"] == ["main"]
+    steps = [s for job in book["jobs"].values() for s in job["steps"]]
+    assert any(s.get("run") == "make book" for s in steps)
+    (upload,) = [s for s in steps if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+    assert upload["with"]["path"] == "build/book/html"
 
 
 def test_runs_the_readme_test_command(job):
