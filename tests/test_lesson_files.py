@@ -1,63 +1,24 @@
-"""The "Files behind each lesson" table (docs/library.md) lists, for every lesson, each ddp_lib file the
-lesson's code cells import from, and nothing that does not exist."""
+"""The "Files behind each lesson" table (docs/library.md) is what tools/lesson_files.py writes from the
+lessons: for every lesson, each ddp_lib file its code cells import from, and the worked solution."""
 
-import ast
-import importlib
-import inspect
-import json
-import re
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-ROW = re.compile(r"^\| `(\d\d)_\w+` \| (.*) \|$")
+spec = importlib.util.spec_from_file_location("lesson_files", ROOT / "tools" / "lesson_files.py")
+lesson_files = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(lesson_files)
 
 
-def table_rows() -> dict[str, list[str]]:
-    text = (ROOT / "docs" / "library.md").read_text()
-    section = text.split("## Files behind each lesson", 1)[1].split("\n#", 1)[0]
-    rows = {}
-    for line in section.splitlines():
-        found = ROW.match(line)
-        if found:
-            rows[found.group(1)] = re.findall(r"`(ddp_lib/[\w/]+\.py)`", found.group(2))
-    return rows
+def test_the_table_is_written_from_the_lessons():
+    page = lesson_files.PAGE.read_text()
+    assert lesson_files.with_table(page, lesson_files.table()) == page, \
+        "the lesson files table is out of date: run python tools/lesson_files.py"
 
 
-def imported_files(notebook: Path) -> set[str]:
-    """The ddp_lib source files that define what the notebook's code cells import."""
-    files = set()
-    for cell in json.loads(notebook.read_text())["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        source = "\n".join(line for line in "".join(cell["source"]).splitlines()
-                           if not line.lstrip().startswith(("%", "!")))
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddp_lib"):
-                module = importlib.import_module(node.module)
-                for alias in node.names:
-                    try:
-                        obj = getattr(module, alias.name)
-                    except AttributeError:  # a submodule not imported by its package
-                        obj = importlib.import_module(f"{node.module}.{alias.name}")
-                    obj = inspect.unwrap(obj)  # a decorated function: where it is written
-                    defined = inspect.ismodule(obj) or inspect.isfunction(obj) or inspect.isclass(obj)
-                    files.add(inspect.getsourcefile(obj if defined else module))
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.startswith("ddp_lib"):
-                        files.add(inspect.getsourcefile(importlib.import_module(alias.name)))
-    return {str(Path(f).resolve().relative_to(ROOT)) for f in files} - {"ddp_lib/__init__.py"}
-
-
-def test_every_lesson_has_a_row():
-    assert sorted(table_rows()) == [p.name[:2] for p in LESSONS]
-
-
-@pytest.mark.parametrize("notebook", LESSONS, ids=lambda p: p.name)
-def test_row_lists_the_files_the_lesson_imports(notebook):
-    listed = table_rows()[notebook.name[:2]]
-    assert [f for f in listed if not (ROOT / f).is_file()] == []
-    assert sorted(imported_files(notebook) - set(listed)) == []
+@pytest.mark.parametrize("notebook", lesson_files.LESSONS, ids=lambda p: p.name)
+def test_every_listed_file_exists(notebook):
+    listed = lesson_files.row_files(notebook)
+    assert listed and [f for f in listed if not (ROOT / f).is_file()] == []
