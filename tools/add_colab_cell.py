@@ -52,8 +52,8 @@ def links_source(repository: str, notebook: str) -> str:
     owner_name = repository.removeprefix("https://github.com/")
     colab = f"https://colab.research.google.com/github/{owner_name}/blob/{BRANCH}/notebooks/{notebook}"
     binder = f"https://mybinder.org/v2/gh/{owner_name}/{BRANCH}?labpath=notebooks%2F{notebook}"
-    return (f"[Open in Colab]({colab}) · [Open in Binder]({binder}) · Elsewhere than your own machine, "
-            "run the next cell first.")
+    return (f"[Open in Colab]({colab}) · [Open in Binder]({binder}) · On Colab or Binder, run the next cell "
+            "first (on your own machine it does nothing).")
 
 
 def tagged(nb, tag: str):
