@@ -1,5 +1,5 @@
 """What torchrun's agent listens on, seen with ``ss -ltnp`` while a run is up: every interface,
-whatever address it is given (torch 2.13). Lesson 06 and the README say so; this keeps them honest."""
+whatever address it is given (torch 2.13). Lesson 06 and docs/cluster.md say so; this keeps them honest."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 ``make install`` runs it (``make install INSTALLER=pip TORCH=cuda`` passes the options). It
 creates the environment if missing, installs the project with its ``notebooks`` and ``test``
 extras, and turns off JupyterLab's news popup in that environment. The installer is uv (several
-times faster than pip on the same install, see the README), itself pinned and installed by pip;
+times faster than pip on the same install, see docs/install.md), itself pinned and installed by pip;
 if uv fails, plain pip installs the same pins.
 
 Which build of torch 2.13.0:

@@ -1,4 +1,4 @@
-"""The long reliability checks, whose figures go in the README's Reliability table.
+"""The long reliability checks, whose figures go in the Reliability table (docs/reliability.md).
 
     python tools/reliability.py            # every check
     python tools/reliability.py teardown   # the tutorial's worker (its own setup and cleanup) 100 times
