@@ -1,14 +1,15 @@
 """Every worker module the command line lists runs when copied out of the package with the files
-the README names (the module and process_group.py), where ``ddp_lib`` cannot be imported: under
+ddp_lib/workers/copying.py names (the module and process_group.py; the README's table is written
+from that map), where ``ddp_lib`` cannot be imported: under
 plain ``torch.multiprocessing.spawn`` and under ``torchrun``, with the same results as through
 ddp_lib. One launch of each kind runs every worker, on 2 ranks."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import os
 import pathlib
-import re
 import shutil
 import socket
 import subprocess
@@ -22,6 +23,7 @@ import ddp_lib
 from ddp_lib.launch import spawn
 from ddp_lib.process_group import DEFAULT_MASTER_PORT, free_port, port_in_use
 from ddp_lib.workers import WORKERS
+from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = pathlib.Path(ddp_lib.__file__).resolve().parent
@@ -113,15 +115,16 @@ RUNNER = textwrap.dedent('''
 
 
 def copy_table() -> dict[str, list[str]]:
-    """The README's table: worker module name -> the files to copy."""
-    text = (REPO / "README.md").read_text()
-    section = text.split("### Copying a worker into your project", 1)[1].split("\n## ", 1)[0]
-    table = {}
-    for line in section.splitlines():
-        match = re.match(r"^\| `ddp_lib/workers/(\w+)\.py` \|.*\| ([^|]+) \|$", line)
-        if match:
-            table[match.group(1)] = re.findall(r"`([\w.]+\.py)`", match.group(2))
-    return table
+    """Worker module name -> the files to copy."""
+    return {module: list(files) for module, files in FILES_TO_COPY.items()}
+
+
+def test_the_readme_table_is_written_from_the_map():
+    spec = importlib.util.spec_from_file_location("copy_table", REPO / "tools" / "copy_table.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    readme = (REPO / "README.md").read_text()
+    assert tool.with_table(readme, tool.table()) == readme, "run python tools/copy_table.py"
 
 
 def listed_modules() -> set[str]:
@@ -138,9 +141,9 @@ def test_every_listed_worker_has_a_job_and_a_row_in_the_readme_table():
         assert files[0] == f"{module}.py" and len(files) <= 2, (module, files)  # at most one helper
 
 
-# Imported only inside the function that needs it, for an option the README's row names:
-# train(progress=True) draws a tqdm bar. A copy runs without it otherwise.
-OPTIONAL_IMPORTS = {"train": {"tqdm"}}
+# Imported only inside the function that needs it, for an option the map names (the README's row
+# says so): train(progress=True) draws a tqdm bar. A copy runs without it otherwise.
+OPTIONAL_IMPORTS = {module: set(packages) for module, packages in OPTIONAL_PACKAGES.items()}
 
 
 def _imports(tree: ast.AST, in_function: bool = False):
