@@ -22,7 +22,7 @@ JOBS ?= 2
 PARALLEL := -n $(JOBS) --dist loadfile
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book clean
+.PHONY: install test test-browser test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book clean
 
 install: $(INSTALLED)
 
@@ -36,6 +36,9 @@ CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/t
 
 test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
 	$(PY) -m pytest $(PARALLEL) tests notebooks $(addprefix --ignore=,$(CLUSTER_TESTS)) $(NBVAL)
+
+test-browser: $(INSTALLED)  ## every lesson in JupyterLab in Chromium: errors, cell times, lessons opened as modified, the stop button
+	$(PY) tools/browser_check.py --install $(LESSONS)
 
 test-cluster: $(INSTALLED)  ## the multi-host tests: two hosts in network namespaces, SLURM (root on Linux)
 	$(PY) -m pytest $(CLUSTER_TESTS)

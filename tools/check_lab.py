@@ -65,8 +65,12 @@ def fetch(url: str, token: str) -> tuple[int, bytes, str]:
         return e.code, e.read(), e.url
 
 
-def start(port: int, token: str, runtime_dir: str, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "jupyter", "lab", *lab_args(),
+def start(port: int, token: str, runtime_dir: str, log: Path, notebook_dir: str | None = None) -> subprocess.Popen:
+    """``jupyter lab`` with ``make lab``'s options (and another notebook directory, if given)."""
+    args = lab_args()
+    if notebook_dir is not None:
+        args = [a for a in args if not a.startswith("--notebook-dir=")] + [f"--notebook-dir={notebook_dir}"]
+    command = [sys.executable, "-m", "jupyter", "lab", *args,
                "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={token}"]
     if not any(arg.startswith("--ip=") for arg in command):

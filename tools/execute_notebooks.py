@@ -3,7 +3,7 @@
     python tools/execute_notebooks.py notebooks/*.ipynb
 
 This is how notebooks are committed: with outputs, execution counts 1, 2, 3, ..., the generic
-``python3`` kernelspec, no metadata that changes from machine to machine, and a progress bar's
+``python3`` kernelspec, the kernel's own ``language_info``, no other metadata, and a progress bar's
 many redraws stored as the one line Jupyter shows.
 """
 
@@ -42,9 +42,12 @@ def redraws_resolved(outputs: list) -> list:
 
 
 def normalise(nb: nbformat.NotebookNode) -> None:
+    # language_info stays exactly as the kernel reported it: JupyterLab writes the kernel's into an
+    # open notebook and marks it modified when it differs, so a learner on this Python opening an
+    # untouched lesson would otherwise be asked to save it.
     nb.metadata = nbformat.from_dict({
         "kernelspec": KERNELSPEC,
-        "language_info": {"name": "python", "pygments_lexer": "ipython3"},
+        "language_info": dict(nb.metadata.get("language_info", {})),
     })
     for cell in nb.cells:
         cell.metadata.pop("execution", None)  # per-cell timestamps

@@ -1,0 +1,58 @@
+"""``%%exercise``: ``%%writefile`` that never overwrites a learner's own edits to the file.
+
+    %load_ext ddp_lib.exercises
+
+    %%exercise my_work/lesson00_who_am_i.py
+    def who_am_i(rank, world_size): ...
+
+The cell writes its text to the file, as ``%%writefile`` does, when the file is absent or still holds
+what this cell last wrote (so editing the cell and running it again works). When the file was
+changed elsewhere (in JupyterLab's file editor, say), it is kept, and the cell says so;
+``%%exercise --reset PATH`` overwrites it with the cell's text. What each cell last wrote is kept
+beside the files, in ``.exercise_stubs.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+USAGE = "usage: %%exercise [--reset] my_work/FILE.py"
+RECORD = ".exercise_stubs.json"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def write_stub(line: str, cell: str) -> str:
+    """Write ``cell`` to the file named on ``line`` unless the learner changed that file elsewhere;
+    return the sentence to show."""
+    words = line.split()
+    paths = [w for w in words if w != "--reset"]
+    reset = len(paths) < len(words)
+    if len(paths) != 1 or len(words) - len(paths) > 1 or not paths[0].endswith(".py"):
+        raise ValueError(f"%%exercise {line.strip()!r}: {USAGE}")
+    path = Path(paths[0])
+    record_path = path.parent / RECORD
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, ValueError):
+        record = {}
+    if path.exists() and not reset:
+        current = _digest(path.read_text())
+        if current != record.get(path.name) and current != _digest(cell):
+            return (f"Kept {path}: it was changed outside this cell, so the cell did not overwrite it. "
+                    f"To replace it with this cell's text, run the cell as %%exercise --reset {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(cell)
+    record[path.name] = _digest(cell)
+    record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    return f"Wrote {path}."
+
+
+def load_ipython_extension(ipython) -> None:
+    def exercise(line: str, cell: str) -> None:
+        print(write_stub(line, cell))
+    ipython.register_magic_function(exercise, magic_kind="cell", magic_name="exercise")
