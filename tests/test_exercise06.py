@@ -58,8 +58,9 @@ def test_a_layout_guessed_from_rank_fails(tmp_path):
 
 def test_floats_for_ints_fail(tmp_path):
     target = _write(tmp_path, "ex06_float", """
-        return {key: float(os.environ[name]) for key, name in (("world_size", "WORLD_SIZE"),
-                ("local_rank", "LOCAL_RANK"), ("local_world_size", "LOCAL_WORLD_SIZE"), ("node_rank", "GROUP_RANK"))}""")
+        names = (("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
+                 ("local_world_size", "LOCAL_WORLD_SIZE"), ("node_rank", "GROUP_RANK"))
+        return {key: float(os.environ[name]) for key, name in names}""")
     report = str(check_launch_info(target, directory=str(tmp_path)))
     assert "rank 0: world_size is 3.0 (float), expected the int 3" in report
 
@@ -75,7 +76,8 @@ def test_bools_strings_and_wrong_values_are_named():
     answers = [dict(good[0], local_rank=False), dict(good[1], node_rank="1"), dict(good[2], world_size=4)]
     assert find_problems(answers, (1, 2)) == [
         "rank 0: local_rank is False (bool), expected the int 0: read LOCAL_RANK (not RANK) and convert it with int()",
-        "rank 1: node_rank is '1' (str), expected the int 1: read GROUP_RANK (this node's rank) and convert it with int()",
+        "rank 1: node_rank is '1' (str), expected the int 1: read GROUP_RANK (this node's rank) "
+        "and convert it with int()",
         "rank 2: world_size is 4, expected 3: read WORLD_SIZE (all ranks of all nodes)"]
 
 

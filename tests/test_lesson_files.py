@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-ROW = re.compile(r"^\| `(\d\d)_\w+` \| (.*) \|$")
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+ROW = re.compile(r"^\| `(\d\d[a-z]?)_\w+` \| (.*) \|$")
+
+
+def lesson_id(notebook: Path) -> str:
+    """"06" for 06_torchrun.ipynb, "06b" for 06b_cluster_lab.ipynb."""
+    return notebook.name.split("_", 1)[0]
 
 
 def readme_rows() -> dict[str, list[str]]:
@@ -53,11 +58,11 @@ def imported_files(notebook: Path) -> set[str]:
 
 
 def test_every_lesson_has_a_row():
-    assert sorted(readme_rows()) == [p.name[:2] for p in LESSONS]
+    assert sorted(readme_rows()) == [lesson_id(p) for p in LESSONS]
 
 
 @pytest.mark.parametrize("notebook", LESSONS, ids=lambda p: p.name)
 def test_row_lists_the_files_the_lesson_imports(notebook):
-    listed = readme_rows()[notebook.name[:2]]
+    listed = readme_rows()[lesson_id(notebook)]
     assert [f for f in listed if not (ROOT / f).is_file()] == []
     assert sorted(imported_files(notebook) - set(listed)) == []
