@@ -36,6 +36,7 @@ IFNAME = "eth0"  # each host's interface to the other, as on a typical machine
 _WORKDIR = "ddp_lib-hosts-"  # temporary directories: this, then the namespaces' tag
 
 _pairs = itertools.count()  # several pairs may exist at once (their namespaces keep them apart)
+_probes = itertools.count()
 
 # Run inside the namespace: give the host its own name, /etc/hosts and /etc/resolv.conf (in
 # private UTS and mount namespaces, so the machine's own stay as they are), then run the command.
@@ -58,7 +59,7 @@ def unavailable() -> str | None:
     tried = subprocess.run(["unshare", "--net", "--mount", "true"], capture_output=True, text=True)
     if tried.returncode != 0:
         return f"`unshare --net --mount true` fails here (running as {user}): {_first_line(tried.stderr)}"
-    probe = f"{PREFIX}{os.getpid():x}nprobe"
+    probe = f"{PREFIX}{os.getpid():x}nprobe{next(_probes)}"  # unique: several threads may ask at once
     tried = _ip("netns", "add", probe, check=False)
     if tried.returncode != 0:
         return f"`ip netns add` fails here (running as {user}): {_first_line(tried.stderr)}"
