@@ -159,6 +159,6 @@ def test_mismatched_nnodes_completes_only_when_the_smaller_count_joins_second(mi
     # node0 (--nnodes 2) joined first; node1's arrival made 2 of its 3: nobody closes the round.
     stuck = mistakes["nnodes_2_then_3"]
     assert all(node.returncode not in (0, None) for node in stuck.nodes), stuck.summary()
-    assert max(node.seconds for node in stuck.nodes) < 10 + SLACK
+    assert max(node.seconds for node in stuck.nodes) < 60 + SLACK
     errors = [e for node in stuck.nodes for e in node.errors()]
     assert any(e.endswith("RendezvousTimeoutError") for e in errors), stuck.summary()

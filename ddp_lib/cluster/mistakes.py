@@ -16,6 +16,9 @@ from ddp_lib.cluster.jobs import HELLO, RDZV_PORT, HostsJob, node_command, run_o
 
 # Jobs that are meant to fail at the rendezvous wait 10 s for their peers, not 20.
 SHORT_JOIN = "join_timeout=10,read_timeout=10,last_call_timeout=1,close_timeout=5"
+# The --nnodes cases start node1 only once node0's store listens, and starting torchrun can take
+# tens of seconds on a busy machine: node0 must still be waiting when node1 arrives.
+STAGGERED_JOIN = "join_timeout=60,read_timeout=10,last_call_timeout=1,close_timeout=5"
 # Every case ends on its own, within its timeouts plus start-up; this is only the backstop for a
 # machine so busy that start-up alone takes minutes.
 DEADLINE = 300
@@ -55,8 +58,8 @@ def nnodes_mismatch(first: int, second: int) -> HostsJob:
     """node0 is started with --nnodes ``first`` and joins first (it hosts the rendezvous store;
     node1 starts once that listens); node1 is started with --nnodes ``second``."""
     with two_hosts() as (node0, node1):
-        return run_on_hosts([(node0, node_command(HELLO, nnodes=first, rdzv_conf=SHORT_JOIN)),
-                             (node1, node_command(HELLO, nnodes=second, rdzv_conf=SHORT_JOIN))],
+        return run_on_hosts([(node0, node_command(HELLO, nnodes=first, rdzv_conf=STAGGERED_JOIN)),
+                             (node1, node_command(HELLO, nnodes=second, rdzv_conf=STAGGERED_JOIN))],
                             timeout=DEADLINE, others_start_when=lambda: listening(node0, RDZV_PORT))
 
 
