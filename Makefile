@@ -31,7 +31,7 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 	touch $@
 
 # The multi-host tests build network namespaces and a SLURM cluster (minutes, root on Linux): they run
-# in make test-cluster, which .ci/run runs after make test. Lesson 06 runs the same jobs under make test.
+# in make test-cluster, which .ci/run runs after make test. The cluster lab (lesson 06b) runs the same jobs under make test.
 CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py
 
 test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval

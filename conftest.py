@@ -20,7 +20,7 @@ SHARED_UNITS = {
     "tests/test_cluster_hosts.py": "hosts",
     "tests/test_cluster_listen.py": "hosts",
     "tests/test_cluster_slurm.py": "hosts",  # counts every SLURM daemon on the machine
-    "notebooks/06_torchrun.ipynb": "hosts",
+    "notebooks/06b_cluster_lab.ipynb": "hosts",
 }
 
 

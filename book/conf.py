@@ -21,7 +21,7 @@ extensions = ["myst_nb", "sphinx_external_toc", "sphinx.ext.imgmath"]
 external_toc_path = "book/_toc.yml"
 external_toc_exclude_missing = True
 # Only what the book shows is read: the rest of the repository (tests, tools, .venv) is not a page.
-include_patterns = ["README.md", "docs/*.md", "notebooks/[0-9][0-9]_*.ipynb"]
+include_patterns = ["README.md", "docs/*.md", "notebooks/[0-9][0-9]*_*.ipynb"]
 exclude_patterns = [".venv", "build", "**/.ipynb_checkpoints"]
 
 # The lessons are shown as committed, outputs included: never executed while building.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -21,10 +22,15 @@ from ddp_lib.checks import LAUNCHER_VARS, TORCHRUN_VARS
 
 # Variables a launcher sets for its ranks: a torchrun started from inside a rank must not
 # inherit them, or its workers would join the outer job's store.
-_LAUNCH_VARS = (*TORCHRUN_VARS, *LAUNCHER_VARS, "DDP_LIB_BACKEND",
-                # Unbuffered output writes a line and its newline separately: lines of ranks interleave.
-                "PYTHONUNBUFFERED")
+_LAUNCH_VARS = (*TORCHRUN_VARS, *LAUNCHER_VARS, "DDP_LIB_BACKEND")
 _RECORD = '{"rank": '
+# torchrun's failure summary (ChildFailedError) between its two lines of "=", and what changes from
+# run to run in it: times, host names, process ids, paths.
+_SUMMARY = re.compile(r"^=+\n.*?^=+$", re.MULTILINE | re.DOTALL)
+_RUN_SPECIFIC = ((re.compile(r"(time\s+: ).*"), r"\g<1>TIME"), (re.compile(r"(host\s+: ).*"), r"\g<1>HOST"),
+                 (re.compile(r"\(pid: \d+\)"), "(pid: PID)"), (re.compile(r"by PID \d+"), "by PID PID"),
+                 (re.compile(r'File "[^"]*/(site-packages|ddp_lib)/'), r'File ".../\1/'),
+                 (re.compile(r"(error_file: )\S*/(attempt_\d+/\d+/error\.json)"), r"\1LOG_DIR/.../\2"))
 
 
 @dataclass
@@ -39,15 +45,20 @@ class TorchrunJob:
 
 def torchrun_command(program: list[str], *, nproc_per_node: int = 2, nnodes: int = 1,
                      rdzv_endpoint: str | None = None, max_restarts: int = 0, run_id: str = "ddp-lib",
-                     options: tuple[str, ...] = ()) -> list[str]:
+                     node_rank: int | None = None, options: tuple[str, ...] = ()) -> list[str]:
     """The argument list of ``python -m torch.distributed.run`` (torchrun) for ``program``
-    (e.g. ``["-m", "ddp_lib", "run", "train", "--json"]``). Without ``rdzv_endpoint``,
-    one node with ``--standalone`` (a c10d rendezvous on a free local port). ``options``: more
-    torchrun options, e.g. ``("--rdzv-conf=join_timeout=20",)``."""
+    (e.g. ``["-m", "ddp_lib", "run", "train", "--json"]``). Without ``rdzv_endpoint``, one node
+    with ``--standalone`` (a c10d rendezvous on a free local port). With ``node_rank``, the static
+    rendezvous: this node's rank is given, and node 0's agent hosts the store at ``rdzv_endpoint``
+    (``--master-addr``/``--master-port``). ``options``: more torchrun options, e.g.
+    ``("--rdzv-conf=join_timeout=20",)``."""
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc_per_node}",
            f"--max-restarts={max_restarts}"]
     if rdzv_endpoint is None:
         cmd.append("--standalone")
+    elif node_rank is not None:
+        addr, port = rdzv_endpoint.rsplit(":", 1)
+        cmd += [f"--nnodes={nnodes}", f"--node-rank={node_rank}", f"--master-addr={addr}", f"--master-port={port}"]
     else:
         cmd += [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={run_id}"]
     return cmd + list(options) + program
@@ -72,8 +83,7 @@ def parse_results(stdout: str) -> tuple[list, list[str]]:
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without any launcher's rank variables (nor PYTHONUNBUFFERED),
-    plus ``extra``."""
+    """This process's environment without any launcher's rank variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
     env.update(extra or {})
     return env
@@ -86,17 +96,42 @@ def run_torchrun(cmd: list[str], timeout: float = 120, env: dict[str, str] | Non
     return TorchrunJob(proc.returncode, results, lines, proc.stderr)
 
 
-def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int = 1, max_restarts: int = 0,
-              timeout: float = 120, env: dict[str, str] | None = None) -> TorchrunJob:
-    """Start ``nnodes`` torchrun processes on this machine, as if each were a node, meeting at a
-    c10d rendezvous on 127.0.0.1 (a free port); wait for all; merge their results in rank order."""
+def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str] | None = None) -> list[TorchrunJob]:
+    """Start every command at once (separate jobs side by side on this machine); wait for all."""
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(env))
+             for cmd in cmds]
+    jobs = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            jobs.append(TorchrunJob(proc.returncode, *parse_results(out), err))
+    finally:
+        for proc in procs:  # nothing outlives the call, also on a timeout
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return jobs
+
+
+def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list[int] = 1, max_restarts: int = 0,
+              static: bool = False, node_order: list[int] | None = None, timeout: float = 120,
+              env: dict[str, str] | None = None, options: tuple[str, ...] = ()) -> TorchrunJob:
+    """Start ``nnodes`` torchrun processes on this machine, as if each were a node, meeting on
+    127.0.0.1 (a free port); wait for all; merge their results in rank order.
+    ``nproc_per_node``: one count for every node, or one per node. c10d numbers the nodes itself;
+    ``static=True`` gives node i ``--node-rank=node_order[i]`` (default i) instead."""
     from ddp_lib.process_group import free_port  # here, so that ranks started by run_this_rank need no torch
 
+    counts = [nproc_per_node] * nnodes if isinstance(nproc_per_node, int) else list(nproc_per_node)
+    if len(counts) != nnodes:
+        raise ValueError(f"nproc_per_node has {len(counts)} counts for {nnodes} nodes; give one per node or one int")
+    order = node_order or list(range(nnodes))
     endpoint = f"127.0.0.1:{free_port()}"
-    cmd = torchrun_command(program, nproc_per_node=nproc_per_node, nnodes=nnodes,
-                           rdzv_endpoint=endpoint, max_restarts=max_restarts)
+    cmds = [torchrun_command(program, nproc_per_node=count, nnodes=nnodes, rdzv_endpoint=endpoint,
+                             max_restarts=max_restarts, node_rank=order[i] if static else None, options=options)
+            for i, count in enumerate(counts)]
     nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(env))
-             for _ in range(nnodes)]
+             for cmd in cmds]
     outputs = []
     try:
         for node in nodes:
@@ -108,6 +143,18 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int = 1, m
                 node.wait()
     results, lines = parse_results("\n".join(out for out, _ in outputs))
     return TorchrunJob(max(abs(n.returncode) for n in nodes), results, lines, "\n".join(err for _, err in outputs))
+
+
+def failure_summary(stderr: str) -> str:
+    """torchrun's failure summary (the ``ChildFailedError`` box) from its stderr, with times,
+    host names, process ids and paths replaced by placeholders; "" if there is none."""
+    found = _SUMMARY.findall(stderr)
+    if not found:
+        return ""
+    text = found[-1]
+    for pattern, replacement in _RUN_SPECIFIC:
+        text = pattern.sub(replacement, text)
+    return text
 
 
 def run_this_rank(target: str) -> None:

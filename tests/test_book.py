@@ -21,7 +21,7 @@ pytest.importorskip("sphinx", reason="the book extra is not installed: run `make
 pytest.importorskip("myst_nb", reason="the book extra is not installed: run `make book` once")
 
 ROOT = Path(__file__).resolve().parent.parent
-LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 DOCS = sorted((ROOT / "docs").glob("*.md"))
 # A URL that leaves the site: a scheme (http:, https:, data: is inline and allowed) or protocol-relative.
 EXTERNAL = re.compile(r"^(?:[a-z][a-z0-9+.-]*:)?//", re.IGNORECASE)

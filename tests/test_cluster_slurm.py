@@ -24,7 +24,7 @@ from ddp_lib.workers.train import train
 SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "train.sbatch"
 
 needs_root_on_linux = pytest.mark.skipif(
-    hosts_unavailable() is not None, reason=f"a one-machine SLURM cluster needs root on Linux: {hosts_unavailable()}")
+    hosts_unavailable() is not None, reason=f"a one-machine SLURM cluster needs two hosts: {hosts_unavailable()}")
 
 
 def daemon_pids() -> set[int]:

@@ -124,7 +124,7 @@ def test_on_binder_it_only_says_to_use_two_ranks(fresh_python, tmp_path):
 
 
 def test_the_cell_and_links_are_added_once_and_counts_stay_in_order(tmp_path):
-    lesson = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))[0]
+    lesson = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))[0]
     copy = tmp_path / lesson.name
     shutil.copy(lesson, copy)
     repository = "https://github.com/example/ddp-lib"

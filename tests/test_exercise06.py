@@ -1,5 +1,6 @@
-"""Lesson 06's checker, under real torchrun on two local nodes of two processes each: the lesson's
-stub fails it, the worked solution passes, and hard-coded ranks fail with a line that names them."""
+"""Lesson 06's checker, under real torchrun on two layouts of two local nodes (1 then 2
+processes, 2 then 1): answers that must be refused (the lesson's stub, a layout guessed from
+``rank``, numbers of the wrong type) and right answers written differently that must pass."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from ddp_lib.exercises.lesson06 import check_launch_info, find_problems
+from ddp_lib.exercises.lesson06 import LAYOUTS, check_launch_info, expected_layout, find_problems
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_torchrun.ipynb"
 WRITEFILE = "%%writefile my_work/lesson06_worker.py\n"
@@ -24,43 +25,66 @@ def test_the_lessons_stub_fails_and_says_why(tmp_path):
     stub = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith(WRITEFILE))
     (tmp_path / "lesson06_stub.py").write_text(stub[len(WRITEFILE):])
     report = check_launch_info("lesson06_stub:launch_info", directory=str(tmp_path))
-    assert not report.passed
-    assert report.lines == [
-        "FAIL the job failed: NotImplementedError: write launch_info (the same on every rank that reported)"]
+    assert report.lines == ["FAIL on nodes of 1 and 2 processes: the job failed: NotImplementedError: "
+                            "write launch_info (the same on every rank that reported)"]
 
 
 def test_the_worked_solution_passes():
     from ddp_lib.exercises.solutions.lesson06 import launch_info
 
     report = check_launch_info(launch_info)
-    assert report.passed and report.lines[0].startswith("PASS on 2 nodes x 2 processes")
+    assert report.passed, str(report)
+    assert [line.split(",")[0] for line in report.lines] == [
+        "PASS on nodes of 1 and 2 processes", "PASS on nodes of 2 and 1 processes"]
 
 
-def test_hard_coded_values_fail_on_the_ranks_where_they_are_wrong(tmp_path):
-    target = _write(tmp_path, "ex06_wrong", """
-        return {"world_size": int(os.environ["LOCAL_WORLD_SIZE"]), "local_rank": 0,
-                "local_world_size": os.environ["LOCAL_WORLD_SIZE"], "node_rank": 0}""")
+def test_a_right_answer_written_differently_passes(tmp_path):
+    target = _write(tmp_path, "ex06_other", """
+        from os import environ
+        names = {"world_size": "WORLD_SIZE", "local_rank": "LOCAL_RANK",
+                 "local_world_size": "LOCAL_WORLD_SIZE", "node_rank": "GROUP_RANK"}
+        return {key: int(environ.get(name, "-1")) for key, name in names.items()}""")
+    assert check_launch_info(target, directory=str(tmp_path)).passed
+
+
+def test_a_layout_guessed_from_rank_fails(tmp_path):
+    # Right on 2 nodes x 2 processes, which is what a guess from rank assumes.
+    target = _write(tmp_path, "ex06_guess", """
+        return {"world_size": world_size, "local_rank": rank % 2, "local_world_size": 2, "node_rank": rank // 2}""")
     report = str(check_launch_info(target, directory=str(tmp_path)))
-    assert report.startswith("FAIL")
-    assert "rank 0: world_size is 2, expected 4: read WORLD_SIZE" in report
-    assert "rank 0: local_world_size is '2', expected 2" in report
-    assert "rank 1: local_rank is 0, expected 1: read LOCAL_RANK (not RANK)" in report
-    assert "rank 2: node_rank is 0, expected 1: read GROUP_RANK" in report
-    assert "rank 2: local_rank" not in report  # 0 is right there
+    assert "FAIL on nodes of 1 and 2 processes: rank 0: local_world_size is 2, expected 1" in report
+    assert "rank 1: node_rank is 0, expected 1: read GROUP_RANK" in report
 
 
-def test_the_global_rank_is_not_the_local_rank():
-    info = [{"world_size": 4, "local_rank": r, "local_world_size": 2, "node_rank": r // 2} for r in range(4)]
-    assert find_problems(info, nnodes=2, nproc_per_node=2) == [
-        "rank 2: local_rank is 2, expected 0: read LOCAL_RANK (not RANK) and convert it with int()",
-        "rank 3: local_rank is 3, expected 1: read LOCAL_RANK (not RANK) and convert it with int()"]
+def test_floats_for_ints_fail(tmp_path):
+    target = _write(tmp_path, "ex06_float", """
+        names = (("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
+                 ("local_world_size", "LOCAL_WORLD_SIZE"), ("node_rank", "GROUP_RANK"))
+        return {key: float(os.environ[name]) for key, name in names}""")
+    report = str(check_launch_info(target, directory=str(tmp_path)))
+    assert "rank 0: world_size is 3.0 (float), expected the int 3" in report
+
+
+def test_a_guess_cannot_be_right_on_both_layouts():
+    # Whatever a rank computes from (rank, world_size) is the same in both layouts; the truth is not.
+    first, second = (expected_layout(sizes) for sizes in LAYOUTS)
+    assert len(first) == len(second) and first[1] != second[1]
+
+
+def test_bools_strings_and_wrong_values_are_named():
+    good = expected_layout((1, 2))
+    answers = [dict(good[0], local_rank=False), dict(good[1], node_rank="1"), dict(good[2], world_size=4)]
+    assert find_problems(answers, (1, 2)) == [
+        "rank 0: local_rank is False (bool), expected the int 0: read LOCAL_RANK (not RANK) and convert it with int()",
+        "rank 1: node_rank is '1' (str), expected the int 1: read GROUP_RANK (this node's rank) "
+        "and convert it with int()",
+        "rank 2: world_size is 4, expected 3: read WORLD_SIZE (all ranks of all nodes)"]
 
 
 def test_missing_ranks_and_keys():
-    assert find_problems([{}], nnodes=2, nproc_per_node=1) == [
-        "1 of 2 ranks printed a result; every rank must return a dict"]
+    assert find_problems([{}], (1, 1)) == ["1 of 2 ranks printed a result; every rank must return a dict"]
     info = {"world_size": 2, "local_rank": 0, "local_world_size": 1}
-    assert find_problems([info, info], 2, 1)[0] == "rank 0: the result lacks node_rank"
+    assert find_problems([info, info], (1, 1))[0] == "rank 0: the result lacks node_rank"
 
 
 def test_two_ranks_errors_on_one_line_are_read_apart():

@@ -22,7 +22,7 @@ def test_jupyterlab_serves_the_notebooks_and_stops():
     out = subprocess.run([sys.executable, "tools/check_lab.py"], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    lessons = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    lessons = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     assert f"lists the {len(lessons)} lessons: {', '.join(lessons)}" in out.stdout
     assert "GET /lab answers 200" in out.stdout
     assert "GET / opens 00_start_here.ipynb" in out.stdout

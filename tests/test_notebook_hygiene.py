@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 # Home directories, temporary directories and Windows profiles: they differ on every machine.
 MACHINE_PATH = re.compile(r"/root/|/home/[^/\s]+/|/tmp/|/Users/|[A-Za-z]:\\\\?Users\\", re.IGNORECASE)

@@ -51,3 +51,48 @@ def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path,
 def test_parse_results_separates_lines_glued_together():
     results, lines = parse_results('{"rank": 1, "result": [1]}epoch 2{"rank": 0, "result": [0]}\n\n')
     assert results == [[0], [1]] and lines == ["epoch 2"]
+
+
+SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+failing FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-01_20:57:27
+  host      : node7.example
+  rank      : 1 (local_rank: 1)
+  exitcode  : -15 (pid: 10912)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 10912
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_20:56:56
+  host      : node7.example
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 10913)
+  error_file: /tmp/logs/b79fc338_v39tppnf/attempt_0/0/error.json
+  traceback : Traceback (most recent call last):
+    File "/home/me/.venv/lib/python3.11/site-packages/torch/x.py", line 367, in wrapper
+  RuntimeError: injected failure on rank 0
+============================================================
+"""
+
+
+def test_failure_summary_keeps_what_to_read_and_hides_what_changes_every_run():
+    from ddp_lib.torchrun import failure_summary
+
+    text = failure_summary("log line before\n" + SUMMARY)
+    assert text.startswith("====") and text.endswith("====") and "log line before" not in text
+    for gone in ("2026-12-01", "node7", "10912", "/tmp/", "/home/"):
+        assert gone not in text
+    assert "exitcode  : -15 (pid: PID)  (SIGTERM)" in text and "received by PID PID" in text
+    assert "error_file: LOG_DIR/.../attempt_0/0/error.json" in text
+    assert 'File ".../site-packages/torch/x.py", line 367' in text
+    assert failure_summary("no summary here") == ""
+
+
+def test_run_nodes_refuses_a_count_per_node_that_does_not_match():
+    with pytest.raises(ValueError, match="nproc_per_node has 3 counts for 2 nodes"):
+        run_nodes(TRAIN, nnodes=2, nproc_per_node=[1, 1, 1])

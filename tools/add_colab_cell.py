@@ -86,7 +86,7 @@ def add_cells(nb, repository: str, notebook: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path,
-                        default=sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")))
+                        default=sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")))
     args = parser.parse_args(argv)
     repository = repository_url()
     for path in args.notebooks:

@@ -125,7 +125,7 @@ def wait_until_ready(server: subprocess.Popen, base: str, token: str) -> None:
 
 def check(base: str, token: str) -> list[str]:
     """The checks, one line each; raises AssertionError on the first that fails."""
-    expected = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    expected = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     status, body = get(f"{base}/api/contents/", token)
     assert status == 200, f"GET /api/contents/ answered {status}"
     listed = sorted(item["name"] for item in json.loads(body)["content"] if item["type"] == "notebook")

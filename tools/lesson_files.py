@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "library.md"
-LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 START = "<!-- lesson files: written by tools/lesson_files.py -->"
 END = "<!-- end of lesson files -->"
 
@@ -53,7 +53,7 @@ def imported_files(notebook: Path) -> set[str]:
 
 
 def row_files(notebook: Path) -> list[str]:
-    solution = f"ddp_lib/exercises/solutions/lesson{notebook.name[:2]}.py"
+    solution = f"ddp_lib/exercises/solutions/lesson{notebook.name.split('_', 1)[0]}.py"
     files = sorted(imported_files(notebook) - {solution})
     return files + ([solution] if (ROOT / solution).is_file() else [])
 

@@ -90,7 +90,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="pytest processes for the suite, as make test (default 2)")
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every lesson")
     opts = parser.parse_args()
-    lessons = opts.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    lessons = opts.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
     kinds = [kind for kind, _ in KINDS] + [OTHER]
     print(f"{'lesson (Run All, fresh kernel)':<32}{'seconds':>8}  " + "  ".join(f"{k:>14.14}" for k in kinds))

@@ -36,6 +36,7 @@ IFNAME = "eth0"  # each host's interface to the other, as on a typical machine
 _WORKDIR = "ddp_lib-hosts-"  # temporary directories: this, then the namespaces' tag
 
 _pairs = itertools.count()  # several pairs may exist at once (their namespaces keep them apart)
+_probes = itertools.count()
 
 # Run inside the namespace: give the host its own name, /etc/hosts and /etc/resolv.conf (in
 # private UTS and mount namespaces, so the machine's own stay as they are), then run the command.
@@ -46,15 +47,35 @@ _ENTER = ('mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/resolv.conf &&
 
 
 def unavailable() -> str | None:
-    """Why hosts cannot be made here (one sentence), or None if they can."""
+    """Why hosts cannot be made here (one sentence), or None if they can. Tries what
+    ``two_hosts`` needs (a network namespace with ``unshare``, a named one with ``ip netns``):
+    root alone is not enough in a container without CAP_SYS_ADMIN."""
     if not sys.platform.startswith("linux"):
         return f"network namespaces are a Linux feature; this is {sys.platform}"
-    if os.geteuid() != 0:
-        return "making network namespaces needs root; this process runs as an ordinary user"
     for tool in ("ip", "nsenter", "unshare", "mount", "hostname"):
         if shutil.which(tool) is None:
             return f"the {tool!r} command is not installed (iproute2 / util-linux)"
+    user = "root" if os.geteuid() == 0 else "an ordinary user"
+    tried = subprocess.run(["unshare", "--net", "--mount", "true"], capture_output=True, text=True)
+    if tried.returncode != 0:
+        return f"`unshare --net --mount true` fails here (running as {user}): {_first_line(tried.stderr)}"
+    probe = f"{PREFIX}{os.getpid():x}nprobe{next(_probes)}"  # unique: several threads may ask at once
+    tried = _ip("netns", "add", probe, check=False)
+    if tried.returncode != 0:
+        return f"`ip netns add` fails here (running as {user}): {_first_line(tried.stderr)}"
+    _ip("netns", "del", probe, check=False)
     return None
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no message"])[0]
+
+
+def listening(host: Host, port: int) -> bool:
+    """Whether something on ``host`` listens on TCP ``port``."""
+    out = subprocess.run(["nsenter", f"--net=/run/netns/{host.netns}", "ss", "-Hltn", f"sport = :{port}"],
+                         capture_output=True, text=True).stdout
+    return bool(out.strip())
 
 
 @dataclass

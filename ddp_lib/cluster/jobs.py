@@ -12,6 +12,7 @@ import re
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -87,16 +88,19 @@ class HostsJob:
 
 
 def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | None = None,
-                 timeout: float = 120) -> HostsJob:
+                 timeout: float = 120, others_start_when: Callable[[], bool] | None = None) -> HostsJob:
     """Start each ``(host, command)`` at once; wait for all, up to ``timeout`` seconds in all;
-    kill what is still running then. ``env``: extra variables for every command."""
+    kill what is still running then. ``env``: extra variables for every command.
+    ``others_start_when``: start the first command alone, the others once this returns True."""
     start = time.monotonic()
     with ExitStack() as stack:
         files = [(stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
                  for _ in runs]
         procs = []
         try:
-            for (host, cmd), (out, err) in zip(runs, files):
+            for i, ((host, cmd), (out, err)) in enumerate(zip(runs, files)):
+                while i == 1 and others_start_when and not others_start_when() and time.monotonic() - start < timeout:
+                    time.sleep(0.05)
                 procs.append(subprocess.Popen(host.command(cmd), stdout=out, stderr=err, text=True, env=clean_env(env)))
             ended: dict[int, float] = {}
             while len(ended) < len(procs) and time.monotonic() - start < timeout:

@@ -9,12 +9,16 @@ join and 30 minutes for a gloo collective).
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
-from ddp_lib.cluster.hosts import firewall_unavailable, port_blocked, two_hosts
+from ddp_lib.cluster.hosts import firewall_unavailable, listening, port_blocked, two_hosts
 from ddp_lib.cluster.jobs import HELLO, RDZV_PORT, HostsJob, node_command, run_on_hosts
 
 # Jobs that are meant to fail at the rendezvous wait 10 s for their peers, not 20.
 SHORT_JOIN = "join_timeout=10,read_timeout=10,last_call_timeout=1,close_timeout=5"
+# The --nnodes cases start node1 only once node0's store listens, and starting torchrun can take
+# tens of seconds on a busy machine: node0 must still be waiting when node1 arrives.
+STAGGERED_JOIN = "join_timeout=60,read_timeout=10,last_call_timeout=1,close_timeout=5"
 # Every case ends on its own, within its timeouts plus start-up; this is only the backstop for a
 # machine so busy that start-up alone takes minutes.
 DEADLINE = 300
@@ -50,16 +54,20 @@ def port_closed() -> HostsJob:
                             timeout=DEADLINE)
 
 
-def nnodes_mismatch() -> HostsJob:
-    """node1 is started with --nnodes 3, node0 with --nnodes 2."""
+def nnodes_mismatch(first: int, second: int) -> HostsJob:
+    """node0 is started with --nnodes ``first`` and joins first (it hosts the rendezvous store;
+    node1 starts once that listens); node1 is started with --nnodes ``second``."""
     with two_hosts() as (node0, node1):
-        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
-                             (node1, node_command(HELLO, nnodes=3, rdzv_conf=SHORT_JOIN))],
-                            timeout=DEADLINE)
+        return run_on_hosts([(node0, node_command(HELLO, nnodes=first, rdzv_conf=STAGGERED_JOIN)),
+                             (node1, node_command(HELLO, nnodes=second, rdzv_conf=STAGGERED_JOIN))],
+                            timeout=DEADLINE, others_start_when=lambda: listening(node0, RDZV_PORT))
 
 
 MISTAKES = {"rdzv_on_loopback": rdzv_on_loopback, "gloo_on_loopback": gloo_on_loopback,
-            "gloo_on_eth0": gloo_on_eth0, "port_closed": port_closed, "nnodes_mismatch": nnodes_mismatch}
+            "gloo_on_eth0": gloo_on_eth0, "port_closed": port_closed,
+            # A round closes only when a node's own --nnodes is reached by its own arrival
+            # (dynamic_rendezvous.py, _add_to_participants): the smaller count must join second.
+            "nnodes_3_then_2": partial(nnodes_mismatch, 3, 2), "nnodes_2_then_3": partial(nnodes_mismatch, 2, 3)}
 
 
 def run_mistakes(names: tuple[str, ...] = tuple(MISTAKES)) -> dict[str, HostsJob]:

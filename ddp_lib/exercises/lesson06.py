@@ -1,9 +1,11 @@
 """Checker for lesson 06's exercise: a worker that reads where it runs from torchrun's
 environment. The learner writes ``launch_info(rank, world_size) -> dict`` with the keys
-``local_rank``, ``local_world_size``, ``node_rank`` and ``world_size``; the checker runs it under
-real torchrun as two "nodes" of two processes each, on this machine, so that no rank, local rank
-or node rank can be guessed: only the values torchrun sets are right on every rank. A worked
-solution is in ``ddp_lib/exercises/solutions/lesson06.py``."""
+``local_rank``, ``local_world_size``, ``node_rank`` and ``world_size``, as ints. The checker runs
+it under real torchrun on two layouts of the same size, each two "nodes" on this machine: one
+process then two, and two processes then one. A rank's place differs between them (rank 1 is
+node 1's first process in one, node 0's second in the other), so nothing computed from ``rank``
+and ``world_size`` alone is right in both: only the values torchrun sets are. A worked solution
+is in ``ddp_lib/exercises/solutions/lesson06.py``."""
 
 from __future__ import annotations
 
@@ -22,9 +24,22 @@ HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOC
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
 
 
-def find_problems(results: list, nnodes: int, nproc_per_node: int) -> list[str]:
-    """What is wrong in the per-rank dicts of a run of nnodes x nproc_per_node (empty if nothing)."""
-    world_size = nnodes * nproc_per_node
+# Processes on node 0, node 1: rank 1 is on node 1 in the first layout and on node 0 in the second.
+LAYOUTS = ((1, 2), (2, 1))
+
+
+def expected_layout(node_sizes: tuple[int, ...]) -> list[dict]:
+    """What each rank must answer when node n (by node rank) runs node_sizes[n] processes."""
+    world_size = sum(node_sizes)
+    return [{"world_size": world_size, "local_rank": local_rank, "local_world_size": size, "node_rank": node}
+            for node, size in enumerate(node_sizes) for local_rank in range(size)]
+
+
+def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
+    """What is wrong in the per-rank dicts of a run whose node n runs node_sizes[n] processes
+    (empty if nothing)."""
+    expected_by_rank = expected_layout(node_sizes)
+    world_size = len(expected_by_rank)
     if len(results) != world_size:
         return [f"{len(results)} of {world_size} ranks printed a result; every rank must return a dict"]
     problems = []
@@ -33,12 +48,14 @@ def find_problems(results: list, nnodes: int, nproc_per_node: int) -> list[str]:
             missing = sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS)
             problems.append(f"rank {rank}: the result lacks {', '.join(missing)}")
             continue
-        expected = {"world_size": world_size, "local_rank": rank % nproc_per_node,
-                    "local_world_size": nproc_per_node, "node_rank": rank // nproc_per_node}
+        expected = expected_by_rank[rank]
         for key in KEYS:
-            if info[key] != expected[key]:
-                problems.append(f"rank {rank}: {key} is {info[key]!r}, expected {expected[key]}: read {HINTS[key]} "
-                                "and convert it with int()")
+            value = info[key]
+            if type(value) is not int:  # a bool or a float equal to the int is still not one
+                problems.append(f"rank {rank}: {key} is {value!r} ({type(value).__name__}), expected the int "
+                                f"{expected[key]}: read {HINTS[key]} and convert it with int()")
+            elif value != expected[key]:
+                problems.append(f"rank {rank}: {key} is {value}, expected {expected[key]}: read {HINTS[key]}")
     return problems
 
 
@@ -63,24 +80,26 @@ def _first_failure(stderr: str, returncode: int) -> str:
     return f"rank {rank} raised {raised[rank]}"
 
 
-def check_launch_info(launch_info: Callable | str, directory: str | None = None,
-                      nnodes: int = 2, nproc_per_node: int = 2) -> Report:
+def check_launch_info(launch_info: Callable | str, directory: str | None = None) -> Report:
     """Run the learner's ``launch_info`` (the function, or its ``"module:function"`` name,
-    importable from ``directory``, default the current one) under torchrun on ``nnodes`` local
-    nodes of ``nproc_per_node`` processes; return the report."""
+    importable from ``directory``, default the current one) under torchrun on each of
+    :data:`LAYOUTS` (two local nodes, static rendezvous); return the report. Stops at the first
+    layout that fails."""
     directory = os.path.abspath(directory or os.getcwd())
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
-    job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=nnodes, nproc_per_node=nproc_per_node,
-                    env={"PYTHONPATH": path})
     report = Report()
-    if job.returncode != 0:
-        report.fail(f"the job failed: {_first_failure(job.stderr, job.returncode)}")
-        return report
-    problems = find_problems(job.results, nnodes, nproc_per_node)
-    for problem in problems:
-        report.fail(problem)
-    if not problems:
-        report.ok(f"on {nnodes} nodes x {nproc_per_node} processes, every rank knows its node, its place on the "
-                  "node and the size of the job")
+    for node_sizes in LAYOUTS:
+        where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
+        job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes), nproc_per_node=list(node_sizes),
+                        static=True, env={"PYTHONPATH": path})
+        if job.returncode != 0:
+            report.fail(f"{where}: the job failed: {_first_failure(job.stderr, job.returncode)}")
+            return report
+        problems = find_problems(job.results, node_sizes)
+        for problem in problems:
+            report.fail(f"{where}: {problem}")
+        if problems:
+            return report
+        report.ok(f"{where}, every rank knows its node, its place on the node and the size of the job")
     return report

@@ -1,0 +1,80 @@
+"""Pictures for lesson 06: who listens where in a torchrun job, and what a restart does."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyBboxPatch
+
+
+def _box(ax, x: float, y: float, w: float, h: float, text: str, colour: str) -> None:
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", facecolor=colour, edgecolor="black"))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)
+
+
+def _arrow(ax, start: tuple[float, float], end: tuple[float, float], colour: str, style: str = "-|>") -> None:
+    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle=style, color=colour, lw=1.2))
+
+
+def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Figure:
+    """Two nodes under torchrun's c10d rendezvous: each node's agent and ranks, the two stores
+    node 0's agent runs (the rendezvous store at --rdzv-endpoint, the ranks' store at MASTER_PORT)
+    and who connects to which."""
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 5.4)
+    ax.axis("off")
+    for node, x0 in enumerate((0.2, 5.2)):
+        ax.add_patch(FancyBboxPatch((x0, 0.2), 4.6, 5.0, boxstyle="round,pad=0.02", facecolor="none",
+                                    edgecolor="grey", linestyle="--"))
+        ax.text(x0 + 0.1, 5.0, f"node {node} (GROUP_RANK={node})", fontsize=9, weight="bold", va="top")
+        _box(ax, x0 + 0.3, 3.3, 1.8, 0.8, f"agent (torchrun)\nnode {node}", "#fde9c9")
+        for local in range(nproc_per_node):
+            rank = node * nproc_per_node + local
+            _box(ax, x0 + 0.3 + local * 2.2, 0.5, 1.9, 0.9, f"rank {rank}\nLOCAL_RANK={local}", "#cfe2f3")
+            _arrow(ax, (x0 + 1.2, 3.3), (x0 + 1.25 + local * 2.2, 1.4), "#b07000")  # the agent starts its ranks
+    _box(ax, 2.7, 4.15, 2.0, 0.8, f"rendezvous store\n--rdzv-endpoint :{rdzv_port}", "#d9ead3")
+    _box(ax, 2.7, 2.2, 2.0, 0.8, "ranks' store\nMASTER_PORT (free port)", "#d9ead3")
+    _arrow(ax, (2.1, 3.9), (2.7, 4.4), "green", "<|-|>")  # agents meet at the rendezvous store
+    _arrow(ax, (5.5, 4.0), (4.7, 4.5), "green", "<|-|>")
+    for x in (1.3, 3.5, 6.3, 8.5):  # every rank reaches the ranks' store (init_process_group env://)
+        _arrow(ax, (x, 1.4), (3.7, 2.2), "tab:blue")
+    _arrow(ax, (4.3, 0.95), (5.5, 0.95), "purple", "<|-|>")
+    ax.text(4.9, 0.85, "gloo / nccl:\nports picked\nat run time", ha="center", va="top", fontsize=7, color="purple")
+    ax.set_title("Who listens where: node 0's agent runs both stores; the ranks connect to each other directly",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_restart_timeline(epochs: int, fail_at: int, resumed_from: int, world_size: int = 2) -> Figure:
+    """Each rank's epochs across two attempts: the last rank fails at ``fail_at``, torchrun stops
+    the others and starts every rank again; the new attempt loads the checkpoint of
+    ``resumed_from`` and trains the remaining epochs."""
+    fig, ax = plt.subplots(figsize=(8, 1.4 + 0.7 * world_size))
+    restart_gap = 1.2  # drawn width of stop + new rendezvous + start, in epochs
+    for rank in range(world_size):
+        ax.barh(rank, fail_at - 1, left=0, color="tab:blue", alpha=0.7, label="attempt 0" if rank == 0 else None)
+        end_first = fail_at - 1 + (0.5 if rank == world_size - 1 else 0.6)
+        if rank == world_size - 1:
+            ax.plot(end_first, rank, "rx", markersize=12, mew=3)
+            ax.annotate(f"raises in epoch {fail_at}", (end_first, rank), xytext=(0, -22), textcoords="offset points",
+                        ha="center", fontsize=8, color="red")
+        else:
+            ax.plot(end_first, rank, "k|", markersize=14, mew=2)
+            ax.annotate("stopped (SIGTERM)", (end_first, rank), xytext=(0, 12), textcoords="offset points",
+                        ha="center", fontsize=8)
+        start = fail_at - 1 + restart_gap
+        ax.barh(rank, epochs - resumed_from, left=start, color="tab:green", alpha=0.7,
+                label=f"attempt 1 (from the epoch-{resumed_from} checkpoint)" if rank == 0 else None)
+    ax.axvspan(fail_at - 1 + 0.7, fail_at - 1 + restart_gap, color="grey", alpha=0.2)
+    ax.text(fail_at - 1 + 0.95, -0.55, "new rendezvous", ha="center", fontsize=7)
+    ticks = list(range(fail_at)) + [fail_at - 1 + restart_gap + i for i in range(epochs - resumed_from + 1)]
+    labels = [str(i) for i in range(fail_at)] + [str(resumed_from + i) for i in range(epochs - resumed_from + 1)]
+    ax.set_xticks(ticks, labels)
+    ax.set_xlabel("epochs completed (each attempt's own count; time runs left to right)")
+    ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
+    ax.invert_yaxis()
+    ax.legend(loc="lower left", fontsize=8, ncol=2, bbox_to_anchor=(0, 1.02))
+    fig.tight_layout()
+    return fig
