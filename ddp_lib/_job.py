@@ -58,6 +58,11 @@ class Job:
         self.conns: dict = {}  # reading end of each rank's result pipe, until heard from
         self.results: dict[int, object] = {}
         self.failures: dict[int, tuple[str, str, str]] = {}
+        self.exit_codes: dict[int, int | None] = {}  # rank -> exit code, for a rank that ended without a message
+        # Ranks whose process sentinel reported an end while the rank still runs: a killed
+        # forkserver reports every child it started as ended (exit code 255). They are watched
+        # through their result pipes alone, so the deadline still holds.
+        self.sentinel_lost: set[int] = set()
         self.running: list[int] = []
         self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline
         self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
@@ -108,7 +113,9 @@ class Job:
             # A rank is watched through its result pipe and its process sentinel until heard from.
             watched = {}
             for rank, conn in self.conns.items():
-                watched[conn] = watched[self.procs[rank].sentinel] = rank
+                watched[conn] = rank
+                if rank not in self.sentinel_lost:
+                    watched[self.procs[rank].sentinel] = rank
             pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None,
                                  None if notice_at is None else max(0.0, notice_at - now)) if t is not None]
             for ready in wait(list(watched), min(pause) if pause else None):
@@ -137,16 +144,23 @@ class Job:
         if _child.STACK_DUMP_SIGNAL is None:
             return
         for rank in self.running:
+            if not os.path.exists(self.specs[rank].stderr_path):
+                continue  # not started yet: it has no stack to show, and no handler for the signal
             self.stack_starts[rank] = _size(self.specs[rank].stderr_path)
             try:
                 os.kill(self.pids[rank], _child.STACK_DUMP_SIGNAL)
             except OSError:
                 pass
+        if not self.stack_starts:
+            return
         time.sleep(STACK_DUMP_WAIT_S)
         for rank, start in self.stack_starts.items():
-            with open(self.specs[rank].stderr_path, "rb") as f:
-                f.seek(start)
-                self.stacks[rank] = f.read().decode("utf-8", errors="replace")
+            try:
+                with open(self.specs[rank].stderr_path, "rb") as f:
+                    f.seek(start)
+                    self.stacks[rank] = f.read().decode("utf-8", errors="replace")
+            except OSError:
+                pass
 
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
@@ -159,13 +173,24 @@ class Job:
         conn = self.conns[rank]
         proc = self.procs[rank]
         try:
-            if not conn.poll() and proc.is_alive():
-                return
+            if not conn.poll():
+                if proc.is_alive():
+                    return
+                # A process that has ended has closed its end of the pipe (EOF is readable), so
+                # the sentinel is wrong about it: its forkserver died. Never block on the pipe.
+                if pid_alive(self.pids[rank]):
+                    self.sentinel_lost.add(rank)
+                    return
+                raise EOFError
             blob = conn.recv_bytes()
         except (EOFError, OSError):
             proc.join(1)
-            started = os.path.exists(self.specs[rank].stdout_path)  # the child's first act is to create it
-            self.failures[rank] = ("", _describe_exit(proc.exitcode, started), "")
+            self.exit_codes[rank] = proc.exitcode
+            if proc.exitcode == 0 and self.specs[rank].exit_like_torch:
+                self.results[rank] = None  # sys.exit(0) or os._exit(0): finished, as under torch
+            else:
+                started = os.path.exists(self.specs[rank].stdout_path)  # the child's first act is to create it
+                self.failures[rank] = ("", _describe_exit(proc.exitcode, started), "")
         else:
             try:
                 message = pickle.loads(blob)

@@ -40,12 +40,16 @@ class WorkerError(RuntimeError):
     ``rank``, ``exc_type`` and ``message`` say what happened; ``worker_traceback`` is the
     traceback text from the child (empty if it died without raising); ``failures`` maps
     every failed rank to its one-line description; ``outputs`` holds each rank's captured
-    output.
+    output; ``pid`` is the rank's process id and ``exit_code`` its exit code when it ended
+    without a message (negative: the signal that killed it), else None.
     """
 
     def __init__(self, rank: int, exc_type: str, message: str, worker_traceback: str = "",
-                 failures: dict[int, str] | None = None, outputs: dict | None = None):
+                 failures: dict[int, str] | None = None, outputs: dict | None = None,
+                 pid: int | None = None, exit_code: int | None = None):
         self.rank = rank
+        self.pid = pid
+        self.exit_code = exit_code
         self.exc_type = exc_type
         self.message = message
         self.worker_traceback = worker_traceback

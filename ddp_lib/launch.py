@@ -92,11 +92,12 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
 
 def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs: list[dict[str, str]], *,
             start_method: str, timeout: float | None, show_output: bool | str, pass_world_size: bool,
-            store: _loopback_store | None = None) -> LaunchResult:
+            store: _loopback_store | None = None, exit_like_torch: bool = False) -> LaunchResult:
     """Start the ranks, wait, stop whatever is left, show the output, raise or return.
 
     With ``store`` (ddp_lib.launch) the ranks must keep its MASTER_ADDR/MASTER_PORT; without
-    (ddp_lib.mp) the worker chooses them.
+    (ddp_lib.mp) the worker chooses them. ``exit_like_torch`` (ddp_lib.mp): a rank that calls
+    sys.exit(0) or os._exit(0) has finished, with None as its result, as under torch.
     """
     _sweep_orphaned_logdirs()
     args_blob = pickle.dumps(args_kwargs)
@@ -104,7 +105,8 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     with tempfile.TemporaryDirectory(prefix=f"{_LOGDIR_PREFIX}{os.getpid()}-") as logdir:
         specs = [_child.RankSpec(r, world_size, fn_ref, args_blob, pass_world_size, envs[r],
                                  os.path.join(logdir, f"rank{r}.out"), os.path.join(logdir, f"rank{r}.err"),
-                                 list(sys.path), os.getcwd(), logdir, store_env) for r in range(world_size)]
+                                 list(sys.path), os.getcwd(), logdir, store_env, exit_like_torch)
+                 for r in range(world_size)]
         live = None
         if show_output:
             live = LiveOutput(specs[0].stdout_path, specs[0].stderr_path if show_output is True else None)
@@ -123,7 +125,8 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         message = _child.first_line(message) + _hint(exc_type, message, tb)
         failures = {r: f"{t}: {_child.first_line(m)}" if t else _child.first_line(m)
                     for r, (t, m, _) in job.failures.items()}
-        raise WorkerError(rank, exc_type, message, tb, failures, outputs)
+        raise WorkerError(rank, exc_type, message, tb, failures, outputs, pid=job.pids[rank],
+                          exit_code=job.exit_codes.get(rank))
     if job.running:
         raise LaunchTimeout(timeout, job.running, outputs, job.stacks)
     return LaunchResult([job.results[r] for r in range(world_size)],

@@ -78,6 +78,26 @@ def mp_rank(i, scale):
     return i * scale
 
 
+def mp_end_early(i, how, bad_rank=1):
+    """Rank ``bad_rank`` ends in the way ``how`` names (the drop-in's convention, fn(i, *args))."""
+    if i == bad_rank:
+        if how == "sys.exit(0)":
+            sys.exit(0)
+        if how == "exit()":
+            exit()
+        if how == "os._exit(0)":
+            os._exit(0)
+        if how == "sys.exit(3)":
+            sys.exit(3)
+        if how == "sys.exit(text)":
+            sys.exit("giving up")
+        if how == "SIGABRT":
+            os.abort()
+        if how == "raise":
+            raise ValueError(f"rank {i} was told to fail")
+    return i
+
+
 def start_grandchild(rank, world_size, pid_dir, fail=False):
     """Starts a long-running child process (a shell's sleep) and returns or raises while it runs."""
     child = subprocess.Popen(["sleep", "60"])

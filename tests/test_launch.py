@@ -127,7 +127,7 @@ def test_the_deadline_turns_a_hang_into_an_error_and_stops_every_rank(pid_dir):
 
 
 def test_a_return_value_that_cannot_be_pickled_is_an_error_naming_the_rank():
-    with pytest.raises(WorkerError, match=r"^rank 0 raised .*cannot be pickled"):
+    with pytest.raises(WorkerError, match=r"^rank 0 returned a value that cannot be pickled, so it cannot be sent"):
         spawn(_unpicklable_result, 1, show_output=False)
 
 
