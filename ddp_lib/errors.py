@@ -55,8 +55,11 @@ class WorkerError(RuntimeError):
         self.worker_traceback = worker_traceback
         self.failures = failures or {}
         self.outputs = outputs or {}
-        if exc_type:
+        self.full_message = message  # the launcher sets it to every line of the worker's message
+        if exc_type and message:
             summary = f"rank {rank} raised {exc_type}: {message}"
+        elif exc_type:  # e.g. a bare KeyboardInterrupt: no ": " with nothing after it
+            summary = f"rank {rank} raised {exc_type}"
         else:
             summary = f"rank {rank} {message}"
         super().__init__(summary)

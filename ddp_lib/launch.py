@@ -122,11 +122,13 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     if job.failures:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
-        message = _child.first_line(message) + _hint(exc_type, message, tb)
+        hint = _hint(exc_type, message, tb)
         failures = {r: f"{t}: {_child.first_line(m)}" if t else _child.first_line(m)
                     for r, (t, m, _) in job.failures.items()}
-        raise WorkerError(rank, exc_type, message, tb, failures, outputs, pid=job.pids[rank],
-                          exit_code=job.exit_codes.get(rank))
+        error = WorkerError(rank, exc_type, _child.first_line(message) + hint, tb, failures, outputs,
+                            pid=job.pids[rank], exit_code=job.exit_codes.get(rank))
+        error.full_message = message.strip() + hint  # every line of it, for the command line
+        raise error
     if job.running:
         raise LaunchTimeout(timeout, job.running, outputs, job.stacks)
     return LaunchResult([job.results[r] for r in range(world_size)],

@@ -119,8 +119,10 @@ class RankExitedError(_TorchWorkerError, ProcessExitedException):
 
 def _as_torch_error(error: WorkerError) -> WorkerError:
     cls = RankRaisedError if (error.exc_type or error.worker_traceback) else RankExitedError
-    return cls(error.rank, error.exc_type, error.message, error.worker_traceback, error.failures,
-               error.outputs, error.pid, error.exit_code)
+    torch_error = cls(error.rank, error.exc_type, error.message, error.worker_traceback, error.failures,
+                      error.outputs, error.pid, error.exit_code)
+    torch_error.full_message = error.full_message
+    return torch_error
 
 
 def spawn(fn, args: tuple = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
