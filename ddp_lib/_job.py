@@ -8,6 +8,7 @@ environments, only of processes, pipes and output files.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -37,6 +38,23 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def _main_file_hidden_unless_real():
+    """Without a real file behind ``__main__.__file__`` (a driver read from standard input,
+    ``python - <<EOF``, has "<stdin>"), hide it while the ranks start: multiprocessing would
+    have each child run that "file" again and fail, as it does not for a notebook, which has none."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None or os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _context(start_method: str):
@@ -69,6 +87,10 @@ class Job:
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
 
     def start(self) -> None:
+        with _main_file_hidden_unless_real():
+            self._start()
+
+    def _start(self) -> None:
         lifeline, self.lifeline = self.ctx.Pipe(duplex=False)
         inherited = self.lifeline.fileno() if self.ctx.get_start_method() == "fork" else None
         for spec in self.specs:
