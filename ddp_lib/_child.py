@@ -199,7 +199,12 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
     except Exception as str_error:
         message = f"(its message could not be made: str() raised {type(str_error).__qualname__}: {str_error})"
     try:
-        tb = "".join(traceback.format_exception(exc))
+        if isinstance(exc, SyntaxError) and exc.filename and os.path.isfile(exc.filename):
+            # In a file the worker imports: its file, line and caret say it all; importlib's
+            # frames above them are nothing the author can act on.
+            tb = "".join(traceback.format_exception_only(exc))
+        else:
+            tb = "".join(traceback.format_exception(exc))
     except Exception:
         tb = "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__qualname__}: {message}\n"
     return type(exc).__qualname__, message, tb

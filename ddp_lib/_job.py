@@ -24,7 +24,6 @@ from ddp_lib.errors import is_peer_failure
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it is stopped
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
-QUIET_NOTICE_S = 5.0  # with no rank at the rendezvous store after this long, say so (once)
 STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
 
@@ -118,7 +117,6 @@ class Job:
             self._dump_stacks()
 
     def _wait_until(self, deadline: float | None, stop_at_failure: bool) -> None:
-        notice_at = time.monotonic() + QUIET_NOTICE_S if self.store is not None else None
         while self.conns and not (stop_at_failure and self.failures):
             now = time.monotonic()
             remaining = None if deadline is None else deadline - now
@@ -126,39 +124,19 @@ class Job:
                 if stop_at_failure:
                     self.running = sorted(self.conns)
                 return
-            if notice_at is not None and now >= notice_at:
-                if self._all_started():
-                    notice_at = None
-                    self._notice_if_nobody_joined()
-                else:  # still starting (a busy machine): not the silence this notice is about
-                    notice_at = now + 1.0
             # A rank is watched through its result pipe and its process sentinel until heard from.
             watched = {}
             for rank, conn in self.conns.items():
                 watched[conn] = rank
                 if rank not in self.sentinel_lost:
                     watched[self.procs[rank].sentinel] = rank
-            pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None,
-                                 None if notice_at is None else max(0.0, notice_at - now)) if t is not None]
+            pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None) if t is not None]
             for ready in wait(list(watched), min(pause) if pause else None):
                 rank = watched[ready]
                 if rank in self.conns:
                     self._receive(rank)
             if self.live:
                 self.live.poll()
-
-    def _all_started(self) -> bool:
-        """Whether every rank has reached ddp_lib's code (its first act creates its output file)."""
-        return all(os.path.exists(spec.stdout_path) for spec in self.specs)
-
-    def _notice_if_nobody_joined(self) -> None:
-        try:
-            joined = self.store.anyone_joined()
-        except Exception:  # the notice is a courtesy: never let it fail the launch
-            return
-        if not joined:
-            print(f"[ddp_lib] {QUIET_NOTICE_S:g} s in, no rank has reached the rendezvous store yet (still waiting; "
-                  "a worker that never joins a process group can ignore this)", file=sys.stderr, flush=True)
 
     def _dump_stacks(self) -> None:
         """Ask the ranks still running to write their Python stacks (faulthandler), to name

@@ -67,6 +67,18 @@ class WorkerError(RuntimeError):
             self.__cause__ = RemoteTraceback(f"\nin rank {rank}:\n{worker_traceback.rstrip()}")
 
 
+# Where torch's C++ says it was built and what called what: "[/__w/pytorch/pytorch/.../pair.cc:534] ",
+# "Exception raised from recvBytes at /__w/...Utils.hpp:671 (most recent call first):" and the
+# "frame #3: ..." lines after it. Nothing in them is the learner's to act on.
+_CPP_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")
+_CPP_FRAMES = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+: .*)\n?", re.M)
+
+
+def without_build_paths(message: str) -> str:
+    """``message`` without torch's C++ source locations and C++ call stack."""
+    return _CPP_FRAMES.sub("", _CPP_LOCATION.sub("", message)).rstrip()
+
+
 class LaunchTimeout(TimeoutError):
     """The job passed its deadline; every rank was stopped. ``running`` lists the ranks
     that had not finished; ``stacks`` maps each to the Python stack it was in when stopped

@@ -34,7 +34,7 @@ from ddp_lib._job import Job, pid_alive
 from ddp_lib._live_output import LiveOutput
 from ddp_lib.checks import check_launch
 from ddp_lib.device import threads_per_rank
-from ddp_lib.errors import LaunchTimeout, WorkerError
+from ddp_lib.errors import LaunchTimeout, WorkerError, without_build_paths
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import BACKEND_ENV
 
@@ -122,8 +122,9 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     if job.failures:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
+        message = without_build_paths(message)
         hint = _hint(exc_type, message, tb)
-        failures = {r: f"{t}: {_child.first_line(m)}" if t else _child.first_line(m)
+        failures = {r: f"{t}: {_child.first_line(without_build_paths(m))}" if t else _child.first_line(m)
                     for r, (t, m, _) in job.failures.items()}
         error = WorkerError(rank, exc_type, _child.first_line(message) + hint, tb, failures, outputs,
                             pid=job.pids[rank], exit_code=job.exit_codes.get(rank))
@@ -162,12 +163,7 @@ class _loopback_store:
             listener.close()
             raise
         listener.detach()  # the store owns the listening socket now and closes it
-        self.empty_keys = self.store.num_keys()
         return self
-
-    def anyone_joined(self) -> bool:
-        """Whether any rank has written to the store yet (every rank does when it joins a group)."""
-        return self.store.num_keys() > self.empty_keys
 
     def __exit__(self, *exc) -> None:
         del self.store
@@ -194,6 +190,9 @@ def _rank_env(world_size: int, backend: str, extra: dict[str, str] | None,
         for name in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK"):
             base.pop(name, None)
     base.setdefault("OMP_NUM_THREADS", str(threads_per_rank(world_size)))
+    # A rank writes to files, not a terminal: no colour codes in its tracebacks, although a
+    # Jupyter kernel sets FORCE_COLOR (Python 3.13 reads PYTHON_COLORS first; other tools NO_COLOR).
+    base.update({"PYTHON_COLORS": "0", "NO_COLOR": "1"})
     loopback = _loopback_interface()
     if loopback:
         # gloo would otherwise listen on the address the host name resolves to.

@@ -159,3 +159,8 @@ def sleep_in_named_function(rank, world_size):
 
 def print_python(rank, world_size):
     return sys.executable
+
+
+def report_named_env(rank, world_size, names):
+    """The values of the environment variables ``names`` on this rank."""
+    return {name: os.environ.get(name) for name in names}

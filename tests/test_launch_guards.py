@@ -30,12 +30,10 @@ def test_a_worker_that_sets_its_own_port_fails_at_once_naming_the_variable():
     assert time.monotonic() - start < 20
 
 
-def test_a_long_wait_with_nobody_at_the_store_is_announced_once(capfd):
-    spawn(failures.hang_on_rank, 2, (5,), timeout=60, show_output=False)  # no rank hangs: returns at once
-    assert "no rank has reached the rendezvous store" not in capfd.readouterr().err
+def test_a_long_wait_with_nobody_at_the_store_prints_nothing_a_learner_cannot_act_on(capfd):
     with pytest.raises(LaunchTimeout):
         spawn(launcher_workers.hang_all, 2, timeout=7, show_output=False)
-    assert capfd.readouterr().err.count("no rank has reached the rendezvous store yet") == 1
+    assert capfd.readouterr().err == ""
 
 
 def _run_script(tmp_path, body: str, timeout=180, env=None) -> subprocess.CompletedProcess:
