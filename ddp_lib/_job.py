@@ -14,6 +14,7 @@ import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import wait
 
@@ -37,6 +38,25 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored.
+
+    Jupyter's stop button sends SIGINT to the kernel's whole process group, the forkserver
+    included; multiprocessing ignores SIGINT in the forkserver only once it has imported its
+    preloaded modules, so a press during a kernel's first launch (torch being imported) killed
+    it. An ignored signal stays ignored across exec, and Python then installs no handler."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()  # signal handlers can only be changed from the main thread
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
@@ -86,6 +106,8 @@ class Job:
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
 
     def start(self) -> None:
+        if self.ctx.get_start_method() == "forkserver":
+            _start_forkserver_deaf_to_ctrl_c()
         with _main_file_hidden_unless_real():
             self._start()
 

@@ -79,6 +79,20 @@ def without_build_paths(message: str) -> str:
     return _CPP_FRAMES.sub("", _CPP_LOCATION.sub("", message)).rstrip()
 
 
+class LaunchInterrupted(KeyboardInterrupt):
+    """The launch was interrupted (Ctrl-C, Jupyter's stop button) and every rank was stopped.
+    A KeyboardInterrupt, so that whatever stops on one still stops; shown in a notebook as its
+    one line, not as a traceback through the launcher."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        ranks = "rank 0" if world_size == 1 else f"ranks 0-{world_size - 1}"
+        super().__init__(f"interrupted: {ranks} stopped")
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
+        return [str(self)]
+
+
 class LaunchTimeout(TimeoutError):
     """The job passed its deadline; every rank was stopped. ``running`` lists the ranks
     that had not finished; ``stacks`` maps each to the Python stack it was in when stopped

@@ -34,7 +34,7 @@ from ddp_lib._job import Job, pid_alive
 from ddp_lib._live_output import LiveOutput
 from ddp_lib.checks import check_launch
 from ddp_lib.device import threads_per_rank
-from ddp_lib.errors import LaunchTimeout, WorkerError, without_build_paths
+from ddp_lib.errors import LaunchInterrupted, LaunchTimeout, WorkerError, without_build_paths
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import BACKEND_ENV
 
@@ -111,11 +111,16 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         if show_output:
             live = LiveOutput(specs[0].stdout_path, specs[0].stderr_path if show_output is True else None)
         job = Job(specs, start_method, live, store)
+        interrupted = False
         try:
             job.start()
             job.wait(timeout)
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
             job.stop()
+        if interrupted:
+            raise LaunchInterrupted(world_size) from None
         outputs = job.read_outputs()
     if show_output:  # rank 0's has been shown as it came
         _show({r: out for r, out in outputs.items() if r != 0}, with_stderr=show_output is True)
