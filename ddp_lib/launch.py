@@ -34,7 +34,7 @@ from ddp_lib._job import Job, pid_alive
 from ddp_lib._live_output import LiveOutput
 from ddp_lib.checks import check_launch
 from ddp_lib.device import threads_per_rank
-from ddp_lib.errors import LaunchInterrupted, LaunchTimeout, WorkerError, without_build_paths
+from ddp_lib.errors import LaunchInterrupted, LaunchTimeout, WorkerError, is_peer_failure, without_build_paths
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import BACKEND_ENV
 
@@ -128,7 +128,7 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
         message = without_build_paths(message)
-        hint = _hint(exc_type, message, tb)
+        hint = _hint(exc_type, message, tb) or _peer_hint(job, rank)
         failures = {r: f"{t}: {_child.first_line(without_build_paths(m))}" if t else _child.first_line(m)
                     for r, (t, m, _) in job.failures.items()}
         error = WorkerError(rank, exc_type, _child.first_line(message) + hint, tb, failures, outputs,
@@ -139,6 +139,18 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         raise LaunchTimeout(timeout, job.running, outputs, job.stacks)
     return LaunchResult([job.results[r] for r in range(world_size)],
                         [outputs[r][0] for r in range(world_size)], [outputs[r][1] for r in range(world_size)])
+
+
+def _peer_hint(job: Job, rank: int) -> str:
+    """When the rank blamed failed only because a peer did (every failure heard is of that kind)
+    while other ranks never reported, name those: the one that failed first is among them."""
+    exc_type, message, _ = job.failures[rank]
+    silent = [r for r in range(job.world_size) if r not in job.failures and r not in job.results]
+    if not silent or not is_peer_failure(exc_type, message):
+        return ""
+    ranks = f"rank {silent[0]} was" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))} were"
+    return (f" (how a rank sees a peer that failed or went away; no rank reported an error of its own, and "
+            f"{ranks} still running when stopped: see their output)")
 
 
 def _hint(exc_type: str, message: str, tb: str) -> str:

@@ -164,3 +164,11 @@ def print_python(rank, world_size):
 def report_named_env(rank, world_size, names):
     """The values of the environment variables ``names`` on this rank."""
     return {name: os.environ.get(name) for name in names}
+
+
+def echo_a_peer_failure(rank, world_size):
+    """Rank 0 fails as gloo reports a peer that went away; the others never report (they sleep)."""
+    if rank == 0:
+        raise RuntimeError("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
+                           "Connection closed by peer [127.0.0.1]:41234")
+    time.sleep(3600)

@@ -49,3 +49,12 @@ def test_ranks_are_told_to_print_no_colour_codes(monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")  # as a Jupyter kernel sets it
     seen = spawn(launcher_workers.report_named_env, 1, args=(("PYTHON_COLORS", "NO_COLOR"),), show_output=False)
     assert seen == [{"PYTHON_COLORS": "0", "NO_COLOR": "1"}]
+
+
+def test_a_peer_failure_with_silent_ranks_names_them():
+    with pytest.raises(WorkerError) as info:
+        spawn(launcher_workers.echo_a_peer_failure, 3, show_output=False)
+    assert str(info.value) == (
+        "rank 0 raised RuntimeError: Gloo connectFullMesh failed with Connection closed by peer [127.0.0.1]:41234 "
+        "(how a rank sees a peer that failed or went away; no rank reported an error of its own, and ranks 1, 2 "
+        "were still running when stopped: see their output)")
