@@ -77,6 +77,7 @@ def _watch_lifeline(lifeline, logdir: str) -> None:
     except (EOFError, OSError):
         pass
     shutil.rmtree(logdir, ignore_errors=True)
+    kill_all(descendants(os.getpid()))
     if hasattr(os, "killpg") and os.getpgid(0) == os.getpid():  # only a group this rank leads
         try:
             os.killpg(os.getpid(), signal.SIGKILL)  # this rank and everything it started
@@ -123,7 +124,42 @@ def _flush_streams() -> None:
             pass
 
 
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
+    there is no /proc. Finds what a process group does not: a child started in a new session
+    (``start_new_session=True``, a daemon) while its parent still lives."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def _leave(code: int) -> None:
+    # Whatever the worker started, in this rank's group or in a session of its own, ends with
+    # the rank: once the rank has exited, a process in another session can no longer be found.
+    kill_all(descendants(os.getpid()))
     # Leave without freeing anything: no destructor of the worker's objects runs (a gloo
     # process group's joins threads that may be waiting for the GIL, see _call_keeping_locals),
     # and no interpreter shutdown runs (under fork/forkserver multiprocessing ends its

@@ -247,6 +247,10 @@ class Job:
         """Stop every rank still alive, and every process a rank started: SIGTERM, then
         SIGKILL after a grace period."""
         alive = [p for p in self.procs if p.is_alive()]
+        # Found before the ranks die: a process a rank started in a session of its own is no
+        # longer below it afterwards (its process group, signalled below, does not hold it).
+        below = [pid for rank, pid in enumerate(self.pids)
+                 if rank not in self.results for pid in _child.descendants(pid)]
         for proc in alive:
             proc.terminate()
         self._signal_groups(signal.SIGTERM)
@@ -258,6 +262,7 @@ class Job:
                 proc.kill()
                 proc.join()
         self._signal_groups(signal.SIGKILL)
+        _child.kill_all(below)
         for proc in self.procs:
             proc.close()
         for conn in self.conns.values():

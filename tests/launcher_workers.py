@@ -98,13 +98,16 @@ def mp_end_early(i, how, bad_rank=1):
     return i
 
 
-def start_grandchild(rank, world_size, pid_dir, fail=False):
-    """Starts a long-running child process (a shell's sleep) and returns or raises while it runs."""
-    child = subprocess.Popen(["sleep", "60"])
+def start_grandchild(rank, world_size, pid_dir, fail=False, new_session=False, hang=False):
+    """Starts a long-running child process (a shell's sleep), in a session of its own if
+    ``new_session``, and returns, raises (``fail``, rank 1) or hangs (``hang``) while it runs."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=new_session)
     with open(os.path.join(pid_dir, f"rank{rank}.pid"), "w") as f:
         f.write(str(child.pid))
     if fail and rank == 1:
         raise RuntimeError("failing with a child process still running")
+    if hang:
+        time.sleep(3600)
     return rank
 
 

@@ -116,6 +116,18 @@ def test_processes_a_worker_starts_are_stopped_with_it(pid_dir, fail):
     assert len(pids) == 2 and wait_until_gone(pids) == []
 
 
+@pytest.mark.parametrize("how", ["returns", "raises", "hangs"])
+def test_a_process_a_worker_starts_in_a_session_of_its_own_is_stopped_too(pid_dir, how):
+    kwargs = dict(pid_dir=str(pid_dir), new_session=True, fail=how == "raises", hang=how == "hangs")
+    if how == "returns":
+        assert spawn(launcher_workers.start_grandchild, 2, kwargs=kwargs, show_output=False) == [0, 1]
+    else:
+        with pytest.raises((WorkerError, LaunchTimeout)):
+            spawn(launcher_workers.start_grandchild, 2, kwargs=kwargs, timeout=20, show_output=False)
+    pids = recorded_pids(pid_dir)
+    assert len(pids) == 2 and wait_until_gone(pids) == []
+
+
 def test_a_killed_caller_leaves_no_output_directory(tmp_path, pid_dir):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
