@@ -183,7 +183,7 @@ def _run_launcher_script(pid_dir, body: str) -> subprocess.Popen:
                             env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
 
 
-def _wait_for_pids(pid_dir, count, proc, seconds=60):
+def _wait_for_pids(pid_dir, count, proc, seconds=120):  # a fresh interpreter imports torch: slow under load
     end = time.monotonic() + seconds
     while len(recorded_pids(pid_dir)) < count:
         assert proc.poll() is None, proc.communicate()
