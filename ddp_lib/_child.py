@@ -45,6 +45,9 @@ class RankSpec:
     cwd: str
     logdir: str  # removed by the watchdog if the launcher dies before removing it
     store_env: dict[str, str] | None  # MASTER_ADDR/MASTER_PORT the worker must not change, if any
+    # ddp_lib.mp: sys.exit()/exit() end the rank as under torch.multiprocessing (code 0 or None:
+    # a finished rank whose result is None; another code: the rank exited with it).
+    exit_like_torch: bool = False
 
 
 def _redirect(fd: int, path: str) -> None:
@@ -74,6 +77,7 @@ def _watch_lifeline(lifeline, logdir: str) -> None:
     except (EOFError, OSError):
         pass
     shutil.rmtree(logdir, ignore_errors=True)
+    kill_all(descendants(os.getpid()))
     if hasattr(os, "killpg") and os.getpgid(0) == os.getpid():  # only a group this rank leads
         try:
             os.killpg(os.getpid(), signal.SIGKILL)  # this rank and everything it started
@@ -96,19 +100,71 @@ class _Reporter:
                 blob = pickle.dumps(message)
             except Exception as exc:
                 code = 1
-                blob = pickle.dumps(("error", type(exc).__qualname__,
-                                     f"the worker's return value cannot be pickled: {exc}", traceback.format_exc()))
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except (OSError, ValueError, AttributeError):
-                    pass
+                # Not "raised ...": the worker returned; what failed is sending its value back.
+                blob = pickle.dumps(("error", "", f"returned a value that cannot be pickled, so it cannot be sent "
+                                     f"back ({type(exc).__qualname__}: {exc}); return plain data (numbers, "
+                                     "strings, lists, dicts, tensors)", traceback.format_exc()))
+            _flush_streams()
             self._conn.send_bytes(blob)
-            # Leave without freeing anything: no destructor of the worker's objects runs (a
-            # gloo process group's joins threads that may be waiting for the GIL, see
-            # _call_keeping_locals), and no interpreter shutdown runs (under fork/forkserver
-            # multiprocessing ends its children with os._exit too).
-            os._exit(code)
+            _leave(code)
+
+    def exit_without_result(self, code: int) -> None:
+        """End the process with ``code`` and send nothing (never returns): the launcher reads
+        the exit code, as torch.multiprocessing does."""
+        with self._lock:
+            _flush_streams()
+            _leave(code)
+
+
+def _flush_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
+    there is no /proc. Finds what a process group does not: a child started in a new session
+    (``start_new_session=True``, a daemon) while its parent still lives."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _leave(code: int) -> None:
+    # Whatever the worker started, in this rank's group or in a session of its own, ends with
+    # the rank: once the rank has exited, a process in another session can no longer be found.
+    kill_all(descendants(os.getpid()))
+    # Leave without freeing anything: no destructor of the worker's objects runs (a gloo
+    # process group's joins threads that may be waiting for the GIL, see _call_keeping_locals),
+    # and no interpreter shutdown runs (under fork/forkserver multiprocessing ends its
+    # children with os._exit too).
+    os._exit(code)
 
 
 def _store_env_changed(expected: dict[str, str]) -> str | None:
@@ -179,10 +235,26 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
     except Exception as str_error:
         message = f"(its message could not be made: str() raised {type(str_error).__qualname__}: {str_error})"
     try:
-        tb = "".join(traceback.format_exception(exc))
+        if isinstance(exc, SyntaxError) and exc.filename and os.path.isfile(exc.filename):
+            # In a file the worker imports: its file, line and caret say it all; importlib's
+            # frames above them are nothing the author can act on.
+            tb = "".join(traceback.format_exception_only(exc))
+        else:
+            tb = "".join(traceback.format_exception(exc))
     except Exception:
         tb = "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__qualname__}: {message}\n"
     return type(exc).__qualname__, message, tb
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """The exit code a multiprocessing child ends with after ``exc`` (as multiprocessing's
+    BaseProcess._bootstrap: None is 0, an int is itself, anything else is printed and is 1)."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return 1
 
 
 def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int | None) -> None:
@@ -222,6 +294,14 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
         args, kwargs = pickle.loads(spec.args_blob)
         leading = (spec.rank, spec.world_size) if spec.pass_world_size else (spec.rank,)
         value = _call_keeping_locals(fn, (*leading, *args), kwargs, kept)
+    except SystemExit as exc:
+        kept.append(exc)
+        if not spec.exit_like_torch:
+            reporter.finish(1, ("error", *_describe(exc)))
+        code = _exit_code(exc)
+        if code == 0:
+            reporter.finish(0, ("ok", None))
+        reporter.exit_without_result(code)
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
         kept.append(exc)  # its traceback holds the worker's frames: keep them too
         reporter.finish(1, ("error", *_describe(exc)))

@@ -8,11 +8,13 @@ environments, only of processes, pipes and output files.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
 import signal
 import sys
+import threading
 import time
 from multiprocessing.connection import wait
 
@@ -23,7 +25,6 @@ from ddp_lib.errors import is_peer_failure
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it is stopped
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
-QUIET_NOTICE_S = 5.0  # with no rank at the rendezvous store after this long, say so (once)
 STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
 
@@ -37,6 +38,42 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored.
+
+    Jupyter's stop button sends SIGINT to the kernel's whole process group, the forkserver
+    included; multiprocessing ignores SIGINT in the forkserver only once it has imported its
+    preloaded modules, so a press during a kernel's first launch (torch being imported) killed
+    it. An ignored signal stays ignored across exec, and Python then installs no handler."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()  # signal handlers can only be changed from the main thread
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _main_file_hidden_unless_real():
+    """Without a real file behind ``__main__.__file__`` (a driver read from standard input,
+    ``python - <<EOF``, has "<stdin>"), hide it while the ranks start: multiprocessing would
+    have each child run that "file" again and fail, as it does not for a notebook, which has none."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None or os.path.isfile(path):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _context(start_method: str):
@@ -58,12 +95,23 @@ class Job:
         self.conns: dict = {}  # reading end of each rank's result pipe, until heard from
         self.results: dict[int, object] = {}
         self.failures: dict[int, tuple[str, str, str]] = {}
+        self.exit_codes: dict[int, int | None] = {}  # rank -> exit code, for a rank that ended without a message
+        # Ranks whose process sentinel reported an end while the rank still runs: a killed
+        # forkserver reports every child it started as ended (exit code 255). They are watched
+        # through their result pipes alone, so the deadline still holds.
+        self.sentinel_lost: set[int] = set()
         self.running: list[int] = []
         self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline
         self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
 
     def start(self) -> None:
+        if self.ctx.get_start_method() == "forkserver":
+            _start_forkserver_deaf_to_ctrl_c()
+        with _main_file_hidden_unless_real():
+            self._start()
+
+    def _start(self) -> None:
         lifeline, self.lifeline = self.ctx.Pipe(duplex=False)
         inherited = self.lifeline.fileno() if self.ctx.get_start_method() == "fork" else None
         for spec in self.specs:
@@ -91,7 +139,6 @@ class Job:
             self._dump_stacks()
 
     def _wait_until(self, deadline: float | None, stop_at_failure: bool) -> None:
-        notice_at = time.monotonic() + QUIET_NOTICE_S if self.store is not None else None
         while self.conns and not (stop_at_failure and self.failures):
             now = time.monotonic()
             remaining = None if deadline is None else deadline - now
@@ -99,18 +146,13 @@ class Job:
                 if stop_at_failure:
                     self.running = sorted(self.conns)
                 return
-            if notice_at is not None and now >= notice_at:
-                if self._all_started():
-                    notice_at = None
-                    self._notice_if_nobody_joined()
-                else:  # still starting (a busy machine): not the silence this notice is about
-                    notice_at = now + 1.0
             # A rank is watched through its result pipe and its process sentinel until heard from.
             watched = {}
             for rank, conn in self.conns.items():
-                watched[conn] = watched[self.procs[rank].sentinel] = rank
-            pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None,
-                                 None if notice_at is None else max(0.0, notice_at - now)) if t is not None]
+                watched[conn] = rank
+                if rank not in self.sentinel_lost:
+                    watched[self.procs[rank].sentinel] = rank
+            pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None) if t is not None]
             for ready in wait(list(watched), min(pause) if pause else None):
                 rank = watched[ready]
                 if rank in self.conns:
@@ -118,35 +160,29 @@ class Job:
             if self.live:
                 self.live.poll()
 
-    def _all_started(self) -> bool:
-        """Whether every rank has reached ddp_lib's code (its first act creates its output file)."""
-        return all(os.path.exists(spec.stdout_path) for spec in self.specs)
-
-    def _notice_if_nobody_joined(self) -> None:
-        try:
-            joined = self.store.anyone_joined()
-        except Exception:  # the notice is a courtesy: never let it fail the launch
-            return
-        if not joined:
-            print(f"[ddp_lib] {QUIET_NOTICE_S:g} s in, no rank has reached the rendezvous store yet (still waiting; "
-                  "a worker that never joins a process group can ignore this)", file=sys.stderr, flush=True)
-
     def _dump_stacks(self) -> None:
         """Ask the ranks still running to write their Python stacks (faulthandler), to name
         where each was in the timeout error."""
         if _child.STACK_DUMP_SIGNAL is None:
             return
         for rank in self.running:
+            if not os.path.exists(self.specs[rank].stderr_path):
+                continue  # not started yet: it has no stack to show, and no handler for the signal
             self.stack_starts[rank] = _size(self.specs[rank].stderr_path)
             try:
                 os.kill(self.pids[rank], _child.STACK_DUMP_SIGNAL)
             except OSError:
                 pass
+        if not self.stack_starts:
+            return
         time.sleep(STACK_DUMP_WAIT_S)
         for rank, start in self.stack_starts.items():
-            with open(self.specs[rank].stderr_path, "rb") as f:
-                f.seek(start)
-                self.stacks[rank] = f.read().decode("utf-8", errors="replace")
+            try:
+                with open(self.specs[rank].stderr_path, "rb") as f:
+                    f.seek(start)
+                    self.stacks[rank] = f.read().decode("utf-8", errors="replace")
+            except OSError:
+                pass
 
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
@@ -159,13 +195,24 @@ class Job:
         conn = self.conns[rank]
         proc = self.procs[rank]
         try:
-            if not conn.poll() and proc.is_alive():
-                return
+            if not conn.poll():
+                if proc.is_alive():
+                    return
+                # A process that has ended has closed its end of the pipe (EOF is readable), so
+                # the sentinel is wrong about it: its forkserver died. Never block on the pipe.
+                if pid_alive(self.pids[rank]):
+                    self.sentinel_lost.add(rank)
+                    return
+                raise EOFError
             blob = conn.recv_bytes()
         except (EOFError, OSError):
             proc.join(1)
-            started = os.path.exists(self.specs[rank].stdout_path)  # the child's first act is to create it
-            self.failures[rank] = ("", _describe_exit(proc.exitcode, started), "")
+            self.exit_codes[rank] = proc.exitcode
+            if proc.exitcode == 0 and self.specs[rank].exit_like_torch:
+                self.results[rank] = None  # sys.exit(0) or os._exit(0): finished, as under torch
+            else:
+                started = os.path.exists(self.specs[rank].stdout_path)  # the child's first act is to create it
+                self.failures[rank] = ("", _describe_exit(proc.exitcode, started), "")
         else:
             try:
                 message = pickle.loads(blob)
@@ -200,6 +247,10 @@ class Job:
         """Stop every rank still alive, and every process a rank started: SIGTERM, then
         SIGKILL after a grace period."""
         alive = [p for p in self.procs if p.is_alive()]
+        # Found before the ranks die: a process a rank started in a session of its own is no
+        # longer below it afterwards (its process group, signalled below, does not hold it).
+        below = [pid for rank, pid in enumerate(self.pids)
+                 if rank not in self.results for pid in _child.descendants(pid)]
         for proc in alive:
             proc.terminate()
         self._signal_groups(signal.SIGTERM)
@@ -211,6 +262,7 @@ class Job:
                 proc.kill()
                 proc.join()
         self._signal_groups(signal.SIGKILL)
+        _child.kill_all(below)
         for proc in self.procs:
             proc.close()
         for conn in self.conns.values():

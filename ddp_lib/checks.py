@@ -45,14 +45,29 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
 TORCHRUN_ADDRESS_VARS = ("MASTER_ADDR", "MASTER_PORT")
 
 
+# The most threads per rank OMP_NUM_THREADS may ask for: far above any machine's cores, and far
+# below the C int that torch.set_num_threads takes (2147483648 fails inside every rank).
+MAX_THREADS = 4096
+
+
+def whole_number(text: str) -> int | None:
+    """``text`` as a whole number if it is ASCII digits only (surrounding spaces allowed), else None.
+    Stricter than int() and str.isdigit(): "1_0", "٣" and "²" are refused, not read as 10, 3 or an error."""
+    text = text.strip()
+    if not text or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
 def max_world_size() -> int:
     """The most ranks one launch may start: MAX_WORLD_SIZE, or DDP_LIB_MAX_WORLD_SIZE when set."""
     raw = os.environ.get(MAX_WORLD_SIZE_ENV)
     if raw is None:
         return MAX_WORLD_SIZE
-    if not raw.strip().isdigit() or int(raw) < 1:
-        raise LaunchInputError(f"{MAX_WORLD_SIZE_ENV} must be a whole number, 1 or more, got {raw!r}")
-    return int(raw)
+    value = whole_number(raw)
+    if value is None or value < 1:
+        raise LaunchInputError(f"{MAX_WORLD_SIZE_ENV} must be a whole number (ASCII digits), 1 or more, got {raw!r}")
+    return value
 
 
 def check_world_size(world_size: object) -> int:
@@ -193,11 +208,13 @@ def check_environment(environ: Mapping[str, str]) -> None:
     """Refuse values of variables torch or the ranks read that would fail only inside a rank
     (OMP_NUM_THREADS) or at ``import torch`` (TORCH_DISTRIBUTED_DEBUG)."""
     threads = environ.get("OMP_NUM_THREADS")
-    if threads is not None and not (threads.strip().isdigit() and int(threads) >= 1):
+    if threads is not None and not 1 <= (whole_number(threads) or 0) <= MAX_THREADS:
         raise LaunchInputError(
-            f"OMP_NUM_THREADS must be a whole number of threads per rank, 1 or more, got {threads!r}")
+            f"OMP_NUM_THREADS must be a whole number of threads per rank (ASCII digits), 1 to {MAX_THREADS}, "
+            f"got {threads!r}")
     debug = environ.get("TORCH_DISTRIBUTED_DEBUG")
-    if debug is not None and debug.upper() not in DEBUG_LEVELS:
+    # isascii: "detaıl" (dotless i) upper-cases to "DETAIL" in Python but not in torch's C++.
+    if debug is not None and not (debug.isascii() and debug.upper() in DEBUG_LEVELS):
         raise LaunchInputError(
             f"TORCH_DISTRIBUTED_DEBUG must be one of {', '.join(DEBUG_LEVELS)} (any case), got {debug!r}")
 
@@ -215,6 +232,11 @@ def check_env(env: object) -> dict[str, str]:
             f"env may not set {', '.join(reserved)}: the launcher sets {', '.join(LAUNCHER_VARS)} for every rank "
             "itself (to run ranks elsewhere, use torchrun)")
     env = {k: str(v) for k, v in env.items()}
+    for name, value in env.items():
+        # What os.environ refuses in the rank (its ValueError would end it as "exited with code 1").
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise LaunchInputError(f"env: {name!r}={value!r} is not an environment variable: a name is not empty and "
+                                   "holds no '=' or NUL character, and a value holds no NUL character")
     check_environment({**os.environ, **env})
     return env
 
@@ -231,7 +253,7 @@ def torchrun_mode(environ: Mapping[str, str], world_size: object = None) -> bool
             f"{', '.join(present)} set in the environment but not {', '.join(missing)}: this is not a rank "
             f"started by torchrun; unset {', '.join(present)} to launch with --world-size, or start it with torchrun")
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        if not environ[name].isdigit():
+        if whole_number(environ[name]) is None:
             raise LaunchInputError(f"{name} must be a whole number under torchrun, got {environ[name]!r}")
     if world_size is not None and str(world_size) != environ["WORLD_SIZE"]:
         raise LaunchInputError(

@@ -18,7 +18,14 @@ import math
 import os
 import sys
 
-from ddp_lib.checks import MAX_TIMEOUT, check_environment, check_timeout, check_world_size, torchrun_mode
+from ddp_lib.checks import (
+    MAX_TIMEOUT,
+    check_environment,
+    check_timeout,
+    check_world_size,
+    torchrun_mode,
+    whole_number,
+)
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
 from ddp_lib.worker_params import Param, value_problem, worker_params
 
@@ -26,6 +33,11 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        # No prefixes of options: "--epoch" must not quietly mean "--epochs" (nor a worker's
+        # option that a later version adds).
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
     def error(self, message: str):  # one line, no usage block: errors are for people
         raise LaunchInputError(message)
 
@@ -121,8 +133,36 @@ def _load(name: str):
             raise LaunchInputError(f"cannot import worker {name!r}: {exc}") from None
         if not callable(fn):
             raise LaunchInputError(f"{name} is not a function, got {type(fn).__name__}")
+        _check_takes_rank_first(name, fn)
         return fn, summary(fn)
     raise LaunchInputError(f"unknown worker {name!r}; accepted: {', '.join(sorted(WORKERS))}, or module:function")
+
+
+# First parameter names that say "the rank" (mp.spawn's examples call it i, gpu or proc too).
+_RANK_NAMES = {"i", "gpu", "gpu_id", "device_id", "proc", "proc_id", "process_id", "idx", "index", "pid"}
+
+
+def _check_takes_rank_first(name: str, fn) -> None:
+    """Refuse a function whose first two parameters are not the rank and world size, such as a
+    torchrun script's ``main(save_every, total_epochs, ...)``, which reads them from the environment:
+    called as fn(rank, world_size, ...), its save_every would silently be the rank."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind is p.VAR_POSITIONAL for p in params[:2]):
+        return
+    first = positional[0].name if positional else None
+    if len(positional) >= 2 and ("rank" in first.lower() or first in _RANK_NAMES):
+        return
+    shown = ", ".join(p.name for p in params[:3]) + (", ..." if len(params) > 3 else "")
+    raise LaunchInputError(
+        f"worker {name} takes ({shown}), but run calls it as fn(rank, world_size, --options...): give it rank "
+        "and world_size as its first two parameters (a torchrun script's main(), which reads RANK and "
+        "WORLD_SIZE from the environment, runs with torchrun instead)")
 
 
 def _run(name: str, argv: list[str]) -> int:
@@ -138,12 +178,13 @@ def _run(name: str, argv: list[str]) -> int:
 
     if opts.world_size is None:
         raise LaunchInputError("--world-size is required (a whole number of processes, 1 or more)")
-    try:
-        world_size = int(opts.world_size)
-    except ValueError:
+    text = opts.world_size.strip()
+    sign = -1 if text.startswith("-") else 1
+    number = whole_number(text[1:] if sign < 0 else text)
+    if number is None:  # int() would take "1_0" as 10 and "٣" as 3
         raise LaunchInputError(
-            f"--world-size must be a whole number of processes (1 or more), got {opts.world_size!r}") from None
-    world_size = check_world_size(world_size)
+            f"--world-size must be a whole number of processes (1 or more), got {opts.world_size!r}")
+    world_size = check_world_size(sign * number)
     from ddp_lib.launch import DEFAULT_TIMEOUT, spawn
 
     timeout = DEFAULT_TIMEOUT if opts.timeout is None else _timeout(opts.timeout)
@@ -168,7 +209,7 @@ def _report(by_rank: dict[int, object], payload: object, as_json: bool) -> None:
            for rank, result in by_rank.items() for path, value in _finite(result)[1]]
     if bad:
         where = ", ".join(f"{path} = {value}" for path, value in bad[:3]) + (" ..." if len(bad) > 3 else "")
-        print(f"ddp_lib: the loss diverged: {len(bad)} number(s) in the results are not finite ({where})"
+        print(f"ddp_lib: {len(bad)} number(s) in the results are not finite ({where})"
               + ("; written as null in the JSON" if as_json else ""), file=sys.stderr)
     if as_json:
         text = json.dumps(_finite(payload)[0], default=repr, allow_nan=False)
@@ -190,6 +231,19 @@ def _finite(value, path: str = "") -> tuple[object, list[tuple[str, float]]]:
         items = [_finite(v, f"{path}[{i}]") for i, v in enumerate(value)]
         return [v for v, _ in items], [b for _, bad in items for b in bad]
     return value, []
+
+
+def _whole_error(exc: WorkerError | LaunchTimeout) -> str:
+    """The error as the command line prints it: the worker's whole message (a state_dict
+    mismatch lists its keys on the lines after the first), and where a timed-out rank was."""
+    text = str(exc)
+    full = getattr(exc, "full_message", "")
+    if isinstance(exc, WorkerError) and "\n" in full.strip():
+        text = f"rank {exc.rank} raised {exc.exc_type}: {full.strip()}" if exc.exc_type else \
+            f"rank {exc.rank} {full.strip()}"
+    if isinstance(exc, LaunchTimeout) and exc.__cause__ is not None:
+        text += "\n" + str(exc.__cause__).strip()
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddp_lib: error: {exc}", file=sys.stderr)
         return 2
     except (WorkerError, LaunchTimeout) as exc:
-        print(f"ddp_lib: {exc}", file=sys.stderr)
+        print(f"ddp_lib: {_whole_error(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("ddp_lib: interrupted; every rank was stopped", file=sys.stderr)

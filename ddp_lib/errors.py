@@ -40,24 +40,57 @@ class WorkerError(RuntimeError):
     ``rank``, ``exc_type`` and ``message`` say what happened; ``worker_traceback`` is the
     traceback text from the child (empty if it died without raising); ``failures`` maps
     every failed rank to its one-line description; ``outputs`` holds each rank's captured
-    output.
+    output; ``pid`` is the rank's process id and ``exit_code`` its exit code when it ended
+    without a message (negative: the signal that killed it), else None.
     """
 
     def __init__(self, rank: int, exc_type: str, message: str, worker_traceback: str = "",
-                 failures: dict[int, str] | None = None, outputs: dict | None = None):
+                 failures: dict[int, str] | None = None, outputs: dict | None = None,
+                 pid: int | None = None, exit_code: int | None = None):
         self.rank = rank
+        self.pid = pid
+        self.exit_code = exit_code
         self.exc_type = exc_type
         self.message = message
         self.worker_traceback = worker_traceback
         self.failures = failures or {}
         self.outputs = outputs or {}
-        if exc_type:
+        self.full_message = message  # the launcher sets it to every line of the worker's message
+        if exc_type and message:
             summary = f"rank {rank} raised {exc_type}: {message}"
+        elif exc_type:  # e.g. a bare KeyboardInterrupt: no ": " with nothing after it
+            summary = f"rank {rank} raised {exc_type}"
         else:
             summary = f"rank {rank} {message}"
         super().__init__(summary)
         if worker_traceback:
             self.__cause__ = RemoteTraceback(f"\nin rank {rank}:\n{worker_traceback.rstrip()}")
+
+
+# Where torch's C++ says it was built and what called what: "[/__w/pytorch/pytorch/.../pair.cc:534] ",
+# "Exception raised from recvBytes at /__w/...Utils.hpp:671 (most recent call first):" and the
+# "frame #3: ..." lines after it. Nothing in them is the learner's to act on.
+_CPP_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")
+_CPP_FRAMES = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+: .*)\n?", re.M)
+
+
+def without_build_paths(message: str) -> str:
+    """``message`` without torch's C++ source locations and C++ call stack."""
+    return _CPP_FRAMES.sub("", _CPP_LOCATION.sub("", message)).rstrip()
+
+
+class LaunchInterrupted(KeyboardInterrupt):
+    """The launch was interrupted (Ctrl-C, Jupyter's stop button) and every rank was stopped.
+    A KeyboardInterrupt, so that whatever stops on one still stops; shown in a notebook as its
+    one line, not as a traceback through the launcher."""
+
+    def __init__(self, world_size: int):
+        self.world_size = world_size
+        ranks = "rank 0" if world_size == 1 else f"ranks 0-{world_size - 1}"
+        super().__init__(f"interrupted: {ranks} stopped")
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
+        return [str(self)]
 
 
 class LaunchTimeout(TimeoutError):

@@ -34,7 +34,7 @@ from ddp_lib._job import Job, pid_alive
 from ddp_lib._live_output import LiveOutput
 from ddp_lib.checks import check_launch
 from ddp_lib.device import threads_per_rank
-from ddp_lib.errors import LaunchTimeout, WorkerError
+from ddp_lib.errors import LaunchInterrupted, LaunchTimeout, WorkerError, is_peer_failure, without_build_paths
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import BACKEND_ENV
 
@@ -92,11 +92,12 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
 
 def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs: list[dict[str, str]], *,
             start_method: str, timeout: float | None, show_output: bool | str, pass_world_size: bool,
-            store: _loopback_store | None = None) -> LaunchResult:
+            store: _loopback_store | None = None, exit_like_torch: bool = False) -> LaunchResult:
     """Start the ranks, wait, stop whatever is left, show the output, raise or return.
 
     With ``store`` (ddp_lib.launch) the ranks must keep its MASTER_ADDR/MASTER_PORT; without
-    (ddp_lib.mp) the worker chooses them.
+    (ddp_lib.mp) the worker chooses them. ``exit_like_torch`` (ddp_lib.mp): a rank that calls
+    sys.exit(0) or os._exit(0) has finished, with None as its result, as under torch.
     """
     _sweep_orphaned_logdirs()
     args_blob = pickle.dumps(args_kwargs)
@@ -104,30 +105,52 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     with tempfile.TemporaryDirectory(prefix=f"{_LOGDIR_PREFIX}{os.getpid()}-") as logdir:
         specs = [_child.RankSpec(r, world_size, fn_ref, args_blob, pass_world_size, envs[r],
                                  os.path.join(logdir, f"rank{r}.out"), os.path.join(logdir, f"rank{r}.err"),
-                                 list(sys.path), os.getcwd(), logdir, store_env) for r in range(world_size)]
+                                 list(sys.path), os.getcwd(), logdir, store_env, exit_like_torch)
+                 for r in range(world_size)]
         live = None
         if show_output:
             live = LiveOutput(specs[0].stdout_path, specs[0].stderr_path if show_output is True else None)
         job = Job(specs, start_method, live, store)
+        interrupted = False
         try:
             job.start()
             job.wait(timeout)
+        except KeyboardInterrupt:
+            interrupted = True
         finally:
             job.stop()
+        if interrupted:
+            raise LaunchInterrupted(world_size) from None
         outputs = job.read_outputs()
     if show_output:  # rank 0's has been shown as it came
         _show({r: out for r, out in outputs.items() if r != 0}, with_stderr=show_output is True)
     if job.failures:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
-        message = _child.first_line(message) + _hint(exc_type, message, tb)
-        failures = {r: f"{t}: {_child.first_line(m)}" if t else _child.first_line(m)
+        message = without_build_paths(message)
+        hint = _hint(exc_type, message, tb) or _peer_hint(job, rank)
+        failures = {r: f"{t}: {_child.first_line(without_build_paths(m))}" if t else _child.first_line(m)
                     for r, (t, m, _) in job.failures.items()}
-        raise WorkerError(rank, exc_type, message, tb, failures, outputs)
+        error = WorkerError(rank, exc_type, _child.first_line(message) + hint, tb, failures, outputs,
+                            pid=job.pids[rank], exit_code=job.exit_codes.get(rank))
+        error.full_message = message.strip() + hint  # every line of it, for the command line
+        raise error
     if job.running:
         raise LaunchTimeout(timeout, job.running, outputs, job.stacks)
     return LaunchResult([job.results[r] for r in range(world_size)],
                         [outputs[r][0] for r in range(world_size)], [outputs[r][1] for r in range(world_size)])
+
+
+def _peer_hint(job: Job, rank: int) -> str:
+    """When the rank blamed failed only because a peer did (every failure heard is of that kind)
+    while other ranks never reported, name those: the one that failed first is among them."""
+    exc_type, message, _ = job.failures[rank]
+    silent = [r for r in range(job.world_size) if r not in job.failures and r not in job.results]
+    if not silent or not is_peer_failure(exc_type, message):
+        return ""
+    ranks = f"rank {silent[0]} was" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))} were"
+    return (f" (how a rank sees a peer that failed or went away; no rank reported an error of its own, and "
+            f"{ranks} still running when stopped: see their output)")
 
 
 def _hint(exc_type: str, message: str, tb: str) -> str:
@@ -157,12 +180,7 @@ class _loopback_store:
             listener.close()
             raise
         listener.detach()  # the store owns the listening socket now and closes it
-        self.empty_keys = self.store.num_keys()
         return self
-
-    def anyone_joined(self) -> bool:
-        """Whether any rank has written to the store yet (every rank does when it joins a group)."""
-        return self.store.num_keys() > self.empty_keys
 
     def __exit__(self, *exc) -> None:
         del self.store
@@ -189,6 +207,9 @@ def _rank_env(world_size: int, backend: str, extra: dict[str, str] | None,
         for name in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK"):
             base.pop(name, None)
     base.setdefault("OMP_NUM_THREADS", str(threads_per_rank(world_size)))
+    # A rank writes to files, not a terminal: no colour codes in its tracebacks, although a
+    # Jupyter kernel sets FORCE_COLOR (Python 3.13 reads PYTHON_COLORS first; other tools NO_COLOR).
+    base.update({"PYTHON_COLORS": "0", "NO_COLOR": "1"})
     loopback = _loopback_interface()
     if loopback:
         # gloo would otherwise listen on the address the host name resolves to.

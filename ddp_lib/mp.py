@@ -16,6 +16,14 @@ that names the rank with the worker's traceback as its cause (and, when the work
 port is taken, the port and the process holding it), nothing left running, the return values
 as a list, and a deadline (``timeout``, 300 s by default) instead of an endless wait.
 
+Errors are torch's classes, so code written to handle them runs unchanged: a rank that raised
+gives :class:`RankRaisedError`, a ``torch.multiprocessing.ProcessRaisedException``; a rank that
+exited with a non-zero code or was killed by a signal gives :class:`RankExitedError`, a
+``ProcessExitedException`` ("process 1 terminated with exit code 3", "... with signal SIGKILL").
+Both are also ``ddp_lib.errors.WorkerError``, with the rank and the worker's traceback as the
+cause. As under torch, a rank that calls ``sys.exit(0)``, ``exit()`` or ``os._exit(0)`` has
+finished (its result is None), and ``sys.exit(3)`` is exit code 3.
+
 Differences from torch, on purpose:
 - ``start_method="spawn"`` (torch's default) starts the ranks from ddp_lib's forkserver, which
   has imported torch already: a child is still a fresh process that imports the main script
@@ -23,10 +31,19 @@ Differences from torch, on purpose:
   "forkserver" are honoured as given. For real spawn, use ``ddp_lib.launch.spawn(...,
   start_method="spawn")``.
 - ``join=False`` is refused: ranks run only inside the call, so that nothing is left running.
+  Code that uses it goes on to read ``context.processes`` (multiprocessing.Process objects it may
+  terminate, join or outlive) or to run its own loop around ``context.join(timeout)``; an object
+  that offered those could not also promise that no rank outlives the caller.
+- A KeyboardInterrupt raised in a rank is reported as its error (torch's wrapper swallows it and
+  the rank counts as finished).
 - ``daemon`` is accepted and has no effect: the ranks are always stopped when the call ends.
 """
 
 from __future__ import annotations
+
+import signal
+
+from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from ddp_lib.checks import (
     check_args,
@@ -38,21 +55,87 @@ from ddp_lib.checks import (
     unwrap_partial,
 )
 from ddp_lib.device import default_backend
-from ddp_lib.errors import LaunchInputError
+from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import DEFAULT_TIMEOUT_S, _rank_env, run_job
 
-__all__ = ["spawn"]
+__all__ = ["RankExitedError", "RankRaisedError", "spawn"]
+
+
+class _TorchWorkerError(WorkerError):
+    """A WorkerError that is also one of torch.multiprocessing's exceptions (see the subclasses)."""
+
+    def __init__(self, rank: int, exc_type: str, message: str, worker_traceback: str = "",
+                 failures: dict[int, str] | None = None, outputs: dict | None = None,
+                 pid: int | None = None, exit_code: int | None = None):
+        super().__init__(rank, exc_type, message, worker_traceback, failures, outputs, pid, exit_code)
+        self.error_index = rank
+        self.error_pid = pid
+        self.args = (self._summary(),)
+
+    def _summary(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self):
+        return type(self), (self.rank, self.exc_type, self.message, self.worker_traceback, self.failures,
+                            self.outputs, self.pid, self.exit_code)
+
+
+class RankRaisedError(_TorchWorkerError, ProcessRaisedException):
+    """A rank raised an exception: torch's ProcessRaisedException (``error_index``,
+    ``error_pid``, ``msg`` as torch writes it, with the traceback) and ddp_lib's WorkerError."""
+
+    def _summary(self) -> str:
+        # torch's msg, the one attribute its own code reads, holds the whole traceback; the
+        # printed message is one line, the traceback being shown above it as the cause.
+        self.msg = f"\n\n-- Process {self.rank:d} terminated with the following error:\n{self.worker_traceback}"
+        what = f"{self.exc_type}: {self.message}" if self.exc_type else self.message
+        return f"Process {self.rank:d} terminated with the following error (rank {self.rank}): {what}"
+
+
+class RankExitedError(_TorchWorkerError, ProcessExitedException):
+    """A rank exited with a non-zero code, or was killed by a signal, without raising:
+    torch's ProcessExitedException (``error_index``, ``error_pid``, ``exit_code``,
+    ``signal_name``) and ddp_lib's WorkerError."""
+
+    def _summary(self) -> str:
+        if self.exit_code is None:  # not heard from and not seen to end: report as torch would a crash
+            self.exit_code = 1
+        self.signal_name = None
+        if self.exit_code < 0:
+            try:
+                self.signal_name = signal.Signals(-self.exit_code).name
+            except ValueError:
+                self.signal_name = f"<Unknown signal {-self.exit_code}>"
+            self.msg = f"process {self.rank:d} terminated with signal {self.signal_name}"
+        else:
+            self.msg = f"process {self.rank:d} terminated with exit code {self.exit_code:d}"
+        if "while starting" in self.message:  # ddp_lib's hint on why, worth the second clause
+            return f"{self.msg}: rank {self.rank} {self.message}"
+        return self.msg
+
+
+def _as_torch_error(error: WorkerError) -> WorkerError:
+    cls = RankRaisedError if (error.exc_type or error.worker_traceback) else RankExitedError
+    torch_error = cls(error.rank, error.exc_type, error.message, error.worker_traceback, error.failures,
+                      error.outputs, error.pid, error.exit_code)
+    torch_error.full_message = error.full_message
+    return torch_error
 
 
 def spawn(fn, args: tuple = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
           start_method: str = "spawn", *, timeout: float | None = DEFAULT_TIMEOUT_S) -> list:
     """Run ``fn(i, *args)`` for i in range(nprocs), each in its own process; return the
-    results in rank order. Raises WorkerError naming the rank that failed, LaunchTimeout
+    results in rank order. Raises RankRaisedError or RankExitedError (torch's
+    ProcessRaisedException and ProcessExitedException, and WorkerError), LaunchTimeout
     after ``timeout`` seconds (None: no deadline), LaunchInputError for bad input."""
     if join is not True:
         raise LaunchInputError(
             f"join must be True, got {join!r}: ddp_lib.mp.spawn returns when every rank has finished, so that "
-            "nothing is left running (for processes that outlive the call, use torch.multiprocessing)")
+            "nothing is left running; the ProcessContext that join=False returns hands out the rank processes "
+            "themselves (for processes that outlive the call, use torch.multiprocessing)")
     nprocs = check_world_size(nprocs)
     fn, args, kwargs = unwrap_partial(fn, check_args(args), {})
     check_picklable(args, kwargs)
@@ -62,5 +145,9 @@ def spawn(fn, args: tuple = (), nprocs: int = 1, join: bool = True, daemon: bool
     start_method = check_start_method(start_method)
     timeout = check_timeout(timeout)
     envs = _rank_env(nprocs, default_backend(nprocs), None, store_port=None)
-    return run_job(fn_ref, nprocs, (args, kwargs), envs, start_method=start_method, timeout=timeout,
-                   show_output=True, pass_world_size=False).results
+    try:
+        return run_job(fn_ref, nprocs, (args, kwargs), envs, start_method=start_method, timeout=timeout,
+                       show_output=True, pass_world_size=False, exit_like_torch=True).results
+    except WorkerError as error:
+        torch_error = _as_torch_error(error)
+        raise torch_error from torch_error.__cause__

@@ -55,3 +55,14 @@ def sleep_forever(rank: int, world_size: int, pid_dir: str | None = None) -> int
             f.write(str(os.getpid()))
     time.sleep(3600)
     return rank
+
+
+def torchrun_main(save_every: int, total_epochs: int, batch_size: int = 32) -> None:
+    """A torchrun script's main(): it reads its rank from the environment, not from its arguments."""
+    raise AssertionError("never called: the command line refuses this signature")
+
+
+def raise_two_lines(rank: int, world_size: int) -> None:
+    """Rank 0 raises an error whose detail is on its second line."""
+    if rank == 0:
+        raise ValueError("summary:\n\tthe detail")

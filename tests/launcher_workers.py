@@ -78,13 +78,36 @@ def mp_rank(i, scale):
     return i * scale
 
 
-def start_grandchild(rank, world_size, pid_dir, fail=False):
-    """Starts a long-running child process (a shell's sleep) and returns or raises while it runs."""
-    child = subprocess.Popen(["sleep", "60"])
+def mp_end_early(i, how, bad_rank=1):
+    """Rank ``bad_rank`` ends in the way ``how`` names (the drop-in's convention, fn(i, *args))."""
+    if i == bad_rank:
+        if how == "sys.exit(0)":
+            sys.exit(0)
+        if how == "exit()":
+            exit()
+        if how == "os._exit(0)":
+            os._exit(0)
+        if how == "sys.exit(3)":
+            sys.exit(3)
+        if how == "sys.exit(text)":
+            sys.exit("giving up")
+        if how == "SIGABRT":
+            os.abort()
+        if how == "raise":
+            raise ValueError(f"rank {i} was told to fail")
+    return i
+
+
+def start_grandchild(rank, world_size, pid_dir, fail=False, new_session=False, hang=False):
+    """Starts a long-running child process (a shell's sleep), in a session of its own if
+    ``new_session``, and returns, raises (``fail``, rank 1) or hangs (``hang``) while it runs."""
+    child = subprocess.Popen(["sleep", "60"], start_new_session=new_session)
     with open(os.path.join(pid_dir, f"rank{rank}.pid"), "w") as f:
         f.write(str(child.pid))
     if fail and rank == 1:
         raise RuntimeError("failing with a child process still running")
+    if hang:
+        time.sleep(3600)
     return rank
 
 
@@ -139,3 +162,16 @@ def sleep_in_named_function(rank, world_size):
 
 def print_python(rank, world_size):
     return sys.executable
+
+
+def report_named_env(rank, world_size, names):
+    """The values of the environment variables ``names`` on this rank."""
+    return {name: os.environ.get(name) for name in names}
+
+
+def echo_a_peer_failure(rank, world_size):
+    """Rank 0 fails as gloo reports a peer that went away; the others never report (they sleep)."""
+    if rank == 0:
+        raise RuntimeError("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
+                           "Connection closed by peer [127.0.0.1]:41234")
+    time.sleep(3600)

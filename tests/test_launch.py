@@ -127,7 +127,7 @@ def test_the_deadline_turns_a_hang_into_an_error_and_stops_every_rank(pid_dir):
 
 
 def test_a_return_value_that_cannot_be_pickled_is_an_error_naming_the_rank():
-    with pytest.raises(WorkerError, match=r"^rank 0 raised .*cannot be pickled"):
+    with pytest.raises(WorkerError, match=r"^rank 0 returned a value that cannot be pickled, so it cannot be sent"):
         spawn(_unpicklable_result, 1, show_output=False)
 
 
@@ -183,7 +183,7 @@ def _run_launcher_script(pid_dir, body: str) -> subprocess.Popen:
                             env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
 
 
-def _wait_for_pids(pid_dir, count, proc, seconds=60):
+def _wait_for_pids(pid_dir, count, proc, seconds=120):  # a fresh interpreter imports torch: slow under load
     end = time.monotonic() + seconds
     while len(recorded_pids(pid_dir)) < count:
         assert proc.poll() is None, proc.communicate()
@@ -197,7 +197,8 @@ def test_keyboard_interrupt_in_the_caller_stops_every_rank(pid_dir):
     pids = _wait_for_pids(pid_dir, 2, proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
-    assert "KeyboardInterrupt" in err
+    assert err.rstrip().splitlines()[-1] == "ddp_lib.errors.LaunchInterrupted: interrupted: ranks 0-1 stopped"
+    assert "selectors.py" not in err and "connection.py" not in err  # not where the signal happened to land
     assert wait_until_gone(pids) == []
 
 

@@ -1,10 +1,13 @@
 """ddp_lib.mp, the drop-in for torch.multiprocessing.spawn, with real processes on gloo."""
 
+import pickle
+import signal
 import socket
 import time
 
 import launcher_workers
 import pytest
+import torch.multiprocessing
 import tutorial_workers
 
 import ddp_lib.mp as mp
@@ -47,10 +50,49 @@ def test_a_taken_port_is_named_with_the_process_holding_it(own_port):
 
 
 def test_join_false_is_refused_in_one_line():
-    with pytest.raises(LaunchInputError, match=r"^join must be True, got False"):
+    with pytest.raises(LaunchInputError, match=r"^join must be True, got False: .*ProcessContext"):
         mp.spawn(launcher_workers.mp_rank, args=(1,), nprocs=2, join=False)
 
 
 def test_a_worker_error_names_the_rank():
-    with pytest.raises(WorkerError, match=r"^rank 0 raised TypeError: mp_rank\(\) missing 1 required"):
+    with pytest.raises(WorkerError, match=r"\(rank 0\): TypeError: mp_rank\(\) missing 1 required"):
         mp.spawn(launcher_workers.mp_rank, args=(), nprocs=2)  # mp_rank needs its scale
+
+
+@pytest.mark.parametrize("how", ["sys.exit(0)", "exit()", "os._exit(0)"])
+def test_an_early_exit_with_code_0_is_a_finished_rank_as_under_torch(how):
+    # torch's _wrap catches Exception only: SystemExit(0) ends the process with code 0, which
+    # ProcessContext.join counts as success.
+    assert mp.spawn(launcher_workers.mp_end_early, args=(how,), nprocs=2) == [0, None]
+
+
+def test_a_raised_error_is_torchs_process_raised_exception_with_its_fields():
+    try:
+        mp.spawn(launcher_workers.mp_end_early, args=("raise",), nprocs=2)
+    except torch.multiprocessing.ProcessRaisedException as e:  # code written for torch runs unchanged
+        assert isinstance(e, WorkerError) and isinstance(e, mp.RankRaisedError)
+        assert (e.error_index, e.rank) == (1, 1)
+        assert isinstance(e.error_pid, int) and e.error_pid > 0
+        assert e.msg.startswith("\n\n-- Process 1 terminated with the following error:\nTraceback")
+        assert "ValueError: rank 1 was told to fail" in e.msg
+        assert str(e) == ("Process 1 terminated with the following error (rank 1): "
+                          "ValueError: rank 1 was told to fail")
+        assert "ValueError: rank 1 was told to fail" in str(e.__cause__)
+        assert pickle.loads(pickle.dumps(e)).msg == e.msg
+    else:
+        pytest.fail("no error raised")
+
+
+@pytest.mark.parametrize("how, exit_code, signal_name, text", [
+    ("sys.exit(3)", 3, None, "process 1 terminated with exit code 3"),
+    ("sys.exit(text)", 1, None, "process 1 terminated with exit code 1"),
+    ("SIGABRT", -signal.SIGABRT, "SIGABRT", "process 1 terminated with signal SIGABRT"),
+])
+def test_an_exit_is_torchs_process_exited_exception_with_its_fields(how, exit_code, signal_name, text):
+    with pytest.raises(torch.multiprocessing.ProcessExitedException) as info:
+        mp.spawn(launcher_workers.mp_end_early, args=(how,), nprocs=2)
+    e = info.value
+    assert isinstance(e, WorkerError) and isinstance(e, mp.RankExitedError)
+    assert (e.error_index, e.exit_code, e.signal_name) == (1, exit_code, signal_name)
+    assert e.error_pid > 0
+    assert str(e) == e.msg == text

@@ -77,6 +77,10 @@ def _start_hanging_job(client, pid_dir) -> list[int]:
 
 
 def _reply_error(client, timeout=60) -> str:
+    return _reply_error_content(client, timeout).get("ename", "")
+
+
+def _reply_error_content(client, timeout=60) -> dict:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         try:
@@ -84,15 +88,31 @@ def _reply_error(client, timeout=60) -> str:
         except queue.Empty:
             continue
         if msg["msg_type"] == "error":
-            return msg["content"]["ename"]
-    return ""
+            return msg["content"]
+    return {}
+
+
+def _run_in_kernel(client, code: str) -> dict:
+    # Right after an error ipykernel aborts requests that were already queued: ask again.
+    for _ in range(5):
+        reply = client.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
+        if reply["content"]["status"] != "aborted":
+            break
+        time.sleep(1)
+    return reply
+
+
+FORKSERVER_PID = ("import multiprocessing.forkserver as f, os\n"
+                  "pid = f._forkserver._forkserver_pid\n"
+                  "assert pid and os.waitpid(pid, os.WNOHANG) == (0, 0), 'the forkserver has died'")
 
 
 def test_the_stop_button_stops_every_rank(kernel, pid_dir):
     km, client = kernel
     pids = _start_hanging_job(client, pid_dir)
-    km.interrupt_kernel()  # what JupyterLab's stop button sends
-    assert _reply_error(client) == "KeyboardInterrupt"
+    km.interrupt_kernel()  # what JupyterLab's stop button sends: SIGINT to the kernel's process group
+    error = _reply_error_content(client)
+    assert (error.get("ename"), error.get("traceback")) == ("LaunchInterrupted", ["interrupted: ranks 0-1 stopped"])
     assert wait_until_gone(pids) == []
     # The kernel is still usable, and a new launch works. (Right after an error ipykernel
     # aborts requests that were already queued, so an "aborted" reply is asked again.)
@@ -103,6 +123,30 @@ def test_the_stop_button_stops_every_rank(kernel, pid_dir):
             break
         time.sleep(1)
     assert reply["content"]["status"] == "ok"
+
+
+def test_the_stop_button_during_a_kernels_first_launch_leaves_the_forkserver_usable(kernel):
+    km, client = kernel
+    # The first launch starts the forkserver, which imports torch for a second or more: press
+    # stop meanwhile (SIGINT reaches the forkserver too, as a member of the kernel's group).
+    imports = "from ddp_lib.launch import spawn\nfrom launcher_workers import hang_all"
+    assert _run_in_kernel(client, imports)["content"]["status"] == "ok"
+    client.execute("print('launching', flush=True)\nspawn(hang_all, 2)")
+    end = time.monotonic() + 60
+    while time.monotonic() < end:
+        try:
+            msg = client.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if msg["msg_type"] == "stream" and "launching" in msg["content"]["text"]:
+            break
+    time.sleep(0.3)
+    km.interrupt_kernel()
+    assert _reply_error(client) == "LaunchInterrupted"
+    assert _run_in_kernel(client, FORKSERVER_PID)["content"]["status"] == "ok"
+    code = ("from launcher_workers import talk\nbefore = f._forkserver._forkserver_pid\n"
+            "assert spawn(talk, 2, show_output=False) == [0, 10]\nassert f._forkserver._forkserver_pid == before")
+    assert _run_in_kernel(client, code)["content"]["status"] == "ok"
 
 
 def test_restarting_the_kernel_mid_launch_leaves_no_rank_behind(kernel, pid_dir):

@@ -90,7 +90,11 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_intact(tmp_path, mo
 
 def test_checkpoints_are_ordered_by_epoch_number_past_999(tmp_path):
     for epoch in (998, 1000, 999, 1001):
-        save_checkpoint(str(tmp_path), epoch, {"epoch": epoch})
+        if epoch == 999:  # saved after 1000: the directory is said to hold a later epoch
+            with pytest.warns(UserWarning, match="also holds epoch_1000.pt, later than epoch 999"):
+                save_checkpoint(str(tmp_path), epoch, {"epoch": epoch})
+        else:
+            save_checkpoint(str(tmp_path), epoch, {"epoch": epoch})
     assert list_checkpoints(str(tmp_path)) == ["epoch_998.pt", "epoch_999.pt", "epoch_1000.pt", "epoch_1001.pt"]
     assert load_checkpoint(latest_checkpoint(str(tmp_path)))["epoch"] == 1001
 

@@ -110,6 +110,7 @@ def to_torch_sync_batchnorm(model: nn.Module) -> nn.Module:
 
 _NAME = re.compile(r"^epoch_(\d+)\.pt$")
 _TMP_PREFIX, _TMP_SUFFIX = ".epoch_", ".tmp"
+_TMP_NAME = re.compile(r"^\.epoch_(?:(\d+)_)?.*\.tmp$")  # with the saving process's id (older names: none)
 
 
 def checkpoint_path(directory: str, epoch: int) -> str:
@@ -120,17 +121,16 @@ def checkpoint_path(directory: str, epoch: int) -> str:
 def save_checkpoint(directory: str, epoch: int, state: dict, keep_last: int | None = None) -> str:
     """Write ``state`` as the checkpoint for ``epoch`` atomically and return its path. Removes
     temporary files a crashed save left behind and, with ``keep_last``, all but the newest
-    ``keep_last`` checkpoints."""
+    ``keep_last`` checkpoints up to this one (never this one, never a later epoch's)."""
     if keep_last is not None and keep_last < 1:
         raise ValueError(f"keep_last must be a positive number of checkpoints or None (keep all), got {keep_last!r}")
     os.makedirs(directory, exist_ok=True)
-    for name in os.listdir(directory):
-        if name.startswith(_TMP_PREFIX) and name.endswith(_TMP_SUFFIX):
-            os.remove(os.path.join(directory, name))  # only one process saves: none is in progress
+    _remove_stale_temporaries(directory)
     path = checkpoint_path(directory, epoch)
     # Same directory, so os.replace is a rename on one filesystem: atomic. A crash before it
-    # leaves only a stray .tmp file, which list_checkpoints ignores and the next save removes.
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=_TMP_PREFIX, suffix=_TMP_SUFFIX)
+    # leaves only a stray .tmp file, which list_checkpoints ignores and a later save removes.
+    # The saving process's id is in the name: a save in progress is never taken for a stray.
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f"{_TMP_PREFIX}{os.getpid()}_", suffix=_TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
@@ -141,10 +141,52 @@ def save_checkpoint(directory: str, epoch: int, state: dict, keep_last: int | No
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+    names = list_checkpoints(directory)
+    later = [name for name in names if _epoch_of(name) > epoch]
+    if later:
+        # Another run's, or this one's from before a restart at an earlier epoch: resuming
+        # would continue from it. Said once per save, never deleted.
+        warnings.warn(f"{directory} also holds {', '.join(later)}, later than epoch {epoch} saved now: another "
+                      "run's checkpoints, which a resume would continue from; give each run its own directory",
+                      stacklevel=2)
     if keep_last is not None:
-        for name in list_checkpoints(directory)[:-keep_last]:
+        earlier = [name for name in names if _epoch_of(name) < epoch]
+        for name in earlier[:max(0, len(earlier) - (keep_last - 1))]:
             os.remove(os.path.join(directory, name))
     return path
+
+
+def _epoch_of(name: str) -> int:
+    return int(_NAME.match(name).group(1))
+
+
+def _remove_stale_temporaries(directory: str) -> None:
+    """Remove the temporary files of saves that crashed; leave those of saves in progress (another
+    job writing into this directory), and say that two jobs share it."""
+    for name in os.listdir(directory):
+        found = _TMP_NAME.match(name)
+        if not found:
+            continue
+        pid = int(found.group(1)) if found.group(1) else None
+        if pid is not None and pid != os.getpid() and _process_exists(pid):
+            warnings.warn(f"process {pid} is saving a checkpoint into {directory} too: two jobs share this "
+                          "directory, and each overwrites the other's checkpoints; give each job its own",
+                          stacklevel=3)
+            continue
+        try:
+            os.remove(os.path.join(directory, name))
+        except FileNotFoundError:  # its writer finished or removed it meanwhile
+            pass
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def list_checkpoints(directory: str | None) -> list[str]:
@@ -171,6 +213,12 @@ def load_checkpoint(path: str, map_location: torch.device | str = "cpu") -> dict
     except FileNotFoundError:
         raise
     except Exception as e:  # torch raises RuntimeError, EOFError or UnpicklingError, by how it is broken
+        if "Weights only load failed" in str(e):
+            # A complete file that holds more than tensors and plain data (torch's own advice,
+            # weights_only=False, would run whatever code the file carries).
+            raise RuntimeError(f"checkpoint {path} holds objects other than tensors, numbers, strings and "
+                               "containers, so it was not loaded: loading them would run code from the file "
+                               "(save_checkpoint never writes such objects)") from e
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RuntimeError(f"checkpoint {path} is truncated or unreadable: {reason}") from e
 

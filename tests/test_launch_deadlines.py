@@ -1,0 +1,56 @@
+"""The deadline holds whatever happens to the processes around the ranks: a deadline that ends
+before any rank has started, and a forkserver killed while the ranks run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import launcher_workers
+import pytest
+
+from conftest import pythonpath_with_tests
+from ddp_lib.errors import LaunchTimeout
+from ddp_lib.launch import spawn
+
+
+@pytest.mark.parametrize("start_method, timeout", [(None, 0.01), ("spawn", 0.3)])
+def test_a_deadline_before_any_rank_has_started_is_a_launch_timeout(start_method, timeout):
+    with pytest.raises(LaunchTimeout, match=r"did not finish within its .* deadline; ranks 0, 1 still running"):
+        spawn(launcher_workers.hang_all, 2, timeout=timeout, start_method=start_method, show_output=False)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kills the forkserver by its process id")
+def test_a_killed_forkserver_does_not_defeat_the_deadline(tmp_path):
+    driver = textwrap.dedent(f"""
+        import os, signal, threading, time
+        import multiprocessing.forkserver as forkserver
+        import launcher_workers
+        from ddp_lib.errors import LaunchTimeout
+        from ddp_lib.launch import spawn
+
+        def kill_forkserver_once_the_ranks_run():
+            while len(os.listdir({str(tmp_path)!r})) < 2:
+                time.sleep(0.05)
+            os.kill(forkserver._forkserver._forkserver_pid, signal.SIGKILL)
+
+        threading.Thread(target=kill_forkserver_once_the_ranks_run, daemon=True).start()
+        try:
+            spawn(launcher_workers.hang_all, 2, kwargs=dict(pid_dir={str(tmp_path)!r}), timeout=8,
+                  show_output=False)
+        except LaunchTimeout as e:
+            print("LaunchTimeout:", e)
+    """)
+    start = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
+    assert "LaunchTimeout: the job did not finish within its 8 s deadline" in out.stdout, out.stderr[-3000:]
+    assert time.monotonic() - start < 90
+    ranks = [int((tmp_path / f"rank{r}.pid").read_text()) for r in range(2)]
+    deadline = time.monotonic() + 10
+    while any(os.path.exists(f"/proc/{pid}") for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
