@@ -96,6 +96,21 @@ def without_set_device(rank: int, world_size: int) -> dict:
         teardown()
 
 
+def set_device_after_init(rank: int, world_size: int) -> dict:
+    """GPU only: init nccl first, then torch.cuda.set_device(local_rank), then barrier() and an
+    all-reduce on "cuda". init_process_group reads no current device (only device_id=), so this
+    order works too, as long as nothing used the current device before set_device."""
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+    try:
+        torch.cuda.set_device(env_int("LOCAL_RANK", rank))
+        dist.barrier()  # without device_id: on the current device, now this rank's own
+        tensor = torch.ones(1, device="cuda")
+        dist.all_reduce(tensor)
+        return {"current_device": torch.cuda.current_device(), "sum": tensor.item()}
+    finally:
+        teardown()
+
+
 def with_set_device(rank: int, world_size: int) -> dict:
     """GPU only: process_group calls torch.cuda.set_device(local_rank) before init; "cuda" then
     means this rank's own GPU."""

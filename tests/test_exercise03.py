@@ -1,0 +1,96 @@
+"""Lesson 03's checker, run on right answers written two ways and on answers it must refuse."""
+
+import importlib
+import textwrap
+
+import pytest
+import torch
+
+from ddp_lib.exercises.lesson03 import check_device_worker
+
+GOOD = '''
+import os, torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+def one_step(rank, world_size):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    with process_group(rank, world_size):
+        use_gpu = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
+        device = torch.device("cuda", local_rank) if use_gpu else torch.device("cpu")
+        model = ToyModel().to(device)
+        ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        ddp(torch.randn(20, 10).to(device)).sum().backward()
+        torch.optim.SGD(ddp.parameters(), lr=0.1).step()
+        return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
+'''
+
+# The same work in the tutorial's own words: init_process_group by hand, the long names.
+GOOD_BY_HAND = '''
+import os
+import torch
+import torch.distributed
+import torch.nn.parallel
+from ddp_lib.models import ToyModel, param_checksum
+
+def one_step(rank, world_size):
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    cuda = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
+    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    torch.distributed.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
+    try:
+        model = ToyModel().to(device)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+        loss = torch.nn.functional.mse_loss(ddp(torch.randn(20, 10).to(device)), torch.randn(20, 5).to(device))
+        loss.backward()
+        optimizer.step()
+        return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
+    finally:
+        torch.distributed.destroy_process_group()
+'''
+
+# Answers that must be refused, with the words the report must contain.
+WRONG = {
+    "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
+                  "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
+    "device_ids_on_cpu": (GOOD.replace('[local_rank] if device.type == "cuda" else None', "[local_rank]"),
+                          "with a CPU model pass device_ids=None"),
+    # The expected dict with no group, no DDP and no step.
+    "made_up_dict": ('import os\ndef one_step(rank, world_size):\n'
+                     '    return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": 1.0}\n',
+                     "ran no collective at all"),
+    # A seeded local model trained with no communication: every rank agrees, by seed alone.
+    "seeded_local_model": (GOOD.replace('ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)',
+                                        "torch.manual_seed(0); model = ToyModel().to(device); ddp = model"),
+                           "ran no collective at all"),
+    "ddp_without_a_step": (GOOD.replace("ddp(torch.randn(20, 10).to(device)).sum().backward()", "pass"),
+                           "never all-reduced gradients"),
+    "bad_return": (GOOD.replace('return {"local_rank"', 'return {"rank"'),
+                   "return a dict with keys 'local_rank', 'device' and 'checksum'"),
+}
+
+
+def _write(tmp_path, monkeypatch, name, source):
+    """Write a learner's file (as %%writefile would) and return its one_step."""
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
+    importlib.invalidate_caches()
+    return importlib.import_module(name).one_step
+
+
+@pytest.mark.parametrize("name, source", [("good03", GOOD), ("good03_by_hand", GOOD_BY_HAND)])
+def test_right_answers_pass_on_both_layouts(name, source, tmp_path, monkeypatch):
+    report = check_device_worker(_write(tmp_path, monkeypatch, name, source))
+    assert report.passed and len(report.lines) == 2, str(report)
+    assert report.lines[0].startswith("PASS 2 nodes x 2 ranks") and report.lines[1].startswith("PASS 1 node x 3 ranks")
+
+
+@pytest.mark.parametrize("case", sorted(WRONG))
+def test_wrong_answers_are_refused_with_the_reason(case, tmp_path, monkeypatch):
+    source, message = WRONG[case]
+    if case == "device_ids_on_cpu" and torch.cuda.is_available():
+        pytest.skip("device_ids=[local_rank] is right on GPUs")
+    report = check_device_worker(_write(tmp_path, monkeypatch, f"wrong03_{case}", source))
+    assert not report.passed and message in str(report), str(report)
