@@ -235,8 +235,9 @@ def torchrun_rendezvous_source() -> str:
 def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
                           master_port: int | None = None) -> list[dict]:
     """Start ``jobs`` torchrun jobs of ``script`` at the same time on this machine (with
-    ``--master-port`` if given) and wait for them. Per job: its exit code, what it printed, and
-    whether its error output says EADDRINUSE."""
+    ``--master-port`` if given) and wait for them. Per job: its command ("torchrun" standing for
+    ``python -m torch.distributed.run``), its exit code, what it printed, and whether its error
+    output says EADDRINUSE."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node)]
     if master_port is not None:
         command += ["--master-port", str(master_port)]
@@ -245,7 +246,8 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
     finished = []
     for process in running:
         stdout, stderr = process.communicate()
-        finished.append({"exit code": process.returncode, "printed": stdout.strip(),
+        finished.append({"command": " ".join(["torchrun", *process.args[3:-1], script]),
+                         "exit code": process.returncode, "printed": stdout.strip(),
                          "EADDRINUSE": "EADDRINUSE" in stderr})
     return finished
 
