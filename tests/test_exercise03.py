@@ -51,6 +51,71 @@ def one_step(rank, world_size):
         torch.distributed.destroy_process_group()
 '''
 
+# No DDP wrapper: the same two collectives written by hand, through other routes (a ProcessGroup
+# method, a name imported from torch.distributed, distributed_c10d's ReduceOp), and SGD with momentum.
+GOOD_WITHOUT_DDP = '''
+import os, torch
+import torch.distributed as dist
+from torch.distributed import all_reduce
+from torch.distributed.distributed_c10d import ReduceOp
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+def one_step(rank, world_size):
+    local_rank = int(os.environ["LOCAL_RANK"])
+    with process_group(rank, world_size) as device:
+        model = ToyModel().to(device)
+        for p in model.parameters():
+            dist.group.WORLD.broadcast(p.data, 0).wait()
+        model(torch.randn(20, 10).to(device)).sum().backward()
+        for p in model.parameters():
+            all_reduce(p.grad, op=ReduceOp.SUM)
+            p.grad /= dist.get_world_size()
+        torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9).step()
+        return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
+'''
+
+# Collectives that look like DDP's but carry nothing; the agreement comes from a seed.
+DUMMY_COLLECTIVES = '''
+import os, torch, torch.distributed as dist
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+def one_step(rank, world_size):
+    with process_group(rank, world_size):
+        dist.broadcast(torch.zeros(1), 0)
+        dist.all_reduce(torch.zeros(1))
+        torch.manual_seed(0)
+        model = ToyModel()
+        model(torch.randn(20, 10)).sum().backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": param_checksum(model)}
+'''
+
+# Every rank's batch guessed from its rank (seed r), all gradients averaged locally.
+GUESSED_FROM_RANK = '''
+import os, torch, torch.distributed as dist
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+def one_step(rank, world_size):
+    with process_group(rank, world_size):
+        torch.manual_seed(1234)
+        model = ToyModel()
+        dist.broadcast(torch.zeros(1), 0)
+        dist.all_reduce(torch.zeros(1))
+        grads = []
+        for r in range(world_size):
+            torch.manual_seed(r)
+            model.zero_grad()
+            model(torch.randn(20, 10)).sum().backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        with torch.no_grad():
+            for i, p in enumerate(model.parameters()):
+                p -= 0.1 * sum(g[i] for g in grads) / world_size
+        return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": param_checksum(model)}
+'''
+
 # Answers that must be refused, with the words the report must contain.
 WRONG = {
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
@@ -67,6 +132,20 @@ WRONG = {
                            "ran no collective at all"),
     "ddp_without_a_step": (GOOD.replace("ddp(torch.randn(20, 10).to(device)).sum().backward()", "pass"),
                            "never all-reduced gradients"),
+    "dummy_collectives_and_a_seed": (DUMMY_COLLECTIVES, "was not fed a torch.randn(20, 10) of its own"),
+    "batches_guessed_from_rank": (GUESSED_FROM_RANK, "was not fed a torch.randn(20, 10) of its own"),
+    # Real weight broadcast, a dummy all-reduce, a local step, then rank 0's weights copied to all.
+    "local_step_then_broadcast": (
+        GOOD.replace("ddp(torch.randn(20, 10).to(device)).sum().backward()",
+                     "torch.distributed.all_reduce(torch.zeros(1)); model(torch.randn(20, 10)).sum().backward()")
+            .replace("torch.optim.SGD(ddp.parameters(), lr=0.1).step()",
+                     "torch.optim.SGD(ddp.parameters(), lr=0.1).step()\n"
+                     "        [torch.distributed.broadcast(p.data, 0) for p in model.parameters()]"),
+        "step does not follow the average of all ranks' gradients"),
+    "ddp_backward_without_a_step": (GOOD.replace("torch.optim.SGD(ddp.parameters(), lr=0.1).step()", "pass"),
+                                    "parameters did not change"),
+    "checksum_of_another_model": (GOOD.replace('"checksum": param_checksum(model)', '"checksum": 1.0'),
+                                  "return param_checksum of that model"),
     "bad_return": (GOOD.replace('return {"local_rank"', 'return {"rank"'),
                    "return a dict with keys 'local_rank', 'device' and 'checksum'"),
 }
@@ -80,7 +159,8 @@ def _write(tmp_path, monkeypatch, name, source):
     return importlib.import_module(name).one_step
 
 
-@pytest.mark.parametrize("name, source", [("good03", GOOD), ("good03_by_hand", GOOD_BY_HAND)])
+@pytest.mark.parametrize("name, source", [("good03", GOOD), ("good03_by_hand", GOOD_BY_HAND),
+                                          ("good03_without_ddp", GOOD_WITHOUT_DDP)])
 def test_right_answers_pass_on_both_layouts(name, source, tmp_path, monkeypatch):
     report = check_device_worker(_write(tmp_path, monkeypatch, name, source))
     assert report.passed and len(report.lines) == 2, str(report)
