@@ -116,6 +116,30 @@ def one_step(rank, world_size):
         return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": param_checksum(model)}
 '''
 
+# Whatever tensors the caller's frames hold, fed to a seeded local model with dummy collectives.
+FROM_THE_FRAMES = '''
+import os, sys, torch, torch.distributed as dist
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+def one_step(rank, world_size):
+    found = None
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in frame.f_locals.values():
+            if isinstance(value, list) and value and all(isinstance(v, torch.Tensor) for v in value):
+                found = value
+        frame = frame.f_back
+    with process_group(rank, world_size):
+        dist.broadcast(torch.zeros(1), 0)
+        dist.all_reduce(torch.zeros(1))
+        torch.manual_seed(0)
+        model = ToyModel()
+        model(found[-1] if found else torch.randn(20, 10)).sum().backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": param_checksum(model)}
+'''
+
 # Answers that must be refused, with the words the report must contain.
 WRONG = {
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
@@ -146,6 +170,10 @@ WRONG = {
                                     "parameters did not change"),
     "checksum_of_another_model": (GOOD.replace('"checksum": param_checksum(model)', '"checksum": 1.0'),
                                   "return param_checksum of that model"),
+    "values_from_the_frames": (FROM_THE_FRAMES, "parameters differ after the step"),
+    # Right on 4 ranks only: the gradients summed, then divided by a hard-coded 4.
+    "world_size_hard_coded": (GOOD_WITHOUT_DDP.replace("p.grad /= dist.get_world_size()", "p.grad /= 4"),
+                              "average the gradients over the real world size"),
     "bad_return": (GOOD.replace('return {"local_rank"', 'return {"rank"'),
                    "return a dict with keys 'local_rank', 'device' and 'checksum'"),
 }

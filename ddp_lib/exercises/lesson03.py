@@ -12,7 +12,8 @@ Counting is not enough (a dummy all-reduce counts too), so each rank also watche
 the batch it is fed (it must be drawn from this rank's own randomness, which no other rank holds),
 its weights at the forward pass, the rank's own gradient before DDP averages it, and its weights
 after the step. The parent then checks that all ranks started from the same weights and that each
-rank's step followed the average of ALL ranks' gradients: what only real communication gives.
+rank's step followed the average of ALL ranks' gradients: what only real communication gives;
+and that the step has the same size on both world sizes (an average over a hard-coded count has not).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def _step_problems(runs: list[dict]) -> list[str]:
         if lr <= 0 or (step + lr * mean_grad).norm() > 1e-2 * step.norm():
             return [f"rank {rank}'s step does not follow the average of all ranks' gradients: call backward() "
                     "through the DDP model (it averages them), then one plain SGD step"]
+        run["learning_rate"] = lr.item()
     return []
 
 
@@ -165,6 +167,7 @@ def check_device_worker(fn: Callable, timeout: float = 120) -> Report:
     """Run the learner's worker ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks and on
     1 node x 3 ranks, and report what is right or wrong."""
     report = Report()
+    learning_rates = {}
     for nodes, nproc_per_node in LAYOUTS:
         world_size = nodes * nproc_per_node
         layout = f"{nodes} node{'s' if nodes > 1 else ''} x {nproc_per_node} ranks"
@@ -177,6 +180,13 @@ def check_device_worker(fn: Callable, timeout: float = 120) -> Report:
         for problem in problems:
             report.fail(f"{layout}: {problem}")
         if problems:
+            return report
+        # The same step size on every world size: an average over a hard-coded number of ranks is not.
+        learning_rates[layout] = runs[0]["learning_rate"]
+        first, rate = next(iter(learning_rates.items()))
+        if abs(learning_rates[layout] - rate) > 1e-3 * rate:
+            report.fail(f"{layout}: the step is {learning_rates[layout] / rate:.3g} times the size it had on {first} "
+                        "for the same learning rate: average the gradients over the real world size (DDP does)")
             return report
         report.ok(f"{layout}: every rank used its LOCAL_RANK's device "
                   f"({', '.join(run['result']['device'] for run in runs)}), ran DDP's broadcast and all-reduce, "
