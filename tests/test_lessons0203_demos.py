@@ -1,5 +1,6 @@
 """The torch source excerpts and torch's own errors that lessons 02 and 03 show, on this torch."""
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -43,3 +44,32 @@ def test_the_committed_gpu_checkpoint_needs_map_location_here():
 
 def test_the_pictures_draw():
     assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes
+
+
+def _c10d_source() -> str:
+    import torch.distributed.distributed_c10d as c10d
+
+    return Path(c10d.__file__).read_text()
+
+
+def test_only_device_id_sets_the_default_groups_bound_device():
+    # Lesson 03: init sets it from device_id; the file's other assignments are to split or shrunk groups.
+    source = _c10d_source()
+    assert "    if device_id:\n        pg.bound_device_id = device_id\n" in source
+    assert sorted(re.findall(r"^\s*(\w+)\.bound_device_id = ", source, re.M)) == ["new_pg", "pg", "split_pg"]
+
+
+def test_distributed_c10d_never_calls_set_device():
+    # Lesson 03: only its docstrings name torch.cuda.set_device.
+    assert re.search(r"^[^`]*set_device\(", _c10d_source(), re.M) is None
+
+
+def test_ddp_returns_before_moving_inputs_only_in_two_modes():
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    source = inspect.getsource(DistributedDataParallel._pre_forward)
+    before = source[:source.index("if self.device_ids:")]
+    assert re.findall(r"if self\.(\w+):\n\s+return inputs, kwargs", before) == [
+        "_use_python_reducer", "_delay_all_reduce_all_params"]
