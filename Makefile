@@ -76,6 +76,10 @@ bench: $(INSTALLED)  ## every benchmark, full size (several minutes); add ARGS=-
 bench-notebooks: $(INSTALLED)  ## the notebook suite under nbval against a notebook that only imports torch
 	$(PY) tools/notebook_suite_cost.py --jobs $(JOBS)
 
+.PHONY: gpu-check
+gpu-check: $(INSTALLED)  ## lesson 03's GPU cases for real on 2+ CUDA GPUs (elsewhere: one line, nothing to run)
+	$(PY) tools/gpu_check.py
+
 reliability: $(INSTALLED)  ## the long reliability checks behind the README's table
 	$(PY) tools/reliability.py
 

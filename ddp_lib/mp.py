@@ -42,11 +42,11 @@ Differences from torch, on purpose:
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterable
 
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
 from ddp_lib.checks import (
-    check_args,
     check_picklable,
     check_start_method,
     check_timeout,
@@ -125,7 +125,18 @@ def _as_torch_error(error: WorkerError) -> WorkerError:
     return torch_error
 
 
-def spawn(fn, args: tuple = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
+def _iterable_args(args: object) -> tuple:
+    """``args`` as a tuple. torch calls ``fn(i, *args)``, so any iterable works there (a list too);
+    a non-iterable such as ``args=(4)``, which is just 4, fails in every child: refuse it here."""
+    try:
+        return tuple(args)
+    except TypeError:
+        raise LaunchInputError(
+            f"args must be an iterable of extra arguments for the worker (each rank runs fn(i, *args)), got "
+            f"{type(args).__name__} {args!r}; (x) is just x in Python, write args=({args!r},)") from None
+
+
+def spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
           start_method: str = "spawn", *, timeout: float | None = DEFAULT_TIMEOUT_S) -> list:
     """Run ``fn(i, *args)`` for i in range(nprocs), each in its own process; return the
     results in rank order. Raises RankRaisedError or RankExitedError (torch's
@@ -137,7 +148,7 @@ def spawn(fn, args: tuple = (), nprocs: int = 1, join: bool = True, daemon: bool
             "nothing is left running; the ProcessContext that join=False returns hands out the rank processes "
             "themselves (for processes that outlive the call, use torch.multiprocessing)")
     nprocs = check_world_size(nprocs)
-    fn, args, kwargs = unwrap_partial(fn, check_args(args), {})
+    fn, args, kwargs = unwrap_partial(fn, _iterable_args(args), {})
     check_picklable(args, kwargs)
     fn_ref = check_worker(fn)
     if start_method == "spawn":

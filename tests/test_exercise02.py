@@ -1,4 +1,6 @@
-"""The lesson 02 checker, on a correct solution and on wrong ones: the messages must say what is wrong."""
+"""The lesson 02 checker on answers that must pass (the collective written several ways) and on
+answers that must fail: no collective, a hard-coded world size, values looked for in the checker's
+frames or through gc, answers guessed from the rank, made-up numbers of the right shape."""
 
 from __future__ import annotations
 
@@ -8,139 +10,186 @@ import textwrap
 
 import pytest
 
-from ddp_lib.exercises.lesson02 import check_share, expected_share
-
-
-def share_problems(fn, n=10, world_sizes=(2, 3)):
-    return [line.removeprefix("FAIL ") for line in check_share(fn, n, world_sizes).lines if line.startswith("FAIL")]
+from ddp_lib.exercises.lesson02 import check_reassemble, draw_n, expected_share, interleave
 
 _names = itertools.count()
 
 
 @pytest.fixture
 def solution(tmp_path, monkeypatch):
-    """Write a learner's file (as %%writefile would) and import its my_share."""
+    """Write a learner's file (as %%writefile would) and import its reassemble."""
     monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
 
     def write(body: str):
         name = f"lesson02_solution_{next(_names)}"
         (tmp_path / f"{name}.py").write_text(textwrap.dedent(body))
         importlib.invalidate_caches()
-        return importlib.import_module(name).my_share
+        return importlib.import_module(name).reassemble
 
     return write
 
 
-def test_expected_share_is_round_robin():
+def fails(fn, **options) -> list[str]:
+    return [line.removeprefix("FAIL ") for line in check_reassemble(fn, **options).lines if line.startswith("FAIL")]
+
+
+def test_round_robin_helpers():
     assert [expected_share(r, 3, 10) for r in range(3)] == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    assert interleave([[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]) == list(range(10))
+    assert all(n % 2 and n % 3 for n in (draw_n(__import__("random").Random(s)) for s in range(20)))
 
 
-def test_correct_solution_passes(solution):
+# --- right answers, written differently: must pass -------------------------------------------
+
+GATHER_OBJECTS = """
+    import torch.distributed as dist
+    from ddp_lib.process_group import process_group
+
+    def reassemble(rank, world_size, share):
+        with process_group(rank, world_size):
+            shares = [None] * world_size
+            dist.all_gather_object(shares, share)
+        return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
+"""
+
+# A zero tensor of length n on each rank, filled at this rank's positions, summed over ranks.
+PADDED_SUM = """
+    import torch
+    {imports}
+
+    def reassemble(rank, world_size, share):
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        try:
+            n = torch.tensor([len(share)])
+            {sum_lengths}
+            whole = torch.zeros(int(n.item()), dtype=torch.int64)
+            whole[rank::world_size] = torch.tensor(share)
+            {sum_whole}
+            return whole.tolist()
+        finally:
+            dist.destroy_process_group()
+"""
+
+RIGHT_ANSWERS = {
+    "all_gather_object": GATHER_OBJECTS,
+    "distributed_c10d.all_reduce": PADDED_SUM.format(
+        imports="import torch.distributed as dist\n    from torch.distributed import distributed_c10d",
+        sum_lengths="distributed_c10d.all_reduce(n)", sum_whole="distributed_c10d.all_reduce(whole)"),
+    "from torch.distributed import all_reduce": PADDED_SUM.format(
+        imports="import torch.distributed as dist\n    from torch.distributed import all_reduce",
+        sum_lengths="all_reduce(n)", sum_whole="all_reduce(whole)"),
+    "ReduceOp.AVG": PADDED_SUM.format(
+        imports="import torch.distributed as dist",
+        sum_lengths="dist.all_reduce(n)",
+        sum_whole="whole = whole.double(); dist.all_reduce(whole, op=dist.ReduceOp.AVG); "
+                  "whole = (whole * world_size).round().long()"),
+    "ProcessGroup method": PADDED_SUM.format(
+        imports="import torch.distributed as dist",
+        sum_lengths="dist.group.WORLD.allreduce([n]).wait()",
+        sum_whole="dist.group.WORLD.allreduce([whole]).wait()"),
+}
+
+
+@pytest.mark.parametrize("name", RIGHT_ANSWERS)
+def test_right_answers_pass(solution, name):
+    world_sizes = (2, 3, 4) if name == "all_gather_object" else (2,)
+    report = check_reassemble(solution(RIGHT_ANSWERS[name]), world_sizes=world_sizes)
+    assert report.passed, str(report)
+
+
+def test_pass_line_names_n_and_the_collectives(solution):
+    line = check_reassemble(solution(GATHER_OBJECTS), world_sizes=(2,), n=11).lines[0]
+    assert line == ("PASS world_size 2, n 11: every rank returned the whole list of 11 items in order "
+                    "(collectives: allgather_)")
+
+
+# --- answers that skip the work or guess: must fail ------------------------------------------
+
+def test_the_stubs_own_share_without_a_collective(solution):
     fn = solution("""
-        def my_share(rank, world_size, n):
-            return list(range(rank, n, world_size))
+        def reassemble(rank, world_size, share):
+            return share
     """)
-    assert share_problems(fn) == []
-    report = check_share(fn)  # n drawn now
-    assert report.passed and report.lines[0].startswith("PASS world_size 2: every rank returned its share of range(")
+    problems = fails(fn, world_sizes=(2,), n=11)
+    assert problems[0].startswith("world_size 2, n 11: no rank ran a collective that moves data")
+    assert problems[1].startswith("world_size 2, n 11: rank 0 returned only its own share")
+
+
+def test_a_hard_coded_world_size_fails_on_3_ranks(solution):
+    fn = solution(GATHER_OBJECTS.replace("[None] * world_size", "[None] * 2").replace(
+        "i % world_size][i // world_size]", "i % 2][i // 2]"))
+    report = check_reassemble(fn, world_sizes=(2, 3))
+    assert report.lines[0].startswith("PASS world_size 2") and not report.passed
+
+
+def test_concatenating_rank_by_rank_is_named(solution):
+    fn = solution(GATHER_OBJECTS.replace(
+        "return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]",
+        "return [x for s in shares for x in s]"))
+    problems = fails(fn, world_sizes=(2,))
+    assert len(problems) == 2 and all("one after another, rank by rank" in p for p in problems)
 
 
 def test_printing_instead_of_returning(solution):
+    fn = solution(GATHER_OBJECTS.replace("return [", "print([").replace("shares)))]", "shares)))])"))
+    assert all("returned None" in p for p in fails(fn, world_sizes=(2,)))
+
+
+def test_a_collective_but_values_from_the_callers_frames_and_gc(solution):
+    # A barrier runs (a collective), then the rank hunts for other ranks' numbers in its own process.
     fn = solution("""
-        def my_share(rank, world_size, n):
-            print(list(range(rank, n, world_size)))
+        import gc, inspect
+        import torch.distributed as dist
+        from ddp_lib.process_group import process_group
+
+        def reassemble(rank, world_size, share):
+            with process_group(rank, world_size):
+                dist.barrier()
+            found = [v for f in inspect.stack() for v in f.frame.f_locals.values()
+                     if isinstance(v, (list, tuple)) and len(v) > len(share) and all(type(x) is int for x in v)]
+            found += [o for o in gc.get_objects() if isinstance(o, list) and len(o) > len(share)
+                      and all(type(x) is int for x in o)]
+            return list(found[0]) if found else share
     """)
-    problems = share_problems(fn, world_sizes=(2,))
-    assert problems == [
-        ("world_size 2, rank 0 returned None and printed '[0, 2, 4, 6, 8]': what a worker prints never "
-         "reaches the caller's variables; return the list instead"),
-        ("world_size 2, rank 1 returned None and printed '[1, 3, 5, 7, 9]': what a worker prints never "
-         "reaches the caller's variables; return the list instead"),
-    ]
-    assert not check_share(fn, world_sizes=(2,)).passed
+    problems = fails(fn, world_sizes=(2,))
+    assert problems and problems[0].startswith("world_size 2, n ")
+    assert "no rank ran a collective that moves data" in problems[0]
 
 
-def test_ignoring_the_rank(solution):
-    fn = solution("""
-        def my_share(rank, world_size, n):
-            return list(range(0, n, world_size))
+def test_answers_guessed_from_rank_or_made_up(solution):
+    guessed = solution("""
+        def reassemble(rank, world_size, share):
+            n = len(share) * world_size
+            return [i for i in range(n)]
     """)
-    problems = share_problems(fn, world_sizes=(2,))
-    assert problems == [
-        ("world_size 2, rank 1 returned [0, 2, 4, 6, 8], expected [1, 3, 5, 7, 9] "
-         "(rank 0's share: does the worker use its rank argument?)"),
-        "world_size 2: items [1, 3, 5, 7, 9] are handled by no rank; items [0, 2, 4, 6, 8] by more than one rank",
-    ]
+    assert not check_reassemble(guessed, world_sizes=(2,)).passed
+    made_up = solution("""
+        import torch, torch.distributed as dist
+        from ddp_lib.process_group import process_group
 
-
-def test_contiguous_blocks_are_not_round_robin(solution):
-    fn = solution("""
-        def my_share(rank, world_size, n):
-            size = n // world_size
-            return list(range(rank * size, (rank + 1) * size))
+        def reassemble(rank, world_size, share):
+            with process_group(rank, world_size):
+                n = torch.tensor([len(share)])
+                dist.all_reduce(n)  # the right length, through a real collective
+            return [0] * int(n.item())
     """)
-    assert share_problems(fn, world_sizes=(2,)) == [
-        "world_size 2, rank 0 returned [0, 1, 2, 3, 4], expected [0, 2, 4, 6, 8]",
-        "world_size 2, rank 1 returned [5, 6, 7, 8, 9], expected [1, 3, 5, 7, 9]",
-    ]
-
-
-def test_right_items_wrong_order(solution):
-    fn = solution("""
-        def my_share(rank, world_size, n):
-            return sorted(range(rank, n, world_size), reverse=True)
-    """)
-    problems = share_problems(fn, world_sizes=(3,))
-    assert problems[0] == ("world_size 3, rank 0 returned [9, 6, 3, 0], expected [0, 3, 6, 9] "
-                           "(the right items in the wrong order)")
-    assert len(problems) == 3  # one per rank; the coverage itself is right
-
-
-def test_everything_on_every_rank(solution):
-    fn = solution("""
-        def my_share(rank, world_size, n):
-            return list(range(n))
-    """)
-    problems = share_problems(fn, world_sizes=(2,))
-    assert problems[-1] == "world_size 2: items [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] by more than one rank"
-
-
-def test_not_a_list(solution):
-    fn = solution("""
-        def my_share(rank, world_size, n):
-            return len(range(rank, n, world_size))
-    """)
-    assert share_problems(fn, world_sizes=(2,))[0] == (
-        "world_size 2, rank 0 returned int 5; expected a list of ints, [0, 2, 4, 6, 8]")
-
-
-def test_forgotten_world_size_argument(solution):
-    fn = solution("""
-        def my_share(rank, n):
-            return list(range(rank, n))
-    """)
-    problems = share_problems(fn, world_sizes=(2,))
-    assert len(problems) == 1
-    assert problems[0].startswith("world_size 2: rank ")  # whichever rank failed first
-    assert problems[0].endswith(
-        "raised TypeError: my_share() takes 2 positional arguments but 3 were given "
-        "(the launcher calls fn(rank, world_size, n))")
+    problems = fails(made_up, world_sizes=(2,))
+    assert len(problems) == 2 and all(" returned [0, 0, " in p and "expected" in p for p in problems)
 
 
 def test_a_worker_defined_in_main_is_refused():
-    def my_share(rank, world_size, n):
-        return list(range(rank, n, world_size))
+    def reassemble(rank, world_size, share):
+        return share
 
-    my_share.__module__, my_share.__qualname__ = "__main__", "my_share"
-    problems = share_problems(my_share)
-    assert len(problems) == 1
-    assert problems[0].startswith(
-        "the worker cannot be launched: worker my_share is defined in __main__")
+    reassemble.__module__, reassemble.__qualname__ = "__main__", "reassemble"
+    (problem,) = fails(reassemble)
+    assert problem.startswith("the worker cannot be launched: worker reassemble is defined in __main__")
 
 
-def test_a_hard_coded_n_fails_when_n_is_drawn(solution):
+def test_a_forgotten_argument_is_named(solution):
     fn = solution("""
-        def my_share(rank, world_size, n):
-            return list(range(rank, 10, world_size))
+        def reassemble(rank, share):
+            return share
     """)
-    assert not check_share(fn, seed=1).passed  # seed 1 draws n != 10
+    (problem,) = fails(fn, world_sizes=(2,))
+    assert problem.endswith("(the checker calls fn(rank, world_size, share))")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -10,8 +11,8 @@ import torch.distributed as dist
 
 def bound_device(rank: int, world_size: int, use_device_id: bool) -> dict:
     """Join an nccl group after ``set_device(local_rank)``, with or without ``device_id``; return
-    the device the group is bound to (None without device_id: its communicator forms lazily, at
-    the first collective) and the sum of an all-reduce of ones."""
+    the group's ``bound_device_id`` (set only from ``device_id``: None without it) and the sum of
+    an all-reduce of ones."""
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     device = torch.device("cuda", local_rank)
     torch.cuda.set_device(device)
@@ -24,3 +25,55 @@ def bound_device(rank: int, world_size: int, use_device_id: bool) -> dict:
         return {"bound_device_id": None if bound is None else str(bound), "sum": tensor.item()}
     finally:
         dist.destroy_process_group()
+
+
+def _source_lines(fn, first: str, last: str) -> str:
+    """The lines of ``fn``'s source from the first line starting with ``first`` to the next one
+    starting with ``last``, dedented, under a comment naming where they come from."""
+    lines = inspect.getsource(fn).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith(first)), None)
+    end = next((i for i in range(start or 0, len(lines)) if lines[i].strip().startswith(last)), None)
+    if start is None or end is None:
+        raise RuntimeError(f"torch {torch.__version__} changed {fn.__qualname__}: {first!r} ... {last!r} not found")
+    shown = lines[start:end + 1]
+    indent = min(len(line) - len(line.lstrip()) for line in shown if line.strip())
+    return f"# {fn.__module__}.{fn.__qualname__}\n" + "\n".join(line[indent:] for line in shown)
+
+
+def ddp_moves_inputs_source() -> str:
+    """The lines of DDP's ``_pre_forward`` (run by ``forward``) that copy the inputs to
+    ``device_ids[0]``: only when ``device_ids`` is set."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return _source_lines(DistributedDataParallel._pre_forward, "if self.device_ids:",
+                         "args, kwargs = moved_inputs[0], moved_kwargs[0]")
+
+
+def barrier_device_source() -> str:
+    """The lines of ``torch.distributed.barrier`` that choose the device of its tensor: without
+    ``device_ids`` and without ``init_process_group(device_id=...)``, the current device."""
+    return _source_lines(dist.barrier, "device = torch._C._get_accelerator()", "opts.device = device")
+
+
+def cuda_only_group_with_cpu_tensor() -> str:
+    """Join a one-process group whose only backend serves CUDA tensors ("cuda:gloo"), all-reduce a
+    CPU tensor, and return torch's error as "Type: message" (runs without a GPU: the group
+    is made, but nothing in it can take a CPU tensor)."""
+    dist.init_process_group("cuda:gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        dist.all_reduce(torch.ones(1))
+        return "no error"
+    except RuntimeError as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        dist.destroy_process_group()
+
+
+def load_checkpoint(path: str, map_location=None) -> str:
+    """``torch.load(path, map_location=...)``; return where its tensors landed, or torch's error as
+    "Type: message"."""
+    try:
+        state = torch.load(path, map_location=map_location)
+    except RuntimeError as e:
+        return f"{type(e).__name__}: {e}"
+    return "loaded; tensors on " + ", ".join(sorted({str(t.device) for t in state.values()}))

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
 import logging
 import multiprocessing
 import os
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -83,7 +86,9 @@ def capture_stderr() -> Iterator[Captured]:
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
             tmp.seek(0)
-            captured.text = tmp.read().decode(errors="replace") + py_err.getvalue()
+            # Python 3.13 colours a child's traceback when the kernel's environment asks for colour.
+            text = tmp.read().decode(errors="replace") + py_err.getvalue()
+            captured.text = re.sub(r"\x1b\[[0-9;]*m", "", text)
 
 
 def last_line(text: str) -> str:
@@ -111,6 +116,26 @@ def time_start_methods(fn: Callable, nprocs: int = 2,
             mp.start_processes(fn, args=(nprocs,), nprocs=nprocs, start_method=method)
             times[method].append(time.perf_counter() - start)
     return times
+
+
+def forkserver_first_and_later(nprocs: int = 2, later: int = 3) -> dict[str, list[float]]:
+    """Seconds per launch of ``noop`` on ``nprocs`` processes through a forkserver, in a fresh
+    Python: {"first": [s], "later": [s, ...]}. The first launch starts the server, which imports
+    torch (ddp_lib's preload); later ones only fork from it."""
+    out = subprocess.run([sys.executable, "-m", "ddp_lib.demos.spawning", str(nprocs), str(later)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _time_forkserver_launches(nprocs: int, later: int) -> dict[str, list[float]]:
+    from ddp_lib.workers.spawning import noop
+
+    seconds = []
+    for _ in range(1 + later):
+        start = time.perf_counter()
+        mp.start_processes(noop, args=(nprocs,), nprocs=nprocs, start_method="forkserver")
+        seconds.append(time.perf_counter() - start)
+    return {"first": seconds[:1], "later": seconds[1:]}
 
 
 def start_time_table(times: dict[str, list[float]]) -> str:
@@ -184,3 +209,48 @@ def fork_after_threads(threads: int = 2, wait: float = 2.0) -> str:
         return "finished" if child.exitcode == 0 else f"exited with code {child.exitcode}"
     finally:
         torch.set_num_threads(old)
+
+
+# --- torchrun's rendezvous on one node -------------------------------------------------------
+
+# The lines of torch/distributed/run.py's run() that choose the rendezvous, as in torch 2.13.
+_TORCHRUN_RDZV_FIRST, _TORCHRUN_RDZV_LAST = "elif (", "args.master_port = 29500"
+
+
+def torchrun_rendezvous_source() -> str:
+    """The lines of ``torch.distributed.run.run`` from the one-node switch to c10d at
+    ``localhost:0`` to the default ``--master-port`` (comments kept: they are torch's own)."""
+    import torch.distributed.run as run_module
+
+    lines = inspect.getsource(run_module.run).splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() == _TORCHRUN_RDZV_FIRST]
+    ends = [i for i, line in enumerate(lines) if line.strip() == _TORCHRUN_RDZV_LAST]
+    if not starts or not ends:
+        raise RuntimeError(f"torch {torch.__version__} changed torch.distributed.run.run")
+    shown = lines[starts[0]:ends[0] + 1]
+    indent = min(len(line) - len(line.lstrip()) for line in shown if line.strip())
+    return "# torch.distributed.run.run\n" + "\n".join(line[indent:] for line in shown)
+
+
+def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
+                          master_port: int | None = None) -> list[dict]:
+    """Start ``jobs`` torchrun jobs of ``script`` at the same time on this machine (with
+    ``--master-port`` if given) and wait for them. Per job: its command ("torchrun" standing for
+    ``python -m torch.distributed.run``), its exit code, what it printed, and whether its error
+    output says EADDRINUSE."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node)]
+    if master_port is not None:
+        command += ["--master-port", str(master_port)]
+    running = [subprocess.Popen([*command, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(jobs)]
+    finished = []
+    for process in running:
+        stdout, stderr = process.communicate()
+        finished.append({"command": " ".join(["torchrun", *process.args[3:-1], script]),
+                         "exit code": process.returncode, "printed": stdout.strip(),
+                         "EADDRINUSE": "EADDRINUSE" in stderr})
+    return finished
+
+
+if __name__ == "__main__":  # forkserver_first_and_later runs this in a fresh Python
+    print(json.dumps(_time_forkserver_launches(int(sys.argv[1]), int(sys.argv[2]))))

@@ -1,87 +1,117 @@
-"""Checker for lesson 02's exercise: a worker ``my_share(rank, world_size, n)`` that returns the
-items of ``range(n)`` its rank handles, round robin: rank, rank + world_size, rank + 2 * world_size, ...
+"""Checker for lesson 02's exercise: put a round-robin split back together.
 
-    print(check_share(my_share))    # what is right or wrong, with n drawn at check time
+A list of ``n`` numbers is split round robin: rank ``r`` holds the items at positions ``r``,
+``r + world_size``, ``r + 2 * world_size``, ... (its *share*), and no other rank holds them. The
+learner writes ``reassemble(rank, world_size, share)``, which must return, on every rank, the
+whole list in its original order. Each rank draws its share itself, from fresh randomness, when
+the check runs: nothing in a rank's process holds another rank's numbers, so only a worker that
+communicates (a collective) can return the whole list. The parent checks every rank's answer
+against all ranks' shares.
+
+    print(check_reassemble(reassemble))
 """
 
 from __future__ import annotations
 
+import numbers
 import random
-from collections import Counter
+import secrets
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import Report, launch_on_ranks
+from ddp_lib.errors import LaunchInputError
+from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+
+# c10d operators that only synchronise: they move none of the numbers.
+_SYNC_ONLY = {"barrier", "monitored_barrier"}
 
 
 def expected_share(rank: int, world_size: int, n: int) -> list[int]:
-    """The items of ``range(n)`` that ``rank`` handles, round robin."""
+    """The positions in ``range(n)`` that ``rank`` holds, round robin."""
     return list(range(rank, n, world_size))
 
 
-def _as_items(value: object) -> list | None:
-    if isinstance(value, (list, tuple, range)) and all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+def interleave(shares: Sequence[Sequence]) -> list:
+    """The whole list from the round-robin shares: item ``i`` is ``shares[i % world_size][i // world_size]``."""
+    world_size = len(shares)
+    n = sum(len(share) for share in shares)
+    return [shares[i % world_size][i // world_size] for i in range(n)]
+
+
+def _run_learner(rank: int, world_size: int, target: str, n: int) -> dict:
+    """Runs in each rank: draw this rank's share here (no other process has it), call the
+    learner's worker on it while counting the collectives that run, and return both."""
+    share = tuple(secrets.randbelow(1000) for _ in expected_share(rank, world_size, n))  # immutable record
+    with counting_collectives() as ops:
+        answer = load_worker(target)(rank, world_size, list(share))
+    if hasattr(answer, "tolist"):  # a tensor: its numbers, not the tensor
+        answer = answer.tolist()
+    return {"share": list(share), "answer": answer, "collectives": dict(ops)}
+
+
+def _as_numbers(value: object) -> list | None:
+    if isinstance(value, (list, tuple)) and all(isinstance(x, numbers.Real) and not isinstance(x, bool)
+                                                for x in value):
         return list(value)
     return None
 
 
-def _rank_problem(rank: int, world_size: int, n: int, got: object, printed: str) -> str | None:
-    want = expected_share(rank, world_size, n)
-    where = f"world_size {world_size}, rank {rank}"
+def _rank_problem(rank: int, answer: object, shares: list[list], whole: list) -> str | None:
+    """Why ``answer`` from ``rank`` is not ``whole``: the usual mistakes, named."""
+    if answer is None:
+        return (f"rank {rank} returned None: end the worker with `return` and the whole list "
+                "(what a worker prints never reaches the caller)")
+    got = _as_numbers(answer)
     if got is None:
-        if printed.strip():
-            return (f"{where} returned None and printed {printed.strip().splitlines()[0]!r}: what a worker "
-                    "prints never reaches the caller's variables; return the list instead")
-        return f"{where} returned None: end the worker with `return` and the list of its items"
-    items = _as_items(got)
-    if items is None:
-        return f"{where} returned {type(got).__name__} {got!r}; expected a list of ints, {want}"
-    if items == want:
+        return f"rank {rank} returned {type(answer).__name__}; expected a list of {len(whole)} numbers"
+    if got == whole:
         return None
-    hint = ""
-    if rank != 0 and items == expected_share(0, world_size, n):
-        hint = " (rank 0's share: does the worker use its rank argument?)"
-    elif sorted(items) == want:
-        hint = " (the right items in the wrong order)"
-    return f"{where} returned {items}, expected {want}{hint}"
+    if got == shares[rank]:
+        return f"rank {rank} returned only its own share {got}: the other ranks' items are only on those ranks"
+    if got == [x for share in shares for x in share]:
+        return (f"rank {rank} returned the shares one after another, rank by rank; the split is round robin: "
+                "item i is shares[i % world_size][i // world_size]")
+    if sorted(got) == sorted(whole):
+        return f"rank {rank} returned the right items in the wrong order: {got}, expected {whole}"
+    return f"rank {rank} returned {got}, expected {whole}"
 
 
-def _coverage_problem(world_size: int, n: int, shares: list[list]) -> str | None:
-    counts = Counter(x for share in shares for x in share)
-    missing = [x for x in range(n) if counts[x] == 0]
-    doubled = sorted(x for x, c in counts.items() if c > 1)
-    outside = sorted(x for x in counts if not 0 <= x < n)
-    parts = []
-    if missing:
-        parts.append(f"items {missing} are handled by no rank")
-    if doubled:
-        parts.append(f"items {doubled} by more than one rank")
-    if outside:
-        parts.append(f"items {outside} are not in range({n})")
-    return f"world_size {world_size}: " + "; ".join(parts) if parts else None
+def _check_world_size(target: str, world_size: int, n: int, timeout: float, report: Report) -> None:
+    where = f"world_size {world_size}, n {n}"
+    runs = run_on_ranks(_run_learner, world_size, report, (target, n), timeout=timeout)
+    if runs is None:
+        if "TypeError" in report.lines[-1] and "positional argument" in report.lines[-1]:
+            report.lines[-1] += " (the checker calls fn(rank, world_size, share))"
+        return
+    shares = [run["share"] for run in runs]
+    whole = interleave(shares)
+    moved = {op for run in runs for op, count in run["collectives"].items() if count and op not in _SYNC_ONLY}
+    problems = [] if moved else [
+        "no rank ran a collective that moves data (all_gather_object, all_gather, all_reduce, ...): "
+        "each rank holds only its own share, so the others' items must come through the process group"]
+    problems += [p for rank, run in enumerate(runs) if (p := _rank_problem(rank, run["answer"], shares, whole))]
+    for problem in problems:
+        report.fail(f"{where}: {problem}")
+    if not problems:
+        report.ok(f"{where}: every rank returned the whole list of {n} items in order "
+                  f"(collectives: {', '.join(sorted(moved))})")
 
 
-def check_share(fn: Callable, n: int | None = None, world_sizes: Sequence[int] = (2, 3),
-                seed: int | None = None) -> Report:
-    """Run the learner's ``fn(rank, world_size, n)`` on every rank for each world size, with ``n``
-    drawn now (unless given), and report what is right or wrong, one line per problem."""
+def draw_n(rng: random.Random) -> int:
+    """A list length that no world size from 2 to 4 divides, so that shares differ in length."""
+    return rng.choice([n for n in range(9, 30) if n % 2 and n % 3])
+
+
+def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), n: int | None = None,
+                     timeout: float = 60.0, seed: int | None = None) -> Report:
+    """Run ``fn(rank, world_size, share)`` on every rank for each world size, with shares drawn in
+    the ranks and ``n`` drawn now (or from ``seed``); report, per rank, what is right or wrong."""
     report = Report()
-    n = random.Random(seed).randint(9, 23) if n is None else n
+    n = draw_n(random.Random(seed)) if n is None else n
+    try:
+        target = worker_name(fn)
+    except LaunchInputError as exc:
+        report.fail(f"the worker cannot be launched: {exc}")
+        return report
     for world_size in world_sizes:
-        run = launch_on_ranks(fn, world_size, report, (n,))
-        if run is None:
-            if report.lines[-1].startswith("FAIL world_size"):
-                if "TypeError" in report.lines[-1]:
-                    report.lines[-1] += " (the launcher calls fn(rank, world_size, n))"
-                continue
-            return report  # refused before starting: the same for every world size
-        problems = [p for rank, got in enumerate(run.results)
-                    if (p := _rank_problem(rank, world_size, n, got, run.stdout[rank]))]
-        shares = [_as_items(got) for got in run.results]
-        if all(share is not None for share in shares) and (p := _coverage_problem(world_size, n, shares)):
-            problems.append(p)
-        for problem in problems:
-            report.fail(problem)
-        if not problems:
-            report.ok(f"world_size {world_size}: every rank returned its share of range({n}), "
-                      "and together they cover each item once")
+        _check_world_size(target, world_size, n, timeout, report)
     return report

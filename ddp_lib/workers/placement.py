@@ -83,7 +83,7 @@ def simulate_nodes(rank: int, world_size: int, nproc_per_node: int = 2,
 
 def without_set_device(rank: int, world_size: int) -> dict:
     """GPU only: init nccl without torch.cuda.set_device and use "cuda" (which means the current
-    device, cuda:0, on every rank), then all-reduce. Fails with nccl's duplicate-GPU error."""
+    device, cuda:0, on every rank), then all-reduce: two ranks on one GPU, which nccl refuses."""
     # No set_device before it; a short timeout so that a stuck communicator becomes an error.
     dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
     try:
@@ -92,6 +92,21 @@ def without_set_device(rank: int, world_size: int) -> dict:
         dist.all_reduce(tensor)
         torch.cuda.synchronize()
         return {"current_device": current, "sum": tensor.item()}
+    finally:
+        teardown()
+
+
+def set_device_after_init(rank: int, world_size: int) -> dict:
+    """GPU only: init nccl first, then torch.cuda.set_device(local_rank), then barrier() and an
+    all-reduce on "cuda". init_process_group's Python code reads no current device (only device_id=),
+    so this order should work too, as long as nothing used the current device before set_device."""
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+    try:
+        torch.cuda.set_device(env_int("LOCAL_RANK", rank))
+        dist.barrier()  # without device_id: on the current device, now this rank's own
+        tensor = torch.ones(1, device="cuda")
+        dist.all_reduce(tensor)
+        return {"current_device": torch.cuda.current_device(), "sum": tensor.item()}
     finally:
         teardown()
 

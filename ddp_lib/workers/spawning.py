@@ -43,6 +43,11 @@ def hello(rank: int, world_size: int) -> str:
     return f"hello from rank {rank} of {world_size}"
 
 
+def echo_args(rank: int, *args, **kwargs) -> dict:
+    """Return what this process was called with: its index, then ``args`` and ``kwargs``."""
+    return {"rank": rank, "args": list(args), "kwargs": kwargs}
+
+
 def noop(rank: int, *args) -> None:
     """Do nothing: a launch of this measures only the cost of starting processes."""
 

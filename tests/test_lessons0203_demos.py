@@ -1,0 +1,75 @@
+"""The torch source excerpts and torch's own errors that lessons 02 and 03 show, on this torch."""
+
+import re
+from pathlib import Path
+
+import matplotlib
+import pytest
+import torch
+
+from ddp_lib.demos import device_id, spawning
+from ddp_lib.plots.placement import plot_nodes_and_gpus
+from ddp_lib.plots.spawning import plot_pickled_worker
+
+matplotlib.use("Agg")
+CHECKPOINT = Path(__file__).resolve().parent.parent / "notebooks" / "data" / "saved_on_cuda0.pt"
+
+
+def test_one_node_torchrun_without_a_port_switches_to_c10d_on_port_0():
+    source = spawning.torchrun_rendezvous_source()
+    assert 'args.rdzv_endpoint = "localhost:0"' in source and "args.master_port = 29500" in source
+
+
+def test_ddp_moves_inputs_only_under_device_ids():
+    source = device_id.ddp_moves_inputs_source()
+    assert source.splitlines()[1] == "if self.device_ids:" and "_to_kwargs(" in source
+
+
+def test_barrier_without_device_ids_or_device_id_uses_the_current_device():
+    source = device_id.barrier_device_source()
+    assert "group.bound_device_id" in source and source.splitlines()[-1].strip() == "opts.device = device"
+
+
+def test_a_cuda_only_group_given_a_cpu_tensor_raises_torchs_error():
+    error = device_id.cuda_only_group_with_cpu_tensor()
+    assert error == "RuntimeError: No backend type associated with device type cpu"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the checkpoint loads onto cuda:0")
+def test_the_committed_gpu_checkpoint_needs_map_location_here():
+    assert device_id.load_checkpoint(str(CHECKPOINT)).startswith(
+        "RuntimeError: Attempting to deserialize object on a CUDA device")
+    assert device_id.load_checkpoint(str(CHECKPOINT), map_location="cpu") == "loaded; tensors on cpu"
+
+
+def test_the_pictures_draw():
+    assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes
+
+
+def _c10d_source() -> str:
+    import torch.distributed.distributed_c10d as c10d
+
+    return Path(c10d.__file__).read_text()
+
+
+def test_only_device_id_sets_the_default_groups_bound_device():
+    # Lesson 03: init sets it from device_id; the file's other assignments are to split or shrunk groups.
+    source = _c10d_source()
+    assert "    if device_id:\n        pg.bound_device_id = device_id\n" in source
+    assert sorted(re.findall(r"^\s*(\w+)\.bound_device_id = ", source, re.M)) == ["new_pg", "pg", "split_pg"]
+
+
+def test_distributed_c10d_never_calls_set_device():
+    # Lesson 03: only its docstrings name torch.cuda.set_device.
+    assert re.search(r"^[^`]*set_device\(", _c10d_source(), re.M) is None
+
+
+def test_ddp_returns_before_moving_inputs_only_in_two_modes():
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    source = inspect.getsource(DistributedDataParallel._pre_forward)
+    before = source[:source.index("if self.device_ids:")]
+    assert re.findall(r"if self\.(\w+):\n\s+return inputs, kwargs", before) == [
+        "_use_python_reducer", "_delay_all_reduce_all_params"]
