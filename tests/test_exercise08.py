@@ -11,12 +11,22 @@ from ddp_lib.exercises.lesson08 import check_bandwidth_worker, check_busbw
 def test_busbw_checker_accepts_the_formula_and_names_mistakes():
     assert check_busbw(lambda algbw, n: algbw * 2 * (n - 1) / n).passed
     report = str(check_busbw(lambda algbw, n: algbw))
-    assert "busbw equals algbw: multiply by 2(N-1)/N (1.5 for N=4)" in report
+    assert "busbw equals algbw: multiply by 2(N-1)/N (" in report
     assert "not 2" in str(check_busbw(lambda algbw, n: algbw * 2))
 
 
 def test_busbw_checker_draws_its_inputs_so_a_copied_number_fails():
-    assert not check_busbw(lambda algbw, n: {2: 10.0, 4: 15.0, 8: 17.5}[n]).passed
+    assert not check_busbw(lambda algbw, n: {2: 10.0, 4: 15.0, 8: 17.5}.get(n, 0.0)).passed
+
+
+def test_busbw_checker_refuses_a_lookup_table_of_factors():
+    table = {2: 1.0, 4: 1.5, 8: 1.75, 16: 1.875}  # right for the usual world sizes, and only those
+    report = check_busbw(lambda algbw, n: algbw * table[n])
+    assert not report.passed and "raised KeyError" in str(report), str(report)
+
+
+def test_busbw_checker_accepts_the_formula_written_differently():
+    assert check_busbw(lambda algbw, n: 2 * algbw - 2 * algbw / n).passed
 
 
 def test_busbw_checker_reports_an_exception():
@@ -42,13 +52,36 @@ def measure_allreduce(rank, world_size, nbytes):
         return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
 '''
 
+# Right answers written differently: the name imported from torch.distributed, distributed_c10d's
+# function, the group's own method, and a mean over several timed calls.
+RIGHT = {
+    "imported_name": GOOD.replace("import torch.distributed as dist\n",
+                                  "import torch.distributed as dist\nfrom torch.distributed import all_reduce\n")
+                         .replace("dist.all_reduce(tensor)\n        seconds", "all_reduce(tensor)\n        seconds"),
+    "c10d": GOOD.replace("dist.all_reduce(tensor)\n        seconds",
+                         "dist.distributed_c10d.all_reduce(tensor)\n        seconds"),
+    "average_of_five": GOOD.replace("dist.all_reduce(tensor)\n        seconds = time.perf_counter() - start",
+                                    "for _ in range(5):\n            dist.all_reduce(tensor)\n"
+                                    "        seconds = (time.perf_counter() - start) / 5"),
+    "group_method": GOOD.replace("dist.all_reduce(tensor)\n        seconds",
+                                 "dist.group.WORLD.allreduce([tensor]).wait()\n        seconds"),
+}
+
 WRONG = {
+    "one_element": (GOOD.replace("dist.all_reduce(tensor)\n        seconds",
+                                 "dist.all_reduce(torch.ones(1))\n        seconds")
+                    .replace("dist.all_reduce(tensor)  # warm-up", "dist.all_reduce(torch.ones(1))"),
+                    "never a float32 tensor of"),
+    "float64_twice_the_bytes": (GOOD.replace("torch.ones(nbytes // 4)", "torch.ones(nbytes // 4, dtype=torch.float64)"),
+                                "float64, never a float32 tensor of"),
+    "hard_coded_size": (GOOD.replace("torch.ones(nbytes // 4)", "torch.ones(262144)"), "never a float32 tensor of"),
+
     "made_up_time": (GOOD.replace("seconds = time.perf_counter() - start", "seconds = 1.0"),
-                     "when the checker timed them"),
+                     "but its all-reduces of"),
     "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
     "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
     "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")
-                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "never called dist.all_reduce"),
+                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "ran no all-reduce"),
     "list": (GOOD.replace('return {"seconds"', 'return [{"seconds"').replace("/ world_size}", "/ world_size}]"),
              "rank 0 returned list: return a dict with keys seconds, algbw_gbs, busbw_gbs"),
 }
@@ -65,8 +98,15 @@ def learner_module(tmp_path, monkeypatch):
     return write
 
 
-def test_bandwidth_checker_accepts_a_right_worker(learner_module):
+def test_bandwidth_checker_accepts_a_right_worker_on_two_world_sizes(learner_module):
     report = check_bandwidth_worker(learner_module("lesson08_good", GOOD))
+    assert report.passed, str(report)
+    assert [line.split(":")[0] for line in report.lines[::2]] == ["PASS world_size 2", "PASS world_size 3"]
+
+
+@pytest.mark.parametrize("way", list(RIGHT))
+def test_bandwidth_checker_accepts_right_answers_written_differently(learner_module, way):
+    report = check_bandwidth_worker(learner_module(f"lesson08_right_{way}", RIGHT[way]), world_sizes=(2,))
     assert report.passed, str(report)
 
 

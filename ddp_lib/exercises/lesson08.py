@@ -1,27 +1,30 @@
 """Checkers for lesson 08's exercises.
 
 1. ``busbw(algbw, world_size)``: the bus bandwidth nccl-tests prints for an all-reduce (checked on
-   values drawn at check time).
-2. ``measure_allreduce(rank, world_size, nbytes)``, a worker that times ``dist.all_reduce`` of a
+   world sizes and bandwidths drawn at check time).
+2. ``measure_allreduce(rank, world_size, nbytes)``, a worker that times an all-reduce of a
    float32 tensor of ``nbytes`` bytes and returns {"seconds", "algbw_gbs", "busbw_gbs"}; the
-   checker runs it on every rank, times the worker's all-reduces itself, checks that the worker's time
-   is of that order, and that the figures follow from it.
+   checker runs it on 2 and 3 ranks with ``nbytes`` drawn at check time, records every all-reduce
+   the ranks run through torch's profiler (size, type, duration), and checks that one of them was
+   that tensor, that the worker's time is that all-reduce's, and that the figures follow from it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ddp_lib.bench.report import bus_factor
 from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
 
 REL_TOL = 0.01
-# The learner's time must lie within the range of its own all-reduces' durations as the checker
-# timed them (one call, or an average of several), give or take this factor for the timer's overhead.
+# The learner's time must lie within the range of its own all-reduces' durations as the profiler
+# saw them (one call, or an average of several), give or take this factor for the timer's overhead.
 MEASURED_FACTOR = 1.5
 KEYS = ("seconds", "algbw_gbs", "busbw_gbs")
+_DTYPE_NAMES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16"}
 
 
 def _factor_mistake(ratio: float, world_size: int) -> str:
@@ -35,13 +38,15 @@ def _factor_mistake(ratio: float, world_size: int) -> str:
     return f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}"
 
 
-def check_busbw(busbw: Callable[[float, int], float]) -> Report:
-    """Call the learner's ``busbw(algbw, world_size)`` for several world sizes and algbw values
-    drawn now; report what is right or wrong."""
+def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
+    """Call the learner's ``busbw(algbw, world_size)`` on ``cases`` world sizes and algbw values
+    drawn now (world sizes from 2 to 4096, so only the formula, not a table of them, gets every
+    one right); report what is right or wrong."""
     report = Report()
-    rng = random.Random()
-    for world_size in (2, 4, 8):
-        algbw = round(rng.uniform(0.5, 50), 2)
+    rng = random.Random()  # fresh each call: nothing to copy from a previous run
+    world_sizes = [2, *rng.sample(range(3, 4097), cases - 1)]
+    for world_size in world_sizes:
+        algbw = round(rng.uniform(0.5, 50), 3)
         expected = algbw * bus_factor(world_size)
         try:
             got = busbw(algbw, world_size)
@@ -56,28 +61,32 @@ def check_busbw(busbw: Callable[[float, int], float]) -> Report:
     return report
 
 
+@contextlib.contextmanager
+def recording_allreduces() -> Iterator[list[dict]]:
+    """In a rank: every gloo all-reduce that ran while the block ran, as {"numel", "dtype",
+    "seconds"}, however it was called (``dist.all_reduce``, a name imported from
+    ``torch.distributed``, ``distributed_c10d``, a ProcessGroup method). Read from torch's
+    profiler, where gloo records each all-reduce (with its tensor's shape and type) from start to
+    finish; the list is filled when the block ends."""
+    from torch.profiler import ProfilerActivity, profile
+
+    found: list[dict] = []
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        yield found
+    for event in prof.events():
+        if event.name == "gloo:all_reduce":
+            numel = sum(math.prod(shape) for shape in event.input_shapes)
+            found.append({"numel": numel, "dtype": ",".join(event.input_dtypes),
+                          "seconds": event.time_range.elapsed_us() / 1e6})
+
+
 def _run_learner(rank: int, world_size: int, target: str, nbytes: int) -> dict:
-    """Runs in each rank: the learner's worker, with every ``dist.all_reduce`` it makes counted and
-    timed by the checker, so its own time can be compared with what the checker saw."""
-    import time
-
-    import torch.distributed as dist
-
+    """Runs in each rank: the learner's worker, with every all-reduce it makes recorded (size,
+    type and duration), so that its own time can be compared with the all-reduce it timed."""
     worker = load_worker(target)
-    real, durations = dist.all_reduce, []
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            durations.append(time.perf_counter() - start)
-    dist.all_reduce = timed
-    try:
+    with recording_allreduces() as allreduces:
         result = worker(rank, world_size, nbytes)
-    finally:
-        dist.all_reduce = real
-    return {"result": result, "calls": len(durations), "durations": durations}
+    return {"result": result, "allreduces": allreduces}
 
 
 def diagnose(results: list[dict], nbytes: int) -> list[str]:
@@ -88,16 +97,21 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
         out = r["result"]
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return [f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"]
-        if r["calls"] == 0:
-            return [f"rank {rank} never called dist.all_reduce"]
+        matching = [a["seconds"] for a in r["allreduces"] if a["dtype"] == "float" and a["numel"] == nbytes // 4]
+        if not matching:
+            if not r["allreduces"]:
+                return [f"rank {rank} ran no all-reduce: time dist.all_reduce of the tensor"]
+            seen = ", ".join(sorted({f"{a['numel']} x {_DTYPE_NAMES.get(a['dtype'], a['dtype'])}"
+                                     for a in r["allreduces"]}))
+            return [f"rank {rank} all-reduced {seen}, never a float32 tensor of {nbytes} bytes "
+                    f"({nbytes // 4} elements): make a tensor of nbytes // 4 float32 elements"]
         seconds, algbw, busbw = (float(out[k]) for k in KEYS)
         if not seconds > 0:
             return [f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"]
-        low, high = min(r["durations"]), max(r["durations"])
+        low, high = min(matching), max(matching)
         if not low / MEASURED_FACTOR <= seconds <= high * MEASURED_FACTOR:
-            return [f"rank {rank} reports {seconds:.3g} s, but its all-reduces took {low:.3g} to {high:.3g} s when "
-                    "the checker timed them: time the all-reduce itself, with time.perf_counter() just before "
-                    "and just after it"]
+            return [f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took {low:.3g} to "
+                    f"{high:.3g} s: time the all-reduce itself, with time.perf_counter() just before and just after it"]
         expected = nbytes / seconds / 1e9
         if not math.isclose(algbw, expected, rel_tol=REL_TOL):
             ratio = algbw / expected
@@ -117,18 +131,28 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
     return problems
 
 
-def check_bandwidth_worker(fn: Callable, world_size: int = 4, nbytes: int = 1 << 20, timeout: float = 90) -> Report:
-    """Run the learner's ``fn(rank, world_size, nbytes)`` on ``world_size`` ranks and report
-    whether each rank's time is a real measurement and its figures follow from it."""
+def draw_nbytes(rng: random.Random) -> int:
+    """A message size drawn at check time: a whole number of float32s from 256 KiB to 4 MiB."""
+    return 4 * rng.randrange(1 << 16, 1 << 20)
+
+
+def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90) -> Report:
+    """Run the learner's ``fn(rank, world_size, nbytes)`` on each of ``world_sizes`` ranks, with
+    ``nbytes`` drawn now, and report whether each rank all-reduced a float32 tensor of that size,
+    timed it, and derived algbw and busbw from its time."""
     report = Report()
-    results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), nbytes), timeout=timeout)
-    if results is None:
-        return report
-    problems = diagnose(results, nbytes)
-    for problem in problems:
-        report.fail(problem)
-    if not problems:
-        report.ok(f"world_size {world_size}: every rank timed a real all-reduce of {nbytes} bytes")
-        report.ok(f"algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} "
-                  f"(2(N-1)/N for N={world_size}) on every rank")
+    rng = random.Random()
+    for world_size in world_sizes:
+        nbytes = draw_nbytes(rng)
+        results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), nbytes), timeout=timeout)
+        if results is None:
+            return report
+        problems = diagnose(results, nbytes)
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
+            return report
+        report.ok(f"world_size {world_size}: every rank timed its all-reduce of a float32 tensor of {nbytes} bytes")
+        report.ok(f"world_size {world_size}: algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} "
+                  f"(2(N-1)/N) on every rank")
     return report
