@@ -5,7 +5,7 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
-from ddp_lib.bench import allreduce, buckets, ddp, ring, scaling, startup
+from ddp_lib.bench import allreduce, buckets, ddp, model, ring, scaling, startup
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
 
 
@@ -37,10 +37,25 @@ def test_allreduce_rows_have_nccl_tests_columns_and_the_limits():
     assert [(r["world_size"], r["bytes"], r["count"], r["type"]) for r in result["rows"]] == [
         (2, 4, 1, "float"), (2, 4096, 1024, "float")]
     for r in result["rows"]:
-        assert r["time_us"] > 0
+        assert r["time_us"] > 0 and r["q1_us"] <= r["time_us"] <= r["q3_us"]
         assert math.isclose(r["algbw_gbs"], r["bytes"] / (r["time_us"] * 1e-6) / 1e9, rel_tol=0.05, abs_tol=1e-4)
         assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * bus_factor(2), abs_tol=1e-4)
     assert result["copy_gbs"] > 0 and result["loopback_gbs"] > 0
+    assert result["repeats"] == 1 and [m["world_size"] for m in result["models"]] == [2]
+
+
+def test_the_alpha_beta_fit_recovers_a_model_it_was_given():
+    sizes = [4**k for k in range(1, 14)]
+    alpha, beta = model.fit_alpha_beta(sizes, [model.predict(80e-6, 1.5e9, s) for s in sizes])
+    assert math.isclose(alpha, 80e-6, rel_tol=1e-9) and math.isclose(beta, 1.5e9, rel_tol=1e-9)
+    assert math.isclose(model.half_bandwidth_bytes(alpha, beta), 120_000, rel_tol=1e-9)
+
+
+def test_the_kept_full_run_is_whole_and_its_models_follow_from_its_rows():
+    full = allreduce.full_run()
+    assert {(r["world_size"], r["bytes"]) for r in full["rows"]} == {(n, s) for n in (2, 4) for s in allreduce.SIZES}
+    assert full["repeats"] == allreduce.REPEATS and full["copy_gbs"] > 0 and full["loopback_gbs"] > 0
+    assert full["models"] == allreduce.fitted_models(full["rows"])
 
 
 def test_ring_rows_are_ratios_of_both_sides():
