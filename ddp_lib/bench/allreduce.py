@@ -155,7 +155,7 @@ def _notes(result: dict) -> str:
              f"{result['copy_gbs']:.2f} GB/s, loopback socket {result['loopback_gbs']:.2f} GB/s"]
     for m in result["models"]:
         lines.append(f"{m['world_size']} ranks: t = {m['alpha_us']:.0f} us + size / {m['beta_gbs']:.3f} GB/s "
-                     f"(busbw ceiling {m['busbw_ceiling_gbs']:.3f} GB/s; worst error of the fit {m['worst_error']:.0%})")
+                     f"(busbw ceiling {m['busbw_ceiling_gbs']:.3f} GB/s; worst fit error {m['worst_error']:.0%})")
     return "\n".join(lines)
 
 
