@@ -96,3 +96,11 @@ def test_scaling_rows_per_world_size():
     rows = scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 2))["rows"]
     assert [(r["world_size"], r["policy"], r["threads_per_rank"]) for r in rows] == [(1, "one", 1), (2, "one", 1)]
     assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
+
+
+def test_the_kept_scaling_run_says_on_how_many_cores_and_under_what_load():
+    full = scaling.full_run()
+    assert [(r["world_size"], r["policy"]) for r in full["rows"]] == [
+        (n, policy) for policy in scaling.POLICIES for n in (1, 2, 4)]
+    assert full["cpu_count"] >= 1 and full["load_average"] >= 0
+    assert all(r["samples_per_s"] > 0 for r in full["rows"])

@@ -132,7 +132,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
     repeats = repeats or (QUICK_REPEATS if quick else REPEATS)
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     world_sizes = world_sizes or ((2,) if quick else (2, 4))
-    rows = []
+    rows, load_before = [], os.getloadavg()[0]
     for world_size in world_sizes:
         sweep = spawn(allreduce_sweep, world_size, args=(sizes, repeats), show_output=False)[0]
         rows += table_rows(world_size, sweep)
@@ -141,7 +141,8 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
             # Four significant digits: a small limit_bytes can give well under 0.001 GB/s.
             "copy_gbs": float(f"{copy_bandwidth_gbs(limit_bytes, repeats):.4g}"),
             "loopback_gbs": float(f"{loopback_bandwidth_gbs(limit_bytes, repeats):.4g}"),
-            "repeats": repeats, "cpu_count": os.cpu_count(), "torch": torch.__version__}
+            "repeats": repeats, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
 
 
 def full_run() -> dict:
