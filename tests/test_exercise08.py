@@ -80,6 +80,8 @@ WRONG = {
                      "but its all-reduces of"),
     "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
     "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
+    "world_size_hard_coded": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw * 1.5"),
+                              "expected 2(N-1)/N = 1 for N=2"),
     "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")
                      .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "ran no all-reduce"),
     "list": (GOOD.replace('return {"seconds"', 'return [{"seconds"').replace("/ world_size}", "/ world_size}]"),
