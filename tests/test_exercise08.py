@@ -117,3 +117,51 @@ def test_bandwidth_checker_names_the_mistake(learner_module, mistake):
     source, message = WRONG[mistake]
     report = check_bandwidth_worker(learner_module(f"lesson08_{mistake}", source))
     assert not report.passed and message in str(report), str(report)
+
+
+def test_busbw_checker_refuses_the_expected_value_read_from_its_frame():
+    def peek(algbw, world_size):
+        import sys
+        frame = sys._getframe(1)
+        return frame.f_locals.get("expected", 0.0)
+    assert not check_busbw(peek).passed
+
+
+def test_busbw_checker_accepts_a_numpy_or_torch_number():
+    import torch
+    assert check_busbw(lambda algbw, n: torch.tensor(algbw) * 2 * (n - 1) / n).passed
+
+
+# Adversaries: no all-reduce at all, the expected record written into the checker's own frame;
+# a made-up time inside a range widened by one deliberately slow all-reduce per rank.
+ADVERSARIAL = {
+    "record_injected_into_the_frame": ('''
+import sys
+def measure_allreduce(rank, world_size, nbytes):
+    fake = {"numel": nbytes // 4, "dtype": "float", "seconds": 0.01}
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, list):
+                value.append(fake)
+        frame = frame.f_back
+    algbw = nbytes / 0.01 / 1e9
+    return {"seconds": 0.01, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+''', "ran no all-reduce"),
+    "made_up_time_inside_a_widened_range": (GOOD.replace(
+        "dist.all_reduce(tensor)  # warm-up",
+        "for slow in range(world_size):\n"
+        "            if rank != slow:\n"
+        "                time.sleep(1.0)  # the slow rank waits for this one: a 1 s all-reduce on its side\n"
+        "            dist.all_reduce(tensor)\n"
+        "        dist.all_reduce(tensor)  # a fast one").replace(
+        "seconds = time.perf_counter() - start", "seconds = 0.1  # made up, between the fast and the slow"),
+        "but its all-reduces of"),
+}
+
+
+@pytest.mark.parametrize("attack", list(ADVERSARIAL))
+def test_bandwidth_checker_refuses_adversaries(learner_module, attack):
+    source, message = ADVERSARIAL[attack]
+    report = check_bandwidth_worker(learner_module(f"lesson08_attack_{attack}", source), world_sizes=(2,))
+    assert not report.passed and message in str(report), str(report)
