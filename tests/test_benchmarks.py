@@ -73,6 +73,8 @@ def test_ddp_rows_and_all_reduce_counts():
                          (2, "after_backward"), (2, "per_parameter_hooks"), (2, "buckets")}
     # Five Linear layers: ten parameters, one all-reduce each; one 25 MB bucket holds them all.
     assert [rows[2, w]["allreduces"] for w in ("after_backward", "per_parameter_hooks", "buckets")] == [10, 10, 1]
+    # torch's reducer all-reduces its one bucket even on one rank, with nobody to add to.
+    assert rows[1, "torch"]["allreduces"] == 1 and rows[2, "torch"]["allreduces"] == 1
     assert rows[1, "torch"]["baseline"] == "local" and rows[2, "buckets"]["baseline"] == "torch"
     assert all(r["step_ms"] > 0 for r in rows.values())
 
@@ -80,9 +82,12 @@ def test_ddp_rows_and_all_reduce_counts():
 def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
     rows = buckets.measure(quick=True, repeats=1)["rows"]
     assert [r["bucket_cap_mb"] for r in rows] == buckets.QUICK_CAPS_MB
-    counts = [r["allreduces"] for r in rows]
-    assert counts == sorted(counts, reverse=True) and counts[-1] == 1 and counts[0] > 1
-    assert rows[-1]["ratio"] == 1.0
+    by_cap = {r["bucket_cap_mb"]: r for r in rows}
+    counts = [r["allreduces"] for r in rows if r["bucket_cap_mb"] is not None]
+    assert counts == sorted(counts, reverse=True) and counts == [5, 4, 1]
+    # Left out, bucket_cap_mb is 25 MiB with a first bucket of at most 1 MiB: two buckets here.
+    assert by_cap[None]["allreduces"] == 2 and by_cap[None]["label"] == "default"
+    assert by_cap[25.0]["ratio"] == 1.0
 
 
 def test_startup_rows_name_each_launcher():

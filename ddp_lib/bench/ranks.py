@@ -13,6 +13,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddp_lib import scratch_ddp
 from ddp_lib.bench.stats import median, quartiles
+from ddp_lib.exercises.checking import counting_collectives
 from ddp_lib.process_group import make_mlp, process_group, wrap_ddp
 from ddp_lib.workers.ring import ring_all_reduce
 
@@ -104,6 +105,10 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
                 before = model.allreduce_calls
                 _train_step(model, optimizers[way], x, y)
                 calls[way] = model.allreduce_calls - before
+            elif way == "torch":  # torch's reducer runs in C++: count what reached c10d
+                with counting_collectives() as counts:
+                    _train_step(model, optimizers[way], x, y)
+                calls[way] = counts["allreduce_"]
         return {"step_s": {way: median(_slowest(t)) for way, t in times.items()}, "allreduces": calls}
 
 
@@ -115,9 +120,11 @@ def _counting_hook(counter: list[int]):
     return hook
 
 
-def bucket_sweep(rank: int, world_size: int, caps_mb: list[float], repeats: int = 10, seed: int = 0) -> list[dict]:
-    """For each bucket_cap_mb, the median seconds of a torch DDP step (bucket sizes taken in turn)
-    and the all-reduces per step, counted by a hook on a second, untimed copy."""
+def bucket_sweep(rank: int, world_size: int, caps_mb: list[float | None], repeats: int = 10,
+                 seed: int = 0) -> list[dict]:
+    """For each bucket_cap_mb (None: left out, DDP's default), the median seconds of a torch DDP
+    step (bucket sizes taken in turn) and the all-reduces per step, counted by a hook on a second,
+    untimed copy."""
     with process_group(rank, world_size) as device:
         timed, counted, counters = {}, {}, {}
         for cap in caps_mb:

@@ -73,7 +73,7 @@ def plot_allreduce(result: dict):
 def plot_buckets(result: dict):
     """Step time (bars) and all-reduces per step (line) for each bucket_cap_mb. Returns the Figure."""
     rows = result["rows"]
-    labels = [f"{r['bucket_cap_mb']:g}" for r in rows]
+    labels = [r["label"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.bar(labels, [r["step_ms"] for r in rows], color="tab:blue", alpha=0.7)
     ax.set_xlabel("bucket_cap_mb")
