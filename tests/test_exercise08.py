@@ -148,6 +148,23 @@ def measure_allreduce(rank, world_size, nbytes):
     algbw = nbytes / 0.01 / 1e9
     return {"seconds": 0.01, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
 ''', "ran no all-reduce"),
+    "profiler_class_patched": ('''
+import torch.profiler
+
+
+class _Event:
+    name, input_dtypes = "gloo:all_reduce", ["float"]
+
+    def __init__(self, numel):
+        self.input_shapes = [[numel]]
+        self.time_range = type("Range", (), {"elapsed_us": lambda self: 10000.0})()
+
+
+def measure_allreduce(rank, world_size, nbytes):
+    torch.profiler.profile.events = lambda self: [_Event(nbytes // 4)]  # no all-reduce, a forged record
+    algbw = nbytes / 0.01 / 1e9
+    return {"seconds": 0.01, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+''', "ran no all-reduce"),
     "made_up_time_inside_a_widened_range": (GOOD.replace(
         "dist.all_reduce(tensor)  # warm-up",
         "for slow in range(world_size):\n"
