@@ -5,7 +5,7 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
-from ddp_lib.bench import allreduce, buckets, ddp, ring, scaling, startup
+from ddp_lib.bench import allreduce, buckets, ddp, model, ring, scaling, startup
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
 
 
@@ -37,10 +37,25 @@ def test_allreduce_rows_have_nccl_tests_columns_and_the_limits():
     assert [(r["world_size"], r["bytes"], r["count"], r["type"]) for r in result["rows"]] == [
         (2, 4, 1, "float"), (2, 4096, 1024, "float")]
     for r in result["rows"]:
-        assert r["time_us"] > 0
+        assert r["time_us"] > 0 and r["q1_us"] <= r["time_us"] <= r["q3_us"]
         assert math.isclose(r["algbw_gbs"], r["bytes"] / (r["time_us"] * 1e-6) / 1e9, rel_tol=0.05, abs_tol=1e-4)
         assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * bus_factor(2), abs_tol=1e-4)
     assert result["copy_gbs"] > 0 and result["loopback_gbs"] > 0
+    assert result["repeats"] == 1 and [m["world_size"] for m in result["models"]] == [2]
+
+
+def test_the_alpha_beta_fit_recovers_a_model_it_was_given():
+    sizes = [4**k for k in range(1, 14)]
+    alpha, beta = model.fit_alpha_beta(sizes, [model.predict(80e-6, 1.5e9, s) for s in sizes])
+    assert math.isclose(alpha, 80e-6, rel_tol=1e-9) and math.isclose(beta, 1.5e9, rel_tol=1e-9)
+    assert math.isclose(model.half_bandwidth_bytes(alpha, beta), 120_000, rel_tol=1e-9)
+
+
+def test_the_kept_full_run_is_whole_and_its_models_follow_from_its_rows():
+    full = allreduce.full_run()
+    assert {(r["world_size"], r["bytes"]) for r in full["rows"]} == {(n, s) for n in (2, 4) for s in allreduce.SIZES}
+    assert full["repeats"] == allreduce.REPEATS and full["copy_gbs"] > 0 and full["loopback_gbs"] > 0
+    assert full["models"] == allreduce.fitted_models(full["rows"])
 
 
 def test_ring_rows_are_ratios_of_both_sides():
@@ -58,6 +73,8 @@ def test_ddp_rows_and_all_reduce_counts():
                          (2, "after_backward"), (2, "per_parameter_hooks"), (2, "buckets")}
     # Five Linear layers: ten parameters, one all-reduce each; one 25 MB bucket holds them all.
     assert [rows[2, w]["allreduces"] for w in ("after_backward", "per_parameter_hooks", "buckets")] == [10, 10, 1]
+    # torch's reducer all-reduces its one bucket even on one rank, with nobody to add to.
+    assert rows[1, "torch"]["allreduces"] == 1 and rows[2, "torch"]["allreduces"] == 1
     assert rows[1, "torch"]["baseline"] == "local" and rows[2, "buckets"]["baseline"] == "torch"
     assert all(r["step_ms"] > 0 for r in rows.values())
 
@@ -65,9 +82,12 @@ def test_ddp_rows_and_all_reduce_counts():
 def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
     rows = buckets.measure(quick=True, repeats=1)["rows"]
     assert [r["bucket_cap_mb"] for r in rows] == buckets.QUICK_CAPS_MB
-    counts = [r["allreduces"] for r in rows]
-    assert counts == sorted(counts, reverse=True) and counts[-1] == 1 and counts[0] > 1
-    assert rows[-1]["ratio"] == 1.0
+    by_cap = {r["bucket_cap_mb"]: r for r in rows}
+    counts = [r["allreduces"] for r in rows if r["bucket_cap_mb"] is not None]
+    assert counts == sorted(counts, reverse=True) and counts == [5, 4, 1]
+    # Left out, bucket_cap_mb is 25 MiB with a first bucket of at most 1 MiB: two buckets here.
+    assert by_cap[None]["allreduces"] == 2 and by_cap[None]["label"] == "default"
+    assert by_cap[25.0]["ratio"] == 1.0
 
 
 def test_startup_rows_name_each_launcher():
@@ -81,3 +101,11 @@ def test_scaling_rows_per_world_size():
     rows = scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 2))["rows"]
     assert [(r["world_size"], r["policy"], r["threads_per_rank"]) for r in rows] == [(1, "one", 1), (2, "one", 1)]
     assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
+
+
+def test_the_kept_scaling_run_says_on_how_many_cores_and_under_what_load():
+    full = scaling.full_run()
+    assert [(r["world_size"], r["policy"]) for r in full["rows"]] == [
+        (n, policy) for policy in scaling.POLICIES for n in (1, 2, 4)]
+    assert full["cpu_count"] >= 1 and full["load_average"] >= 0
+    assert all(r["samples_per_s"] > 0 for r in full["rows"])

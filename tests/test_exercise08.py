@@ -11,12 +11,22 @@ from ddp_lib.exercises.lesson08 import check_bandwidth_worker, check_busbw
 def test_busbw_checker_accepts_the_formula_and_names_mistakes():
     assert check_busbw(lambda algbw, n: algbw * 2 * (n - 1) / n).passed
     report = str(check_busbw(lambda algbw, n: algbw))
-    assert "busbw equals algbw: multiply by 2(N-1)/N (1.5 for N=4)" in report
+    assert "busbw equals algbw: multiply by 2(N-1)/N (" in report
     assert "not 2" in str(check_busbw(lambda algbw, n: algbw * 2))
 
 
 def test_busbw_checker_draws_its_inputs_so_a_copied_number_fails():
-    assert not check_busbw(lambda algbw, n: {2: 10.0, 4: 15.0, 8: 17.5}[n]).passed
+    assert not check_busbw(lambda algbw, n: {2: 10.0, 4: 15.0, 8: 17.5}.get(n, 0.0)).passed
+
+
+def test_busbw_checker_refuses_a_lookup_table_of_factors():
+    table = {2: 1.0, 4: 1.5, 8: 1.75, 16: 1.875}  # right for the usual world sizes, and only those
+    report = check_busbw(lambda algbw, n: algbw * table[n])
+    assert not report.passed and "raised KeyError" in str(report), str(report)
+
+
+def test_busbw_checker_accepts_the_formula_written_differently():
+    assert check_busbw(lambda algbw, n: 2 * algbw - 2 * algbw / n).passed
 
 
 def test_busbw_checker_reports_an_exception():
@@ -42,13 +52,38 @@ def measure_allreduce(rank, world_size, nbytes):
         return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
 '''
 
+# Right answers written differently: the name imported from torch.distributed, distributed_c10d's
+# function, the group's own method, and a mean over several timed calls.
+RIGHT = {
+    "imported_name": GOOD.replace("import torch.distributed as dist\n",
+                                  "import torch.distributed as dist\nfrom torch.distributed import all_reduce\n")
+                         .replace("dist.all_reduce(tensor)\n        seconds", "all_reduce(tensor)\n        seconds"),
+    "c10d": GOOD.replace("dist.all_reduce(tensor)\n        seconds",
+                         "dist.distributed_c10d.all_reduce(tensor)\n        seconds"),
+    "average_of_five": GOOD.replace("dist.all_reduce(tensor)\n        seconds = time.perf_counter() - start",
+                                    "for _ in range(5):\n            dist.all_reduce(tensor)\n"
+                                    "        seconds = (time.perf_counter() - start) / 5"),
+    "group_method": GOOD.replace("dist.all_reduce(tensor)\n        seconds",
+                                 "dist.group.WORLD.allreduce([tensor]).wait()\n        seconds"),
+}
+
 WRONG = {
+    "one_element": (GOOD.replace("dist.all_reduce(tensor)\n        seconds",
+                                 "dist.all_reduce(torch.ones(1))\n        seconds")
+                    .replace("dist.all_reduce(tensor)  # warm-up", "dist.all_reduce(torch.ones(1))"),
+                    "never a float32 tensor of"),
+    "float64_twice_the_bytes": (GOOD.replace("torch.ones(nbytes // 4)", "torch.ones(nbytes // 4, dtype=torch.float64)"),
+                                "float64, never a float32 tensor of"),
+    "hard_coded_size": (GOOD.replace("torch.ones(nbytes // 4)", "torch.ones(262144)"), "never a float32 tensor of"),
+
     "made_up_time": (GOOD.replace("seconds = time.perf_counter() - start", "seconds = 1.0"),
-                     "when the checker timed them"),
+                     "but its all-reduces of"),
     "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
     "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
+    "world_size_hard_coded": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw * 1.5"),
+                              "expected 2(N-1)/N = 1 for N=2"),
     "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")
-                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "never called dist.all_reduce"),
+                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "ran no all-reduce"),
     "list": (GOOD.replace('return {"seconds"', 'return [{"seconds"').replace("/ world_size}", "/ world_size}]"),
              "rank 0 returned list: return a dict with keys seconds, algbw_gbs, busbw_gbs"),
 }
@@ -65,8 +100,15 @@ def learner_module(tmp_path, monkeypatch):
     return write
 
 
-def test_bandwidth_checker_accepts_a_right_worker(learner_module):
+def test_bandwidth_checker_accepts_a_right_worker_on_two_world_sizes(learner_module):
     report = check_bandwidth_worker(learner_module("lesson08_good", GOOD))
+    assert report.passed, str(report)
+    assert [line.split(":")[0] for line in report.lines[::2]] == ["PASS world_size 2", "PASS world_size 3"]
+
+
+@pytest.mark.parametrize("way", list(RIGHT))
+def test_bandwidth_checker_accepts_right_answers_written_differently(learner_module, way):
+    report = check_bandwidth_worker(learner_module(f"lesson08_right_{way}", RIGHT[way]), world_sizes=(2,))
     assert report.passed, str(report)
 
 
@@ -74,4 +116,69 @@ def test_bandwidth_checker_accepts_a_right_worker(learner_module):
 def test_bandwidth_checker_names_the_mistake(learner_module, mistake):
     source, message = WRONG[mistake]
     report = check_bandwidth_worker(learner_module(f"lesson08_{mistake}", source))
+    assert not report.passed and message in str(report), str(report)
+
+
+def test_busbw_checker_refuses_the_expected_value_read_from_its_frame():
+    def peek(algbw, world_size):
+        import sys
+        frame = sys._getframe(1)
+        return frame.f_locals.get("expected", 0.0)
+    assert not check_busbw(peek).passed
+
+
+def test_busbw_checker_accepts_a_numpy_or_torch_number():
+    import torch
+    assert check_busbw(lambda algbw, n: torch.tensor(algbw) * 2 * (n - 1) / n).passed
+
+
+# Adversaries: no all-reduce at all, the expected record written into the checker's own frame;
+# a made-up time inside a range widened by one deliberately slow all-reduce per rank.
+ADVERSARIAL = {
+    "record_injected_into_the_frame": ('''
+import sys
+def measure_allreduce(rank, world_size, nbytes):
+    fake = {"numel": nbytes // 4, "dtype": "float", "seconds": 0.01}
+    frame = sys._getframe(1)
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, list):
+                value.append(fake)
+        frame = frame.f_back
+    algbw = nbytes / 0.01 / 1e9
+    return {"seconds": 0.01, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+''', "ran no all-reduce"),
+    "profiler_class_patched": ('''
+import torch.profiler
+
+
+class _Event:
+    name, input_dtypes = "gloo:all_reduce", ["float"]
+
+    def __init__(self, numel):
+        self.input_shapes = [[numel]]
+        self.time_range = type("Range", (), {"elapsed_us": lambda self: 10000.0})()
+
+
+def measure_allreduce(rank, world_size, nbytes):
+    torch.profiler.profile.events = lambda self: [_Event(nbytes // 4)]  # no all-reduce, a forged record
+    algbw = nbytes / 0.01 / 1e9
+    return {"seconds": 0.01, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+''', "ran no all-reduce"),
+    "made_up_time_inside_a_widened_range": (GOOD.replace(
+        "dist.all_reduce(tensor)  # warm-up",
+        "for slow in range(world_size):\n"
+        "            if rank != slow:\n"
+        "                time.sleep(1.0)  # the slow rank waits for this one: a 1 s all-reduce on its side\n"
+        "            dist.all_reduce(tensor)\n"
+        "        dist.all_reduce(tensor)  # a fast one").replace(
+        "seconds = time.perf_counter() - start", "seconds = 0.1  # made up, between the fast and the slow"),
+        "but its all-reduces of"),
+}
+
+
+@pytest.mark.parametrize("attack", list(ADVERSARIAL))
+def test_bandwidth_checker_refuses_adversaries(learner_module, attack):
+    source, message = ADVERSARIAL[attack]
+    report = check_bandwidth_worker(learner_module(f"lesson08_attack_{attack}", source), world_sizes=(2,))
     assert not report.passed and message in str(report), str(report)

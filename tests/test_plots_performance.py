@@ -34,3 +34,20 @@ def test_a_time_of_zero_is_counted_in_the_figure_not_dropped_silently():
     rows = [_row(2, 4, 0.0, 0.0), _row(2, 1024, 400.0, 0.003)]
     fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})
     assert [t.get_text() for t in fig.texts] == ["2 point(s) of zero not drawn on the log axes"]
+
+
+def test_the_fitted_model_is_drawn_and_named_with_its_two_numbers():
+    rows = [{**_row(2, 4, 100.0, 0.0), "q1_us": 90.0, "q3_us": 110.0},
+            {**_row(2, 1 << 20, 1100.0, 0.95), "q1_us": 1000.0, "q3_us": 1200.0}]
+    models = [{"world_size": 2, "alpha_us": 100.0, "beta_gbs": 1.05}]
+    fig = plot_allreduce({"rows": rows, "models": models, "copy_gbs": 10.0, "loopback_gbs": 3.0})
+    (line,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "100 us + size / 1.05 GB/s"]
+    assert abs(line.get_ydata()[1] - (100 + (1 << 20) / 1050)) < 1e-9
+
+
+def test_bucket_caps_are_labelled_and_the_default_is_named():
+    from ddp_lib.plots.performance import plot_buckets
+    rows = [{"bucket_cap_mb": cap, "label": label, "allreduces": n, "step_ms": 10.0, "ratio": 1.0}
+            for cap, label, n in ((0.01, "0.01", 5), (25.0, "25", 1), (None, "default", 2))]
+    fig = plot_buckets({"rows": rows, "world_size": 2})
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0.01", "25", "default"]

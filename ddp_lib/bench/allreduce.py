@@ -2,25 +2,37 @@
 prints them, next to this machine's limits: memory copy and loopback socket bandwidth.
 
     python -m ddp_lib bench allreduce [--quick] [--repeats N] [--json]
+
+The full run's JSON is kept in the repository (lesson 08 reads it beside a quick live run):
+
+    python -m ddp_lib bench allreduce --json > ddp_lib/bench/results/allreduce.json
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
 import socket
 import time
+from pathlib import Path
 
 import torch
 
+from ddp_lib.bench.model import fit_alpha_beta
 from ddp_lib.bench.ranks import allreduce_sweep
-from ddp_lib.bench.report import algbw_gbs, busbw_gbs, human_bytes, run_main
+from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, human_bytes, run_main
 from ddp_lib.bench.stats import median
 from ddp_lib.launch import spawn
 
 SIZES = [4**k for k in range(1, 14)]  # 4 B to 64 MiB
-QUICK_SIZES = [4**k for k in (1, 3, 5, 7, 9, 11)]  # 4 B to 4 MiB
+QUICK_SIZES = [4**k for k in (1, 4, 7, 10, 12)]  # 4 B to 16 MiB
+REPEATS, QUICK_REPEATS = 21, 7
+# The full run kept in the repository: regenerate it with the command in this module's docstring.
+FULL_RUN = Path(__file__).with_name("results") / "allreduce.json"
 COLUMNS = [("world_size", "ranks", "d"), ("size", "size", "s"), ("count", "count", "d"), ("type", "type", "s"),
-           ("time_us", "time (us)", ".1f"), ("algbw_gbs", "algbw (GB/s)", ".3f"), ("busbw_gbs", "busbw (GB/s)", ".3f")]
+           ("time_us", "time (us)", ".1f"), ("spread", "middle half (us)", "s"),
+           ("algbw_gbs", "algbw (GB/s)", ".3f"), ("busbw_gbs", "busbw (GB/s)", ".3f")]
 
 
 def copy_bandwidth_gbs(nbytes: int = 64 << 20, repeats: int = 5) -> float:
@@ -89,31 +101,63 @@ def table_rows(world_size: int, sweep: list[dict]) -> list[dict]:
     rows = []
     for r in sweep:
         seconds, nbytes = r["all_reduce_s"], r["bytes"]
+        q1, q3 = (round(q * 1e6, 1) for q in r["all_reduce_quartiles_s"])
         rows.append({"world_size": world_size, "bytes": nbytes, "size": human_bytes(nbytes), "count": nbytes // 4,
-                     "type": "float", "time_us": round(seconds * 1e6, 1),
+                     "type": "float", "time_us": round(seconds * 1e6, 1), "q1_us": q1, "q3_us": q3,
+                     "spread": f"{q1:.0f}-{q3:.0f}",
                      "algbw_gbs": round(algbw_gbs(nbytes, seconds), 4),
                      "busbw_gbs": round(busbw_gbs(nbytes, seconds, world_size), 4)})
     return rows
 
 
+def fitted_models(rows: list[dict]) -> list[dict]:
+    """Per world size, the alpha-beta model fitted to the medians: alpha (latency, us), beta
+    (algbw ceiling, GB/s), the busbw ceiling beta x 2(N-1)/N, and the worst relative error of the fit."""
+    models = []
+    for world_size in sorted({r["world_size"] for r in rows}):
+        mine = [r for r in rows if r["world_size"] == world_size]
+        sizes, seconds = [r["bytes"] for r in mine], [r["time_us"] * 1e-6 for r in mine]
+        alpha, beta = fit_alpha_beta(sizes, seconds)
+        worst = max(abs(alpha + s / beta - t) / t for s, t in zip(sizes, seconds))
+        models.append({"world_size": world_size, "alpha_us": round(alpha * 1e6, 1), "beta_gbs": round(beta / 1e9, 3),
+                       "busbw_ceiling_gbs": round(beta / 1e9 * bus_factor(world_size), 3),
+                       "worst_error": round(worst, 3)})
+    return models
+
+
 def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None,
             sizes: list[int] | None = None) -> dict:
-    """{"rows": one per (world size, size), "copy_gbs": ..., "loopback_gbs": ...}."""
-    repeats = repeats or (2 if quick else 5)
+    """{"rows": one per (world size, size), "models": the alpha-beta fit per world size,
+    "copy_gbs", "loopback_gbs": this machine's limits, and how it was run}."""
+    repeats = repeats or (QUICK_REPEATS if quick else REPEATS)
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     world_sizes = world_sizes or ((2,) if quick else (2, 4))
-    rows = []
+    rows, load_before = [], os.getloadavg()[0]
     for world_size in world_sizes:
         sweep = spawn(allreduce_sweep, world_size, args=(sizes, repeats), show_output=False)[0]
         rows += table_rows(world_size, sweep)
     limit_bytes = max(sizes)
-    return {"rows": rows, "copy_gbs": round(copy_bandwidth_gbs(limit_bytes, repeats), 3),
-            "loopback_gbs": round(loopback_bandwidth_gbs(limit_bytes, repeats), 3)}
+    return {"rows": rows, "models": fitted_models(rows),
+            # Four significant digits: a small limit_bytes can give well under 0.001 GB/s.
+            "copy_gbs": float(f"{copy_bandwidth_gbs(limit_bytes, repeats):.4g}"),
+            "loopback_gbs": float(f"{loopback_bandwidth_gbs(limit_bytes, repeats):.4g}"),
+            "repeats": repeats, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
+
+
+def full_run() -> dict:
+    """The full run kept in the repository (``FULL_RUN``), as ``measure()`` returned it."""
+    return json.loads(FULL_RUN.read_text())
 
 
 def _notes(result: dict) -> str:
-    return (f"limits on this machine: memory copy (one thread) {result['copy_gbs']:.2f} GB/s, "
-            f"loopback socket {result['loopback_gbs']:.2f} GB/s; busbw = algbw x 2(N-1)/N")
+    lines = [f"median of {result['repeats']} repeats (slowest rank each) after a warm-up; busbw = algbw x 2(N-1)/N",
+             f"limits on this machine ({result['cpu_count']} cores): memory copy (one thread) "
+             f"{result['copy_gbs']:.2f} GB/s, loopback socket {result['loopback_gbs']:.2f} GB/s"]
+    for m in result["models"]:
+        lines.append(f"{m['world_size']} ranks: t = {m['alpha_us']:.0f} us + size / {m['beta_gbs']:.3f} GB/s "
+                     f"(busbw ceiling {m['busbw_ceiling_gbs']:.3f} GB/s; worst fit error {m['worst_error']:.0%})")
+    return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:

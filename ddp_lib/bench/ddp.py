@@ -29,7 +29,8 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
         rows.append({"world_size": world_size, "way": "local", "step_ms": round(step["local"] * 1e3, 3),
                      "baseline": None, "ratio": None, "allreduces": None})
         rows.append({"world_size": world_size, "way": "torch", "step_ms": round(step["torch"] * 1e3, 3),
-                     "baseline": "local", "ratio": round(step["torch"] / step["local"], 3), "allreduces": None})
+                     "baseline": "local", "ratio": round(step["torch"] / step["local"], 3),
+                     "allreduces": result["allreduces"]["torch"]})
         for way in ways[2:]:
             rows.append({"world_size": world_size, "way": way, "step_ms": round(step[way] * 1e3, 3),
                          "baseline": "torch", "ratio": round(step[way] / step["torch"], 3),

@@ -12,7 +12,8 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddp_lib import scratch_ddp
-from ddp_lib.bench.stats import median
+from ddp_lib.bench.stats import median, quartiles
+from ddp_lib.exercises.checking import counting_collectives
 from ddp_lib.process_group import make_mlp, process_group, wrap_ddp
 from ddp_lib.workers.ring import ring_all_reduce
 
@@ -31,7 +32,8 @@ def _slowest(times: list[float]) -> list[float]:
 def allreduce_sweep(rank: int, world_size: int, sizes: list[int], repeats: int = 5,
                     with_ring: bool = False) -> list[dict]:
     """For each message size in bytes, the median seconds of one float32 dist.all_reduce and,
-    with_ring, of lesson 01's ring_all_reduce, timed alternately. Rank 0's list is the result."""
+    with_ring, of lesson 01's ring_all_reduce, timed alternately, each with its first and third
+    quartiles over the repeats ("all_reduce_quartiles_s"). Rank 0's list is the result."""
     with process_group(rank, world_size) as device:
         sides = {"all_reduce_s": lambda t: dist.all_reduce(t)}
         if with_ring:
@@ -52,7 +54,12 @@ def allreduce_sweep(rank: int, world_size: int, sizes: list[int], repeats: int =
                         sides[name](tensor)
                     if repeat:
                         times[name].append((time.perf_counter() - start) / iters)
-            rows.append({"bytes": nbytes, **{name: median(_slowest(t)) for name, t in times.items()}})
+            row = {"bytes": nbytes}
+            for name, t in times.items():
+                slowest = _slowest(t)
+                row[name] = median(slowest)
+                row[name.removesuffix("_s") + "_quartiles_s"] = quartiles(slowest)
+            rows.append(row)
         return rows
 
 
@@ -98,6 +105,10 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
                 before = model.allreduce_calls
                 _train_step(model, optimizers[way], x, y)
                 calls[way] = model.allreduce_calls - before
+            elif way == "torch":  # torch's reducer runs in C++: count what reached c10d
+                with counting_collectives() as counts:
+                    _train_step(model, optimizers[way], x, y)
+                calls[way] = counts["allreduce_"]
         return {"step_s": {way: median(_slowest(t)) for way, t in times.items()}, "allreduces": calls}
 
 
@@ -109,9 +120,11 @@ def _counting_hook(counter: list[int]):
     return hook
 
 
-def bucket_sweep(rank: int, world_size: int, caps_mb: list[float], repeats: int = 10, seed: int = 0) -> list[dict]:
-    """For each bucket_cap_mb, the median seconds of a torch DDP step (bucket sizes taken in turn)
-    and the all-reduces per step, counted by a hook on a second, untimed copy."""
+def bucket_sweep(rank: int, world_size: int, caps_mb: list[float | None], repeats: int = 10,
+                 seed: int = 0) -> list[dict]:
+    """For each bucket_cap_mb (None: left out, DDP's default), the median seconds of a torch DDP
+    step (bucket sizes taken in turn) and the all-reduces per step, counted by a hook on a second,
+    untimed copy."""
     with process_group(rank, world_size) as device:
         timed, counted, counters = {}, {}, {}
         for cap in caps_mb:

@@ -20,7 +20,7 @@ COLUMNS = [("world_size", "ranks", "d"), ("size", "size", "s"), ("ring_us", "rin
 def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[int, ...] | None = None,
             sizes: list[int] | None = None) -> dict:
     """{"rows": one per (world size, size) with both medians and their ratio}."""
-    repeats = repeats or (2 if quick else 5)
+    repeats = repeats or 5
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
     world_sizes = world_sizes or ((2,) if quick else (2, 4))
     rows = []

@@ -6,9 +6,17 @@ cores). Start-up is taken out by timing, inside the ranks, a short and a long ru
 configuration in turn: rate = extra samples / extra seconds.
 
     python -m ddp_lib bench scaling [--quick] [--repeats N] [--json]
+
+The full run's JSON is kept in the repository (lesson 08 reads it beside a quick live run):
+
+    python -m ddp_lib bench scaling --json > ddp_lib/bench/results/scaling.json
 """
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 from ddp_lib.bench.ranks import timed_train
 from ddp_lib.bench.report import run_main
@@ -17,6 +25,7 @@ from ddp_lib.data import make_moons
 from ddp_lib.device import threads_per_rank
 from ddp_lib.launch import spawn
 
+FULL_RUN = Path(__file__).with_name("results") / "scaling.json"
 BATCH_SIZE = 16  # per rank, the worker's default: the global batch grows with the ranks
 POLICIES = ("one", "share")
 COLUMNS = [("world_size", "ranks", "d"), ("policy", "threads", "s"), ("threads_per_rank", "threads/rank", "d"),
@@ -42,6 +51,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
     policies = ("one",) if quick else POLICIES
     short, long = epochs or ((1, 8) if quick else (2, 20))
     samples = len(make_moons()) * (long - short)
+    load_before = os.getloadavg()[0]
     configs = [(policy, ws) for policy in policies for ws in world_sizes]
     rates: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
     for repeat in range(repeats + 1):  # round 0 is warm-up
@@ -55,7 +65,14 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
         base = median(rates[policy, world_sizes[0]])
         rows.append({"world_size": ws, "policy": policy, "threads_per_rank": threads_for(policy, ws),
                      "samples_per_s": round(median(r), 1), "speedup": round(median(r) / base, 3)})
-    return {"rows": rows, "batch_size_per_rank": BATCH_SIZE, "epochs": [short, long], "repeats": repeats}
+    # Other programs' load decides how the cores are shared, so the run says what it was.
+    return {"rows": rows, "batch_size_per_rank": BATCH_SIZE, "epochs": [short, long], "repeats": repeats,
+            "cpu_count": os.cpu_count(), "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
+
+
+def full_run() -> dict:
+    """The full run kept in the repository (``FULL_RUN``), as ``measure()`` returned it."""
+    return json.loads(FULL_RUN.read_text())
 
 
 def _notes(result: dict) -> str:

@@ -12,6 +12,15 @@ def median(values: list[float]) -> float:
     return statistics.median(values)
 
 
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The first and third quartiles of a list of timings: the spread a median is reported with
+    (half the repeats fall between them). A single value is its own spread."""
+    if len(values) < 2:
+        return values[0], values[0]
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
+
+
 def time_in_turn(runs: dict[str, Callable[[], object]], repeats: int,
                  cold: tuple[str, ...] = ()) -> dict[str, list[float]]:
     """Wall seconds of each of ``runs`` (name -> call) in ``repeats`` rounds, one call of each

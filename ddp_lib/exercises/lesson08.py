@@ -1,16 +1,19 @@
 """Checkers for lesson 08's exercises.
 
 1. ``busbw(algbw, world_size)``: the bus bandwidth nccl-tests prints for an all-reduce (checked on
-   values drawn at check time).
-2. ``measure_allreduce(rank, world_size, nbytes)``, a worker that times ``dist.all_reduce`` of a
+   world sizes and bandwidths drawn at check time).
+2. ``measure_allreduce(rank, world_size, nbytes)``, a worker that times an all-reduce of a
    float32 tensor of ``nbytes`` bytes and returns {"seconds", "algbw_gbs", "busbw_gbs"}; the
-   checker runs it on every rank, times the worker's all-reduces itself, checks that the worker's time
-   is of that order, and that the figures follow from it.
+   checker runs it on 2 and 3 ranks with ``nbytes`` drawn at check time, records every all-reduce
+   the ranks run through torch's profiler (size, type, duration), and checks that one of them was
+   that tensor, that the worker's time is that all-reduce's, and that the figures follow from it.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import numbers
 import random
 from collections.abc import Callable
 
@@ -18,10 +21,14 @@ from ddp_lib.bench.report import bus_factor
 from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
 
 REL_TOL = 0.01
-# The learner's time must lie within the range of its own all-reduces' durations as the checker
-# timed them (one call, or an average of several), give or take this factor for the timer's overhead.
+# The learner's time must match one of its own all-reduces' durations as the profiler saw them
+# (one call, or the mean of several in a row), give or take this factor for the timer's overhead.
 MEASURED_FACTOR = 1.5
+# ... plus this many seconds: Python's call and the profiler's own bookkeeping around a call, which
+# on a busy machine can be a millisecond or two (sizes are drawn large enough that this is small).
+MEASURED_SLACK_S = 0.002
 KEYS = ("seconds", "algbw_gbs", "busbw_gbs")
+_DTYPE_NAMES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16"}
 
 
 def _factor_mistake(ratio: float, world_size: int) -> str:
@@ -35,49 +42,70 @@ def _factor_mistake(ratio: float, world_size: int) -> str:
     return f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}"
 
 
-def check_busbw(busbw: Callable[[float, int], float]) -> Report:
-    """Call the learner's ``busbw(algbw, world_size)`` for several world sizes and algbw values
-    drawn now; report what is right or wrong."""
+def _as_number(value: object) -> object:
+    """A float for a number however it is written (int, float, numpy scalar, one-element tensor);
+    anything else unchanged, to be reported as it is."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if hasattr(value, "numel") and hasattr(value, "item") and value.numel() == 1:
+        return float(value.item())
+    return value
+
+
+def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
+    """Call the learner's ``busbw(algbw, world_size)`` on ``cases`` world sizes and algbw values
+    drawn now (world sizes from 2 to 4096, so only the formula, not a table of them, gets every
+    one right); report what is right or wrong."""
     report = Report()
-    rng = random.Random()
-    for world_size in (2, 4, 8):
-        algbw = round(rng.uniform(0.5, 50), 2)
-        expected = algbw * bus_factor(world_size)
+    rng = random.Random()  # fresh each call: nothing to copy from a previous run
+    world_sizes = [2, *rng.sample(range(3, 4097), cases - 1)]
+    for world_size in world_sizes:
+        algbw = round(rng.uniform(0.5, 50), 3)
         try:
-            got = busbw(algbw, world_size)
+            got = _as_number(busbw(algbw, world_size))
         except Exception as exc:  # the learner's code: report whatever it raised
             report.fail(f"busbw(algbw, {world_size}) raised {type(exc).__name__}: {exc}")
             return report
-        if not isinstance(got, (int, float)) or not math.isclose(got, expected, rel_tol=1e-6):
-            hint = f"; {_factor_mistake(got / algbw, world_size)}" if isinstance(got, (int, float)) and got else ""
+        # Computed only after the call: the learner's function cannot find it in this frame.
+        expected = algbw * bus_factor(world_size)
+        if not isinstance(got, float) or not math.isclose(got, expected, rel_tol=1e-6):
+            hint = f"; {_factor_mistake(got / algbw, world_size)}" if isinstance(got, float) and got else ""
             report.fail(f"busbw({algbw}, {world_size}) returned {got!r}, expected {expected:.6g}{hint}")
         else:
             report.ok(f"busbw(algbw, {world_size}) = algbw x {bus_factor(world_size):g}")
     return report
 
 
+def run_recording_allreduces(worker: Callable, *args) -> tuple[object, list[dict]]:
+    """In a rank: ``worker(*args)``'s result and every gloo all-reduce that ran meanwhile, as
+    {"numel", "dtype", "seconds"}, however it was called (``dist.all_reduce``, a name imported
+    from ``torch.distributed``, ``distributed_c10d``, a ProcessGroup method). Read from torch's
+    profiler, where gloo records each all-reduce (with its tensor's shape and type) from start to
+    finish. The list is built only after the worker returned, from a method looked up before it
+    ran: nothing the worker can reach through its callers' frames holds a record to add to."""
+    from torch.profiler import ProfilerActivity, profile
+
+    events_of = profile.events  # looked up now, before the learner's code can replace it
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        result = worker(*args)
+    allreduces = [{"numel": sum(math.prod(shape) for shape in event.input_shapes),
+                   "dtype": ",".join(event.input_dtypes), "seconds": event.time_range.elapsed_us() / 1e6}
+                  for event in events_of(prof) if event.name == "gloo:all_reduce"]
+    return result, allreduces
+
+
 def _run_learner(rank: int, world_size: int, target: str, nbytes: int) -> dict:
-    """Runs in each rank: the learner's worker, with every ``dist.all_reduce`` it makes counted and
-    timed by the checker, so its own time can be compared with what the checker saw."""
-    import time
+    """Runs in each rank: the learner's worker, with every all-reduce it makes recorded (size,
+    type and duration), so that its own time can be compared with the all-reduce it timed."""
+    result, allreduces = run_recording_allreduces(load_worker(target), rank, world_size, nbytes)
+    return {"result": result, "allreduces": allreduces}
 
-    import torch.distributed as dist
 
-    worker = load_worker(target)
-    real, durations = dist.all_reduce, []
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return real(*args, **kwargs)
-        finally:
-            durations.append(time.perf_counter() - start)
-    dist.all_reduce = timed
-    try:
-        result = worker(rank, world_size, nbytes)
-    finally:
-        dist.all_reduce = real
-    return {"result": result, "calls": len(durations), "durations": durations}
+def _timed_candidates(durations: list[float]) -> list[float]:
+    """What a right answer may report: one all-reduce's duration, or the mean of several that ran
+    one after another (a loop timed and divided), in the order they ran."""
+    totals = list(itertools.accumulate(durations, initial=0.0))
+    return [(totals[j] - totals[i]) / (j - i) for i in range(len(durations)) for j in range(i + 1, len(durations) + 1)]
 
 
 def diagnose(results: list[dict], nbytes: int) -> list[str]:
@@ -88,16 +116,25 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
         out = r["result"]
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return [f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"]
-        if r["calls"] == 0:
-            return [f"rank {rank} never called dist.all_reduce"]
+        matching = [a["seconds"] for a in r["allreduces"] if a["dtype"] == "float" and a["numel"] == nbytes // 4]
+        if not matching:
+            if not r["allreduces"]:
+                return [f"rank {rank} ran no all-reduce: time dist.all_reduce of the tensor"]
+            seen = ", ".join(sorted({f"{a['numel']} x {_DTYPE_NAMES.get(a['dtype'], a['dtype'])}"
+                                     for a in r["allreduces"]}))
+            return [f"rank {rank} all-reduced {seen}, never a float32 tensor of {nbytes} bytes "
+                    f"({nbytes // 4} elements): make a tensor of nbytes // 4 float32 elements"]
         seconds, algbw, busbw = (float(out[k]) for k in KEYS)
         if not seconds > 0:
             return [f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"]
-        low, high = min(r["durations"]), max(r["durations"])
-        if not low / MEASURED_FACTOR <= seconds <= high * MEASURED_FACTOR:
-            return [f"rank {rank} reports {seconds:.3g} s, but its all-reduces took {low:.3g} to {high:.3g} s when "
-                    "the checker timed them: time the all-reduce itself, with time.perf_counter() just before "
-                    "and just after it"]
+        # Near one all-reduce's time (or a run's mean), not merely between the fastest and the
+        # slowest: a made-up number must not pass because one all-reduce was made to wait.
+        if not any(c / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= c * MEASURED_FACTOR + MEASURED_SLACK_S
+                   for c in _timed_candidates(matching)):
+            low, high = min(matching), max(matching)
+            return [f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took {low:.3g} to "
+                    f"{high:.3g} s and none of them (nor the mean of a run of them) took that long: time the "
+                    "all-reduce itself, with time.perf_counter() just before and just after it"]
         expected = nbytes / seconds / 1e9
         if not math.isclose(algbw, expected, rel_tol=REL_TOL):
             ratio = algbw / expected
@@ -117,18 +154,29 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
     return problems
 
 
-def check_bandwidth_worker(fn: Callable, world_size: int = 4, nbytes: int = 1 << 20, timeout: float = 90) -> Report:
-    """Run the learner's ``fn(rank, world_size, nbytes)`` on ``world_size`` ranks and report
-    whether each rank's time is a real measurement and its figures follow from it."""
+def draw_nbytes(rng: random.Random) -> int:
+    """A message size drawn at check time: a whole number of float32s from 4 to 16 MiB, large
+    enough that the all-reduce, not the timer's overhead, makes most of the time."""
+    return 4 * rng.randrange(1 << 20, 1 << 22)
+
+
+def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90) -> Report:
+    """Run the learner's ``fn(rank, world_size, nbytes)`` on each of ``world_sizes`` ranks, with
+    ``nbytes`` drawn now, and report whether each rank all-reduced a float32 tensor of that size,
+    timed it, and derived algbw and busbw from its time."""
     report = Report()
-    results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), nbytes), timeout=timeout)
-    if results is None:
-        return report
-    problems = diagnose(results, nbytes)
-    for problem in problems:
-        report.fail(problem)
-    if not problems:
-        report.ok(f"world_size {world_size}: every rank timed a real all-reduce of {nbytes} bytes")
-        report.ok(f"algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} "
-                  f"(2(N-1)/N for N={world_size}) on every rank")
+    rng = random.Random()
+    for world_size in world_sizes:
+        nbytes = draw_nbytes(rng)
+        results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), nbytes), timeout=timeout)
+        if results is None:
+            return report
+        problems = diagnose(results, nbytes)
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
+            return report
+        report.ok(f"world_size {world_size}: every rank timed its all-reduce of a float32 tensor of {nbytes} bytes")
+        report.ok(f"world_size {world_size}: algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} "
+                  f"(2(N-1)/N) on every rank")
     return report

@@ -16,9 +16,10 @@ def _positive(values: list[float]) -> tuple[list[float], int]:
 
 
 def plot_allreduce(result: dict):
-    """Left: time of one all-reduce against size; right: algbw and busbw against size, with the
-    memory-copy and loopback limits as horizontal lines. At 2 ranks busbw equals algbw, and the
-    legend says so. Returns the Figure."""
+    """Left: time of one all-reduce against size (the middle half of the repeats as a band, and
+    the fitted alpha-beta model dashed where the result has "models"); right: algbw and busbw
+    against size, with the memory-copy and loopback limits as horizontal lines. At 2 ranks busbw
+    equals algbw, and the legend says so. Returns the Figure."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     not_drawn = 0
     for world_size in sorted({r["world_size"] for r in result["rows"]}):
@@ -27,6 +28,14 @@ def plot_allreduce(result: dict):
         times, missing = _positive([r["time_us"] for r in rows])
         not_drawn += missing
         line, = left.plot(sizes, times, marker="o", markersize=3, label=f"{world_size} ranks")
+        if all("q1_us" in r for r in rows):
+            left.fill_between(sizes, [r["q1_us"] for r in rows], [r["q3_us"] for r in rows],
+                              color=line.get_color(), alpha=0.2, linewidth=0)
+        model = [m for m in result.get("models", []) if m["world_size"] == world_size]
+        if model:
+            alpha_us, beta_gbs = model[0]["alpha_us"], model[0]["beta_gbs"]
+            left.plot(sizes, [alpha_us + s / (beta_gbs * 1e3) for s in sizes], linestyle="--",
+                      color=line.get_color(), label=f"{alpha_us:.0f} us + size / {beta_gbs:.2f} GB/s")
         # From bytes and time, not the table's rounded GB/s: small messages round to 0.000 there.
         algbw, missing = _positive([r["bytes"] / (r["time_us"] * 1e-6) / 1e9 if r["time_us"] > 0 else 0.0
                                     for r in rows])
@@ -49,11 +58,11 @@ def plot_allreduce(result: dict):
         ax.grid(alpha=0.3)
     left.set_yscale("log")
     left.set_ylabel("time of one all-reduce (µs)")
-    left.set_title("latency dominates small messages")
+    left.set_title("time: median, middle half, fitted model")
     left.legend(fontsize=9)
     right.set_yscale("log")
     right.set_ylabel("GB/s")
-    right.set_title("bandwidth dominates large ones")
+    right.set_title("bandwidth against size")
     right.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     if not_drawn:
         fig.text(0.01, 0.01, f"{not_drawn} point(s) of zero not drawn on the log axes", fontsize=8)
@@ -64,7 +73,7 @@ def plot_allreduce(result: dict):
 def plot_buckets(result: dict):
     """Step time (bars) and all-reduces per step (line) for each bucket_cap_mb. Returns the Figure."""
     rows = result["rows"]
-    labels = [f"{r['bucket_cap_mb']:g}" for r in rows]
+    labels = [r["label"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     ax.bar(labels, [r["step_ms"] for r in rows], color="tab:blue", alpha=0.7)
     ax.set_xlabel("bucket_cap_mb")
