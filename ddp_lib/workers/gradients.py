@@ -7,6 +7,7 @@ with the whole global batch (:func:`single_process_run`) can replay exactly what
 from __future__ import annotations
 
 import copy
+import time
 from contextlib import nullcontext
 from typing import Literal
 
