@@ -83,3 +83,30 @@ def test_timeline_first_allreduce_starts_before_backward_is_done():
         last_ready = max(t for _, t in r["grad_ready"])
         assert r["allreduces"][0]["start"] < last_ready  # overlap: communication began during backward
         assert all(a["end"] <= r["backward_ms"] for a in r["allreduces"])
+
+
+def test_only_the_default_cap_gives_a_1_mib_first_bucket_and_find_unused_sends_it_last():
+    sent = {}
+    for cap, find_unused in ((None, False), (25.0, False), (None, True)):
+        r = spawn(buckets.count_allreduces, 2, kwargs=dict(bucket_cap_mb=cap, model="four_mib",
+                                                         find_unused_parameters=find_unused), show_output=False)[0]
+        sent[cap, find_unused] = r["bytes_in_order_sent"]
+    one_layer = 512 * 512 * 4 + 512 * 4
+    assert sent[None, False] == [[4 * one_layer], [one_layer, 3 * one_layer], [one_layer, 3 * one_layer]]
+    assert sent[25.0, False] == [[4 * one_layer]] * 3
+    assert all(step[-1] == 512 * 512 * 4 and len(step) == 2 for step in sent[None, True])
+
+
+def test_find_unused_parameters_adds_one_allreduce_per_step():
+    counts = {flag: spawn(gradients.unused_parameters, 2, kwargs=dict(find_unused_parameters=flag, use_b=True),
+                          show_output=False)[0]["collectives"] for flag in (False, True)}
+    assert counts[False]["allreduce_"] == 3 and counts[True]["allreduce_"] == 6
+
+
+def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not():
+    for way, overlaps in (("after_backward", False), ("buckets", True)):
+        for r in spawn(buckets.backward_timeline, 2, kwargs=dict(way=way, bucket_cap_mb=0.6, warmup=1),
+                       show_output=False):
+            last_ready = max(t for _, t in r["grad_ready"])
+            assert (r["allreduces"][0]["start"] < last_ready) is overlaps, way
+            assert r["synced_ms"] >= max(a["end"] for a in r["allreduces"]) or way == "after_backward"
