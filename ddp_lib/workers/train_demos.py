@@ -81,16 +81,19 @@ def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wra
     """Train one step of MoonsNet with BatchNorm under DDP, then evaluate on rank 0 only while the
     other ranks wait at a barrier: through ``ddp_model.module`` (works) or through ``ddp_model``
     itself, whose forward first broadcasts the buffers, a collective the other ranks never join
-    (it stops at the process group's timeout instead of hanging).
+    (it stops at the group's timeout instead of hanging).
 
     Args:
         through: "module" (ddp_model.module(x)) or "wrapper" (ddp_model(x)).
-        timeout_s: the process group's timeout in seconds.
+        timeout_s: the timeout in seconds of the group DDP and the barrier use.
     """
-    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
+    with process_group(rank, world_size) as device:
+        # The short timeout only on the group DDP uses, so that slow start-ups cannot trip it.
+        group = dist.new_group(timeout=timedelta(seconds=timeout_s))
         torch.manual_seed(0)
         x, y = make_moons().tensors
-        ddp_model = DDP(MoonsNet(norm="batch").to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        ddp_model = DDP(MoonsNet(norm="batch").to(device), device_ids=[device.index] if device.type == "cuda" else None,
+                        process_group=group)
         nn.CrossEntropyLoss()(ddp_model(x[:32].to(device)), y[:32].to(device)).backward()
         accuracy = None
         if rank == 0:
@@ -98,5 +101,5 @@ def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wra
             model.eval()
             with torch.no_grad():
                 accuracy = (model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
-        dist.barrier()
+        dist.barrier(group)
         return {"rank": rank, "accuracy": None if accuracy is None else round(accuracy, 4)}
