@@ -80,12 +80,13 @@ def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wra
                      timeout_s: float = 3.0) -> dict:
     """Train one step of MoonsNet with BatchNorm under DDP, then evaluate on rank 0 only while the
     other ranks wait at a barrier: through ``ddp_model.module`` (works) or through ``ddp_model``
-    itself, whose forward first broadcasts the buffers, a collective the other ranks never join
-    (it stops at the group's timeout instead of hanging).
+    itself, whose forward first broadcasts the buffers, a collective the other ranks never join.
+    DDP gets its own group with a short timeout, so rank 0's broadcast ends in a timeout error
+    instead of hanging.
 
     Args:
         through: "module" (ddp_model.module(x)) or "wrapper" (ddp_model(x)).
-        timeout_s: the timeout in seconds of the group DDP and the barrier use.
+        timeout_s: the timeout in seconds of the group DDP uses.
     """
     with process_group(rank, world_size) as device:
         # The short timeout only on the group DDP uses, so that slow start-ups cannot trip it.
@@ -101,5 +102,5 @@ def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wra
             model.eval()
             with torch.no_grad():
                 accuracy = (model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
-        dist.barrier(group)
+        dist.barrier()  # the default group: the others wait as long as it allows
         return {"rank": rank, "accuracy": None if accuracy is None else round(accuracy, 4)}
