@@ -29,6 +29,22 @@ RIGHT = {
                 p.grad.div_(get_world_size())
                 all_reduce(p.grad)
         """,
+    "reduce_op_avg": """
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            for p in model.parameters():
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        """,
+    "process_group_method": """
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            group = dist.group.WORLD
+            for p in model.parameters():
+                p.grad /= group.size()
+                group.allreduce([p.grad]).wait()
+        """,
     "all_gather_then_mean": """
         import torch
         import torch.distributed as dist
