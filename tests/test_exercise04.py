@@ -55,6 +55,17 @@ RIGHT = {
                 dist.all_gather(everyone, p.grad)
                 p.grad.copy_(torch.stack(everyone).mean(0))
         """,
+    "one_flat_async_all_reduce": """
+        import torch
+        from torch.distributed import all_reduce, get_world_size
+
+        def average_gradients(model):
+            grads = [p.grad for p in model.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])  # one message, as a DDP bucket
+            all_reduce(flat, async_op=True).wait()
+            flat /= get_world_size()
+            torch.nn.utils.vector_to_parameters(flat, grads)
+        """,
 }
 
 WRONG = {
@@ -118,6 +129,32 @@ WRONG = {
                     for name, p in model.named_parameters():
                         p.grad.copy_(expected[name])
         """, "the gradients are unchanged"),
+    "read_from_sys_getframe": ("""
+        import sys
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            dist.barrier()
+            frame = sys._getframe(1)
+            while frame is not None:  # any tensor-valued local up the stack that has the right shape
+                for value in frame.f_locals.values():
+                    for p in model.parameters():
+                        if isinstance(value, torch.Tensor) and value.shape == p.grad.shape and value is not p.grad:
+                            p.grad.copy_(value)
+                frame = frame.f_back
+        """, "the gradients are unchanged"),
+    "guessed_from_rank": ("""
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            dist.barrier()
+            # The other ranks' data is random: a guess seeded by rank has the right shape only.
+            generator = torch.Generator().manual_seed(dist.get_rank())
+            for p in model.parameters():
+                p.grad.add_(torch.randn(p.grad.shape, generator=generator) * p.grad.std()).div_(2)
+        """, "these parameters do not hold the average"),
 }
 
 

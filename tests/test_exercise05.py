@@ -17,6 +17,19 @@ SOLUTIONS = {
             sampler.set_epoch(epoch)
             out.append(list(sampler))
         return out""",
+    "rank_from_the_process_group": """
+        import torch.distributed as dist
+        from torch.utils.data.distributed import DistributedSampler as Sampler
+        dist.init_process_group("gloo")  # the launcher sets RANK, WORLD_SIZE and the rendezvous address
+        try:
+            sampler = Sampler(make_moons(), seed=seed)  # num_replicas and rank from the group
+            out = []
+            for epoch in range(epochs):
+                sampler.set_epoch(epoch)
+                out.append(list(sampler))
+            return out
+        finally:
+            dist.destroy_process_group()""",
     "no_set_epoch": """
         sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed)
         return [list(sampler) for epoch in range(epochs)]""",
@@ -62,8 +75,9 @@ def _solution(tmp_path, monkeypatch, name: str):
     return importlib.import_module(f"ex05_{name}").epoch_indices
 
 
-def test_checker_passes_a_correct_solution(tmp_path, monkeypatch):
-    report = check_epoch_indices(_solution(tmp_path, monkeypatch, "good"))
+@pytest.mark.parametrize("name", ["good", "rank_from_the_process_group"])
+def test_checker_passes_a_correct_solution(tmp_path, monkeypatch, name):
+    report = check_epoch_indices(_solution(tmp_path, monkeypatch, name))
     assert report.passed, str(report)
     assert [line[:17] for line in report.lines] == ["PASS world_size 2", "PASS world_size 4"]
 

@@ -98,9 +98,19 @@ def test_only_the_default_cap_gives_a_1_mib_first_bucket_and_find_unused_sends_i
 
 
 def test_find_unused_parameters_adds_one_allreduce_per_step():
-    counts = {flag: spawn(gradients.unused_parameters, 2, kwargs=dict(find_unused_parameters=flag, use_b=True),
-                          show_output=False)[0]["collectives"] for flag in (False, True)}
-    assert counts[False]["allreduce_"] == 3 and counts[True]["allreduce_"] == 6
+    runs = {flag: spawn(gradients.unused_parameters, 2, kwargs=dict(find_unused_parameters=flag, use_b=True),
+                        show_output=False)[0] for flag in (False, True)}
+    assert runs[False]["collectives"]["allreduce_"] == 3 and runs[True]["collectives"]["allreduce_"] == 6
+    # The two broadcasts come with the bucket rebuild, in step 1 only, and never with the flag.
+    assert runs[False]["collectives_per_step"] == [{"allreduce_": 1}, {"allreduce_": 1, "broadcast_": 2},
+                                                   {"allreduce_": 1}]
+    assert runs[True]["collectives_per_step"] == [{"allreduce_": 2}] * 3
+
+
+def test_ddp_reducer_multiplies_by_one_over_world_size_and_the_python_hook_divides():
+    for r in spawn(gradients.reducer_scaling, 3, show_output=False):
+        assert r["entries_that_differ"] > 0
+        assert (r["built_in"], r["allreduce_hook"]) == ("multiplied", "divided")
 
 
 def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not():

@@ -83,6 +83,36 @@ def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_bat
         }
 
 
+def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) -> dict:
+    """Give every rank the same gradient ``g`` (n float32 values) and let DDP's backward average it,
+    with no communication hook (the reducer's built-in all-reduce) and with torch's Python
+    ``allreduce_hook``. Returns n, on how many entries ``g * (1 / world_size)`` and ``g / world_size``
+    differ in float32, and, for each way, which of the two summed over the ranks DDP's .grad equals bit
+    for bit ("multiplied", "divided" or "neither").
+
+    Args:
+        seed: seed of ``g``.
+        n: number of gradient entries.
+    """
+    with process_group(rank, world_size) as device:
+        g = torch.randn(1, n, generator=torch.Generator().manual_seed(seed))  # the same on every rank
+        multiplied = g * torch.tensor(1 / world_size, dtype=torch.float32)  # 1/world_size rounded to float32
+        divided = g / world_size
+        # world_size equal terms: on 2 or 3 ranks the order of the all-reduce's additions changes nothing.
+        sums = {name: sum([t] * world_size, torch.zeros_like(t)) for name, t in
+                (("multiplied", multiplied), ("divided", divided))}
+        result = {"n": n, "entries_that_differ": int((multiplied != divided).sum())}
+        for way in ("built_in", "allreduce_hook"):
+            layer = nn.Linear(n, 1, bias=False)  # the gradient of its weight for input g is exactly g
+            model = wrap_ddp(layer.to(device), device)
+            if way == "allreduce_hook":
+                model.register_comm_hook(None, default_hooks.allreduce_hook)
+            model(g.to(device)).sum().backward()
+            grad = layer.weight.grad.cpu()
+            result[way] = next((name for name, s in sums.items() if torch.equal(grad, s)), "neither")
+        return result
+
+
 def _train(model: nn.Module, batches, steps: int, reduction: str, device: torch.device,
            grad_accum_steps: int = 1) -> dict:
     """SGD for ``steps`` steps; batches(step) yields (x, y) micro-batches. Returns the first
@@ -184,7 +214,8 @@ class TwoHeads(nn.Module):
 def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
                       use_b: bool = False) -> dict:
     """Train TwoHeads, using head b only if ``use_b``. With b unused and no find_unused_parameters
-    the second forward raises; otherwise returns b's weight grad and the collectives the steps ran.
+    the second forward raises; otherwise returns b's weight grad and the collectives the steps ran,
+    in all and step by step.
 
     Args:
         find_unused_parameters: turn on DDP's unused parameter detection.
@@ -195,12 +226,16 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
         torch.manual_seed(0)
         model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
         x, y = torch.randn(4, 8, device=device), torch.randn(4, 4, device=device)
-        # torch's profiler records every c10d operator, including those DDP's reducer runs.
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(steps):
+        per_step = []
+        for _ in range(steps):
+            # torch's profiler records every c10d operator, including those DDP's reducer runs.
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
                 nn.functional.mse_loss(model(x, use_b), y).backward()
-        collectives = {e.key.removeprefix("c10d::"): e.count for e in prof.key_averages() if e.key.startswith("c10d::")}
-        return {"b_weight_grad": model.module.b.weight.grad, "steps": steps, "collectives": collectives}
+            per_step.append(dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
+                                        if e.key.startswith("c10d::"))))
+        collectives = {name: sum(step.get(name, 0) for step in per_step) for name in sorted(set().union(*per_step))}
+        return {"b_weight_grad": model.module.b.weight.grad, "steps": steps, "collectives": collectives,
+                "collectives_per_step": per_step}
 
 
 def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4,
