@@ -15,8 +15,8 @@ all-reduces start and *how many* there are:
 - AllReduceAfterBackward: after backward, one blocking all-reduce per parameter.
 - PerParameterHooksDDP: an asynchronous all-reduce per parameter, started by a hook the moment
   that parameter's gradient is ready, so communication overlaps the rest of backward.
-- BucketedOverlapDDP: gradients grouped into buckets of about bucket_cap_mb; one asynchronous
-  all-reduce per bucket, started when its last gradient is ready (what torch's DDP does).
+- BucketedOverlapDDP: gradients grouped into buckets of at most bucket_cap_mb; one asynchronous
+  all-reduce per bucket, started when its last gradient is ready (as torch's DDP starts its own).
 
 ``allreduce_calls`` counts the all-reduces started, so the ways can be compared. Like torch's
 DDP without find_unused_parameters, the hook-based ways expect every parameter to get a gradient.
@@ -105,8 +105,9 @@ class PerParameterHooksDDP(_ScratchDDP):
 
 
 class BucketedOverlapDDP(_ScratchDDP):
-    """Gradients packed into buckets of about ``bucket_cap_mb``; one asynchronous all-reduce per
-    bucket, started when the bucket is full, in bucket order on every rank."""
+    """Gradients packed into buckets of at most ``bucket_cap_mb`` (a gradient larger than the cap gets
+    a bucket of its own; torch's DDP instead closes a bucket once it has reached the cap); one
+    asynchronous all-reduce per bucket, started when the bucket is full, in bucket order on every rank."""
 
     def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None,
                  bucket_cap_mb: float = 25.0) -> None:
