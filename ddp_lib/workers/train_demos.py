@@ -71,7 +71,8 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, batch_size: in
                 loss_fn(ddp_model(xb), yb).backward()
                 optimizer.step()
                 checksums.append(round(param_checksum(ddp_model.module), 4))
-        collectives = {e.key.removeprefix("c10d::"): e.count for e in prof.key_averages() if e.key.startswith("c10d::")}
+        collectives = dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
+                                  if e.key.startswith("c10d::")))
         return {"rank": rank, "steps": steps, "checksum": round(param_checksum(ddp_model.module), 4),
                 "checksums": checksums, "collectives": collectives}
 
