@@ -17,6 +17,19 @@ SOLUTIONS = {
             sampler.set_epoch(epoch)
             out.append(list(sampler))
         return out""",
+    "rank_from_the_process_group": """
+        import torch.distributed as dist
+        from torch.utils.data.distributed import DistributedSampler as Sampler
+        dist.init_process_group("gloo")  # the launcher sets RANK, WORLD_SIZE and the rendezvous address
+        try:
+            sampler = Sampler(make_moons(), seed=seed)  # num_replicas and rank from the group
+            out = []
+            for epoch in range(epochs):
+                sampler.set_epoch(epoch)
+                out.append(list(sampler))
+            return out
+        finally:
+            dist.destroy_process_group()""",
     "no_set_epoch": """
         sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed)
         return [list(sampler) for epoch in range(epochs)]""",
@@ -26,6 +39,27 @@ SOLUTIONS = {
         for epoch in range(epochs):
             sampler.set_epoch(epoch)
             out.append(list(sampler))
+        return out""",
+    "new_seed_each_epoch": """
+        out = []
+        for epoch in range(epochs):
+            sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed + 7 * epoch)
+            out.append(list(sampler))
+        return out""",
+    "hard_coded_two_ranks": """
+        sampler = DistributedSampler(make_moons(), num_replicas=2, rank=rank % 2, seed=seed)
+        out = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            out.append(list(sampler))
+        return out""",
+    "guessed_from_rank": """
+        import random
+        order = list(range(rank, 512, world_size))
+        out = []
+        for epoch in range(epochs):
+            random.Random(seed + epoch).shuffle(order)
+            out.append(list(order))
         return out""",
     "raises": """
         raise ValueError("not written yet")""",
@@ -41,15 +75,20 @@ def _solution(tmp_path, monkeypatch, name: str):
     return importlib.import_module(f"ex05_{name}").epoch_indices
 
 
-def test_checker_passes_a_correct_solution(tmp_path, monkeypatch):
-    report = check_epoch_indices(_solution(tmp_path, monkeypatch, "good"))
-    assert report.passed and report.lines[0].startswith("PASS world_size 2"), str(report)
+@pytest.mark.parametrize("name", ["good", "rank_from_the_process_group"])
+def test_checker_passes_a_correct_solution(tmp_path, monkeypatch, name):
+    report = check_epoch_indices(_solution(tmp_path, monkeypatch, name))
+    assert report.passed, str(report)
+    assert [line[:17] for line in report.lines] == ["PASS world_size 2", "PASS world_size 4"]
 
 
 @pytest.mark.parametrize("name, message", [
     ("no_set_epoch", "rank 0 reads the same order in epoch 1 as in epoch 0; call sampler.set_epoch(epoch)"),
     ("seed_per_rank", "epoch 0: ranks 0 and 1 both read sample"),
     ("raises", "raised ValueError: not written yet"),
+    ("new_seed_each_epoch", "rank 0's order in epoch 1 is not DistributedSampler's"),
+    ("hard_coded_two_ranks", "world_size 4: epoch 0: ranks 0 and 2 both read sample"),
+    ("guessed_from_rank", "rank 0's order in epoch 0 is not DistributedSampler's"),
 ])
 def test_checker_explains_wrong_solutions(tmp_path, monkeypatch, name, message):
     report = check_epoch_indices(_solution(tmp_path, monkeypatch, name))

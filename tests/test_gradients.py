@@ -83,3 +83,40 @@ def test_timeline_first_allreduce_starts_before_backward_is_done():
         last_ready = max(t for _, t in r["grad_ready"])
         assert r["allreduces"][0]["start"] < last_ready  # overlap: communication began during backward
         assert all(a["end"] <= r["backward_ms"] for a in r["allreduces"])
+
+
+def test_only_the_default_cap_gives_a_1_mib_first_bucket_and_find_unused_sends_it_last():
+    sent = {}
+    for cap, find_unused in ((None, False), (25.0, False), (None, True)):
+        r = spawn(buckets.count_allreduces, 2, kwargs=dict(bucket_cap_mb=cap, model="four_mib",
+                                                         find_unused_parameters=find_unused), show_output=False)[0]
+        sent[cap, find_unused] = r["bytes_in_order_sent"]
+    one_layer = 512 * 512 * 4 + 512 * 4
+    assert sent[None, False] == [[4 * one_layer], [one_layer, 3 * one_layer], [one_layer, 3 * one_layer]]
+    assert sent[25.0, False] == [[4 * one_layer]] * 3
+    assert all(step[-1] == 512 * 512 * 4 and len(step) == 2 for step in sent[None, True])
+
+
+def test_find_unused_parameters_adds_one_allreduce_per_step():
+    runs = {flag: spawn(gradients.unused_parameters, 2, kwargs=dict(find_unused_parameters=flag, use_b=True),
+                        show_output=False)[0] for flag in (False, True)}
+    assert runs[False]["collectives"]["allreduce_"] == 3 and runs[True]["collectives"]["allreduce_"] == 6
+    # The two broadcasts come with the bucket rebuild, in step 1 only, and never with the flag.
+    assert runs[False]["collectives_per_step"] == [{"allreduce_": 1}, {"allreduce_": 1, "broadcast_": 2},
+                                                   {"allreduce_": 1}]
+    assert runs[True]["collectives_per_step"] == [{"allreduce_": 2}] * 3
+
+
+def test_ddp_reducer_multiplies_by_one_over_world_size_and_the_python_hook_divides():
+    for r in spawn(gradients.reducer_scaling, 3, show_output=False):
+        assert r["entries_that_differ"] > 0
+        assert (r["built_in"], r["allreduce_hook"]) == ("multiplied", "divided")
+
+
+def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not():
+    for way, overlaps in (("after_backward", False), ("buckets", True)):
+        for r in spawn(buckets.backward_timeline, 2, kwargs=dict(way=way, bucket_cap_mb=0.6, warmup=1),
+                       show_output=False):
+            last_ready = max(t for _, t in r["grad_ready"])
+            assert (r["allreduces"][0]["start"] < last_ready) is overlaps, way
+            assert r["synced_ms"] >= max(a["end"] for a in r["allreduces"]) or way == "after_backward"

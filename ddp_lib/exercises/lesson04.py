@@ -1,40 +1,59 @@
 """Checker for lesson 04's exercise: ``average_gradients(model)``, called after backward on every
 rank, must leave in each .grad the mean of that gradient over all ranks (what DDP does).
 
-The checker runs one backward on each rank's own data, calls the learner's function, and
-compares every parameter's .grad with what torch's DDP produces from the same weights and data.
+Each rank draws its own batch from fresh randomness (``os.urandom``), runs one backward through a
+plain model, calls the learner's function and returns its batch beside the .grad it got. Only the
+parent sees every rank's batch: it recomputes each rank's gradient and their mean. No rank holds
+another rank's data or the expected answer, so only a collective can produce it; the checker also
+counts the collectives the learner's function ran (torch's profiler sees every route to them). It
+runs on 2 and then 3 ranks, so a world size written into the code is caught.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
 
 ATOL = 1e-6
+WORLD_SIZES = (2, 3)
+BATCH = 4
 
 
-def _run_learner(rank: int, world_size: int, target: str, seed: int = 0) -> dict:
+def _private_batch() -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch, from randomness no other process can reproduce."""
+    generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+    return torch.randn(BATCH, 8, generator=generator), torch.randn(BATCH, 4, generator=generator)
+
+
+def _local_grads(seed: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+    from ddp_lib.workers.gradients import make_mlp
+
+    model = make_mlp(seed)
+    nn.functional.mse_loss(model(x), y).backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+
+
+def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
     from ddp_lib.process_group import process_group
-    from ddp_lib.workers.gradients import make_mlp, rank_batch, wrap_ddp
+    from ddp_lib.workers.gradients import make_mlp
 
     average_gradients = load_worker(target)
     with process_group(rank, world_size) as device:
-        x, y = (t.to(device) for t in rank_batch(0, rank, world_size, 4, seed))
-        reference = wrap_ddp(make_mlp(seed).to(device), device)
-        nn.functional.mse_loss(reference(x), y).backward()
+        x, y = _private_batch()
         model = make_mlp(seed).to(device)  # same weights on every rank, as after DDP's broadcast
-        nn.functional.mse_loss(model(x), y).backward()
-        local = {n: p.grad.detach().clone().cpu() for n, p in model.named_parameters()}
-        average_gradients(model)
+        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        with counting_collectives() as collectives:
+            average_gradients(model)
         return {
+            "x": x, "y": y,
             "learner": {n: None if p.grad is None else p.grad.detach().clone().cpu()
                         for n, p in model.named_parameters()},
-            "reference": {n: p.grad.detach().clone().cpu() for n, p in reference.module.named_parameters()},
-            "local": local,
+            "collectives": dict(collectives),
         }
 
 
@@ -42,45 +61,60 @@ def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
     return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=ATOL)
 
 
-def diagnose(results: list[dict]) -> list[str]:
-    """Problems found, one sentence each, most telling first (empty when all is right)."""
+def diagnose(results: list[dict], seed: int) -> list[str]:
+    """Problems found, one sentence each, most telling first (empty when all is right). ``results``
+    are the ranks' returns: their private batch, the learner's .grad and the collectives counted."""
     world_size = len(results)
-    wrong = {(rank, n) for rank, r in enumerate(results) for n in r["reference"]
-             if not _close(r["learner"][n], r["reference"][n])}
+    local = [_local_grads(seed, r["x"], r["y"]) for r in results]
+    expected = {n: sum(g[n] for g in local) / world_size for n in local[0]}
+    silent = [rank for rank, r in enumerate(results) if not r["collectives"]]
+    if silent:
+        return [f"rank(s) {silent} ran no collective: a rank cannot know the other ranks' gradients without "
+                "one (all_reduce them)"]
+    wrong = {(rank, n) for rank, r in enumerate(results) for n in expected
+             if not _close(r["learner"][n], expected[n])}
     if not wrong:
         return []
 
     def everywhere(test) -> bool:
-        """test(learner_grad, reference_grad, local_grad) holds for every wrong (rank, parameter)."""
-        return all(test(results[rank]["learner"][n], results[rank]["reference"][n], results[rank]["local"][n])
-                   for rank, n in wrong)
-    if everywhere(lambda g, ref, local: g is None):
+        """test(learner_grad, expected_grad, this_rank_local_grad) holds for every wrong (rank, parameter)."""
+        return all(test(results[rank]["learner"][n], expected[n], local[rank][n]) for rank, n in wrong)
+    if everywhere(lambda g, ref, own: g is None):
         return ["the gradients are gone (.grad is None): average them in place, do not zero or delete them"]
-    if everywhere(lambda g, ref, local: _close(g, ref * world_size)):
+    if everywhere(lambda g, ref, own: _close(g, ref * world_size)):
         return [f"every gradient is {world_size} times too large: all_reduce sums, so divide by world_size"]
-    if len(wrong) == world_size * len(results[0]["reference"]) and everywhere(lambda g, ref, local: _close(g, local)):
+    for k in range(1, 9):
+        if k != world_size and everywhere(lambda g, ref, own, k=k: _close(g, ref * world_size / k)):
+            return [f"on {world_size} ranks every gradient is divided by {k}: divide by dist.get_world_size(), "
+                    "not by a number written in the code"]
+    if len(wrong) == world_size * len(expected) and everywhere(lambda g, ref, own: _close(g, own)):
         return ["the gradients are unchanged: each rank still has only its own; all_reduce them"]
     problems = []
     bad_ranks = sorted({rank for rank, _ in wrong})
     if 0 not in bad_ranks:
         problems.append(f"rank 0 is right but rank(s) {bad_ranks} are not: every rank needs the average "
                         "(all_reduce, not reduce to rank 0)")
-    names = sorted({n for _, n in wrong}, key=list(results[0]["reference"]).index)
+    names = sorted({n for _, n in wrong}, key=list(expected).index)
     problems.append(f"these parameters do not hold the average: {', '.join(names)}")
     return problems
 
 
-def check_average_gradients(fn: Callable, world_size: int = 2, timeout: float = 90) -> Report:
-    """Run the learner's ``fn(model)`` after backward on ``world_size`` ranks, each with its own
-    data, and report whether every rank's .grad equals torch DDP's."""
+def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES, seed: int = 0,
+                            timeout: float = 90) -> Report:
+    """Run the learner's ``fn(model)`` after backward on each of ``world_sizes`` ranks in turn, each
+    rank with its own private data, and report whether every rank's .grad is the mean over ranks.
+    Stops at the first world size that fails."""
     report = Report()
-    results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn),), timeout=timeout)
-    if results is None:
-        return report
-    problems = diagnose(results)
-    for problem in problems:
-        report.fail(problem)
-    if not problems:
-        n_params = len(results[0]["reference"])
-        report.ok(f"on all {world_size} ranks, all {n_params} gradients equal DDP's (within {ATOL:g})")
+    for world_size in world_sizes:
+        results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), seed), timeout=timeout)
+        if results is None:
+            return report
+        problems = diagnose(results, seed)
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
+            return report
+        n_params = len(results[0]["learner"])
+        report.ok(f"on all {world_size} ranks, all {n_params} gradients are the mean over the ranks "
+                  f"(within {ATOL:g})")
     return report

@@ -1,7 +1,8 @@
 """Checker for lesson 05's exercise: a worker that says which samples its rank reads each epoch.
 
 The learner writes ``epoch_indices(rank, world_size, epochs, seed) -> list[list[int]]`` using a
-``DistributedSampler`` over ``ddp_lib.data.make_moons()``; the checker runs it on every rank.
+``DistributedSampler`` over ``ddp_lib.data.make_moons()``; the checker runs it on 2 and then 4 ranks with a seed it
+draws, and compares every epoch of every rank with ``DistributedSampler``'s order for that seed and epoch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,9 @@ from torch.utils.data import DistributedSampler
 
 from ddp_lib.data import make_moons
 from ddp_lib.exercises.checking import Report, run_on_ranks
+
+# 512 samples divide by both: the sampler pads nothing, so any sample read twice is a mistake.
+WORLD_SIZES = (2, 4)
 
 
 def _shape_problem(rank: int, value: object, epochs: int) -> str | None:
@@ -59,25 +63,35 @@ def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
     return list(sampler)
 
 
-def check_epoch_indices(fn: Callable, world_size: int = 2, epochs: int = 3, seed: int | None = None) -> Report:
-    """Run ``fn(rank, world_size, epochs, seed)`` on ``world_size`` ranks, with a seed drawn now
-    (unless given), and report what is right or wrong."""
+def check_epoch_indices(fn: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES, epochs: int = 3,
+                        seed: int | None = None) -> Report:
+    """Run ``fn(rank, world_size, epochs, seed)`` on each of ``world_sizes`` ranks in turn, with a seed
+    drawn now (unless given), and report what is right or wrong; stops at the first world size that fails."""
     report = Report()
     seed = random.Random().randint(1, 9999) if seed is None else seed
-    results = run_on_ranks(fn, world_size, report, (epochs, seed), timeout=120)
-    if results is None:
-        return report
     n_samples = len(make_moons())
-    problems = find_problems(results, epochs, n_samples)
-    if not problems:
-        for rank, per_epoch in enumerate(results):
-            if per_epoch[0] != _reference(rank, world_size, 0, seed):
-                problems.append(f"rank {rank}'s order in epoch 0 is not DistributedSampler's for the seed the "
-                                f"checker passed ({seed}): build the sampler with seed=seed")
-                break
-    for problem in problems:
-        report.fail(problem)
-    if not problems:
-        report.ok(f"world_size {world_size}, seed {seed}: every epoch splits the {n_samples} samples between the "
-                  "ranks with no overlap, and each rank's order changes from epoch to epoch")
+    for world_size in world_sizes:
+        results = run_on_ranks(fn, world_size, report, (epochs, seed), timeout=120)
+        if results is None:
+            return report
+        problems = find_problems(results, epochs, n_samples) or _order_problems(results, epochs, seed)
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
+            return report
+        report.ok(f"world_size {world_size}, seed {seed}: in each of the {epochs} epochs every rank reads "
+                  f"DistributedSampler's share for that seed and epoch, and the {n_samples} samples are split "
+                  "with no overlap")
     return report
+
+
+def _order_problems(results: list, epochs: int, seed: int) -> list[str]:
+    """Every epoch of every rank compared with DistributedSampler's order for the checker's seed."""
+    world_size = len(results)
+    for epoch in range(epochs):
+        for rank, per_epoch in enumerate(results):
+            if per_epoch[epoch] != _reference(rank, world_size, epoch, seed):
+                return [f"rank {rank}'s order in epoch {epoch} is not DistributedSampler's for the seed the "
+                        f"checker passed ({seed}) and that epoch: build the sampler with seed=seed, shuffle=True, "
+                        "and call sampler.set_epoch(epoch) with the epoch number"]
+    return []

@@ -5,9 +5,12 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 
-def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces"):
+def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces",
+                  names: list[str] | None = None):
     """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
-    below it one bar per bucket all-reduce. ``timelines`` are backward_timeline's results in rank order."""
+    below it one bar per bucket all-reduce. ``timelines`` are backward_timeline's results in rank order;
+    ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank)."""
+    names = names or [f"rank {rank}" for rank in range(len(timelines))]
     fig, ax = plt.subplots(figsize=(10, 1 + 1.1 * len(timelines)))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     labels, ticks = [], []
@@ -24,13 +27,13 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
             y = y_comm - 0.35 + 0.7 * (ev["bucket"] + 0.5) / n
             ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.7 / n, alpha=0.85,
                     color=colors[ev["bucket"] % len(colors)], edgecolor="black",
-                    label=f"all-reduce of bucket {ev['bucket']}" if rank == 0 else None)
-        labels += [f"rank {rank} backward", f"rank {rank} all-reduce"]
+                    label=f"all-reduce {ev['bucket']}" if rank == 0 and ev["bucket"] < 8 else None)
+        labels += [f"{names[rank]}: backward", f"{names[rank]}: all-reduces"]
         ticks += [y_backward, y_comm]
     ax.set_yticks(ticks, labels)
     ax.set_xlabel("ms since backward() was called (each rank's own clock)")
     ax.set_title(title)
-    ax.invert_yaxis()  # rank 0 on top
+    ax.invert_yaxis()  # the first row on top
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.tight_layout()
     return fig

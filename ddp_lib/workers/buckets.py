@@ -15,8 +15,8 @@ all-reduces start and *how many* there are:
 - AllReduceAfterBackward: after backward, one blocking all-reduce per parameter.
 - PerParameterHooksDDP: an asynchronous all-reduce per parameter, started by a hook the moment
   that parameter's gradient is ready, so communication overlaps the rest of backward.
-- BucketedOverlapDDP: gradients grouped into buckets of about bucket_cap_mb; one asynchronous
-  all-reduce per bucket, started when its last gradient is ready (what torch's DDP does).
+- BucketedOverlapDDP: gradients grouped into buckets of at most bucket_cap_mb; one asynchronous
+  all-reduce per bucket, started when its last gradient is ready (as torch's DDP starts its own).
 
 ``allreduce_calls`` counts the all-reduces started, so the ways can be compared. Like torch's
 DDP without find_unused_parameters, the hook-based ways expect every parameter to get a gradient.
@@ -105,8 +105,9 @@ class PerParameterHooksDDP(_ScratchDDP):
 
 
 class BucketedOverlapDDP(_ScratchDDP):
-    """Gradients packed into buckets of about ``bucket_cap_mb``; one asynchronous all-reduce per
-    bucket, started when the bucket is full, in bucket order on every rank."""
+    """Gradients packed into buckets of at most ``bucket_cap_mb`` (a gradient larger than the cap gets
+    a bucket of its own; torch's DDP instead closes a bucket once it has reached the cap); one
+    asynchronous all-reduce per bucket, started when the bucket is full, in bucket order on every rank."""
 
     def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None,
                  bucket_cap_mb: float = 25.0) -> None:
@@ -232,47 +233,91 @@ def _recording_hook(events: list[tuple], clock):
     return hook
 
 
-def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float = 25.0, steps: int = 3) -> dict:
-    """Train WIDE under DDP with ``bucket_cap_mb``; return the all-reduces of each step and the
-    bucket sizes in bytes of the last step (after DDP rebuilt its buckets in step 0).
+BucketModel = Literal["wide", "four_mib"]
+BUCKET_MODELS: dict[str, tuple[int, ...]] = {  # the keys are BucketModel's values
+    "wide": WIDE,
+    "four_mib": (512,) * 5,  # four Linear(512, 512): 1 MiB of weight and 2 KiB of bias each
+}
+
+
+def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float | None = 25.0, steps: int = 3,
+                     model: BucketModel = "wide", find_unused_parameters: bool = False) -> dict:
+    """Train a model under DDP with ``bucket_cap_mb``; return the all-reduces of each step, the
+    bucket sizes in bytes of the last step by bucket index, and of each step in the order sent.
 
     Args:
-        bucket_cap_mb: bucket size in MiB.
+        bucket_cap_mb: bucket size in MiB (None: leave DDP's default, 25 MiB with a 1 MiB first bucket).
         steps: training steps.
+        model: "wide" (weights of 32, 64, 64, 64 and 4 KiB) or "four_mib" (four 1 MiB weights).
+        find_unused_parameters: DDP's option of that name.
     """
+    widths = BUCKET_MODELS[model]
+    options = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
     with process_group(rank, world_size) as device:
-        model = wrap_ddp(make_mlp(0, WIDE).to(device), device, bucket_cap_mb=bucket_cap_mb)
+        ddp = wrap_ddp(make_mlp(0, widths).to(device), device, find_unused_parameters=find_unused_parameters,
+                       **options)
         events: list[tuple] = []
-        model.register_comm_hook(None, _recording_hook(events, time.perf_counter))
-        per_step = []
+        ddp.register_comm_hook(None, _recording_hook(events, time.perf_counter))
+        per_step, sent = [], []
         for step in range(steps):
-            x, y = (t.to(device) for t in rank_batch(step, rank, world_size, 8, widths=WIDE))
+            x, y = (t.to(device) for t in rank_batch(step, rank, world_size, 8, widths=widths))
             before = len(events)
-            nn.functional.mse_loss(model(x), y).backward()
+            nn.functional.mse_loss(ddp(x), y).backward()
             per_step.append(len(events) - before)
+            sent.append([nbytes for _, nbytes, start, _ in sorted(events[before:], key=lambda ev: ev[2])])
         last = sorted(events[-per_step[-1]:])
-        return {"allreduces_per_step": per_step, "bucket_bytes": [nbytes for _, nbytes, _, _ in last]}
+        return {"allreduces_per_step": per_step, "bucket_bytes": [nbytes for _, nbytes, _, _ in last],
+                "bytes_in_order_sent": sent}
+
+
+TimelineWay = Literal["torch", "after_backward", "buckets"]
+
+
+def _recording_scratch_allreduce(model: _ScratchDDP, events: list[tuple], clock) -> None:
+    """Make a scratch DDP record (call index, bytes, start, end) for each of its all-reduces."""
+    real = model._allreduce
+    calls = [0]
+
+    def recorded(tensor: torch.Tensor, async_op: bool):
+        index, start, nbytes = calls[0], clock(), tensor.numel() * tensor.element_size()
+        calls[0] += 1
+        work = real(tensor, async_op)
+        if work is None:  # a blocking call: done when it returns
+            events.append((index, nbytes, start, clock()))
+        else:
+            work.get_future().then(lambda _fut: events.append((index, nbytes, start, clock())))
+        return work
+    model._allreduce = recorded
 
 
 def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, warmup: int = 2,
-                      per_rank_batch: int = 256) -> dict:
-    """Record one DDP backward: when each weight's gradient was ready and when each bucket's
-    all-reduce started and ended, in ms from the start of backward (one clock per rank).
+                      per_rank_batch: int = 256, way: TimelineWay = "torch") -> dict:
+    """Record one backward under DDP: when each weight's gradient was ready, when each all-reduce
+    started and ended, when backward returned and when the gradients were averaged, in ms from the
+    start of backward (one clock per rank).
 
     Args:
-        bucket_cap_mb: bucket size in MiB.
+        bucket_cap_mb: bucket size in MiB (torch and buckets).
         warmup: backward passes before the one recorded.
         per_rank_batch: batch per rank.
+        way: "torch" (torch's DDP), or the scratch "after_backward" or "buckets".
     """
     with process_group(rank, world_size) as device:
-        model = wrap_ddp(make_mlp(0, TIMELINE_WIDTHS).to(device), device, bucket_cap_mb=bucket_cap_mb)
         clock = time.perf_counter
         events: list[tuple] = []
         ready: list[tuple[str, float]] = []
-        model.register_comm_hook(None, _recording_hook(events, clock))
-        for name, p in model.module.named_parameters():
+        module = make_mlp(0, TIMELINE_WIDTHS).to(device)
+        for name, p in module.named_parameters():  # before any DDP's own hooks, so these fire first
             if name.endswith("weight"):
                 p.register_post_accumulate_grad_hook(lambda _p, name=name: ready.append((name, clock())))
+        if way == "torch":
+            model = wrap_ddp(module, device, bucket_cap_mb=bucket_cap_mb)
+            model.register_comm_hook(None, _recording_hook(events, clock))
+            finish = None
+        else:
+            model = make(way, module, **({"bucket_cap_mb": bucket_cap_mb} if way == "buckets" else {}))
+            _recording_scratch_allreduce(model, events, clock)
+            finish = model.finish_gradient_sync
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, widths=TIMELINE_WIDTHS))
         for _ in range(warmup + 1):  # the last iteration is the one recorded
             events.clear()
@@ -281,12 +326,19 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
             start = clock()
             loss.backward()
             end = clock()
+            if finish is not None:
+                finish()
+            synced = clock()
 
         def ms(t: float) -> float:
             return round(1000 * (t - start), 3)
+        events.sort(key=lambda ev: ev[2])
+        if finish is not None:  # number the scratch all-reduces of the recorded pass from 0
+            events = [(i, *ev[1:]) for i, ev in enumerate(events)]
         return {
             "backward_ms": ms(end),
+            "synced_ms": ms(synced),
             "grad_ready": [(name, ms(t)) for name, t in ready],
             "allreduces": [{"bucket": i, "bytes": nbytes, "start": ms(s), "end": ms(e)}
-                           for i, nbytes, s, e in sorted(events, key=lambda ev: ev[2])],
+                           for i, nbytes, s, e in events],
         }

@@ -14,6 +14,7 @@ from typing import Literal
 import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.profiler import ProfilerActivity, profile
 
 # The MLP, its batches and the flat views are shared with buckets.py: they live in the helper.
 try:  # inside the ddp_lib package
@@ -80,6 +81,36 @@ def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_bat
             "all_ranks_equal": all(torch.equal(everyone[0], g) for g in everyone),
             "equals_mean_of_local": torch.allclose(synced, mean_of_local, atol=1e-7),
         }
+
+
+def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) -> dict:
+    """Give every rank the same gradient ``g`` (n float32 values) and let DDP's backward average it,
+    with no communication hook (the reducer's built-in all-reduce) and with torch's Python
+    ``allreduce_hook``. Returns n, on how many entries ``g * (1 / world_size)`` and ``g / world_size``
+    differ in float32, and, for each way, which of the two summed over the ranks DDP's .grad equals bit
+    for bit ("multiplied", "divided" or "neither").
+
+    Args:
+        seed: seed of ``g``.
+        n: number of gradient entries.
+    """
+    with process_group(rank, world_size) as device:
+        g = torch.randn(1, n, generator=torch.Generator().manual_seed(seed))  # the same on every rank
+        multiplied = g * torch.tensor(1 / world_size, dtype=torch.float32)  # 1/world_size rounded to float32
+        divided = g / world_size
+        # world_size equal terms: on 2 or 3 ranks the order of the all-reduce's additions changes nothing.
+        sums = {name: sum([t] * world_size, torch.zeros_like(t)) for name, t in
+                (("multiplied", multiplied), ("divided", divided))}
+        result = {"n": n, "entries_that_differ": int((multiplied != divided).sum())}
+        for way in ("built_in", "allreduce_hook"):
+            layer = nn.Linear(n, 1, bias=False)  # the gradient of its weight for input g is exactly g
+            model = wrap_ddp(layer.to(device), device)
+            if way == "allreduce_hook":
+                model.register_comm_hook(None, default_hooks.allreduce_hook)
+            model(g.to(device)).sum().backward()
+            grad = layer.weight.grad.cpu()
+            result[way] = next((name for name, s in sums.items() if torch.equal(grad, s)), "neither")
+        return result
 
 
 def _train(model: nn.Module, batches, steps: int, reduction: str, device: torch.device,
@@ -183,7 +214,8 @@ class TwoHeads(nn.Module):
 def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
                       use_b: bool = False) -> dict:
     """Train TwoHeads, using head b only if ``use_b``. With b unused and no find_unused_parameters
-    the second forward raises; otherwise returns b's weight grad and the mean step time in ms.
+    the second forward raises; otherwise returns b's weight grad and the collectives the steps ran,
+    in all and step by step.
 
     Args:
         find_unused_parameters: turn on DDP's unused parameter detection.
@@ -194,11 +226,16 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
         torch.manual_seed(0)
         model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
         x, y = torch.randn(4, 8, device=device), torch.randn(4, 4, device=device)
-        start = time.perf_counter()
+        per_step = []
         for _ in range(steps):
-            nn.functional.mse_loss(model(x, use_b), y).backward()
-        return {"b_weight_grad": model.module.b.weight.grad, "steps": steps,
-                "ms_per_step": 1000 * (time.perf_counter() - start) / steps}
+            # torch's profiler records every c10d operator, including those DDP's reducer runs.
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                nn.functional.mse_loss(model(x, use_b), y).backward()
+            per_step.append(dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
+                                        if e.key.startswith("c10d::"))))
+        collectives = {name: sum(step.get(name, 0) for step in per_step) for name in sorted(set().union(*per_step))}
+        return {"b_weight_grad": model.module.b.weight.grad, "steps": steps, "collectives": collectives,
+                "collectives_per_step": per_step}
 
 
 def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4,

@@ -1,13 +1,18 @@
 """Small workers for lesson 05's side topics: the ``module.`` prefix in a DDP state_dict,
-torch's SyncBatchNorm on a CPU, and uneven inputs with ``Join``."""
+torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, and evaluation on rank 0 alone."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Literal
+
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import param_checksum, process_group
@@ -45,7 +50,8 @@ def torch_sync_batchnorm(rank: int, world_size: int) -> str:
 
 def uneven_batches(rank: int, world_size: int, use_join: int = 1, batch_size: int = 16, seed: int = 0) -> dict:
     """Rank r trains on 2 + 2*r batches (uneven on purpose), inside ``Join`` when use_join is 1.
-    Returns {"rank", "steps", "checksum"}."""
+    Returns {"rank", "steps", "checksum" (at the end), "checksums" (after each own step),
+    "collectives" (the c10d operators this rank ran, by name)}."""
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
         x, y = make_moons().tensors
@@ -55,11 +61,47 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, batch_size: in
         loss_fn = nn.CrossEntropyLoss()
         # Join: a rank that has run out of batches keeps answering the others' all-reduces
         # with zeros, so nobody waits for a peer that has left.
-        with Join([ddp_model], enable=bool(use_join)):
+        checksums = []  # after each of this rank's own steps
+        # torch's profiler records every c10d operator, those Join and DDP run included.
+        with profile(activities=[ProfilerActivity.CPU]) as prof, Join([ddp_model], enable=bool(use_join)):
             for step in range(steps):
                 start = (step * world_size + rank) * batch_size
                 xb, yb = x[start:start + batch_size].to(device), y[start:start + batch_size].to(device)
                 optimizer.zero_grad()
                 loss_fn(ddp_model(xb), yb).backward()
                 optimizer.step()
-        return {"rank": rank, "steps": steps, "checksum": round(param_checksum(ddp_model.module), 4)}
+                checksums.append(round(param_checksum(ddp_model.module), 4))
+        collectives = dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
+                                  if e.key.startswith("c10d::")))
+        return {"rank": rank, "steps": steps, "checksum": round(param_checksum(ddp_model.module), 4),
+                "checksums": checksums, "collectives": collectives}
+
+
+def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wrapper"] = "module",
+                     timeout_s: float = 3.0) -> dict:
+    """Train one step of MoonsNet with BatchNorm under DDP, then evaluate on rank 0 only while the
+    other ranks wait at a barrier: through ``ddp_model.module`` (works) or through ``ddp_model``
+    itself, whose forward first broadcasts the buffers, a collective the other ranks never join.
+    DDP gets its own group with a short timeout, so rank 0's broadcast ends in a timeout error
+    instead of hanging.
+
+    Args:
+        through: "module" (ddp_model.module(x)) or "wrapper" (ddp_model(x)).
+        timeout_s: the timeout in seconds of the group DDP uses.
+    """
+    with process_group(rank, world_size) as device:
+        # The short timeout only on the group DDP uses, so that slow start-ups cannot trip it.
+        group = dist.new_group(timeout=timedelta(seconds=timeout_s))
+        torch.manual_seed(0)
+        x, y = make_moons().tensors
+        ddp_model = DDP(MoonsNet(norm="batch").to(device), device_ids=[device.index] if device.type == "cuda" else None,
+                        process_group=group)
+        nn.CrossEntropyLoss()(ddp_model(x[:32].to(device)), y[:32].to(device)).backward()
+        accuracy = None
+        if rank == 0:
+            model = ddp_model.module if through == "module" else ddp_model
+            model.eval()
+            with torch.no_grad():
+                accuracy = (model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
+        dist.barrier()  # the default group: the others wait as long as it allows
+        return {"rank": rank, "accuracy": None if accuracy is None else round(accuracy, 4)}

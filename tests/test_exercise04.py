@@ -1,0 +1,181 @@
+"""Lesson 04's checker (average the gradients by hand): right answers written several ways pass,
+and answers that skip the collective, hard-code the world size or fetch values they should not
+see are refused."""
+
+from __future__ import annotations
+
+import importlib
+import textwrap
+
+import pytest
+
+from ddp_lib.exercises.lesson04 import check_average_gradients
+
+RIGHT = {
+    "dist_all_reduce": """
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= dist.get_world_size()
+        """,
+    "c10d_imported_names": """
+        from torch.distributed import get_world_size
+        from torch.distributed.distributed_c10d import all_reduce
+
+        def average_gradients(model):
+            for p in model.parameters():
+                p.grad.div_(get_world_size())
+                all_reduce(p.grad)
+        """,
+    "reduce_op_avg": """
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            for p in model.parameters():
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        """,
+    "process_group_method": """
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            group = dist.group.WORLD
+            for p in model.parameters():
+                p.grad /= group.size()
+                group.allreduce([p.grad]).wait()
+        """,
+    "all_gather_then_mean": """
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            for p in model.parameters():
+                everyone = [torch.empty_like(p.grad) for _ in range(dist.get_world_size())]
+                dist.all_gather(everyone, p.grad)
+                p.grad.copy_(torch.stack(everyone).mean(0))
+        """,
+    "one_flat_async_all_reduce": """
+        import torch
+        from torch.distributed import all_reduce, get_world_size
+
+        def average_gradients(model):
+            grads = [p.grad for p in model.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])  # one message, as a DDP bucket
+            all_reduce(flat, async_op=True).wait()
+            flat /= get_world_size()
+            torch.nn.utils.vector_to_parameters(flat, grads)
+        """,
+}
+
+WRONG = {
+    "hard_coded_two": ("""
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+                p.grad /= 2
+        """, "world_size 3: on 3 ranks every gradient is divided by 2"),
+    "no_division": ("""
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            for p in model.parameters():
+                dist.all_reduce(p.grad)
+        """, "every gradient is 2 times too large"),
+    "reduce_to_rank_0": ("""
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            for p in model.parameters():
+                p.grad /= dist.get_world_size()
+                dist.reduce(p.grad, dst=0)
+        """, "rank 0 is right but rank(s) [1] are not"),
+    "made_up_numbers_no_collective": ("""
+        import torch
+
+        def average_gradients(model):
+            for p in model.parameters():
+                p.grad.copy_(torch.randn_like(p.grad) * p.grad.std())
+        """, "ran no collective"),
+    "barrier_then_nothing": ("""
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            dist.barrier()
+        """, "the gradients are unchanged"),
+    "copied_from_a_ddp_model_found_by_gc": ("""
+        import gc
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        def average_gradients(model):
+            dist.barrier()  # a collective, so only the values can give it away
+            for obj in gc.get_objects():
+                if isinstance(obj, DistributedDataParallel):
+                    for mine, theirs in zip(model.parameters(), obj.module.parameters()):
+                        mine.grad.copy_(theirs.grad)
+        """, "the gradients are unchanged"),
+    "read_from_callers_frames": ("""
+        import inspect
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            dist.barrier()
+            for frame in inspect.stack():
+                expected = frame.frame.f_locals.get("expected")
+                if isinstance(expected, dict):
+                    for name, p in model.named_parameters():
+                        p.grad.copy_(expected[name])
+        """, "the gradients are unchanged"),
+    "read_from_sys_getframe": ("""
+        import sys
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            dist.barrier()
+            frame = sys._getframe(1)
+            while frame is not None:  # any tensor-valued local up the stack that has the right shape
+                for value in frame.f_locals.values():
+                    for p in model.parameters():
+                        if isinstance(value, torch.Tensor) and value.shape == p.grad.shape and value is not p.grad:
+                            p.grad.copy_(value)
+                frame = frame.f_back
+        """, "the gradients are unchanged"),
+    "guessed_from_rank": ("""
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            dist.barrier()
+            # The other ranks' data is random: a guess seeded by rank has the right shape only.
+            generator = torch.Generator().manual_seed(dist.get_rank())
+            for p in model.parameters():
+                p.grad.add_(torch.randn(p.grad.shape, generator=generator) * p.grad.std()).div_(2)
+        """, "these parameters do not hold the average"),
+}
+
+
+def _load(tmp_path, monkeypatch, name: str, source: str):
+    """Write a learner's file (as %%writefile would) and return its function."""
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
+    importlib.invalidate_caches()
+    return importlib.import_module(name).average_gradients
+
+
+@pytest.mark.parametrize("case", sorted(RIGHT))
+def test_right_answers_pass_on_2_and_3_ranks(case, tmp_path, monkeypatch):
+    report = check_average_gradients(_load(tmp_path, monkeypatch, f"right04_{case}", RIGHT[case]))
+    assert report.passed and len(report.lines) == 2, str(report)
+    assert report.lines[1] == "PASS on all 3 ranks, all 6 gradients are the mean over the ranks (within 1e-06)"
+
+
+@pytest.mark.parametrize("case", sorted(WRONG))
+def test_wrong_answers_are_refused(case, tmp_path, monkeypatch):
+    source, message = WRONG[case]
+    report = check_average_gradients(_load(tmp_path, monkeypatch, f"wrong04_{case}", source))
+    assert not report.passed and message in str(report), str(report)
+
