@@ -285,6 +285,11 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
         import torch
 
         torch.set_num_threads(int(spec.env["OMP_NUM_THREADS"]))
+        # A rank forked from the forkserver would inherit its random state, so every rank (and
+        # every launch) would draw the same unseeded numbers; a fresh interpreter, as under
+        # torch.multiprocessing.spawn, seeds itself from the OS. Do the same. (Python's random is
+        # reseeded after fork by the random module itself.)
+        torch.seed()
         # torch.distributed read TORCH_DISTRIBUTED_DEBUG when the forkserver imported it;
         # read it again so env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"} takes effect.
         import torch.distributed as dist

@@ -175,3 +175,10 @@ def echo_a_peer_failure(rank, world_size):
         raise RuntimeError("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
                            "Connection closed by peer [127.0.0.1]:41234")
     time.sleep(3600)
+
+
+def unseeded_draw(rank: int, world_size: int) -> float:
+    """A number from torch's default generator, never seeded by the worker."""
+    import torch
+
+    return torch.rand(1).item()
