@@ -96,6 +96,8 @@ def test_subgroups_reduce_only_within_their_group():
     assert [r["members"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert [r["group_rank"] for r in results] == [0, 0, 1, 1]
     assert [r["sum"] for r in results] == [2.0, 4.0, 2.0, 4.0]
+    # new_group numbers groups in call order on every rank; the default group is "0"
+    assert [r["group_name"] for r in results] == ["1", "2", "1", "2"]
 
 
 def test_send_recv_moves_rank0s_tensor_to_rank1_only():

@@ -1,5 +1,6 @@
 """Lesson 01's workers for what comes after the eight collectives: who waits for a late rank,
-collectives on Python objects, the ``*_into_tensor`` variants, and ``async_op=True``.
+collectives on Python objects, the single-tensor variants of all_gather and reduce_scatter, and
+``async_op=True``.
 
 Rank r's tensors follow lesson 01's convention: [10 r + 1, ..., 10 r + N] with N = world_size.
 """
@@ -43,9 +44,10 @@ def late_arrival(rank: int | None = None, world_size: int | None = None, delay: 
         return {"rank": rank, "waited": waited}
 
 
-def objects_and_into_tensor(rank: int | None = None, world_size: int | None = None) -> dict:
-    """all_gather_object and broadcast_object_list (any picklable object), then
-    all_gather_into_tensor and reduce_scatter_tensor (one preallocated tensor instead of a list)."""
+def objects_and_single_tensors(rank: int | None = None, world_size: int | None = None) -> dict:
+    """all_gather_object and broadcast_object_list (any picklable object), then all_gather_single
+    and reduce_scatter_single (one flat tensor instead of a list; torch 2.13's names for
+    all_gather_into_tensor and reduce_scatter_tensor, which still work with a FutureWarning)."""
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         # Objects: pickled, sent as bytes, unpickled. Handy for small metadata, slow for data.
@@ -56,11 +58,11 @@ def objects_and_into_tensor(rank: int | None = None, world_size: int | None = No
 
         mine = start_tensor(rank, world_size, device)
         gathered = torch.empty(world_size * world_size, device=device)
-        dist.all_gather_into_tensor(gathered, mine)  # like all_gather, into one flat tensor
+        dist.all_gather_single(gathered, mine)  # like all_gather, into one flat tensor
         piece = torch.empty(1, device=device)
-        dist.reduce_scatter_tensor(piece, mine)  # like reduce_scatter, from one flat tensor
+        dist.reduce_scatter_single(piece, mine)  # like reduce_scatter, from one flat tensor
         return {"rank": rank, "everyone": everyone, "config": config[0],
-                "all_gather_into_tensor": gathered.tolist(), "reduce_scatter_tensor": piece.tolist()}
+                "all_gather_single": gathered.tolist(), "reduce_scatter_single": piece.tolist()}
 
 
 def async_all_reduce(rank: int | None = None, world_size: int | None = None) -> dict:
