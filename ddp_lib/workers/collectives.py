@@ -37,7 +37,7 @@ def init_method_url(method: InitMethod, path: str | None = None) -> str:
     if method == "file":
         if not path:
             raise ValueError("init method 'file' needs a path to a file all ranks can reach")
-        return f"file://{path}"  # on Windows e.g. file:///C:/Users/me/ddp_store
+        return f"file://{path}"  # on Windows e.g. file:///D:/jobs/ddp_store
     raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
 
 
