@@ -1,5 +1,6 @@
-"""Lesson 00's checker passes right answers and names what is wrong in wrong ones, on 2 and 3
-ranks; answers that make no process group cannot know the other ranks' names."""
+"""Lesson 00's checker passes right answers, however they reach the collective, and names what is
+wrong in wrong ones, on 2 and 3 ranks: answers that make no process group cannot know the other
+ranks' names, and answers that swap them through files or a store run no collective that carries data."""
 
 import pytest
 
@@ -7,9 +8,16 @@ import lesson00_solutions as solutions
 from ddp_lib.exercises.lesson00 import check_who_am_i
 
 
-@pytest.mark.parametrize("answer", [solutions.right, solutions.imported_by_name_from_the_group])
-def test_right_answers_pass(answer):
-    report = check_who_am_i(answer, world_sizes=(1, 2, 3))
+@pytest.mark.parametrize("answer, world_sizes", [
+    (solutions.right, (1, 2, 3)),
+    (solutions.imported_by_name_from_the_group, (1, 2, 3)),
+    (solutions.through_distributed_c10d, (3,)),
+    (solutions.tensors_through_a_process_group_method, (3,)),
+    (solutions.one_broadcast_per_rank, (3,)),
+    (solutions.summed_rows, (3,)),
+])
+def test_right_answers_pass(answer, world_sizes):
+    report = check_who_am_i(answer, world_sizes=world_sizes)
     assert report.passed and str(report).endswith("All checks passed."), str(report)
 
 
@@ -20,6 +28,10 @@ def test_right_answers_pass(answer):
     (solutions.reversed_order, "FAIL world_size 2: rank 0 has every rank's name but not in rank order"),
     (solutions.hard_coded_world_size, "FAIL world_size 3"),
     (solutions.raises, "FAIL world_size 2: rank 0 raised RuntimeError: not written yet"),
+    (solutions.reads_gc, "FAIL world_size 2: rank 0 returned everyone="),
+    (solutions.through_files, "FAIL world_size 2: rank 0 has the right names but ran no collective that carries data"),
+    (solutions.through_the_launchers_store, "FAIL world_size 2: rank 0 has the right names but ran no collective"),
+    (solutions.through_the_groups_store, "FAIL world_size 2: rank 0 has the right names but ran no collective"),
 ])
 def test_wrong_answers_are_named(answer, line):
     report = check_who_am_i(answer, world_sizes=(2, 3), timeout=20)

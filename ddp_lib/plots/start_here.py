@@ -3,7 +3,7 @@
 The notebook's kernel calls a launcher; the launcher starts ``world_size`` processes; each
 process calls ``init_process_group``, which meets the others through a store (a TCPStore at
 MASTER_ADDR:MASTER_PORT) and then builds the process group: direct links between every pair of
-ranks, over which the collectives run.
+ranks, over which the collectives run. Rank 0 serves the store, unless the launcher does.
 """
 
 from __future__ import annotations
@@ -41,9 +41,12 @@ def plot_job_map(world_size: int = 4) -> Figure:
         centres.append(x + 0.7)
         _box(ax, x, 2.1, 1.4, 0.65, f"process\nrank {rank}: fn({rank}, {world_size})", RANK_COLOURS[rank])
         _arrow(ax, (width / 2, 3.3), (x + 0.7, 2.75))
-    _box(ax, width / 2 - 1.6, 1.0, 3.2, 0.55, "store: TCPStore at MASTER_ADDR:MASTER_PORT", "#ffffcc")
+    # env:// makes rank 0 serve the store unless the launcher serves it (torch/distributed/rendezvous.py,
+    # _create_c10d_store: TORCHELASTIC_USE_AGENT_STORE, which torchrun and ddp_lib.launch set).
+    _box(ax, width / 2 - 1.6, 0.95, 3.2, 0.65,
+         "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(served by rank 0, or by the launcher)", "#ffffcc")
     for centre in centres:
-        _arrow(ax, (centre, 2.1), (width / 2, 1.55), linestyle="dashed")
+        _arrow(ax, (centre, 2.1), (width / 2, 1.6), linestyle="dashed")
     ax.text(width + 0.1, 1.75, "1. every rank registers\n    and reads the others'\n    addresses", fontsize=8,
             va="center")
     # 2. the process group: a link between every pair of ranks (gloo: TCP; nccl: NVLink, InfiniBand)
