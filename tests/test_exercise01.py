@@ -13,6 +13,7 @@ from ddp_lib.exercises.lesson01 import check_mean_across_ranks
     solutions.imported_by_name,
     solutions.average_op,
     solutions.process_group_method,
+    solutions.divides_first,
 ])
 def test_right_answers_pass_however_they_call_all_reduce(answer):
     report = check_mean_across_ranks(answer, timeout=30)
@@ -39,6 +40,9 @@ def test_values_are_fresh_on_every_check():
     (solutions.returns_tensor, "returned a Tensor, not a number (call .item() on it)"),
     (solutions.raises, "rank 1 raised ValueError: forgot something"),
     (solutions.only_rank0_communicates, "does every rank call the same collectives"),
+    (solutions.number_that_reads_the_checker, "its own value"),
+    (solutions.gathers_plus_token_all_reduce, "the all-reduce did not carry each rank's x"),
+    (solutions.through_the_store, "the all-reduce did not carry each rank's x"),
 ])
 def test_wrong_answers_are_named(answer, message):
     report = check_mean_across_ranks(answer, world_sizes=(2, 3), timeout=20)

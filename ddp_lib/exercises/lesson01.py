@@ -6,7 +6,10 @@ Each rank draws its ``x`` itself, from fresh randomness, just before calling the
 returns it beside the answer: no process holds another rank's value, so only a worker that
 communicates can know the mean. The values have fractional parts, so integer arithmetic gives a
 different answer. The all-reduce is counted however it was called (``dist.all_reduce``, a name
-imported from ``torch.distributed``, ``distributed_c10d.all_reduce``, a ``ProcessGroup`` method).
+imported from ``torch.distributed``, ``distributed_c10d.all_reduce``, a ``ProcessGroup`` method), and
+it must carry the rank's own ``x`` (or ``x / world_size``): a token all-reduce beside values swapped
+another way (the store, all_gather) is not the exercise. The answer is turned into a plain float
+inside the rank, so no object of the learner's runs in the checking process, where all values meet.
 
     print(check_mean_across_ranks(mean_across_ranks))
 """
@@ -17,6 +20,8 @@ import math
 import numbers
 import random
 from collections.abc import Callable
+
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
 
@@ -30,15 +35,34 @@ def _draw_value() -> float:
     return draw.randint(1, 99) + draw.randint(1, 9) / 10
 
 
+class _AllReduceInputs(TorchDispatchMode):
+    """In a rank: the first values of every tensor given to an all-reduce, however it was called
+    (every route reaches c10d's ``allreduce_`` operator through torch's dispatcher)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.values: list[float] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name == "c10d::" + ALL_REDUCE:
+            for tensor in args[0]:
+                self.values.extend(tensor.detach().reshape(-1)[:16].double().tolist())
+        return func(*args, **(kwargs or {}))
+
+
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draws this rank's value, runs the learner's worker on it, counting the
-    collectives it ran; returns the value beside the answer."""
+    collectives it ran; returns the value beside the answer (a plain float, or its kind)."""
     x = _draw_value()
-    with counting_collectives() as calls:
+    with counting_collectives() as calls, _AllReduceInputs() as inputs:
         answer = load_worker(target)(rank, world_size, x)
-    if hasattr(answer, "detach"):  # a tensor: report its kind, not the tensor
-        answer = f"<{type(answer).__name__}>"
-    return {"x": x, "answer": answer, "calls": dict(calls)}
+    if isinstance(answer, numbers.Real) and not isinstance(answer, bool):
+        # Converted here, where no other rank's value exists: float.__float__ drops any subclass.
+        answer = float.__float__(float(answer))
+    else:
+        answer = f"<{type(answer).__name__}>"  # a tensor, a string...: report its kind only
+    carried_x = any(_close(v, x) or _close(v, x / world_size) for v in inputs.values)
+    return {"x": x, "answer": answer, "calls": dict(calls), "carried_x": carried_x}
 
 
 def _close(a: float, b: float) -> bool:
@@ -72,8 +96,8 @@ def _check_world_size(target: str, world_size: int, timeout: float, report: Repo
     numbers_by_rank = {}
     for rank, run in enumerate(runs):
         answer = run["answer"]
-        if isinstance(answer, bool) or not isinstance(answer, numbers.Real):
-            kind = answer.strip("<>") if isinstance(answer, str) and answer.startswith("<") else type(answer).__name__
+        if not isinstance(answer, float):
+            kind = answer.strip("<>")
             fix = " (call .item() on it)" if kind == "Tensor" else " (return the mean as a float)"
             report.fail(f"{where}: rank {rank} returned a {kind}, not a number{fix}")
         else:
@@ -83,7 +107,10 @@ def _check_world_size(target: str, world_size: int, timeout: float, report: Repo
     mean = sum(values) / world_size
     right = [r for r, v in numbers_by_rank.items() if _close(v, mean)]
     if len(right) == world_size:
-        if any(run["calls"].get(ALL_REDUCE) for run in runs):
+        if not all(run["carried_x"] for run in runs):
+            report.fail(f"{where}: every rank returned the mean, but the all-reduce did not carry each rank's x; "
+                        "the values travelled another way: all-reduce a tensor holding x")
+        elif any(run["calls"].get(ALL_REDUCE) for run in runs):
             report.ok(f"{where}: every rank returned the mean {mean:g}")
     elif right == [0] and any(run["calls"].get(REDUCE) for run in runs):
         report.fail(f"{where}: only rank 0 has the mean {mean:g}; dist.reduce leaves it on the destination rank "
