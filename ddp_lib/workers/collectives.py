@@ -183,6 +183,7 @@ def describe(results: list[dict]) -> str:
     """One line per rank, in rank order: the tensor before and after a collective."""
     lines = [results[0]["name"]]
     for r in results:
-        after = _fmt(r["after"]) if r["defined"] else "undefined (scratch space)"
+        # A reduce's non-destination tensors are printed as they were left, to show they are not the sum.
+        after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space, not the sum)")
         lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
     return "\n".join(lines)
