@@ -80,7 +80,8 @@ def test_describe_prints_ranks_in_order():
     text = collectives.describe(spawn(collectives.run_collective, 2, ("reduce",)))
     lines = text.splitlines()
     assert lines[:2] == ["reduce", "  rank 0: [1, 2]               -> [12, 14]"]
-    assert lines[2].startswith("  rank 1: [11, 12]             -> [") and lines[2].endswith("(scratch space, not the sum)")
+    assert lines[2].startswith("  rank 1: [11, 12]             -> [")
+    assert lines[2].endswith("(scratch space, not the sum)")
 
 
 def test_barrier_releases_nobody_before_the_last_arrival():
