@@ -23,7 +23,8 @@ def demo_basic(rank: int, world_size: int, seed: int = 0) -> dict:
         print(f"rank {rank} of {world_size} on {device.type}")
         torch.manual_seed(seed + rank)  # different weights and data per rank, on purpose
         model = ToyModel().to(device)
-        # DDP copies rank 0's weights to every rank here; on a GPU it also needs device_ids.
+        # DDP copies rank 0's weights to every rank here. device_ids must be None for a CPU
+        # model; for a one-GPU model it may be None too, and [index] makes DDP move the inputs.
         ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         loss_fn = nn.MSELoss()
         optimizer = optim.SGD(ddp_model.parameters(), lr=0.001)

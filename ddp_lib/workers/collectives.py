@@ -37,7 +37,7 @@ def init_method_url(method: InitMethod, path: str | None = None) -> str:
     if method == "file":
         if not path:
             raise ValueError("init method 'file' needs a path to a file all ranks can reach")
-        return f"file://{path}"  # on Windows e.g. file:///C:/Users/me/ddp_store
+        return f"file://{path}"  # on Windows e.g. file:///D:/jobs/ddp_store
     raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
 
 
@@ -159,14 +159,16 @@ def subgroups(rank: int | None = None, world_size: int | None = None) -> dict:
     its own subgroup only."""
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        # Every rank must call new_group for every subgroup, in the same order, even for the
-        # groups it is not in: creating a group is itself a collective over the default group.
+        # Every rank calls new_group for every subgroup, in the same order, even for the groups
+        # it is not in: each call takes the next number from a per-process counter, and that
+        # number names the group (its members meet under it in the store). A rank that skipped
+        # a call would give every later group a different name from its peers.
         evens = dist.new_group(list(range(0, world_size, 2)))
         odds = dist.new_group(list(range(1, world_size, 2)))
         group = evens if rank % 2 == 0 else odds
         total = torch.tensor([float(rank)], device=device)
         dist.all_reduce(total, group=group)
-        return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds",
+        return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds", "group_name": group.group_name,
                 "members": dist.get_process_group_ranks(group), "group_rank": dist.get_rank(group),
                 "group_size": dist.get_world_size(group), "sum": total.item()}
 
@@ -181,6 +183,7 @@ def describe(results: list[dict]) -> str:
     """One line per rank, in rank order: the tensor before and after a collective."""
     lines = [results[0]["name"]]
     for r in results:
-        after = _fmt(r["after"]) if r["defined"] else "undefined (scratch space)"
+        # A reduce's non-destination tensors are printed as they were left, to show they are not the sum.
+        after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space, not the sum)")
         lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
     return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""Lesson 01's workers for what comes after the eight collectives: who waits for a late rank,
+collectives on Python objects, the single-tensor variants of all_gather and reduce_scatter, and
+``async_op=True``.
+
+Rank r's tensors follow lesson 01's convention: [10 r + 1, ..., 10 r + N] with N = world_size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Literal, get_args
+
+import torch
+import torch.distributed as dist
+
+try:  # inside the ddp_lib package
+    from ddp_lib.process_group import process_group, start_tensor
+except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from process_group import process_group, start_tensor
+
+Timed = Literal["barrier", "all_reduce", "broadcast"]
+TIMED = get_args(Timed)
+
+
+def late_arrival(rank: int | None = None, world_size: int | None = None, delay: float = 2.0) -> dict:
+    """The last rank arrives ``delay`` seconds late at a barrier, an all_reduce and a broadcast
+    from rank 0, in turn; return how long this rank spent inside each call."""
+    with process_group(rank, world_size) as device:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        waited = {}
+        for name in TIMED:
+            mine = start_tensor(rank, world_size, device)
+            dist.barrier()  # line everyone up, so the delay below is the only difference
+            if rank == world_size - 1:
+                time.sleep(delay)
+            start = time.perf_counter()
+            if name == "barrier":
+                dist.barrier()
+            elif name == "all_reduce":
+                dist.all_reduce(mine)
+            else:
+                dist.broadcast(mine, src=0)
+            waited[name] = time.perf_counter() - start
+        return {"rank": rank, "waited": waited}
+
+
+def objects_and_single_tensors(rank: int | None = None, world_size: int | None = None) -> dict:
+    """all_gather_object and broadcast_object_list (any picklable object), then all_gather_single
+    and reduce_scatter_single (one flat tensor instead of a list; torch 2.13's names for
+    all_gather_into_tensor and reduce_scatter_tensor, which still work with a FutureWarning)."""
+    with process_group(rank, world_size) as device:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        # Objects: pickled, sent as bytes, unpickled. Handy for small metadata, slow for data.
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, {"rank": rank, "batches": 10 + rank})
+        config = [{"lr": 0.1, "epochs": 3}] if rank == 0 else [None]
+        dist.broadcast_object_list(config, src=0)  # in place: rank 0's list overwrites the others'
+
+        mine = start_tensor(rank, world_size, device)
+        gathered = torch.empty(world_size * world_size, device=device)
+        dist.all_gather_single(gathered, mine)  # like all_gather, into one flat tensor
+        piece = torch.empty(1, device=device)
+        dist.reduce_scatter_single(piece, mine)  # like reduce_scatter, from one flat tensor
+        return {"rank": rank, "everyone": everyone, "config": config[0],
+                "all_gather_single": gathered.tolist(), "reduce_scatter_single": piece.tolist()}
+
+
+def async_all_reduce(rank: int | None = None, world_size: int | None = None) -> dict:
+    """all_reduce with async_op=True: the call returns a Work at once; the rank computes
+    something else, then work.wait() before reading the tensor."""
+    with process_group(rank, world_size) as device:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        total = torch.full((1_000_000,), float(rank), device=device)
+        work = dist.all_reduce(total, async_op=True)  # returns a Work; the transfer runs in the background
+        local = torch.arange(1000.0, device=device).square().sum().item()  # overlapped with it
+        work.wait()  # only now is `total` the sum; do not read or write it before
+        return {"rank": rank, "work": type(work).__name__, "local": local, "sum": total[0].item(),
+                "completed": work.is_completed()}
