@@ -4,10 +4,12 @@ import textwrap
 
 import pytest
 
+from ddp_lib.demos import hung_ranks
 from ddp_lib.errors import LaunchInputError, WorkerError, readable
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import spawn
 from ddp_lib.workers import failure_lab as lab
+from ddp_lib.workers import failures
 
 
 def test_a_collective_only_rank_0_calls_times_out_within_seconds():
@@ -214,3 +216,37 @@ def test_checker_draws_new_metrics_each_time(solution):
     # A worker that returns a number copied from an earlier run cannot pass twice.
     a, b = (check_evaluation(solution("right"), world_sizes=(2, 3)).lines for _ in range(2))
     assert all(line.startswith("PASS") for line in a + b) and a != b
+
+
+def test_a_rank_killed_in_a_collective_is_noticed_by_every_survivor_within_the_timeout(tmp_path):
+    with pytest.raises(WorkerError) as info:
+        spawn(failures.die_in_collective, 3, kwargs=dict(record_dir=str(tmp_path), timeout_s=3.0), show_output=False)
+    assert info.value.rank == 1
+    records = failures.read_records(str(tmp_path))
+    died_at = records.pop(1)["died_at"]
+    assert sorted(records) == [0, 2]
+    assert all(0 <= r["failed_at"] - died_at < 5.0 for r in records.values())
+
+
+def test_torchrun_failure_summary_keeps_the_root_cause_and_the_stopped_ranks():
+    stderr = """Failures:
+[1]:
+  time      : 2026-12-01_21:54:39
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 25225)  (SIGTERM)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_21:54:37
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 25226)
+  traceback : Traceback (most recent call last):
+      raise ValueError("rank 1 read a corrupt batch")
+  ValueError: rank 1 read a corrupt batch
+
+============================================================
+"""
+    assert hung_ranks.failure_summary(stderr) == [
+        "root cause: rank 1, exit code 1, ValueError: rank 1 read a corrupt batch",
+        "stopped by torchrun: rank 0, exit code -15"]
+    assert hung_ranks.failure_summary("") == ["no failure summary"]

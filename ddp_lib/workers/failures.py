@@ -67,6 +67,7 @@ def die_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int
                 dist.all_reduce(data)
         except RuntimeError as exc:
             _write_record(record_dir, rank, {"failed_at": time.monotonic(), "error": str(exc)})
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # noticed: the launcher may stop it now
             raise
 
 
