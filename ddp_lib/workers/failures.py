@@ -55,7 +55,10 @@ def die_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int
     import torch
     import torch.distributed as dist
 
-    from ddp_lib.process_group import process_group
+    try:  # inside the ddp_lib package
+        from ddp_lib.process_group import process_group
+    except ModuleNotFoundError:  # copied into a project next to process_group.py
+        from process_group import process_group
 
     with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
         data = torch.zeros(1 << 16)
