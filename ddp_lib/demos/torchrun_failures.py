@@ -1,9 +1,9 @@
 """Lesson 07: two classic failures as a cluster user meets them, in a script started by torchrun.
 
-    torchrun --standalone --nproc-per-node=3 -m ddp_lib.demos.torchrun_failures crash
-    torchrun --standalone --nproc-per-node=3 -m ddp_lib.demos.torchrun_failures hang
+    torchrun --standalone --nproc-per-node=2 -m ddp_lib.demos.torchrun_failures crash
+    torchrun --standalone --nproc-per-node=2 -m ddp_lib.demos.torchrun_failures hang
 
-``crash``: rank 1 raises while the others train. ``hang``: rank 0 alone calls ``all_reduce``
+``crash``: rank 1 raises while rank 0 trains. ``hang``: rank 0 alone calls ``all_reduce``
 (evaluation under ``if rank == 0``) until the group's 3-second timeout.
 """
 
