@@ -28,6 +28,7 @@ def hang_timeline(world_size: int = 3, timeout_s: float = 3.0, stop_s: float = 0
     ax.set_xlim(0, end + 0.8)
     ax.set_ylim(-1.0, world_size - 0.4)
     ax.set_xlabel("seconds since rank 0 entered all_reduce (3 s here; 30 min by default for gloo, 10 min for nccl)")
-    ax.set_title("Evaluation under `if rank == 0:` waits until the timeout;\nthen the launcher stops the other ranks (■)")
+    ax.set_title("Evaluation under `if rank == 0:` waits until the timeout;\n"
+                 "then the launcher stops the other ranks (■)")
     fig.tight_layout()
     return fig
