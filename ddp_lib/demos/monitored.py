@@ -18,7 +18,8 @@ def evaluate_with_side_group(rank: int, world_size: int) -> float:
     ``monitored_barrier`` on a gloo group made for it. The main group may be nccl (GPUs): only gloo
     implements ``monitored_barrier``, so a job on nccl creates a gloo group beside it."""
     with process_group(rank, world_size, timeout=SHORT) as device:
-        # Every rank must create the group (new_group is itself collective), even those that never use it.
+        # Every rank must call new_group, even those that never use it: each process numbers its groups
+        # in creation order, and that number names the group the ranks meet in.
         side_group = dist.new_group(backend="gloo", timeout=SHORT)
         metric = torch.tensor([float(rank + 1)], device=device)
         if rank == 0:

@@ -1,41 +1,59 @@
 """Checker for lesson 07's exercise: evaluation that every rank takes part in.
 
 The worker ``evaluate(rank, world_size, metric)`` joins the process group, takes the metric it is
-given (each rank its own, drawn by the checker when it runs) and returns the mean over all ranks,
-the same on every rank, without hanging.
+given (each rank its own) and returns the mean over all ranks, the same on every rank, without
+hanging.
+
+Each rank draws its own metric inside its own process, from fresh randomness, and returns it beside
+the learner's answer: no process, the parent included, holds another rank's metric while the
+learner's code runs, so the mean can only come from a collective. The collectives that ran are
+counted through torch's profiler, whatever route called them.
 """
 
 from __future__ import annotations
 
-import random
+import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+
+# c10d operators that can combine the ranks' metrics into a mean.
+COMBINING = ("allreduce_", "allreduce_coalesced_", "allgather_", "_allgather_base_", "allgather_into_tensor_coalesced_",
+             "reduce_", "reduce_scatter_", "_reduce_scatter_base_", "gather_", "broadcast_", "scatter_", "alltoall_",
+             "alltoall_base_", "send", "recv_")
 
 
-def _run_learner(rank: int, world_size: int, target: str, metrics: list[float]) -> object:
-    """Runs in each rank: the learner's worker on this rank's metric."""
-    value = load_worker(target)(rank, world_size, metrics[rank])
-    return f"<{type(value).__name__}>" if hasattr(value, "detach") else value
+def _run_learner(rank: int, world_size: int, target: str) -> dict:
+    """Runs in each rank: draw this rank's metric now, then call the learner's worker on it."""
+    metric = round(0.01 + secrets.randbelow(99) / 100, 2)  # 0.01 .. 0.99, new on every run
+    fn = load_worker(target)
+    with counting_collectives() as counts:
+        value = fn(rank, world_size, metric)
+    if hasattr(value, "detach"):
+        value = f"<{type(value).__name__}>"
+    return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING)}
 
 
-def check_evaluation(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30,
-                     seed: int | None = None) -> Report:
-    """Run ``fn(rank, world_size, metric)`` with metrics drawn now (or from ``seed``) on each world
-    size, with a deadline, and check every rank's returned mean."""
+def check_evaluation(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30) -> Report:
+    """Run ``fn(rank, world_size, metric)`` on each world size, each rank with a metric it draws
+    itself, with a deadline; check that every rank ran a collective and returned the mean."""
     report = Report()
-    rng = random.Random(seed)
     target = worker_name(fn)
     for world_size in world_sizes:
-        metrics = [round(rng.uniform(0, 1), 2) for _ in range(world_size)]
-        want = sum(metrics) / world_size
-        results = run_on_ranks(_run_learner, world_size, report, (target, metrics), timeout=timeout)
+        results = run_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout)
         if results is None:
             continue
+        metrics = [r["metric"] for r in results]
+        want = sum(metrics) / world_size
         where = f"world_size {world_size}, metrics {metrics}"
-        wrong = [(r, v) for r, v in enumerate(results)
-                 if isinstance(v, bool) or not isinstance(v, (int, float)) or abs(v - want) > 1e-5]
-        if wrong:
+        lonely = [rank for rank, r in enumerate(results) if r["collectives"] == 0]
+        wrong = [(rank, r["value"]) for rank, r in enumerate(results)
+                 if isinstance(r["value"], bool) or not isinstance(r["value"], (int, float))
+                 or abs(r["value"] - want) > 1e-5]
+        if lonely:
+            report.fail(f"{where}: rank {lonely[0]} ran no collective; a rank knows only its own metric, "
+                        "so the mean needs one (all_reduce)")
+        elif wrong:
             rank, got = wrong[0]
             report.fail(f"{where}: rank {rank} returned {got!r}, expected the mean {want:.4g} on every rank")
         else:

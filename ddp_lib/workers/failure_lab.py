@@ -46,6 +46,8 @@ def mismatched_shapes(rank: int, world_size: int) -> list[float]:
     with process_group(rank, world_size, timeout=SHORT):
         t = torch.ones(rank + 2)
         dist.all_reduce(t)
+        # A rank that "succeeds" returns nothing if another rank fails: say what it computed.
+        print(f"rank {rank} finished its all_reduce with {t.tolist()}", flush=True)
         return t.tolist()
 
 

@@ -6,9 +6,12 @@ afterwards that the launcher left no process behind. The launcher's tests use th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import threading
 import time
+from datetime import timedelta
 
 
 def record_pid(rank: int, pid_dir: str | None) -> None:
@@ -33,13 +36,61 @@ def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | 
 
 def die_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
     """Rank ``bad_rank`` is killed (SIGKILL, as by the out-of-memory killer) without raising;
-    the others wait, as they would in a collective."""
+    the others sleep until the launcher stops them."""
     record_pid(rank, pid_dir)
     if rank == bad_rank:
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(60)
     return rank
 
+
+def die_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int = 1,
+                      timeout_s: float = 3.0) -> None:
+    """Every rank all-reduces in a loop; ``bad_rank`` is SIGKILLed in the middle of it. Each rank
+    writes to ``record_dir`` when it noticed (``time.monotonic()``, the same clock in every process
+    of a machine): the dead rank just before it dies, a survivor when its collective raised."""
+    # The launcher stops the survivors (SIGTERM) soon after the death; ignore that here so that
+    # each survivor's own collective is what tells it, as on a cluster where nobody stops it.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    import torch
+    import torch.distributed as dist
+
+    try:  # inside the ddp_lib package
+        from ddp_lib.process_group import process_group
+    except ModuleNotFoundError:  # copied into a project next to process_group.py
+        from process_group import process_group
+
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
+        data = torch.zeros(1 << 16)
+        dist.all_reduce(data)  # every connection is open before anyone dies
+        if rank == bad_rank:
+            threading.Timer(0.3, _die_now, (record_dir, rank)).start()
+        try:
+            while True:
+                dist.all_reduce(data)
+        except RuntimeError as exc:
+            _write_record(record_dir, rank, {"failed_at": time.monotonic(), "error": str(exc)})
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # noticed: the launcher may stop it now
+            raise
+
+
+def _die_now(record_dir: str, rank: int) -> None:
+    _write_record(record_dir, rank, {"died_at": time.monotonic()})
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _write_record(record_dir: str, rank: int, record: dict) -> None:
+    with open(os.path.join(record_dir, f"rank{rank}.json"), "w") as f:
+        json.dump(record, f)
+
+
+def read_records(record_dir: str) -> dict[int, dict]:
+    """What :func:`die_in_collective` wrote, by rank."""
+    records = {}
+    for name in sorted(os.listdir(record_dir)):
+        with open(os.path.join(record_dir, name)) as f:
+            records[int(name.removeprefix("rank").removesuffix(".json"))] = json.load(f)
+    return records
 
 
 def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
