@@ -143,6 +143,89 @@ def test_train_step_checker_names_a_missing_clip(tmp_path, monkeypatch):
 
 
 
+WHOLE_SET_ALONE = """\
+import torch
+
+
+def evaluate(model, dataset, rank, world_size):
+    with torch.no_grad():
+        right = [int(model(dataset[i][0].unsqueeze(0)).argmax(1).item() == dataset[i][1].item())
+                 for i in range(len(dataset))]
+    return sum(right) / len(right)
+"""
+
+# A right answer written differently: names imported from torch.distributed's modules, a float32
+# pair, and the sampler's real length taken from the index list instead of the position test.
+RIGHT_WRITTEN_DIFFERENTLY = """\
+import torch
+from torch.distributed import distributed_c10d
+from torch.utils.data import DistributedSampler
+
+
+def evaluate(model, dataset, rank, world_size):
+    indices = list(DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False))
+    real = len(range(rank, len(dataset), world_size))
+    hits = sum(int(model(dataset[i][0][None]).argmax().item() == int(dataset[i][1])) for i in indices[:real])
+    counts = torch.tensor([hits, real], dtype=torch.float32)
+    distributed_c10d.all_reduce(counts, op=distributed_c10d.ReduceOp.SUM)
+    return float(counts[0] / counts[1])
+"""
+
+CONCATENATED = """\
+import torch
+from torch import nn
+
+
+def train_step(ddp_model, optimizer, micro_batches, max_norm):
+    x = torch.cat([x for x, _ in micro_batches])
+    y = torch.cat([y for _, y in micro_batches])
+    nn.functional.cross_entropy(ddp_model(x), y).backward()
+    nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)
+    optimizer.step()
+"""
+
+CLIP_INSIDE_THE_LOOP = """\
+from contextlib import nullcontext
+
+from torch import nn
+
+
+def train_step(ddp_model, optimizer, micro_batches, max_norm):
+    for k, (x, y) in enumerate(micro_batches):
+        with ddp_model.no_sync() if k < len(micro_batches) - 1 else nullcontext():
+            (nn.functional.cross_entropy(ddp_model(x), y) / len(micro_batches)).backward()
+        nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)
+    optimizer.step()
+"""
+
+
+def test_evaluate_checker_refuses_every_rank_evaluating_the_whole_set_alone(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "alone09_eval", WHOLE_SET_ALONE)
+    report = lesson09.check_evaluate(module.evaluate)
+    assert not report.passed and "all_reduce" in str(report)
+
+
+def test_evaluate_checker_passes_a_right_answer_written_differently_on_3_ranks(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "other09_eval", RIGHT_WRITTEN_DIFFERENTLY)
+    assert lesson09.check_evaluate(module.evaluate, world_size=3).passed
+
+
+def test_train_step_checker_refuses_one_forward_on_the_concatenated_micro_batches(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "concat09_step", CONCATENATED)
+    report = str(lesson09.check_train_step(module.train_step))
+    assert report.startswith("FAIL") and "one forward and backward per micro-batch" in report
+
+
+def test_train_step_checker_refuses_clipping_inside_the_accumulation_loop(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "inside09_step", CLIP_INSIDE_THE_LOOP)
+    report = str(lesson09.check_train_step(module.train_step, world_size=3))
+    assert report.startswith("FAIL") and "clip once, after the last micro-batch" in report
+
+
+def test_train_step_checker_passes_the_solution_on_3_ranks():
+    assert lesson09.check_train_step(solutions.train_step, world_size=3).passed
+
+
 def test_the_lesson_starts_each_exercise_from_the_stub_the_tests_fail():
     import nbformat
 

@@ -31,33 +31,54 @@ def _report(report: Report, problems: list[str], success: str) -> Report:
     return report
 
 
-def _run_evaluate(rank: int, world_size: int, evaluate: Callable, seed: int = 0) -> list[dict]:
-    """In each rank: the learner's value and the candidate answers, for every size in EVAL_SIZES."""
+class _ShardOnlyDataset(torch.utils.data.Dataset):
+    """A held-out set as one rank sees it: real samples at the positions DistributedSampler
+    (shuffle=False) gives this rank, decoys drawn by this rank everywhere else. Evaluating the whole
+    set on one rank, or counting a padding duplicate (another rank's position), reads decoys."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self._x, self._y = x, y
+
+    def __len__(self) -> int:
+        return len(self._y)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._x[index], self._y[index]
+
+
+def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
+    """In each rank: the learner's value, and this rank's (correct, counted) for each way of counting,
+    for every size in EVAL_SIZES. Samples and labels come from fresh randomness drawn in this rank,
+    so no rank holds another rank's samples and nothing here holds the exact answer."""
+    import secrets
+
     from torch.utils.data import DistributedSampler
 
     from ddp_lib.process_group import process_group
-    from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, make_moons
+    from ddp_lib.workers.training_loop import LoopNet
 
     with process_group(rank, world_size):
         found = []
         for n_eval in EVAL_SIZES:
-            torch.manual_seed(seed)
-            model = LoopNet()
-            dataset = make_moons(n_eval, seed=EVAL_SEED)
+            torch.manual_seed(0)
+            model = LoopNet()  # the same weights on every rank
+            g = torch.Generator().manual_seed(secrets.randbits(63))
+            x, y = torch.randn(n_eval, 2, generator=g), torch.randint(0, 2, (n_eval,), generator=g)
             with torch.no_grad():
-                right = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double()
-
-            def mean_over(drop_last: bool, shard: int | None = None, dataset=dataset, right=right) -> float:
-                picked = []
-                for r in range(world_size) if shard is None else [shard]:
-                    picked += list(DistributedSampler(dataset, world_size, r, shuffle=False, drop_last=drop_last))
-                return right[picked].mean().item()
-
-            value = evaluate(model, dataset, rank, world_size)
+                right = (model(x).argmax(1) == y).double()
+            padded = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False))
+            real = padded[:len(range(rank, n_eval, world_size))]  # positions past the end are padding
+            dropped = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False, drop_last=True))
+            value = evaluate(model, _ShardOnlyDataset(x, y), rank, world_size)
             found.append({"n_eval": n_eval, "value": value if isinstance(value, (int, float)) else repr(value)[:60],
-                          "exact": right.mean().item(), "padded": mean_over(False),
-                          "drop_last": mean_over(True), "local": mean_over(False, rank)})
+                          **{way: (right[picked].sum().item(), len(picked))
+                             for way, picked in (("real", real), ("padded", padded), ("drop_last", dropped))}})
         return found
+
+
+def _accuracy(rows: list[dict], way: str) -> float:
+    """The accuracy from every rank's (correct, counted) for one way of counting."""
+    return sum(row[way][0] for row in rows) / sum(row[way][1] for row in rows)
 
 
 def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
@@ -65,35 +86,39 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
     problems = []
     for case in range(len(EVAL_SIZES)):
         rows = [per_rank[case] for per_rank in results]
-        n_eval, truth = rows[0]["n_eval"], rows[0]
+        n_eval = rows[0]["n_eval"]
         values = [row["value"] for row in rows]
         if any(isinstance(v, str) for v in values):
             bad = next(v for v in values if isinstance(v, str))
             return [f"evaluate returned {bad}; return the accuracy as a float"]
+        exact = _accuracy(rows, "real")
         if any(abs(v - values[0]) > TOL for v in values):
-            local = all(abs(row["value"] - row["local"]) < TOL for row in rows)
-            hint = "; each is its own shard's: all_reduce the correct and counted samples" if local else ""
+            local = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
+            hint = ("; each is its own shard's: all_reduce the correct and counted samples" if local else
+                    "; each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
+                    "and all_reduce the counts")
             problems.append(f"{n_eval} samples: the ranks returned different accuracies "
                             f"{[round(v, 4) for v in values]}{hint}")
             continue
         value = values[0]
-        if abs(value - truth["exact"]) < TOL:
+        if abs(value - exact) < TOL:
             continue
-        if abs(value - truth["padded"]) < TOL:
+        if abs(value - _accuracy(rows, "padded")) < TOL:
             problems.append(f"{n_eval} samples: {value:.4f} counts the padding duplicate(s) DistributedSampler adds "
-                            f"(exact: {truth['exact']:.4f}); skip the positions at or past len(dataset)")
-        elif abs(value - truth["drop_last"]) < TOL:
+                            f"(exact: {exact:.4f}); skip the positions at or past len(dataset)")
+        elif abs(value - _accuracy(rows, "drop_last")) < TOL:
             problems.append(f"{n_eval} samples: {value:.4f} leaves out the samples drop_last=True drops "
-                            f"(exact: {truth['exact']:.4f}); count every sample once")
+                            f"(exact: {exact:.4f}); count every sample once")
         else:
-            problems.append(f"{n_eval} samples: returned {value:.4f}, "
-                            f"the accuracy over all samples is {truth['exact']:.4f}")
+            problems.append(f"{n_eval} samples: returned {value:.4f}, the accuracy over all samples is "
+                            f"{exact:.4f}; each rank can read only its own shard (DistributedSampler, "
+                            "shuffle=False): combine the counts with all_reduce")
     return problems
 
 
 def check_evaluate(evaluate: Callable, world_size: int = 2) -> Report:
     """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, for held-out sets
-    of 11 and 7 samples; return the report."""
+    of 11 and 7 samples of which each rank holds only its own shard; return the report."""
     report = Report()
     results = run_on_ranks(_run_evaluate, world_size, report, kwargs=dict(evaluate=evaluate), timeout=120)
     if results is None:
@@ -104,7 +129,11 @@ def check_evaluate(evaluate: Callable, world_size: int = 2) -> Report:
 
 
 # Exercise 2: a step with gradient accumulation and clipping.
-STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR, MAX_NORM = 3, 2, 8, 0.5, 0.6
+STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR = 3, 2, 8, 0.5
+# max_norm per step: each value makes one classic mistake change the result. Between the averaged
+# gradient's norm and the undivided one's (a loss not divided by the micro-batches); below the
+# first micro-batch's own norm (clipping inside the accumulation loop).
+MAX_NORMS = (0.8, 0.25, 0.6)
 
 
 def micro_batches_for(step: int, rank: int, world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -119,9 +148,10 @@ def micro_batches_for(step: int, rank: int, world_size: int) -> list[tuple[torch
     return batches
 
 
-def reference_params(world_size: int, divide: bool = True, clip: bool = True) -> torch.Tensor:
+def reference_params(world_size: int, divide: bool | str = True, clip: bool = True) -> torch.Tensor:
     """One process over the global batch (every rank's micro-batches): what the step must produce.
-    ``divide``/``clip`` False give the results of the usual mistakes."""
+    ``divide``/``clip`` False give the results of the usual mistakes; ``divide="inside"`` clips after
+    every micro-batch's backward (each rank its own partial sum until the last, as under no_sync)."""
     from ddp_lib.workers.training_loop import LoopNet
 
     torch.manual_seed(0)
@@ -129,15 +159,39 @@ def reference_params(world_size: int, divide: bool = True, clip: bool = True) ->
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(STEPS):
         optimizer.zero_grad()
+        if divide == "inside":
+            _clip_inside_the_loop(model, step, world_size)
+            optimizer.step()
+            continue
         for k in range(MICRO_BATCHES):
             x = torch.cat([micro_batches_for(step, r, world_size)[k][0] for r in range(world_size)])
             y = torch.cat([micro_batches_for(step, r, world_size)[k][1] for r in range(world_size)])
             loss = nn.functional.cross_entropy(model(x), y)
             (loss / MICRO_BATCHES if divide else loss).backward()
         if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORMS[step])
         optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _clip_inside_the_loop(model: nn.Module, step: int, world_size: int) -> None:
+    """The gradient of one step when every rank clips after each micro-batch's backward: each rank
+    clips its own partial sum under no_sync, then the last backward averages and it is clipped again."""
+    import copy
+
+    partial = []
+    for r in range(world_size):
+        replica = copy.deepcopy(model)
+        for x, y in micro_batches_for(step, r, world_size)[:-1]:
+            (nn.functional.cross_entropy(replica(x), y) / MICRO_BATCHES).backward()
+            nn.utils.clip_grad_norm_(replica.parameters(), MAX_NORMS[step])
+        partial.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in replica.parameters()])
+    x = torch.cat([micro_batches_for(step, r, world_size)[-1][0] for r in range(world_size)])
+    y = torch.cat([micro_batches_for(step, r, world_size)[-1][1] for r in range(world_size)])
+    (nn.functional.cross_entropy(model(x), y) / MICRO_BATCHES).backward()  # the mean over ranks of the last
+    for i, p in enumerate(model.parameters()):
+        p.grad += sum(grads[i] for grads in partial) / world_size
+    nn.utils.clip_grad_norm_(model.parameters(), MAX_NORMS[step])
 
 
 def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them, and here they are strings
@@ -160,12 +214,14 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
         ddp_model = DDP(model)
         state = {"all_reduces": 0}
         ddp_model.register_comm_hook(state, _counting_allreduce)
+        batch_sizes: list[int] = []  # of every forward: accumulation runs one micro-batch at a time
+        model.register_forward_pre_hook(lambda _module, inputs: batch_sizes.append(len(inputs[0])))
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
-            train_step(ddp_model, optimizer, micro_batches_for(step, rank, world_size), MAX_NORM)
+            train_step(ddp_model, optimizer, micro_batches_for(step, rank, world_size), MAX_NORMS[step])
         return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]),
-                "all_reduces": state["all_reduces"]}
+                "all_reduces": state["all_reduces"], "largest_batch": max(batch_sizes, default=0)}
 
 
 def diagnose_train_step(results: list[dict]) -> list[str]:
@@ -176,8 +232,14 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
         return ["the ranks' parameters differ: every rank must step on the same, all-reduced gradient "
                 "(is the last micro-batch's backward outside no_sync?)"]
     problems = []
+    if results[0]["largest_batch"] > MICRO_BATCH_SIZE:
+        problems.append(f"the model ran a forward on {results[0]['largest_batch']} samples at once, but a "
+                        f"micro-batch holds {MICRO_BATCH_SIZE}: run one forward and backward per micro-batch "
+                        "(the point of accumulating is that a whole batch need not fit in memory)")
     if not torch.allclose(params[0], reference_params(world_size), atol=TOL):
-        for divide, clip, hint in ((False, True, "divide each micro-batch's loss by the number of micro-batches"),
+        for divide, clip, hint in (("inside", True, "clip once, after the last micro-batch's backward: inside the "
+                                   "loop the first micro-batches' gradients are clipped alone, before they are summed"),
+                                   (False, True, "divide each micro-batch's loss by the number of micro-batches"),
                                    (True, False, "clip with clip_grad_norm_(..., max_norm) after the last backward"),
                                    (False, False, "divide the loss by the number of micro-batches, and clip")):
             if torch.allclose(params[0], reference_params(world_size, divide, clip), atol=TOL):
