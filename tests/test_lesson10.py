@@ -9,13 +9,21 @@ import pytest
 from ddp_lib.exercises import lesson10
 from ddp_lib.exercises.solutions import lesson10 as solutions
 from ddp_lib.launch import spawn
-from ddp_lib.workers.beyond_ddp import compare_strategies, fsdp_checkpoint, memory_run, mesh_2x2
+from ddp_lib.workers.beyond_ddp import (
+    compare_strategies,
+    fsdp_checkpoint,
+    fsdp_extras,
+    hsdp_step,
+    memory_run,
+    mesh_2x2,
+    zero_prediction,
+)
 
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
     return {s: spawn(memory_run, 2, kwargs=dict(strategy=s, width=64, layers=2), show_output=False)
-            for s in ("ddp", "zero1", "fsdp")}
+            for s in ("ddp", "zero1", "fsdp", "fsdp_no_reshard")}
 
 
 def test_compare_strategies_runs_each_in_one_job():
@@ -39,7 +47,48 @@ def test_zero1_halves_the_optimizer_state_and_fsdp_everything(runs):
         assert 0.4 < zero1["optimizer state"] / ddp["optimizer state"] < 0.6
         for part in ("parameters", "gradients", "optimizer state"):
             assert 0.4 < fsdp[part] / ddp[part] < 0.6
-        assert fsdp["activations"] == ddp["activations"] > 0
+
+
+def _counted(r: dict) -> int:
+    return sum(r["bytes"][part] for part in ("parameters", "gradients", "optimizer state"))
+
+
+def test_the_zero_formula_predicts_the_counted_parts(runs):
+    for strategy, stage in (("ddp", 0), ("zero1", 1), ("fsdp", 3), ("fsdp_no_reshard", 3)):
+        for r in runs[strategy]:
+            predicted = zero_prediction(r["n_params"], 2, stage)
+            assert abs(_counted(r) - predicted) < 0.05 * predicted, (strategy, r["rank"])
+
+
+def test_measured_memory_holds_ddps_bucket_copy_and_fsdps_gathered_weights(runs):
+    ddp = runs["ddp"][0]
+    assert abs(ddp["measured"]["between steps"] - _counted(ddp) - ddp["bytes"]["gradients"]) < 0.01 * _counted(ddp)
+    assert ddp["measured"]["peak"] >= ddp["measured"]["between steps"]
+    fsdp, kept = runs["fsdp"][0], runs["fsdp_no_reshard"][0]
+    # Counted saved tensors include the gathered weights; measured, FSDP2 freed them after forward...
+    assert fsdp["bytes"]["activations"] > 2 * fsdp["measured"]["forward"]
+    assert abs(fsdp["measured"]["forward"] - ddp["measured"]["forward"]) < 0.2 * ddp["measured"]["forward"]
+    # ...and without resharding it keeps every layer's full weights until backward.
+    assert kept["measured"]["forward"] - fsdp["measured"]["forward"] > 0.9 * ddp["bytes"]["parameters"]
+    assert kept["collectives"]["c10d::_allgather_base_"] == kept["collectives"]["c10d::_reduce_scatter_base_"]
+    assert runs["fsdp"][0]["head_local_shape"] == [1, 64] and runs["fsdp"][1]["head_local_shape"] == [0, 64]
+
+
+def test_hsdp_reduce_scatters_over_shard_and_all_reduces_over_replicate():
+    ranks = spawn(hsdp_step, 4, show_output=False)
+    for r in ranks:
+        assert r["collectives"] == {"c10d::_allgather_base_": 4, "c10d::_reduce_scatter_base_": 2,
+                                    "c10d::allreduce_": 2}
+        assert r["global_batch_gap"] < 1e-6
+    assert [r["local_shapes"][2] for r in ranks] == [[1, 8], [0, 8], [1, 8], [0, 8]]
+
+
+def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
+    r = spawn(fsdp_extras, 2, kwargs=dict(width=64, layers=2), show_output=False)[0]
+    assert r["clip"]["ddp_norm"] == r["clip"]["fsdp_norm"] and r["clip"]["max_grad_diff"] < 1e-6
+    assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
+    assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
+    assert r["checkpointing"]["max_grad_diff"] == 0
 
 
 def test_each_strategy_runs_its_own_collectives(runs):
@@ -96,3 +145,36 @@ def test_the_lesson_starts_the_exercise_from_the_stub():
     written = [c.source.split("\n", 1)[1] for c in nb.cells
                if c.cell_type == "code" and c.source.startswith("%%writefile my_work/lesson10_")]
     assert [w.rstrip() for w in written] == [textwrap.dedent(lesson10.STATE_BYTES_STUB).rstrip()]
+
+
+GUESSED_FROM_SIZES = """\
+def state_bytes(optimizer):
+    inner = getattr(optimizer, "optim", optimizer)
+    return sum(8 * getattr(p, "_local_tensor", p).numel() for group in inner.param_groups for p in group["params"])
+"""
+
+WRITTEN_DIFFERENTLY = """\
+import torch
+
+
+def state_bytes(optimizer):
+    inner = optimizer.optim if hasattr(optimizer, "optim") else optimizer
+    tensors = [t for state in inner.state.values() for t in state.values() if torch.is_tensor(t)]
+    return sum(t.to_local().nbytes if hasattr(t, "to_local") else t.nbytes for t in tensors)
+"""
+
+
+def test_checker_refuses_a_count_guessed_from_parameter_sizes(tmp_path, monkeypatch):
+    (tmp_path / "guess10.py").write_text(GUESSED_FROM_SIZES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import guess10
+
+    assert not lesson10.check_state_bytes(guess10.state_bytes).passed
+
+
+def test_checker_passes_a_right_answer_written_differently_on_3_ranks(tmp_path, monkeypatch):
+    (tmp_path / "other10.py").write_text(WRITTEN_DIFFERENTLY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import other10
+
+    assert lesson10.check_state_bytes(other10.state_bytes, world_size=3).passed
