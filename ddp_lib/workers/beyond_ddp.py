@@ -9,6 +9,7 @@ each runs, an FSDP2 checkpoint and resume, and a 2x2 DeviceMesh.
 Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_group.py beside it).
 """
 
+import gc
 from collections import Counter
 from typing import Literal
 
@@ -182,6 +183,12 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
             model, optimizer = wrap(model, strategy, lr)
             losses = []
             for step in range(steps):
+                if step == steps - 1:
+                    # Let every rank finish the previous step and drop what only Python's reference
+                    # cycles still hold (finished communication work), so that "between steps" is a
+                    # quiet moment, the same on every run.
+                    dist.barrier()
+                    gc.collect()
                 with record_function("last step" if step == steps - 1 else "step"):
                     losses.append(train_step(model, optimizer, *batch(step, rank, batch_size, width, seed)))
         timeline = live_bytes(trace)
