@@ -85,7 +85,7 @@ def test_hsdp_reduce_scatters_over_shard_and_all_reduces_over_replicate():
 
 
 def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
-    r = spawn(fsdp_extras, 2, kwargs=dict(width=64, layers=2), show_output=False)[0]
+    r = spawn(fsdp_extras, 2, show_output=False)[0]  # checkpointing pays off only with a few wide layers
     assert r["clip"]["ddp_norm"] == r["clip"]["fsdp_norm"] and r["clip"]["max_grad_diff"] < 1e-6
     assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
     assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
