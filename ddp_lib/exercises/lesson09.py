@@ -7,7 +7,12 @@
    a list of (x, y) micro-batches: gradients accumulated with one all-reduce per step
    (``no_sync``), the loss averaged over the micro-batches, the synchronised gradient clipped.
 
-Each checker runs the learner's function on every rank and compares with the exact answer.
+Each checker runs the learner's function on every rank and compares with the exact answer, with
+inputs for which the classic mistakes give another one: for ``evaluate``, each rank holds real
+samples only in its own shard (drawn in that rank from fresh randomness, decoys elsewhere), so
+evaluating the whole set alone or counting a padding duplicate reads decoys; for ``train_step``, a
+``max_norm`` per step that makes an undivided loss and clipping inside the loop change the result,
+and a hook on the model that sees a forward on concatenated micro-batches.
 """
 
 from __future__ import annotations
