@@ -1,5 +1,6 @@
 """Lesson 10's workers and exercise checker, run on real gloo ranks."""
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -128,17 +129,41 @@ def test_mesh_2x2_refuses_other_world_sizes():
         spawn(mesh_2x2, 2, show_output=False)
 
 
-def test_checker_passes_the_solution():
-    assert lesson10.check_state_bytes(solutions.state_bytes).passed
+# Bytes of Adam state on rank 0 for the lesson's model after one step (exp_avg, exp_avg_sq and a step
+# per tensor), worked out by hand from how each strategy splits the ten parameter tensors.
+PREDICTED_ON_3 = {"ddp": 8 * 263_425 + 4 * 10,  # everything
+                  "zero1": 8 * 2 * 65_536 + 4 * 2,  # largest first, each to the emptiest rank: two weights
+                  "fsdp": 8 * (4 * 86 * 256 + 4 * 86 + 256 + 1) + 4 * 10}  # torch.chunk: 86 of 256 rows, the head
+PREDICTED_ON_2 = {"ddp": 8 * 263_425 + 4 * 10, "zero1": 8 * (2 * 65_536 + 3 * 256) + 4 * 5,
+                  "fsdp": 8 * (4 * 128 * 256 + 4 * 128 + 256 + 1) + 4 * 10}
 
 
-def test_checker_fails_the_stub_and_names_zero_and_dtensor(tmp_path, monkeypatch):
-    (tmp_path / "stub10.py").write_text(lesson10.STATE_BYTES_STUB)
+def _check(tmp_path, monkeypatch, name: str, source: str, predicted: dict | None = PREDICTED_ON_3, **options):
+    (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
-    import stub10
+    module = __import__(name)
+    return lesson10.check_state_bytes(module.state_bytes, predicted, **options)
 
-    report = str(lesson10.check_state_bytes(stub10.state_bytes))
-    assert report.startswith("FAIL") and ".optim" in report and ".to_local()" in report and "ddp" not in report
+
+def test_checker_passes_the_solution_and_the_worked_predictions():
+    report = lesson10.check_state_bytes(solutions.state_bytes, PREDICTED_ON_3)
+    assert report.passed, str(report)
+    assert "zero1: you predicted 1,048,584 bytes on rank 0, it holds 1,048,584" in str(report)
+
+
+def test_checker_fails_the_zero_formula_for_zero1_on_3_ranks():
+    # The formula splits the state evenly; ZeroRedundancyOptimizer splits whole tensors.
+    formula = {s: zero_prediction(263_425, 3, stage, bytes_per_param=(0, 0, 8))
+               for s, stage in (("ddp", 0), ("zero1", 1), ("fsdp", 3))}
+    report = str(lesson10.check_state_bytes(solutions.state_bytes, formula))
+    assert "PASS ddp" in report and "PASS fsdp" in report and "FAIL zero1: you predicted" in report
+
+
+def test_checker_fails_the_stub_and_names_zero_and_dtensor_without_giving_the_bytes(tmp_path, monkeypatch):
+    report = str(_check(tmp_path, monkeypatch, "stub10", lesson10.STATE_BYTES_STUB, predicted=None))
+    assert report.startswith("FAIL predicted must give an int")
+    assert ".optim" in report and ".to_local()" in report and "FAIL ddp" not in report
+    assert "not what this rank holds" in report and not re.search(r"holds \d", report)
 
 
 def test_the_lesson_starts_the_exercise_from_the_stub():
@@ -148,11 +173,49 @@ def test_the_lesson_starts_the_exercise_from_the_stub():
     assert [w.rstrip() for w in written] == [textwrap.dedent(lesson10.STATE_BYTES_STUB).rstrip()]
 
 
-GUESSED_FROM_SIZES = """\
+ADVERSARIES = {
+    # 8 bytes per element and a 4-byte step per parameter: exact after a plain Adam step.
+    "sizes10": """\
 def state_bytes(optimizer):
     inner = getattr(optimizer, "optim", optimizer)
-    return sum(8 * getattr(p, "_local_tensor", p).numel() for group in inner.param_groups for p in group["params"])
-"""
+    params = [p for group in inner.param_groups for p in group["params"]]
+    return sum(8 * getattr(p, "_local_tensor", p).numel() + 4 for p in params)
+""",
+    # The global DTensor state divided by a hard-coded world size of 2.
+    "world10": """\
+import torch
+
+
+def state_bytes(optimizer):
+    inner = getattr(optimizer, "optim", optimizer)
+    tensors = [t for s in inner.state.values() for t in s.values() if torch.is_tensor(t)]
+    full = sum(t.numel() * t.element_size() for t in tensors)
+    return full // 2 if any(hasattr(t, "to_local") for t in tensors) else full
+""",
+    # The expected count looked up in the checker's frames, then among every live object.
+    "frames10": """\
+import gc
+import inspect
+
+
+def state_bytes(optimizer):
+    for info in inspect.stack():
+        for value in info.frame.f_locals.values():
+            if isinstance(value, dict) and isinstance(value.get("exact"), int):
+                return value["exact"]
+    for obj in gc.get_objects():
+        if isinstance(obj, dict) and isinstance(obj.get("exact"), int):
+            return obj["exact"]
+    return 0
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIES))
+def test_checker_refuses_counts_not_made_from_the_state(name, tmp_path, monkeypatch):
+    report = _check(tmp_path, monkeypatch, name, ADVERSARIES[name])
+    assert not report.passed, str(report)
+
 
 WRITTEN_DIFFERENTLY = """\
 import torch
@@ -165,17 +228,11 @@ def state_bytes(optimizer):
 """
 
 
-def test_checker_refuses_a_count_guessed_from_parameter_sizes(tmp_path, monkeypatch):
-    (tmp_path / "guess10.py").write_text(GUESSED_FROM_SIZES)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import guess10
-
-    assert not lesson10.check_state_bytes(guess10.state_bytes).passed
+def test_checker_passes_a_right_answer_written_differently_on_2_ranks(tmp_path, monkeypatch):
+    report = _check(tmp_path, monkeypatch, "other10", WRITTEN_DIFFERENTLY, predicted=PREDICTED_ON_2, world_size=2)
+    assert report.passed, str(report)
 
 
-def test_checker_passes_a_right_answer_written_differently_on_3_ranks(tmp_path, monkeypatch):
-    (tmp_path / "other10.py").write_text(WRITTEN_DIFFERENTLY)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import other10
-
-    assert lesson10.check_state_bytes(other10.state_bytes, world_size=3).passed
+def test_checker_refuses_a_world_size_below_2():
+    with pytest.raises(ValueError, match="world_size must be an int of at least 2, got 1"):
+        lesson10.check_state_bytes(solutions.state_bytes, PREDICTED_ON_3, world_size=1)
