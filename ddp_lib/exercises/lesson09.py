@@ -10,9 +10,11 @@
 Each checker runs the learner's function on every rank and compares with the exact answer, with
 inputs for which the classic mistakes give another one: for ``evaluate``, each rank holds real
 samples only in its own shard (drawn in that rank from fresh randomness, decoys elsewhere), so
-evaluating the whole set alone or counting a padding duplicate reads decoys; for ``train_step``, a
-``max_norm`` per step that makes an undivided loss and clipping inside the loop change the result,
-and a hook on the model that sees a forward on concatenated micro-batches.
+evaluating the whole set alone or counting a padding duplicate reads decoys; for ``train_step``,
+micro-batches each rank draws from fresh randomness (returned beside the answer, so that only the
+parent, which gets every rank's, computes the reference), a ``max_norm`` per step that makes an
+undivided loss, a missing clip and clipping inside the loop change the result, and a hook on the
+model that sees a forward on concatenated micro-batches.
 """
 
 from __future__ import annotations
@@ -135,28 +137,32 @@ def check_evaluate(evaluate: Callable, world_size: int = 2) -> Report:
 
 # Exercise 2: a step with gradient accumulation and clipping.
 STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR = 3, 2, 8, 0.5
-# max_norm per step: each value makes one classic mistake change the result. Between the averaged
-# gradient's norm and the undivided one's (a loss not divided by the micro-batches); below the
-# first micro-batch's own norm (clipping inside the accumulation loop).
-MAX_NORMS = (0.8, 0.25, 0.6)
+# max_norm per step, each making one classic mistake change the result whatever the samples drawn:
+# far below any gradient norm of this model (a missing clip, or clipping inside the accumulation
+# loop, scales another gradient), far above it (an undivided loss is twice the gradient, unclipped),
+# and in between.
+MAX_NORMS = (0.05, 100.0, 0.5)
+
+# One rank's micro-batches: batches[step][k] = (x, y).
+Batches = list[list[tuple[torch.Tensor, torch.Tensor]]]
 
 
-def micro_batches_for(step: int, rank: int, world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's micro-batches of ``step``: disjoint slices of the training set."""
+def draw_micro_batches(generator: torch.Generator) -> Batches:
+    """STEPS x MICRO_BATCHES micro-batches of training samples picked at random by ``generator``.
+    Each rank draws its own from fresh randomness, so no rank can know another rank's samples."""
     from ddp_lib.workers.training_loop import make_moons
 
     x, y = make_moons().tensors
-    batches = []
-    for k in range(MICRO_BATCHES):
-        start = ((step * MICRO_BATCHES + k) * world_size + rank) * MICRO_BATCH_SIZE
-        batches.append((x[start:start + MICRO_BATCH_SIZE], y[start:start + MICRO_BATCH_SIZE]))
-    return batches
+    picks = torch.randperm(len(y), generator=generator)[:STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE]
+    picks = picks.view(STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE)
+    return [[(x[p], y[p]) for p in step] for step in picks]
 
 
-def reference_params(world_size: int, divide: bool | str = True, clip: bool = True) -> torch.Tensor:
-    """One process over the global batch (every rank's micro-batches): what the step must produce.
-    ``divide``/``clip`` False give the results of the usual mistakes; ``divide="inside"`` clips after
-    every micro-batch's backward (each rank its own partial sum until the last, as under no_sync)."""
+def reference_params(batches: list[Batches], divide: bool | str = True, clip: bool = True) -> torch.Tensor:
+    """One process over the global batch (``batches[rank]``, every rank's micro-batches): what the
+    step must produce. ``divide``/``clip`` False give the results of the usual mistakes;
+    ``divide="inside"`` clips after every micro-batch's backward (each rank its own partial sum until
+    the last, as under no_sync)."""
     from ddp_lib.workers.training_loop import LoopNet
 
     torch.manual_seed(0)
@@ -165,12 +171,12 @@ def reference_params(world_size: int, divide: bool | str = True, clip: bool = Tr
     for step in range(STEPS):
         optimizer.zero_grad()
         if divide == "inside":
-            _clip_inside_the_loop(model, step, world_size)
+            _clip_inside_the_loop(model, [per_rank[step] for per_rank in batches], MAX_NORMS[step])
             optimizer.step()
             continue
         for k in range(MICRO_BATCHES):
-            x = torch.cat([micro_batches_for(step, r, world_size)[k][0] for r in range(world_size)])
-            y = torch.cat([micro_batches_for(step, r, world_size)[k][1] for r in range(world_size)])
+            x = torch.cat([per_rank[step][k][0] for per_rank in batches])
+            y = torch.cat([per_rank[step][k][1] for per_rank in batches])
             loss = nn.functional.cross_entropy(model(x), y)
             (loss / MICRO_BATCHES if divide else loss).backward()
         if clip:
@@ -179,24 +185,26 @@ def reference_params(world_size: int, divide: bool | str = True, clip: bool = Tr
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _clip_inside_the_loop(model: nn.Module, step: int, world_size: int) -> None:
+def _clip_inside_the_loop(model: nn.Module, step_batches: list[list[tuple[torch.Tensor, torch.Tensor]]],
+                          max_norm: float) -> None:
     """The gradient of one step when every rank clips after each micro-batch's backward: each rank
-    clips its own partial sum under no_sync, then the last backward averages and it is clipped again."""
+    clips its own partial sum under no_sync, then the last backward averages and it is clipped again.
+    ``step_batches[rank]`` holds that rank's micro-batches of the step."""
     import copy
 
     partial = []
-    for r in range(world_size):
+    for micro_batches in step_batches:
         replica = copy.deepcopy(model)
-        for x, y in micro_batches_for(step, r, world_size)[:-1]:
+        for x, y in micro_batches[:-1]:
             (nn.functional.cross_entropy(replica(x), y) / MICRO_BATCHES).backward()
-            nn.utils.clip_grad_norm_(replica.parameters(), MAX_NORMS[step])
+            nn.utils.clip_grad_norm_(replica.parameters(), max_norm)
         partial.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in replica.parameters()])
-    x = torch.cat([micro_batches_for(step, r, world_size)[-1][0] for r in range(world_size)])
-    y = torch.cat([micro_batches_for(step, r, world_size)[-1][1] for r in range(world_size)])
+    x = torch.cat([micro_batches[-1][0] for micro_batches in step_batches])
+    y = torch.cat([micro_batches[-1][1] for micro_batches in step_batches])
     (nn.functional.cross_entropy(model(x), y) / MICRO_BATCHES).backward()  # the mean over ranks of the last
     for i, p in enumerate(model.parameters()):
-        p.grad += sum(grads[i] for grads in partial) / world_size
-    nn.utils.clip_grad_norm_(model.parameters(), MAX_NORMS[step])
+        p.grad += sum(grads[i] for grads in partial) / len(step_batches)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
 
 def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them, and here they are strings
@@ -208,12 +216,17 @@ def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them
 
 
 def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
+    """In each rank: the learner's steps on micro-batches this rank draws from fresh randomness;
+    returns the parameters, the micro-batches (for the parent's reference) and what was counted."""
+    import secrets
+
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.training_loop import LoopNet
 
     with process_group(rank, world_size):
+        batches = draw_micro_batches(torch.Generator().manual_seed(secrets.randbits(63)))
         torch.manual_seed(0)
         model = LoopNet()
         ddp_model = DDP(model)
@@ -224,14 +237,14 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
-            train_step(ddp_model, optimizer, micro_batches_for(step, rank, world_size), MAX_NORMS[step])
-        return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]),
+            # clones: whatever the learner does to them, the parent gets the samples as drawn
+            train_step(ddp_model, optimizer, [(x.clone(), y.clone()) for x, y in batches[step]], MAX_NORMS[step])
+        return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), "batches": batches,
                 "all_reduces": state["all_reduces"], "largest_batch": max(batch_sizes, default=0)}
 
 
 def diagnose_train_step(results: list[dict]) -> list[str]:
     """Problems with per-rank results of ``_run_train_step`` (empty: all right)."""
-    world_size = len(results)
     params = [r["params"] for r in results]
     if any(not torch.allclose(p, params[0], atol=TOL) for p in params):
         return ["the ranks' parameters differ: every rank must step on the same, all-reduced gradient "
@@ -241,13 +254,14 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
         problems.append(f"the model ran a forward on {results[0]['largest_batch']} samples at once, but a "
                         f"micro-batch holds {MICRO_BATCH_SIZE}: run one forward and backward per micro-batch "
                         "(the point of accumulating is that a whole batch need not fit in memory)")
-    if not torch.allclose(params[0], reference_params(world_size), atol=TOL):
+    batches = [r["batches"] for r in results]
+    if not torch.allclose(params[0], reference_params(batches), atol=TOL):
         for divide, clip, hint in (("inside", True, "clip once, after the last micro-batch's backward: inside the "
                                    "loop the first micro-batches' gradients are clipped alone, before they are summed"),
                                    (False, True, "divide each micro-batch's loss by the number of micro-batches"),
                                    (True, False, "clip with clip_grad_norm_(..., max_norm) after the last backward"),
                                    (False, False, "divide the loss by the number of micro-batches, and clip")):
-            if torch.allclose(params[0], reference_params(world_size, divide, clip), atol=TOL):
+            if torch.allclose(params[0], reference_params(batches, divide, clip), atol=TOL):
                 problems.append(f"the parameters differ from one process on the global batch: {hint}")
                 break
         else:
