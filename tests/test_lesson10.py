@@ -63,7 +63,7 @@ def test_the_zero_formula_predicts_the_counted_parts(runs):
 
 def test_measured_memory_holds_ddps_bucket_copy_and_fsdps_gathered_weights(runs):
     ddp = runs["ddp"][0]
-    # At least the bucket copy; a free the profiler did not record can add one more buffer.
+    # At least the bucket copy; the measurement can hold one more buffer on some runs.
     assert ddp["measured"]["between steps"] - _counted(ddp) >= 0.99 * ddp["bytes"]["gradients"]
     assert ddp["measured"]["peak"] >= ddp["measured"]["between steps"]
     fsdp, kept = runs["fsdp"][0], runs["fsdp_no_reshard"][0]

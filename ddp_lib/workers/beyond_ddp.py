@@ -185,8 +185,8 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
             for step in range(steps):
                 if step == steps - 1:
                     # Let every rank finish the previous step and drop what only Python's reference
-                    # cycles still hold (finished communication work), so that "between steps" is a
-                    # quiet moment, the same on every run.
+                    # cycles still hold (finished communication work), so that "between steps" is as
+                    # quiet a moment as a rank can make it.
                     dist.barrier()
                     gc.collect()
                 with record_function("last step" if step == steps - 1 else "step"):
