@@ -73,7 +73,7 @@ def recording_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.F
 def bf16_compress(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average the bucket in bfloat16, then copy the result back into the float32 bucket: the same
     computation as torch's ``bf16_compress_hook``, which DDP refuses (by the hook's name) unless
-    torch was built with CUDA and NCCL 2.10+, or runs on an XPU with XCCL."""
+    torch was built for CUDA or ROCm with NCCL 2.10+, or an XPU with XCCL is available."""
     buffer = bucket.buffer()
     compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())  # half the bytes on the wire
     state["sent"].add(str(compressed.dtype).removeprefix("torch."))
