@@ -143,6 +143,89 @@ def test_train_step_checker_names_a_missing_clip(tmp_path, monkeypatch):
 
 
 
+WHOLE_SET_ALONE = """\
+import torch
+
+
+def evaluate(model, dataset, rank, world_size):
+    with torch.no_grad():
+        right = [int(model(dataset[i][0].unsqueeze(0)).argmax(1).item() == dataset[i][1].item())
+                 for i in range(len(dataset))]
+    return sum(right) / len(right)
+"""
+
+# A right answer written differently: names imported from torch.distributed's modules, a float32
+# pair, and the sampler's real length taken from the index list instead of the position test.
+RIGHT_WRITTEN_DIFFERENTLY = """\
+import torch
+from torch.distributed import distributed_c10d
+from torch.utils.data import DistributedSampler
+
+
+def evaluate(model, dataset, rank, world_size):
+    indices = list(DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False))
+    real = len(range(rank, len(dataset), world_size))
+    hits = sum(int(model(dataset[i][0][None]).argmax().item() == int(dataset[i][1])) for i in indices[:real])
+    counts = torch.tensor([hits, real], dtype=torch.float32)
+    distributed_c10d.all_reduce(counts, op=distributed_c10d.ReduceOp.SUM)
+    return float(counts[0] / counts[1])
+"""
+
+CONCATENATED = """\
+import torch
+from torch import nn
+
+
+def train_step(ddp_model, optimizer, micro_batches, max_norm):
+    x = torch.cat([x for x, _ in micro_batches])
+    y = torch.cat([y for _, y in micro_batches])
+    nn.functional.cross_entropy(ddp_model(x), y).backward()
+    nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)
+    optimizer.step()
+"""
+
+CLIP_INSIDE_THE_LOOP = """\
+from contextlib import nullcontext
+
+from torch import nn
+
+
+def train_step(ddp_model, optimizer, micro_batches, max_norm):
+    for k, (x, y) in enumerate(micro_batches):
+        with ddp_model.no_sync() if k < len(micro_batches) - 1 else nullcontext():
+            (nn.functional.cross_entropy(ddp_model(x), y) / len(micro_batches)).backward()
+        nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)
+    optimizer.step()
+"""
+
+
+def test_evaluate_checker_refuses_every_rank_evaluating_the_whole_set_alone(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "alone09_eval", WHOLE_SET_ALONE)
+    report = lesson09.check_evaluate(module.evaluate)
+    assert not report.passed and "all_reduce" in str(report)
+
+
+def test_evaluate_checker_passes_a_right_answer_written_differently_on_3_ranks(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "other09_eval", RIGHT_WRITTEN_DIFFERENTLY)
+    assert lesson09.check_evaluate(module.evaluate, world_size=3).passed
+
+
+def test_train_step_checker_refuses_one_forward_on_the_concatenated_micro_batches(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "concat09_step", CONCATENATED)
+    report = str(lesson09.check_train_step(module.train_step))
+    assert report.startswith("FAIL") and "one forward and backward per micro-batch" in report
+
+
+def test_train_step_checker_refuses_clipping_inside_the_accumulation_loop(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "inside09_step", CLIP_INSIDE_THE_LOOP)
+    report = str(lesson09.check_train_step(module.train_step, world_size=3))
+    assert report.startswith("FAIL") and "clip once, after the last micro-batch" in report
+
+
+def test_train_step_checker_passes_the_solution_on_3_ranks():
+    assert lesson09.check_train_step(solutions.train_step, world_size=3).passed
+
+
 def test_the_lesson_starts_each_exercise_from_the_stub_the_tests_fail():
     import nbformat
 
@@ -199,3 +282,117 @@ def test_a_bucket_below_1_mib_is_refused_by_torch_and_by_the_worker():
         DDPOptimizer(bucket_bytes_cap=2**19, backend_compile_fn=lambda gm, example_inputs: gm.forward)
     with pytest.raises(ValueError, match=r"bucket_cap_mb=0.5: .* at least 1"):
         compiled_graphs(0, 2, bucket_cap_mb=0.5)
+
+
+# Rebuilds every rank's micro-batches from the training set, steps alone on the global batch and
+# lets DDP average identical gradients: right only if the checker's samples can be guessed.
+REBUILT_FROM_THE_TRAINING_SET = """\
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ddp_lib.workers.training_loop import make_moons
+
+
+def train_step(ddp_model, optimizer, micro_batches, max_norm):
+    X, Y = make_moons().tensors
+    n, mb = len(micro_batches[0][0]), len(micro_batches)
+    start = next(i for i in range(len(X) - n + 1) if torch.equal(X[i:i + n], micro_batches[0][0]))
+    world_size, rank = dist.get_world_size(), dist.get_rank()
+    step = (start // n - rank) // world_size // mb
+    model = ddp_model.module
+    for k in range(mb):
+        s = (step * mb + k) * world_size * n
+        out = model.fc2(model.relu(model.fc1(X[s:s + world_size * n])))  # no forward hook sees it
+        (nn.functional.cross_entropy(out, Y[s:s + world_size * n]) / mb).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    (ddp_model(micro_batches[-1][0]).sum() * 0).backward()  # one all-reduce of identical gradients
+    optimizer.step()
+"""
+
+# Every rank steps on its own micro-batches, never through DDP: no collective at all.
+NO_COLLECTIVE_STEP = """\
+from torch import nn
+
+
+def train_step(ddp_model, optimizer, micro_batches, max_norm):
+    for x, y in micro_batches:
+        (nn.functional.cross_entropy(ddp_model.module(x), y) / len(micro_batches)).backward()
+    nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)
+    optimizer.step()
+"""
+
+# A right answer written differently (nanoGPT's way): require_backward_grad_sync set before each
+# forward instead of no_sync, the summed loss scaled once, clipping through torch.nn.utils.
+REQUIRE_BACKWARD_GRAD_SYNC = """\
+import torch
+
+
+def train_step(ddp_model, optimizer, micro_batches, max_norm):
+    for k, (x, y) in enumerate(micro_batches):
+        ddp_model.require_backward_grad_sync = k == len(micro_batches) - 1
+        loss = torch.nn.functional.cross_entropy(ddp_model(x), y, reduction="sum") / (len(y) * len(micro_batches))
+        loss.backward()
+    torch.nn.utils.clip_grad_norm_(ddp_model.module.parameters(), max_norm)
+    optimizer.step()
+"""
+
+# The solution's evaluation with world_size written as 2.
+HARD_CODED_TWO_RANKS = """\
+import torch
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler
+
+
+def evaluate(model, dataset, rank, world_size):
+    counts = torch.zeros(2, dtype=torch.float64)
+    with torch.no_grad():
+        for i, index in enumerate(DistributedSampler(dataset, num_replicas=2, rank=rank % 2, shuffle=False)):
+            if rank % 2 + i * 2 < len(dataset):
+                x, y = dataset[index]
+                counts += torch.tensor([float(model(x[None]).argmax(1).item() == y.item()), 1.0], dtype=torch.float64)
+    dist.all_reduce(counts)
+    return (counts[0] / counts[1]).item()
+"""
+
+# A right answer through a ProcessGroup method and names imported from torch.distributed.
+PROCESS_GROUP_METHOD = """\
+import torch
+from torch.distributed import ReduceOp, group
+
+
+def evaluate(model, dataset, rank, world_size):
+    mine = range(rank, len(dataset), world_size)  # the sampler's real positions, shuffle=False
+    with torch.no_grad():
+        hits = sum(int(model(dataset[i][0][None]).argmax(1).item() == dataset[i][1].item()) for i in mine)
+    counts = torch.tensor([float(hits), float(len(mine))], dtype=torch.float64)
+    group.WORLD.allreduce([counts], ReduceOp.SUM).wait()
+    return (counts[0] / counts[1]).item()
+"""
+
+
+def test_train_step_checker_refuses_micro_batches_rebuilt_from_the_training_set(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "rebuilt09_step", REBUILT_FROM_THE_TRAINING_SET)
+    assert not lesson09.check_train_step(module.train_step).passed
+
+
+def test_train_step_checker_refuses_a_step_without_any_collective(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "nocoll09_step", NO_COLLECTIVE_STEP)
+    report = lesson09.check_train_step(module.train_step, world_size=3)
+    assert not report.passed and "parameters differ" in str(report)
+
+
+def test_train_step_checker_passes_require_backward_grad_sync_on_3_ranks(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "rbgs09_step", REQUIRE_BACKWARD_GRAD_SYNC)
+    assert lesson09.check_train_step(module.train_step, world_size=3).passed
+
+
+def test_evaluate_checker_refuses_a_world_size_hard_coded_to_2(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "two09_eval", HARD_CODED_TWO_RANKS)
+    assert lesson09.check_evaluate(module.evaluate).passed  # right on 2 ranks...
+    assert not lesson09.check_evaluate(module.evaluate, world_size=3).passed  # ...not on 3
+
+
+def test_evaluate_checker_passes_a_process_group_method_on_3_ranks(tmp_path, monkeypatch):
+    module = _load(tmp_path, monkeypatch, "pgm09_eval", PROCESS_GROUP_METHOD)
+    assert lesson09.check_evaluate(module.evaluate, world_size=3).passed

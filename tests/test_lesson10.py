@@ -1,5 +1,6 @@
 """Lesson 10's workers and exercise checker, run on real gloo ranks."""
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -9,13 +10,21 @@ import pytest
 from ddp_lib.exercises import lesson10
 from ddp_lib.exercises.solutions import lesson10 as solutions
 from ddp_lib.launch import spawn
-from ddp_lib.workers.beyond_ddp import compare_strategies, fsdp_checkpoint, memory_run, mesh_2x2
+from ddp_lib.workers.beyond_ddp import (
+    compare_strategies,
+    fsdp_checkpoint,
+    fsdp_extras,
+    hsdp_step,
+    memory_run,
+    mesh_2x2,
+    zero_prediction,
+)
 
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
     return {s: spawn(memory_run, 2, kwargs=dict(strategy=s, width=64, layers=2), show_output=False)
-            for s in ("ddp", "zero1", "fsdp")}
+            for s in ("ddp", "zero1", "fsdp", "fsdp_no_reshard")}
 
 
 def test_compare_strategies_runs_each_in_one_job():
@@ -39,7 +48,49 @@ def test_zero1_halves_the_optimizer_state_and_fsdp_everything(runs):
         assert 0.4 < zero1["optimizer state"] / ddp["optimizer state"] < 0.6
         for part in ("parameters", "gradients", "optimizer state"):
             assert 0.4 < fsdp[part] / ddp[part] < 0.6
-        assert fsdp["activations"] == ddp["activations"] > 0
+
+
+def _counted(r: dict) -> int:
+    return sum(r["bytes"][part] for part in ("parameters", "gradients", "optimizer state"))
+
+
+def test_the_zero_formula_predicts_the_counted_parts(runs):
+    for strategy, stage in (("ddp", 0), ("zero1", 1), ("fsdp", 3), ("fsdp_no_reshard", 3)):
+        for r in runs[strategy]:
+            predicted = zero_prediction(r["n_params"], 2, stage)
+            assert abs(_counted(r) - predicted) < 0.05 * predicted, (strategy, r["rank"])
+
+
+def test_measured_memory_holds_ddps_bucket_copy_and_fsdps_gathered_weights(runs):
+    ddp = runs["ddp"][0]
+    # At least the bucket copy; the measurement can hold one more buffer on some runs.
+    assert ddp["measured"]["between steps"] - _counted(ddp) >= 0.99 * ddp["bytes"]["gradients"]
+    assert ddp["measured"]["peak"] >= ddp["measured"]["between steps"]
+    fsdp, kept = runs["fsdp"][0], runs["fsdp_no_reshard"][0]
+    # Counted saved tensors include the gathered weights; measured, FSDP2 freed them after forward...
+    assert fsdp["bytes"]["activations"] > 2 * fsdp["measured"]["forward"]
+    assert abs(fsdp["measured"]["forward"] - ddp["measured"]["forward"]) < 0.2 * ddp["measured"]["forward"]
+    # ...and without resharding it keeps every layer's full weights until backward.
+    assert kept["measured"]["forward"] - fsdp["measured"]["forward"] > 0.9 * ddp["bytes"]["parameters"]
+    assert kept["collectives"]["c10d::_allgather_base_"] == kept["collectives"]["c10d::_reduce_scatter_base_"]
+    assert runs["fsdp"][0]["head_local_shape"] == [1, 64] and runs["fsdp"][1]["head_local_shape"] == [0, 64]
+
+
+def test_hsdp_reduce_scatters_over_shard_and_all_reduces_over_replicate():
+    ranks = spawn(hsdp_step, 4, show_output=False)
+    for r in ranks:
+        assert r["collectives"] == {"c10d::_allgather_base_": 4, "c10d::_reduce_scatter_base_": 2,
+                                    "c10d::allreduce_": 2}
+        assert r["global_batch_gap"] < 1e-6
+    assert [r["local_shapes"][2] for r in ranks] == [[1, 8], [0, 8], [1, 8], [0, 8]]
+
+
+def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
+    r = spawn(fsdp_extras, 2, show_output=False)[0]  # checkpointing pays off only with a few wide layers
+    assert r["clip"]["ddp_norm"] == r["clip"]["fsdp_norm"] and r["clip"]["max_grad_diff"] < 1e-6
+    assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
+    assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
+    assert r["checkpointing"]["max_grad_diff"] == 0
 
 
 def test_each_strategy_runs_its_own_collectives(runs):
@@ -78,17 +129,41 @@ def test_mesh_2x2_refuses_other_world_sizes():
         spawn(mesh_2x2, 2, show_output=False)
 
 
-def test_checker_passes_the_solution():
-    assert lesson10.check_state_bytes(solutions.state_bytes).passed
+# Bytes of Adam state on rank 0 for the lesson's model after one step (exp_avg, exp_avg_sq and a step
+# per tensor), worked out by hand from how each strategy splits the ten parameter tensors.
+PREDICTED_ON_3 = {"ddp": 8 * 263_425 + 4 * 10,  # everything
+                  "zero1": 8 * 2 * 65_536 + 4 * 2,  # largest first, each to the emptiest rank: two weights
+                  "fsdp": 8 * (4 * 86 * 256 + 4 * 86 + 256 + 1) + 4 * 10}  # torch.chunk: 86 of 256 rows, the head
+PREDICTED_ON_2 = {"ddp": 8 * 263_425 + 4 * 10, "zero1": 8 * (2 * 65_536 + 3 * 256) + 4 * 5,
+                  "fsdp": 8 * (4 * 128 * 256 + 4 * 128 + 256 + 1) + 4 * 10}
 
 
-def test_checker_fails_the_stub_and_names_zero_and_dtensor(tmp_path, monkeypatch):
-    (tmp_path / "stub10.py").write_text(lesson10.STATE_BYTES_STUB)
+def _check(tmp_path, monkeypatch, name: str, source: str, predicted: dict | None = PREDICTED_ON_3, **options):
+    (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
-    import stub10
+    module = __import__(name)
+    return lesson10.check_state_bytes(module.state_bytes, predicted, **options)
 
-    report = str(lesson10.check_state_bytes(stub10.state_bytes))
-    assert report.startswith("FAIL") and ".optim" in report and ".to_local()" in report and "ddp" not in report
+
+def test_checker_passes_the_solution_and_the_worked_predictions():
+    report = lesson10.check_state_bytes(solutions.state_bytes, PREDICTED_ON_3)
+    assert report.passed, str(report)
+    assert "zero1: you predicted 1,048,584 bytes on rank 0, it holds 1,048,584" in str(report)
+
+
+def test_checker_fails_the_zero_formula_for_zero1_on_3_ranks():
+    # The formula splits the state evenly; ZeroRedundancyOptimizer splits whole tensors.
+    formula = {s: zero_prediction(263_425, 3, stage, bytes_per_param=(0, 0, 8))
+               for s, stage in (("ddp", 0), ("zero1", 1), ("fsdp", 3))}
+    report = str(lesson10.check_state_bytes(solutions.state_bytes, formula))
+    assert "PASS ddp" in report and "PASS fsdp" in report and "FAIL zero1: you predicted" in report
+
+
+def test_checker_fails_the_stub_and_names_zero_and_dtensor_without_giving_the_bytes(tmp_path, monkeypatch):
+    report = str(_check(tmp_path, monkeypatch, "stub10", lesson10.STATE_BYTES_STUB, predicted=None))
+    assert report.startswith("FAIL predicted must give an int")
+    assert ".optim" in report and ".to_local()" in report and "FAIL ddp" not in report
+    assert "not what this rank holds" in report and not re.search(r"holds \d", report)
 
 
 def test_the_lesson_starts_the_exercise_from_the_stub():
@@ -96,3 +171,68 @@ def test_the_lesson_starts_the_exercise_from_the_stub():
     written = [c.source.split("\n", 1)[1] for c in nb.cells
                if c.cell_type == "code" and c.source.startswith("%%writefile my_work/lesson10_")]
     assert [w.rstrip() for w in written] == [textwrap.dedent(lesson10.STATE_BYTES_STUB).rstrip()]
+
+
+ADVERSARIES = {
+    # 8 bytes per element and a 4-byte step per parameter: exact after a plain Adam step.
+    "sizes10": """\
+def state_bytes(optimizer):
+    inner = getattr(optimizer, "optim", optimizer)
+    params = [p for group in inner.param_groups for p in group["params"]]
+    return sum(8 * getattr(p, "_local_tensor", p).numel() + 4 for p in params)
+""",
+    # The global DTensor state divided by a hard-coded world size of 2.
+    "world10": """\
+import torch
+
+
+def state_bytes(optimizer):
+    inner = getattr(optimizer, "optim", optimizer)
+    tensors = [t for s in inner.state.values() for t in s.values() if torch.is_tensor(t)]
+    full = sum(t.numel() * t.element_size() for t in tensors)
+    return full // 2 if any(hasattr(t, "to_local") for t in tensors) else full
+""",
+    # The expected count looked up in the checker's frames, then among every live object.
+    "frames10": """\
+import gc
+import inspect
+
+
+def state_bytes(optimizer):
+    for info in inspect.stack():
+        for value in info.frame.f_locals.values():
+            if isinstance(value, dict) and isinstance(value.get("exact"), int):
+                return value["exact"]
+    for obj in gc.get_objects():
+        if isinstance(obj, dict) and isinstance(obj.get("exact"), int):
+            return obj["exact"]
+    return 0
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIES))
+def test_checker_refuses_counts_not_made_from_the_state(name, tmp_path, monkeypatch):
+    report = _check(tmp_path, monkeypatch, name, ADVERSARIES[name])
+    assert not report.passed, str(report)
+
+
+WRITTEN_DIFFERENTLY = """\
+import torch
+
+
+def state_bytes(optimizer):
+    inner = optimizer.optim if hasattr(optimizer, "optim") else optimizer
+    tensors = [t for state in inner.state.values() for t in state.values() if torch.is_tensor(t)]
+    return sum(t.to_local().nbytes if hasattr(t, "to_local") else t.nbytes for t in tensors)
+"""
+
+
+def test_checker_passes_a_right_answer_written_differently_on_2_ranks(tmp_path, monkeypatch):
+    report = _check(tmp_path, monkeypatch, "other10", WRITTEN_DIFFERENTLY, predicted=PREDICTED_ON_2, world_size=2)
+    assert report.passed, str(report)
+
+
+def test_checker_refuses_a_world_size_below_2():
+    with pytest.raises(ValueError, match="world_size must be an int of at least 2, got 1"):
+        lesson10.check_state_bytes(solutions.state_bytes, PREDICTED_ON_3, world_size=1)

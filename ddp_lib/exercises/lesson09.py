@@ -7,7 +7,14 @@
    a list of (x, y) micro-batches: gradients accumulated with one all-reduce per step
    (``no_sync``), the loss averaged over the micro-batches, the synchronised gradient clipped.
 
-Each checker runs the learner's function on every rank and compares with the exact answer.
+Each checker runs the learner's function on every rank and compares with the exact answer, with
+inputs for which the classic mistakes give another one: for ``evaluate``, each rank holds real
+samples only in its own shard (drawn in that rank from fresh randomness, decoys elsewhere), so
+evaluating the whole set alone or counting a padding duplicate reads decoys; for ``train_step``,
+micro-batches each rank draws from fresh randomness (returned beside the answer, so that only the
+parent, which gets every rank's, computes the reference), a ``max_norm`` per step that makes an
+undivided loss, a missing clip and clipping inside the loop change the result, and a hook on the
+model that sees a forward on concatenated micro-batches.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ from torch import nn
 from ddp_lib.exercises.checking import Report, run_on_ranks
 
 EVAL_SIZES = (11, 7)  # not multiples of 2: the sampler pads both
+# Draws per size: with so few samples one draw can make a mistake give the exact value by chance
+# (every prediction right, or two shards with equal accuracies); every draw must come out exact.
+DRAWS = 4
 TOL = 1e-5
 
 
@@ -31,69 +41,97 @@ def _report(report: Report, problems: list[str], success: str) -> Report:
     return report
 
 
-def _run_evaluate(rank: int, world_size: int, evaluate: Callable, seed: int = 0) -> list[dict]:
-    """In each rank: the learner's value and the candidate answers, for every size in EVAL_SIZES."""
+class _ShardOnlyDataset(torch.utils.data.Dataset):
+    """A held-out set as one rank sees it: real samples at the positions DistributedSampler
+    (shuffle=False) gives this rank, decoys drawn by this rank everywhere else. Evaluating the whole
+    set on one rank, or counting a padding duplicate (another rank's position), reads decoys."""
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self._x, self._y = x, y
+
+    def __len__(self) -> int:
+        return len(self._y)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._x[index], self._y[index]
+
+
+def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
+    """In each rank: the learner's value, and this rank's (correct, counted) for each way of counting,
+    for every size in EVAL_SIZES, DRAWS times. Samples and labels come from fresh randomness drawn in this rank,
+    so no rank holds another rank's samples and nothing here holds the exact answer."""
+    import secrets
+
     from torch.utils.data import DistributedSampler
 
     from ddp_lib.process_group import process_group
-    from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, make_moons
+    from ddp_lib.workers.training_loop import LoopNet
 
     with process_group(rank, world_size):
         found = []
-        for n_eval in EVAL_SIZES:
-            torch.manual_seed(seed)
-            model = LoopNet()
-            dataset = make_moons(n_eval, seed=EVAL_SEED)
+        for n_eval in [n for n in EVAL_SIZES for _ in range(DRAWS)]:
+            torch.manual_seed(0)
+            model = LoopNet()  # the same weights on every rank
+            g = torch.Generator().manual_seed(secrets.randbits(63))
+            x, y = torch.randn(n_eval, 2, generator=g), torch.randint(0, 2, (n_eval,), generator=g)
             with torch.no_grad():
-                right = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double()
-
-            def mean_over(drop_last: bool, shard: int | None = None, dataset=dataset, right=right) -> float:
-                picked = []
-                for r in range(world_size) if shard is None else [shard]:
-                    picked += list(DistributedSampler(dataset, world_size, r, shuffle=False, drop_last=drop_last))
-                return right[picked].mean().item()
-
-            value = evaluate(model, dataset, rank, world_size)
+                right = (model(x).argmax(1) == y).double()
+            padded = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False))
+            real = padded[:len(range(rank, n_eval, world_size))]  # positions past the end are padding
+            dropped = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False, drop_last=True))
+            value = evaluate(model, _ShardOnlyDataset(x, y), rank, world_size)
             found.append({"n_eval": n_eval, "value": value if isinstance(value, (int, float)) else repr(value)[:60],
-                          "exact": right.mean().item(), "padded": mean_over(False),
-                          "drop_last": mean_over(True), "local": mean_over(False, rank)})
+                          **{way: (right[picked].sum().item(), len(picked))
+                             for way, picked in (("real", real), ("padded", padded), ("drop_last", dropped))}})
         return found
+
+
+def _accuracy(rows: list[dict], way: str) -> float:
+    """The accuracy from every rank's (correct, counted) for one way of counting."""
+    return sum(row[way][0] for row in rows) / sum(row[way][1] for row in rows)
 
 
 def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
     """Problems with per-rank results of ``_run_evaluate``, most telling first (empty: all right)."""
-    problems = []
-    for case in range(len(EVAL_SIZES)):
+    found: dict[int, list[str]] = {}  # per size, the problem of each draw that has one
+    for case in range(len(results[0])):
         rows = [per_rank[case] for per_rank in results]
-        n_eval, truth = rows[0]["n_eval"], rows[0]
+        problems = found.setdefault(rows[0]["n_eval"], [])
+        n_eval = rows[0]["n_eval"]
         values = [row["value"] for row in rows]
         if any(isinstance(v, str) for v in values):
             bad = next(v for v in values if isinstance(v, str))
             return [f"evaluate returned {bad}; return the accuracy as a float"]
+        exact = _accuracy(rows, "real")
         if any(abs(v - values[0]) > TOL for v in values):
-            local = all(abs(row["value"] - row["local"]) < TOL for row in rows)
-            hint = "; each is its own shard's: all_reduce the correct and counted samples" if local else ""
+            local = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
+            hint = ("; each is its own shard's: all_reduce the correct and counted samples" if local else
+                    "; each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
+                    "and all_reduce the counts")
             problems.append(f"{n_eval} samples: the ranks returned different accuracies "
                             f"{[round(v, 4) for v in values]}{hint}")
             continue
         value = values[0]
-        if abs(value - truth["exact"]) < TOL:
+        if abs(value - exact) < TOL:
             continue
-        if abs(value - truth["padded"]) < TOL:
+        if abs(value - _accuracy(rows, "padded")) < TOL:
             problems.append(f"{n_eval} samples: {value:.4f} counts the padding duplicate(s) DistributedSampler adds "
-                            f"(exact: {truth['exact']:.4f}); skip the positions at or past len(dataset)")
-        elif abs(value - truth["drop_last"]) < TOL:
+                            f"(exact: {exact:.4f}); skip the positions at or past len(dataset)")
+        elif abs(value - _accuracy(rows, "drop_last")) < TOL:
             problems.append(f"{n_eval} samples: {value:.4f} leaves out the samples drop_last=True drops "
-                            f"(exact: {truth['exact']:.4f}); count every sample once")
+                            f"(exact: {exact:.4f}); count every sample once")
         else:
-            problems.append(f"{n_eval} samples: returned {value:.4f}, "
-                            f"the accuracy over all samples is {truth['exact']:.4f}")
-    return problems
+            problems.append(f"{n_eval} samples: returned {value:.4f}, the accuracy over all samples is "
+                            f"{exact:.4f}; each rank can read only its own shard (DistributedSampler, "
+                            "shuffle=False): combine the counts with all_reduce")
+    # one line per size: ranks that disagree is the most telling, whichever draw showed it
+    return [next((p for p in problems if "different accuracies" in p), problems[0])
+            for problems in found.values() if problems]
 
 
 def check_evaluate(evaluate: Callable, world_size: int = 2) -> Report:
     """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, for held-out sets
-    of 11 and 7 samples; return the report."""
+    of 11 and 7 samples of which each rank holds only its own shard; return the report."""
     report = Report()
     results = run_on_ranks(_run_evaluate, world_size, report, kwargs=dict(evaluate=evaluate), timeout=120)
     if results is None:
@@ -104,24 +142,33 @@ def check_evaluate(evaluate: Callable, world_size: int = 2) -> Report:
 
 
 # Exercise 2: a step with gradient accumulation and clipping.
-STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR, MAX_NORM = 3, 2, 8, 0.5, 0.6
+STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR = 3, 2, 8, 0.5
+# max_norm per step, each making one classic mistake change the result whatever the samples drawn:
+# far below any gradient norm of this model (a missing clip, or clipping inside the accumulation
+# loop, scales another gradient), far above it (an undivided loss is twice the gradient, unclipped),
+# and in between.
+MAX_NORMS = (0.05, 100.0, 0.5)
+
+# One rank's micro-batches: batches[step][k] = (x, y).
+Batches = list[list[tuple[torch.Tensor, torch.Tensor]]]
 
 
-def micro_batches_for(step: int, rank: int, world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's micro-batches of ``step``: disjoint slices of the training set."""
+def draw_micro_batches(generator: torch.Generator) -> Batches:
+    """STEPS x MICRO_BATCHES micro-batches of training samples picked at random by ``generator``.
+    Each rank draws its own from fresh randomness, so no rank can know another rank's samples."""
     from ddp_lib.workers.training_loop import make_moons
 
     x, y = make_moons().tensors
-    batches = []
-    for k in range(MICRO_BATCHES):
-        start = ((step * MICRO_BATCHES + k) * world_size + rank) * MICRO_BATCH_SIZE
-        batches.append((x[start:start + MICRO_BATCH_SIZE], y[start:start + MICRO_BATCH_SIZE]))
-    return batches
+    picks = torch.randperm(len(y), generator=generator)[:STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE]
+    picks = picks.view(STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE)
+    return [[(x[p], y[p]) for p in step] for step in picks]
 
 
-def reference_params(world_size: int, divide: bool = True, clip: bool = True) -> torch.Tensor:
-    """One process over the global batch (every rank's micro-batches): what the step must produce.
-    ``divide``/``clip`` False give the results of the usual mistakes."""
+def reference_params(batches: list[Batches], divide: bool | str = True, clip: bool = True) -> torch.Tensor:
+    """One process over the global batch (``batches[rank]``, every rank's micro-batches): what the
+    step must produce. ``divide``/``clip`` False give the results of the usual mistakes;
+    ``divide="inside"`` clips after every micro-batch's backward (each rank its own partial sum until
+    the last, as under no_sync)."""
     from ddp_lib.workers.training_loop import LoopNet
 
     torch.manual_seed(0)
@@ -129,15 +176,41 @@ def reference_params(world_size: int, divide: bool = True, clip: bool = True) ->
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(STEPS):
         optimizer.zero_grad()
+        if divide == "inside":
+            _clip_inside_the_loop(model, [per_rank[step] for per_rank in batches], MAX_NORMS[step])
+            optimizer.step()
+            continue
         for k in range(MICRO_BATCHES):
-            x = torch.cat([micro_batches_for(step, r, world_size)[k][0] for r in range(world_size)])
-            y = torch.cat([micro_batches_for(step, r, world_size)[k][1] for r in range(world_size)])
+            x = torch.cat([per_rank[step][k][0] for per_rank in batches])
+            y = torch.cat([per_rank[step][k][1] for per_rank in batches])
             loss = nn.functional.cross_entropy(model(x), y)
             (loss / MICRO_BATCHES if divide else loss).backward()
         if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORMS[step])
         optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _clip_inside_the_loop(model: nn.Module, step_batches: list[list[tuple[torch.Tensor, torch.Tensor]]],
+                          max_norm: float) -> None:
+    """The gradient of one step when every rank clips after each micro-batch's backward: each rank
+    clips its own partial sum under no_sync, then the last backward averages and it is clipped again.
+    ``step_batches[rank]`` holds that rank's micro-batches of the step."""
+    import copy
+
+    partial = []
+    for micro_batches in step_batches:
+        replica = copy.deepcopy(model)
+        for x, y in micro_batches[:-1]:
+            (nn.functional.cross_entropy(replica(x), y) / MICRO_BATCHES).backward()
+            nn.utils.clip_grad_norm_(replica.parameters(), max_norm)
+        partial.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in replica.parameters()])
+    x = torch.cat([micro_batches[-1][0] for micro_batches in step_batches])
+    y = torch.cat([micro_batches[-1][1] for micro_batches in step_batches])
+    (nn.functional.cross_entropy(model(x), y) / MICRO_BATCHES).backward()  # the mean over ranks of the last
+    for i, p in enumerate(model.parameters()):
+        p.grad += sum(grads[i] for grads in partial) / len(step_batches)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
 
 def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them, and here they are strings
@@ -149,38 +222,52 @@ def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them
 
 
 def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
+    """In each rank: the learner's steps on micro-batches this rank draws from fresh randomness;
+    returns the parameters, the micro-batches (for the parent's reference) and what was counted."""
+    import secrets
+
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.training_loop import LoopNet
 
     with process_group(rank, world_size):
+        batches = draw_micro_batches(torch.Generator().manual_seed(secrets.randbits(63)))
         torch.manual_seed(0)
         model = LoopNet()
         ddp_model = DDP(model)
         state = {"all_reduces": 0}
         ddp_model.register_comm_hook(state, _counting_allreduce)
+        batch_sizes: list[int] = []  # of every forward: accumulation runs one micro-batch at a time
+        model.register_forward_pre_hook(lambda _module, inputs: batch_sizes.append(len(inputs[0])))
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
-            train_step(ddp_model, optimizer, micro_batches_for(step, rank, world_size), MAX_NORM)
-        return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]),
-                "all_reduces": state["all_reduces"]}
+            # clones: whatever the learner does to them, the parent gets the samples as drawn
+            train_step(ddp_model, optimizer, [(x.clone(), y.clone()) for x, y in batches[step]], MAX_NORMS[step])
+        return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), "batches": batches,
+                "all_reduces": state["all_reduces"], "largest_batch": max(batch_sizes, default=0)}
 
 
 def diagnose_train_step(results: list[dict]) -> list[str]:
     """Problems with per-rank results of ``_run_train_step`` (empty: all right)."""
-    world_size = len(results)
     params = [r["params"] for r in results]
     if any(not torch.allclose(p, params[0], atol=TOL) for p in params):
         return ["the ranks' parameters differ: every rank must step on the same, all-reduced gradient "
                 "(is the last micro-batch's backward outside no_sync?)"]
     problems = []
-    if not torch.allclose(params[0], reference_params(world_size), atol=TOL):
-        for divide, clip, hint in ((False, True, "divide each micro-batch's loss by the number of micro-batches"),
+    if results[0]["largest_batch"] > MICRO_BATCH_SIZE:
+        problems.append(f"the model ran a forward on {results[0]['largest_batch']} samples at once, but a "
+                        f"micro-batch holds {MICRO_BATCH_SIZE}: run one forward and backward per micro-batch "
+                        "(the point of accumulating is that a whole batch need not fit in memory)")
+    batches = [r["batches"] for r in results]
+    if not torch.allclose(params[0], reference_params(batches), atol=TOL):
+        for divide, clip, hint in (("inside", True, "clip once, after the last micro-batch's backward: inside the "
+                                   "loop the first micro-batches' gradients are clipped alone, before they are summed"),
+                                   (False, True, "divide each micro-batch's loss by the number of micro-batches"),
                                    (True, False, "clip with clip_grad_norm_(..., max_norm) after the last backward"),
                                    (False, False, "divide the loss by the number of micro-batches, and clip")):
-            if torch.allclose(params[0], reference_params(world_size, divide, clip), atol=TOL):
+            if torch.allclose(params[0], reference_params(batches, divide, clip), atol=TOL):
                 problems.append(f"the parameters differ from one process on the global batch: {hint}")
                 break
         else:

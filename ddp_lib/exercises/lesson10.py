@@ -1,18 +1,26 @@
 """Checker for lesson 10's exercise: ``state_bytes(optimizer) -> int``, the bytes of optimizer state
 this rank holds, right for a plain optimizer under DDP, for ``ZeroRedundancyOptimizer`` (ZeRO-1)
-and for an optimizer over FSDP2's DTensor parameters.
+and for an optimizer over FSDP2's DTensor parameters; and the learner's prediction of what rank 0
+holds for the lesson's model, checked against what it does hold.
 
-The checker takes one Adam step under each strategy on every rank and compares the learner's count
-with the exact one (the bytes of the local tensors in the optimizer's state).
+Every rank runs two rounds per strategy. First the lesson's model and one Adam step: its count is
+compared with the prediction. Then a small model on which each rank, from its own fresh randomness,
+drops the gradients of some parameters before the step (they get no state) and turns Adam's
+``amsgrad`` on or off (a third buffer per parameter), then clears all gradients: no count made from
+parameter sizes, gradients, the world size or the rank can match, only one made from the state.
+The randomness lives and dies inside a helper, so no frame of the checker holds it when the
+learner's function runs.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
+PREDICTION_TOLERANCE = 0.02  # the ZeRO formula lands within 1% of DDP's and FSDP2's counts on 3 ranks
 
 STATE_BYTES_STUB = '''\
 import torch
@@ -24,18 +32,56 @@ def state_bytes(optimizer):
 '''
 
 
+def _build(strategy: str, width: int, layers: int, amsgrad: bool):
+    import torch
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    from ddp_lib.workers.beyond_ddp import make_mlp, wrap
+
+    model, optimizer = wrap(make_mlp(width=width, layers=layers), strategy, lr=1e-3)
+    if not amsgrad:
+        return model, optimizer
+    if strategy == "zero1":
+        return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3,
+                                              amsgrad=True)
+    return model, torch.optim.Adam(model.parameters(), lr=1e-3, amsgrad=True)
+
+
+def _step_without_some_gradients(model, optimizer, rank: int) -> None:
+    """One step in which this rank drops the gradients of random parameters before the optimizer
+    runs, then clears every gradient. Nothing random outlives this call."""
+    from torch import nn
+
+    from ddp_lib.workers.beyond_ddp import batch
+
+    width = next(model.parameters()).shape[-1]
+    x, y = batch(0, rank, 8, width)
+    nn.functional.mse_loss(model(x), y).backward()
+    params = list(model.parameters())
+    for param, byte in zip(params, os.urandom(len(params))):
+        if byte & 1:
+            param.grad = None  # the optimizer skips it: no state for it on this rank
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
     from ddp_lib.process_group import process_group
-    from ddp_lib.workers.beyond_ddp import batch, make_mlp, optimizer_state_bytes, train_step, wrap
+    from ddp_lib.workers.beyond_ddp import batch, optimizer_state_bytes, train_step
+
+    def answer(optimizer) -> dict:
+        value = state_bytes(optimizer)
+        return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer)}
 
     found = {}
     with process_group(rank, world_size):
         for strategy in STRATEGIES:
-            model, optimizer = wrap(make_mlp(width=64, layers=2), strategy, lr=1e-3)
-            train_step(model, optimizer, *batch(0, rank, 8, 64))
-            value = state_bytes(optimizer)
-            found[strategy] = {"value": value if isinstance(value, int) else repr(value)[:60],
-                               "exact": optimizer_state_bytes(optimizer)}
+            model, optimizer = _build(strategy, 256, 4, amsgrad=False)  # the lesson's model
+            train_step(model, optimizer, *batch(0, rank, 16, 256))
+            lesson = answer(optimizer)
+            model, optimizer = _build(strategy, 64, 2, amsgrad=bool(os.urandom(1)[0] & 1))
+            _step_without_some_gradients(model, optimizer, rank)
+            found[strategy] = {"lesson": lesson, "random": answer(optimizer)}
     return found
 
 
@@ -46,33 +92,63 @@ HINTS = {
 }
 
 
-def diagnose(results: list[dict]) -> list[str]:
-    """Problems with per-rank results of ``_run_state_bytes`` (empty when all is right)."""
+def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
+    """Problems with the learner's counts in per-rank results of ``_run_state_bytes`` (empty when
+    all is right); one message per strategy. ``reveal``: name the bytes the rank holds (only once
+    the learner has made a prediction, which those bytes would otherwise give away)."""
     problems = []
     for strategy in STRATEGIES:
         for rank, found in enumerate(results):
-            row = found[strategy]
-            if isinstance(row["value"], str):
-                problems.append(f"{strategy}: state_bytes returned {row['value']}; return an int")
+            row, other = found[strategy]["lesson"], found[strategy]["random"]
+            if isinstance(row["value"], str) or isinstance(other["value"], str):
+                bad = row["value"] if isinstance(row["value"], str) else other["value"]
+                problems.append(f"{strategy}: state_bytes returned {bad}; return an int")
             elif row["value"] != row["exact"]:
-                problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, this rank holds "
-                                f"{row['exact']}; {HINTS[strategy]}")
+                held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
+                problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, {held}; {HINTS[strategy]}")
+            elif other["value"] != other["exact"]:
+                problems.append(f"{strategy}: wrong after a step in which some parameters had no gradient (they "
+                                "get no state) or Adam kept amsgrad's third buffer; count the tensors in the "
+                                "state, not the parameters")
             else:
                 continue
-            break  # one message per strategy
+            break
     return problems
 
 
-def check_state_bytes(state_bytes: Callable, world_size: int = 2) -> Report:
-    """Run the learner's ``state_bytes(optimizer)`` after one Adam step under DDP, ZeRO-1 and FSDP2
-    on every rank; return the report."""
+def valid_prediction(predicted) -> bool:
+    return isinstance(predicted, dict) and all(type(predicted.get(s)) is int for s in STRATEGIES)
+
+
+def compare_predictions(predicted: dict, results: list[dict], report: Report) -> None:
+    """One line per strategy: the learner's prediction of rank 0's bytes against what rank 0 holds."""
+    if not valid_prediction(predicted):
+        report.fail(f"predicted must give an int (bytes on rank 0) for each of {', '.join(map(repr, STRATEGIES))}, "
+                    f"got {predicted!r}")
+        return
+    for strategy in STRATEGIES:
+        held, guess = results[0][strategy]["lesson"]["exact"], predicted[strategy]
+        line = f"{strategy}: you predicted {guess:,} bytes on rank 0, it holds {held:,}"
+        if abs(guess - held) <= PREDICTION_TOLERANCE * held:
+            report.ok(line)
+        else:
+            report.fail(f"{line} (off by {abs(guess - held) / held:.0%})")
+
+
+def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
+    """Run the learner's ``state_bytes(optimizer)`` after an Adam step under DDP, ZeRO-1 and FSDP2
+    on every rank, compare ``predicted`` ({strategy: bytes on rank 0 for the lesson's model}) with
+    what rank 0 holds, and return the report."""
+    if not isinstance(world_size, int) or world_size < 2:
+        raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
     report = Report()
     results = run_on_ranks(_run_state_bytes, world_size, report, kwargs=dict(state_bytes=state_bytes), timeout=120)
     if results is None:
         return report
-    problems = diagnose(results)
+    compare_predictions(predicted, results, report)
+    problems = diagnose(results, reveal=valid_prediction(predicted))
     for problem in problems:
         report.fail(problem)
     if not problems:
-        report.ok(f"on {world_size} ranks the count is exact under DDP, ZeRO-1 and FSDP2")
+        report.ok(f"on {world_size} ranks state_bytes is exact under DDP, ZeRO-1 and FSDP2")
     return report

@@ -1,10 +1,11 @@
-"""Pictures for lesson 10: memory per rank as stacked bars, one bar per strategy."""
+"""Pictures for lesson 10: memory per rank as stacked bars, one bar per strategy (a part missing
+from a bar counts as zero)."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-PARTS = ("parameters", "gradients", "optimizer state", "activations")
+PARTS = ("parameters", "gradients", "optimizer state", "other buffers", "activations")
 
 
 def plot_memory_bars(panels: dict[str, dict[str, dict[str, int]]]):

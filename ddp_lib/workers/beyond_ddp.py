@@ -9,6 +9,7 @@ each runs, an FSDP2 checkpoint and resume, and a 2x2 DeviceMesh.
 Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_group.py beside it).
 """
 
+import gc
 from collections import Counter
 from typing import Literal
 
@@ -18,18 +19,20 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
+from torch.utils.checkpoint import checkpoint
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import process_group
 except ModuleNotFoundError:  # copied into a project next to process_group.py
     from process_group import process_group
 
-Strategy = Literal["ddp", "zero1", "fsdp"]
+Strategy = Literal["ddp", "zero1", "fsdp", "fsdp_no_reshard"]
+STRATEGIES = ("ddp", "zero1", "fsdp", "fsdp_no_reshard")
 # Names of the events torch.profiler records for collectives (c10d's ops and gloo's own).
 COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 
@@ -69,7 +72,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 def activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
     """Bytes autograd saves for backward in one forward of ``model`` (and the loss), counting each
     storage once and leaving out the parameters themselves."""
-    param_storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    param_storages = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -85,24 +88,63 @@ def activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
 
 def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The model and optimizer (Adam) for a strategy: DDP; DDP + ZeroRedundancyOptimizer (ZeRO-1);
-    FSDP2 with each Linear its own unit (ZeRO-3-style)."""
+    FSDP2 with each Linear its own unit (ZeRO-3-style); the same with reshard_after_forward=False
+    (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2")."""
     if strategy == "ddp":
         return DDP(model), torch.optim.Adam(model.parameters(), lr=lr)
     if strategy == "zero1":
         return DDP(model), ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
-    if strategy == "fsdp":
+    if strategy in ("fsdp", "fsdp_no_reshard"):
         for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer)  # all-gathered just before its forward, resharded after
+            if isinstance(layer, nn.Linear):  # all-gathered just before its forward
+                fully_shard(layer, reshard_after_forward=strategy == "fsdp")  # True: freed again after it
         fully_shard(model)
         return model, torch.optim.Adam(model.parameters(), lr=lr)
-    raise ValueError(f"strategy must be 'ddp', 'zero1' or 'fsdp', got {strategy!r}")
+    raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
+
+
+def zero_prediction(n_params: int, world_size: int, stage: int, bytes_per_param: tuple = (4, 4, 8)) -> int:
+    """Bytes per rank between steps by the ZeRO paper's formula: parameters, gradients and optimizer
+    state take ``bytes_per_param`` bytes each per parameter ((4, 4, 8) for float32 Adam; (2, 2, 12)
+    for mixed precision Adam with float32 master weights); stage 1 divides the state by the world
+    size, stage 2 the gradients too, stage 3 everything."""
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage must be 0 (DDP), 1, 2 or 3, got {stage!r}")
+    params, grads, state = (n_params * b for b in bytes_per_param)
+    return round(params / (world_size if stage >= 3 else 1) + grads / (world_size if stage >= 2 else 1)
+                 + state / (world_size if stage >= 1 else 1))
+
+
+def live_bytes(trace: profile) -> list[tuple[int, int]]:
+    """(time in ns, bytes live) after every CPU allocation and free the profiler recorded, counting
+    only what was allocated inside the profile. The profiler keeps the raw allocation records in its
+    kineto results; its per-operator tables attribute them to operators instead."""
+    records = sorted((e for e in trace.profiler.kineto_results.events() if e.name() == "[memory]"),
+                     key=lambda e: e.start_ns())
+    timeline, live = [], 0
+    for e in records:
+        live += e.nbytes()  # negative for a free
+        timeline.append((e.start_ns(), live))
+    return timeline
+
+
+def phase(trace: profile, name: str) -> tuple[int, int]:
+    """(start, end) in ns of the last ``record_function(name)`` range in the trace."""
+    ranges = [(e.start_ns(), e.start_ns() + e.duration_ns()) for e in trace.profiler.kineto_results.events()
+              if e.name() == name]
+    return ranges[-1]
+
+
+def live_at(timeline: list[tuple[int, int]], t: int) -> int:
+    """Bytes live at time ``t`` of a ``live_bytes`` timeline."""
+    return next((live for when, live in reversed(timeline) if when <= t), 0)
 
 
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
     """One step; returns the loss averaged over all ranks."""
     optimizer.zero_grad()
-    loss = nn.functional.mse_loss(model(x), y)
+    with record_function("forward"):
+        loss = nn.functional.mse_loss(model(x), y)
     loss.backward()
     optimizer.step()
     mean = loss.detach().clone()
@@ -112,61 +154,75 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 
 def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: int = 3, width: int = 256,
                layers: int = 4, batch_size: int = 16, lr: float = 1e-3, seed: int = 0) -> dict:
-    """Train the MLP for ``steps`` Adam steps under ``strategy``, then measure what this rank holds.
+    """Build, wrap and train the MLP for ``steps`` Adam steps under ``strategy`` inside torch.profiler
+    with profile_memory=True; measure this rank's memory from the allocations it recorded, and count
+    the parts from tensor sizes.
 
     Args:
         rank: this process's rank.
         world_size: number of processes.
-        strategy: "ddp", "zero1" (DDP + ZeroRedundancyOptimizer) or "fsdp" (FSDP2 fully_shard).
-        steps: training steps (the last one is traced with torch.profiler).
+        strategy: "ddp", "zero1" (DDP + ZeroRedundancyOptimizer), "fsdp" (FSDP2 fully_shard) or
+            "fsdp_no_reshard" (fully_shard with reshard_after_forward=False).
+        steps: training steps (the last one's collectives are counted).
         width: width of the hidden layers.
         layers: number of hidden Linear layers.
         batch_size: samples per rank per step.
         lr: Adam's learning rate.
         seed: seed of the weights and the data.
 
-    Returns {"rank", "strategy", "losses", "bytes" ({"parameters", "gradients", "optimizer state",
-    "activations"}), "collectives" (profiler events of the last step, by name), "placements" and
-    "local_shape"/"global_shape" (of the first weight)}.
+    Returns {"rank", "strategy", "losses", "n_params", "bytes" (counted: "parameters", "gradients",
+    "optimizer state", and "activations" saved for backward by the wrapped model), "measured" (bytes
+    allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
+    added by the last forward), "collectives" (profiler events of the last step, by name),
+    "placements" and "local_shape"/"global_shape" (of the first weight)}.
     """
     with process_group(rank, world_size):
-        model = make_mlp(width, layers, seed)
-        x0, y0 = batch(0, rank, batch_size, width, seed)
-        activations = activation_bytes(model, x0, y0)  # the same under every strategy: none shards them
-        model, optimizer = wrap(model, strategy, lr)
-        losses = []
-        for step in range(steps):
-            x, y = batch(step, rank, batch_size, width, seed)
-            if step < steps - 1:
-                losses.append(train_step(model, optimizer, x, y))
-                continue
-            with profile(activities=[ProfilerActivity.CPU]) as trace:
-                losses.append(train_step(model, optimizer, x, y))
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
+            model = make_mlp(width, layers, seed)
+            n_params = sum(p.numel() for p in model.parameters())
+            model, optimizer = wrap(model, strategy, lr)
+            losses = []
+            for step in range(steps):
+                if step == steps - 1:
+                    # Let every rank finish the previous step and drop what only Python's reference
+                    # cycles still hold (finished communication work), so that "between steps" is as
+                    # quiet a moment as a rank can make it.
+                    dist.barrier()
+                    gc.collect()
+                with record_function("last step" if step == steps - 1 else "step"):
+                    losses.append(train_step(model, optimizer, *batch(step, rank, batch_size, width, seed)))
+        timeline = live_bytes(trace)
+        step_start, step_end = phase(trace, "last step")
+        forward_start, forward_end = phase(trace, "forward")
+        measured = {"between steps": live_at(timeline, step_start), "peak": max(live for _, live in timeline),
+                    "forward": live_at(timeline, forward_end) - live_at(timeline, forward_start)}
         # The last all_reduce in train_step is the loss average, not part of the strategy: left out.
-        counts = Counter(e.name for e in trace.events() if e.name.startswith(COLLECTIVE_PREFIXES))
+        counts = Counter(e.name() for e in trace.profiler.kineto_results.events()
+                         if e.name().startswith(COLLECTIVE_PREFIXES) and step_start <= e.start_ns() <= step_end)
         counts.subtract({"c10d::allreduce_": 1, "gloo:all_reduce": 1})
         params = list(model.parameters())
         first = params[0]
         return {
-            "rank": rank, "strategy": strategy, "losses": losses,
+            "rank": rank, "strategy": strategy, "losses": losses, "n_params": n_params,
             "bytes": {"parameters": tensor_bytes(params),
                       "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
                       "optimizer state": optimizer_state_bytes(optimizer),
-                      "activations": activations},
+                      "activations": activation_bytes(model, *batch(0, rank, batch_size, width, seed))},
+            "measured": measured, "head_local_shape": list(local(params[-2]).shape),
             "collectives": {name: n for name, n in sorted(counts.items()) if n > 0},
             "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
             "local_shape": list(local(first).shape), "global_shape": list(first.shape),
         }
 
 
-
-def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,zero1,fsdp", steps: int = 3) -> dict:
+def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,zero1,fsdp,fsdp_no_reshard",
+                       steps: int = 3) -> dict:
     """``memory_run`` for each strategy in turn, in one job (one launch instead of three).
 
     Args:
         rank: this process's rank.
         world_size: number of processes.
-        strategies: comma-separated strategies, each "ddp", "zero1" or "fsdp".
+        strategies: comma-separated strategies, each one of STRATEGIES.
         steps: training steps per strategy.
 
     Returns {strategy: memory_run's result on this rank}.
@@ -242,3 +298,141 @@ def mesh_2x2(rank: int, world_size: int) -> dict:
                 "shard_group": dist.get_process_group_ranks(mesh.get_group("shard")),
                 "sum_over_replicate": value.item(),
                 "placements": [str(p) for p in first.placements], "local_shape": list(first.to_local().shape)}
+
+
+def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, seed: int = 0) -> dict:
+    """One HSDP training step on a 2x2 DeviceMesh (4 ranks): FSDP2 over the mesh's "shard" dimension,
+    replicated over "replicate", every rank with its own batch; the step's collectives counted.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes (must be 4).
+        width: width of the one hidden layer.
+        batch_size: samples per rank.
+        seed: seed of the weights and the data.
+
+    Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks of this rank's groups),
+    "placements", "local_shapes" (of each parameter), "collectives" (the step's c10d operators, by
+    name), "grad_checksum" (of this rank's gradient shards), "loss", "global_batch_gap" (largest
+    difference of the gradient from one process's on all 4 ranks' batches)}.
+    """
+    if world_size != 4:
+        raise ValueError(f"hsdp_step needs world_size 4, got {world_size}")
+    with process_group(rank, world_size) as device:
+        mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
+        model = make_mlp(width=width, layers=1, seed=seed)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)  # a 2-D mesh: replicated along dim 0, sharded along dim 1
+        fully_shard(model, mesh=mesh)
+        x, y = batch(0, rank, batch_size, width, seed)  # each of the 4 ranks its own samples
+        with profile(activities=[ProfilerActivity.CPU]) as trace:
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+        counts = Counter(e.name for e in trace.events() if e.name.startswith("c10d::"))
+        # One process on all 4 ranks' batches: HSDP's gradient must be that one's average.
+        reference = make_mlp(width=width, layers=1, seed=seed)
+        everything = [batch(0, r, batch_size, width, seed) for r in range(world_size)]
+        nn.functional.mse_loss(reference(torch.cat([b[0] for b in everything])),
+                               torch.cat([b[1] for b in everything])).backward()
+        gap = max((p.grad.full_tensor() - q.grad).abs().max().item()  # full_tensor: every rank gathers
+                  for p, q in zip(model.parameters(), reference.parameters()))
+        return {"rank": rank, "coordinate": mesh.get_coordinate(), "global_batch_gap": gap,
+                "replicate_group": dist.get_process_group_ranks(mesh.get_group("replicate")),
+                "shard_group": dist.get_process_group_ranks(mesh.get_group("shard")),
+                "placements": [str(p) for p in next(model.parameters()).placements],
+                "local_shapes": [list(p.to_local().shape) for p in model.parameters()],
+                "collectives": dict(sorted(counts.items())),
+                "grad_checksum": round(sum(p.grad.to_local().double().sum().item() for p in model.parameters()), 6),
+                "loss": round(loss.item(), 6)}
+
+
+class Checkpointed(nn.Module):
+    """Runs ``block`` under activation checkpointing: its forward saves only its input, and backward
+    runs the block's forward again to get what it needs."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return checkpoint(self.block, x, use_reentrant=False)
+
+
+def forward_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """The loss of one forward, and the bytes that forward allocated and still holds (measured with
+    torch.profiler's allocation records): what stays alive until backward."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
+        loss = nn.functional.mse_loss(model(x), y)
+    timeline = live_bytes(trace)
+    return loss, timeline[-1][1] if timeline else 0
+
+
+def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, batch_size: int = 16,
+                max_norm: float = 0.05, seed: int = 0) -> dict:
+    """Three things a sharded training loop adds, each measured against a plain run on this rank:
+    clip_grad_norm_ on FSDP2's DTensor gradients against DDP's, FSDP2 with a bfloat16
+    MixedPrecisionPolicy, and activation checkpointing of the hidden layers as one segment.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        width: width of the hidden layers.
+        layers: number of hidden Linear layers.
+        batch_size: samples per rank.
+        max_norm: the clipping threshold (below the gradient norm, so clipping acts).
+        seed: seed of the weights and the data.
+
+    Returns {"rank", "clip" ({"ddp_norm", "fsdp_norm", "norm_type" (of FSDP2's returned norm),
+    "max_grad_diff" (clipped gradients, FSDP2's gathered against DDP's)}), "mixed" ({"compute_dtype",
+    "param_dtype", "grad_dtype", "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes",
+    "forward_bytes_checkpointed", "max_grad_diff"})}.
+    """
+    with process_group(rank, world_size):
+        x, y = batch(0, rank, batch_size, width, seed)
+        # clip_grad_norm_ on DTensor gradients: each rank's local norm, combined across ranks.
+        ddp, _ = wrap(make_mlp(width, layers, seed), "ddp", 1e-3)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        ddp_norm = nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
+        fsdp, _ = wrap(make_mlp(width, layers, seed), "fsdp", 1e-3)
+        nn.functional.mse_loss(fsdp(x), y).backward()
+        fsdp_norm = nn.utils.clip_grad_norm_(fsdp.parameters(), max_norm)
+        norm_type = type(fsdp_norm).__name__
+        fsdp_norm = fsdp_norm.full_tensor() if isinstance(fsdp_norm, DTensor) else fsdp_norm
+        grad_diff = max((p.grad.full_tensor() - q.grad).abs().max().item()
+                        for p, q in zip(fsdp.parameters(), ddp.parameters()))
+        clip = {"ddp_norm": round(ddp_norm.item(), 6), "fsdp_norm": round(fsdp_norm.item(), 6),
+                "norm_type": norm_type, "max_grad_diff": grad_diff}
+
+        # MixedPrecisionPolicy: compute and all-gather in bfloat16, keep float32 shards, reduce in float32.
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        mixed_model = make_mlp(width, layers, seed)
+        seen: list[torch.dtype] = []
+        mixed_model[0].register_forward_hook(lambda module, inputs, output: seen.append(module.weight.dtype))
+        for layer in mixed_model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mp_policy=policy)
+        fully_shard(mixed_model, mp_policy=policy)
+        loss_bf16 = nn.functional.mse_loss(mixed_model(x).float(), y)
+        loss_bf16.backward()
+        first = next(mixed_model.parameters())
+        mixed = {"compute_dtype": str(seen[0]).removeprefix("torch."),
+                 "param_dtype": str(first.dtype).removeprefix("torch."),
+                 "grad_dtype": str(first.grad.dtype).removeprefix("torch."),
+                 "loss_bf16": round(loss_bf16.item(), 6),
+                 "loss_fp32": round(nn.functional.mse_loss(make_mlp(width, layers, seed)(x), y).item(), 6)}
+
+        # Activation checkpointing: the hidden layers as one segment, which saves only its input.
+        plain, checkpointed = make_mlp(width, layers, seed), make_mlp(width, layers, seed)
+        blocks = list(checkpointed)
+        checkpointed = nn.Sequential(Checkpointed(nn.Sequential(*blocks[:-1])), blocks[-1])  # one segment
+        grads = []
+        sizes = []
+        for model in (plain, checkpointed):
+            loss, size = forward_bytes(model, x, y)
+            loss.backward()
+            sizes.append(size)
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        checkpointing = {"forward_bytes": sizes[0], "forward_bytes_checkpointed": sizes[1],
+                         "max_grad_diff": (grads[0] - grads[1]).abs().max().item()}
+        return {"rank": rank, "clip": clip, "mixed": mixed, "checkpointing": checkpointing}

@@ -72,7 +72,8 @@ def recording_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.F
 
 def bf16_compress(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """Average the bucket in bfloat16, then copy the result back into the float32 bucket: the same
-    computation as torch's ``bf16_compress_hook``, which DDP accepts only with NCCL or XCCL."""
+    computation as torch's ``bf16_compress_hook``, which DDP refuses (by the hook's name) unless
+    torch was built for CUDA or ROCm with NCCL 2.10+, or an XPU with XCCL is available."""
     buffer = bucket.buffer()
     compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())  # half the bytes on the wire
     state["sent"].add(str(compressed.dtype).removeprefix("torch."))
@@ -212,6 +213,52 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
                 "scale": scaler.get_scale() if scaler.is_enabled() else None,
                 "params": torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().tolist(),
                 "compiled_graphs": len(compiled_graphs)}
+
+
+def scaler_overflow(rank: int, world_size: int, steps: int = 7, overflow_step: int = 2,
+                    growth_interval: int = 2, seed: int = 0) -> dict:
+    """fp16 autocast with a GradScaler under DDP, where one step on rank 0 alone overflows float16.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        steps: SGD steps on lesson 05's data (16 samples per rank per step).
+        overflow_step: the step at which rank 0 multiplies one input by 1e6: its float16 activations
+            pass 65504 and become inf (the other ranks' inputs are normal).
+        growth_interval: the scaler doubles its scale after this many steps without inf/nan.
+        seed: seed of the weights.
+
+    Returns {"rank", "steps": per step {"scale" (used for this step's backward), "finite" (every
+    gradient finite after the all-reduce), "stepped" (the parameters changed), "grads" (this rank's
+    gradients after the all-reduce, nan/inf written as strings)}}.
+    """
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(seed)
+        model = LoopNet().to(device)
+        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=growth_interval)
+        x_all, y_all = make_moons().tensors
+        record = []
+        for step in range(steps):
+            x = x_all[rank::world_size][16 * step:16 * (step + 1)].clone()
+            y = y_all[rank::world_size][16 * step:16 * (step + 1)]
+            if step == overflow_step and rank == 0:
+                x[0] *= 1e6  # float16's largest value is 65504
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast(device.type, dtype=torch.float16):
+                loss = nn.functional.cross_entropy(ddp_model(x.to(device)), y.to(device))
+            scale = scaler.get_scale()
+            scaler.scale(loss).backward()  # DDP averages: one rank's inf reaches every rank
+            grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+            before = torch.cat([p.detach().flatten() for p in model.parameters()])
+            scaler.step(optimizer)  # unscales, then skips the step if a gradient is inf or nan
+            scaler.update()  # halves the scale after a skipped step, doubles it after growth_interval good ones
+            after = torch.cat([p.detach().flatten() for p in model.parameters()])
+            record.append({"scale": scale, "finite": bool(grads.isfinite().all()),
+                           "stepped": not torch.equal(before, after),
+                           "grads": [v if math.isfinite(v) else str(v) for v in grads.cpu().tolist()]})
+        return {"rank": rank, "steps": record}
 
 
 def counting_backend(name: str, graphs: list[torch.fx.GraphModule]) -> Callable:
