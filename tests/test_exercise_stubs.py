@@ -1,6 +1,6 @@
 """Every lesson's checked exercise starts as a stub that its checker fails, and the worked
 solution in ddp_lib/exercises/solutions passes the same checker. The stubs are read from the
-notebooks themselves (the %%writefile cell that writes them to my_work/)."""
+notebooks themselves (the %%exercise cell that writes them to my_work/)."""
 
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ EXERCISES = {
 
 def stub_source(notebook: str, filename: str) -> str:
     nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
-    header = re.compile(rf"^%%writefile my_work/{filename}\.py\n")
+    header = re.compile(rf"^%%exercise my_work/{filename}\.py\n")
     cells = [c.source for c in nb.cells if c.cell_type == "code" and header.match(c.source)]
-    assert len(cells) == 1, f"{notebook} has no single %%writefile my_work/{filename}.py cell"
+    assert len(cells) == 1, f"{notebook} has no single %%exercise my_work/{filename}.py cell"
     return header.sub("", cells[0])
 
 

@@ -231,9 +231,9 @@ def test_the_lesson_starts_each_exercise_from_the_stub_the_tests_fail():
 
     nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "09_training_loop.ipynb", as_version=4)
     written = {c.source.splitlines()[0]: c.source.split("\n", 1)[1] for c in nb.cells
-               if c.cell_type == "code" and c.source.startswith("%%writefile")}
-    assert written["%%writefile my_work/lesson09_evaluate.py"].rstrip() == lesson09.EVALUATE_STUB.rstrip()
-    assert written["%%writefile my_work/lesson09_train_step.py"].rstrip() == lesson09.TRAIN_STEP_STUB.rstrip()
+               if c.cell_type == "code" and c.source.startswith("%%exercise")}
+    assert written["%%exercise my_work/lesson09_evaluate.py"].rstrip() == lesson09.EVALUATE_STUB.rstrip()
+    assert written["%%exercise my_work/lesson09_train_step.py"].rstrip() == lesson09.TRAIN_STEP_STUB.rstrip()
 
 
 SPLIT_SETTINGS = {"split": dict(optimize_ddp=True), "whole": dict(optimize_ddp=False),

@@ -169,7 +169,7 @@ def test_checker_fails_the_stub_and_names_zero_and_dtensor_without_giving_the_by
 def test_the_lesson_starts_the_exercise_from_the_stub():
     nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "10_beyond_ddp.ipynb", as_version=4)
     written = [c.source.split("\n", 1)[1] for c in nb.cells
-               if c.cell_type == "code" and c.source.startswith("%%writefile my_work/lesson10_")]
+               if c.cell_type == "code" and c.source.startswith("%%exercise my_work/lesson10_")]
     assert [w.rstrip() for w in written] == [textwrap.dedent(lesson10.STATE_BYTES_STUB).rstrip()]
 
 

@@ -137,7 +137,7 @@ def test_lessons_do_not_talk_about_their_tests(nb):
             assert "notebook tests" not in cell.source.lower(), f"cell {i} talks about the notebook tests"
 
 
-WRITEFILE = re.compile(r"^%%writefile\s+(\S+)", re.MULTILINE)
+WRITEFILE = re.compile(r"^%%(?:writefile|exercise)\s+(\S+)", re.MULTILINE)
 
 
 def test_learner_files_go_to_my_work(nb):
