@@ -7,6 +7,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from ddp_lib.cluster.recorded import RECORDED, live_or_recorded
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06b_cluster_lab.ipynb"
@@ -41,3 +43,9 @@ def test_a_kernel_that_can_run_the_cell_runs_it_and_records_nothing(capsys, monk
     monkeypatch.setattr("ddp_lib.cluster.recorded.RECORDED", tmp_path)
     live_or_recorded("demo", None, lambda: print("live output"))
     assert capsys.readouterr().out == "live output\n" and not list(tmp_path.iterdir())
+
+
+def test_a_missing_transcript_is_an_error_not_a_sentence(capsys):
+    with pytest.raises(FileNotFoundError, match="no_such_cell.txt is missing"):
+        live_or_recorded("no_such_cell", "not root", lambda: print("must not run"))
+    assert capsys.readouterr().out == ""

@@ -1,6 +1,7 @@
-"""Lesson 06's checker, under real torchrun on two layouts of two local nodes (1 then 2
-processes, 2 then 1): answers that must be refused (the lesson's stub, a layout guessed from
-``rank``, numbers of the wrong type) and right answers written differently that must pass."""
+"""Lesson 06's checker, under real torchrun on three layouts of two local nodes (1 then 2
+processes, 2 then 1, 1 and 1): answers that must be refused (the lesson's stub, a layout guessed
+from ``rank``, a world size written in, values looked for in the caller's frames and in ``gc``,
+numbers of the wrong type) and right answers written differently that must pass."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_the_lessons_stub_fails_and_says_why(tmp_path):
     stub = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith(WRITEFILE))
     (tmp_path / "lesson06_stub.py").write_text(stub[len(WRITEFILE):])
     report = check_launch_info("lesson06_stub:launch_info", directory=str(tmp_path))
-    assert report.lines == ["FAIL on nodes of 1 and 2 processes: the job failed: NotImplementedError: "
+    assert report.lines == ["FAIL the job failed: NotImplementedError: "
                             "write launch_info (the same on every rank that reported)"]
 
 
@@ -35,7 +36,8 @@ def test_the_worked_solution_passes():
     report = check_launch_info(launch_info)
     assert report.passed, str(report)
     assert [line.split(",")[0] for line in report.lines] == [
-        "PASS on nodes of 1 and 2 processes", "PASS on nodes of 2 and 1 processes"]
+        "PASS on nodes of 1 and 2 processes", "PASS on nodes of 2 and 1 processes",
+        "PASS on nodes of 1 and 1 processes"]
 
 
 def test_a_right_answer_written_differently_passes(tmp_path):
@@ -56,6 +58,31 @@ def test_a_layout_guessed_from_rank_fails(tmp_path):
     assert "rank 1: node_rank is 0, expected 1: read GROUP_RANK" in report
 
 
+def test_a_world_size_written_in_fails(tmp_path):
+    target = _write(tmp_path, "ex06_size", """
+        return {"world_size": 3, "local_rank": int(os.environ["LOCAL_RANK"]),
+                "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]), "node_rank": int(os.environ["GROUP_RANK"])}""")
+    report = str(check_launch_info(target, directory=str(tmp_path)))
+    assert report.startswith("PASS on nodes of 1 and 2 processes")  # right where the size is 3
+    assert "FAIL on nodes of 1 and 1 processes: rank 0: world_size is 3, expected 2: read WORLD_SIZE" in report
+
+
+def test_values_looked_for_in_frames_and_gc_fail(tmp_path):
+    # Nothing in a rank's process holds another layout's answer: whatever it finds is a guess.
+    target = _write(tmp_path, "ex06_frames", """
+        import gc
+        import sys
+        found = [o for o in gc.get_objects() if isinstance(o, dict) and "node_rank" in o and "local_rank" in o]
+        frame = sys._getframe(1)
+        while frame is not None:
+            found += [v for v in frame.f_locals.values() if isinstance(v, dict) and "node_rank" in v]
+            frame = frame.f_back
+        if found:
+            return dict(found[0])
+        return {"world_size": world_size, "local_rank": rank % 2, "local_world_size": 2, "node_rank": rank // 2}""")
+    assert not check_launch_info(target, directory=str(tmp_path)).passed
+
+
 def test_floats_for_ints_fail(tmp_path):
     target = _write(tmp_path, "ex06_float", """
         names = (("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
@@ -67,8 +94,9 @@ def test_floats_for_ints_fail(tmp_path):
 
 def test_a_guess_cannot_be_right_on_both_layouts():
     # Whatever a rank computes from (rank, world_size) is the same in both layouts; the truth is not.
-    first, second = (expected_layout(sizes) for sizes in LAYOUTS)
+    first, second, third = (expected_layout(sizes) for sizes in LAYOUTS)
     assert len(first) == len(second) and first[1] != second[1]
+    assert len(third) != len(first)  # and no world size can be written in
 
 
 def test_bools_strings_and_wrong_values_are_named():

@@ -49,9 +49,9 @@ def live_or_recorded(name: str, reason: str | None, run: Callable[[], object]) -
             (RECORDED / f"{name}.txt").write_text(header + "".join(tee.parts))
         return
     path = RECORDED / f"{name}.txt"
-    if not path.is_file():
-        print(f"this kernel cannot run this cell ({reason}), and no recorded run of it is stored ({path.name})")
-        return
+    if not path.is_file():  # never a sentence in place of output: a missing transcript is an error
+        raise FileNotFoundError(f"this kernel cannot run this cell ({reason}), and no recorded run of it is "
+                                f"stored: {path} is missing; record one with DDP_LIB_RECORD=1 as root on Linux")
     header, _, body = path.read_text().partition("\n")
     print(f"[{header}. This kernel cannot run it: {reason}.]")
     print(body, end="")

@@ -1,16 +1,19 @@
 """Checker for lesson 06's exercise: a worker that reads where it runs from torchrun's
 environment. The learner writes ``launch_info(rank, world_size) -> dict`` with the keys
 ``local_rank``, ``local_world_size``, ``node_rank`` and ``world_size``, as ints. The checker runs
-it under real torchrun on two layouts of the same size, each two "nodes" on this machine: one
-process then two, and two processes then one. A rank's place differs between them (rank 1 is
-node 1's first process in one, node 0's second in the other), so nothing computed from ``rank``
-and ``world_size`` alone is right in both: only the values torchrun sets are. A worked solution
-is in ``ddp_lib/exercises/solutions/lesson06.py``."""
+it under real torchrun on three layouts, each two "nodes" on this machine: one process then two,
+two then one, and one and one. A rank's place differs between the first two (rank 1 is node 1's
+first process in one, node 0's second in the other), so nothing computed from ``rank`` and
+``world_size`` alone is right in both; the third has another world size, so no size can be
+written in. The layouts run in an order drawn afresh each time, so an answer that counts its
+calls can only guess which layout it is in. A worked solution is in
+``ddp_lib/exercises/solutions/lesson06.py``."""
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import Report, worker_name
@@ -24,8 +27,9 @@ HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOC
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
 
 
-# Processes on node 0, node 1: rank 1 is on node 1 in the first layout and on node 0 in the second.
-LAYOUTS = ((1, 2), (2, 1))
+# Processes on node 0, node 1: rank 1 is on node 1 in the first layout and on node 0 in the second;
+# the third has a world size of 2, not 3.
+LAYOUTS = ((1, 2), (2, 1), (1, 1))
 
 
 def expected_layout(node_sizes: tuple[int, ...]) -> list[dict]:
@@ -83,23 +87,26 @@ def _first_failure(stderr: str, returncode: int) -> str:
 def check_launch_info(launch_info: Callable | str, directory: str | None = None) -> Report:
     """Run the learner's ``launch_info`` (the function, or its ``"module:function"`` name,
     importable from ``directory``, default the current one) under torchrun on each of
-    :data:`LAYOUTS` (two local nodes, static rendezvous); return the report. Stops at the first
-    layout that fails."""
+    :data:`LAYOUTS` (two local nodes, static rendezvous), in a random order; return the report,
+    its lines in the order of :data:`LAYOUTS`. Stops at the first job that fails."""
     directory = os.path.abspath(directory or os.getcwd())
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
+    order = list(LAYOUTS)
+    secrets.SystemRandom().shuffle(order)  # fresh randomness: not predictable from inside a rank
+    found: dict[tuple[int, ...], list[str]] = {}
     report = Report()
-    for node_sizes in LAYOUTS:
-        where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
+    for node_sizes in order:
         job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes), nproc_per_node=list(node_sizes),
                         static=True, env={"PYTHONPATH": path})
-        if job.returncode != 0:
-            report.fail(f"{where}: the job failed: {_first_failure(job.stderr, job.returncode)}")
+        if job.returncode != 0:  # said without the layout: the first one run is drawn at random
+            report.fail(f"the job failed: {_first_failure(job.stderr, job.returncode)}")
             return report
-        problems = find_problems(job.results, node_sizes)
-        for problem in problems:
+        found[node_sizes] = find_problems(job.results, node_sizes)
+    for node_sizes in LAYOUTS:
+        where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
+        for problem in found[node_sizes]:
             report.fail(f"{where}: {problem}")
-        if problems:
-            return report
-        report.ok(f"{where}, every rank knows its node, its place on the node and the size of the job")
+        if not found[node_sizes]:
+            report.ok(f"{where}, every rank knows its node, its place on the node and the size of the job")
     return report

@@ -18,8 +18,8 @@ def _arrow(ax, start: tuple[float, float], end: tuple[float, float], colour: str
 
 def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Figure:
     """Two nodes under torchrun's c10d rendezvous: each node's agent and ranks, the two stores
-    node 0's agent runs (the rendezvous store at --rdzv-endpoint, the ranks' store at MASTER_PORT)
-    and who connects to which."""
+    (the rendezvous store at --rdzv-endpoint, run by the agent on that host, here node 0's; the
+    ranks' store at MASTER_PORT, run by node 0's agent) and who connects to which."""
     fig, ax = plt.subplots(figsize=(9, 4.2))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 5.4)
@@ -33,7 +33,8 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
             rank = node * nproc_per_node + local
             _box(ax, x0 + 0.3 + local * 2.2, 0.5, 1.9, 0.9, f"rank {rank}\nLOCAL_RANK={local}", "#cfe2f3")
             _arrow(ax, (x0 + 1.2, 3.3), (x0 + 1.25 + local * 2.2, 1.4), "#b07000")  # the agent starts its ranks
-    _box(ax, 2.7, 4.15, 2.0, 0.8, f"rendezvous store\n--rdzv-endpoint :{rdzv_port}", "#d9ead3")
+    rdzv_label = f"rendezvous store\n--rdzv-endpoint :{rdzv_port}\n(on the endpoint's host)"
+    _box(ax, 2.7, 4.15, 2.0, 0.8, rdzv_label, "#d9ead3")
     _box(ax, 2.7, 2.2, 2.0, 0.8, "ranks' store\nMASTER_PORT (free port)", "#d9ead3")
     _arrow(ax, (2.1, 3.9), (2.7, 4.4), "green", "<|-|>")  # agents meet at the rendezvous store
     _arrow(ax, (5.5, 4.0), (4.7, 4.5), "green", "<|-|>")
@@ -41,8 +42,8 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
         _arrow(ax, (x, 1.4), (3.7, 2.2), "tab:blue")
     _arrow(ax, (4.3, 0.95), (5.5, 0.95), "purple", "<|-|>")
     ax.text(4.9, 0.85, "gloo / nccl:\nports picked\nat run time", ha="center", va="top", fontsize=7, color="purple")
-    ax.set_title("Who listens where: node 0's agent runs both stores; the ranks connect to each other directly",
-                 fontsize=10)
+    ax.set_title("Who listens where: the endpoint's host here is node 0, so its agent runs both stores;\n"
+                 "the ranks connect to each other directly", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -4,7 +4,8 @@ still working. Run it as torchrun's program to see torchrun's failure summary:
     torchrun --standalone --nproc-per-node=2 -m ddp_lib.workers.torchrun_failure
 
 ``@record`` writes the raising rank's traceback to the file torchrun names in
-``TORCHELASTIC_ERROR_FILE``; torchrun's summary then shows it (without it: "<N/A>").
+``TORCHELASTIC_ERROR_FILE``; torchrun's summary then shows it (without it, the summary's
+traceback only says "To enable traceback see: ..." and the traceback is in the rank's stderr).
 """
 
 from __future__ import annotations
