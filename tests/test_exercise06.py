@@ -12,7 +12,7 @@ from pathlib import Path
 from ddp_lib.exercises.lesson06 import LAYOUTS, check_launch_info, expected_layout, find_problems
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_torchrun.ipynb"
-WRITEFILE = "%%writefile my_work/lesson06_worker.py\n"
+WRITEFILE = "%%exercise my_work/lesson06_worker.py\n"
 
 
 def _write(tmp_path, name: str, body: str) -> str:
