@@ -148,8 +148,9 @@ def wait_state(page, predicate, timeout: float, poll: float = 0.5):
 
 
 def open_notebook(page, base: str, token: str, name: str) -> dict | None:
-    page.goto(f"{base}/lab/tree/{name}?token={token}")
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=120_000)
+    # ?reset: a fresh workspace, so that no tab from the previous lesson is restored beside this one
+    page.goto(f"{base}/lab/tree/{name}?reset&token={token}")
+    page.wait_for_selector(f"{VISIBLE} .jp-Cell", timeout=120_000)
     # connecting, then idle: the kernel has answered and JupyterLab has applied its language_info
     seen_busy = wait_state(page, lambda s: s["kernel"] in ("connecting", "busy", "starting"), 20)
     del seen_busy
