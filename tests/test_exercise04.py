@@ -155,6 +155,22 @@ WRONG = {
             for p in model.parameters():
                 p.grad.add_(torch.randn(p.grad.shape, generator=generator) * p.grad.std()).div_(2)
         """, "these parameters do not hold the average"),
+    "batch_rewritten_through_frames": ("""
+        import sys
+
+        import torch.distributed as dist
+        from torch import nn
+
+        def average_gradients(model):
+            # Zero this rank's private batch in the caller's frame, so that every rank's own
+            # gradient is the same; recompute it; a barrier carries no values.
+            caller = sys._getframe(1)
+            caller.f_locals["x"].zero_()
+            caller.f_locals["y"].zero_()
+            model.zero_grad()
+            nn.functional.mse_loss(model(caller.f_locals["x"]), caller.f_locals["y"]).backward()
+            dist.barrier()
+        """, "these parameters do not hold the average"),
 }
 
 

@@ -152,6 +152,18 @@ SOLUTIONS = {
     "own_metric_only": """
         return metric
     """,
+    # Rewrite the metric the checker's frame drew for this rank (CPython's frame write-back), so
+    # that every rank "had" 0.5; one broadcast that carries nothing of use.
+    "metric_rewritten_in_the_callers_frame": """
+        import ctypes
+        import sys
+        caller = sys._getframe(1)
+        caller.f_locals["metric"] = 0.5
+        ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(caller), ctypes.c_int(0))
+        with process_group(rank, world_size):
+            dist.broadcast(torch.zeros(1), src=0)
+        return 0.5
+    """,
 }
 
 
@@ -185,6 +197,11 @@ def test_checker_refuses_answers_without_a_collective(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2,))
     (line,) = report.lines
     assert not report.passed and "ran no collective" in line
+
+
+def test_checker_checks_against_the_metric_each_rank_drew_not_its_variables(solution):
+    report = check_evaluation(solution("metric_rewritten_in_the_callers_frame"), world_sizes=(2,))
+    assert not report.passed, report
 
 
 def test_checker_refuses_a_hard_coded_world_size(solution):

@@ -45,10 +45,14 @@ def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
     average_gradients = load_worker(target)
     with process_group(rank, world_size) as device:
         x, y = _private_batch()
+        # The batch as it was drawn, kept as immutable bytes: the learner's code runs in this
+        # process and could reach x and y (through frames or gc) and change them in place.
+        drawn = tuple((t.numpy().tobytes(), tuple(t.shape)) for t in (x, y))
         model = make_mlp(seed).to(device)  # same weights on every rank, as after DDP's broadcast
         nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
         with counting_collectives() as collectives:
             average_gradients(model)
+        x, y = (torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(shape) for data, shape in drawn)
         return {
             "x": x, "y": y,
             "learner": {n: None if p.grad is None else p.grad.detach().clone().cpu()

@@ -15,9 +15,11 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import Report, counting_collectives, launch_on_ranks, load_worker, worker_name
 
 # c10d operators that can combine the ranks' metrics into a mean.
+# The line each rank prints first, with the metric it drew.
+METRIC_LINE = "lesson 07 check: this rank drew the metric "
 COMBINING = ("allreduce_", "allreduce_coalesced_", "allgather_", "_allgather_base_", "allgather_into_tensor_coalesced_",
              "reduce_", "reduce_scatter_", "_reduce_scatter_base_", "gather_", "broadcast_", "scatter_", "alltoall_",
              "alltoall_base_", "send", "recv_")
@@ -26,6 +28,9 @@ COMBINING = ("allreduce_", "allreduce_coalesced_", "allgather_", "_allgather_bas
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draw this rank's metric now, then call the learner's worker on it."""
     metric = round(0.01 + secrets.randbelow(99) / 100, 2)  # 0.01 .. 0.99, new on every run
+    # Written out of this process before the learner's code runs, and read by the parent from
+    # there: whatever that code later does to this frame's variables, the check uses what was drawn.
+    print(f"{METRIC_LINE}{metric!r}", flush=True)
     fn = load_worker(target)
     with counting_collectives() as counts:
         value = fn(rank, world_size, metric)
@@ -34,16 +39,22 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING)}
 
 
+def _drawn_metric(stdout: str) -> float:
+    """The metric a rank drew, from the first line it printed."""
+    return float(next(line for line in stdout.splitlines() if line.startswith(METRIC_LINE))[len(METRIC_LINE):])
+
+
 def check_evaluation(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30) -> Report:
     """Run ``fn(rank, world_size, metric)`` on each world size, each rank with a metric it draws
     itself, with a deadline; check that every rank ran a collective and returned the mean."""
     report = Report()
     target = worker_name(fn)
     for world_size in world_sizes:
-        results = run_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout)
-        if results is None:
+        run = launch_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout)
+        if run is None:
             continue
-        metrics = [r["metric"] for r in results]
+        results = run.results
+        metrics = [_drawn_metric(text) for text in run.stdout]
         want = sum(metrics) / world_size
         where = f"world_size {world_size}, metrics {metrics}"
         lonely = [rank for rank, r in enumerate(results) if r["collectives"] == 0]
