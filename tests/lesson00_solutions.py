@@ -3,6 +3,7 @@ by the launched ranks because they live in a module, not in the test file's func
 
 import sys
 
+import torch
 import torch.distributed as dist
 from torch.distributed import all_gather_object
 
@@ -156,6 +157,16 @@ def through_the_groups_store(rank, world_size, name):
         store = distributed_c10d._get_default_store()
         everyone = _gathered_through(store.set, lambda key: store.get(key).decode(), rank, world_size, name)
         dist.barrier()  # a collective that carries no names
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
+
+
+def through_the_store_beside_an_all_reduce(rank, world_size, name):
+    # Swaps the names through the group's store, then runs an all_reduce of zeros only to be counted.
+    from torch.distributed import distributed_c10d
+    with process_group(rank, world_size):
+        store = distributed_c10d._get_default_store()
+        everyone = _gathered_through(store.set, lambda key: store.get(key).decode(), rank, world_size, name)
+        dist.all_reduce(torch.zeros(1))
         return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
 
 

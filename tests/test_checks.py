@@ -170,7 +170,7 @@ def test_world_size_beyond_one_machine_is_refused_with_the_way_out(monkeypatch):
     assert check_world_size(200) == 200
     refused("world_size 201 is more .*at most 200", demo_basic, 201)
     monkeypatch.setenv("DDP_LIB_MAX_WORLD_SIZE", "lots")
-    refused("DDP_LIB_MAX_WORLD_SIZE must be a whole number, 1 or more, got 'lots'", demo_basic, 2)
+    refused(r"DDP_LIB_MAX_WORLD_SIZE must be a whole number \(ASCII digits\), 1 or more, got 'lots'", demo_basic, 2)
 
 
 @pytest.mark.parametrize("timeout", [float("inf"), 1e300, float("nan"), 0, -1, 604800.5])
@@ -180,9 +180,12 @@ def test_timeouts_that_would_fail_after_the_ranks_start_are_refused(timeout):
 
 
 @pytest.mark.parametrize("name, value, accepted", [
-    ("OMP_NUM_THREADS", "0", "OMP_NUM_THREADS must be a whole number of threads per rank, 1 or more, got '0'"),
-    ("OMP_NUM_THREADS", "abc", "OMP_NUM_THREADS must be a whole number of threads per rank, 1 or more, got 'abc'"),
-    ("OMP_NUM_THREADS", "4,2", "OMP_NUM_THREADS must be a whole number of threads per rank, 1 or more, got '4,2'"),
+    ("OMP_NUM_THREADS", "0", "OMP_NUM_THREADS must be a whole number of threads per rank (ASCII digits), 1 to 4096, "
+                         "got '0'"),
+    ("OMP_NUM_THREADS", "abc", "OMP_NUM_THREADS must be a whole number of threads per rank (ASCII digits), 1 to 4096, "
+                         "got 'abc'"),
+    ("OMP_NUM_THREADS", "4,2", "OMP_NUM_THREADS must be a whole number of threads per rank (ASCII digits), 1 to 4096, "
+                         "got '4,2'"),
     ("TORCH_DISTRIBUTED_DEBUG", "bogus", "TORCH_DISTRIBUTED_DEBUG must be one of OFF, INFO, DETAIL (any case), "
                                          "got 'bogus'"),
 ])

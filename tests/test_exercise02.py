@@ -115,6 +115,26 @@ def test_the_stubs_own_share_without_a_collective(solution):
     assert problems[1].startswith("world_size 2, n 11: rank 0 returned only its own share")
 
 
+def test_shares_swapped_through_the_store_beside_an_all_reduce_are_refused(solution):
+    fn = solution("""
+        import json
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from ddp_lib.process_group import process_group
+
+        def reassemble(rank, world_size, share):
+            with process_group(rank, world_size):
+                store = distributed_c10d._get_default_store()
+                store.set(f"share/{rank}", json.dumps(share))
+                shares = [json.loads(store.get(f"share/{r}")) for r in range(world_size)]
+                dist.all_reduce(torch.zeros(1))  # only to be counted
+            return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
+    """)
+    problems = fails(fn, world_sizes=(2,), n=11)
+    assert any("share never went into a collective" in p for p in problems), problems
+
+
 def test_a_hard_coded_world_size_fails_on_3_ranks(solution):
     fn = solution(GATHER_OBJECTS.replace("[None] * world_size", "[None] * 2").replace(
         "i % world_size][i // world_size]", "i % 2][i // 2]"))
@@ -174,7 +194,8 @@ def test_answers_guessed_from_rank_or_made_up(solution):
             return [0] * int(n.item())
     """)
     problems = fails(made_up, world_sizes=(2,))
-    assert len(problems) == 2 and all(" returned [0, 0, " in p and "expected" in p for p in problems)
+    returned = [p for p in problems if " returned [0, 0, " in p and "expected" in p]
+    assert len(returned) == 2 and any("share never went into a collective" in p for p in problems), problems
 
 
 def test_a_worker_defined_in_main_is_refused():

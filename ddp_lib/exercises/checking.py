@@ -127,3 +127,74 @@ def counting_collectives() -> Iterator[collections.Counter]:
     for event in prof.key_averages():
         if event.key.startswith("c10d::"):
             counts[event.key.removeprefix("c10d::")] += event.count
+
+
+class CollectiveInputs:
+    """In a rank, as a context manager: what every collective that carries data was given, however it
+    was called (every route reaches a c10d operator through torch's dispatcher), so that a checker
+    can ask whether a rank's private value really travelled through the process group, and not
+    through files or the store beside a collective that carries nothing of it."""
+
+    def __init__(self, limit: int = 1 << 16) -> None:
+        self.limit = limit  # elements kept per tensor
+        self.raw: list[bytes] = []
+        self.values: list[list] = []
+
+    def __enter__(self) -> CollectiveInputs:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        outer = self
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func._schema.name
+                if name.startswith("c10d::") and "barrier" not in name:
+                    outer._keep(args)
+                return func(*args, **(kwargs or {}))
+
+        self._mode = _Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._mode.__exit__(*exc)
+
+    def _keep(self, value) -> None:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            flat = value.detach().reshape(-1)[: self.limit].cpu()
+            self.values.append(flat.tolist())
+            if flat.dtype == torch.uint8:
+                self.raw.append(bytes(flat.tolist()))
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                self._keep(item)
+
+    def carried(self, items: list) -> bool:
+        """Whether ``items`` (numbers, or one string) went into a collective: as values of one tensor,
+        in order (other values may sit between them, as in a padded tensor), or inside the bytes of a
+        pickled object (``all_gather_object`` and its kind)."""
+        if isinstance(items, str):
+            pattern, numbers = items.encode(), [ord(c) for c in items]
+        else:
+            # pickle writes the small ints of a list or tuple one after another, each as one
+            # opcode (BININT1, BININT2, BININT) and its little-endian bytes
+            pattern, numbers = b"".join(_pickled_int(int(v)) for v in items), list(items)
+        if any(pattern in raw for raw in self.raw):
+            return True
+        return any(_in_order(numbers, values) for values in self.values)
+
+
+def _pickled_int(value: int) -> bytes:
+    if 0 <= value < 256:
+        return b"K" + bytes([value])
+    if 0 <= value < 65536:
+        return b"M" + value.to_bytes(2, "little")
+    return b"J" + value.to_bytes(4, "little", signed=True)
+
+
+def _in_order(wanted: list, values: list) -> bool:
+    """Whether ``wanted`` is a subsequence of ``values``."""
+    found = iter(values)
+    return all(any(v == w for v in found) for w in wanted)

@@ -6,7 +6,8 @@ Each rank's ``name`` is drawn inside that rank when the checker runs, so no proc
 knows it: the list of everyone's names can only come from the ranks talking to each other. The
 exercise is to make them talk through the process group, so on more than one rank the checker
 also requires a collective that carries data (a barrier carries none), counted however it was
-called; names swapped through files or through the rendezvous store alone are refused.
+called, whose input held this rank's name; names swapped through files or through the
+rendezvous store are refused, with or without a collective beside them.
 
     print(check_who_am_i(who_am_i))
 """
@@ -16,7 +17,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import (
+    CollectiveInputs,
+    Report,
+    counting_collectives,
+    load_worker,
+    run_on_ranks,
+    worker_name,
+)
 
 # c10d operators that move no data between ranks: they cannot have carried a name.
 NOT_CARRYING = {"barrier", "monitored_barrier_"}
@@ -26,9 +34,12 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draws this rank's name, then calls the learner's worker with it,
     counting the collectives it ran that carry data."""
     name = secrets.token_hex(4)  # fresh randomness: no other process can know it
-    with counting_collectives() as calls:
+    with counting_collectives() as calls, CollectiveInputs() as sent:
         got = load_worker(target)(rank, world_size, name)
-    return {"name": name, "got": got, "carried": sum(n for op, n in calls.items() if op not in NOT_CARRYING)}
+    carried = sum(n for op, n in calls.items() if op not in NOT_CARRYING)
+    # A collective that carries data is not enough (names swapped through the store, then an
+    # all_reduce of zeros): this rank's own name must be in what it gave a collective.
+    return {"name": name, "got": got, "carried": carried and sent.carried(name)}
 
 
 def _expected(rank: int, world_size: int, names: list[str]) -> dict:
@@ -71,7 +82,7 @@ def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeo
             report.fail(f"world_size {world_size}: {wrong[0]}")
         elif world_size > 1 and silent:
             report.fail(f"world_size {world_size}: rank {silent[0]} has the right names but ran no collective that "
-                        "carries data; the names must travel through the process group (dist.all_gather_object)")
+                        "carried its name; the names must travel through the process group (dist.all_gather_object)")
         else:
             report.ok(f"world_size {world_size}: every rank returned its rank, the world size, is_main "
                       "and every rank's name")

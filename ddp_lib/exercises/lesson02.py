@@ -19,10 +19,17 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import (
+    CollectiveInputs,
+    Report,
+    counting_collectives,
+    load_worker,
+    run_on_ranks,
+    worker_name,
+)
 
 # c10d operators that only synchronise: they move none of the numbers.
-_SYNC_ONLY = {"barrier", "monitored_barrier"}
+_SYNC_ONLY = {"barrier", "monitored_barrier_"}
 
 
 def expected_share(rank: int, world_size: int, n: int) -> list[int]:
@@ -41,11 +48,13 @@ def _run_learner(rank: int, world_size: int, target: str, n: int) -> dict:
     """Runs in each rank: draw this rank's share here (no other process has it), call the
     learner's worker on it while counting the collectives that run, and return both."""
     share = tuple(secrets.randbelow(1000) for _ in expected_share(rank, world_size, n))  # immutable record
-    with counting_collectives() as ops:
+    with counting_collectives() as ops, CollectiveInputs() as sent:
         answer = load_worker(target)(rank, world_size, list(share))
     if hasattr(answer, "tolist"):  # a tensor: its numbers, not the tensor
         answer = answer.tolist()
-    return {"share": list(share), "answer": answer, "collectives": dict(ops)}
+    # A collective that moves data is not enough (shares swapped through the store, then an
+    # all_reduce of zeros): this rank's share must be in what it gave a collective.
+    return {"share": list(share), "answer": answer, "collectives": dict(ops), "sent_share": sent.carried(share)}
 
 
 def _as_numbers(value: object) -> list | None:
@@ -85,9 +94,13 @@ def _check_world_size(target: str, world_size: int, n: int, timeout: float, repo
     shares = [run["share"] for run in runs]
     whole = interleave(shares)
     moved = {op for run in runs for op, count in run["collectives"].items() if count and op not in _SYNC_ONLY}
+    unsent = [rank for rank, run in enumerate(runs) if not run["sent_share"]]
     problems = [] if moved else [
         "no rank ran a collective that moves data (all_gather_object, all_gather, all_reduce, ...): "
         "each rank holds only its own share, so the others' items must come through the process group"]
+    if moved and unsent and len(runs) > 1:
+        problems.append(f"rank {unsent[0]}'s share never went into a collective: each rank holds only its own "
+                        "share, so the others' items must come through the process group, not beside it")
     problems += [p for rank, run in enumerate(runs) if (p := _rank_problem(rank, run["answer"], shares, whole))]
     for problem in problems:
         report.fail(f"{where}: {problem}")
