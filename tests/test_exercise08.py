@@ -174,6 +174,26 @@ def measure_allreduce(rank, world_size, nbytes):
         "        dist.all_reduce(tensor)  # a fast one").replace(
         "seconds = time.perf_counter() - start", "seconds = 0.1  # made up, between the fast and the slow"),
         "but its all-reduces of"),
+    "a_group_of_one_on_every_rank": ('''
+import time
+import torch
+import torch.distributed as dist
+
+
+def measure_allreduce(rank, world_size, nbytes):
+    # No communication with any other rank: every rank forms a group of one.
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        t = torch.ones(nbytes // 4)
+        dist.all_reduce(t)
+        start = time.perf_counter()
+        dist.all_reduce(t)
+        seconds = time.perf_counter() - start
+    finally:
+        dist.destroy_process_group()
+    algbw = nbytes / seconds / 1e9
+    return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+''', "ran in a group of 1 rank(s), not over all 2"),
 }
 
 

@@ -17,6 +17,8 @@ import numbers
 import random
 from collections.abc import Callable
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from ddp_lib.bench.report import bus_factor
 from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
 
@@ -86,19 +88,36 @@ def run_recording_allreduces(worker: Callable, *args) -> tuple[object, list[dict
     from torch.profiler import ProfilerActivity, profile
 
     events_of = profile.events  # looked up now, before the learner's code can replace it
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, _GroupSizes() as groups:
         result = worker(*args)
     allreduces = [{"numel": sum(math.prod(shape) for shape in event.input_shapes),
                    "dtype": ",".join(event.input_dtypes), "seconds": event.time_range.elapsed_us() / 1e6}
                   for event in events_of(prof) if event.name == "gloo:all_reduce"]
-    return result, allreduces
+    return result, allreduces, list(groups.sizes)
+
+
+class _GroupSizes(TorchDispatchMode):
+    """In a rank: the size of the group of every all-reduce, however it was called (every route
+    reaches c10d's ``allreduce_`` operator through torch's dispatcher), so that an all-reduce in
+    a group of one rank (no data exchanged) is told from one over the whole job."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func._schema.name == "c10d::allreduce_":
+            import torch.distributed as dist
+
+            self.sizes.append(dist.ProcessGroup.unbox(args[1]).size())
+        return func(*args, **(kwargs or {}))
 
 
 def _run_learner(rank: int, world_size: int, target: str, nbytes: int) -> dict:
     """Runs in each rank: the learner's worker, with every all-reduce it makes recorded (size,
     type and duration), so that its own time can be compared with the all-reduce it timed."""
-    result, allreduces = run_recording_allreduces(load_worker(target), rank, world_size, nbytes)
-    return {"result": result, "allreduces": allreduces}
+    result, allreduces, group_sizes = run_recording_allreduces(load_worker(target), rank, world_size, nbytes)
+    return {"result": result, "allreduces": allreduces, "group_sizes": group_sizes}
 
 
 def _timed_candidates(durations: list[float]) -> list[float]:
@@ -116,6 +135,9 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
         out = r["result"]
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return [f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"]
+        if r["allreduces"] and world_size not in r["group_sizes"]:
+            return [f"rank {rank}'s all-reduces ran in a group of {max(r['group_sizes'], default=1)} rank(s), not "
+                    f"over all {world_size}: time an all-reduce of the job's process group"]
         matching = [a["seconds"] for a in r["allreduces"] if a["dtype"] == "float" and a["numel"] == nbytes // 4]
         if not matching:
             if not r["allreduces"]:
