@@ -55,7 +55,8 @@ def test_sbatch_script_has_the_slurm_mapping():
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
                  'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
                  '--rdzv-endpoint="$head:$RDZV_PORT"', '--rdzv-id="$SLURM_JOB_ID"',
-                 'srun --label "$PYTHON" -m torch.distributed.run'):
+                 'srun --label --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" -m torch.distributed.run',
+                 "#SBATCH --cpus-per-task="):
         assert line in text
 
 
