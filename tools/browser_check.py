@@ -199,6 +199,7 @@ def run_lesson(page, base: str, token: str, copy: Path, name: str) -> Result:
     start = time.monotonic()
     started: dict[int, float] = {}
     took: dict[int, float] = {}
+    quiet = 0
     while True:
         state = page.evaluate(STATE_JS)
         now = time.monotonic()
@@ -215,6 +216,13 @@ def run_lesson(page, base: str, token: str, copy: Path, name: str) -> Result:
             page.click(f"{VISIBLE} [data-command='notebook:interrupt-kernel']")
             break
         if not running and all(re.search(r"\[\d+\]", p) for p in prompts):
+            break
+        # Run All stops at a cell that raised: nothing runs any more, and the cells after it keep
+        # an empty prompt. Two seconds of quiet polls with the kernel idle mean it has stopped.
+        quiet = quiet + 1 if (started and not running and state["kernel"] == "idle") else 0
+        if quiet >= 8:
+            not_run = [i for i, p in enumerate(prompts) if not re.search(r"\[\d+\]", p)]
+            result.problems.append(f"Run All stopped before cell {not_run[0]}: a cell above it raised")
             break
         if now - start > LESSON_LIMIT:
             result.problems.append(f"Run All did not finish within {LESSON_LIMIT:.0f} s")
