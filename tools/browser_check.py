@@ -381,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="browser-check-") as tmp:
         copy = Path(tmp) / "notebooks"
         shutil.copytree(LESSONS, copy, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+        for entry in ROOT.iterdir():  # lessons read files beside notebooks/ (../slurm/train.sbatch)
+            if entry.name not in ("notebooks", ".git", ".venv"):
+                (Path(tmp) / entry.name).symlink_to(entry)
         runtime = Path(tmp) / "runtime"
         runtime.mkdir()
         port = check_lab.free_port()
