@@ -2,12 +2,15 @@
 left behind (not even a worker's own child processes or the output directory)."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import traceback
+from pathlib import Path
 
 import launcher_workers
 import pytest
@@ -128,9 +131,17 @@ def test_a_process_a_worker_starts_in_a_session_of_its_own_is_stopped_too(pid_di
     assert len(pids) == 2 and wait_until_gone(pids) == []
 
 
-def test_a_killed_caller_leaves_no_output_directory(tmp_path, pid_dir):
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+def test_a_killed_caller_leaves_no_output_directory(pid_dir):
+    # A short TMPDIR of its own: the forkserver's socket lives there, and a Unix socket's path may
+    # not exceed about 100 bytes (pytest's own temporary paths grow with its run counter).
+    tmp = Path(tempfile.mkdtemp(prefix="ddp-k-"))
+    try:
+        _kill_a_caller_in(tmp, pid_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kill_a_caller_in(tmp: Path, pid_dir: Path) -> None:
     script = textwrap.dedent(f"""
         from launcher_workers import hang_all
 
