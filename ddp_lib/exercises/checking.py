@@ -20,6 +20,8 @@ from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer
 from ddp_lib.launch import launch
 
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
+# c10d operators that move no data between ranks (as counted by counting_collectives).
+NOT_CARRYING_DATA = frozenset({"barrier", "monitored_barrier_"})
 
 
 @dataclass

@@ -18,6 +18,7 @@ import secrets
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import (
+    NOT_CARRYING_DATA,
     CollectiveInputs,
     Report,
     counting_collectives,
@@ -26,9 +27,6 @@ from ddp_lib.exercises.checking import (
     worker_name,
 )
 
-# c10d operators that move no data between ranks: they cannot have carried a name.
-NOT_CARRYING = {"barrier", "monitored_barrier_"}
-
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draws this rank's name, then calls the learner's worker with it,
@@ -36,7 +34,7 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     name = secrets.token_hex(4)  # fresh randomness: no other process can know it
     with counting_collectives() as calls, CollectiveInputs() as sent:
         got = load_worker(target)(rank, world_size, name)
-    carried = sum(n for op, n in calls.items() if op not in NOT_CARRYING)
+    carried = sum(n for op, n in calls.items() if op not in NOT_CARRYING_DATA)
     # A collective that carries data is not enough (names swapped through the store, then an
     # all_reduce of zeros): this rank's own name must be in what it gave a collective.
     return {"name": name, "got": got, "carried": carried and sent.carried(name)}

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ddp_lib.errors import LaunchInputError
 from ddp_lib.exercises.checking import (
+    NOT_CARRYING_DATA,
     CollectiveInputs,
     Report,
     counting_collectives,
@@ -27,9 +28,6 @@ from ddp_lib.exercises.checking import (
     run_on_ranks,
     worker_name,
 )
-
-# c10d operators that only synchronise: they move none of the numbers.
-_SYNC_ONLY = {"barrier", "monitored_barrier_"}
 
 
 def expected_share(rank: int, world_size: int, n: int) -> list[int]:
@@ -93,7 +91,7 @@ def _check_world_size(target: str, world_size: int, n: int, timeout: float, repo
         return
     shares = [run["share"] for run in runs]
     whole = interleave(shares)
-    moved = {op for run in runs for op, count in run["collectives"].items() if count and op not in _SYNC_ONLY}
+    moved = {op for run in runs for op, count in run["collectives"].items() if count and op not in NOT_CARRYING_DATA}
     unsent = [rank for rank, run in enumerate(runs) if not run["sent_share"]]
     problems = [] if moved else [
         "no rank ran a collective that moves data (all_gather_object, all_gather, all_reduce, ...): "
