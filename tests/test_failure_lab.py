@@ -104,6 +104,22 @@ SOLUTIONS = {
             dist.all_gather_object(every, metric)
             return sum(every) / world_size
     """,
+    # The mean returned as a tensor: zero-dimensional, or of one element.
+    "zero_dim_tensor": """
+        with process_group(rank, world_size):
+            metric = torch.tensor(metric)
+            dist.all_reduce(metric)
+            return metric / world_size
+    """,
+    "one_element_tensor": """
+        with process_group(rank, world_size):
+            metric = torch.tensor([metric])
+            dist.all_reduce(metric, op=ReduceOp.AVG)
+            return metric
+    """,
+    "own_metric_as_tensor": """
+        return torch.tensor([metric])
+    """,
     "rank0_only": """
         with process_group(rank, world_size, timeout=timedelta(seconds=60)):
             metric = torch.tensor([metric])
@@ -185,14 +201,14 @@ def solution(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("key", ["right", "avg_through_c10d", "imported_name", "process_group_method",
-                                 "all_gather_then_mean"])
+                                 "all_gather_then_mean", "zero_dim_tensor", "one_element_tensor"])
 def test_checker_passes_right_evaluations_however_written(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2, 3))
     assert report.passed, report
     assert all(line.startswith("PASS world_size") for line in report.lines)
 
 
-@pytest.mark.parametrize("key", ["frames_no_group", "gc_no_group", "own_metric_only"])
+@pytest.mark.parametrize("key", ["frames_no_group", "gc_no_group", "own_metric_only", "own_metric_as_tensor"])
 def test_checker_refuses_answers_without_a_collective(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2,))
     (line,) = report.lines

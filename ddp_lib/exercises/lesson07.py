@@ -34,8 +34,8 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     fn = load_worker(target)
     with counting_collectives() as counts:
         value = fn(rank, world_size, metric)
-    if hasattr(value, "detach"):
-        value = f"<{type(value).__name__}>"
+    if hasattr(value, "detach"):  # a tensor: one element is a number written differently
+        value = float(value.item()) if value.numel() == 1 else f"<{type(value).__name__} of shape {list(value.shape)}>"
     return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING)}
 
 
