@@ -193,7 +193,15 @@ def measure_allreduce(rank, world_size, nbytes):
         dist.destroy_process_group()
     algbw = nbytes / seconds / 1e9
     return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
-''', "ran in a group of 1 rank(s), not over all 2"),
+''', "in a group of 1 rank(s), not over all 2"),
+    # A first all-reduce over every rank (so the job's group was used), then the timed one in a
+    # group of this rank alone: the size and the time are right, but nothing crossed between ranks.
+    "warm_up_over_all_then_timed_alone": (GOOD.replace(
+        "dist.barrier()",
+        "alone = [dist.new_group([r]) for r in range(world_size)][rank]  # every rank makes every group\n"
+        "        dist.barrier()").replace(
+        "dist.all_reduce(tensor)\n        seconds", "dist.all_reduce(tensor, group=alone)\n        seconds"),
+        "in a group of 1 rank(s), not over all"),
 }
 
 
@@ -202,3 +210,10 @@ def test_bandwidth_checker_refuses_adversaries(learner_module, attack):
     source, message = ADVERSARIAL[attack]
     report = check_bandwidth_worker(learner_module(f"lesson08_attack_{attack}", source), world_sizes=(2,))
     assert not report.passed and message in str(report), str(report)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_bandwidth_checker_requires_the_timed_allreduce_to_span_every_rank(learner_module, world_size):
+    source, message = ADVERSARIAL["warm_up_over_all_then_timed_alone"]
+    report = check_bandwidth_worker(learner_module(f"lesson08_alone_{world_size}", source), world_sizes=(world_size,))
+    assert not report.passed and f"{message} {world_size}" in str(report), str(report)

@@ -78,9 +78,10 @@ def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
     return report
 
 
-def run_recording_allreduces(worker: Callable, *args) -> tuple[object, list[dict]]:
-    """In a rank: ``worker(*args)``'s result and every gloo all-reduce that ran meanwhile, as
-    {"numel", "dtype", "seconds"}, however it was called (``dist.all_reduce``, a name imported
+def run_recording_allreduces(worker: Callable, *args) -> tuple[object, list[dict], list[dict]]:
+    """In a rank: ``worker(*args)``'s result, every gloo all-reduce that ran meanwhile, as
+    {"numel", "dtype", "seconds"}, and every all-reduce call with its group's size, as {"numel",
+    "dtype", "group_size"}, however it was called (``dist.all_reduce``, a name imported
     from ``torch.distributed``, ``distributed_c10d``, a ProcessGroup method). Read from torch's
     profiler, where gloo records each all-reduce (with its tensor's shape and type) from start to
     finish. The list is built only after the worker returned, from a method looked up before it
@@ -88,36 +89,40 @@ def run_recording_allreduces(worker: Callable, *args) -> tuple[object, list[dict
     from torch.profiler import ProfilerActivity, profile
 
     events_of = profile.events  # looked up now, before the learner's code can replace it
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, _GroupSizes() as groups:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, _AllReduceGroups() as groups:
         result = worker(*args)
     allreduces = [{"numel": sum(math.prod(shape) for shape in event.input_shapes),
                    "dtype": ",".join(event.input_dtypes), "seconds": event.time_range.elapsed_us() / 1e6}
                   for event in events_of(prof) if event.name == "gloo:all_reduce"]
-    return result, allreduces, list(groups.sizes)
+    return result, allreduces, list(groups.calls)
 
 
-class _GroupSizes(TorchDispatchMode):
-    """In a rank: the size of the group of every all-reduce, however it was called (every route
-    reaches c10d's ``allreduce_`` operator through torch's dispatcher), so that an all-reduce in
-    a group of one rank (no data exchanged) is told from one over the whole job."""
+class _AllReduceGroups(TorchDispatchMode):
+    """In a rank: every all-reduce's tensor (elements, type) and the size of the group it ran in,
+    however it was called (every route reaches c10d's ``allreduce_`` operator through torch's
+    dispatcher), so that the timed tensor's all-reduce is known to span every rank, not a group
+    of one (no data exchanged)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.sizes: list[int] = []
+        self.calls: list[dict] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func._schema.name == "c10d::allreduce_":
             import torch.distributed as dist
 
-            self.sizes.append(dist.ProcessGroup.unbox(args[1]).size())
+            tensors = args[0]
+            self.calls.append({"numel": sum(t.numel() for t in tensors),
+                               "dtype": ",".join(sorted({str(t.dtype) for t in tensors})),
+                               "group_size": dist.ProcessGroup.unbox(args[1]).size()})
         return func(*args, **(kwargs or {}))
 
 
 def _run_learner(rank: int, world_size: int, target: str, nbytes: int) -> dict:
     """Runs in each rank: the learner's worker, with every all-reduce it makes recorded (size,
     type and duration), so that its own time can be compared with the all-reduce it timed."""
-    result, allreduces, group_sizes = run_recording_allreduces(load_worker(target), rank, world_size, nbytes)
-    return {"result": result, "allreduces": allreduces, "group_sizes": group_sizes}
+    result, allreduces, calls = run_recording_allreduces(load_worker(target), rank, world_size, nbytes)
+    return {"result": result, "allreduces": allreduces, "calls": calls}
 
 
 def _timed_candidates(durations: list[float]) -> list[float]:
@@ -135,9 +140,13 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
         out = r["result"]
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return [f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"]
-        if r["allreduces"] and world_size not in r["group_sizes"]:
-            return [f"rank {rank}'s all-reduces ran in a group of {max(r['group_sizes'], default=1)} rank(s), not "
-                    f"over all {world_size}: time an all-reduce of the job's process group"]
+        # The timed tensor's every all-reduce must span all ranks: in a smaller group (one rank
+        # alone, say) nothing crosses between ranks, however right its size and its time.
+        small = [c["group_size"] for c in r["calls"]
+                 if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32" and c["group_size"] != world_size]
+        if small:
+            return [f"rank {rank} all-reduced its {nbytes}-byte tensor in a group of {small[0]} rank(s), not over "
+                    f"all {world_size}: all-reduce it in the job's process group (the default group)"]
         matching = [a["seconds"] for a in r["allreduces"] if a["dtype"] == "float" and a["numel"] == nbytes // 4]
         if not matching:
             if not r["allreduces"]:
