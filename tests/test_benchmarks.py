@@ -109,3 +109,19 @@ def test_the_kept_scaling_run_says_on_how_many_cores_and_under_what_load():
         (n, policy) for policy in scaling.POLICIES for n in (1, 2, 4)]
     assert full["cpu_count"] >= 1 and full["load_average"] >= 0
     assert all(r["samples_per_s"] > 0 for r in full["rows"])
+
+
+def test_the_kept_ring_run_is_whole_and_its_ratios_follow_from_its_times():
+    full = ring.full_run()
+    assert {(r["world_size"], r["bytes"]) for r in full["rows"]} == {(n, s) for n in (2, 4) for s in allreduce.SIZES}
+    assert full["cpu_count"] >= 1 and full["load_average"] >= 0 and full["repeats"] >= 5
+    for r in full["rows"]:
+        assert math.isclose(r["ratio"], r["ring_us"] / r["all_reduce_us"], rel_tol=0.02)
+
+
+def test_the_kept_startup_run_has_every_launcher_on_two_and_four_ranks():
+    full = startup.full_run()
+    assert {(r["world_size"], r["method"]) for r in full["rows"]} == {
+        (n, m) for n in (2, 4) for m in ("ddp_lib", "mp spawn", "mp forkserver", "mp fork")}
+    assert full["cpu_count"] >= 1 and full["load_average"] >= 0 and full["repeats"] >= 5
+    assert all(r["seconds"] > 0 for r in full["rows"])
