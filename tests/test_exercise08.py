@@ -169,10 +169,13 @@ def measure_allreduce(rank, world_size, nbytes):
         "dist.all_reduce(tensor)  # warm-up",
         "for slow in range(world_size):\n"
         "            if rank != slow:\n"
-        "                time.sleep(1.0)  # the slow rank waits for this one: a 1 s all-reduce on its side\n"
+        "                time.sleep(3.0)  # the slow rank waits for this one: a 3 s all-reduce on its side\n"
         "            dist.all_reduce(tensor)\n"
         "        dist.all_reduce(tensor)  # a fast one").replace(
-        "seconds = time.perf_counter() - start", "seconds = 0.1  # made up, between the fast and the slow"),
+        "seconds = time.perf_counter() - start",
+        # Made up: three times the fast all-reduce, far from any run that holds a slow one (1 s
+        # or more), whatever the machine's load makes the fast one take.
+        "seconds = 3 * (time.perf_counter() - start) + 0.01"),
         "but its all-reduces of"),
     "a_group_of_one_on_every_rank": ('''
 import time
