@@ -66,6 +66,14 @@ RIGHT = {
             flat /= get_world_size()
             torch.nn.utils.vector_to_parameters(flat, grads)
         """,
+    "functional_collective": """
+        import torch.distributed as dist
+        import torch.distributed._functional_collectives as funcol
+
+        def average_gradients(model):
+            for p in model.parameters():
+                p.grad.copy_(funcol.all_reduce(p.grad, "avg", dist.group.WORLD))
+        """,
 }
 
 WRONG = {
@@ -171,6 +179,40 @@ WRONG = {
             nn.functional.mse_loss(model(caller.f_locals["x"]), caller.f_locals["y"]).backward()
             dist.barrier()
         """, "these parameters do not hold the average"),
+    "gradients_through_the_store_beside_a_barrier": ("""
+        import io
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+
+        def average_gradients(model):
+            store = distributed_c10d._get_default_store()
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            buffer = io.BytesIO()
+            torch.save([p.grad for p in model.parameters()], buffer)
+            store.set(f"grads{rank}", buffer.getvalue())
+            dist.barrier()  # a collective, but it carries nothing
+            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
+            for i, p in enumerate(model.parameters()):
+                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+        """, "gave no collective their own gradients"),
+    "gradients_through_the_store_beside_an_empty_all_reduce": ("""
+        import io
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+
+        def average_gradients(model):
+            store = distributed_c10d._get_default_store()
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            buffer = io.BytesIO()
+            torch.save([p.grad for p in model.parameters()], buffer)
+            store.set(f"grads{rank}", buffer.getvalue())
+            dist.all_reduce(torch.zeros(1))  # carries data, but none of the gradients
+            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
+            for i, p in enumerate(model.parameters()):
+                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+        """, "gave no collective their own gradients"),
 }
 
 

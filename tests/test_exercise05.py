@@ -112,3 +112,13 @@ def test_a_seed_copied_from_the_lesson_fails_when_the_seed_is_drawn(tmp_path, mo
     assert check_epoch_indices(fn, seed=5).passed
     report = check_epoch_indices(fixed, seed=5)
     assert not report.passed and "seed" in str(report), str(report)
+
+
+def test_a_wrong_order_is_named_by_rank_epoch_and_position():
+    from ddp_lib.exercises.lesson05 import _order_problems, _reference
+
+    results = [[_reference(rank, 2, epoch, 7) for epoch in range(3)] for rank in range(2)]
+    assert _order_problems(results, epochs=3, seed=7) == []
+    results[1][2][5], results[1][2][6] = results[1][2][6], results[1][2][5]
+    (problem,) = _order_problems(results, epochs=3, seed=7)
+    assert problem.startswith("rank 1's order in epoch 2 is not DistributedSampler's") and "position 5" in problem

@@ -150,7 +150,8 @@ class CollectiveInputs:
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = func._schema.name
-                if name.startswith("c10d::") and "barrier" not in name:
+                # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
+                if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
                     outer._keep(args)
                 return func(*args, **(kwargs or {}))
 

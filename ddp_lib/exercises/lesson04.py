@@ -4,9 +4,11 @@ rank, must leave in each .grad the mean of that gradient over all ranks (what DD
 Each rank draws its own batch from fresh randomness (``os.urandom``), runs one backward through a
 plain model, calls the learner's function and returns its batch beside the .grad it got. Only the
 parent sees every rank's batch: it recomputes each rank's gradient and their mean. No rank holds
-another rank's data or the expected answer, so only a collective can produce it; the checker also
-counts the collectives the learner's function ran (torch's profiler sees every route to them). It
-runs on 2 and then 3 ranks, so a world size written into the code is caught.
+another rank's data or the expected answer. The checker also counts the collectives the learner's
+function ran (torch's profiler sees every route to them) and requires each rank's own gradients
+(or their share, divided by the world size) among what it gave a collective, so an average
+assembled from gradients passed through the rendezvous store or files is refused. It runs on 2
+and then 3 ranks, so a world size written into the code is caught.
 """
 
 from __future__ import annotations
@@ -17,7 +19,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import (
+    CollectiveInputs,
+    Report,
+    counting_collectives,
+    load_worker,
+    run_on_ranks,
+    worker_name,
+)
 
 ATOL = 1e-6
 WORLD_SIZES = (2, 3)
@@ -50,7 +59,8 @@ def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
         drawn = tuple((t.numpy().tobytes(), tuple(t.shape)) for t in (x, y))
         model = make_mlp(seed).to(device)  # same weights on every rank, as after DDP's broadcast
         nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
-        with counting_collectives() as collectives:
+        own = {n: p.grad.detach().clone().cpu() for n, p in model.named_parameters()}
+        with counting_collectives() as collectives, CollectiveInputs() as sent:
             average_gradients(model)
         x, y = (torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(shape) for data, shape in drawn)
         return {
@@ -58,7 +68,22 @@ def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
             "learner": {n: None if p.grad is None else p.grad.detach().clone().cpu()
                         for n, p in model.named_parameters()},
             "collectives": dict(collectives),
+            "not_sent": [n for n, g in own.items() if not _sent(g, sent.values, world_size)],
         }
+
+
+def _sent(grad: torch.Tensor, inputs: list[list], world_size: int) -> bool:
+    """Whether ``grad`` (or grad / world_size) went into a collective, alone or as a contiguous run
+    of a larger tensor (one flat message, as a DDP bucket)."""
+    flat = grad.reshape(-1).double()
+    for values in inputs:
+        if len(values) < len(flat):
+            continue
+        windows = torch.tensor(values, dtype=torch.float64).unfold(0, len(flat), 1)
+        for target in (flat, flat / world_size):
+            if torch.isclose(windows, target, rtol=1e-5, atol=1e-8).all(dim=1).any():
+                return True
+    return False
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
@@ -78,6 +103,12 @@ def diagnose(results: list[dict], seed: int) -> list[str]:
     wrong = {(rank, n) for rank, r in enumerate(results) for n in expected
              if not _close(r["learner"][n], expected[n])}
     if not wrong:
+        unsent = {rank: r["not_sent"] for rank, r in enumerate(results) if r["not_sent"]}
+        if unsent:
+            rank, names = next(iter(unsent.items()))
+            return [f"the averages are right, but rank(s) {sorted(unsent)} gave no collective their own gradients "
+                    f"(rank {rank}: {', '.join(names)}): they must travel through the process group (all_reduce), "
+                    "not through the store or files"]
         return []
 
     def everywhere(test) -> bool:
@@ -99,7 +130,7 @@ def diagnose(results: list[dict], seed: int) -> list[str]:
         problems.append(f"rank 0 is right but rank(s) {bad_ranks} are not: every rank needs the average "
                         "(all_reduce, not reduce to rank 0)")
     names = sorted({n for _, n in wrong}, key=list(expected).index)
-    problems.append(f"these parameters do not hold the average: {', '.join(names)}")
+    problems.append(f"these parameters do not hold the average on rank(s) {bad_ranks}: {', '.join(names)}")
     return problems
 
 

@@ -90,8 +90,11 @@ def _order_problems(results: list, epochs: int, seed: int) -> list[str]:
     world_size = len(results)
     for epoch in range(epochs):
         for rank, per_epoch in enumerate(results):
-            if per_epoch[epoch] != _reference(rank, world_size, epoch, seed):
+            expected = _reference(rank, world_size, epoch, seed)
+            if per_epoch[epoch] != expected:
+                at = next((i for i, (a, b) in enumerate(zip(per_epoch[epoch], expected)) if a != b),
+                          min(len(per_epoch[epoch]), len(expected)))
                 return [f"rank {rank}'s order in epoch {epoch} is not DistributedSampler's for the seed the "
-                        f"checker passed ({seed}) and that epoch: build the sampler with seed=seed, shuffle=True, "
-                        "and call sampler.set_epoch(epoch) with the epoch number"]
+                        f"checker passed ({seed}) and that epoch (first difference at position {at}): build the "
+                        "sampler with seed=seed, shuffle=True, and call sampler.set_epoch(epoch) with the epoch number"]
     return []

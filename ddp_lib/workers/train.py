@@ -208,7 +208,8 @@ def load_checkpoint(path: str, map_location: torch.device | str = "cpu") -> dict
     """Load a checkpoint onto ``map_location`` (this rank's device, never the saving rank's).
     A truncated or unreadable file raises RuntimeError naming it."""
     try:
-        # weights_only: tensors, numbers, strings and containers only; no arbitrary code on load.
+        # weights_only: tensors, plain Python data and an allowlist of torch types are rebuilt; any
+        # other global the file names is refused, never imported or called (torch/_weights_only_unpickler.py).
         return torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise
@@ -216,8 +217,8 @@ def load_checkpoint(path: str, map_location: torch.device | str = "cpu") -> dict
         if "Weights only load failed" in str(e):
             # A complete file that holds more than tensors and plain data (torch's own advice,
             # weights_only=False, would run whatever code the file carries).
-            raise RuntimeError(f"checkpoint {path} holds objects other than tensors, numbers, strings and "
-                               "containers, so it was not loaded: loading them would run code from the file "
+            raise RuntimeError(f"checkpoint {path} holds objects other than tensors and plain data, so it was "
+                               "not loaded: loading them would call whatever functions the file names "
                                "(save_checkpoint never writes such objects)") from e
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RuntimeError(f"checkpoint {path} is truncated or unreadable: {reason}") from e
