@@ -1,5 +1,7 @@
 """The failures lesson 07 shows, reproduced with real processes, and its exercise checker."""
 
+import glob
+import shutil
 import textwrap
 
 import pytest
@@ -117,6 +119,37 @@ SOLUTIONS = {
             dist.all_reduce(metric, op=ReduceOp.AVG)
             return metric
     """,
+    "broadcast_in_turn": """
+        with process_group(rank, world_size):
+            total = 0.0
+            for source in range(world_size):
+                value = torch.tensor([metric if rank == source else 0.0], dtype=torch.float64)
+                dist.broadcast(value, src=source)
+                total += value.item()
+            return total / world_size
+    """,
+    "functional_all_reduce": """
+        import torch.distributed._functional_collectives as funcol
+        with process_group(rank, world_size):
+            summed = funcol.all_reduce(torch.tensor([metric]), "sum", dist.group.WORLD)
+            return summed.item() / world_size
+    """,
+    # The metrics swapped through files; the collectives carry nothing of them: a broadcast of zeros,
+    # and this rank's metric handed to a broadcast from rank 0 (only the root's data is sent).
+    "files_beside_collectives_that_carry_nothing": """
+        import os, time
+        folder = f"/tmp/evaluation-{os.getppid()}"
+        os.makedirs(folder, exist_ok=True)
+        with open(f"{folder}/{rank}.tmp", "w") as f:
+            f.write(repr(metric))
+        os.replace(f"{folder}/{rank}.tmp", f"{folder}/{rank}")
+        with process_group(rank, world_size):
+            dist.broadcast(torch.zeros(1), src=0)
+            dist.broadcast(torch.tensor([metric if rank else 0.0]), src=0)
+            while len([n for n in os.listdir(folder) if not n.endswith(".tmp")]) < world_size:
+                time.sleep(0.01)
+            return sum(float(open(f"{folder}/{r}").read()) for r in range(world_size)) / world_size
+    """,
     "own_metric_as_tensor": """
         return torch.tensor([metric])
     """,
@@ -201,7 +234,8 @@ def solution(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("key", ["right", "avg_through_c10d", "imported_name", "process_group_method",
-                                 "all_gather_then_mean", "zero_dim_tensor", "one_element_tensor"])
+                                 "all_gather_then_mean", "zero_dim_tensor", "one_element_tensor",
+                                 "broadcast_in_turn", "functional_all_reduce"])
 def test_checker_passes_right_evaluations_however_written(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2, 3))
     assert report.passed, report
@@ -213,6 +247,15 @@ def test_checker_refuses_answers_without_a_collective(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2,))
     (line,) = report.lines
     assert not report.passed and "ran no collective" in line
+
+
+def test_checker_refuses_metrics_swapped_beside_collectives_that_carry_none_of_them(solution):
+    try:
+        (line,) = check_evaluation(solution("files_beside_collectives_that_carry_nothing"), world_sizes=(2,)).lines
+    finally:
+        for folder in glob.glob("/tmp/evaluation-*"):
+            shutil.rmtree(folder, ignore_errors=True)
+    assert line.startswith("FAIL") and "did not go into one" in line, line
 
 
 def test_checker_checks_against_the_metric_each_rank_drew_not_its_variables(solution):

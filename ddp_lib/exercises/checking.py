@@ -152,7 +152,7 @@ class CollectiveInputs:
                 name = func._schema.name
                 # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
                 if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
-                    outer._keep(args)
+                    outer._keep(_sent_by_this_rank(func._schema, args))
                 return func(*args, **(kwargs or {}))
 
         self._mode = _Mode()
@@ -187,6 +187,35 @@ class CollectiveInputs:
         if any(pattern in raw for raw in self.raw):
             return True
         return any(_in_order(numbers, values) for values in self.values)
+
+
+def _sent_by_this_rank(schema, args: tuple) -> list:
+    """The arguments of a c10d operator whose data this rank sends: its inputs, not the buffers it
+    receives into (a tensor filled in advance and handed to an all-gather, a recv or a broadcast
+    from another rank carries nothing to anyone)."""
+    names = [a.name for a in schema.arguments][: len(args)]
+    given = dict(zip(names, args))
+    op = schema.name.split("::")[1]
+    if op.startswith("recv") or not {"process_group", "group_name"} & set(names):
+        return []  # a receive, or a helper that moves no data between ranks (wait_tensor, ...)
+    root = given.get("root_rank", given.get("src"))
+    if op in ("broadcast_", "scatter_", "broadcast") and root is not None and _group_rank(given) != root:
+        return []  # only the root's data leaves it
+    inputs = [value for name, value in given.items() if name.startswith("input")]
+    return inputs if inputs else [given.get("tensors", [])]
+
+
+def _group_rank(given: dict) -> int | None:
+    """This rank's rank in the operator's group (c10d's ProcessGroup, or a functional collective's
+    group name)."""
+    import torch.distributed as dist
+
+    group = given.get("process_group")
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        group = dist.ProcessGroup.unbox(group)  # the dispatcher hands over its boxed form
+    if group is None and "group_name" in given:
+        group = dist.distributed_c10d._resolve_process_group(given["group_name"])
+    return group.rank() if group is not None else None
 
 
 def _pickled_int(value: int) -> bytes:

@@ -12,10 +12,19 @@ counted through torch's profiler, whatever route called them.
 
 from __future__ import annotations
 
+import math
 import secrets
+import struct
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import Report, counting_collectives, launch_on_ranks, load_worker, worker_name
+from ddp_lib.exercises.checking import (
+    CollectiveInputs,
+    Report,
+    counting_collectives,
+    launch_on_ranks,
+    load_worker,
+    worker_name,
+)
 
 # c10d operators that can combine the ranks' metrics into a mean.
 # The line each rank prints first, with the metric it drew.
@@ -32,11 +41,23 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     # there: whatever that code later does to this frame's variables, the check uses what was drawn.
     print(f"{METRIC_LINE}{metric!r}", flush=True)
     fn = load_worker(target)
-    with counting_collectives() as counts:
+    with counting_collectives() as counts, CollectiveInputs() as sent:
         value = fn(rank, world_size, metric)
     if hasattr(value, "detach"):  # a tensor: one element is a number written differently
         value = float(value.item()) if value.numel() == 1 else f"<{type(value).__name__} of shape {list(value.shape)}>"
-    return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING)}
+    return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING),
+            "sent_metric": _carries(sent, metric, world_size)}
+
+
+def _carries(sent: CollectiveInputs, metric: float, world_size: int) -> bool:
+    """Whether this rank handed its metric (or its share, metric / world_size) to a collective that
+    sends it: as a tensor element (float16 rounding allowed) or inside a pickled object."""
+    wanted = (metric, metric / world_size)
+    for values in sent.values:
+        if any(isinstance(v, float) and math.isclose(v, w, rel_tol=1e-3) for v in values for w in wanted):
+            return True
+    pickled = [b"G" + struct.pack(">d", w) for w in wanted]  # pickle's BINFLOAT
+    return any(p in raw for raw in sent.raw for p in pickled)
 
 
 def _drawn_metric(stdout: str) -> float:
@@ -61,9 +82,13 @@ def check_evaluation(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeou
         wrong = [(rank, r["value"]) for rank, r in enumerate(results)
                  if isinstance(r["value"], bool) or not isinstance(r["value"], (int, float))
                  or abs(r["value"] - want) > 1e-5]
+        unsent = [rank for rank, r in enumerate(results) if not r["sent_metric"]]
         if lonely:
             report.fail(f"{where}: rank {lonely[0]} ran no collective; a rank knows only its own metric, "
                         "so the mean needs one (all_reduce)")
+        elif unsent:
+            report.fail(f"{where}: rank {unsent[0]} ran a collective, but its metric {metrics[unsent[0]]} did not "
+                        "go into one; the mean must come from the ranks' metrics combined by the collective")
         elif wrong:
             rank, got = wrong[0]
             report.fail(f"{where}: rank {rank} returned {got!r}, expected the mean {want:.4g} on every rank")
