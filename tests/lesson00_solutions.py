@@ -178,3 +178,45 @@ def reads_gc(rank, world_size, name):
         if isinstance(obj, list) and len(obj) == world_size and all(isinstance(v, str) for v in obj):
             found = obj
     return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": found}
+
+
+def made_up_names(rank, world_size, name):
+    # Runs the collective, then returns names of the right shape that it made up (its own in its slot).
+    import secrets
+    with process_group(rank, world_size):
+        dist.all_gather_object([None] * world_size, name)
+        everyone = [name if r == rank else secrets.token_hex(4) for r in range(world_size)]
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
+
+
+class _EqualToAnything:
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+
+def equal_to_anything(rank, world_size, name):
+    # Sends its own name in a collective (so it is counted as carried), ignores what comes back,
+    # and returns a list that claims to equal any answer.
+    with process_group(rank, world_size):
+        dist.all_reduce(_name_tensor(name))
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": _EqualToAnything()}
+
+
+# A right answer in another container: must pass.
+
+def tuple_of_names(rank, world_size, name):
+    with process_group(rank, world_size):
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, name)
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": tuple(everyone)}
+
+
+def names_in_a_string(rank, world_size, name):
+    # The names, but joined into one string: not the list the exercise asks for.
+    with process_group(rank, world_size):
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, name)
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": ",".join(everyone)}

@@ -15,6 +15,7 @@ from ddp_lib.exercises.lesson00 import check_who_am_i
     (solutions.tensors_through_a_process_group_method, (3,)),
     (solutions.one_broadcast_per_rank, (3,)),
     (solutions.summed_rows, (3,)),
+    (solutions.tuple_of_names, (2,)),
 ])
 def test_right_answers_pass(answer, world_sizes):
     report = check_who_am_i(answer, world_sizes=world_sizes)
@@ -28,7 +29,11 @@ def test_right_answers_pass(answer, world_sizes):
     (solutions.reversed_order, "FAIL world_size 2: rank 0 has every rank's name but not in rank order"),
     (solutions.hard_coded_world_size, "FAIL world_size 3"),
     (solutions.raises, "FAIL world_size 2: rank 0 raised RuntimeError: not written yet"),
-    (solutions.reads_gc, "FAIL world_size 2: rank 0 returned everyone="),
+    (solutions.reads_gc, ("FAIL world_size 2: rank 0 returned only its own name",
+                          "FAIL world_size 2: rank 0 returned everyone[")),
+    (solutions.made_up_names, "FAIL world_size 2: rank 0 returned everyone[1]="),
+    (solutions.equal_to_anything, "FAIL world_size 2: rank 0 returned everyone as a _EqualToAnything; expected a list"),
+    (solutions.names_in_a_string, "FAIL world_size 2: rank 0 returned everyone as a str; expected a list"),
     (solutions.through_files, "FAIL world_size 2: rank 0 has the right names but ran no collective that carried its"),
     (solutions.through_the_store_beside_an_all_reduce, "FAIL world_size 2: rank 0 has the right names but ran no"),
     (solutions.through_the_launchers_store, "FAIL world_size 2: rank 0 has the right names but ran no collective"),
