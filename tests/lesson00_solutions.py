@@ -220,3 +220,15 @@ def names_in_a_string(rank, world_size, name):
         everyone = [None] * world_size
         dist.all_gather_object(everyone, name)
         return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": ",".join(everyone)}
+
+
+def gathers_within_itself(rank, world_size, name):
+    # Gathers its own name in a group of its own (so it reaches nobody) and takes the others'
+    # names from the group's store.
+    from torch.distributed import distributed_c10d
+    with process_group(rank, world_size):
+        alone = [dist.new_group([r]) for r in range(world_size)][rank]
+        dist.all_gather_object([None], name, group=alone)
+        store = distributed_c10d._get_default_store()
+        everyone = _gathered_through(store.set, lambda key: store.get(key).decode(), rank, world_size, name)
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}

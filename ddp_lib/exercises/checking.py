@@ -141,6 +141,9 @@ class CollectiveInputs:
         self.limit = limit  # elements kept per tensor
         self.raw: list[bytes] = []
         self.values: list[list] = []
+        # How many ranks the group of the collective had, beside each entry of raw and values.
+        self.raw_group_sizes: list[int | None] = []
+        self.value_group_sizes: list[int | None] = []
 
     def __enter__(self) -> CollectiveInputs:
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -151,7 +154,7 @@ class CollectiveInputs:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = func._schema.name
                 if name.startswith("c10d::") and "barrier" not in name:
-                    outer._keep(args)
+                    outer._keep(args, collective_group_size(args))
                 return func(*args, **(kwargs or {}))
 
         self._mode = _Mode()
@@ -161,22 +164,30 @@ class CollectiveInputs:
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
 
-    def _keep(self, value) -> None:
+    def _keep(self, value, group_size: int | None = None) -> None:
         import torch
 
         if isinstance(value, torch.Tensor):
             flat = value.detach().reshape(-1)[: self.limit].cpu()
             self.values.append(flat.tolist())
+            self.value_group_sizes.append(group_size)
             if flat.dtype == torch.uint8:
                 self.raw.append(bytes(flat.tolist()))
+                self.raw_group_sizes.append(group_size)
         elif isinstance(value, (list, tuple)):
             for item in value:
-                self._keep(item)
+                self._keep(item, group_size)
 
-    def carried(self, items: list) -> bool:
+    def carried(self, items: list, group_size: int | None = None) -> bool:
         """Whether ``items`` (numbers, or one string) went into a collective: as values of one tensor,
         in order (other values may sit between them, as in a padded tensor), or inside the bytes of a
-        pickled object (``all_gather_object`` and its kind)."""
+        pickled object (``all_gather_object`` and its kind). With ``group_size``, only collectives
+        over a group of that many ranks count (a group of one rank alone carries nothing anywhere)."""
+        if group_size is not None:
+            narrowed = CollectiveInputs(self.limit)
+            narrowed.raw = [r for r, n in zip(self.raw, self.raw_group_sizes) if n == group_size]
+            narrowed.values = [v for v, n in zip(self.values, self.value_group_sizes) if n == group_size]
+            return narrowed.carried(items)
         if isinstance(items, str):
             pattern, numbers = items.encode(), [ord(c) for c in items]
         else:
@@ -186,6 +197,18 @@ class CollectiveInputs:
         if any(pattern in raw for raw in self.raw):
             return True
         return any(_in_order(numbers, values) for values in self.values)
+
+
+def collective_group_size(args: tuple) -> int | None:
+    """In a dispatch mode: how many ranks the process group given to a c10d operator has (the
+    operator receives it boxed, as a ScriptObject), or None when there is none."""
+    import torch
+    import torch.distributed as dist
+
+    for arg in args:
+        if isinstance(arg, torch.ScriptObject) and arg._type().name().endswith(".ProcessGroup"):
+            return dist.ProcessGroup.unbox(arg).size()
+    return None
 
 
 def _pickled_int(value: int) -> bytes:

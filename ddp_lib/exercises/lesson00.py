@@ -40,7 +40,8 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     carried = sum(n for op, n in calls.items() if op not in NOT_CARRYING_DATA)
     # A collective that carries data is not enough (names swapped through the store, then an
     # all_reduce of zeros): this rank's own name must be in what it gave a collective.
-    return {"name": name, "got": got, "carried": carried and sent.carried(name)}
+    # The collective must span the job: one in a group of this rank alone carries nothing anywhere.
+    return {"name": name, "got": got, "carried": carried and sent.carried(name, group_size=world_size)}
 
 
 def _plain(value: object) -> object:
@@ -122,8 +123,9 @@ def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeo
         if wrong:
             report.fail(f"world_size {world_size}: {wrong[0]}")
         elif world_size > 1 and silent:
-            report.fail(f"world_size {world_size}: rank {silent[0]} has the right names but ran no collective that "
-                        "carried its name; the names must travel through the process group (dist.all_gather_object)")
+            report.fail(f"world_size {world_size}: rank {silent[0]} has the right names but ran no collective over "
+                        "all ranks that carried its name; the names must travel through the process group "
+                        "(dist.all_gather_object)")
         else:
             report.ok(f"world_size {world_size}: every rank returned its rank, the world size, is_main "
                       "and every rank's name")
