@@ -206,7 +206,7 @@ def collective_group_size(args: tuple) -> int | None:
     import torch.distributed as dist
 
     for arg in args:
-        if isinstance(arg, torch.ScriptObject) and arg._type().name().endswith(".ProcessGroup"):
+        if isinstance(arg, torch.ScriptObject) and arg._type().name().split(".")[-1] == "ProcessGroup":
             return dist.ProcessGroup.unbox(arg).size()
     return None
 
