@@ -178,3 +178,57 @@ def reads_gc(rank, world_size, name):
         if isinstance(obj, list) and len(obj) == world_size and all(isinstance(v, str) for v in obj):
             found = obj
     return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": found}
+
+
+def made_up_names(rank, world_size, name):
+    # Runs the collective, then returns names of the right shape that it made up (its own in its slot).
+    import secrets
+    with process_group(rank, world_size):
+        dist.all_gather_object([None] * world_size, name)
+        everyone = [name if r == rank else secrets.token_hex(4) for r in range(world_size)]
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
+
+
+class _EqualToAnything:
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+
+def equal_to_anything(rank, world_size, name):
+    # Sends its own name in a collective (so it is counted as carried), ignores what comes back,
+    # and returns a list that claims to equal any answer.
+    with process_group(rank, world_size):
+        dist.all_reduce(_name_tensor(name))
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": _EqualToAnything()}
+
+
+# A right answer in another container: must pass.
+
+def tuple_of_names(rank, world_size, name):
+    with process_group(rank, world_size):
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, name)
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": tuple(everyone)}
+
+
+def names_in_a_string(rank, world_size, name):
+    # The names, but joined into one string: not the list the exercise asks for.
+    with process_group(rank, world_size):
+        everyone = [None] * world_size
+        dist.all_gather_object(everyone, name)
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": ",".join(everyone)}
+
+
+def gathers_within_itself(rank, world_size, name):
+    # Gathers its own name in a group of its own (so it reaches nobody) and takes the others'
+    # names from the group's store.
+    from torch.distributed import distributed_c10d
+    with process_group(rank, world_size):
+        alone = [dist.new_group([r]) for r in range(world_size)][rank]
+        dist.all_gather_object([None], name, group=alone)
+        store = distributed_c10d._get_default_store()
+        everyone = _gathered_through(store.set, lambda key: store.get(key).decode(), rank, world_size, name)
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}

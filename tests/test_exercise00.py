@@ -15,10 +15,14 @@ from ddp_lib.exercises.lesson00 import check_who_am_i
     (solutions.tensors_through_a_process_group_method, (3,)),
     (solutions.one_broadcast_per_rank, (3,)),
     (solutions.summed_rows, (3,)),
+    (solutions.tuple_of_names, (2,)),
 ])
 def test_right_answers_pass(answer, world_sizes):
     report = check_who_am_i(answer, world_sizes=world_sizes)
     assert report.passed and str(report).endswith("All checks passed."), str(report)
+
+
+NO_COLLECTIVE = "FAIL world_size 2: rank 0 has the right names but ran no collective over all ranks"
 
 
 @pytest.mark.parametrize("answer, line", [
@@ -28,11 +32,16 @@ def test_right_answers_pass(answer, world_sizes):
     (solutions.reversed_order, "FAIL world_size 2: rank 0 has every rank's name but not in rank order"),
     (solutions.hard_coded_world_size, "FAIL world_size 3"),
     (solutions.raises, "FAIL world_size 2: rank 0 raised RuntimeError: not written yet"),
-    (solutions.reads_gc, "FAIL world_size 2: rank 0 returned everyone="),
-    (solutions.through_files, "FAIL world_size 2: rank 0 has the right names but ran no collective that carried its"),
+    (solutions.reads_gc, ("FAIL world_size 2: rank 0 returned only its own name",
+                          "FAIL world_size 2: rank 0 returned everyone[")),
+    (solutions.made_up_names, "FAIL world_size 2: rank 0 returned everyone[1]="),
+    (solutions.equal_to_anything, "FAIL world_size 2: rank 0 returned everyone as a _EqualToAnything; expected a list"),
+    (solutions.names_in_a_string, "FAIL world_size 2: rank 0 returned everyone as a str; expected a list"),
+    (solutions.through_files, NO_COLLECTIVE),
+    (solutions.gathers_within_itself, NO_COLLECTIVE),
     (solutions.through_the_store_beside_an_all_reduce, "FAIL world_size 2: rank 0 has the right names but ran no"),
-    (solutions.through_the_launchers_store, "FAIL world_size 2: rank 0 has the right names but ran no collective"),
-    (solutions.through_the_groups_store, "FAIL world_size 2: rank 0 has the right names but ran no collective"),
+    (solutions.through_the_launchers_store, NO_COLLECTIVE),
+    (solutions.through_the_groups_store, NO_COLLECTIVE),
 ])
 def test_wrong_answers_are_named(answer, line):
     report = check_who_am_i(answer, world_sizes=(2, 3), timeout=20)

@@ -41,8 +41,9 @@ def test_values_are_fresh_on_every_check():
     (solutions.raises, "rank 1 raised ValueError: forgot something"),
     (solutions.only_rank0_communicates, "does every rank call the same collectives"),
     (solutions.number_that_reads_the_checker, "its own value"),
-    (solutions.gathers_plus_token_all_reduce, "the all-reduce did not carry each rank's x"),
-    (solutions.through_the_store, "the all-reduce did not carry each rank's x"),
+    (solutions.gathers_plus_token_all_reduce, "no all-reduce over all ranks carried each rank's x"),
+    (solutions.through_the_store, "no all-reduce over all ranks carried each rank's x"),
+    (solutions.all_reduce_within_itself, "no all-reduce over all ranks carried each rank's x"),
 ])
 def test_wrong_answers_are_named(answer, message):
     report = check_mean_across_ranks(answer, world_sizes=(2, 3), timeout=20)

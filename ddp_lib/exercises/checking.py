@@ -141,6 +141,9 @@ class CollectiveInputs:
         self.limit = limit  # elements kept per tensor
         self.raw: list[bytes] = []
         self.values: list[list] = []
+        # How many ranks the group of the collective had, beside each entry of raw and values.
+        self.raw_group_sizes: list[int | None] = []
+        self.value_group_sizes: list[int | None] = []
 
     def __enter__(self) -> CollectiveInputs:
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -152,7 +155,8 @@ class CollectiveInputs:
                 name = func._schema.name
                 # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
                 if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
-                    outer._keep(_sent_by_this_rank(func._schema, args))
+                    group = _group(args, func._schema)
+                    outer._keep(_sent_by_this_rank(func._schema, args, group), group.size() if group else None)
                 return func(*args, **(kwargs or {}))
 
         self._mode = _Mode()
@@ -162,22 +166,30 @@ class CollectiveInputs:
     def __exit__(self, *exc) -> None:
         self._mode.__exit__(*exc)
 
-    def _keep(self, value) -> None:
+    def _keep(self, value, group_size: int | None = None) -> None:
         import torch
 
         if isinstance(value, torch.Tensor):
             flat = value.detach().reshape(-1)[: self.limit].cpu()
             self.values.append(flat.tolist())
+            self.value_group_sizes.append(group_size)
             if flat.dtype == torch.uint8:
                 self.raw.append(bytes(flat.tolist()))
+                self.raw_group_sizes.append(group_size)
         elif isinstance(value, (list, tuple)):
             for item in value:
-                self._keep(item)
+                self._keep(item, group_size)
 
-    def carried(self, items: list) -> bool:
+    def carried(self, items: list, group_size: int | None = None) -> bool:
         """Whether ``items`` (numbers, or one string) went into a collective: as values of one tensor,
         in order (other values may sit between them, as in a padded tensor), or inside the bytes of a
-        pickled object (``all_gather_object`` and its kind)."""
+        pickled object (``all_gather_object`` and its kind). With ``group_size``, only collectives
+        over a group of that many ranks count (a group of one rank alone carries nothing anywhere)."""
+        if group_size is not None:
+            narrowed = CollectiveInputs(self.limit)
+            narrowed.raw = [r for r, n in zip(self.raw, self.raw_group_sizes) if n == group_size]
+            narrowed.values = [v for v, n in zip(self.values, self.value_group_sizes) if n == group_size]
+            return narrowed.carried(items)
         if isinstance(items, str):
             pattern, numbers = items.encode(), [ord(c) for c in items]
         else:
@@ -189,7 +201,7 @@ class CollectiveInputs:
         return any(_in_order(numbers, values) for values in self.values)
 
 
-def _sent_by_this_rank(schema, args: tuple) -> list:
+def _sent_by_this_rank(schema, args: tuple, group) -> list:
     """The arguments of a c10d operator whose data this rank sends: its inputs, not the buffers it
     receives into (a tensor filled in advance and handed to an all-gather, a recv or a broadcast
     from another rank carries nothing to anyone)."""
@@ -199,23 +211,34 @@ def _sent_by_this_rank(schema, args: tuple) -> list:
     if op.startswith("recv") or not {"process_group", "group_name"} & set(names):
         return []  # a receive, or a helper that moves no data between ranks (wait_tensor, ...)
     root = given.get("root_rank", given.get("src"))
-    if op in ("broadcast_", "scatter_", "broadcast") and root is not None and _group_rank(given) != root:
+    if op in ("broadcast_", "scatter_", "broadcast") and root is not None and group.rank() != root:
         return []  # only the root's data leaves it
     inputs = [value for name, value in given.items() if name.startswith("input")]
     return inputs if inputs else [given.get("tensors", [])]
 
 
-def _group_rank(given: dict) -> int | None:
-    """This rank's rank in the operator's group (c10d's ProcessGroup, or a functional collective's
-    group name)."""
+def _group(args: tuple, schema=None):
+    """In a dispatch mode: the process group given to a c10d operator (which receives it boxed, as a
+    ScriptObject), or named by a functional collective's ``group_name``; None when there is none."""
+    import torch
     import torch.distributed as dist
 
-    group = given.get("process_group")
-    if group is not None and not isinstance(group, dist.ProcessGroup):
-        group = dist.ProcessGroup.unbox(group)  # the dispatcher hands over its boxed form
-    if group is None and "group_name" in given:
-        group = dist.distributed_c10d._resolve_process_group(given["group_name"])
-    return group.rank() if group is not None else None
+    for arg in args:
+        if isinstance(arg, torch.ScriptObject) and arg._type().name().split(".")[-1] == "ProcessGroup":
+            return dist.ProcessGroup.unbox(arg)
+        if isinstance(arg, dist.ProcessGroup):
+            return arg
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    if "group_name" in names[: len(args)]:
+        return dist.distributed_c10d._resolve_process_group(args[names.index("group_name")])
+    return None
+
+
+def collective_group_size(args: tuple) -> int | None:
+    """In a dispatch mode: how many ranks the process group given to a c10d operator has, or None
+    when there is none."""
+    group = _group(args)
+    return group.size() if group is not None else None
 
 
 def _pickled_int(value: int) -> bytes:

@@ -7,9 +7,10 @@ returns it beside the answer: no process holds another rank's value, so only a w
 communicates can know the mean. The values have fractional parts, so integer arithmetic gives a
 different answer. The all-reduce is counted however it was called (``dist.all_reduce``, a name
 imported from ``torch.distributed``, ``distributed_c10d.all_reduce``, a ``ProcessGroup`` method), and
-it must carry the rank's own ``x`` (or ``x / world_size``): a token all-reduce beside values swapped
-another way (the store, all_gather) is not the exercise. The answer is turned into a plain float
-inside the rank, so no object of the learner's runs in the checking process, where all values meet.
+it must carry the rank's own ``x`` (or ``x / world_size``) over all ranks: a token all-reduce, or one
+in a group of one rank, beside values swapped another way (the store, all_gather) is not the
+exercise. The answer is turned into a plain float inside the rank, so no object of the learner's
+runs in the checking process, where all values meet.
 
     print(check_mean_across_ranks(mean_across_ranks))
 """
@@ -23,7 +24,14 @@ from collections.abc import Callable
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import (
+    Report,
+    collective_group_size,
+    counting_collectives,
+    load_worker,
+    run_on_ranks,
+    worker_name,
+)
 
 ALL_REDUCE = "allreduce_"  # c10d's operator name for every all-reduce
 REDUCE = "reduce_"
@@ -36,15 +44,18 @@ def _draw_value() -> float:
 
 
 class _AllReduceInputs(TorchDispatchMode):
-    """In a rank: the first values of every tensor given to an all-reduce, however it was called
-    (every route reaches c10d's ``allreduce_`` operator through torch's dispatcher)."""
+    """In a rank: the first values of every tensor given to an all-reduce over all ``world_size``
+    ranks, however it was called (every route reaches c10d's ``allreduce_`` operator through
+    torch's dispatcher)."""
 
-    def __init__(self) -> None:
+    def __init__(self, world_size: int) -> None:
         super().__init__()
+        self.world_size = world_size
         self.values: list[float] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._schema.name == "c10d::" + ALL_REDUCE:
+        # Only all-reduces over every rank: one in a group of this rank alone combines nothing.
+        if func._schema.name == "c10d::" + ALL_REDUCE and collective_group_size(args) == self.world_size:
             for tensor in args[0]:
                 self.values.extend(tensor.detach().reshape(-1)[:16].double().tolist())
         return func(*args, **(kwargs or {}))
@@ -54,7 +65,7 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draws this rank's value, runs the learner's worker on it, counting the
     collectives it ran; returns the value beside the answer (a plain float, or its kind)."""
     x = _draw_value()
-    with counting_collectives() as calls, _AllReduceInputs() as inputs:
+    with counting_collectives() as calls, _AllReduceInputs(world_size) as inputs:
         answer = load_worker(target)(rank, world_size, x)
     if isinstance(answer, numbers.Real) and not isinstance(answer, bool):
         # Converted here, where no other rank's value exists: float.__float__ drops any subclass.
@@ -108,8 +119,8 @@ def _check_world_size(target: str, world_size: int, timeout: float, report: Repo
     right = [r for r, v in numbers_by_rank.items() if _close(v, mean)]
     if len(right) == world_size:
         if not all(run["carried_x"] for run in runs):
-            report.fail(f"{where}: every rank returned the mean, but the all-reduce did not carry each rank's x; "
-                        "the values travelled another way: all-reduce a tensor holding x")
+            report.fail(f"{where}: every rank returned the mean, but no all-reduce over all ranks carried each "
+                        "rank's x; the values travelled another way: all-reduce a tensor holding x")
         elif any(run["calls"].get(ALL_REDUCE) for run in runs):
             report.ok(f"{where}: every rank returned the mean {mean:g}")
     elif right == [0] and any(run["calls"].get(REDUCE) for run in runs):
