@@ -7,8 +7,8 @@
    a list of (x, y) micro-batches: gradients accumulated with one all-reduce per step
    (``no_sync``), the loss averaged over the micro-batches, the synchronised gradient clipped.
 
-Each checker runs the learner's function on every rank, on 2 ranks and then on 3 (so that a hard-
-coded world size fails), and compares with the exact answer, with inputs for which the classic
+Each checker runs the learner's function on every rank, on 2 ranks and then on 3 (so that a
+hard-coded world size fails), and compares with the exact answer, with inputs for which the classic
 mistakes give another one: for ``evaluate``, each rank holds real samples only in its own shard
 (drawn in that rank from fresh randomness, decoys elsewhere), so evaluating the whole set alone or
 counting a padding duplicate reads decoys; for ``train_step``, micro-batches each rank draws from
