@@ -90,14 +90,15 @@ def _watched_call(fn: Callable, *args) -> tuple[object, list[str]]:
             if real in references:
                 reached.add(f"{references[real]}.{frame.f_code.co_name}")
 
+    previous = sys.getprofile(), threading.getprofile()
     sys.setprofile(watch)
     threading.setprofile(watch)
     try:
         value = fn(*args)
     finally:
         switched_off = sys.getprofile() is not watch
-        sys.setprofile(None)
-        threading.setprofile(None)
+        sys.setprofile(previous[0])
+        threading.setprofile(previous[1])
     problems = [f"it ran {name}: count the bytes with your own code" for name in sorted(reached)]
     if switched_off:
         problems.append("it switched off the profiler that watches which code it runs")
