@@ -222,6 +222,8 @@ def state_bytes(optimizer):
 def test_checker_refuses_counts_not_made_from_the_state(name, tmp_path, monkeypatch):
     report = _check(tmp_path, monkeypatch, name, ADVERSARIES[name])
     assert not report.passed, str(report)
+    if name == "sizes10":  # right after the lesson's step; the failure names the strategy and the rank
+        assert re.search(r"FAIL \w+, rank \d: returned \d+ bytes after a step in which some parameters", str(report))
 
 
 # Answers that hand the count to the lesson's own code: the worked solution, the worker module's

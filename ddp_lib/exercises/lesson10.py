@@ -152,7 +152,8 @@ def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
                 held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
                 problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, {held}; {HINTS[strategy]}")
             elif other["value"] != other["exact"]:
-                problems.append(f"{strategy}: wrong after a step in which some parameters had no gradient (they "
+                problems.append(f"{strategy}, rank {rank}: returned {other['value']} bytes after a step in which some "
+                                "parameters had no gradient (they "
                                 "get no state) or Adam kept amsgrad's third buffer; count the tensors in the "
                                 "state, not the parameters")
             else:
