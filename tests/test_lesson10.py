@@ -1,5 +1,6 @@
 """Lesson 10's workers and exercise checker, run on real gloo ranks."""
 
+import inspect
 import re
 import textwrap
 from pathlib import Path
@@ -145,17 +146,23 @@ def _check(tmp_path, monkeypatch, name: str, source: str, predicted: dict | None
     return lesson10.check_state_bytes(module.state_bytes, predicted, **options)
 
 
-def test_checker_passes_the_solution_and_the_worked_predictions():
-    report = lesson10.check_state_bytes(solutions.state_bytes, PREDICTED_ON_3)
+def _solution_as_written(tmp_path, monkeypatch, **kwargs):
+    """The worked solution's source in a module of the learner's own, as the lesson's cell writes it:
+    the checker refuses the solution module itself (an answer that imports it)."""
+    return _check(tmp_path, monkeypatch, "copied_solution10", inspect.getsource(solutions), **kwargs)
+
+
+def test_checker_passes_the_solution_and_the_worked_predictions(tmp_path, monkeypatch):
+    report = _solution_as_written(tmp_path, monkeypatch)
     assert report.passed, str(report)
     assert "zero1: you predicted 1,048,584 bytes on rank 0, it holds 1,048,584" in str(report)
 
 
-def test_checker_fails_the_zero_formula_for_zero1_on_3_ranks():
+def test_checker_fails_the_zero_formula_for_zero1_on_3_ranks(tmp_path, monkeypatch):
     # The formula splits the state evenly; ZeroRedundancyOptimizer splits whole tensors.
     formula = {s: zero_prediction(263_425, 3, stage, bytes_per_param=(0, 0, 8))
                for s, stage in (("ddp", 0), ("zero1", 1), ("fsdp", 3))}
-    report = str(lesson10.check_state_bytes(solutions.state_bytes, formula))
+    report = str(_solution_as_written(tmp_path, monkeypatch, predicted=formula))
     assert "PASS ddp" in report and "PASS fsdp" in report and "FAIL zero1: you predicted" in report
 
 
@@ -215,6 +222,52 @@ def state_bytes(optimizer):
 def test_checker_refuses_counts_not_made_from_the_state(name, tmp_path, monkeypatch):
     report = _check(tmp_path, monkeypatch, name, ADVERSARIES[name])
     assert not report.passed, str(report)
+    if name == "sizes10":  # right after the lesson's step; the failure names the strategy and the rank
+        assert re.search(r"FAIL \w+, rank \d: returned \d+ bytes after a step in which some parameters", str(report))
+
+
+# Answers that hand the count to the lesson's own code: the worked solution, the worker module's
+# counting function (reached by a name built at run time), and the same from a thread of its own.
+BORROWED = {
+    "solution10": """\
+from ddp_lib.exercises.solutions.lesson10 import state_bytes
+""",
+    "workers10": """\
+import importlib
+
+
+def state_bytes(optimizer):
+    workers = importlib.import_module("ddp_lib.workers." + "beyond_ddp")
+    return getattr(workers, "optimizer_" + "state_bytes")(optimizer)
+""",
+    "thread10": """\
+from concurrent.futures import ThreadPoolExecutor
+
+from ddp_lib.workers.beyond_ddp import optimizer_state_bytes
+
+
+def state_bytes(optimizer):
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(optimizer_state_bytes, optimizer).result()
+""",
+    "unwatched10": """\
+import sys
+
+from ddp_lib.workers import beyond_ddp
+
+
+def state_bytes(optimizer):
+    sys.setprofile(None)
+    return beyond_ddp.optimizer_state_bytes(optimizer)
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BORROWED))
+def test_checker_refuses_an_answer_that_runs_the_reference_count(name, tmp_path, monkeypatch):
+    report = str(_check(tmp_path, monkeypatch, name, BORROWED[name], world_size=2, predicted=PREDICTED_ON_2))
+    assert "FAIL state_bytes must count by itself" in report, report
+    assert "Not yet" in report
 
 
 WRITTEN_DIFFERENTLY = """\

@@ -7,14 +7,15 @@
    a list of (x, y) micro-batches: gradients accumulated with one all-reduce per step
    (``no_sync``), the loss averaged over the micro-batches, the synchronised gradient clipped.
 
-Each checker runs the learner's function on every rank and compares with the exact answer, with
-inputs for which the classic mistakes give another one: for ``evaluate``, each rank holds real
-samples only in its own shard (drawn in that rank from fresh randomness, decoys elsewhere), so
-evaluating the whole set alone or counting a padding duplicate reads decoys; for ``train_step``,
-micro-batches each rank draws from fresh randomness (returned beside the answer, so that only the
-parent, which gets every rank's, computes the reference), a ``max_norm`` per step that makes an
-undivided loss, a missing clip and clipping inside the loop change the result, and a hook on the
-model that sees a forward on concatenated micro-batches.
+Each checker runs the learner's function on every rank, on 2 ranks and then on 3 (so that a
+hard-coded world size fails), and compares with the exact answer, with inputs for which the classic
+mistakes give another one: for ``evaluate``, each rank holds real samples only in its own shard
+(drawn in that rank from fresh randomness, decoys elsewhere), so evaluating the whole set alone or
+counting a padding duplicate reads decoys; for ``train_step``, micro-batches each rank draws from
+fresh randomness (returned beside the answer, so that only the parent, which gets every rank's,
+computes the reference), a ``max_norm`` per step that makes an undivided loss, a missing clip and
+clipping inside the loop change the result, and a hook on the model that sees a forward on
+concatenated micro-batches.
 """
 
 from __future__ import annotations
@@ -26,19 +27,13 @@ from torch import nn
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
 
-EVAL_SIZES = (11, 7)  # not multiples of 2: the sampler pads both
+# Each check runs on 2 ranks and then on 3: an answer that hard-codes the world size fails one.
+WORLD_SIZES = (2, 3)
+EVAL_SIZES = (11, 7)  # multiples of neither 2 nor 3: the sampler pads both
 # Draws per size: with so few samples one draw can make a mistake give the exact value by chance
 # (every prediction right, or two shards with equal accuracies); every draw must come out exact.
 DRAWS = 4
 TOL = 1e-5
-
-
-def _report(report: Report, problems: list[str], success: str) -> Report:
-    for problem in problems:
-        report.fail(problem)
-    if not problems:
-        report.ok(success)
-    return report
 
 
 class _ShardOnlyDataset(torch.utils.data.Dataset):
@@ -129,16 +124,23 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
             for problems in found.values() if problems]
 
 
-def check_evaluate(evaluate: Callable, world_size: int = 2) -> Report:
-    """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, for held-out sets
-    of 11 and 7 samples of which each rank holds only its own shard; return the report."""
+def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES) -> Report:
+    """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, on each of
+    ``world_sizes`` in turn, for held-out sets of 11 and 7 samples of which each rank holds only its
+    own shard; return the report. Stops at the first world size that fails."""
     report = Report()
-    results = run_on_ranks(_run_evaluate, world_size, report, kwargs=dict(evaluate=evaluate), timeout=120)
-    if results is None:
-        return report
-    return _report(report, diagnose_evaluate(results),
-                   f"on {world_size} ranks every rank returns the exact accuracy, padding or not "
-                   f"({', '.join(str(n) for n in EVAL_SIZES)} samples)")
+    for world_size in world_sizes:
+        results = run_on_ranks(_run_evaluate, world_size, report, kwargs=dict(evaluate=evaluate), timeout=120)
+        if results is None:
+            return report
+        problems = diagnose_evaluate(results)
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
+            return report
+        report.ok(f"on {world_size} ranks every rank returns the exact accuracy, padding or not "
+                  f"({', '.join(str(n) for n in EVAL_SIZES)} samples)")
+    return report
 
 
 # Exercise 2: a step with gradient accumulation and clipping.
@@ -252,9 +254,12 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
 def diagnose_train_step(results: list[dict]) -> list[str]:
     """Problems with per-rank results of ``_run_train_step`` (empty: all right)."""
     params = [r["params"] for r in results]
-    if any(not torch.allclose(p, params[0], atol=TOL) for p in params):
-        return ["the ranks' parameters differ: every rank must step on the same, all-reduced gradient "
-                "(is the last micro-batch's backward outside no_sync?)"]
+    apart = [rank for rank, p in enumerate(params) if not torch.allclose(p, params[0], atol=TOL)]
+    if apart:
+        gap = max((params[rank] - params[0]).abs().max().item() for rank in apart)
+        return [f"the parameters of rank(s) {', '.join(map(str, apart))} differ from rank 0's (by up to {gap:.2g}): "
+                "every rank must step on the same, all-reduced gradient (is the last micro-batch's backward "
+                "outside no_sync?)"]
     problems = []
     if results[0]["largest_batch"] > MICRO_BATCH_SIZE:
         problems.append(f"the model ran a forward on {results[0]['largest_batch']} samples at once, but a "
@@ -280,16 +285,23 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
     return problems
 
 
-def check_train_step(train_step: Callable, world_size: int = 2) -> Report:
+def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES) -> Report:
     """Run the learner's ``train_step(ddp_model, optimizer, micro_batches, max_norm)`` for 3 steps of
-    2 micro-batches on every rank; return the report."""
+    2 micro-batches on every rank, on each of ``world_sizes`` in turn; return the report. Stops at
+    the first world size that fails."""
     report = Report()
-    results = run_on_ranks(_run_train_step, world_size, report, kwargs=dict(train_step=train_step), timeout=120)
-    if results is None:
-        return report
-    return _report(report, diagnose_train_step(results),
-                   f"on {world_size} ranks the parameters equal one process on the global batch, "
-                   f"with one all-reduce per step")
+    for world_size in world_sizes:
+        results = run_on_ranks(_run_train_step, world_size, report, kwargs=dict(train_step=train_step), timeout=120)
+        if results is None:
+            return report
+        problems = diagnose_train_step(results)
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
+            return report
+        report.ok(f"on {world_size} ranks the parameters equal one process on the global batch, "
+                  f"with one all-reduce per step")
+    return report
 
 
 # The starting points the lesson's exercise cells write to disk; both fail their checker.

@@ -9,12 +9,15 @@ drops the gradients of some parameters before the step (they get no state) and t
 ``amsgrad`` on or off (a third buffer per parameter), then clears all gradients: no count made from
 parameter sizes, gradients, the world size or the rank can match, only one made from the state.
 The randomness lives and dies inside a helper, so no frame of the checker holds it when the
-learner's function runs.
+learner's function runs. While it runs, every Python call is watched: an answer that runs the
+lesson's own counting code (``ddp_lib.workers.beyond_ddp``) or the worked solution is refused.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
@@ -65,13 +68,51 @@ def _step_without_some_gradients(model, optimizer, rank: int) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
+def _reference_files() -> dict[str, str]:
+    """{real path: module name} of the code that already counts the state: the lesson's worker
+    module and the worked solution. A learner's answer must not run it."""
+    import ddp_lib.exercises.solutions.lesson10 as solution
+    import ddp_lib.workers.beyond_ddp as workers
+
+    return {os.path.realpath(m.__file__): m.__name__ for m in (workers, solution)}
+
+
+def _watched_call(fn: Callable, *args) -> tuple[object, list[str]]:
+    """``fn(*args)``, and the problems seen while it ran: a call into one of ``_reference_files``,
+    or the watch itself switched off. Threads the call starts are watched too."""
+    references, reached = _reference_files(), set()
+    paths: dict[str, str] = {}  # co_filename -> real path, resolved once per file
+
+    def watch(frame, event, _arg):
+        if event == "call":
+            name = frame.f_code.co_filename
+            real = paths.setdefault(name, os.path.realpath(name))
+            if real in references:
+                reached.add(f"{references[real]}.{frame.f_code.co_name}")
+
+    previous = sys.getprofile(), threading.getprofile()
+    sys.setprofile(watch)
+    threading.setprofile(watch)
+    try:
+        value = fn(*args)
+    finally:
+        switched_off = sys.getprofile() is not watch
+        sys.setprofile(previous[0])
+        threading.setprofile(previous[1])
+    problems = [f"it ran {name}: count the bytes with your own code" for name in sorted(reached)]
+    if switched_off:
+        problems.append("it switched off the profiler that watches which code it runs")
+    return value, problems
+
+
 def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.beyond_ddp import batch, optimizer_state_bytes, train_step
 
     def answer(optimizer) -> dict:
-        value = state_bytes(optimizer)
-        return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer)}
+        value, problems = _watched_call(state_bytes, optimizer)
+        return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer),
+                "problems": problems}
 
     found = {}
     with process_group(rank, world_size):
@@ -96,6 +137,10 @@ def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
     """Problems with the learner's counts in per-rank results of ``_run_state_bytes`` (empty when
     all is right); one message per strategy. ``reveal``: name the bytes the rank holds (only once
     the learner has made a prediction, which those bytes would otherwise give away)."""
+    borrowed = sorted({p for found in results for s in STRATEGIES for run in found[s].values()
+                       for p in run["problems"]})
+    if borrowed:
+        return [f"state_bytes must count by itself, but {p}" for p in borrowed]
     problems = []
     for strategy in STRATEGIES:
         for rank, found in enumerate(results):
@@ -107,7 +152,8 @@ def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
                 held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
                 problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, {held}; {HINTS[strategy]}")
             elif other["value"] != other["exact"]:
-                problems.append(f"{strategy}: wrong after a step in which some parameters had no gradient (they "
+                problems.append(f"{strategy}, rank {rank}: returned {other['value']} bytes after a step in which some "
+                                "parameters had no gradient (they "
                                 "get no state) or Adam kept amsgrad's third buffer; count the tensors in the "
                                 "state, not the parameters")
             else:
