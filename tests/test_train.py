@@ -225,3 +225,15 @@ def test_cli_progress_flag_draws_the_bar_and_keeps_the_json():
     assert [r["losses"] for r in json.loads(out.splitlines()[-1])] == [r["losses"] for r in plain]
     (line,) = screen(err)  # rank 0's bar alone, as one line; nothing from rank 1
     assert FINAL_BAR.fullmatch(line.removeprefix("[rank 0] "))
+
+
+def test_resuming_another_models_checkpoint_names_the_file_and_the_mismatched_keys(tmp_path):
+    ckpt = str(tmp_path)
+    spawn(train, 1, kwargs={"epochs": 1, "checkpoint_dir": ckpt}, show_output=False)
+    with pytest.raises(WorkerError) as caught:
+        spawn(train, 1, kwargs={"epochs": 2, "checkpoint_dir": ckpt, "resume": True, "norm": "batch"},
+              show_output=False)
+    assert os.path.join(ckpt, "epoch_001.pt") in str(caught.value)
+    # The summary is the first line; the worker's whole message (the keys) is in its traceback.
+    detail = str(caught.value.__cause__)
+    assert "Error(s) in loading state_dict for MoonsNet" in detail and "Missing key(s)" in detail

@@ -316,7 +316,10 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
                 if rank == 0:
                     print("no checkpoint to resume from yet: starting at epoch 1", flush=True)
             else:
-                model.load_state_dict(state["model"])  # before DDP, which then broadcasts rank 0's copy
+                try:
+                    model.load_state_dict(state["model"])  # before DDP, which then broadcasts rank 0's copy
+                except RuntimeError as e:  # another model's checkpoint: say which file
+                    raise RuntimeError(f"{checkpoint_path(checkpoint_dir, state['epoch'])}: {e}") from None
                 optimizer.load_state_dict(state["optimizer"])
                 start_epoch, losses = state["epoch"], list(state["losses"])
                 if rank == 0:
