@@ -141,6 +141,8 @@ class CollectiveInputs:
         self.limit = limit  # elements kept per tensor
         self.raw: list[bytes] = []
         self.values: list[list] = []
+        self.by_op: list[tuple[str, list]] = []  # (c10d operator, values) for each tensor given to one
+        self._op = ""
 
     def __enter__(self) -> CollectiveInputs:
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -151,6 +153,7 @@ class CollectiveInputs:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 name = func._schema.name
                 if name.startswith("c10d::") and "barrier" not in name:
+                    outer._op = name.removeprefix("c10d::")
                     outer._keep(args)
                 return func(*args, **(kwargs or {}))
 
@@ -167,6 +170,7 @@ class CollectiveInputs:
         if isinstance(value, torch.Tensor):
             flat = value.detach().reshape(-1)[: self.limit].cpu()
             self.values.append(flat.tolist())
+            self.by_op.append((self._op, self.values[-1]))
             if flat.dtype == torch.uint8:
                 self.raw.append(bytes(flat.tolist()))
         elif isinstance(value, (list, tuple)):
