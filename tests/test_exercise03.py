@@ -78,7 +78,8 @@ def one_step(rank, world_size):
 # Right answers that reseed or draw in another order: the same seed on every rank (the ranks then
 # agree before DDP and train on the same batch), a seed per rank drawn before the model, the labels
 # drawn before the inputs, and the batch made on the device.
-GOOD_SAME_SEED = GOOD.replace("        model = ToyModel().to(device)", "        torch.manual_seed(0)\n        model = ToyModel().to(device)")
+GOOD_SAME_SEED = GOOD.replace("        model = ToyModel().to(device)",
+                              "        torch.manual_seed(0)\n        model = ToyModel().to(device)")
 GOOD_SEED_PER_RANK = GOOD_BY_HAND.replace(
     "        model = ToyModel().to(device)",
     "        torch.manual_seed(1000 + rank)\n        inputs, labels = torch.randn(20, 10), torch.randn(20, 5)\n"
