@@ -175,6 +175,25 @@ def one_step(rank, world_size):
         return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": param_checksum(model)}
 '''
 
+# Every tensor the rank's process holds, found through gc, averaged into a seeded local model's
+# gradients beside dummy collectives: nothing of another rank's is in this process to find.
+FROM_GC = '''
+import gc, os, torch, torch.distributed as dist
+from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.process_group import process_group
+
+def one_step(rank, world_size):
+    with process_group(rank, world_size):
+        dist.broadcast(torch.zeros(1), 0)
+        dist.all_reduce(torch.zeros(1))
+        torch.manual_seed(0)
+        model = ToyModel()
+        batches = [t for t in gc.get_objects() if isinstance(t, torch.Tensor) and t.shape == (20, 10)]
+        model(torch.stack(batches).mean(0) if batches else torch.randn(20, 10)).sum().backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": param_checksum(model)}
+'''
+
 # Answers that must be refused, with the words the report must contain.
 WRONG = {
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
@@ -207,6 +226,7 @@ WRONG = {
     "checksum_of_another_model": (GOOD.replace('"checksum": param_checksum(model)', '"checksum": 1.0'),
                                   "return param_checksum of that model"),
     "values_from_the_frames": (FROM_THE_FRAMES, "rank 0's weights never went into a broadcast"),
+    "values_from_gc": (FROM_GC, "rank 0's weights never went into a broadcast"),
     # Right on 4 ranks only: the gradients summed, then divided by a hard-coded 4.
     "world_size_hard_coded": (GOOD_WITHOUT_DDP.replace("p.grad /= dist.get_world_size()", "p.grad /= 4"),
                               "average the gradients over the real world size"),
