@@ -3,6 +3,7 @@ launches use forkserver (warm, fast) except the one test that needs the spawn st
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import os
 import socket
@@ -53,6 +54,24 @@ def test_spawn_loop_source_shows_the_loop_and_the_call():
     for line in ("for i in range(nprocs):", "args=(fn, i, args, tf.name),", "fn(i, *args)", "process.start()"):
         assert line in source
     assert "#" not in source.replace("# torch.multiprocessing.spawn.", "")  # comments dropped
+
+
+def test_spawn_loop_source_marks_every_gap():
+    """Two shown lines that are not neighbours in torch's code (comments and blank lines aside)
+    have a "..." line between them."""
+    module = sys.modules["torch.multiprocessing.spawn"]
+    for part in spawn_loop_source().split("# torch.multiprocessing.spawn.")[1:]:
+        name, *shown = part.rstrip("\n").split("\n")
+        code = [line.split("  #")[0].rstrip() for line in inspect.getsource(getattr(module, name)).splitlines()]
+        code = [line for line in code if line.strip() and not line.strip().startswith("#")]
+        position = -1
+        for line in shown:
+            if line.strip() == "...":
+                position = None  # the next shown line may be anywhere later
+                continue
+            later = code.index(line, 0 if position is None else position + 1)
+            assert position is None or later == position + 1, f"{name}: a gap before {line!r} is not marked"
+            position = later
 
 
 def test_ddp_lib_passes_rank_world_size_and_environment():

@@ -27,29 +27,50 @@ import torch.multiprocessing as mp
 
 from ddp_lib.launch import FORKSERVER_PRELOAD
 
-# The lines of torch/multiprocessing/spawn.py that make fn(i, *args) happen, as in torch 2.13.
+# The lines of torch/multiprocessing/spawn.py that make fn(i, *args) happen, as in torch 2.13, in
+# the order they appear there (other lines between them are shown as "...").
 _LOOP_LINES = {
-    "start_processes": ("def start_processes(", "fn,", "args=(),", "nprocs=1,", "def start_process(i):",
-                        "process = mp.Process(", "target=_wrap,", "args=(fn, i, args, tf.name),", "process.start()",
-                        "if not start_parallel:", "for i in range(nprocs):",
-                        "idx, process, tf_name = start_process(i)", "while not context.join():"),
-    "_wrap": ("def _wrap(fn, i, args, error_file):", "fn(i, *args)"),
+    "start_processes": ("def start_processes(", "fn,", "args=(),", "nprocs=1,", "join=True,", "daemon=False,",
+                        'start_method="spawn",', "):", "mp = multiprocessing.get_context(start_method)",
+                        "def start_process(i):", "process = mp.Process(", "target=_wrap,",
+                        "args=(fn, i, args, tf.name),", "daemon=daemon,", ")", "process.start()",
+                        "return i, process, tf.name", "if not start_parallel:", "for i in range(nprocs):",
+                        "idx, process, tf_name = start_process(i)", "while not context.join():", "pass"),
+    "_wrap": ("def _wrap(fn, i, args, error_file):", "try:", "fn(i, *args)"),
 }
+
+
+def _excerpt(source: str, wanted: tuple[str, ...]) -> list[str]:
+    """The lines of ``source`` whose code (comments dropped) is ``wanted``, matched in order, with
+    a "..." line, indented as the first line it stands for, wherever code was left out."""
+    shown: list[str] = []
+    found = 0
+    gap = None  # the "..." line for the code left out since the last shown line
+    for line in source.splitlines():
+        code = line.split("  #")[0].rstrip()
+        if not code.strip() or code.strip().startswith("#"):
+            continue
+        if found < len(wanted) and code.strip() == wanted[found]:
+            shown.extend([gap, code] if gap else [code])
+            found += 1
+            gap = None
+        elif gap is None:
+            gap = code[: len(code) - len(code.lstrip())] + "..."
+    if found < len(wanted):
+        raise RuntimeError(f"torch {torch.__version__} changed torch/multiprocessing/spawn.py; "
+                           f"line not found: {wanted[found]!r}")
+    return shown + [gap] if gap else shown
 
 
 def spawn_loop_source() -> str:
     """The lines of ``start_processes`` and ``_wrap`` (torch/multiprocessing/spawn.py) that call
-    ``fn(i, *args)`` once per process, with their indentation; comments dropped."""
+    ``fn(i, *args)`` once per process, with their indentation; comments dropped, and each place
+    where lines were left out marked ``...``."""
     module = sys.modules["torch.multiprocessing.spawn"]  # the name `spawn` there is the function
     shown = []
     for name, wanted in _LOOP_LINES.items():
         shown.append(f"# torch.multiprocessing.spawn.{name}")
-        lines = inspect.getsource(getattr(module, name)).splitlines()
-        found = [line.split("  #")[0].rstrip() for line in lines if line.split("#")[0].strip() in wanted]
-        if len(found) != len(wanted):
-            missing = set(wanted) - {line.strip() for line in found}
-            raise RuntimeError(f"torch {torch.__version__} changed {name}; lines not found: {sorted(missing)}")
-        shown.extend(found)
+        shown.extend(_excerpt(inspect.getsource(getattr(module, name)), wanted))
     return "\n".join(shown)
 
 

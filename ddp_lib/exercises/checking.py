@@ -144,6 +144,8 @@ class CollectiveInputs:
         # How many ranks the group of the collective had, beside each entry of raw and values.
         self.raw_group_sizes: list[int | None] = []
         self.value_group_sizes: list[int | None] = []
+        self.by_op: list[tuple[str, list]] = []  # (operator, values) for each tensor given to one
+        self._op = ""
 
     def __enter__(self) -> CollectiveInputs:
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -156,6 +158,7 @@ class CollectiveInputs:
                 # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
                 if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
                     group = _group(args, func._schema)
+                    outer._op = name.split("::")[1]
                     outer._keep(_sent_by_this_rank(func._schema, args, group), group.size() if group else None)
                 return func(*args, **(kwargs or {}))
 
@@ -173,6 +176,7 @@ class CollectiveInputs:
             flat = value.detach().reshape(-1)[: self.limit].cpu()
             self.values.append(flat.tolist())
             self.value_group_sizes.append(group_size)
+            self.by_op.append((self._op, self.values[-1]))
             if flat.dtype == torch.uint8:
                 self.raw.append(bytes(flat.tolist()))
                 self.raw_group_sizes.append(group_size)

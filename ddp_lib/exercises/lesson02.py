@@ -77,9 +77,13 @@ def _rank_problem(rank: int, answer: object, shares: list[list], whole: list) ->
     if got == [x for share in shares for x in share]:
         return (f"rank {rank} returned the shares one after another, rank by rank; the split is round robin: "
                 "item i is shares[i % world_size][i // world_size]")
+    if len(got) != len(whole):
+        return f"rank {rank} returned {len(got)} items; the whole list has {len(whole)}"
+    i = next(i for i, (a, b) in enumerate(zip(got, whole, strict=True)) if a != b)
+    where = f"item {i} is {got[i]}, expected {whole[i]} (item {i // len(shares)} of rank {i % len(shares)}'s share)"
     if sorted(got) == sorted(whole):
-        return f"rank {rank} returned the right items in the wrong order: {got}, expected {whole}"
-    return f"rank {rank} returned {got}, expected {whole}"
+        return f"rank {rank} returned the right items in the wrong order: its {where}"
+    return f"rank {rank} returned a wrong list: its {where}"
 
 
 def _check_world_size(target: str, world_size: int, n: int, timeout: float, report: Report) -> None:

@@ -4,16 +4,16 @@ model in DDP with the right device_ids, and takes one step with its inputs on th
 The learner's ``fn(rank, world_size)`` must return {"local_rank": int, "device": str, "checksum": float}.
 The checker runs it on two layouts, simulated on this machine as torchrun would set LOCAL_RANK,
 LOCAL_WORLD_SIZE and GROUP_RANK: 2 nodes x 2 processes (4 ranks) and 1 node x 3 processes. Each
-rank starts from fresh randomness of its own, so its weights and data differ from every other
-rank's unless DDP makes them agree, and the collectives DDP runs are counted in each rank: its
-broadcast of the weights when it is built and its all-reduce of the gradients in backward().
+rank starts from fresh randomness of its own, so unless the learner reseeds, its weights and data
+differ from every other rank's until DDP makes them agree.
 
-Counting is not enough (a dummy all-reduce counts too), so each rank also watches its ToyModel:
-the batch it is fed (it must be drawn from this rank's own randomness, which no other rank holds),
-its weights at the forward pass, the rank's own gradient before DDP averages it, and its weights
-after the step. The parent then checks that all ranks started from the same weights and that each
-rank's step followed the average of ALL ranks' gradients: what only real communication gives;
-and that the step has the same size on both world sizes (an average over a hard-coded count has not).
+Counting collectives is not enough (a dummy all-reduce counts too), so each rank also watches its
+ToyModel (its weights at the forward pass, the rank's own gradient before DDP averages it, its
+weights after the step) and keeps what every collective was given. The parent then checks what only
+the distributed work gives, however the learner seeded or drew the batch: the weights the model ran
+with went through a broadcast from rank 0 and are the same on every rank; each rank's own gradient
+went into an all-reduce; each rank's step follows the average of ALL ranks' gradients; and the step
+has the same size on both world sizes (an average over a hard-coded count has not).
 """
 
 from __future__ import annotations
@@ -25,7 +25,14 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import (
+    CollectiveInputs,
+    Report,
+    counting_collectives,
+    load_worker,
+    run_on_ranks,
+    worker_name,
+)
 from ddp_lib.models import ToyModel, param_checksum
 from ddp_lib.workers.placement import expected_device, simulate_nodes
 
@@ -36,13 +43,16 @@ def _flat(tensors) -> torch.Tensor:
     return torch.cat([t.detach().double().cpu().reshape(-1) for t in tensors])
 
 
-def _own_batches(seed: int) -> list[torch.Tensor]:
-    """The batches torch.randn(20, 10) gives from ``seed``: drawn first, or after ToyModel()."""
-    torch.manual_seed(seed)
-    first = torch.randn(20, 10)
-    torch.manual_seed(seed)
-    ToyModel()
-    return [first, torch.randn(20, 10)]
+def _contains_run(values: torch.Tensor, run: torch.Tensor, scales: tuple[float, ...]) -> bool:
+    """Whether ``run / scale``, for one of ``scales``, sits in ``values`` as consecutive elements
+    (a parameter's slice of DDP's flat bucket, or a whole tensor given on its own)."""
+    for scale in scales:
+        wanted = run / scale
+        tolerance = 1e-5 * wanted.abs().max().item() + 1e-12
+        starts = torch.nonzero((values[: len(values) - len(wanted) + 1] - wanted[0]).abs() <= tolerance).flatten()
+        if any(torch.allclose(values[i:i + len(wanted)], wanted, rtol=1e-5, atol=tolerance) for i in starts.tolist()):
+            return True
+    return False
 
 
 @contextlib.contextmanager
@@ -72,37 +82,41 @@ def watching_toy_model() -> Iterator[dict]:
 
 def _run_learner(rank: int, world_size: int, target: str, nproc_per_node: int) -> dict:
     """Runs in each rank: the learner's worker under a simulated layout, its collectives counted
-    and its ToyModel watched."""
-    # Fresh randomness of this rank's own: no other rank holds it, so no rank can know another's
+    and kept, and its ToyModel watched."""
+    # Fresh randomness of this rank's own: unless the learner reseeds, no rank can know another's
     # batch or weights without communicating.
-    seed = int.from_bytes(os.urandom(8), "little")
-    own_batches = _own_batches(seed)
-    torch.manual_seed(seed)
+    torch.manual_seed(int.from_bytes(os.urandom(8), "little"))
     load_worker(target)  # read the learner's file fresh
-    with watching_toy_model() as seen, counting_collectives() as collectives:
+    with watching_toy_model() as seen, counting_collectives() as collectives, CollectiveInputs() as given:
         result = simulate_nodes(rank, world_size, nproc_per_node, target)
     watched = None
     if "model" in seen:
         grads = seen["local_grads"]
-        watched = {"own_batch": any(seen["input"].shape == b.shape and torch.equal(seen["input"], b)
-                                    for b in own_batches),
-                   "before": seen["before"], "after": _flat(seen["model"].parameters()),
+        watched = {"before": seen["before"], "after": _flat(seen["model"].parameters()),
+                   "sizes": [p.numel() for p in seen["model"].parameters()],
                    "checksum": param_checksum(seen["model"]),
                    "local_grad": None if any(g is None for g in grads) else torch.cat(grads)}
-    return {"result": result, "collectives": dict(collectives), "watched": watched}
+    given_to = {op: [values for name, values in given.by_op if name == op] for op in ("broadcast_", "allreduce_")}
+    return {"result": result, "collectives": dict(collectives), "watched": watched, "given": given_to}
+
+
+def _went_through(run: dict, op: str, flat: torch.Tensor, scales: tuple[float, ...]) -> bool:
+    """Whether every parameter's part of ``flat`` was given to collective ``op`` on this rank."""
+    given = [torch.tensor(values, dtype=torch.float64) for values in run["given"][op] if values]
+    parts = flat.split(run["watched"]["sizes"])
+    return all(any(_contains_run(values, part, scales) for values in given) for part in parts)
 
 
 def _step_problems(runs: list[dict]) -> list[str]:
-    """What the watched ToyModels say about the step: same start, own batches, and a step along
-    the average of all ranks' own gradients."""
+    """What the watched ToyModels and the collectives' inputs say about the step: the same weights
+    on every rank, sent from rank 0 by a broadcast; each rank's own gradient given to an all-reduce;
+    and a step along the average of all ranks' own gradients."""
+    world_size = len(runs)
     for rank, run in enumerate(runs):
         watched = run["watched"]
         if watched is None:
             return [f"rank {rank} never called a ToyModel: build ddp_lib.models.ToyModel, wrap it in DDP and call "
                     "the DDP model on the batch"]
-        if not watched["own_batch"]:
-            return [f"rank {rank}'s model was not fed a torch.randn(20, 10) of its own (was the seed reset?): every "
-                    "rank must train on its own random batch, drawn without reseeding"]
         if watched["checksum"] != run["result"]["checksum"]:
             return [f"rank {rank} returned checksum {run['result']['checksum']}, but the model it trained has "
                     f"{watched['checksum']}: return param_checksum of that model"]
@@ -110,9 +124,17 @@ def _step_problems(runs: list[dict]) -> list[str]:
             return [f"rank {rank} computed no gradient through its model: call backward() on a loss computed "
                     "through the DDP model"]
     start = runs[0]["watched"]["before"]
-    if any(not torch.allclose(run["watched"]["before"], start, rtol=0, atol=1e-6) for run in runs):
-        return ["the ranks fed their batches to different weights: wrap the model in DDP before the forward "
-                "pass (DDP copies rank 0's weights to every rank when it is built)"]
+    for rank, run in enumerate(runs[1:], start=1):
+        if not torch.allclose(run["watched"]["before"], start, rtol=0, atol=1e-6):
+            return [f"rank {rank} fed its batch to weights that differ from rank 0's: wrap the model in DDP before "
+                    "the forward pass (DDP copies rank 0's weights to every rank when it is built)"]
+    if not _went_through(runs[0], "broadcast_", start, (1.0,)):
+        return ["rank 0's weights never went into a broadcast (the ranks agree only because they made the same "
+                "weights): wrap the model in DDP, which broadcasts rank 0's weights when it is built"]
+    for rank, run in enumerate(runs):
+        if not _went_through(run, "allreduce_", run["watched"]["local_grad"], (1.0, float(world_size))):
+            return [f"rank {rank}'s own gradient never went into an all-reduce: call backward() through the DDP "
+                    "model, which all-reduces the gradients"]
     mean_grad = torch.stack([run["watched"]["local_grad"] for run in runs]).mean(0)
     for rank, run in enumerate(runs):
         step = run["watched"]["after"] - run["watched"]["before"]
@@ -156,9 +178,10 @@ def diagnose(runs: list[dict], nproc_per_node: int) -> list[str]:
             problems.append(f"rank {rank} never all-reduced gradients, as DDP does in backward(): call backward() "
                             "on a loss computed through the DDP model")
             break
-    checksums = [result["checksum"] for result in results]
-    if len(set(checksums)) > 1:
-        problems.append(f"the ranks' parameters differ after the step (checksums {checksums}); "
+    differ = [rank for rank, result in enumerate(results) if result["checksum"] != results[0]["checksum"]]
+    if differ:
+        problems.append(f"rank {differ[0]}'s parameters after the step differ from rank 0's (checksum "
+                        f"{results[differ[0]]['checksum']} against {results[0]['checksum']}); "
                         "wrap the model in DDP and call backward() through it")
     return problems or _step_problems(runs)
 

@@ -41,11 +41,12 @@ def input_placement(rank: int, world_size: int, device_ids: Literal["rank", "non
 
 
 def nccl_cpu_tensor(rank: int, world_size: int) -> dict:
-    """GPU only: join an nccl group, then all-reduce a CPU tensor (fails: nccl needs CUDA tensors)."""
+    """GPU only: join an nccl group, then all-reduce a CPU tensor (the group has a backend for CUDA
+    tensors only: Backend.backend_capability["nccl"] == ["cuda"])."""
     with process_group(rank, world_size, backend="nccl") as device:
         on_gpu = torch.ones(1, device=device)
         dist.all_reduce(on_gpu)  # fine
-        dist.all_reduce(torch.ones(1))  # a CPU tensor: nccl has no CPU implementation
+        dist.all_reduce(torch.ones(1))  # a CPU tensor: no backend of this group serves the CPU
         return {"sum": on_gpu.item()}
 
 
@@ -83,7 +84,7 @@ def simulate_nodes(rank: int, world_size: int, nproc_per_node: int = 2,
 
 def without_set_device(rank: int, world_size: int) -> dict:
     """GPU only: init nccl without torch.cuda.set_device and use "cuda" (which means the current
-    device, cuda:0, on every rank), then all-reduce: two ranks on one GPU, which nccl refuses."""
+    device, cuda:0, on every rank), then all-reduce: two ranks of one nccl communicator on one GPU."""
     # No set_device before it; a short timeout so that a stuck communicator becomes an error.
     dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
     try:
