@@ -32,7 +32,9 @@ def screen(text: str) -> list[str]:
 
 
 def recorded_pids(pid_dir: Path) -> list[int]:
-    return [int(p.read_text()) for p in sorted(pid_dir.glob("rank*.pid"))]
+    """The pids the ranks wrote so far (a file just created may not hold its pid yet)."""
+    texts = (p.read_text().strip() for p in sorted(pid_dir.glob("rank*.pid")))
+    return [int(text) for text in texts if text]
 
 
 def wait_until_gone(pids: list[int], seconds: float = 10.0) -> list[int]:

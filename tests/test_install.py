@@ -3,6 +3,7 @@ CUDA package. Resolved, never downloaded: pip's ``--dry-run --report`` for the p
 tools/install.py runs, and uv's resolver (which reads wheel metadata without fetching the wheels) for
 each platform by name. Needs the package index, as installing does."""
 
+import glob
 import importlib.util
 import json
 import os
@@ -75,8 +76,27 @@ def uv_resolve(build: str, platform: str, tmp_path: Path, env: dict[str, str] | 
     return resolved
 
 
+def no_cpu_torch_for_this_python() -> str | None:
+    """Why torch's CPU build cannot be had for this interpreter here (None where it can): PyTorch's
+    CPU index is out of reach, and pip's find-links hold no CPU wheel for this Python version."""
+    if install.reachable(install.CPU_INDEX):
+        return None
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    for location in install.pip_find_links(sys.executable):
+        if glob.glob(os.path.join(location.removeprefix("file://"), f"torch-2.13.0+cpu-{tag}-*.whl")):
+            return None
+    return f"no CPU build of torch for {tag} here (its index is out of reach and pip's find-links hold none)"
+
+
+def needs_cpu_torch_for_this_python() -> None:
+    reason = no_cpu_torch_for_this_python()
+    if reason:
+        pytest.skip(reason)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resolves this Linux machine's own install")
 def test_plain_pip_on_a_cpu_only_linux_machine_selects_cpu_torch_no_cuda_package_and_only_pins(tmp_path):
+    needs_cpu_torch_for_this_python()
     options = install.source_options("pip", "cpu", sys.executable)
     command = install.install_command("pip", Path(sys.prefix), install.CONSTRAINTS, options)
     at = command.index("install") + 1
@@ -95,6 +115,7 @@ def test_plain_pip_on_a_cpu_only_linux_machine_selects_cpu_torch_no_cuda_package
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the CPU wheel source checked is this machine's")
 def test_uv_on_a_cpu_only_linux_machine_selects_cpu_torch_no_cuda_package_and_only_pins(tmp_path):
+    needs_cpu_torch_for_this_python()
     resolved = uv_resolve("cpu", "x86_64-manylinux_2_28", tmp_path)
     assert resolved["torch"] == "2.13.0+cpu"
     assert sorted(filter(CUDA_PACKAGE.match, resolved)) == []
