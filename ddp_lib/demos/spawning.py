@@ -262,6 +262,10 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node)]
     if master_port is not None:
         command += ["--master-port", str(master_port)]
+    shown = " ".join(["torchrun", *command[3:], script])
+    if master_port is not None:
+        shown = shown.replace(str(master_port), "<port>")  # a port that changes from run to run
+    print(f"starting {jobs} x `{shown}` at once (several seconds)...", flush=True)
     running = [subprocess.Popen([*command, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for _ in range(jobs)]
     finished = []
