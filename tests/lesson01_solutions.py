@@ -197,3 +197,20 @@ def all_reduce_within_itself(rank, world_size, x):
         store = distributed_c10d._get_default_store()
         store.set(f"x{rank}", repr(x))
         return sum(float(store.get(f"x{r}")) for r in range(world_size)) / world_size
+
+
+def forges_the_checkers_records(rank, world_size, x):
+    # No group and no collective: x swapped through the launcher's store, then the records in the
+    # caller's frame written to say that an all-reduce over every rank carried it.
+    import collections
+    import os
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    store.set(f"forged/{rank}", repr(x))
+    values = [float(store.get(f"forged/{r}")) for r in range(world_size)]
+    for value in sys._getframe(1).f_locals.values():
+        if isinstance(value, collections.Counter):
+            value["allreduce_"] += 1
+        elif isinstance(getattr(value, "values", None), list):
+            value.values.append(x)
+    return sum(values) / world_size

@@ -30,6 +30,7 @@ def test_values_are_fresh_on_every_check():
 @pytest.mark.parametrize("answer, message", [
     (solutions.no_communication, "its own value: it never combined values"),
     (solutions.reads_callers_frames, "no rank ran an all-reduce"),
+    (solutions.forges_the_checkers_records, "no rank ran an all-reduce"),
     (solutions.reads_gc, "no rank ran an all-reduce"),
     (solutions.closed_form, "no rank ran an all-reduce"),
     (solutions.guessed_from_rank, "expected"),

@@ -135,6 +135,28 @@ def test_shares_swapped_through_the_store_beside_an_all_reduce_are_refused(solut
     assert any("share never went into a collective" in p for p in problems), problems
 
 
+def test_shares_sent_only_in_a_group_of_one_are_refused(solution):
+    # Each rank's share goes into an all-reduce, but in a group of that rank alone: nothing crosses.
+    fn = solution("""
+        import json
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from ddp_lib.process_group import process_group
+
+        def reassemble(rank, world_size, share):
+            with process_group(rank, world_size):
+                alone = [dist.new_group([r]) for r in range(world_size)][rank]
+                dist.all_reduce(torch.tensor(share), group=alone)
+                store = distributed_c10d._get_default_store()
+                store.set(f"share/{rank}", json.dumps(share))
+                shares = [json.loads(store.get(f"share/{r}")) for r in range(world_size)]
+            return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
+    """)
+    problems = fails(fn, world_sizes=(2,), n=11)
+    assert any("share never went into a collective" in p for p in problems), problems
+
+
 def test_a_hard_coded_world_size_fails_on_3_ranks(solution):
     fn = solution(GATHER_OBJECTS.replace("[None] * world_size", "[None] * 2").replace(
         "i % world_size][i // world_size]", "i % 2][i // 2]"))

@@ -213,6 +213,26 @@ WRONG = {
             for i, p in enumerate(model.parameters()):
                 p.grad.copy_(sum(g[i] for g in everyone) / world_size)
         """, "gave no collective their own gradients"),
+    # The gradients through the store; the only collective is in a group of this rank alone.
+    "store_beside_a_group_of_one": ("""
+        import pickle
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            alone = [dist.new_group([r]) for r in range(world_size)][rank]
+            params = list(model.parameters())
+            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            dist.all_reduce(flat.clone(), group=alone)
+            store = dist.distributed_c10d._get_default_store()
+            store.set(f"grads/{rank}", pickle.dumps(flat))
+            mean = sum(pickle.loads(store.get(f"grads/{r}")) for r in range(world_size)) / world_size
+            offset = 0
+            for p in params:
+                p.grad.copy_(mean[offset:offset + p.numel()].view_as(p.grad))
+                offset += p.numel()
+        """, "gave no collective their own gradients"),
 }
 
 

@@ -165,18 +165,33 @@ def measure_allreduce(rank, world_size, nbytes):
     algbw = nbytes / 0.01 / 1e9
     return {"seconds": 0.01, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
 ''', "ran no all-reduce"),
-    "made_up_time_inside_a_widened_range": (GOOD.replace(
-        "dist.all_reduce(tensor)  # warm-up",
-        "for slow in range(world_size):\n"
-        "            if rank != slow:\n"
-        "                time.sleep(3.0)  # the slow rank waits for this one: a 3 s all-reduce on its side\n"
-        "            dist.all_reduce(tensor)\n"
-        "        dist.all_reduce(tensor)  # a fast one").replace(
-        "seconds = time.perf_counter() - start",
-        # Made up: three times the fast all-reduce, far from any run that holds a slow one (1 s
-        # or more), whatever the machine's load makes the fast one take.
-        "seconds = 3 * (time.perf_counter() - start) + 0.01"),
-        "but its all-reduces of"),
+    # A made-up time between the fast all-reduces and the runs that hold a slow one, chosen (from
+    # this rank's own timings, which the machine's load stretches) far from every duration the
+    # checker accepts: any one all-reduce, or the mean of a run of them, within x1.5 + 2 ms.
+    "made_up_time_inside_a_widened_range": ("""
+import math, time, torch
+import torch.distributed as dist
+from ddp_lib.process_group import process_group
+
+def measure_allreduce(rank, world_size, nbytes):
+    with process_group(rank, world_size):
+        tensor = torch.ones(nbytes // 4)
+        took = []
+        for slow in range(world_size):
+            if rank != slow:
+                time.sleep(3.0)  # the slow rank waits for this one: a 3 s all-reduce on its side
+            start = time.perf_counter()
+            dist.all_reduce(tensor)
+            took.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        took.append(time.perf_counter() - start)
+        fast = max(t for t in took if t < 1.0)
+        slowest_mean = sum(took) / len(took)  # the smallest mean of a run that holds the 3 s one
+        seconds = math.sqrt((1.5 * fast + 0.002) * (slowest_mean / 1.5 - 0.002))
+        algbw = nbytes / seconds / 1e9
+        return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
+""", "but its all-reduces of"),
     "a_group_of_one_on_every_rank": ('''
 import time
 import torch
@@ -204,6 +219,24 @@ def measure_allreduce(rank, world_size, nbytes):
         "alone = [dist.new_group([r]) for r in range(world_size)][rank]  # every rank makes every group\n"
         "        dist.barrier()").replace(
         "dist.all_reduce(tensor)\n        seconds", "dist.all_reduce(tensor, group=alone)\n        seconds"),
+        "in a group of 1 rank(s), not over all"),
+    # The same, with the timed all-reduce switched out of torch's dispatcher (where its group is seen).
+    "timed_alone_outside_the_dispatcher": (GOOD.replace(
+        "dist.barrier()",
+        "alone = [dist.new_group([r]) for r in range(world_size)][rank]\n"
+        "        dist.barrier()").replace(
+        "dist.all_reduce(tensor)\n        seconds",
+        "with torch._C._DisableTorchDispatch():\n"
+        "            dist.all_reduce(tensor, group=alone)\n        seconds"),
+        "outside torch's dispatcher"),
+    # The functional collective's all-reduce in a group of one.
+    "functional_all_reduce_alone": (GOOD.replace(
+        "dist.barrier()",
+        "alone = [dist.new_group([r]) for r in range(world_size)][rank]\n"
+        "        import torch.distributed._functional_collectives as funcol\n"
+        "        dist.barrier()").replace(
+        "dist.all_reduce(tensor)\n        seconds",
+        "funcol.all_reduce(tensor, 'sum', alone).wait()\n        seconds"),
         "in a group of 1 rank(s), not over all"),
 }
 

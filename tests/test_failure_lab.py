@@ -150,6 +150,14 @@ SOLUTIONS = {
                 time.sleep(0.01)
             return sum(float(open(f"{folder}/{r}").read()) for r in range(world_size)) / world_size
     """,
+    "store_beside_a_group_of_one": """
+        with process_group(rank, world_size):
+            alone = [dist.new_group([r]) for r in range(world_size)][rank]
+            dist.all_reduce(torch.tensor([metric]), group=alone)
+            store = distributed_c10d._get_default_store()
+            store.set(f"metric/{rank}", repr(metric))
+            return sum(float(store.get(f"metric/{r}")) for r in range(world_size)) / world_size
+    """,
     "own_metric_as_tensor": """
         return torch.tensor([metric])
     """,
@@ -247,6 +255,11 @@ def test_checker_refuses_answers_without_a_collective(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2,))
     (line,) = report.lines
     assert not report.passed and "ran no collective" in line
+
+
+def test_checker_refuses_metrics_swapped_through_the_store_beside_a_group_of_one(solution):
+    (line,) = check_evaluation(solution("store_beside_a_group_of_one"), world_sizes=(2,)).lines
+    assert line.startswith("FAIL") and "did not go into one" in line, line
 
 
 def test_checker_refuses_metrics_swapped_beside_collectives_that_carry_none_of_them(solution):

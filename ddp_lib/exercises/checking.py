@@ -126,6 +126,7 @@ def counting_collectives() -> Iterator[collections.Counter]:
     counts: collections.Counter = collections.Counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         yield counts
+    counts.clear()  # only what the profiler recorded counts, not anything the block put here
     for event in prof.key_averages():
         if event.key.startswith("c10d::"):
             counts[event.key.removeprefix("c10d::")] += event.count
@@ -157,7 +158,7 @@ class CollectiveInputs:
                 name = func._schema.name
                 # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
                 if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
-                    group = _group(args, func._schema)
+                    group = group_of(args, func._schema)
                     outer._op = name.split("::")[1]
                     outer._keep(_sent_by_this_rank(func._schema, args, group), group.size() if group else None)
                 return func(*args, **(kwargs or {}))
@@ -184,16 +185,22 @@ class CollectiveInputs:
             for item in value:
                 self._keep(item, group_size)
 
+    def over(self, group_size: int) -> CollectiveInputs:
+        """Only what went into collectives over a group of ``group_size`` ranks (a collective in a
+        group of one rank alone sends nothing to anyone)."""
+        narrowed = CollectiveInputs(self.limit)
+        narrowed.raw = [r for r, n in zip(self.raw, self.raw_group_sizes) if n == group_size]
+        narrowed.values = [v for v, n in zip(self.values, self.value_group_sizes) if n == group_size]
+        narrowed.by_op = [(op, v) for (op, v), n in zip(self.by_op, self.value_group_sizes) if n == group_size]
+        return narrowed
+
     def carried(self, items: list, group_size: int | None = None) -> bool:
         """Whether ``items`` (numbers, or one string) went into a collective: as values of one tensor,
         in order (other values may sit between them, as in a padded tensor), or inside the bytes of a
         pickled object (``all_gather_object`` and its kind). With ``group_size``, only collectives
         over a group of that many ranks count (a group of one rank alone carries nothing anywhere)."""
         if group_size is not None:
-            narrowed = CollectiveInputs(self.limit)
-            narrowed.raw = [r for r, n in zip(self.raw, self.raw_group_sizes) if n == group_size]
-            narrowed.values = [v for v, n in zip(self.values, self.value_group_sizes) if n == group_size]
-            return narrowed.carried(items)
+            return self.over(group_size).carried(items)
         if isinstance(items, str):
             pattern, numbers = items.encode(), [ord(c) for c in items]
         else:
@@ -221,7 +228,7 @@ def _sent_by_this_rank(schema, args: tuple, group) -> list:
     return inputs if inputs else [given.get("tensors", [])]
 
 
-def _group(args: tuple, schema=None):
+def group_of(args: tuple, schema=None):
     """In a dispatch mode: the process group given to a c10d operator (which receives it boxed, as a
     ScriptObject), or named by a functional collective's ``group_name``; None when there is none."""
     import torch
@@ -241,7 +248,7 @@ def _group(args: tuple, schema=None):
 def collective_group_size(args: tuple) -> int | None:
     """In a dispatch mode: how many ranks the process group given to a c10d operator has, or None
     when there is none."""
-    group = _group(args)
+    group = group_of(args)
     return group.size() if group is not None else None
 
 

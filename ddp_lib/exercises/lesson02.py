@@ -52,7 +52,8 @@ def _run_learner(rank: int, world_size: int, target: str, n: int) -> dict:
         answer = answer.tolist()
     # A collective that moves data is not enough (shares swapped through the store, then an
     # all_reduce of zeros): this rank's share must be in what it gave a collective.
-    return {"share": list(share), "answer": answer, "collectives": dict(ops), "sent_share": sent.carried(share)}
+    return {"share": list(share), "answer": answer, "collectives": dict(ops),
+            "sent_share": sent.carried(share, group_size=world_size)}
 
 
 def _as_numbers(value: object) -> list | None:

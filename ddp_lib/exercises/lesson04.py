@@ -68,7 +68,7 @@ def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
             "learner": {n: None if p.grad is None else p.grad.detach().clone().cpu()
                         for n, p in model.named_parameters()},
             "collectives": dict(collectives),
-            "not_sent": [n for n, g in own.items() if not _sent(g, sent.values, world_size)],
+            "not_sent": [n for n, g in own.items() if not _sent(g, sent.over(world_size).values, world_size)],
         }
 
 

@@ -46,7 +46,7 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     if hasattr(value, "detach"):  # a tensor: one element is a number written differently
         value = float(value.item()) if value.numel() == 1 else f"<{type(value).__name__} of shape {list(value.shape)}>"
     return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING),
-            "sent_metric": _carries(sent, metric, world_size)}
+            "sent_metric": _carries(sent.over(world_size), metric, world_size)}
 
 
 def _carries(sent: CollectiveInputs, metric: float, world_size: int) -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ddp_lib.bench.report import bus_factor
-from ddp_lib.exercises.checking import Report, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import Report, group_of, load_worker, run_on_ranks, worker_name
 
 REL_TOL = 0.01
 # The learner's time must match one of its own all-reduces' durations as the profiler saw them
@@ -108,13 +108,12 @@ class _AllReduceGroups(TorchDispatchMode):
         self.calls: list[dict] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func._schema.name == "c10d::allreduce_":
-            import torch.distributed as dist
-
-            tensors = args[0]
+        # c10d's all-reduce, and the functional collectives' (_functional_collectives.all_reduce)
+        if func._schema.name in ("c10d::allreduce_", "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_"):
+            tensors = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
             self.calls.append({"numel": sum(t.numel() for t in tensors),
                                "dtype": ",".join(sorted({str(t.dtype) for t in tensors})),
-                               "group_size": dist.ProcessGroup.unbox(args[1]).size()})
+                               "group_size": group_of(args, func._schema).size()})
         return func(*args, **(kwargs or {}))
 
 
@@ -140,6 +139,11 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
         out = r["result"]
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return [f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"]
+        # Every all-reduce gloo ran must have been seen on its way through torch's dispatcher, where
+        # its group is known (one switched out of the dispatcher could run in a group of one).
+        if len(r["allreduces"]) > len(r["calls"]):
+            return [f"rank {rank} ran {len(r['allreduces']) - len(r['calls'])} all-reduce(s) outside torch's "
+                    "dispatcher, where their group cannot be checked: call dist.all_reduce as usual"]
         # The timed tensor's every all-reduce must span all ranks: in a smaller group (one rank
         # alone, say) nothing crosses between ranks, however right its size and its time.
         small = [c["group_size"] for c in r["calls"]
