@@ -13,14 +13,18 @@ SHOWN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "
 PRESENCE = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE")
 
 
-def torchrun_env(rank: int, world_size: int, gather: bool = True) -> dict:
-    """This rank's launch variables (values, or "set"/"unset" for addresses and ports) and, with
-    ``gather``, the ranks an all_gather over the process group returns (None without)."""
+def launch_vars(rank: int, world_size: int) -> dict:
+    """This rank's launch variables: values, or "set"/"unset" for addresses, ports, ids and paths.
+    Reads the environment only, so a rank that runs just this never imports torch."""
     env = {name: os.environ.get(name, "unset") for name in SHOWN}
     env.update({name: "set" if name in os.environ else "unset" for name in PRESENCE})
-    if not gather:  # reading variables needs no torch: such a rank starts in a tenth of the time
-        return {"rank": rank, "env": env, "all_gather": None}
-    import torch
+    return {"rank": rank, "env": env}
+
+
+def torchrun_env(rank: int, world_size: int) -> dict:
+    """This rank's launch variables (:func:`launch_vars`) and the ranks an all_gather over the
+    process group returns."""
+    import torch  # here: launch_vars alone needs no torch
     import torch.distributed as dist
 
     try:  # inside the ddp_lib package
@@ -31,4 +35,4 @@ def torchrun_env(rank: int, world_size: int, gather: bool = True) -> dict:
     with process_group(rank, world_size) as device:
         gathered = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world_size)]
         dist.all_gather(gathered, torch.tensor([rank], device=device))
-        return {"rank": rank, "env": env, "all_gather": [int(t.item()) for t in gathered]}
+        return {**launch_vars(rank, world_size), "all_gather": [int(t.item()) for t in gathered]}
