@@ -140,7 +140,7 @@ def _run_all(cmds: list[list[str]], timeout: float, env: dict[str, str] | None, 
             readers[-2].start()
             readers[-1].start()
         deadline, killing_at = time.monotonic() + timeout, None
-        while any(proc.poll() is None for proc in procs):
+        while None in [proc.poll() for proc in procs]:  # a list: every process polled, each returncode current
             if stop_on_failure and killing_at is None and any(proc.returncode not in (None, 0) for proc in procs):
                 # A node whose peer failed waits for it at the exit barrier, 300 s: stop it as a
                 # scheduler would, SIGTERM then SIGKILL (inside the barrier's C++ wait, torchrun
