@@ -37,7 +37,8 @@ def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path,
     program = TRAIN + ["--checkpoint-dir", str(tmp_path), "--resume", "--fail-at-epoch", "3"]
     # The shared rendezvous store keeps the first attempt's keys (pytorch/pytorch#135712): opt out.
     env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    job = run_torchrun(torchrun_command(program, nproc_per_node=2, max_restarts=1), env=env)
+    # Two attempts of four torch-importing ranks: minutes on a busy machine of two cores.
+    job = run_torchrun(torchrun_command(program, nproc_per_node=2, max_restarts=1), env=env, timeout=300)
     assert job.returncode == 0, job.stderr[-2000:]
     assert "RuntimeError: injected failure at epoch 3 on rank 1" in job.stderr  # the first attempt
     assert [r["rank"] for r in job.results] == [0, 1]
