@@ -16,7 +16,11 @@ import pkgutil
 import re
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ddp_lib.checks import LAUNCHER_VARS, TORCHRUN_VARS
 
@@ -24,6 +28,7 @@ from ddp_lib.checks import LAUNCHER_VARS, TORCHRUN_VARS
 # inherit them, or its workers would join the outer job's store.
 _LAUNCH_VARS = (*TORCHRUN_VARS, *LAUNCHER_VARS, "DDP_LIB_BACKEND")
 _RECORD = '{"rank": '
+_TMP = tempfile.gettempdir()
 # torchrun's failure summary (ChildFailedError) between its two lines of "=", and what changes from
 # run to run in it: times, host names, process ids, paths.
 _SUMMARY = re.compile(r"^=+\n.*?^=+$", re.MULTILINE | re.DOTALL)
@@ -89,37 +94,106 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_torchrun(cmd: list[str], timeout: float = 120, env: dict[str, str] | None = None) -> TorchrunJob:
-    """Run one torchrun command to the end; return its results and output."""
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=clean_env(env))
-    results, lines = parse_results(proc.stdout)
-    return TorchrunJob(proc.returncode, results, lines, proc.stderr)
+def command_text(cmd: list[str]) -> str:
+    """``cmd`` as a learner would type it: ``torchrun`` for ``python -m torch.distributed.run``,
+    ``PORT`` for a port and ``DIR`` for a temporary directory (both change from run to run)."""
+    args = cmd[3:] if cmd[1:3] == ["-m", "torch.distributed.run"] else cmd
+    shown = []
+    for arg in args:
+        arg = re.sub(r"^(--master-port=|--rdzv-endpoint=[^:]+:)\d+$", r"\g<1>PORT", arg)
+        name, equals, value = arg.rpartition("=") if arg.startswith("--") else ("", "", arg)
+        if value.startswith(_TMP):
+            value = "DIR"
+        shown.append(f"{name}{equals}{value}")
+    return " ".join(["torchrun"] + shown if args is not cmd else shown)
 
 
-def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str] | None = None) -> list[TorchrunJob]:
-    """Start every command at once (separate jobs side by side on this machine); wait for all."""
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(env))
-             for cmd in cmds]
-    jobs = []
+def _run_all(cmds: list[list[str]], timeout: float, env: dict[str, str] | None, show: bool,
+             labels: list[str], stop_on_failure: bool = False) -> list[tuple[int, str, str]]:
+    """Start every command at once; return (exit code, stdout, stderr) of each. With ``show``, a
+    line per command as it starts, then every line the ranks print that is not a result, as it comes
+    (only rank 0 prints such lines in ddp_lib's workers). ``stop_on_failure``: once one command
+    fails, stop the others. Nothing outlives the call."""
+    lock = threading.Lock()
+    procs, outputs, readers = [], [], []
+
+    def read(stream, into: list[str], echo: bool) -> None:
+        for line in stream:
+            into.append(line)
+            if echo:
+                _, text = parse_results(line)
+                if text:
+                    with lock:
+                        print("\n".join(text), flush=True)
+
     try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            jobs.append(TorchrunJob(proc.returncode, *parse_results(out), err))
+        for label, cmd in zip(labels, cmds):
+            if show:
+                print(f"starting{label}: {command_text(cmd)}", flush=True)
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                                    env=clean_env(env))
+            procs.append(proc)
+            out, err = [], []
+            outputs.append((out, err))
+            readers += [threading.Thread(target=read, args=(proc.stdout, out, show), daemon=True),
+                        threading.Thread(target=read, args=(proc.stderr, err, False), daemon=True)]
+            readers[-2].start()
+            readers[-1].start()
+        deadline, killing_at = time.monotonic() + timeout, None
+        while None in [proc.poll() for proc in procs]:  # a list: every process polled, each returncode current
+            if stop_on_failure and killing_at is None and any(proc.returncode not in (None, 0) for proc in procs):
+                # A node whose peer failed waits for it at the exit barrier, 300 s: stop it as a
+                # scheduler would, SIGTERM then SIGKILL (inside the barrier's C++ wait, torchrun
+                # only handles SIGTERM once the wait ends).
+                killing_at = time.monotonic() + 5
+                for proc in procs:
+                    if proc.poll() is None:
+                        proc.terminate()
+            if killing_at is not None and time.monotonic() > killing_at:
+                for proc in procs:
+                    if proc.poll() is None:
+                        proc.kill()
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(cmds[0], timeout)
+            time.sleep(0.05)
+        for reader in readers:
+            reader.join()
     finally:
-        for proc in procs:  # nothing outlives the call, also on a timeout
+        for proc in procs:  # a job left waiting for its peers must not outlive the call
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return jobs
+    return [(proc.returncode, "".join(out), "".join(err)) for proc, (out, err) in zip(procs, outputs)]
+
+
+def run_torchrun(cmd: list[str], timeout: float = 120, env: dict[str, str] | None = None,
+                 show: bool = False) -> TorchrunJob:
+    """Run one torchrun command to the end; return its results and output. ``show``: print the
+    command as it starts and rank 0's lines as they come."""
+    ((code, out, err),) = _run_all([cmd], timeout, env, show, [""])
+    return TorchrunJob(code, *parse_results(out), err)
+
+
+def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str] | None = None,
+                 show: bool = False) -> list[TorchrunJob]:
+    """Start every command at once (separate jobs side by side on this machine); wait for all.
+    ``show``: print each command as it starts, and rank 0's lines as they come."""
+    labels = [f" job {i + 1}" for i in range(len(cmds))] if len(cmds) > 1 else [""]
+    done = _run_all(cmds, timeout, env, show, labels)
+    return [TorchrunJob(code, *parse_results(out), err) for code, out, err in done]
 
 
 def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list[int] = 1, max_restarts: int = 0,
               static: bool = False, node_order: list[int] | None = None, timeout: float = 120,
-              env: dict[str, str] | None = None, options: tuple[str, ...] = ()) -> TorchrunJob:
+              env: dict[str, str] | None = None, options: tuple[str, ...] = (),
+              node_options: list[tuple[str, ...]] | None = None, show: bool = False) -> TorchrunJob:
     """Start ``nnodes`` torchrun processes on this machine, as if each were a node, meeting on
-    127.0.0.1 (a free port); wait for all; merge their results in rank order.
+    127.0.0.1 (a free port); wait for all (once one fails, stop the others); merge their results
+    in rank order.
     ``nproc_per_node``: one count for every node, or one per node. c10d numbers the nodes itself;
-    ``static=True`` gives node i ``--node-rank=node_order[i]`` (default i) instead."""
+    ``static=True`` gives node i ``--node-rank=node_order[i]`` (default i) instead. ``options``: more
+    torchrun options for every node; ``node_options[i]``: for node i only. ``show``: print
+    each node's command as it starts, and rank 0's lines as they come."""
     from ddp_lib.process_group import free_port  # here, so that ranks started by run_this_rank need no torch
 
     counts = [nproc_per_node] * nnodes if isinstance(nproc_per_node, int) else list(nproc_per_node)
@@ -128,21 +202,13 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
     order = node_order or list(range(nnodes))
     endpoint = f"127.0.0.1:{free_port()}"
     cmds = [torchrun_command(program, nproc_per_node=count, nnodes=nnodes, rdzv_endpoint=endpoint,
-                             max_restarts=max_restarts, node_rank=order[i] if static else None, options=options)
+                             max_restarts=max_restarts, node_rank=order[i] if static else None,
+                             options=options + (node_options[i] if node_options else ()))
             for i, count in enumerate(counts)]
-    nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env(env))
-             for cmd in cmds]
-    outputs = []
-    try:
-        for node in nodes:
-            outputs.append(node.communicate(timeout=timeout))
-    finally:
-        for node in nodes:  # a node left waiting for its peers must not outlive the call
-            if node.poll() is None:
-                node.kill()
-                node.wait()
-    results, lines = parse_results("\n".join(out for out, _ in outputs))
-    return TorchrunJob(max(abs(n.returncode) for n in nodes), results, lines, "\n".join(err for _, err in outputs))
+    done = _run_all(cmds, timeout, env, show, [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)],
+                    stop_on_failure=True)
+    results, lines = parse_results("\n".join(out for _, out, _ in done))
+    return TorchrunJob(max(abs(code) for code, _, _ in done), results, lines, "\n".join(err for _, _, err in done))
 
 
 def failure_summary(stderr: str) -> str:
@@ -157,14 +223,32 @@ def failure_summary(stderr: str) -> str:
     return text
 
 
+def rank_errors(log_dir: str, first_rank: int = 0) -> dict[int, str]:
+    """What each rank of one torchrun raised, ``{rank: "Type: message"}``, from the error files
+    torch's error handler writes (``@record``, or :func:`run_this_rank`) into that torchrun's
+    ``--log-dir``: ``RUN/attempt_N/LOCAL_RANK/error.json``, the last attempt's. ``first_rank``: the
+    global rank of this node's local rank 0. Ranks stopped by a signal write none."""
+    found = {}
+    for path in sorted(Path(log_dir).glob("*/attempt_*/*/error.json"), key=lambda p: int(p.parent.parent.name[8:])):
+        message = json.loads(path.read_text())["message"]
+        text = message["message"] if isinstance(message, dict) else str(message)
+        found[first_rank + int(path.parent.name)] = text
+    return found
+
+
 def run_this_rank(target: str) -> None:
     """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE,
-    print its result as one JSON line (what :func:`parse_results` reads)."""
+    print its result as one JSON line (what :func:`parse_results` reads). What it raises goes,
+    as under ``@record``, to the error file torchrun names in ``TORCHELASTIC_ERROR_FILE``."""
     fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         result = fn(rank, world_size)
     except Exception as exc:
+        # torch's own error handler, imported only now: a rank that succeeds never loads torch.
+        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+        get_error_handler().record_exception(exc)
         # One line that names the rank, as torchrun prints for workers wrapped in @record.
         print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         raise

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from ddp_lib.exercises.lesson06 import LAYOUTS, check_launch_info, expected_layout, find_problems
+from ddp_lib.torchrun import run_nodes
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "06_torchrun.ipynb"
 WRITEFILE = "%%exercise my_work/lesson06_worker.py\n"
@@ -115,14 +116,33 @@ def test_missing_ranks_and_keys():
     assert find_problems([info, info], (1, 1))[0] == "rank 0: the result lacks node_rank"
 
 
-def test_two_ranks_errors_on_one_line_are_read_apart():
+def test_the_report_of_a_failure_does_not_depend_on_which_ranks_reported():
     from ddp_lib.exercises.lesson06 import _first_failure
 
-    # torchrun's children share one stderr: two ranks writing at once can share a line.
-    stderr = "[rank1]: ValueError: bad local rank[rank0]: NotImplementedError: write launch_info\n"
-    assert _first_failure(stderr, 1) == "rank 0 raised NotImplementedError: write launch_info"
+    assert _first_failure({1: "ValueError: bad local rank", 0: "NotImplementedError: write launch_info"}, 1) == (
+        "rank 0 raised NotImplementedError: write launch_info")
     # Whichever ranks got to report the same error, the report reads the same.
-    for stderr in ("[rank1]: NotImplementedError: write launch_info\n",
-                   "[rank0]: NotImplementedError: write launch_info[rank3]: NotImplementedError: write launch_info\n"):
-        assert _first_failure(stderr, 1) == ("NotImplementedError: write launch_info "
+    for raised in ({1: "NotImplementedError: write launch_info"},
+                   {0: "NotImplementedError: write launch_info", 3: "NotImplementedError: write launch_info"}):
+        assert _first_failure(raised, 1) == ("NotImplementedError: write launch_info "
                                              "(the same on every rank that reported)")
+    assert _first_failure({}, -9) == "torchrun exited with code -9"
+
+
+def test_rank_errors_are_read_from_torchs_error_files(tmp_path):
+    """A rank that raises leaves its error where torch's error handler puts it (TORCHELASTIC_ERROR_FILE,
+    under --log-dir); node 1's local rank 0 is global rank 1 when node 0 runs one process."""
+    from ddp_lib.torchrun import rank_errors
+
+    (tmp_path / "worker.py").write_text(
+        "import os\n\ndef launch_info(rank, world_size):\n"
+        "    if os.environ['GROUP_RANK'] == '1':\n        raise ValueError(f'node 1, rank {rank}')\n"
+        "    return {}\n")
+    logs = [tmp_path / "node0", tmp_path / "node1"]
+    job = run_nodes(["-m", "ddp_lib.torchrun", "worker:launch_info"], nnodes=2, nproc_per_node=[1, 2], static=True,
+                    env={"PYTHONPATH": str(tmp_path)}, node_options=[(f"--log-dir={d}",) for d in logs])
+    assert job.returncode != 0
+    assert rank_errors(str(logs[0]), first_rank=0) == {}
+    raised = rank_errors(str(logs[1]), first_rank=1)
+    assert set(raised) <= {1, 2} and raised  # torchrun may stop one before it raises
+    assert all(message == f"ValueError: node 1, rank {rank}" for rank, message in raised.items())

@@ -37,7 +37,8 @@ def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path,
     program = TRAIN + ["--checkpoint-dir", str(tmp_path), "--resume", "--fail-at-epoch", "3"]
     # The shared rendezvous store keeps the first attempt's keys (pytorch/pytorch#135712): opt out.
     env = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-    job = run_torchrun(torchrun_command(program, nproc_per_node=2, max_restarts=1), env=env)
+    # Two attempts of four torch-importing ranks: minutes on a busy machine of two cores.
+    job = run_torchrun(torchrun_command(program, nproc_per_node=2, max_restarts=1), env=env, timeout=300)
     assert job.returncode == 0, job.stderr[-2000:]
     assert "RuntimeError: injected failure at epoch 3 on rank 1" in job.stderr  # the first attempt
     assert [r["rank"] for r in job.results] == [0, 1]
@@ -96,3 +97,24 @@ def test_failure_summary_keeps_what_to_read_and_hides_what_changes_every_run():
 def test_run_nodes_refuses_a_count_per_node_that_does_not_match():
     with pytest.raises(ValueError, match="nproc_per_node has 3 counts for 2 nodes"):
         run_nodes(TRAIN, nnodes=2, nproc_per_node=[1, 1, 1])
+
+
+def test_a_command_is_shown_without_what_changes_between_runs():
+    from ddp_lib.torchrun import command_text
+
+    cmd = torchrun_command(["-m", "x", "--checkpoint-dir", "/tmp/lesson06-abc"], nproc_per_node=1, nnodes=2,
+                           rdzv_endpoint="127.0.0.1:4567")
+    assert command_text(cmd) == ("torchrun --nproc-per-node=1 --max-restarts=0 --nnodes=2 --rdzv-backend=c10d "
+                                 "--rdzv-endpoint=127.0.0.1:PORT --rdzv-id=ddp-lib -m x --checkpoint-dir DIR")
+    static = torchrun_command(["-m", "x"], nproc_per_node=1, nnodes=2, node_rank=1, rdzv_endpoint="127.0.0.1:4567")
+    assert "--master-port=PORT -m x" in command_text(static)
+
+
+def test_a_shown_job_prints_its_command_as_it_starts_and_rank_0s_lines_as_they_come(capsys):
+    job = run_torchrun(torchrun_command(["-m", "ddp_lib", "run", "train", "--epochs", "1", "--json"],
+                                        nproc_per_node=1), show=True)
+    assert job.returncode == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == ("starting: torchrun --nproc-per-node=1 --max-restarts=0 --standalone "
+                        "-m ddp_lib run train --epochs 1 --json")
+    assert shown[1:] == job.lines and shown[1].startswith("epoch  1/1 [")  # results are not printed

@@ -12,16 +12,13 @@ calls can only guess which layout it is in. A worked solution is in
 from __future__ import annotations
 
 import os
-import re
 import secrets
+import tempfile
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import Report, worker_name
-from ddp_lib.torchrun import run_nodes
+from ddp_lib.torchrun import rank_errors, run_nodes
 
-# A rank's one-line error as torchrun's children print it. Two ranks writing at once can share
-# a line, so a message ends where the next rank's prefix starts.
-_RANK_ERROR = re.compile(r"\[rank(\d+)\]:\s*(\w+(?:Error|Exception)\b.*)$")
 KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
@@ -63,25 +60,18 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     return problems
 
 
-def _first_failure(stderr: str, returncode: int) -> str:
-    """What the ranks raised, from torchrun's stderr (each rank's lines are prefixed
-    ``[rankN]:``): ``Type: message`` when every rank that got to report raised the same, else the
-    lowest rank's, as ``rank N raised Type: message``. torchrun stops the other ranks as soon as
-    one fails, so which ranks get to report differs from run to run; the report must not."""
-    raised = {}
-    # Cut at every rank prefix first: two ranks writing at once can share a line.
-    for piece in re.split(r"(?=\[rank\d+\]:)", stderr):
-        match = _RANK_ERROR.match(piece.splitlines()[0] if piece else "")
-        if match:
-            raised.setdefault(int(match.group(1)), match.group(2).strip()[:200])
+def _first_failure(raised: dict[int, str], returncode: int) -> str:
+    """What the ranks raised (``{rank: "Type: message"}``, from torch's error files): the message
+    when every rank that got to report raised the same, else the lowest rank's, as ``rank N raised
+    Type: message``. torchrun stops the other ranks as soon as one fails, so which ranks get to
+    report differs from run to run; the report must not."""
     if not raised:
         return f"torchrun exited with code {returncode}"
-    # Another process's text glued onto a rank's line must not make two same errors differ.
-    shortest = min(raised.values(), key=len)
-    if all(message.startswith(shortest) for message in raised.values()):
-        return f"{shortest} (the same on every rank that reported)"
-    rank = min(raised)
-    return f"rank {rank} raised {raised[rank]}"
+    first_lines = {rank: message.splitlines()[0][:200] if message else "" for rank, message in raised.items()}
+    if len(set(first_lines.values())) == 1:
+        return f"{next(iter(first_lines.values()))} (the same on every rank that reported)"
+    rank = min(first_lines)
+    return f"rank {rank} raised {first_lines[rank]}"
 
 
 def check_launch_info(launch_info: Callable | str, directory: str | None = None) -> Report:
@@ -96,12 +86,21 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None)
     secrets.SystemRandom().shuffle(order)  # fresh randomness: not predictable from inside a rank
     found: dict[tuple[int, ...], list[str]] = {}
     report = Report()
-    for node_sizes in order:
-        job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes), nproc_per_node=list(node_sizes),
-                        static=True, env={"PYTHONPATH": path})
-        if job.returncode != 0:  # said without the layout: the first one run is drawn at random
-            report.fail(f"the job failed: {_first_failure(job.stderr, job.returncode)}")
-            return report
+    for number, node_sizes in enumerate(order, 1):
+        # Said without the layout: the order is drawn at random.
+        print(f"torchrun job {number} of {len(order)}: two nodes on this machine", flush=True)
+        with tempfile.TemporaryDirectory(prefix="lesson06-check-") as logs:
+            # Each node its own --log-dir, where torch's error handler leaves each rank's error.
+            log_dirs = [os.path.join(logs, f"node{node}") for node in range(len(node_sizes))]
+            job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),
+                            nproc_per_node=list(node_sizes), static=True, env={"PYTHONPATH": path},
+                            node_options=[(f"--log-dir={d}",) for d in log_dirs])
+            if job.returncode != 0:
+                raised = {}
+                for node, log_dir in enumerate(log_dirs):
+                    raised.update(rank_errors(log_dir, first_rank=sum(node_sizes[:node])))
+                report.fail(f"the job failed: {_first_failure(raised, job.returncode)}")
+                return report
         found[node_sizes] = find_problems(job.results, node_sizes)
     for node_sizes in LAYOUTS:
         where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"

@@ -5,14 +5,6 @@ from __future__ import annotations
 
 import os
 
-import torch
-import torch.distributed as dist
-
-try:  # inside the ddp_lib package
-    from ddp_lib.process_group import process_group
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import process_group
-
 # Shown with their values: the same on every run.
 SHOWN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
          "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
@@ -21,12 +13,26 @@ SHOWN = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "
 PRESENCE = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE")
 
 
-def torchrun_env(rank: int, world_size: int) -> dict:
-    """This rank's launch variables (values, or "set"/"unset" for addresses and ports) and the
-    ranks an all_gather over the process group returns."""
+def launch_vars(rank: int, world_size: int) -> dict:
+    """This rank's launch variables: values, or "set"/"unset" for addresses, ports, ids and paths.
+    Reads the environment only, so a rank that runs just this never imports torch."""
     env = {name: os.environ.get(name, "unset") for name in SHOWN}
     env.update({name: "set" if name in os.environ else "unset" for name in PRESENCE})
+    return {"rank": rank, "env": env}
+
+
+def torchrun_env(rank: int, world_size: int) -> dict:
+    """This rank's launch variables (:func:`launch_vars`) and the ranks an all_gather over the
+    process group returns."""
+    import torch  # here: launch_vars alone needs no torch
+    import torch.distributed as dist
+
+    try:  # inside the ddp_lib package
+        from ddp_lib.process_group import process_group
+    except ModuleNotFoundError:  # copied into a project next to process_group.py
+        from process_group import process_group
+
     with process_group(rank, world_size) as device:
         gathered = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world_size)]
         dist.all_gather(gathered, torch.tensor([rank], device=device))
-        return {"rank": rank, "env": env, "all_gather": [int(t.item()) for t in gathered]}
+        return {**launch_vars(rank, world_size), "all_gather": [int(t.item()) for t in gathered]}

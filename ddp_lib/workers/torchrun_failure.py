@@ -13,15 +13,17 @@ from __future__ import annotations
 import os
 import time
 
+import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 
 @record
 def main() -> None:
     rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: set by torchrun
     print(f"rank {rank}: started", flush=True)
+    dist.barrier()  # from here on, every rank is running
     if rank == 0:
-        time.sleep(1)  # rank 1 is busy by then: torchrun has to stop it
         raise RuntimeError("injected failure on rank 0")
     time.sleep(60)  # a long step; torchrun stops this rank with SIGTERM long before it ends
 
