@@ -148,9 +148,8 @@ def _peer_hint(job: Job, rank: int) -> str:
     silent = [r for r in range(job.world_size) if r not in job.failures and r not in job.results]
     if not silent or not is_peer_failure(exc_type, message):
         return ""
-    ranks = f"rank {silent[0]} was" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))} were"
-    return (f" (how a rank sees a peer that failed or went away; no rank reported an error of its own, and "
-            f"{ranks} still running when stopped: see their output)")
+    ranks = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
+    return f" (launcher: {ranks} had not reported when the job was stopped; see their output)"
 
 
 def _hint(exc_type: str, message: str, tb: str) -> str:

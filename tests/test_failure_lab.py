@@ -106,6 +106,14 @@ SOLUTIONS = {
             dist.all_gather_object(every, metric)
             return sum(every) / world_size
     """,
+    # The mean as a numpy.float32: a real number of another type.
+    "numpy_float32": """
+        import numpy
+        with process_group(rank, world_size):
+            metric = torch.tensor([metric])
+            dist.all_reduce(metric)
+            return numpy.float32(metric.item() / world_size)
+    """,
     # The mean returned as a tensor: zero-dimensional, or of one element.
     "zero_dim_tensor": """
         with process_group(rank, world_size):
@@ -243,7 +251,7 @@ def solution(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("key", ["right", "avg_through_c10d", "imported_name", "process_group_method",
                                  "all_gather_then_mean", "zero_dim_tensor", "one_element_tensor",
-                                 "broadcast_in_turn", "functional_all_reduce"])
+                                 "broadcast_in_turn", "functional_all_reduce", "numpy_float32"])
 def test_checker_passes_right_evaluations_however_written(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2, 3))
     assert report.passed, report

@@ -56,5 +56,4 @@ def test_a_peer_failure_with_silent_ranks_names_them():
         spawn(launcher_workers.echo_a_peer_failure, 3, show_output=False)
     assert str(info.value) == (
         "rank 0 raised RuntimeError: Gloo connectFullMesh failed with Connection closed by peer [127.0.0.1]:41234 "
-        "(how a rank sees a peer that failed or went away; no rank reported an error of its own, and ranks 1, 2 "
-        "were still running when stopped: see their output)")
+        "(launcher: ranks 1, 2 had not reported when the job was stopped; see their output)")

@@ -13,6 +13,7 @@ counted through torch's profiler, whatever route called them.
 from __future__ import annotations
 
 import math
+import numbers
 import secrets
 import struct
 from collections.abc import Callable
@@ -45,6 +46,8 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
         value = fn(rank, world_size, metric)
     if hasattr(value, "detach"):  # a tensor: one element is a number written differently
         value = float(value.item()) if value.numel() == 1 else f"<{type(value).__name__} of shape {list(value.shape)}>"
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy.float32, Fraction: a number too
+        value = float(value)
     return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING),
             "sent_metric": _carries(sent.over(world_size), metric, world_size)}
 

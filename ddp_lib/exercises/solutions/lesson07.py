@@ -1,4 +1,4 @@
-"""Lesson 07, exercise 3: an evaluation every rank takes part in."""
+"""Lesson 07, exercise 2: an evaluation every rank takes part in."""
 
 import torch
 import torch.distributed as dist
