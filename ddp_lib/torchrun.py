@@ -88,8 +88,11 @@ def parse_results(stdout: str) -> tuple[list, list[str]]:
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without any launcher's rank variables, plus ``extra``."""
+    """This process's environment without any launcher's rank variables or colour, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
+    # Its output is read, not shown on a terminal: no colour codes in tracebacks, although a
+    # Jupyter kernel sets FORCE_COLOR (Python 3.13 reads PYTHON_COLORS first; other tools NO_COLOR).
+    env.update({"PYTHON_COLORS": "0", "NO_COLOR": "1"})
     env.update(extra or {})
     return env
 
