@@ -89,6 +89,7 @@ def test_hsdp_reduce_scatters_over_shard_and_all_reduces_over_replicate():
 def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
     r = spawn(fsdp_extras, 2, show_output=False)[0]  # checkpointing pays off only with a few wide layers
     assert r["clip"]["ddp_norm"] == r["clip"]["fsdp_norm"] and r["clip"]["max_grad_diff"] < 1e-6
+    assert r["clip"]["norm_placements"] == ["Replicate()"]  # combined across ranks inside clip_grad_norm_
     assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
     assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
     assert r["checkpointing"]["max_grad_diff"] == 0
@@ -289,3 +290,20 @@ def test_checker_passes_a_right_answer_written_differently_on_2_ranks(tmp_path, 
 def test_checker_refuses_a_world_size_below_2():
     with pytest.raises(ValueError, match="world_size must be an int of at least 2, got 1"):
         lesson10.check_state_bytes(solutions.state_bytes, PREDICTED_ON_3, world_size=1)
+
+
+def test_a_missed_prediction_is_told_as_a_band_without_the_bytes_held():
+    held = {"ddp": 2_107_440, "zero1": 1_048_584, "fsdp": 705_640}
+    results = [{s: {"lesson": {"exact": held[s]}} for s in lesson10.STRATEGIES}]
+    report = lesson10.Report()
+    right = lesson10.compare_predictions({"ddp": held["ddp"], "zero1": 1, "fsdp": 3 * held["fsdp"]}, results, report)
+    text = str(report)
+    assert not right
+    assert f"ddp: you predicted {held['ddp']:,} bytes on rank 0, it holds {held['ddp']:,}" in text
+    assert "zero1: you predicted 1 bytes on rank 0: too low, by a factor of more than 2.0" in text
+    assert "fsdp: you predicted 2,116,920 bytes on rank 0: too high, by a factor of more than 2.0" in text
+    for strategy in ("zero1", "fsdp"):
+        assert f"{held[strategy]:,}" not in text and str(held[strategy]) not in text
+    near = lesson10.Report()
+    lesson10.compare_predictions({s: int(held[s] * 1.3) for s in held}, results, near)
+    assert str(near).count("too high, by a factor of up to 1.5") == 3

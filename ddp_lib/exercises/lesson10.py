@@ -136,7 +136,7 @@ HINTS = {
 def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
     """Problems with the learner's counts in per-rank results of ``_run_state_bytes`` (empty when
     all is right); one message per strategy. ``reveal``: name the bytes the rank holds (only once
-    the learner has made a prediction, which those bytes would otherwise give away)."""
+    the learner's predictions are right, which those bytes would otherwise give away)."""
     borrowed = sorted({p for found in results for s in STRATEGIES for run in found[s].values()
                        for p in run["problems"]})
     if borrowed:
@@ -166,19 +166,36 @@ def valid_prediction(predicted) -> bool:
     return isinstance(predicted, dict) and all(type(predicted.get(s)) is int for s in STRATEGIES)
 
 
-def compare_predictions(predicted: dict, results: list[dict], report: Report) -> None:
-    """One line per strategy: the learner's prediction of rank 0's bytes against what rank 0 holds."""
+MISS_BANDS = (1.1, 1.5, 2.0)  # a missed prediction is told only as one of these ratio bands, never the bytes
+
+
+def _miss(guess: int, held: int) -> str:
+    """How far a prediction is off, without the bytes held: too high or too low, and a ratio band."""
+    direction = "too high" if guess > held else "too low"
+    ratio = guess / held if guess > held else (held / guess if guess > 0 else float("inf"))
+    upper = next((band for band in MISS_BANDS if ratio <= band), None)
+    band = f"more than {MISS_BANDS[-1]}" if upper is None else f"up to {upper}"
+    return f"{direction}, by a factor of {band}"
+
+
+def compare_predictions(predicted: dict, results: list[dict], report: Report) -> bool:
+    """One line per strategy: the learner's prediction of rank 0's bytes against what rank 0 holds.
+    The bytes held are named only for a prediction within tolerance, so that they cannot be copied
+    into the next try. True when every prediction is within tolerance."""
     if not valid_prediction(predicted):
         report.fail(f"predicted must give an int (bytes on rank 0) for each of {', '.join(map(repr, STRATEGIES))}, "
                     f"got {predicted!r}")
-        return
+        return False
+    right = True
     for strategy in STRATEGIES:
         held, guess = results[0][strategy]["lesson"]["exact"], predicted[strategy]
-        line = f"{strategy}: you predicted {guess:,} bytes on rank 0, it holds {held:,}"
+        line = f"{strategy}: you predicted {guess:,} bytes on rank 0"
         if abs(guess - held) <= PREDICTION_TOLERANCE * held:
-            report.ok(line)
+            report.ok(f"{line}, it holds {held:,}")
         else:
-            report.fail(f"{line} (off by {abs(guess - held) / held:.0%})")
+            right = False
+            report.fail(f"{line}: {_miss(guess, held)}")
+    return right
 
 
 def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
@@ -191,8 +208,8 @@ def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 
     results = run_on_ranks(_run_state_bytes, world_size, report, kwargs=dict(state_bytes=state_bytes), timeout=120)
     if results is None:
         return report
-    compare_predictions(predicted, results, report)
-    problems = diagnose(results, reveal=valid_prediction(predicted))
+    predictions_right = compare_predictions(predicted, results, report)
+    problems = diagnose(results, reveal=predictions_right)
     for problem in problems:
         report.fail(problem)
     if not problems:

@@ -384,13 +384,14 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
         seed: seed of the weights and the data.
 
     Returns {"rank", "clip" ({"ddp_norm", "fsdp_norm", "norm_type" (of FSDP2's returned norm),
-    "max_grad_diff" (clipped gradients, FSDP2's gathered against DDP's)}), "mixed" ({"compute_dtype",
-    "param_dtype", "grad_dtype", "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes",
-    "forward_bytes_checkpointed", "max_grad_diff"})}.
+    "norm_placements" (its DTensor placements), "max_grad_diff" (clipped gradients, FSDP2's gathered
+    against DDP's)}), "mixed" ({"compute_dtype", "param_dtype", "grad_dtype" (of the sharded gradient),
+    "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes", "forward_bytes_checkpointed",
+    "max_grad_diff"})}.
     """
     with process_group(rank, world_size):
         x, y = batch(0, rank, batch_size, width, seed)
-        # clip_grad_norm_ on DTensor gradients: each rank's local norm, combined across ranks.
+        # clip_grad_norm_ on DTensor gradients: DTensor's ops combine the shards' norms across ranks.
         ddp, _ = wrap(make_mlp(width, layers, seed), "ddp", 1e-3)
         nn.functional.mse_loss(ddp(x), y).backward()
         ddp_norm = nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
@@ -398,11 +399,14 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
         nn.functional.mse_loss(fsdp(x), y).backward()
         fsdp_norm = nn.utils.clip_grad_norm_(fsdp.parameters(), max_norm)
         norm_type = type(fsdp_norm).__name__
+        # Already combined across ranks inside clip_grad_norm_: Replicate, the same on every rank.
+        norm_placements = [repr(p) for p in fsdp_norm.placements] if isinstance(fsdp_norm, DTensor) else []
         fsdp_norm = fsdp_norm.full_tensor() if isinstance(fsdp_norm, DTensor) else fsdp_norm
         grad_diff = max((p.grad.full_tensor() - q.grad).abs().max().item()
                         for p, q in zip(fsdp.parameters(), ddp.parameters()))
         clip = {"ddp_norm": round(ddp_norm.item(), 6), "fsdp_norm": round(fsdp_norm.item(), 6),
-                "norm_type": norm_type, "max_grad_diff": grad_diff}
+                "norm_type": norm_type, "norm_placements": norm_placements,
+                "max_grad_diff": grad_diff}
 
         # MixedPrecisionPolicy: compute and all-gather in bfloat16, keep float32 shards, reduce in float32.
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
