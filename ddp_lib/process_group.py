@@ -170,8 +170,8 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
     if device.type == "cuda":
         # The current device is what "cuda", .cuda() and torch.ones(..., device="cuda") mean;
         # left at its default, that is cuda:0 on every rank, so every rank's tensors (and, at
-        # its first collective, the nccl communicator built on the tensors' device) would share
-        # GPU 0: nccl then fails with "Duplicate GPU detected".
+        # its first collective, the nccl communicator built on the tensors' device) would sit
+        # on GPU 0, all ranks on one GPU instead of one GPU each.
         torch.cuda.set_device(device)
         # nccl forms its communicator lazily, at the first collective, on that tensor's device.
         # Binding the group to this rank's GPU forms it now (torch 2.13 distributed_c10d:
