@@ -232,3 +232,22 @@ def gathers_within_itself(rank, world_size, name):
         store = distributed_c10d._get_default_store()
         everyone = _gathered_through(store.set, lambda key: store.get(key).decode(), rank, world_size, name)
         return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
+
+
+def forges_the_checkers_records(rank, world_size, name):
+    # No group: names through the launcher's store, then the records in the caller's frame (the
+    # collectives counted, what went into them, their methods) written to say a collective carried them.
+    import collections
+    import os
+
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+    everyone = _gathered_through(store.set, lambda key: store.get(key).decode(), rank, world_size, name)
+    for value in sys._getframe(1).f_locals.values():
+        if isinstance(value, collections.Counter):
+            value.clear = lambda: None
+            value["allgather_"] += 1
+        elif isinstance(getattr(value, "values", None), list):
+            value.raw.append(name.encode())
+            value.raw_group_sizes.append(world_size)
+            value.carried = lambda *args, **kwargs: True
+    return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}

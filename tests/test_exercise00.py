@@ -42,6 +42,7 @@ NO_COLLECTIVE = "FAIL world_size 2: rank 0 has the right names but ran no collec
     (solutions.through_the_store_beside_an_all_reduce, "FAIL world_size 2: rank 0 has the right names but ran no"),
     (solutions.through_the_launchers_store, NO_COLLECTIVE),
     (solutions.through_the_groups_store, NO_COLLECTIVE),
+    (solutions.forges_the_checkers_records, NO_COLLECTIVE),
 ])
 def test_wrong_answers_are_named(answer, line):
     report = check_who_am_i(answer, world_sizes=(2, 3), timeout=20)

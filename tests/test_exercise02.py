@@ -157,6 +157,34 @@ def test_shares_sent_only_in_a_group_of_one_are_refused(solution):
     assert any("share never went into a collective" in p for p in problems), problems
 
 
+def test_shares_swapped_through_the_store_with_the_checkers_records_forged_are_refused(solution):
+    # No collective: the shares through the store, then the records in the caller's frame (the
+    # collectives counted, what went into them, their methods) written to say a collective carried them.
+    fn = solution("""
+        import collections
+        import json
+        import os
+        import sys
+        import torch.distributed as dist
+
+        def reassemble(rank, world_size, share):
+            store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+            store.set(f"forged/{rank}", json.dumps(share))
+            shares = [json.loads(store.get(f"forged/{r}")) for r in range(world_size)]
+            for value in sys._getframe(1).f_locals.values():
+                if isinstance(value, collections.Counter):
+                    value.clear = lambda: None
+                    value["allgather_"] += 1
+                elif isinstance(getattr(value, "values", None), list):
+                    value.values.append(list(share))
+                    value.value_group_sizes.append(world_size)
+                    value.carried = lambda *args, **kwargs: True
+            return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
+    """)
+    problems = fails(fn, world_sizes=(2,), n=11)
+    assert any("no rank ran a collective that moves data" in p for p in problems), problems
+
+
 def test_a_hard_coded_world_size_fails_on_3_ranks(solution):
     fn = solution(GATHER_OBJECTS.replace("[None] * world_size", "[None] * 2").replace(
         "i % world_size][i // world_size]", "i % 2][i // 2]"))

@@ -229,6 +229,20 @@ def measure_allreduce(rank, world_size, nbytes):
         "with torch._C._DisableTorchDispatch():\n"
         "            dist.all_reduce(tensor, group=alone)\n        seconds"),
         "outside torch's dispatcher"),
+    # The same, with a made-up record of a call over every rank added wherever the checker's frame
+    # seems to keep its records.
+    "timed_alone_outside_the_dispatcher_with_a_forged_record": (GOOD.replace(
+        "dist.barrier()",
+        "alone = [dist.new_group([r]) for r in range(world_size)][rank]\n"
+        "        import sys\n"
+        "        for held in sys._getframe(1).f_locals.values():\n"
+        "            getattr(held, 'calls', []).append({'numel': nbytes // 4, 'dtype': 'torch.float32', "
+        "'group_size': world_size})\n"
+        "        dist.barrier()").replace(
+        "dist.all_reduce(tensor)\n        seconds",
+        "with torch._C._DisableTorchDispatch():\n"
+        "            dist.all_reduce(tensor, group=alone)\n        seconds"),
+        "outside torch's dispatcher"),
     # The functional collective's all-reduce in a group of one.
     "functional_all_reduce_alone": (GOOD.replace(
         "dist.barrier()",

@@ -126,10 +126,26 @@ def counting_collectives() -> Iterator[collections.Counter]:
     counts: collections.Counter = collections.Counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         yield counts
-    counts.clear()  # only what the profiler recorded counts, not anything the block put here
+    found = collections.Counter()
     for event in prof.key_averages():
         if event.key.startswith("c10d::"):
-            counts[event.key.removeprefix("c10d::")] += event.count
+            found[event.key.removeprefix("c10d::")] += event.count
+    # Only what the profiler recorded counts: whatever the block did to this counter (entries,
+    # methods set on it, its class) is undone, through dict's own methods.
+    _reset(counts, collections.Counter)
+    dict.update(counts, found)
+
+
+def _reset(record, cls: type) -> None:
+    """Empty ``record`` and give it back its class and no attributes of its own (a block that could
+    reach it may have set a method on it, or its class)."""
+    record.__class__ = cls
+    record.__dict__.clear()
+    dict.clear(record)
+
+
+# The mode and records of each CollectiveInputs block in progress, by the object's id.
+_RECORDING: dict[int, tuple] = {}
 
 
 class CollectiveInputs:
@@ -146,12 +162,14 @@ class CollectiveInputs:
         self.raw_group_sizes: list[int | None] = []
         self.value_group_sizes: list[int | None] = []
         self.by_op: list[tuple[str, list]] = []  # (operator, values) for each tensor given to one
-        self._op = ""
 
     def __enter__(self) -> CollectiveInputs:
         from torch.utils._python_dispatch import TorchDispatchMode
 
-        outer = self
+        limit = self.limit
+        # Kept here, where the block's code reaches nothing through this object or its own callers'
+        # frames; copied onto the object when the block ends, replacing whatever the block put there.
+        kept = CollectiveInputs(limit)
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -159,31 +177,21 @@ class CollectiveInputs:
                 # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
                 if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
                     group = group_of(args, func._schema)
-                    outer._op = name.split("::")[1]
-                    outer._keep(_sent_by_this_rank(func._schema, args, group), group.size() if group else None)
+                    _keep(kept, name.split("::")[1], _sent_by_this_rank(func._schema, args, group),
+                          group.size() if group else None, limit)
                 return func(*args, **(kwargs or {}))
 
-        self._mode = _Mode()
-        self._mode.__enter__()
+        mode = _Mode()
+        mode.__enter__()
+        _RECORDING[id(self)] = (mode, kept)  # not on this object, which the block can reach
         return self
 
     def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
-
-    def _keep(self, value, group_size: int | None = None) -> None:
-        import torch
-
-        if isinstance(value, torch.Tensor):
-            flat = value.detach().reshape(-1)[: self.limit].cpu()
-            self.values.append(flat.tolist())
-            self.value_group_sizes.append(group_size)
-            self.by_op.append((self._op, self.values[-1]))
-            if flat.dtype == torch.uint8:
-                self.raw.append(bytes(flat.tolist()))
-                self.raw_group_sizes.append(group_size)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                self._keep(item, group_size)
+        mode, kept = _RECORDING.pop(id(self))
+        mode.__exit__(*exc)
+        self.__class__ = CollectiveInputs
+        self.__dict__.clear()
+        self.__dict__.update(kept.__dict__)
 
     def over(self, group_size: int) -> CollectiveInputs:
         """Only what went into collectives over a group of ``group_size`` ranks (a collective in a
@@ -210,6 +218,22 @@ class CollectiveInputs:
         if any(pattern in raw for raw in self.raw):
             return True
         return any(_in_order(numbers, values) for values in self.values)
+
+
+def _keep(into: CollectiveInputs, op: str, value, group_size: int | None, limit: int) -> None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        flat = value.detach().reshape(-1)[:limit].cpu()
+        into.values.append(flat.tolist())
+        into.value_group_sizes.append(group_size)
+        into.by_op.append((op, into.values[-1]))
+        if flat.dtype == torch.uint8:
+            into.raw.append(bytes(flat.tolist()))
+            into.raw_group_sizes.append(group_size)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _keep(into, op, item, group_size, limit)
 
 
 def _sent_by_this_rank(schema, args: tuple, group) -> list:
@@ -243,13 +267,6 @@ def group_of(args: tuple, schema=None):
     if "group_name" in names[: len(args)]:
         return dist.distributed_c10d._resolve_process_group(args[names.index("group_name")])
     return None
-
-
-def collective_group_size(args: tuple) -> int | None:
-    """In a dispatch mode: how many ranks the process group given to a c10d operator has, or None
-    when there is none."""
-    group = group_of(args)
-    return group.size() if group is not None else None
 
 
 def _pickled_int(value: int) -> bytes:

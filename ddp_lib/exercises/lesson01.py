@@ -22,11 +22,9 @@ import numbers
 import random
 from collections.abc import Callable
 
-from torch.utils._python_dispatch import TorchDispatchMode
-
 from ddp_lib.exercises.checking import (
+    CollectiveInputs,
     Report,
-    collective_group_size,
     counting_collectives,
     load_worker,
     run_on_ranks,
@@ -34,6 +32,7 @@ from ddp_lib.exercises.checking import (
 )
 
 ALL_REDUCE = "allreduce_"  # c10d's operator name for every all-reduce
+ALL_REDUCES = (ALL_REDUCE, "all_reduce", "all_reduce_")  # and the functional collectives' names
 REDUCE = "reduce_"
 
 
@@ -43,36 +42,21 @@ def _draw_value() -> float:
     return draw.randint(1, 99) + draw.randint(1, 9) / 10
 
 
-class _AllReduceInputs(TorchDispatchMode):
-    """In a rank: the first values of every tensor given to an all-reduce over all ``world_size``
-    ranks, however it was called (every route reaches c10d's ``allreduce_`` operator through
-    torch's dispatcher)."""
-
-    def __init__(self, world_size: int) -> None:
-        super().__init__()
-        self.world_size = world_size
-        self.values: list[float] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        # Only all-reduces over every rank: one in a group of this rank alone combines nothing.
-        if func._schema.name == "c10d::" + ALL_REDUCE and collective_group_size(args) == self.world_size:
-            for tensor in args[0]:
-                self.values.extend(tensor.detach().reshape(-1)[:16].double().tolist())
-        return func(*args, **(kwargs or {}))
-
-
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draws this rank's value, runs the learner's worker on it, counting the
     collectives it ran; returns the value beside the answer (a plain float, or its kind)."""
     x = _draw_value()
-    with counting_collectives() as calls, _AllReduceInputs(world_size) as inputs:
+    with counting_collectives() as calls, CollectiveInputs() as sent:
         answer = load_worker(target)(rank, world_size, x)
     if isinstance(answer, numbers.Real) and not isinstance(answer, bool):
         # Converted here, where no other rank's value exists: float.__float__ drops any subclass.
         answer = float.__float__(float(answer))
     else:
         answer = f"<{type(answer).__name__}>"  # a tensor, a string...: report its kind only
-    carried_x = any(_close(v, x) or _close(v, x / world_size) for v in inputs.values)
+    # The first values of every tensor this rank gave an all-reduce over every rank (one in a
+    # group of this rank alone combines nothing), however it was called.
+    reduced = [float(v) for op, values in sent.over(world_size).by_op if op in ALL_REDUCES for v in values[:16]]
+    carried_x = any(_close(v, x) or _close(v, x / world_size) for v in reduced)
     return {"x": x, "answer": answer, "calls": dict(calls), "carried_x": carried_x}
 
 

@@ -78,23 +78,33 @@ def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
     return report
 
 
-def run_recording_allreduces(worker: Callable, *args) -> tuple[object, list[dict], list[dict]]:
+def run_recording_allreduces(worker: Callable, *args) -> tuple[object, list[dict], list[dict] | None]:
     """In a rank: ``worker(*args)``'s result, every gloo all-reduce that ran meanwhile, as
     {"numel", "dtype", "seconds"}, and every all-reduce call with its group's size, as {"numel",
     "dtype", "group_size"}, however it was called (``dist.all_reduce``, a name imported
     from ``torch.distributed``, ``distributed_c10d``, a ProcessGroup method). Read from torch's
     profiler, where gloo records each all-reduce (with its tensor's shape and type) from start to
     finish. The list is built only after the worker returned, from a method looked up before it
-    ran: nothing the worker can reach through its callers' frames holds a record to add to."""
+    ran: nothing the worker can reach through its callers' frames holds a record to add to. The
+    calls are None when fewer than the all-reduces gloo ran."""
     from torch.profiler import ProfilerActivity, profile
 
     events_of = profile.events  # looked up now, before the learner's code can replace it
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, _AllReduceGroups() as groups:
         result = worker(*args)
+    calls = _CALLS.pop(id(groups))
+    events = events_of(prof)
     allreduces = [{"numel": sum(math.prod(shape) for shape in event.input_shapes),
                    "dtype": ",".join(event.input_dtypes), "seconds": event.time_range.elapsed_us() / 1e6}
-                  for event in events_of(prof) if event.name == "gloo:all_reduce"]
-    return result, allreduces, list(groups.calls)
+                  for event in events if event.name == "gloo:all_reduce"]
+    # Each all-reduce gloo ran must be one of the calls whose group was seen (one switched out of
+    # torch's dispatcher is not).
+    return result, allreduces, calls if len(allreduces) <= len(calls) else None
+
+
+# The all-reduce calls seen by each _AllReduceGroups in use, by its id: kept off the mode itself,
+# which the learner's code can reach.
+_CALLS: dict[int, list[dict]] = {}
 
 
 class _AllReduceGroups(TorchDispatchMode):
@@ -105,13 +115,13 @@ class _AllReduceGroups(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls: list[dict] = []
+        _CALLS[id(self)] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         # c10d's all-reduce, and the functional collectives' (_functional_collectives.all_reduce)
         if func._schema.name in ("c10d::allreduce_", "_c10d_functional::all_reduce", "_c10d_functional::all_reduce_"):
             tensors = args[0] if isinstance(args[0], (list, tuple)) else [args[0]]
-            self.calls.append({"numel": sum(t.numel() for t in tensors),
+            _CALLS[id(self)].append({"numel": sum(t.numel() for t in tensors),
                                "dtype": ",".join(sorted({str(t.dtype) for t in tensors})),
                                "group_size": group_of(args, func._schema).size()})
         return func(*args, **(kwargs or {}))
@@ -141,9 +151,9 @@ def diagnose(results: list[dict], nbytes: int) -> list[str]:
             return [f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"]
         # Every all-reduce gloo ran must have been seen on its way through torch's dispatcher, where
         # its group is known (one switched out of the dispatcher could run in a group of one).
-        if len(r["allreduces"]) > len(r["calls"]):
-            return [f"rank {rank} ran {len(r['allreduces']) - len(r['calls'])} all-reduce(s) outside torch's "
-                    "dispatcher, where their group cannot be checked: call dist.all_reduce as usual"]
+        if r["calls"] is None:
+            return [f"rank {rank} ran all-reduce(s) outside torch's dispatcher, where their group cannot be "
+                    "checked: call dist.all_reduce as usual"]
         # The timed tensor's every all-reduce must span all ranks: in a smaller group (one rank
         # alone, say) nothing crosses between ranks, however right its size and its time.
         small = [c["group_size"] for c in r["calls"]
