@@ -40,6 +40,12 @@ class Report:
     def fail(self, text: str) -> None:
         self.lines.append(f"FAIL {text}")
 
+    def fail_each(self, where: str, problems: list[str]) -> bool:
+        """A FAIL line ``where: problem`` for each of ``problems``; whether there was any."""
+        for problem in problems:
+            self.fail(f"{where}: {problem}")
+        return bool(problems)
+
     def __bool__(self) -> bool:
         return self.passed
 

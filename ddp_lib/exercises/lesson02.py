@@ -105,9 +105,7 @@ def _check_world_size(target: str, world_size: int, n: int, timeout: float, repo
         problems.append(f"rank {unsent[0]}'s share never went into a collective: each rank holds only its own "
                         "share, so the others' items must come through the process group, not beside it")
     problems += [p for rank, run in enumerate(runs) if (p := _rank_problem(rank, run["answer"], shares, whole))]
-    for problem in problems:
-        report.fail(f"{where}: {problem}")
-    if not problems:
+    if not report.fail_each(where, problems):
         report.ok(f"{where}: every rank returned the whole list of {n} items in order "
                   f"(collectives: {', '.join(sorted(moved))})")
 

@@ -200,9 +200,7 @@ def check_device_worker(fn: Callable, timeout: float = 120) -> Report:
                 report.lines[-1] += " (device_ids is for a model on one GPU; with a CPU model pass device_ids=None)"
             return report
         problems = diagnose(runs, nproc_per_node)
-        for problem in problems:
-            report.fail(f"{layout}: {problem}")
-        if problems:
+        if report.fail_each(f"{layout}", problems):
             return report
         # The same step size on every world size: an average over a hard-coded number of ranks is not.
         learning_rates[layout] = runs[0]["learning_rate"]

@@ -145,9 +145,7 @@ def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = WORLD_S
         if results is None:
             return report
         problems = diagnose(results, seed)
-        for problem in problems:
-            report.fail(f"world_size {world_size}: {problem}")
-        if problems:
+        if report.fail_each(f"world_size {world_size}", problems):
             return report
         n_params = len(results[0]["learner"])
         report.ok(f"on all {world_size} ranks, all {n_params} gradients are the mean over the ranks "

@@ -75,9 +75,7 @@ def check_epoch_indices(fn: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES
         if results is None:
             return report
         problems = find_problems(results, epochs, n_samples) or _order_problems(results, epochs, seed)
-        for problem in problems:
-            report.fail(f"world_size {world_size}: {problem}")
-        if problems:
+        if report.fail_each(f"world_size {world_size}", problems):
             return report
         report.ok(f"world_size {world_size}, seed {seed}: in each of the {epochs} epochs every rank reads "
                   f"DistributedSampler's share for that seed and epoch, and the {n_samples} samples are split "

@@ -217,9 +217,7 @@ def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), 
         if results is None:
             return report
         problems = diagnose(results, nbytes)
-        for problem in problems:
-            report.fail(f"world_size {world_size}: {problem}")
-        if problems:
+        if report.fail_each(f"world_size {world_size}", problems):
             return report
         report.ok(f"world_size {world_size}: every rank timed its all-reduce of a float32 tensor of {nbytes} bytes")
         report.ok(f"world_size {world_size}: algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} "

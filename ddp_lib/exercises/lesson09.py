@@ -134,9 +134,7 @@ def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZE
         if results is None:
             return report
         problems = diagnose_evaluate(results)
-        for problem in problems:
-            report.fail(f"world_size {world_size}: {problem}")
-        if problems:
+        if report.fail_each(f"world_size {world_size}", problems):
             return report
         report.ok(f"on {world_size} ranks every rank returns the exact accuracy, padding or not "
                   f"({', '.join(str(n) for n in EVAL_SIZES)} samples)")
@@ -295,9 +293,7 @@ def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_
         if results is None:
             return report
         problems = diagnose_train_step(results)
-        for problem in problems:
-            report.fail(f"world_size {world_size}: {problem}")
-        if problems:
+        if report.fail_each(f"world_size {world_size}", problems):
             return report
         report.ok(f"on {world_size} ranks the parameters equal one process on the global batch, "
                   f"with one all-reduce per step")
