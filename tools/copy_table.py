@@ -9,10 +9,11 @@ by function name; ``train`` too), and the files to copy with any optional packag
 
 from __future__ import annotations
 
-import argparse
-import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling tools, also when loaded by path
+import marked_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -49,28 +50,12 @@ def table() -> str:
 
 
 def with_table(text: str, rendered: str) -> str:
-    pattern = re.compile(re.escape(START) + r"\n.*?\n" + re.escape(END), re.DOTALL)
-    if not pattern.search(text):
-        raise SystemExit(f"{README}: the markers {START!r} and {END!r} are missing")
-    return pattern.sub(lambda _: f"{START}\n{rendered}\n{END}", text)
+    return marked_table.with_table(text, rendered, START, END, README)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only say whether the table is up to date")
-    args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    current = README.read_text()
-    wanted = with_table(current, table())
-    if args.check:
-        if wanted != current:
-            print("README.md: the copy table is out of date; run python tools/copy_table.py")
-            return 1
-        return 0
-    if wanted != current:
-        README.write_text(wanted)
-        print("rewrote the copy table in README.md")
-    return 0
+    return marked_table.rewrite_or_check(README, START, END, table, "the copy table", "tools/copy_table.py", argv)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,15 @@ after changing a lesson's imports; tests/test_lesson_files.py fails until the ta
 
 from __future__ import annotations
 
-import argparse
 import ast
 import importlib
 import inspect
 import json
-import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling tools, also when loaded by path
+import marked_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "library.md"
@@ -66,28 +67,13 @@ def table(lessons: list[Path] = LESSONS) -> str:
 
 
 def with_table(page_text: str, rendered: str) -> str:
-    pattern = re.compile(re.escape(START) + r"\n.*?\n" + re.escape(END), re.DOTALL)
-    if not pattern.search(page_text):
-        raise SystemExit(f"{PAGE}: the markers {START!r} and {END!r} are missing")
-    return pattern.sub(lambda _: f"{START}\n{rendered}\n{END}", page_text)
+    return marked_table.with_table(page_text, rendered, START, END, PAGE)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only say whether the table is up to date")
-    args = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT))
-    current = PAGE.read_text()
-    wanted = with_table(current, table())
-    if args.check:
-        if wanted != current:
-            print(f"{PAGE.relative_to(ROOT)}: the lesson files table is out of date; run python tools/lesson_files.py")
-            return 1
-        return 0
-    if wanted != current:
-        PAGE.write_text(wanted)
-        print(f"rewrote the table in {PAGE.relative_to(ROOT)}")
-    return 0
+    return marked_table.rewrite_or_check(PAGE, START, END, table, "the lesson files table", "tools/lesson_files.py",
+                                         argv)
 
 
 if __name__ == "__main__":
