@@ -55,7 +55,7 @@ JOBS = [
     ("gradients", "ddp_run", {"steps": 3}),
     ("gradients", "no_sync_run", {}),
     ("gradients", "unused_parameters", {"find_unused_parameters": True}),
-    ("gradients", "fp16_compression", {"timing_steps": 2}),
+    ("gradients", "fp16_compression", {}),
     ("buckets", "scratch_vs_torch", {"way": "buckets", "steps": 2}),
     ("buckets", "count_allreduces", {"bucket_cap_mb": 0.01}),
     ("buckets", "backward_timeline", {"warmup": 0, "per_rank_batch": 8}),

@@ -66,6 +66,32 @@ RIGHT = {
             flat /= get_world_size()
             torch.nn.utils.vector_to_parameters(flat, grads)
         """,
+    "all_gather_object": """
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            grads = [p.grad for p in model.parameters()]
+            everyone = [None] * dist.get_world_size()
+            dist.all_gather_object(everyone, grads)  # pickled: the values travel as bytes
+            for i, g in enumerate(grads):
+                g.copy_(sum(e[i] for e in everyone) / len(everyone))
+        """,
+    "reduce_scatter_then_all_gather": """
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            world_size = dist.get_world_size()
+            grads = [p.grad for p in model.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            pad = -flat.numel() % world_size
+            flat = torch.cat([flat, flat.new_zeros(pad)])
+            shard = flat.new_empty(flat.numel() // world_size)
+            dist.reduce_scatter_tensor(shard, flat)
+            everyone = torch.empty_like(flat)
+            dist.all_gather_into_tensor(everyone, shard / world_size)
+            torch.nn.utils.vector_to_parameters(everyone[:everyone.numel() - pad], grads)
+        """,
     "functional_collective": """
         import torch.distributed as dist
         import torch.distributed._functional_collectives as funcol
@@ -112,14 +138,22 @@ WRONG = {
 
         def average_gradients(model):
             dist.barrier()
+        """, "ran no collective that moves data (a barrier only waits)"),
+    "empty_all_reduce_then_nothing": ("""
+        import torch
+        import torch.distributed as dist
+
+        def average_gradients(model):
+            dist.all_reduce(torch.zeros(1))
         """, "the gradients are unchanged"),
     "copied_from_a_ddp_model_found_by_gc": ("""
         import gc
+        import torch
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
         def average_gradients(model):
-            dist.barrier()  # a collective, so only the values can give it away
+            dist.all_reduce(torch.zeros(1))  # a collective that moves data, so only the values can give it away
             for obj in gc.get_objects():
                 if isinstance(obj, DistributedDataParallel):
                     for mine, theirs in zip(model.parameters(), obj.module.parameters()):
@@ -127,10 +161,11 @@ WRONG = {
         """, "the gradients are unchanged"),
     "read_from_callers_frames": ("""
         import inspect
+        import torch
         import torch.distributed as dist
 
         def average_gradients(model):
-            dist.barrier()
+            dist.all_reduce(torch.zeros(1))
             for frame in inspect.stack():
                 expected = frame.frame.f_locals.get("expected")
                 if isinstance(expected, dict):
@@ -143,7 +178,7 @@ WRONG = {
         import torch.distributed as dist
 
         def average_gradients(model):
-            dist.barrier()
+            dist.all_reduce(torch.zeros(1))
             frame = sys._getframe(1)
             while frame is not None:  # any tensor-valued local up the stack that has the right shape
                 for value in frame.f_locals.values():
@@ -157,7 +192,7 @@ WRONG = {
         import torch.distributed as dist
 
         def average_gradients(model):
-            dist.barrier()
+            dist.all_reduce(torch.zeros(1))
             # The other ranks' data is random: a guess seeded by rank has the right shape only.
             generator = torch.Generator().manual_seed(dist.get_rank())
             for p in model.parameters():
@@ -166,18 +201,19 @@ WRONG = {
     "batch_rewritten_through_frames": ("""
         import sys
 
+        import torch
         import torch.distributed as dist
         from torch import nn
 
         def average_gradients(model):
             # Zero this rank's private batch in the caller's frame, so that every rank's own
-            # gradient is the same; recompute it; a barrier carries no values.
+            # gradient is the same; recompute it; the all-reduce carries none of it.
             caller = sys._getframe(1)
             caller.f_locals["x"].zero_()
             caller.f_locals["y"].zero_()
             model.zero_grad()
             nn.functional.mse_loss(model(caller.f_locals["x"]), caller.f_locals["y"]).backward()
-            dist.barrier()
+            dist.all_reduce(torch.zeros(1))
         """, "these parameters do not hold the average"),
     "gradients_through_the_store_beside_a_barrier": ("""
         import io
@@ -195,7 +231,7 @@ WRONG = {
             everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
             for i, p in enumerate(model.parameters()):
                 p.grad.copy_(sum(g[i] for g in everyone) / world_size)
-        """, "gave no collective their own gradients"),
+        """, "ran no collective that moves data"),
     "gradients_through_the_store_beside_an_empty_all_reduce": ("""
         import io
         import torch
@@ -212,6 +248,33 @@ WRONG = {
             everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
             for i, p in enumerate(model.parameters()):
                 p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+        """, "gave no collective their own gradients"),
+    # The gradients through the store beside an all-reduce that carries none of them; then every
+    # dict in the callers' frames emptied, so that a record of this rank's own gradients kept there
+    # would say nothing was left unsent.
+    "store_with_the_callers_records_emptied": ("""
+        import io
+        import sys
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+
+        def average_gradients(model):
+            store = distributed_c10d._get_default_store()
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            buffer = io.BytesIO()
+            torch.save([p.grad for p in model.parameters()], buffer)
+            store.set(f"grads{rank}", buffer.getvalue())
+            dist.all_reduce(torch.zeros(1))
+            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
+            for i, p in enumerate(model.parameters()):
+                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+            frame = sys._getframe(1)
+            while frame is not None:
+                for value in list(frame.f_locals.values()):
+                    if isinstance(value, dict) and value is not frame.f_globals:
+                        value.clear()
+                frame = frame.f_back
         """, "gave no collective their own gradients"),
     # The gradients through the store; the only collective is in a group of this rank alone.
     "store_beside_a_group_of_one": ("""

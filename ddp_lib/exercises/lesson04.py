@@ -5,10 +5,12 @@ Each rank draws its own batch from fresh randomness (``os.urandom``), runs one b
 plain model, calls the learner's function and returns its batch beside the .grad it got. Only the
 parent sees every rank's batch: it recomputes each rank's gradient and their mean. No rank holds
 another rank's data or the expected answer. The checker also counts the collectives the learner's
-function ran (torch's profiler sees every route to them) and requires each rank's own gradients
-(or their share, divided by the world size) among what it gave a collective, so an average
-assembled from gradients passed through the rendezvous store or files is refused. It runs on 2
-and then 3 ranks, so a world size written into the code is caught.
+function ran (torch's profiler sees every route to them; a barrier, which carries no data, does not
+count) and requires each rank's own gradients (or their share, divided by the world size) among
+what it gave a collective, so an average assembled from gradients passed through the rendezvous
+store or files is refused. That last test runs in the parent, on the gradients it recomputes from
+the batch: a rank keeps no record of its own gradients for the learner's code to empty. It runs on
+2 and then 3 ranks, so a world size written into the code is caught.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from torch import nn
 
 from ddp_lib.exercises.checking import (
+    NOT_CARRYING_DATA,
     CollectiveInputs,
     Report,
     counting_collectives,
@@ -59,24 +62,28 @@ def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
         drawn = tuple((t.numpy().tobytes(), tuple(t.shape)) for t in (x, y))
         model = make_mlp(seed).to(device)  # same weights on every rank, as after DDP's broadcast
         nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
-        own = {n: p.grad.detach().clone().cpu() for n, p in model.named_parameters()}
         with counting_collectives() as collectives, CollectiveInputs() as sent:
             average_gradients(model)
         x, y = (torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(shape) for data, shape in drawn)
+        over_world = sent.over(world_size)  # a collective in a smaller group reaches not every rank
         return {
             "x": x, "y": y,
             "learner": {n: None if p.grad is None else p.grad.detach().clone().cpu()
                         for n, p in model.named_parameters()},
             "collectives": dict(collectives),
-            "not_sent": [n for n, g in own.items() if not _sent(g, sent.over(world_size).values, world_size)],
+            "sent": {"values": over_world.values, "raw": over_world.raw},
         }
 
 
-def _sent(grad: torch.Tensor, inputs: list[list], world_size: int) -> bool:
-    """Whether ``grad`` (or grad / world_size) went into a collective, alone or as a contiguous run
-    of a larger tensor (one flat message, as a DDP bucket)."""
+def _sent(grad: torch.Tensor, sent: dict, world_size: int) -> bool:
+    """Whether ``grad`` (or grad / world_size) went into a collective: as a contiguous run of a
+    tensor's values (alone, or in one flat message as a DDP bucket), or as the raw bytes of a
+    pickled tensor (``all_gather_object``)."""
     flat = grad.reshape(-1).double()
-    for values in inputs:
+    # A pickled tensor holds its float32 values as raw bytes, at an offset we do not know.
+    unpickled = [torch.frombuffer(bytearray(raw[k:k + (len(raw) - k) // 4 * 4]), dtype=torch.float32).tolist()
+                 for raw in sent["raw"] for k in range(4) if len(raw) - k >= 4]
+    for values in sent["values"] + unpickled:
         if len(values) < len(flat):
             continue
         windows = torch.tensor(values, dtype=torch.float64).unfold(0, len(flat), 1)
@@ -92,18 +99,20 @@ def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
 
 def diagnose(results: list[dict], seed: int) -> list[str]:
     """Problems found, one sentence each, most telling first (empty when all is right). ``results``
-    are the ranks' returns: their private batch, the learner's .grad and the collectives counted."""
+    are the ranks' returns: their private batch, the learner's .grad, the collectives counted and what
+    they gave those collectives."""
     world_size = len(results)
     local = [_local_grads(seed, r["x"], r["y"]) for r in results]
     expected = {n: sum(g[n] for g in local) / world_size for n in local[0]}
-    silent = [rank for rank, r in enumerate(results) if not r["collectives"]]
+    silent = [rank for rank, r in enumerate(results) if not set(r["collectives"]) - NOT_CARRYING_DATA]
     if silent:
-        return [f"rank(s) {silent} ran no collective: a rank cannot know the other ranks' gradients without "
-                "one (all_reduce them)"]
+        return [f"rank(s) {silent} ran no collective that moves data (a barrier only waits): a rank cannot know "
+                "the other ranks' gradients without one (all_reduce them)"]
     wrong = {(rank, n) for rank, r in enumerate(results) for n in expected
              if not _close(r["learner"][n], expected[n])}
     if not wrong:
-        unsent = {rank: r["not_sent"] for rank, r in enumerate(results) if r["not_sent"]}
+        unsent = {rank: names for rank, r in enumerate(results)
+                  if (names := [n for n, g in local[rank].items() if not _sent(g, r["sent"], world_size)])}
         if unsent:
             rank, names = next(iter(unsent.items()))
             return [f"the averages are right, but rank(s) {sorted(unsent)} gave no collective their own gradients "

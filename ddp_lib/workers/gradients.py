@@ -7,7 +7,6 @@ with the whole global batch (:func:`single_process_run`) can replay exactly what
 from __future__ import annotations
 
 import copy
-import time
 from contextlib import nullcontext
 from typing import Literal
 
@@ -113,31 +112,30 @@ def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) ->
         return result
 
 
-def _train(model: nn.Module, batches, steps: int, reduction: str, device: torch.device,
-           grad_accum_steps: int = 1) -> dict:
-    """SGD for ``steps`` steps; batches(step) yields (x, y) micro-batches. Returns the first
-    step's gradients and the final parameters."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+def _train(model: nn.Module, batches, steps: int, reduction: str, device: torch.device, lr: float) -> dict:
+    """SGD for ``steps`` steps on batches(step) = (x, y). Returns the first step's gradients and
+    the final parameters."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     first_grads = None
     for step in range(steps):
         optimizer.zero_grad()
-        for x, y in batches(step):
-            loss = nn.functional.mse_loss(model(x.to(device)), y.to(device), reduction=reduction)
-            (loss / grad_accum_steps).backward()
+        x, y = batches(step)
+        nn.functional.mse_loss(model(x.to(device)), y.to(device), reduction=reduction).backward()
         if first_grads is None:
             first_grads = flat_grads(model)
         optimizer.step()
     return {"first_grads": first_grads, "params": flat_params(model)}
 
 
-def single_process_run(global_batch_size: int, steps: int = 5, seed: int = 0, reduction: str = "mean") -> dict:
+def single_process_run(global_batch_size: int, steps: int = 5, seed: int = 0, reduction: str = "mean",
+                       lr: float = LR) -> dict:
     """One process, no DDP, batch ``global_batch_size``: the reference the ranks must match."""
-    return _train(make_mlp(seed), lambda step: [global_batch(step, global_batch_size, seed)], steps,
-                  reduction, torch.device("cpu"))
+    return _train(make_mlp(seed), lambda step: global_batch(step, global_batch_size, seed), steps,
+                  reduction, torch.device("cpu"), lr)
 
 
 def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5, seed: int = 0,
-            reduction: Literal["mean", "sum"] = "mean") -> dict:
+            reduction: Literal["mean", "sum"] = "mean", lr: float = LR) -> dict:
     """DDP training on per-rank batches; ranks start from different weights (seed + rank).
 
     Args:
@@ -145,19 +143,18 @@ def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5,
         steps: SGD steps.
         seed: seed of the model and data.
         reduction: "mean" or "sum" loss.
+        lr: SGD learning rate.
     """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed + rank).to(device), device)
-        return _train(model, lambda step: [rank_batch(step, rank, world_size, per_rank_batch, seed)],
-                      steps, reduction, device)
+        return _train(model, lambda step: rank_batch(step, rank, world_size, per_rank_batch, seed),
+                      steps, reduction, device, lr)
 
 
-def _counting_allreduce_hook(counts: list[int]):
-    """torch's default all-reduce comm hook, also counting its calls into ``counts``."""
-    def hook(state, bucket):
-        counts.append(1)
-        return default_hooks.allreduce_hook(state, bucket)
-    return hook
+def c10d_ops(prof: profile) -> dict[str, int]:
+    """The c10d operators (collectives) torch's profiler recorded, DDP reducer's own included: {name: count}."""
+    return dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
+                       if e.key.startswith("c10d::")))
 
 
 def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_steps: int = 2,
@@ -167,15 +164,13 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
     all-reduces per micro-batch of the first step.
 
     Args:
-        per_rank_batch: batch per rank per micro-batch.
+        per_rank_batch: batch per rank per step, split into grad_accum_steps micro-batches.
         grad_accum_steps: micro-batches per step.
         steps: SGD steps.
         seed: seed of the model and data.
     """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed).to(device), device)
-        counts: list[int] = []
-        model.register_comm_hook(None, _counting_allreduce_hook(counts))
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         micro = per_rank_batch // grad_accum_steps
         allreduces_per_micro_batch = []
@@ -183,16 +178,15 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
             optimizer.zero_grad()
             x, y = (t.to(device) for t in rank_batch(step, rank, world_size, per_rank_batch, seed))
             for i in range(grad_accum_steps):
-                before = len(counts)
                 rows = slice(i * micro, (i + 1) * micro)
                 last = i == grad_accum_steps - 1
                 # Inside no_sync, backward only accumulates into .grad; the next synced backward
                 # all-reduces the accumulated sum.
-                with (nullcontext() if last else model.no_sync()):
+                with profile(activities=[ProfilerActivity.CPU]) as prof, (nullcontext() if last else model.no_sync()):
                     loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
                     loss.backward()
                 if step == 0:
-                    allreduces_per_micro_batch.append(len(counts) - before)
+                    allreduces_per_micro_batch.append(c10d_ops(prof).get("allreduce_", 0))
             optimizer.step()
         return {"params": flat_params(model), "allreduces_per_micro_batch": allreduces_per_micro_batch}
 
@@ -228,25 +222,21 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
         x, y = torch.randn(4, 8, device=device), torch.randn(4, 4, device=device)
         per_step = []
         for _ in range(steps):
-            # torch's profiler records every c10d operator, including those DDP's reducer runs.
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 nn.functional.mse_loss(model(x, use_b), y).backward()
-            per_step.append(dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
-                                        if e.key.startswith("c10d::"))))
+            per_step.append(c10d_ops(prof))
         collectives = {name: sum(step.get(name, 0) for step in per_step) for name in sorted(set().union(*per_step))}
         return {"b_weight_grad": model.module.b.weight.grad, "steps": steps, "collectives": collectives,
                 "collectives_per_step": per_step}
 
 
-def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4,
-                     timing_steps: int = 20) -> dict:
+def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """Same weights and data through DDP with the default hook and with fp16_compress_hook.
-    Returns the gradients of both (flat CPU tensors) and ms per step of each (not deterministic).
+    Returns the gradients of both (flat CPU tensors).
 
     Args:
         seed: seed of the model and data.
         per_rank_batch: batch per rank.
-        timing_steps: steps timed for each hook.
     """
     with process_group(rank, world_size) as device:
         plain = wrap_ddp(make_mlp(seed).to(device), device)
@@ -258,8 +248,4 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
         for name, model in (("plain", plain), ("fp16", fp16)):
             nn.functional.mse_loss(model(x), y).backward()
             result[name] = flat_grads(model)
-            start = time.perf_counter()
-            for _ in range(timing_steps):
-                nn.functional.mse_loss(model(x), y).backward()
-            result[f"{name}_ms"] = 1000 * (time.perf_counter() - start) / timing_steps
         return result
