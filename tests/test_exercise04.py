@@ -276,6 +276,27 @@ WRONG = {
                         value.clear()
                 frame = frame.f_back
         """, "gave no collective their own gradients"),
+    # The batch the rank drew, an immutable local of the checker's frame, rebound through ctypes to
+    # zeros on every rank: every rank's gradient is then the same, and computable alone. Refused
+    # because those gradients never went into a collective.
+    "batch_rebound_through_ctypes": ("""
+        import ctypes
+        import sys
+        import torch
+        import torch.distributed as dist
+        from torch import nn
+
+        def average_gradients(model):
+            frame = sys._getframe(1)
+            while "drawn" not in frame.f_locals:
+                frame = frame.f_back
+            drawn = frame.f_locals["drawn"]
+            frame.f_locals["drawn"] = tuple((bytes(len(data)), shape) for data, shape in drawn)
+            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+            model.zero_grad()
+            nn.functional.mse_loss(model(torch.zeros(drawn[0][1])), torch.zeros(drawn[1][1])).backward()
+            dist.all_reduce(torch.zeros(1))
+        """, "gave no collective their own gradients"),
     # The gradients through the store; the only collective is in a group of this rank alone.
     "store_beside_a_group_of_one": ("""
         import pickle
@@ -320,3 +341,40 @@ def test_wrong_answers_are_refused(case, tmp_path, monkeypatch):
     report = check_average_gradients(_load(tmp_path, monkeypatch, f"wrong04_{case}", source))
     assert not report.passed and message in str(report), str(report)
 
+
+# A known limit: code that runs in the rank's own process can rewrite what the checker keeps there.
+# This answer averages through the store and should be refused; the checker passes it today.
+KNOWN_LIMITS = {
+    # Its own gradients written into the record of collective inputs, found through gc.
+    "collective_inputs_record_forged_through_gc": """
+        import gc
+        import io
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from ddp_lib.exercises.checking import CollectiveInputs
+
+        def average_gradients(model):
+            store = distributed_c10d._get_default_store()
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            for obj in gc.get_objects():
+                if isinstance(obj, CollectiveInputs):
+                    for p in model.parameters():
+                        obj.values.append(p.grad.reshape(-1).tolist())
+                        obj.value_group_sizes.append(world_size)
+            buffer = io.BytesIO()
+            torch.save([p.grad for p in model.parameters()], buffer)
+            store.set(f"grads{rank}", buffer.getvalue())
+            dist.all_reduce(torch.zeros(1))
+            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
+            for i, p in enumerate(model.parameters()):
+                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+        """,
+}
+
+
+@pytest.mark.xfail(strict=True, reason="the rank's process can rewrite the checker's records; see KNOWN_LIMITS")
+@pytest.mark.parametrize("case", sorted(KNOWN_LIMITS))
+def test_known_limits_still_pass(case, tmp_path, monkeypatch):
+    report = check_average_gradients(_load(tmp_path, monkeypatch, f"limit04_{case}", KNOWN_LIMITS[case]))
+    assert not report.passed, str(report)

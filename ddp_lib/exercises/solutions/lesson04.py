@@ -8,6 +8,7 @@ def average_gradients(model) -> None:
     for p in model.parameters():
         if p.grad is None:  # a parameter this backward did not reach
             continue
-        # Divide first, then sum, as DDP's reducer does while copying into its buckets.
+        # Scale first, then sum, as DDP does (its reducer multiplies by a float32 1/world_size while
+        # copying into its buckets; torch's Python allreduce_hook divides, as here).
         p.grad /= world_size
         dist.all_reduce(p.grad)
