@@ -18,9 +18,21 @@ def test_rank0_evaluation_works_through_module_and_times_out_through_the_wrapper
     assert any(words in info.value.failures[0].lower() for words in ("timed out", "timeout"))
 
 
-def test_join_shadows_the_allreduces_and_broadcasts_the_last_model():
+def test_join_shadows_the_collectives_and_broadcasts_the_last_model():
     short, long = spawn(uneven_batches, 2, kwargs=dict(use_join=1), show_output=False)
     assert (short["steps"], long["steps"]) == (2, 4)
-    assert short["collectives"]["allreduce_"] == long["collectives"]["allreduce_"]
+    # Three all-reduces per step of the long rank on both ranks (the short one shadows steps 3 and 4
+    # in Join's exit), two broadcasts where DDP rebuilds its buckets, one for the final model.
+    for rank in (short, long):
+        assert sum(c.get("allreduce_", 0) for c in rank["collectives"].values()) == 14, rank["collectives"]
+        assert rank["collectives"]["step 2"] == {"allreduce_": 3, "broadcast_": 2}
+        assert rank["collectives"]["Join's exit"]["broadcast_"] == 1
+    assert short["collectives"]["Join's exit"]["allreduce_"] == 8
+    assert long["collectives"]["Join's exit"]["allreduce_"] == 2
     # The final broadcast changed the short rank's model after its last own step.
     assert short["checksums"][-1] != short["checksum"] == long["checksum"]
+    # Alone, the long rank's gradient is its own divided by the initial world size...
+    assert long["grad_ratio"][2:] == [0.5, 0.5]
+    # ...or by the ranks still training.
+    _, long = spawn(uneven_batches, 2, kwargs=dict(use_join=1, divide_by_initial_world_size=False), show_output=False)
+    assert long["grad_ratio"][2:] == [1.0, 1.0]

@@ -1,28 +1,47 @@
 """Checker for lesson 05's exercise: a worker that says which samples its rank reads each epoch.
 
 The learner writes ``epoch_indices(rank, world_size, epochs, seed) -> list[list[int]]`` using a
-``DistributedSampler`` over ``ddp_lib.data.make_moons()``; the checker runs it on 2 and then 4 ranks with a seed it
-draws, and compares every epoch of every rank with ``DistributedSampler``'s order for that seed and epoch.
+``DistributedSampler`` over ``make_moons()``; the checker runs it on 2 ranks and then on 3 or 5 (drawn),
+each time with a number of epochs it draws (never the same twice in one check) and one seed it draws,
+and compares every epoch of every rank with ``DistributedSampler``'s order for that seed and epoch.
 """
 
 from __future__ import annotations
 
+import math
 import random
+from collections import Counter
 from collections.abc import Callable
 
 from torch.utils.data import DistributedSampler
 
-from ddp_lib.data import make_moons
 from ddp_lib.exercises.checking import Report, run_on_ranks
+from ddp_lib.workers.train import make_moons
 
-# 512 samples divide by both: the sampler pads nothing, so any sample read twice is a mistake.
-WORLD_SIZES = (2, 4)
+# 512 samples divide by 2, so there nothing is read twice; they divide by neither 3 nor 5, so there
+# the sampler pads (1 and 3 samples read twice), as the lesson shows for 10 samples on 4 ranks.
+FIRST_WORLD_SIZE = 2
+PADDED_WORLD_SIZES = (3, 5)
+# Drawn without repeats, one per world size: an answer that ignores `epochs` and returns a fixed
+# number of epochs matches at most one run.
+EPOCH_CHOICES = range(2, 6)
+
+
+def draw_plan(rng: random.Random) -> list[tuple[int, int]]:
+    """(world_size, epochs) for each run of one check: 2 ranks, then 3 or 5; distinct epoch counts."""
+    world_sizes = (FIRST_WORLD_SIZE, rng.choice(PADDED_WORLD_SIZES))
+    return list(zip(world_sizes, rng.sample(EPOCH_CHOICES, len(world_sizes))))
+
+
+def per_rank(n_samples: int, world_size: int) -> int:
+    """How many samples DistributedSampler gives each rank (drop_last=False: it pads)."""
+    return math.ceil(n_samples / world_size)
 
 
 def _shape_problem(rank: int, value: object, epochs: int) -> str | None:
     if not isinstance(value, list) or len(value) != epochs:
         return (f"rank {rank} returned {type(value).__name__} {str(value)[:60]}; expected a list with one "
-                f"list of sample indices per epoch ({epochs} lists)")
+                f"list of sample indices per epoch ({epochs} lists, one for each of the `epochs` it was given)")
     for epoch, indices in enumerate(value):
         if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
             return f"rank {rank}, epoch {epoch}: expected a list of ints (e.g. list(sampler)), got {str(indices)[:60]}"
@@ -35,19 +54,29 @@ def find_problems(results: list, epochs: int, n_samples: int) -> list[str]:
     if problems:
         return problems
     world_size = len(results)
+    each = per_rank(n_samples, world_size)
+    padding = each * world_size - n_samples
     for epoch in range(epochs):
-        owner: dict[int, int] = {}  # sample index -> the first rank that read it
         for rank, per_epoch in enumerate(results):
-            for i in per_epoch[epoch]:
-                if owner.setdefault(i, rank) != rank:
-                    return [f"epoch {epoch}: ranks {owner[i]} and {rank} both read sample {i}; give DistributedSampler "
-                            "num_replicas=world_size and rank=rank, and the same seed on every rank"]
-        missing = sorted(set(range(n_samples)) - set(owner))
+            if len(per_epoch[epoch]) != each:
+                return [f"rank {rank} reads {len(per_epoch[epoch])} samples in epoch {epoch}; DistributedSampler "
+                        f"gives every one of {world_size} ranks {each} of the {n_samples}"
+                        + (f" (it repeats {padding} so that every rank gets as many)" if padding else "")]
+        reads = Counter(i for per_epoch in results for i in per_epoch[epoch])
+        twice = sum(reads.values()) - len(reads)
+        if twice > padding:
+            sample = next(i for i, n in reads.items() if n > 1)
+            ranks = [r for r, per_epoch in enumerate(results) if sample in per_epoch[epoch]]
+            return [f"epoch {epoch}: ranks {ranks[0]} and {ranks[1]} both read sample {sample}"
+                    + (f" ({twice} repeats where padding makes {padding})" if padding else "")
+                    + "; give DistributedSampler num_replicas=world_size and rank=rank, and the same seed on "
+                      "every rank"]
+        missing = sorted(set(range(n_samples)) - set(reads))
         if missing:
             return [f"epoch {epoch}: {len(missing)} samples (e.g. {missing[:3]}) are read by no rank; "
                     "every rank must use the same DistributedSampler over the whole dataset"]
     for rank, per_epoch in enumerate(results):
-        if per_epoch[0] == list(range(rank, n_samples, world_size)):
+        if per_epoch[0] == [i % n_samples for i in range(rank, each * world_size, world_size)]:
             problems.append(f"rank {rank} reads samples in dataset order; create the sampler with shuffle=True")
         for epoch in range(1, epochs):
             if per_epoch[epoch] == per_epoch[epoch - 1]:
@@ -63,23 +92,27 @@ def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
     return list(sampler)
 
 
-def check_epoch_indices(fn: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES, epochs: int = 3,
-                        seed: int | None = None) -> Report:
-    """Run ``fn(rank, world_size, epochs, seed)`` on each of ``world_sizes`` ranks in turn, with a seed
-    drawn now (unless given), and report what is right or wrong; stops at the first world size that fails."""
+def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None, seed: int | None = None) -> Report:
+    """Run ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan`` (drawn now
+    unless given, see :func:`draw_plan`), with a seed drawn now (unless given), and report what is
+    right or wrong; stops at the first run that fails."""
+    rng = random.Random()
     report = Report()
-    seed = random.Random().randint(1, 9999) if seed is None else seed
+    seed = rng.randint(1, 9999) if seed is None else seed
+    plan = draw_plan(rng) if plan is None else plan
     n_samples = len(make_moons())
-    for world_size in world_sizes:
+    for world_size, epochs in plan:
         results = run_on_ranks(fn, world_size, report, (epochs, seed), timeout=120)
         if results is None:
             return report
         problems = find_problems(results, epochs, n_samples) or _order_problems(results, epochs, seed)
-        if report.fail_each(f"world_size {world_size}", problems):
+        if report.fail_each(f"world_size {world_size}, {epochs} epochs", problems):
             return report
-        report.ok(f"world_size {world_size}, seed {seed}: in each of the {epochs} epochs every rank reads "
+        padding = per_rank(n_samples, world_size) * world_size - n_samples
+        report.ok(f"world_size {world_size}, {epochs} epochs, seed {seed}: in every epoch every rank reads "
                   f"DistributedSampler's share for that seed and epoch, and the {n_samples} samples are split "
-                  "with no overlap")
+                  + (f"with no overlap but the {padding} the sampler repeats to pad them to "
+                     f"{n_samples + padding}" if padding else "with no overlap"))
     return report
 
 

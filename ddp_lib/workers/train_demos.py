@@ -3,6 +3,7 @@ torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, and evaluation on r
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 from typing import Literal
 
@@ -12,7 +13,7 @@ from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.profiler import ProfilerActivity, profile
+from torch.utils._python_dispatch import TorchDispatchMode
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import param_checksum, process_group
@@ -48,10 +49,34 @@ def torch_sync_batchnorm(rank: int, world_size: int) -> str:
         return f"DDP accepted nn.SyncBatchNorm on {device.type}"
 
 
-def uneven_batches(rank: int, world_size: int, use_join: int = 1, batch_size: int = 16, seed: int = 0) -> dict:
+class CollectiveLog(TorchDispatchMode):
+    """While active, counts the c10d operators this process runs (every collective reaches one,
+    DDP's and Join's included), under the label last put in ``phase``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase = ""
+        self.counts: dict[str, dict[str, int]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name.startswith("c10d::"):
+            counts = self.counts.setdefault(self.phase, {})
+            op = name.removeprefix("c10d::")
+            counts[op] = counts.get(op, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def gradient_norm(model: nn.Module) -> float:
+    return torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+
+
+def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_initial_world_size: bool = True,
+                   batch_size: int = 16, seed: int = 0) -> dict:
     """Rank r trains on 2 + 2*r batches (uneven on purpose), inside ``Join`` when use_join is 1.
     Returns {"rank", "steps", "checksum" (at the end), "checksums" (after each own step),
-    "collectives" (the c10d operators this rank ran, by name)}."""
+    "collectives" ({"step 1": {operator: count}, ..., "Join's exit": ...}), "grad_ratio" (per own
+    step: the norm of the gradient DDP left over that of this rank's batch alone)}."""
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
         x, y = make_moons().tensors
@@ -59,22 +84,25 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, batch_size: in
         ddp_model = DDP(MoonsNet().to(device), device_ids=[device.index] if device.type == "cuda" else None)
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
         loss_fn = nn.CrossEntropyLoss()
-        # Join: a rank that has run out of batches keeps answering the others' all-reduces
-        # with zeros, so nobody waits for a peer that has left.
-        checksums = []  # after each of this rank's own steps
-        # torch's profiler records every c10d operator, those Join and DDP run included.
-        with profile(activities=[ProfilerActivity.CPU]) as prof, Join([ddp_model], enable=bool(use_join)):
+        checksums, grad_ratio = [], []  # after each of this rank's own steps
+        log = CollectiveLog()
+        # Join: a rank that has run out of batches keeps answering the others' collectives
+        # (with zeros for the gradients), so nobody waits for a peer that has left.
+        with log, Join([ddp_model], enable=bool(use_join), divide_by_initial_world_size=divide_by_initial_world_size):
             for step in range(steps):
+                log.phase = f"step {step + 1}"
                 start = (step * world_size + rank) * batch_size
                 xb, yb = x[start:start + batch_size].to(device), y[start:start + batch_size].to(device)
+                own = copy.deepcopy(ddp_model.module)  # a plain copy: this rank's batch alone
+                loss_fn(own(xb), yb).backward()
                 optimizer.zero_grad()
                 loss_fn(ddp_model(xb), yb).backward()
+                grad_ratio.append(round(gradient_norm(ddp_model.module) / gradient_norm(own), 3))
                 optimizer.step()
                 checksums.append(round(param_checksum(ddp_model.module), 4))
-        collectives = dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
-                                  if e.key.startswith("c10d::")))
+            log.phase = "Join's exit"  # what the block's end runs
         return {"rank": rank, "steps": steps, "checksum": round(param_checksum(ddp_model.module), 4),
-                "checksums": checksums, "collectives": collectives}
+                "checksums": checksums, "collectives": log.counts, "grad_ratio": grad_ratio}
 
 
 def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wrapper"] = "module",
