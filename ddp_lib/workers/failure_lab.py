@@ -6,7 +6,8 @@ seconds. Each returns (or raises) what the lesson shows; the fixed variants retu
 
 from __future__ import annotations
 
-import os
+import ipaddress
+import sys
 import time
 from datetime import timedelta
 
@@ -51,6 +52,22 @@ def mismatched_shapes(rank: int, world_size: int) -> list[float]:
         return t.tolist()
 
 
+def gloo_calls_per_all_reduce(rank: int, world_size: int, calls: int = 4) -> dict[str, float]:
+    """What gloo runs on this rank for each ``all_reduce`` the worker calls, counted by torch's
+    profiler (gloo records each operation it runs as ``gloo:<operation>``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with process_group(rank, world_size, timeout=SHORT):
+        data = torch.ones(4)
+        dist.all_reduce(data)  # a first call outside the count: only the steady state is counted
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                dist.all_reduce(data)
+        counts = {e.key.removeprefix("gloo:"): e.count / calls
+                  for e in prof.key_averages() if e.key.startswith("gloo:")}
+        return dict(sorted(counts.items()))
+
+
 def unused_parameter(rank: int, world_size: int, find_unused_parameters: bool = False) -> list[float]:
     """A model with a branch that forward never uses; two training steps under DDP."""
 
@@ -83,11 +100,6 @@ def device_ids_on_cpu(rank: int, world_size: int) -> str:
         return "constructed"
 
 
-def environment_port(rank: int, world_size: int) -> str:
-    """The port this rank was told to rendezvous on (the launcher picks and holds it)."""
-    return os.environ["MASTER_PORT"]
-
-
 def sampler_orders(rank: int, world_size: int, call_set_epoch: bool, epochs: int = 3) -> list[list[int]]:
     """The sample indices this rank sees in each epoch, from a shuffling DistributedSampler."""
     from torch.utils.data import DistributedSampler
@@ -99,3 +111,25 @@ def sampler_orders(rank: int, world_size: int, call_set_epoch: bool, epochs: int
             sampler.set_epoch(epoch)  # reshuffles: the permutation is seeded with seed + epoch
         orders.append(list(sampler))
     return orders
+
+
+def listening_addresses(port: int) -> list[str]:
+    """The local addresses a socket listens on at ``port``, as ``ss -ltn`` lists them (Linux:
+    read from /proc/net; "*" is every interface of this machine)."""
+    found, tables_read = [], 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            continue
+        tables_read += 1
+        for row in rows:
+            address, hex_port = row[1].split(":")
+            if int(hex_port, 16) == port and row[3] == "0A":  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                if sys.byteorder == "little":  # the kernel prints each 32-bit word in the machine's order
+                    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                ip = ipaddress.ip_address(raw)
+                found.append("*" if ip.is_unspecified else str(ip))
+    return sorted(set(found)) if tables_read else ["unknown: no /proc/net on this system"]
