@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import torch.distributed as dist
 
-from ddp_lib.demos import hung_ranks
+from ddp_lib.demos import hung_ranks, monitored
 from ddp_lib.errors import LaunchInputError, WorkerError, readable
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import spawn
@@ -19,18 +19,18 @@ from ddp_lib.workers import failures
 
 def test_a_collective_only_rank_0_calls_times_out_within_seconds():
     with pytest.raises(WorkerError, match="Timed out waiting 3000ms"):
-        spawn(lab.evaluate_on_rank0_only, 2, (False,), timeout=60, show_output=False)
+        spawn(lab.evaluate_on_rank0_only, 2, timeout=60, show_output=False)
 
 
 def test_monitored_barrier_names_the_rank_that_did_not_arrive():
     with pytest.raises(WorkerError) as info:
-        spawn(lab.evaluate_on_rank0_only, 3, (True,), timeout=60, show_output=False)
+        spawn(monitored.evaluate_with_side_group, 3, timeout=60, show_output=False)
     assert info.value.rank == 0
     assert info.value.message.startswith("[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 3000 ms")
 
 
 def test_every_rank_evaluating_is_the_fix():
-    assert spawn(lab.evaluate_on_rank0_only, 2, (False, True), show_output=False) == [3.0, 3.0]
+    assert spawn(lab.evaluate_on_rank0_only, 2, kwargs=dict(fixed=True), show_output=False) == [3.0, 3.0]
 
 
 def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():

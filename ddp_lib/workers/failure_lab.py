@@ -24,18 +24,12 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py
 SHORT = timedelta(seconds=3)
 
 
-def evaluate_on_rank0_only(rank: int, world_size: int, monitored: bool = False, fixed: bool = False) -> float:
-    """Rank 0 "evaluates" with an all_reduce while the other ranks are busy elsewhere.
-
-    Without a barrier rank 0 waits in the collective until the group's timeout (3 s here);
-    ``monitored`` first calls monitored_barrier, which names the ranks that did not arrive.
-    ``fixed`` has every rank take part in the evaluation.
-    """
+def evaluate_on_rank0_only(rank: int, world_size: int, fixed: bool = False) -> float:
+    """Rank 0 "evaluates" with an all_reduce while the other ranks are busy elsewhere: it waits in
+    the collective until the group's timeout (3 s here). ``fixed`` has every rank take part."""
     with process_group(rank, world_size, timeout=SHORT):
         metric = torch.tensor([float(rank + 1)])
         if fixed or rank == 0:
-            if monitored:
-                dist.monitored_barrier(timeout=SHORT, wait_all_ranks=True)
             dist.all_reduce(metric)
         else:
             time.sleep(30)  # training on; the launcher stops this rank once rank 0 has failed
