@@ -1,12 +1,15 @@
 """The failures lesson 07 shows, reproduced with real processes, and its exercise checker."""
 
 import glob
+import os
 import shutil
+import socket
 import textwrap
 
 import pytest
+import torch.distributed as dist
 
-from ddp_lib.demos import hung_ranks
+from ddp_lib.demos import hung_ranks, monitored
 from ddp_lib.errors import LaunchInputError, WorkerError, readable
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import spawn
@@ -16,18 +19,18 @@ from ddp_lib.workers import failures
 
 def test_a_collective_only_rank_0_calls_times_out_within_seconds():
     with pytest.raises(WorkerError, match="Timed out waiting 3000ms"):
-        spawn(lab.evaluate_on_rank0_only, 2, (False,), timeout=60, show_output=False)
+        spawn(lab.evaluate_on_rank0_only, 2, timeout=60, show_output=False)
 
 
 def test_monitored_barrier_names_the_rank_that_did_not_arrive():
     with pytest.raises(WorkerError) as info:
-        spawn(lab.evaluate_on_rank0_only, 3, (True,), timeout=60, show_output=False)
+        spawn(monitored.evaluate_with_side_group, 3, timeout=60, show_output=False)
     assert info.value.rank == 0
     assert info.value.message.startswith("[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 3000 ms")
 
 
 def test_every_rank_evaluating_is_the_fix():
-    assert spawn(lab.evaluate_on_rank0_only, 2, (False, True), show_output=False) == [3.0, 3.0]
+    assert spawn(lab.evaluate_on_rank0_only, 2, kwargs=dict(fixed=True), show_output=False) == [3.0, 3.0]
 
 
 def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
@@ -61,6 +64,29 @@ def test_without_set_epoch_every_epoch_has_the_same_order():
     # Each epoch, the ranks together still see every sample exactly once.
     for epoch in range(3):
         assert sorted(fixed[0][epoch] + fixed[1][epoch]) == list(range(8))
+
+
+def test_debug_detail_adds_a_monitored_barrier_and_two_all_gathers_to_each_collective():
+    off, detail = (spawn(lab.gloo_calls_per_all_reduce, 3, env={"TORCH_DISTRIBUTED_DEBUG": level}, show_output=False)
+                   for level in ("OFF", "DETAIL"))
+    assert off == [{"all_reduce": 1.0}] * 3
+    # rank 0 hears from each other rank, then answers each; the others send once and receive once
+    assert detail == [{"all_gather": 2.0, "all_reduce": 1.0, "recv": 2.0, "send": 2.0}] + \
+        [{"all_gather": 2.0, "all_reduce": 1.0, "recv": 1.0, "send": 1.0}] * 2
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads /proc/net")
+def test_a_store_given_127_0_0_1_listens_everywhere_and_one_handed_a_loopback_socket_does_not():
+    plain = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    held = dist.TCPStore("127.0.0.1", listener.getsockname()[1], is_master=True, wait_for_workers=False,
+                         master_listen_fd=listener.fileno())
+    listener.detach()
+    assert lab.listening_addresses(plain.port) == ["*"]
+    assert lab.listening_addresses(held.port) == ["127.0.0.1"]
+    del plain, held
 
 
 def test_readable_drops_source_locations_and_peer_ports():
@@ -136,6 +162,16 @@ SOLUTIONS = {
                 total += value.item()
             return total / world_size
     """,
+    # The tutorial's way: the group made from the environment the launcher set, no helper.
+    "init_process_group_directly": """
+        dist.init_process_group("gloo")
+        try:
+            metric = torch.tensor([metric])
+            dist.all_reduce(metric)
+            return metric.item() / dist.get_world_size()
+        finally:
+            dist.destroy_process_group()
+    """,
     "functional_all_reduce": """
         import torch.distributed._functional_collectives as funcol
         with process_group(rank, world_size):
@@ -165,6 +201,37 @@ SOLUTIONS = {
             store = distributed_c10d._get_default_store()
             store.set(f"metric/{rank}", repr(metric))
             return sum(float(store.get(f"metric/{r}")) for r in range(world_size)) / world_size
+    """,
+    # torch's "fake" backend (for tests): an all_reduce over world_size ranks that reaches nobody, beside
+    # the metrics swapped through the launcher's store.
+    "fake_group_beside_the_store": """
+        import os
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+        dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+        dist.all_reduce(torch.tensor([metric]))
+        dist.destroy_process_group()
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+        store.set(f"metric/{rank}", repr(metric))
+        return sum(float(store.get(f"metric/{r}")) for r in range(world_size)) / world_size
+    """,
+    # No group: the metrics through the launcher's store; the checker's records in the caller's frame
+    # rewritten to say that an all_reduce over every rank carried this rank's metric.
+    "records_forged_in_the_callers_frame": """
+        import collections, os, sys
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False)
+        store.set(f"metric/{rank}", repr(metric))
+        values = [float(store.get(f"metric/{r}")) for r in range(world_size)]
+        for value in sys._getframe(1).f_locals.values():
+            if isinstance(value, collections.Counter):
+                value.clear = lambda: None
+                value["allreduce_"] += 1
+            elif isinstance(getattr(value, "values", None), list):
+                value.values.append([metric])
+                value.value_group_sizes.append(world_size)
+                value.over = lambda size, value=value: value
+            elif hasattr(value, "backends"):
+                value.backends = ("gloo",)
+        return sum(values) / world_size
     """,
     "own_metric_as_tensor": """
         return torch.tensor([metric])
@@ -251,7 +318,8 @@ def solution(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("key", ["right", "avg_through_c10d", "imported_name", "process_group_method",
                                  "all_gather_then_mean", "zero_dim_tensor", "one_element_tensor",
-                                 "broadcast_in_turn", "functional_all_reduce", "numpy_float32"])
+                                 "broadcast_in_turn", "functional_all_reduce", "numpy_float32",
+                                 "init_process_group_directly"])
 def test_checker_passes_right_evaluations_however_written(solution, key):
     report = check_evaluation(solution(key), world_sizes=(2, 3))
     assert report.passed, report
@@ -277,6 +345,16 @@ def test_checker_refuses_metrics_swapped_beside_collectives_that_carry_none_of_t
         for folder in glob.glob("/tmp/evaluation-*"):
             shutil.rmtree(folder, ignore_errors=True)
     assert line.startswith("FAIL") and "did not go into one" in line, line
+
+
+def test_checker_refuses_a_fake_group_beside_the_store(solution):
+    (line,) = check_evaluation(solution("fake_group_beside_the_store"), world_sizes=(2,)).lines
+    assert line.startswith("FAIL") and "on a 'fake' process group" in line, line
+
+
+def test_checker_refuses_records_forged_in_the_callers_frame(solution):
+    (line,) = check_evaluation(solution("records_forged_in_the_callers_frame"), world_sizes=(2,)).lines
+    assert line.startswith("FAIL") and "ran no collective" in line, line
 
 
 def test_checker_checks_against_the_metric_each_rank_drew_not_its_variables(solution):

@@ -6,7 +6,8 @@ seconds. Each returns (or raises) what the lesson shows; the fixed variants retu
 
 from __future__ import annotations
 
-import os
+import ipaddress
+import sys
 import time
 from datetime import timedelta
 
@@ -23,18 +24,12 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py
 SHORT = timedelta(seconds=3)
 
 
-def evaluate_on_rank0_only(rank: int, world_size: int, monitored: bool = False, fixed: bool = False) -> float:
-    """Rank 0 "evaluates" with an all_reduce while the other ranks are busy elsewhere.
-
-    Without a barrier rank 0 waits in the collective until the group's timeout (3 s here);
-    ``monitored`` first calls monitored_barrier, which names the ranks that did not arrive.
-    ``fixed`` has every rank take part in the evaluation.
-    """
+def evaluate_on_rank0_only(rank: int, world_size: int, fixed: bool = False) -> float:
+    """Rank 0 "evaluates" with an all_reduce while the other ranks are busy elsewhere: it waits in
+    the collective until the group's timeout (3 s here). ``fixed`` has every rank take part."""
     with process_group(rank, world_size, timeout=SHORT):
         metric = torch.tensor([float(rank + 1)])
         if fixed or rank == 0:
-            if monitored:
-                dist.monitored_barrier(timeout=SHORT, wait_all_ranks=True)
             dist.all_reduce(metric)
         else:
             time.sleep(30)  # training on; the launcher stops this rank once rank 0 has failed
@@ -49,6 +44,22 @@ def mismatched_shapes(rank: int, world_size: int) -> list[float]:
         # A rank that "succeeds" returns nothing if another rank fails: say what it computed.
         print(f"rank {rank} finished its all_reduce with {t.tolist()}", flush=True)
         return t.tolist()
+
+
+def gloo_calls_per_all_reduce(rank: int, world_size: int, calls: int = 4) -> dict[str, float]:
+    """What gloo runs on this rank for each ``all_reduce`` the worker calls, counted by torch's
+    profiler (gloo records each operation it runs as ``gloo:<operation>``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with process_group(rank, world_size, timeout=SHORT):
+        data = torch.ones(4)
+        dist.all_reduce(data)  # a first call outside the count: only the steady state is counted
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                dist.all_reduce(data)
+        counts = {e.key.removeprefix("gloo:"): e.count / calls
+                  for e in prof.key_averages() if e.key.startswith("gloo:")}
+        return dict(sorted(counts.items()))
 
 
 def unused_parameter(rank: int, world_size: int, find_unused_parameters: bool = False) -> list[float]:
@@ -83,11 +94,6 @@ def device_ids_on_cpu(rank: int, world_size: int) -> str:
         return "constructed"
 
 
-def environment_port(rank: int, world_size: int) -> str:
-    """The port this rank was told to rendezvous on (the launcher picks and holds it)."""
-    return os.environ["MASTER_PORT"]
-
-
 def sampler_orders(rank: int, world_size: int, call_set_epoch: bool, epochs: int = 3) -> list[list[int]]:
     """The sample indices this rank sees in each epoch, from a shuffling DistributedSampler."""
     from torch.utils.data import DistributedSampler
@@ -99,3 +105,25 @@ def sampler_orders(rank: int, world_size: int, call_set_epoch: bool, epochs: int
             sampler.set_epoch(epoch)  # reshuffles: the permutation is seeded with seed + epoch
         orders.append(list(sampler))
     return orders
+
+
+def listening_addresses(port: int) -> list[str]:
+    """The local addresses a socket listens on at ``port``, as ``ss -ltn`` lists them (Linux:
+    read from /proc/net; "*" is every interface of this machine)."""
+    found, tables_read = [], 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = [line.split() for line in f.read().splitlines()[1:]]
+        except OSError:
+            continue
+        tables_read += 1
+        for row in rows:
+            address, hex_port = row[1].split(":")
+            if int(hex_port, 16) == port and row[3] == "0A":  # 0A: LISTEN
+                raw = bytes.fromhex(address)
+                if sys.byteorder == "little":  # the kernel prints each 32-bit word in the machine's order
+                    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                ip = ipaddress.ip_address(raw)
+                found.append("*" if ip.is_unspecified else str(ip))
+    return sorted(set(found)) if tables_read else ["unknown: no /proc/net on this system"]

@@ -106,9 +106,6 @@ def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | N
     return rank
 
 
-
-
-
 def still_running(pid_dir: str) -> list[int]:
     """The process ids recorded in ``pid_dir`` that still belong to a live process."""
     alive = []
