@@ -161,3 +161,22 @@ def stress(seconds: float, tmp: str) -> Tally:
             loop.wait()
     tally.ids_churned = churned[0]
     return tally
+
+
+GLOO_PEER_GONE = ("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
+                  "Connection closed by peer [127.0.0.1]:41234")
+
+
+def peer_failure_then_own(rank: int, world_size: int, how: str) -> None:
+    """Rank 0 fails at once as gloo reports a peer that went away; rank 1 fails 0.3 s later for
+    a reason of its own (``how``: "timeout" raises a TimeoutError whose words look like gloo's,
+    "sigterm" is killed by SIGTERM from another process, as by another job's stale clean-up);
+    the others wait to be stopped."""
+    if rank == 0:
+        raise RuntimeError(GLOO_PEER_GONE)
+    if rank == 1:
+        time.sleep(0.3)
+        if how == "timeout":
+            raise TimeoutError("Timed out waiting for the data files to appear")
+        subprocess.run(["kill", "-TERM", str(os.getpid())])
+    time.sleep(60)
