@@ -20,6 +20,7 @@ from multiprocessing.connection import wait
 
 from ddp_lib import _child
 from ddp_lib._live_output import LiveOutput, output_text
+from ddp_lib._pids import OwnProcess
 from ddp_lib.errors import is_peer_failure
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
@@ -27,17 +28,6 @@ EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
 STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id exists (one owned by another user counts)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _start_forkserver_deaf_to_ctrl_c() -> None:
@@ -92,6 +82,9 @@ class Job:
         self.store = store
         self.procs: list = []
         self.pids: list[int] = []
+        # Each rank as a process, not an id: under forkserver a rank that ends is reaped at once
+        # and its id may go to another job's process, which no signal of ours may reach.
+        self.own: list[OwnProcess] = []
         self.conns: dict = {}  # reading end of each rank's result pipe, until heard from
         self.results: dict[int, object] = {}
         self.failures: dict[int, tuple[str, str, str]] = {}
@@ -122,6 +115,7 @@ class Job:
             self.conns[spec.rank] = reader
             proc.start()
             self.pids.append(proc.pid)
+            self.own.append(OwnProcess(proc.pid))
             writer.close()
         lifeline.close()
 
@@ -169,10 +163,7 @@ class Job:
             if not os.path.exists(self.specs[rank].stderr_path):
                 continue  # not started yet: it has no stack to show, and no handler for the signal
             self.stack_starts[rank] = _size(self.specs[rank].stderr_path)
-            try:
-                os.kill(self.pids[rank], _child.STACK_DUMP_SIGNAL)
-            except OSError:
-                pass
+            self.own[rank].signal(_child.STACK_DUMP_SIGNAL)
         if not self.stack_starts:
             return
         time.sleep(STACK_DUMP_WAIT_S)
@@ -200,7 +191,7 @@ class Job:
                     return
                 # A process that has ended has closed its end of the pipe (EOF is readable), so
                 # the sentinel is wrong about it: its forkserver died. Never block on the pipe.
-                if pid_alive(self.pids[rank]):
+                if self.own[rank].alive():
                     self.sentinel_lost.add(rank)
                     return
                 raise EOFError
@@ -235,34 +226,39 @@ class Job:
     def _signal_groups(self, sig: int) -> None:
         # Each rank leads its own process group: this reaches whatever the worker started too,
         # whether the rank itself is still alive or not.
-        if not hasattr(os, "killpg"):
-            return
-        for pid in self.pids:
-            try:
-                os.killpg(pid, sig)
-            except OSError:
-                pass
+        for own in self.own:
+            own.signal_group(sig)
+
+    def _signal_rank(self, rank: int, sig: int) -> None:
+        if os.name == "nt":  # no signals there: multiprocessing ends it through its process handle
+            self.procs[rank].terminate()
+        else:
+            self.own[rank].signal(sig)
 
     def stop(self) -> None:
         """Stop every rank still alive, and every process a rank started: SIGTERM, then
-        SIGKILL after a grace period."""
-        alive = [p for p in self.procs if p.is_alive()]
+        SIGKILL after a grace period. Signals go to these processes only (OwnProcess), never
+        to a process that was given the id of one that has ended."""
+        alive = [rank for rank, proc in enumerate(self.procs) if proc.is_alive()]
         # Found before the ranks die: a process a rank started in a session of its own is no
         # longer below it afterwards (its process group, signalled below, does not hold it).
-        below = [pid for rank, pid in enumerate(self.pids)
-                 if rank not in self.results for pid in _child.descendants(pid)]
-        for proc in alive:
-            proc.terminate()
+        below = [p for rank, own in enumerate(self.own) if rank not in self.results for p in own.descendants()]
+        for rank in alive:
+            self._signal_rank(rank, signal.SIGTERM)
         self._signal_groups(signal.SIGTERM)
         end = time.monotonic() + STOP_GRACE_S
-        for proc in alive:
-            proc.join(max(0.0, end - time.monotonic()))
-        for proc in alive:
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        for rank in alive:
+            self.procs[rank].join(max(0.0, end - time.monotonic()))
+        for rank in alive:
+            if self.procs[rank].is_alive():
+                self._signal_rank(rank, signal.SIGKILL)
+                self.procs[rank].join()
         self._signal_groups(signal.SIGKILL)
-        _child.kill_all(below)
+        for process in below:
+            process.signal(signal.SIGKILL)
+            process.close()
+        for own in self.own:
+            own.close()
         for proc in self.procs:
             proc.close()
         for conn in self.conns.values():

@@ -12,9 +12,11 @@ _PEER_FAILED = re.compile(r"Connection closed|Connection reset|Broken pipe|Read 
 
 def is_peer_failure(exc_type: str, message: str) -> bool:
     """Whether a rank's failure (exception type name and message) is the echo of a peer's:
-    a closed or reset connection, a collective that timed out waiting for a peer, or one of
-    torch's Dist*Error (DistNetworkError, ...)."""
-    return exc_type.startswith("Dist") or bool(_PEER_FAILED.search(message))
+    one of torch's Dist*Error (DistNetworkError, ...), or a RuntimeError (as gloo's errors
+    reach Python) saying a connection was closed or reset, or a collective timed out waiting
+    for a peer. Another exception with such words (a TimeoutError, a ValueError) is the
+    worker's own failure."""
+    return exc_type.startswith("Dist") or (exc_type == "RuntimeError" and bool(_PEER_FAILED.search(message)))
 
 
 class RemoteTraceback(Exception):

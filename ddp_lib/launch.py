@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 
 from ddp_lib import _child, make_callable
-from ddp_lib._job import Job, pid_alive
+from ddp_lib._job import Job
 from ddp_lib._live_output import LiveOutput
+from ddp_lib._pids import pid_alive
 from ddp_lib.checks import check_launch
 from ddp_lib.device import threads_per_rank
 from ddp_lib.errors import LaunchInterrupted, LaunchTimeout, WorkerError, is_peer_failure, without_build_paths

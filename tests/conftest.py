@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lib.workers.failures import process_alive
+from ddp_lib._pids import pid_alive
 
 TESTS = str(Path(__file__).parent)  # the test workers' modules (launcher_workers, cli_workers, ...)
 
@@ -41,7 +41,7 @@ def wait_until_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
     """Poll until none of ``pids`` runs, or ``seconds`` pass; return those still running."""
     end = time.monotonic() + seconds
     while True:
-        alive = [pid for pid in pids if process_alive(pid)]
+        alive = [pid for pid in pids if pid_alive(pid)]
         if not alive or time.monotonic() > end:
             return alive
         time.sleep(0.05)

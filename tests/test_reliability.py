@@ -9,9 +9,9 @@ import time
 import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
+from ddp_lib._pids import pid_alive
 from ddp_lib.launch import spawn
 from ddp_lib.workers.basic import demo_basic
-from ddp_lib.workers.failures import process_alive
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
@@ -21,7 +21,7 @@ def test_no_rank_is_left_running_after_a_successful_launch(pid_dir):
 
     assert spawn(raise_on_rank, 3, (-1, str(pid_dir)), show_output=False) == [0, 1, 2]  # no rank is told to fail
     pids = recorded_pids(pid_dir)
-    assert len(pids) == 3 and [p for p in pids if process_alive(p)] == []
+    assert len(pids) == 3 and [p for p in pids if pid_alive(p)] == []
 
 
 def test_fifty_launches_in_a_row_all_succeed():
@@ -152,7 +152,7 @@ def test_the_stop_button_during_a_kernels_first_launch_leaves_the_forkserver_usa
 def test_restarting_the_kernel_mid_launch_leaves_no_rank_behind(kernel, pid_dir):
     km, client = kernel
     pids = _start_hanging_job(client, pid_dir)
-    assert all(process_alive(p) for p in pids)
+    assert all(pid_alive(p) for p in pids)
     km.restart_kernel(now=True)  # kills the kernel: no clean-up code runs in it
     assert wait_until_gone(pids, seconds=15) == []
 

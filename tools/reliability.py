@@ -5,6 +5,7 @@
     python tools/reliability.py mp         # the same worker 100 times through ddp_lib.mp, its own port
     python tools/reliability.py twice      # every cell of every notebook run twice in one kernel
     python tools/reliability.py repeat     # the notebook test suite run three times
+    python tools/reliability.py busy       # launches for 2 minutes on a machine kept busy, ids wrapping around
 
 The quick checks (no process left behind after each kind of failure, 50 launches in a row,
 10 at once, bad input refused, a kernel interrupted or restarted mid-launch) are pytest tests:
@@ -116,8 +117,27 @@ def repeat(times: int = 3) -> bool:
     return identical
 
 
+def busy(seconds: float = 120.0) -> bool:
+    """tests/test_stress_pids.py's stress run, for longer: launches from two threads with a busy
+    loop per core, process ids wrapping around, and finished ranks' ids given to other processes;
+    no launch may fail and no launcher may stop a process that is not its own."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import stress_workers
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tally = stress_workers.stress(seconds, tmp)
+    print(f"busy machine, {seconds:g} s: {tally.launches} launches, {len(tally.failures)} failed; "
+          f"{len(tally.takers_stopped)} of {tally.taken} processes given a finished rank's id were stopped; "
+          f"{tally.ids_churned} process ids used up meanwhile")
+    for line in tally.failures:
+        print(f"  {line}")
+    return tally.launches > 0 and not tally.failures and not tally.takers_stopped
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:] or ["teardown", "mp", "twice", "repeat"]
-    checks = {"teardown": teardown, "mp": mp, "twice": twice, "repeat": repeat}
+    which = sys.argv[1:] or ["teardown", "mp", "twice", "repeat", "busy"]
+    checks = {"teardown": teardown, "mp": mp, "twice": twice, "repeat": repeat, "busy": busy}
     ok = all([checks[name]() for name in which])
     sys.exit(0 if ok else 1)
