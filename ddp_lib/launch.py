@@ -207,6 +207,12 @@ def _rank_env(world_size: int, backend: str, extra: dict[str, str] | None,
         for name in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK"):
             base.pop(name, None)
     base.setdefault("OMP_NUM_THREADS", str(threads_per_rank(world_size)))
+    # gloo connects every pair of ranks inside init_process_group, and a rank that leaves its group
+    # (exits, or destroys it) while a peer is still connecting breaks that peer's connect ("Gloo
+    # connectFullMesh failed ... Connection closed by peer"): a worker that makes no collective, or
+    # whose neighbours finish first, then fails now and then on a busy machine. Torch's own barrier
+    # at the end of init_process_group (TORCH_DIST_INIT_BARRIER, off by default) lets no rank leave before all joined.
+    base.setdefault("TORCH_DIST_INIT_BARRIER", "1")
     # A rank writes to files, not a terminal: no colour codes in its tracebacks, although a
     # Jupyter kernel sets FORCE_COLOR (Python 3.13 reads PYTHON_COLORS first; other tools NO_COLOR).
     base.update({"PYTHON_COLORS": "0", "NO_COLOR": "1"})

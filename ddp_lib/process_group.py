@@ -180,6 +180,10 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
         options["device_id"] = device
     if init_method == "env://":
         _set_rendezvous_defaults(rank, world_size)
+    # No rank returns from init_process_group before every rank has joined (torch's own barrier,
+    # off by default): a rank that left while a peer was still connecting would break that peer's
+    # connect under gloo ("connectFullMesh failed ... Connection closed by peer").
+    os.environ.setdefault("TORCH_DIST_INIT_BARRIER", "1")
     dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timeout,
                             **options)
     return device

@@ -72,6 +72,17 @@ def rank_one_pid_taken(rank: int, world_size: int, record_dir: str) -> int | Non
     raise TimeoutError("rank 1 did not end")
 
 
+def join_and_leave(rank: int, world_size: int) -> int:
+    """Join the group and leave it at once, with no collective: the rank that is done first must
+    not break a peer that is still connecting (gloo connects every pair inside
+    init_process_group)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    dist.destroy_process_group()
+    return rank
+
+
 @dataclass
 class Tally:
     """What a stress run counted."""
@@ -107,6 +118,9 @@ def _launch_loop(kind: str, end: float, tally: Tally, lock: threading.Lock, tmp:
         try:
             if kind == "take":
                 taker = launch.spawn(rank_one_pid_taken, 2, (record_dir,), show_output=False, timeout=120)[0]
+            elif kind == "leave":
+                launch.spawn(join_and_leave, 5, show_output=False, timeout=120)
+                taker = None
             else:
                 launch.spawn(ring_check, 3, (1000, 0), show_output=False, timeout=120)
                 taker = None
@@ -135,8 +149,9 @@ def stress(seconds: float, tmp: str) -> Tally:
     """Launch jobs from two threads for ``seconds`` while the machine is kept busy: a busy loop
     per core, process ids used up fast enough to wrap around, and (where ids can be chosen)
     each finished rank's id given to a process leading its own group, as another job's rank.
-    One thread runs a ring all-reduce on 3 ranks (the ranks must meet), the other the id-taking
-    job on 2 ranks (or the ring job where ids cannot be chosen)."""
+    One thread runs a ring all-reduce on 3 ranks (the ranks must meet), one a job of 5 ranks that
+    join and leave with no collective (none may leave while a peer is still connecting), the
+    third the id-taking job on 2 ranks (or the ring job where ids cannot be chosen)."""
     from ddp_lib import launch
     from ddp_lib.workers.ring import ring_check
 
@@ -146,7 +161,7 @@ def stress(seconds: float, tmp: str) -> Tally:
     churn = threading.Thread(target=_churn_ids, args=(stop, churned), daemon=True)
     churn.start()
     end = time.monotonic() + seconds
-    kinds = ("ring", "take" if can_choose_pids() else "ring")
+    kinds = ("ring", "leave", "take" if can_choose_pids() else "ring")
     threads = [threading.Thread(target=_launch_loop, args=(kind, end, tally, lock, tmp)) for kind in kinds]
     try:
         for thread in threads:

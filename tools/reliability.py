@@ -118,7 +118,7 @@ def repeat(times: int = 3) -> bool:
 
 
 def busy(seconds: float = 120.0) -> bool:
-    """tests/test_stress_pids.py's stress run, for longer: launches from two threads with a busy
+    """tests/test_stress_pids.py's stress run, for longer: launches from three threads with a busy
     loop per core, process ids wrapping around, and finished ranks' ids given to other processes;
     no launch may fail and no launcher may stop a process that is not its own."""
     import tempfile
