@@ -185,9 +185,9 @@ def _run(name: str, argv: list[str]) -> int:
         raise LaunchInputError(
             f"--world-size must be a whole number of processes (1 or more), got {opts.world_size!r}")
     world_size = check_world_size(sign * number)
-    from ddp_lib.launch import DEFAULT_TIMEOUT, spawn
+    from ddp_lib.launch import LAUNCH_TIMEOUT_S, spawn
 
-    timeout = DEFAULT_TIMEOUT if opts.timeout is None else _timeout(opts.timeout)
+    timeout = LAUNCH_TIMEOUT_S if opts.timeout is None else _timeout(opts.timeout)
     results = spawn(fn, world_size, kwargs=kwargs, backend=opts.backend, timeout=timeout)
     _report(dict(enumerate(results)), results, opts.json)
     return 0

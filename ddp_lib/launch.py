@@ -29,17 +29,15 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from ddp_lib import _child, make_callable
+from ddp_lib import _child
 from ddp_lib._job import Job, pid_alive
 from ddp_lib._live_output import LiveOutput
 from ddp_lib.checks import check_launch
-from ddp_lib.device import threads_per_rank
 from ddp_lib.errors import LaunchInterrupted, LaunchTimeout, WorkerError, is_peer_failure, without_build_paths
 from ddp_lib.ports import port_holder
-from ddp_lib.process_group import BACKEND_ENV
+from ddp_lib.process_group import BACKEND_ENV, threads_per_rank
 
-DEFAULT_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never ends
-DEFAULT_TIMEOUT = DEFAULT_TIMEOUT_S  # the name the command line imports
+LAUNCH_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never ends
 
 # Preloaded once into the forkserver, so each child starts with torch already imported.
 # (DDP imports torch._dynamo on construction: 2-3 s per child if not preloaded.)
@@ -68,7 +66,7 @@ def spawn(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, **o
 
 
 def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *, backend: str | None = None,
-           timeout: float | None = DEFAULT_TIMEOUT_S, start_method: str | None = None,
+           timeout: float | None = LAUNCH_TIMEOUT_S, start_method: str | None = None,
            show_output: bool | str = True, env: dict[str, str] | None = None) -> LaunchResult:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on each rank and wait for all of them.
 
@@ -248,8 +246,3 @@ def _show(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> None:
                 stream.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
                 stream.flush()
 
-
-# `from ddp_lib import launch, process_group` then `launch(...)`, `with process_group(...)`:
-# both modules are callable as their function (see ddp_lib/__init__.py).
-make_callable(__name__)
-make_callable("ddp_lib.process_group")

@@ -56,7 +56,7 @@ from ddp_lib.checks import (
 )
 from ddp_lib.device import default_backend
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import DEFAULT_TIMEOUT_S, _rank_env, run_job
+from ddp_lib.launch import LAUNCH_TIMEOUT_S, _rank_env, run_job
 
 __all__ = ["RankExitedError", "RankRaisedError", "spawn"]
 
@@ -137,7 +137,7 @@ def _iterable_args(args: object) -> tuple:
 
 
 def spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
-          start_method: str = "spawn", *, timeout: float | None = DEFAULT_TIMEOUT_S) -> list:
+          start_method: str = "spawn", *, timeout: float | None = LAUNCH_TIMEOUT_S) -> list:
     """Run ``fn(i, *args)`` for i in range(nprocs), each in its own process; return the
     results in rank order. Raises RankRaisedError or RankExitedError (torch's
     ProcessRaisedException and ProcessExitedException, and WorkerError), LaunchTimeout

@@ -1,8 +1,8 @@
 """Every worker module the command line lists runs when copied out of the package with the files
-ddp_lib/workers/copying.py names (the module and process_group.py; the README's table is written
-from that map), where ``ddp_lib`` cannot be imported: under
-plain ``torch.multiprocessing.spawn`` and under ``torchrun``, with the same results as through
-ddp_lib. One launch of each kind runs every worker, on 2 ranks."""
+ddp_lib/workers/copying.py names (the module, process_group.py and, where it needs it, shared.py;
+the README's table is written from that map), where ``ddp_lib`` cannot be imported: under plain
+``torch.multiprocessing.spawn`` and under ``torchrun``, with the same results as through ddp_lib.
+One launch of each kind runs every worker, on 2 ranks."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import ddp_lib
 from ddp_lib.launch import spawn
 from ddp_lib.process_group import DEFAULT_MASTER_PORT, free_port, port_in_use
 from ddp_lib.workers import WORKERS
-from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES
+from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES, package_path
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = pathlib.Path(ddp_lib.__file__).resolve().parent
@@ -97,7 +97,8 @@ RUNNER = textwrap.dedent('''
                 results[f"{module}.{name}"] = fn(rank, world_size, **kwargs)
             finally:
                 sys.path.pop(0)
-                sys.modules.pop("process_group", None)  # the next module imports its own copy
+                for copied in ("process_group", "shared", "train"):  # the next module imports its own
+                    sys.modules.pop(copied, None)
             # Nobody starts the next group before every rank has left this one.
             open(os.path.join(root, f"done.{sys.argv[1]}.{job}.{rank}"), "w").close()
             while not all(os.path.exists(os.path.join(root, f"done.{sys.argv[1]}.{job}.{r}"))
@@ -138,7 +139,7 @@ def test_every_listed_worker_has_a_job_and_a_row_in_the_readme_table():
     table = copy_table()
     assert listed_modules() <= set(table)
     for module, files in table.items():
-        assert files[0] == f"{module}.py" and len(files) <= 2, (module, files)  # at most one helper
+        assert files[0] == f"{module}.py" and set(files[1:]) <= {"process_group.py", "shared.py"}, (module, files)
 
 
 # Imported only inside the function that needs it, for an option the map names (the README's row
@@ -155,10 +156,10 @@ def _imports(tree: ast.AST, in_function: bool = False):
 
 
 def test_copied_files_import_only_torch_the_standard_library_and_each_other():
-    for module, files in copy_table().items():
+    for files in copy_table().values():
         names = {f.removesuffix(".py") for f in files}
         for file in files:
-            source = (PACKAGE / ("workers" if file == f"{module}.py" else "") / file).read_text()
+            source = (PACKAGE / package_path(file)).read_text()
             for node, in_function in _imports(ast.parse(source)):
                 if isinstance(node, ast.Import):
                     roots = [alias.name.split(".")[0] for alias in node.names]
@@ -188,8 +189,7 @@ def copied(tmp_path_factory):
     for module, files in copy_table().items():
         (root / module).mkdir()
         for file in files:
-            source = PACKAGE / ("workers" if file == f"{module}.py" else "") / file
-            shutil.copy(source, root / module / file)
+            shutil.copy(PACKAGE / package_path(file), root / module / file)
     (root / "runner.py").write_text(RUNNER)
     return root
 

@@ -1,8 +1,9 @@
 """Checker for lesson 05's exercise: a worker that says which samples its rank reads each epoch.
 
 The learner writes ``epoch_indices(rank, world_size, epochs, seed) -> list[list[int]]`` using a
-``DistributedSampler`` over ``ddp_lib.data.make_moons()``; the checker runs it on 2 and then 4 ranks with a seed it
-draws, and compares every epoch of every rank with ``DistributedSampler``'s order for that seed and epoch.
+``DistributedSampler`` over ``ddp_lib.workers.shared.make_moons()``; the checker runs it on 2 and then 4
+ranks with a seed it draws, and compares every epoch of every rank with ``DistributedSampler``'s order
+for that seed and epoch.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from collections.abc import Callable
 
 from torch.utils.data import DistributedSampler
 
-from ddp_lib.data import make_moons
 from ddp_lib.exercises.checking import Report, run_on_ranks
+from ddp_lib.workers.shared import make_moons
 
 # 512 samples divide by both: the sampler pads nothing, so any sample read twice is a mistake.
 WORLD_SIZES = (2, 4)
