@@ -56,7 +56,7 @@ from ddp_lib.checks import (
 )
 from ddp_lib.device import default_backend
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import LAUNCH_TIMEOUT_S, _rank_env, run_job
+from ddp_lib.launch import LAUNCH_TIMEOUT_S, rank_environments, run_job
 
 __all__ = ["RankExitedError", "RankRaisedError", "spawn"]
 
@@ -155,7 +155,7 @@ def spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: b
         start_method = None  # the forkserver where available: see the module's docstring
     start_method = check_start_method(start_method)
     timeout = check_timeout(timeout)
-    envs = _rank_env(nprocs, default_backend(nprocs), None, store_port=None)
+    envs = rank_environments(nprocs, default_backend(nprocs), None, store_port=None)
     try:
         return run_job(fn_ref, nprocs, (args, kwargs), envs, start_method=start_method, timeout=timeout,
                        show_output=True, pass_world_size=False, exit_like_torch=True).results
