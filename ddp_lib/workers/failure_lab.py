@@ -6,7 +6,6 @@ seconds. Each returns (or raises) what the lesson shows; the fixed variants retu
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 
@@ -81,11 +80,6 @@ def device_ids_on_cpu(rank: int, world_size: int) -> str:
     with process_group(rank, world_size):
         DDP(nn.Linear(2, 2), device_ids=[rank])
         return "constructed"
-
-
-def environment_port(rank: int, world_size: int) -> str:
-    """The port this rank was told to rendezvous on (the launcher picks and holds it)."""
-    return os.environ["MASTER_PORT"]
 
 
 def sampler_orders(rank: int, world_size: int, call_set_epoch: bool, epochs: int = 3) -> list[list[int]]:
