@@ -32,7 +32,6 @@ import torch.distributed as dist
 from ddp_lib import _child
 from ddp_lib._job import Job, pid_alive
 from ddp_lib._live_output import LiveOutput
-from ddp_lib.checks import check_launch
 from ddp_lib.errors import (
     LaunchInterrupted,
     LaunchTimeout,
@@ -41,6 +40,7 @@ from ddp_lib.errors import (
     is_peer_failure,
     without_build_paths,
 )
+from ddp_lib.launch_checks import Launch, check_launch
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import BACKEND_ENV, threads_per_rank
 
@@ -87,12 +87,18 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
     Raises LaunchInputError before starting anything, WorkerError naming the rank that
     failed, or LaunchTimeout. No child, and no process a child started, is left running.
     """
-    fn_ref, world_size, args, kwargs, backend, start_method, timeout = check_launch(
-        fn, world_size, args, kwargs, backend, start_method, timeout, env=env)
+    checked = check_launch(fn, world_size, args, kwargs, backend=backend, start_method=start_method,
+                           timeout=timeout, env=env)
+    return start(checked, show_output=show_output)
+
+
+def start(checked: Launch, show_output: bool | str = True) -> LaunchResult:
+    """Run a launch that :func:`ddp_lib.launch_checks.check_launch` has checked (as :func:`launch` does)."""
     with _loopback_store() as store:
-        envs = rank_environments(world_size, backend, env, store_port=store.port)
-        return run_job(fn_ref, world_size, (args, kwargs), envs, start_method=start_method, timeout=timeout,
-                       show_output=show_output, pass_world_size=True, store=store)
+        envs = rank_environments(checked.world_size, checked.backend, checked.env, store_port=store.port)
+        return run_job(checked.fn_ref, checked.world_size, (checked.args, checked.kwargs), envs,
+                       start_method=checked.start_method, timeout=checked.timeout, show_output=show_output,
+                       pass_world_size=True, store=store)
 
 
 def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs: list[dict[str, str]], *,

@@ -43,9 +43,9 @@ class Param:
         return self.default is REQUIRED
 
 
-def worker_params(fn: Callable) -> list[Param]:
-    """The parameters of ``fn`` after its first two (rank and world_size), in order;
-    ``*args`` and ``**kwargs`` are left out."""
+def worker_params(fn: Callable, leading: int = 2) -> list[Param]:
+    """The parameters of ``fn`` after its first ``leading`` ones (rank and world_size; rank only
+    for a torch.multiprocessing worker, fn(i, ...)), in order; ``*args`` and ``**kwargs`` are left out."""
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn)
@@ -54,7 +54,7 @@ def worker_params(fn: Callable) -> list[Param]:
     docs = docstring_args(fn)
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     found = []
-    for p in list(sig.parameters.values())[2:]:
+    for p in list(sig.parameters.values())[leading:]:
         if p.kind not in kinds:
             continue
         scalar, optional, choices = _describe(hints.get(p.name, inspect.Parameter.empty), p.default)
