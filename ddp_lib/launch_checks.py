@@ -193,9 +193,9 @@ def check_timeout(timeout: object) -> float | None:
 
 def check_worker_arguments(fn: Callable, args: tuple, kwargs: dict, *, passes_world_size: bool = True,
                            as_flags: bool = False) -> None:
-    """Refuse a value the worker's signature rules out: a choice outside its ``Literal[...]``, or
-    one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter of that name
-    (``epochs=0``, ``lr=float("nan")``). Arguments that do not fit the signature at all are left
+    """Refuse a value the worker's signature rules out: a choice outside its ``Literal[...]``, or, for
+    ddp_lib's own workers, one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter
+    of that name (``epochs=0``, ``lr=float("nan")``). Arguments that do not fit the signature at all are left
     to the worker, whose TypeError then names the rank. ``passes_world_size``: the worker is called
     as fn(rank, world_size, ...) (else fn(i, ...), as by torch.multiprocessing); ``as_flags``: name
     the value as the command line's option (``--epochs``)."""
