@@ -223,11 +223,6 @@ def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
         sys.setprofile(None)
 
 
-def first_line(text: str) -> str:
-    """The first non-blank line of ``text``, stripped (error summaries stay one line)."""
-    return next((line.strip() for line in text.splitlines() if line.strip()), "")
-
-
 def _describe(exc: BaseException) -> tuple[str, str, str]:
     """(type name, message, traceback text) of ``exc``, even when its ``__str__`` raises."""
     try:

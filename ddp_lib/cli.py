@@ -18,16 +18,17 @@ import math
 import os
 import sys
 
-from ddp_lib.checks import (
+from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
+from ddp_lib.launch_checks import (
     MAX_TIMEOUT,
     check_environment,
+    check_launch,
     check_timeout,
-    check_world_size,
+    check_worker_arguments,
     torchrun_mode,
     whole_number,
 )
-from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
-from ddp_lib.worker_params import Param, value_problem, worker_params
+from ddp_lib.worker_params import Param, worker_params
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
 
@@ -170,10 +171,8 @@ def _run(name: str, argv: list[str]) -> int:
     params = worker_params(fn)
     opts = _worker_parser(name, summary, params).parse_args(argv)
     kwargs = {p.name: getattr(opts, p.name) for p in params if p.type is not None}
-    for param in params:  # values the worker would refuse only after every rank has started
-        if param.name in kwargs and (problem := value_problem(param, kwargs[param.name])):
-            raise LaunchInputError(f"{param.flag} {problem}")
-    if torchrun_mode(os.environ, opts.world_size):
+    if torchrun_mode(os.environ, opts.world_size):  # this process is one rank: only its values to check
+        check_worker_arguments(fn, (), kwargs, as_flags=True)
         return _run_this_rank(fn, kwargs, opts.json)
 
     if opts.world_size is None:
@@ -184,11 +183,11 @@ def _run(name: str, argv: list[str]) -> int:
     if number is None:  # int() would take "1_0" as 10 and "٣" as 3
         raise LaunchInputError(
             f"--world-size must be a whole number of processes (1 or more), got {opts.world_size!r}")
-    world_size = check_world_size(sign * number)
-    from ddp_lib.launch import DEFAULT_TIMEOUT, spawn
+    from ddp_lib.launch import LAUNCH_TIMEOUT_S, start
 
-    timeout = DEFAULT_TIMEOUT if opts.timeout is None else _timeout(opts.timeout)
-    results = spawn(fn, world_size, kwargs=kwargs, backend=opts.backend, timeout=timeout)
+    timeout = LAUNCH_TIMEOUT_S if opts.timeout is None else _timeout(opts.timeout)
+    checked = check_launch(fn, sign * number, kwargs=kwargs, backend=opts.backend, timeout=timeout, as_flags=True)
+    results = start(checked).results
     _report(dict(enumerate(results)), results, opts.json)
     return 0
 

@@ -10,6 +10,12 @@ import re
 _PEER_FAILED = re.compile(r"Connection closed|Connection reset|Broken pipe|Read error|Timed out|monitoredBarrier")
 
 
+def first_line(text: str, if_blank: str = "") -> str:
+    """The first non-blank line of ``text``, stripped (error summaries stay one line); ``if_blank``
+    when there is none."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), if_blank)
+
+
 def is_peer_failure(exc_type: str, message: str) -> bool:
     """Whether a rank's failure (exception type name and message) is the echo of a peer's:
     one of torch's Dist*Error (DistNetworkError, ...), or a RuntimeError (as gloo's errors

@@ -29,18 +29,23 @@ from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from ddp_lib import _child, make_callable
+from ddp_lib import _child
 from ddp_lib._job import Job
 from ddp_lib._live_output import LiveOutput
 from ddp_lib._pids import pid_alive
-from ddp_lib.checks import check_launch
-from ddp_lib.device import threads_per_rank
-from ddp_lib.errors import LaunchInterrupted, LaunchTimeout, WorkerError, is_peer_failure, without_build_paths
+from ddp_lib.errors import (
+    LaunchInterrupted,
+    LaunchTimeout,
+    WorkerError,
+    first_line,
+    is_peer_failure,
+    without_build_paths,
+)
+from ddp_lib.launch_checks import Launch, check_launch
 from ddp_lib.ports import port_holder
-from ddp_lib.process_group import BACKEND_ENV
+from ddp_lib.process_group import BACKEND_ENV, threads_per_rank
 
-DEFAULT_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never ends
-DEFAULT_TIMEOUT = DEFAULT_TIMEOUT_S  # the name the command line imports
+LAUNCH_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never ends
 
 # Preloaded once into the forkserver, so each child starts with torch already imported.
 # (DDP imports torch._dynamo on construction: 2-3 s per child if not preloaded.)
@@ -69,7 +74,7 @@ def spawn(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, **o
 
 
 def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *, backend: str | None = None,
-           timeout: float | None = DEFAULT_TIMEOUT_S, start_method: str | None = None,
+           timeout: float | None = LAUNCH_TIMEOUT_S, start_method: str | None = None,
            show_output: bool | str = True, env: dict[str, str] | None = None) -> LaunchResult:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on each rank and wait for all of them.
 
@@ -83,12 +88,18 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
     Raises LaunchInputError before starting anything, WorkerError naming the rank that
     failed, or LaunchTimeout. No child, and no process a child started, is left running.
     """
-    fn_ref, world_size, args, kwargs, backend, start_method, timeout = check_launch(
-        fn, world_size, args, kwargs, backend, start_method, timeout, env=env)
+    checked = check_launch(fn, world_size, args, kwargs, backend=backend, start_method=start_method,
+                           timeout=timeout, env=env)
+    return start(checked, show_output=show_output)
+
+
+def start(checked: Launch, show_output: bool | str = True) -> LaunchResult:
+    """Run a launch that :func:`ddp_lib.launch_checks.check_launch` has checked (as :func:`launch` does)."""
     with _loopback_store() as store:
-        envs = _rank_env(world_size, backend, env, store_port=store.port)
-        return run_job(fn_ref, world_size, (args, kwargs), envs, start_method=start_method, timeout=timeout,
-                       show_output=show_output, pass_world_size=True, store=store)
+        envs = rank_environments(checked.world_size, checked.backend, checked.env, store_port=store.port)
+        return run_job(checked.fn_ref, checked.world_size, (checked.args, checked.kwargs), envs,
+                       start_method=checked.start_method, timeout=checked.timeout, show_output=show_output,
+                       pass_world_size=True, store=store)
 
 
 def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs: list[dict[str, str]], *,
@@ -104,9 +115,11 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     args_blob = pickle.dumps(args_kwargs)
     store_env = {k: envs[0][k] for k in ("MASTER_ADDR", "MASTER_PORT")} if store else None
     with tempfile.TemporaryDirectory(prefix=f"{_LOGDIR_PREFIX}{os.getpid()}-") as logdir:
-        specs = [_child.RankSpec(r, world_size, fn_ref, args_blob, pass_world_size, envs[r],
-                                 os.path.join(logdir, f"rank{r}.out"), os.path.join(logdir, f"rank{r}.err"),
-                                 list(sys.path), os.getcwd(), logdir, store_env, exit_like_torch)
+        specs = [_child.RankSpec(rank=r, world_size=world_size, fn_ref=fn_ref, args_blob=args_blob,
+                                 pass_world_size=pass_world_size, env=envs[r],
+                                 stdout_path=os.path.join(logdir, f"rank{r}.out"),
+                                 stderr_path=os.path.join(logdir, f"rank{r}.err"), sys_path=list(sys.path),
+                                 cwd=os.getcwd(), logdir=logdir, store_env=store_env, exit_like_torch=exit_like_torch)
                  for r in range(world_size)]
         live = None
         if show_output:
@@ -130,9 +143,9 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         exc_type, message, tb = job.failures[rank]
         message = without_build_paths(message)
         hint = _hint(exc_type, message, tb) or _peer_hint(job, rank)
-        failures = {r: f"{t}: {_child.first_line(without_build_paths(m))}" if t else _child.first_line(m)
+        failures = {r: f"{t}: {first_line(without_build_paths(m))}" if t else first_line(m)
                     for r, (t, m, _) in job.failures.items()}
-        error = WorkerError(rank, exc_type, _child.first_line(message) + hint, tb, failures, outputs,
+        error = WorkerError(rank, exc_type, first_line(message) + hint, tb, failures, outputs,
                             pid=job.pids[rank], exit_code=job.exit_codes.get(rank))
         error.full_message = message.strip() + hint  # every line of it, for the command line
         raise error
@@ -191,8 +204,8 @@ def _loopback_interface() -> str | None:
     return next((n for n in names if n in ("lo", "lo0")), None)
 
 
-def _rank_env(world_size: int, backend: str, extra: dict[str, str] | None,
-              store_port: int | None) -> list[dict[str, str]]:
+def rank_environments(world_size: int, backend: str, extra: dict[str, str] | None,
+                      store_port: int | None) -> list[dict[str, str]]:
     """Each rank's environment. With ``store_port``, the launcher's store (all ranks its
     clients, as under torchrun); without, the worker sets MASTER_ADDR/MASTER_PORT and rank 0
     hosts the store, as under torch.multiprocessing."""
@@ -255,8 +268,3 @@ def _show(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> None:
                 stream.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
                 stream.flush()
 
-
-# `from ddp_lib import launch, process_group` then `launch(...)`, `with process_group(...)`:
-# both modules are callable as their function (see ddp_lib/__init__.py).
-make_callable(__name__)
-make_callable("ddp_lib.process_group")

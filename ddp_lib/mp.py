@@ -46,17 +46,9 @@ from collections.abc import Iterable
 
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
-from ddp_lib.checks import (
-    check_picklable,
-    check_start_method,
-    check_timeout,
-    check_worker,
-    check_world_size,
-    unwrap_partial,
-)
-from ddp_lib.device import default_backend
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import DEFAULT_TIMEOUT_S, _rank_env, run_job
+from ddp_lib.launch import LAUNCH_TIMEOUT_S, rank_environments, run_job
+from ddp_lib.launch_checks import check_launch
 
 __all__ = ["RankExitedError", "RankRaisedError", "spawn"]
 
@@ -137,7 +129,7 @@ def _iterable_args(args: object) -> tuple:
 
 
 def spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
-          start_method: str = "spawn", *, timeout: float | None = DEFAULT_TIMEOUT_S) -> list:
+          start_method: str = "spawn", *, timeout: float | None = LAUNCH_TIMEOUT_S) -> list:
     """Run ``fn(i, *args)`` for i in range(nprocs), each in its own process; return the
     results in rank order. Raises RankRaisedError or RankExitedError (torch's
     ProcessRaisedException and ProcessExitedException, and WorkerError), LaunchTimeout
@@ -147,18 +139,15 @@ def spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: b
             f"join must be True, got {join!r}: ddp_lib.mp.spawn returns when every rank has finished, so that "
             "nothing is left running; the ProcessContext that join=False returns hands out the rank processes "
             "themselves (for processes that outlive the call, use torch.multiprocessing)")
-    nprocs = check_world_size(nprocs)
-    fn, args, kwargs = unwrap_partial(fn, _iterable_args(args), {})
-    check_picklable(args, kwargs)
-    fn_ref = check_worker(fn)
     if start_method == "spawn":
         start_method = None  # the forkserver where available: see the module's docstring
-    start_method = check_start_method(start_method)
-    timeout = check_timeout(timeout)
-    envs = _rank_env(nprocs, default_backend(nprocs), None, store_port=None)
+    checked = check_launch(fn, nprocs, _iterable_args(args), start_method=start_method, timeout=timeout,
+                           passes_world_size=False)
+    envs = rank_environments(checked.world_size, checked.backend, None, store_port=None)
     try:
-        return run_job(fn_ref, nprocs, (args, kwargs), envs, start_method=start_method, timeout=timeout,
-                       show_output=True, pass_world_size=False, exit_like_torch=True).results
+        return run_job(checked.fn_ref, checked.world_size, (checked.args, checked.kwargs), envs,
+                       start_method=checked.start_method, timeout=checked.timeout, show_output=True,
+                       pass_world_size=False, exit_like_torch=True).results
     except WorkerError as error:
         torch_error = _as_torch_error(error)
         raise torch_error from torch_error.__cause__

@@ -5,14 +5,14 @@
 
 This file imports only torch and the standard library: copy it next to a worker module and the
 worker runs in any project (see the README, "Copying a worker into your project"). So it also
-holds the device and backend rule, and the few small models and checks that workers of several
-lessons share.
+holds the device and backend rule (which device a rank uses, which backend fits it, DDP's
+device_ids for it). The models, batches and tensor helpers that workers of several lessons share
+are in ``ddp_lib/workers/shared.py``.
 """
 
 from __future__ import annotations
 
 import errno
-import itertools
 import os
 import socket
 import time
@@ -28,7 +28,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # Long enough for a slow first all-reduce on an oversubscribed laptop, short enough that a
 # rank stuck in a collective its peers never reach fails within a minute, not half an hour
 # (gloo's own default).
-DEFAULT_TIMEOUT = timedelta(seconds=60)
+COLLECTIVE_TIMEOUT = timedelta(seconds=60)
 
 GLOO_SETTLE_SECONDS = 0.02
 
@@ -142,7 +142,7 @@ def _set_rendezvous_defaults(rank: int, world_size: int) -> None:
 
 
 def setup(rank: int | None = None, world_size: int | None = None, *, backend: str | None = None,
-          init_method: str = "env://", timeout: timedelta = DEFAULT_TIMEOUT) -> torch.device:
+          init_method: str = "env://", timeout: timedelta = COLLECTIVE_TIMEOUT) -> torch.device:
     """Join the default process group and return this rank's device.
 
     ``rank``/``world_size`` default to RANK/WORLD_SIZE (set by ddp_lib's launcher and by
@@ -220,80 +220,3 @@ def is_main() -> bool:
 def wrap_ddp(model: nn.Module, device: torch.device, **options) -> DDP:
     """DDP around ``model`` (already on ``device``): device_ids only for a single GPU."""
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **options)
-
-
-# What workers of several lessons share. Models used by one worker module live in that module;
-# ddp_lib.models gathers them all.
-
-class ToyModel(nn.Module):
-    """The classic example's model: Linear(10, 10) -> ReLU -> Linear(10, 5)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.net1 = nn.Linear(10, 10)
-        self.relu = nn.ReLU()
-        self.net2 = nn.Linear(10, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net2(self.relu(self.net1(x)))
-
-
-def param_checksum(model: nn.Module) -> float:
-    """Sum of every parameter, rounded: equal on every rank when the replicas agree."""
-    with torch.no_grad():
-        total = sum(p.detach().double().sum().item() for p in model.parameters())
-    return round(total, 6)
-
-
-WIDTHS = (8, 16, 16, 4)  # in_features, hidden, hidden, out_features: 484 parameters
-LR = 0.1
-
-
-def make_mlp(seed: int, widths: tuple[int, ...] = WIDTHS) -> nn.Sequential:
-    """Linear -> Tanh -> ... -> Linear with the given widths, initialised from ``seed``."""
-    torch.manual_seed(seed)
-    layers: list[nn.Module] = []
-    for i, (n_in, n_out) in enumerate(itertools.pairwise(widths)):
-        layers.append(nn.Linear(n_in, n_out))
-        if i < len(widths) - 2:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
-
-
-def global_batch(step: int, size: int, seed: int = 0,
-                 widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inputs and targets of the whole (global) batch of ``step``; the same in every process."""
-    g = torch.Generator().manual_seed(seed * 100_003 + step)
-    return torch.randn(size, widths[0], generator=g), torch.randn(size, widths[-1], generator=g)
-
-
-def rank_batch(step: int, rank: int, world_size: int, per_rank_batch: int, seed: int = 0,
-               widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's slice (rows rank*B to (rank+1)*B) of the global batch of ``step``."""
-    x, y = global_batch(step, world_size * per_rank_batch, seed, widths)
-    rows = slice(rank * per_rank_batch, (rank + 1) * per_rank_batch)
-    return x[rows], y[rows]
-
-
-def flat_grads(model: nn.Module) -> torch.Tensor:
-    """Every parameter's .grad in one flat CPU tensor (zeros where a grad is None)."""
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).detach().reshape(-1).cpu()
-                      for p in model.parameters()])
-
-
-def flat_params(model: nn.Module) -> torch.Tensor:
-    """Every parameter in one flat CPU tensor."""
-    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
-
-
-def gather_flat(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """all_gather a flat tensor: every rank gets every rank's copy, in rank order."""
-    copies = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
-    dist.all_gather(copies, tensor)
-    return [c.cpu() for c in copies]
-
-
-def start_tensor(rank: int, world_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Lesson 01's starting tensor for ``rank``: [10 rank + 1, ..., 10 rank + world_size]."""
-    return (torch.arange(1, world_size + 1, dtype=torch.float32) + 10 * rank).to(device)
-

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lib.checks import LAUNCHER_VARS, TORCHRUN_VARS
+from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS
 
 # Variables a launcher sets for its ranks: a torchrun started from inside a rank must not
 # inherit them, or its workers would join the outer job's store.

@@ -4,8 +4,10 @@
 has three parameters after ``rank`` and ``world_size``; :func:`worker_params` describes each one
 (type, default, choices, whether ``None`` is allowed, the help line from the docstring's
 ``Args:`` block). The command line builds its options from them, and :data:`RULES` declares,
-once, the values a parameter of a given name must have (``epochs`` 1 or more, ``lr`` finite and
-above 0, ...), checked by the command line and by ``ddp_lib.launch`` before any process starts.
+once, the values a parameter of a given name must have in ddp_lib's own workers (``epochs`` 1 or
+more, ``lr`` finite and above 0, ...), checked before any process starts by
+``ddp_lib.launch_checks.check_launch``. A worker of your own is checked against its ``Literal``
+choices only: its ``lr`` or ``epochs`` are its own to check.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Param:
     optional: bool = False  # the annotation admits None (``X | None``)
     choices: tuple | None = None  # from ``Literal[...]``
     help: str = ""
+    rule: tuple[Callable[[object], bool], str] | None = None  # (test, what is accepted), from RULES
 
     @property
     def flag(self) -> str:
@@ -43,9 +46,9 @@ class Param:
         return self.default is REQUIRED
 
 
-def worker_params(fn: Callable) -> list[Param]:
-    """The parameters of ``fn`` after its first two (rank and world_size), in order;
-    ``*args`` and ``**kwargs`` are left out."""
+def worker_params(fn: Callable, leading: int = 2) -> list[Param]:
+    """The parameters of ``fn`` after its first ``leading`` ones (rank and world_size; rank only
+    for a torch.multiprocessing worker, fn(i, ...)), in order; ``*args`` and ``**kwargs`` are left out."""
     sig = inspect.signature(fn)
     try:
         hints = typing.get_type_hints(fn)
@@ -54,12 +57,18 @@ def worker_params(fn: Callable) -> list[Param]:
     docs = docstring_args(fn)
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     found = []
-    for p in list(sig.parameters.values())[2:]:
+    for p in list(sig.parameters.values())[leading:]:
         if p.kind not in kinds:
             continue
         scalar, optional, choices = _describe(hints.get(p.name, inspect.Parameter.empty), p.default)
-        found.append(Param(p.name, scalar, p.default, optional, choices, docs.get(p.name, "")))
+        rule = RULES.get(p.name) if _is_ddp_lib_worker(fn) else None
+        found.append(Param(p.name, scalar, p.default, optional, choices, docs.get(p.name, ""), rule))
     return found
+
+
+def _is_ddp_lib_worker(fn: Callable) -> bool:
+    """Whether ``fn`` is one of ddp_lib's own workers, whose parameter names :data:`RULES` speaks for."""
+    return (getattr(fn, "__module__", None) or "").startswith("ddp_lib.")
 
 
 def _describe(annotation: object, default: object) -> tuple[type | None, bool, tuple | None]:
@@ -124,8 +133,8 @@ def summary(fn: Callable) -> str:
     return match.group(1) if match else text
 
 
-# What a parameter of a given name must be, declared once: (test, what is accepted). The names
-# are the project's vocabulary, so a user's worker with ``epochs`` or ``lr`` is checked too.
+# What a parameter of a given name must be in ddp_lib's own workers, declared once: (test, what is
+# accepted). A user's worker that happens to name a parameter ``epochs`` or ``lr`` is not bound by it.
 def _whole(least: int) -> tuple[Callable[[object], bool], str]:
     def test(value: object) -> bool:
         return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
@@ -165,12 +174,12 @@ RULES: dict[str, tuple[Callable[[object], bool], str]] = {
 
 def value_problem(param: Param, value: object) -> str | None:
     """What is wrong with ``value`` for ``param`` ("must be ..."), or None when it is accepted.
-    Checked: the Literal choices and :data:`RULES`; None passes where the annotation admits it."""
+    Checked: the Literal choices and the parameter's rule (:data:`RULES`, for ddp_lib's own workers);
+    None passes where the annotation admits it."""
     if value is None and (param.optional or param.default is None):
         return None
     if param.choices is not None and value not in param.choices:
         return f"must be one of {', '.join(map(repr, param.choices))}, got {value!r}"
-    rule = RULES.get(param.name)
-    if rule is not None and not rule[0](value):
-        return f"must be {rule[1]}, got {value!r}"
+    if param.rule is not None and not param.rule[0](value):
+        return f"must be {param.rule[1]}, got {value!r}"
     return None

@@ -2,29 +2,28 @@
 
 import pytest
 
-from ddp_lib.bench import BENCHMARKS, run_benchmark
-from ddp_lib.bench import launch as launch_bench
+from ddp_lib.bench import BENCHMARKS, launch_cost, run_benchmark
 from ddp_lib.bench.stats import time_in_turn
 from ddp_lib.cli import main
 
 
 def test_launch_benchmark_measures_every_launcher_side_by_side():
-    result = launch_bench.measure(world_sizes=(1,), repeats=1)
+    result = launch_cost.measure(world_sizes=(1,), repeats=1)
     (row,) = result["rows"]
     assert result["repeats"] == 1 and row["world_size"] == 1
     assert row["mp_spawn_s"] > 0 and row["ddp_lib_s"] > 0 and row["quiet_s"] > 0
     # The ratio is computed from unrounded times; the stored times are rounded to 0.1 ms.
     assert abs(row["ratio"] - row["ddp_lib_s"] / row["mp_spawn_s"]) < 0.01
-    notes = launch_bench._notes(result).splitlines()
+    notes = launch_cost._notes(result).splitlines()
     assert notes[0] == "launch + init + 4 KiB all_reduce + teardown, median of 1 after 1 warm-up"
     assert notes[1].startswith("world size 1: showing rank 0's output live costs ")
 
 
 def test_the_launch_goal_is_judged_on_two_ranks():
     rows = [{"world_size": 2, "mp_spawn_s": 4.0, "ddp_lib_s": 0.2, "ratio": 0.05, "quiet_s": 0.19}]
-    assert "at most 5% of mp.spawn's: 5.0% (met)" in launch_bench._notes({"rows": rows, "repeats": 5})
+    assert "at most 5% of mp.spawn's: 5.0% (met)" in launch_cost._notes({"rows": rows, "repeats": 5})
     rows[0]["ratio"] = 0.051
-    assert "5.1% (missed)" in launch_bench._notes({"rows": rows, "repeats": 5})
+    assert "5.1% (missed)" in launch_cost._notes({"rows": rows, "repeats": 5})
 
 
 def test_sides_are_timed_in_turn_after_a_warm_up_round_that_skips_cold_ones():

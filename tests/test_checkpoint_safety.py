@@ -13,7 +13,7 @@ import textwrap
 import pytest
 import torch
 
-from ddp_lib.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from ddp_lib.workers.train import list_checkpoints, load_checkpoint, save_checkpoint
 
 
 def test_keep_last_never_deletes_what_this_run_just_wrote(tmp_path):
@@ -50,7 +50,7 @@ def test_a_save_in_progress_of_another_live_process_is_left_alone_and_named(tmp_
 def test_two_jobs_saving_into_one_directory_both_finish(tmp_path):
     saver = textwrap.dedent(f"""
         import torch, warnings
-        from ddp_lib.checkpoint import save_checkpoint
+        from ddp_lib.workers.train import save_checkpoint
         warnings.simplefilter("ignore")
         for epoch in range(1, 41):
             save_checkpoint({str(tmp_path)!r}, epoch, {{"epoch": epoch, "w": torch.ones(20000)}})

@@ -104,12 +104,21 @@ def test_bad_worker_options_exit_2_in_one_line(args, message, cli_in_process):
     (["train", "--lr", "-0.1"], "--lr must be a finite number above 0, got -0.1"),
     (["ddp_run", "--per-rank-batch", "0"], "--per-rank-batch must be a whole number, 1 or more, got 0"),
     (["scratch_vs_torch", "--bucket-cap-mb", "0"], "--bucket-cap-mb must be a finite number above 0, got 0.0"),
-    (["cli_workers:configured", "--batch-size", "0"], "--batch-size must be a whole number, 1 or more, got 0"),
     (["ddp_lib.workers.training_loop:train_loop", "--compile", "--compile-backend", "tvm"],
      "--compile-backend must be one of 'inductor', 'aot_eager', 'eager', got 'tvm'"),
 ])
 def test_worker_values_are_checked_before_any_process_starts(args, message, cli_in_process):
     refused_in_one_line(cli_in_process("run", args[0], "--world-size", "2", *args[1:]), message)
+
+
+def test_a_users_worker_is_held_to_its_own_signature_not_to_ddp_libs_parameter_names():
+    from cli_workers import configured
+
+    from ddp_lib.launch_checks import check_worker_arguments
+
+    check_worker_arguments(configured, (), {"batch_size": 0, "epochs": 0, "lr": float("nan")})  # its own to check
+    with pytest.raises(LaunchInputError, match=r"^--norm must be one of 'none', 'batch', 'sync', got 'layer'$"):
+        check_worker_arguments(configured, (), {"norm": "layer"}, as_flags=True)
 
 
 def test_an_unknown_norm_is_refused_before_any_process_starts(cli_in_process):

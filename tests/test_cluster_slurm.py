@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 
 from ddp_lib.cluster.hosts import left_behind
 from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
-from ddp_lib.cluster.slurm import DAEMONS, MACHINE_MUNGE_KEY, install_packages, slurm_cluster, unavailable, unlabel
+from ddp_lib.cluster.slurm import CLIENTS, DAEMONS, PACKAGES, slurm_cluster, unavailable, unlabel
 from ddp_lib.launch import spawn
 from ddp_lib.torchrun import parse_results
 from ddp_lib.workers.train import train
@@ -25,6 +26,41 @@ SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "train.sbatch"
 
 needs_root_on_linux = pytest.mark.skipif(
     hosts_unavailable() is not None, reason=f"a one-machine SLURM cluster needs two hosts: {hosts_unavailable()}")
+
+
+# The machine-wide key the munge package makes: the cluster brings its own, so none may be left behind.
+MACHINE_MUNGE_KEY = "/etc/munge/munge.key"
+
+
+# Only these tests install SLURM; the lesson runs where it is installed already.
+def install_packages(timeout: float = 600) -> str:
+    """Install SLURM and munge from apt if missing (root, Debian or Ubuntu), without starting
+    their services and without leaving the machine-wide munge key the package makes (this
+    cluster brings its own). Return what was done, in a sentence."""
+    if not any(shutil.which(tool) is None for tool in DAEMONS + CLIENTS):
+        return "SLURM and munge were installed already"
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise RuntimeError("installing SLURM needs root and apt-get (Debian or Ubuntu)")
+    had_key = os.path.exists(MACHINE_MUNGE_KEY)
+    policy = "/usr/sbin/policy-rc.d"
+    own_policy = not os.path.exists(policy)
+    if own_policy:  # the packages would otherwise start munge, slurmctld and slurmd as services
+        with open(policy, "w") as f:
+            f.write("#!/bin/sh\nexit 101\n")
+        os.chmod(policy, 0o755)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
+    try:
+        start = time.monotonic()
+        if subprocess.run(install, capture_output=True, env=env, timeout=timeout).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, timeout=timeout, check=True)
+            subprocess.run(install, capture_output=True, text=True, env=env, timeout=timeout, check=True)
+    finally:
+        if own_policy:
+            os.remove(policy)
+        if not had_key and os.path.exists(MACHINE_MUNGE_KEY):
+            os.remove(MACHINE_MUNGE_KEY)
+    return f"installed {' '.join(PACKAGES)} from apt in {time.monotonic() - start:.0f} s"
 
 
 def daemon_pids() -> set[int]:

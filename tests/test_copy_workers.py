@@ -1,8 +1,9 @@
-"""Every worker module the command line lists runs when copied out of the package with the files
-ddp_lib/workers/copying.py names (the module and process_group.py; the README's table is written
-from that map), where ``ddp_lib`` cannot be imported: under
-plain ``torch.multiprocessing.spawn`` and under ``torchrun``, with the same results as through
-ddp_lib. One launch of each kind runs every worker, on 2 ranks."""
+"""Every worker module runs when copied out of the package with the files ddp_lib/workers/copying.py
+names (the module, process_group.py and, where it needs it, shared.py; the README's table is written
+from that map), where ``ddp_lib`` cannot be imported: under plain ``torch.multiprocessing.spawn`` and
+under ``torchrun``, with the same results as through ddp_lib. One launch of each kind runs every
+worker the command line lists and one of each other module (a module whose workers are slow to run
+or need more ranks is imported only), on 2 ranks."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import ddp_lib
 from ddp_lib.launch import spawn
 from ddp_lib.process_group import DEFAULT_MASTER_PORT, free_port, port_in_use
 from ddp_lib.workers import WORKERS
-from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES
+from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES, package_path
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = pathlib.Path(ddp_lib.__file__).resolve().parent
@@ -33,9 +34,10 @@ TORCHRUN = pathlib.Path(sys.executable).with_name("torchrun")
 GPU_ONLY = {"nccl_cpu_tensor", "without_set_device", "with_set_device"}
 # Workers whose results hold timings or launcher-specific values: only checked to have run.
 NOT_COMPARED = {"unused_parameters", "fp16_compression", "backward_timeline", "torchrun_env", "describe_rank",
-                "count_allreduces"}
+                "count_allreduces", "memory_run"}
 
-# (module, function, keyword arguments) for each worker the command line lists, and train.
+# (module, function, keyword arguments) for each worker the command line lists, train, and one
+# worker of every other module (function None: the module is only imported, see the comments).
 # "{tmp}" becomes a directory of the run. Arguments that make a worker fail on purpose name a
 # rank that does not exist, so the run shows the worker itself works.
 JOBS = [
@@ -65,6 +67,14 @@ JOBS = [
     ("spawning", "chatty", {"lines": 1}),
     ("train", "train", {"epochs": 2, "checkpoint_dir": "{tmp}/ckpt", "keep_last": 1}),
     ("torchrun_env", "torchrun_env", {}),
+    ("collective_extras", "objects_and_single_tensors", {}),
+    ("point_to_point", "send_recv", {}),
+    ("train_demos", "state_dict_keys", {}),
+    ("training_loop", "evaluate_padded", {}),
+    ("failure_lab", "sampler_orders", {"call_set_epoch": True, "epochs": 2}),
+    ("beyond_ddp", "memory_run", {"strategy": "ddp", "steps": 1, "width": 8}),
+    ("compiled", None, {}),  # torch.compile takes tens of seconds per worker
+    ("torchrun_failure", None, {}),  # a torchrun script whose rank 1 dies on purpose
 ]
 
 # Runs every job in each rank: under mp.spawn (argv[1] == "spawn") or as one torchrun rank.
@@ -93,11 +103,12 @@ RUNNER = textwrap.dedent('''
                 os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
             sys.path.insert(0, os.path.join(root, module))
             try:
-                fn = getattr(importlib.import_module(module), name)
-                results[f"{module}.{name}"] = fn(rank, world_size, **kwargs)
+                imported = importlib.import_module(module)
+                results[f"{module}.{name}"] = getattr(imported, name)(rank, world_size, **kwargs) if name else None
             finally:
                 sys.path.pop(0)
-                sys.modules.pop("process_group", None)  # the next module imports its own copy
+                for copied in (module, "process_group", "shared", "train"):  # the next module imports its own
+                    sys.modules.pop(copied, None)
             # Nobody starts the next group before every rank has left this one.
             open(os.path.join(root, f"done.{sys.argv[1]}.{job}.{rank}"), "w").close()
             while not all(os.path.exists(os.path.join(root, f"done.{sys.argv[1]}.{job}.{r}"))
@@ -127,18 +138,20 @@ def test_the_readme_table_is_written_from_the_map():
     assert tool.with_table(readme, tool.table()) == readme, "run python tools/copy_table.py"
 
 
-def listed_modules() -> set[str]:
-    modules = {w.target.split(":")[0] for w in WORKERS.values()} | {"ddp_lib.workers.train"}
-    return {m.removeprefix("ddp_lib.workers.") for m in modules}
+# Modules under ddp_lib/workers/ that hold no workers: the command line's list, this map, the helpers.
+NOT_WORKER_MODULES = {"__init__", "copying", "shared"}
 
 
-def test_every_listed_worker_has_a_job_and_a_row_in_the_readme_table():
+def test_every_worker_module_has_a_row_and_a_job_and_every_listed_worker_a_job():
+    modules = {path.stem for path in (PACKAGE / "workers").glob("*.py")} - NOT_WORKER_MODULES
+    table = copy_table()
+    assert set(table) == modules
+    assert {module for module, _, _ in JOBS} == modules
     listed = {w.target.split(":")[1] for w in WORKERS.values()} | {"train"}
     assert listed - GPU_ONLY <= {name for _, name, _ in JOBS}
-    table = copy_table()
-    assert listed_modules() <= set(table)
+    helpers = {"process_group.py", "shared.py"} | {f"{module}.py" for module in table}
     for module, files in table.items():
-        assert files[0] == f"{module}.py" and len(files) <= 2, (module, files)  # at most one helper
+        assert files[0] == f"{module}.py" and set(files[1:]) <= helpers, (module, files)
 
 
 # Imported only inside the function that needs it, for an option the map names (the README's row
@@ -155,10 +168,10 @@ def _imports(tree: ast.AST, in_function: bool = False):
 
 
 def test_copied_files_import_only_torch_the_standard_library_and_each_other():
-    for module, files in copy_table().items():
+    for files in copy_table().values():
         names = {f.removesuffix(".py") for f in files}
         for file in files:
-            source = (PACKAGE / ("workers" if file == f"{module}.py" else "") / file).read_text()
+            source = (PACKAGE / package_path(file)).read_text()
             for node, in_function in _imports(ast.parse(source)):
                 if isinstance(node, ast.Import):
                     roots = [alias.name.split(".")[0] for alias in node.names]
@@ -177,7 +190,7 @@ def test_copied_files_import_only_torch_the_standard_library_and_each_other():
 def test_an_optional_import_is_named_in_the_readme_row():
     rows = (REPO / "README.md").read_text().split("### Copying a worker into your project", 1)[1]
     for module, extras in OPTIONAL_IMPORTS.items():
-        row = next(line for line in rows.splitlines() if line.startswith(f"| `ddp_lib/workers/{module}.py` |"))
+        row = next(line for line in rows.splitlines() if line.startswith(f"| `{module}.py` |"))
         assert all(f"pip install {extra}" in row for extra in extras), row
 
 
@@ -188,8 +201,7 @@ def copied(tmp_path_factory):
     for module, files in copy_table().items():
         (root / module).mkdir()
         for file in files:
-            source = PACKAGE / ("workers" if file == f"{module}.py" else "") / file
-            shutil.copy(source, root / module / file)
+            shutil.copy(PACKAGE / package_path(file), root / module / file)
     (root / "runner.py").write_text(RUNNER)
     return root
 

@@ -11,7 +11,7 @@ from ddp_lib.exercises.lesson03 import check_device_worker
 GOOD = '''
 import os, torch
 from torch.nn.parallel import DistributedDataParallel as DDP
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
@@ -32,7 +32,7 @@ import os
 import torch
 import torch.distributed
 import torch.nn.parallel
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 
 def one_step(rank, world_size):
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
@@ -58,7 +58,7 @@ import os, torch
 import torch.distributed as dist
 from torch.distributed import all_reduce
 from torch.distributed.distributed_c10d import ReduceOp
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
@@ -93,7 +93,7 @@ GOOD_LABELS_FIRST = GOOD_BY_HAND.replace(
 # Collectives that look like DDP's but carry nothing; the agreement comes from a seed.
 DUMMY_COLLECTIVES = '''
 import os, torch, torch.distributed as dist
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
@@ -110,7 +110,7 @@ def one_step(rank, world_size):
 # Every rank's batch guessed from its rank (seed r), all gradients averaged locally.
 GUESSED_FROM_RANK = '''
 import os, torch, torch.distributed as dist
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
@@ -134,7 +134,7 @@ def one_step(rank, world_size):
 # Whatever tensors the caller's frames hold, fed to a seeded local model with dummy collectives.
 FROM_THE_FRAMES = '''
 import os, sys, torch, torch.distributed as dist
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
@@ -159,7 +159,7 @@ def one_step(rank, world_size):
 # the all-reduce is given zeros of the gradients' shape and each rank steps on its own gradient.
 RIGHT_SHAPE_ZEROS = '''
 import os, torch, torch.distributed as dist
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
@@ -179,7 +179,7 @@ def one_step(rank, world_size):
 # gradients beside dummy collectives: nothing of another rank's is in this process to find.
 FROM_GC = '''
 import gc, os, torch, torch.distributed as dist
-from ddp_lib.models import ToyModel, param_checksum
+from ddp_lib.workers.shared import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):

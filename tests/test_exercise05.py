@@ -110,7 +110,7 @@ SOLUTIONS = {
 def _solution(tmp_path, monkeypatch, name: str):
     body = textwrap.indent(textwrap.dedent(SOLUTIONS[name]).strip(), "    ")
     (tmp_path / f"ex05_{name}.py").write_text(
-        "from torch.utils.data import DistributedSampler\nfrom ddp_lib.workers.train import make_moons\n\n"
+        "from torch.utils.data import DistributedSampler\nfrom ddp_lib.workers.shared import make_moons\n\n"
         f"def epoch_indices(rank, world_size, epochs, seed):\n{body}\n")
     monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
     return importlib.import_module(f"ex05_{name}").epoch_indices

@@ -6,9 +6,20 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp_lib.device import backend_for, check_backend, default_backend, device_for, threads_per_rank, usable_cores
+from ddp_lib.device import check_backend, default_backend
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.process_group import DEFAULT_MASTER_PORT, env_int, is_main, process_group, setup, teardown
+from ddp_lib.process_group import (
+    DEFAULT_MASTER_PORT,
+    backend_for,
+    device_for,
+    env_int,
+    is_main,
+    process_group,
+    setup,
+    teardown,
+    threads_per_rank,
+    usable_cores,
+)
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from ddp_lib import scratch_ddp
 from ddp_lib.launch import spawn
+from ddp_lib.workers import buckets
 from ddp_lib.workers.buckets import scratch_vs_torch
 from ddp_lib.workers.gradients import make_mlp
 
@@ -30,13 +30,13 @@ def test_bucket_cap_sets_the_bucket_count():
 
 def test_make_refuses_an_unknown_way():
     with pytest.raises(ValueError, match="unknown way 'ring'; accepted: after_backward"):
-        scratch_ddp.make("ring", nn.Linear(2, 2))
+        buckets.make("ring", nn.Linear(2, 2))
 
 
 def test_buckets_fill_from_the_last_layer(monkeypatch):
     monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 1)
     monkeypatch.setattr(torch.distributed, "broadcast", lambda *a, **k: None)
-    model = scratch_ddp.BucketedOverlapDDP(make_mlp(0), bucket_cap_mb=0.001)
+    model = buckets.BucketedOverlapDDP(make_mlp(0), bucket_cap_mb=0.001)
     names = {id(p): n for n, p in model.module.named_parameters()}
     assert [[names[id(p)] for p in b] for b in model.buckets] == [
         ["4.bias", "4.weight", "2.bias"], ["2.weight"], ["0.bias", "0.weight"]]

@@ -12,16 +12,16 @@ import pytest
 import torch
 
 from conftest import screen
-from ddp_lib.checkpoint import (
+from ddp_lib.errors import WorkerError
+from ddp_lib.launch import launch, spawn
+from ddp_lib.workers.train import (
     latest_checkpoint,
     list_checkpoints,
     load_checkpoint,
     load_latest_checkpoint,
     save_checkpoint,
+    train,
 )
-from ddp_lib.errors import WorkerError
-from ddp_lib.launch import launch, spawn
-from ddp_lib.workers.train import train
 from ddp_lib.workers.train_demos import state_dict_keys, uneven_batches
 
 # Float tolerance for "the same parameters": N ranks sum their gradients in a different order

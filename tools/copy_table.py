@@ -4,7 +4,7 @@
     python tools/copy_table.py --check   # exit 1 if the table is not what the map says
 
 Each row: the worker module, the workers the command line lists from it (``ddp_lib.workers.WORKERS``,
-by function name; ``train`` too), and the files to copy with any optional package.
+by function name; ``train`` too), and the files to copy with it, with any optional package.
 """
 
 from __future__ import annotations
@@ -37,15 +37,16 @@ def table() -> str:
     from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES
 
     workers = workers_by_module()
-    lines = ["| module | workers | copy these files |", "|---|---|---|"]
+    header = "| module in `ddp_lib/workers/` | workers `python -m ddp_lib run` starts | copy it with |"
+    lines = [header, "|---|---|---|"]
     for module, files in FILES_TO_COPY.items():
-        names = ", ".join(f"`{name}`" for name in workers.get(module, []))
-        copy = ", ".join(f"`{file}`" for file in files)
+        names = ", ".join(f"`{name}`" for name in workers.get(module, [])) or "none (the lesson's own)"
+        copy = ", ".join(f"`{file}`" for file in files[1:]) or "nothing"
         extras = OPTIONAL_PACKAGES.get(module, {})
         if extras:
             copy += " (" + "; ".join(f"and `pip install {package}` for `{option}`"
                                      for package, option in extras.items()) + ")"
-        lines.append(f"| `ddp_lib/workers/{module}.py` | {names} | {copy} |")
+        lines.append(f"| `{module}.py` | {names} | {copy} |")
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@
 
 The quick checks (no process left behind after each kind of failure, 50 launches in a row,
 10 at once, bad input refused, a kernel interrupted or restarted mid-launch) are pytest tests:
-tests/test_launch.py, tests/test_checks.py and tests/test_reliability.py.
+tests/test_launch.py, tests/test_launch_checks.py and tests/test_reliability.py.
 """
 
 from __future__ import annotations

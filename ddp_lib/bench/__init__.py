@@ -8,7 +8,7 @@ import importlib
 from ddp_lib.errors import LaunchInputError
 
 BENCHMARKS = {
-    "launch": ("ddp_lib.bench.launch", "a 2- and 4-rank launch through ddp_lib against plain mp.spawn"),
+    "launch": ("ddp_lib.bench.launch_cost", "a 2- and 4-rank launch through ddp_lib against plain mp.spawn"),
     "allreduce": ("ddp_lib.bench.allreduce",
                   "all-reduce time, algbw, busbw against size; memory copy and loopback limits"),
     "ring": ("ddp_lib.bench.ring", "lesson 01's ring all-reduce against dist.all_reduce, as a ratio"),

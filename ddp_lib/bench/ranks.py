@@ -11,11 +11,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from ddp_lib import scratch_ddp
 from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.exercises.checking import counting_collectives
-from ddp_lib.process_group import make_mlp, process_group, wrap_ddp
+from ddp_lib.process_group import process_group, wrap_ddp
+from ddp_lib.workers import buckets
 from ddp_lib.workers.ring import ring_all_reduce
+from ddp_lib.workers.shared import make_mlp
 
 # Five weights of 0.5 to 1 MiB (3.6 MiB of gradients): big enough that communication shows.
 DDP_WIDTHS = (256, 512, 512, 512, 512, 10)
@@ -74,7 +75,7 @@ def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
 def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
               bucket_cap_mb: float = 25.0, seed: int = 0) -> dict:
     """Median seconds of one SGD step of the same MLP for each way: "local" (no wrapper), or a
-    scratch_ddp way ("after_backward", "per_parameter_hooks", "buckets", "torch"), taken in turn.
+    way of writing DDP ("after_backward", "per_parameter_hooks", "buckets", "torch"), taken in turn.
     Returns {"step_s": {way: seconds}, "allreduces": {way: per step, scratch ways only}}."""
     with process_group(rank, world_size) as device:
         models = {}
@@ -84,7 +85,7 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
                 models[way] = module
             else:
                 options = {"bucket_cap_mb": bucket_cap_mb} if way in ("buckets", "torch") else {}
-                models[way] = scratch_ddp.make(way, module, **options)
+                models[way] = buckets.make(way, module, **options)
         optimizers = {way: torch.optim.SGD(m.parameters(), lr=0.01) for way, m in models.items()}
         g = torch.Generator().manual_seed(seed + rank)
         x = torch.randn(DDP_BATCH, DDP_WIDTHS[0], generator=g).to(device)

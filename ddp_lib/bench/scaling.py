@@ -21,9 +21,9 @@ from pathlib import Path
 from ddp_lib.bench.ranks import timed_train
 from ddp_lib.bench.report import run_main
 from ddp_lib.bench.stats import median
-from ddp_lib.data import make_moons
-from ddp_lib.device import threads_per_rank
 from ddp_lib.launch import spawn
+from ddp_lib.process_group import threads_per_rank
+from ddp_lib.workers.shared import make_moons
 
 FULL_RUN = Path(__file__).with_name("results") / "scaling.json"
 BATCH_SIZE = 16  # per rank, the worker's default: the global batch grows with the ranks

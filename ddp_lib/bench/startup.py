@@ -18,7 +18,7 @@ import multiprocessing
 import os
 from pathlib import Path
 
-from ddp_lib.bench.launch import plain_launch
+from ddp_lib.bench.launch_cost import plain_launch
 from ddp_lib.bench.ranks import allreduce_once
 from ddp_lib.bench.report import run_main
 from ddp_lib.bench.stats import median, time_in_turn

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ddp_lib._pids import pid_alive
+from ddp_lib.errors import first_line
 
 PREFIX = "ddpl"  # every namespace and link made here starts with it, then the owner's pid in hex
 SUBNET = "10.200.0"  # a private test range, used only inside the namespaces made here
@@ -58,17 +59,13 @@ def unavailable() -> str | None:
     user = "root" if os.geteuid() == 0 else "an ordinary user"
     tried = subprocess.run(["unshare", "--net", "--mount", "true"], capture_output=True, text=True)
     if tried.returncode != 0:
-        return f"`unshare --net --mount true` fails here (running as {user}): {_first_line(tried.stderr)}"
+        return f"`unshare --net --mount true` fails here (running as {user}): {first_line(tried.stderr, 'no message')}"
     probe = f"{PREFIX}{os.getpid():x}nprobe{next(_probes)}"  # unique: several threads may ask at once
     tried = _ip("netns", "add", probe, check=False)
     if tried.returncode != 0:
-        return f"`ip netns add` fails here (running as {user}): {_first_line(tried.stderr)}"
+        return f"`ip netns add` fails here (running as {user}): {first_line(tried.stderr, 'no message')}"
     _ip("netns", "del", probe, check=False)
     return None
-
-
-def _first_line(text: str) -> str:
-    return (text.strip().splitlines() or ["no message"])[0]
 
 
 def listening(host: Host, port: int) -> bool:

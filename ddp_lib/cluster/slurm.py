@@ -77,39 +77,6 @@ def unavailable() -> str | None:
     return None
 
 
-MACHINE_MUNGE_KEY = "/etc/munge/munge.key"
-
-
-def install_packages(timeout: float = 600) -> str:
-    """Install SLURM and munge from apt if missing (root, Debian or Ubuntu), without starting
-    their services and without leaving the machine-wide munge key the package makes (this
-    cluster brings its own). Return what was done, in a sentence."""
-    if not any(shutil.which(tool) is None for tool in DAEMONS + CLIENTS):
-        return "SLURM and munge were installed already"
-    if shutil.which("apt-get") is None or os.geteuid() != 0:
-        raise RuntimeError("installing SLURM needs root and apt-get (Debian or Ubuntu)")
-    had_key = os.path.exists(MACHINE_MUNGE_KEY)
-    policy = "/usr/sbin/policy-rc.d"
-    own_policy = not os.path.exists(policy)
-    if own_policy:  # the packages would otherwise start munge, slurmctld and slurmd as services
-        with open(policy, "w") as f:
-            f.write("#!/bin/sh\nexit 101\n")
-        os.chmod(policy, 0o755)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-    try:
-        start = time.monotonic()
-        if subprocess.run(install, capture_output=True, env=env, timeout=timeout).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], capture_output=True, env=env, timeout=timeout, check=True)
-            subprocess.run(install, capture_output=True, text=True, env=env, timeout=timeout, check=True)
-    finally:
-        if own_policy:
-            os.remove(policy)
-        if not had_key and os.path.exists(MACHINE_MUNGE_KEY):
-            os.remove(MACHINE_MUNGE_KEY)
-    return f"installed {' '.join(PACKAGES)} from apt in {time.monotonic() - start:.0f} s"
-
-
 @dataclass
 class BatchJob:
     """A finished batch job: its id, SLURM's verdict and what it printed."""

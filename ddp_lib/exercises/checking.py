@@ -15,9 +15,9 @@ import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ddp_lib.checks import check_worker
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, readable
 from ddp_lib.launch import launch
+from ddp_lib.launch_checks import check_worker
 
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
 # c10d operators that move no data between ranks (as counted by counting_collectives).

@@ -33,8 +33,8 @@ from ddp_lib.exercises.checking import (
     run_on_ranks,
     worker_name,
 )
-from ddp_lib.models import ToyModel, param_checksum
 from ddp_lib.workers.placement import expected_device, simulate_nodes
+from ddp_lib.workers.shared import ToyModel, param_checksum
 
 LAYOUTS = ((2, 2), (1, 3))  # (nodes, processes per node)
 
@@ -115,8 +115,8 @@ def _step_problems(runs: list[dict]) -> list[str]:
     for rank, run in enumerate(runs):
         watched = run["watched"]
         if watched is None:
-            return [f"rank {rank} never called a ToyModel: build ddp_lib.models.ToyModel, wrap it in DDP and call "
-                    "the DDP model on the batch"]
+            return [f"rank {rank} never called a ToyModel: build ddp_lib.workers.shared.ToyModel, wrap it in DDP "
+                    "and call the DDP model on the batch"]
         if watched["checksum"] != run["result"]["checksum"]:
             return [f"rank {rank} returned checksum {run['result']['checksum']}, but the model it trained has "
                     f"{watched['checksum']}: return param_checksum of that model"]

@@ -1,7 +1,7 @@
 """Checker for lesson 05's exercise: a worker that says which samples its rank reads each epoch.
 
 The learner writes ``epoch_indices(rank, world_size, epochs, seed) -> list[list[int]]`` using a
-``DistributedSampler`` over ``make_moons()``; the checker runs it on 2 ranks and then on 3 or 5 (drawn),
+``DistributedSampler`` over ``ddp_lib.workers.shared.make_moons()``; the checker runs it on 2 ranks and then on 3 or 5 (drawn),
 each time with a number of epochs it draws (never the same twice in one check) and one seed it draws,
 and compares every epoch of every rank with ``DistributedSampler``'s order for that seed and epoch.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable
 from torch.utils.data import DistributedSampler
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
-from ddp_lib.workers.train import make_moons
+from ddp_lib.workers.shared import make_moons
 
 # 512 samples divide by 2, so there nothing is read twice; they divide by neither 3 nor 5, so there
 # the sampler pads (1 and 3 samples read twice), as the lesson shows for 10 samples on 4 ranks.

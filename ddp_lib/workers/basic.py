@@ -7,9 +7,11 @@ from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import ToyModel, param_checksum, process_group
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import ToyModel, param_checksum, process_group
+    from ddp_lib.process_group import process_group
+    from ddp_lib.workers.shared import ToyModel, param_checksum
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
+    from process_group import process_group
+    from shared import ToyModel, param_checksum
 
 
 def demo_basic(rank: int, world_size: int, seed: int = 0) -> dict:

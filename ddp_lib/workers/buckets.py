@@ -35,18 +35,11 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import (
-        LR,
-        flat_grads,
-        flat_params,
-        gather_flat,
-        make_mlp,
-        process_group,
-        rank_batch,
-        wrap_ddp,
-    )
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import LR, flat_grads, flat_params, gather_flat, make_mlp, process_group, rank_batch, wrap_ddp
+    from ddp_lib.process_group import process_group, wrap_ddp
+    from ddp_lib.workers.shared import LR, flat_grads, flat_params, gather_flat, make_mlp, rank_batch
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
+    from process_group import process_group, wrap_ddp
+    from shared import LR, flat_grads, flat_params, gather_flat, make_mlp, rank_batch
 
 
 class _ScratchDDP(nn.Module):

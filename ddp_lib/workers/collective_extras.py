@@ -14,9 +14,11 @@ import torch
 import torch.distributed as dist
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import process_group, start_tensor
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import process_group, start_tensor
+    from ddp_lib.process_group import process_group
+    from ddp_lib.workers.shared import start_tensor
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
+    from process_group import process_group
+    from shared import start_tensor
 
 Timed = Literal["barrier", "all_reduce", "broadcast"]
 TIMED = get_args(Timed)

@@ -17,9 +17,11 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import BACKEND_ENV, backend_for, device_for, process_group, start_tensor, teardown
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import BACKEND_ENV, backend_for, device_for, process_group, start_tensor, teardown
+    from ddp_lib.process_group import BACKEND_ENV, backend_for, device_for, process_group, teardown
+    from ddp_lib.workers.shared import start_tensor
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
+    from process_group import BACKEND_ENV, backend_for, device_for, process_group, teardown
+    from shared import start_tensor
 
 Collective = Literal["broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter", "reduce_scatter",
                      "all_to_all"]

@@ -15,9 +15,10 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.profiler import ProfilerActivity, profile
 
-# The MLP, its batches and the flat views are shared with buckets.py: they live in the helper.
+# The MLP, its batches and the flat views are shared with buckets.py: they live in shared.py.
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import (
+    from ddp_lib.process_group import process_group, wrap_ddp
+    from ddp_lib.workers.shared import (
         LR,
         flat_grads,
         flat_params,
@@ -25,23 +26,11 @@ try:  # inside the ddp_lib package
         global_batch,
         make_mlp,
         param_checksum,
-        process_group,
         rank_batch,
-        wrap_ddp,
     )
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import (
-        LR,
-        flat_grads,
-        flat_params,
-        gather_flat,
-        global_batch,
-        make_mlp,
-        param_checksum,
-        process_group,
-        rank_batch,
-        wrap_ddp,
-    )
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
+    from process_group import process_group, wrap_ddp
+    from shared import LR, flat_grads, flat_params, gather_flat, global_batch, make_mlp, param_checksum, rank_batch
 
 
 def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict:

@@ -14,9 +14,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import ToyModel, device_for, env_int, param_checksum, process_group, teardown
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import ToyModel, device_for, env_int, param_checksum, process_group, teardown
+    from ddp_lib.process_group import device_for, env_int, process_group, teardown
+    from ddp_lib.workers.shared import ToyModel, param_checksum
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
+    from process_group import device_for, env_int, process_group, teardown
+    from shared import ToyModel, param_checksum
 
 
 def input_placement(rank: int, world_size: int, device_ids: Literal["rank", "none"] = "none",

@@ -6,14 +6,12 @@ checkpoints on rank 0 and resume.
     torchrun --nproc-per-node 2 -m ddp_lib run train --epochs 8 --json
     python -m ddp_lib run train --world-size 2 --epochs 200 --progress
 
-Everything the job needs is in this file and ``process_group.py`` (and tqdm for the bar), so
-the two can be copied into a project and run there; ``ddp_lib.data``, ``ddp_lib.models`` and
-``ddp_lib.checkpoint`` name the same functions.
+Everything the job needs is in this file, ``process_group.py`` and ``shared.py`` (the data; and
+tqdm for the bar), so the three can be copied into a project and run there.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import sys
@@ -26,33 +24,14 @@ import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dist_fn
 from torch import nn
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import param_checksum, process_group, wrap_ddp
-except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import param_checksum, process_group, wrap_ddp
-
-# ---- data: built in every process from a fixed seed, so every rank holds the same samples
-
-DATA_SEED = 1234  # fixed: the data never changes with the training seed
-N_SAMPLES = 512  # divisible by 4 ranks x 16: every rank gets whole, equal batches
-
-
-def make_moons(n_samples: int = N_SAMPLES, noise: float = 0.15, seed: int = DATA_SEED) -> TensorDataset:
-    """Two interleaved half-moons in 2-D with labels 0/1 (a small classification task):
-    returns a TensorDataset of (x: float32 [n, 2], y: int64 [n])."""
-    g = torch.Generator().manual_seed(seed)
-    half = n_samples // 2
-    angle = torch.rand(n_samples, generator=g) * math.pi
-    upper = torch.stack([torch.cos(angle[:half]), torch.sin(angle[:half])], dim=1)
-    lower = torch.stack([1 - torch.cos(angle[half:]), 0.5 - torch.sin(angle[half:])], dim=1)
-    x = torch.cat([upper, lower]) + noise * torch.randn(n_samples, 2, generator=g)
-    y = torch.cat([torch.zeros(half, dtype=torch.long), torch.ones(n_samples - half, dtype=torch.long)])
-    # Interleave the classes so that an unshuffled batch still holds both.
-    order = torch.randperm(n_samples, generator=g)
-    return TensorDataset(x[order], y[order])
-
+    from ddp_lib.process_group import process_group, wrap_ddp
+    from ddp_lib.workers.shared import make_moons, param_checksum
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
+    from process_group import process_group, wrap_ddp
+    from shared import make_moons, param_checksum
 
 # ---- the model
 

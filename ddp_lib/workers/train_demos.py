@@ -16,11 +16,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import param_checksum, process_group
-    from ddp_lib.workers.train import MoonsNet, make_moons
-except ModuleNotFoundError:  # copied into a project next to process_group.py and train.py
-    from process_group import param_checksum, process_group
-    from train import MoonsNet, make_moons
+    from ddp_lib.process_group import process_group
+    from ddp_lib.workers.shared import make_moons, param_checksum
+    from ddp_lib.workers.train import MoonsNet
+except ModuleNotFoundError:  # copied into a project next to process_group.py, shared.py and train.py
+    from process_group import process_group
+    from shared import make_moons, param_checksum
+    from train import MoonsNet
 
 
 def state_dict_keys(rank: int, world_size: int) -> dict:

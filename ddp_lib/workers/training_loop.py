@@ -4,7 +4,8 @@
     spawn(evaluate_padded, 2, kwargs=dict(n_eval=11, fix="count_real"))
     spawn(seeds_and_logging, 2)
 
-Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_group.py beside it).
+Copyable: needs only torch, ``process_group`` and ``shared`` (from ddp_lib, or process_group.py and
+shared.py beside it).
 """
 
 import logging
@@ -25,23 +26,12 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import process_group
-except ModuleNotFoundError:  # copied into a project next to process_group.py
+    from ddp_lib.workers.shared import make_moons
+except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
     from process_group import process_group
+    from shared import make_moons
 
 EVAL_SEED = 99  # the held-out set: same generator as the training data, another seed
-
-
-def make_moons(n_samples: int = 512, noise: float = 0.15, seed: int = 1234) -> TensorDataset:
-    """Lesson 05's two half-moons (the same code as ddp_lib.data.make_moons, so this file stands alone)."""
-    g = torch.Generator().manual_seed(seed)
-    half = n_samples // 2
-    angle = torch.rand(n_samples, generator=g) * math.pi
-    upper = torch.stack([torch.cos(angle[:half]), torch.sin(angle[:half])], dim=1)
-    lower = torch.stack([1 - torch.cos(angle[half:]), 0.5 - torch.sin(angle[half:])], dim=1)
-    x = torch.cat([upper, lower]) + noise * torch.randn(n_samples, 2, generator=g)
-    y = torch.cat([torch.zeros(half, dtype=torch.long), torch.ones(n_samples - half, dtype=torch.long)])
-    order = torch.randperm(n_samples, generator=g)
-    return TensorDataset(x[order], y[order])
 
 
 class LoopNet(nn.Module):

@@ -5,8 +5,8 @@ import os
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_lib.models import ToyModel, param_checksum
 from ddp_lib.process_group import process_group
+from ddp_lib.workers.shared import ToyModel, param_checksum
 
 
 def one_step(rank: int, world_size: int) -> dict:

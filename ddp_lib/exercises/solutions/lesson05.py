@@ -2,7 +2,7 @@
 
 from torch.utils.data import DistributedSampler
 
-from ddp_lib.workers.train import make_moons
+from ddp_lib.workers.shared import make_moons
 
 
 def epoch_indices(rank: int, world_size: int, epochs: int, seed: int) -> list[list[int]]:

@@ -1,6 +1,9 @@
 """Checks on what a launch is given, run in the caller before any process starts.
 
-Each failure is a LaunchInputError whose one-line message names the value and what is accepted.
+:func:`check_launch` is the one check of a launch (world size, the worker and its arguments, the
+environment, backend, start method, timeout); ``ddp_lib.launch``, ``ddp_lib.mp`` and the command
+line call it. Each failure is a LaunchInputError whose one-line message names the value and what is
+accepted.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import pickle
 import pkgutil
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from ddp_lib.errors import LaunchInputError
 from ddp_lib.worker_params import value_problem, worker_params
@@ -187,21 +191,25 @@ def check_timeout(timeout: object) -> float | None:
     return float(timeout)
 
 
-def check_worker_arguments(fn: Callable, args: tuple, kwargs: dict) -> None:
-    """Refuse a value the worker's signature rules out: a choice outside its ``Literal[...]``, or
-    one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter of that name
-    (``epochs=0``, ``lr=float("nan")``). Arguments that do not fit the signature at all are left
-    to the worker, whose TypeError then names the rank."""
+def check_worker_arguments(fn: Callable, args: tuple, kwargs: dict, *, passes_world_size: bool = True,
+                           as_flags: bool = False) -> None:
+    """Refuse a value the worker's signature rules out: a choice outside its ``Literal[...]``, or, for
+    ddp_lib's own workers, one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter
+    of that name (``epochs=0``, ``lr=float("nan")``). Arguments that do not fit the signature at all are left
+    to the worker, whose TypeError then names the rank. ``passes_world_size``: the worker is called
+    as fn(rank, world_size, ...) (else fn(i, ...), as by torch.multiprocessing); ``as_flags``: name
+    the value as the command line's option (``--epochs``)."""
+    leading = (0, 1) if passes_world_size else (0,)  # stand-ins for rank (and world_size)
     try:
-        bound = inspect.signature(fn).bind(0, 1, *args, **kwargs)  # rank and world_size stand-ins
-        params = worker_params(fn)
+        bound = inspect.signature(fn).bind(*leading, *args, **kwargs)
+        params = worker_params(fn, leading=len(leading))
     except (TypeError, ValueError):
         return
     for param in params:
         if param.name in bound.arguments:
             problem = value_problem(param, bound.arguments[param.name])
             if problem:
-                raise LaunchInputError(f"{param.name} {problem}")
+                raise LaunchInputError(f"{param.flag if as_flags else param.name} {problem}")
 
 
 def check_environment(environ: Mapping[str, str]) -> None:
@@ -262,17 +270,35 @@ def torchrun_mode(environ: Mapping[str, str], world_size: object = None) -> bool
     return True
 
 
-def check_launch(fn: Callable, world_size: object, args: object, kwargs: object, backend: object,
-                 start_method: object, timeout: object, env: object = None) -> tuple:
-    """Validate a launch; return (fn_ref, world_size, args, kwargs, backend, start_method, timeout).
-    ``env`` (extra variables for every rank) is checked too; the inherited environment always is."""
+@dataclass(frozen=True)
+class Launch:
+    """A launch that passed :func:`check_launch`: what the launcher starts, nothing left to check."""
+
+    fn_ref: str  # "module:qualname", imported by name in each child
+    world_size: int
+    args: tuple
+    kwargs: dict
+    backend: str
+    start_method: str
+    timeout: float | None
+    env: dict[str, str]  # extra variables for every rank
+
+
+def check_launch(fn: Callable, world_size: object, args: object = (), kwargs: object = None, *,
+                 backend: object = None, start_method: object = None, timeout: object = None, env: object = None,
+                 passes_world_size: bool = True, as_flags: bool = False) -> Launch:
+    """Check a launch before any process starts: the world size, the worker (importable by name in
+    the children) and its arguments (picklable, values its signature allows), ``env`` together with
+    the environment the ranks inherit, the backend (default: the device rule's), the start method
+    and the timeout. ``passes_world_size`` and ``as_flags``: see :func:`check_worker_arguments`."""
     from ddp_lib.device import check_backend, default_backend  # imports torch
 
     world_size = check_world_size(world_size)
     fn, args, kwargs = unwrap_partial(fn, check_args(args), check_kwargs(kwargs))
     check_picklable(args, kwargs)
     fn_ref = check_worker(fn)
-    check_worker_arguments(fn, args, kwargs)
-    check_env(env)
+    check_worker_arguments(fn, args, kwargs, passes_world_size=passes_world_size, as_flags=as_flags)
+    env = check_env(env)
     backend = default_backend(world_size) if backend is None else check_backend(backend, world_size)
-    return fn_ref, world_size, args, kwargs, backend, check_start_method(start_method), check_timeout(timeout)
+    return Launch(fn_ref, world_size, args, kwargs, backend, check_start_method(start_method),
+                  check_timeout(timeout), env)
