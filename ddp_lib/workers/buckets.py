@@ -174,8 +174,8 @@ TIMELINE_WIDTHS = (256,) * 8  # seven 256 KiB weights: backward and all-reduces 
 
 def scratch_vs_torch(rank: int, world_size: int, way: Way = "buckets", steps: int = 4,
                      bucket_cap_mb: float = 0.001, seed: int = 0, per_rank_batch: int = 4) -> dict:
-    """Train the same model with torch's DDP and with the from-scratch DDP ``way`` (one of WAYS) side by side for ``steps``
-    steps. Returns the largest difference of gradients and of parameters over all steps, the
+    """Train the same model with torch's DDP and with the from-scratch DDP ``way`` (one of WAYS) side
+    by side for ``steps`` steps. Returns the largest difference of gradients and of parameters over all steps, the
     all-reduces per step of the scratch version, and whether all ranks ended equal.
 
     Args:
