@@ -276,6 +276,8 @@ def run_lesson(page, base: str, token: str, copy: Path, name: str) -> Result:
     quietest = max(clock.blank_starts(time.monotonic()).items(), key=lambda kv: kv[1], default=None)
     if quietest:
         result.notes.append(f"longest blank start: cell {quietest[0]}, {quietest[1]:.0f} s")
+    if hasattr(os, "getloadavg"):  # times and blank starts stretch with the machine's load
+        result.notes.append(f"load average {os.getloadavg()[1]:.1f} over 5 minutes, {os.cpu_count()} CPUs")
     close_discarding(page)
     return result
 
