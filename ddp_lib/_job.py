@@ -20,7 +20,7 @@ from multiprocessing.connection import wait
 
 from ddp_lib import _child
 from ddp_lib._live_output import LiveOutput, output_text
-from ddp_lib._pids import OwnProcess
+from ddp_lib._pids import OwnProcess, pid_alive
 from ddp_lib.errors import is_peer_failure
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
@@ -28,6 +28,37 @@ EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
 STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
+
+
+# Printed when a notebook kernel starts its forkserver: the first launch's cell would otherwise
+# stay blank while the server imports torch. Fixed text, so that stored and fresh outputs match.
+FORKSERVER_NOTICE = ("starting the forkserver, the process that starts each rank: "
+                     "it imports torch once per kernel (5 to 20 s)")
+
+
+def _in_notebook_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (JupyterLab, nbclient, Colab), not a script, the
+    command line or a terminal IPython. IPython is never imported here for the question."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+    return getattr(shell, "kernel", None) is not None
+
+
+def _forkserver_running() -> bool:
+    """Whether this process's forkserver has been started and has not exited (not reaped here:
+    multiprocessing reaps it, and restarts it, in ensure_running)."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if not hasattr(server, "_forkserver_pid"):
+        return True  # internals of another Python version: say nothing rather than at every launch
+    pid = server._forkserver_pid
+    if pid is None:
+        return False
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except (AttributeError, OSError):
+        return pid_alive(pid)
 
 
 def _start_forkserver_deaf_to_ctrl_c() -> None:
@@ -39,6 +70,10 @@ def _start_forkserver_deaf_to_ctrl_c() -> None:
     it. An ignored signal stays ignored across exec, and Python then installs no handler."""
     from multiprocessing import forkserver
 
+    # Only in a notebook: a kernel starts one forkserver for all its launches, while each command
+    # line run starts its own, where the line would be noise printed every time.
+    if _in_notebook_kernel() and not _forkserver_running():
+        print(FORKSERVER_NOTICE, flush=True)
     if threading.current_thread() is not threading.main_thread():
         forkserver.ensure_running()  # signal handlers can only be changed from the main thread
         return

@@ -46,3 +46,20 @@ def test_an_unknown_lesson_is_refused_before_anything_starts(capsys):
         browser_check.main(["99_nothing.ipynb"])
     assert exit_.value.code == 2
     assert "no such lesson: 99_nothing.ipynb" in capsys.readouterr().err
+
+
+def cells(*states):
+    """Readings of code cells: "*" running or queued, "3" done, "" not run; ":text" its output."""
+    return [{"prompt": f"[{s.split(':')[0] or ' '}]:", "text": s.partition(":")[2]} for s in states]
+
+
+def test_a_cell_is_blank_from_its_start_to_its_first_output_or_its_end():
+    clock = browser_check.CellClock()
+    assert clock.observe(0, cells("*", "*", "*")) == [0, 1, 2]  # cell 0 runs, the others queued
+    clock.observe(2, cells("1", "*", "*"))  # cell 0 ended with no output: 2 s blank
+    clock.observe(5, cells("1", "*:starting the forkserver", "*"))
+    clock.observe(40, cells("1", "2:starting the forkserver\n[rank 0] done", "*"))
+    assert clock.took == {0: 2, 1: 38}
+    assert clock.blank_starts(now=75) == {0: 2, 1: 3, 2: 35}  # cell 2 still running, blank so far
+    clock.observe(80, cells("1", "2:x", "3:y"))
+    assert clock.blank_starts(now=90) == {0: 2, 1: 3, 2: 40}

@@ -11,11 +11,15 @@ what a learner does:
    notebook modified when the kernel's ``language_info`` differs from the stored one);
 2. runs Kernel > Restart Kernel and Run All Cells, timing every cell: a cell may take its stated time
    ("about N s" in the text just before it, with a margin for a busy machine) or ``DEFAULT_CELL_LIMIT``;
-3. fails on an error output in a cell not tagged ``raises-exception``.
+3. fails on a cell that runs for more than ``SILENT_LIMIT`` seconds before showing any output (the
+   learner sees a blank cell and cannot tell a slow start from a hang);
+4. fails on an error output in a cell not tagged ``raises-exception``.
 
 Then, in a scratch notebook, it presses the stop button while a launch is running, once during the
 kernel's first launch and once later: the cell must end with one short line, no rank may be left
-running, and the next launch in the same kernel must work.
+running, and the next launch in the same kernel must work. The kernel's first launch must say, before
+its ranks start, that it is starting the forkserver (a blank wait of seconds otherwise), and no later
+launch may say it again.
 
 The browser is the platform's Chromium (``chromium`` on Debian; ``CHROMIUM=/path`` for another);
 Playwright's own browser builds are never downloaded. Where no browser or no Playwright can be had,
@@ -41,11 +45,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_lab  # noqa: E402  (tools/ is not a package)
 
+from ddp_lib._job import FORKSERVER_NOTICE  # noqa: E402
+
 ROOT = check_lab.ROOT
 LESSONS = ROOT / "notebooks"
 DEFAULT_CELL_LIMIT = 90.0  # s: a cell whose text states no time
 STATED_MARGIN = 3.0  # a stated time may be exceeded this many times over (a busy machine, a cold start)
 LESSON_LIMIT = 900.0  # s for one lesson's Run All
+# s a running cell may show nothing: an import cell on a busy machine takes up to about 25 s.
+SILENT_LIMIT = 30.0
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)")  # an error output, or a rank's traceback
 VISIBLE = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 # "about 20 s", "about 2 minutes", "20-40 s", "takes 30 seconds"
@@ -116,6 +124,36 @@ class Result:
     name: str
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CellClock:
+    """Times of a Run All's code cells, from readings of the page (each cell's prompt and output
+    text) a few times a second: when each started, how long it took, how long it showed nothing."""
+
+    started: dict[int, float] = field(default_factory=dict)
+    took: dict[int, float] = field(default_factory=dict)
+    first_output: dict[int, float] = field(default_factory=dict)  # seconds from its start to its first output
+
+    def observe(self, now: float, cells: list[dict]) -> list[int]:
+        """Record one reading; return the cells that show [*]. Queued cells show it too: the one
+        executing is the first of them."""
+        running = [i for i, cell in enumerate(cells) if "*" in cell["prompt"]]
+        if running and running[0] not in self.started:
+            self.started[running[0]] = now
+        for i, cell in enumerate(cells):
+            if i not in self.started:
+                continue
+            if i not in self.took and re.search(r"\[\d+\]", cell["prompt"]):
+                self.took[i] = now - self.started[i]
+            if i not in self.first_output and cell["text"].strip():
+                self.first_output[i] = now - self.started[i]
+        return running
+
+    def blank_starts(self, now: float) -> dict[int, float]:
+        """Per cell that started: seconds it ran showing nothing (all of its run if it never showed
+        anything; up to ``now`` if it is still running blank)."""
+        return {i: self.first_output.get(i, self.took.get(i, now - start)) for i, start in self.started.items()}
 
 
 # Reads the open notebook from the page: each code cell's prompt ("[*]:", "[3]:", "[ ]:"), whether it
@@ -197,20 +235,14 @@ def run_lesson(page, base: str, token: str, copy: Path, name: str) -> Result:
     menu(page, "Kernel", "Restart Kernel and Run All Cells…")
     page.click(".jp-Dialog-button.jp-mod-accept", timeout=10_000)
     start = time.monotonic()
-    started: dict[int, float] = {}
-    took: dict[int, float] = {}
+    clock = CellClock()
+    started, took = clock.started, clock.took
     quiet = 0
     while True:
         state = page.evaluate(STATE_JS)
         now = time.monotonic()
         prompts = [c["prompt"] for c in state["cells"]]
-        # Queued cells show [*] too: the one executing is the first of them.
-        running = [i for i, p in enumerate(prompts) if "*" in p]
-        if running and running[0] not in started:
-            started[running[0]] = now
-        for i, prompt in enumerate(prompts):
-            if re.search(r"\[\d+\]", prompt) and i in started and i not in took:
-                took[i] = now - started[i]
+        running = clock.observe(now, state["cells"])
         if running and now - started[running[0]] > limits[running[0]] * 2:
             result.problems.append(f"cell {running[0]} still running after {now - started[running[0]]:.0f} s; stopped")
             page.click(f"{VISIBLE} [data-command='notebook:interrupt-kernel']")
@@ -229,6 +261,9 @@ def run_lesson(page, base: str, token: str, copy: Path, name: str) -> Result:
             break
         time.sleep(0.25)
     total = time.monotonic() - start
+    for i, seconds in clock.blank_starts(time.monotonic()).items():
+        if seconds > SILENT_LIMIT:
+            result.problems.append(f"cell {i} showed nothing for {seconds:.0f} s, more than {SILENT_LIMIT:.0f} s")
     for i, seconds in sorted(took.items()):
         if seconds > limits[i]:
             result.problems.append(f"cell {i} took {seconds:.0f} s, more than its {limits[i]:.0f} s")
@@ -238,6 +273,11 @@ def run_lesson(page, base: str, token: str, copy: Path, name: str) -> Result:
             result.problems.append(f"cell {i} shows an unexpected error: {first.strip()[:160]}")
     slow = sorted(took.items(), key=lambda kv: -kv[1])[:3]
     result.notes.append(f"Run All {total:.0f} s; slowest cells " + ", ".join(f"{i}: {s:.0f} s" for i, s in slow))
+    quietest = max(clock.blank_starts(time.monotonic()).items(), key=lambda kv: kv[1], default=None)
+    if quietest:
+        result.notes.append(f"longest blank start: cell {quietest[0]}, {quietest[1]:.0f} s")
+    if hasattr(os, "getloadavg"):  # times and blank starts stretch with the machine's load
+        result.notes.append(f"load average {os.getloadavg()[1]:.1f} over 5 minutes, {os.cpu_count()} CPUs")
     close_discarding(page)
     return result
 
@@ -326,11 +366,22 @@ def press_stop(page, base: str, token: str, copy: Path, server_pid: int, first_l
     if run_cell(page, IMPORTS, 120) is None:
         result.problems.append("importing ddp_lib did not finish")
         return result
-    if first_launch_delay >= 5 and run_cell(page, LAUNCH, 180) is None:  # warm the forkserver first
-        result.problems.append("the warm-up launch did not finish")
+    if first_launch_delay >= 5:  # warm the forkserver first
+        warm = run_cell(page, LAUNCH, 180)
+        if warm is None:
+            result.problems.append("the warm-up launch did not finish")
+        elif FORKSERVER_NOTICE not in warm["cells"][LAUNCH]["text"]:
+            result.problems.append("the kernel's first launch did not say it was starting the forkserver")
     run_cell(page, HANG, 0)
     page.wait_for_timeout(first_launch_delay * 1000)
+    before_stop = page.evaluate(STATE_JS)["cells"][HANG]["text"]
     page.click(f"{VISIBLE} [data-command='notebook:interrupt-kernel']")
+    first = first_launch_delay < 5
+    if first and FORKSERVER_NOTICE not in before_stop:
+        result.problems.append(f"the kernel's first launch showed nothing about the forkserver within "
+                               f"{first_launch_delay:.0f} s: {before_stop[:120]!r}")
+    if not first and FORKSERVER_NOTICE in before_stop:
+        result.problems.append("a later launch said again that it was starting the forkserver")
     state = wait_state(page, lambda s: "*" not in s["cells"][HANG]["prompt"], 60)
     if state is None:
         result.problems.append("the cell was still running 60 s after the stop button")
@@ -347,6 +398,8 @@ def press_stop(page, base: str, token: str, copy: Path, server_pid: int, first_l
     if state is None or "2 ranks finished" not in state["cells"][LAUNCH]["text"]:
         result.problems.append("the next launch in the same kernel did not work: "
                                + (state["cells"][LAUNCH]["text"][-200:] if state else "still running after 180 s"))
+    elif FORKSERVER_NOTICE in state["cells"][LAUNCH]["text"] and first:
+        result.problems.append("the launch after the stop started the forkserver again (the stop killed it)")
     close_discarding(page)
     return result
 

@@ -257,8 +257,8 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
                           master_port: int | None = None) -> list[dict]:
     """Start ``jobs`` torchrun jobs of ``script`` at the same time on this machine (with
     ``--master-port`` if given) and wait for them. Per job: its command ("torchrun" standing for
-    ``python -m torch.distributed.run``), its exit code, what it printed, and whether its error
-    output says EADDRINUSE."""
+    ``python -m torch.distributed.run``), its exit code, the last line it printed (the script's
+    result), and whether its error output says EADDRINUSE."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node)]
     if master_port is not None:
         command += ["--master-port", str(master_port)]
@@ -272,7 +272,7 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
     for process in running:
         stdout, stderr = process.communicate()
         finished.append({"command": " ".join(["torchrun", *process.args[3:-1], script]),
-                         "exit code": process.returncode, "printed": stdout.strip(),
+                         "exit code": process.returncode, "printed": (stdout.strip().splitlines() or [""])[-1],
                          "EADDRINUSE": "EADDRINUSE" in stderr})
     return finished
 
