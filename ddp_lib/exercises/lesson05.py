@@ -1,9 +1,10 @@
 """Checker for lesson 05's exercise: a worker that says which samples its rank reads each epoch.
 
 The learner writes ``epoch_indices(rank, world_size, epochs, seed) -> list[list[int]]`` using a
-``DistributedSampler`` over ``ddp_lib.workers.shared.make_moons()``; the checker runs it on 2 ranks and then on 3 or 5 (drawn),
-each time with a number of epochs it draws (never the same twice in one check) and one seed it draws,
-and compares every epoch of every rank with ``DistributedSampler``'s order for that seed and epoch.
+``DistributedSampler`` over ``ddp_lib.workers.shared.make_moons()``; the checker runs it on 2 ranks
+and then on 3 or 5 (drawn), each time with a number of epochs it draws (never the same twice in one
+check) and one seed it draws, and compares every epoch of every rank with ``DistributedSampler``'s
+order for that seed and epoch.
 """
 
 from __future__ import annotations
