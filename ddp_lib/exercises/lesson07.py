@@ -21,9 +21,9 @@ from collections.abc import Callable
 from ddp_lib.exercises.checking import (
     CollectiveInputs,
     Report,
-    counting_collectives,
     launch_on_ranks,
     load_worker,
+    watching_collectives,
     worker_name,
 )
 
@@ -42,8 +42,9 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     # there: whatever that code later does to this frame's variables, the check uses what was drawn.
     print(f"{METRIC_LINE}{metric!r}", flush=True)
     fn = load_worker(target)
-    with counting_collectives() as counts, CollectiveInputs() as sent:
+    with watching_collectives() as watched:
         value = fn(rank, world_size, metric)
+    counts, sent = watched.counts, watched.inputs
     if hasattr(value, "detach"):  # a tensor: one element is a number written differently
         value = float(value.item()) if value.numel() == 1 else f"<{type(value).__name__} of shape {list(value.shape)}>"
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy.float32, Fraction: a number too
