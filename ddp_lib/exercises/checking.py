@@ -241,8 +241,9 @@ def watching_collectives(limit: int = 1 << 16) -> Iterator[Collectives]:
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, _Mode():
         yield seen
     ran = _operators_run(prof.profiler.kineto_results.experimental_event_tree())
-    counts = collections.Counter(name.removeprefix("c10d::") for name, _ in ran if name.startswith("c10d::"))
-    ran_by_kind = collections.Counter(ran)
+    counts = collections.Counter(name.removeprefix("c10d::") for name, _, _ in ran if name.startswith("c10d::"))
+    # The operators the block called itself: one that ran inside another is no call of its own.
+    ran_by_kind = collections.Counter((name, shapes) for name, shapes, inside in ran if not inside)
     called_by_kind = collections.Counter((name, shapes) for name, shapes, _ in calls)
     inputs = CollectiveInputs(limit)
     for name, shapes, given in calls:
@@ -281,24 +282,23 @@ def _shapes(schema, args: tuple, kwargs: dict) -> tuple:
     return _flat_shapes([*args, *(kwargs[name] for name in names[len(args):] if name in kwargs)])
 
 
-def _operators_run(roots) -> list[tuple[str, tuple]]:
+def _operators_run(roots) -> list[tuple[str, tuple, bool]]:
     """Every c10d operator (and functional collective) in the profiler's event tree, as (name, input
-    shapes), counted once: the same operator again right under the dispatch mode's own event is the
-    mode handing the call on, not a second call."""
+    shapes, whether it ran inside another one: a functional all-reduce runs c10d's), counted once:
+    the same operator again right under the dispatch mode's own event is the mode handing the call
+    on, not a second call."""
     from torch._C._profiler import RecordScope, _EventType
 
-    found, stack = [], list(roots)
+    found, stack = [], [(root, False) for root in roots]
     while stack:
-        event = stack.pop()
-        stack.extend(event.children)
+        event, inside = stack.pop()
         kind, fields = event.typed
-        if kind != _EventType.TorchOp or fields.scope != RecordScope.FUNCTION:
-            continue  # a record_function block of the same name is not an operator
-        if not event.name.startswith(("c10d::", "_c10d_functional::")):
-            continue
-        if event.parent is not None and event.parent.name == "PythonDispatchMode":
-            continue
-        found.append((event.name, _flat_shapes(fields.inputs)))
+        # A record_function block of the same name is no operator; the mode's hand-on is no new call.
+        is_collective = (kind == _EventType.TorchOp and fields.scope == RecordScope.FUNCTION
+                         and event.name.startswith(("c10d::", "_c10d_functional::")))
+        if is_collective and not (event.parent is not None and event.parent.name == "PythonDispatchMode"):
+            found.append((event.name, _flat_shapes(fields.inputs), inside))
+        stack.extend((child, inside or is_collective) for child in event.children)
     return found
 
 
