@@ -170,6 +170,19 @@ def through_the_store_beside_an_all_reduce(rank, world_size, name):
         return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
 
 
+def through_the_store_with_forged_collective_inputs(rank, world_size, name):
+    # Swaps the names through the group's store, runs an all_reduce of zeros, then adds to the
+    # checker's records (found through gc) that its name went into an all-gather.
+    from forged_collectives import forge_inputs
+    from torch.distributed import distributed_c10d
+    with process_group(rank, world_size):
+        store = distributed_c10d._get_default_store()
+        everyone = _gathered_through(store.set, lambda key: store.get(key).decode(), rank, world_size, name)
+        dist.all_reduce(torch.zeros(1))
+        assert forge_inputs("c10d::allgather_", [torch.tensor(list(name.encode()), dtype=torch.uint8)])
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
+
+
 def reads_gc(rank, world_size, name):
     # No group: looks through every object this process holds for the others' names.
     import gc

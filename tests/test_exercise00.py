@@ -40,6 +40,8 @@ NO_COLLECTIVE = "FAIL world_size 2: rank 0 has the right names but ran no collec
     (solutions.through_files, NO_COLLECTIVE),
     (solutions.gathers_within_itself, NO_COLLECTIVE),
     (solutions.through_the_store_beside_an_all_reduce, "FAIL world_size 2: rank 0 has the right names but ran no"),
+    (solutions.through_the_store_with_forged_collective_inputs,
+     "FAIL world_size 2: rank 0 has the right names but ran no"),
     (solutions.through_the_launchers_store, NO_COLLECTIVE),
     (solutions.through_the_groups_store, NO_COLLECTIVE),
     (solutions.forges_the_checkers_records, NO_COLLECTIVE),

@@ -317,6 +317,28 @@ WRONG = {
                 p.grad.copy_(mean[offset:offset + p.numel()].view_as(p.grad))
                 offset += p.numel()
         """, "gave no collective their own gradients"),
+    # The gradients through the store beside an all-reduce of zeros; then a record saying they went
+    # into an all-reduce, added to the checker's records of collective inputs found through gc.
+    # Refused: the profiler saw no all-reduce of those shapes, so the record is dropped.
+    "collective_inputs_record_forged_through_gc": ("""
+        import io
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from forged_collectives import forge_inputs
+
+        def average_gradients(model):
+            store = distributed_c10d._get_default_store()
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            buffer = io.BytesIO()
+            torch.save([p.grad for p in model.parameters()], buffer)
+            store.set(f"grads{rank}", buffer.getvalue())
+            dist.all_reduce(torch.zeros(1))
+            assert forge_inputs("c10d::allreduce_", [p.grad for p in model.parameters()])
+            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
+            for i, p in enumerate(model.parameters()):
+                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+        """, "gave no collective their own gradients"),
 }
 
 
@@ -340,41 +362,3 @@ def test_wrong_answers_are_refused(case, tmp_path, monkeypatch):
     source, message = WRONG[case]
     report = check_average_gradients(_load(tmp_path, monkeypatch, f"wrong04_{case}", source))
     assert not report.passed and message in str(report), str(report)
-
-
-# A known limit: code that runs in the rank's own process can rewrite what the checker keeps there.
-# This answer averages through the store and should be refused; the checker passes it today.
-KNOWN_LIMITS = {
-    # Its own gradients written into the record of collective inputs, found through gc.
-    "collective_inputs_record_forged_through_gc": """
-        import gc
-        import io
-        import torch
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-        from ddp_lib.exercises.checking import CollectiveInputs
-
-        def average_gradients(model):
-            store = distributed_c10d._get_default_store()
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-            for obj in gc.get_objects():
-                if isinstance(obj, CollectiveInputs):
-                    for p in model.parameters():
-                        obj.values.append(p.grad.reshape(-1).tolist())
-                        obj.value_group_sizes.append(world_size)
-            buffer = io.BytesIO()
-            torch.save([p.grad for p in model.parameters()], buffer)
-            store.set(f"grads{rank}", buffer.getvalue())
-            dist.all_reduce(torch.zeros(1))
-            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
-            for i, p in enumerate(model.parameters()):
-                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
-        """,
-}
-
-
-@pytest.mark.xfail(strict=True, reason="the rank's process can rewrite the checker's records; see KNOWN_LIMITS")
-@pytest.mark.parametrize("case", sorted(KNOWN_LIMITS))
-def test_known_limits_still_pass(case, tmp_path, monkeypatch):
-    report = check_average_gradients(_load(tmp_path, monkeypatch, f"limit04_{case}", KNOWN_LIMITS[case]))
-    assert not report.passed, str(report)

@@ -22,6 +22,9 @@ from ddp_lib.launch_checks import check_worker
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
 # c10d operators that move no data between ranks (as counted by counting_collectives).
 NOT_CARRYING_DATA = frozenset({"barrier", "monitored_barrier_"})
+# Backends that carry data between processes. torch's "fake" backend (for tests) accepts collectives
+# of any world size and sends nothing to anyone.
+REAL_BACKENDS = ("gloo", "nccl", "xccl", "ucc", "mpi")
 
 
 @dataclass
@@ -150,15 +153,11 @@ def _reset(record, cls: type) -> None:
     dict.clear(record)
 
 
-# The mode and records of each CollectiveInputs block in progress, by the object's id.
-_RECORDING: dict[int, tuple] = {}
-
-
 class CollectiveInputs:
-    """In a rank, as a context manager: what every collective that carries data was given, however it
-    was called (every route reaches a c10d operator through torch's dispatcher), so that a checker
-    can ask whether a rank's private value really travelled through the process group, and not
-    through files or the store beside a collective that carries nothing of it."""
+    """What every collective that carries data was given in a :func:`watching_collectives` block
+    (the ``inputs`` it yields), so that a checker can ask whether a rank's private value really
+    travelled through the process group, and not through files or the store beside a collective
+    that carries nothing of it."""
 
     def __init__(self, limit: int = 1 << 16) -> None:
         self.limit = limit  # elements kept per tensor
@@ -168,36 +167,6 @@ class CollectiveInputs:
         self.raw_group_sizes: list[int | None] = []
         self.value_group_sizes: list[int | None] = []
         self.by_op: list[tuple[str, list]] = []  # (operator, values) for each tensor given to one
-
-    def __enter__(self) -> CollectiveInputs:
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        limit = self.limit
-        # Kept here, where the block's code reaches nothing through this object or its own callers'
-        # frames; copied onto the object when the block ends, replacing whatever the block put there.
-        kept = CollectiveInputs(limit)
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = func._schema.name
-                # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
-                if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
-                    group = group_of(args, func._schema)
-                    _keep(kept, name.split("::")[1], _sent_by_this_rank(func._schema, args, group),
-                          group.size() if group else None, limit)
-                return func(*args, **(kwargs or {}))
-
-        mode = _Mode()
-        mode.__enter__()
-        _RECORDING[id(self)] = (mode, kept)  # not on this object, which the block can reach
-        return self
-
-    def __exit__(self, *exc) -> None:
-        mode, kept = _RECORDING.pop(id(self))
-        mode.__exit__(*exc)
-        self.__class__ = CollectiveInputs
-        self.__dict__.clear()
-        self.__dict__.update(kept.__dict__)
 
     def over(self, group_size: int) -> CollectiveInputs:
         """Only what went into collectives over a group of ``group_size`` ranks (a collective in a
@@ -224,6 +193,135 @@ class CollectiveInputs:
         if any(pattern in raw for raw in self.raw):
             return True
         return any(_in_order(numbers, values) for values in self.values)
+
+
+@dataclass
+class Collectives:
+    """What :func:`watching_collectives` saw: ``counts``, the collectives that ran by c10d's
+    operator name (as :func:`counting_collectives` counts them), and ``inputs``, what those that
+    carry data were given (a :class:`CollectiveInputs`; only what went to a group on one of
+    REAL_BACKENDS counts as sent to its ranks), and ``backends``. All are filled when the block ends."""
+
+    counts: collections.Counter = field(default_factory=collections.Counter)
+    inputs: CollectiveInputs = field(default_factory=CollectiveInputs)
+    backends: tuple[str, ...] = ()  # the backends of the groups the collectives ran in
+
+
+@contextlib.contextmanager
+def watching_collectives(limit: int = 1 << 16) -> Iterator[Collectives]:
+    """In a rank: count the collectives the block runs and keep what each was given, however it was
+    called (``dist.all_reduce``, ``distributed_c10d.all_reduce``, a name imported from
+    ``torch.distributed``, a ``ProcessGroup`` method, a functional collective, DDP's reducer).
+
+    Two witnesses run together. A dispatch mode sees every c10d operator's arguments and keeps the
+    data this rank sends (at most ``limit`` elements per tensor). Torch's profiler, with the shapes
+    of each operator's inputs, records every c10d operator that ran; it holds no values. When the
+    block ends, an input is kept only if the profiler saw the same operator with the same input
+    shapes and dtypes, and no more inputs than operators of that kind: the block's code runs in
+    this process and can reach the dispatch mode's records (through ``gc``), but an input it adds
+    there has no operator behind it, so it is dropped, and the records of that kind with it.
+
+    The limit: code in the block can still run a real collective of the same operator and shapes
+    (an all-reduce of zeros) and then rewrite the values recorded for it, or change torch itself;
+    the profiler checks that the operator ran, not what it carried."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: list[tuple] = []  # (operator, input shapes, what this rank sent), one per operator called
+    backends: set[str] = set()
+
+    class _Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name
+            # c10d's operators, and the functional collectives' (_functional_collectives.all_reduce)
+            if name.startswith(("c10d::", "_c10d_functional::")) and "barrier" not in name:
+                group = group_of(args, func._schema)
+                backend = _backend_of(group)
+                if backend is not None:
+                    backends.add(backend)
+                # A group on the "fake" backend has any size and sends nothing: no group size counts.
+                size = group.size() if group is not None and backend in REAL_BACKENDS else None
+                given = CollectiveInputs(limit)  # copied now: the operator may write into its inputs
+                _keep(given, name.split("::")[1], _sent_by_this_rank(func._schema, args, group), size, limit)
+                calls.append((name, _shapes(func._schema, args, kwargs or {}), given))
+            return func(*args, **(kwargs or {}))
+
+    seen = Collectives()
+    # One profiler only: a second one started inside it would leave the outer one empty.
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof, _Mode():
+        yield seen
+    ran = _operators_run(prof.profiler.kineto_results.experimental_event_tree())
+    counts = collections.Counter(name.removeprefix("c10d::") for name, _, _ in ran if name.startswith("c10d::"))
+    # The operators the block called itself: one that ran inside another is no call of its own.
+    ran_by_kind = collections.Counter((name, shapes) for name, shapes, inside in ran if not inside)
+    called_by_kind = collections.Counter((name, shapes) for name, shapes, _ in calls)
+    inputs = CollectiveInputs(limit)
+    for name, shapes, given in calls:
+        if called_by_kind[(name, shapes)] <= ran_by_kind[(name, shapes)]:
+            for entries in ("raw", "values", "raw_group_sizes", "value_group_sizes", "by_op"):
+                getattr(inputs, entries).extend(getattr(given, entries))
+    # Whatever the block did to the object it was given (attributes, methods, its class) is undone.
+    seen.__class__ = Collectives
+    seen.__dict__.clear()
+    seen.__dict__.update(counts=counts, inputs=inputs, backends=tuple(sorted(backends)))
+
+
+def _backend_of(group) -> str | None:
+    """The backend of a process group ("gloo", "nccl", "fake", ...), None when there is no group."""
+    import torch.distributed as dist
+
+    if group is None:
+        return None
+    try:
+        return str(dist.get_backend(group))
+    except (RuntimeError, ValueError):
+        return "unknown"
+
+
+def _tensor_shape(value) -> tuple | None:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape), str(value.dtype)
+    if hasattr(value, "sizes") and hasattr(value, "dtype"):  # the profiler's record of a tensor
+        return tuple(value.sizes), str(value.dtype)
+    return None
+
+
+def _flat_shapes(values) -> tuple:
+    """The shapes and dtypes of the tensors among ``values`` and in their lists (a list of lists, as an
+    all-gather's outputs, is left out: the profiler records none of its shapes)."""
+    shapes = []
+    for value in values:
+        items = value if isinstance(value, (list, tuple)) else [value]
+        shapes.extend(shape for shape in map(_tensor_shape, items) if shape is not None)
+    return tuple(shapes)
+
+
+def _shapes(schema, args: tuple, kwargs: dict) -> tuple:
+    """In the dispatch mode: the shapes of a c10d operator's tensor arguments, in the schema's order."""
+    names = [a.name for a in schema.arguments]
+    return _flat_shapes([*args, *(kwargs[name] for name in names[len(args):] if name in kwargs)])
+
+
+def _operators_run(roots) -> list[tuple[str, tuple, bool]]:
+    """Every c10d operator (and functional collective) in the profiler's event tree, as (name, input
+    shapes, whether it ran inside another one: a functional all-reduce runs c10d's), counted once:
+    the same operator again right under the dispatch mode's own event is the mode handing the call
+    on, not a second call."""
+    from torch._C._profiler import RecordScope, _EventType
+
+    found, stack = [], [(root, False) for root in roots]
+    while stack:
+        event, inside = stack.pop()
+        kind, fields = event.typed
+        # A record_function block of the same name is no operator; the mode's hand-on is no new call.
+        is_collective = (kind == _EventType.TorchOp and fields.scope == RecordScope.FUNCTION
+                         and event.name.startswith(("c10d::", "_c10d_functional::")))
+        if is_collective and not (event.parent is not None and event.parent.name == "PythonDispatchMode"):
+            found.append((event.name, _flat_shapes(fields.inputs), inside))
+        stack.extend((child, inside or is_collective) for child in event.children)
+    return found
 
 
 def _keep(into: CollectiveInputs, op: str, value, group_size: int | None, limit: int) -> None:

@@ -21,11 +21,10 @@ from collections.abc import Callable
 
 from ddp_lib.exercises.checking import (
     NOT_CARRYING_DATA,
-    CollectiveInputs,
     Report,
-    counting_collectives,
     load_worker,
     run_on_ranks,
+    watching_collectives,
     worker_name,
 )
 
@@ -34,8 +33,9 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draws this rank's name, then calls the learner's worker with it,
     counting the collectives it ran that carry data."""
     name = secrets.token_hex(4)  # fresh randomness: no other process can know it
-    with counting_collectives() as calls, CollectiveInputs() as sent:
+    with watching_collectives() as watched:
         got = load_worker(target)(rank, world_size, name)
+    calls, sent = watched.counts, watched.inputs
     got = _plain(got)  # here, where only this rank's name exists: no object of the learner's leaves it
     carried = sum(n for op, n in calls.items() if op not in NOT_CARRYING_DATA)
     # A collective that carries data is not enough (names swapped through the store, then an

@@ -23,11 +23,10 @@ import random
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import (
-    CollectiveInputs,
     Report,
-    counting_collectives,
     load_worker,
     run_on_ranks,
+    watching_collectives,
     worker_name,
 )
 
@@ -46,8 +45,9 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draws this rank's value, runs the learner's worker on it, counting the
     collectives it ran; returns the value beside the answer (a plain float, or its kind)."""
     x = _draw_value()
-    with counting_collectives() as calls, CollectiveInputs() as sent:
+    with watching_collectives() as watched:
         answer = load_worker(target)(rank, world_size, x)
+    calls, sent = watched.counts, watched.inputs
     if isinstance(answer, numbers.Real) and not isinstance(answer, bool):
         # Converted here, where no other rank's value exists: float.__float__ drops any subclass.
         answer = float.__float__(float(answer))

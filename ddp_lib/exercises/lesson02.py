@@ -21,11 +21,10 @@ from collections.abc import Callable, Sequence
 from ddp_lib.errors import LaunchInputError
 from ddp_lib.exercises.checking import (
     NOT_CARRYING_DATA,
-    CollectiveInputs,
     Report,
-    counting_collectives,
     load_worker,
     run_on_ranks,
+    watching_collectives,
     worker_name,
 )
 
@@ -46,8 +45,9 @@ def _run_learner(rank: int, world_size: int, target: str, n: int) -> dict:
     """Runs in each rank: draw this rank's share here (no other process has it), call the
     learner's worker on it while counting the collectives that run, and return both."""
     share = tuple(secrets.randbelow(1000) for _ in expected_share(rank, world_size, n))  # immutable record
-    with counting_collectives() as ops, CollectiveInputs() as sent:
+    with watching_collectives() as watched:
         answer = load_worker(target)(rank, world_size, list(share))
+    ops, sent = watched.counts, watched.inputs
     if hasattr(answer, "tolist"):  # a tensor: its numbers, not the tensor
         answer = answer.tolist()
     # A collective that moves data is not enough (shares swapped through the store, then an

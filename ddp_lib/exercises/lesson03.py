@@ -26,11 +26,10 @@ import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
 from ddp_lib.exercises.checking import (
-    CollectiveInputs,
     Report,
-    counting_collectives,
     load_worker,
     run_on_ranks,
+    watching_collectives,
     worker_name,
 )
 from ddp_lib.workers.placement import expected_device, simulate_nodes
@@ -87,8 +86,9 @@ def _run_learner(rank: int, world_size: int, target: str, nproc_per_node: int) -
     # batch or weights without communicating.
     torch.manual_seed(int.from_bytes(os.urandom(8), "little"))
     load_worker(target)  # read the learner's file fresh
-    with watching_toy_model() as seen, counting_collectives() as collectives, CollectiveInputs() as given:
+    with watching_toy_model() as seen, watching_collectives() as watched:
         result = simulate_nodes(rank, world_size, nproc_per_node, target)
+    collectives, given = watched.counts, watched.inputs
     watched = None
     if "model" in seen:
         grads = seen["local_grads"]

@@ -23,11 +23,10 @@ from torch import nn
 
 from ddp_lib.exercises.checking import (
     NOT_CARRYING_DATA,
-    CollectiveInputs,
     Report,
-    counting_collectives,
     load_worker,
     run_on_ranks,
+    watching_collectives,
     worker_name,
 )
 
@@ -62,8 +61,9 @@ def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
         drawn = tuple((t.numpy().tobytes(), tuple(t.shape)) for t in (x, y))
         model = make_mlp(seed).to(device)  # same weights on every rank, as after DDP's broadcast
         nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
-        with counting_collectives() as collectives, CollectiveInputs() as sent:
+        with watching_collectives() as watched:
             average_gradients(model)
+        collectives, sent = watched.counts, watched.inputs
         x, y = (torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(shape) for data, shape in drawn)
         over_world = sent.over(world_size)  # a collective in a smaller group reaches not every rank
         return {

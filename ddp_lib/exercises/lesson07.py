@@ -20,12 +20,12 @@ import struct
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import (
+    REAL_BACKENDS,
     CollectiveInputs,
     Report,
-    counting_collectives,
-    group_of,
     launch_on_ranks,
     load_worker,
+    watching_collectives,
     worker_name,
 )
 
@@ -35,48 +35,6 @@ METRIC_LINE = "lesson 07 check: this rank drew the metric "
 COMBINING = ("allreduce_", "allreduce_coalesced_", "allgather_", "_allgather_base_", "allgather_into_tensor_coalesced_",
              "reduce_", "reduce_scatter_", "_reduce_scatter_base_", "gather_", "broadcast_", "scatter_", "alltoall_",
              "alltoall_base_", "send", "recv_")
-# Backends that carry data between processes. torch's "fake" backend (for tests) accepts collectives
-# of any size and sends nothing to anyone.
-REAL_BACKENDS = ("gloo", "nccl", "xccl", "ucc", "mpi")
-# The backends seen by each BackendsUsed block in progress, by the object's id: kept here, out of
-# reach of the learner's frames, and copied onto the object when the block ends.
-_SEEN: dict[int, tuple] = {}
-
-
-class BackendsUsed:
-    """In a rank, as a context manager: the backend of the process group of every collective the
-    block ran (``.backends`` once it ends), however the collective was called."""
-
-    def __enter__(self) -> BackendsUsed:
-        import torch.distributed as dist
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        seen: list[str] = []
-
-        class _Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func._schema.name.startswith(("c10d::", "_c10d_functional::")):
-                    group = group_of(args, func._schema)
-                    if group is not None:
-                        try:
-                            seen.append(str(dist.get_backend(group)))
-                        except (RuntimeError, ValueError):
-                            seen.append("unknown")
-                return func(*args, **(kwargs or {}))
-
-        mode = _Mode()
-        mode.__enter__()
-        _SEEN[id(self)] = (mode, seen)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        mode, seen = _SEEN.pop(id(self))
-        mode.__exit__(*exc)
-        self.__class__ = BackendsUsed
-        self.__dict__.clear()
-        self.backends = tuple(sorted(set(seen)))
-
-
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draw this rank's metric now, then call the learner's worker on it."""
     metric = round(0.01 + secrets.randbelow(99) / 100, 2)  # 0.01 .. 0.99, new on every run
@@ -84,15 +42,16 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     # there: whatever that code later does to this frame's variables, the check uses what was drawn.
     print(f"{METRIC_LINE}{metric!r}", flush=True)
     fn = load_worker(target)
-    with counting_collectives() as counts, CollectiveInputs() as sent, BackendsUsed() as used:
+    with watching_collectives() as watched:
         value = fn(rank, world_size, metric)
+    counts, sent = watched.counts, watched.inputs
     if hasattr(value, "detach"):  # a tensor: one element is a number written differently
         value = float(value.item()) if value.numel() == 1 else f"<{type(value).__name__} of shape {list(value.shape)}>"
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy.float32, Fraction: a number too
         value = float(value)
     return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING),
             "sent_metric": _carries(sent.over(world_size), metric, world_size),
-            "unreal_backends": [b for b in used.backends if b not in REAL_BACKENDS]}
+            "unreal_backends": [b for b in watched.backends if b not in REAL_BACKENDS]}
 
 
 def _carries(sent: CollectiveInputs, metric: float, world_size: int) -> bool:
