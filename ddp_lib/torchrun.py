@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -239,19 +240,33 @@ def rank_errors(log_dir: str, first_rank: int = 0) -> dict[int, str]:
     return found
 
 
+def _record_exception(exc: BaseException) -> None:
+    """Write ``exc`` (being handled) to the file torchrun names in ``TORCHELASTIC_ERROR_FILE``, as
+    torch's ``ErrorHandler.record_exception`` does (``elastic/multiprocessing/errors/error_handler.py``),
+    the JSON its agent reads back for the failure summary. Written here rather than through torch's
+    handler: importing it imports torch, a second or more, and a rank that only reads its
+    environment must fail as fast as it succeeds."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
+                        "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}}
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
 def run_this_rank(target: str) -> None:
     """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE,
     print its result as one JSON line (what :func:`parse_results` reads). What it raises goes,
-    as under ``@record``, to the error file torchrun names in ``TORCHELASTIC_ERROR_FILE``."""
+    as under ``@record``, to the error file torchrun names in ``TORCHELASTIC_ERROR_FILE``. Imports
+    no torch: ranks that run a function reading only the environment start and fail in a fraction
+    of a second."""
     fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         result = fn(rank, world_size)
     except Exception as exc:
-        # torch's own error handler, imported only now: a rank that succeeds never loads torch.
-        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-        get_error_handler().record_exception(exc)
+        _record_exception(exc)
         # One line that names the rank, as torchrun prints for workers wrapped in @record.
         print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         raise
