@@ -14,6 +14,7 @@ import json
 import os
 import pkgutil
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -187,6 +188,15 @@ def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str
     return [TorchrunJob(code, *parse_results(out), err) for code, out, err in done]
 
 
+def _free_port() -> int:
+    """A local TCP port that was free a moment ago (the OS picks it). ``process_group.free_port``
+    does the same, but importing that module imports torch, which neither the notebook that runs
+    torchrun nor its ranks otherwise need."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list[int] = 1, max_restarts: int = 0,
               static: bool = False, node_order: list[int] | None = None, timeout: float = 120,
               env: dict[str, str] | None = None, options: tuple[str, ...] = (),
@@ -198,13 +208,11 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
     ``static=True`` gives node i ``--node-rank=node_order[i]`` (default i) instead. ``options``: more
     torchrun options for every node; ``node_options[i]``: for node i only. ``show``: print
     each node's command as it starts, and rank 0's lines as they come."""
-    from ddp_lib.process_group import free_port  # here, so that ranks started by run_this_rank need no torch
-
     counts = [nproc_per_node] * nnodes if isinstance(nproc_per_node, int) else list(nproc_per_node)
     if len(counts) != nnodes:
         raise ValueError(f"nproc_per_node has {len(counts)} counts for {nnodes} nodes; give one per node or one int")
     order = node_order or list(range(nnodes))
-    endpoint = f"127.0.0.1:{free_port()}"
+    endpoint = f"127.0.0.1:{_free_port()}"
     cmds = [torchrun_command(program, nproc_per_node=count, nnodes=nnodes, rdzv_endpoint=endpoint,
                              max_restarts=max_restarts, node_rank=order[i] if static else None,
                              options=options + (node_options[i] if node_options else ()))
