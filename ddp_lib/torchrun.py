@@ -14,11 +14,13 @@ import json
 import os
 import pkgutil
 import re
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,6 +188,15 @@ def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str
     return [TorchrunJob(code, *parse_results(out), err) for code, out, err in done]
 
 
+def _free_port() -> int:
+    """A local TCP port that was free a moment ago (the OS picks it). ``process_group.free_port``
+    does the same, but importing that module imports torch, which neither the notebook that runs
+    torchrun nor its ranks otherwise need."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list[int] = 1, max_restarts: int = 0,
               static: bool = False, node_order: list[int] | None = None, timeout: float = 120,
               env: dict[str, str] | None = None, options: tuple[str, ...] = (),
@@ -197,13 +208,11 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
     ``static=True`` gives node i ``--node-rank=node_order[i]`` (default i) instead. ``options``: more
     torchrun options for every node; ``node_options[i]``: for node i only. ``show``: print
     each node's command as it starts, and rank 0's lines as they come."""
-    from ddp_lib.process_group import free_port  # here, so that ranks started by run_this_rank need no torch
-
     counts = [nproc_per_node] * nnodes if isinstance(nproc_per_node, int) else list(nproc_per_node)
     if len(counts) != nnodes:
         raise ValueError(f"nproc_per_node has {len(counts)} counts for {nnodes} nodes; give one per node or one int")
     order = node_order or list(range(nnodes))
-    endpoint = f"127.0.0.1:{free_port()}"
+    endpoint = f"127.0.0.1:{_free_port()}"
     cmds = [torchrun_command(program, nproc_per_node=count, nnodes=nnodes, rdzv_endpoint=endpoint,
                              max_restarts=max_restarts, node_rank=order[i] if static else None,
                              options=options + (node_options[i] if node_options else ()))
@@ -239,19 +248,33 @@ def rank_errors(log_dir: str, first_rank: int = 0) -> dict[int, str]:
     return found
 
 
+def _record_exception(exc: BaseException) -> None:
+    """Write ``exc`` (being handled) to the file torchrun names in ``TORCHELASTIC_ERROR_FILE``, as
+    torch's ``ErrorHandler.record_exception`` does (``elastic/multiprocessing/errors/error_handler.py``),
+    the JSON its agent reads back for the failure summary. Written here rather than through torch's
+    handler: importing it imports torch, a second or more, and a rank that only reads its
+    environment must fail as fast as it succeeds."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
+                        "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}}
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
 def run_this_rank(target: str) -> None:
     """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE,
     print its result as one JSON line (what :func:`parse_results` reads). What it raises goes,
-    as under ``@record``, to the error file torchrun names in ``TORCHELASTIC_ERROR_FILE``."""
+    as under ``@record``, to the error file torchrun names in ``TORCHELASTIC_ERROR_FILE``. Imports
+    no torch: ranks that run a function reading only the environment start and fail in a fraction
+    of a second."""
     fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         result = fn(rank, world_size)
     except Exception as exc:
-        # torch's own error handler, imported only now: a rank that succeeds never loads torch.
-        from torch.distributed.elastic.multiprocessing.errors import get_error_handler
-
-        get_error_handler().record_exception(exc)
+        _record_exception(exc)
         # One line that names the rank, as torchrun prints for workers wrapped in @record.
         print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         raise

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, readable
-from ddp_lib.launch import launch
 from ddp_lib.launch_checks import check_worker
 
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
@@ -81,6 +80,10 @@ def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = ()
 def launch_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), kwargs: dict | None = None,
                     timeout: float = 60.0, **options):
     """:func:`run_on_ranks`, returning the launcher's whole result (``.results``, ``.stdout``, ...)."""
+    # Imported here, not at the top: it imports torch, which a checker that starts its ranks another
+    # way (lesson 06's, under torchrun) never needs in the notebook's own process.
+    from ddp_lib.launch import launch
+
     where = f"world_size {world_size}"
     try:
         return launch(fn, world_size, args, kwargs, backend="gloo", timeout=timeout, show_output=False, **options)

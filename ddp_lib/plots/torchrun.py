@@ -69,7 +69,9 @@ def plot_restart_timeline(epochs: int, fail_at: int, resumed_from: int, world_si
         ax.barh(rank, epochs - resumed_from, left=start, color="tab:green", alpha=0.7,
                 label=f"attempt 1 (from the epoch-{resumed_from} checkpoint)" if rank == 0 else None)
     ax.axvspan(fail_at - 1 + 0.7, fail_at - 1 + restart_gap, color="grey", alpha=0.2)
-    ax.text(fail_at - 1 + 0.95, -0.55, "new rendezvous", ha="center", fontsize=7)
+    # Inside the grey band, upright: above the bars it would run into the legend.
+    ax.text(fail_at - 1 + 0.95, (world_size - 1) / 2, "new rendezvous", rotation=90, ha="center", va="center",
+            fontsize=7)
     ticks = list(range(fail_at)) + [fail_at - 1 + restart_gap + i for i in range(epochs - resumed_from + 1)]
     labels = [str(i) for i in range(fail_at)] + [str(resumed_from + i) for i in range(epochs - resumed_from + 1)]
     ax.set_xticks(ticks, labels)
