@@ -134,7 +134,11 @@ def install_command(installer: str, venv: Path, constraints: Path, options: list
     if installer == "pip":
         return [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                 "-c", str(constraints), "-e", PROJECT, *options]
-    return [str(bin_dir(venv) / "uv"), "pip", "install", "--python", python,
+    # --compile-bytecode: as pip does by default. uv leaves compiling to the first import, and where
+    # nothing may write bytecode (PYTHONDONTWRITEBYTECODE, a read-only site-packages) every process
+    # compiles torch again: `import torch` costs about twice the CPU time without its .pyc files,
+    # paid by every rank, every launch and every test.
+    return [str(bin_dir(venv) / "uv"), "pip", "install", "--python", python, "--compile-bytecode",
             "-c", str(constraints), "-e", PROJECT, *options]
 
 
