@@ -54,6 +54,11 @@ def normalise(nb: nbformat.NotebookNode) -> None:
         cell.metadata.pop("widgets", None)
         if cell.cell_type == "code":
             cell.outputs = redraws_resolved(cell.outputs)
+            if cell.source.startswith("%%writefile"):
+                # Stored as a fresh clone shows it: the file does not exist there yet.
+                for out in cell.outputs:
+                    if out.get("output_type") == "stream":
+                        out["text"] = re.sub(r"^Overwriting ", "Writing ", out["text"], flags=re.M)
 
 
 def execute(path: Path) -> float:
