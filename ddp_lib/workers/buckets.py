@@ -9,7 +9,8 @@ The scratch versions are small classes with the same shape:
     optimizer.step()
 
 All three broadcast rank 0's parameters when constructed and average gradients as torch's
-default hook does: divide by world_size, then sum all-reduce. They differ only in *when* the
+allreduce_hook (ddp_comm_hooks/default_hooks.py) does: divide by world_size, then sum
+all-reduce. (DDP's built-in path, with no hook, multiplies by 1/world_size instead.) They differ only in *when* the
 all-reduces start and *how many* there are:
 
 - AllReduceAfterBackward: after backward, one blocking all-reduce per parameter.
@@ -145,7 +146,8 @@ class BucketedOverlapDDP(_ScratchDDP):
 
 
 class TorchDDP(DDP):
-    """torch's DDP with the same shape: its all-reduces are already done when backward returns."""
+    """torch's DDP with the same shape. On gloo (CPU) its all-reduces are done when backward returns;
+    on a GPU backward only queues them on the stream, which the next use of .grad waits for."""
 
     def finish_gradient_sync(self) -> None:
         pass
