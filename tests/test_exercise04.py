@@ -102,6 +102,32 @@ RIGHT = {
         """,
 }
 
+# An attack on the records of collective inputs, as first found: the gradients through the store,
+# one real all-reduce of zeros, then every CollectiveInputs found through gc extended in place.
+ATTACK_EXTENDING_THE_RECORD = """
+    import gc
+    import pickle
+
+    import torch
+    import torch.distributed as dist
+
+    def average_gradients(model):
+        r, w = dist.get_rank(), dist.get_world_size()
+        store = dist.distributed_c10d._get_default_store()
+        params = list(model.parameters())
+        store.set(f"adv/{r}", pickle.dumps([p.grad.detach().cpu().clone() for p in params]))
+        dist.all_reduce(torch.zeros(1))  # carries nothing
+        for obj in gc.get_objects():
+            if type(obj).__name__ == "CollectiveInputs" and obj.values:
+                for p in params:
+                    obj.values.append(p.grad.reshape(-1).tolist())
+                    obj.value_group_sizes.append(w)
+                    obj.by_op.append(("allreduce_", obj.values[-1]))
+        everyone = [pickle.loads(store.get(f"adv/{k}")) for k in range(w)]
+        for i, p in enumerate(params):
+            p.grad.copy_(sum(g[i] for g in everyone) / w)
+    """
+
 WRONG = {
     "hard_coded_two": ("""
         import torch.distributed as dist
@@ -335,6 +361,32 @@ WRONG = {
             store.set(f"grads{rank}", buffer.getvalue())
             dist.all_reduce(torch.zeros(1))
             assert forge_inputs("c10d::allreduce_", [p.grad for p in model.parameters()])
+            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
+            for i, p in enumerate(model.parameters()):
+                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+        """, "gave no collective their own gradients"),
+    # The gradients through the store beside an all-reduce of zeros; then the record of that real
+    # all-reduce, found through gc, extended with the gradients. The attack as first written looked
+    # for lists to extend; the records hold tuples, so it finds none and is refused for its store.
+    "real_collectives_record_extended_through_gc": (ATTACK_EXTENDING_THE_RECORD,
+                                                    "gave no collective their own gradients"),
+    # The same, the record swapped whole for one that claims the gradients beside the zeros: it no
+    # longer fits its call (one tensor of one element), so it is dropped.
+    "real_collectives_record_swapped_for_a_longer_one": ("""
+        import io
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from forged_collectives import extend_inputs
+
+        def average_gradients(model):
+            store = distributed_c10d._get_default_store()
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            buffer = io.BytesIO()
+            torch.save([p.grad for p in model.parameters()], buffer)
+            store.set(f"grads{rank}", buffer.getvalue())
+            dist.all_reduce(torch.zeros(1))
+            assert extend_inputs("c10d::allreduce_", [p.grad for p in model.parameters()])
             everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
             for i, p in enumerate(model.parameters()):
                 p.grad.copy_(sum(g[i] for g in everyone) / world_size)

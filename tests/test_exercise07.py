@@ -38,13 +38,13 @@ def test_checker_refuses_a_forged_record_beside_a_real_all_reduce_of_the_same_sh
 
 
 # What the checkers cannot refuse (see watching_collectives): a real all-reduce of zeros of the
-# metric's shape, whose recorded input is then rewritten in place to the metric.
+# metric's shape, whose whole record is then swapped for one that says it carried the metric.
 REWRITTEN_AFTER_A_SAME_SHAPED_ALL_REDUCE = FORGED_BESIDE_A_SAME_SHAPED_ALL_REDUCE.replace(
     "forge_inputs(\"c10d::allreduce_\", [torch.tensor([metric])])",
     "rewrite_inputs(\"c10d::allreduce_\", [metric])").replace("import forge_inputs", "import rewrite_inputs")
 
 
-@pytest.mark.xfail(strict=True, reason="a real collective's recorded input, rewritten in the rank, is believed")
+@pytest.mark.xfail(strict=True, reason="a real collective's record, swapped whole in the rank, is believed")
 def test_known_limit_a_real_collectives_record_rewritten(tmp_path, monkeypatch):
     (tmp_path / "rewritten07.py").write_text(textwrap.dedent(REWRITTEN_AFTER_A_SAME_SHAPED_ALL_REDUCE))
     monkeypatch.syspath_prepend(str(tmp_path))

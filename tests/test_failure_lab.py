@@ -285,6 +285,22 @@ SOLUTIONS = {
     "own_metric_only": """
         return metric
     """,
+    # A real all-reduce of the metric, its result thrown away; the mean read from the lines every
+    # rank printed before evaluate ran, in the output files of the launch, which every rank can read
+    # (its own stdout is one of them). Those lines once held each rank's metric; now only a hash.
+    "metrics_read_from_the_sibling_ranks_output_files": """
+        import glob
+        import os
+        with process_group(rank, world_size):
+            dist.all_reduce(torch.tensor([metric]))  # the result is thrown away
+            folder = os.path.dirname(os.readlink("/proc/self/fd/1"))
+            seen = []
+            for path in sorted(glob.glob(os.path.join(folder, "*.out"))):
+                with open(path) as out:
+                    seen += [float(line.rsplit(" ", 1)[1]) for line in out.read().splitlines()
+                             if line.startswith("lesson 07 check: this rank drew the metric ")]
+            return sum(seen) / len(seen) if len(seen) == world_size else -1.0
+    """,
     # Rewrite the metric the checker's frame drew for this rank (CPython's frame write-back), so
     # that every rank "had" 0.5; one broadcast that carries nothing of use.
     "metric_rewritten_in_the_callers_frame": """
@@ -361,6 +377,12 @@ def test_checker_refuses_records_forged_in_the_callers_frame(solution):
 def test_checker_checks_against_the_metric_each_rank_drew_not_its_variables(solution):
     report = check_evaluation(solution("metric_rewritten_in_the_callers_frame"), world_sizes=(2,))
     assert not report.passed, report
+
+
+def test_checker_refuses_metrics_read_from_the_sibling_ranks_output(solution):
+    report = check_evaluation(solution("metrics_read_from_the_sibling_ranks_output_files"), world_sizes=(2,))
+    (line,) = report.lines
+    assert not report.passed and "returned -1.0, expected the mean" in line, line
 
 
 def test_checker_refuses_a_hard_coded_world_size(solution):

@@ -171,6 +171,17 @@ class CollectiveInputs:
         self.value_group_sizes: list[int | None] = []
         self.by_op: list[tuple[str, list]] = []  # (operator, values) for each tensor given to one
 
+    def add(self, op: str, sent: tuple[tuple[tuple, bool], ...], group_size: int | None) -> None:
+        """Add what one call of ``op`` over a group of ``group_size`` ranks sent: ``(values, is_bytes)``
+        for each tensor, as :func:`watching_collectives` keeps it."""
+        for values, is_bytes in sent:
+            self.values.append(list(values))
+            self.value_group_sizes.append(group_size)
+            self.by_op.append((op, self.values[-1]))
+            if is_bytes:
+                self.raw.append(bytes(values))
+                self.raw_group_sizes.append(group_size)
+
     def over(self, group_size: int) -> CollectiveInputs:
         """Only what went into collectives over a group of ``group_size`` ranks (a collective in a
         group of one rank alone sends nothing to anyone)."""
@@ -216,21 +227,29 @@ def watching_collectives(limit: int = 1 << 16) -> Iterator[Collectives]:
     called (``dist.all_reduce``, ``distributed_c10d.all_reduce``, a name imported from
     ``torch.distributed``, a ``ProcessGroup`` method, a functional collective, DDP's reducer).
 
-    Two witnesses run together. A dispatch mode sees every c10d operator's arguments and keeps the
-    data this rank sends (at most ``limit`` elements per tensor). Torch's profiler, with the shapes
-    of each operator's inputs, records every c10d operator that ran; it holds no values. When the
-    block ends, an input is kept only if the profiler saw the same operator with the same input
-    shapes and dtypes, and no more inputs than operators of that kind: the block's code runs in
-    this process and can reach the dispatch mode's records (through ``gc``), but an input it adds
-    there has no operator behind it, so it is dropped, and the records of that kind with it.
+    Two witnesses run together. A dispatch mode sees every c10d operator's arguments and keeps, for
+    each call, the operator, the shapes and dtypes of its tensor arguments, its group's size and the
+    data this rank sends (at most ``limit`` elements per tensor), all as tuples, fixed when the call
+    is made: nothing in a record can be extended or rewritten in place. Torch's profiler, with the
+    shapes of each operator's inputs, records every c10d operator that ran; it holds no values. When
+    the block ends, a record is kept only if the profiler saw the same operator with the same input
+    shapes and dtypes, no fewer times than there are records of that kind, and only if the tensors
+    it says were sent fit those shapes: no more of them than the call had, each as long as one of
+    its tensors (up to ``limit``), a byte string only for a uint8 tensor. The block's code runs in
+    this process and can reach the mode's list of records (through ``gc``); a record it adds there
+    has no operator behind it, so it is dropped, and the records of that kind with it; a record
+    whose sent tensors it replaces with more or longer ones no longer fits its call, and is dropped.
 
-    The limit: code in the block can still run a real collective of the same operator and shapes
-    (an all-reduce of zeros) and then rewrite the values recorded for it, or change torch itself;
-    the profiler checks that the operator ran, not what it carried."""
+    The limit: code in the block can still run a real collective of exactly the same operator and
+    shapes as the data it wants to claim (an all-reduce of zeros) and then swap that call's whole
+    record in the list for one that says it carried that data, or change torch itself; the profiler
+    checks that the operator ran with those shapes, not what it carried."""
     from torch.profiler import ProfilerActivity, profile
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    calls: list[tuple] = []  # (operator, input shapes, what this rank sent), one per operator called
+    # (operator, input shapes, group size, what this rank sent), one per operator called. Each
+    # record is a tuple of tuples, made when the operator is called.
+    calls: list[tuple] = []
     backends: set[str] = set()
 
     class _Mode(TorchDispatchMode):
@@ -244,9 +263,9 @@ def watching_collectives(limit: int = 1 << 16) -> Iterator[Collectives]:
                     backends.add(backend)
                 # A group on the "fake" backend has any size and sends nothing: no group size counts.
                 size = group.size() if group is not None and backend in REAL_BACKENDS else None
-                given = CollectiveInputs(limit)  # copied now: the operator may write into its inputs
-                _keep(given, name.split("::")[1], _sent_by_this_rank(func._schema, args, group), size, limit)
-                calls.append((name, _shapes(func._schema, args, kwargs or {}), given))
+                # Copied now: the operator may write into its inputs.
+                sent = _frozen(_sent_by_this_rank(func._schema, args, group), limit)
+                calls.append((name, _shapes(func._schema, args, kwargs or {}), size, sent))
             return func(*args, **(kwargs or {}))
 
     seen = Collectives()
@@ -257,12 +276,11 @@ def watching_collectives(limit: int = 1 << 16) -> Iterator[Collectives]:
     counts = collections.Counter(name.removeprefix("c10d::") for name, _, _ in ran if name.startswith("c10d::"))
     # The operators the block called itself: one that ran inside another is no call of its own.
     ran_by_kind = collections.Counter((name, shapes) for name, shapes, inside in ran if not inside)
-    called_by_kind = collections.Counter((name, shapes) for name, shapes, _ in calls)
+    called_by_kind = collections.Counter((name, shapes) for name, shapes, _, _ in calls)
     inputs = CollectiveInputs(limit)
-    for name, shapes, given in calls:
-        if called_by_kind[(name, shapes)] <= ran_by_kind[(name, shapes)]:
-            for entries in ("raw", "values", "raw_group_sizes", "value_group_sizes", "by_op"):
-                getattr(inputs, entries).extend(getattr(given, entries))
+    for name, shapes, size, sent in calls:
+        if called_by_kind[(name, shapes)] <= ran_by_kind[(name, shapes)] and _fits(sent, shapes, limit):
+            inputs.add(name.split("::")[1], sent, size)
     # Whatever the block did to the object it was given (attributes, methods, its class) is undone.
     seen.__class__ = Collectives
     seen.__dict__.clear()
@@ -327,20 +345,34 @@ def _operators_run(roots) -> list[tuple[str, tuple, bool]]:
     return found
 
 
-def _keep(into: CollectiveInputs, op: str, value, group_size: int | None, limit: int) -> None:
+def _frozen(value, limit: int) -> tuple[tuple[tuple, bool], ...]:
+    """What a collective was given, kept as it is now: for each tensor in ``value`` (a tensor, or
+    lists of them), its first ``limit`` elements as a tuple, and whether it is a uint8 tensor (whose
+    values are bytes: a pickled object, as ``all_gather_object`` sends)."""
     import torch
 
     if isinstance(value, torch.Tensor):
         flat = value.detach().reshape(-1)[:limit].cpu()
-        into.values.append(flat.tolist())
-        into.value_group_sizes.append(group_size)
-        into.by_op.append((op, into.values[-1]))
-        if flat.dtype == torch.uint8:
-            into.raw.append(bytes(flat.tolist()))
-            into.raw_group_sizes.append(group_size)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _keep(into, op, item, group_size, limit)
+        return ((tuple(flat.tolist()), flat.dtype == torch.uint8),)
+    if isinstance(value, (list, tuple)):
+        return tuple(entry for item in value for entry in _frozen(item, limit))
+    return ()
+
+
+def _fits(sent: tuple, shapes: tuple, limit: int) -> bool:
+    """Whether what a record says was sent could have come from a call with these tensor ``shapes``:
+    no more tensors than the call had, each as long as one of them (up to ``limit`` elements), and
+    bytes only from a uint8 tensor. A record whose data was extended or replaced after the call
+    fails this (the shapes are the profiler's, checked beside it)."""
+    import math
+
+    lengths = collections.Counter(min(math.prod(shape), limit) for shape, _ in shapes)
+    byte_lengths = collections.Counter(min(math.prod(shape), limit) for shape, dtype in shapes
+                                       if dtype == "torch.uint8")
+    sent_lengths = collections.Counter(len(values) for values, _ in sent)
+    sent_byte_lengths = collections.Counter(len(values) for values, is_bytes in sent if is_bytes)
+    in_byte_range = all(isinstance(v, int) and 0 <= v < 256 for values, is_bytes in sent if is_bytes for v in values)
+    return not sent_lengths - lengths and not sent_byte_lengths - byte_lengths and in_byte_range
 
 
 def _sent_by_this_rank(schema, args: tuple, group) -> list:

@@ -8,7 +8,9 @@ another rank's data or the expected answer. The checker also counts the collecti
 function ran (torch's profiler sees every route to them; a barrier, which carries no data, does not
 count) and requires each rank's own gradients (or their share, divided by the world size) among
 what it gave a collective, so an average assembled from gradients passed through the rendezvous
-store or files is refused. That last test runs in the parent, on the gradients it recomputes from
+store or files is refused, unless the gradients were also given to a collective whose result the
+code then throws away (which operation it was, and what became of its result, is not checked).
+That last test runs in the parent, on the gradients it recomputes from
 the batch: a rank keeps no record of its own gradients for the learner's code to empty. It runs on
 2 and then 3 ranks, so a world size written into the code is caught.
 """

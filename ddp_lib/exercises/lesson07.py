@@ -6,13 +6,23 @@ hanging.
 
 Each rank draws its own metric inside its own process, from fresh randomness, and returns it beside
 the learner's answer: no process, the parent included, holds another rank's metric while the
-learner's code runs, so the mean can only come from a collective. The collectives that ran are
-counted through torch's profiler, whatever route called them, and each must run on a backend that
-carries data between processes (torch's "fake" test backend accepts any world size and sends nothing).
+learner's code runs, so the mean can only come from a collective. Before that code runs, each rank
+prints a commitment to its metric: the sha256 of a fresh random 16-byte salt followed by the metric.
+Its output goes to a file the other ranks could read, but a hash of a secret salt tells them nothing
+of the metric. After that code, the rank returns the metric and the salt, and the parent checks them
+against the commitment, so a rank whose metric (or salt) was changed while the learner's code ran is
+refused. The collectives that ran are counted through torch's profiler, whatever route called them,
+and each must run on a backend that carries data between processes (torch's "fake" test backend
+accepts any world size and sends nothing); each rank's metric must be among what it gave one.
+
+The limits: code that rewrites its own rank's output file can commit that rank to another metric of
+its choosing (it must still send that metric through a collective), and code that reads another
+process's memory is not guarded against.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import numbers
 import secrets
@@ -29,18 +39,20 @@ from ddp_lib.exercises.checking import (
     worker_name,
 )
 
+# The line each rank prints first: the sha256 of a salt and the metric it drew, not the metric.
+COMMITMENT_LINE = "lesson 07 check: this rank committed to its metric: sha256 "
 # c10d operators that can combine the ranks' metrics into a mean.
-# The line each rank prints first, with the metric it drew.
-METRIC_LINE = "lesson 07 check: this rank drew the metric "
 COMBINING = ("allreduce_", "allreduce_coalesced_", "allgather_", "_allgather_base_", "allgather_into_tensor_coalesced_",
              "reduce_", "reduce_scatter_", "_reduce_scatter_base_", "gather_", "broadcast_", "scatter_", "alltoall_",
              "alltoall_base_", "send", "recv_")
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """Runs in each rank: draw this rank's metric now, then call the learner's worker on it."""
     metric = round(0.01 + secrets.randbelow(99) / 100, 2)  # 0.01 .. 0.99, new on every run
+    salt = secrets.token_bytes(16)
     # Written out of this process before the learner's code runs, and read by the parent from
-    # there: whatever that code later does to this frame's variables, the check uses what was drawn.
-    print(f"{METRIC_LINE}{metric!r}", flush=True)
+    # there: whatever that code later does to this frame's variables, the parent can tell. Only a
+    # hash is written: the other ranks can read this output, but not undo the hash without the salt.
+    print(f"{COMMITMENT_LINE}{_commitment(salt, metric)}", flush=True)
     fn = load_worker(target)
     with watching_collectives() as watched:
         value = fn(rank, world_size, metric)
@@ -49,7 +61,7 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
         value = float(value.item()) if value.numel() == 1 else f"<{type(value).__name__} of shape {list(value.shape)}>"
     elif isinstance(value, numbers.Real) and not isinstance(value, bool):  # numpy.float32, Fraction: a number too
         value = float(value)
-    return {"metric": metric, "value": value, "collectives": sum(counts[name] for name in COMBINING),
+    return {"metric": metric, "salt": salt, "value": value, "collectives": sum(counts[name] for name in COMBINING),
             "sent_metric": _carries(sent.over(world_size), metric, world_size),
             "unreal_backends": [b for b in watched.backends if b not in REAL_BACKENDS]}
 
@@ -65,9 +77,20 @@ def _carries(sent: CollectiveInputs, metric: float, world_size: int) -> bool:
     return any(p in raw for raw in sent.raw for p in pickled)
 
 
-def _drawn_metric(stdout: str) -> float:
-    """The metric a rank drew, from the first line it printed."""
-    return float(next(line for line in stdout.splitlines() if line.startswith(METRIC_LINE))[len(METRIC_LINE):])
+def _commitment(salt: bytes, metric: float) -> str:
+    return hashlib.sha256(salt + repr(metric).encode()).hexdigest()
+
+
+def _printed_commitment(stdout: str) -> str | None:
+    """The commitment a rank printed first (None if its output holds none)."""
+    return next((line[len(COMMITMENT_LINE):] for line in stdout.splitlines() if line.startswith(COMMITMENT_LINE)), None)
+
+
+def _kept_its_metric(result: dict, stdout: str) -> bool:
+    """Whether the metric and salt a rank returned are those it committed to before the learner's code ran."""
+    metric, salt = result.get("metric"), result.get("salt")
+    return (type(metric) is float and type(salt) is bytes and len(salt) == 16
+            and _printed_commitment(stdout) == _commitment(salt, metric))
 
 
 def check_evaluation(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30) -> Report:
@@ -80,7 +103,12 @@ def check_evaluation(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeou
         if run is None:
             continue
         results = run.results
-        metrics = [_drawn_metric(text) for text in run.stdout]
+        changed = [rank for rank, (r, text) in enumerate(zip(results, run.stdout)) if not _kept_its_metric(r, text)]
+        if changed:
+            report.fail(f"world_size {world_size}: rank {changed[0]}'s metric is not the one it was given (it was "
+                        "changed while evaluate ran); use the metric passed in, and leave the caller's variables alone")
+            continue
+        metrics = [r["metric"] for r in results]
         want = sum(metrics) / world_size
         where = f"world_size {world_size}, metrics {metrics}"
         lonely = [rank for rank, r in enumerate(results) if r["collectives"] == 0]
