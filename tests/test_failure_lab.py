@@ -5,6 +5,7 @@ import os
 import shutil
 import socket
 import textwrap
+import time
 
 import pytest
 import torch.distributed as dist
@@ -15,6 +16,16 @@ from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import spawn
 from ddp_lib.workers import failure_lab as lab
 from ddp_lib.workers import failures
+
+
+def test_the_launcher_stops_the_ranks_still_busy_when_one_raises(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(WorkerError) as info:
+        spawn(failures.raise_on_rank, 3, kwargs=dict(bad_rank=2, pid_dir=str(tmp_path), others_busy_s=60),
+              show_output=False)
+    assert info.value.rank == 2 and info.value.exc_type == "ValueError"
+    assert len(list(tmp_path.glob("rank*.pid"))) == 3 and failures.still_running(str(tmp_path)) == []
+    assert time.monotonic() - started < 30  # stopped, not left to finish their 60 s
 
 
 def test_a_collective_only_rank_0_calls_times_out_within_seconds():
@@ -38,6 +49,7 @@ def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
         spawn(lab.mismatched_shapes, 2, show_output=False)
     assert plain.value.rank == 1 and "Connection closed by peer" in plain.value.message
     assert 0 not in plain.value.failures  # rank 0 "succeeded" with a wrong sum
+    assert "[11.0, 22.0]" in plain.value.outputs[0][0]  # its [1, 2] plus the first two of [10, 20, 30]
     with pytest.raises(WorkerError, match="Detected mismatch between collectives") as detail:
         spawn(lab.mismatched_shapes, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, show_output=False)
     assert "TensorShape=[2]" in str(detail.value.failures) and "TensorShape=[3]" in str(detail.value.failures)

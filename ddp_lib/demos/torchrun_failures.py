@@ -25,6 +25,9 @@ faulthandler.register(signal.SIGUSR1)
 @record  # torchrun's summary then shows this rank's exception, not only its exit code
 def main(failure: str) -> None:
     rank = int(os.environ["RANK"])
+    # No rank leaves init before all have joined: rank 1 raising at once could otherwise break a
+    # peer still connecting ("connectFullMesh ... closed by peer") instead of showing its own error.
+    os.environ.setdefault("TORCH_DIST_INIT_BARRIER", "1")
     dist.init_process_group("gloo", timeout=timedelta(seconds=3))
     try:
         print(f"rank {rank} started", flush=True)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
+from ddp_lib._job import FAILURE_GRACE_S
 
-def hang_timeline(world_size: int = 3, timeout_s: float = 3.0, stop_s: float = 0.5) -> Figure:
-    """Rank 0 waits in all_reduce until ``timeout_s`` and raises; the launcher then stops the other
-    ranks, which were training, within about ``stop_s``."""
+
+def hang_timeline(world_size: int = 3, timeout_s: float = 3.0, stop_s: float = FAILURE_GRACE_S) -> Figure:
+    """Rank 0 waits in all_reduce until ``timeout_s`` and raises; the launcher waits ``stop_s`` (its
+    grace period, to hear from the other ranks) and then stops them (SIGTERM): they were training."""
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.55 * world_size))
     end = timeout_s + stop_s
     for rank in range(world_size):
@@ -23,6 +25,8 @@ def hang_timeline(world_size: int = 3, timeout_s: float = 3.0, stop_s: float = 0
             ax.text(end / 2, y, "training: never calls all_reduce", ha="center", va="center")
             ax.plot(end, y, "ks", markersize=8)
     ax.axvline(timeout_s, color="red", linestyle="--")
+    ax.annotate("", xy=(end, -0.6), xytext=(timeout_s, -0.6), arrowprops=dict(arrowstyle="<->"))
+    ax.text((timeout_s + end) / 2, -0.85, f"launcher waits {stop_s:g} s, then SIGTERM", ha="center", fontsize=9)
     ax.text(timeout_s - 0.05, -0.85, "process group timeout", color="red", ha="right", fontsize=9)
     ax.set_yticks(range(world_size), [f"rank {r}" for r in reversed(range(world_size))])
     ax.set_xlim(0, end + 0.8)

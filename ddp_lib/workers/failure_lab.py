@@ -37,9 +37,10 @@ def evaluate_on_rank0_only(rank: int, world_size: int, fixed: bool = False) -> f
 
 
 def mismatched_shapes(rank: int, world_size: int) -> list[float]:
-    """Each rank all-reduces a tensor of a different length (rank + 2 elements)."""
+    """Each rank all-reduces a tensor of a different length (rank + 2 elements): rank 0 [1, 2],
+    rank 1 [10, 20, 30], so that a sum shows which elements met."""
     with process_group(rank, world_size, timeout=SHORT):
-        t = torch.ones(rank + 2)
+        t = torch.arange(1.0, rank + 3) * 10**rank
         dist.all_reduce(t)
         # A rank that "succeeds" returns nothing if another rank fails: say what it computed.
         print(f"rank {rank} finished its all_reduce with {t.tolist()}", flush=True)

@@ -21,16 +21,20 @@ def record_pid(rank: int, pid_dir: str | None) -> None:
             f.write(str(os.getpid()))
 
 
-def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
-    """Rank ``bad_rank`` raises ValueError; the others return their rank.
+def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None,
+                  others_busy_s: float = 0.0) -> int:
+    """Rank ``bad_rank`` raises ValueError; the others work ``others_busy_s`` seconds (asleep), then
+    return their rank.
 
     Args:
         bad_rank: the rank that raises.
         pid_dir: a directory where each rank writes its process id (None: nowhere).
+        others_busy_s: how long the other ranks stay busy: long enough, and the launcher must stop them.
     """
     record_pid(rank, pid_dir)
     if rank == bad_rank:
         raise ValueError(f"rank {rank} was told to fail")
+    time.sleep(others_busy_s)
     return rank
 
 
