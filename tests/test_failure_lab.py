@@ -306,11 +306,22 @@ SOLUTIONS = {
         with process_group(rank, world_size):
             dist.all_reduce(torch.tensor([metric]))  # the result is thrown away
             folder = os.path.dirname(os.readlink("/proc/self/fd/1"))
+            # Each line's last word: the metric itself, or a hash of it, tried against all 99
+            # metrics the checker can draw (which finds an unsalted hash at once).
+            import hashlib
+            candidates = {hashlib.sha256(repr(round(m / 100, 2)).encode()).hexdigest(): round(m / 100, 2)
+                          for m in range(1, 100)}
             seen = []
             for path in sorted(glob.glob(os.path.join(folder, "*.out"))):
                 with open(path) as out:
-                    seen += [float(line.rsplit(" ", 1)[1]) for line in out.read().splitlines()
-                             if line.startswith("lesson 07 check: this rank drew the metric ")]
+                    for line in out.read().splitlines():
+                        if line.startswith("lesson 07 check:"):
+                            word = line.rsplit(" ", 1)[1]
+                            try:
+                                seen.append(float(word))
+                            except ValueError:
+                                if word in candidates:
+                                    seen.append(candidates[word])
             return sum(seen) / len(seen) if len(seen) == world_size else -1.0
     """,
     # Rewrite the metric the checker's frame drew for this rank (CPython's frame write-back), so

@@ -242,8 +242,9 @@ def watching_collectives(limit: int = 1 << 16) -> Iterator[Collectives]:
 
     The limit: code in the block can still run a real collective of exactly the same operator and
     shapes as the data it wants to claim (an all-reduce of zeros) and then swap that call's whole
-    record in the list for one that says it carried that data, or change torch itself; the profiler
-    checks that the operator ran with those shapes, not what it carried."""
+    record in the list for one that says it carried that data, or change torch itself or this
+    module's own functions (the checker runs in the same process); the profiler checks that the
+    operator ran with those shapes, not what it carried."""
     from torch.profiler import ProfilerActivity, profile
     from torch.utils._python_dispatch import TorchDispatchMode
 
