@@ -127,7 +127,6 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-@dataclass
 def machine_slowdown() -> float:
     """How many times slower than idle a busy machine starts processes: the load average over the
     last 5 minutes per CPU, at least 1 (a blank start on an idle machine is held to SILENT_LIMIT)."""
@@ -136,6 +135,7 @@ def machine_slowdown() -> float:
     return max(1.0, os.getloadavg()[1] / (os.cpu_count() or 1))
 
 
+@dataclass
 class CellClock:
     """Times of a Run All's code cells, from readings of the page (each cell's prompt and output
     text) a few times a second: when each started, how long it took, how long it showed nothing."""
