@@ -275,11 +275,19 @@ class Job:
         SIGKILL after a grace period. Signals go to these processes only (OwnProcess), never
         to a process that was given the id of one that has ended."""
         alive = [rank for rank, proc in enumerate(self.procs) if proc.is_alive()]
+        freeze = os.name != "nt"
+        if freeze:
+            # Frozen first, so that no rank starts a process between the search below and its end.
+            for rank in alive:
+                self._signal_rank(rank, signal.SIGSTOP)
         # Found before the ranks die: a process a rank started in a session of its own is no
         # longer below it afterwards (its process group, signalled below, does not hold it).
-        below = [p for rank, own in enumerate(self.own) if rank not in self.results for p in own.descendants()]
+        # A rank that has sent its result may still be on its way out, before it stops what it started.
+        below = [p for rank in alive for p in self.own[rank].descendants()]
         for rank in alive:
             self._signal_rank(rank, signal.SIGTERM)
+            if freeze:
+                self._signal_rank(rank, signal.SIGCONT)  # the SIGTERM waiting for it comes first
         self._signal_groups(signal.SIGTERM)
         end = time.monotonic() + STOP_GRACE_S
         for rank in alive:
