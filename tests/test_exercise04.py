@@ -128,6 +128,31 @@ ATTACK_EXTENDING_THE_RECORD = """
             p.grad.copy_(sum(g[i] for g in everyone) / w)
     """
 
+
+def _store_average_beside_zeros(forgery: str) -> str:
+    """An answer that averages the gradients through the store beside an all-reduce of zeros, then
+    calls ``forged_collectives.<forgery>`` to make the checker's records say the gradients went
+    into that all-reduce."""
+    return f"""
+        import io
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from forged_collectives import {forgery}
+
+        def average_gradients(model):
+            store = distributed_c10d._get_default_store()
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            buffer = io.BytesIO()
+            torch.save([p.grad for p in model.parameters()], buffer)
+            store.set(f"grads{{rank}}", buffer.getvalue())
+            dist.all_reduce(torch.zeros(1))
+            assert {forgery}("c10d::allreduce_", [p.grad for p in model.parameters()])
+            everyone = [torch.load(io.BytesIO(store.get(f"grads{{r}}"))) for r in range(world_size)]
+            for i, p in enumerate(model.parameters()):
+                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
+        """
+
 WRONG = {
     "hard_coded_two": ("""
         import torch.distributed as dist
@@ -346,25 +371,8 @@ WRONG = {
     # The gradients through the store beside an all-reduce of zeros; then a record saying they went
     # into an all-reduce, added to the checker's records of collective inputs found through gc.
     # Refused: the profiler saw no all-reduce of those shapes, so the record is dropped.
-    "collective_inputs_record_forged_through_gc": ("""
-        import io
-        import torch
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-        from forged_collectives import forge_inputs
-
-        def average_gradients(model):
-            store = distributed_c10d._get_default_store()
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-            buffer = io.BytesIO()
-            torch.save([p.grad for p in model.parameters()], buffer)
-            store.set(f"grads{rank}", buffer.getvalue())
-            dist.all_reduce(torch.zeros(1))
-            assert forge_inputs("c10d::allreduce_", [p.grad for p in model.parameters()])
-            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
-            for i, p in enumerate(model.parameters()):
-                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
-        """, "gave no collective their own gradients"),
+    "collective_inputs_record_forged_through_gc": (_store_average_beside_zeros("forge_inputs"),
+        "gave no collective their own gradients"),
     # The gradients through the store beside an all-reduce of zeros; then the record of that real
     # all-reduce, found through gc, extended with the gradients. The attack as first written looked
     # for lists to extend; the records hold tuples, so it finds none and is refused for its store.
@@ -372,25 +380,8 @@ WRONG = {
                                                     "gave no collective their own gradients"),
     # The same, the record swapped whole for one that claims the gradients beside the zeros: it no
     # longer fits its call (one tensor of one element), so it is dropped.
-    "real_collectives_record_swapped_for_a_longer_one": ("""
-        import io
-        import torch
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-        from forged_collectives import extend_inputs
-
-        def average_gradients(model):
-            store = distributed_c10d._get_default_store()
-            rank, world_size = dist.get_rank(), dist.get_world_size()
-            buffer = io.BytesIO()
-            torch.save([p.grad for p in model.parameters()], buffer)
-            store.set(f"grads{rank}", buffer.getvalue())
-            dist.all_reduce(torch.zeros(1))
-            assert extend_inputs("c10d::allreduce_", [p.grad for p in model.parameters()])
-            everyone = [torch.load(io.BytesIO(store.get(f"grads{r}"))) for r in range(world_size)]
-            for i, p in enumerate(model.parameters()):
-                p.grad.copy_(sum(g[i] for g in everyone) / world_size)
-        """, "gave no collective their own gradients"),
+    "real_collectives_record_swapped_for_a_longer_one": (_store_average_beside_zeros("extend_inputs"),
+        "gave no collective their own gradients"),
 }
 
 
