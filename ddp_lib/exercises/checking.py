@@ -103,36 +103,13 @@ def launch_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple =
 
 
 @contextlib.contextmanager
-def counting_calls(*names: str) -> Iterator[dict[str, int]]:
-    """In a rank: count calls to ``torch.distributed.<name>`` for each name while the block runs
-    (so a checker can tell whether the learner used a collective at all)."""
-    import torch.distributed as dist
-
-    counts = dict.fromkeys(names, 0)
-    originals = {name: getattr(dist, name) for name in names}
-
-    def counter(name: str, real: Callable) -> Callable:
-        def counted(*a, **kw):
-            counts[name] += 1
-            return real(*a, **kw)
-        return counted
-    for name, real in originals.items():
-        setattr(dist, name, counter(name, real))
-    try:
-        yield counts
-    finally:
-        for name, real in originals.items():
-            setattr(dist, name, real)
-
-
-@contextlib.contextmanager
 def counting_collectives() -> Iterator[collections.Counter]:
     """In a rank: count the collectives that ran while the block ran, by c10d's operator name
     (``"allreduce_"``, ``"broadcast_"``, ``"allgather_"``, ``"barrier"``, ...), however they were
     called: ``dist.all_reduce``, ``distributed_c10d.all_reduce``, a name imported with ``from
     torch.distributed import ...``, a ``ProcessGroup`` method, or DDP's own reducer. The counter is
-    filled when the block ends. Unlike :func:`counting_calls` it cannot be bypassed by another route
-    to the same collective, because it reads torch's profiler, which records every c10d operator."""
+    filled when the block ends. It cannot be bypassed by another route to the same collective,
+    because it reads torch's profiler, which records every c10d operator."""
     from torch.profiler import ProfilerActivity, profile
 
     counts: collections.Counter = collections.Counter()
