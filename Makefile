@@ -30,9 +30,9 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 	$(PYTHON) tools/install.py --venv $(VENV) --installer $(INSTALLER) --torch $(TORCH)
 	touch $@
 
-# The multi-host tests build network namespaces and a SLURM cluster (minutes, root on Linux): they run
-# in make test-cluster, which .ci/run runs after make test. The cluster lab (lesson 06b) runs the same jobs under make test.
-CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py
+# The multi-host tests and the cluster lab (lesson 06b) build network namespaces and a SLURM cluster
+# (minutes, root on Linux): they run in make test-cluster, which .ci/run runs after make test.
+CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py notebooks/06b_cluster_lab.ipynb
 
 test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
 	$(PY) -m pytest $(PARALLEL) tests notebooks $(addprefix --ignore=,$(CLUSTER_TESTS)) $(NBVAL)
@@ -40,8 +40,8 @@ test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every
 test-browser: $(INSTALLED)  ## every lesson in JupyterLab in Chromium: errors, cell times, lessons opened as modified, the stop button
 	$(PY) tools/browser_check.py --install $(LESSONS)
 
-test-cluster: $(INSTALLED)  ## the multi-host tests: two hosts in network namespaces, SLURM (root on Linux)
-	$(PY) -m pytest $(CLUSTER_TESTS)
+test-cluster: $(INSTALLED)  ## the multi-host tests and the cluster lab: two hosts in network namespaces, SLURM (root on Linux)
+	$(PY) -m pytest $(CLUSTER_TESTS) $(NBVAL)
 
 lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the notebooks' code cells
 	$(VENV)/bin/ruff check $(LINTED)

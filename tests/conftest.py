@@ -54,24 +54,14 @@ def pid_dir(tmp_path: Path) -> Path:
     return d
 
 
-@pytest.fixture
-def cli_in_process(monkeypatch, capsys):
-    """``python -m ddp_lib ARGS`` run inside this test process, for input the command line must
-    refuse before any rank starts: ``main()`` is what ``__main__`` exits with, so the exit code,
-    stdout and stderr are the command's own, without paying a fresh interpreter's ``import torch``
-    per case (tests/test_cli.py keeps real processes for the rest). Starting a rank fails the test.
-
-        out = cli_in_process("run", "hello", "--world-size", "0", env={"OMP_NUM_THREADS": "2"})
-    """
+def _in_process_cli(monkeypatch, capsys):
+    """A function running ``python -m ddp_lib ARGS`` inside this test process: ``main()`` is what
+    ``__main__`` exits with, so the exit code, stdout and stderr are the command's own, without a
+    fresh interpreter's ``import torch`` per case. Ranks fork from this process's forkserver."""
     import subprocess
 
-    from ddp_lib import _job, cli
+    from ddp_lib import cli
     from ddp_lib.torchrun import _LAUNCH_VARS
-
-    def no_process(*args, **kwargs):
-        raise AssertionError("a rank was started: the input should have been refused first")
-
-    monkeypatch.setattr(_job.Job, "start", no_process)
 
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         with monkeypatch.context() as scoped:
@@ -80,8 +70,36 @@ def cli_in_process(monkeypatch, capsys):
             for name, value in (env or {}).items():
                 scoped.setenv(name, value)
             capsys.readouterr()
-            code = cli.main(list(args))
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exit_:  # --help: argparse exits, as it does in the real command
+                code = exit_.code
             out, err = capsys.readouterr()
         return subprocess.CompletedProcess(["python", "-m", "ddp_lib", *args], code, out, err)
 
     return run
+
+
+@pytest.fixture
+def cli_in_process(monkeypatch, capsys):
+    """``python -m ddp_lib ARGS`` run inside this test process, for input the command line must
+    refuse before any rank starts: starting a rank fails the test.
+
+        out = cli_in_process("run", "hello", "--world-size", "0", env={"OMP_NUM_THREADS": "2"})
+    """
+    from ddp_lib import _job
+
+    def no_process(*args, **kwargs):
+        raise AssertionError("a rank was started: the input should have been refused first")
+
+    monkeypatch.setattr(_job.Job, "start", no_process)
+    return _in_process_cli(monkeypatch, capsys)
+
+
+@pytest.fixture
+def cli_with_ranks(monkeypatch, capsys):
+    """``python -m ddp_lib ARGS`` run inside this test process, its ranks real processes (forked
+    from this process's forkserver): the command line's own behaviour (exit codes, what it prints,
+    JSON) without a fresh interpreter per case. What only a real command shows (Ctrl-C, an exit
+    code seen by a shell, torchrun) is tested with real processes in tests/test_cli.py."""
+    return _in_process_cli(monkeypatch, capsys)

@@ -15,16 +15,16 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ddp_lib", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_list_names_every_worker_with_what_it_shows():
-    out = cli("list")
+def test_list_names_every_worker_with_what_it_shows(cli_in_process):
+    out = cli_in_process("list")
     assert out.returncode == 0
     lines = out.stdout.splitlines()
     assert [line.split()[0] for line in lines] == list(WORKERS)
     assert all(len(line.split(None, 1)) == 2 for line in lines)
 
 
-def test_run_json_prints_per_rank_results_in_rank_order_on_the_last_line():
-    out = cli("run", "demo_basic", "--world-size", "2", "--seed", "3", "--json")
+def test_run_json_prints_per_rank_results_in_rank_order_on_the_last_line(cli_with_ranks):
+    out = cli_with_ranks("run", "demo_basic", "--world-size", "2", "--seed", "3", "--json")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[:2] == ["[rank 0] rank 0 of 2 on cpu", "[rank 1] rank 1 of 2 on cpu"]
     results = json.loads(out.stdout.splitlines()[-1])
@@ -66,19 +66,19 @@ def test_nccl_without_cuda_exits_2(cli_in_process):
     assert out.returncode == 2 and "needs CUDA GPUs" in out.stderr
 
 
-def test_a_failing_worker_exits_1_naming_the_rank():
-    out = cli("run", "raise_on_rank", "--world-size", "3", "--bad-rank", "2")
+def test_a_failing_worker_exits_1_naming_the_rank(cli_with_ranks):
+    out = cli_with_ranks("run", "raise_on_rank", "--world-size", "3", "--bad-rank", "2")
     assert out.returncode == 1
     assert out.stderr.splitlines()[-1] == "ddp_lib: rank 2 raised ValueError: rank 2 was told to fail"
 
 
-def test_a_hung_worker_exits_1_after_the_timeout():
-    out = cli("run", "hang_on_rank", "--world-size", "2", "--timeout", "2")
+def test_a_hung_worker_exits_1_after_the_timeout(cli_with_ranks):
+    out = cli_with_ranks("run", "hang_on_rank", "--world-size", "2", "--timeout", "2")
     assert out.returncode == 1
     assert "did not finish within its 2 s deadline; rank 1 still running" in out.stderr
 
 
-def test_the_same_worker_runs_under_torchrun():
+def test_the_same_worker_runs_under_torchrun(cli_with_ranks):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_"))}
     out = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -90,17 +90,8 @@ def test_the_same_worker_runs_under_torchrun():
     assert [r["rank"] for r in results] == [0, 1]
     assert results[0]["result"]["checksum"] == results[1]["result"]["checksum"]
     # Same seed, same world size: the same numbers as through ddp_lib's own launcher.
-    ours = json.loads(cli("run", "demo_basic", "--world-size", "2", "--json").stdout.splitlines()[-1])
+    ours = json.loads(cli_with_ranks("run", "demo_basic", "--world-size", "2", "--json").stdout.splitlines()[-1])
     assert [r["result"] for r in results] == ours
-
-
-def cli_env(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    """``python -m ddp_lib ARGS`` with ``env`` added to a clean environment (no rank variables)."""
-    from ddp_lib.torchrun import clean_env
-
-    environ = clean_env({"PYTHONPATH": pythonpath_with_tests(), **env})
-    return subprocess.run([sys.executable, "-m", "ddp_lib", *args], capture_output=True, text=True,
-                          timeout=timeout, env=environ)
 
 
 def one_line_refusal(out: subprocess.CompletedProcess, message: str) -> None:
@@ -162,8 +153,8 @@ def test_timeouts_that_would_fail_late_or_change_silently_are_refused(timeout, c
                           f"or 'none' for no deadline, got '{timeout}'")
 
 
-def test_timeout_none_means_no_deadline():
-    out = cli_env("run", "hello", "--world-size", "2", "--timeout", "none", env={})
+def test_timeout_none_means_no_deadline(cli_with_ranks):
+    out = cli_with_ranks("run", "hello", "--world-size", "2", "--timeout", "none")
     assert out.returncode == 0, out.stderr
 
 
@@ -175,8 +166,8 @@ def test_bad_environment_variables_are_refused_before_any_process_starts(name, v
     assert f"got {value!r}" in out.stderr
 
 
-def test_json_stays_json_when_the_loss_diverges():
-    out = cli_env("run", "cli_workers:diverged", "--world-size", "2", "--json", env={})
+def test_json_stays_json_when_the_loss_diverges(cli_with_ranks):
+    out = cli_with_ranks("run", "cli_workers:diverged", "--world-size", "2", "--json")
     assert out.returncode == 0, out.stderr
 
     def refuse(constant):

@@ -4,23 +4,14 @@ docstring; values a worker would refuse late are refused before any process star
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import pythonpath_with_tests
 from ddp_lib import cli
 from ddp_lib.errors import LaunchInputError
 from ddp_lib.worker_params import docstring_args, worker_params
 from ddp_lib.workers import WORKERS
-
-
-def cli_run(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedProcess:
-    environ = {**os.environ, "PYTHONPATH": pythonpath_with_tests(), **env}
-    return subprocess.run([sys.executable, "-m", "ddp_lib", *args], capture_output=True, text=True,
-                          timeout=timeout, env=environ)
 
 
 def refused_in_one_line(out: subprocess.CompletedProcess, message: str) -> None:
@@ -49,8 +40,8 @@ def test_the_registry_holds_names_and_summaries_only():
         assert worker.summary and "\n" not in worker.summary
 
 
-def test_help_of_a_real_worker_lists_its_options():
-    out = cli_run("run", "train", "--help")
+def test_help_of_a_real_worker_lists_its_options(cli_in_process):
+    out = cli_in_process("run", "train", "--help")
     assert out.returncode == 0, out.stderr
     for flag in ("--epochs", "--batch-size", "--lr", "--seed", "--checkpoint-dir", "--resume", "--set-epoch",
                  "--norm", "--fail-at-epoch"):
@@ -65,18 +56,18 @@ def test_docstring_args_block_gives_one_line_per_parameter():
     assert docs["norm"] == "normalisation layer" and set(docs) == {p.name for p in worker_params(configured)}
 
 
-def test_precise_annotations_become_flags_choices_and_optional_values_passed_as_keywords():
-    out = cli_run("run", "cli_workers:configured", "--world-size", "2", "--json", "--epochs", "3", "--lr", "0.5",
-                  "--resume", "--no-shuffle", "--checkpoint-dir", "/tmp/ckpt", "--limit", "7", "--norm", "batch",
-                  "--batch-size", "4")
+def test_precise_annotations_become_flags_choices_and_optional_values_passed_as_keywords(cli_with_ranks):
+    out = cli_with_ranks("run", "cli_workers:configured", "--world-size", "2", "--json", "--epochs", "3", "--lr", "0.5",
+                         "--resume", "--no-shuffle", "--checkpoint-dir", "/tmp/ckpt", "--limit", "7", "--norm", "batch",
+                         "--batch-size", "4")
     assert out.returncode == 0, out.stderr
     results = json.loads(out.stdout.splitlines()[-1])
     assert results == [{"rank": r, "world_size": 2, "epochs": 3, "lr": 0.5, "resume": True, "shuffle": False,
                         "checkpoint_dir": "/tmp/ckpt", "limit": 7, "norm": "batch", "batch_size": 4} for r in (0, 1)]
 
 
-def test_left_out_options_take_the_signatures_defaults():
-    out = cli_run("run", "cli_workers:configured", "--world-size", "1", "--json", "--limit", "none")
+def test_left_out_options_take_the_signatures_defaults(cli_with_ranks):
+    out = cli_with_ranks("run", "cli_workers:configured", "--world-size", "1", "--json", "--limit", "none")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1]) == [
         {"rank": 0, "world_size": 1, "epochs": 8, "lr": 0.1, "resume": False, "shuffle": True,

@@ -5,7 +5,7 @@ worker's error of several lines, the ranks' stacks at a timeout."""
 from __future__ import annotations
 
 import pytest
-from test_cli import cli_env, one_line_refusal
+from test_cli import one_line_refusal
 
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch_checks import check_env, whole_number
@@ -54,11 +54,11 @@ def test_a_bare_exception_reads_without_a_dangling_colon():
     assert str(WorkerError(0, "KeyboardInterrupt", "")) == "rank 0 raised KeyboardInterrupt"
 
 
-def test_the_command_line_prints_a_workers_whole_message_and_a_timeouts_stacks():
-    out = cli_env("run", "cli_workers:raise_two_lines", "--world-size", "2", env={})
+def test_the_command_line_prints_a_workers_whole_message_and_a_timeouts_stacks(cli_with_ranks):
+    out = cli_with_ranks("run", "cli_workers:raise_two_lines", "--world-size", "2")
     assert out.returncode == 1
     assert "ddp_lib: rank 0 raised ValueError: summary:\n\tthe detail\n" in out.stderr
-    out = cli_env("run", "hang_on_rank", "--world-size", "2", "--timeout", "3", env={})
+    out = cli_with_ranks("run", "hang_on_rank", "--world-size", "2", "--timeout", "3")
     assert out.returncode == 1
     assert "ddp_lib: the job did not finish within its 3 s deadline" in out.stderr
     assert "was here when stopped:" in out.stderr and "File " in out.stderr, out.stderr[-3000:]

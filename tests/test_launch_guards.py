@@ -126,7 +126,7 @@ def test_a_process_a_worker_starts_in_a_session_of_its_own_is_stopped_too(pid_di
         assert spawn(launcher_workers.start_grandchild, 2, kwargs=kwargs, show_output=False) == [0, 1]
     else:
         with pytest.raises((WorkerError, LaunchTimeout)):
-            spawn(launcher_workers.start_grandchild, 2, kwargs=kwargs, timeout=20, show_output=False)
+            spawn(launcher_workers.start_grandchild, 2, kwargs=kwargs, timeout=8, show_output=False)
     pids = recorded_pids(pid_dir)
     assert len(pids) == 2 and wait_until_gone(pids) == []
 
