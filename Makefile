@@ -34,7 +34,7 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 # (minutes, root on Linux): they run in make test-cluster, which .ci/run runs after make test.
 CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py notebooks/06b_cluster_lab.ipynb
 
-test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every notebook under nbval
+test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every lesson but the cluster lab under nbval
 	$(PY) -m pytest $(PARALLEL) tests notebooks $(addprefix --ignore=,$(CLUSTER_TESTS)) $(NBVAL)
 
 test-browser: $(INSTALLED)  ## every lesson in JupyterLab in Chromium: errors, cell times, lessons opened as modified, the stop button
