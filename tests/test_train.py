@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -187,15 +185,12 @@ def test_ddp_state_dict_keys_carry_the_module_prefix():
     assert keys["after_strip"] == "<All keys matched successfully>"
 
 
-def test_cli_runs_the_worker_and_prints_json():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "ddp_lib", "run", "train", "--world-size", "2", "--epochs", "2",
-                           "--json"], capture_output=True, text=True, env=env, timeout=120)
+def test_cli_runs_the_worker_and_prints_json(cli_with_ranks):
+    proc = cli_with_ranks("run", "train", "--world-size", "2", "--epochs", "2", "--json")
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout.splitlines()[-1])
     assert [r["rank"] for r in results] == [0, 1] and len(results[0]["losses"]) == 2
     assert "[rank 0] epoch  2/2 [####################] loss" in proc.stdout
-
 
 
 # tqdm's last state of rank 0's bar: 2 epochs of 16 steps (512 samples, 2 ranks x 16 per step).
@@ -215,15 +210,12 @@ def test_progress_draws_a_bar_on_rank_0s_stderr_only_and_changes_no_result(capsy
     assert line.startswith("[rank 0] ") and FINAL_BAR.fullmatch(line.removeprefix("[rank 0] "))
 
 
-def test_cli_progress_flag_draws_the_bar_and_keeps_the_json():
+def test_cli_progress_flag_draws_the_bar_and_keeps_the_json(cli_with_ranks):
     plain = spawn(train, 2, kwargs=dict(epochs=2), show_output=False)
-    # Bytes, not text=True: universal newlines would turn each carriage return into a newline.
-    proc = subprocess.run([sys.executable, "-m", "ddp_lib", "run", "train", "--world-size", "2", "--epochs", "2",
-                           "--progress", "--json"], capture_output=True, timeout=120)
-    out, err = proc.stdout.decode(), proc.stderr.decode()
-    assert proc.returncode == 0, err
-    assert [r["losses"] for r in json.loads(out.splitlines()[-1])] == [r["losses"] for r in plain]
-    (line,) = screen(err)  # rank 0's bar alone, as one line; nothing from rank 1
+    proc = cli_with_ranks("run", "train", "--world-size", "2", "--epochs", "2", "--progress", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["losses"] for r in json.loads(proc.stdout.splitlines()[-1])] == [r["losses"] for r in plain]
+    (line,) = screen(proc.stderr)  # rank 0's bar alone, as one line; nothing from rank 1
     assert FINAL_BAR.fullmatch(line.removeprefix("[rank 0] "))
 
 
