@@ -16,7 +16,7 @@ import launcher_workers
 import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, screen, wait_until_gone
-from ddp_lib._live_output import LiveOutput
+from ddp_lib._output import LiveOutput
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import launch, spawn
 from ddp_lib.workers import failures

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
-from ddp_lib._pids import pid_alive
+from ddp_lib._processes import pid_alive
 from ddp_lib.launch import spawn
 from ddp_lib.workers.basic import demo_basic
 
