@@ -1,6 +1,6 @@
 """What runs first in each child process that ddp_lib's launcher starts.
 
-It points the rank's stdout/stderr at its own files, sets the rank's environment, imports the
+It points the rank's stdout/stderr at its own files (:mod:`ddp_lib._output`), sets the rank's environment, imports the
 worker by name (so an edited module takes effect on the next launch), runs it and sends back
 its return value or its exception through a pipe. A watchdog ends the process, and every
 process it started, if the launching process dies, so a killed notebook kernel leaves nothing
@@ -13,13 +13,15 @@ import faulthandler
 import os
 import pickle
 import pkgutil
-import shutil
 import signal
 import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass
+
+from ddp_lib._output import RankOutput
+from ddp_lib._processes import descendants, kill_all
 
 # How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone, and takes
 # a reference to the process groups it has created.
@@ -39,21 +41,13 @@ class RankSpec:
     args_blob: bytes  # pickle of (args, kwargs): unpickled only after sys.path is set
     pass_world_size: bool  # fn(rank, world_size, *args) (ddp_lib.launch) or fn(rank, *args) (ddp_lib.mp)
     env: dict[str, str]
-    stdout_path: str
-    stderr_path: str
+    output: RankOutput  # its directory is removed by the watchdog if the launcher dies before removing it
     sys_path: list[str]
     cwd: str
-    logdir: str  # removed by the watchdog if the launcher dies before removing it
     store_env: dict[str, str] | None  # MASTER_ADDR/MASTER_PORT the worker must not change, if any
     # ddp_lib.mp: sys.exit()/exit() end the rank as under torch.multiprocessing (code 0 or None:
     # a finished rank whose result is None; another code: the rank exited with it).
     exit_like_torch: bool = False
-
-
-def _redirect(fd: int, path: str) -> None:
-    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(target, fd)
-    os.close(target)
 
 
 def _own_process_group() -> None:
@@ -68,7 +62,7 @@ def _own_process_group() -> None:
         pass
 
 
-def _watch_lifeline(lifeline, logdir: str) -> None:
+def _watch_lifeline(lifeline, output: RankOutput) -> None:
     # Only the launching process holds the pipe's write end: end of file means it has died
     # (or finished without us), and nothing else would ever stop this process or remove the
     # directory that holds the ranks' output.
@@ -76,7 +70,7 @@ def _watch_lifeline(lifeline, logdir: str) -> None:
         lifeline.recv_bytes()
     except (EOFError, OSError):
         pass
-    shutil.rmtree(logdir, ignore_errors=True)
+    output.remove_logdir()
     kill_all(descendants(os.getpid()))
     if hasattr(os, "killpg") and os.getpgid(0) == os.getpid():  # only a group this rank leads
         try:
@@ -121,38 +115,6 @@ def _flush_streams() -> None:
         try:
             stream.flush()
         except (OSError, ValueError, AttributeError):
-            pass
-
-
-def descendants(pid: int) -> list[int]:
-    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
-    there is no /proc. Finds what a process group does not: a child started in a new session
-    (``start_new_session=True``, a daemon) while its parent still lives."""
-    parents: dict[int, list[int]] = {}
-    try:
-        entries = [e for e in os.listdir("/proc") if e.isdigit()]
-    except OSError:
-        return []
-    for entry in entries:
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        parents.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def kill_all(pids: list[int]) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
             pass
 
 
@@ -254,20 +216,14 @@ def _exit_code(exc: SystemExit) -> int:
 
 def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int | None) -> None:
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
-    try:
-        _redirect(1, spec.stdout_path)
-        _redirect(2, spec.stderr_path)
-    except FileNotFoundError:  # the output directory is gone: the launcher died while this rank started
+    if not spec.output.capture():  # the output directory is gone: the launcher died while this rank started
         os._exit(1)
-    for stream in (sys.stdout, sys.stderr):
-        if stream is not None:
-            stream.reconfigure(line_buffering=True)
     if STACK_DUMP_SIGNAL is not None:
         faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
     _own_process_group()
     if inherited_lifeline_fd is not None:
         os.close(inherited_lifeline_fd)  # under fork every child inherits the write end
-    threading.Thread(target=_watch_lifeline, args=(lifeline, spec.logdir), daemon=True).start()
+    threading.Thread(target=_watch_lifeline, args=(lifeline, spec.output), daemon=True).start()
     reporter = _Reporter(result_conn)
     os.environ.clear()
     os.environ.update(spec.env)

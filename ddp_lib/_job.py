@@ -1,9 +1,9 @@
-"""The processes of one launch: start the ranks, hear from each, have rank 0's output printed as
-it comes (:mod:`ddp_lib._live_output`), stop whatever is left (each rank's own process group too)
-and read what they wrote.
+"""The ranks of one launch: start them, hear from each, stop whatever is left (each rank's own
+process group too).
 
 ``ddp_lib.launch.run_job`` drives a :class:`Job`; this module knows nothing of stores or
-environments, only of processes, pipes and output files.
+environments, only of ranks and their pipes. Their output files are :mod:`ddp_lib._output`'s:
+a Job polls the live view of rank 0 while it waits and reads the files when it is done.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import time
 from multiprocessing.connection import wait
 
 from ddp_lib import _child
-from ddp_lib._live_output import LiveOutput, output_text
-from ddp_lib._pids import OwnProcess, pid_alive
+from ddp_lib._output import LiveOutput
+from ddp_lib._processes import OwnProcess, pid_alive
 from ddp_lib.errors import is_peer_failure
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
@@ -195,20 +195,18 @@ class Job:
         if _child.STACK_DUMP_SIGNAL is None:
             return
         for rank in self.running:
-            if not os.path.exists(self.specs[rank].stderr_path):
+            size = self.specs[rank].output.stderr_size()
+            if size is None:
                 continue  # not started yet: it has no stack to show, and no handler for the signal
-            self.stack_starts[rank] = _size(self.specs[rank].stderr_path)
+            self.stack_starts[rank] = size
             self.own[rank].signal(_child.STACK_DUMP_SIGNAL)
         if not self.stack_starts:
             return
         time.sleep(STACK_DUMP_WAIT_S)
         for rank, start in self.stack_starts.items():
-            try:
-                with open(self.specs[rank].stderr_path, "rb") as f:
-                    f.seek(start)
-                    self.stacks[rank] = f.read().decode("utf-8", errors="replace")
-            except OSError:
-                pass
+            stack = self.specs[rank].output.stderr_since(start)
+            if stack is not None:
+                self.stacks[rank] = stack
 
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
@@ -237,8 +235,7 @@ class Job:
             if proc.exitcode == 0 and self.specs[rank].exit_like_torch:
                 self.results[rank] = None  # sys.exit(0) or os._exit(0): finished, as under torch
             else:
-                started = os.path.exists(self.specs[rank].stdout_path)  # the child's first act is to create it
-                self.failures[rank] = ("", _describe_exit(proc.exitcode, started), "")
+                self.failures[rank] = ("", _describe_exit(proc.exitcode, self.specs[rank].output.started()), "")
         else:
             try:
                 message = pickle.loads(blob)
@@ -316,25 +313,7 @@ class Job:
     def read_outputs(self) -> dict[int, tuple[str, str]]:
         # A stack written at the deadline goes in the error, not in the rank's stderr: it
         # holds thread addresses that change from run to run.
-        return {s.rank: (_read(s.stdout_path), _read(s.stderr_path, self.stack_starts.get(s.rank)))
-                for s in self.specs}
-
-
-def _size(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def _read(path: str, limit: int | None = None) -> str:
-    """The text of ``path``, its first ``limit`` bytes if given ("" if it does not exist)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read() if limit is None else f.read(limit)
-    except FileNotFoundError:
-        return ""
-    return output_text(data)
+        return {s.rank: s.output.read(stderr_limit=self.stack_starts.get(s.rank)) for s in self.specs}
 
 
 def _describe_exit(exitcode: int | None, started: bool = True) -> str:

@@ -24,15 +24,13 @@ import pickle
 import re
 import socket
 import sys
-import tempfile
 from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
 from ddp_lib import _child
 from ddp_lib._job import Job
-from ddp_lib._live_output import LiveOutput
-from ddp_lib._pids import pid_alive
+from ddp_lib._output import RankOutput, live_view, output_dir, print_labelled
 from ddp_lib.errors import (
     LaunchInterrupted,
     LaunchTimeout,
@@ -51,9 +49,6 @@ LAUNCH_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never e
 # (DDP imports torch._dynamo on construction: 2-3 s per child if not preloaded.)
 # ddp_lib itself is not preloaded: children import it fresh, so edits take effect.
 FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo"]
-# A temporary output directory: "ddp_lib-<pid of the launching process>-<random>".
-_LOGDIR_PREFIX = "ddp_lib-"
-_LOGDIR = re.compile(re.escape(_LOGDIR_PREFIX) + r"(\d+)-")
 _PORT_IN_USE = re.compile(r"(?:EADDRINUSE|address already in use|failed to listen).*?port: (\d+)|"
                           r"port: (\d+).*?(?:EADDRINUSE|address already in use)", re.I | re.S)
 
@@ -111,20 +106,15 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     (ddp_lib.mp) the worker chooses them. ``exit_like_torch`` (ddp_lib.mp): a rank that calls
     sys.exit(0) or os._exit(0) has finished, with None as its result, as under torch.
     """
-    _sweep_orphaned_logdirs()
     args_blob = pickle.dumps(args_kwargs)
     store_env = {k: envs[0][k] for k in ("MASTER_ADDR", "MASTER_PORT")} if store else None
-    with tempfile.TemporaryDirectory(prefix=f"{_LOGDIR_PREFIX}{os.getpid()}-") as logdir:
+    with output_dir() as logdir:
         specs = [_child.RankSpec(rank=r, world_size=world_size, fn_ref=fn_ref, args_blob=args_blob,
-                                 pass_world_size=pass_world_size, env=envs[r],
-                                 stdout_path=os.path.join(logdir, f"rank{r}.out"),
-                                 stderr_path=os.path.join(logdir, f"rank{r}.err"), sys_path=list(sys.path),
-                                 cwd=os.getcwd(), logdir=logdir, store_env=store_env, exit_like_torch=exit_like_torch)
+                                 pass_world_size=pass_world_size, env=envs[r], output=RankOutput(logdir, r),
+                                 sys_path=list(sys.path), cwd=os.getcwd(), store_env=store_env,
+                                 exit_like_torch=exit_like_torch)
                  for r in range(world_size)]
-        live = None
-        if show_output:
-            live = LiveOutput(specs[0].stdout_path, specs[0].stderr_path if show_output is True else None)
-        job = Job(specs, start_method, live, store)
+        job = Job(specs, start_method, live_view(specs[0].output, show_output), store)
         interrupted = False
         try:
             job.start()
@@ -137,7 +127,7 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
             raise LaunchInterrupted(world_size) from None
         outputs = job.read_outputs()
     if show_output:  # rank 0's has been shown as it came
-        _show({r: out for r, out in outputs.items() if r != 0}, with_stderr=show_output is True)
+        print_labelled({r: out for r, out in outputs.items() if r != 0}, with_stderr=show_output is True)
     if job.failures:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
@@ -237,34 +227,9 @@ def rank_environments(world_size: int, backend: str, extra: dict[str, str] | Non
     return [{**base, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(world_size)]
 
 
-def _sweep_orphaned_logdirs() -> None:
-    """Remove output directories left by launching processes that were killed (SIGKILL leaves
-    no chance to clean up; the ranks' watchdogs remove their own, this catches the rest)."""
-    import shutil
-
-    root = tempfile.gettempdir()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
-        found = _LOGDIR.match(name)
-        if found and not pid_alive(int(found.group(1))):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
 # Set on import, not at the first launch: the forkserver is one per process and keeps the
 # preload it started with, so a raw mp.start_processes(..., "forkserver") run first would
 # otherwise leave every later launch importing torch afresh.
 if "forkserver" in multiprocessing.get_all_start_methods():
     multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
-
-
-def _show(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> None:
-    for rank in sorted(outputs):
-        out, err = outputs[rank]
-        for text, stream in ((out, sys.stdout), (err if with_stderr else "", sys.stderr)):
-            if text:
-                stream.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
-                stream.flush()
 

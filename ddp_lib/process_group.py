@@ -89,6 +89,12 @@ def backend_for(device: torch.device) -> str:
     return dist.Backend.default_device_backend_map.get(device.type, "gloo")
 
 
+def device_ids_for(device: torch.device) -> list[int] | None:
+    """DDP's ``device_ids`` for a model on ``device``: ``[index]`` for a model on one GPU (DDP then
+    moves each forward's inputs to that GPU), None for a CPU model (a list is a ValueError there)."""
+    return [device.index] if device.type == "cuda" else None
+
+
 def check_backend(backend: object, world_size: int) -> str:
     """Return ``backend`` (lower case) if this machine can run it with ``world_size`` local
     ranks, else raise ValueError with a one-line reason."""
@@ -218,5 +224,5 @@ def is_main() -> bool:
 
 
 def wrap_ddp(model: nn.Module, device: torch.device, **options) -> DDP:
-    """DDP around ``model`` (already on ``device``): device_ids only for a single GPU."""
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None, **options)
+    """DDP around ``model`` (already on ``device``), with the device_ids for that device."""
+    return DDP(model, device_ids=device_ids_for(device), **options)

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lib._pids import pid_alive
+from ddp_lib._processes import pid_alive
 
 TESTS = str(Path(__file__).parent)  # the test workers' modules (launcher_workers, cli_workers, ...)
 

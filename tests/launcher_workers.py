@@ -7,6 +7,7 @@ pytest has put this directory (a test that runs code in a fresh interpreter puts
 """
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lib.process_group import process_group
-from ddp_lib.workers.failures import record_pid
+from ddp_lib.workers.faulty_ranks import record_pid
 
 
 def talk(rank, world_size, lines=2, delay=0.0):
@@ -32,6 +33,16 @@ def report_env(rank, world_size):
     names = ("MASTER_ADDR", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS")
     return {**{n: os.environ.get(n) for n in names}, "threads": torch.get_num_threads(),
             "has_port": os.environ.get("MASTER_PORT", "").isdigit()}
+
+
+def die_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
+    """Rank ``bad_rank`` is killed (SIGKILL, as by the out-of-memory killer) without raising;
+    the others sleep until the launcher stops them."""
+    record_pid(rank, pid_dir)
+    if rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+    return rank
 
 
 def hang_all(rank, world_size, pid_dir=None):

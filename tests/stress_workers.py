@@ -110,7 +110,7 @@ def _churn_ids(stop: threading.Event, counter: list[int]) -> None:
 
 def _launch_loop(kind: str, end: float, tally: Tally, lock: threading.Lock, tmp: str) -> None:
     from ddp_lib import launch
-    from ddp_lib._pids import pid_alive
+    from ddp_lib._processes import pid_alive
     from ddp_lib.workers.ring import ring_check
 
     while time.monotonic() < end:

@@ -24,11 +24,16 @@ import ddp_lib
 from ddp_lib.launch import spawn
 from ddp_lib.process_group import DEFAULT_MASTER_PORT, free_port, port_in_use
 from ddp_lib.workers import WORKERS
-from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES, package_path
+from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = pathlib.Path(ddp_lib.__file__).resolve().parent
 TORCHRUN = pathlib.Path(sys.executable).with_name("torchrun")
+
+
+def package_path(file: str) -> str:
+    """Where a file of the copy table lives, relative to the ddp_lib package directory."""
+    return file if file == "process_group.py" else f"workers/{file}"
 
 # The workers that need CUDA GPUs; on a CPU machine only their module is copied and imported.
 GPU_ONLY = {"nccl_cpu_tensor", "without_set_device", "with_set_device"}
@@ -42,8 +47,8 @@ NOT_COMPARED = {"unused_parameters", "fp16_compression", "backward_timeline", "t
 # rank that does not exist, so the run shows the worker itself works.
 JOBS = [
     ("basic", "demo_basic", {"seed": 3}),
-    ("failures", "raise_on_rank", {"bad_rank": -1}),
-    ("failures", "hang_on_rank", {"bad_rank": -1}),
+    ("faulty_ranks", "raise_on_rank", {"bad_rank": -1}),
+    ("faulty_ranks", "hang_on_rank", {"bad_rank": -1}),
     ("collectives", "whoami", {"method": "env"}),
     ("collectives", "run_collective", {"name": "reduce_scatter"}),
     ("collectives", "subgroups", {}),
@@ -69,7 +74,7 @@ JOBS = [
     ("torchrun_env", "torchrun_env", {}),
     ("collective_extras", "objects_and_single_tensors", {}),
     ("point_to_point", "send_recv", {}),
-    ("train_demos", "state_dict_keys", {}),
+    ("train_pitfalls", "state_dict_keys", {}),
     ("training_loop", "evaluate_padded", {}),
     ("failure_lab", "sampler_orders", {"call_set_epoch": True, "epochs": 2}),
     ("beyond_ddp", "memory_run", {"strategy": "ddp", "steps": 1, "width": 8}),

@@ -10,21 +10,21 @@ import time
 import pytest
 import torch.distributed as dist
 
-from ddp_lib.demos import hung_ranks, monitored
+from ddp_lib.demos import hung_ranks, leftovers, monitored
 from ddp_lib.errors import LaunchInputError, WorkerError, readable
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import spawn
 from ddp_lib.workers import failure_lab as lab
-from ddp_lib.workers import failures
+from ddp_lib.workers import faulty_ranks
 
 
 def test_the_launcher_stops_the_ranks_still_busy_when_one_raises(tmp_path):
     started = time.monotonic()
     with pytest.raises(WorkerError) as info:
-        spawn(failures.raise_on_rank, 3, kwargs=dict(bad_rank=2, pid_dir=str(tmp_path), others_busy_s=60),
+        spawn(faulty_ranks.raise_on_rank, 3, kwargs=dict(bad_rank=2, pid_dir=str(tmp_path), others_busy_s=60),
               show_output=False)
     assert info.value.rank == 2 and info.value.exc_type == "ValueError"
-    assert len(list(tmp_path.glob("rank*.pid"))) == 3 and failures.still_running(str(tmp_path)) == []
+    assert len(list(tmp_path.glob("rank*.pid"))) == 3 and leftovers.still_running(str(tmp_path)) == []
     assert time.monotonic() - started < 30  # stopped, not left to finish their 60 s
 
 
@@ -441,9 +441,10 @@ def test_checker_draws_new_metrics_each_time(solution):
 
 def test_a_rank_killed_in_a_collective_is_noticed_by_every_survivor_within_the_timeout(tmp_path):
     with pytest.raises(WorkerError) as info:
-        spawn(failures.die_in_collective, 3, kwargs=dict(record_dir=str(tmp_path), timeout_s=3.0), show_output=False)
+        spawn(faulty_ranks.die_in_collective, 3, kwargs=dict(record_dir=str(tmp_path), timeout_s=3.0),
+              show_output=False)
     assert info.value.rank == 1
-    records = failures.read_records(str(tmp_path))
+    records = faulty_ranks.read_records(str(tmp_path))
     died_at = records.pop(1)["died_at"]
     assert sorted(records) == [0, 2]
     assert all(0 <= r["failed_at"] - died_at < 5.0 for r in records.values())

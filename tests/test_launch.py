@@ -15,7 +15,7 @@ import pytest
 from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import launch, spawn
-from ddp_lib.workers import failures
+from ddp_lib.workers import faulty_ranks
 from ddp_lib.workers.basic import demo_basic
 
 
@@ -28,7 +28,7 @@ def test_keyword_arguments_and_partials_reach_the_worker():
     # A partial's own arguments come first, the launch's args after them; keywords merge.
     worker = functools.partial(launcher_workers.talk, lines=0)
     assert spawn(worker, 2, (), kwargs=dict(delay=0.0), show_output=False) == [0, 10]
-    assert spawn(functools.partial(failures.raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
+    assert spawn(functools.partial(faulty_ranks.raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
 
 
 def test_output_is_captured_per_rank_and_printed_in_rank_order(capsys):
@@ -82,7 +82,7 @@ def test_many_launches_in_a_row_never_hang_on_teardown():
 
 def test_a_worker_exception_names_the_rank_type_and_message(pid_dir):
     with pytest.raises(WorkerError) as info:
-        spawn(failures.raise_on_rank, 3, (2, str(pid_dir)), show_output=False)
+        spawn(faulty_ranks.raise_on_rank, 3, (2, str(pid_dir)), show_output=False)
     err = info.value
     assert str(err) == "rank 2 raised ValueError: rank 2 was told to fail"
     assert (err.rank, err.exc_type, err.message) == (2, "ValueError", "rank 2 was told to fail")
@@ -107,7 +107,7 @@ def test_when_every_rank_fails_alike_the_lowest_rank_is_named_every_time():
 def test_a_killed_rank_is_named_and_the_others_are_stopped(pid_dir):
     start = time.monotonic()
     with pytest.raises(WorkerError, match=r"^rank 1 was killed by SIGKILL before returning a result$") as info:
-        spawn(failures.die_on_rank, 3, (1, str(pid_dir)), show_output=False)
+        spawn(launcher_workers.die_on_rank, 3, (1, str(pid_dir)), show_output=False)
     assert info.value.exc_type == "" and time.monotonic() - start < 30  # the others sleep 60 s
     pids = recorded_pids(pid_dir)
     assert len(pids) == 3 and wait_until_gone(pids) == []
@@ -120,7 +120,7 @@ def test_a_rank_that_exits_without_raising_is_named():
 
 def test_the_deadline_turns_a_hang_into_an_error_and_stops_every_rank(pid_dir):
     with pytest.raises(LaunchTimeout) as info:
-        spawn(failures.hang_on_rank, 3, (1, str(pid_dir)), timeout=2, show_output=False)
+        spawn(faulty_ranks.hang_on_rank, 3, (1, str(pid_dir)), timeout=2, show_output=False)
     assert info.value.running == [1]
     assert "did not finish within its 2 s deadline; rank 1 still running was stopped" in str(info.value)
     assert wait_until_gone(recorded_pids(pid_dir)) == []

@@ -16,10 +16,10 @@ import launcher_workers
 import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, screen, wait_until_gone
-from ddp_lib._live_output import LiveOutput
+from ddp_lib._output import LiveOutput
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import launch, spawn
-from ddp_lib.workers import failures
+from ddp_lib.workers import faulty_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -85,16 +85,16 @@ def _format_with_ipython(exc: BaseException) -> str:
 @pytest.mark.parametrize("formatter", ["traceback", "ipython"])
 def test_the_worker_traceback_shows_under_the_error(formatter):
     with pytest.raises(WorkerError) as info:
-        spawn(failures.raise_on_rank, 2, (1,), show_output=False)
+        spawn(faulty_ranks.raise_on_rank, 2, (1,), show_output=False)
     exc = info.value
     text = "".join(traceback.format_exception(exc)) if formatter == "traceback" else _format_with_ipython(exc)
     assert 'raise ValueError(f"rank {rank} was told to fail")' in text
-    assert "ddp_lib/workers/failures.py" in text and "rank 1 raised ValueError" in text
+    assert "ddp_lib/workers/faulty_ranks.py" in text and "rank 1 raised ValueError" in text
 
 
 def test_a_killed_rank_and_a_timeout_read_right_when_formatted(pid_dir):
     with pytest.raises(WorkerError) as info:
-        spawn(failures.die_on_rank, 2, (1, str(pid_dir)), show_output=False)
+        spawn(launcher_workers.die_on_rank, 2, (1, str(pid_dir)), show_output=False)
     assert "rank 1 was killed by SIGKILL" in "".join(traceback.format_exception(info.value))
     with pytest.raises(LaunchTimeout) as info:
         spawn(launcher_workers.sleep_in_named_function, 2, timeout=3, show_output=False)
@@ -105,7 +105,7 @@ def test_a_killed_rank_and_a_timeout_read_right_when_formatted(pid_dir):
     # addresses change from run to run, and stored notebook outputs must not).
     assert all("most recent call first" not in err for _, err in info.value.outputs.values())
     with pytest.raises(LaunchTimeout, match=r"rank 1 still running was stopped$"):
-        spawn(failures.hang_on_rank, 2, (1,), timeout=2, show_output=False)
+        spawn(faulty_ranks.hang_on_rank, 2, (1,), timeout=2, show_output=False)
 
 
 @pytest.mark.parametrize("fail", [False, True])

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
-from ddp_lib._pids import pid_alive
+from ddp_lib._processes import pid_alive
 from ddp_lib.launch import spawn
 from ddp_lib.workers.basic import demo_basic
 
@@ -17,7 +17,7 @@ jupyter_client = pytest.importorskip("jupyter_client")
 
 
 def test_no_rank_is_left_running_after_a_successful_launch(pid_dir):
-    from ddp_lib.workers.failures import raise_on_rank
+    from ddp_lib.workers.faulty_ranks import raise_on_rank
 
     assert spawn(raise_on_rank, 3, (-1, str(pid_dir)), show_output=False) == [0, 1, 2]  # no rank is told to fail
     pids = recorded_pids(pid_dir)

@@ -299,7 +299,7 @@ def _code(source: str) -> dict:
 STOP_NOTEBOOK = {
     "cells": [
         _code("from ddp_lib.launch import launch\nfrom ddp_lib.workers.basic import demo_basic\n"
-              "from ddp_lib.workers.failures import hang_on_rank"),
+              "from ddp_lib.workers.faulty_ranks import hang_on_rank"),
         _code("launch(hang_on_rank, 3, kwargs=dict(bad_rank=0), timeout=600)"),
         _code("print(len(launch(demo_basic, 2).results), 'ranks finished')"),
     ],

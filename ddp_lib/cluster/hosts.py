@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ddp_lib._pids import pid_alive
+from ddp_lib._processes import pid_alive
 from ddp_lib.errors import first_line
 
 PREFIX = "ddpl"  # every namespace and link made here starts with it, then the owner's pid in hex

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-from ddp_lib.plots.torchrun import _arrow, _box
+from ddp_lib.plots.shapes import arrow, box
 
 
 def plot_two_hosts(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
@@ -22,18 +22,18 @@ def plot_two_hosts(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
                                     edgecolor="grey", linestyle="--"))
         ax.text(x0 + 0.1, 4.95, f"node{node}: a network namespace", fontsize=9, weight="bold", va="top")
         ax.text(x0 + 0.1, 4.6, f"eth0 {subnet}.{node + 1}   lo 127.0.0.1 (its own)", fontsize=8, va="top")
-        _box(ax, x0 + 0.3, 3.0, 1.7, 0.8, f"agent (torchrun)\nnode{node}", "#fde9c9")
-        _box(ax, x0 + 0.3, 0.5, 1.7, 0.8, f"rank {node}\n(gloo on eth0)", "#cfe2f3")
-        _arrow(ax, (x0 + 1.15, 3.0), (x0 + 1.15, 1.3), "#b07000")  # the agent starts its rank
-    _box(ax, 2.5, 3.4, 1.8, 0.9, f"rendezvous store\n:{rdzv_port}", "#d9ead3")
-    _box(ax, 2.5, 1.9, 1.8, 0.9, "ranks' store\nMASTER_PORT", "#d9ead3")
-    _arrow(ax, (2.0, 3.5), (2.5, 3.8), "green", "<|-|>")  # node0's agent runs both stores
-    _arrow(ax, (2.0, 3.1), (2.5, 2.4), "green", "<|-|>")
-    _arrow(ax, (5.9, 3.5), (4.3, 3.85), "green", "<|-|>")
+        box(ax, x0 + 0.3, 3.0, 1.7, 0.8, f"agent (torchrun)\nnode{node}", "#fde9c9")
+        box(ax, x0 + 0.3, 0.5, 1.7, 0.8, f"rank {node}\n(gloo on eth0)", "#cfe2f3")
+        arrow(ax, (x0 + 1.15, 3.0), (x0 + 1.15, 1.3), "#b07000")  # the agent starts its rank
+    box(ax, 2.5, 3.4, 1.8, 0.9, f"rendezvous store\n:{rdzv_port}", "#d9ead3")
+    box(ax, 2.5, 1.9, 1.8, 0.9, "ranks' store\nMASTER_PORT", "#d9ead3")
+    arrow(ax, (2.0, 3.5), (2.5, 3.8), "green", "<|-|>")  # node0's agent runs both stores
+    arrow(ax, (2.0, 3.1), (2.5, 2.4), "green", "<|-|>")
+    arrow(ax, (5.9, 3.5), (4.3, 3.85), "green", "<|-|>")
     ax.text(5.1, 4.0, f"node0:{rdzv_port}", fontsize=7, color="green", ha="center")
-    _arrow(ax, (1.5, 1.3), (2.9, 1.9), "tab:blue")  # each rank reaches the ranks' store
-    _arrow(ax, (6.4, 1.3), (4.0, 2.0), "tab:blue")
-    _arrow(ax, (2.0, 0.8), (5.9, 0.8), "purple", "<|-|>")
+    arrow(ax, (1.5, 1.3), (2.9, 1.9), "tab:blue")  # each rank reaches the ranks' store
+    arrow(ax, (6.4, 1.3), (4.0, 2.0), "tab:blue")
+    arrow(ax, (2.0, 0.8), (5.9, 0.8), "purple", "<|-|>")
     ax.text(3.95, 0.45, "gloo: ports picked at run time", fontsize=7, color="purple", ha="center")
     ax.plot([4.4, 5.6], [0.25, 0.25], color="black", lw=3)
     ax.text(5.0, 0.05, "veth pair (the cable)", fontsize=7, ha="center")

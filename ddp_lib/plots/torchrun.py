@@ -6,14 +6,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyBboxPatch
 
-
-def _box(ax, x: float, y: float, w: float, h: float, text: str, colour: str) -> None:
-    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.02", facecolor=colour, edgecolor="black"))
-    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=8)
-
-
-def _arrow(ax, start: tuple[float, float], end: tuple[float, float], colour: str, style: str = "-|>") -> None:
-    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle=style, color=colour, lw=1.2))
+from ddp_lib.plots.shapes import arrow, box
 
 
 def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Figure:
@@ -28,19 +21,19 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
         ax.add_patch(FancyBboxPatch((x0, 0.2), 4.6, 5.0, boxstyle="round,pad=0.02", facecolor="none",
                                     edgecolor="grey", linestyle="--"))
         ax.text(x0 + 0.1, 5.0, f"node {node} (GROUP_RANK={node})", fontsize=9, weight="bold", va="top")
-        _box(ax, x0 + 0.3, 3.3, 1.8, 0.8, f"agent (torchrun)\nnode {node}", "#fde9c9")
+        box(ax, x0 + 0.3, 3.3, 1.8, 0.8, f"agent (torchrun)\nnode {node}", "#fde9c9")
         for local in range(nproc_per_node):
             rank = node * nproc_per_node + local
-            _box(ax, x0 + 0.3 + local * 2.2, 0.5, 1.9, 0.9, f"rank {rank}\nLOCAL_RANK={local}", "#cfe2f3")
-            _arrow(ax, (x0 + 1.2, 3.3), (x0 + 1.25 + local * 2.2, 1.4), "#b07000")  # the agent starts its ranks
+            box(ax, x0 + 0.3 + local * 2.2, 0.5, 1.9, 0.9, f"rank {rank}\nLOCAL_RANK={local}", "#cfe2f3")
+            arrow(ax, (x0 + 1.2, 3.3), (x0 + 1.25 + local * 2.2, 1.4), "#b07000")  # the agent starts its ranks
     rdzv_label = f"rendezvous store\n--rdzv-endpoint :{rdzv_port}\n(on the endpoint's host)"
-    _box(ax, 2.7, 4.15, 2.0, 0.8, rdzv_label, "#d9ead3")
-    _box(ax, 2.7, 2.2, 2.0, 0.8, "ranks' store\nMASTER_PORT (free port)", "#d9ead3")
-    _arrow(ax, (2.1, 3.9), (2.7, 4.4), "green", "<|-|>")  # agents meet at the rendezvous store
-    _arrow(ax, (5.5, 4.0), (4.7, 4.5), "green", "<|-|>")
+    box(ax, 2.7, 4.15, 2.0, 0.8, rdzv_label, "#d9ead3")
+    box(ax, 2.7, 2.2, 2.0, 0.8, "ranks' store\nMASTER_PORT (free port)", "#d9ead3")
+    arrow(ax, (2.1, 3.9), (2.7, 4.4), "green", "<|-|>")  # agents meet at the rendezvous store
+    arrow(ax, (5.5, 4.0), (4.7, 4.5), "green", "<|-|>")
     for x in (1.3, 3.5, 6.3, 8.5):  # every rank reaches the ranks' store (init_process_group env://)
-        _arrow(ax, (x, 1.4), (3.7, 2.2), "tab:blue")
-    _arrow(ax, (4.3, 0.95), (5.5, 0.95), "purple", "<|-|>")
+        arrow(ax, (x, 1.4), (3.7, 2.2), "tab:blue")
+    arrow(ax, (4.3, 0.95), (5.5, 0.95), "purple", "<|-|>")
     ax.text(4.9, 0.85, "gloo / nccl:\nports picked\nat run time", ha="center", va="top", fontsize=7, color="purple")
     ax.set_title("Who listens where: the endpoint's host here is node 0, so its agent runs both stores;\n"
                  "the ranks connect to each other directly", fontsize=10)

@@ -26,9 +26,9 @@ class Worker:
 WORKERS: dict[str, Worker] = {
     "demo_basic": Worker("ddp_lib.workers.basic:demo_basic",
         "the classic basic DDP example, corrected: one step, the same parameters on every rank"),
-    "raise_on_rank": Worker("ddp_lib.workers.failures:raise_on_rank",
+    "raise_on_rank": Worker("ddp_lib.workers.faulty_ranks:raise_on_rank",
         "one rank raises ValueError: the error names the rank, the others are stopped"),
-    "hang_on_rank": Worker("ddp_lib.workers.failures:hang_on_rank",
+    "hang_on_rank": Worker("ddp_lib.workers.faulty_ranks:hang_on_rank",
         "one rank never returns: --timeout turns the hang into an error"),
     "whoami": Worker("ddp_lib.workers.collectives:whoami",
         "join a process group with an init method; each rank reports rank, world size, backend and store"),

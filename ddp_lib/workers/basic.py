@@ -7,10 +7,10 @@ from torch import nn, optim
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import process_group
+    from ddp_lib.process_group import device_ids_for, process_group
     from ddp_lib.workers.shared import ToyModel, param_checksum
 except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
-    from process_group import process_group
+    from process_group import device_ids_for, process_group
     from shared import ToyModel, param_checksum
 
 
@@ -25,9 +25,9 @@ def demo_basic(rank: int, world_size: int, seed: int = 0) -> dict:
         print(f"rank {rank} of {world_size} on {device.type}")
         torch.manual_seed(seed + rank)  # different weights and data per rank, on purpose
         model = ToyModel().to(device)
-        # DDP copies rank 0's weights to every rank here. device_ids must be None for a CPU
-        # model; for a one-GPU model it may be None too, and [index] makes DDP move the inputs.
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        # DDP copies rank 0's weights to every rank here. device_ids: [index] for a model on
+        # one GPU (DDP then moves the inputs there), None for a CPU model.
+        ddp_model = DDP(model, device_ids=device_ids_for(device))
         loss_fn = nn.MSELoss()
         optimizer = optim.SGD(ddp_model.parameters(), lr=0.001)
 

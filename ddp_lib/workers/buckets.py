@@ -36,10 +36,10 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import process_group, wrap_ddp
+    from ddp_lib.process_group import device_ids_for, process_group, wrap_ddp
     from ddp_lib.workers.shared import LR, flat_grads, flat_params, gather_flat, make_mlp, rank_batch
 except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
-    from process_group import process_group, wrap_ddp
+    from process_group import device_ids_for, process_group, wrap_ddp
     from shared import LR, flat_grads, flat_params, gather_flat, make_mlp, rank_batch
 
 
@@ -191,8 +191,8 @@ def scratch_vs_torch(rank: int, world_size: int, way: Way = "buckets", steps: in
         # Different starting weights per rank: both must broadcast rank 0's.
         reference = wrap_ddp(make_mlp(seed + rank).to(device), device, bucket_cap_mb=bucket_cap_mb)
         options = {"bucket_cap_mb": bucket_cap_mb} if way in ("buckets", "torch") else {}
-        if way == "torch" and device.type == "cuda":
-            options["device_ids"] = [device.index]
+        if way == "torch":
+            options["device_ids"] = device_ids_for(device)
         ours = make(way, make_mlp(seed + rank).to(device), **options)
         optimizers = [torch.optim.SGD(m.parameters(), lr=LR) for m in (reference, ours)]
         grad_diff = param_diff = 0.0

@@ -17,9 +17,9 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import process_group
+    from ddp_lib.process_group import device_ids_for, process_group
 except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import process_group
+    from process_group import device_ids_for, process_group
 
 # DDPOptimizer's first bucket (torch/_dynamo/backends/distributed.py): torch builds it without a
 # first_bucket_cap, so it takes torch.distributed._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB, and refuses
@@ -88,9 +88,8 @@ def compiled_graphs(rank: int, world_size: int, bucket_cap_mb: float | None = 1.
         net = DeepNet()
         module = (net.as_sequential() if model == "sequential" else net).to(device)
         twin = copy.deepcopy(module)
-        device_ids = [device.index] if device.type == "cuda" else None
-        ddp_model = DDP(module, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb)
-        eager_model = DDP(twin, device_ids=device_ids, bucket_cap_mb=bucket_cap_mb)
+        ddp_model = DDP(module, device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
+        eager_model = DDP(twin, device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
         sent: list[int] = []  # bytes of each all-reduce ddp_model starts
 
         def recording_allreduce(_state: None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 # Worker module (under ddp_lib/workers/) -> the files to copy, the module itself first.
 FILES_TO_COPY: dict[str, tuple[str, ...]] = {
     "basic": ("basic.py", "process_group.py", "shared.py"),
-    "failures": ("failures.py", "process_group.py"),
+    "faulty_ranks": ("faulty_ranks.py", "process_group.py"),
     "collectives": ("collectives.py", "process_group.py", "shared.py"),
     "collective_extras": ("collective_extras.py", "process_group.py", "shared.py"),
     "point_to_point": ("point_to_point.py", "process_group.py", "shared.py"),
@@ -25,7 +25,7 @@ FILES_TO_COPY: dict[str, tuple[str, ...]] = {
     "buckets": ("buckets.py", "process_group.py", "shared.py"),
     "spawning": ("spawning.py", "process_group.py"),
     "train": ("train.py", "process_group.py", "shared.py"),
-    "train_demos": ("train_demos.py", "train.py", "process_group.py", "shared.py"),
+    "train_pitfalls": ("train_pitfalls.py", "train.py", "process_group.py", "shared.py"),
     "torchrun_env": ("torchrun_env.py", "process_group.py"),
     "torchrun_failure": ("torchrun_failure.py",),
     "failure_lab": ("failure_lab.py", "process_group.py"),
@@ -40,7 +40,3 @@ OPTIONAL_PACKAGES: dict[str, dict[str, str]] = {
     "train": {"tqdm": "progress=True"},
 }
 
-
-def package_path(file: str) -> str:
-    """Where a file of the map lives, relative to the ddp_lib package directory."""
-    return file if file == "process_group.py" else f"workers/{file}"

@@ -14,10 +14,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import device_for, env_int, process_group, teardown
+    from ddp_lib.process_group import device_for, device_ids_for, env_int, process_group, teardown
     from ddp_lib.workers.shared import ToyModel, param_checksum
 except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
-    from process_group import device_for, env_int, process_group, teardown
+    from process_group import device_for, device_ids_for, env_int, process_group, teardown
     from shared import ToyModel, param_checksum
 
 
@@ -134,7 +134,7 @@ def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> d
         path = os.path.join(tempfile.gettempdir(), "ddp_lib_lesson03.pt")
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
-        model = DDP(ToyModel().to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        model = DDP(ToyModel().to(device), device_ids=device_ids_for(device))
         if rank == 0:
             torch.save(model.module.state_dict(), path)
         dist.barrier()  # nobody reads before rank 0 has written

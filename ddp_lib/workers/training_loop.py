@@ -25,10 +25,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import process_group
+    from ddp_lib.process_group import device_ids_for, process_group
     from ddp_lib.workers.shared import make_moons
 except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
-    from process_group import process_group
+    from process_group import device_ids_for, process_group
     from shared import make_moons
 
 EVAL_SEED = 99  # the held-out set: same generator as the training data, another seed
@@ -138,7 +138,7 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
         model = LoopNet(hidden).to(device)
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp_model = DDP(model, device_ids=device_ids_for(device))
         hook_state: dict = {"sent": set()}
         if comm_hook == "allreduce":
             ddp_model.register_comm_hook(hook_state, recording_allreduce)
@@ -225,7 +225,7 @@ def scaler_overflow(rank: int, world_size: int, steps: int = 7, overflow_step: i
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
         model = LoopNet().to(device)
-        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        ddp_model = DDP(model, device_ids=device_ids_for(device))
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         scaler = torch.amp.GradScaler(device.type, init_scale=2.0**10, growth_interval=growth_interval)
         x_all, y_all = make_moons().tensors

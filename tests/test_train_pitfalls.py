@@ -6,7 +6,7 @@ import pytest
 
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import spawn
-from ddp_lib.workers.train_demos import rank0_evaluation, uneven_batches
+from ddp_lib.workers.train_pitfalls import rank0_evaluation, uneven_batches
 
 
 def test_rank0_evaluation_works_through_module_and_times_out_through_the_wrapper():

@@ -1,4 +1,5 @@
-"""Process ids that keep naming the process they were taken from.
+"""Processes by id: whether one runs, every process below one, and ids that keep naming the
+process they were taken from.
 
 A process id recorded earlier may name another process by the time it is used: once a process
 has exited and been reaped, Linux hands its id out again when the counter wraps around
@@ -70,6 +71,38 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
+    there is no /proc. Finds what a process group does not: a child started in a new session
+    (``start_new_session=True``, a daemon) while its parent still lives."""
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        parents.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class OwnProcess:
     """A process of ours, taken by id while the id is known to be its: signals reach that
     process or nothing, never a process that was given the id after it ended."""
@@ -138,10 +171,8 @@ class OwnProcess:
             pass
 
     def descendants(self) -> list[OwnProcess]:
-        """Every living process below this one (see ``_child.descendants``), each as an
+        """Every living process below this one (see :func:`descendants`), each as an
         OwnProcess; [] once this process is gone (its id may lead to another's children)."""
-        from ddp_lib._child import descendants
-
         if not self.exists():
             return []
         below = [OwnProcess(pid) for pid in descendants(self.pid)]

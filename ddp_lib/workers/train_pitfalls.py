@@ -16,11 +16,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils._python_dispatch import TorchDispatchMode
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import process_group
+    from ddp_lib.process_group import device_ids_for, process_group
     from ddp_lib.workers.shared import make_moons, param_checksum
     from ddp_lib.workers.train import MoonsNet
 except ModuleNotFoundError:  # copied into a project next to process_group.py, shared.py and train.py
-    from process_group import process_group
+    from process_group import device_ids_for, process_group
     from shared import make_moons, param_checksum
     from train import MoonsNet
 
@@ -29,7 +29,7 @@ def state_dict_keys(rank: int, world_size: int) -> dict:
     """The keys of a DDP model's state_dict and of its ``.module``, what loading the DDP keys
     into a plain model says, and whether stripping the prefix fixes it."""
     with process_group(rank, world_size) as device:
-        ddp_model = DDP(MoonsNet().to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device))
         wrapped = ddp_model.state_dict()
         plain = MoonsNet()
         try:
@@ -47,7 +47,7 @@ def torch_sync_batchnorm(rank: int, world_size: int) -> str:
     """Wrap a model holding torch's ``nn.SyncBatchNorm`` in DDP on this rank's device."""
     with process_group(rank, world_size) as device:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(MoonsNet(norm="batch")).to(device)
-        DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        DDP(model, device_ids=device_ids_for(device))
         return f"DDP accepted nn.SyncBatchNorm on {device.type}"
 
 
@@ -83,7 +83,7 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_init
         torch.manual_seed(seed)
         x, y = make_moons().tensors
         steps = 2 + 2 * rank
-        ddp_model = DDP(MoonsNet().to(device), device_ids=[device.index] if device.type == "cuda" else None)
+        ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device))
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
         loss_fn = nn.CrossEntropyLoss()
         checksums, grad_ratio = [], []  # after each of this rank's own steps
@@ -124,7 +124,7 @@ def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wra
         group = dist.new_group(timeout=timedelta(seconds=timeout_s))
         torch.manual_seed(0)
         x, y = make_moons().tensors
-        ddp_model = DDP(MoonsNet(norm="batch").to(device), device_ids=[device.index] if device.type == "cuda" else None,
+        ddp_model = DDP(MoonsNet(norm="batch").to(device), device_ids=device_ids_for(device),
                         process_group=group)
         nn.CrossEntropyLoss()(ddp_model(x[:32].to(device)), y[:32].to(device)).backward()
         accuracy = None

@@ -1,7 +1,8 @@
-"""Workers that misbehave on purpose, on one chosen rank: raise, die or hang (lesson 07).
+"""Faulty ranks: workers where one chosen rank raises, dies in a collective or hangs (lesson 07;
+the classic mistakes that break a job are in ``failure_lab.py``).
 
-Each records its process id in ``pid_dir`` (when given), so that ``still_running`` can show
-afterwards that the launcher left no process behind. The launcher's tests use them too.
+Each records its process id in ``pid_dir`` (when given), so that ``ddp_lib.demos.leftovers``
+can show afterwards that the launcher left no process behind. The launcher's tests use them too.
 """
 
 from __future__ import annotations
@@ -35,16 +36,6 @@ def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | 
     if rank == bad_rank:
         raise ValueError(f"rank {rank} was told to fail")
     time.sleep(others_busy_s)
-    return rank
-
-
-def die_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
-    """Rank ``bad_rank`` is killed (SIGKILL, as by the out-of-memory killer) without raising;
-    the others sleep until the launcher stops them."""
-    record_pid(rank, pid_dir)
-    if rank == bad_rank:
-        os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(60)
     return rank
 
 
@@ -109,29 +100,3 @@ def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | N
         time.sleep(0.05)
     return rank
 
-
-def still_running(pid_dir: str) -> list[int]:
-    """The process ids recorded in ``pid_dir`` that still belong to a live process."""
-    alive = []
-    for name in sorted(os.listdir(pid_dir)):
-        if name.endswith(".pid"):
-            with open(os.path.join(pid_dir, name)) as f:
-                pid = int(f.read())
-            if process_alive(pid):
-                alive.append(pid)
-    return alive
-
-
-def process_alive(pid: int) -> bool:
-    """True while ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # on Linux, a zombie has exited and only waits to be reaped
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return True

@@ -1,0 +1,262 @@
+"""Where each rank's stdout and stderr go, and how they come back: one file each in a temporary
+directory per launch (:class:`RankOutput`), rank 0's shown while the job runs (:class:`LiveOutput`),
+every rank's read once it is done as it stays on screen (:func:`output_text`: a line redrawn with
+carriage returns, a progress bar, is one line in its last state), the other ranks' printed in
+rank order (:func:`print_labelled`).
+
+The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib._job.Job`
+polls the live view and reads the files; :mod:`ddp_lib.launch` makes the directory
+(:func:`output_dir`) and shows the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ddp_lib._processes import pid_alive
+
+_PREFIX = "[rank 0] "
+# A launch's output directory: "ddp_lib-<pid of the launching process>-<random>".
+_LOGDIR_PREFIX = "ddp_lib-"
+_LOGDIR = re.compile(re.escape(_LOGDIR_PREFIX) + r"(\d+)-")
+
+
+@contextlib.contextmanager
+def output_dir() -> Iterator[str]:
+    """A fresh directory for one launch's output files, removed on the way out (after removing
+    those left by launching processes that were killed)."""
+    _sweep_orphaned_logdirs()
+    with tempfile.TemporaryDirectory(prefix=f"{_LOGDIR_PREFIX}{os.getpid()}-") as logdir:
+        yield logdir
+
+
+def _sweep_orphaned_logdirs() -> None:
+    """Remove output directories left by launching processes that were killed (SIGKILL leaves
+    no chance to clean up; the ranks' watchdogs remove their own, this catches the rest)."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        found = _LOGDIR.match(name)
+        if found and not pid_alive(int(found.group(1))):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class RankOutput:
+    """One rank's stdout and stderr files in its launch's output directory (pickled into the child)."""
+
+    logdir: str
+    rank: int
+
+    @property
+    def stdout_path(self) -> str:
+        return os.path.join(self.logdir, f"rank{self.rank}.out")
+
+    @property
+    def stderr_path(self) -> str:
+        return os.path.join(self.logdir, f"rank{self.rank}.err")
+
+    def capture(self) -> bool:
+        """In the child: send this process's stdout and stderr (file descriptors 1 and 2, so what
+        C code and subprocesses write too) to the rank's files, line by line. False when the output
+        directory is gone: the launcher died while this rank started."""
+        try:
+            _redirect(1, self.stdout_path)
+            _redirect(2, self.stderr_path)
+        except FileNotFoundError:
+            return False
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.reconfigure(line_buffering=True)
+        return True
+
+    def remove_logdir(self) -> None:
+        """Remove the launch's whole output directory (the child's watchdog, when the launcher has died)."""
+        shutil.rmtree(self.logdir, ignore_errors=True)
+
+    def started(self) -> bool:
+        """Whether the rank got as far as capturing its output (the child's first act creates the files)."""
+        return os.path.exists(self.stdout_path)
+
+    def stderr_size(self) -> int | None:
+        """Bytes in the rank's stderr file so far (None before the rank has created it)."""
+        try:
+            return os.path.getsize(self.stderr_path)
+        except OSError:
+            return None
+
+    def stderr_since(self, start: int) -> str | None:
+        """The rank's stderr from byte ``start`` on, as written (None if it cannot be read)."""
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(start)
+                return f.read().decode("utf-8", errors="replace")
+        except OSError:
+            return None
+
+    def read(self, stderr_limit: int | None = None) -> tuple[str, str]:
+        """(stdout, stderr) as they stay on screen; only stderr's first ``stderr_limit`` bytes if given."""
+        return _read(self.stdout_path), _read(self.stderr_path, stderr_limit)
+
+
+def _redirect(fd: int, path: str) -> None:
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(target, fd)
+    os.close(target)
+
+
+def _read(path: str, limit: int | None = None) -> str:
+    """The text of ``path``, its first ``limit`` bytes if given ("" if it does not exist)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read() if limit is None else f.read(limit)
+    except FileNotFoundError:
+        return ""
+    return output_text(data)
+
+
+def live_view(rank0: RankOutput, show_output: bool | str) -> LiveOutput | None:
+    """What prints rank 0's output as it comes: stdout and stderr (``show_output=True``), stdout
+    only ("stdout"), or nothing (False)."""
+    if not show_output:
+        return None
+    return LiveOutput(rank0.stdout_path, rank0.stderr_path if show_output is True else None)
+
+
+def print_labelled(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> None:
+    """Print each rank's (stdout, stderr), in rank order, each line labelled ``[rank N]``."""
+    for rank in sorted(outputs):
+        out, err = outputs[rank]
+        for text, stream in ((out, sys.stdout), (err if with_stderr else "", sys.stderr)):
+            if text:
+                stream.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
+                stream.flush()
+
+
+class _LiveStream:
+    """One of rank 0's output files, printed to ``target`` (this process's stdout or stderr) as it grows."""
+
+    def __init__(self, path: str, target):
+        self.path = path
+        self.target = target
+        self.offset = 0  # bytes of the file printed as whole lines
+        self.status = ""  # the unfinished line being redrawn (a progress bar), as on screen now
+        self.limit: int | None = None  # bytes past this are not shown (stacks written at the deadline)
+
+    def take(self, final: bool) -> tuple[list[str], str]:
+        """The lines finished since the last call (each in its last state), and the unfinished
+        line if it is being redrawn ("" if none). ``final``: an unfinished line counts as finished."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return [], ""
+        if self.limit is not None:
+            data = data[:max(0, self.limit - self.offset)]
+        cut = len(data) if final else data.rfind(b"\n") + 1
+        self.offset += cut
+        parts = _decode(data[:cut]).split("\n")
+        if parts[-1] == "":
+            parts.pop()
+        lines = [line for line in map(_last_state, parts) if line is not None]
+        partial = data[cut:]
+        # Only a redrawn line is shown before it ends; other text waits for its newline. (An
+        # incomplete UTF-8 character at the end waits too.)
+        status = (_last_state(partial.decode("utf-8", errors="ignore")) or "") if b"\r" in partial else ""
+        return lines, status
+
+    def write(self, text: str) -> None:
+        self.target.write(text)
+        self.target.flush()
+
+
+class LiveOutput:
+    """Prints rank 0's stdout (and stderr) while the job runs, labelled ``[rank 0]``: each line
+    once it ends, and an unfinished line that the rank redraws with carriage returns (a progress
+    bar such as tqdm's) as one line updated in place, as a terminal and Jupyter show ``\r``.
+
+    Jupyter shows stdout and stderr apart. In a terminal they share the screen: a bar shown on
+    one is wiped while lines are printed on the other, then drawn again below them.
+    """
+
+    def __init__(self, stdout_path: str, stderr_path: str | None = None):
+        self.streams = [_LiveStream(stdout_path, sys.stdout)]
+        if stderr_path is not None:
+            self.streams.append(_LiveStream(stderr_path, sys.stderr))
+        self.shared_screen = len(self.streams) > 1 and all(_isatty(s.target) for s in self.streams)
+
+    def poll(self, final: bool = False) -> None:
+        """Print what rank 0 wrote since the last poll. ``final``: the job is over, so an
+        unfinished last line is printed as a line."""
+        for stream in self.streams:
+            lines, status = stream.take(final)
+            if lines or status != stream.status:
+                self._show(stream, lines, status)
+
+    def stop_stderr_at(self, limit: int | None) -> None:
+        """Show none of rank 0's stderr past byte ``limit`` (where stacks written at the deadline begin)."""
+        if len(self.streams) > 1:
+            self.streams[1].limit = limit
+
+    def _show(self, stream: _LiveStream, lines: list[str], status: str) -> None:
+        others = [s for s in self.streams if s is not stream and s.status] if self.shared_screen else []
+        for other in others:
+            other.write(_wipe(other.status))
+        text = "".join(f"{_PREFIX}{line}\n" for line in lines) + (f"{_PREFIX}{status}" if status else "")
+        if stream.status:  # this stream's bar is on screen: write over it from the start of its line
+            first, newline, rest = text.partition("\n")
+            text = f"\r{first.ljust(len(_PREFIX + stream.status))}{newline}{rest}" if text else _wipe(stream.status)
+        stream.write(text)
+        stream.status = status
+        for other in others:
+            if status:  # this bar now holds the bottom line; the other is drawn again at its next change
+                other.status = ""
+            else:
+                other.write(f"{_PREFIX}{other.status}")
+
+
+def _wipe(status: str) -> str:
+    """Carriage return, spaces over the bar, carriage return: its line left empty."""
+    return "\r" + " " * len(_PREFIX + status) + "\r"
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace").replace("\r\n", "\n")
+
+
+def _last_state(line: str) -> str | None:
+    """A line as a terminal leaves it: of a line redrawn with carriage returns (a progress bar),
+    its last non-blank state; None if it was wiped (spaces over it, as a bar that clears itself)."""
+    if "\r" not in line:
+        return line
+    states = [state for state in line.split("\r") if state.strip()]
+    return states[-1] if states else None
+
+
+def output_text(data: bytes) -> str:
+    """A rank's output as it would stay on screen: each line redrawn with carriage returns in its
+    last state (a progress bar's hundreds of updates are one line), wiped lines left out."""
+    text = _decode(data)
+    if "\r" not in text:
+        return text
+    *lines, rest = text.split("\n")
+    kept = "".join(f"{line}\n" for line in map(_last_state, lines) if line is not None)
+    return kept + (_last_state(rest) or "")
