@@ -87,12 +87,29 @@ def read_error(path: Path | str) -> tuple[str, str] | None:
     return str(message), ""
 
 
+# How Python's traceback joins an exception to the one it was raised from (``raise ... from ...``).
+_DIRECT_CAUSE = "\nThe above exception was the direct cause of the following exception:\n"
+
+
+def first_of_chain(message: str, traceback_text: str) -> str:
+    """For an exception raised from another (``raise ... from``), the first one, as the last line of its
+    part of the traceback gives it (``module.Type: message``): what went wrong before it was wrapped
+    (torch's ``RendezvousConnectionError`` says only "See inner exception for details"). Else ``message``."""
+    if _DIRECT_CAUSE not in traceback_text:
+        return message
+    lines = [line for line in traceback_text.split(_DIRECT_CAUSE, 1)[0].splitlines() if line.strip()]
+    return lines[-1].strip() if lines else message
+
+
 def agent_error(log_dir: Path | str) -> str:
     """What a torchrun run by ddp_lib with this ``--log-dir`` raised itself ("Type: message"): its own
     error (a rendezvous that timed out), or the first failed rank's, which torch's ``record`` copies
-    into the agent's file on ``ChildFailedError``; "" if it wrote none."""
+    into the agent's file on ``ChildFailedError``; the first of a chain of exceptions
+    (:func:`first_of_chain`); "" if it wrote none."""
     found = read_error(Path(log_dir) / AGENT_ERROR_FILE)
-    return found[0].rstrip(": ").strip() if found else ""
+    if not found:
+        return ""
+    return first_of_chain(found[0].rstrip(": ").strip(), found[1])
 
 
 @dataclass

@@ -5,13 +5,14 @@ read back (a real job, and hand-made folders for the corner cases)."""
 from __future__ import annotations
 
 import json
+import traceback
 from pathlib import Path
 
 import pytest
 import torch
 
 from ddp_lib.launch import spawn
-from ddp_lib.rank_files import NO_FILES, read_run
+from ddp_lib.rank_files import AGENT_ERROR_FILE, NO_FILES, agent_error, read_run
 from ddp_lib.torchrun import run_nodes, run_torchrun, torchrun_command
 from ddp_lib.workers.train import train
 
@@ -118,6 +119,22 @@ def test_only_the_last_attempt_counts(tmp_path):
     assert run.error is None and run.results == [0, 10]
     assert run.lines == ["local rank 0, attempt 1", "local rank 1, attempt 1"]
     assert read_run([tmp_path], attempt=0).error.rank == 0
+
+
+def test_a_torchruns_own_error_is_the_first_of_its_chain(tmp_path):
+    try:
+        try:
+            raise ConnectionError("The client socket has timed out after 10000ms")
+        except ConnectionError as exc:
+            raise RuntimeError("The connection to the C10d store has failed. See inner exception for details.") from exc
+    except RuntimeError:
+        callstack = traceback.format_exc()
+    record = {"message": {"message": "RuntimeError: See inner exception", "extraInfo": {"py_callstack": callstack}}}
+    (tmp_path / AGENT_ERROR_FILE).write_text(json.dumps(record))
+    assert agent_error(tmp_path) == "ConnectionError: The client socket has timed out after 10000ms"
+    (tmp_path / AGENT_ERROR_FILE).write_text(json.dumps({"message": {"message": "RendezvousTimeoutError: "}}))
+    assert agent_error(tmp_path) == "RendezvousTimeoutError"
+    assert agent_error(tmp_path / "none") == ""
 
 
 def test_nodes_get_their_global_ranks_from_results_else_from_the_nodes_before(tmp_path):
