@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 from ddp_lib import _child
 from ddp_lib._output import LiveOutput
 from ddp_lib._processes import OwnProcess, pid_alive
-from ddp_lib.errors import is_peer_failure
+from ddp_lib.errors import blamed_rank
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it is stopped
@@ -211,9 +211,7 @@ class Job:
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
         peer's failure broke a collective (a closed or reset connection, torch's Dist*Error)."""
-        own = [rank for rank, (exc_type, message, _) in self.failures.items()
-               if not is_peer_failure(exc_type, message)]
-        return min(own or self.failures)
+        return blamed_rank(self.failures)
 
     def _receive(self, rank: int) -> None:
         conn = self.conns[rank]

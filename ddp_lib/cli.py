@@ -195,21 +195,34 @@ def _run(name: str, argv: list[str]) -> int:
 def _run_this_rank(fn, kwargs: dict, as_json: bool) -> int:
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    from ddp_lib.rank_files import stdout_in_folder, write_result
+
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     result = record(fn)(rank, world_size, **kwargs)  # torchrun's error summary then shows the cause
-    _report({rank: result}, {"rank": rank, "result": result}, as_json)
+    if not as_json:
+        _report({rank: result}, {"rank": rank, "result": result}, as_json)
+        return 0
+    # To this rank's folder under torchrun's --log-dir, beside torch's error.json; also printed, unless
+    # the rank's stdout goes to that folder too (--redirects), where the file says it already.
+    if not write_result(rank, _finite(result)[0]) or not stdout_in_folder():
+        _report({rank: result}, {"rank": rank, "result": result}, as_json)
+    else:
+        _report({rank: result}, None, as_json, quiet=True)  # only the line about numbers that are not finite
     return 0
 
 
-def _report(by_rank: dict[int, object], payload: object, as_json: bool) -> None:
+def _report(by_rank: dict[int, object], payload: object, as_json: bool, quiet: bool = False) -> None:
     """Print ``payload`` as JSON on one line, or one line per rank of ``by_rank``; say on stderr
-    where a number is not finite (a diverged loss): JSON has no nan or inf, so they become null."""
+    where a number is not finite (a diverged loss): JSON has no nan or inf, so they become null.
+    ``quiet``: only that line on stderr."""
     bad = [(f"rank {rank} {path}".strip(), value)
            for rank, result in by_rank.items() for path, value in _finite(result)[1]]
     if bad:
         where = ", ".join(f"{path} = {value}" for path, value in bad[:3]) + (" ..." if len(bad) > 3 else "")
         print(f"ddp_lib: {len(bad)} number(s) in the results are not finite ({where})"
               + ("; written as null in the JSON" if as_json else ""), file=sys.stderr)
+    if quiet:
+        return
     if as_json:
         text = json.dumps(_finite(payload)[0], default=repr, allow_nan=False)
     else:

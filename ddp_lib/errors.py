@@ -25,6 +25,14 @@ def is_peer_failure(exc_type: str, message: str) -> bool:
     return exc_type.startswith("Dist") or (exc_type == "RuntimeError" and bool(_PEER_FAILED.search(message)))
 
 
+def blamed_rank(failures: dict[int, tuple]) -> int:
+    """The rank to blame among ``failures`` (``{rank: (exc_type, message, ...)}``): the lowest one
+    that failed on its own, rather than because a peer's failure broke a collective (a closed or
+    reset connection, torch's Dist*Error); the lowest of all when every one is such an echo."""
+    own = [rank for rank, (exc_type, message, *_) in failures.items() if not is_peer_failure(exc_type, message)]
+    return min(own or failures)
+
+
 class RemoteTraceback(Exception):
     """The text of a worker's traceback, set as the ``__cause__`` of the error raised in the
     caller (as concurrent.futures does), so the default display shows the worker's file, line

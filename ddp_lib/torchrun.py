@@ -1,11 +1,13 @@
 """Running a worker under real ``torchrun`` from Python (a notebook, a test) and reading back
 what each rank returned.
 
-    cmd = torchrun_command(["-m", "ddp_lib", "run", "train", "--json"], nproc_per_node=2)
+    cmd = torchrun_command(["-m", "ddp_lib", "run", "train"], nproc_per_node=2)
     job = run_torchrun(cmd)          # job.results: one result per rank, in rank order
 
-Ranks report through the ``--json`` line the CLI prints under torchrun:
-``{"rank": r, "result": ...}``. Everything else on stdout is kept as ``job.lines``.
+Each torchrun runs with ``--log-dir`` (a temporary folder unless the command names one) and
+``--redirects=3``: every rank's stdout, stderr, error and result land in a folder of its own, read
+back by :mod:`ddp_lib.rank_files`. ``--tee=2`` also copies the ranks' stderr to torchrun's, as a
+person at a terminal would see it.
 """
 
 from __future__ import annotations
@@ -20,16 +22,16 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddp_lib import rank_files
+from ddp_lib.errors import WorkerError
 from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS
 
 # Variables a launcher sets for its ranks: a torchrun started from inside a rank must not
 # inherit them, or its workers would join the outer job's store.
-_LAUNCH_VARS = (*TORCHRUN_VARS, *LAUNCHER_VARS, "DDP_LIB_BACKEND")
-_RECORD = '{"rank": '
+_LAUNCH_VARS = (*TORCHRUN_VARS, *LAUNCHER_VARS, "DDP_LIB_BACKEND", "TORCHELASTIC_ERROR_FILE")
 _TMP = tempfile.gettempdir()
 # torchrun's failure summary (ChildFailedError) between its two lines of "=", and what changes from
 # run to run in it: times, host names, process ids, paths.
@@ -42,19 +44,21 @@ _RUN_SPECIFIC = ((re.compile(r"(time\s+: ).*"), r"\g<1>TIME"), (re.compile(r"(ho
 
 @dataclass
 class TorchrunJob:
-    """What came back from one or more torchrun processes."""
+    """What came back from one or more torchrun processes, read from their ranks' folders."""
 
     returncode: int
-    results: list  # each rank's result, in rank order
-    lines: list[str] = field(default_factory=list)  # other stdout lines (rank 0's progress)
-    stderr: str = ""  # torchrun's own log: timestamps, host names and PIDs; not for printing
+    results: list  # each finished rank's result, in rank order
+    lines: list[str] = field(default_factory=list)  # what the ranks printed on stdout (rank 0's progress)
+    stderr: str = ""  # torchrun's own log (and the ranks' stderr, --tee=2): timestamps, PIDs; not for printing
+    error: WorkerError | None = None  # the failed rank, blamed as the launcher blames; None if none failed
+    agent_error: str = ""  # what a torchrun itself raised, "Type: message" (a rendezvous timeout); "" if none
 
 
 def torchrun_command(program: list[str], *, nproc_per_node: int = 2, nnodes: int = 1,
                      rdzv_endpoint: str | None = None, max_restarts: int = 0, run_id: str = "ddp-lib",
                      node_rank: int | None = None, options: tuple[str, ...] = ()) -> list[str]:
     """The argument list of ``python -m torch.distributed.run`` (torchrun) for ``program``
-    (e.g. ``["-m", "ddp_lib", "run", "train", "--json"]``). Without ``rdzv_endpoint``, one node
+    (e.g. ``["-m", "ddp_lib", "run", "train"]``). Without ``rdzv_endpoint``, one node
     with ``--standalone`` (a c10d rendezvous on a free local port). With ``node_rank``, the static
     rendezvous: this node's rank is given, and node 0's agent hosts the store at ``rdzv_endpoint``
     (``--master-addr``/``--master-port``). ``options``: more torchrun options, e.g.
@@ -71,22 +75,30 @@ def torchrun_command(program: list[str], *, nproc_per_node: int = 2, nnodes: int
     return cmd + list(options) + program
 
 
-def parse_results(stdout: str) -> tuple[list, list[str]]:
-    """Split torchrun's stdout into the ranks' JSON results (in rank order) and the other lines."""
-    # Ranks share one stdout: a rank whose line is written in two pieces (text, then newline)
-    # can end up with another rank's line glued on, so each record is decoded where it starts.
-    decoder = json.JSONDecoder()
-    found, lines = {}, []
-    for line in stdout.splitlines():
-        text = []
-        while (start := line.find(_RECORD)) >= 0:
-            record, end = decoder.raw_decode(line, start)
-            found[record["rank"]] = record["result"]
-            text.append(line[:start])
-            line = line[end:]
-        if "".join(text + [line]).strip():
-            lines.append("".join(text + [line]))
-    return [found[r] for r in sorted(found)], lines
+def _option(cmd: list[str], name: str) -> str | None:
+    """The value of torchrun option ``--name=VALUE`` (or its ``--name_with_underscores`` spelling) in ``cmd``."""
+    for arg in cmd:
+        for spelling in (name, name.replace("-", "_")):
+            if arg.startswith(f"--{spelling}="):
+                return arg.split("=", 1)[1]
+    return None
+
+
+def with_log_dir(cmd: list[str], log_dir: str) -> tuple[list[str], str]:
+    """``cmd`` (``python -m torch.distributed.run ...``) with each rank's files in a folder of its own:
+    ``--log-dir=log_dir`` unless it names one, ``--redirects=3`` and ``--tee=2`` unless it sets them;
+    and the log folder used."""
+    added = [f"--{name}={value}" for name, value in (("log-dir", log_dir), ("redirects", "3"), ("tee", "2"))
+             if _option(cmd, name) is None]
+    program = next((i for i in range(3, len(cmd)) if not cmd[i].startswith("--")), len(cmd))  # after the options
+    return cmd[:program] + added + cmd[program:], _option(cmd, "log-dir") or log_dir
+
+
+def agent_env(log_dir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """``extra`` plus ``TORCHELASTIC_ERROR_FILE`` for a torchrun with this ``--log-dir``: its main is
+    wrapped in ``@record`` (``torch/distributed/run.py``), so what it raises itself is written there
+    (its ranks are given files of their own)."""
+    return {**(extra or {}), "TORCHELASTIC_ERROR_FILE": os.path.join(log_dir, rank_files.AGENT_ERROR_FILE)}
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -113,36 +125,49 @@ def command_text(cmd: list[str]) -> str:
     return " ".join(["torchrun"] + shown if args is not cmd else shown)
 
 
-def _run_all(cmds: list[list[str]], timeout: float, env: dict[str, str] | None, show: bool,
-             labels: list[str], stop_on_failure: bool = False) -> list[tuple[int, str, str]]:
-    """Start every command at once; return (exit code, stdout, stderr) of each. With ``show``, a
-    line per command as it starts, then every line the ranks print that is not a result, as it comes
-    (only rank 0 prints such lines in ddp_lib's workers). ``stop_on_failure``: once one command
-    fails, stop the others. Nothing outlives the call."""
-    lock = threading.Lock()
-    procs, outputs, readers = [], [], []
+class _Follow:
+    """Prints what the ranks write to their ``stdout.log`` under these log folders, line by line,
+    as it comes (only rank 0 prints in ddp_lib's workers)."""
 
-    def read(stream, into: list[str], echo: bool) -> None:
+    def __init__(self, log_dirs: list[str]):
+        self.log_dirs = log_dirs
+        self.read: dict[Path, int] = {}  # bytes of each file already printed, up to its last newline
+
+    def poll(self, final: bool = False) -> None:
+        for path in sorted(p for d in self.log_dirs for p in Path(d).glob("*/attempt_*/*/stdout.log")):
+            with open(path, "rb") as f:
+                f.seek(self.read.get(path, 0))
+                text = f.read()
+            complete = text if final else text[:text.rfind(b"\n") + 1]
+            self.read[path] = self.read.get(path, 0) + len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                if line.strip():
+                    print(line, flush=True)
+
+
+def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: dict[str, str] | None,
+             show: bool, labels: list[str], stop_on_failure: bool = False) -> list[tuple[int, str]]:
+    """Start every command at once, each with its ranks' files under its log folder; return the exit
+    code and stderr of each. With ``show``, a line per command as it starts, then what the ranks
+    print on stdout, as it comes. ``stop_on_failure``: once one command fails, stop the others.
+    Nothing outlives the call."""
+    procs, errs, readers = [], [], []
+    follow = _Follow(log_dirs) if show else None
+
+    def read(stream, into: list[str]) -> None:
         for line in stream:
             into.append(line)
-            if echo:
-                _, text = parse_results(line)
-                if text:
-                    with lock:
-                        print("\n".join(text), flush=True)
 
     try:
-        for label, cmd in zip(labels, cmds):
+        for label, cmd, log_dir in zip(labels, cmds, log_dirs):
             if show:
                 print(f"starting{label}: {command_text(cmd)}", flush=True)
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                                    env=clean_env(env))
+            # torchrun's stdout holds only what --tee copies there: the ranks' files have it all.
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
+                                    env=clean_env(agent_env(log_dir, env)))
             procs.append(proc)
-            out, err = [], []
-            outputs.append((out, err))
-            readers += [threading.Thread(target=read, args=(proc.stdout, out, show), daemon=True),
-                        threading.Thread(target=read, args=(proc.stderr, err, False), daemon=True)]
-            readers[-2].start()
+            errs.append([])
+            readers.append(threading.Thread(target=read, args=(proc.stderr, errs[-1]), daemon=True))
             readers[-1].start()
         deadline, killing_at = time.monotonic() + timeout, None
         while None in [proc.poll() for proc in procs]:  # a list: every process polled, each returncode current
@@ -160,23 +185,34 @@ def _run_all(cmds: list[list[str]], timeout: float, env: dict[str, str] | None, 
                         proc.kill()
             if time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(cmds[0], timeout)
+            if follow:
+                follow.poll()
             time.sleep(0.05)
         for reader in readers:
             reader.join()
+        if follow:
+            follow.poll(final=True)
     finally:
         for proc in procs:  # a job left waiting for its peers must not outlive the call
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    return [(proc.returncode, "".join(out), "".join(err)) for proc, (out, err) in zip(procs, outputs)]
+    return [(proc.returncode, "".join(err)) for proc, err in zip(procs, errs)]
+
+
+def read_job(returncode: int, log_dirs: list[str], stderr: str = "") -> TorchrunJob:
+    """The job whose torchruns (one per node, in node-rank order) had these ``--log-dir`` folders."""
+    run = rank_files.read_run(log_dirs)
+    agent = next((text for text in map(rank_files.agent_error, log_dirs) if text), "")
+    return TorchrunJob(returncode, run.results, run.lines, stderr, run.error, agent)
 
 
 def run_torchrun(cmd: list[str], timeout: float = 120, env: dict[str, str] | None = None,
                  show: bool = False) -> TorchrunJob:
-    """Run one torchrun command to the end; return its results and output. ``show``: print the
-    command as it starts and rank 0's lines as they come."""
-    ((code, out, err),) = _run_all([cmd], timeout, env, show, [""])
-    return TorchrunJob(code, *parse_results(out), err)
+    """Run one torchrun command to the end; return its results and output, read from its ranks'
+    folders (under the command's ``--log-dir``, else a temporary one, removed afterwards). ``show``:
+    print the command as it starts and rank 0's lines as they come."""
+    return run_together([cmd], timeout, env, show)[0]
 
 
 def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str] | None = None,
@@ -184,8 +220,13 @@ def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str
     """Start every command at once (separate jobs side by side on this machine); wait for all.
     ``show``: print each command as it starts, and rank 0's lines as they come."""
     labels = [f" job {i + 1}" for i in range(len(cmds))] if len(cmds) > 1 else [""]
-    done = _run_all(cmds, timeout, env, show, labels)
-    return [TorchrunJob(code, *parse_results(out), err) for code, out, err in done]
+    with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
+        placed = [with_log_dir(cmd, os.path.join(tmp, f"job{i}")) for i, cmd in enumerate(cmds)]
+        log_dirs = [log_dir for _, log_dir in placed]
+        for log_dir in log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+        done = _run_all([cmd for cmd, _ in placed], log_dirs, timeout, env, show, labels)
+        return [read_job(code, [log_dir], err) for (code, err), log_dir in zip(done, log_dirs)]
 
 
 def _free_port() -> int:
@@ -202,8 +243,8 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
               env: dict[str, str] | None = None, options: tuple[str, ...] = (),
               node_options: list[tuple[str, ...]] | None = None, show: bool = False) -> TorchrunJob:
     """Start ``nnodes`` torchrun processes on this machine, as if each were a node, meeting on
-    127.0.0.1 (a free port); wait for all (once one fails, stop the others); merge their results
-    in rank order.
+    127.0.0.1 (a free port); wait for all (once one fails, stop the others); read every rank's
+    folder, in rank order.
     ``nproc_per_node``: one count for every node, or one per node. c10d numbers the nodes itself;
     ``static=True`` gives node i ``--node-rank=node_order[i]`` (default i) instead. ``options``: more
     torchrun options for every node; ``node_options[i]``: for node i only. ``show``: print
@@ -217,10 +258,17 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
                              max_restarts=max_restarts, node_rank=order[i] if static else None,
                              options=options + (node_options[i] if node_options else ()))
             for i, count in enumerate(counts)]
-    done = _run_all(cmds, timeout, env, show, [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)],
-                    stop_on_failure=True)
-    results, lines = parse_results("\n".join(out for _, out, _ in done))
-    return TorchrunJob(max(abs(code) for code, _, _ in done), results, lines, "\n".join(err for _, _, err in done))
+    with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
+        placed = [with_log_dir(cmd, os.path.join(tmp, f"node{i}")) for i, cmd in enumerate(cmds)]
+        log_dirs = [log_dir for _, log_dir in placed]
+        for log_dir in log_dirs:
+            os.makedirs(log_dir, exist_ok=True)
+        done = _run_all([cmd for cmd, _ in placed], log_dirs, timeout, env, show,
+                        [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)], stop_on_failure=True)
+        # In node-rank order: where no rank of a node finished, its first global rank follows the nodes before it.
+        by_node_rank = sorted(range(nnodes), key=lambda i: order[i]) if static else list(range(nnodes))
+        return read_job(max(abs(code) for code, _ in done), [log_dirs[i] for i in by_node_rank],
+                        "\n".join(err for _, err in done))
 
 
 def failure_summary(stderr: str) -> str:
@@ -235,50 +283,25 @@ def failure_summary(stderr: str) -> str:
     return text
 
 
-def rank_errors(log_dir: str, first_rank: int = 0) -> dict[int, str]:
-    """What each rank of one torchrun raised, ``{rank: "Type: message"}``, from the error files
-    torch's error handler writes (``@record``, or :func:`run_this_rank`) into that torchrun's
-    ``--log-dir``: ``RUN/attempt_N/LOCAL_RANK/error.json``, the last attempt's. ``first_rank``: the
-    global rank of this node's local rank 0. Ranks stopped by a signal write none."""
-    found = {}
-    for path in sorted(Path(log_dir).glob("*/attempt_*/*/error.json"), key=lambda p: int(p.parent.parent.name[8:])):
-        message = json.loads(path.read_text())["message"]
-        text = message["message"] if isinstance(message, dict) else str(message)
-        found[first_rank + int(path.parent.name)] = text
-    return found
-
-
-def _record_exception(exc: BaseException) -> None:
-    """Write ``exc`` (being handled) to the file torchrun names in ``TORCHELASTIC_ERROR_FILE``, as
-    torch's ``ErrorHandler.record_exception`` does (``elastic/multiprocessing/errors/error_handler.py``),
-    the JSON its agent reads back for the failure summary. Written here rather than through torch's
-    handler: importing it imports torch, a second or more, and a rank that only reads its
-    environment must fail as fast as it succeeds."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
-                        "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}}
-    with open(path, "w") as f:
-        json.dump(data, f)
-
-
 def run_this_rank(target: str) -> None:
-    """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE,
-    print its result as one JSON line (what :func:`parse_results` reads). What it raises goes,
-    as under ``@record``, to the error file torchrun names in ``TORCHELASTIC_ERROR_FILE``. Imports
-    no torch: ranks that run a function reading only the environment start and fail in a fraction
-    of a second."""
+    """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE, and
+    write what it returns to this rank's ``result.json`` (:func:`ddp_lib.rank_files.write_result`),
+    and print it as one JSON line unless the rank's stdout goes to its folder (``--redirects``).
+    What it raises goes, as under ``@record``, to the error file torchrun names in
+    ``TORCHELASTIC_ERROR_FILE``. Imports no torch: ranks that run a function reading only the
+    environment start and fail in a fraction of a second."""
     fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         result = fn(rank, world_size)
     except Exception as exc:
-        _record_exception(exc)
+        rank_files.write_error(exc)
         # One line that names the rank, as torchrun prints for workers wrapped in @record.
         print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         raise
-    print(json.dumps({"rank": rank, "result": result}, default=repr), flush=True)
+    # Also printed, unless this rank's stdout goes to its folder too (--redirects), where the file says it.
+    if not rank_files.write_result(rank, result) or not rank_files.stdout_in_folder():
+        print(json.dumps({"rank": rank, "result": result}, default=repr), flush=True)
 
 
 if __name__ == "__main__":

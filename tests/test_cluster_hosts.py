@@ -126,7 +126,7 @@ def test_node1_given_127_0_0_1_waits_alone_until_the_join_timeout(mistakes):
     job = mistakes["rdzv_on_loopback"]
     for node in job.nodes:  # each hosts its own rendezvous on its own loopback and waits for a peer
         assert node.returncode == 1
-        assert node.error() == "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
+        assert node.error() == "RendezvousTimeoutError"  # from the agent's own error file
         assert 10 <= node.seconds < 10 + SLACK
 
 
@@ -147,7 +147,7 @@ def test_a_blocked_rendezvous_port_fails_the_connection_within_read_timeout(mist
     assert f"The client socket has timed out after 10000ms while trying to connect to (node0, {RDZV_PORT})" \
         in "\n".join(node1.errors()), node1.stderr[-2000:]
     assert node1.seconds < 10 + SLACK
-    assert node0.error() == "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError"
+    assert node0.error() == "RendezvousTimeoutError"
 
 
 def test_mismatched_nnodes_completes_only_when_the_smaller_count_joins_second(mistakes):

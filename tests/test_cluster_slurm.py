@@ -17,9 +17,8 @@ import torch
 
 from ddp_lib.cluster.hosts import left_behind
 from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
-from ddp_lib.cluster.slurm import CLIENTS, DAEMONS, PACKAGES, slurm_cluster, unavailable, unlabel
+from ddp_lib.cluster.slurm import CLIENTS, DAEMONS, PACKAGES, slurm_cluster, unavailable
 from ddp_lib.launch import spawn
-from ddp_lib.torchrun import parse_results
 from ddp_lib.workers.train import train
 
 SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "train.sbatch"
@@ -80,18 +79,13 @@ def slurm():
         pytest.skip(reason)
 
 
-def test_unlabel_joins_the_pieces_of_long_lines_per_task():
-    long = "x" * 1500
-    output = f"nodes: a b\n0: {long[:1024]}\n1: short\n0: {long[1024:]}\n0: next\n"
-    assert unlabel(output) == ("nodes: a b", {0: f"{long}\nnext", 1: "short"})
-
-
 def test_sbatch_script_has_the_slurm_mapping():
     text = SCRIPT.read_text()
     for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1",
                  'head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
                  '--rdzv-endpoint="$head:$RDZV_PORT"', '--rdzv-id="$SLURM_JOB_ID"',
                  'srun --label --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" -m torch.distributed.run',
+                 '--log-dir="$RUN_DIR" --redirects=3 --tee=2',
                  "#SBATCH --cpus-per-task="):
         assert line in text
 
@@ -105,10 +99,9 @@ def test_the_sbatch_script_trains_on_two_slurm_nodes_like_one_machine(slurm):
         assert len(ours) >= 4  # munged, slurmctld, a slurmd on each host
         job = cluster.sbatch(str(SCRIPT), env={"PYTHON": sys.executable, "EPOCHS": "3"})
         assert job.returncode == 0, job.output[-3000:] + cluster.logs()
-    own, tasks = unlabel(job.output)
-    assert own.splitlines()[0] == "nodes: node0 node1 | rendezvous: node0:29400"
-    assert sorted(tasks) == [0, 1]
-    results, lines = parse_results("\n".join(tasks.values()))
+    assert job.output.splitlines()[0] == "nodes: node0 node1 | rendezvous: node0:29400"
+    assert job.error is None
+    results, lines = job.results, job.lines  # from each rank's folder under RUN_DIR
     assert [r["rank"] for r in results] == [0, 1]
     reference = spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
     for got, want in zip(results, reference):

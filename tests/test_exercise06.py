@@ -111,38 +111,36 @@ def test_bools_strings_and_wrong_values_are_named():
 
 
 def test_missing_ranks_and_keys():
-    assert find_problems([{}], (1, 1)) == ["1 of 2 ranks printed a result; every rank must return a dict"]
+    assert find_problems([{}], (1, 1)) == ["1 of 2 ranks returned a result; every rank must return a dict"]
     info = {"world_size": 2, "local_rank": 0, "local_world_size": 1}
     assert find_problems([info, info], (1, 1))[0] == "rank 0: the result lacks node_rank"
 
 
 def test_the_report_of_a_failure_does_not_depend_on_which_ranks_reported():
-    from ddp_lib.exercises.lesson06 import _first_failure
+    from ddp_lib.errors import WorkerError
+    from ddp_lib.exercises.lesson06 import failure_line
 
-    assert _first_failure({1: "ValueError: bad local rank", 0: "NotImplementedError: write launch_info"}, 1) == (
-        "rank 0 raised NotImplementedError: write launch_info")
+    different = WorkerError(0, "NotImplementedError", "write launch_info",
+                            failures={1: "ValueError: bad local rank", 0: "NotImplementedError: write launch_info"})
+    assert failure_line(different, 1) == "rank 0 raised NotImplementedError: write launch_info"
     # Whichever ranks got to report the same error, the report reads the same.
-    for raised in ({1: "NotImplementedError: write launch_info"},
-                   {0: "NotImplementedError: write launch_info", 3: "NotImplementedError: write launch_info"}):
-        assert _first_failure(raised, 1) == ("NotImplementedError: write launch_info "
-                                             "(the same on every rank that reported)")
-    assert _first_failure({}, -9) == "torchrun exited with code -9"
+    for ranks in ([1], [0, 3]):
+        same = WorkerError(ranks[0], "NotImplementedError", "write launch_info",
+                           failures=dict.fromkeys(ranks, "NotImplementedError: write launch_info"))
+        assert failure_line(same, 1) == "NotImplementedError: write launch_info (the same on every rank that reported)"
+    assert failure_line(None, -9) == "torchrun exited with code -9"
 
 
-def test_rank_errors_are_read_from_torchs_error_files(tmp_path):
+def test_rank_errors_come_from_each_ranks_folder_with_its_global_rank(tmp_path):
     """A rank that raises leaves its error where torch's error handler puts it (TORCHELASTIC_ERROR_FILE,
-    under --log-dir); node 1's local rank 0 is global rank 1 when node 0 runs one process."""
-    from ddp_lib.torchrun import rank_errors
-
+    under --log-dir); node 1's local ranks 0 and 1 are global ranks 1 and 2 when node 0 runs one process."""
     (tmp_path / "worker.py").write_text(
         "import os\n\ndef launch_info(rank, world_size):\n"
         "    if os.environ['GROUP_RANK'] == '1':\n        raise ValueError(f'node 1, rank {rank}')\n"
         "    return {}\n")
-    logs = [tmp_path / "node0", tmp_path / "node1"]
     job = run_nodes(["-m", "ddp_lib.torchrun", "worker:launch_info"], nnodes=2, nproc_per_node=[1, 2], static=True,
-                    env={"PYTHONPATH": str(tmp_path)}, node_options=[(f"--log-dir={d}",) for d in logs])
+                    env={"PYTHONPATH": str(tmp_path)})
     assert job.returncode != 0
-    assert rank_errors(str(logs[0]), first_rank=0) == {}
-    raised = rank_errors(str(logs[1]), first_rank=1)
+    raised = job.error.failures
     assert set(raised) <= {1, 2} and raised  # torchrun may stop one before it raises
     assert all(message == f"ValueError: node 1, rank {rank}" for rank, message in raised.items())

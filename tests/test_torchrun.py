@@ -1,13 +1,19 @@
 """Lesson 06: the training worker under real torchrun (subprocesses), on one and two local
-"nodes", and restarted after an injected failure."""
+"nodes", and restarted after an injected failure; each rank's folder under torchrun's --log-dir
+read back (a real job, and hand-made folders for the corner cases)."""
 
 from __future__ import annotations
+
+import json
+import traceback
+from pathlib import Path
 
 import pytest
 import torch
 
 from ddp_lib.launch import spawn
-from ddp_lib.torchrun import parse_results, run_nodes, run_torchrun, torchrun_command
+from ddp_lib.rank_files import AGENT_ERROR_FILE, NO_FILES, agent_error, read_run
+from ddp_lib.torchrun import run_nodes, run_torchrun, torchrun_command
 from ddp_lib.workers.train import train
 
 TRAIN = ["-m", "ddp_lib", "run", "train", "--epochs", "3", "--json"]
@@ -17,11 +23,6 @@ TRAIN = ["-m", "ddp_lib", "run", "train", "--epochs", "3", "--json"]
 def reference():
     """The 2-rank job through ddp_lib's own launcher: what torchrun must reproduce."""
     return spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
-
-
-def test_parse_results_orders_ranks_and_keeps_other_lines():
-    results, lines = parse_results('{"rank": 1, "result": 11}\nepoch 1\n{"rank": 0, "result": 10}\n')
-    assert results == [10, 11] and lines == ["epoch 1"]
 
 
 def test_two_nodes_on_one_machine_give_the_one_node_result(reference):
@@ -49,9 +50,101 @@ def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path,
     assert job.results[0]["params"] == reference[0]["params"]
 
 
-def test_parse_results_separates_lines_glued_together():
-    results, lines = parse_results('{"rank": 1, "result": [1]}epoch 2{"rank": 0, "result": [0]}\n\n')
-    assert results == [[0], [1]] and lines == ["epoch 2"]
+FAILING = """
+import os
+import time
+
+
+def work(rank, world_size):
+    print(f"rank {rank} working", flush=True)
+    if rank == 1:
+        raise ValueError("rank 1 read a corrupt batch")
+    time.sleep(60)  # torchrun stops this rank (SIGTERM) once rank 1 has failed
+"""
+
+
+def test_a_real_jobs_folders_give_each_ranks_output_and_the_failure(tmp_path):
+    (tmp_path / "failing.py").write_text(FAILING)
+    logs = tmp_path / "logs"
+    job = run_torchrun(torchrun_command(["-m", "ddp_lib.torchrun", "failing:work"], nproc_per_node=2,
+                                        options=(f"--log-dir={logs}",)), env={"PYTHONPATH": str(tmp_path)})
+    assert job.returncode == 1 and job.results == []
+    (run,) = [p.name for p in logs.iterdir() if p.is_dir()]  # one torchrun: one run folder, "<run id>_<random>"
+    files = sorted(str(p.relative_to(logs / run)) for p in (logs / run).rglob("*") if p.is_file())
+    assert files == ["attempt_0/0/stderr.log", "attempt_0/0/stdout.log",
+                     "attempt_0/1/error.json", "attempt_0/1/stderr.log", "attempt_0/1/stdout.log"]
+    assert sorted(job.lines) == ["rank 0 working", "rank 1 working"]
+    # Rank 0 was stopped by a signal and left no error: rank 1 is blamed, as the launcher would.
+    assert str(job.error) == "rank 1 raised ValueError: rank 1 read a corrupt batch"
+    assert job.error.failures == {1: "ValueError: rank 1 read a corrupt batch"}
+    assert 'raise ValueError("rank 1 read a corrupt batch")' in job.error.worker_traceback
+    assert job.agent_error == "ValueError: rank 1 read a corrupt batch"  # @record copies the root cause
+
+
+def _rank_folder(root: Path, local_rank: int, attempt: int = 0, run: str = "job_x1", *, result=None, error: str = "",
+                 rank: int | None = None) -> None:
+    folder = root / run / f"attempt_{attempt}" / str(local_rank)
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_text(f"local rank {local_rank}, attempt {attempt}\n")
+    if error:
+        (folder / "error.json").write_text(json.dumps(
+            {"message": {"message": error, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "0"}}}))
+    if result is not None:
+        (folder / "result.json").write_text(json.dumps({"rank": local_rank if rank is None else rank,
+                                                        "result": result}))
+
+
+def test_a_rank_that_failed_as_a_peers_echo_is_not_blamed(tmp_path):
+    _rank_folder(tmp_path, 0, error="RuntimeError: [pair.cc:534] Connection closed by peer [10.0.0.2]:4211")
+    _rank_folder(tmp_path, 1, error="ValueError: bad batch")
+    _rank_folder(tmp_path, 2)  # killed by a signal: no file but its output
+    error = read_run([tmp_path]).error
+    assert (error.rank, error.exc_type, error.message) == (1, "ValueError", "bad batch")
+    assert sorted(error.failures) == [0, 1]  # the silent rank is not a failure when others raised
+    assert error.outputs[2] == ("local rank 2, attempt 0\n", "")
+
+
+def test_ranks_killed_without_files_are_named_when_no_rank_raised(tmp_path):
+    _rank_folder(tmp_path, 0, result=10)
+    _rank_folder(tmp_path, 1)
+    run = read_run([tmp_path])
+    assert run.results == [10] and str(run.error) == f"rank 1 {NO_FILES}"
+
+
+def test_only_the_last_attempt_counts(tmp_path):
+    for local_rank in (0, 1):
+        _rank_folder(tmp_path, local_rank, attempt=0, error=f"RuntimeError: failure on {local_rank}")
+        _rank_folder(tmp_path, local_rank, attempt=1, result=local_rank * 10)
+    run = read_run([tmp_path])
+    assert run.error is None and run.results == [0, 10]
+    assert run.lines == ["local rank 0, attempt 1", "local rank 1, attempt 1"]
+    assert read_run([tmp_path], attempt=0).error.rank == 0
+
+
+def test_a_torchruns_own_error_is_the_first_of_its_chain(tmp_path):
+    try:
+        try:
+            raise ConnectionError("The client socket has timed out after 10000ms")
+        except ConnectionError as exc:
+            raise RuntimeError("The connection to the C10d store has failed. See inner exception for details.") from exc
+    except RuntimeError:
+        callstack = traceback.format_exc()
+    record = {"message": {"message": "RuntimeError: See inner exception", "extraInfo": {"py_callstack": callstack}}}
+    (tmp_path / AGENT_ERROR_FILE).write_text(json.dumps(record))
+    assert agent_error(tmp_path) == "ConnectionError: The client socket has timed out after 10000ms"
+    (tmp_path / AGENT_ERROR_FILE).write_text(json.dumps({"message": {"message": "RendezvousTimeoutError: "}}))
+    assert agent_error(tmp_path) == "RendezvousTimeoutError"
+    assert agent_error(tmp_path / "none") == ""
+
+
+def test_nodes_get_their_global_ranks_from_results_else_from_the_nodes_before(tmp_path):
+    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    _rank_folder(node1, 0, result="b", rank=0)  # c10d made this torchrun node 0
+    _rank_folder(node0, 0, error="ValueError: x")
+    _rank_folder(node0, 1, error="ValueError: x")
+    run = read_run([node0, node1])
+    assert [r.rank for r in run.ranks] == [0, 1, 2] and run.results == ["b"]
+    assert sorted(run.error.failures) == [1, 2]
 
 
 SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -115,6 +208,6 @@ def test_a_shown_job_prints_its_command_as_it_starts_and_rank_0s_lines_as_they_c
                                         nproc_per_node=1), show=True)
     assert job.returncode == 0
     shown = capsys.readouterr().out.splitlines()
-    assert shown[0] == ("starting: torchrun --nproc-per-node=1 --max-restarts=0 --standalone "
-                        "-m ddp_lib run train --epochs 1 --json")
+    assert shown[0] == ("starting: torchrun --nproc-per-node=1 --max-restarts=0 --standalone --log-dir=DIR "
+                        "--redirects=3 --tee=2 -m ddp_lib run train --epochs 1 --json")
     assert shown[1:] == job.lines and shown[1].startswith("epoch  1/1 [")  # results are not printed

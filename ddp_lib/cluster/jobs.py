@@ -1,5 +1,6 @@
-"""One torchrun per host, started together, each waited for within a deadline; what each node
-printed, how it ended and how long it took.
+"""One torchrun per host, started together, each waited for within a deadline; how each node
+ended, how long it took, and what its ranks left in their folders (the hosts share this machine's
+files, as a cluster's nodes share a file system).
 
     with two_hosts() as (node0, node1):
         job = run_on_hosts([(node0, node_command(HELLO)), (node1, node_command(HELLO))])
@@ -8,7 +9,7 @@ printed, how it ended and how long it took.
 
 from __future__ import annotations
 
-import re
+import os
 import subprocess
 import tempfile
 import time
@@ -16,8 +17,10 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from ddp_lib import rank_files
 from ddp_lib.cluster.hosts import Host, kill_everything_in
-from ddp_lib.torchrun import clean_env, parse_results, torchrun_command
+from ddp_lib.errors import WorkerError
+from ddp_lib.torchrun import agent_env, clean_env, torchrun_command, with_log_dir
 
 RDZV_PORT = 29400  # torchrun's usual c10d rendezvous port
 # Every wait of the rendezvous bounded, and short: a node that never comes fails the join after
@@ -25,9 +28,6 @@ RDZV_PORT = 29400  # torchrun's usual c10d rendezvous port
 # 60 s). last_call_timeout only matters when --nnodes is a range.
 RDZV_CONF = "join_timeout=20,read_timeout=10,last_call_timeout=1,close_timeout=5"
 HELLO = ["-m", "ddp_lib.torchrun", "ddp_lib.cluster.probe:hello"]
-# An exception line as Python prints it, e.g. "torch.distributed...RendezvousTimeoutError: ..."
-# or bare, as torchrun prints a RendezvousTimeoutError.
-_ERROR = re.compile(r"^(?:\[rank\d+\]: )?([A-Za-z_][\w.]*(?:Error|Exception))(?:: (.*))?$")
 
 
 def node_command(program: list[str], *, endpoint: str = f"node0:{RDZV_PORT}", nnodes: int = 2,
@@ -45,25 +45,21 @@ class NodeRun:
     host: str
     returncode: int | None  # None: still running at the deadline (then killed)
     seconds: float
-    stdout: str
-    stderr: str
+    stderr: str  # torchrun's own log, and its ranks' stderr (--tee=2)
+    agent_error: str = ""  # what this torchrun raised itself, "Type: message", from its own error file
+    rank_errors: list[str] = field(default_factory=list)  # what its ranks raised, from their error files
 
     def errors(self) -> list[str]:
-        """The exception lines in this node's stderr (``Type: message``), first seen first,
+        """What this node's torchrun raised, then what its ranks raised (``Type: message``),
         without repeats."""
-        found = []
-        for line in self.stderr.splitlines():
-            match = _ERROR.match(line.strip())
-            if match and match.group(0) not in found:
-                found.append(match.group(0))
-        return found
+        return list(dict.fromkeys(e for e in [self.agent_error, *self.rank_errors] if e))
 
     def error(self) -> str:
-        """The first exception line, or a sentence saying how the node ended without one."""
-        errors = self.errors()
-        if errors:
-            return errors[0]
-        return "still running at the deadline" if self.returncode is None else f"exit code {self.returncode}"
+        """The first error, or a sentence saying how the node ended without one. A node still
+        running at the deadline is said to be: what it raised then is the stop's own signal."""
+        if self.returncode is None:
+            return "still running at the deadline"
+        return next(iter(self.errors()), f"exit code {self.returncode}")
 
 
 @dataclass
@@ -71,8 +67,9 @@ class HostsJob:
     """The nodes of one job, in the order they were given."""
 
     nodes: list[NodeRun]
-    results: list = field(default_factory=list)  # every rank's result, in rank order
-    lines: list[str] = field(default_factory=list)  # other stdout lines, node by node
+    results: list = field(default_factory=list)  # every finished rank's result, in rank order
+    lines: list[str] = field(default_factory=list)  # what the ranks printed on stdout, in rank order
+    error: WorkerError | None = None  # the failed rank, blamed as the launcher blames
 
     @property
     def ok(self) -> bool:
@@ -94,14 +91,17 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
     ``others_start_when``: start the first command alone, the others once this returns True."""
     start = time.monotonic()
     with ExitStack() as stack:
-        files = [(stack.enter_context(tempfile.TemporaryFile("w+")), stack.enter_context(tempfile.TemporaryFile("w+")))
-                 for _ in runs]
+        run_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lib-hosts-"))
+        placed = [with_log_dir(cmd, os.path.join(run_dir, f"node{i}")) for i, (_, cmd) in enumerate(runs)]
+        errs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in runs]
         procs = []
         try:
-            for i, ((host, cmd), (out, err)) in enumerate(zip(runs, files)):
+            for i, ((host, _), (cmd, log_dir), err) in enumerate(zip(runs, placed, errs)):
                 while i == 1 and others_start_when and not others_start_when() and time.monotonic() - start < timeout:
                     time.sleep(0.05)
-                procs.append(subprocess.Popen(host.command(cmd), stdout=out, stderr=err, text=True, env=clean_env(env)))
+                os.makedirs(log_dir, exist_ok=True)
+                procs.append(subprocess.Popen(host.command(cmd), stdout=subprocess.DEVNULL, stderr=err, text=True,
+                                              env=clean_env(agent_env(log_dir, env))))
             ended: dict[int, float] = {}
             while len(ended) < len(procs) and time.monotonic() - start < timeout:
                 for i, proc in enumerate(procs):
@@ -124,10 +124,12 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
             for proc in procs:
                 proc.wait()
         nodes = []
-        for i, ((host, _), (out, err)) in enumerate(zip(runs, files)):
-            out.seek(0)
+        for i, ((host, _), (_, log_dir), err) in enumerate(zip(runs, placed, errs)):
             err.seek(0)
             code = procs[i].returncode if i in ended else None
-            nodes.append(NodeRun(host.name, code, ended.get(i, timeout), out.read(), err.read()))
-    results, lines = parse_results("\n".join(node.stdout for node in nodes))
-    return HostsJob(nodes, results, lines)
+            raised = [r.error for r in rank_files.read_ranks([log_dir]) if r.error]
+            nodes.append(NodeRun(host.name, code, ended.get(i, timeout), err.read(), rank_files.agent_error(log_dir),
+                                 raised))
+        # c10d numbers the nodes: each node's first global rank comes from its ranks' results.
+        run = rank_files.read_run([log_dir for _, log_dir in placed])
+    return HostsJob(nodes, run.results, run.lines, run.error)

@@ -5,7 +5,8 @@ Debian packages ``slurmctld slurmd slurm-client munge``.
 
     with slurm_cluster() as cluster:
         job = cluster.sbatch("slurm/train.sbatch", env={"PYTHON": sys.executable})
-        job.output      # what the job printed
+        job.results     # every rank's result, in rank order, read from its folder under RUN_DIR
+        job.output      # what the batch script and the torchruns printed
 
 Everything is stopped and removed on the way out (daemons, namespaces, files).
 """
@@ -13,7 +14,6 @@ Everything is stopped and removed on the way out (daemons, namespaces, files).
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -22,10 +22,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ddp_lib import rank_files
 from ddp_lib.cluster.hosts import Host, two_hosts
 from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
+from ddp_lib.errors import WorkerError
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "scontrol", "sinfo")
@@ -79,36 +81,15 @@ def unavailable() -> str | None:
 
 @dataclass
 class BatchJob:
-    """A finished batch job: its id, SLURM's verdict and what it printed."""
+    """A finished batch job: its id, SLURM's verdict, what it printed and what its ranks left."""
 
     job_id: int
     returncode: int  # sbatch --wait's exit code: the job's
-    output: str  # the job's stdout and stderr (the batch script's and every srun task's)
+    output: str  # the batch script's stdout and stderr, and each torchrun's (srun --label: "N: " per node)
     seconds: float
-
-
-# srun --label writes "N: " before each line of task N, and splits lines longer than this into
-# pieces, each labelled: a piece of exactly this length continues on the task's next piece.
-SRUN_PIECE = 1024
-_LABEL = re.compile(r"^(\d+): (.*)$")
-
-
-def unlabel(output: str) -> tuple[str, dict[int, str]]:
-    """Split the output of a batch script whose ``srun --label`` tasks share it into the lines
-    without a label (the script's own) and each task's output, long lines joined again."""
-    own, tasks = [], {}
-    for line in output.splitlines():
-        match = _LABEL.match(line)
-        if not match:
-            own.append(line)
-            continue
-        task, text = int(match.group(1)), match.group(2)
-        pieces = tasks.setdefault(task, [])
-        if pieces and pieces[-1][1]:
-            pieces[-1] = (pieces[-1][0] + text, len(text) == SRUN_PIECE)
-        else:
-            pieces.append((text, len(text) == SRUN_PIECE))
-    return "\n".join(own), {task: "\n".join(t for t, _ in pieces) for task, pieces in sorted(tasks.items())}
+    results: list = field(default_factory=list)  # every finished rank's result, in rank order
+    lines: list[str] = field(default_factory=list)  # what the ranks printed on stdout, in rank order
+    error: WorkerError | None = None  # the failed rank, blamed as the launcher blames
 
 
 class SlurmCluster:
@@ -137,12 +118,16 @@ class SlurmCluster:
     def sbatch(self, script: str, *, env: dict[str, str] | None = None, timeout: float = 300,
                cwd: str | None = None) -> BatchJob:
         """Submit ``script`` from the head node, wait for the job to end (``sbatch --wait``), and
-        return its output. ``env``: extra variables (exported to the job)."""
+        return its output and what its ranks left in their folders under ``RUN_DIR`` (a new folder
+        in this cluster's directory, which both nodes see, given to the script). ``env``: extra
+        variables (exported to the job)."""
         output = os.path.join(self.workdir, "job-%j.out")
+        run_dir = tempfile.mkdtemp(prefix="run-", dir=self.workdir)
         start = time.monotonic()
         proc = subprocess.run(self.command(["sbatch", "--wait", "--parsable", f"--output={output}",
                                             os.path.abspath(script)]),
-                              capture_output=True, text=True, env=self.env(env), timeout=timeout, cwd=cwd)
+                              capture_output=True, text=True, env=self.env({"RUN_DIR": run_dir, **(env or {})}),
+                              timeout=timeout, cwd=cwd)
         seconds = time.monotonic() - start
         first = proc.stdout.strip().split(";")[0]
         if not first.isdigit():
@@ -150,7 +135,9 @@ class SlurmCluster:
         job_id = int(first)
         with open(output.replace("%j", str(job_id))) as f:
             text = f.read()
-        return BatchJob(job_id, proc.returncode, text, seconds)
+        # Both nodes' torchruns share RUN_DIR, each in a run folder of its own: results carry their rank.
+        run = rank_files.read_run([run_dir])
+        return BatchJob(job_id, proc.returncode, text, seconds, run.results, run.lines, run.error)
 
     def logs(self) -> str:
         """The daemons' log files, for a report when something fails."""
@@ -231,5 +218,6 @@ if __name__ == "__main__":
     # python -m ddp_lib.cluster.slurm SCRIPT   runs one batch script on a fresh one-machine cluster
     with slurm_cluster() as running:
         done = running.sbatch(sys.argv[1], env={"PYTHON": sys.executable})
-        print(done.output, end="")  # each task's lines labelled "N: " by srun --label
+        print(done.output, end="")  # each node's torchrun lines labelled "N: " by srun --label
+        print("\n".join(done.lines))  # what the ranks printed, from their folders
         sys.exit(done.returncode)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import secrets
-import tempfile
 from collections.abc import Callable
 
+from ddp_lib.errors import WorkerError
 from ddp_lib.exercises.checking import Report, worker_name
-from ddp_lib.torchrun import rank_errors, run_nodes
+from ddp_lib.torchrun import run_nodes
 
 KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
@@ -42,7 +42,7 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     expected_by_rank = expected_layout(node_sizes)
     world_size = len(expected_by_rank)
     if len(results) != world_size:
-        return [f"{len(results)} of {world_size} ranks printed a result; every rank must return a dict"]
+        return [f"{len(results)} of {world_size} ranks returned a result; every rank must return a dict"]
     problems = []
     for rank, info in enumerate(results):
         if not isinstance(info, dict) or set(KEYS) - set(info):
@@ -60,18 +60,17 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     return problems
 
 
-def _first_failure(raised: dict[int, str], returncode: int) -> str:
-    """What the ranks raised (``{rank: "Type: message"}``, from torch's error files): the message
-    when every rank that got to report raised the same, else the lowest rank's, as ``rank N raised
-    Type: message``. torchrun stops the other ranks as soon as one fails, so which ranks get to
-    report differs from run to run; the report must not."""
-    if not raised:
+def failure_line(error: WorkerError | None, returncode: int) -> str:
+    """What the ranks raised, from their error files: the message when every rank that got to
+    report raised the same, else the rank the launcher would blame, as ``rank N raised Type:
+    message``. torchrun stops the other ranks as soon as one fails, so which ranks get to report
+    differs from run to run; the report must not."""
+    if error is None:
         return f"torchrun exited with code {returncode}"
-    first_lines = {rank: message.splitlines()[0][:200] if message else "" for rank, message in raised.items()}
-    if len(set(first_lines.values())) == 1:
-        return f"{next(iter(first_lines.values()))} (the same on every rank that reported)"
-    rank = min(first_lines)
-    return f"rank {rank} raised {first_lines[rank]}"
+    messages = {text[:200] for text in error.failures.values()}
+    if len(messages) == 1:
+        return f"{messages.pop()} (the same on every rank that reported)"
+    return str(error)
 
 
 def check_launch_info(launch_info: Callable | str, directory: str | None = None) -> Report:
@@ -89,18 +88,11 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None)
     for number, node_sizes in enumerate(order, 1):
         # Said without the layout: the order is drawn at random.
         print(f"torchrun job {number} of {len(order)}: two nodes on this machine", flush=True)
-        with tempfile.TemporaryDirectory(prefix="lesson06-check-") as logs:
-            # Each node its own --log-dir, where torch's error handler leaves each rank's error.
-            log_dirs = [os.path.join(logs, f"node{node}") for node in range(len(node_sizes))]
-            job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),
-                            nproc_per_node=list(node_sizes), static=True, env={"PYTHONPATH": path},
-                            node_options=[(f"--log-dir={d}",) for d in log_dirs])
-            if job.returncode != 0:
-                raised = {}
-                for node, log_dir in enumerate(log_dirs):
-                    raised.update(rank_errors(log_dir, first_rank=sum(node_sizes[:node])))
-                report.fail(f"the job failed: {_first_failure(raised, job.returncode)}")
-                return report
+        job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),
+                        nproc_per_node=list(node_sizes), static=True, env={"PYTHONPATH": path})
+        if job.returncode != 0:
+            report.fail(f"the job failed: {failure_line(job.error, job.returncode)}")
+            return report
         found[node_sizes] = find_problems(job.results, node_sizes)
     for node_sizes in LAYOUTS:
         where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
