@@ -1,11 +1,14 @@
 """Lesson 06's checker, under real torchrun on three layouts of two local nodes (1 then 2
-processes, 2 then 1, 1 and 1): answers that must be refused (the lesson's stub, a layout guessed
-from ``rank``, a world size written in, values looked for in the caller's frames and in ``gc``,
-numbers of the wrong type) and right answers written differently that must pass."""
+processes, 2 then 1, 1 and 1): answers that must be refused (the lesson's stub, values looked for
+in the caller's frames and in ``gc``) and right answers written differently that must pass. Answers
+whose mistake is in what they compute (a layout guessed from ``rank``, a world size written in,
+numbers of the wrong type) are judged by the same :func:`find_problems` on what they return under
+each layout's torchrun variables, without a torchrun job each."""
 
 from __future__ import annotations
 
 import json
+import pkgutil
 import textwrap
 from pathlib import Path
 
@@ -50,22 +53,42 @@ def test_a_right_answer_written_differently_passes(tmp_path):
     assert check_launch_info(target, directory=str(tmp_path)).passed
 
 
-def test_a_layout_guessed_from_rank_fails(tmp_path):
+def _problems_on_each_layout(tmp_path, monkeypatch, target: str) -> dict[tuple[int, ...], list[str]]:
+    """What the checker's :func:`find_problems` says of an answer on each layout, the answer called in
+    this process once per rank with the variables torchrun gives that rank (RANK, WORLD_SIZE,
+    LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK). For answers whose mistake is in what they compute:
+    the checker's runs under real torchrun are tested above and below."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fn = pkgutil.resolve_name(target)
+    found = {}
+    for node_sizes in LAYOUTS:
+        results = []
+        for rank, expected in enumerate(expected_layout(node_sizes)):
+            env = {"RANK": rank, "WORLD_SIZE": expected["world_size"], "LOCAL_RANK": expected["local_rank"],
+                   "LOCAL_WORLD_SIZE": expected["local_world_size"], "GROUP_RANK": expected["node_rank"]}
+            for name, value in env.items():
+                monkeypatch.setenv(name, str(value))
+            results.append(fn(rank, expected["world_size"]))
+        found[node_sizes] = find_problems(results, node_sizes)
+    return found
+
+
+def test_a_layout_guessed_from_rank_fails(tmp_path, monkeypatch):
     # Right on 2 nodes x 2 processes, which is what a guess from rank assumes.
     target = _write(tmp_path, "ex06_guess", """
         return {"world_size": world_size, "local_rank": rank % 2, "local_world_size": 2, "node_rank": rank // 2}""")
-    report = str(check_launch_info(target, directory=str(tmp_path)))
-    assert "FAIL on nodes of 1 and 2 processes: rank 0: local_world_size is 2, expected 1" in report
-    assert "rank 1: node_rank is 0, expected 1: read GROUP_RANK" in report
+    problems = _problems_on_each_layout(tmp_path, monkeypatch, target)
+    assert "rank 0: local_world_size is 2, expected 1: read LOCAL_WORLD_SIZE (processes on this node)" in problems[1, 2]
+    assert "rank 1: node_rank is 0, expected 1: read GROUP_RANK (this node's rank)" in problems[1, 2]
 
 
-def test_a_world_size_written_in_fails(tmp_path):
+def test_a_world_size_written_in_fails(tmp_path, monkeypatch):
     target = _write(tmp_path, "ex06_size", """
         return {"world_size": 3, "local_rank": int(os.environ["LOCAL_RANK"]),
                 "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]), "node_rank": int(os.environ["GROUP_RANK"])}""")
-    report = str(check_launch_info(target, directory=str(tmp_path)))
-    assert report.startswith("PASS on nodes of 1 and 2 processes")  # right where the size is 3
-    assert "FAIL on nodes of 1 and 1 processes: rank 0: world_size is 3, expected 2: read WORLD_SIZE" in report
+    problems = _problems_on_each_layout(tmp_path, monkeypatch, target)
+    assert problems[1, 2] == problems[2, 1] == []  # right where the size is 3
+    assert "rank 0: world_size is 3, expected 2: read WORLD_SIZE (all ranks of all nodes)" in problems[1, 1]
 
 
 def test_values_looked_for_in_frames_and_gc_fail(tmp_path):
@@ -84,13 +107,13 @@ def test_values_looked_for_in_frames_and_gc_fail(tmp_path):
     assert not check_launch_info(target, directory=str(tmp_path)).passed
 
 
-def test_floats_for_ints_fail(tmp_path):
+def test_floats_for_ints_fail(tmp_path, monkeypatch):
     target = _write(tmp_path, "ex06_float", """
         names = (("world_size", "WORLD_SIZE"), ("local_rank", "LOCAL_RANK"),
                  ("local_world_size", "LOCAL_WORLD_SIZE"), ("node_rank", "GROUP_RANK"))
         return {key: float(os.environ[name]) for key, name in names}""")
-    report = str(check_launch_info(target, directory=str(tmp_path)))
-    assert "rank 0: world_size is 3.0 (float), expected the int 3" in report
+    problems = _problems_on_each_layout(tmp_path, monkeypatch, target)
+    assert any(line.startswith("rank 0: world_size is 3.0 (float), expected the int 3") for line in problems[1, 2])
 
 
 def test_a_guess_cannot_be_right_on_both_layouts():
