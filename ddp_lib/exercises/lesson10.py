@@ -39,9 +39,9 @@ def _build(strategy: str, width: int, layers: int, amsgrad: bool):
     import torch
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
-    from ddp_lib.workers.beyond_ddp import make_mlp, wrap
+    from ddp_lib.workers.beyond_ddp import make_deep_mlp, wrap
 
-    model, optimizer = wrap(make_mlp(width=width, layers=layers), strategy, lr=1e-3)
+    model, optimizer = wrap(make_deep_mlp(width=width, layers=layers), strategy, lr=1e-3)
     if not amsgrad:
         return model, optimizer
     if strategy == "zero1":

@@ -37,7 +37,7 @@ STRATEGIES = ("ddp", "zero1", "fsdp", "fsdp_no_reshard")
 COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 
 
-def make_mlp(width: int = 256, layers: int = 4, seed: int = 0) -> nn.Sequential:
+def make_deep_mlp(width: int = 256, layers: int = 4, seed: int = 0) -> nn.Sequential:
     """``layers`` blocks of Linear(width, width) -> ReLU, then Linear(width, 1); the same weights
     for the same seed on every rank."""
     torch.manual_seed(seed)
@@ -178,7 +178,7 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     """
     with process_group(rank, world_size):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
-            model = make_mlp(width, layers, seed)
+            model = make_deep_mlp(width, layers, seed)
             n_params = sum(p.numel() for p in model.parameters())
             model, optimizer = wrap(model, strategy, lr)
             losses = []
@@ -252,7 +252,7 @@ def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps:
     Returns {"rank", "start_step", "losses" (of the steps this run trained), "checksum" (of the full parameters)}.
     """
     with process_group(rank, world_size):
-        model, optimizer = wrap(make_mlp(width, layers, seed), "fsdp", lr)
+        model, optimizer = wrap(make_deep_mlp(width, layers, seed), "fsdp", lr)
         start = 0
         if resume:
             # Sharded state dicts: every rank loads only its own shards from the files.
@@ -290,7 +290,7 @@ def mesh_2x2(rank: int, world_size: int) -> dict:
         mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
         value = torch.tensor([float(rank)])
         dist.all_reduce(value, group=mesh.get_group("replicate"))
-        model = make_mlp(width=8, layers=1)
+        model = make_deep_mlp(width=8, layers=1)
         fully_shard(model, mesh=mesh)  # a 2-D mesh: replicate along dim 0, shard along dim 1
         first = next(model.parameters())
         return {"rank": rank, "coordinate": mesh.get_coordinate(),
@@ -320,7 +320,7 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
         raise ValueError(f"hsdp_step needs world_size 4, got {world_size}")
     with process_group(rank, world_size) as device:
         mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
-        model = make_mlp(width=width, layers=1, seed=seed)
+        model = make_deep_mlp(width=width, layers=1, seed=seed)
         for layer in model:
             if isinstance(layer, nn.Linear):
                 fully_shard(layer, mesh=mesh)  # a 2-D mesh: replicated along dim 0, sharded along dim 1
@@ -331,7 +331,7 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
             loss.backward()
         counts = Counter(e.name for e in trace.events() if e.name.startswith("c10d::"))
         # One process on all 4 ranks' batches: HSDP's gradient must be that one's average.
-        reference = make_mlp(width=width, layers=1, seed=seed)
+        reference = make_deep_mlp(width=width, layers=1, seed=seed)
         everything = [batch(0, r, batch_size, width, seed) for r in range(world_size)]
         nn.functional.mse_loss(reference(torch.cat([b[0] for b in everything])),
                                torch.cat([b[1] for b in everything])).backward()
@@ -392,10 +392,10 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     with process_group(rank, world_size):
         x, y = batch(0, rank, batch_size, width, seed)
         # clip_grad_norm_ on DTensor gradients: DTensor's ops combine the shards' norms across ranks.
-        ddp, _ = wrap(make_mlp(width, layers, seed), "ddp", 1e-3)
+        ddp, _ = wrap(make_deep_mlp(width, layers, seed), "ddp", 1e-3)
         nn.functional.mse_loss(ddp(x), y).backward()
         ddp_norm = nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
-        fsdp, _ = wrap(make_mlp(width, layers, seed), "fsdp", 1e-3)
+        fsdp, _ = wrap(make_deep_mlp(width, layers, seed), "fsdp", 1e-3)
         nn.functional.mse_loss(fsdp(x), y).backward()
         fsdp_norm = nn.utils.clip_grad_norm_(fsdp.parameters(), max_norm)
         norm_type = type(fsdp_norm).__name__
@@ -410,7 +410,7 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
 
         # MixedPrecisionPolicy: compute and all-gather in bfloat16, keep float32 shards, reduce in float32.
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        mixed_model = make_mlp(width, layers, seed)
+        mixed_model = make_deep_mlp(width, layers, seed)
         seen: list[torch.dtype] = []
         mixed_model[0].register_forward_hook(lambda module, inputs, output: seen.append(module.weight.dtype))
         for layer in mixed_model:
@@ -424,10 +424,10 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
                  "param_dtype": str(first.dtype).removeprefix("torch."),
                  "grad_dtype": str(first.grad.dtype).removeprefix("torch."),
                  "loss_bf16": round(loss_bf16.item(), 6),
-                 "loss_fp32": round(nn.functional.mse_loss(make_mlp(width, layers, seed)(x), y).item(), 6)}
+                 "loss_fp32": round(nn.functional.mse_loss(make_deep_mlp(width, layers, seed)(x), y).item(), 6)}
 
         # Activation checkpointing: the hidden layers as one segment, which saves only its input.
-        plain, checkpointed = make_mlp(width, layers, seed), make_mlp(width, layers, seed)
+        plain, checkpointed = make_deep_mlp(width, layers, seed), make_deep_mlp(width, layers, seed)
         blocks = list(checkpointed)
         checkpointed = nn.Sequential(Checkpointed(nn.Sequential(*blocks[:-1])), blocks[-1])  # one segment
         grads = []
