@@ -1,9 +1,10 @@
 """The ranks of one launch: start them, hear from each, stop whatever is left (each rank's own
 process group too).
 
-``ddp_lib.launch.run_job`` drives a :class:`Job`; this module knows nothing of stores or
-environments, only of ranks and their pipes. Their output files are :mod:`ddp_lib._output`'s:
-a Job polls the live view of rank 0 while it waits and reads the files when it is done.
+``ddp_lib.launch.run_job`` drives a :class:`Job`; this module knows nothing of stores (it only
+holds ``store`` so that it lives as long as the job) or environments, only of ranks and their
+pipes. Their output files are :mod:`ddp_lib._output`'s: a Job polls the live view of rank 0 while
+it waits and reads the files when it is done.
 """
 
 from __future__ import annotations

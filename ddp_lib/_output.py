@@ -5,8 +5,9 @@ carriage returns, a progress bar, is one line in its last state), the other rank
 rank order (:func:`print_labelled`).
 
 The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib._job.Job`
-polls the live view and reads the files; :mod:`ddp_lib.launch` makes the directory
-(:func:`output_dir`) and shows the rest.
+polls the live view and reads the files; :mod:`ddp_lib.launch` first removes the directories of
+killed launches (:func:`sweep_orphaned_logdirs`), then makes its own (:func:`output_dir`) and shows
+the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from dataclasses import dataclass
 
 from ddp_lib._processes import pid_alive
 
-_PREFIX = "[rank 0] "
+
+def _label(rank: int) -> str:
+    return f"[rank {rank}] "
+
+
+_PREFIX = _label(0)
 # A launch's output directory: "ddp_lib-<pid of the launching process>-<random>".
 _LOGDIR_PREFIX = "ddp_lib-"
 _LOGDIR = re.compile(re.escape(_LOGDIR_PREFIX) + r"(\d+)-")
@@ -30,14 +36,13 @@ _LOGDIR = re.compile(re.escape(_LOGDIR_PREFIX) + r"(\d+)-")
 
 @contextlib.contextmanager
 def output_dir() -> Iterator[str]:
-    """A fresh directory for one launch's output files, removed on the way out (after removing
-    those left by launching processes that were killed)."""
-    _sweep_orphaned_logdirs()
+    """A fresh directory for one launch's output files ("ddp_lib-<pid>-<random>"), removed on the
+    way out."""
     with tempfile.TemporaryDirectory(prefix=f"{_LOGDIR_PREFIX}{os.getpid()}-") as logdir:
         yield logdir
 
 
-def _sweep_orphaned_logdirs() -> None:
+def sweep_orphaned_logdirs() -> None:
     """Remove output directories left by launching processes that were killed (SIGKILL leaves
     no chance to clean up; the ranks' watchdogs remove their own, this catches the rest)."""
     root = tempfile.gettempdir()
@@ -139,7 +144,7 @@ def print_labelled(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> No
         out, err = outputs[rank]
         for text, stream in ((out, sys.stdout), (err if with_stderr else "", sys.stderr)):
             if text:
-                stream.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
+                stream.write("".join(f"{_label(rank)}{line}\n" for line in text.splitlines()))
                 stream.flush()
 
 

@@ -81,10 +81,12 @@ def descendants(pid: int) -> list[int]:
     except OSError:
         return []
     for entry in entries:
+        fields = _stat_fields(int(entry))
         try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            ppid = int(fields[1]) if fields else None
+        except (IndexError, ValueError):
+            continue
+        if ppid is None:
             continue
         parents.setdefault(ppid, []).append(int(entry))
     found, todo = [], [pid]

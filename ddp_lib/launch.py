@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from ddp_lib import _child
 from ddp_lib._job import Job
-from ddp_lib._output import RankOutput, live_view, output_dir, print_labelled
+from ddp_lib._output import RankOutput, live_view, output_dir, print_labelled, sweep_orphaned_logdirs
 from ddp_lib.errors import (
     LaunchInterrupted,
     LaunchTimeout,
@@ -106,6 +106,7 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     (ddp_lib.mp) the worker chooses them. ``exit_like_torch`` (ddp_lib.mp): a rank that calls
     sys.exit(0) or os._exit(0) has finished, with None as its result, as under torch.
     """
+    sweep_orphaned_logdirs()  # first: whatever fails below, a killed launch's files go
     args_blob = pickle.dumps(args_kwargs)
     store_env = {k: envs[0][k] for k in ("MASTER_ADDR", "MASTER_PORT")} if store else None
     with output_dir() as logdir:

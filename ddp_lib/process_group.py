@@ -89,9 +89,11 @@ def backend_for(device: torch.device) -> str:
     return dist.Backend.default_device_backend_map.get(device.type, "gloo")
 
 
-def device_ids_for(device: torch.device) -> list[int] | None:
-    """DDP's ``device_ids`` for a model on ``device``: ``[index]`` for a model on one GPU (DDP then
-    moves each forward's inputs to that GPU), None for a CPU model (a list is a ValueError there)."""
+def device_ids_for(device: torch.device) -> list[int | None] | None:
+    """DDP's ``device_ids`` for a model on ``device``: ``[index]`` for a model on one CUDA GPU (DDP
+    then moves each forward's inputs there; an index-less "cuda" gives ``[None]``, which DDP reads as
+    the current device); None for any other device: a CPU model (a non-empty list is a ValueError
+    there), or another accelerator, whose inputs DDP then leaves where they are."""
     return [device.index] if device.type == "cuda" else None
 
 

@@ -1,8 +1,10 @@
 """Faulty ranks: workers where one chosen rank raises, dies in a collective or hangs (lesson 07;
 the classic mistakes that break a job are in ``failure_lab.py``).
 
-Each records its process id in ``pid_dir`` (when given), so that ``ddp_lib.demos.leftovers``
-can show afterwards that the launcher left no process behind. The launcher's tests use them too.
+``raise_on_rank`` and ``hang_on_rank`` record their process id in ``pid_dir`` (when given), so
+that ``ddp_lib.demos.leftovers`` can show afterwards that the launcher left no process behind;
+``die_in_collective`` writes when each rank noticed the death to ``record_dir`` (read with
+:func:`read_records`). The launcher's tests use them too.
 """
 
 from __future__ import annotations
