@@ -110,10 +110,13 @@ def _option(cmd: list[str], name: str) -> str | None:
 
 def with_log_dir(cmd: list[str], log_dir: str) -> tuple[list[str], str]:
     """``cmd`` (``python -m torch.distributed.run ...``) with each rank's files in a folder of its own:
-    ``--log-dir=log_dir`` unless it names one, ``--redirects=3`` and ``--tee=2`` unless it sets them;
-    and the log folder used."""
+    ``--log-dir=log_dir`` unless it names one, ``--redirects=3`` unless it sets ``--redirects`` or
+    ``--tee`` (torchrun adds the tee'd streams to the redirected ones, ``DefaultLogsSpecs.reify``),
+    ``--tee=2`` unless it sets it; the options go before the program. And the log folder used."""
+    wanted = {"log-dir": _option(cmd, "log-dir") is None, "tee": _option(cmd, "tee") is None}
+    wanted["redirects"] = wanted["tee"] and _option(cmd, "redirects") is None
     added = [f"--{name}={value}" for name, value in (("log-dir", log_dir), ("redirects", "3"), ("tee", "2"))
-             if _option(cmd, name) is None]
+             if wanted[name]]
     return cmd[:3] + added + cmd[3:], _option(cmd, "log-dir") or log_dir
 
 

@@ -251,6 +251,8 @@ def test_options_are_added_before_the_program_and_read_in_either_spelling():
     assert placed == head + ["--tee=2"] + cmd[3:]
     placed, log_dir = with_log_dir(head + ["--standalone", "prog.py", "--log-dir=/x"], "/tmp/T")
     assert log_dir == "/tmp/T" and placed[3:6] == ["--log-dir=/tmp/T", "--redirects=3", "--tee=2"]
+    placed, _ = with_log_dir(head + ["-t", "3", "-m", "x"], "/tmp/T")  # --tee writes the files too
+    assert placed == head + ["--log-dir=/tmp/T", "-t", "3", "-m", "x"]
 
 
 SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
