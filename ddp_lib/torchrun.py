@@ -384,10 +384,9 @@ def failure_summary(stderr: str) -> str:
 
 
 def run_this_rank(target: str) -> None:
-    """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE, and
-    write what it returns to this rank's ``result.json`` (having first written ``rank.json``,
-    :func:`ddp_lib.rank_files.write_rank`) (:func:`ddp_lib.rank_files.write_result`),
-    and print it as one JSON line unless the rank's stdout goes to its folder (``--redirects``).
+    """Under torchrun: write this rank's place to its ``rank.json``, import ``module:function``, call it
+    with this rank's RANK and WORLD_SIZE, write what it returns to its ``result.json``, and print it
+    as one JSON line unless the rank's stdout goes to its folder (``--redirects``).
     What it raises goes, as under ``@record``, to the error file torchrun names in
     ``TORCHELASTIC_ERROR_FILE``. Imports no torch: ranks that run a function reading only the
     environment start and fail in a fraction of a second."""
