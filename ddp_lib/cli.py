@@ -193,18 +193,18 @@ def _run(name: str, argv: list[str]) -> int:
 
 
 def _run_this_rank(fn, kwargs: dict, as_json: bool) -> int:
-    from torch.distributed.elastic.multiprocessing.errors import record
+    from ddp_lib.rank_files import stdout_in_folder, write_rank, write_result
 
-    from ddp_lib.rank_files import stdout_in_folder, write_result
+    write_rank()  # first, to this rank's folder: a rank that dies without a word is still read back as itself
+    from torch.distributed.elastic.multiprocessing.errors import record
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     result = record(fn)(rank, world_size, **kwargs)  # torchrun's error summary then shows the cause
-    if not as_json:
-        _report({rank: result}, {"rank": rank, "result": result}, as_json)
-        return 0
-    # To this rank's folder under torchrun's --log-dir, beside torch's error.json; also printed, unless
-    # the rank's stdout goes to that folder too (--redirects), where the file says it already.
-    if not write_result(rank, _finite(result)[0]) or not stdout_in_folder():
+    # To this rank's folder under torchrun's --log-dir, beside torch's error.json, with or without
+    # --json. With --json also printed, unless the rank's stdout goes to that folder too (--redirects),
+    # where the file says it already.
+    written = write_result(rank, _finite(result)[0])
+    if not as_json or not written or not stdout_in_folder():
         _report({rank: result}, {"rank": rank, "result": result}, as_json)
     else:
         _report({rank: result}, None, as_json, quiet=True)  # only the line about numbers that are not finite

@@ -1,13 +1,15 @@
 """Each rank's result, output and error, written to one folder per rank and read back in rank order:
 the one channel of every job run by torchrun, on one machine, on several hosts or under SLURM.
 
-``torchrun --log-dir=DIR --redirects=3`` gives each local rank of each node a folder of its own,
-``DIR/<run id>_<random>/attempt_<N>/<local rank>/`` (``DefaultLogsSpecs.reify``,
-``torch/distributed/elastic/multiprocessing/api.py``), holding its ``stdout.log`` and ``stderr.log``,
-and names ``error.json`` there in the rank's ``TORCHELASTIC_ERROR_FILE``, where ``@record`` writes
-the exception that ends the rank. A rank run by ``ddp_lib`` writes what it returns beside it, in
-``result.json``. Ranks of one node hold consecutive global ranks, from the node's first
-(``_assign_worker_ranks``, ``elastic/agent/server/api.py``).
+torchrun gives each local rank of each node a folder of its own,
+``<log dir>/<run id>_<random>/attempt_<N>/<local rank>/`` (``DefaultLogsSpecs.reify``,
+``torch/distributed/elastic/multiprocessing/api.py``), where N is that node's agent's
+``TORCHELASTIC_RESTART_COUNT``: attempts are counted per node, and a round restarted because another
+node joined keeps N (torchrun deletes that attempt's old folder first). ``--redirects``/``--tee``
+put ``stdout.log`` and ``stderr.log`` there, and the rank's ``TORCHELASTIC_ERROR_FILE`` names
+``error.json`` there, where ``@record`` writes an Exception that ends the rank. A rank run by
+``ddp_lib`` writes where it stands in the job first, in ``rank.json``, and what it returns, in
+``result.json``.
 
 Imports no torch: a rank that only reads its environment starts and fails in a fraction of a second.
 """
@@ -21,13 +23,15 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lib.errors import WorkerError, blamed_rank, first_line
+from ddp_lib.errors import WorkerError, blamed_rank, first_line, is_peer_failure
 
 RESULT_FILE = "result.json"
+RANK_FILE = "rank.json"
 ERROR_FILE = "error.json"
 # Where a torchrun run by ddp_lib writes its own exception (its main is wrapped in @record), e.g. a
 # RendezvousTimeoutError; set as that torchrun's TORCHELASTIC_ERROR_FILE (its ranks get their own).
 AGENT_ERROR_FILE = "torchrun_error.json"
+UNKNOWN = -1  # the global rank of a rank that wrote nothing, on a node where no rank did
 NO_FILES = "ended without a result or an error (stopped by a signal, or by torchrun when another rank failed)"
 
 
@@ -47,18 +51,30 @@ def stdout_in_folder() -> bool:
     return there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
-def write_result(rank: int, result: object) -> bool:
-    """Write ``{"rank": rank, "result": result}`` to this rank's ``result.json`` (values JSON cannot
-    hold as their repr), whole or not at all: a temporary file, then renamed. False when this
-    process has no rank folder (not under torchrun)."""
+def _write_whole(name: str, record: dict) -> bool:
+    """Write ``record`` as JSON (values JSON cannot hold as their repr) to this rank's file ``name``,
+    whole or not at all: a temporary file, then renamed. False when this process has no rank
+    folder (not under torchrun)."""
     folder = this_rank_dir()
     if folder is None:
         return False
-    text = json.dumps({"rank": rank, "result": result}, default=repr)
-    partial = folder / f".{RESULT_FILE}.{os.getpid()}"
-    partial.write_text(text)
-    os.replace(partial, folder / RESULT_FILE)
+    partial = folder / f".{name}.{os.getpid()}"
+    partial.write_text(json.dumps(record, default=repr))
+    os.replace(partial, folder / name)
     return True
+
+
+def write_rank() -> bool:
+    """Write this rank's place in the job (``RANK``, ``GROUP_RANK``, ``LOCAL_RANK``) to its
+    ``rank.json``, before it runs anything: a rank that then dies without a word is still read back
+    under its own global rank (c10d numbers the nodes itself; folders do not say which is which)."""
+    keys = {"rank": "RANK", "group_rank": "GROUP_RANK", "local_rank": "LOCAL_RANK"}
+    return _write_whole(RANK_FILE, {key: int(os.environ.get(name, -1)) for key, name in keys.items()})
+
+
+def write_result(rank: int, result: object) -> bool:
+    """Write ``{"rank": rank, "result": result}`` to this rank's ``result.json``, whole or not at all."""
+    return _write_whole(RESULT_FILE, {"rank": rank, "result": result})
 
 
 def write_error(exc: BaseException) -> None:
@@ -116,7 +132,7 @@ def agent_error(log_dir: Path | str) -> str:
 class RankFiles:
     """What one rank left in its folder."""
 
-    rank: int
+    rank: int  # its global rank; UNKNOWN (-1) if neither it nor a rank of its node wrote one
     folder: Path
     finished: bool  # it wrote result.json
     result: object = None
@@ -133,49 +149,78 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _attempt(run: Path, attempt: int | None) -> Path | None:
-    """The folder of ``attempt`` (default: the last) of one torchrun's run folder."""
+def _attempt_dir(run: Path, attempt: int | None) -> Path | None:
+    """The folder of ``attempt`` (default: the last) of one torchrun's run folder; None if it has none."""
     attempts = {int(p.name.removeprefix("attempt_")): p for p in run.glob("attempt_*") if p.is_dir()}
-    if not attempts:
-        return None
-    return attempts.get(max(attempts) if attempt is None else attempt)
+    if attempt is None:
+        return attempts[max(attempts)] if attempts else None
+    if attempt not in attempts:
+        raise ValueError(f"{run}: no attempt_{attempt} (attempts are counted per node: this node's restart "
+                         f"count differs; it has {', '.join(sorted(p.name for p in attempts.values())) or 'none'})")
+    return attempts[attempt]
+
+
+def _is_run(folder: Path) -> bool:
+    return any(p.is_dir() for p in folder.glob("attempt_*"))
+
+
+def runs_in(log_dir: Path | str) -> list[Path]:
+    """The run folders (``<run id>_<random>``, one per torchrun that started ranks) in a ``--log-dir``."""
+    return sorted(p for p in Path(log_dir).glob("*_*") if p.is_dir() and _is_run(p))
+
+
+def _runs(folders: list[Path | str]) -> list[Path]:
+    """Each folder as a run folder: itself, or the one run folder of a ``--log-dir``. A log folder
+    that holds several runs (torch reuses a ``--log-dir`` for every run) must be given as run folders."""
+    runs = []
+    for folder in map(Path, folders):
+        if _is_run(folder):
+            runs.append(folder)
+            continue
+        found = runs_in(folder)
+        if len(found) > 1:
+            raise ValueError(f"{folder} holds {len(found)} runs ({', '.join(p.name for p in found)}): "
+                             "give the run folders of this job instead")
+        runs += found
+    return runs
+
+
+def _load(path: Path) -> dict:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def _rank_files(folder: Path) -> RankFiles:
-    finished = (folder / RESULT_FILE).is_file()
-    record = json.loads(_read(folder / RESULT_FILE)) if finished else {}
+    record, place = _load(folder / RESULT_FILE), _load(folder / RANK_FILE)
     error, tb = read_error(folder / ERROR_FILE) or ("", "")
-    return RankFiles(record.get("rank", -1), folder, finished, record.get("result"), error, tb,
-                     _read(folder / "stdout.log"), _read(folder / "stderr.log"))
+    rank = place.get("rank", record.get("rank", UNKNOWN))
+    return RankFiles(rank if isinstance(rank, int) else UNKNOWN, folder, bool(record), record.get("result"),
+                     error, tb, _read(folder / "stdout.log"), _read(folder / "stderr.log"))
 
 
-def read_ranks(log_dirs: list[Path | str], attempt: int | None = None) -> list[RankFiles]:
-    """Every rank's files under these ``--log-dir`` folders, in global-rank order: each torchrun's run
-    folder is one node, its last attempt (or ``attempt``) read. A node's first global rank comes
-    from a ``result.json`` among its ranks; where none has one, it takes the next global ranks that
-    no such node holds, nodes taken in the order given (a folder per node, in node-rank order,
-    makes that exact)."""
+def read_ranks(folders: list[Path | str], attempt: int | None = None) -> list[RankFiles]:
+    """Every rank's files in these folders (each a torchrun's ``--log-dir`` holding one run, or a run
+    folder), in global-rank order: each run folder is one node, its last attempt (or ``attempt``)
+    read. A rank's global rank is the one it wrote in ``rank.json`` (or ``result.json``); a rank
+    that wrote neither takes it from a rank of its node that did (a node's ranks are consecutive,
+    ``_assign_worker_ranks`` in ``elastic/agent/server/api.py``), or from its local rank when the
+    job had one node. Otherwise it is unknown (-1), and listed last: never guessed from folder order."""
+    runs = _runs(folders)
     nodes = [sorted((p for p in attempt_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=lambda p: int(p.name))
-             for log_dir in log_dirs for run in sorted(Path(log_dir).glob("*_*")) if run.is_dir()
-             if (attempt_dir := _attempt(run, attempt)) is not None]
-    read = [[_rank_files(folder) for folder in folders] for folders in nodes]
-    known = {i: done[0].rank - int(done[0].folder.name) for i, node in enumerate(read)
-             if (done := [r for r in node if r.finished])}
-    taken = sorted((first, first + len(read[i])) for i, first in known.items())
-    ranks, cursor = [], 0
-    for i, node in enumerate(read):
-        first = known.get(i)
-        if first is None:  # the next global ranks that no node with a result holds
-            first = cursor
-            for start, end in taken:
-                if first < end and start < first + len(node):
-                    first = end
-            taken = sorted([*taken, (first, first + len(node))])
+             for run in runs if (attempt_dir := _attempt_dir(run, attempt)) is not None]
+    ranks = []
+    for folders_of_node in nodes:
+        node = [_rank_files(folder) for folder in folders_of_node]
+        known = [r.rank - int(r.folder.name) for r in node if r.rank != UNKNOWN]
+        first = known[0] if known else 0 if len(nodes) == 1 else None
         for r in node:
-            r.rank = first + int(r.folder.name)
+            if r.rank == UNKNOWN and first is not None:
+                r.rank = first + int(r.folder.name)
         ranks += node
-        cursor = first + len(node)
-    return sorted(ranks, key=lambda r: r.rank)
+    return sorted(ranks, key=lambda r: (r.rank == UNKNOWN, r.rank, str(r.folder)))
 
 
 @dataclass
@@ -190,26 +235,30 @@ class RunFiles:
 
 
 def failure(ranks: list[RankFiles]) -> WorkerError | None:
-    """The ranks' failure as a ``WorkerError``, blamed as the launcher blames (``errors.blamed_rank``:
-    the lowest rank that failed on its own, not as the echo of a peer's failure), or None when every
-    rank finished. A rank with neither a result nor an error (killed by a signal, or stopped by
-    torchrun after another rank failed) is blamed only when no rank wrote an error. None also when
-    no rank left a folder (torchrun failed before starting them: see :func:`agent_error`)."""
-    if all(r.finished for r in ranks):  # none at all: torchrun started no rank (its own error says why)
+    """The ranks' failure as a ``WorkerError``, or None when every rank finished (or no rank left a
+    folder: torchrun failed before starting them, see :func:`agent_error`). Blamed as the launcher
+    blames (``errors.blamed_rank``): the lowest rank that failed on its own, not as the echo of a
+    peer's failure. A rank with neither a result nor an error (killed by a signal, or stopped by
+    torchrun after another rank failed) is blamed when no rank wrote an error, or when every error
+    written is a peer's echo: a rank killed by a signal (out of memory, a segfault) writes nothing,
+    and its peers' collectives then break."""
+    if all(r.finished for r in ranks):
         return None
     raised = {r.rank: (*r.error.partition(": ")[::2], r.traceback) for r in ranks if r.error}
-    failures = raised or {r.rank: ("", NO_FILES, "") for r in ranks if not r.finished}
-    rank = blamed_rank(failures)
+    silent = {r.rank: ("", NO_FILES, "") for r in reversed(ranks) if not r.finished and not r.error}
+    echoes_only = not any(not is_peer_failure(t, m) for t, m, _ in raised.values())
+    failures = {**silent, **raised} if echoes_only else raised
+    rank = min(silent) if echoes_only and silent else blamed_rank(failures)
     exc_type, message, tb = failures[rank]
-    described = {r: f"{t}: {first_line(m)}" if t else first_line(m) for r, (t, m, _) in failures.items()}
+    described = {r: f"{t}: {first_line(m)}" if t else first_line(m) for r, (t, m, _) in sorted(failures.items())}
     error = WorkerError(rank, exc_type, first_line(message), tb, described,
                         {r.rank: (r.stdout, r.stderr) for r in ranks})
     error.full_message = message.strip()
     return error
 
 
-def read_run(log_dirs: list[Path | str], attempt: int | None = None) -> RunFiles:
-    """Every rank's result, output lines and the job's failure, from these ``--log-dir`` folders."""
-    ranks = read_ranks(log_dirs, attempt)
+def read_run(folders: list[Path | str], attempt: int | None = None) -> RunFiles:
+    """Every rank's result, output lines and the job's failure, from these folders (as :func:`read_ranks`)."""
+    ranks = read_ranks(folders, attempt)
     lines = [line for r in ranks for line in r.stdout.splitlines() if line.strip()]
     return RunFiles(ranks, [r.result for r in ranks if r.finished], lines, failure(ranks))

@@ -1,13 +1,13 @@
 """Running a worker under real ``torchrun`` from Python (a notebook, a test) and reading back
 what each rank returned.
 
-    cmd = torchrun_command(["-m", "ddp_lib", "run", "train"], nproc_per_node=2)
+    cmd = torchrun_command(["-m", "ddp_lib", "run", "train", "--json"], nproc_per_node=2)
     job = run_torchrun(cmd)          # job.results: one result per rank, in rank order
 
 Each torchrun runs with ``--log-dir`` (a temporary folder unless the command names one) and
 ``--redirects=3``: every rank's stdout, stderr, error and result land in a folder of its own, read
-back by :mod:`ddp_lib.rank_files`. ``--tee=2`` also copies the ranks' stderr to torchrun's, as a
-person at a terminal would see it.
+back by :mod:`ddp_lib.rank_files` (only the run folders this call's torchruns made). ``--tee=2``
+also copies the ranks' stderr to torchrun's, as a person at a terminal would see it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import json
 import os
 import pkgutil
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -75,23 +76,48 @@ def torchrun_command(program: list[str], *, nproc_per_node: int = 2, nnodes: int
     return cmd + list(options) + program
 
 
+# torchrun's options that take no value (check_env in torch/distributed/run.py): every other option
+# is followed by its value, as "--name=VALUE" or "--name VALUE".
+_FLAGS = {"--standalone", "-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path",
+          "--virtual-local-rank", "--virtual_local_rank", "-h", "--help"}
+_SHORT = {"redirects": "-r", "tee": "-t"}
+
+
+def _torchrun_options(cmd: list[str]) -> list[tuple[str, str | None]]:
+    """``(option, value)`` for each torchrun option of ``cmd`` (``python -m torch.distributed.run ...``),
+    up to its program; the value None for a flag."""
+    found, i = [], 3
+    while i < len(cmd) and cmd[i].startswith("-"):
+        arg = cmd[i]
+        if arg in _FLAGS:
+            found.append((arg, None))
+            i += 1
+        elif "=" in arg:
+            found.append(tuple(arg.split("=", 1)))
+            i += 1
+        else:
+            found.append((arg, cmd[i + 1] if i + 1 < len(cmd) else ""))
+            i += 2
+    return found
+
+
 def _option(cmd: list[str], name: str) -> str | None:
-    """The value of torchrun option ``--name=VALUE`` (or its ``--name_with_underscores`` spelling) in ``cmd``."""
-    for arg in cmd:
-        for spelling in (name, name.replace("-", "_")):
-            if arg.startswith(f"--{spelling}="):
-                return arg.split("=", 1)[1]
-    return None
+    """The value of torchrun option ``name`` in ``cmd``, written ``--name=VALUE`` or ``--name VALUE``
+    (or with underscores, or as ``-r``/``-t``), or None."""
+    spellings = {f"--{name}", f"--{name.replace('-', '_')}", _SHORT.get(name)}
+    return next((value for option, value in _torchrun_options(cmd) if option in spellings), None)
 
 
 def with_log_dir(cmd: list[str], log_dir: str) -> tuple[list[str], str]:
     """``cmd`` (``python -m torch.distributed.run ...``) with each rank's files in a folder of its own:
-    ``--log-dir=log_dir`` unless it names one, ``--redirects=3`` and ``--tee=2`` unless it sets them;
-    and the log folder used."""
+    ``--log-dir=log_dir`` unless it names one, ``--redirects=3`` unless it sets ``--redirects`` or
+    ``--tee`` (torchrun adds the tee'd streams to the redirected ones, ``DefaultLogsSpecs.reify``),
+    ``--tee=2`` unless it sets it; the options go before the program. And the log folder used."""
+    wanted = {"log-dir": _option(cmd, "log-dir") is None, "tee": _option(cmd, "tee") is None}
+    wanted["redirects"] = wanted["tee"] and _option(cmd, "redirects") is None
     added = [f"--{name}={value}" for name, value in (("log-dir", log_dir), ("redirects", "3"), ("tee", "2"))
-             if _option(cmd, name) is None]
-    program = next((i for i in range(3, len(cmd)) if not cmd[i].startswith("--")), len(cmd))  # after the options
-    return cmd[:program] + added + cmd[program:], _option(cmd, "log-dir") or log_dir
+             if wanted[name]]
+    return cmd[:3] + added + cmd[3:], _option(cmd, "log-dir") or log_dir
 
 
 def agent_env(log_dir: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -116,8 +142,13 @@ def command_text(cmd: list[str]) -> str:
     ``PORT`` for a port and ``DIR`` for a temporary directory (both change from run to run)."""
     args = cmd[3:] if cmd[1:3] == ["-m", "torch.distributed.run"] else cmd
     shown = []
-    for arg in args:
-        arg = re.sub(r"^(--master-port=|--rdzv-endpoint=[^:]+:)\d+$", r"\g<1>PORT", arg)
+    for before, arg in zip(["", *args], args):
+        if before in ("--master-port", "--master_port") and arg.isdigit():
+            arg = "PORT"
+        elif before in ("--rdzv-endpoint", "--rdzv_endpoint"):
+            arg = re.sub(r":\d+$", ":PORT", arg)
+        else:
+            arg = re.sub(r"^(--master[-_]port=|--rdzv[-_]endpoint=[^:]+:)\d+$", r"\g<1>PORT", arg)
         name, equals, value = arg.rpartition("=") if arg.startswith("--") else ("", "", arg)
         if value.startswith(_TMP):
             value = "DIR"
@@ -131,18 +162,72 @@ class _Follow:
 
     def __init__(self, log_dirs: list[str]):
         self.log_dirs = log_dirs
-        self.read: dict[Path, int] = {}  # bytes of each file already printed, up to its last newline
+        # Bytes of each file already printed, up to its last newline; by file, not by path: a restart
+        # that spends no restart count deletes its attempt's folder and makes the same paths again.
+        self.read: dict[tuple[Path, int], int] = {}
 
     def poll(self, final: bool = False) -> None:
         for path in sorted(p for d in self.log_dirs for p in Path(d).glob("*/attempt_*/*/stdout.log")):
-            with open(path, "rb") as f:
-                f.seek(self.read.get(path, 0))
-                text = f.read()
+            try:
+                with open(path, "rb") as f:
+                    info = os.fstat(f.fileno())
+                    key = (path, info.st_ino)
+                    if self.read.get(key, 0) > info.st_size:  # a new file that got the old one's inode
+                        self.read[key] = 0
+                    f.seek(self.read.get(key, 0))
+                    text = f.read()
+            except OSError:  # deleted meanwhile
+                continue
             complete = text if final else text[:text.rfind(b"\n") + 1]
-            self.read[path] = self.read.get(path, 0) + len(complete)
+            self.read[key] = self.read.get(key, 0) + len(complete)
             for line in complete.decode(errors="replace").splitlines():
                 if line.strip():
                     print(line, flush=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (children first), from /proc; [] where there is no /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL a torchrun and every process below it. Its ranks run in sessions of their own
+    (``start_new_session=True``, ``subprocess_handler.py``): killing torchrun alone orphans them."""
+    below = _descendants(proc.pid)
+    proc.kill()
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
+    proc.wait()
+
+
+def _stop(procs: list[subprocess.Popen], grace: float = 10) -> None:
+    """Stop every torchrun still running: SIGTERM, which torchrun handles by stopping its ranks
+    (``SignalException``, ``elastic/multiprocessing/api.py``); whatever still runs ``grace``
+    seconds later is killed, with its ranks."""
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        proc.terminate()
+    end = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
 
 
 def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: dict[str, str] | None,
@@ -182,7 +267,7 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: di
             if killing_at is not None and time.monotonic() > killing_at:
                 for proc in procs:
                     if proc.poll() is None:
-                        proc.kill()
+                        _kill_tree(proc)
             if time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(cmds[0], timeout)
             if follow:
@@ -193,18 +278,32 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: di
         if follow:
             follow.poll(final=True)
     finally:
-        for proc in procs:  # a job left waiting for its peers must not outlive the call
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        _stop(procs)  # at the deadline, on an error or Ctrl-C: nothing outlives the call
     return [(proc.returncode, "".join(err)) for proc, err in zip(procs, errs)]
 
 
-def read_job(returncode: int, log_dirs: list[str], stderr: str = "") -> TorchrunJob:
-    """The job whose torchruns (one per node, in node-rank order) had these ``--log-dir`` folders."""
-    run = rank_files.read_run(log_dirs)
+def read_job(returncode: int, runs: list[Path], log_dirs: list[str], stderr: str = "") -> TorchrunJob:
+    """The job whose torchruns made these run folders and had these ``--log-dir`` folders. A failure
+    only when the job failed: ranks of a program that writes no result still succeed."""
+    run = rank_files.read_run(runs)
     agent = next((text for text in map(rank_files.agent_error, log_dirs) if text), "")
-    return TorchrunJob(returncode, run.results, run.lines, stderr, run.error, agent)
+    return TorchrunJob(returncode, run.results, run.lines, stderr, run.error if returncode != 0 else None, agent)
+
+
+def _prepare(cmds: list[list[str]], tmp: str, name: str) -> tuple[list[list[str]], list[str], list[set[Path]]]:
+    """Each command with its log folder (the command's own, else one in ``tmp``), the folders, and
+    the run folders already in each: a ``--log-dir`` is reused by every run given it, and only this
+    call's runs are read. An earlier run's torchrun error file is removed."""
+    placed = [with_log_dir(cmd, os.path.join(tmp, f"{name}{i}")) for i, cmd in enumerate(cmds)]
+    log_dirs = [log_dir for _, log_dir in placed]
+    for log_dir in log_dirs:
+        os.makedirs(log_dir, exist_ok=True)
+        Path(log_dir, rank_files.AGENT_ERROR_FILE).unlink(missing_ok=True)
+    return [cmd for cmd, _ in placed], log_dirs, [set(rank_files.runs_in(d)) for d in log_dirs]
+
+
+def _new_runs(log_dir: str, before: set[Path]) -> list[Path]:
+    return [run for run in rank_files.runs_in(log_dir) if run not in before]
 
 
 def run_torchrun(cmd: list[str], timeout: float = 120, env: dict[str, str] | None = None,
@@ -221,12 +320,10 @@ def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str
     ``show``: print each command as it starts, and rank 0's lines as they come."""
     labels = [f" job {i + 1}" for i in range(len(cmds))] if len(cmds) > 1 else [""]
     with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
-        placed = [with_log_dir(cmd, os.path.join(tmp, f"job{i}")) for i, cmd in enumerate(cmds)]
-        log_dirs = [log_dir for _, log_dir in placed]
-        for log_dir in log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
-        done = _run_all([cmd for cmd, _ in placed], log_dirs, timeout, env, show, labels)
-        return [read_job(code, [log_dir], err) for (code, err), log_dir in zip(done, log_dirs)]
+        placed, log_dirs, before = _prepare(cmds, tmp, "job")
+        done = _run_all(placed, log_dirs, timeout, env, show, labels)
+        return [read_job(code, _new_runs(log_dir, old), [log_dir], err)
+                for (code, err), log_dir, old in zip(done, log_dirs, before)]
 
 
 def _free_port() -> int:
@@ -259,16 +356,19 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
                              options=options + (node_options[i] if node_options else ()))
             for i, count in enumerate(counts)]
     with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
-        placed = [with_log_dir(cmd, os.path.join(tmp, f"node{i}")) for i, cmd in enumerate(cmds)]
-        log_dirs = [log_dir for _, log_dir in placed]
-        for log_dir in log_dirs:
-            os.makedirs(log_dir, exist_ok=True)
-        done = _run_all([cmd for cmd, _ in placed], log_dirs, timeout, env, show,
+        placed, log_dirs, before = _prepare(cmds, tmp, "node")
+        done = _run_all(placed, log_dirs, timeout, env, show,
                         [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)], stop_on_failure=True)
-        # In node-rank order: where no rank of a node finished, its first global rank follows the nodes before it.
-        by_node_rank = sorted(range(nnodes), key=lambda i: order[i]) if static else list(range(nnodes))
-        return read_job(max(abs(code) for code, _ in done), [log_dirs[i] for i in by_node_rank],
-                        "\n".join(err for _, err in done))
+        # Each rank wrote its global rank (rank.json): the nodes' folders may come in any order.
+        runs = [run for log_dir, old in zip(log_dirs, before) for run in _new_runs(log_dir, old)]
+        return read_job(job_exit_code([code for code, _ in done]), runs, log_dirs, "\n".join(err for _, err in done))
+
+
+def job_exit_code(codes: list[int]) -> int:
+    """One exit code for the torchruns of a job: the first that failed with a code of its own (a
+    node stopped by SIGTERM after its peer failed reports -15, the signal, not the cause), else the
+    lowest (a signal), else 0."""
+    return next((code for code in codes if code > 0), min(codes, default=0))
 
 
 def failure_summary(stderr: str) -> str:
@@ -284,19 +384,21 @@ def failure_summary(stderr: str) -> str:
 
 
 def run_this_rank(target: str) -> None:
-    """Under torchrun: import ``module:function``, call it with this rank's RANK and WORLD_SIZE, and
-    write what it returns to this rank's ``result.json`` (:func:`ddp_lib.rank_files.write_result`),
-    and print it as one JSON line unless the rank's stdout goes to its folder (``--redirects``).
+    """Under torchrun: write this rank's place to its ``rank.json``, import ``module:function``, call it
+    with this rank's RANK and WORLD_SIZE, write what it returns to its ``result.json``, and print it
+    as one JSON line unless the rank's stdout goes to its folder (``--redirects``).
     What it raises goes, as under ``@record``, to the error file torchrun names in
     ``TORCHELASTIC_ERROR_FILE``. Imports no torch: ranks that run a function reading only the
     environment start and fail in a fraction of a second."""
+    rank_files.write_rank()  # first: a rank that dies without a word is still read back as itself
     fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         result = fn(rank, world_size)
     except Exception as exc:
         rank_files.write_error(exc)
-        # One line that names the rank, as torchrun prints for workers wrapped in @record.
+        # One line that names the rank, as the [rankN]: prefix of init_process_group's excepthook does
+        # (this process never imports torch).
         print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         raise
     # Also printed, unless this rank's stdout goes to its folder too (--redirects), where the file says it.

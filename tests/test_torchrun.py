@@ -5,15 +5,17 @@ read back (a real job, and hand-made folders for the corner cases)."""
 from __future__ import annotations
 
 import json
+import subprocess
 import traceback
+import uuid
 from pathlib import Path
 
 import pytest
 import torch
 
 from ddp_lib.launch import spawn
-from ddp_lib.rank_files import AGENT_ERROR_FILE, NO_FILES, agent_error, read_run
-from ddp_lib.torchrun import run_nodes, run_torchrun, torchrun_command
+from ddp_lib.rank_files import AGENT_ERROR_FILE, NO_FILES, UNKNOWN, agent_error, read_run, runs_in
+from ddp_lib.torchrun import job_exit_code, read_job, run_nodes, run_torchrun, torchrun_command, with_log_dir
 from ddp_lib.workers.train import train
 
 TRAIN = ["-m", "ddp_lib", "run", "train", "--epochs", "3", "--json"]
@@ -66,26 +68,66 @@ def work(rank, world_size):
 def test_a_real_jobs_folders_give_each_ranks_output_and_the_failure(tmp_path):
     (tmp_path / "failing.py").write_text(FAILING)
     logs = tmp_path / "logs"
+    # An earlier run in the same --log-dir (torch reuses it): neither its ranks nor its error are this job's.
+    _rank_folder(logs, 0, run="earlier_abc", result="old", rank=0)
+    (logs / AGENT_ERROR_FILE).write_text(json.dumps({"message": {"message": "RendezvousTimeoutError: old"}}))
     job = run_torchrun(torchrun_command(["-m", "ddp_lib.torchrun", "failing:work"], nproc_per_node=2,
                                         options=(f"--log-dir={logs}",)), env={"PYTHONPATH": str(tmp_path)})
     assert job.returncode == 1 and job.results == []
-    (run,) = [p.name for p in logs.iterdir() if p.is_dir()]  # one torchrun: one run folder, "<run id>_<random>"
+    (run,) = [p.name for p in runs_in(logs) if p.name != "earlier_abc"]  # one torchrun: one run folder
     files = sorted(str(p.relative_to(logs / run)) for p in (logs / run).rglob("*") if p.is_file())
-    assert files == ["attempt_0/0/stderr.log", "attempt_0/0/stdout.log",
-                     "attempt_0/1/error.json", "attempt_0/1/stderr.log", "attempt_0/1/stdout.log"]
+    assert files == ["attempt_0/0/rank.json", "attempt_0/0/stderr.log", "attempt_0/0/stdout.log",
+                     "attempt_0/1/error.json", "attempt_0/1/rank.json", "attempt_0/1/stderr.log",
+                     "attempt_0/1/stdout.log"]
     assert sorted(job.lines) == ["rank 0 working", "rank 1 working"]
     # Rank 0 was stopped by a signal and left no error: rank 1 is blamed, as the launcher would.
     assert str(job.error) == "rank 1 raised ValueError: rank 1 read a corrupt batch"
     assert job.error.failures == {1: "ValueError: rank 1 read a corrupt batch"}
     assert 'raise ValueError("rank 1 read a corrupt batch")' in job.error.worker_traceback
     assert job.agent_error == "ValueError: rank 1 read a corrupt batch"  # @record copies the root cause
+    with pytest.raises(ValueError, match="holds 2 runs"):  # which run is this job's: not guessed
+        read_run([logs])
+
+
+SLEEPING = """
+import time
+from pathlib import Path
+
+
+def work(rank, world_size):
+    Path(__file__).with_name(f"started{rank}").touch()
+    time.sleep(120)
+"""
+
+
+def _processes_running(marker: str) -> int:
+    count = 0
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            count += marker in cmdline.read_bytes().decode(errors="replace")
+        except OSError:
+            pass
+    return count
+
+
+def test_no_rank_outlives_a_job_stopped_at_its_deadline(tmp_path):
+    name = f"sleeping_{uuid.uuid4().hex[:8]}"  # only this test's ranks have it in their command line
+    (tmp_path / f"{name}.py").write_text(SLEEPING)
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_torchrun(torchrun_command(["-m", "ddp_lib.torchrun", f"{name}:work"], nproc_per_node=2),
+                     env={"PYTHONPATH": str(tmp_path)}, timeout=7)
+    assert sorted(p.name for p in tmp_path.glob("started*")) == ["started0", "started1"]  # they did run
+    assert _processes_running(f"{name}:work") == 0
 
 
 def _rank_folder(root: Path, local_rank: int, attempt: int = 0, run: str = "job_x1", *, result=None, error: str = "",
-                 rank: int | None = None) -> None:
+                 rank: int | None = None, place: int | None = None) -> None:
+    """A rank's folder as torchrun and ddp_lib leave it; ``place``: the global rank in its rank.json."""
     folder = root / run / f"attempt_{attempt}" / str(local_rank)
     folder.mkdir(parents=True)
     (folder / "stdout.log").write_text(f"local rank {local_rank}, attempt {attempt}\n")
+    if place is not None:
+        (folder / "rank.json").write_text(json.dumps({"rank": place, "group_rank": 0, "local_rank": local_rank}))
     if error:
         (folder / "error.json").write_text(json.dumps(
             {"message": {"message": error, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "0"}}}))
@@ -137,14 +179,80 @@ def test_a_torchruns_own_error_is_the_first_of_its_chain(tmp_path):
     assert agent_error(tmp_path / "none") == ""
 
 
-def test_nodes_get_their_global_ranks_from_results_else_from_the_nodes_before(tmp_path):
+def test_each_rank_is_read_back_as_the_global_rank_it_wrote_not_by_folder_order(tmp_path):
+    # Two nodes of one job in one --log-dir (as under SLURM): c10d made the torchrun whose run folder
+    # sorts first node 1 (global rank 2); it failed before any result.
+    _rank_folder(tmp_path, 0, run="123_aaa", place=2, error="ValueError: bad batch on node1")
+    _rank_folder(tmp_path, 0, run="123_zzz", place=0, result="r0")
+    _rank_folder(tmp_path, 1, run="123_zzz", result="r1")  # wrote no rank.json: follows its node's rank 0
+    run = read_run(runs_in(tmp_path))
+    where = [(r.rank, r.folder.parent.parent.name) for r in run.ranks]
+    assert where == [(0, "123_zzz"), (1, "123_zzz"), (2, "123_aaa")]
+    assert str(run.error) == "rank 2 raised ValueError: bad batch on node1"
+
+
+def test_a_node_whose_ranks_wrote_nothing_has_unknown_ranks(tmp_path):
     node0, node1 = tmp_path / "node0", tmp_path / "node1"
-    _rank_folder(node1, 0, result="b", rank=0)  # c10d made this torchrun node 0
-    _rank_folder(node0, 0, error="ValueError: x")
-    _rank_folder(node0, 1, error="ValueError: x")
+    _rank_folder(node1, 0, place=0, result="b")  # c10d made this torchrun node 0
+    _rank_folder(node0, 0)
+    _rank_folder(node0, 1)
     run = read_run([node0, node1])
-    assert [r.rank for r in run.ranks] == [0, 1, 2] and run.results == ["b"]
-    assert sorted(run.error.failures) == [1, 2]
+    assert [r.rank for r in run.ranks] == [0, UNKNOWN, UNKNOWN] and run.results == ["b"]
+    assert [r.rank for r in read_run([node0]).ranks] == [0, 1]  # one node: its local ranks are the ranks
+
+
+def test_an_attempt_that_a_node_does_not_have_is_refused(tmp_path):
+    _rank_folder(tmp_path / "node0", 0, attempt=0, place=0, error="RuntimeError: x")
+    _rank_folder(tmp_path / "node1", 0, attempt=1, place=1, result=1)  # this node restarted; node 0 did not
+    with pytest.raises(ValueError, match=r"node0/job_x1: no attempt_1 \(attempts are counted per node"):
+        read_run([tmp_path / "node0", tmp_path / "node1"], attempt=1)
+
+
+def test_a_rank_killed_without_files_is_blamed_when_every_error_is_an_echo(tmp_path):
+    echo = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4211"
+    _rank_folder(tmp_path, 0, place=0, error=echo)
+    _rank_folder(tmp_path, 1, place=1)  # killed by the out-of-memory killer: no error file
+    _rank_folder(tmp_path, 2, place=2, error=echo.replace("closed", "reset"))
+    error = read_run([tmp_path]).error
+    assert str(error) == f"rank 1 {NO_FILES}" and sorted(error.failures) == [0, 1, 2]
+
+
+def test_a_job_that_exits_0_has_no_failure_even_without_results(tmp_path):
+    _rank_folder(tmp_path, 0, place=0)  # a program that returns nothing to read
+    assert read_job(0, runs_in(tmp_path), [str(tmp_path)]).error is None
+    assert read_job(1, runs_in(tmp_path), [str(tmp_path)]).error.rank == 0
+
+
+@pytest.mark.filterwarnings("ignore:Unable to enable fault handler")  # @record in pytest's captured stderr
+def test_a_rank_run_by_the_command_line_writes_its_result_without_json(tmp_path, monkeypatch, capsys):
+    from ddp_lib.cli import _run_this_rank
+
+    folder = tmp_path / "job_x1" / "attempt_0" / "0"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(folder / "error.json"))
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "GROUP_RANK": "1", "LOCAL_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    assert _run_this_rank(lambda rank, world_size: rank * 10, {}, as_json=False) == 0
+    assert json.loads((folder / "rank.json").read_text()) == {"rank": 1, "group_rank": 1, "local_rank": 0}
+    assert json.loads((folder / "result.json").read_text()) == {"rank": 1, "result": 10}
+    assert capsys.readouterr().out == "rank 1 returned 10\n"
+
+
+def test_a_failed_job_is_reported_by_the_node_that_failed_not_by_the_signal_that_stopped_its_peer():
+    assert job_exit_code([1, -15]) == 1 and job_exit_code([-15, 2]) == 2
+    assert job_exit_code([0, -9]) == -9 and job_exit_code([0, 0]) == 0
+
+
+def test_options_are_added_before_the_program_and_read_in_either_spelling():
+    head = ["python", "-m", "torch.distributed.run"]
+    cmd = head + ["--nproc-per-node", "2", "--log-dir", "/tmp/mine", "-r", "1", "-m", "prog", "--tee", "x"]
+    placed, log_dir = with_log_dir(cmd, "/tmp/T")
+    assert log_dir == "/tmp/mine"  # the command's own; its program's --tee is the program's
+    assert placed == head + ["--tee=2"] + cmd[3:]
+    placed, log_dir = with_log_dir(head + ["--standalone", "prog.py", "--log-dir=/x"], "/tmp/T")
+    assert log_dir == "/tmp/T" and placed[3:6] == ["--log-dir=/tmp/T", "--redirects=3", "--tee=2"]
+    placed, _ = with_log_dir(head + ["-t", "3", "-m", "x"], "/tmp/T")  # --tee writes the files too
+    assert placed == head + ["--log-dir=/tmp/T", "-t", "3", "-m", "x"]
 
 
 SUMMARY = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
@@ -201,6 +309,23 @@ def test_a_command_is_shown_without_what_changes_between_runs():
                                  "--rdzv-endpoint=127.0.0.1:PORT --rdzv-id=ddp-lib -m x --checkpoint-dir DIR")
     static = torchrun_command(["-m", "x"], nproc_per_node=1, nnodes=2, node_rank=1, rdzv_endpoint="127.0.0.1:4567")
     assert "--master-port=PORT -m x" in command_text(static)
+    spaced = ["python", "-m", "torch.distributed.run", "--master-port", "29511", "--rdzv-endpoint", "h:29400",
+              "--log-dir", "/tmp/lesson06-x", "-m", "x"]
+    assert command_text(spaced) == "torchrun --master-port PORT --rdzv-endpoint h:PORT --log-dir DIR -m x"
+
+
+def test_a_followed_rank_file_made_again_is_printed_again(tmp_path, capsys):
+    from ddp_lib.torchrun import _Follow
+
+    folder = tmp_path / "job_x1" / "attempt_0" / "0"
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_text("round one, a longer line\n")
+    follow = _Follow([str(tmp_path)])
+    follow.poll()
+    (folder / "stdout.log").unlink()  # a restart that spends nothing makes attempt_0 again
+    (folder / "stdout.log").write_text("round two\n")
+    follow.poll()
+    assert capsys.readouterr().out == "round one, a longer line\nround two\n"
 
 
 def test_a_shown_job_prints_its_command_as_it_starts_and_rank_0s_lines_as_they_come(capsys):
@@ -208,6 +333,6 @@ def test_a_shown_job_prints_its_command_as_it_starts_and_rank_0s_lines_as_they_c
                                         nproc_per_node=1), show=True)
     assert job.returncode == 0
     shown = capsys.readouterr().out.splitlines()
-    assert shown[0] == ("starting: torchrun --nproc-per-node=1 --max-restarts=0 --standalone --log-dir=DIR "
-                        "--redirects=3 --tee=2 -m ddp_lib run train --epochs 1 --json")
+    assert shown[0] == ("starting: torchrun --log-dir=DIR --redirects=3 --tee=2 --nproc-per-node=1 "
+                        "--max-restarts=0 --standalone -m ddp_lib run train --epochs 1 --json")
     assert shown[1:] == job.lines and shown[1].startswith("epoch  1/1 [")  # results are not printed

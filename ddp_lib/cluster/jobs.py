@@ -130,6 +130,6 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
             raised = [r.error for r in rank_files.read_ranks([log_dir]) if r.error]
             nodes.append(NodeRun(host.name, code, ended.get(i, timeout), err.read(), rank_files.agent_error(log_dir),
                                  raised))
-        # c10d numbers the nodes: each node's first global rank comes from its ranks' results.
+        # c10d numbers the nodes itself: each rank wrote its global rank in its folder (rank.json).
         run = rank_files.read_run([log_dir for _, log_dir in placed])
     return HostsJob(nodes, run.results, run.lines, run.error)

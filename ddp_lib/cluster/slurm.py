@@ -135,8 +135,9 @@ class SlurmCluster:
         job_id = int(first)
         with open(output.replace("%j", str(job_id))) as f:
             text = f.read()
-        # Both nodes' torchruns share RUN_DIR, each in a run folder of its own: results carry their rank.
-        run = rank_files.read_run([run_dir])
+        # Both nodes' torchruns share RUN_DIR (new for this job), each in a run folder of its own; each
+        # rank wrote its global rank there (rank.json).
+        run = rank_files.read_run(rank_files.runs_in(run_dir))
         return BatchJob(job_id, proc.returncode, text, seconds, run.results, run.lines, run.error)
 
     def logs(self) -> str:
