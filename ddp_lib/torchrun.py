@@ -16,7 +16,6 @@ import json
 import os
 import pkgutil
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib import rank_files
+from ddp_lib._processes import descendants, kill_all
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS
 
@@ -185,33 +185,12 @@ class _Follow:
                     print(line, flush=True)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes below ``pid`` (children first), from /proc; [] where there is no /proc."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        below = children.get(todo.pop(), [])
-        found += below
-        todo += below
-    return found
-
-
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL a torchrun and every process below it. Its ranks run in sessions of their own
     (``start_new_session=True``, ``subprocess_handler.py``): killing torchrun alone orphans them."""
-    below = _descendants(proc.pid)
+    below = descendants(proc.pid)
     proc.kill()
-    for pid in below:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:  # already gone
-            pass
+    kill_all(below)
     proc.wait()
 
 
