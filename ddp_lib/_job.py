@@ -271,19 +271,15 @@ class Job:
         SIGKILL after a grace period. Signals go to these processes only (OwnProcess), never
         to a process that was given the id of one that has ended."""
         alive = [rank for rank, proc in enumerate(self.procs) if proc.is_alive()]
-        freeze = os.name != "nt"
-        if freeze:
-            # Frozen first, so that no rank starts a process between the search below and its end.
-            for rank in alive:
-                self._signal_rank(rank, signal.SIGSTOP)
         # Found before the ranks die: a process a rank started in a session of its own is no
         # longer below it afterwards (its process group, signalled below, does not hold it).
         # A rank that has sent its result may still be on its way out, before it stops what it started.
+        # The ranks are not frozen (SIGSTOP) for the search: a launcher killed while they were
+        # frozen (Jupyter's restart sends SIGINT, then SIGKILL at once) would leave them stopped
+        # for good, their watchdogs unable to run.
         below = [p for rank in alive for p in self.own[rank].descendants()]
         for rank in alive:
             self._signal_rank(rank, signal.SIGTERM)
-            if freeze:
-                self._signal_rank(rank, signal.SIGCONT)  # the SIGTERM waiting for it comes first
         self._signal_groups(signal.SIGTERM)
         end = time.monotonic() + STOP_GRACE_S
         for rank in alive:
