@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from test_launch import communicate_or_show_stacks
 
 from conftest import pythonpath_with_tests
 from ddp_lib.workers import WORKERS
@@ -203,9 +204,10 @@ def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
 
     env = clean_env({"PYTHONPATH": pythonpath_with_tests()})
     # Its own process group, as a terminal's foreground job: Ctrl-C sends SIGINT to all of it.
-    proc = subprocess.Popen([sys.executable, "-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--world-size",
-                             "2", "--pid-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+    argv = ["-X", "faulthandler", "-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--world-size", "2",
+            "--pid-dir", str(tmp_path)]
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         while len(list(tmp_path.glob("rank*.pid"))) < 2:
@@ -214,7 +216,7 @@ def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
         ranks = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
         assert len(_processes_in_group(proc.pid)) >= 3  # the command, its ranks (and the forkserver)
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = communicate_or_show_stacks(proc, 60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -179,8 +179,21 @@ def _run_launcher_script(pid_dir, body: str) -> subprocess.Popen:
         if __name__ == "__main__":
             {body}
     """)
-    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
+    # -X faulthandler: a launcher that does not exit can be made to print every thread's stack (SIGABRT).
+    env = {**os.environ, "PYTHONPATH": pythonpath_with_tests()}
+    return subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def communicate_or_show_stacks(proc: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """``proc.communicate(timeout)``; past it, fail with the stacks of every thread of ``proc`` (run
+    with ``-X faulthandler``), so that a launcher that hangs says where."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"still running {timeout} s after SIGINT; its threads were here:\n{err[-6000:]}")
 
 
 def _wait_for_pids(pid_dir, count, proc, seconds=120):  # a fresh interpreter imports torch: slow under load
@@ -196,7 +209,7 @@ def test_keyboard_interrupt_in_the_caller_stops_every_rank(pid_dir):
     proc = _run_launcher_script(pid_dir, f"spawn(hang_all, 2, ({str(pid_dir)!r},))")
     pids = _wait_for_pids(pid_dir, 2, proc)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
+    _, err = communicate_or_show_stacks(proc, 30)
     assert err.rstrip().splitlines()[-1] == "ddp_lib.errors.LaunchInterrupted: interrupted: ranks 0-1 stopped"
     assert "selectors.py" not in err and "connection.py" not in err  # not where the signal happened to land
     assert wait_until_gone(pids) == []
