@@ -18,7 +18,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from ddp_lib._processes import pid_alive
@@ -148,29 +148,65 @@ def print_labelled(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> No
                 stream.flush()
 
 
+class _GrowingFile:
+    """A file read as it grows: :meth:`unread` gives what was written past ``offset``, which the
+    caller moves on by what it has used. A file made again at the same path (a torchrun restart
+    that spends no restart count deletes its attempt's folder and makes the same paths again) is
+    read from its start."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = path
+        self.offset = 0
+        self.inode: int | None = None
+
+    def unread(self) -> bytes:
+        try:
+            with open(self.path, "rb") as f:
+                info = os.fstat(f.fileno())
+                if info.st_ino != self.inode or info.st_size < self.offset:  # another file than last time
+                    self.inode, self.offset = info.st_ino, 0
+                f.seek(self.offset)
+                return f.read()
+        except OSError:  # not made yet, or deleted meanwhile
+            return b""
+
+
+class FollowedFiles:
+    """Prints the files ``find()`` names at each poll, line by line as they grow, unlabelled
+    (torchrun's rank folders: only rank 0 prints in ddp_lib's workers)."""
+
+    def __init__(self, find: Callable[[], Iterable[str | os.PathLike]]):
+        self.find = find
+        self.files: dict[str | os.PathLike, _GrowingFile] = {}
+
+    def poll(self, final: bool = False) -> None:
+        for path in self.find():
+            file = self.files.setdefault(path, _GrowingFile(path))
+            data = file.unread()
+            complete = data if final else data[:data.rfind(b"\n") + 1]
+            file.offset += len(complete)
+            for line in _decode(complete).splitlines():
+                if line.strip():
+                    print(line, flush=True)
+
+
 class _LiveStream:
     """One of rank 0's output files, printed to ``target`` (this process's stdout or stderr) as it grows."""
 
     def __init__(self, path: str, target):
-        self.path = path
+        self.file = _GrowingFile(path)
         self.target = target
-        self.offset = 0  # bytes of the file printed as whole lines
         self.status = ""  # the unfinished line being redrawn (a progress bar), as on screen now
         self.limit: int | None = None  # bytes past this are not shown (stacks written at the deadline)
 
     def take(self, final: bool) -> tuple[list[str], str]:
         """The lines finished since the last call (each in its last state), and the unfinished
         line if it is being redrawn ("" if none). ``final``: an unfinished line counts as finished."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return [], ""
+        data = self.file.unread()
         if self.limit is not None:
-            data = data[:max(0, self.limit - self.offset)]
+            data = data[:max(0, self.limit - self.file.offset)]
         cut = len(data) if final else data.rfind(b"\n") + 1
-        self.offset += cut
+        self.file.offset += cut
         parts = _decode(data[:cut]).split("\n")
         if parts[-1] == "":
             parts.pop()

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib import rank_files
+from ddp_lib._output import FollowedFiles
 from ddp_lib._processes import descendants, kill_all
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS
@@ -156,35 +157,6 @@ def command_text(cmd: list[str]) -> str:
     return " ".join(["torchrun"] + shown if args is not cmd else shown)
 
 
-class _Follow:
-    """Prints what the ranks write to their ``stdout.log`` under these log folders, line by line,
-    as it comes (only rank 0 prints in ddp_lib's workers)."""
-
-    def __init__(self, log_dirs: list[str]):
-        self.log_dirs = log_dirs
-        # Bytes of each file already printed, up to its last newline; by file, not by path: a restart
-        # that spends no restart count deletes its attempt's folder and makes the same paths again.
-        self.read: dict[tuple[Path, int], int] = {}
-
-    def poll(self, final: bool = False) -> None:
-        for path in sorted(p for d in self.log_dirs for p in Path(d).glob("*/attempt_*/*/stdout.log")):
-            try:
-                with open(path, "rb") as f:
-                    info = os.fstat(f.fileno())
-                    key = (path, info.st_ino)
-                    if self.read.get(key, 0) > info.st_size:  # a new file that got the old one's inode
-                        self.read[key] = 0
-                    f.seek(self.read.get(key, 0))
-                    text = f.read()
-            except OSError:  # deleted meanwhile
-                continue
-            complete = text if final else text[:text.rfind(b"\n") + 1]
-            self.read[key] = self.read.get(key, 0) + len(complete)
-            for line in complete.decode(errors="replace").splitlines():
-                if line.strip():
-                    print(line, flush=True)
-
-
 def _kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL a torchrun and every process below it. Its ranks run in sessions of their own
     (``start_new_session=True``, ``subprocess_handler.py``): killing torchrun alone orphans them."""
@@ -216,7 +188,10 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: di
     print on stdout, as it comes. ``stop_on_failure``: once one command fails, stop the others.
     Nothing outlives the call."""
     procs, errs, readers = [], [], []
-    follow = _Follow(log_dirs) if show else None
+    def rank_stdouts() -> list[Path]:
+        return sorted(p for d in log_dirs for p in Path(d).glob("*/attempt_*/*/stdout.log"))
+
+    follow = FollowedFiles(rank_stdouts) if show else None
 
     def read(stream, into: list[str]) -> None:
         for line in stream:

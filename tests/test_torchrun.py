@@ -315,12 +315,12 @@ def test_a_command_is_shown_without_what_changes_between_runs():
 
 
 def test_a_followed_rank_file_made_again_is_printed_again(tmp_path, capsys):
-    from ddp_lib.torchrun import _Follow
+    from ddp_lib._output import FollowedFiles
 
     folder = tmp_path / "job_x1" / "attempt_0" / "0"
     folder.mkdir(parents=True)
     (folder / "stdout.log").write_text("round one, a longer line\n")
-    follow = _Follow([str(tmp_path)])
+    follow = FollowedFiles(lambda: sorted(tmp_path.glob("*/attempt_*/*/stdout.log")))
     follow.poll()
     (folder / "stdout.log").unlink()  # a restart that spends nothing makes attempt_0 again
     (folder / "stdout.log").write_text("round two\n")
