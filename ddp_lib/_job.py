@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 
 from ddp_lib import _child
 from ddp_lib._output import LiveOutput
-from ddp_lib._processes import OwnProcess, pid_alive
+from ddp_lib._processes import OwnProcess, ctrl_c_held, pid_alive
 from ddp_lib.errors import blamed_rank
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
@@ -269,8 +269,33 @@ class Job:
     def stop(self) -> None:
         """Stop every rank still alive, and every process a rank started: SIGTERM, then
         SIGKILL after a grace period. Signals go to these processes only (OwnProcess), never
-        to a process that was given the id of one that has ended."""
-        alive = [rank for rank, proc in enumerate(self.procs) if proc.is_alive()]
+        to a process that was given the id of one that has ended. Ctrl-C pressed meanwhile
+        raises KeyboardInterrupt once they are stopped, not before."""
+        with ctrl_c_held():
+            try:
+                self._stop_ranks()
+            finally:
+                # Whatever happened above, a rank still running sees its lifeline close and ends
+                # itself (its watchdog): nothing outlives the launcher.
+                for own in self.own:
+                    own.close()
+                for conn in self.conns.values():
+                    conn.close()
+                if self.lifeline is not None:
+                    self.lifeline.close()
+            if self.live:
+                # The rest of rank 0's output, up to any stacks written at the deadline (they go in the error).
+                self.live.stop_stderr_at(self.stack_starts.get(0))
+                self.live.poll(final=True)
+
+    def _stop_ranks(self) -> None:
+        # A start cut short by Ctrl-C may have started a rank without taking its OwnProcess.
+        for proc in self.procs[len(self.own):]:
+            if proc.pid is None:
+                break  # never started, or started without us learning its id: its lifeline ends it
+            self.own.append(OwnProcess(proc.pid))
+        started = range(len(self.own))
+        alive = [rank for rank in started if self.procs[rank].is_alive()]
         # Found before the ranks die: a process a rank started in a session of its own is no
         # longer below it afterwards (its process group, signalled below, does not hold it).
         # A rank that has sent its result may still be on its way out, before it stops what it started.
@@ -292,18 +317,8 @@ class Job:
         for process in below:
             process.signal(signal.SIGKILL)
             process.close()
-        for own in self.own:
-            own.close()
         for proc in self.procs:
             proc.close()
-        for conn in self.conns.values():
-            conn.close()
-        if self.lifeline is not None:
-            self.lifeline.close()
-        if self.live:
-            # The rest of rank 0's output, up to any stacks written at the deadline (they go in the error).
-            self.live.stop_stderr_at(self.stack_starts.get(0))
-            self.live.poll(final=True)
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
         # A stack written at the deadline goes in the error, not in the rank's stderr: it

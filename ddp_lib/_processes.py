@@ -14,8 +14,33 @@ signal cannot reach a later holder of the id), else after checking the process's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C (SIGINT) pressed inside the block takes effect as the block ends, once.
+
+    For stopping processes, which a second press must not cut short: a process left running
+    outlives its launcher, and one that multiprocessing started keeps the launcher waiting at
+    exit forever (it joins every child it started). Only the main thread receives Python's
+    signals; elsewhere, and where SIGINT is ignored or not Python's, nothing changes."""
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    pressed = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pressed:
+            previous(signal.SIGINT, pressed[-1])  # Python's own handler raises KeyboardInterrupt
 
 
 def pid_alive(pid: int) -> bool:

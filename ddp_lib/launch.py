@@ -123,7 +123,10 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            job.stop()
+            try:
+                job.stop()
+            except KeyboardInterrupt:  # pressed while the ranks were being stopped, held until they were
+                interrupted = True
         if interrupted:
             raise LaunchInterrupted(world_size) from None
         outputs = job.read_outputs()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ddp_lib import rank_files
 from ddp_lib._output import FollowedFiles
-from ddp_lib._processes import descendants, kill_all
+from ddp_lib._processes import ctrl_c_held, descendants, kill_all
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS
 
@@ -169,16 +169,17 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 def _stop(procs: list[subprocess.Popen], grace: float = 10) -> None:
     """Stop every torchrun still running: SIGTERM, which torchrun handles by stopping its ranks
     (``SignalException``, ``elastic/multiprocessing/api.py``); whatever still runs ``grace``
-    seconds later is killed, with its ranks."""
-    running = [proc for proc in procs if proc.poll() is None]
-    for proc in running:
-        proc.terminate()
-    end = time.monotonic() + grace
-    for proc in running:
-        try:
-            proc.wait(timeout=max(0.0, end - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
+    seconds later is killed, with its ranks. Ctrl-C pressed meanwhile waits until then."""
+    with ctrl_c_held():
+        running = [proc for proc in procs if proc.poll() is None]
+        for proc in running:
+            proc.terminate()
+        end = time.monotonic() + grace
+        for proc in running:
+            try:
+                proc.wait(timeout=max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _kill_tree(proc)
 
 
 def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: dict[str, str] | None,

@@ -35,6 +35,14 @@ def report_env(rank, world_size):
             "has_port": os.environ.get("MASTER_PORT", "").isdigit()}
 
 
+def hang_deaf_to_sigterm(rank, world_size, pid_dir=None):
+    """Every rank ignores SIGTERM and sleeps: stopping it takes the launcher's whole grace period."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    record_pid(rank, pid_dir)
+    time.sleep(3600)
+    return rank
+
+
 def die_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
     """Rank ``bad_rank`` is killed (SIGKILL, as by the out-of-memory killer) without raising;
     the others sleep until the launcher stops them."""

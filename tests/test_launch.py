@@ -173,7 +173,7 @@ def test_other_start_methods_work(start_method):
 
 def _run_launcher_script(pid_dir, body: str) -> subprocess.Popen:
     script = textwrap.dedent(f"""
-        from launcher_workers import hang_all
+        from launcher_workers import hang_all, hang_deaf_to_sigterm
 
         from ddp_lib.launch import spawn
         if __name__ == "__main__":
@@ -213,6 +213,40 @@ def test_keyboard_interrupt_in_the_caller_stops_every_rank(pid_dir):
     assert err.rstrip().splitlines()[-1] == "ddp_lib.errors.LaunchInterrupted: interrupted: ranks 0-1 stopped"
     assert "selectors.py" not in err and "connection.py" not in err  # not where the signal happened to land
     assert wait_until_gone(pids) == []
+
+
+def test_a_second_ctrl_c_while_the_ranks_are_being_stopped_waits_until_they_are(pid_dir):
+    # Before: the second press cut the stop short, and the launcher waited at exit forever for
+    # ranks still running (multiprocessing joins every child it started).
+    proc = _run_launcher_script(pid_dir, f"spawn(hang_deaf_to_sigterm, 2, ({str(pid_dir)!r},))")
+    pids = _wait_for_pids(pid_dir, 2, proc)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1)  # inside the grace period between SIGTERM, which these ranks ignore, and SIGKILL
+    proc.send_signal(signal.SIGINT)
+    _, err = communicate_or_show_stacks(proc, 30)
+    assert err.rstrip().splitlines()[-1] == "ddp_lib.errors.LaunchInterrupted: interrupted: ranks 0-1 stopped"
+    assert wait_until_gone(pids) == []
+
+
+def test_ctrl_c_while_the_ranks_are_starting_stops_every_rank_started(pid_dir, monkeypatch):
+    # Ctrl-C lands after rank 1 has started and before the launcher has taken its OwnProcess
+    # (a window a loaded machine widens): stopping must still find it.
+    from ddp_lib import _job
+
+    taken = []
+
+    def own_process_then_ctrl_c(pid):
+        taken.append(pid)
+        if len(taken) == 2:
+            raise KeyboardInterrupt
+        return real(pid)
+
+    real = _job.OwnProcess
+    monkeypatch.setattr(_job, "OwnProcess", own_process_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match="ranks 0-1 stopped"):
+        spawn(launcher_workers.hang_all, 2, (str(pid_dir),), show_output=False)
+    assert len(taken) == 3  # rank 1's was taken again, by the stop
+    assert wait_until_gone(taken[:2]) == []
 
 
 def test_ranks_end_when_the_caller_is_killed(pid_dir):
