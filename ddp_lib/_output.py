@@ -2,7 +2,8 @@
 directory per launch (:class:`RankOutput`), rank 0's shown while the job runs (:class:`LiveOutput`),
 every rank's read once it is done as it stays on screen (:func:`output_text`: a line redrawn with
 carriage returns, a progress bar, is one line in its last state), the other ranks' printed in
-rank order (:func:`print_labelled`).
+rank order (:func:`print_other_ranks`). Under torchrun, whose ranks write their own files,
+:class:`FollowedFiles` prints them as they grow.
 
 The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib._job.Job`
 polls the live view and reads the files; :mod:`ddp_lib.launch` first removes the directories of
@@ -138,11 +139,17 @@ def live_view(rank0: RankOutput, show_output: bool | str) -> LiveOutput | None:
     return LiveOutput(rank0.stdout_path, rank0.stderr_path if show_output is True else None)
 
 
-def print_labelled(outputs: dict[int, tuple[str, str]], with_stderr: bool) -> None:
-    """Print each rank's (stdout, stderr), in rank order, each line labelled ``[rank N]``."""
+def print_other_ranks(outputs: dict[int, tuple[str, str]], show_output: bool | str) -> None:
+    """After the job, every rank's (stdout, stderr) but rank 0's (shown as it came), in rank
+    order, each line labelled ``[rank N]``: stdout and stderr (``show_output=True``), stdout
+    only ("stdout"), or nothing (False)."""
+    if not show_output:
+        return
     for rank in sorted(outputs):
+        if rank == 0:
+            continue
         out, err = outputs[rank]
-        for text, stream in ((out, sys.stdout), (err if with_stderr else "", sys.stderr)):
+        for text, stream in ((out, sys.stdout), (err if show_output is True else "", sys.stderr)):
             if text:
                 stream.write("".join(f"{_label(rank)}{line}\n" for line in text.splitlines()))
                 stream.flush()

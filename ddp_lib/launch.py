@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from ddp_lib import _child
 from ddp_lib._job import Job
-from ddp_lib._output import RankOutput, live_view, output_dir, print_labelled, sweep_orphaned_logdirs
+from ddp_lib._output import RankOutput, live_view, output_dir, print_other_ranks, sweep_orphaned_logdirs
 from ddp_lib.errors import (
     LaunchInterrupted,
     LaunchTimeout,
@@ -130,8 +130,7 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         if interrupted:
             raise LaunchInterrupted(world_size) from None
         outputs = job.read_outputs()
-    if show_output:  # rank 0's has been shown as it came
-        print_labelled({r: out for r, out in outputs.items() if r != 0}, with_stderr=show_output is True)
+    print_other_ranks(outputs, show_output)
     if job.failures:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
