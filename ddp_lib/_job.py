@@ -25,6 +25,7 @@ from ddp_lib._processes import OwnProcess, ctrl_c_held, pid_alive
 from ddp_lib.errors import blamed_rank
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
+KILLED_WAIT_S = 10.0  # for a rank to end after SIGKILL (one in uninterruptible sleep may not)
 EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it is stopped
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
 STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
@@ -133,6 +134,7 @@ class Job:
         self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline
         self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
+        self.stopped = False
 
     def start(self) -> None:
         if self.ctx.get_start_method() == "forkserver":
@@ -271,6 +273,8 @@ class Job:
         SIGKILL after a grace period. Signals go to these processes only (OwnProcess), never
         to a process that was given the id of one that has ended. Ctrl-C pressed meanwhile
         raises KeyboardInterrupt once they are stopped, not before."""
+        if self.stopped:
+            return
         with ctrl_c_held():
             try:
                 self._stop_ranks()
@@ -283,17 +287,23 @@ class Job:
                     conn.close()
                 if self.lifeline is not None:
                     self.lifeline.close()
-            if self.live:
-                # The rest of rank 0's output, up to any stacks written at the deadline (they go in the error).
-                self.live.stop_stderr_at(self.stack_starts.get(0))
-                self.live.poll(final=True)
+                if self.live:
+                    # The rest of rank 0's output, up to any stacks written at the deadline (they go in
+                    # the error); its files are closed.
+                    self.live.stop_stderr_at(self.stack_starts.get(0))
+                    self.live.poll(final=True)
+            self.stopped = True
 
     def _stop_ranks(self) -> None:
         # A start cut short by Ctrl-C may have started a rank without taking its OwnProcess.
         for proc in self.procs[len(self.own):]:
             if proc.pid is None:
                 break  # never started, or started without us learning its id: its lifeline ends it
-            self.own.append(OwnProcess(proc.pid))
+            own = OwnProcess(proc.pid)
+            if not proc.is_alive():  # ended already: the id, taken only now, may be another's
+                own.close()
+                break
+            self.own.append(own)
         started = range(len(self.own))
         alive = [rank for rank in started if self.procs[rank].is_alive()]
         # Found before the ranks die: a process a rank started in a session of its own is no
@@ -312,13 +322,16 @@ class Job:
         for rank in alive:
             if self.procs[rank].is_alive():
                 self._signal_rank(rank, signal.SIGKILL)
-                self.procs[rank].join()
+        end = time.monotonic() + KILLED_WAIT_S
+        for rank in alive:
+            self.procs[rank].join(max(0.0, end - time.monotonic()))
         self._signal_groups(signal.SIGKILL)
         for process in below:
             process.signal(signal.SIGKILL)
             process.close()
         for proc in self.procs:
-            proc.close()
+            if not proc.is_alive():  # one that outlived SIGKILL cannot be closed; there is nothing more to do
+                proc.close()
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
         # A stack written at the deadline goes in the error, not in the rank's stderr: it

@@ -159,23 +159,42 @@ class _GrowingFile:
     """A file read as it grows: :meth:`unread` gives what was written past ``offset``, which the
     caller moves on by what it has used. A file made again at the same path (a torchrun restart
     that spends no restart count deletes its attempt's folder and makes the same paths again) is
-    read from its start."""
+    read from its start: the file is kept open between reads, so its inode cannot go to the new
+    one. :meth:`close` when done (Windows cannot delete a file held open)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = path
         self.offset = 0
-        self.inode: int | None = None
+        self._file = None
+        self.done = False
 
     def unread(self) -> bytes:
+        if self.done:
+            return b""
         try:
-            with open(self.path, "rb") as f:
-                info = os.fstat(f.fileno())
-                if info.st_ino != self.inode or info.st_size < self.offset:  # another file than last time
-                    self.inode, self.offset = info.st_ino, 0
-                f.seek(self.offset)
-                return f.read()
+            now = os.stat(self.path)
         except OSError:  # not made yet, or deleted meanwhile
             return b""
+        if self._file is None or not os.path.samestat(os.fstat(self._file.fileno()), now):
+            if self._file is not None:
+                self._file.close()
+            self._file = None
+            try:
+                self._file = open(self.path, "rb")
+            except OSError:
+                return b""
+            self.offset = 0
+        if os.fstat(self._file.fileno()).st_size < self.offset:  # cut short: read it again
+            self.offset = 0
+        self._file.seek(self.offset)
+        return self._file.read()
+
+    def close(self) -> None:
+        """Done reading: the file is closed, and :meth:`unread` gives nothing from now on."""
+        self.done = True
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class FollowedFiles:
@@ -187,14 +206,23 @@ class FollowedFiles:
         self.files: dict[str | os.PathLike, _GrowingFile] = {}
 
     def poll(self, final: bool = False) -> None:
+        """Print the lines finished since the last poll; ``final``: unfinished ones too, and close the files."""
         for path in self.find():
-            file = self.files.setdefault(path, _GrowingFile(path))
+            if path not in self.files:
+                self.files[path] = _GrowingFile(path)
+            file = self.files[path]
             data = file.unread()
             complete = data if final else data[:data.rfind(b"\n") + 1]
             file.offset += len(complete)
             for line in _decode(complete).splitlines():
                 if line.strip():
                     print(line, flush=True)
+        if final:
+            self.close()
+
+    def close(self) -> None:
+        for file in self.files.values():
+            file.close()
 
 
 class _LiveStream:
@@ -246,11 +274,13 @@ class LiveOutput:
 
     def poll(self, final: bool = False) -> None:
         """Print what rank 0 wrote since the last poll. ``final``: the job is over, so an
-        unfinished last line is printed as a line."""
+        unfinished last line is printed as a line, and the files are closed."""
         for stream in self.streams:
             lines, status = stream.take(final)
             if lines or status != stream.status:
                 self._show(stream, lines, status)
+            if final:
+                stream.file.close()
 
     def stop_stderr_at(self, limit: int | None) -> None:
         """Show none of rank 0's stderr past byte ``limit`` (where stacks written at the deadline begin)."""

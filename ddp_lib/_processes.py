@@ -27,8 +27,10 @@ def ctrl_c_held() -> Iterator[None]:
 
     For stopping processes, which a second press must not cut short: a process left running
     outlives its launcher, and one that multiprocessing started keeps the launcher waiting at
-    exit forever (it joins every child it started). Only the main thread receives Python's
-    signals; elsewhere, and where SIGINT is ignored or not Python's, nothing changes."""
+    exit forever (it joins every child it started). What the block waits for must be bounded,
+    since Ctrl-C cannot end it. Only the main thread receives Python's signals; elsewhere, and
+    where SIGINT is ignored or not Python's, nothing changes. A press that lands before the block
+    has begun raises there, as usual: a caller retries (the stops here can be run again)."""
     previous = signal.getsignal(signal.SIGINT)
     if threading.current_thread() is not threading.main_thread() or not callable(previous):
         yield
@@ -39,8 +41,9 @@ def ctrl_c_held() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        if pressed:
-            previous(signal.SIGINT, pressed[-1])  # Python's own handler raises KeyboardInterrupt
+    # Only when the block ended normally: an error raised inside it is not hidden behind the press.
+    if pressed:
+        previous(signal.SIGINT, pressed[-1])  # Python's own handler raises KeyboardInterrupt
 
 
 def pid_alive(pid: int) -> bool:

@@ -123,10 +123,15 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            try:
-                job.stop()
-            except KeyboardInterrupt:  # pressed while the ranks were being stopped, held until they were
-                interrupted = True
+            # A press while the ranks are being stopped waits until they are (Job.stop); one that
+            # lands just before that holding begins interrupts the stop, which then runs again.
+            # With another error on its way out, that error is reported and the press dropped.
+            while True:
+                try:
+                    job.stop()
+                    break
+                except KeyboardInterrupt:
+                    interrupted = True
         if interrupted:
             raise LaunchInterrupted(world_size) from None
         outputs = job.read_outputs()

@@ -163,7 +163,10 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     below = descendants(proc.pid)
     proc.kill()
     kill_all(below)
-    proc.wait()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass  # outlived SIGKILL (uninterruptible sleep): nothing more can be done, and Ctrl-C may be held
 
 
 def _stop(procs: list[subprocess.Popen], grace: float = 10) -> None:
@@ -180,6 +183,20 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10) -> None:
                 proc.wait(timeout=max(0.0, end - time.monotonic()))
             except subprocess.TimeoutExpired:
                 _kill_tree(proc)
+
+
+def _stop_even_if_interrupted(procs: list[subprocess.Popen]) -> None:
+    """:func:`_stop`, run again if Ctrl-C lands before it holds presses back (it can be run
+    again); KeyboardInterrupt once everything is stopped if Ctrl-C was pressed."""
+    pressed = False
+    while True:
+        try:
+            _stop(procs)
+            break
+        except KeyboardInterrupt:
+            pressed = True
+    if pressed:
+        raise KeyboardInterrupt
 
 
 def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: dict[str, str] | None,
@@ -203,9 +220,10 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: di
             if show:
                 print(f"starting{label}: {command_text(cmd)}", flush=True)
             # torchrun's stdout holds only what --tee copies there: the ranks' files have it all.
-            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
-                                    env=clean_env(agent_env(log_dir, env)))
-            procs.append(proc)
+            with ctrl_c_held():  # a torchrun started is one _stop will see: torchrun does not watch its parent
+                procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                              bufsize=1, env=clean_env(agent_env(log_dir, env))))
+            proc = procs[-1]
             errs.append([])
             readers.append(threading.Thread(target=read, args=(proc.stderr, errs[-1]), daemon=True))
             readers[-1].start()
@@ -233,7 +251,9 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: di
         if follow:
             follow.poll(final=True)
     finally:
-        _stop(procs)  # at the deadline, on an error or Ctrl-C: nothing outlives the call
+        if follow:
+            follow.close()
+        _stop_even_if_interrupted(procs)  # at the deadline, on an error or Ctrl-C: nothing outlives the call
     return [(proc.returncode, "".join(err)) for proc, err in zip(procs, errs)]
 
 

@@ -255,3 +255,48 @@ def test_ranks_end_when_the_caller_is_killed(pid_dir):
     proc.kill()  # no clean-up code runs in the caller: the ranks' watchdogs must act
     proc.wait()
     assert wait_until_gone(pids, seconds=10) == []
+
+
+def test_ctrl_c_that_lands_just_before_the_stop_holds_presses_stops_every_rank_all_the_same(pid_dir, monkeypatch):
+    # The stop is interrupted before it can hold Ctrl-C back (here: as it begins); it runs again.
+    import contextlib
+
+    from ddp_lib import _job
+
+    entered = []
+
+    @contextlib.contextmanager
+    def pressed_as_it_begins():
+        entered.append(True)
+        if len(entered) == 1:
+            raise KeyboardInterrupt
+        with real():
+            yield
+
+    real = _job.ctrl_c_held
+    monkeypatch.setattr(_job, "ctrl_c_held", pressed_as_it_begins)
+    with pytest.raises(KeyboardInterrupt, match="ranks 0-1 stopped"):
+        spawn(launcher_workers.hang_all, 2, (str(pid_dir),), timeout=5, show_output=False)
+    assert len(entered) == 2
+    assert wait_until_gone(recorded_pids(pid_dir)) == []
+
+
+@pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
+                    reason="Python's own Ctrl-C handler is not installed in this process")
+def test_ctrl_c_held_raises_a_press_once_the_block_ends_but_never_hides_an_error():
+    from ddp_lib._processes import ctrl_c_held
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+            done.append("the block ran to its end")
+    assert done == ["the block ran to its end"]
+    with pytest.raises(RuntimeError, match="a bug while stopping"):
+        with ctrl_c_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+            raise RuntimeError("a bug while stopping")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

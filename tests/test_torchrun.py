@@ -336,3 +336,22 @@ def test_a_shown_job_prints_its_command_as_it_starts_and_rank_0s_lines_as_they_c
     assert shown[0] == ("starting: torchrun --log-dir=DIR --redirects=3 --tee=2 --nproc-per-node=1 "
                         "--max-restarts=0 --standalone -m ddp_lib run train --epochs 1 --json")
     assert shown[1:] == job.lines and shown[1].startswith("epoch  1/1 [")  # results are not printed
+
+
+def test_a_rank_folder_made_again_with_more_than_was_read_is_printed_whole(tmp_path, capsys):
+    # As torch does on a restart that spends no restart count: the attempt folder is removed and made
+    # again. The filesystem may give the new file the old one's inode; it must still be read from its start.
+    import shutil
+
+    from ddp_lib._output import FollowedFiles
+
+    folder = tmp_path / "job_x1" / "attempt_0" / "0"
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_text("round one\n")
+    follow = FollowedFiles(lambda: sorted(tmp_path.glob("*/attempt_*/*/stdout.log")))
+    follow.poll()
+    shutil.rmtree(folder.parent)
+    folder.mkdir(parents=True)
+    (folder / "stdout.log").write_text("round two, line A\nround two, line B\n")
+    follow.poll(final=True)
+    assert capsys.readouterr().out == "round one\nround two, line A\nround two, line B\n"
