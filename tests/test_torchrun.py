@@ -355,3 +355,42 @@ def test_a_rank_folder_made_again_with_more_than_was_read_is_printed_whole(tmp_p
     (folder / "stdout.log").write_text("round two, line A\nround two, line B\n")
     follow.poll(final=True)
     assert capsys.readouterr().out == "round one\nround two, line A\nround two, line B\n"
+
+
+def test_ctrl_c_during_run_torchrun_stops_torchrun_and_its_ranks_even_if_pressed_again(tmp_path):
+    # run_torchrun in a script, as lesson 06 runs it in a kernel: two presses, the second while
+    # torchrun is being stopped, and nothing may outlive the call.
+    import os
+    import signal
+    import sys
+    import textwrap
+    import time
+
+    from test_launch import communicate_or_show_stacks
+
+    from conftest import pythonpath_with_tests, wait_until_gone
+    from ddp_lib._processes import descendants
+
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    script = textwrap.dedent(f"""
+        from ddp_lib.torchrun import run_torchrun, torchrun_command
+        run_torchrun(torchrun_command(["-m", "ddp_lib", "run", "cli_workers:sleep_forever",
+                                       "--pid-dir", {str(pid_dir)!r}], nproc_per_node=2), timeout=300)
+    """)
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
+    deadline = time.monotonic() + 120
+    while len(list(pid_dir.glob("rank*.pid"))) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    ranks = [int(p.read_text()) for p in pid_dir.glob("rank*.pid")]
+    below = descendants(proc.pid)  # the torchrun agent; its ranks are in sessions of their own
+    assert below
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = communicate_or_show_stacks(proc, 60)
+    assert err.rstrip().splitlines()[-1] == "KeyboardInterrupt"
+    assert wait_until_gone(ranks + below) == []
