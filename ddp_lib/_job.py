@@ -339,9 +339,17 @@ class Job:
         return {s.rank: s.output.read(stderr_limit=self.stack_starts.get(s.rank)) for s in self.specs}
 
 
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; a real-time signal (34 and up on Linux) has no name: as torch writes it."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"<Unknown signal {number}>"
+
+
 def _describe_exit(exitcode: int | None, started: bool = True) -> str:
     if exitcode is not None and exitcode < 0:
-        return f"was killed by {signal.Signals(-exitcode).name} before returning a result"
+        return f"was killed by {signal_name(-exitcode)} before returning a result"
     if not started:
         # Under spawn and forkserver a child imports the main script first: a script that
         # launches at import makes each child try to launch too, which multiprocessing refuses.

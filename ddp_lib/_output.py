@@ -214,7 +214,7 @@ class FollowedFiles:
             data = file.unread()
             complete = data if final else data[:data.rfind(b"\n") + 1]
             file.offset += len(complete)
-            for line in _decode(complete).splitlines():
+            for line in output_text(complete).splitlines():  # a line redrawn with \r: its last state
                 if line.strip():
                     print(line, flush=True)
         if final:

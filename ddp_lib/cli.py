@@ -13,8 +13,6 @@ signature's and help lines come from the docstring's ``Args:`` block.
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import sys
 
@@ -28,6 +26,7 @@ from ddp_lib.launch_checks import (
     torchrun_mode,
     whole_number,
 )
+from ddp_lib.rank_files import json_line, nan_as_null
 from ddp_lib.worker_params import Param, worker_params
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
@@ -203,7 +202,7 @@ def _run_this_rank(fn, kwargs: dict, as_json: bool) -> int:
     # To this rank's folder under torchrun's --log-dir, beside torch's error.json, with or without
     # --json. With --json also printed, unless the rank's stdout goes to that folder too (--redirects),
     # where the file says it already.
-    written = write_result(rank, _finite(result)[0])
+    written = write_result(rank, result)
     if not as_json or not written or not stdout_in_folder():
         _report({rank: result}, {"rank": rank, "result": result}, as_json)
     else:
@@ -216,7 +215,7 @@ def _report(by_rank: dict[int, object], payload: object, as_json: bool, quiet: b
     where a number is not finite (a diverged loss): JSON has no nan or inf, so they become null.
     ``quiet``: only that line on stderr."""
     bad = [(f"rank {rank} {path}".strip(), value)
-           for rank, result in by_rank.items() for path, value in _finite(result)[1]]
+           for rank, result in by_rank.items() for path, value in nan_as_null(result)[1]]
     if bad:
         where = ", ".join(f"{path} = {value}" for path, value in bad[:3]) + (" ..." if len(bad) > 3 else "")
         print(f"ddp_lib: {len(bad)} number(s) in the results are not finite ({where})"
@@ -224,25 +223,12 @@ def _report(by_rank: dict[int, object], payload: object, as_json: bool, quiet: b
     if quiet:
         return
     if as_json:
-        text = json.dumps(_finite(payload)[0], default=repr, allow_nan=False)
+        text = json_line(payload)
     else:
         text = "\n".join(f"rank {rank} returned {result!r}" for rank, result in by_rank.items())
     # One write: ranks under torchrun share the terminal, and print() may write the newline separately.
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
-
-
-def _finite(value, path: str = "") -> tuple[object, list[tuple[str, float]]]:
-    """``value`` with every nan and inf float replaced by None, and where each one was."""
-    if isinstance(value, float):
-        return (value, []) if math.isfinite(value) else (None, [(path, value)])
-    if isinstance(value, dict):
-        pairs = [(k, _finite(v, f"{path}[{k!r}]")) for k, v in value.items()]
-        return {k: v for k, (v, _) in pairs}, [b for _, (_, bad) in pairs for b in bad]
-    if isinstance(value, (list, tuple)):
-        items = [_finite(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return [v for v, _ in items], [b for _, bad in items for b in bad]
-    return value, []
 
 
 def _whole_error(exc: WorkerError | LaunchTimeout) -> str:

@@ -82,6 +82,22 @@ class WorkerError(RuntimeError):
         if worker_traceback:
             self.__cause__ = RemoteTraceback(f"\nin rank {rank}:\n{worker_traceback.rstrip()}")
 
+    @classmethod
+    def blaming(cls, failures: dict[int, tuple[str, str, str]], outputs: dict, hint: str = "",
+                **details) -> WorkerError:
+        """The error of a job whose ranks failed (``{rank: (exc_type, message, traceback)}``), as
+        the launcher and torchrun's rank folders both report it: the rank :func:`blamed_rank`
+        names, its message's first line (``full_message``: every line) without torch's build paths,
+        then ``hint``; every failure in one line. ``details``: ``pid``, ``exit_code``."""
+        rank = blamed_rank(failures)
+        exc_type, message, tb = failures[rank]
+        message = without_build_paths(message)
+        described = {r: f"{t}: {first_line(without_build_paths(m))}" if t else first_line(m)
+                     for r, (t, m, _) in sorted(failures.items())}
+        error = cls(rank, exc_type, first_line(message) + hint, tb, described, outputs, **details)
+        error.full_message = message.strip() + hint  # every line of it, for the command line
+        return error
+
 
 # Where torch's C++ says it was built and what called what: "[/__w/pytorch/pytorch/.../pair.cc:534] ",
 # "Exception raised from recvBytes at /__w/...Utils.hpp:671 (most recent call first):" and the
@@ -130,7 +146,6 @@ class LaunchTimeout(TimeoutError):
             self.__cause__ = RemoteTraceback(where)
 
 
-_SOURCE_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 _PEER_PORT = re.compile(r"(\[[0-9a-fA-F.:]+\]):\d+")
 _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -140,7 +155,7 @@ def readable(message: str, limit: int | None = None) -> str:
     locations such as ``[/path/pair.cc:553]``, peer ports such as ``[127.0.0.1]:43236``,
     terminal colour codes),
     cut at a word boundary to at most ``limit`` characters."""
-    text = _PEER_PORT.sub(r"\1:PORT", _SOURCE_LOCATION.sub("", _TERMINAL_CODES.sub("", message))).strip()
+    text = _PEER_PORT.sub(r"\1:PORT", _CPP_LOCATION.sub("", _TERMINAL_CODES.sub("", message))).strip()
     if limit is not None and len(text) > limit:
         text = text[:limit].rsplit(" ", 1)[0] + " ..."
     return text

@@ -35,9 +35,7 @@ from ddp_lib.errors import (
     LaunchInterrupted,
     LaunchTimeout,
     WorkerError,
-    first_line,
     is_peer_failure,
-    without_build_paths,
 )
 from ddp_lib.launch_checks import Launch, check_launch
 from ddp_lib.ports import port_holder
@@ -84,7 +82,7 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
     failed, or LaunchTimeout. No child, and no process a child started, is left running.
     """
     checked = check_launch(fn, world_size, args, kwargs, backend=backend, start_method=start_method,
-                           timeout=timeout, env=env)
+                           timeout=timeout, env=env, show_output=show_output)
     return start(checked, show_output=show_output)
 
 
@@ -139,14 +137,8 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     if job.failures:
         rank = job.first_failure()
         exc_type, message, tb = job.failures[rank]
-        message = without_build_paths(message)
         hint = _hint(exc_type, message, tb) or _peer_hint(job, rank)
-        failures = {r: f"{t}: {first_line(without_build_paths(m))}" if t else first_line(m)
-                    for r, (t, m, _) in job.failures.items()}
-        error = WorkerError(rank, exc_type, first_line(message) + hint, tb, failures, outputs,
-                            pid=job.pids[rank], exit_code=job.exit_codes.get(rank))
-        error.full_message = message.strip() + hint  # every line of it, for the command line
-        raise error
+        raise WorkerError.blaming(job.failures, outputs, hint, pid=job.pids[rank], exit_code=job.exit_codes.get(rank))
     if job.running:
         raise LaunchTimeout(timeout, job.running, outputs, job.stacks)
     return LaunchResult([job.results[r] for r in range(world_size)],
@@ -208,6 +200,8 @@ def rank_environments(world_size: int, backend: str, extra: dict[str, str] | Non
     clients, as under torchrun); without, the worker sets MASTER_ADDR/MASTER_PORT and rank 0
     hosts the store, as under torch.multiprocessing."""
     base = dict(os.environ)
+    # Run from inside a torchrun rank, the ranks must not write their errors to that rank's error file.
+    base.pop("TORCHELASTIC_ERROR_FILE", None)
     base.update({"WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size), BACKEND_ENV: backend})
     if store_port is not None:
         base.update({

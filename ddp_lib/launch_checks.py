@@ -286,14 +286,16 @@ class Launch:
 
 def check_launch(fn: Callable, world_size: object, args: object = (), kwargs: object = None, *,
                  backend: object = None, start_method: object = None, timeout: object = None, env: object = None,
-                 passes_world_size: bool = True, as_flags: bool = False) -> Launch:
+                 show_output: object = True, passes_world_size: bool = True, as_flags: bool = False) -> Launch:
     """Check a launch before any process starts: the world size, the worker (importable by name in
     the children) and its arguments (picklable, values its signature allows), ``env`` together with
-    the environment the ranks inherit, the backend (default: the device rule's), the start method
-    and the timeout. ``passes_world_size`` and ``as_flags``: see :func:`check_worker_arguments`."""
+    the environment the ranks inherit, the backend (default: the device rule's), the start method,
+    the timeout and ``show_output``. ``passes_world_size`` and ``as_flags``: see :func:`check_worker_arguments`."""
     from ddp_lib.device import check_backend, default_backend  # imports torch
 
     world_size = check_world_size(world_size)
+    if not (show_output is True or show_output is False or show_output == "stdout"):
+        raise LaunchInputError(f"show_output must be True, False or 'stdout', got {show_output!r}")
     fn, args, kwargs = unwrap_partial(fn, check_args(args), check_kwargs(kwargs))
     check_picklable(args, kwargs)
     fn_ref = check_worker(fn)

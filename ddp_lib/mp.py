@@ -41,11 +41,11 @@ Differences from torch, on purpose:
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterable
 
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
+from ddp_lib._job import signal_name
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import LAUNCH_TIMEOUT_S, rank_environments, run_job
 from ddp_lib.launch_checks import check_launch
@@ -97,10 +97,7 @@ class RankExitedError(_TorchWorkerError, ProcessExitedException):
             self.exit_code = 1
         self.signal_name = None
         if self.exit_code < 0:
-            try:
-                self.signal_name = signal.Signals(-self.exit_code).name
-            except ValueError:
-                self.signal_name = f"<Unknown signal {-self.exit_code}>"
+            self.signal_name = signal_name(-self.exit_code)
             self.msg = f"process {self.rank:d} terminated with signal {self.signal_name}"
         else:
             self.msg = f"process {self.rank:d} terminated with exit code {self.exit_code:d}"

@@ -17,13 +17,15 @@ Imports no torch: a rank that only reads its environment starts and fails in a f
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lib.errors import WorkerError, blamed_rank, first_line, is_peer_failure
+from ddp_lib._output import output_text
+from ddp_lib.errors import WorkerError, is_peer_failure
 
 RESULT_FILE = "result.json"
 RANK_FILE = "rank.json"
@@ -51,15 +53,32 @@ def stdout_in_folder() -> bool:
     return there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
+def nan_as_null(value, path: str = "") -> tuple[object, list[tuple[str, float]]]:
+    """``value`` with every nan and inf float replaced by None (JSON has neither), and where each one was."""
+    if isinstance(value, float):
+        return (value, []) if math.isfinite(value) else (None, [(path, value)])
+    if isinstance(value, dict):
+        pairs = [(k, nan_as_null(v, f"{path}[{k!r}]")) for k, v in value.items()]
+        return {k: v for k, (v, _) in pairs}, [b for _, (_, bad) in pairs for b in bad]
+    if isinstance(value, (list, tuple)):
+        items = [nan_as_null(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [v for v, _ in items], [b for _, bad in items for b in bad]
+    return value, []
+
+
+def json_line(record: object) -> str:
+    """``record`` as one line of valid JSON: nan and inf as null, values JSON cannot hold as their repr."""
+    return json.dumps(nan_as_null(record)[0], default=repr, allow_nan=False)
+
+
 def _write_whole(name: str, record: dict) -> bool:
-    """Write ``record`` as JSON (values JSON cannot hold as their repr) to this rank's file ``name``,
-    whole or not at all: a temporary file, then renamed. False when this process has no rank
-    folder (not under torchrun)."""
+    """Write ``record`` as JSON (:func:`json_line`) to this rank's file ``name``, whole or not at
+    all: a temporary file, then renamed. False when this process has no rank folder (not under torchrun)."""
     folder = this_rank_dir()
     if folder is None:
         return False
     partial = folder / f".{name}.{os.getpid()}"
-    partial.write_text(json.dumps(record, default=repr))
+    partial.write_text(json_line(record))
     os.replace(partial, folder / name)
     return True
 
@@ -143,8 +162,10 @@ class RankFiles:
 
 
 def _read(path: Path) -> str:
+    """A rank's output file as it would stay on screen (as the launcher reads its ranks'): a line
+    redrawn with carriage returns, a progress bar, is one line in its last state."""
     try:
-        return path.read_text(errors="replace")
+        return output_text(path.read_bytes())
     except OSError:
         return ""
 
@@ -247,14 +268,9 @@ def failure(ranks: list[RankFiles]) -> WorkerError | None:
     raised = {r.rank: (*r.error.partition(": ")[::2], r.traceback) for r in ranks if r.error}
     silent = {r.rank: ("", NO_FILES, "") for r in reversed(ranks) if not r.finished and not r.error}
     echoes_only = not any(not is_peer_failure(t, m) for t, m, _ in raised.values())
+    # A silent rank's failure is not a peer's echo: blamed_rank picks the lowest of them then.
     failures = {**silent, **raised} if echoes_only else raised
-    rank = min(silent) if echoes_only and silent else blamed_rank(failures)
-    exc_type, message, tb = failures[rank]
-    described = {r: f"{t}: {first_line(m)}" if t else first_line(m) for r, (t, m, _) in sorted(failures.items())}
-    error = WorkerError(rank, exc_type, first_line(message), tb, described,
-                        {r.rank: (r.stdout, r.stderr) for r in ranks})
-    error.full_message = message.strip()
-    return error
+    return WorkerError.blaming(failures, {r.rank: (r.stdout, r.stderr) for r in ranks})
 
 
 def read_run(folders: list[Path | str], attempt: int | None = None) -> RunFiles:

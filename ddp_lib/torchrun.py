@@ -12,7 +12,6 @@ also copies the ranks' stderr to torchrun's, as a person at a terminal would see
 
 from __future__ import annotations
 
-import json
 import os
 import pkgutil
 import re
@@ -185,9 +184,9 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10) -> None:
                 _kill_tree(proc)
 
 
-def _stop_even_if_interrupted(procs: list[subprocess.Popen]) -> None:
-    """:func:`_stop`, run again if Ctrl-C lands before it holds presses back (it can be run
-    again); KeyboardInterrupt once everything is stopped if Ctrl-C was pressed."""
+def stop_torchruns(procs: list[subprocess.Popen]) -> None:
+    """Stop these torchrun processes and their ranks (:func:`_stop`), whatever Ctrl-C does: run again
+    if a press lands before it holds presses back; KeyboardInterrupt once all is stopped if one was."""
     pressed = False
     while True:
         try:
@@ -199,15 +198,17 @@ def _stop_even_if_interrupted(procs: list[subprocess.Popen]) -> None:
         raise KeyboardInterrupt
 
 
-def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: dict[str, str] | None,
-             show: bool, labels: list[str], stop_on_failure: bool = False) -> list[tuple[int, str]]:
+def _run_all(cmds: list[list[str]], log_dirs: list[str], before: list[set[Path]], timeout: float,
+             env: dict[str, str] | None, show: bool, labels: list[str],
+             stop_on_failure: bool = False) -> list[tuple[int, str]]:
     """Start every command at once, each with its ranks' files under its log folder; return the exit
     code and stderr of each. With ``show``, a line per command as it starts, then what the ranks
     print on stdout, as it comes. ``stop_on_failure``: once one command fails, stop the others.
     Nothing outlives the call."""
     procs, errs, readers = [], [], []
-    def rank_stdouts() -> list[Path]:
-        return sorted(p for d in log_dirs for p in Path(d).glob("*/attempt_*/*/stdout.log"))
+    def rank_stdouts() -> list[Path]:  # this call's runs only (``before``: what a reused --log-dir held)
+        runs = [run for log_dir, old in zip(log_dirs, before) for run in _new_runs(log_dir, old)]
+        return sorted(p for run in runs for p in run.glob("attempt_*/*/stdout.log"))
 
     follow = FollowedFiles(rank_stdouts) if show else None
 
@@ -253,7 +254,7 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], timeout: float, env: di
     finally:
         if follow:
             follow.close()
-        _stop_even_if_interrupted(procs)  # at the deadline, on an error or Ctrl-C: nothing outlives the call
+        stop_torchruns(procs)  # at the deadline, on an error or Ctrl-C: nothing outlives the call
     return [(proc.returncode, "".join(err)) for proc, err in zip(procs, errs)]
 
 
@@ -296,7 +297,7 @@ def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str
     labels = [f" job {i + 1}" for i in range(len(cmds))] if len(cmds) > 1 else [""]
     with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
         placed, log_dirs, before = _prepare(cmds, tmp, "job")
-        done = _run_all(placed, log_dirs, timeout, env, show, labels)
+        done = _run_all(placed, log_dirs, before, timeout, env, show, labels)
         return [read_job(code, _new_runs(log_dir, old), [log_dir], err)
                 for (code, err), log_dir, old in zip(done, log_dirs, before)]
 
@@ -332,7 +333,7 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
             for i, count in enumerate(counts)]
     with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
         placed, log_dirs, before = _prepare(cmds, tmp, "node")
-        done = _run_all(placed, log_dirs, timeout, env, show,
+        done = _run_all(placed, log_dirs, before, timeout, env, show,
                         [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)], stop_on_failure=True)
         # Each rank wrote its global rank (rank.json): the nodes' folders may come in any order.
         runs = [run for log_dir, old in zip(log_dirs, before) for run in _new_runs(log_dir, old)]
@@ -378,7 +379,7 @@ def run_this_rank(target: str) -> None:
         raise
     # Also printed, unless this rank's stdout goes to its folder too (--redirects), where the file says it.
     if not rank_files.write_result(rank, result) or not rank_files.stdout_in_folder():
-        print(json.dumps({"rank": rank, "result": result}, default=repr), flush=True)
+        print(rank_files.json_line({"rank": rank, "result": result}), flush=True)
 
 
 if __name__ == "__main__":

@@ -450,7 +450,7 @@ def test_a_rank_killed_in_a_collective_is_noticed_by_every_survivor_within_the_t
     assert all(0 <= r["failed_at"] - died_at < 5.0 for r in records.values())
 
 
-def test_torchrun_failure_summary_keeps_the_root_cause_and_the_stopped_ranks():
+def test_root_cause_lines_keep_the_root_cause_and_the_stopped_ranks():
     stderr = """Failures:
 [1]:
   time      : 2026-12-01_21:54:39
@@ -468,7 +468,7 @@ Root Cause (first observed failure):
 
 ============================================================
 """
-    assert hung_ranks.failure_summary(stderr) == [
+    assert hung_ranks.root_cause_lines(stderr) == [
         "root cause: rank 1, exit code 1, ValueError: rank 1 read a corrupt batch",
         "stopped by torchrun: rank 0, exit code -15"]
-    assert hung_ranks.failure_summary("") == ["no failure summary"]
+    assert hung_ranks.root_cause_lines("") == ["no failure summary"]

@@ -204,3 +204,20 @@ def test_good_environment_values_pass(monkeypatch):
 
     assert check_env({"OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}) == {
         "OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}
+
+
+@pytest.mark.parametrize("value", ["no", "stderr", 0, None])
+def test_show_output_other_than_true_false_or_stdout_is_refused_before_anything_starts(value):
+    from ddp_lib.launch import launch
+    from ddp_lib.workers.basic import demo_basic
+
+    with pytest.raises(LaunchInputError, match=r"^show_output must be True, False or 'stdout', got "):
+        launch(demo_basic, 2, show_output=value)
+
+
+def test_ranks_started_inside_a_torchrun_rank_do_not_write_to_its_error_file(monkeypatch):
+    from ddp_lib.launch import rank_environments
+
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", "/tmp/outer-rank/error.json")
+    for envs in (rank_environments(2, "gloo", None, store_port=12345), rank_environments(2, "gloo", None, None)):
+        assert all("TORCHELASTIC_ERROR_FILE" not in env for env in envs)

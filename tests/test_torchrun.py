@@ -394,3 +394,33 @@ def test_ctrl_c_during_run_torchrun_stops_torchrun_and_its_ranks_even_if_pressed
     _, err = communicate_or_show_stacks(proc, 60)
     assert err.rstrip().splitlines()[-1] == "KeyboardInterrupt"
     assert wait_until_gone(ranks + below) == []
+
+
+def test_a_rank_folders_failure_reads_as_the_launchers_does(tmp_path):
+    # One WorkerError for both: torch's build paths left out, redrawn lines in their last state.
+    from ddp_lib.rank_files import RankFiles, failure
+
+    ok = RankFiles(0, tmp_path, finished=True, result=1)
+    bad = RankFiles(1, tmp_path, finished=False, traceback="Traceback ...",
+                    error="RuntimeError: [/__w/pytorch/gloo/pair.cc:534] Connection refused")
+    error = failure([ok, bad])
+    assert str(error) == "rank 1 raised RuntimeError: Connection refused"
+    assert error.failures == {1: "RuntimeError: Connection refused"}
+    (tmp_path / "0").mkdir()
+    (tmp_path / "0" / "stdout.log").write_bytes(b"epoch 1\r epoch 2\r epoch 3\ndone\n")
+    from ddp_lib.rank_files import _read
+    assert _read(tmp_path / "0" / "stdout.log") == " epoch 3\ndone\n"
+
+
+def test_a_result_that_is_not_finite_is_written_as_valid_json():
+    from ddp_lib.rank_files import json_line
+
+    line = json_line({"rank": 0, "result": {"loss": float("nan"), "steps": [1.0, float("inf")]}})
+    assert json.loads(line) == {"rank": 0, "result": {"loss": None, "steps": [1.0, None]}}
+
+
+def test_a_rank_killed_by_a_signal_without_a_name_is_described_not_a_crash():
+    from ddp_lib._job import _describe_exit
+
+    assert _describe_exit(-9) == "was killed by SIGKILL before returning a result"
+    assert _describe_exit(-40) == "was killed by <Unknown signal 40> before returning a result"

@@ -9,6 +9,7 @@ files, as a cluster's nodes share a file system).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -18,6 +19,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from ddp_lib import rank_files
+from ddp_lib._processes import ctrl_c_held
 from ddp_lib.cluster.hosts import Host, kill_everything_in
 from ddp_lib.errors import WorkerError
 from ddp_lib.torchrun import agent_env, clean_env, torchrun_command, with_log_dir
@@ -111,18 +113,20 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
         finally:
             # At the deadline, on an error or Ctrl-C: nothing may outlive the call. SIGTERM first
             # (torchrun then stops its ranks), then whatever still runs on the hosts is killed.
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
-            for host, _ in runs:
-                kill_everything_in(host.netns)
-            for proc in procs:
-                proc.wait()
+            with ctrl_c_held():
+                for proc in procs:
+                    if proc.poll() is None:
+                        proc.terminate()
+                for proc in procs:
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        pass
+                for host, _ in runs:
+                    kill_everything_in(host.netns)
+                for proc in procs:
+                    with contextlib.suppress(subprocess.TimeoutExpired):  # presses are held: never wait forever
+                        proc.wait(timeout=10)
         nodes = []
         for i, ((host, _), (_, log_dir), err) in enumerate(zip(runs, placed, errs)):
             err.seek(0)

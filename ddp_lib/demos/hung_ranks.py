@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from ddp_lib.errors import readable
-from ddp_lib.torchrun import clean_env
+from ddp_lib.torchrun import clean_env, stop_torchruns
 
 _FRAME = re.compile(r'File "(?:[^"]*/)?([^"/]+)", line \d+ in (\w+)')
 
@@ -66,9 +66,7 @@ def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, t
                 time.sleep(0.3)  # one dump at a time, so that they do not interleave
             proc.wait(timeout=max(1.0, deadline - time.monotonic()))
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            stop_torchruns([proc])  # torchrun and its ranks, which run in sessions of their own
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
@@ -82,9 +80,10 @@ def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, t
 _BLOCK = re.compile(r"rank\s+: (\d+) \(local_rank: \d+\)\n\s+exitcode\s+: (-?\d+)")
 
 
-def failure_summary(stderr: str) -> list[str]:
+def root_cause_lines(stderr: str) -> list[str]:
     """The lines worth reading in torchrun's ``ChildFailedError`` summary: the root cause (rank, exit
-    code, last line of its traceback) and the ranks torchrun stopped, without times, hosts or PIDs."""
+    code, last line of its traceback) and the ranks torchrun stopped, without times, hosts or PIDs
+    (``ddp_lib.torchrun.failure_summary`` keeps the whole box)."""
     if "Root Cause (first observed failure):" not in stderr:
         return ["no failure summary"]
     failures, root = stderr.rsplit("Root Cause (first observed failure):", 1)
