@@ -21,6 +21,7 @@ from ddp_lib.launch_checks import (
     MAX_TIMEOUT,
     check_environment,
     check_launch,
+    check_takes_rank_first,
     check_timeout,
     check_worker_arguments,
     torchrun_mode,
@@ -32,7 +33,9 @@ from ddp_lib.worker_params import Param, worker_params
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
+    """argparse for people: no prefixes of options, and an error is one line (LaunchInputError, exit 2)."""
+
     def __init__(self, *args, **kwargs):
         # No prefixes of options: "--epoch" must not quietly mean "--epochs" (nor a worker's
         # option that a later version adds).
@@ -43,8 +46,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m ddp_lib", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    parser = OneLineParser(prog="python -m ddp_lib", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     commands.add_parser("list", help="name the runnable workers, one line each")
     run = commands.add_parser("run", help="run a worker on N ranks", add_help=False)
     run.add_argument("name")
@@ -90,7 +93,7 @@ def _timeout(text: str) -> float | None:
 
 
 def _worker_parser(prog: str, summary: str, params: list[Param]) -> argparse.ArgumentParser:
-    parser = _Parser(prog=f"python -m ddp_lib run {prog}", description=summary)
+    parser = OneLineParser(prog=f"python -m ddp_lib run {prog}", description=summary)
     parser.add_argument("--world-size", help="number of ranks (under torchrun, torchrun's; leave it out)")
     parser.add_argument("--backend", help="gloo or nccl (default: nccl if every rank has a GPU, else gloo)")
     parser.add_argument("--timeout", help="seconds before a hung job is stopped (default: 300; 'none': no deadline)")
@@ -133,36 +136,9 @@ def _load(name: str):
             raise LaunchInputError(f"cannot import worker {name!r}: {exc}") from None
         if not callable(fn):
             raise LaunchInputError(f"{name} is not a function, got {type(fn).__name__}")
-        _check_takes_rank_first(name, fn)
+        check_takes_rank_first(name, fn)
         return fn, summary(fn)
     raise LaunchInputError(f"unknown worker {name!r}; accepted: {', '.join(sorted(WORKERS))}, or module:function")
-
-
-# First parameter names that say "the rank" (mp.spawn's examples call it i, gpu or proc too).
-_RANK_NAMES = {"i", "gpu", "gpu_id", "device_id", "proc", "proc_id", "process_id", "idx", "index", "pid"}
-
-
-def _check_takes_rank_first(name: str, fn) -> None:
-    """Refuse a function whose first two parameters are not the rank and world size, such as a
-    torchrun script's ``main(save_every, total_epochs, ...)``, which reads them from the environment:
-    called as fn(rank, world_size, ...), its save_every would silently be the rank."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if any(p.kind is p.VAR_POSITIONAL for p in params[:2]):
-        return
-    first = positional[0].name if positional else None
-    if len(positional) >= 2 and ("rank" in first.lower() or first in _RANK_NAMES):
-        return
-    shown = ", ".join(p.name for p in params[:3]) + (", ..." if len(params) > 3 else "")
-    raise LaunchInputError(
-        f"worker {name} takes ({shown}), but run calls it as fn(rank, world_size, --options...): give it rank "
-        "and world_size as its first two parameters (a torchrun script's main(), which reads RANK and "
-        "WORLD_SIZE from the environment, runs with torchrun instead)")
 
 
 def _run(name: str, argv: list[str]) -> int:

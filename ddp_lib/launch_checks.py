@@ -284,6 +284,31 @@ class Launch:
     env: dict[str, str]  # extra variables for every rank
 
 
+# First parameter names that say "the rank" (mp.spawn's examples call it i, gpu or proc too).
+_RANK_NAMES = {"i", "gpu", "gpu_id", "device_id", "proc", "proc_id", "process_id", "idx", "index", "pid"}
+
+
+def check_takes_rank_first(name: str, fn) -> None:
+    """Refuse a function whose first two parameters are not the rank and world size, such as a
+    torchrun script's ``main(save_every, total_epochs, ...)``, which reads them from the environment:
+    called as fn(rank, world_size, ...), its save_every would silently be the rank."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if any(p.kind is p.VAR_POSITIONAL for p in params[:2]):
+        return
+    first = positional[0].name if positional else None
+    if len(positional) >= 2 and ("rank" in first.lower() or first in _RANK_NAMES):
+        return
+    shown = ", ".join(p.name for p in params[:3]) + (", ..." if len(params) > 3 else "")
+    raise LaunchInputError(
+        f"worker {name} takes ({shown}), but run calls it as fn(rank, world_size, --options...): give it rank "
+        "and world_size as its first two parameters (a torchrun script's main(), which reads RANK and "
+        "WORLD_SIZE from the environment, runs with torchrun instead)")
+
+
 def check_launch(fn: Callable, world_size: object, args: object = (), kwargs: object = None, *,
                  backend: object = None, start_method: object = None, timeout: object = None, env: object = None,
                  show_output: object = True, passes_world_size: bool = True, as_flags: bool = False) -> Launch:

@@ -43,6 +43,9 @@ def test_run_json_prints_per_rank_results_in_rank_order_on_the_last_line(cli_wit
     (["run", "demo_basic", "--world-size", "2", "--backend", "carrier-pigeon"], "unknown backend 'carrier-pigeon'"),
     (["run", "demo_basic", "--world-size", "2", "--colour", "red"], "unrecognized arguments: --colour red"),
     (["fly"], "invalid choice: 'fly'"),
+    (["bench", "launch", "--repeats", "-1"], "argument --repeats: must be a whole number of at least 1, got '-1'"),
+    (["bench", "launch", "--repeats", "0"], "argument --repeats: must be a whole number of at least 1, got '0'"),
+    (["bench", "launch", "--rep", "2"], "unrecognized arguments: --rep 2"),
 ])
 def test_bad_input_exits_2_with_one_line_and_no_traceback(args, message, cli_in_process):
     out = cli_in_process(*args)

@@ -48,9 +48,18 @@ def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:
 def run_main(argv: list[str], prog: str, doc: str, measure: Callable[..., dict],
              columns: list[tuple[str, str, str]], notes: Callable[[dict], str] | None = None) -> int:
     """Parse --quick/--repeats/--json, measure, then print a table (and notes) or JSON."""
-    parser = argparse.ArgumentParser(prog=f"python -m ddp_lib bench {prog}", description=doc.splitlines()[0])
+    from ddp_lib.cli import OneLineParser
+    from ddp_lib.launch_checks import whole_number
+
+    def at_least_one(text: str) -> int:
+        number = whole_number(text)
+        if number is None or number < 1:
+            raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+        return number
+
+    parser = OneLineParser(prog=f"python -m ddp_lib bench {prog}", description=doc.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats: seconds, not minutes")
-    parser.add_argument("--repeats", type=int, default=None, help="timed repeats per figure (after warm-up)")
+    parser.add_argument("--repeats", type=at_least_one, default=None, help="timed repeats per figure (after warm-up)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     opts = parser.parse_args(argv)
     result = measure(quick=opts.quick, repeats=opts.repeats)
