@@ -79,9 +79,12 @@ class Captured:
 
     text: str = ""
 
-    def lines_with(self, needle: str) -> list[str]:
-        """The distinct lines containing ``needle``, in first-seen order."""
-        return list(dict.fromkeys(line.strip() for line in self.text.splitlines() if needle in line))
+    def errors_of(self, exc_type: str) -> list[str]:
+        """The distinct ``exc_type: message`` errors written here, in first-seen order. Children share
+        the stderr they inherit, and two that fail at once can write the pieces of their tracebacks
+        interleaved (``AttributeError :  Can't ...``): each message is read after the type's name."""
+        found = re.finditer(rf"{re.escape(exc_type)}[\s:]*:[\s:]*(\S.*)", self.text)
+        return list(dict.fromkeys(f"{exc_type}: {match.group(1).strip()}" for match in found))
 
 
 @contextlib.contextmanager
