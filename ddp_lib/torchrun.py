@@ -206,6 +206,7 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], before: list[set[Path]]
     print on stdout, as it comes. ``stop_on_failure``: once one command fails, stop the others.
     Nothing outlives the call."""
     procs, errs, readers = [], [], []
+
     def rank_stdouts() -> list[Path]:  # this call's runs only (``before``: what a reused --log-dir held)
         runs = [run for log_dir, old in zip(log_dirs, before) for run in _new_runs(log_dir, old)]
         return sorted(p for run in runs for p in run.glob("attempt_*/*/stdout.log"))

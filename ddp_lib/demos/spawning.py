@@ -26,6 +26,7 @@ import torch
 import torch.multiprocessing as mp
 
 from ddp_lib.launch import FORKSERVER_PRELOAD
+from ddp_lib.torchrun import stop_torchruns
 
 # The lines of torch/multiprocessing/spawn.py that make fn(i, *args) happen, as in torch 2.13, in
 # the order they appear there (other lines between them are shown as "...").
@@ -269,14 +270,19 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
     if master_port is not None:
         shown = shown.replace(str(master_port), "<port>")  # a port that changes from run to run
     print(f"starting {jobs} x `{shown}` at once (several seconds)...", flush=True)
-    running = [subprocess.Popen([*command, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(jobs)]
+    running = []
     finished = []
-    for process in running:
-        stdout, stderr = process.communicate()
-        finished.append({"command": " ".join(["torchrun", *process.args[3:-1], script]),
-                         "exit code": process.returncode, "printed": (stdout.strip().splitlines() or [""])[-1],
-                         "EADDRINUSE": "EADDRINUSE" in stderr})
+    try:
+        for _ in range(jobs):
+            running.append(subprocess.Popen([*command, script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            text=True))
+        for process in running:
+            stdout, stderr = process.communicate(timeout=120)  # a hung job is an error, not a cell that never ends
+            finished.append({"command": " ".join(["torchrun", *process.args[3:-1], script]),
+                             "exit code": process.returncode, "printed": (stdout.strip().splitlines() or [""])[-1],
+                             "EADDRINUSE": "EADDRINUSE" in stderr})
+    finally:
+        stop_torchruns(running)  # on a timeout or Ctrl-C: torchrun and its ranks, which run in sessions of their own
     return finished
 
 
