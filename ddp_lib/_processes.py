@@ -18,7 +18,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -44,6 +44,18 @@ def ctrl_c_held() -> Iterator[None]:
     # Only when the block ended normally: an error raised inside it is not hidden behind the press.
     if pressed:
         previous(signal.SIGINT, pressed[-1])  # Python's own handler raises KeyboardInterrupt
+
+
+def stop_to_the_end(stop: Callable[[], None]) -> bool:
+    """Run ``stop``, which holds Ctrl-C itself (:func:`ctrl_c_held`) and can be run again, to its end:
+    again if a press lands before it holds presses back. Returns whether Ctrl-C was pressed."""
+    pressed = False
+    while True:
+        try:
+            stop()
+            return pressed
+        except KeyboardInterrupt:
+            pressed = True
 
 
 def pid_alive(pid: int) -> bool:

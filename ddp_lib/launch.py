@@ -31,6 +31,7 @@ import torch.distributed as dist
 from ddp_lib import _child
 from ddp_lib._job import Job
 from ddp_lib._output import RankOutput, live_view, output_dir, print_other_ranks, sweep_orphaned_logdirs
+from ddp_lib._processes import stop_to_the_end
 from ddp_lib.errors import (
     LaunchInterrupted,
     LaunchTimeout,
@@ -121,15 +122,10 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            # A press while the ranks are being stopped waits until they are (Job.stop); one that
-            # lands just before that holding begins interrupts the stop, which then runs again.
-            # With another error on its way out, that error is reported and the press dropped.
-            while True:
-                try:
-                    job.stop()
-                    break
-                except KeyboardInterrupt:
-                    interrupted = True
+            # A press while the ranks are being stopped waits until they are. With another error on
+            # its way out, that error is reported and the press dropped.
+            if stop_to_the_end(job.stop):
+                interrupted = True
         if interrupted:
             raise LaunchInterrupted(world_size) from None
         outputs = job.read_outputs()

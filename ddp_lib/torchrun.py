@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ddp_lib import rank_files
 from ddp_lib._output import FollowedFiles
-from ddp_lib._processes import ctrl_c_held, descendants, kill_all
+from ddp_lib._processes import ctrl_c_held, descendants, kill_all, stop_to_the_end
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS
 
@@ -187,14 +187,7 @@ def _stop(procs: list[subprocess.Popen], grace: float = 10) -> None:
 def stop_torchruns(procs: list[subprocess.Popen]) -> None:
     """Stop these torchrun processes and their ranks (:func:`_stop`), whatever Ctrl-C does: run again
     if a press lands before it holds presses back; KeyboardInterrupt once all is stopped if one was."""
-    pressed = False
-    while True:
-        try:
-            _stop(procs)
-            break
-        except KeyboardInterrupt:
-            pressed = True
-    if pressed:
+    if stop_to_the_end(lambda: _stop(procs)):
         raise KeyboardInterrupt
 
 

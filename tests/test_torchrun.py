@@ -314,14 +314,20 @@ def test_a_command_is_shown_without_what_changes_between_runs():
     assert command_text(spaced) == "torchrun --master-port PORT --rdzv-endpoint h:PORT --log-dir DIR -m x"
 
 
-def test_a_followed_rank_file_made_again_is_printed_again(tmp_path, capsys):
+def _rank_file_followed_once(log_dir, text: str):
+    """A rank folder of ``log_dir`` whose stdout.log holds ``text``, and a follower that has printed it."""
     from ddp_lib._output import FollowedFiles
 
-    folder = tmp_path / "job_x1" / "attempt_0" / "0"
+    folder = log_dir / "job_x1" / "attempt_0" / "0"
     folder.mkdir(parents=True)
-    (folder / "stdout.log").write_text("round one, a longer line\n")
-    follow = FollowedFiles(lambda: sorted(tmp_path.glob("*/attempt_*/*/stdout.log")))
+    (folder / "stdout.log").write_text(text)
+    follow = FollowedFiles(lambda: sorted(log_dir.glob("*/attempt_*/*/stdout.log")))
     follow.poll()
+    return folder, follow
+
+
+def test_a_followed_rank_file_made_again_is_printed_again(tmp_path, capsys):
+    folder, follow = _rank_file_followed_once(tmp_path, "round one, a longer line\n")
     (folder / "stdout.log").unlink()  # a restart that spends nothing makes attempt_0 again
     (folder / "stdout.log").write_text("round two\n")
     follow.poll()
@@ -343,13 +349,7 @@ def test_a_rank_folder_made_again_with_more_than_was_read_is_printed_whole(tmp_p
     # again. The filesystem may give the new file the old one's inode; it must still be read from its start.
     import shutil
 
-    from ddp_lib._output import FollowedFiles
-
-    folder = tmp_path / "job_x1" / "attempt_0" / "0"
-    folder.mkdir(parents=True)
-    (folder / "stdout.log").write_text("round one\n")
-    follow = FollowedFiles(lambda: sorted(tmp_path.glob("*/attempt_*/*/stdout.log")))
-    follow.poll()
+    folder, follow = _rank_file_followed_once(tmp_path, "round one\n")
     shutil.rmtree(folder.parent)
     folder.mkdir(parents=True)
     (folder / "stdout.log").write_text("round two, line A\nround two, line B\n")
