@@ -53,15 +53,19 @@ def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path,
 
 
 FAILING = """
-import os
 import time
+from pathlib import Path
 
 
 def work(rank, world_size):
     print(f"rank {rank} working", flush=True)
-    if rank == 1:
-        raise ValueError("rank 1 read a corrupt batch")
-    time.sleep(60)  # torchrun stops this rank (SIGTERM) once rank 1 has failed
+    working = Path(__file__).with_name("rank0_working")
+    if rank == 0:
+        working.touch()
+        time.sleep(60)  # torchrun stops this rank (SIGTERM) once rank 1 has failed
+    while not working.exists():  # on a busy machine rank 1 could otherwise fail before rank 0 has begun
+        time.sleep(0.05)
+    raise ValueError("rank 1 read a corrupt batch")
 """
 
 
