@@ -3,7 +3,9 @@ failed on its own from one whose collective broke because a peer failed."""
 
 from __future__ import annotations
 
+import os
 import re
+import sysconfig
 
 # How gloo reports that a peer went away or never came: the failure of a rank whose partner
 # failed first, or left it waiting in a collective until the group's timeout.
@@ -144,6 +146,42 @@ class LaunchTimeout(TimeoutError):
                         for rank, text in sorted(self.stacks.items()) if text.strip())
         if where:
             self.__cause__ = RemoteTraceback(where)
+
+
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
+
+
+def stopped_at(stack: str) -> tuple[str, str]:
+    """Where a rank was when stopped, from its stack as faulthandler writes it: the call it was
+    in when that is installed code (``"all_reduce (torch/distributed/distributed_c10d.py)"``, else
+    ``""``), and the innermost line of code of one's own, outside installed packages and the
+    standard library (``"my_worker.py line 7"``; ``""`` when the worker had returned)."""
+    threads = [_FRAME.findall(thread) for thread in re.split(r"\n\s*\n", stack)]
+    frames = next((t for t in threads if any(f[2] == "_call_keeping_locals" for f in t)), None)
+    if frames is None:  # the worker had returned: the thread that took the signal
+        frames = next((_FRAME.findall(t) for t in re.split(r"\n\s*\n", stack) if "Current thread" in t), [])
+        worker = []
+    else:  # most recent call first, down to the launcher's call of the worker
+        worker = frames[:[f[2] for f in frames].index("_call_keeping_locals")]
+    if not frames:
+        return "", ""
+    own = next(((p, n) for p, n, _ in worker if not _installed(p)), None)
+    path, _, function = frames[0]
+    call = f"{function} ({_short_path(path)})" if _installed(path) or not worker else ""
+    return call, f"{os.path.basename(own[0])} line {own[1]}" if own else ""
+
+
+def _installed(path: str) -> bool:
+    """Whether ``path`` is a file of the standard library or of an installed package."""
+    places = {sysconfig.get_paths()[name] for name in ("stdlib", "purelib", "platlib")}
+    return any(os.path.commonpath([os.path.abspath(path), place]) == place for place in places
+               if os.path.splitdrive(path)[0] == os.path.splitdrive(place)[0])
+
+
+def _short_path(path: str) -> str:
+    """An installed package's file from its package down (``torch/distributed/...``), else its name."""
+    tail = path.replace("\\", "/").rsplit("site-packages/", 1)
+    return tail[1] if len(tail) == 2 else os.path.basename(path)
 
 
 _PEER_PORT = re.compile(r"(\[[0-9a-fA-F.:]+\]):\d+")

@@ -1,9 +1,11 @@
 """The failures lesson 07 shows, reproduced with real processes, and its exercise checker."""
 
 import glob
+import inspect
 import os
 import shutil
 import socket
+import sysconfig
 import textwrap
 import time
 
@@ -11,7 +13,7 @@ import pytest
 import torch.distributed as dist
 
 from ddp_lib.demos import hung_ranks, leftovers, monitored
-from ddp_lib.errors import LaunchInputError, WorkerError, readable
+from ddp_lib.errors import LaunchInputError, WorkerError, readable, stopped_at
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import spawn
 from ddp_lib.workers import failure_lab as lab
@@ -265,6 +267,9 @@ SOLUTIONS = {
                 import time; time.sleep(60)
             return metric.item() / world_size
     """,
+    "slow": """
+        import time; time.sleep(60)
+    """,
     "sum_not_mean": """
         with process_group(rank, world_size):
             metric = torch.tensor([metric])
@@ -414,11 +419,36 @@ def test_checker_refuses_a_hard_coded_world_size(solution):
 
 
 def test_checker_turns_a_hang_into_a_useful_failure(solution):
-    report = check_evaluation(solution("others_busy"), world_sizes=(2,), timeout=5)
+    evaluate = solution("others_busy")
+    report = check_evaluation(evaluate, world_sizes=(2,), timeout=5)
+    source = inspect.getsource(inspect.getmodule(evaluate)).splitlines()
+    line_of = {text: next(n for n, line in enumerate(source, 1) if text in line) for text in ("all_reduce", "sleep")}
     assert not report.passed
-    assert report.lines == ["FAIL world_size 2: rank(s) 0, 1 still running after 5 s; a rank waits in a collective "
-                            "that another rank never called: does every rank call the same collectives, in the same "
-                            "order?"]
+    assert report.lines == ["FAIL world_size 2: rank(s) 0, 1 still running after 5 s. "
+                            "rank 0 was in all_reduce (torch/distributed/distributed_c10d.py), called at "
+                            f"evaluation_others_busy.py line {line_of['all_reduce']}; "
+                            f"rank 1 was at evaluation_others_busy.py line {line_of['sleep']}. "
+                            "A rank waits in a collective that another rank never called: does every rank call the "
+                            "same collectives, in the same order?"]
+
+
+def test_checker_says_when_no_rank_waits_in_a_collective(solution):
+    report = check_evaluation(solution("slow"), world_sizes=(2,), timeout=5)
+    (line,) = report.lines
+    assert line.startswith("FAIL world_size 2: rank(s) 0, 1 still running"), line
+    assert "rank 0 was at evaluation_slow.py line" in line
+    assert line.endswith("No rank was in torch.distributed: does the work take longer than the deadline?")
+
+
+def test_where_a_rank_stopped_after_its_worker_returned():
+    # A rank can hang after its worker returned (in a library's teardown, say): its stack, as
+    # faulthandler writes it, has no worker frame, and the place named is the call it was in.
+    torch_file = os.path.join(sysconfig.get_paths()["purelib"], "torch", "distributed", "distributed_c10d.py")
+    stack = (f'Thread 0x1 (most recent call first):\n  File "/x/ddp_lib/_child.py", line 158 in _watch\n\n'
+             f'Current thread 0x2 (most recent call first):\n  File "{torch_file}", line 2 in destroy_process_group\n'
+             '  File "/x/ddp_lib/_child.py", line 260 in run_rank\n')
+    assert stopped_at(stack) == ("destroy_process_group (torch/distributed/distributed_c10d.py)", "")
+    assert stopped_at("") == ("", "")
 
 
 def test_checker_explains_a_broken_collective(solution):

@@ -73,3 +73,13 @@ def test_ddp_returns_before_moving_inputs_only_in_two_modes():
     before = source[:source.index("if self.device_ids:")]
     assert re.findall(r"if self\.(\w+):\n\s+return inputs, kwargs", before) == [
         "_use_python_reducer", "_delay_all_reduce_all_params"]
+
+
+def test_torchrun_side_by_side_raises_a_failure_it_is_not_about(tmp_path):
+    # Lesson 02 prints each job's exit code; a job that fails for another reason than a taken
+    # port is raised with the end of torchrun's error output, so that its cause is on screen.
+    script = tmp_path / "fails.py"
+    script.write_text("import os, sys\nsys.exit(f'rank {os.environ[\"RANK\"]} gave up')\n")
+    with pytest.raises(RuntimeError, match=r"exited with 1; its error output ends:\n") as caught:
+        spawning.torchrun_side_by_side(str(script), jobs=1, nproc_per_node=1)
+    assert "rank 0 gave up" in str(caught.value)

@@ -262,7 +262,8 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
     """Start ``jobs`` torchrun jobs of ``script`` at the same time on this machine (with
     ``--master-port`` if given) and wait for them. Per job: its command ("torchrun" standing for
     ``python -m torch.distributed.run``), its exit code, the last line it printed (the script's
-    result), and whether its error output says EADDRINUSE."""
+    result), and whether its error output says EADDRINUSE. A job that fails for another reason
+    raises RuntimeError with the end of its error output."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node)]
     if master_port is not None:
         command += ["--master-port", str(master_port)]
@@ -278,6 +279,9 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
                                             text=True))
         for process in running:
             stdout, stderr = process.communicate(timeout=120)  # a hung job is an error, not a cell that never ends
+            if process.returncode != 0 and "EADDRINUSE" not in stderr:  # a failure this demo is not about
+                raise RuntimeError(f"`{shown}` exited with {process.returncode}; its error output ends:\n"
+                                   + "\n".join(stderr.splitlines()[-40:]))
             finished.append({"command": " ".join(["torchrun", *process.args[3:-1], script]),
                              "exit code": process.returncode, "printed": (stdout.strip().splitlines() or [""])[-1],
                              "EADDRINUSE": "EADDRINUSE" in stderr})

@@ -15,7 +15,7 @@ import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, readable
+from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, readable, stopped_at
 from ddp_lib.launch_checks import check_worker
 
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
@@ -90,8 +90,8 @@ def launch_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple =
     except LaunchInputError as exc:
         report.fail(f"the worker cannot be launched: {exc}")
     except LaunchTimeout as exc:
-        report.fail(f"{where}: rank(s) {', '.join(map(str, exc.running))} still running after {timeout:g} s; "
-                    f"a rank waits in a collective that another rank never called: {COLLECTIVE_HINT}")
+        report.fail(f"{where}: rank(s) {', '.join(map(str, exc.running))} still running after {timeout:g} s"
+                    f"{_where_stopped(exc)}")
     except WorkerError as exc:
         if is_peer_failure(exc.exc_type, exc.message):
             # The exact words depend on timing (closed, reset, timed out): say what happened.
@@ -100,6 +100,22 @@ def launch_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple =
         else:
             report.fail(f"{where}: rank {exc.rank} raised {exc.exc_type}: {readable(exc.message, 160)}")
     return None
+
+
+def _where_stopped(exc: LaunchTimeout) -> str:
+    """Where the ranks still running were when stopped (from their stacks), and what that suggests."""
+    places = {rank: stopped_at(exc.stacks[rank]) for rank in exc.running if rank in exc.stacks}
+    said = []
+    for rank, (call, line) in places.items():
+        if call and line:
+            said.append(f"rank {rank} was in {call}, called at {line}")
+        elif line or call:
+            said.append(f"rank {rank} was at {line}" if line else
+                        f"rank {rank} was in {call}, after its worker returned")
+    where = f". {'; '.join(said)}" if said else ""
+    if said and not any("torch/distributed/" in call for call, _ in places.values()):
+        return f"{where}. No rank was in torch.distributed: does the work take longer than the deadline?"
+    return f"{where}. A rank waits in a collective that another rank never called: {COLLECTIVE_HINT}"
 
 
 @contextlib.contextmanager
