@@ -129,16 +129,24 @@ def our_links() -> list[str]:
     return [name for name in names if name.startswith(PREFIX)]
 
 
+def _orphaned(name: str) -> bool:
+    """Whether what ``name`` names was made here by a process that no longer runs (or by no
+    process this module can tell)."""
+    owner = _owner(name)
+    return owner is None or not pid_alive(owner)
+
+
+def _workdirs() -> dict[str, str]:
+    """The temporary directories made here, each with the name its owner is told by."""
+    found = glob.glob(os.path.join(tempfile.gettempdir(), f"{_WORKDIR}{PREFIX}*"))
+    return {workdir: os.path.basename(workdir)[len(_WORKDIR):] for workdir in found}
+
+
 def left_behind(pid: int) -> list[str]:
     """Namespaces, links and temporary directories that should not exist once process ``pid``
     has left every ``two_hosts()``: those named after it, and those whose owner no longer runs."""
-    names = our_namespaces() + our_links()
-    found = [n for n in names if _owner(n) == pid or _owner(n) is None or not pid_alive(_owner(n))]
-    for workdir in glob.glob(os.path.join(tempfile.gettempdir(), f"{_WORKDIR}{PREFIX}*")):
-        owner = _owner(os.path.basename(workdir)[len(_WORKDIR):])
-        if owner == pid or owner is None or not pid_alive(owner):
-            found.append(workdir)
-    return found
+    named = {name: name for name in our_namespaces() + our_links()} | _workdirs()
+    return [thing for thing, name in named.items() if _owner(name) == pid or _orphaned(name)]
 
 
 def kill_everything_in(netns: str) -> None:
@@ -166,18 +174,15 @@ def clean_stale(everything: bool = False) -> list[str]:
     run (or all of them with ``everything``); return their names."""
     removed = []
     for netns in our_namespaces():
-        owner = _owner(netns)
-        if everything or owner is None or not pid_alive(owner):
+        if everything or _orphaned(netns):
             remove_namespace(netns)
             removed.append(netns)
     for link in our_links():
-        owner = _owner(link)
-        if everything or owner is None or not pid_alive(owner):
+        if everything or _orphaned(link):
             _ip("link", "del", link, check=False)
             removed.append(link)
-    for workdir in glob.glob(os.path.join(tempfile.gettempdir(), f"{_WORKDIR}{PREFIX}*")):
-        owner = _owner(os.path.basename(workdir)[len(_WORKDIR):])
-        if everything or owner is None or not pid_alive(owner):
+    for workdir, name in _workdirs().items():
+        if everything or _orphaned(name):
             shutil.rmtree(workdir, ignore_errors=True)
             removed.append(workdir)
     return removed
