@@ -69,7 +69,7 @@ def spawn(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, **o
 
 def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *, backend: str | None = None,
            timeout: float | None = LAUNCH_TIMEOUT_S, start_method: str | None = None,
-           show_output: bool | str = True, env: dict[str, str] | None = None) -> LaunchResult:
+           show_output: bool | str = True, env: dict[str, str] | list[dict[str, str]] | None = None) -> LaunchResult:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on each rank and wait for all of them.
 
     fn: a function importable by name (module-level, or in the script being run), or a
@@ -78,7 +78,8 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
     timeout: seconds before a job still running is stopped with LaunchTimeout (None: no deadline).
     start_method: "forkserver" (default where available), "spawn" or "fork".
     show_output: True prints each rank's stdout and stderr, "stdout" only stdout, False nothing.
-    env: extra environment variables for every rank.
+    env: extra environment variables for every rank (a dict), or for each rank its own (a list of
+        world_size dicts).
     Raises LaunchInputError before starting anything, WorkerError naming the rank that
     failed, or LaunchTimeout. No child, and no process a child started, is left running.
     """
@@ -190,11 +191,11 @@ def _loopback_interface() -> str | None:
     return next((n for n in names if n in ("lo", "lo0")), None)
 
 
-def rank_environments(world_size: int, backend: str, extra: dict[str, str] | None,
+def rank_environments(world_size: int, backend: str, extra: list[dict[str, str]] | None,
                       store_port: int | None) -> list[dict[str, str]]:
-    """Each rank's environment. With ``store_port``, the launcher's store (all ranks its
-    clients, as under torchrun); without, the worker sets MASTER_ADDR/MASTER_PORT and rank 0
-    hosts the store, as under torch.multiprocessing."""
+    """Each rank's environment, with ``extra[rank]`` added. With ``store_port``, the launcher's
+    store (all ranks its clients, as under torchrun); without, the worker sets MASTER_ADDR/MASTER_PORT
+    and rank 0 hosts the store, as under torch.multiprocessing."""
     base = dict(os.environ)
     # Run from inside a torchrun rank, the ranks must not write their errors to that rank's error file.
     base.pop("TORCHELASTIC_ERROR_FILE", None)
@@ -221,8 +222,8 @@ def rank_environments(world_size: int, backend: str, extra: dict[str, str] | Non
     if loopback:
         # gloo would otherwise listen on the address the host name resolves to.
         base.setdefault("GLOO_SOCKET_IFNAME", loopback)
-    base.update({k: str(v) for k, v in (extra or {}).items()})
-    return [{**base, "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(world_size)]
+    extra = extra or [{}] * world_size
+    return [{**base, **extra[r], "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(world_size)]
 
 
 # Set on import, not at the first launch: the forkserver is one per process and keeps the

@@ -227,24 +227,34 @@ def check_environment(environ: Mapping[str, str]) -> None:
             f"TORCH_DISTRIBUTED_DEBUG must be one of {', '.join(DEBUG_LEVELS)} (any case), got {debug!r}")
 
 
-def check_env(env: object) -> dict[str, str]:
-    """Check ``env=``, the extra variables for every rank, together with the environment the ranks
-    inherit; return it as a dict of strings."""
+def check_env(env: object, world_size: int) -> list[dict[str, str]]:
+    """Check ``env=``: extra variables for every rank (a dict), or for each rank its own (a list of
+    ``world_size`` dicts), together with the environment the ranks inherit; return one dict of
+    strings per rank."""
     if env is None:
         env = {}
+    if isinstance(env, (list, tuple)):
+        if len(env) != world_size:
+            raise LaunchInputError(f"env is a list of {len(env)} dicts for world_size {world_size}: give one dict "
+                                   "per rank, or one dict for every rank")
+        return [_check_one_env(one, f"env[{rank}]") for rank, one in enumerate(env)]
+    return [_check_one_env(env, "env")] * world_size
+
+
+def _check_one_env(env: object, where: str) -> dict[str, str]:
     if not isinstance(env, Mapping) or not all(isinstance(k, str) for k in env):
-        raise LaunchInputError(f"env must be a dict of environment variable names to values, got {env!r}")
+        raise LaunchInputError(f"{where} must be a dict of environment variable names to values, got {env!r}")
     reserved = [k for k in env if k in LAUNCHER_VARS]
     if reserved:
         raise LaunchInputError(
-            f"env may not set {', '.join(reserved)}: the launcher sets {', '.join(LAUNCHER_VARS)} for every rank "
+            f"{where} may not set {', '.join(reserved)}: the launcher sets {', '.join(LAUNCHER_VARS)} for every rank "
             "itself (to run ranks elsewhere, use torchrun)")
     env = {k: str(v) for k, v in env.items()}
     for name, value in env.items():
         # What os.environ refuses in the rank (its ValueError would end it as "exited with code 1").
         if not name or "=" in name or "\0" in name or "\0" in value:
-            raise LaunchInputError(f"env: {name!r}={value!r} is not an environment variable: a name is not empty and "
-                                   "holds no '=' or NUL character, and a value holds no NUL character")
+            raise LaunchInputError(f"{where}: {name!r}={value!r} is not an environment variable: a name is not empty "
+                                   "and holds no '=' or NUL character, and a value holds no NUL character")
     check_environment({**os.environ, **env})
     return env
 
@@ -281,7 +291,7 @@ class Launch:
     backend: str
     start_method: str
     timeout: float | None
-    env: dict[str, str]  # extra variables for every rank
+    env: list[dict[str, str]]  # extra variables, one dict per rank
 
 
 # First parameter names that say "the rank" (mp.spawn's examples call it i, gpu or proc too).
@@ -325,7 +335,7 @@ def check_launch(fn: Callable, world_size: object, args: object = (), kwargs: ob
     check_picklable(args, kwargs)
     fn_ref = check_worker(fn)
     check_worker_arguments(fn, args, kwargs, passes_world_size=passes_world_size, as_flags=as_flags)
-    env = check_env(env)
+    env = check_env(env, world_size)
     backend = default_backend(world_size) if backend is None else check_backend(backend, world_size)
     return Launch(fn_ref, world_size, args, kwargs, backend, check_start_method(start_method),
                   check_timeout(timeout), env)

@@ -90,6 +90,16 @@ RIGHT_ANSWERS = {
 }
 
 
+# all_gather_object "gathers any picklable object": the share as floats, or as a tensor.
+RIGHT_ANSWERS["all_gather_object of floats"] = GATHER_OBJECTS.replace(
+    "dist.all_gather_object(shares, share)", "dist.all_gather_object(shares, [float(x) for x in share])").replace(
+    "return [shares", "return [int(x) for x in [shares").replace("shares)))]", "shares)))]]")
+RIGHT_ANSWERS["all_gather_object of a tensor"] = GATHER_OBJECTS.replace(
+    "import torch.distributed as dist", "import torch\n    import torch.distributed as dist").replace(
+    "dist.all_gather_object(shares, share)", "dist.all_gather_object(shares, torch.tensor(share))").replace(
+    "return [shares[i % world_size][i // world_size]", "return [shares[i % world_size][i // world_size].item()")
+
+
 @pytest.mark.parametrize("name", RIGHT_ANSWERS)
 def test_right_answers_pass(solution, name):
     world_sizes = (2, 3, 4) if name == "all_gather_object" else (2,)
@@ -183,6 +193,27 @@ def test_shares_swapped_through_the_store_with_the_checkers_records_forged_are_r
     """)
     problems = fails(fn, world_sizes=(2,), n=11)
     assert any("no rank ran a collective that moves data" in p for p in problems), problems
+
+
+def test_the_checkers_record_of_the_share_rewritten_in_its_frame_changes_nothing(solution):
+    # No data exchanged: the rank's share, where the calling frame holds it, rewritten to zeros
+    # (through ctypes, as a debugger would), then zeros returned. The parent checks against the
+    # shares it drew itself.
+    fn = solution("""
+        import ctypes, sys
+        import torch, torch.distributed as dist
+        from ddp_lib.process_group import process_group
+
+        def reassemble(rank, world_size, share):
+            frame = sys._getframe(1)
+            frame.f_locals["share"] = [0] * len(share)
+            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+            with process_group(rank, world_size):
+                dist.all_reduce(torch.zeros(6))  # as long as the longest share: carries the zeros
+            return [0] * 11
+    """)
+    problems = fails(fn, world_sizes=(2,), n=11)
+    assert problems and all("returned" in p for p in problems), problems
 
 
 def test_a_hard_coded_world_size_fails_on_3_ranks(solution):

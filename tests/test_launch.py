@@ -63,6 +63,11 @@ def test_extra_env_reaches_every_rank():
     assert [e["threads"] for e in envs] == [1, 1]
 
 
+def test_extra_env_per_rank_reaches_only_its_rank():
+    envs = spawn(launcher_workers.report_env, 2, env=[{"OMP_NUM_THREADS": 1}, {"OMP_NUM_THREADS": 2}])
+    assert [e["threads"] for e in envs] == [1, 2]
+
+
 def test_demo_basic_gives_every_rank_the_same_parameters():
     for world_size in (1, 2, 4):
         results = spawn(demo_basic, world_size, show_output=False)

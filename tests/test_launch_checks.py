@@ -150,11 +150,24 @@ def test_env_may_not_override_what_the_launcher_sets(name):
     from ddp_lib.launch_checks import check_env, check_launch
 
     with pytest.raises(LaunchInputError, match=f"^env may not set {name}: the launcher sets") as info:
-        check_env({name: "1", "OMP_NUM_THREADS": "1"})
+        check_env({name: "1", "OMP_NUM_THREADS": "1"}, 2)
     assert "\n" not in str(info.value)
     with pytest.raises(LaunchInputError, match=f"^env may not set {name}"):
         check_launch(demo_basic, 2, timeout=10.0, env={name: "1"})
-    assert check_env({"OMP_NUM_THREADS": 2}) == {"OMP_NUM_THREADS": "2"}
+    with pytest.raises(LaunchInputError, match=fr"^env\[1\] may not set {name}"):
+        check_launch(demo_basic, 2, timeout=10.0, env=[{}, {name: "1"}])
+    assert check_env({"OMP_NUM_THREADS": 2}, 2) == [{"OMP_NUM_THREADS": "2"}] * 2
+
+
+def test_env_per_rank_is_a_list_of_one_dict_per_rank():
+    from ddp_lib.launch_checks import check_env
+
+    assert check_env([{"A": 1}, {"A": "x"}], 2) == [{"A": "1"}, {"A": "x"}]
+    assert check_env(None, 3) == [{}] * 3
+    with pytest.raises(LaunchInputError, match=r"^env is a list of 3 dicts for world_size 2: give one dict per rank"):
+        check_env([{}, {}, {}], 2)
+    with pytest.raises(LaunchInputError, match=r"^env\[0\] must be a dict of environment variable names"):
+        check_env(["A=1", {}], 2)
 
 
 def test_world_size_beyond_one_machine_is_refused_with_the_way_out(monkeypatch):
@@ -193,7 +206,7 @@ def test_bad_environment_values_are_refused_naming_the_variable(monkeypatch, nam
     from ddp_lib.launch_checks import check_env
 
     with pytest.raises(LaunchInputError) as info:
-        check_env({name: value})  # env= of a launch
+        check_env({name: value}, 2)  # env= of a launch
     assert str(info.value) == accepted
     monkeypatch.setenv(name, value)  # inherited from the caller's environment
     assert refused(name, demo_basic, 2) == accepted
@@ -202,8 +215,8 @@ def test_bad_environment_values_are_refused_naming_the_variable(monkeypatch, nam
 def test_good_environment_values_pass(monkeypatch):
     from ddp_lib.launch_checks import check_env
 
-    assert check_env({"OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}) == {
-        "OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}
+    assert check_env({"OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}, 1) == [{
+        "OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}]
 
 
 @pytest.mark.parametrize("value", ["no", "stderr", 0, None])

@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
+import numbers
+import pickle
 import pkgutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -98,7 +100,8 @@ def launch_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple =
             report.fail(f"{where}: rank {exc.rank}'s collective broke because another rank left it or never "
                         f"joined ({exc.exc_type}); {COLLECTIVE_HINT}")
         else:
-            report.fail(f"{where}: rank {exc.rank} raised {exc.exc_type}: {readable(exc.message, 160)}")
+            what = f"raised {exc.exc_type}: " if exc.exc_type else ""  # none: it died ("was killed by SIGABRT ...")
+            report.fail(f"{where}: rank {exc.rank} {what}{readable(exc.message, 160)}")
     return None
 
 
@@ -199,6 +202,8 @@ class CollectiveInputs:
             pattern, numbers = b"".join(_pickled_int(int(v)) for v in items), list(items)
         if any(pattern in raw for raw in self.raw):
             return True
+        if not isinstance(items, str) and any(_in_order(numbers, _numbers_in(_unpickled(raw))) for raw in self.raw):
+            return True  # pickled otherwise: as floats, a tensor, an array
         return any(_in_order(numbers, values) for values in self.values)
 
 
@@ -408,6 +413,29 @@ def _pickled_int(value: int) -> bytes:
     if 0 <= value < 65536:
         return b"M" + value.to_bytes(2, "little")
     return b"J" + value.to_bytes(4, "little", signed=True)
+
+
+def _unpickled(raw: bytes) -> object:
+    """The object pickled at the start of ``raw`` (all_gather_object pads it), or None."""
+    try:
+        return pickle.loads(raw)  # sent by code already running in this process: nothing new is trusted
+    except Exception:
+        return None
+
+
+def _numbers_in(value: object, depth: int = 0) -> list:
+    """The numbers in ``value`` in order: itself, or those in its tensors, arrays, lists, tuples and dicts."""
+    if depth > 20:
+        return []
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return [value]
+    if hasattr(value, "tolist") and hasattr(value, "shape"):  # a tensor or an array
+        return _numbers_in(value.tolist(), depth + 1)
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [x for item in value for x in _numbers_in(item, depth + 1)]
+    return []
 
 
 def _in_order(wanted: list, values: list) -> bool:

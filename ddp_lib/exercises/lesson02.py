@@ -3,10 +3,12 @@
 A list of ``n`` numbers is split round robin: rank ``r`` holds the items at positions ``r``,
 ``r + world_size``, ``r + 2 * world_size``, ... (its *share*), and no other rank holds them. The
 learner writes ``reassemble(rank, world_size, share)``, which must return, on every rank, the
-whole list in its original order. Each rank draws its share itself, from fresh randomness, when
-the check runs: nothing in a rank's process holds another rank's numbers, so only a worker that
-communicates (a collective) can return the whole list. The parent checks every rank's answer
-against all ranks' shares.
+whole list in its original order. The checker draws the shares afresh for each run and hands each
+rank only its own, in that rank's environment: nothing in a rank's process holds another rank's
+numbers, and what the parent checks every answer against (the shares it drew) is out of the ranks'
+reach. Each rank's share must also go into a collective that moves data. The limit: a worker
+that swaps the shares through the process group's key-value store (a channel beside the
+collectives) while giving its share to a collective whose result it ignores is not told apart.
 
     print(check_reassemble(reassemble))
 """
@@ -14,6 +16,7 @@ against all ranks' shares.
 from __future__ import annotations
 
 import numbers
+import os
 import random
 import secrets
 from collections.abc import Callable, Sequence
@@ -28,6 +31,8 @@ from ddp_lib.exercises.checking import (
     worker_name,
 )
 
+SHARE_ENV = "DDP_LIB_CHECK_SHARE"
+
 
 def expected_share(rank: int, world_size: int, n: int) -> list[int]:
     """The positions in ``range(n)`` that ``rank`` holds, round robin."""
@@ -41,10 +46,10 @@ def interleave(shares: Sequence[Sequence]) -> list:
     return [shares[i % world_size][i // world_size] for i in range(n)]
 
 
-def _run_learner(rank: int, world_size: int, target: str, n: int) -> dict:
-    """Runs in each rank: draw this rank's share here (no other process has it), call the
-    learner's worker on it while counting the collectives that run, and return both."""
-    share = tuple(secrets.randbelow(1000) for _ in expected_share(rank, world_size, n))  # immutable record
+def _run_learner(rank: int, world_size: int, target: str) -> dict:
+    """Runs in each rank: call the learner's worker on this rank's share (given in its environment
+    only) while watching the collectives that run, and return what they carried."""
+    share = [int(x) for x in os.environ.pop(SHARE_ENV).split(",") if x]
     with watching_collectives() as watched:
         answer = load_worker(target)(rank, world_size, list(share))
     ops, sent = watched.counts, watched.inputs
@@ -52,8 +57,7 @@ def _run_learner(rank: int, world_size: int, target: str, n: int) -> dict:
         answer = answer.tolist()
     # A collective that moves data is not enough (shares swapped through the store, then an
     # all_reduce of zeros): this rank's share must be in what it gave a collective.
-    return {"share": list(share), "answer": answer, "collectives": dict(ops),
-            "sent_share": sent.carried(share, group_size=world_size)}
+    return {"answer": answer, "collectives": dict(ops), "sent_share": sent.carried(share, group_size=world_size)}
 
 
 def _as_numbers(value: object) -> list | None:
@@ -89,12 +93,13 @@ def _rank_problem(rank: int, answer: object, shares: list[list], whole: list) ->
 
 def _check_world_size(target: str, world_size: int, n: int, timeout: float, report: Report) -> None:
     where = f"world_size {world_size}, n {n}"
-    runs = run_on_ranks(_run_learner, world_size, report, (target, n), timeout=timeout)
+    shares = [[secrets.randbelow(1000) for _ in expected_share(rank, world_size, n)] for rank in range(world_size)]
+    env = [{SHARE_ENV: ",".join(map(str, share))} for share in shares]  # each rank sees its own only
+    runs = run_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout, env=env)
     if runs is None:
         if "TypeError" in report.lines[-1] and "positional argument" in report.lines[-1]:
             report.lines[-1] += " (the checker calls fn(rank, world_size, share))"
         return
-    shares = [run["share"] for run in runs]
     whole = interleave(shares)
     moved = {op for run in runs for op, count in run["collectives"].items() if count and op not in NOT_CARRYING_DATA}
     unsent = [rank for rank, run in enumerate(runs) if not run["sent_share"]]
@@ -117,8 +122,8 @@ def draw_n(rng: random.Random) -> int:
 
 def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), n: int | None = None,
                      timeout: float = 60.0, seed: int | None = None) -> Report:
-    """Run ``fn(rank, world_size, share)`` on every rank for each world size, with shares drawn in
-    the ranks and ``n`` drawn now (or from ``seed``); report, per rank, what is right or wrong."""
+    """Run ``fn(rank, world_size, share)`` on every rank for each world size, with shares drawn
+    afresh and ``n`` drawn now (or from ``seed``); report, per rank, what is right or wrong."""
     report = Report()
     n = draw_n(random.Random(seed)) if n is None else n
     try:
