@@ -51,3 +51,60 @@ def test_known_limit_a_real_collectives_record_rewritten(tmp_path, monkeypatch):
     importlib.invalidate_caches()
     report = check_evaluation(importlib.import_module("rewritten07").evaluate, world_sizes=(2,))
     assert not report.passed, str(report)
+
+
+def _learner(tmp_path, monkeypatch, name, source):
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
+    importlib.invalidate_caches()
+    return importlib.import_module(name).evaluate
+
+
+# The metrics exchanged through files; beside it a real all-reduce of many candidate values, in the
+# hope that every rank's metric is among them.
+CANDIDATES_BESIDE_FILES = """
+    import glob, os, time
+    import torch, torch.distributed as dist
+    from ddp_lib.process_group import process_group
+
+    def evaluate(rank, world_size, metric):
+        with process_group(rank, world_size):
+            dist.all_reduce(torch.linspace(0.01, 0.99, {count}, dtype=torch.float64))
+            folder = f"{{os.environ['TMPDIR_FOR_TEST']}}/{{os.environ['MASTER_PORT']}}"
+            os.makedirs(folder, exist_ok=True)
+            with open(f"{{folder}}/{{rank}}.tmp", "w") as f:
+                f.write(repr(metric))
+            os.rename(f"{{folder}}/{{rank}}.tmp", f"{{folder}}/{{rank}}")
+            while len(glob.glob(f"{{folder}}/[0-9]*")) < world_size:
+                time.sleep(0.01)
+            return sum(float(open(f"{{folder}}/{{r}}").read()) for r in range(world_size)) / world_size
+    """
+
+
+@pytest.mark.parametrize("count, refusal", [(99, "did not go into one"), (20_000, "values; the mean of one metric")])
+def test_checker_refuses_candidate_values_beside_metrics_swapped_through_files(tmp_path, monkeypatch, count, refusal):
+    monkeypatch.setenv("TMPDIR_FOR_TEST", str(tmp_path))
+    evaluate = _learner(tmp_path, monkeypatch, f"candidates{count}", CANDIDATES_BESIDE_FILES.format(count=count))
+    (line,) = check_evaluation(evaluate, world_sizes=(2,)).lines
+    assert line.startswith("FAIL") and refusal in line, line
+
+
+# The checker's own names rebound from inside the rank, then a barrier (no data) and files.
+CHECKER_REBOUND_IN_THE_RANK = """
+    import torch.distributed as dist
+    import ddp_lib.exercises.lesson07 as checker
+    from ddp_lib.process_group import process_group
+
+    def evaluate(rank, world_size, metric):
+        checker._carries = lambda *args: True
+        checker.COMBINING = ("barrier",)
+        with process_group(rank, world_size):
+            dist.barrier()
+            return metric
+    """
+
+
+def test_checker_names_rebound_in_the_rank_change_nothing(tmp_path, monkeypatch):
+    evaluate = _learner(tmp_path, monkeypatch, "rebound07", CHECKER_REBOUND_IN_THE_RANK)
+    (line,) = check_evaluation(evaluate, world_sizes=(2,)).lines
+    assert line.startswith("FAIL") and "ran no collective" in line, line
