@@ -1,5 +1,5 @@
-"""Lesson 06's checker, under real torchrun on three layouts of two local nodes (1 then 2
-processes, 2 then 1, 1 and 1): answers that must be refused (the lesson's stub, values looked for
+"""Lesson 06's checker, under real torchrun on three layouts of local nodes (1 then 2 processes,
+2 then 1, and 1, 1 and 2 on three nodes): answers that must be refused (the lesson's stub, values looked for
 in the caller's frames and in ``gc``) and right answers written differently that must pass. Answers
 whose mistake is in what they compute (a layout guessed from ``rank``, a world size written in,
 numbers of the wrong type) are judged by the same :func:`find_problems` on what they return under
@@ -12,6 +12,7 @@ import pkgutil
 import textwrap
 from pathlib import Path
 
+from ddp_lib.exercises import lesson06
 from ddp_lib.exercises.lesson06 import LAYOUTS, check_launch_info, expected_layout, find_problems
 from ddp_lib.torchrun import run_nodes
 
@@ -41,7 +42,7 @@ def test_the_worked_solution_passes():
     assert report.passed, str(report)
     assert [line.split(",")[0] for line in report.lines] == [
         "PASS on nodes of 1 and 2 processes", "PASS on nodes of 2 and 1 processes",
-        "PASS on nodes of 1 and 1 processes"]
+        "PASS on nodes of 1 and 1 and 2 processes"]
 
 
 def test_a_right_answer_written_differently_passes(tmp_path):
@@ -88,7 +89,32 @@ def test_a_world_size_written_in_fails(tmp_path, monkeypatch):
                 "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]), "node_rank": int(os.environ["GROUP_RANK"])}""")
     problems = _problems_on_each_layout(tmp_path, monkeypatch, target)
     assert problems[1, 2] == problems[2, 1] == []  # right where the size is 3
-    assert "rank 0: world_size is 3, expected 2: read WORLD_SIZE (all ranks of all nodes)" in problems[1, 1]
+    assert "rank 0: world_size is 3, expected 4: read WORLD_SIZE (all ranks of all nodes)" in problems[1, 1, 2]
+
+
+def test_two_nodes_written_in_fail(tmp_path, monkeypatch):
+    # node_rank as "not node 0's first process": right on every two-node layout, wrong on the third node.
+    target = _write(tmp_path, "ex06_two_nodes", """
+        return {"world_size": int(os.environ["WORLD_SIZE"]), "local_rank": int(os.environ["LOCAL_RANK"]),
+                "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
+                "node_rank": int(os.environ["RANK"] != os.environ["LOCAL_RANK"])}""")
+    problems = _problems_on_each_layout(tmp_path, monkeypatch, target)
+    assert problems[1, 2] == problems[2, 1] == []
+    assert "rank 2: node_rank is 1, expected 2: read GROUP_RANK (this node's rank)" in problems[1, 1, 2]
+
+
+def test_a_node_rank_read_from_the_log_folders_fails(tmp_path, monkeypatch):
+    # The node's number in its log folder's path (node0, node1, ...: start order), not GROUP_RANK.
+    target = _write(tmp_path, "ex06_folders", """
+        import re
+        return {"world_size": int(os.environ["WORLD_SIZE"]), "local_rank": int(os.environ["LOCAL_RANK"]),
+                "local_world_size": int(os.environ["LOCAL_WORLD_SIZE"]),
+                "node_rank": int(re.search(r"node(\\d+)", os.environ["TORCHELASTIC_ERROR_FILE"]).group(1))}""")
+    # Node ranks are drawn afresh for every job; here the draw that tells the folders apart from them
+    # on every layout (a draw in start order would let this answer pass, by chance).
+    monkeypatch.setattr(lesson06, "drawn_node_ranks", lambda nnodes: list(range(nnodes))[::-1])
+    report = check_launch_info(target, directory=str(tmp_path))
+    assert not report.passed and all("node_rank is" in line for line in report.lines if line.startswith("FAIL"))
 
 
 def test_values_looked_for_in_frames_and_gc_fail(tmp_path):
@@ -121,6 +147,7 @@ def test_a_guess_cannot_be_right_on_both_layouts():
     first, second, third = (expected_layout(sizes) for sizes in LAYOUTS)
     assert len(first) == len(second) and first[1] != second[1]
     assert len(third) != len(first)  # and no world size can be written in
+    assert max(info["node_rank"] for info in third) == 2  # nor two nodes
 
 
 def test_bools_strings_and_wrong_values_are_named():

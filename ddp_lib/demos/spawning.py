@@ -239,12 +239,12 @@ def fork_after_threads(threads: int = 2, wait: float = 2.0) -> str:
 # --- torchrun's rendezvous on one node -------------------------------------------------------
 
 # The lines of torch/distributed/run.py's run() that choose the rendezvous, as in torch 2.13.
-_TORCHRUN_RDZV_FIRST, _TORCHRUN_RDZV_LAST = "elif (", "args.master_port = 29500"
+_TORCHRUN_RDZV_FIRST, _TORCHRUN_RDZV_LAST = "if args.standalone:", "args.master_port = 29500"
 
 
 def torchrun_rendezvous_source() -> str:
-    """The lines of ``torch.distributed.run.run`` from the one-node switch to c10d at
-    ``localhost:0`` to the default ``--master-port`` (comments kept: they are torch's own)."""
+    """The lines of ``torch.distributed.run.run`` from ``--standalone`` and the one-node switch to
+    c10d at ``localhost:0`` to the default ``--master-port`` (comments kept: they are torch's own)."""
     import torch.distributed.run as run_module
 
     lines = inspect.getsource(run_module.run).splitlines()

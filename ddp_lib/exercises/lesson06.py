@@ -1,13 +1,17 @@
 """Checker for lesson 06's exercise: a worker that reads where it runs from torchrun's
 environment. The learner writes ``launch_info(rank, world_size) -> dict`` with the keys
 ``local_rank``, ``local_world_size``, ``node_rank`` and ``world_size``, as ints. The checker runs
-it under real torchrun on three layouts, each two "nodes" on this machine: one process then two,
-two then one, and one and one. A rank's place differs between the first two (rank 1 is node 1's
-first process in one, node 0's second in the other), so nothing computed from ``rank`` and
-``world_size`` alone is right in both; the third has another world size, so no size can be
-written in. The layouts run in an order drawn afresh each time, so an answer that counts its
-calls can only guess which layout it is in. A worked solution is in
-``ddp_lib/exercises/solutions/lesson06.py``."""
+it under real torchrun on three layouts of "nodes" on this machine: one process then two, two then
+one, and three nodes of one, one and two. A rank's place differs between the first two (rank 1 is
+node 1's first process in one, node 0's second in the other), so nothing computed from ``rank`` and
+``world_size`` alone is right in both; the third has another world size and a third node, so no
+size or node count can be written in. The layouts run in an order drawn afresh each time, and each
+node's rank is drawn afresh too (the nodes' log folders, numbered in start order, do not tell it),
+so an answer that counts its calls or reads the folders can only guess. A worked solution is in
+``ddp_lib/exercises/solutions/lesson06.py``.
+
+The limit: the notebook imports the learner's module in the process that runs this checker, so code
+there that patches the checker is not guarded against."""
 
 from __future__ import annotations
 
@@ -24,9 +28,9 @@ HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOC
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
 
 
-# Processes on node 0, node 1: rank 1 is on node 1 in the first layout and on node 0 in the second;
-# the third has a world size of 2, not 3.
-LAYOUTS = ((1, 2), (2, 1), (1, 1))
+# Processes on node 0, node 1, ... (by node rank): rank 1 is on node 1 in the first layout and on
+# node 0 in the second; the third has three nodes and a world size of 4, not 3.
+LAYOUTS = ((1, 2), (2, 1), (1, 1, 2))
 
 
 def expected_layout(node_sizes: tuple[int, ...]) -> list[dict]:
@@ -60,6 +64,13 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     return problems
 
 
+def drawn_node_ranks(nnodes: int) -> list[int]:
+    """The node ranks of nodes started in order 0, 1, ..., drawn afresh (not predictable in a rank)."""
+    node_ranks = list(range(nnodes))
+    secrets.SystemRandom().shuffle(node_ranks)
+    return node_ranks
+
+
 def failure_line(error: WorkerError | None, returncode: int) -> str:
     """What the ranks raised, from their error files: the message when every rank that got to
     report raised the same, else the rank the launcher would blame, as ``rank N raised Type:
@@ -76,8 +87,8 @@ def failure_line(error: WorkerError | None, returncode: int) -> str:
 def check_launch_info(launch_info: Callable | str, directory: str | None = None) -> Report:
     """Run the learner's ``launch_info`` (the function, or its ``"module:function"`` name,
     importable from ``directory``, default the current one) under torchrun on each of
-    :data:`LAYOUTS` (two local nodes, static rendezvous), in a random order; return the report,
-    its lines in the order of :data:`LAYOUTS`. Stops at the first job that fails."""
+    :data:`LAYOUTS` (local nodes, static rendezvous, node ranks drawn afresh), in a random order;
+    return the report, its lines in the order of :data:`LAYOUTS`. Stops at the first job that fails."""
     directory = os.path.abspath(directory or os.getcwd())
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
@@ -87,9 +98,11 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None)
     report = Report()
     for number, node_sizes in enumerate(order, 1):
         # Said without the layout: the order is drawn at random.
-        print(f"torchrun job {number} of {len(order)}: two nodes on this machine", flush=True)
+        print(f"torchrun job {number} of {len(order)}: {len(node_sizes)} nodes on this machine", flush=True)
+        node_ranks = drawn_node_ranks(len(node_sizes))  # the node started i-th gets node rank node_ranks[i]
         job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),
-                        nproc_per_node=list(node_sizes), static=True, env={"PYTHONPATH": path})
+                        nproc_per_node=[node_sizes[r] for r in node_ranks], static=True, node_order=node_ranks,
+                        env={"PYTHONPATH": path})
         if job.returncode != 0:
             report.fail(f"the job failed: {failure_line(job.error, job.returncode)}")
             return report
