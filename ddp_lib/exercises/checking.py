@@ -4,6 +4,10 @@ every rank, and one way to name that worker.
 A checker takes the learner's worker function itself (imported from the file the lesson wrote),
 runs it on every rank with :func:`run_on_ranks`, and returns a :class:`Report`: one ``PASS`` or
 ``FAIL`` line per thing checked, and ``passed``. ``print(report)`` shows it.
+
+The limit every checker shares: the learner's code runs in the checker's processes (the ranks, and
+the notebook's, which imports the learner's module), so code that patches a checker, this module
+or torch is not guarded against; each checker says what else it cannot tell apart.
 """
 
 from __future__ import annotations

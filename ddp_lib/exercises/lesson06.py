@@ -98,7 +98,7 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None)
     report = Report()
     for number, node_sizes in enumerate(order, 1):
         # Said without the layout: the order is drawn at random.
-        print(f"torchrun job {number} of {len(order)}: {len(node_sizes)} nodes on this machine", flush=True)
+        print(f"torchrun job {number} of {len(order)}: its nodes on this machine", flush=True)
         node_ranks = drawn_node_ranks(len(node_sizes))  # the node started i-th gets node rank node_ranks[i]
         job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),
                         nproc_per_node=[node_sizes[r] for r in node_ranks], static=True, node_order=node_ranks,

@@ -56,7 +56,7 @@ def plot_restart_timeline(epochs: int, fail_at: int, resumed_from: int, world_si
                         ha="center", fontsize=8, color="red")
         else:
             ax.plot(end_first, rank, "k|", markersize=14, mew=2)
-            ax.annotate("stopped (SIGTERM)", (end_first, rank), xytext=(0, 12), textcoords="offset points",
+            ax.annotate("peer lost: raised, or stopped", (end_first, rank), xytext=(0, 12), textcoords="offset points",
                         ha="center", fontsize=8)
         start = fail_at - 1 + restart_gap
         ax.barh(rank, epochs - resumed_from, left=start, color="tab:green", alpha=0.7,
