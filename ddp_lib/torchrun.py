@@ -201,8 +201,7 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], before: list[set[Path]]
     procs, errs, readers = [], [], []
 
     def rank_stdouts() -> list[Path]:  # this call's runs only (``before``: what a reused --log-dir held)
-        runs = [run for log_dir, old in zip(log_dirs, before) for run in _new_runs(log_dir, old)]
-        return sorted(p for run in runs for p in run.glob("attempt_*/*/stdout.log"))
+        return sorted(p for run in _runs_since(log_dirs, before) for p in run.glob("attempt_*/*/stdout.log"))
 
     follow = FollowedFiles(rank_stdouts) if show else None
 
@@ -276,6 +275,12 @@ def _new_runs(log_dir: str, before: set[Path]) -> list[Path]:
     return [run for run in rank_files.runs_in(log_dir) if run not in before]
 
 
+def _runs_since(log_dirs: list[str], before: list[set[Path]]) -> list[Path]:
+    """The run folders made since ``before`` in each log folder, each once: nodes given one
+    ``--log-dir`` share it."""
+    return [run for log_dir, old in dict(zip(log_dirs, before)).items() for run in _new_runs(log_dir, old)]
+
+
 def run_torchrun(cmd: list[str], timeout: float = 120, env: dict[str, str] | None = None,
                  show: bool = False) -> TorchrunJob:
     """Run one torchrun command to the end; return its results and output, read from its ranks'
@@ -330,7 +335,7 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
         done = _run_all(placed, log_dirs, before, timeout, env, show,
                         [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)], stop_on_failure=True)
         # Each rank wrote its global rank (rank.json): the nodes' folders may come in any order.
-        runs = [run for log_dir, old in zip(log_dirs, before) for run in _new_runs(log_dir, old)]
+        runs = _runs_since(log_dirs, before)
         return read_job(job_exit_code([code for code, _ in done]), runs, log_dirs, "\n".join(err for _, err in done))
 
 

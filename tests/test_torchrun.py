@@ -36,6 +36,13 @@ def test_two_nodes_on_one_machine_give_the_one_node_result(reference):
     assert diff < 1e-6
 
 
+def test_nodes_given_one_log_dir_are_each_read_once(tmp_path):
+    program = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
+    job = run_nodes(program, nnodes=2, nproc_per_node=[1, 2], static=True, options=(f"--log-dir={tmp_path}",))
+    assert job.returncode == 0, job.stderr[-2000:]
+    assert [r["rank"] for r in job.results] == [0, 1, 2]
+
+
 def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path, reference):
     program = TRAIN + ["--checkpoint-dir", str(tmp_path), "--resume", "--fail-at-epoch", "3"]
     # The shared rendezvous store keeps the first attempt's keys (pytorch/pytorch#135712): opt out.

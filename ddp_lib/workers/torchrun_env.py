@@ -14,11 +14,13 @@ PRESENCE = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_E
 
 
 def launch_vars(rank: int, world_size: int) -> dict:
-    """This rank's launch variables: values, or "set"/"unset" for addresses, ports, ids and paths.
-    Reads the environment only, so a rank that runs just this never imports torch."""
+    """This rank's launch variables: values, or "set"/"unset" for addresses, ports, ids and paths
+    (``env``, to print); the store's port and the run id themselves (``ids``, to compare between
+    jobs, not to print). Reads the environment only, so a rank that runs just this never imports torch."""
     env = {name: os.environ.get(name, "unset") for name in SHOWN}
     env.update({name: "set" if name in os.environ else "unset" for name in PRESENCE})
-    return {"rank": rank, "env": env}
+    ids = {name: os.environ.get(name) for name in ("MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    return {"rank": rank, "env": env, "ids": ids}
 
 
 def torchrun_env(rank: int, world_size: int) -> dict:
