@@ -35,7 +35,7 @@ def test_environment_values_that_pass_isdigit_or_upper_are_refused(name, value, 
 @pytest.mark.parametrize("env", [{"A=B": "1"}, {"": "1"}, {"A\0": "1"}, {"A": "x\0y"}])
 def test_env_that_is_no_environment_variable_is_refused_before_starting(env):
     with pytest.raises(LaunchInputError, match=r"^env: .* is not an environment variable"):
-        check_env(env)
+        check_env(env, 2)
 
 
 def test_an_option_prefix_is_not_taken_for_the_option(cli_in_process):
