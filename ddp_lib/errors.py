@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sysconfig
+from dataclasses import dataclass
 
 # How gloo reports that a peer went away or never came: the failure of a rank whose partner
 # failed first, or left it waiting in a collective until the group's timeout.
@@ -151,37 +152,74 @@ class LaunchTimeout(TimeoutError):
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 
 
-def stopped_at(stack: str) -> tuple[str, str]:
-    """Where a rank was when stopped, from its stack as faulthandler writes it: the call it was
-    in when that is installed code (``"all_reduce (torch/distributed/distributed_c10d.py)"``, else
-    ``""``), and the innermost line of code of one's own, outside installed packages and the
-    standard library (``"my_worker.py line 7"``; ``""`` when the worker had returned)."""
-    threads = [_FRAME.findall(thread) for thread in re.split(r"\n\s*\n", stack)]
-    frames = next((t for t in threads if any(f[2] == "_call_keeping_locals" for f in t)), None)
-    if frames is None:  # the worker had returned: the thread that took the signal
-        frames = next((_FRAME.findall(t) for t in re.split(r"\n\s*\n", stack) if "Current thread" in t), [])
+@dataclass(frozen=True)
+class Stopped:
+    """Where a rank was when stopped (:func:`stopped_at`)."""
+
+    call: str = ""  # the installed function it was in: "all_reduce (torch/distributed/distributed_c10d.py)"
+    line: str = ""  # the innermost line of one's own code: "my_worker.py line 7"
+    communicating: bool = False  # inside torch.distributed, DDP or autograd (whose backward runs DDP's all-reduce)
+    outside_worker: bool = False  # not in its worker (before it started, or after it returned; a whole stack)
+
+
+# Where torch waits for other ranks: a collective, DDP's own calls, a backward that runs DDP's hooks.
+_COMMUNICATING = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def stopped_at(stack: str) -> Stopped:
+    """Where a rank was when stopped, from its stack as faulthandler writes it (most recent call
+    first; the worker's thread is the one that holds the launcher's call of the worker)."""
+    threads = re.split(r"\n\s*\n", stack)
+    text = next((t for t in threads if "in _call_keeping_locals" in t), None)
+    if text is None:  # no worker running: the thread that took the signal
+        text = next((t for t in threads if "Current thread" in t), "")
+        frames = _FRAME.findall(text)
+        # faulthandler cuts a deep stack ("  ..."): the worker's call may be in the part left out.
+        outside_worker = bool(frames) and not re.search(r"^\s*\.\.\.\s*$", text, re.M)
         worker = []
-    else:  # most recent call first, down to the launcher's call of the worker
+    else:
+        frames = _FRAME.findall(text)
+        outside_worker = False
         worker = frames[:[f[2] for f in frames].index("_call_keeping_locals")]
     if not frames:
-        return "", ""
-    own = next(((p, n) for p, n, _ in worker if not _installed(p)), None)
+        return Stopped()
+    own = [(p, n) for p, n, _ in worker if not _installed(p)]
+    # The learner's own line rather than this package's helpers, when there is one.
+    own = [f for f in own if not _in_package(f[0])] or own
     path, _, function = frames[0]
     call = f"{function} ({_short_path(path)})" if _installed(path) or not worker else ""
-    return call, f"{os.path.basename(own[0])} line {own[1]}" if own else ""
+    communicating = any(area in p.replace("\\", "/") for p, _, _ in (worker or frames) for area in _COMMUNICATING
+                        if _installed(p))
+    line = f"{os.path.basename(own[0][0])} line {own[0][1]}" if own else ""
+    return Stopped(call, line, communicating, outside_worker)
 
 
 def _installed(path: str) -> bool:
-    """Whether ``path`` is a file of the standard library or of an installed package."""
-    places = {sysconfig.get_paths()[name] for name in ("stdlib", "purelib", "platlib")}
-    return any(os.path.commonpath([os.path.abspath(path), place]) == place for place in places
-               if os.path.splitdrive(path)[0] == os.path.splitdrive(place)[0])
+    """Whether ``path`` is a file of the standard library (frozen modules too) or of an installed
+    package (site-packages, dist-packages, the user's site)."""
+    if path.startswith("<"):
+        return True
+    parts = path.replace("\\", "/").split("/")
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return os.path.splitdrive(path)[0] == os.path.splitdrive(stdlib)[0] and \
+        os.path.commonpath([os.path.abspath(path), stdlib]) == stdlib
+
+
+def _in_package(path: str) -> bool:
+    """Whether ``path`` is a file of ddp_lib itself."""
+    return os.path.abspath(path).startswith(_PACKAGE_DIR + os.sep)
 
 
 def _short_path(path: str) -> str:
     """An installed package's file from its package down (``torch/distributed/...``), else its name."""
-    tail = path.replace("\\", "/").rsplit("site-packages/", 1)
-    return tail[1] if len(tail) == 2 else os.path.basename(path)
+    parts = path.replace("\\", "/").split("/")
+    for marker in ("site-packages", "dist-packages"):
+        if marker in parts:
+            return "/".join(parts[len(parts) - parts[::-1].index(marker):])
+    return os.path.basename(path)
 
 
 _PEER_PORT = re.compile(r"(\[[0-9a-fA-F.:]+\]):\d+")

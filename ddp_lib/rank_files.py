@@ -84,11 +84,10 @@ def _write_whole(name: str, record: dict) -> bool:
 
 
 def write_rank() -> bool:
-    """Write this rank's place in the job (``RANK``, ``GROUP_RANK``, ``LOCAL_RANK``) to its
-    ``rank.json``, before it runs anything: a rank that then dies without a word is still read back
-    under its own global rank (c10d numbers the nodes itself; folders do not say which is which)."""
-    keys = {"rank": "RANK", "group_rank": "GROUP_RANK", "local_rank": "LOCAL_RANK"}
-    return _write_whole(RANK_FILE, {key: int(os.environ.get(name, -1)) for key, name in keys.items()})
+    """Write this rank's global rank (``RANK``) to its ``rank.json``, before it runs anything: a
+    rank that then dies without a word is still read back under its own global rank (c10d numbers
+    the nodes itself; folders do not say which is which). Only that: the other ranks can read it."""
+    return _write_whole(RANK_FILE, {"rank": int(os.environ.get("RANK", -1))})
 
 
 def write_result(rank: int, result: object) -> bool:

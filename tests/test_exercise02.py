@@ -99,6 +99,11 @@ RIGHT_ANSWERS["all_gather_object of a tensor"] = GATHER_OBJECTS.replace(
     "dist.all_gather_object(shares, share)", "dist.all_gather_object(shares, torch.tensor(share))").replace(
     "return [shares[i % world_size][i // world_size]", "return [shares[i % world_size][i // world_size].item()")
 
+RIGHT_ANSWERS["all_gather_object of text"] = GATHER_OBJECTS.replace(
+    "dist.all_gather_object(shares, share)", "dist.all_gather_object(shares, ','.join(map(str, share)))").replace(
+    "return [shares[i % world_size][i // world_size]", "shares = [[int(x) for x in s.split(',')] for s in shares]\n"
+    "        return [shares[i % world_size][i // world_size]")
+
 
 @pytest.mark.parametrize("name", RIGHT_ANSWERS)
 def test_right_answers_pass(solution, name):
@@ -139,6 +144,28 @@ def test_shares_swapped_through_the_store_beside_an_all_reduce_are_refused(solut
                 store.set(f"share/{rank}", json.dumps(share))
                 shares = [json.loads(store.get(f"share/{r}")) for r in range(world_size)]
                 dist.all_reduce(torch.zeros(1))  # only to be counted
+            return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
+    """)
+    problems = fails(fn, world_sizes=(2,), n=11)
+    assert any("share never went into a collective" in p for p in problems), problems
+
+
+def test_every_candidate_value_beside_shares_swapped_through_the_store_is_refused(solution):
+    # Every number a share can hold, again and again, all-reduced: any share sits in it in order,
+    # though not side by side; the real exchange goes through the store.
+    fn = solution("""
+        import json
+        import torch
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d
+        from ddp_lib.process_group import process_group
+
+        def reassemble(rank, world_size, share):
+            with process_group(rank, world_size):
+                dist.all_reduce(torch.arange(1000).repeat(6))  # as many as the longest share
+                store = distributed_c10d._get_default_store()
+                store.set(f"share/{rank}", json.dumps(share))
+                shares = [json.loads(store.get(f"share/{r}")) for r in range(world_size)]
             return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
     """)
     problems = fails(fn, world_sizes=(2,), n=11)

@@ -108,3 +108,20 @@ def test_checker_names_rebound_in_the_rank_change_nothing(tmp_path, monkeypatch)
     evaluate = _learner(tmp_path, monkeypatch, "rebound07", CHECKER_REBOUND_IN_THE_RANK)
     (line,) = check_evaluation(evaluate, world_sizes=(2,)).lines
     assert line.startswith("FAIL") and "ran no collective" in line, line
+
+
+@pytest.mark.parametrize("sent", ["torch.tensor(metric, dtype=torch.float64)", "repr(metric)"])
+def test_checker_passes_a_metric_gathered_as_a_tensor_or_as_text(tmp_path, monkeypatch, sent):
+    evaluate = _learner(tmp_path, monkeypatch, f"gathered{len(sent)}", f"""
+        import torch
+        import torch.distributed as dist
+        from ddp_lib.process_group import process_group
+
+        def evaluate(rank, world_size, metric):
+            with process_group(rank, world_size):
+                gathered = [None] * world_size
+                dist.all_gather_object(gathered, {sent})
+                return sum(float(m) for m in gathered) / world_size
+        """)
+    report = check_evaluation(evaluate, world_sizes=(2,))
+    assert report.passed, report

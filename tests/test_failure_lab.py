@@ -12,8 +12,9 @@ import time
 import pytest
 import torch.distributed as dist
 
+import ddp_lib
 from ddp_lib.demos import hung_ranks, leftovers, monitored
-from ddp_lib.errors import LaunchInputError, WorkerError, readable, stopped_at
+from ddp_lib.errors import LaunchInputError, Stopped, WorkerError, readable, stopped_at
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import spawn
 from ddp_lib.workers import failure_lab as lab
@@ -440,15 +441,45 @@ def test_checker_says_when_no_rank_waits_in_a_collective(solution):
     assert line.endswith("No rank was in torch.distributed: does the work take longer than the deadline?")
 
 
-def test_where_a_rank_stopped_after_its_worker_returned():
-    # A rank can hang after its worker returned (in a library's teardown, say): its stack, as
-    # faulthandler writes it, has no worker frame, and the place named is the call it was in.
-    torch_file = os.path.join(sysconfig.get_paths()["purelib"], "torch", "distributed", "distributed_c10d.py")
-    stack = (f'Thread 0x1 (most recent call first):\n  File "/x/ddp_lib/_child.py", line 158 in _watch\n\n'
-             f'Current thread 0x2 (most recent call first):\n  File "{torch_file}", line 2 in destroy_process_group\n'
-             '  File "/x/ddp_lib/_child.py", line 260 in run_rank\n')
-    assert stopped_at(stack) == ("destroy_process_group (torch/distributed/distributed_c10d.py)", "")
-    assert stopped_at("") == ("", "")
+def _stack(*frames: tuple[str, int, str], current: bool = True, cut: bool = False) -> str:
+    """A thread's stack as faulthandler writes it, most recent call first."""
+    lines = [f'  File "{path}", line {line} in {function}' for path, line, function in frames]
+    head = "Current thread 0x2 (most recent call first):" if current else "Thread 0x3 (most recent call first):"
+    return "\n".join(['Thread 0x1 (most recent call first):', '  File "/x/ddp_lib/_child.py", line 158 in _watch', "",
+                      head, *lines, *(["  ..."] if cut else [])]) + "\n"
+
+
+TORCH = os.path.join(sysconfig.get_paths()["purelib"], "torch")
+CHILD = os.path.join(os.path.dirname(ddp_lib.__file__), "_child.py")
+PROCESS_GROUP = os.path.join(os.path.dirname(ddp_lib.__file__), "process_group.py")
+
+
+def test_where_a_rank_stopped_outside_its_worker():
+    # A rank can hang after its worker returned (in a library's teardown, say): its stack has no
+    # worker frame, and the place named is the call it was in.
+    stack = _stack((f"{TORCH}/distributed/distributed_c10d.py", 2, "destroy_process_group"), (CHILD, 260, "run_rank"))
+    place = stopped_at(stack)
+    assert place.call == "destroy_process_group (torch/distributed/distributed_c10d.py)" and place.line == ""
+    assert place.outside_worker and place.communicating
+    assert stopped_at("") == stopped_at("garbage") == Stopped()
+    # faulthandler cuts a deep stack: whether the worker was running is then unknown.
+    assert not stopped_at(_stack((f"{TORCH}/distributed/distributed_c10d.py", 2, "barrier"), cut=True)).outside_worker
+
+
+def test_where_a_rank_stopped_names_the_learners_line_and_ddps_waits():
+    # Inside DDP's constructor, called from ddp_lib's process_group helper, called from the learner's file.
+    stack = _stack((f"{TORCH}/nn/parallel/distributed.py", 2360, "_distributed_broadcast_coalesced"),
+                   (PROCESS_GROUP, 190, "wrap_ddp"), ("/home/me/my_work/answer.py", 7, "one_step"),
+                   (CHILD, 183, "_call_keeping_locals"), (CHILD, 252, "run_rank"))
+    place = stopped_at(stack)
+    assert place == Stopped("_distributed_broadcast_coalesced (torch/nn/parallel/distributed.py)", "answer.py line 7",
+                            communicating=True)
+    # torch installed elsewhere than this environment's site-packages (a distribution's dist-packages)
+    elsewhere = stack.replace(TORCH, "/usr/lib/python3/dist-packages/torch")
+    assert stopped_at(elsewhere).call == "_distributed_broadcast_coalesced (torch/nn/parallel/distributed.py)"
+    # a learner's own slow loop: not communicating
+    busy = _stack(("/home/me/my_work/answer.py", 9, "one_step"), (CHILD, 183, "_call_keeping_locals"))
+    assert stopped_at(busy) == Stopped("", "answer.py line 9")
 
 
 def test_checker_explains_a_broken_collective(solution):

@@ -138,7 +138,7 @@ def _rank_folder(root: Path, local_rank: int, attempt: int = 0, run: str = "job_
     folder.mkdir(parents=True)
     (folder / "stdout.log").write_text(f"local rank {local_rank}, attempt {attempt}\n")
     if place is not None:
-        (folder / "rank.json").write_text(json.dumps({"rank": place, "group_rank": 0, "local_rank": local_rank}))
+        (folder / "rank.json").write_text(json.dumps({"rank": place}))
     if error:
         (folder / "error.json").write_text(json.dumps(
             {"message": {"message": error, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "0"}}}))
@@ -244,7 +244,7 @@ def test_a_rank_run_by_the_command_line_writes_its_result_without_json(tmp_path,
     for name, value in {"RANK": "1", "WORLD_SIZE": "2", "GROUP_RANK": "1", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(name, value)
     assert _run_this_rank(lambda rank, world_size: rank * 10, {}, as_json=False) == 0
-    assert json.loads((folder / "rank.json").read_text()) == {"rank": 1, "group_rank": 1, "local_rank": 0}
+    assert json.loads((folder / "rank.json").read_text()) == {"rank": 1}
     assert json.loads((folder / "result.json").read_text()) == {"rank": 1, "result": 10}
     assert capsys.readouterr().out == "rank 1 returned 10\n"
 

@@ -5,9 +5,12 @@ A checker takes the learner's worker function itself (imported from the file the
 runs it on every rank with :func:`run_on_ranks`, and returns a :class:`Report`: one ``PASS`` or
 ``FAIL`` line per thing checked, and ``passed``. ``print(report)`` shows it.
 
-The limit every checker shares: the learner's code runs in the checker's processes (the ranks, and
+The limits every checker shares: the learner's code runs in the checker's processes (the ranks, and
 the notebook's, which imports the learner's module), so code that patches a checker, this module
-or torch is not guarded against; each checker says what else it cannot tell apart.
+or torch is not guarded against. Nor can a checker see what the learner's code does with a
+collective's result: a worker that runs the right collective, ignores what it returns and takes the
+data from elsewhere (files, the store) passes as one that uses it. Where a checker cannot tell
+more apart, its docstring says so.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import importlib
 import numbers
 import pickle
 import pkgutil
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -113,14 +117,15 @@ def _where_stopped(exc: LaunchTimeout) -> str:
     """Where the ranks still running were when stopped (from their stacks), and what that suggests."""
     places = {rank: stopped_at(exc.stacks[rank]) for rank in exc.running if rank in exc.stacks}
     said = []
-    for rank, (call, line) in places.items():
-        if call and line:
-            said.append(f"rank {rank} was in {call}, called at {line}")
-        elif line or call:
-            said.append(f"rank {rank} was at {line}" if line else
-                        f"rank {rank} was in {call}, after its worker returned")
+    for rank, place in places.items():
+        if place.call and place.line:
+            said.append(f"rank {rank} was in {place.call}, called at {place.line}")
+        elif place.line:
+            said.append(f"rank {rank} was at {place.line}")
+        elif place.call:
+            said.append(f"rank {rank} was in {place.call}" + (", outside its worker" if place.outside_worker else ""))
     where = f". {'; '.join(said)}" if said else ""
-    if said and not any("torch/distributed/" in call for call, _ in places.values()):
+    if said and not any(place.communicating for place in places.values()):
         return f"{where}. No rank was in torch.distributed: does the work take longer than the deadline?"
     return f"{where}. A rank waits in a collective that another rank never called: {COLLECTIVE_HINT}"
 
@@ -193,22 +198,26 @@ class CollectiveInputs:
 
     def carried(self, items: list, group_size: int | None = None) -> bool:
         """Whether ``items`` (numbers, or one string) went into a collective: as values of one tensor,
-        in order (other values may sit between them, as in a padded tensor), or inside the bytes of a
-        pickled object (``all_gather_object`` and its kind). With ``group_size``, only collectives
-        over a group of that many ranks count (a group of one rank alone carries nothing anywhere)."""
-        if group_size is not None:
-            return self.over(group_size).carried(items)
+        side by side or one every ``group_size`` values (a rank's items at their places in a
+        zero-padded tensor of everyone's), or inside the bytes of a pickled object
+        (``all_gather_object`` and its kind; numbers pickled in a list, as floats, in a tensor, or
+        written as text). With ``group_size``, only collectives over a group of that many ranks count
+        (a group of one rank alone carries nothing anywhere). A stride, not any order: values with
+        others anywhere between them would be found in a long enough tensor of every candidate."""
+        sent = self.over(group_size) if group_size is not None else self
+        strides = (1, group_size) if group_size else (1,)
         if isinstance(items, str):
-            pattern, numbers = items.encode(), [ord(c) for c in items]
+            pattern, wanted = items.encode(), [ord(c) for c in items]
         else:
             # pickle writes the small ints of a list or tuple one after another, each as one
             # opcode (BININT1, BININT2, BININT) and its little-endian bytes
-            pattern, numbers = b"".join(_pickled_int(int(v)) for v in items), list(items)
-        if any(pattern in raw for raw in self.raw):
+            pattern, wanted = b"".join(_pickled_int(int(v)) for v in items), list(items)
+        if any(pattern in raw for raw in sent.raw):
             return True
-        if not isinstance(items, str) and any(_in_order(numbers, _numbers_in(_unpickled(raw))) for raw in self.raw):
-            return True  # pickled otherwise: as floats, a tensor, an array
-        return any(_in_order(numbers, values) for values in self.values)
+        if not isinstance(items, str) and any(_at_a_stride(wanted, numbers_in(unpickled(raw)), strides)
+                                              for raw in sent.raw):
+            return True
+        return any(_at_a_stride(wanted, values, strides) for values in sent.values)
 
 
 @dataclass
@@ -419,30 +428,45 @@ def _pickled_int(value: int) -> bytes:
     return b"J" + value.to_bytes(4, "little", signed=True)
 
 
-def _unpickled(raw: bytes) -> object:
-    """The object pickled at the start of ``raw`` (all_gather_object pads it), or None."""
+def unpickled(raw: bytes) -> object:
+    """The object pickled at the start of ``raw`` (all_gather_object pads it), else ``raw`` read as
+    text (numbers sent as a string's bytes)."""
     try:
         return pickle.loads(raw)  # sent by code already running in this process: nothing new is trusted
     except Exception:
-        return None
+        return raw.decode("utf-8", "replace")
 
 
-def _numbers_in(value: object, depth: int = 0) -> list:
-    """The numbers in ``value`` in order: itself, or those in its tensors, arrays, lists, tuples and dicts."""
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def numbers_in(value: object, depth: int = 0) -> list:
+    """The numbers in ``value`` in order: itself, or those in its tensors, arrays, lists, tuples,
+    dicts and strings (``"3,14"`` holds 3 and 14)."""
     if depth > 20:
         return []
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
         return [value]
+    if isinstance(value, str):
+        return [float(x) if any(c in x for c in ".eE") else int(x) for x in _NUMBER.findall(value)]
     if hasattr(value, "tolist") and hasattr(value, "shape"):  # a tensor or an array
-        return _numbers_in(value.tolist(), depth + 1)
+        return numbers_in(value.tolist(), depth + 1)
     if isinstance(value, dict):
         value = list(value.values())
     if isinstance(value, (list, tuple)):
-        return [x for item in value for x in _numbers_in(item, depth + 1)]
+        return [x for item in value for x in numbers_in(item, depth + 1)]
     return []
 
 
-def _in_order(wanted: list, values: list) -> bool:
-    """Whether ``wanted`` is a subsequence of ``values``."""
-    found = iter(values)
-    return all(any(v == w for v in found) for w in wanted)
+def _at_a_stride(wanted: list, values: list, strides: tuple[int, ...]) -> bool:
+    """Whether ``wanted`` sits in ``values`` one every ``stride`` values, for one of ``strides``."""
+    if not wanted:
+        return True
+    for start, value in enumerate(values):
+        if value != wanted[0]:
+            continue
+        for stride in strides:
+            end = start + stride * (len(wanted) - 1)
+            if end < len(values) and all(values[start + i * stride] == w for i, w in enumerate(wanted)):
+                return True
+    return False

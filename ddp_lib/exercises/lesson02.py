@@ -6,9 +6,11 @@ learner writes ``reassemble(rank, world_size, share)``, which must return, on ev
 whole list in its original order. The checker draws the shares afresh for each run and hands each
 rank only its own, in that rank's environment: nothing in a rank's process holds another rank's
 numbers, and what the parent checks every answer against (the shares it drew) is out of the ranks'
-reach. Each rank's share must also go into a collective that moves data. The limit: a worker
-that swaps the shares through the process group's key-value store (a channel beside the
-collectives) while giving its share to a collective whose result it ignores is not told apart.
+reach. Each rank's share must also go into a collective that moves data, side by side or at its
+places in a padded list (not merely somewhere among many values). The limit: a worker that gives
+its share to such a collective, ignores what it returns and takes the others' shares from
+elsewhere (the process group's key-value store, files) is not told apart: the collective did the
+work, and what the worker then uses of it cannot be seen.
 
     print(check_reassemble(reassemble))
 """

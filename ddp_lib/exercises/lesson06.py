@@ -6,12 +6,15 @@ one, and three nodes of one, one and two. A rank's place differs between the fir
 node 1's first process in one, node 0's second in the other), so nothing computed from ``rank`` and
 ``world_size`` alone is right in both; the third has another world size and a third node, so no
 size or node count can be written in. The layouts run in an order drawn afresh each time, and each
-node's rank is drawn afresh too (the nodes' log folders, numbered in start order, do not tell it),
-so an answer that counts its calls or reads the folders can only guess. A worked solution is in
-``ddp_lib/exercises/solutions/lesson06.py``.
+node's rank is drawn afresh too (the nodes' log folders are named in start order, not by node rank),
+so an answer that counts its calls or reads its folder's name can only guess. A worked solution is
+in ``ddp_lib/exercises/solutions/lesson06.py``.
 
-The limit: the notebook imports the learner's module in the process that runs this checker, so code
-there that patches the checker is not guarded against."""
+The limits: the notebook imports the learner's module in the process that runs this checker, so code
+there that patches the checker is not guarded against; and an answer that rebuilds the layout from
+what the job leaves in sight of every rank (the other ranks' log folders, which torch names after
+their local rank, with each rank's global rank in its ``rank.json``; the agents' command lines) is
+not told apart from one that reads the variables."""
 
 from __future__ import annotations
 

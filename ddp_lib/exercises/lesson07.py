@@ -18,8 +18,11 @@ metric is any float64 in [0.01, 0.99) and a rank may give its collectives at mos
 so no rank can send every metric it might hold. What the collectives counted and carried is judged
 in the parent, not in the rank.
 
-The limits: code that rewrites its own rank's output file can commit that rank to another metric of
-its choosing (it must still send that metric through a collective); code that reads another
+The limits: a worker that sends its metric through a real collective, ignores the result and
+takes the others' metrics from elsewhere (files, the store) is not told apart: the collective did
+the work, and what the worker then uses of it cannot be seen; code that rewrites its own rank's
+output file can commit that rank to another metric of its choosing (it must still send that metric
+through a collective); code that reads another
 process's memory, or that patches this checker, ``ddp_lib.exercises.checking`` or torch (in a rank,
 or in the notebook's process, which imports the learner's module), is not guarded against.
 """
@@ -38,6 +41,8 @@ from ddp_lib.exercises.checking import (
     Report,
     launch_on_ranks,
     load_worker,
+    numbers_in,
+    unpickled,
     watching_collectives,
     worker_name,
 )
@@ -83,7 +88,11 @@ def _carries(values: list[list], raw: list[bytes], metric: float, world_size: in
         if any(isinstance(v, float) and math.isclose(v, w, rel_tol=1e-7) for v in sent for w in wanted):
             return True
     pickled = [b"G" + struct.pack(">d", w) for w in wanted]  # pickle's BINFLOAT
-    return any(p in blob for blob in raw for p in pickled)
+    if any(p in blob for blob in raw for p in pickled):
+        return True
+    # pickled otherwise (a tensor, a numpy float) or sent as text
+    return any(isinstance(v, float) and math.isclose(v, w, rel_tol=1e-7)
+               for blob in raw for v in numbers_in(unpickled(blob)) for w in wanted)
 
 
 def _commitment(salt: bytes, metric: float) -> str:
