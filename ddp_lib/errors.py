@@ -172,16 +172,13 @@ def stopped_at(stack: str) -> Stopped:
     first; the worker's thread is the one that holds the launcher's call of the worker)."""
     threads = re.split(r"\n\s*\n", stack)
     text = next((t for t in threads if "in _call_keeping_locals" in t), None)
-    if text is None:  # no worker running: the thread that took the signal
+    in_worker = text is not None
+    if not in_worker:  # no worker running: the thread that took the signal
         text = next((t for t in threads if "Current thread" in t), "")
-        frames = _FRAME.findall(text)
-        # faulthandler cuts a deep stack ("  ..."): the worker's call may be in the part left out.
-        outside_worker = bool(frames) and not re.search(r"^\s*\.\.\.\s*$", text, re.M)
-        worker = []
-    else:
-        frames = _FRAME.findall(text)
-        outside_worker = False
-        worker = frames[:[f[2] for f in frames].index("_call_keeping_locals")]
+    frames = _FRAME.findall(text)
+    worker = frames[:[f[2] for f in frames].index("_call_keeping_locals")] if in_worker else []
+    # faulthandler cuts a deep stack ("  ..."): the worker's call may be in the part left out.
+    outside_worker = not in_worker and bool(frames) and not re.search(r"^\s*\.\.\.\s*$", text, re.M)
     if not frames:
         return Stopped()
     own = [(p, n) for p, n, _ in worker if not _installed(p)]

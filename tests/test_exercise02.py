@@ -130,67 +130,35 @@ def test_the_stubs_own_share_without_a_collective(solution):
     assert problems[1].startswith("world_size 2, n 11: rank 0 returned only its own share")
 
 
-def test_shares_swapped_through_the_store_beside_an_all_reduce_are_refused(solution):
-    fn = solution("""
-        import json
-        import torch
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-        from ddp_lib.process_group import process_group
+# The shares swapped through the group's store; beside it, ``{beside}``: a collective that carries
+# none of a rank's share the way an answer would send it.
+STORE_SWAP = """
+    import json
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+    from ddp_lib.process_group import process_group
 
-        def reassemble(rank, world_size, share):
-            with process_group(rank, world_size):
-                store = distributed_c10d._get_default_store()
-                store.set(f"share/{rank}", json.dumps(share))
-                shares = [json.loads(store.get(f"share/{r}")) for r in range(world_size)]
-                dist.all_reduce(torch.zeros(1))  # only to be counted
-            return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
-    """)
-    problems = fails(fn, world_sizes=(2,), n=11)
-    assert any("share never went into a collective" in p for p in problems), problems
-
-
-def test_every_candidate_value_beside_shares_swapped_through_the_store_is_refused(solution):
-    # Every number a share can hold, again and again, all-reduced: any share sits in it in order,
-    # though not side by side; the real exchange goes through the store.
-    fn = solution("""
-        import json
-        import torch
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-        from ddp_lib.process_group import process_group
-
-        def reassemble(rank, world_size, share):
-            with process_group(rank, world_size):
-                dist.all_reduce(torch.arange(1000).repeat(6))  # as many as the longest share
-                store = distributed_c10d._get_default_store()
-                store.set(f"share/{rank}", json.dumps(share))
-                shares = [json.loads(store.get(f"share/{r}")) for r in range(world_size)]
-            return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
-    """)
-    problems = fails(fn, world_sizes=(2,), n=11)
-    assert any("share never went into a collective" in p for p in problems), problems
+    def reassemble(rank, world_size, share):
+        with process_group(rank, world_size):
+            {beside}
+            store = distributed_c10d._get_default_store()
+            store.set(f"share/{{rank}}", json.dumps(share))
+            shares = [json.loads(store.get(f"share/{{r}}")) for r in range(world_size)]
+        return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
+"""
 
 
-def test_shares_sent_only_in_a_group_of_one_are_refused(solution):
-    # Each rank's share goes into an all-reduce, but in a group of that rank alone: nothing crosses.
-    fn = solution("""
-        import json
-        import torch
-        import torch.distributed as dist
-        from torch.distributed import distributed_c10d
-        from ddp_lib.process_group import process_group
-
-        def reassemble(rank, world_size, share):
-            with process_group(rank, world_size):
-                alone = [dist.new_group([r]) for r in range(world_size)][rank]
-                dist.all_reduce(torch.tensor(share), group=alone)
-                store = distributed_c10d._get_default_store()
-                store.set(f"share/{rank}", json.dumps(share))
-                shares = [json.loads(store.get(f"share/{r}")) for r in range(world_size)]
-            return [shares[i % world_size][i // world_size] for i in range(sum(map(len, shares)))]
-    """)
-    problems = fails(fn, world_sizes=(2,), n=11)
+@pytest.mark.parametrize("beside", [
+    "dist.all_reduce(torch.zeros(1))  # only to be counted",
+    # Every number a share can hold, again and again: any share sits in it in order, though not side by side.
+    "dist.all_reduce(torch.arange(1000).repeat(6))  # as many as the longest share",
+    # The rank's share in an all-reduce, but in a group of that rank alone: nothing crosses.
+    "alone = [dist.new_group([r]) for r in range(world_size)][rank]\n"
+    "            dist.all_reduce(torch.tensor(share), group=alone)",
+], ids=["zeros", "every_candidate_value", "group_of_one"])
+def test_shares_swapped_through_the_store_beside_a_collective_are_refused(solution, beside):
+    problems = fails(solution(STORE_SWAP.format(beside=beside)), world_sizes=(2,), n=11)
     assert any("share never went into a collective" in p for p in problems), problems
 
 

@@ -82,17 +82,14 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
 
 def _carries(values: list[list], raw: list[bytes], metric: float, world_size: int) -> bool:
     """Whether a rank handed its metric (or its share, metric / world_size) to a collective that
-    sends it: as a tensor element (float32 rounding allowed: 2**-24 relative) or inside a pickled object."""
+    sends it: as a tensor element (float32 rounding allowed: 2**-24 relative) or inside a pickled
+    object (as a float, a tensor, a numpy float) or text."""
     wanted = (metric, metric / world_size)
-    for sent in values:
-        if any(isinstance(v, float) and math.isclose(v, w, rel_tol=1e-7) for v in sent for w in wanted):
-            return True
-    pickled = [b"G" + struct.pack(">d", w) for w in wanted]  # pickle's BINFLOAT
+    pickled = [b"G" + struct.pack(">d", w) for w in wanted]  # pickle's BINFLOAT, wherever it sits in the bytes
     if any(p in blob for blob in raw for p in pickled):
         return True
-    # pickled otherwise (a tensor, a numpy float) or sent as text
-    return any(isinstance(v, float) and math.isclose(v, w, rel_tol=1e-7)
-               for blob in raw for v in numbers_in(unpickled(blob)) for w in wanted)
+    found = [v for sent in values for v in sent] + [v for blob in raw for v in numbers_in(unpickled(blob))]
+    return any(isinstance(v, float) and math.isclose(v, w, rel_tol=1e-7) for v in found for w in wanted)
 
 
 def _commitment(salt: bytes, metric: float) -> str:
