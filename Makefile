@@ -26,7 +26,7 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-w
 
 install: $(INSTALLED)
 
-$(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_overrides.json
+$(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_overrides.json tools/jupyter_server_config.d/ddp-lib.json
 	$(PYTHON) tools/install.py --venv $(VENV) --installer $(INSTALLER) --torch $(TORCH)
 	touch $@
 

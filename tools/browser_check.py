@@ -8,7 +8,8 @@ written, not even by JupyterLab's autosave), and Chromium, driven by Playwright,
 what a learner does:
 
 1. opens it and waits for its kernel: the lesson must not show as modified (JupyterLab marks a
-   notebook modified when the kernel's ``language_info`` differs from the stored one);
+   notebook modified when the kernel's ``language_info`` differs from the one it was served, on any
+   Python: ddp_lib/lab_contents.py);
 2. runs Kernel > Restart Kernel and Run All Cells, timing every cell: a cell may take its stated time
    ("about N s" in the text just before it, with a margin for a busy machine) or ``DEFAULT_CELL_LIMIT``;
 3. fails on a cell that runs for more than ``SILENT_LIMIT`` seconds before showing any output (the
@@ -232,13 +233,11 @@ def run_lesson(page, base: str, token: str, copy: Path, name: str) -> Result:
     if state is None:
         result.problems.append("the kernel never became idle after opening")
         return result
-    stored = json.loads((copy / name).read_text())["metadata"].get("language_info", {}).get("version")
-    if state["dirty"] and stored != platform.python_version():
-        result.notes.append(f"opened as modified: stored with Python {stored}, the kernel runs "
-                            f"{platform.python_version()} (JupyterLab rewrites language_info)")
-    elif state["dirty"]:
-        result.problems.append("shows as modified right after opening, before anything ran "
-                               "(its stored language_info differs from what the kernel reports)")
+    if state["dirty"]:
+        stored = json.loads((copy / name).read_text())["metadata"].get("language_info", {}).get("version")
+        result.problems.append(f"shows as modified right after opening, before anything ran (stored with Python "
+                               f"{stored}, the kernel runs {platform.python_version()}: is the lessons' contents "
+                               "manager, ddp_lib/lab_contents.py, this Jupyter's? tools/install.py --jupyter-only)")
     # Cleared first, so that a cell counts as done only once it has a new execution count.
     menu(page, "Edit", "Clear Outputs of All Cells")
     menu(page, "Kernel", "Restart Kernel and Run All Cells…")

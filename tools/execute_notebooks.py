@@ -43,8 +43,8 @@ def redraws_resolved(outputs: list) -> list:
 
 def normalise(nb: nbformat.NotebookNode) -> None:
     # language_info stays exactly as the kernel reported it: JupyterLab writes the kernel's into an
-    # open notebook and marks it modified when it differs, so a learner on this Python opening an
-    # untouched lesson would otherwise be asked to save it.
+    # open notebook and marks it modified unless the two are deep-equal. Only its version differs
+    # between Pythons, and the lessons' Jupyter server fills that in (ddp_lib/lab_contents.py).
     nb.metadata = nbformat.from_dict({
         "kernelspec": KERNELSPEC,
         "language_info": dict(nb.metadata.get("language_info", {})),

@@ -1,10 +1,13 @@
 """Install the project into a virtual environment, with every version taken from constraints.txt.
 
     python3 tools/install.py [--venv .venv] [--installer uv|pip] [--torch auto|cpu|cuda]
+    .venv/bin/python tools/install.py --jupyter-only
 
 ``make install`` runs it (``make install INSTALLER=pip TORCH=cuda`` passes the options). It
 creates the environment if missing, installs the project with its ``notebooks`` and ``test``
-extras, and turns off JupyterLab's news popup in that environment. The installer is uv (several
+extras, and sets that environment's Jupyter up for the lessons (no news popup; lessons open
+unmodified on any Python, see ddp_lib/lab_contents.py). ``--jupyter-only`` does only the last step,
+for the Python running it (a venv or conda environment installed without make). The installer is uv (several
 times faster than pip on the same install, see docs/install.md), itself pinned and installed by pip;
 if uv fails, plain pip installs the same pins.
 
@@ -40,6 +43,8 @@ PROJECT = ".[notebooks,test]"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 LINUX_CPU_PIN = 'torch==2.13.0+cpu ; sys_platform == "linux"'
 LAB_OVERRIDES = ROOT / "tools" / "jupyterlab_overrides.json"
+# Makes ddp_lib.lab_contents.LessonContentsManager the Jupyter server's contents manager: lessons open unmodified.
+SERVER_CONFIG = ROOT / "tools" / "jupyter_server_config.d" / "ddp-lib.json"
 INSTALLERS = ("uv", "pip")
 TORCH_CHOICES = ("auto", "cpu", "cuda")
 
@@ -142,12 +147,15 @@ def install_command(installer: str, venv: Path, constraints: Path, options: list
             "-c", str(constraints), "-e", PROJECT, *options]
 
 
-def install_lab_settings(venv: Path) -> Path:
-    """Put JupyterLab's settings overrides (no news popup) where that environment's JupyterLab reads them."""
-    target = venv / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "ddp-lib.json"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(LAB_OVERRIDES, target)
-    return target
+def install_lab_settings(prefix: Path) -> list[Path]:
+    """Put the project's Jupyter settings where the environment at ``prefix`` reads them: JupyterLab's
+    overrides (no news popup) and the server's configuration (the lessons' contents manager)."""
+    targets = {LAB_OVERRIDES: prefix / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "ddp-lib.json",
+               SERVER_CONFIG: prefix / "etc" / "jupyter" / "jupyter_server_config.d" / "ddp-lib.json"}
+    for source, target in targets.items():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return list(targets.values())
 
 
 def run(command: list[str], env: dict[str, str] | None = None, check: bool = True) -> int:
@@ -160,7 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", type=Path, default=ROOT / ".venv")
     parser.add_argument("--installer", choices=INSTALLERS, default="uv")
     parser.add_argument("--torch", default="auto", help="auto (default), cpu or cuda")
+    parser.add_argument("--jupyter-only", action="store_true",
+                        help="install nothing: only set up the Jupyter of the Python running this")
     args = parser.parse_args(argv)
+    if args.jupyter_only:
+        for target in install_lab_settings(Path(sys.prefix)):
+            print(f"wrote {target}")
+        return 0
     build = torch_build(args.torch)
     venv = args.venv if args.venv.is_absolute() else ROOT / args.venv
     python = str(bin_dir(venv) / "python")
