@@ -22,7 +22,7 @@ JOBS ?= 2
 PARALLEL := -n $(JOBS) --dist loadfile
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test test-browser test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book clean
+.PHONY: install test test-browser test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book book-serve clean
 
 install: $(INSTALLED)
 
@@ -101,6 +101,12 @@ $(BOOK_INSTALLED): $(INSTALLED)
 
 book: $(BOOK_INSTALLED)  ## the lessons and docs/ as a static website in build/book/html (offline)
 	$(PY) -m sphinx -b html -c book -n -q . build/book/html
+
+# Opened from disk the site works, but the browser blocks the search page's reading of other pages
+# (file://), so results show titles without excerpts: served, they have both.
+BOOK_PORT ?= 8000
+book-serve: book  ## the book served on http://127.0.0.1:$(BOOK_PORT)/ (full search), until Ctrl-C
+	$(PY) -m http.server $(BOOK_PORT) --bind 127.0.0.1 --directory build/book/html
 
 clean:
 	rm -rf $(VENV) .pytest_cache build/book

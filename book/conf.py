@@ -10,28 +10,33 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from docutils import nodes
+
 ROOT = Path(__file__).resolve().parent.parent
 
 project = "Learn PyTorch DDP by running it"
 author = "the ddp-lib authors"
 release = re.search(r'__version__ = "([^"]+)"', (ROOT / "ddp_lib" / "__init__.py").read_text()).group(1)
 
-extensions = ["myst_nb", "sphinx_external_toc", "sphinx.ext.imgmath"]
+extensions = ["myst_nb", "sphinx_external_toc", "sphinxcontrib.katex", "sphinx_copybutton"]
 
 external_toc_path = "book/_toc.yml"
 external_toc_exclude_missing = True
 # Only what the book shows is read: the rest of the repository (tests, tools, .venv) is not a page.
-include_patterns = ["README.md", "docs/*.md", "notebooks/[0-9][0-9]*_*.ipynb"]
+include_patterns = ["README.md", "docs/*.md", "notebooks/[0-9][0-9]*_*.ipynb", "book/solutions.md"]
 exclude_patterns = [".venv", "build", "**/.ipynb_checkpoints"]
 
 # The lessons are shown as committed, outputs included: never executed while building.
 nb_execution_mode = "off"
-# The lessons' Markdown is CommonMark with tables; `$` is a shell variable in them, not math.
-myst_enable_extensions: list[str] = []
+# Math is written as JupyterLab shows it, `$...$`; elsewhere in the lessons `$` appears only in code.
+myst_enable_extensions = ["dollarmath"]
 myst_heading_anchors = 3
-# Math as images made at build time (LaTeX and dvipng, where installed) instead of MathJax from a
-# CDN: the pages load nothing from the internet. The lessons hold no math today.
-html_math_renderer = "imgmath"
+# Math typeset in the reader's browser by the site's own copy of KaTeX (the one bundled with
+# sphinxcontrib-katex), as MathML, which browsers lay out themselves: no stylesheet or font to fetch.
+# (Its prerendering at build time needs Node.js, and its server start races on a busy machine.)
+katex_prerender = False
+katex_options = '{output: "mathml", throwOnError: false}'
+katex_css_path = "katex-math.css"  # the extension's own (its default is KaTeX's stylesheet from a CDN)
 
 html_theme = "sphinx_book_theme"
 html_title = project
@@ -42,6 +47,44 @@ html_theme_options = {
     "use_fullscreen_button": False,
 }
 html_show_sourcelink = False
-html_copy_source = False
+# Each page's source is copied beside it, under its own name (no ".txt" added): the theme's download
+# button offers the lesson's .ipynb, stored outputs included.
+html_copy_source = True
+html_sourcelink_suffix = ""
+# The copy button leaves out the prompts of shell and Python sessions, so what is pasted runs.
+copybutton_prompt_text = r"\$ |>>> |\.\.\. "
+copybutton_prompt_is_regexp = True
 # The Markdown pages link to source files (ddp_lib/..., tools/...) that are not pages of the book.
 suppress_warnings = ["myst.xref_missing"]
+
+# The worked solutions: book/solutions.md gets one section per file of ddp_lib/exercises/solutions/
+# (a new lesson's solution appears without an edit), and where a page names a solution file in
+# code (`ddp_lib/exercises/solutions/lesson04.py`), the name becomes a link to its section.
+SOLUTIONS_PAGE = "book/solutions"
+SOLUTION_FILE = re.compile(r"ddp_lib/exercises/solutions/(lesson\w+)\.py")
+
+
+def solution_sections() -> str:
+    sections = []
+    for path in sorted((ROOT / "ddp_lib" / "exercises" / "solutions").glob("lesson*.py")):
+        sections.append(f"\n({path.stem})=\n## Lesson {path.stem.removeprefix('lesson')}: `{path.name}`\n\n"
+                        f"```{{literalinclude}} ../ddp_lib/exercises/solutions/{path.name}\n:language: python\n```\n")
+    return "".join(sections)
+
+
+def add_solutions(app, docname: str, source: list[str]) -> None:
+    if docname == SOLUTIONS_PAGE:
+        source[0] += solution_sections()
+
+
+def link_solutions(app, doctree, docname: str) -> None:
+    for literal in list(doctree.findall(nodes.literal)):
+        match = SOLUTION_FILE.fullmatch(literal.astext())
+        if match and docname != SOLUTIONS_PAGE and isinstance(literal.parent, nodes.TextElement):
+            uri = app.builder.get_relative_uri(docname, SOLUTIONS_PAGE) + "#" + match.group(1)
+            literal.replace_self(nodes.reference("", "", literal.deepcopy(), refuri=uri, internal=True))
+
+
+def setup(app):
+    app.connect("source-read", add_solutions)
+    app.connect("doctree-resolved", link_solutions)

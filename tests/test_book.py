@@ -1,5 +1,6 @@
 """`make book` builds a static site that loads nothing from the internet and holds every lesson, with
-every image stored in it, and every page of docs/.
+every image stored in it, its math typeset, copy buttons, a download of its notebook and links to the
+worked solutions, and every page of docs/.
 
 Needs the `book` extra (Sphinx, myst-nb): `make book` installs it into .venv, and .ci/run runs
 `make book` before `make test`, so there this test runs; where the extra is not installed it skips.
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -104,3 +107,76 @@ def test_every_docs_page_is_there_and_searchable(site):
     for notebook in LESSONS:
         assert f"notebooks/{notebook.stem}" in index, notebook.name
     assert (site / "index.html").is_file()  # the address a browser opens first
+
+
+def test_each_lesson_is_titled_like_the_others_in_the_navigation(site):
+    index = (site / "README.html").read_text()
+    for notebook in LESSONS:
+        titles = re.findall(rf'href="notebooks/{notebook.stem}.html">([^<]*)<', index)
+        number = notebook.stem.split("_", 1)[0]
+        assert titles and titles[0].startswith(f"{number} · "), (notebook.name, titles)
+
+
+def test_each_lesson_page_downloads_its_own_notebook(site):
+    for notebook in LESSONS:
+        page = site / "notebooks" / f"{notebook.stem}.html"
+        links = re.findall(r'<a href="([^"]+\.ipynb)"', page.read_text())
+        assert links, f"{page.name} offers no .ipynb download"
+        for link in links:
+            downloaded = (page.parent / link).resolve()
+            assert downloaded.is_file(), (page.name, link)
+            assert json.loads(downloaded.read_text()) == json.loads(notebook.read_text()), (page.name, link)
+
+
+def test_code_blocks_have_copy_buttons(site):
+    for page in [site / "notebooks" / f"{n.stem}.html" for n in LESSONS] + [site / "docs" / "install.html"]:
+        html = page.read_text()
+        scripts = [src.split("?")[0] for src in resources(page).loaded]
+        for script in ("copybutton.js", "clipboard.min.js"):
+            local = [src for src in scripts if src.endswith(f"_static/{script}")]
+            assert local and (page.parent / local[0]).is_file(), (page.name, script)
+        # copybutton.js puts its button on every block that this selector finds (its default)
+        assert "COPYBUTTON_SELECTOR = 'div.highlight pre'" in (site / "_static" / "copybutton.js").read_text()
+        assert '<div class="highlight"><pre>' in html, page.name
+
+
+MATH = re.compile(r'<(?:span|div) class="math[^"]*">\s*\\[(\[](.*?)\\[)\]]', re.DOTALL)
+
+
+def test_math_is_typeset_by_the_sites_own_katex(site):
+    page = site / "notebooks" / "08_performance.html"
+    html = page.read_text()
+    expressions = [unescape(latex) for latex in MATH.findall(html)]
+    assert r"t(S) = \alpha + S / \beta" in expressions, expressions
+    assert "$" not in re.sub(r"<(code|pre)\b.*?</\1>", "", html, flags=re.DOTALL).split('<article', 1)[1].split(
+        "</article>", 1)[0], "a $...$ left as text"
+    scripts = [src.split("?")[0] for src in resources(page).loaded]
+    for script in ("katex.min.js", "auto-render.min.js", "katex_autorenderer.js"):
+        assert (page.parent / f"../_static/{script}").is_file() and f"../_static/{script}" in scripts, script
+    assert 'output: "mathml"' in (site / "_static" / "katex_autorenderer.js").read_text()
+    if shutil.which("node") is None:
+        pytest.skip("typesetting each formula needs Node.js; the site's KaTeX and its settings are in place")
+    # What the reader's browser does: the site's KaTeX typesets each formula, as MathML.
+    script = ("const katex = require(process.argv[1]); const formulas = JSON.parse(process.argv[2]);"
+              "console.log(JSON.stringify(formulas.map(f => katex.renderToString(f, "
+              "{output: 'mathml', throwOnError: true}))));")
+    typeset = subprocess.run(["node", "-e", script, str(site / "_static" / "katex.min.js"), json.dumps(expressions)],
+                             capture_output=True, text=True, timeout=60)
+    assert typeset.returncode == 0, typeset.stderr[-2000:]
+    for latex, mathml in zip(expressions, json.loads(typeset.stdout), strict=True):
+        assert "<math" in mathml and "katex-error" not in mathml, (latex, mathml[:300])
+
+
+def test_every_solution_a_lesson_names_links_to_its_code(site):
+    solutions = site / "book" / "solutions.html"
+    solutions_html = solutions.read_text()
+    named = 0
+    for notebook in LESSONS:
+        page = site / "notebooks" / f"{notebook.stem}.html"
+        for stem in sorted(set(re.findall(r"ddp_lib/exercises/solutions/(lesson\w+)\.py", notebook.read_text()))):
+            named += 1
+            assert f'href="../book/solutions.html#{stem}"' in page.read_text(), (notebook.name, stem)
+            assert f'id="{stem}"' in solutions_html, stem
+            first_line = (ROOT / "ddp_lib" / "exercises" / "solutions" / f"{stem}.py").read_text().splitlines()[0]
+            assert unescape(re.sub(r"<[^>]+>", "", solutions_html)).count(first_line.strip('"')) >= 1, stem
+    assert named >= 5, "the lessons name fewer worked solutions than expected"
