@@ -136,7 +136,7 @@ def test_the_cell_and_links_are_added_once_and_counts_stay_in_order(tmp_path):
     nbformat.validate(nb)
     assert len(nb.cells) == before + 2
     links, setup = nb.cells[:2]
-    assert f"colab.research.google.com/github/example/ddp-lib/blob/main/notebooks/{lesson.name}" in links.source
+    assert f"colab.research.google.com/github/example/ddp-lib/blob/colab/notebooks/{lesson.name}" in links.source
     assert f"mybinder.org/v2/gh/example/ddp-lib/main?labpath=notebooks%2F{lesson.name}" in links.source
     assert f'REPOSITORY = "{repository}"' in setup.source and setup.outputs == []
     counts = [c.execution_count for c in nb.cells if c.cell_type == "code" and c.source.strip()]

@@ -1,6 +1,10 @@
 """Put "Open in Colab" and Binder links and the set-up cell (tools/colab_cell.py) at the top of every lesson.
 
-    python tools/add_colab_cell.py [notebooks/NN_topic.ipynb ...]   # default: every lesson
+    python tools/add_colab_cell.py [--repository URL] [--branch NAME] [notebooks/NN_topic.ipynb ...]
+
+The Pages workflow (.github/workflows/book.yml) runs it on its own checkout before building the book,
+with the address of the repository it runs in, and pushes the result to the branch ``colab``, which
+the Colab links open: the committed lessons never hold the cells, and nobody types an address.
 
 Idempotent: a lesson that has them gets them updated in place; one that has not gets a Markdown
 cell of links (tag ``colab-links``) and the code cell (tags ``colab-setup`` and ``remove-cell``,
@@ -8,7 +12,8 @@ which the book leaves out) inserted first. The cell prints nothing outside Colab
 stored outputs stay true: it is stored as executed first (execution count 1, no output) and the
 other cells' counts move up by one, as a run from a fresh kernel would number them.
 
-The repository's address is read from pyproject.toml's ``[project.urls] Repository``, its one home.
+The repository's address is ``--repository``, else pyproject.toml's ``[project.urls] Repository``.
+Colab opens the lesson from ``--branch`` (default ``colab``), Binder builds ``main``.
 """
 
 from __future__ import annotations
@@ -26,17 +31,24 @@ CELL_SOURCE = ROOT / "tools" / "colab_cell.py"
 LINKS_TAG = "colab-links"
 SETUP_TAG = "colab-setup"
 PLACEHOLDER = "https://github.com/OWNER/REPO"
-BRANCH = "main"
+COLAB_BRANCH = "colab"  # where the workflow pushes the lessons with these cells
+BINDER_BRANCH = "main"  # Binder builds the project itself (environment.yml), lessons as committed
+ADDRESS = re.compile(r"https://github\.com/[\w.-]+/[\w.-]+")
+
+
+def checked_address(url: str, where: str) -> str:
+    """``url`` without a trailing slash or ``.git``, if it is a GitHub repository's address (Colab and
+    Binder's ``gh`` provider open only those) other than the placeholder."""
+    url = url.rstrip("/").removesuffix(".git")
+    if not ADDRESS.fullmatch(url) or url == PLACEHOLDER:
+        raise SystemExit(f"{where} = {url!r}: expected the project's https://github.com/OWNER/NAME address")
+    return url
 
 
 def repository_url(pyproject: Path = ROOT / "pyproject.toml") -> str:
     """The GitHub address in ``[project.urls] Repository``, without a trailing slash or ``.git``."""
     urls = tomllib.loads(pyproject.read_text())["project"].get("urls", {})
-    url = urls.get("Repository", "").rstrip("/").removesuffix(".git")
-    if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url) or url == PLACEHOLDER:
-        raise SystemExit(f"[project.urls] Repository = {url!r} in {pyproject}: expected the project's "
-                         "https://github.com/OWNER/NAME address")
-    return url
+    return checked_address(urls.get("Repository", ""), f"[project.urls] Repository in {pyproject}")
 
 
 def setup_source(repository: str) -> str:
@@ -47,22 +59,23 @@ def setup_source(repository: str) -> str:
     return line.sub(f'REPOSITORY = "{repository}"', source).rstrip("\n")
 
 
-def links_source(repository: str, notebook: str) -> str:
+def links_source(repository: str, notebook: str, colab_branch: str = COLAB_BRANCH) -> str:
     """Plain links (no badge images: the book loads nothing from other sites)."""
     owner_name = repository.removeprefix("https://github.com/")
-    colab = f"https://colab.research.google.com/github/{owner_name}/blob/{BRANCH}/notebooks/{notebook}"
-    binder = f"https://mybinder.org/v2/gh/{owner_name}/{BRANCH}?labpath=notebooks%2F{notebook}"
+    colab = f"https://colab.research.google.com/github/{owner_name}/blob/{colab_branch}/notebooks/{notebook}"
+    binder = f"https://mybinder.org/v2/gh/{owner_name}/{BINDER_BRANCH}?labpath=notebooks%2F{notebook}"
     return (f"[Open in Colab]({colab}) · [Open in Binder]({binder}) · On Colab or Binder, run the next cell "
-            "first (on your own machine it does nothing).")
+            "first (on your own machine it does nothing). On Colab, `my_work/` lasts as long as the runtime: "
+            f"to keep it, see [Colab and Binder]({repository}/blob/{BINDER_BRANCH}/docs/install.md#colab-and-binder).")
 
 
 def tagged(nb, tag: str):
     return next((cell for cell in nb.cells if tag in cell.metadata.get("tags", [])), None)
 
 
-def add_cells(nb, repository: str, notebook: str) -> bool:
+def add_cells(nb, repository: str, notebook: str, colab_branch: str = COLAB_BRANCH) -> bool:
     """Insert or update the two cells in ``nb``; True if anything changed."""
-    links, setup = links_source(repository, notebook), setup_source(repository)
+    links, setup = links_source(repository, notebook, colab_branch), setup_source(repository)
     old_links, old_setup = tagged(nb, LINKS_TAG), tagged(nb, SETUP_TAG)
     if old_links is not None and old_setup is not None:
         changed = (old_links.source, old_setup.source) != (links, setup)
@@ -85,13 +98,15 @@ def add_cells(nb, repository: str, notebook: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repository", help="https://github.com/OWNER/NAME (default: pyproject.toml's)")
+    parser.add_argument("--branch", default=COLAB_BRANCH, help=f"the branch Colab opens (default {COLAB_BRANCH})")
     parser.add_argument("notebooks", nargs="*", type=Path,
                         default=sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb")))
     args = parser.parse_args(argv)
-    repository = repository_url()
+    repository = checked_address(args.repository, "--repository") if args.repository else repository_url()
     for path in args.notebooks:
         nb = nbformat.read(path, as_version=4)
-        if add_cells(nb, repository, path.name):
+        if add_cells(nb, repository, path.name, args.branch):
             nbformat.write(nb, path)
             print(f"updated {path}")
     return 0

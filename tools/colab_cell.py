@@ -39,6 +39,8 @@ def _set_up_hosted_notebook(repository):
     print(f"Colab: ddp_lib from {repository}, working in {_os.getcwd()}.")
     print(f"Colab's torch is {_torch.__version__}, on {_os.cpu_count()} CPU cores; the stored outputs were made "
           "with torch 2.13.0, so yours may differ in detail.")
+    print("What you write here, notebooks/my_work/ included, lasts as long as this runtime: mount Google Drive "
+          "to keep it (docs/install.md, Colab and Binder).")
 
 
 _set_up_hosted_notebook(REPOSITORY)
