@@ -1,6 +1,7 @@
 """The install paths agree: pyproject.toml, constraints.txt and environment.yml."""
 
 import importlib.util
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -50,7 +51,9 @@ def test_the_runtime_needs_only_torch_numpy_and_tqdm():
 def test_environment_yml_installs_the_project_with_the_same_pins():
     env = yaml.safe_load((ROOT / "environment.yml").read_text())
     deps = env["dependencies"]
-    assert "python=3.11" in deps
+    # Exactly the Python the stored outputs were made with, not any 3.11.x.
+    lesson = json.loads(sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))[0].read_text())
+    assert f"python={lesson['metadata']['language_info']['version']}" in deps
     pip_lines = next(d["pip"] for d in deps if isinstance(d, dict))
     assert "-c constraints.txt" in pip_lines
     # Linux's pin is the CPU build, which only PyTorch's CPU index has (Binder builds from here too).
