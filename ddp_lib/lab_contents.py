@@ -8,8 +8,8 @@ lesson stored with 3.11.7 opened as modified, before anything ran, on 3.11.2 or 
 ``LessonContentsManager`` serves every notebook whose stored ``language_info`` is Python's with the
 ``version`` of the Python the server runs on, which is the one its ``python3`` kernel runs on. Only
 what is sent to the browser changes, never the file; saving writes what the kernel reported anyway.
-The package installs ``etc/jupyter/jupyter_server_config.d/ddp-lib.json`` (pyproject.toml's data
-files), which makes it the contents manager of the environment's Jupyter server.
+This module is a Jupyter server extension that makes it the server's contents manager; tools/install.py
+enables it in an environment (``etc/jupyter/jupyter_server_config.d/ddp-lib.json``).
 """
 
 from __future__ import annotations
@@ -38,3 +38,22 @@ class LessonContentsManager(AsyncLargeFileManager):
         if model.get("type") == "notebook" and model.get("content"):
             with_kernel_version(model["content"])
         return model
+
+
+def _jupyter_server_extension_points() -> list[dict]:
+    return [{"module": "ddp_lib.lab_contents"}]
+
+
+def _link_jupyter_server_extension(serverapp) -> None:
+    # Extensions are linked before the server makes its contents manager (ServerApp.initialize), and
+    # this is where an extension may change the server's configuration. One configured by the user
+    # (jupytext's, say) is kept: lessons then open as modified on another Python, nothing worse.
+    if serverapp.contents_manager_class is AsyncLargeFileManager:
+        serverapp.contents_manager_class = LessonContentsManager
+    else:
+        serverapp.log.warning("ddp_lib.lab_contents: keeping the configured contents manager %s",
+                              serverapp.contents_manager_class)
+
+
+def _load_jupyter_server_extension(serverapp) -> None:
+    serverapp.log.info("ddp_lib.lab_contents: lessons are served with Python %s", KERNEL_PYTHON_VERSION)

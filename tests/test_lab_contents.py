@@ -6,7 +6,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
+import socket
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -52,8 +58,42 @@ def test_a_directory_is_still_listed(tmp_path):
     assert [entry["name"] for entry in listing["content"]] == ["lesson.ipynb"]
 
 
-def test_the_install_makes_it_the_environments_contents_manager(tmp_path):
+def test_the_install_enables_the_extension(tmp_path):
     written = install.install_lab_settings(tmp_path)
     server = json.loads((tmp_path / "etc/jupyter/jupyter_server_config.d/ddp-lib.json").read_text())
-    assert server["ServerApp"]["contents_manager_class"] == "ddp_lib.lab_contents.LessonContentsManager"
+    assert server["ServerApp"]["jpserver_extensions"] == {"ddp_lib.lab_contents": True}
     assert (tmp_path / "share/jupyter/lab/settings/overrides.d/ddp-lib.json") in written
+
+
+def test_a_server_with_the_installed_settings_serves_this_pythons_version(tmp_path):
+    """A real Jupyter server (extensions, then its contents manager), its configuration read from where
+    tools/install.py writes it."""
+    install.install_lab_settings(tmp_path)
+    port, token = free_port(), "lab-contents-test"
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "etc" / "jupyter"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    command = [sys.executable, "-m", "jupyter_server", "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT / 'notebooks'}", "--allow-root"]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}/api/contents/{LESSONS[0].name}?token={token}"
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    model = json.load(response)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None and time.monotonic() < deadline, "the server did not answer"
+                time.sleep(0.5)
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=60)
+    assert "ddp_lib.lab_contents | extension was successfully loaded" in stderr, stderr[-2000:]
+    assert model["content"]["metadata"]["language_info"] == IPythonKernel.language_info
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -43,7 +43,7 @@ PROJECT = ".[notebooks,test]"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 LINUX_CPU_PIN = 'torch==2.13.0+cpu ; sys_platform == "linux"'
 LAB_OVERRIDES = ROOT / "tools" / "jupyterlab_overrides.json"
-# Makes ddp_lib.lab_contents.LessonContentsManager the Jupyter server's contents manager: lessons open unmodified.
+# Enables ddp_lib.lab_contents, a server extension that makes the lessons open unmodified on any Python.
 SERVER_CONFIG = ROOT / "tools" / "jupyter_server_config.d" / "ddp-lib.json"
 INSTALLERS = ("uv", "pip")
 TORCH_CHOICES = ("auto", "cpu", "cuda")
