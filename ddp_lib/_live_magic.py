@@ -94,5 +94,6 @@ def _cell(line: str, cell: str):
     from IPython import get_ipython
 
     shell = get_ipython()
-    name = f"In [{shell.execution_count}]" if shell is not None else None
+    # IPython counts the cell before running it: execution_count is already the next cell's number.
+    name = f"In [{shell.execution_count - 1}]" if shell is not None else None
     return _ranks.run(cell, ranks, timeout=_seconds(options.get("--timeout")), name=name)
