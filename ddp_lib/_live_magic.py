@@ -91,9 +91,6 @@ def _cell(line: str, cell: str):
             ranks = [int(word) for word in ",".join(words).split(",") if word.strip()]
         except ValueError:
             raise RanksError(f"expected ranks such as 0,2, got {line.strip()!r}: use {USAGE}") from None
-    from IPython import get_ipython
-
-    shell = get_ipython()
-    # IPython counts the cell before running it: execution_count is already the next cell's number.
-    name = f"In [{shell.execution_count - 1}]" if shell is not None else None
+    # Not "In [N]": a notebook run under nbval counts no cells, so stored and fresh errors would differ.
+    name = f"%%ranks cell {_ranks.cells + 1}"
     return _ranks.run(cell, ranks, timeout=_seconds(options.get("--timeout")), name=name)

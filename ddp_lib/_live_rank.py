@@ -79,7 +79,7 @@ def _get(expression: str, namespace: dict, cell_files: set[str]) -> tuple:
 
 def _error(exc: BaseException, cell_files: set[str]) -> tuple:
     """("error", type name, message, traceback from the learner's first cell frame on, the learner's
-    innermost line as "In [5] line 3: print(y)")."""
+    innermost line as "cell 5 line 3: print(y)")."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename not in cell_files:
         tb = tb.tb_next  # this loop's own frames are nothing the learner wrote

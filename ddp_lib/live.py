@@ -109,7 +109,7 @@ class LiveRanks:
         self._files: contextlib.ExitStack | None = None
         self._live: LiveOutput | None = None
         self._others: dict[int, tuple[_GrowingFile, _GrowingFile]] = {}
-        self._cells = 0
+        self.cells = 0  # cells run since the ranks started: an unnamed cell is called "cell N" after it
         self._sources: dict[str, list[str]] = {}  # each cell's lines by name, to quote where a rank was
 
     @property
@@ -149,6 +149,7 @@ class LiveRanks:
                           commands=pipes[r][1])
                  for r in range(world_size)]
         self._job = Job(specs, start_method, None, None)
+        self.cells = 0
         self._conns = [ours for ours, _ in pipes]
         self.world_size = world_size
         self._live = LiveOutput(specs[0].output.stdout_path, specs[0].output.stderr_path)
@@ -163,6 +164,7 @@ class LiveRanks:
             if init:
                 self.run("from ddp_lib.process_group import setup as _setup\n"
                          f"device = _setup(rank, world_size, backend={backend!r})\ndel _setup", name="init")
+                self.cells = 0  # the learner's first cell is cell 1
         except BaseException:
             self._stop_quietly()
             raise
@@ -170,10 +172,10 @@ class LiveRanks:
     def run(self, source: str, ranks: list[int] | None = None, *, timeout: float | None = None,
             name: str | None = None) -> RankValues | None:
         """Run ``source`` on ``ranks`` (default: all); return each rank's last expression value as
-        text, or None when no rank has one. ``name``: what errors call the cell ("In [5]")."""
+        text, or None when no rank has one. ``name``: what errors call the cell (default "cell N")."""
         targets = self._targets(ranks)
-        self._cells += 1
-        name = name or f"cell {self._cells}"
+        self.cells += 1
+        name = name or f"cell {self.cells}"
         self._sources[name] = source.splitlines()
         replies = self._ask(targets, ("cell", source, name), self.timeout if timeout is None else timeout,
                             what="cell")
@@ -346,7 +348,7 @@ class LiveRanks:
         return error
 
     def _where(self, stack: str) -> str:
-        """The learner's line a rank was at, from its stack: "In [5] line 2: dist.all_reduce(t), in
+        """The learner's line a rank was at, from its stack: "cell 5 line 2: dist.all_reduce(t), in
         all_reduce (torch/distributed/distributed_c10d.py)"."""
         place = stopped_at(stack) if stack else None
         if place is None or not (place.line or place.call):

@@ -109,7 +109,7 @@ def test_a_cell_that_waits_forever_ends_at_its_deadline_saying_where_each_rank_w
     assert str(error) == ("the cell did not finish within 2 s on rank 0; every rank was stopped, so no variable "
                           "survives: start them again (%ranks 2)")
     assert list(error.where) == [0]
-    assert error.where[0].startswith("cell 2 line 4: dist.all_reduce(t), in all_reduce (torch/distributed/")
+    assert error.where[0].startswith("cell 1 line 4: dist.all_reduce(t), in all_reduce (torch/distributed/")
     assert not ranks.running
     assert wait_until_gone(pids) == []
 
@@ -122,7 +122,7 @@ def test_a_rank_that_fails_while_its_peers_wait_for_it_ends_the_cell_soon(ranks)
                   "dist.all_reduce(torch.ones(1))")
     assert time.monotonic() - started < 10, "the cell waited for its whole deadline"
     assert caught.value.rank == 1
-    assert str(caught.value).startswith("rank 1 raised ValueError: no data (at cell 2 line 3: raise ValueError(")
+    assert str(caught.value).startswith("rank 1 raised ValueError: no data (at cell 1 line 3: raise ValueError(")
     assert str(caught.value).endswith("rank 0 then waited (for the failed rank, most likely) and every rank was "
                                       "stopped, so no variable survives: start them again (%ranks 2)")
     assert not ranks.running
@@ -158,7 +158,7 @@ def test_the_stop_button_stops_every_rank_when_one_cannot_leave_a_collective(ran
     _press_stop_after(1.5)
     with pytest.raises(RanksInterrupted) as caught:
         ranks.run("import torch, torch.distributed as dist\nif rank == 0:\n    dist.all_reduce(torch.ones(1))")
-    assert str(caught.value).startswith("interrupted: rank 0 did not leave the cell within 2 s (rank 0 at cell 2 "
+    assert str(caught.value).startswith("interrupted: rank 0 did not leave the cell within 2 s (rank 0 at cell 1 "
                                         "line 3: dist.all_reduce(torch.ones(1)), in all_reduce")
     assert str(caught.value).endswith("so every rank was stopped and no variable survives: start them again "
                                       "(%ranks 2)")
@@ -304,7 +304,7 @@ def test_the_classic_example_steps_through_cell_by_cell_with_its_own_setup(kerne
         moved = Cell(client, "%%ranks\nmodel = ToyModel().to(rank)")
         assert moved.error[0] == "RankCellError"
         assert moved.error[1] == ("rank 0 raised RuntimeError: Cannot access accelerator device when none is "
-                                  f"available. (at In [{moved.count}] line 1: model = ToyModel().to(rank)); "
+                                  "available. (at %%ranks cell 4 line 1: model = ToyModel().to(rank)); "
                                   "ranks 1, 2, 3 raised too; every rank keeps its variables")
         lines = ["device = torch.device('cpu')\nmodel = ToyModel().to(device)", "ddp_model = DDP(model)"]
         to_device = "labels = torch.randn(20, 5).to(device)"
@@ -325,9 +325,9 @@ def test_the_classic_example_steps_through_cell_by_cell_with_its_own_setup(kerne
     # demo_basic itself, called whole: the error names the line inside the pasted function.
     whole = Cell(client, "%%ranks\ndemo_basic(rank, world_size)")
     if torch.cuda.device_count() < 4:
-        assert whole.error[0] == "RankCellError"
+        assert whole.error[0] == "RankCellError", whole.error
         line = CLASSIC.splitlines().index("    model = ToyModel().to(rank)") + 1
-        assert f"(at In [{pasted.count}] line {line}: model = ToyModel().to(rank))" in whole.error[1]
+        assert f"(at %%ranks cell 1 line {line}: model = ToyModel().to(rank))" in whole.error[1]
     assert Cell(client, "%ranks stop").stdout == "stopped 4 ranks\n"
 
 
