@@ -13,11 +13,14 @@ from __future__ import annotations
 import ast
 import linecache
 import pickle
+import re
 import signal
 import sys
 import traceback
 
 import torch
+
+from ddp_lib.errors import _installed, _short_path
 
 
 def serve(rank: int, world_size: int, *, commands) -> None:
@@ -95,5 +98,12 @@ def _error(exc: BaseException, cell_files: set[str]) -> tuple:
         message = str(exc)
     except Exception:
         message = "(its message could not be made)"
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    text = re.sub(r'File "([^"]+)"', _package_path, "".join(traceback.format_exception(type(exc), exc, tb)))
     return ("error", type(exc).__qualname__, message, text, where)
+
+
+def _package_path(found: re.Match) -> str:
+    """An installed file by its place in its package (torch/nn/modules/module.py), not by where this
+    machine installed it: a notebook's stored error reads the same everywhere."""
+    path = found.group(1)
+    return f'File "{_short_path(path)}"' if _installed(path) else found.group(0)
