@@ -79,8 +79,11 @@ def _line(line: str) -> None:
     if timeout is not None:
         _ranks.timeout = timeout
     _ranks.start(int(words[0]), init=bool(options.get("--init")), backend=options.get("--backend"))
-    joined = " and joined the process group (device is defined)" if options.get("--init") else ""
-    print(f"started {_ranks.world_size} ranks{joined}: rank and world_size are defined on each")
+    if options.get("--init"):
+        print(f"started {_ranks.world_size} ranks, each in the process group: rank, world_size and device "
+              "are defined on each")
+    else:
+        print(f"started {_ranks.world_size} ranks: rank and world_size are defined on each")
 
 
 def _cell(line: str, cell: str):
