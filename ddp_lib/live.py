@@ -233,7 +233,8 @@ class LiveRanks:
         replies and show their output; raise as the launcher would if one fails, hangs or dies."""
         if message is not None:
             for rank in targets:
-                self._conns[rank].send_bytes(pickle.dumps(message))
+                with contextlib.suppress(OSError):  # a rank that died since the last cell: found below
+                    self._conns[rank].send_bytes(pickle.dumps(message))
         replies: dict[int, tuple] = {}
         dead: dict[int, int | None] = {}
         try:
@@ -304,11 +305,12 @@ class LiveRanks:
         with contextlib.suppress(KeyboardInterrupt):  # a second press: the same answer
             self._collect(targets, replies, dead, time.monotonic() + INTERRUPT_GRACE_S)
         stuck = [r for r in targets if r not in replies]
+        if stuck:
+            self._job.dump_stacks(stuck)  # before the output is shown: the stacks go in the error
         self._show_output()
         if not stuck:
             raise RanksInterrupted(f"interrupted: {_ranks_text(targets)} left the cell; every rank keeps its variables")
         world_size = self.world_size
-        self._job.dump_stacks(stuck)
         where = "; ".join(f"rank {r} at {self._where(self._job.stacks.get(r, ''))}" for r in stuck)
         self._stop_quietly()
         raise RanksInterrupted(f"interrupted: {_ranks_text(stuck)} did not leave the cell within "

@@ -97,7 +97,7 @@ def test_a_syntax_error_names_its_line(ranks):
         ranks.run("a = 1\nx = ")
 
 
-def test_a_cell_that_waits_forever_ends_at_its_deadline_saying_where_each_rank_was(ranks):
+def test_a_cell_that_waits_forever_ends_at_its_deadline_saying_where_each_rank_was(ranks, capsys):
     ranks.start(2, init=True)
     pids = ranks.get(PIDS)
     started = time.monotonic()
@@ -111,6 +111,7 @@ def test_a_cell_that_waits_forever_ends_at_its_deadline_saying_where_each_rank_w
     assert list(error.where) == [0]
     assert error.where[0].startswith("cell 1 line 4: dist.all_reduce(t), in all_reduce (torch/distributed/")
     assert not ranks.running
+    assert "Current thread" not in capsys.readouterr().err, "the stack went in the error, not in the output"
     assert wait_until_gone(pids) == []
 
 
@@ -152,7 +153,7 @@ def test_the_stop_button_interrupts_every_rank_which_keep_their_variables(ranks)
     assert ranks.get("x") == ["before", "before"]
 
 
-def test_the_stop_button_stops_every_rank_when_one_cannot_leave_a_collective(ranks):
+def test_the_stop_button_stops_every_rank_when_one_cannot_leave_a_collective(ranks, capsys):
     ranks.start(2, init=True)
     pids = ranks.get(PIDS)
     _press_stop_after(1.5)
@@ -162,6 +163,7 @@ def test_the_stop_button_stops_every_rank_when_one_cannot_leave_a_collective(ran
                                         "line 3: dist.all_reduce(torch.ones(1)), in all_reduce")
     assert str(caught.value).endswith("so every rank was stopped and no variable survives: start them again "
                                       "(%ranks 2)")
+    assert "Current thread" not in capsys.readouterr().err, "the stack went in the error, not in the output"
     assert wait_until_gone(pids) == []
 
 
