@@ -9,17 +9,13 @@
 from __future__ import annotations
 
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.live import LiveRanks, RanksError
+from ddp_lib.live import RanksError
+from ddp_lib.live import ranks as _ranks
 
 USAGE = "%ranks N [--init] [--backend NAME] [--timeout S], %ranks stop, or %%ranks [R,R,...] [--timeout S]"
 
-_ranks: LiveRanks | None = None  # one per kernel, whatever reloads the extension
-
 
 def register(ipython) -> None:
-    global _ranks
-    if _ranks is None:
-        _ranks = LiveRanks()
     ipython.push({"ranks": _ranks})
     ipython.register_magic_function(_magic, magic_kind="line_cell", magic_name="ranks")
 

@@ -7,6 +7,9 @@
     ranks.get("loss")        # each rank's value of an expression, in rank order
     %ranks stop
 
+``ranks`` is this module's :data:`ranks`, put in the notebook by ``%load_ext`` (``from ddp_lib.live
+import ranks`` says where it comes from).
+
 Underneath, for scripts and tests::
 
     ranks = LiveRanks()
@@ -369,8 +372,11 @@ def _describe_exit(exitcode: int | None) -> str:
     return describe(exitcode).replace(" before returning a result", "")
 
 
+ranks = LiveRanks()  # the ranks a notebook's %ranks and %%ranks drive (one set per kernel)
+
+
 def load_ipython_extension(ipython) -> None:
-    """``%load_ext ddp_lib.live``: the ``%ranks`` and ``%%ranks`` magics, and ``ranks`` (a LiveRanks)."""
+    """``%load_ext ddp_lib.live``: the ``%ranks`` and ``%%ranks`` magics, and ``ranks`` in the notebook."""
     from ddp_lib._live_magic import register
 
     register(ipython)

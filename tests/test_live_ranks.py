@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from conftest import start_kernel, wait_until_gone
 from ddp_lib.errors import LaunchInputError
 from ddp_lib.live import LiveRanks, RankCellError, RanksError, RanksInterrupted, RanksTimeout
-from tests.conftest import pythonpath_with_tests, wait_until_gone
 
 jupyter_client = pytest.importorskip("jupyter_client")
 
@@ -248,18 +248,9 @@ def run_demo(demo_fn, world_size):
 '''
 
 
-def _start_kernel(cwd):
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(cwd), env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
-    client = km.client()
-    client.start_channels()
-    client.wait_for_ready(timeout=120)
-    return km, client
-
-
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    km, client = _start_kernel(tmp_path_factory.mktemp("kernel"))
+    km, client = start_kernel(tmp_path_factory.mktemp("kernel"))
     yield km, client
     client.stop_channels()
     km.shutdown_kernel(now=True)
@@ -374,7 +365,7 @@ def test_the_stop_button_interrupts_the_ranks_in_a_kernel(kernel):
 
 
 def test_a_killed_kernel_leaves_no_rank_behind(tmp_path):
-    km, client = _start_kernel(tmp_path)
+    km, client = start_kernel(tmp_path)
     try:
         Cell(client, "%load_ext ddp_lib.live")
         assert Cell(client, "%ranks 2").error is None
