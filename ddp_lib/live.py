@@ -29,14 +29,26 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import time
 from multiprocessing.connection import wait
 
+from ddp_lib._child import RankSpec
 from ddp_lib._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job
-from ddp_lib._output import LiveOutput, RankOutput, _GrowingFile, output_dir, output_text, print_other_ranks
+from ddp_lib._job import _describe_exit as describe_exit
+from ddp_lib._output import (
+    LiveOutput,
+    RankOutput,
+    _GrowingFile,
+    output_dir,
+    output_text,
+    print_other_ranks,
+    sweep_orphaned_logdirs,
+)
 from ddp_lib._processes import stop_to_the_end
 from ddp_lib.errors import WorkerError, first_line, stopped_at
 
@@ -124,9 +136,8 @@ class LiveRanks:
         also joins the default process group (``backend``, by default gloo on CPU and nccl where
         every rank has a GPU) and gets ``device``. Raises RanksError if ranks run already,
         LaunchInputError for a world size or backend this machine cannot run."""
+        # Imported here: they import torch, which a kernel that only loads the extension need not.
         from ddp_lib import device, launch
-        from ddp_lib._child import RankSpec
-        from ddp_lib._output import sweep_orphaned_logdirs
         from ddp_lib.launch_checks import check_start_method, check_world_size
         from ddp_lib.process_group import free_port
 
@@ -142,8 +153,6 @@ class LiveRanks:
         envs = launch.rank_environments(world_size, backend, [{"MASTER_ADDR": "127.0.0.1",
                                                                "MASTER_PORT": str(free_port())}] * world_size, None)
         start_method = check_start_method(None)
-        import multiprocessing
-
         ctx = multiprocessing.get_context(start_method)
         pipes = [ctx.Pipe(duplex=True) for _ in range(world_size)]
         specs = [RankSpec(rank=r, world_size=world_size, fn_ref="ddp_lib._live_rank:serve",
@@ -256,7 +265,8 @@ class LiveRanks:
             lost = f"every rank was stopped, so no variable survives: start them again (%ranks {world_size})"
             if dead:
                 rank = min(dead)
-                raise RanksError(f"rank {rank} {_describe_exit(dead[rank])} during the {what}; {lost}")
+                described = describe_exit(dead[rank]).replace(" before returning a result", "")
+                raise RanksError(f"rank {rank} {described} during the {what}; {lost}")
             where = {r: self._where(stacks.get(r, "")) for r in pending}
             if failures:
                 raise self._cell_error(failures, f"; {_ranks_text(pending)} then waited (for the failed rank, "
@@ -300,8 +310,6 @@ class LiveRanks:
         """The stop button: interrupt every rank still in the cell; raise RanksInterrupted once they
         have left it, or once every rank is stopped if one has not (a rank inside a collective
         whose peers have left it cannot)."""
-        import signal
-
         pending = [r for r in targets if r not in replies]
         for rank in pending:
             self._job.own[rank].signal(signal.SIGINT)
@@ -364,12 +372,6 @@ class LiveRanks:
         if number.isdigit() and 0 < int(number) <= len(lines) and lines[int(number) - 1].strip():
             line += f": {lines[int(number) - 1].strip()}"
         return ", in ".join(part for part in (line, place.call) if part)
-
-
-def _describe_exit(exitcode: int | None) -> str:
-    from ddp_lib._job import _describe_exit as describe
-
-    return describe(exitcode).replace(" before returning a result", "")
 
 
 ranks = LiveRanks()  # the ranks a notebook's %ranks and %%ranks drive (one set per kernel)
