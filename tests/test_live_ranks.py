@@ -369,15 +369,23 @@ def test_the_stop_button_interrupts_the_ranks_in_a_kernel(kernel):
     Cell(client, "%ranks stop")
 
 
-def test_a_killed_kernel_leaves_no_rank_behind(tmp_path):
+@pytest.mark.parametrize("end", ["killed", "shut down", "restarted"])
+def test_a_kernel_that_ends_leaves_no_rank_behind(tmp_path, end):
     km, client = start_kernel(tmp_path)
     try:
         Cell(client, "%load_ext ddp_lib.live")
         assert Cell(client, "%ranks 2").error is None
         pids = [int(p) for p in Cell(client, f"print(*ranks.get({PIDS!r}))").stdout.split()]
         assert len(pids) == 2
-        os.kill(km.provisioner.process.pid, signal.SIGKILL)  # no clean-up code runs in the kernel
+        started = time.monotonic()
+        if end == "killed":
+            os.kill(km.provisioner.process.pid, signal.SIGKILL)  # no clean-up code runs in the kernel
+        elif end == "shut down":
+            km.shutdown_kernel(now=False)  # the kernel exits as it does when a notebook is closed
+        else:
+            km.restart_kernel(now=False)
         assert wait_until_gone(pids, seconds=15) == []
+        assert time.monotonic() - started < 15, "the kernel waited for its ranks"
     finally:
         client.stop_channels()
         km.shutdown_kernel(now=True)
