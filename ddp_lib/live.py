@@ -67,7 +67,8 @@ class RanksError(RuntimeError):
 
 class RankCellError(WorkerError):
     """A rank raised in a cell. The message names the rank and the learner's line; the rank's
-    traceback, from the learner's cell on, is shown above it in a notebook."""
+    traceback, from the learner's cell on, is shown above it (in a notebook, in place of the kernel's
+    own frames; elsewhere, as the error's cause)."""
 
     def _render_traceback_(self) -> list[str]:
         return [*self.worker_traceback.rstrip().splitlines(), f"{type(self).__name__}: {self}"]
@@ -356,7 +357,6 @@ class LiveRanks:
         at = f" (at {where})" if where else ""
         error = RankCellError(blamed.rank, exc_type, first_line(blamed.message) + at + also + state, tb,
                               blamed.failures)
-        error.__cause__ = None  # the traceback is shown by _render_traceback_ in a notebook
         error.where = where
         return error
 
