@@ -18,6 +18,7 @@ SHARED_UNITS = {
     "tests/test_copy_workers.py": "port-12355",  # plain mp.spawn on the tutorial's default port
     "notebooks/07_failure_lab.ipynb": "port-12355",  # holds 12355 to show the launcher does not need it
     "notebooks/00_start_here.ipynb": "port-12355",  # runs the tutorial's own setup() on 12355, then holds it
+    "tests/test_live_ranks.py": "port-12355",  # steps through the tutorial's own setup() on live ranks
     "tests/test_cluster_hosts.py": "hosts",
     "tests/test_cluster_listen.py": "hosts",
     "tests/test_cluster_slurm.py": "hosts",  # counts every SLURM daemon on the machine

@@ -48,6 +48,9 @@ class RankSpec:
     # ddp_lib.mp: sys.exit()/exit() end the rank as under torch.multiprocessing (code 0 or None:
     # a finished rank whose result is None; another code: the rank exited with it).
     exit_like_torch: bool = False
+    # ddp_lib.live: this rank's end of a duplex pipe to the launching process, passed to the worker
+    # as ``commands=`` (the cells it runs come that way, and their outcomes go back).
+    commands: object = None
 
 
 def _own_process_group() -> None:
@@ -249,6 +252,8 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
         fn = pkgutil.resolve_name(spec.fn_ref)
         args, kwargs = pickle.loads(spec.args_blob)
         leading = (spec.rank, spec.world_size) if spec.pass_world_size else (spec.rank,)
+        if spec.commands is not None:
+            kwargs = {**kwargs, "commands": spec.commands}
         value = _call_keeping_locals(fn, (*leading, *args), kwargs, kept)
     except SystemExit as exc:
         kept.append(exc)

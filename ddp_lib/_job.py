@@ -168,7 +168,7 @@ class Job:
         elif not self.running:
             self._join_finished()
         else:
-            self._dump_stacks()
+            self.dump_stacks(self.running)
 
     def _wait_until(self, deadline: float | None, stop_at_failure: bool) -> None:
         while self.conns and not (stop_at_failure and self.failures):
@@ -192,12 +192,12 @@ class Job:
             if self.live:
                 self.live.poll()
 
-    def _dump_stacks(self) -> None:
-        """Ask the ranks still running to write their Python stacks (faulthandler), to name
-        where each was in the timeout error."""
+    def dump_stacks(self, ranks: list[int]) -> None:
+        """Ask ``ranks`` (still running) to write their Python stacks (faulthandler) into
+        ``stacks``, to name where each was in the timeout error."""
         if _child.STACK_DUMP_SIGNAL is None:
             return
-        for rank in self.running:
+        for rank in ranks:
             size = self.specs[rank].output.stderr_size()
             if size is None:
                 continue  # not started yet: it has no stack to show, and no handler for the signal
@@ -206,7 +206,10 @@ class Job:
         if not self.stack_starts:
             return
         time.sleep(STACK_DUMP_WAIT_S)
-        for rank, start in self.stack_starts.items():
+        for rank in ranks:
+            start = self.stack_starts.get(rank)
+            if start is None:
+                continue
             stack = self.specs[rank].output.stderr_since(start)
             if stack is not None:
                 self.stacks[rank] = stack

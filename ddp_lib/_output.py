@@ -272,14 +272,15 @@ class LiveOutput:
             self.streams.append(_LiveStream(stderr_path, sys.stderr))
         self.shared_screen = len(self.streams) > 1 and all(_isatty(s.target) for s in self.streams)
 
-    def poll(self, final: bool = False) -> None:
-        """Print what rank 0 wrote since the last poll. ``final``: the job is over, so an
-        unfinished last line is printed as a line, and the files are closed."""
+    def poll(self, final: bool = False, keep_open: bool = False) -> None:
+        """Print what rank 0 wrote since the last poll. ``final``: the job (or a live cell) is
+        over, so an unfinished last line is printed as a line, and the files are closed unless
+        ``keep_open`` (ddp_lib.live: the rank lives on to the next cell)."""
         for stream in self.streams:
             lines, status = stream.take(final)
             if lines or status != stream.status:
                 self._show(stream, lines, status)
-            if final:
+            if final and not keep_open:
                 stream.file.close()
 
     def stop_stderr_at(self, limit: int | None) -> None:

@@ -103,3 +103,16 @@ def cli_with_ranks(monkeypatch, capsys):
     JSON) without a fresh interpreter per case. What only a real command shows (Ctrl-C, an exit
     code seen by a shell, torchrun) is tested with real processes in tests/test_cli.py."""
     return _in_process_cli(monkeypatch, capsys)
+
+
+def start_kernel(cwd) -> tuple:
+    """A real Jupyter kernel started in ``cwd`` (its ranks find the test workers) and its client,
+    ready: (kernel manager, client)."""
+    import jupyter_client
+
+    km = jupyter_client.KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(cwd), env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
+    client = km.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=120)
+    return km, client

@@ -1,14 +1,13 @@
 """Reliability with real processes: many launches, launches at once, and a notebook kernel
 interrupted or restarted while a job runs. (tools/reliability.py runs the longer checks.)"""
 
-import os
 import queue
 import threading
 import time
 
 import pytest
 
-from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
+from conftest import recorded_pids, start_kernel, wait_until_gone
 from ddp_lib._processes import pid_alive
 from ddp_lib.launch import spawn
 from ddp_lib.workers.basic import demo_basic
@@ -54,11 +53,7 @@ def test_ten_launches_at_once_never_collide_on_a_port():
 
 @pytest.fixture
 def kernel(tmp_path):
-    km = jupyter_client.KernelManager(kernel_name="python3")
-    km.start_kernel(cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": pythonpath_with_tests()})
-    client = km.client()
-    client.start_channels()
-    client.wait_for_ready(timeout=120)
+    km, client = start_kernel(tmp_path)
     yield km, client
     client.stop_channels()
     km.shutdown_kernel(now=True)

@@ -1,0 +1,384 @@
+"""Ranks that stay up between cells: run code on every rank, look at each rank, run the next line.
+
+    %load_ext ddp_lib.live
+    %ranks 4                 # start 4 ranks; `rank` and `world_size` are defined on each
+    %%ranks                  # this cell runs on every rank (%%ranks 0,2: on those ranks only)
+    ...
+    ranks.get("loss")        # each rank's value of an expression, in rank order
+    %ranks stop
+
+``ranks`` is this module's :data:`ranks`, put in the notebook by ``%load_ext`` (``from ddp_lib.live
+import ranks`` says where it comes from).
+
+Underneath, for scripts and tests::
+
+    ranks = LiveRanks()
+    ranks.start(4)
+    ranks.run("x = rank * 2\\nx")   # {0: '0', 1: '2', ...}: the last expression's value on each rank
+    ranks.get("x")                  # [0, 2, 4, 6]
+    ranks.stop()
+
+Each rank is started by the launcher's machinery (:mod:`ddp_lib._job`, :mod:`ddp_lib._child`) and
+runs :func:`ddp_lib._live_rank.serve`. Its output goes to its own files; this process prints rank
+0's as it comes and the others' when the cell ends, labelled and in rank order, so a notebook's
+stored output is the same on every run. Nothing is left running: a rank ends when this process
+ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import time
+from multiprocessing.connection import wait
+
+from ddp_lib._child import RankSpec
+from ddp_lib._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job
+from ddp_lib._job import _describe_exit as describe_exit
+from ddp_lib._output import (
+    LiveOutput,
+    RankOutput,
+    _GrowingFile,
+    output_dir,
+    output_text,
+    print_other_ranks,
+    sweep_orphaned_logdirs,
+)
+from ddp_lib._processes import stop_to_the_end
+from ddp_lib.errors import WorkerError, first_line, stopped_at
+
+CELL_TIMEOUT_S = 60.0  # a cell still running after this is stopped, with where each rank was
+START_TIMEOUT_S = 120.0  # a kernel's first start waits for the forkserver to import torch
+INTERRUPT_GRACE_S = 2.0  # for the ranks to leave a cell after the stop button
+
+
+class RanksError(RuntimeError):
+    """A refusal (start twice, stop twice, run before starting, a rank that is not there) or a rank
+    that died. One line, shown in a notebook without a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class RankCellError(WorkerError):
+    """A rank raised in a cell. The message names the rank and the learner's line; the rank's
+    traceback, from the learner's cell on, is shown above it (in a notebook, in place of the kernel's
+    own frames; elsewhere, as the error's cause)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [*self.worker_traceback.rstrip().splitlines(), f"{type(self).__name__}: {self}"]
+
+
+class RanksTimeout(TimeoutError):
+    """A cell passed its deadline; every rank was stopped. ``where`` maps each rank still running
+    to the learner's line it was at, ``stacks`` to its whole Python stack."""
+
+    def __init__(self, message: str, where: dict[int, str], stacks: dict[int, str]):
+        super().__init__(message)
+        self.where = where
+        self.stacks = stacks
+
+    def _render_traceback_(self) -> list[str]:
+        return [*(f"rank {rank} was at {text}" for rank, text in sorted(self.where.items())),
+                f"{type(self).__name__}: {self}"]
+
+
+class RanksInterrupted(KeyboardInterrupt):
+    """The stop button (Ctrl-C) interrupted a cell on every rank it ran on."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class RankValues(dict):
+    """Each rank's last expression value, as text (``{rank: repr}``), shown one rank after another."""
+
+    def __repr__(self) -> str:
+        shown = []
+        for rank, text in sorted(self.items()):
+            label = f"[rank {rank}] "
+            first, *rest = text.splitlines() or [""]
+            shown.append(label + first + "".join(f"\n{' ' * len(label)}{line}" for line in rest))
+        return "\n".join(shown)
+
+    def _repr_pretty_(self, printer, cycle) -> None:  # IPython: this text, not a dict's
+        printer.text(repr(self))
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+class LiveRanks:
+    """``world_size`` processes that keep their variables between the cells they run."""
+
+    def __init__(self, timeout: float = CELL_TIMEOUT_S):
+        self.timeout = timeout
+        self.world_size = 0  # 0 while no ranks run
+        self._job: Job | None = None
+        self._conns: list = []
+        self._files: contextlib.ExitStack | None = None
+        self._live: LiveOutput | None = None
+        self._others: dict[int, tuple[_GrowingFile, _GrowingFile]] = {}
+        self.cells = 0  # cells run since the ranks started: an unnamed cell is called "cell N" after it
+        self._sources: dict[str, list[str]] = {}  # each cell's lines by name, to quote where a rank was
+
+    @property
+    def running(self) -> bool:
+        return self._job is not None
+
+    def start(self, world_size: int, *, init: bool = False, backend: str | None = None) -> None:
+        """Start ``world_size`` ranks, each with ``rank`` and ``world_size`` defined. ``init``: each
+        also joins the default process group (``backend``, by default gloo on CPU and nccl where
+        every rank has a GPU) and gets ``device``. Raises RanksError if ranks run already,
+        LaunchInputError for a world size or backend this machine cannot run."""
+        # Imported here: they import torch, which a kernel that only loads the extension need not.
+        from ddp_lib import device, launch
+        from ddp_lib.launch_checks import check_start_method, check_world_size
+        from ddp_lib.process_group import free_port
+
+        if self.running:
+            raise RanksError(f"{self.world_size} ranks are running already: stop them first (%ranks stop)")
+        world_size = check_world_size(world_size)
+        backend = device.check_backend(backend, world_size) if backend else device.default_backend(world_size)
+        sweep_orphaned_logdirs()
+        self._files = contextlib.ExitStack()
+        logdir = self._files.enter_context(output_dir())
+        # MASTER_ADDR/MASTER_PORT set, so that init_process_group() with nothing else works; a
+        # tutorial's setup() that sets its own (12355) works too: its rank 0 hosts the store.
+        envs = launch.rank_environments(world_size, backend, [{"MASTER_ADDR": "127.0.0.1",
+                                                               "MASTER_PORT": str(free_port())}] * world_size, None)
+        start_method = check_start_method(None)
+        ctx = multiprocessing.get_context(start_method)
+        pipes = [ctx.Pipe(duplex=True) for _ in range(world_size)]
+        specs = [RankSpec(rank=r, world_size=world_size, fn_ref="ddp_lib._live_rank:serve",
+                          args_blob=pickle.dumps(((), {})), pass_world_size=True, env=envs[r],
+                          output=RankOutput(logdir, r), sys_path=list(sys.path), cwd=os.getcwd(), store_env=None,
+                          commands=pipes[r][1])
+                 for r in range(world_size)]
+        self._job = Job(specs, start_method, None, None)
+        self.cells = 0
+        self._conns = [ours for ours, _ in pipes]
+        self.world_size = world_size
+        self._live = LiveOutput(specs[0].output.stdout_path, specs[0].output.stderr_path)
+        self._others = {s.rank: (_GrowingFile(s.output.stdout_path), _GrowingFile(s.output.stderr_path))
+                        for s in specs[1:]}
+        atexit.register(self._stop_quietly)
+        try:
+            self._job.start()
+            for _, theirs in pipes:
+                theirs.close()  # theirs alone: a rank that dies is then seen at once (end of file)
+            self._ask(list(range(world_size)), None, START_TIMEOUT_S, what="start")
+            if init:
+                self.run("from ddp_lib.process_group import setup as _setup\n"
+                         f"device = _setup(rank, world_size, backend={backend!r})\ndel _setup", name="init")
+                self.cells = 0  # the learner's first cell is cell 1
+        except BaseException:
+            self._stop_quietly()
+            raise
+
+    def run(self, source: str, ranks: list[int] | None = None, *, timeout: float | None = None,
+            name: str | None = None) -> RankValues | None:
+        """Run ``source`` on ``ranks`` (default: all); return each rank's last expression value as
+        text, or None when no rank has one. ``name``: what errors call the cell (default "cell N")."""
+        targets = self._targets(ranks)
+        self.cells += 1
+        name = name or f"cell {self.cells}"
+        self._sources[name] = source.splitlines()
+        replies = self._ask(targets, ("cell", source, name), self.timeout if timeout is None else timeout,
+                            what="cell")
+        values = RankValues({r: reply[1] for r, reply in replies.items() if reply[1] is not None})
+        return values or None
+
+    def get(self, expression: str, ranks: list[int] | None = None) -> list:
+        """The value of ``expression`` on each of ``ranks`` (default: all), in rank order; a tensor
+        comes back detached, on the CPU."""
+        targets = self._targets(ranks)
+        replies = self._ask(targets, ("get", expression), self.timeout, what="get")
+        return [replies[r][1] for r in targets]
+
+    def stop(self) -> None:
+        """Stop every rank (their variables are gone). Raises RanksError if none runs."""
+        if not self.running:
+            raise RanksError("no ranks are running: there is nothing to stop")
+        self._stop_quietly()
+
+    def _stop_quietly(self) -> None:
+        atexit.unregister(self._stop_quietly)
+        job, self._job = self._job, None
+        if job is None:
+            return
+        try:
+            for conn in self._conns:
+                with contextlib.suppress(OSError):
+                    conn.send_bytes(pickle.dumps(("exit",)))  # a rank not in a cell leaves at once
+            stop_to_the_end(job.stop)
+        finally:
+            for conn in self._conns:
+                conn.close()
+            for files in self._others.values():
+                for file in files:
+                    file.close()
+            if self._live is not None:
+                self._live.poll(final=True)
+            if self._files is not None:
+                self._files.close()
+            self._conns, self._others, self._live, self._files = [], {}, None, None
+            self.world_size = 0
+
+    def _targets(self, ranks: list[int] | None) -> list[int]:
+        if not self.running:
+            raise RanksError("no ranks are running: start them first (%ranks 4 starts 4)")
+        if ranks is None:
+            return list(range(self.world_size))
+        wrong = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < self.world_size]
+        if wrong or not ranks:
+            raise RanksError(f"ranks must be among 0 to {self.world_size - 1}, got {list(ranks)!r}")
+        return sorted(set(ranks))
+
+    def _ask(self, targets: list[int], message: tuple | None, timeout: float, what: str) -> dict[int, tuple]:
+        """Send ``message`` to ``targets`` (None: only wait for their first word), wait for their
+        replies and show their output; raise as the launcher would if one fails, hangs or dies."""
+        if message is not None:
+            for rank in targets:
+                with contextlib.suppress(OSError):  # a rank that died since the last cell: found below
+                    self._conns[rank].send_bytes(pickle.dumps(message))
+        replies: dict[int, tuple] = {}
+        dead: dict[int, int | None] = {}
+        try:
+            self._collect(targets, replies, dead, time.monotonic() + timeout)
+        except KeyboardInterrupt:
+            self._interrupt(targets, replies, dead)
+        pending = [r for r in targets if r not in replies and r not in dead]
+        if pending:
+            self._job.dump_stacks(pending)
+        self._show_output()
+        failures = {r: reply[1:] for r, reply in replies.items() if reply[0] == "error"}
+        if dead or pending:
+            stacks = dict(self._job.stacks)
+            world_size = self.world_size
+            self._stop_quietly()
+            lost = f"every rank was stopped, so no variable survives: start them again (%ranks {world_size})"
+            if dead:
+                rank = min(dead)
+                described = describe_exit(dead[rank]).replace(" before returning a result", "")
+                raise RanksError(f"rank {rank} {described} during the {what}; {lost}")
+            where = {r: self._where(stacks.get(r, "")) for r in pending}
+            if failures:
+                raise self._cell_error(failures, f"; {_ranks_text(pending)} then waited (for the failed rank, "
+                                                 f"most likely) and {lost}")
+            raise RanksTimeout(f"the {what} did not finish within {timeout:g} s on {_ranks_text(pending)}; {lost}",
+                               where, stacks)
+        if failures:
+            raise self._cell_error(failures, "; every rank keeps its variables")
+        return replies
+
+    def _collect(self, targets: list[int], replies: dict, dead: dict, deadline: float) -> None:
+        """Fill ``replies`` ({rank: message}) and ``dead`` ({rank: exit code}) until every target has
+        answered, one has died, the deadline passes, or the others had FAILURE_GRACE_S after a failure."""
+        procs = self._job.procs
+        while True:
+            pending = [r for r in targets if r not in replies]
+            if not pending or dead:
+                return
+            now = time.monotonic()
+            failed = [r for r, reply in replies.items() if reply[0] == "error"]
+            if failed and deadline > now + FAILURE_GRACE_S:
+                deadline = now + FAILURE_GRACE_S
+            if now >= deadline:
+                return
+            watched = {self._conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending}
+            for ready in wait(list(watched), min(deadline - now, OUTPUT_POLL_S)):
+                rank = watched[ready]
+                if rank in replies or rank in dead:
+                    continue
+                try:
+                    if ready is self._conns[rank] or self._conns[rank].poll():
+                        replies[rank] = pickle.loads(self._conns[rank].recv_bytes())
+                        continue
+                except (EOFError, OSError):
+                    pass
+                procs[rank].join(1)
+                dead[rank] = procs[rank].exitcode
+            self._live.poll()
+
+    def _interrupt(self, targets: list[int], replies: dict, dead: dict) -> None:
+        """The stop button: interrupt every rank still in the cell; raise RanksInterrupted once they
+        have left it, or once every rank is stopped if one has not (a rank inside a collective
+        whose peers have left it cannot)."""
+        pending = [r for r in targets if r not in replies]
+        for rank in pending:
+            self._job.own[rank].signal(signal.SIGINT)
+        with contextlib.suppress(KeyboardInterrupt):  # a second press: the same answer
+            self._collect(targets, replies, dead, time.monotonic() + INTERRUPT_GRACE_S)
+        stuck = [r for r in targets if r not in replies]
+        if stuck:
+            self._job.dump_stacks(stuck)  # before the output is shown: the stacks go in the error
+        self._show_output()
+        if not stuck:
+            raise RanksInterrupted(f"interrupted: {_ranks_text(targets)} left the cell; every rank keeps its variables")
+        world_size = self.world_size
+        where = "; ".join(f"rank {r} at {self._where(self._job.stacks.get(r, ''))}" for r in stuck)
+        self._stop_quietly()
+        raise RanksInterrupted(f"interrupted: {_ranks_text(stuck)} did not leave the cell within "
+                               f"{INTERRUPT_GRACE_S:g} s ({where}), so every rank was stopped and no variable "
+                               f"survives: start them again (%ranks {world_size})")
+
+    def _show_output(self) -> None:
+        """Rank 0's output up to now (it was shown as it came), then the other ranks', in rank order;
+        never a stack written at a deadline (it goes in the error)."""
+        starts = self._job.stack_starts
+        self._live.stop_stderr_at(starts.get(0))
+        self._live.poll(final=True, keep_open=True)
+        outputs = {}
+        for rank, (out, err) in self._others.items():
+            texts = []
+            for file, limit in ((out, None), (err, starts.get(rank))):
+                data = file.unread()
+                if limit is not None:
+                    data = data[:max(0, limit - file.offset)]
+                file.offset += len(data)
+                texts.append(output_text(data))
+            outputs[rank] = tuple(texts)
+        print_other_ranks(outputs, True)
+        starts.clear()
+
+    def _cell_error(self, failures: dict[int, tuple], state: str) -> RankCellError:
+        """The error naming the rank to blame, its learner's line, and what state survives."""
+        blamed = WorkerError.blaming({r: f[:3] for r, f in failures.items()}, {})
+        exc_type, message, tb, where = failures[blamed.rank]
+        others = sorted(set(failures) - {blamed.rank})
+        also = f"; {_ranks_text(others)} raised too" if others else ""
+        at = f" (at {where})" if where else ""
+        error = RankCellError(blamed.rank, exc_type, first_line(blamed.message) + at + also + state, tb,
+                              blamed.failures)
+        error.where = where
+        return error
+
+    def _where(self, stack: str) -> str:
+        """The learner's line a rank was at, from its stack: "cell 5 line 2: dist.all_reduce(t), in
+        all_reduce (torch/distributed/distributed_c10d.py)"."""
+        place = stopped_at(stack) if stack else None
+        if place is None or not (place.line or place.call):
+            return "an unknown place (no stack was written)"
+        line = place.line
+        cell, _, number = line.rpartition(" line ")
+        lines = self._sources.get(cell, [])
+        if number.isdigit() and 0 < int(number) <= len(lines) and lines[int(number) - 1].strip():
+            line += f": {lines[int(number) - 1].strip()}"
+        return ", in ".join(part for part in (line, place.call) if part)
+
+
+ranks = LiveRanks()  # the ranks a notebook's %ranks and %%ranks drive (one set per kernel)
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext ddp_lib.live``: the ``%ranks`` and ``%%ranks`` magics, and ``ranks`` in the notebook."""
+    from ddp_lib._live_magic import register
+
+    register(ipython)
