@@ -93,6 +93,13 @@ def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
     return list(sampler)
 
 
+HINTS = (
+    (r"Default process group has not been initialized",
+     "DistributedSampler asks the process group for num_replicas and rank unless it is given them, and this "
+     "worker joins none: pass num_replicas=world_size and rank=rank"),
+)
+
+
 def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None, seed: int | None = None) -> Report:
     """Run ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan`` (drawn now
     unless given, see :func:`draw_plan`), with a seed drawn now (unless given), and report what is
@@ -103,11 +110,12 @@ def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None,
     plan = draw_plan(rng) if plan is None else plan
     n_samples = len(make_moons())
     for world_size, epochs in plan:
-        results = run_on_ranks(fn, world_size, report, (epochs, seed), timeout=120)
+        results = run_on_ranks(fn, world_size, report, (epochs, seed), timeout=120, hints=HINTS)
         if results is None:
             return report
         problems = find_problems(results, epochs, n_samples) or _order_problems(results, epochs, seed)
-        if report.fail_each(f"world_size {world_size}, {epochs} epochs", problems):
+        if problems:
+            report.fail(f"world_size {world_size}, {epochs} epochs: {problems[0]}")
             return report
         padding = per_rank(n_samples, world_size) * world_size - n_samples
         report.ok(f"world_size {world_size}, {epochs} epochs, seed {seed}: in every epoch every rank reads "
@@ -123,6 +131,9 @@ def _order_problems(results: list, epochs: int, seed: int) -> list[str]:
     for epoch in range(epochs):
         for rank, per_epoch in enumerate(results):
             expected = _reference(rank, world_size, epoch, seed)
+            if per_epoch[epoch] != expected and per_epoch[epoch] == _reference(rank, world_size, epoch + 1, seed):
+                return [f"rank {rank}'s order in epoch {epoch} is DistributedSampler's for epoch {epoch + 1}: epochs "
+                        "count from 0; call sampler.set_epoch(epoch) with epoch from range(epochs)"]
             if per_epoch[epoch] != expected:
                 at = next((i for i, (a, b) in enumerate(zip(per_epoch[epoch], expected)) if a != b),
                           min(len(per_epoch[epoch]), len(expected)))
