@@ -2,8 +2,8 @@
 pass on 1, 2 and 3 ranks; each mistake learners make is refused with its fix named."""
 
 import pytest
-
 from answer_files import load_answer
+
 from ddp_lib.exercises.lesson00 import check_who_am_i
 from ddp_lib.exercises.solutions import lesson00 as solution
 

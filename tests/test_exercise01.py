@@ -2,8 +2,8 @@
 pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
 
 import pytest
-
 from answer_files import load_answer
+
 from ddp_lib.exercises.lesson01 import check_mean_across_ranks
 
 HEAD = """

@@ -2,8 +2,8 @@
 pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
 
 import pytest
-
 from answer_files import load_answer
+
 from ddp_lib.exercises.lesson04 import check_average_gradients
 from ddp_lib.exercises.solutions import lesson04 as solution
 

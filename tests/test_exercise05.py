@@ -2,8 +2,8 @@
 pass; each mistake learners make is refused with its fix named."""
 
 import pytest
-
 from answer_files import load_answer
+
 from ddp_lib.exercises.lesson05 import check_epoch_indices
 
 HEAD = """

@@ -14,7 +14,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, names_called, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import (
+    Report,
+    counting_collectives,
+    load_worker,
+    names_called,
+    run_on_ranks,
+    worker_name,
+)
 
 COLLECTIVES = ("all_gather_object", "gather_object", "broadcast_object_list", "all_gather", "all_reduce", "broadcast")
 

@@ -60,14 +60,14 @@ def _diagnose(runs: list[dict]) -> str | None:
     if any(isinstance(a, str) for a in answers):
         kind = next(a for a in answers if isinstance(a, str))
         return f"a rank returned {kind}, not a number" + (" (call .item() on it)" if "Tensor" in kind else "")
-    if not called:
-        return "no collective ran: a rank knows only its own value; combine them with dist.all_reduce"
+    wrong = [(rank, a) for rank, a in enumerate(answers) if not _close(a, mean)]
+    if not called:  # a right mean came through a route not counted (a ProcessGroup method)
+        return "no collective ran: a rank knows only its own value; combine them with all_reduce" if wrong else None
     if "all_reduce" not in called:
         return f"the ranks combined their values with {', '.join(called)}; the exercise is dist.all_reduce"
     if ops - {"SUM", None}:
         return (f"an all-reduce ran, but with op={', '.join(sorted(ops - {'SUM', None}))}: the default op "
                 "(ReduceOp.SUM) then / world_size gives the mean")
-    wrong = [(rank, a) for rank, a in enumerate(answers) if not _close(a, mean)]
     if not wrong:
         return None
     rank, value = wrong[0]

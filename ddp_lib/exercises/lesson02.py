@@ -15,7 +15,14 @@ import os
 import random
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, names_called, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import (
+    Report,
+    counting_collectives,
+    load_worker,
+    names_called,
+    run_on_ranks,
+    worker_name,
+)
 
 COLLECTIVES = ("all_gather_object", "all_gather", "gather_object", "broadcast_object_list", "all_reduce",
                "broadcast", "all_to_all")

@@ -93,7 +93,8 @@ def diagnose(results: list[dict], seed: int) -> str | None:
                     "dist.get_world_size()")
     bad = sorted({rank for rank, _ in wrong})
     if 0 not in bad and "reduce" in called:
-        return f"rank 0 has the mean but rank(s) {bad} do not: dist.reduce leaves it on rank 0; all_reduce on every rank"
+        return (f"rank 0 has the mean but rank(s) {bad} do not: dist.reduce leaves it on rank 0; all_reduce gives it "
+                "to every rank")
     names = list(dict.fromkeys(n for _, n in wrong))
     return f"these gradients do not hold the mean on rank(s) {bad}: {', '.join(names)}"
 
