@@ -15,6 +15,7 @@ import importlib
 import inspect
 import pkgutil
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -154,7 +155,8 @@ class _WatchedWork:
 def counting_collectives(*names: str) -> Iterator[list[dict]]:
     """In a rank: record each call of ``torch.distributed``'s functions ``names`` (``"all_reduce"``,
     ``"all_gather_object"``, ...) made while the block runs, as ``{"name", "op", "async_op",
-    "waited", "group_size"}``. The functions are replaced for the block, in ``torch.distributed``
+    "waited", "group_size", "numel", "dtype", "seconds"}`` (the size and type of its ``tensor``
+    argument, if it has one; how long the call took). The functions are replaced for the block, in ``torch.distributed``
     and ``distributed_c10d``, so ``dist.all_reduce`` and names imported inside the block count;
     calls torch makes inside a counted one (all_gather_object's own all_gather) do not. A
     ``ProcessGroup`` method or DDP's reducer is not seen."""
@@ -176,14 +178,18 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
                 group_size = dist.get_world_size(bound.get("group"))
             except (RuntimeError, ValueError):  # no process group yet: the call itself will say so
                 group_size = None
+            tensor = bound.get("tensor")
             record = {"name": name, "op": str(bound.get("op", "")).split(".")[-1] or None,
-                      "async_op": bool(bound.get("async_op")), "waited": False, "group_size": group_size}
+                      "async_op": bool(bound.get("async_op")), "waited": False, "group_size": group_size,
+                      "numel": getattr(tensor, "numel", lambda: None)(), "dtype": str(getattr(tensor, "dtype", ""))}
             calls.append(record)
             inside[0] = True
+            start = time.perf_counter()
             try:
                 work = original(*args, **kwargs)
             finally:
                 inside[0] = False
+                record["seconds"] = time.perf_counter() - start
             return _WatchedWork(work, record) if record["async_op"] and work is not None else work
         return call
 
