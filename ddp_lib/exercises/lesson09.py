@@ -86,6 +86,11 @@ def _accuracy(rows: list[dict], way: str) -> float:
     return sum(row[way][0] for row in rows) / sum(row[way][1] for row in rows)
 
 
+def _mean_of_accuracies(rows: list[dict], way: str) -> float:
+    """The mean over ranks of each rank's own accuracy, for one way of counting (a classic mistake)."""
+    return sum(row[way][0] / row[way][1] for row in rows) / len(rows)
+
+
 def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
     """Problems with per-rank results of ``_run_evaluate``, most telling first (empty: all right)."""
     found: dict[int, list[str]] = {}  # per size, the problem of each draw that has one
@@ -112,6 +117,9 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
         if abs(value - _accuracy(rows, "padded")) < TOL:
             problems.append(f"{n_eval} samples: {value:.4f} counts the padding duplicate(s) DistributedSampler adds "
                             f"(exact: {exact:.4f}); skip the positions at or past len(dataset)")
+        elif any(abs(value - _mean_of_accuracies(rows, way)) < TOL for way in ("real", "padded")):
+            problems.append(f"{n_eval} samples: {value:.4f} is the mean of the ranks' accuracies (exact: {exact:.4f}); "
+                            "shards differ in size, so all_reduce the correct and counted samples and divide once")
         elif abs(value - _accuracy(rows, "drop_last")) < TOL:
             problems.append(f"{n_eval} samples: {value:.4f} leaves out the samples drop_last=True drops "
                             f"(exact: {exact:.4f}); count every sample once")
@@ -134,7 +142,9 @@ def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZE
         if results is None:
             return report
         problems = diagnose_evaluate(results)
-        if report.fail_each(f"world_size {world_size}", problems):
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
             return report
         report.ok(f"on {world_size} ranks every rank returns the exact accuracy, padding or not "
                   f"({', '.join(str(n) for n in EVAL_SIZES)} samples)")
@@ -240,13 +250,25 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
         ddp_model.register_comm_hook(state, _counting_allreduce)
         batch_sizes: list[int] = []  # of every forward: accumulation runs one micro-batch at a time
         model.register_forward_pre_hook(lambda _module, inputs: batch_sizes.append(len(inputs[0])))
+        # Whether each forward ran inside no_sync (DDP decides there whether the backward all-reduces),
+        # and how often no_sync was entered at all.
+        forwards_in_no_sync, no_syncs = [], [0]
+        model.register_forward_pre_hook(
+            lambda _module, _inputs: forwards_in_no_sync.append(not ddp_model.require_backward_grad_sync))
+        no_sync = ddp_model.no_sync
+
+        def counted_no_sync():
+            no_syncs[0] += 1
+            return no_sync()
+        ddp_model.no_sync = counted_no_sync
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
             # clones: whatever the learner does to them, the parent gets the samples as drawn
             train_step(ddp_model, optimizer, [(x.clone(), y.clone()) for x, y in batches[step]], MAX_NORMS[step])
         return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), "batches": batches,
-                "all_reduces": state["all_reduces"], "largest_batch": max(batch_sizes, default=0)}
+                "all_reduces": state["all_reduces"], "largest_batch": max(batch_sizes, default=0),
+                "no_syncs": no_syncs[0], "forwards_in_no_sync": sum(forwards_in_no_sync)}
 
 
 def diagnose_train_step(results: list[dict]) -> list[str]:
@@ -277,7 +299,11 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
             problems.append("the parameters differ from one process on the global batch: accumulate every "
                             "micro-batch, divide the loss by their number, clip the synchronised gradient, step once")
     expected = STEPS  # this model fits in one bucket: one all-reduce per step
-    if results[0]["all_reduces"] != expected:
+    if results[0]["all_reduces"] != expected and results[0]["no_syncs"] and not results[0]["forwards_in_no_sync"]:
+        problems.append(f"DDP all-reduced {results[0]['all_reduces']} times in {STEPS} steps, expected {expected}: "
+                        "no_sync was entered, but no forward ran inside it; put the forward inside no_sync too "
+                        "(DDP decides during the forward whether the backward all-reduces)")
+    elif results[0]["all_reduces"] != expected:
         problems.append(f"DDP all-reduced {results[0]['all_reduces']} times in {STEPS} steps, expected {expected}: "
                         "run every micro-batch but the last inside ddp_model.no_sync()")
     return problems
@@ -293,7 +319,9 @@ def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_
         if results is None:
             return report
         problems = diagnose_train_step(results)
-        if report.fail_each(f"world_size {world_size}", problems):
+        for problem in problems:
+            report.fail(f"world_size {world_size}: {problem}")
+        if problems:
             return report
         report.ok(f"on {world_size} ranks the parameters equal one process on the global batch, "
                   f"with one all-reduce per step")
