@@ -8,16 +8,12 @@ compared with the prediction. Then a small model on which each rank, from its ow
 drops the gradients of some parameters before the step (they get no state) and turns Adam's
 ``amsgrad`` on or off (a third buffer per parameter), then clears all gradients: no count made from
 parameter sizes, gradients, the world size or the rank can match, only one made from the state.
-The randomness lives and dies inside a helper, so no frame of the checker holds it when the
-learner's function runs. While it runs, every Python call is watched: an answer that runs the
-lesson's own counting code (``ddp_lib.workers.beyond_ddp``) or the worked solution is refused.
+A count that leaves out Adam's ``step`` entries is named as such.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-import threading
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
@@ -68,41 +64,15 @@ def _step_without_some_gradients(model, optimizer, rank: int) -> None:
     optimizer.zero_grad(set_to_none=True)
 
 
-def _reference_files() -> dict[str, str]:
-    """{real path: module name} of the code that already counts the state: the lesson's worker
-    module and the worked solution. A learner's answer must not run it."""
-    import ddp_lib.exercises.solutions.lesson10 as solution
-    import ddp_lib.workers.beyond_ddp as workers
+def _bytes_without_step(optimizer) -> int:
+    """What a count that leaves out Adam's ``step`` entries gives (a classic mistake)."""
+    import torch
 
-    return {os.path.realpath(m.__file__): m.__name__ for m in (workers, solution)}
+    from ddp_lib.workers.beyond_ddp import tensor_bytes
 
-
-def _watched_call(fn: Callable, *args) -> tuple[object, list[str]]:
-    """``fn(*args)``, and the problems seen while it ran: a call into one of ``_reference_files``,
-    or the watch itself switched off. Threads the call starts are watched too."""
-    references, reached = _reference_files(), set()
-    paths: dict[str, str] = {}  # co_filename -> real path, resolved once per file
-
-    def watch(frame, event, _arg):
-        if event == "call":
-            name = frame.f_code.co_filename
-            real = paths.setdefault(name, os.path.realpath(name))
-            if real in references:
-                reached.add(f"{references[real]}.{frame.f_code.co_name}")
-
-    previous = sys.getprofile(), threading.getprofile()
-    sys.setprofile(watch)
-    threading.setprofile(watch)
-    try:
-        value = fn(*args)
-    finally:
-        switched_off = sys.getprofile() is not watch
-        sys.setprofile(previous[0])
-        threading.setprofile(previous[1])
-    problems = [f"it ran {name}: count the bytes with your own code" for name in sorted(reached)]
-    if switched_off:
-        problems.append("it switched off the profiler that watches which code it runs")
-    return value, problems
+    inner = getattr(optimizer, "optim", optimizer)
+    return tensor_bytes(t for state in inner.state.values() for key, t in state.items()
+                        if key != "step" and isinstance(t, torch.Tensor))
 
 
 def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
@@ -110,9 +80,9 @@ def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
     from ddp_lib.workers.beyond_ddp import batch, optimizer_state_bytes, train_step
 
     def answer(optimizer) -> dict:
-        value, problems = _watched_call(state_bytes, optimizer)
+        value = state_bytes(optimizer)
         return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer),
-                "problems": problems}
+                "without_step": _bytes_without_step(optimizer)}
 
     found = {}
     with process_group(rank, world_size):
@@ -137,10 +107,6 @@ def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
     """Problems with the learner's counts in per-rank results of ``_run_state_bytes`` (empty when
     all is right); one message per strategy. ``reveal``: name the bytes the rank holds (only once
     the learner's predictions are right, which those bytes would otherwise give away)."""
-    borrowed = sorted({p for found in results for s in STRATEGIES for run in found[s].values()
-                       for p in run["problems"]})
-    if borrowed:
-        return [f"state_bytes must count by itself, but {p}" for p in borrowed]
     problems = []
     for strategy in STRATEGIES:
         for rank, found in enumerate(results):
@@ -148,6 +114,10 @@ def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
             if isinstance(row["value"], str) or isinstance(other["value"], str):
                 bad = row["value"] if isinstance(row["value"], str) else other["value"]
                 problems.append(f"{strategy}: state_bytes returned {bad}; return an int")
+            elif row["value"] != row["exact"] and row["value"] == row["without_step"]:
+                problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, which leaves out Adam's "
+                                "`step` entries (a one-element tensor per parameter): count every tensor in the "
+                                "state, whatever its key")
             elif row["value"] != row["exact"]:
                 held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
                 problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, {held}; {HINTS[strategy]}")
