@@ -7,14 +7,9 @@ node 1's first process in one, node 0's second in the other), so nothing compute
 ``world_size`` alone is right in both; the third has another world size and a third node, so no
 size or node count can be written in. The layouts run in an order drawn afresh each time, and each
 node's rank is drawn afresh too (the nodes' log folders are named in start order, not by node rank),
-so an answer that counts its calls or reads its folder's name can only guess. A worked solution is
-in ``ddp_lib/exercises/solutions/lesson06.py``.
-
-The limits: the notebook imports the learner's module in the process that runs this checker, so code
-there that patches the checker is not guarded against; and an answer that rebuilds the layout from
-what the job leaves in sight of every rank (the other ranks' log folders, which torch names after
-their local rank, with each rank's global rank in its ``rank.json``; the agents' command lines) is
-not told apart from one that reads the variables."""
+so an answer that counts its calls can only guess. A worked solution is in
+``ddp_lib/exercises/solutions/lesson06.py``. Each mistake gets one line: values left as text, and
+each key whose value is wrong, with the variable to read."""
 
 from __future__ import annotations
 
@@ -28,7 +23,8 @@ from ddp_lib.torchrun import run_nodes
 
 KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
-         "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)", "node_rank": "GROUP_RANK (this node's rank)"}
+         "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)",
+         "node_rank": "GROUP_RANK (this node's rank; torchrun sets no NODE_RANK for its workers)"}
 
 
 # Processes on node 0, node 1, ... (by node rank): rank 1 is on node 1 in the first layout and on
@@ -44,27 +40,37 @@ def expected_layout(node_sizes: tuple[int, ...]) -> list[dict]:
 
 
 def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
-    """What is wrong in the per-rank dicts of a run whose node n runs node_sizes[n] processes
-    (empty if nothing)."""
+    """What is wrong in the per-rank dicts of a run whose node n runs node_sizes[n] processes: one
+    sentence per mistake (text not converted; each key with a wrong value), empty if nothing."""
     expected_by_rank = expected_layout(node_sizes)
-    world_size = len(expected_by_rank)
-    if len(results) != world_size:
-        return [f"{len(results)} of {world_size} ranks returned a result; every rank must return a dict"]
-    problems = []
+    if len(results) != len(expected_by_rank):
+        return [f"{len(results)} of {len(expected_by_rank)} ranks returned a result; every rank must return a dict"]
     for rank, info in enumerate(results):
         if not isinstance(info, dict) or set(KEYS) - set(info):
             missing = sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS)
-            problems.append(f"rank {rank}: the result lacks {', '.join(missing)}")
-            continue
-        expected = expected_by_rank[rank]
-        for key in KEYS:
-            value = info[key]
-            if type(value) is not int:  # a bool or a float equal to the int is still not one
-                problems.append(f"rank {rank}: {key} is {value!r} ({type(value).__name__}), expected the int "
-                                f"{expected[key]}: read {HINTS[key]} and convert it with int()")
-            elif value != expected[key]:
-                problems.append(f"rank {rank}: {key} is {value}, expected {expected[key]}: read {HINTS[key]}")
+            return [f"rank {rank}: the result lacks {', '.join(missing)}"]
+    problems = []
+    typed = [(rank, key, info[key]) for rank, info in enumerate(results) for key in KEYS if type(info[key]) is not int]
+    if typed:  # one line for them all: the same fix
+        rank, key, value = typed[0]
+        problems.append(f"values must be ints, but rank {rank}'s {key} is {value!r} ({type(value).__name__}): "
+                        "environment variables are strings; convert each with int()")
+    for key in KEYS:
+        wrong = [(rank, info[key], want[key]) for rank, (info, want) in enumerate(zip(results, expected_by_rank))
+                 if _as_int(info[key]) != want[key]]
+        if wrong:
+            rank, got, want = wrong[0]
+            problems.append(f"rank {rank}: {key} is {got!r}, expected {want}: read {HINTS[key]}")
     return problems
+
+
+def _as_int(value: object) -> int | None:
+    """``value`` as the int it stands for ("2", 2.0 and 2 are 2), None when it stands for none."""
+    try:
+        number = float(value) if not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number is not None and number.is_integer() else None
 
 
 def drawn_node_ranks(nnodes: int) -> list[int]:
@@ -72,6 +78,13 @@ def drawn_node_ranks(nnodes: int) -> list[int]:
     node_ranks = list(range(nnodes))
     secrets.SystemRandom().shuffle(node_ranks)
     return node_ranks
+
+
+FAILURE_HINTS = (
+    ("NODE_RANK", "torchrun gives its workers this node's rank as GROUP_RANK (NODE_RANK is torchrun's own option)"),
+    ("connectFullMesh", "two ranks failed to connect while the job started, which a loaded machine can cause: run "
+                        "the check again"),
+)
 
 
 def failure_line(error: WorkerError | None, returncode: int) -> str:
@@ -82,9 +95,9 @@ def failure_line(error: WorkerError | None, returncode: int) -> str:
     if error is None:
         return f"torchrun exited with code {returncode}"
     messages = {text[:200] for text in error.failures.values()}
-    if len(messages) == 1:
-        return f"{messages.pop()} (the same on every rank that reported)"
-    return str(error)
+    said = f"{messages.pop()} (the same on every rank that reported)" if len(messages) == 1 else str(error)
+    hint = next((fix for pattern, fix in FAILURE_HINTS if pattern in said), "")
+    return f"{said}; {hint}" if hint else said
 
 
 def check_launch_info(launch_info: Callable | str, directory: str | None = None) -> Report:
