@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from answer_files import load_answer
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "contributing.md"
