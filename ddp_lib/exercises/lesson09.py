@@ -36,21 +36,6 @@ DRAWS = 4
 TOL = 1e-5
 
 
-class _ShardOnlyDataset(torch.utils.data.Dataset):
-    """A held-out set as one rank sees it: real samples at the positions DistributedSampler
-    (shuffle=False) gives this rank, decoys drawn by this rank everywhere else. Evaluating the whole
-    set on one rank, or counting a padding duplicate (another rank's position), reads decoys."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self._x, self._y = x, y
-
-    def __len__(self) -> int:
-        return len(self._y)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._x[index], self._y[index]
-
-
 def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
     """In each rank: the learner's value, and this rank's (correct, counted) for each way of counting,
     for every size in EVAL_SIZES, DRAWS times. Samples and labels come from fresh randomness drawn in this rank,
@@ -74,7 +59,7 @@ def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
             padded = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False))
             real = padded[:len(range(rank, n_eval, world_size))]  # positions past the end are padding
             dropped = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False, drop_last=True))
-            value = evaluate(model, _ShardOnlyDataset(x, y), rank, world_size)
+            value = evaluate(model, torch.utils.data.TensorDataset(x, y), rank, world_size)
             found.append({"n_eval": n_eval, "value": value if isinstance(value, (int, float)) else repr(value)[:60],
                           **{way: (right[picked].sum().item(), len(picked))
                              for way, picked in (("real", real), ("padded", padded), ("drop_last", dropped))}})
@@ -326,31 +311,3 @@ def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_
         report.ok(f"on {world_size} ranks the parameters equal one process on the global batch, "
                   f"with one all-reduce per step")
     return report
-
-
-# The starting points the lesson's exercise cells write to disk; both fail their checker.
-EVALUATE_STUB = '''\
-import torch
-from torch.utils.data import DistributedSampler
-
-
-def evaluate(model, dataset, rank, world_size):
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
-    correct = 0
-    with torch.no_grad():
-        for index in sampler:
-            x, y = dataset[index]
-            correct += int(model(x.unsqueeze(0)).argmax(1).item() == y.item())
-    return correct / len(sampler)
-'''
-
-TRAIN_STEP_STUB = '''\
-from torch import nn
-
-
-def train_step(ddp_model, optimizer, micro_batches, max_norm):
-    for x, y in micro_batches:
-        loss = nn.functional.cross_entropy(ddp_model(x), y)
-        loss.backward()
-    optimizer.step()
-'''

@@ -21,16 +21,6 @@ from ddp_lib.exercises.checking import Report, run_on_ranks
 STRATEGIES = ("ddp", "zero1", "fsdp")
 PREDICTION_TOLERANCE = 0.02  # the ZeRO formula lands within 1% of DDP's and FSDP2's counts on 3 ranks
 
-STATE_BYTES_STUB = '''\
-import torch
-
-
-def state_bytes(optimizer):
-    return sum(t.numel() * t.element_size()
-               for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))
-'''
-
-
 def _build(strategy: str, width: int, layers: int, amsgrad: bool):
     import torch
     from torch.distributed.optim import ZeroRedundancyOptimizer
