@@ -23,6 +23,7 @@ from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer
 from ddp_lib.launch_checks import check_worker
 
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
+MISSING_WAIT = "{}(..., async_op=True) returns before the data has arrived: call .wait() on the Work it returns"
 # (pattern in "Type: message", what to do), for failures whose own message does not say.
 SHARED_HINTS = (
     (r"accelerator|CUDA|cuda", "this machine has no GPU: put tensors on the `device` the lesson provides "
@@ -50,8 +51,7 @@ class Report:
     def fail(self, text: str) -> None:
         self.lines.append(f"FAIL {text}")
 
-    def __bool__(self) -> bool:
-        return self.passed
+    __bool__ = passed.fget
 
     def __str__(self) -> str:
         verdict = "All checks passed." if self.passed else "Not yet: fix what the FAIL lines say."
@@ -73,9 +73,8 @@ def load_worker(target: str) -> Callable:
 
 def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), kwargs: dict | None = None,
                  timeout: float = 60.0, hints: tuple[tuple[str, str], ...] = (), **options) -> list | None:
-    """Run ``fn(rank, world_size, *args, **kwargs)`` on every rank (gloo) and return the results in
-    rank order; when the job fails, add one FAIL line to ``report`` that says why (``hints``:
-    (pattern, what to do) for this exercise's known failures) and return None."""
+    """``fn(rank, world_size, *args, **kwargs)``'s results on every rank (gloo), in rank order; None
+    when the job fails, with one FAIL line in ``report`` that says why (``hints``: (pattern, fix))."""
     from ddp_lib.launch import launch  # imports torch, which lesson 06's checker never needs here
 
     where = f"world_size {world_size}"
@@ -119,14 +118,10 @@ def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
 def hang_report(exc: LaunchTimeout) -> str:
     """Where the ranks still running were when stopped (from their stacks), and what that suggests."""
     places = {rank: stopped_at(exc.stacks[rank]) for rank in exc.running if rank in exc.stacks}
-    said = []
-    for rank, place in places.items():
-        if place.call and place.line:
-            said.append(f"rank {rank} was in {place.call}, called at {place.line}")
-        elif place.line:
-            said.append(f"rank {rank} was at {place.line}")
-        elif place.call:
-            said.append(f"rank {rank} was in {place.call}" + (", outside its worker" if place.outside_worker else ""))
+    said = [f"rank {rank} was in {p.call}, called at {p.line}" if p.call and p.line else
+            f"rank {rank} was at {p.line}" if p.line else
+            f"rank {rank} was in {p.call}" + (", outside its worker" if p.outside_worker else "")
+            for rank, p in places.items() if p.call or p.line]
     where = f". {'; '.join(said)}" if said else ""
     if said and not any(place.communicating for place in places.values()):
         return f"{where}. No rank was in torch.distributed: does the work take longer than the deadline?"
@@ -134,20 +129,15 @@ def hang_report(exc: LaunchTimeout) -> str:
 
 
 class _WatchedWork:
-    """The Work an ``async_op=True`` collective returns, noting whether anyone waited on it."""
+    """The Work an ``async_op=True`` collective returns, noting whether anyone waited on it (or on
+    its future)."""
 
     def __init__(self, work, call: dict) -> None:
         self._work, self._call = work, call
 
-    def wait(self, *args, **kwargs):
-        self._call["waited"] = True
-        return self._work.wait(*args, **kwargs)
-
-    def get_future(self):
-        self._call["waited"] = True  # a future waited on, or chained, is waited on
-        return self._work.get_future()
-
     def __getattr__(self, name: str):
+        if name in ("wait", "get_future"):
+            self._call["waited"] = True
         return getattr(self._work, name)
 
 
@@ -176,7 +166,7 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
             bound = signature.bind(*args, **kwargs).arguments
             try:
                 group_size = dist.get_world_size(bound.get("group"))
-            except (RuntimeError, ValueError):  # no process group yet: the call itself will say so
+            except (RuntimeError, ValueError):  # no process group: the call itself will say so
                 group_size = None
             tensor = bound.get("tensor")
             record = {"name": name, "op": str(bound.get("op", "")).split(".")[-1] or None,
@@ -215,6 +205,3 @@ def unwaited(calls: list[dict]) -> list[str]:
     return [call["name"] for call in calls if call["async_op"] and not call["waited"]]
 
 
-def missing_wait_hint(name: str) -> str:
-    return (f"{name}(..., async_op=True) returns before the data has arrived: call .wait() on the Work it "
-            "returns before using the tensor")

@@ -17,10 +17,10 @@ import random
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import (
+    MISSING_WAIT,
     Report,
     counting_collectives,
     load_worker,
-    missing_wait_hint,
     names_called,
     run_on_ranks,
     unwaited,
@@ -56,7 +56,7 @@ def _diagnose(runs: list[dict]) -> str | None:
     late = unwaited([call for run in runs for call in run["calls"]])
     answers = [run["answer"] for run in runs]
     if late:
-        return missing_wait_hint(late[0])
+        return MISSING_WAIT.format(late[0])
     if any(isinstance(a, str) for a in answers):
         kind = next(a for a in answers if isinstance(a, str))
         return f"a rank returned {kind}, not a number" + (" (call .item() on it)" if "Tensor" in kind else "")

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 from ddp_lib.exercises.checking import (
+    MISSING_WAIT,
     Report,
     counting_collectives,
     load_worker,
-    missing_wait_hint,
     names_called,
     run_on_ranks,
     unwaited,
@@ -69,7 +69,7 @@ def diagnose(results: list[dict], seed: int) -> str | None:
     wrong = [(rank, n) for rank, r in enumerate(results) for n in mean if not _close(r["grads"][n], mean[n])]
     late = next((r["late"][0] for r in results if r["late"]), None)
     if late:
-        return missing_wait_hint(late)
+        return MISSING_WAIT.format(late)
     if not wrong:
         return None
     called = names_called([{"name": name} for r in results for name in r["called"]])
