@@ -14,7 +14,7 @@ each key whose value is wrong, with the variable to read."""
 from __future__ import annotations
 
 import os
-import secrets
+import random
 from collections.abc import Callable
 
 from ddp_lib.errors import WorkerError
@@ -74,9 +74,9 @@ def _as_int(value: object) -> int | None:
 
 
 def drawn_node_ranks(nnodes: int) -> list[int]:
-    """The node ranks of nodes started in order 0, 1, ..., drawn afresh (not predictable in a rank)."""
+    """The node ranks of nodes started in order 0, 1, ..., drawn afresh: node rank is not start order."""
     node_ranks = list(range(nnodes))
-    secrets.SystemRandom().shuffle(node_ranks)
+    random.shuffle(node_ranks)
     return node_ranks
 
 
@@ -100,16 +100,17 @@ def failure_line(error: WorkerError | None, returncode: int) -> str:
     return f"{said}; {hint}" if hint else said
 
 
-def check_launch_info(launch_info: Callable | str, directory: str | None = None) -> Report:
+def check_launch_info(launch_info: Callable | str, directory: str | None = None,
+                      layouts: tuple[tuple[int, ...], ...] = LAYOUTS) -> Report:
     """Run the learner's ``launch_info`` (the function, or its ``"module:function"`` name,
-    importable from ``directory``, default the current one) under torchrun on each of
-    :data:`LAYOUTS` (local nodes, static rendezvous, node ranks drawn afresh), in a random order;
-    return the report, its lines in the order of :data:`LAYOUTS`. Stops at the first job that fails."""
+    importable from ``directory``, default the current one) under torchrun on each of ``layouts``
+    (local nodes, static rendezvous, node ranks drawn afresh), in a random order; return the
+    report, its lines in the order of ``layouts``. Stops at the first job that fails."""
     directory = os.path.abspath(directory or os.getcwd())
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
-    order = list(LAYOUTS)
-    secrets.SystemRandom().shuffle(order)  # fresh randomness: not predictable from inside a rank
+    order = list(layouts)
+    random.shuffle(order)
     found: dict[tuple[int, ...], list[str]] = {}
     report = Report()
     for number, node_sizes in enumerate(order, 1):
@@ -123,7 +124,7 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None)
             report.fail(f"the job failed: {failure_line(job.error, job.returncode)}")
             return report
         found[node_sizes] = find_problems(job.results, node_sizes)
-    for node_sizes in LAYOUTS:
+    for node_sizes in layouts:
         where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
         for problem in found[node_sizes]:
             report.fail(f"{where}: {problem}")
