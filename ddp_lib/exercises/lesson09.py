@@ -117,23 +117,29 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
             for problems in found.values() if problems]
 
 
-def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES) -> Report:
-    """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, on each of
-    ``world_sizes`` in turn, for held-out sets of 11 and 7 samples of which each rank holds only its
-    own shard; return the report. Stops at the first world size that fails."""
+def _check(run: Callable, kwargs: dict, diagnose: Callable, passed: str, world_sizes: tuple[int, ...]) -> Report:
+    """``run`` on every rank, on each of ``world_sizes`` in turn, judged by ``diagnose`` (a line per
+    problem); ``passed`` says what a world size without one showed. Stops at the first that fails."""
     report = Report()
     for world_size in world_sizes:
-        results = run_on_ranks(_run_evaluate, world_size, report, kwargs=dict(evaluate=evaluate), timeout=120)
+        results = run_on_ranks(run, world_size, report, kwargs=kwargs, timeout=120)
         if results is None:
             return report
-        problems = diagnose_evaluate(results)
+        problems = diagnose(results)
         for problem in problems:
             report.fail(f"world_size {world_size}: {problem}")
         if problems:
             return report
-        report.ok(f"on {world_size} ranks every rank returns the exact accuracy, padding or not "
-                  f"({', '.join(str(n) for n in EVAL_SIZES)} samples)")
+        report.ok(f"on {world_size} ranks {passed}")
     return report
+
+
+def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES) -> Report:
+    """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, on each of
+    ``world_sizes`` in turn, for held-out sets of 11 and 7 samples."""
+    return _check(_run_evaluate, dict(evaluate=evaluate), diagnose_evaluate,
+                  f"every rank returns the exact accuracy, padding or not ({', '.join(map(str, EVAL_SIZES))} "
+                  "samples)", world_sizes)
 
 
 # Exercise 2: a step with gradient accumulation and clipping.
@@ -296,18 +302,6 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
 
 def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES) -> Report:
     """Run the learner's ``train_step(ddp_model, optimizer, micro_batches, max_norm)`` for 3 steps of
-    2 micro-batches on every rank, on each of ``world_sizes`` in turn; return the report. Stops at
-    the first world size that fails."""
-    report = Report()
-    for world_size in world_sizes:
-        results = run_on_ranks(_run_train_step, world_size, report, kwargs=dict(train_step=train_step), timeout=120)
-        if results is None:
-            return report
-        problems = diagnose_train_step(results)
-        for problem in problems:
-            report.fail(f"world_size {world_size}: {problem}")
-        if problems:
-            return report
-        report.ok(f"on {world_size} ranks the parameters equal one process on the global batch, "
-                  f"with one all-reduce per step")
-    return report
+    2 micro-batches on every rank, on each of ``world_sizes`` in turn."""
+    return _check(_run_train_step, dict(train_step=train_step), diagnose_train_step,
+                  "the parameters equal one process on the global batch, with one all-reduce per step", world_sizes)
