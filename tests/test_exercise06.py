@@ -189,3 +189,14 @@ def test_rank_errors_come_from_each_ranks_folder_with_its_global_rank(tmp_path):
     raised = job.error.failures
     assert set(raised) <= {1, 2} and raised  # torchrun may stop one before it raises
     assert all(message == f"ValueError: node 1, rank {rank}" for rank, message in raised.items())
+
+
+def test_unconverted_strings_and_node_rank_are_named_under_torchrun(tmp_path):
+    target = _write(tmp_path, "ex06_strings", """
+        return {"world_size": os.environ["WORLD_SIZE"], "local_rank": os.environ["LOCAL_RANK"],
+                "local_world_size": os.environ["LOCAL_WORLD_SIZE"], "node_rank": os.environ.get("NODE_RANK", "0")}""")
+    report = check_launch_info(target, directory=str(tmp_path), layouts=((1, 1, 2),))
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(fails) == 2, str(report)
+    assert "environment variables are strings; convert each with int()" in fails[0]
+    assert "node_rank is '0', expected 1: read GROUP_RANK" in fails[1] and "sets no NODE_RANK" in fails[1]
