@@ -1,12 +1,5 @@
-"""What every exercise checker shares: one report shape, one way to run the learner's worker on
-every rank and say why it failed, and one way to count the collectives it called.
-
-A checker is a test of the learner's worker: it runs it on fresh random inputs on 2 and 3 ranks
-(more where a mistake only shows there) through :func:`run_on_ranks`, compares what it returns
-with a reference, and returns a :class:`Report`: one ``PASS`` or ``FAIL`` line per thing checked,
-each FAIL naming the mistake and its fix. ``print(report)`` shows it. A checker tests honest
-work; it does not defend against code written to fool it (that only fools its author).
-"""
+"""What every exercise checker shares: the report, running the learner's worker on every rank
+(saying why a rank failed), and counting the collectives it called. See docs/contributing.md."""
 
 from __future__ import annotations
 
@@ -25,12 +18,10 @@ from ddp_lib.launch_checks import check_worker
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
 MISSING_WAIT = "{}(..., async_op=True) returns before the data has arrived: call .wait() on the Work it returns"
 # (pattern in "Type: message", what to do), for failures whose own message does not say.
-SHARED_HINTS = (
-    (r"accelerator|CUDA|cuda", "this machine has no GPU: put tensors on the `device` the lesson provides "
-                               "(with process_group(rank, world_size) as device), not on .to(rank)"),
-    (r"^IndexError", "is a list's length or a number of ranks written in the code? use world_size "
-                     "([None] * world_size)"),
-)
+SHARED_HINTS = ((r"accelerator|CUDA|cuda", "this machine has no GPU: put tensors on the `device` the lesson provides "
+                 "(with process_group(rank, world_size) as device), not on .to(rank)"),
+                (r"^IndexError", "is a list's length or a number of ranks written in the code? use world_size "
+                 "([None] * world_size)"))
 # gloo's C++ says where it was built and what it checked: "[enforce fail at /__w/.../pair.cc:456] ".
 _GLOO_WHERE = re.compile(r"^.*?what\(\):\s*|\[enforce fail at [^\]]*\]\s*")
 
@@ -38,7 +29,6 @@ _GLOO_WHERE = re.compile(r"^.*?what\(\):\s*|\[enforce fail at [^\]]*\]\s*")
 @dataclass
 class Report:
     """A checker's verdict: one line per thing checked (``PASS ...`` or ``FAIL ...``) and ``passed``."""
-
     lines: list[str] = field(default_factory=list)
 
     @property
@@ -77,41 +67,57 @@ def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = ()
     when the job fails, with one FAIL line in ``report`` that says why (``hints``: (pattern, fix))."""
     from ddp_lib.launch import launch  # imports torch, which lesson 06's checker never needs here
 
-    where = f"world_size {world_size}"
     try:
         return launch(fn, world_size, args, kwargs, backend="gloo", timeout=timeout, show_output=False,
                       **options).results
     except LaunchInputError as exc:
         report.fail(f"the worker cannot be launched: {exc}")
     except LaunchTimeout as exc:
-        report.fail(f"{where}: rank(s) {', '.join(map(str, exc.running))} still running after {timeout:g} s"
-                    f"{hang_report(exc)}")
+        report.fail(f"world_size {world_size}: rank(s) {', '.join(map(str, exc.running))} still running "
+                    f"after {timeout:g} s{hang_report(exc)}")
     except WorkerError as exc:
-        report.fail(f"{where}: {failure(exc, hints)}")
+        report.fail(f"world_size {world_size}: {failure(exc, hints)}")
     return None
+
+
+def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple = (), stop: bool = False,
+                   **options) -> Report:
+    """Run ``run(rank, world_size, *args)`` on each of ``world_sizes``; ``judge(runs)`` returns the
+    problems (a sentence, a list of them, or None) and the PASS text. ``stop``: at the first failure."""
+    report = Report()
+    for world_size in world_sizes:
+        runs = run_on_ranks(run, world_size, report, args, **options)
+        if runs is not None:
+            problems, passed = judge(runs)
+            problems = [problems] if isinstance(problems, str) else problems or []
+            for problem in problems:
+                report.fail(problem)
+            if not problems:
+                report.ok(passed)
+        if stop and not report.passed:
+            break
+    return report
 
 
 def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
     """One sentence for a failed rank: a peer's failure echoed, a rank killed (with the last lines
     of its stderr, where gloo explains itself), or an exception (with the learner's own line)."""
-    if is_peer_failure(exc.exc_type, exc.message):
-        # The exact words depend on timing (closed, reset, timed out): say what happened.
+    if is_peer_failure(exc.exc_type, exc.message):  # its words depend on timing: say what happened
         return (f"rank {exc.rank}'s collective broke because another rank left it or never joined "
                 f"({exc.exc_type}); {COLLECTIVE_HINT}")
     if not exc.exc_type:  # it died: "was killed by SIGABRT before returning a result"
         lines = [line for line in exc.outputs.get(exc.rank, ("", ""))[1].splitlines() if line.strip()]
         last = next((line for line in reversed(lines) if "what():" in line), lines[-1] if lines else "")
         said = readable(_GLOO_WHERE.sub("", last), 200)
-        hint = next((fix for pattern, fix in hints if re.search(pattern, said)), "")
-        return f"rank {exc.rank} {exc.message}" + (f"; its stderr ends: {said}" if said else "") + \
-            (f"; {hint}" if hint else "")
-    raised = f"{exc.exc_type}: {exc.message}"
-    text = f"rank {exc.rank} raised {exc.exc_type}: {readable(exc.message, 160)}"
-    line = own_line(exc.worker_traceback)
-    # A stub's NotImplementedError already says what to write: its line adds nothing.
-    if line and exc.exc_type != "NotImplementedError":
-        text += f" (at {line})"
-    hint = next((fix for pattern, fix in (*hints, *SHARED_HINTS) if re.search(pattern, raised)), "")
+        text = f"rank {exc.rank} {exc.message}" + (f"; its stderr ends: {said}" if said else "")
+    else:
+        said, hints = f"{exc.exc_type}: {exc.message}", (*hints, *SHARED_HINTS)
+        text = f"rank {exc.rank} raised {exc.exc_type}: {readable(exc.message, 160)}"
+        line = own_line(exc.worker_traceback)
+        # A stub's NotImplementedError already says what to write: its line adds nothing.
+        if line and exc.exc_type != "NotImplementedError":
+            text += f" (at {line})"
+    hint = next((fix for pattern, fix in hints if re.search(pattern, said)), "")
     return f"{text}; {hint}" if hint else text
 
 
@@ -129,9 +135,7 @@ def hang_report(exc: LaunchTimeout) -> str:
 
 
 class _WatchedWork:
-    """The Work an ``async_op=True`` collective returns, noting whether anyone waited on it (or on
-    its future)."""
-
+    """The Work an ``async_op=True`` collective returns, noting whether anyone waited on it."""
     def __init__(self, work, call: dict) -> None:
         self._work, self._call = work, call
 
@@ -143,13 +147,9 @@ class _WatchedWork:
 
 @contextlib.contextmanager
 def counting_collectives(*names: str) -> Iterator[list[dict]]:
-    """In a rank: record each call of ``torch.distributed``'s functions ``names`` (``"all_reduce"``,
-    ``"all_gather_object"``, ...) made while the block runs, as ``{"name", "op", "async_op",
-    "waited", "group_size", "numel", "dtype", "seconds"}`` (the size and type of its ``tensor``
-    argument, if it has one; how long the call took). The functions are replaced for the block, in ``torch.distributed``
-    and ``distributed_c10d``, so ``dist.all_reduce`` and names imported inside the block count;
-    calls torch makes inside a counted one (all_gather_object's own all_gather) do not. A
-    ``ProcessGroup`` method or DDP's reducer is not seen."""
+    """In a rank: each call of ``torch.distributed``'s functions ``names`` made in the block, as ``{"name",
+    "op", "async_op", "waited", "group_size", "numel", "dtype", "seconds"}`` (numel, dtype: of its
+    ``tensor``). Calls torch makes inside a counted one, ProcessGroup methods and DDP are not seen."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
@@ -164,35 +164,28 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
             if inside[0]:
                 return original(*args, **kwargs)
             bound = signature.bind(*args, **kwargs).arguments
-            try:
-                group_size = dist.get_world_size(bound.get("group"))
-            except (RuntimeError, ValueError):  # no process group: the call itself will say so
-                group_size = None
             tensor = bound.get("tensor")
             record = {"name": name, "op": str(bound.get("op", "")).split(".")[-1] or None,
-                      "async_op": bool(bound.get("async_op")), "waited": False, "group_size": group_size,
+                      "async_op": bool(bound.get("async_op")), "waited": False,
+                      "group_size": dist.get_world_size(bound.get("group")) if dist.is_initialized() else None,
                       "numel": getattr(tensor, "numel", lambda: None)(), "dtype": str(getattr(tensor, "dtype", ""))}
             calls.append(record)
-            inside[0] = True
-            start = time.perf_counter()
-            try:
-                work = original(*args, **kwargs)
-            finally:
-                inside[0] = False
-                record["seconds"] = time.perf_counter() - start
+            inside[0], start = True, time.perf_counter()
+            work = original(*args, **kwargs)  # a call that raises ends the worker: nothing more to count
+            inside[0], record["seconds"] = False, time.perf_counter() - start
             return _WatchedWork(work, record) if record["async_op"] and work is not None else work
         return call
 
+    def install(functions: dict[str, Callable]) -> None:
+        for name, function in functions.items():
+            setattr(distributed_c10d, name, function)
+            setattr(dist, name, function)
+
+    install({name: counted(name, original) for name, original in originals.items()})
     try:
-        for name, original in originals.items():
-            wrapper = counted(name, original)
-            setattr(distributed_c10d, name, wrapper)
-            setattr(dist, name, wrapper)
         yield calls
     finally:
-        for name, original in originals.items():
-            setattr(distributed_c10d, name, original)
-            setattr(dist, name, original)
+        install(originals)
 
 
 def names_called(calls: list[dict]) -> list[str]:
