@@ -80,13 +80,13 @@ def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = ()
     return None
 
 
-def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple = (), stop: bool = False,
+def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (), stop: bool = False,
                    **options) -> Report:
-    """Run ``run(rank, world_size, *args)`` on each of ``world_sizes``; ``judge(runs)`` returns the
-    problems (a sentence, a list of them, or None) and the PASS text. ``stop``: at the first failure."""
+    """Run ``run(rank, world_size, *args)`` (or ``*args(world_size)``) on each of ``world_sizes``; ``judge(runs)``
+    returns the problems (a sentence, a list, or None) and the PASS text. ``stop``: at the first failure."""
     report = Report()
     for world_size in world_sizes:
-        runs = run_on_ranks(run, world_size, report, args, **options)
+        runs = run_on_ranks(run, world_size, report, args(world_size) if callable(args) else args, **options)
         if runs is not None:
             problems, passed = judge(runs)
             problems = [problems] if isinstance(problems, str) else problems or []

@@ -1,33 +1,17 @@
-"""Checker for lesson 00's exercise: a first worker that joins the process group.
-
-The worker ``who_am_i(rank, world_size, name)`` joins the group and returns ``{"rank": rank,
-"world_size": world_size, "is_main": rank == 0, "everyone": [every rank's name, in rank order]}``.
-Each rank's ``name`` is drawn inside that rank, so the list of everyone's names can only come
-from the ranks talking to each other; on more than one rank the checker also counts the
-collectives the worker called, so that "no collective ran" can be said.
-
-    print(check_who_am_i(who_am_i))
-"""
+"""Checker for lesson 00's exercise: ``who_am_i(rank, world_size, name)`` returns its rank, the world
+size, is_main and every rank's name (each drawn in its rank) in rank order; counts collectives."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import (
-    Report,
-    counting_collectives,
-    load_worker,
-    names_called,
-    run_on_ranks,
-    worker_name,
-)
+from ddp_lib.exercises.checking import check_on_ranks, counting_collectives, load_worker, names_called, worker_name
 
 COLLECTIVES = ("all_gather_object", "gather_object", "broadcast_object_list", "all_gather", "all_reduce", "broadcast")
 
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    """Runs in each rank: this rank's name, drawn now, and what the learner's worker made of it."""
     name = secrets.token_hex(4)
     with counting_collectives(*COLLECTIVES) as calls:
         got = load_worker(target)(rank, world_size, name)
@@ -62,21 +46,15 @@ def _diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str 
     return f"rank {rank} returned everyone[{slot}]={everyone[slot]!r}; expected rank {slot}'s name, {names[slot]!r}"
 
 
-def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeout: float = 60.0) -> Report:
-    """Run ``fn(rank, world_size, name)`` on each world size in turn; one line per world size."""
-    report = Report()
-    target = worker_name(fn)
-    for world_size in world_sizes:
-        runs = run_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout)
-        if runs is None:
-            continue
-        names = [run["name"] for run in runs]
-        expected = [{"rank": r, "world_size": world_size, "is_main": r == 0, "everyone": names}
-                    for r in range(world_size)]
-        wrong = [p for r, run in enumerate(runs) if (p := _diagnose(r, run["got"], expected[r], run["called"]))]
-        if wrong:
-            report.fail(f"world_size {world_size}: {wrong[0]}")
-        else:
-            report.ok(f"world_size {world_size}: every rank returned its rank, the world size, is_main "
-                      "and every rank's name")
-    return report
+def _judge(runs: list[dict]) -> tuple[str | None, str]:
+    world_size, names = len(runs), [run["name"] for run in runs]
+    wrong = [problem for rank, run in enumerate(runs) if (problem := _diagnose(
+        rank, run["got"], {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": names},
+        run["called"]))]
+    return (f"world_size {world_size}: {wrong[0]}" if wrong else None,
+            f"world_size {world_size}: every rank returned its rank, the world size, is_main and every rank's name")
+
+
+def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeout: float = 60.0):
+    """A report on ``fn(rank, world_size, name)`` on each world size: one line per world size."""
+    return check_on_ranks(_run_learner, world_sizes, _judge, (worker_name(fn),), timeout=timeout)

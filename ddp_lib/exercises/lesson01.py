@@ -1,13 +1,5 @@
-"""Checker for lesson 01's exercise: the mean over ranks of a value only each rank knows.
-
-The learner writes ``mean_across_ranks(rank, world_size, x) -> float``: every rank must return
-the mean of all ranks' ``x``, computed with an all-reduce. Each rank draws its ``x`` (with a
-fractional part, so integer arithmetic shows) just before calling the worker, and the checker
-counts the collectives the worker called. On 2 and then 3 ranks: a divisor written as 2 is right
-only on 2.
-
-    print(check_mean_across_ranks(mean_across_ranks))
-"""
+"""Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)`` returns, on every
+rank, the mean of the ranks' ``x`` (each drawn in its rank) by an all-reduce; names the mistake."""
 
 from __future__ import annotations
 
@@ -18,11 +10,10 @@ from collections.abc import Callable
 
 from ddp_lib.exercises.checking import (
     MISSING_WAIT,
-    Report,
+    check_on_ranks,
     counting_collectives,
     load_worker,
     names_called,
-    run_on_ranks,
     unwaited,
     worker_name,
 )
@@ -31,13 +22,11 @@ COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gathe
 
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    """Runs in each rank: this rank's value, drawn now, the learner's answer and its collectives."""
-    x = random.randint(1, 99) + random.randint(1, 9) / 10
+    x = random.randint(1, 99) + random.randint(1, 9) / 10  # a fractional part: integer arithmetic shows
     with counting_collectives(*COLLECTIVES) as calls:
         answer = load_worker(target)(rank, world_size, x)
-    if hasattr(answer, "item") and getattr(answer, "numel", lambda: 0)() == 1:
-        answer = f"a {type(answer).__name__}"  # reported as its kind: the fix is .item()
-    elif not isinstance(answer, numbers.Real) or isinstance(answer, bool):
+    # A tensor is reported as its kind (the fix is .item()), as is anything else that is not a number.
+    if not isinstance(answer, numbers.Real) or isinstance(answer, bool):
         answer = f"a {type(answer).__name__}"
     return {"x": x, "answer": answer if isinstance(answer, str) else float(answer), "calls": calls}
 
@@ -51,22 +40,22 @@ def _diagnose(runs: list[dict]) -> str | None:
     values = [run["x"] for run in runs]
     world_size, total = len(values), sum(values)
     mean = total / world_size
-    called = names_called([call for run in runs for call in run["calls"]])
-    ops = {call["op"] for run in runs for call in run["calls"] if call["name"] == "all_reduce"}
-    late = unwaited([call for run in runs for call in run["calls"]])
+    calls = [call for run in runs for call in run["calls"]]
+    called, late = names_called(calls), unwaited(calls)
+    ops = {call["op"] for call in calls if call["name"] == "all_reduce"} - {"SUM", None}
     answers = [run["answer"] for run in runs]
     if late:
         return MISSING_WAIT.format(late[0])
-    if any(isinstance(a, str) for a in answers):
-        kind = next(a for a in answers if isinstance(a, str))
+    kind = next((a for a in answers if isinstance(a, str)), None)
+    if kind:
         return f"a rank returned {kind}, not a number" + (" (call .item() on it)" if "Tensor" in kind else "")
     wrong = [(rank, a) for rank, a in enumerate(answers) if not _close(a, mean)]
     if not called:  # a right mean came through a route not counted (a ProcessGroup method)
         return "no collective ran: a rank knows only its own value; combine them with all_reduce" if wrong else None
     if "all_reduce" not in called:
         return f"the ranks combined their values with {', '.join(called)}; the exercise is dist.all_reduce"
-    if ops - {"SUM", None}:
-        return (f"an all-reduce ran, but with op={', '.join(sorted(ops - {'SUM', None}))}: the default op "
+    if ops:
+        return (f"an all-reduce ran, but with op={', '.join(sorted(ops))}: the default op "
                 "(ReduceOp.SUM) then / world_size gives the mean")
     if not wrong:
         return None
@@ -87,19 +76,13 @@ def _diagnose(runs: list[dict]) -> str | None:
     return f"rank {rank} returned {value:g}, expected the mean {mean:g}"
 
 
-def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30.0) -> Report:
-    """Run ``fn(rank, world_size, x)`` on each world size, every rank with its own ``x``; one
-    line per world size."""
-    report = Report()
-    target = worker_name(fn)
-    for world_size in world_sizes:
-        runs = run_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout)
-        if runs is None:
-            continue
-        where = f"world_size {world_size}, values {[run['x'] for run in runs]}"
-        problem = _diagnose(runs)
-        if problem:
-            report.fail(f"{where}: {problem}")
-        else:
-            report.ok(f"{where}: every rank returned the mean {sum(run['x'] for run in runs) / world_size:g}")
-    return report
+def _judge(runs: list[dict]) -> tuple[str | None, str]:
+    values = [run["x"] for run in runs]
+    where = f"world_size {len(runs)}, values {values}"
+    problem = _diagnose(runs)
+    return problem and f"{where}: {problem}", f"{where}: every rank returned the mean {sum(values) / len(runs):g}"
+
+
+def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30.0):
+    """A report on ``fn(rank, world_size, x)`` on each world size: one line per world size."""
+    return check_on_ranks(_run_learner, world_sizes, _judge, (worker_name(fn),), timeout=timeout)

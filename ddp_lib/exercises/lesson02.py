@@ -1,32 +1,15 @@
-"""Checker for lesson 02's exercise: put a round-robin split back together.
-
-A list of ``n`` numbers is split round robin: rank ``r`` holds the items at positions ``r``,
-``r + world_size``, ... (its *share*). The learner writes ``reassemble(rank, world_size, share)``,
-which must return, on every rank, the whole list in its original order. The checker draws the
-shares afresh for each run, with an ``n`` that neither 2 nor 3 divides (so shares differ in
-length), gives each rank its own, and counts the collectives the worker called.
-
-    print(check_reassemble(reassemble))
-"""
+"""Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)`` returns, on every rank,
+the whole list split round robin into shares (drawn afresh, of unequal lengths); counts collectives."""
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import (
-    Report,
-    counting_collectives,
-    load_worker,
-    names_called,
-    run_on_ranks,
-    worker_name,
-)
+from ddp_lib.exercises.checking import check_on_ranks, counting_collectives, load_worker, names_called, worker_name
 
 COLLECTIVES = ("all_gather_object", "all_gather", "gather_object", "broadcast_object_list", "all_reduce",
                "broadcast", "all_to_all")
-SHARE_ENV = "DDP_LIB_CHECK_SHARE"
 HINTS = (
     (r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
     (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "
@@ -41,11 +24,9 @@ def interleave(shares: Sequence[Sequence]) -> list:
     return [shares[i % world_size][i // world_size] for i in range(n)]
 
 
-def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    """Runs in each rank: the learner's answer for this rank's share, and its collectives."""
-    share = [int(x) for x in os.environ.pop(SHARE_ENV).split(",") if x]
+def _run_learner(rank: int, world_size: int, target: str, shares: list[list[int]]) -> dict:
     with counting_collectives(*COLLECTIVES) as calls:
-        answer = load_worker(target)(rank, world_size, list(share))
+        answer = load_worker(target)(rank, world_size, list(shares[rank]))
     if hasattr(answer, "tolist"):  # a tensor: its numbers
         answer = answer.tolist()
     return {"answer": answer if isinstance(answer, list) else f"a {type(answer).__name__}",
@@ -77,23 +58,18 @@ def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> 
 
 
 def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout: float = 60.0,
-                     seed: int | None = None) -> Report:
-    """Run ``fn(rank, world_size, share)`` on every rank for each world size, with shares drawn
-    afresh (from ``seed`` if given); one line per world size."""
-    report = Report()
+                     seed: int | None = None):
+    """A report on ``fn(rank, world_size, share)`` on each world size, shares drawn afresh (from ``seed``)."""
     rng = random.Random(seed)
     n = rng.choice([n for n in range(9, 30) if n % 2 and n % 3])
+    shares = {size: [[rng.randrange(1000) for _ in range(rank, n, size)] for rank in range(size)]
+              for size in world_sizes}
+
+    def judge(runs: list[dict]) -> tuple[str | None, str]:
+        where = f"world_size {len(runs)}, n {n}"
+        problems = [p for rank, run in enumerate(runs)
+                    if (p := _diagnose(rank, run["answer"], shares[len(runs)], run["called"]))]
+        return problems and f"{where}: {problems[0]}", f"{where}: every rank returned the whole list in order"
     target = worker_name(fn)
-    for world_size in world_sizes:
-        shares = [[rng.randrange(1000) for _ in range(rank, n, world_size)] for rank in range(world_size)]
-        # Each rank's own share, in its environment (a launch's args are the same for every rank).
-        runs = run_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout, hints=HINTS,
-                            env=[{SHARE_ENV: ",".join(map(str, share))} for share in shares])
-        if runs is None:
-            continue
-        problems = [p for r, run in enumerate(runs) if (p := _diagnose(r, run["answer"], shares, run["called"]))]
-        if problems:
-            report.fail(f"world_size {world_size}, n {n}: {problems[0]}")
-        else:
-            report.ok(f"world_size {world_size}, n {n}: every rank returned the whole list in order")
-    return report
+    return check_on_ranks(_run_learner, world_sizes, judge, lambda size: (target, shares[size]), timeout=timeout,
+                          hints=HINTS)
