@@ -1,11 +1,5 @@
-"""Checker for lesson 04's exercise: ``average_gradients(model)``, called after backward on every
-rank, must leave in each .grad the mean of that gradient over all ranks (what DDP does).
-
-Each rank draws its own batch, runs one backward through a small model (the same weights on
-every rank), calls the learner's function while counting its collectives, and returns its batch
-beside the .grad it got; the parent recomputes every rank's gradient and their mean. On 2 and
-then 3 ranks, so a world size written into the code is caught.
-"""
+"""Checker for lesson 04's exercise: ``average_gradients(model)``, called after backward on every rank
+(each with its own batch), must leave in each .grad its mean over the ranks; counts collectives."""
 
 from __future__ import annotations
 
@@ -16,11 +10,10 @@ from torch import nn
 
 from ddp_lib.exercises.checking import (
     MISSING_WAIT,
-    Report,
+    check_on_ranks,
     counting_collectives,
     load_worker,
     names_called,
-    run_on_ranks,
     unwaited,
     worker_name,
 )
@@ -29,42 +22,36 @@ ATOL = 1e-6
 COLLECTIVES = ("all_reduce", "reduce", "all_gather", "broadcast", "all_gather_object")
 
 
-def _local_grads(seed: int, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """One rank's own gradients for its batch (x, y), before any averaging."""
-    from ddp_lib.workers.gradients import make_mlp
-
-    model = make_mlp(seed)
-    nn.functional.mse_loss(model(x), y).backward()
-    return {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+def _grads(model) -> dict[str, torch.Tensor | None]:
+    return {n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in model.named_parameters()}
 
 
 def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
+    """In each rank: its own gradients for a batch of its own, and the .grads the learner's function left."""
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.gradients import make_mlp
 
     with process_group(rank, world_size) as device:
-        torch.seed()  # a batch of this rank's own, fresh on every check
-        x, y = torch.randn(4, 8), torch.randn(4, 4)
+        torch.seed()  # a batch of this rank's own, fresh on every check (make_mlp seeds the generator after)
+        x, y = torch.randn(4, 8).to(device), torch.randn(4, 4).to(device)
         model = make_mlp(seed).to(device)  # the same weights on every rank, as after DDP's broadcast
-        nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()
+        nn.functional.mse_loss(model(x), y).backward()
+        own = _grads(model)
         with counting_collectives(*COLLECTIVES) as calls:
             load_worker(target)(model)
-        late = unwaited(calls)
         # The checker reads the gradients next: an unwaited all-reduce must not race with that read.
         torch.distributed.barrier()
-        return {"x": x, "y": y, "called": names_called(calls), "late": late,
-                "grads": {n: None if p.grad is None else p.grad.detach().cpu().clone()
-                          for n, p in model.named_parameters()}}
+        return {"own": own, "called": names_called(calls), "late": unwaited(calls), "grads": _grads(model)}
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
     return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=ATOL)
 
 
-def diagnose(results: list[dict], seed: int) -> str | None:
+def diagnose(results: list[dict]) -> str | None:
     """The mistake the ranks' gradients show, named with its fix (None: every .grad is the mean)."""
     world_size = len(results)
-    local = [_local_grads(seed, r["x"], r["y"]) for r in results]
+    local = [r["own"] for r in results]
     mean = {n: sum(g[n] for g in local) / world_size for n in local[0]}
     wrong = [(rank, n) for rank, r in enumerate(results) for n in mean if not _close(r["grads"][n], mean[n])]
     late = next((r["late"][0] for r in results if r["late"]), None)
@@ -99,19 +86,11 @@ def diagnose(results: list[dict], seed: int) -> str | None:
     return f"these gradients do not hold the mean on rank(s) {bad}: {', '.join(names)}"
 
 
-def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), seed: int = 0,
-                            timeout: float = 90) -> Report:
-    """Run the learner's ``fn(model)`` after backward on each of ``world_sizes`` ranks, each rank
-    with its own batch; stops at the first world size that fails."""
-    report = Report()
-    for world_size in world_sizes:
-        results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), seed), timeout=timeout)
-        if results is None:
-            return report
-        problem = diagnose(results, seed)
-        if problem:
-            report.fail(f"world_size {world_size}: {problem}")
-            return report
-        report.ok(f"on all {world_size} ranks, all {len(results[0]['grads'])} gradients are the mean over the ranks "
-                  f"(within {ATOL:g})")
-    return report
+def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), seed: int = 0, timeout: float = 90):
+    """A report on ``fn(model)`` after backward on each world size; stops at the first that fails."""
+    def judge(results: list[dict]) -> tuple[str | None, str]:
+        problem = diagnose(results)
+        return problem and f"world_size {len(results)}: {problem}", (
+            f"on all {len(results)} ranks, all {len(results[0]['grads'])} gradients are the mean over the ranks "
+            f"(within {ATOL:g})")
+    return check_on_ranks(_run_learner, world_sizes, judge, (worker_name(fn), seed), stop=True, timeout=timeout)
