@@ -1,14 +1,6 @@
-"""Checkers for lesson 08's exercises.
-
-1. ``busbw(algbw, world_size)``: the bus bandwidth nccl-tests prints for an all-reduce (checked on
-   world sizes and bandwidths drawn at check time).
-2. ``measure_allreduce(rank, world_size, nbytes)``, a worker that times an all-reduce of a
-   float32 tensor of ``nbytes`` bytes and returns {"seconds", "algbw_gbs", "busbw_gbs"}; the
-   checker runs it on 2 and 3 ranks with ``nbytes`` drawn at check time, records every
-   ``dist.all_reduce`` call (size, type, how long it took), and checks that one of them was that
-   tensor after a warm-up, that the worker's time is that all-reduce's, and that the figures
-   follow from it.
-"""
+"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and
+``measure_allreduce(rank, world_size, nbytes)``, whose time must be one of its own all-reduces of
+``nbytes`` (drawn) after a warm-up, as the public wrapper timed them, with algbw and busbw from it."""
 
 from __future__ import annotations
 
@@ -19,16 +11,19 @@ import random
 from collections.abc import Callable
 
 from ddp_lib.bench.report import bus_factor
-from ddp_lib.exercises.checking import Report, counting_collectives, load_worker, run_on_ranks, worker_name
+from ddp_lib.exercises.checking import Report, check_on_ranks, counting_collectives, load_worker, worker_name
 
 REL_TOL = 0.01
 # The learner's time must match one of its own all-reduces' durations as the checker timed them
-# (one call, or the mean of several in a row), give or take this factor for the timer's overhead.
-MEASURED_FACTOR = 1.5
-# ... plus this many seconds: Python's call and the checker's own bookkeeping around a call, which
-# on a busy machine can be a millisecond or two (sizes are drawn large enough that this is small).
-MEASURED_SLACK_S = 0.002
+# (one call, or the mean of several in a row), give or take this factor and these seconds (Python's
+# call and the checker's bookkeeping, a millisecond or two on a busy machine).
+MEASURED_FACTOR, MEASURED_SLACK_S = 1.5, 0.002
 KEYS = ("seconds", "algbw_gbs", "busbw_gbs")
+# algbw / (nbytes / seconds / 1e9) for the usual unit mistakes, and what each one means.
+ALGBW_MISTAKES = ((1e3, "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"),
+                  (1e9, "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"),
+                  (1e9 / 2**30, "that is GiB/s (2**30); nccl-tests reports GB/s (1e9 bytes)"),
+                  (4.0, "nbytes is already in bytes: do not multiply by the 4 bytes of a float32 again"))
 
 
 def _factor_mistake(ratio: float, world_size: int) -> str:
@@ -53,9 +48,7 @@ def _as_number(value: object) -> object:
 
 
 def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
-    """Call the learner's ``busbw(algbw, world_size)`` on ``cases`` world sizes and algbw values
-    drawn now (world sizes from 2 to 4096, so only the formula, not a table of them, gets every
-    one right); report what is right or wrong."""
+    """A report on ``busbw(algbw, world_size)`` for 2 and ``cases - 1`` world sizes up to 4096 drawn now."""
     report = Report()
     rng = random.Random()  # fresh each call: nothing to copy from a previous run
     world_sizes = [2, *rng.sample(range(3, 4097), cases - 1)]
@@ -66,20 +59,16 @@ def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
         except Exception as exc:  # the learner's code: report whatever it raised
             report.fail(f"busbw(algbw, {world_size}) raised {type(exc).__name__}: {exc}")
             return report
-        # Computed only after the call: the learner's function cannot find it in this frame.
         expected = algbw * bus_factor(world_size)
         if not isinstance(got, float) or not math.isclose(got, expected, rel_tol=1e-6):
             hint = f"; {_factor_mistake(got / algbw, world_size)}" if isinstance(got, float) and got else ""
             report.fail(f"busbw({algbw}, {world_size}) returned {got!r}, expected {expected:.6g}{hint}")
             return report  # one line for one mistake: the other cases would say it again
-        else:
-            report.ok(f"busbw(algbw, {world_size}) = algbw x {bus_factor(world_size):g}")
+        report.ok(f"busbw(algbw, {world_size}) = algbw x {bus_factor(world_size):g}")
     return report
 
 
 def _run_learner(rank: int, world_size: int, target: str, nbytes: int) -> dict:
-    """Runs in each rank: the learner's worker, with every all-reduce it calls recorded (size, type,
-    group size and how long the call took), so that its own time can be compared with them."""
     with counting_collectives("all_reduce") as calls:
         result = load_worker(target)(rank, world_size, nbytes)
     return {"result": result, "calls": calls}
@@ -92,82 +81,59 @@ def _timed_candidates(durations: list[float]) -> list[float]:
     return [(totals[j] - totals[i]) / (j - i) for i in range(len(durations)) for j in range(i + 1, len(durations) + 1)]
 
 
-def diagnose(results: list[dict], nbytes: int) -> list[str]:
-    """Problems found, one sentence each (empty when all is right)."""
+def diagnose(results: list[dict], nbytes: int) -> str | None:
+    """The first mistake in the ranks' results, named with its fix (None: all is right)."""
     world_size = len(results)
-    problems = []
     for rank, r in enumerate(results):
         out = r["result"]
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
-            return [f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"]
+            return f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"
         ours = [c for c in r["calls"] if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32"]
         small = [c["group_size"] for c in ours if c["group_size"] != world_size]
         if small:
-            return [f"rank {rank} all-reduced its {nbytes}-byte tensor in a group of {small[0]} rank(s), not over "
-                    f"all {world_size}: all-reduce it in the job's process group (the default group)"]
+            return (f"rank {rank} all-reduced its {nbytes}-byte tensor in a group of {small[0]} rank(s), not over "
+                    f"all {world_size}: all-reduce it in the job's process group (the default group)")
+        if not r["calls"]:
+            return f"rank {rank} ran no all-reduce: time dist.all_reduce of the tensor"
         if not ours:
-            if not r["calls"]:
-                return [f"rank {rank} ran no all-reduce: time dist.all_reduce of the tensor"]
             seen = ", ".join(sorted({f"{c['numel']} x {c['dtype']}" for c in r["calls"]}))
-            return [f"rank {rank} all-reduced {seen}, never a float32 tensor of {nbytes} bytes "
-                    f"({nbytes // 4} elements): make a tensor of nbytes // 4 float32 elements"]
+            return (f"rank {rank} all-reduced {seen}, never a float32 tensor of {nbytes} bytes "
+                    f"({nbytes // 4} elements): make a tensor of nbytes // 4 float32 elements")
         seconds, algbw, busbw = (float(out[k]) for k in KEYS)
         if not seconds > 0:
-            return [f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"]
-        # Near one all-reduce's time (or a run's mean), not merely between the fastest and the
-        # slowest: a made-up number must not pass because one all-reduce was made to wait.
+            return f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"
+        # Near one all-reduce's time (or a run's mean), not merely between the fastest and the slowest.
         warm = [c["seconds"] for c in r["calls"][1:] if c in ours]  # the first all-reduce also connects
         if not warm:
-            return [f"rank {rank} timed the first all-reduce it ran, which also sets up gloo's connections: run "
-                    "one all-reduce first (a warm-up), then time another"]
+            return (f"rank {rank} timed the first all-reduce it ran, which also sets up gloo's connections: run "
+                    "one all-reduce first (a warm-up), then time another")
         if not any(c / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= c * MEASURED_FACTOR + MEASURED_SLACK_S
                    for c in _timed_candidates(warm)):
-            matching = [c["seconds"] for c in ours]
-            low, high = min(matching), max(matching)
-            return [f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took {low:.3g} to "
+            low, high = min(c["seconds"] for c in ours), max(c["seconds"] for c in ours)
+            return (f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took {low:.3g} to "
                     f"{high:.3g} s and none after the first (nor the mean of a run of them) took that long: time "
-                    "an all-reduce after a warm-up one, with time.perf_counter() just before and just after it"]
+                    "an all-reduce after a warm-up one, with time.perf_counter() just before and just after it")
         expected = nbytes / seconds / 1e9
         if not math.isclose(algbw, expected, rel_tol=REL_TOL):
-            ratio = algbw / expected
-            if math.isclose(ratio, 1e3, rel_tol=REL_TOL) or math.isclose(ratio, 1e9, rel_tol=REL_TOL):
-                hint = "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"
-            elif math.isclose(ratio, 1e9 / 2**30, rel_tol=REL_TOL):
-                hint = "that is GiB/s (2**30); nccl-tests reports GB/s (1e9 bytes)"
-            elif math.isclose(ratio, 4.0, rel_tol=REL_TOL):
-                hint = "nbytes is already in bytes: do not multiply by the 4 bytes of a float32 again"
-            else:
-                hint = f"algbw should be nbytes / seconds / 1e9 = {expected:.4g}, got {algbw:.4g}"
-            problems.append(f"rank {rank}: {hint}")
-            break
+            return f"rank {rank}: " + next(
+                (hint for ratio, hint in ALGBW_MISTAKES if math.isclose(algbw / expected, ratio, rel_tol=REL_TOL)),
+                f"algbw should be nbytes / seconds / 1e9 = {expected:.4g}, got {algbw:.4g}")
         if not math.isclose(busbw, algbw * bus_factor(world_size), rel_tol=REL_TOL):
-            problems.append(f"rank {rank}: {_factor_mistake(busbw / algbw, world_size)}")
-            break
-    return problems
-
-
-def draw_nbytes(rng: random.Random) -> int:
-    """A message size drawn at check time: a whole number of float32s from 4 to 16 MiB, large
-    enough that the all-reduce, not the timer's overhead, makes most of the time."""
-    return 4 * rng.randrange(1 << 20, 1 << 22)
+            return f"rank {rank}: {_factor_mistake(busbw / algbw, world_size)}"
+    return None
 
 
 def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90) -> Report:
-    """Run the learner's ``fn(rank, world_size, nbytes)`` on each of ``world_sizes`` ranks, with
-    ``nbytes`` drawn now, and report whether each rank all-reduced a float32 tensor of that size,
-    timed it, and derived algbw and busbw from its time."""
-    report = Report()
-    rng = random.Random()
-    for world_size in world_sizes:
-        nbytes = draw_nbytes(rng)
-        results = run_on_ranks(_run_learner, world_size, report, (worker_name(fn), nbytes), timeout=timeout)
-        if results is None:
-            return report
-        problems = diagnose(results, nbytes)
-        if problems:
-            report.fail(f"world_size {world_size}: {problems[0]}")
-            return report
-        report.ok(f"world_size {world_size}: every rank timed its all-reduce of a float32 tensor of {nbytes} bytes")
-        report.ok(f"world_size {world_size}: algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} "
-                  f"(2(N-1)/N) on every rank")
-    return report
+    """A report on ``fn(rank, world_size, nbytes)`` on each world size, ``nbytes`` drawn now (4 to 16 MiB,
+    large enough that the all-reduce, not the timer, makes most of the time); stops at the first failure."""
+    nbytes = {world_size: 4 * random.randrange(1 << 20, 1 << 22) for world_size in world_sizes}
+
+    def judge(results: list[dict]) -> tuple[str | None, str]:
+        world_size = len(results)
+        problem = diagnose(results, nbytes[world_size])
+        return problem and f"world_size {world_size}: {problem}", (
+            f"world_size {world_size}: every rank timed its all-reduce of a float32 tensor of {nbytes[world_size]} "
+            f"bytes; algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} (2(N-1)/N)")
+    target = worker_name(fn)
+    return check_on_ranks(_run_learner, world_sizes, judge, lambda world_size: (target, nbytes[world_size]),
+                          stop=True, timeout=timeout)

@@ -1,15 +1,6 @@
-"""Checker for lesson 10's exercise: ``state_bytes(optimizer) -> int``, the bytes of optimizer state
-this rank holds, right for a plain optimizer under DDP, for ``ZeroRedundancyOptimizer`` (ZeRO-1)
-and for an optimizer over FSDP2's DTensor parameters; and the learner's prediction of what rank 0
-holds for the lesson's model, checked against what it does hold.
-
-Every rank runs two rounds per strategy. First the lesson's model and one Adam step: its count is
-compared with the prediction. Then a small model on which each rank, from its own fresh randomness,
-drops the gradients of some parameters before the step (they get no state) and turns Adam's
-``amsgrad`` on or off (a third buffer per parameter), then clears all gradients: no count made from
-parameter sizes, gradients, the world size or the rank can match, only one made from the state.
-A count that leaves out Adam's ``step`` entries is named as such.
-"""
+"""Checker for lesson 10's exercise: ``state_bytes(optimizer)``, the bytes of optimizer state this rank
+holds under DDP, ZeRO-1 and FSDP2, after the lesson's Adam step and after a step on a small model where
+each rank drops some gradients and draws amsgrad; and the learner's prediction of rank 0's bytes."""
 
 from __future__ import annotations
 
@@ -20,6 +11,13 @@ from ddp_lib.exercises.checking import Report, run_on_ranks
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 PREDICTION_TOLERANCE = 0.02  # the ZeRO formula lands within 1% of DDP's and FSDP2's counts on 3 ranks
+MISS_BANDS = (1.1, 1.5, 2.0)  # a missed prediction is told only as one of these ratio bands, never the bytes
+HINTS = {
+    "zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state in its .optim attribute",
+    "fsdp": "the state tensors are DTensors: count their .to_local() part, not their global shape",
+    "ddp": "count every tensor in optimizer.state (exp_avg, exp_avg_sq and step for Adam)",
+}
+
 
 def _build(strategy: str, width: int, layers: int, amsgrad: bool):
     import torch
@@ -37,42 +35,35 @@ def _build(strategy: str, width: int, layers: int, amsgrad: bool):
 
 
 def _step_without_some_gradients(model, optimizer, rank: int) -> None:
-    """One step in which this rank drops the gradients of random parameters before the optimizer
-    runs, then clears every gradient. Nothing random outlives this call."""
+    """One step in which this rank drops the gradients of random parameters (they get no state), then
+    clears every gradient."""
     from torch import nn
 
     from ddp_lib.workers.beyond_ddp import batch
 
-    width = next(model.parameters()).shape[-1]
-    x, y = batch(0, rank, 8, width)
+    x, y = batch(0, rank, 8, next(model.parameters()).shape[-1])
     nn.functional.mse_loss(model(x), y).backward()
     params = list(model.parameters())
     for param, byte in zip(params, os.urandom(len(params))):
         if byte & 1:
-            param.grad = None  # the optimizer skips it: no state for it on this rank
+            param.grad = None
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
 
 
-def _bytes_without_step(optimizer) -> int:
-    """What a count that leaves out Adam's ``step`` entries gives (a classic mistake)."""
+def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
     import torch
 
-    from ddp_lib.workers.beyond_ddp import tensor_bytes
-
-    inner = getattr(optimizer, "optim", optimizer)
-    return tensor_bytes(t for state in inner.state.values() for key, t in state.items()
-                        if key != "step" and isinstance(t, torch.Tensor))
-
-
-def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
     from ddp_lib.process_group import process_group
-    from ddp_lib.workers.beyond_ddp import batch, optimizer_state_bytes, train_step
+    from ddp_lib.workers.beyond_ddp import batch, optimizer_state_bytes, tensor_bytes, train_step
 
     def answer(optimizer) -> dict:
         value = state_bytes(optimizer)
+        inner = getattr(optimizer, "optim", optimizer)
+        without_step = tensor_bytes(t for state in inner.state.values() for key, t in state.items()
+                                    if key != "step" and isinstance(t, torch.Tensor))
         return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer),
-                "without_step": _bytes_without_step(optimizer)}
+                "without_step": without_step}
 
     found = {}
     with process_group(rank, world_size):
@@ -86,17 +77,9 @@ def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
     return found
 
 
-HINTS = {
-    "zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state in its .optim attribute",
-    "fsdp": "the state tensors are DTensors: count their .to_local() part, not their global shape",
-    "ddp": "count every tensor in optimizer.state (exp_avg, exp_avg_sq and step for Adam)",
-}
-
-
 def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
-    """Problems with the learner's counts in per-rank results of ``_run_state_bytes`` (empty when
-    all is right); one message per strategy. ``reveal``: name the bytes the rank holds (only once
-    the learner's predictions are right, which those bytes would otherwise give away)."""
+    """One problem per strategy with a wrong count. ``reveal``: name the bytes the rank holds (only
+    once the predictions are right, which those bytes would otherwise give away)."""
     problems = []
     for strategy in STRATEGIES:
         for rank, found in enumerate(results):
@@ -113,36 +96,25 @@ def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
                 problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, {held}; {HINTS[strategy]}")
             elif other["value"] != other["exact"]:
                 problems.append(f"{strategy}, rank {rank}: returned {other['value']} bytes after a step in which some "
-                                "parameters had no gradient (they "
-                                "get no state) or Adam kept amsgrad's third buffer; count the tensors in the "
-                                "state, not the parameters")
+                                "parameters had no gradient (they get no state) or Adam kept amsgrad's third buffer; "
+                                "count the tensors in the state, not the parameters")
             else:
                 continue
             break
     return problems
 
 
-def valid_prediction(predicted) -> bool:
-    return isinstance(predicted, dict) and all(type(predicted.get(s)) is int for s in STRATEGIES)
-
-
-MISS_BANDS = (1.1, 1.5, 2.0)  # a missed prediction is told only as one of these ratio bands, never the bytes
-
-
 def _miss(guess: int, held: int) -> str:
     """How far a prediction is off, without the bytes held: too high or too low, and a ratio band."""
-    direction = "too high" if guess > held else "too low"
     ratio = guess / held if guess > held else (held / guess if guess > 0 else float("inf"))
-    upper = next((band for band in MISS_BANDS if ratio <= band), None)
-    band = f"more than {MISS_BANDS[-1]}" if upper is None else f"up to {upper}"
-    return f"{direction}, by a factor of {band}"
+    band = next((f"up to {band}" for band in MISS_BANDS if ratio <= band), f"more than {MISS_BANDS[-1]}")
+    return f"{'too high' if guess > held else 'too low'}, by a factor of {band}"
 
 
 def compare_predictions(predicted: dict, results: list[dict], report: Report) -> bool:
-    """One line per strategy: the learner's prediction of rank 0's bytes against what rank 0 holds.
-    The bytes held are named only for a prediction within tolerance, so that they cannot be copied
-    into the next try. True when every prediction is within tolerance."""
-    if not valid_prediction(predicted):
+    """One line per strategy: the prediction of rank 0's bytes against what rank 0 holds, named only for
+    a prediction within tolerance (so it cannot be copied into the next try). True when all are."""
+    if not isinstance(predicted, dict) or any(type(predicted.get(s)) is not int for s in STRATEGIES):
         report.fail(f"predicted must give an int (bytes on rank 0) for each of {', '.join(map(repr, STRATEGIES))}, "
                     f"got {predicted!r}")
         return False
@@ -159,17 +131,15 @@ def compare_predictions(predicted: dict, results: list[dict], report: Report) ->
 
 
 def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
-    """Run the learner's ``state_bytes(optimizer)`` after an Adam step under DDP, ZeRO-1 and FSDP2
-    on every rank, compare ``predicted`` ({strategy: bytes on rank 0 for the lesson's model}) with
-    what rank 0 holds, and return the report."""
+    """A report on ``state_bytes(optimizer)`` under DDP, ZeRO-1 and FSDP2 on every rank, and on ``predicted``
+    ({strategy: bytes on rank 0 for the lesson's model})."""
     if not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
     report = Report()
     results = run_on_ranks(_run_state_bytes, world_size, report, kwargs=dict(state_bytes=state_bytes), timeout=120)
     if results is None:
         return report
-    predictions_right = compare_predictions(predicted, results, report)
-    problems = diagnose(results, reveal=predictions_right)
+    problems = diagnose(results, reveal=compare_predictions(predicted, results, report))
     for problem in problems:
         report.fail(problem)
     if not problems:
