@@ -94,16 +94,11 @@ def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None,
     rng = random.Random()
     seed = rng.randint(1, 9999) if seed is None else seed
     epochs = dict(draw_plan(rng) if plan is None else plan)
-    n_samples = len(make_moons())
 
     def judge(results: list) -> tuple[str | None, str]:
-        world_size = len(results)
-        padding = math.ceil(n_samples / world_size) * world_size - n_samples
-        problem = diagnose(results, epochs[world_size], seed)
-        return problem and f"world_size {world_size}, {epochs[world_size]} epochs: {problem}", (
-            f"world_size {world_size}, {epochs[world_size]} epochs, seed {seed}: in every epoch every rank reads "
-            f"DistributedSampler's share for that seed and epoch, and the {n_samples} samples are split "
-            + (f"with no overlap but the {padding} the sampler repeats to pad them to {n_samples + padding}"
-               if padding else "with no overlap"))
+        where = f"world_size {len(results)}, {epochs[len(results)]} epochs"
+        problem = diagnose(results, epochs[len(results)], seed)
+        return problem and f"{where}: {problem}", (f"{where}, seed {seed}: in every epoch every rank reads "
+                                                   "DistributedSampler's share for that seed and epoch (padded)")
     return check_on_ranks(fn, tuple(epochs), judge, lambda world_size: (epochs[world_size], seed), stop=True,
                           timeout=120, hints=HINTS)
