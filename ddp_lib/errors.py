@@ -232,3 +232,17 @@ def readable(message: str, limit: int | None = None) -> str:
     if limit is not None and len(text) > limit:
         text = text[:limit].rsplit(" ", 1)[0] + " ..."
     return text
+
+
+_TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in \S+\n(?P<code>[^\n]*)', re.M)
+
+
+def own_line(worker_traceback: str) -> str:
+    """The innermost line of one's own code in a Python traceback (not the standard library's, an
+    installed package's, or this package's), as ``"file.py line 7: code"``; "" when there is none."""
+    frames = [(path, line, code.strip()) for path, line, code in _TRACEBACK_FRAME.findall(worker_traceback)
+              if not _installed(path) and not _in_package(path)]
+    if not frames:
+        return ""
+    path, line, code = frames[-1]
+    return f"{os.path.basename(path)} line {line}: {code}" if code else f"{os.path.basename(path)} line {line}"

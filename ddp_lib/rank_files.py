@@ -83,11 +83,17 @@ def _write_whole(name: str, record: dict) -> bool:
     return True
 
 
+# What rank.json holds: where this rank stands in the job, as torchrun set it (-1 where unset).
+PLACE_VARIABLES = {"rank": "RANK", "group_rank": "GROUP_RANK", "local_rank": "LOCAL_RANK",
+                   "world_size": "WORLD_SIZE", "local_world_size": "LOCAL_WORLD_SIZE"}
+
+
 def write_rank() -> bool:
-    """Write this rank's global rank (``RANK``) to its ``rank.json``, before it runs anything: a
-    rank that then dies without a word is still read back under its own global rank (c10d numbers
-    the nodes itself; folders do not say which is which). Only that: the other ranks can read it."""
-    return _write_whole(RANK_FILE, {"rank": int(os.environ.get("RANK", -1))})
+    """Write this rank's place in the job (global rank, node's group rank, local rank, world size,
+    ranks on its node) to its ``rank.json``, before it runs anything: a rank that then dies without a
+    word is still read back under its own global rank (c10d numbers the nodes itself; folders do not
+    say which is which), and a reader of the folder sees where it ran."""
+    return _write_whole(RANK_FILE, {key: int(os.environ.get(name, -1)) for key, name in PLACE_VARIABLES.items()})
 
 
 def write_result(rank: int, result: object) -> bool:

@@ -2,11 +2,9 @@
 
 import inspect
 import re
-import textwrap
-from pathlib import Path
 
-import nbformat
 import pytest
+from answer_files import notebook_stub
 
 from ddp_lib.exercises import lesson10
 from ddp_lib.exercises.solutions import lesson10 as solutions
@@ -148,8 +146,7 @@ def _check(tmp_path, monkeypatch, name: str, source: str, predicted: dict | None
 
 
 def _solution_as_written(tmp_path, monkeypatch, **kwargs):
-    """The worked solution's source in a module of the learner's own, as the lesson's cell writes it:
-    the checker refuses the solution module itself (an answer that imports it)."""
+    """The worked solution's source in a module of the learner's own, as the lesson's cell writes it."""
     return _check(tmp_path, monkeypatch, "copied_solution10", inspect.getsource(solutions), **kwargs)
 
 
@@ -168,20 +165,16 @@ def test_checker_fails_the_zero_formula_for_zero1_on_3_ranks(tmp_path, monkeypat
 
 
 def test_checker_fails_the_stub_and_names_zero_and_dtensor_without_giving_the_bytes(tmp_path, monkeypatch):
-    report = str(_check(tmp_path, monkeypatch, "stub10", lesson10.STATE_BYTES_STUB, predicted=None))
+    stub = notebook_stub("10_beyond_ddp.ipynb", "my_work/lesson10_state_bytes.py")
+    report = str(_check(tmp_path, monkeypatch, "stub10", stub, predicted=None))
     assert report.startswith("FAIL predicted must give an int")
     assert ".optim" in report and ".to_local()" in report and "FAIL ddp" not in report
     assert "not what this rank holds" in report and not re.search(r"holds \d", report)
 
 
-def test_the_lesson_starts_the_exercise_from_the_stub():
-    nb = nbformat.read(Path(__file__).resolve().parent.parent / "notebooks" / "10_beyond_ddp.ipynb", as_version=4)
-    written = [c.source.split("\n", 1)[1] for c in nb.cells
-               if c.cell_type == "code" and c.source.startswith("%%exercise my_work/lesson10_")]
-    assert [w.rstrip() for w in written] == [textwrap.dedent(lesson10.STATE_BYTES_STUB).rstrip()]
 
 
-ADVERSARIES = {
+WRONG_COUNTS = {
     # 8 bytes per element and a 4-byte step per parameter: exact after a plain Adam step.
     "sizes10": """\
 def state_bytes(optimizer):
@@ -200,75 +193,34 @@ def state_bytes(optimizer):
     full = sum(t.numel() * t.element_size() for t in tensors)
     return full // 2 if any(hasattr(t, "to_local") for t in tensors) else full
 """,
-    # The expected count looked up in the checker's frames, then among every live object.
-    "frames10": """\
-import gc
-import inspect
-
-
-def state_bytes(optimizer):
-    for info in inspect.stack():
-        for value in info.frame.f_locals.values():
-            if isinstance(value, dict) and isinstance(value.get("exact"), int):
-                return value["exact"]
-    for obj in gc.get_objects():
-        if isinstance(obj, dict) and isinstance(obj.get("exact"), int):
-            return obj["exact"]
-    return 0
-""",
 }
 
 
-@pytest.mark.parametrize("name", sorted(ADVERSARIES))
+@pytest.mark.parametrize("name", sorted(WRONG_COUNTS))
 def test_checker_refuses_counts_not_made_from_the_state(name, tmp_path, monkeypatch):
-    report = _check(tmp_path, monkeypatch, name, ADVERSARIES[name])
+    report = _check(tmp_path, monkeypatch, name, WRONG_COUNTS[name])
     assert not report.passed, str(report)
     if name == "sizes10":  # right after the lesson's step; the failure names the strategy and the rank
         assert re.search(r"FAIL \w+, rank \d: returned \d+ bytes after a step in which some parameters", str(report))
 
 
-# Answers that hand the count to the lesson's own code: the worked solution, the worker module's
-# counting function (reached by a name built at run time), and the same from a thread of its own.
-BORROWED = {
-    "solution10": """\
-from ddp_lib.exercises.solutions.lesson10 import state_bytes
-""",
-    "workers10": """\
-import importlib
+# Every tensor of the state but Adam's step: right shards, DTensors read locally.
+FORGOT_STEP = """\
+import torch
 
 
 def state_bytes(optimizer):
-    workers = importlib.import_module("ddp_lib.workers." + "beyond_ddp")
-    return getattr(workers, "optimizer_" + "state_bytes")(optimizer)
-""",
-    "thread10": """\
-from concurrent.futures import ThreadPoolExecutor
-
-from ddp_lib.workers.beyond_ddp import optimizer_state_bytes
+    inner = getattr(optimizer, "optim", optimizer)
+    tensors = [t for state in inner.state.values() for key, t in state.items() if key != "step"]
+    return sum(t.to_local().nbytes if hasattr(t, "to_local") else t.nbytes for t in tensors)
+"""
 
 
-def state_bytes(optimizer):
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(optimizer_state_bytes, optimizer).result()
-""",
-    "unwatched10": """\
-import sys
-
-from ddp_lib.workers import beyond_ddp
-
-
-def state_bytes(optimizer):
-    sys.setprofile(None)
-    return beyond_ddp.optimizer_state_bytes(optimizer)
-""",
-}
-
-
-@pytest.mark.parametrize("name", sorted(BORROWED))
-def test_checker_refuses_an_answer_that_runs_the_reference_count(name, tmp_path, monkeypatch):
-    report = str(_check(tmp_path, monkeypatch, name, BORROWED[name], world_size=2, predicted=PREDICTED_ON_2))
-    assert "FAIL state_bytes must count by itself" in report, report
-    assert "Not yet" in report
+def test_checker_names_adams_step_entries_when_left_out(tmp_path, monkeypatch):
+    report = _check(tmp_path, monkeypatch, "nostep10", FORGOT_STEP, world_size=2, predicted=PREDICTED_ON_2)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert fails and all("leaves out Adam's `step` entries" in line for line in fails), str(report)
+    assert not any(".optim" in line or ".to_local()" in line for line in fails)
 
 
 WRITTEN_DIFFERENTLY = """\

@@ -243,8 +243,10 @@ def test_a_rank_run_by_the_command_line_writes_its_result_without_json(tmp_path,
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(folder / "error.json"))
     for name, value in {"RANK": "1", "WORLD_SIZE": "2", "GROUP_RANK": "1", "LOCAL_RANK": "0"}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert _run_this_rank(lambda rank, world_size: rank * 10, {}, as_json=False) == 0
-    assert json.loads((folder / "rank.json").read_text()) == {"rank": 1}
+    assert json.loads((folder / "rank.json").read_text()) == {"rank": 1, "group_rank": 1, "local_rank": 0,
+                                                              "world_size": 2, "local_world_size": -1}
     assert json.loads((folder / "result.json").read_text()) == {"rank": 1, "result": 10}
     assert capsys.readouterr().out == "rank 1 returned 10\n"
 

@@ -1,44 +1,20 @@
-"""Checker for lesson 02's exercise: put a round-robin split back together.
-
-A list of ``n`` numbers is split round robin: rank ``r`` holds the items at positions ``r``,
-``r + world_size``, ``r + 2 * world_size``, ... (its *share*), and no other rank holds them. The
-learner writes ``reassemble(rank, world_size, share)``, which must return, on every rank, the
-whole list in its original order. The checker draws the shares afresh for each run and hands each
-rank only its own, in that rank's environment: nothing in a rank's process holds another rank's
-numbers, and what the parent checks every answer against (the shares it drew) is out of the ranks'
-reach. Each rank's share must also go into a collective that moves data, side by side or at its
-places in a padded list (not merely somewhere among many values). The limit: a worker that gives
-its share to such a collective, ignores what it returns and takes the others' shares from
-elsewhere (the process group's key-value store, files) is not told apart: the collective did the
-work, and what the worker then uses of it cannot be seen.
-
-    print(check_reassemble(reassemble))
-"""
+"""Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)`` returns, on every rank,
+the whole list split round robin into shares (drawn afresh, of unequal lengths); counts collectives."""
 
 from __future__ import annotations
 
-import numbers
-import os
 import random
-import secrets
 from collections.abc import Callable, Sequence
 
-from ddp_lib.errors import LaunchInputError
-from ddp_lib.exercises.checking import (
-    NOT_CARRYING_DATA,
-    Report,
-    load_worker,
-    run_on_ranks,
-    watching_collectives,
-    worker_name,
+from ddp_lib.exercises.checking import check_on_ranks, counting_collectives, load_worker, names_called, worker_name
+
+COLLECTIVES = ("all_gather_object", "all_gather", "gather_object", "broadcast_object_list", "all_reduce",
+               "broadcast", "all_to_all")
+HINTS = (
+    (r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
+    (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "
+                                     "differ in length: pad them to one length, or use all_gather_object"),
 )
-
-SHARE_ENV = "DDP_LIB_CHECK_SHARE"
-
-
-def expected_share(rank: int, world_size: int, n: int) -> list[int]:
-    """The positions in ``range(n)`` that ``rank`` holds, round robin."""
-    return list(range(rank, n, world_size))
 
 
 def interleave(shares: Sequence[Sequence]) -> list:
@@ -48,91 +24,52 @@ def interleave(shares: Sequence[Sequence]) -> list:
     return [shares[i % world_size][i // world_size] for i in range(n)]
 
 
-def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    """Runs in each rank: call the learner's worker on this rank's share (given in its environment
-    only) while watching the collectives that run, and return what they carried."""
-    share = [int(x) for x in os.environ.pop(SHARE_ENV).split(",") if x]
-    with watching_collectives() as watched:
-        answer = load_worker(target)(rank, world_size, list(share))
-    ops, sent = watched.counts, watched.inputs
-    if hasattr(answer, "tolist"):  # a tensor: its numbers, not the tensor
+def _run_learner(rank: int, world_size: int, target: str, shares: list[list[int]]) -> dict:
+    with counting_collectives(*COLLECTIVES) as calls:
+        answer = load_worker(target)(rank, world_size, list(shares[rank]))
+    if hasattr(answer, "tolist"):  # a tensor: its numbers
         answer = answer.tolist()
-    # A collective that moves data is not enough (shares swapped through the store, then an
-    # all_reduce of zeros): this rank's share must be in what it gave a collective.
-    return {"answer": answer, "collectives": dict(ops), "sent_share": sent.carried(share, group_size=world_size)}
+    return {"answer": answer if isinstance(answer, list) else f"a {type(answer).__name__}",
+            "called": names_called(calls)}
 
 
-def _as_numbers(value: object) -> list | None:
-    if isinstance(value, (list, tuple)) and all(isinstance(x, numbers.Real) and not isinstance(x, bool)
-                                                for x in value):
-        return list(value)
-    return None
-
-
-def _rank_problem(rank: int, answer: object, shares: list[list], whole: list) -> str | None:
-    """Why ``answer`` from ``rank`` is not ``whole``: the usual mistakes, named."""
-    if answer is None:
-        return (f"rank {rank} returned None: end the worker with `return` and the whole list "
-                "(what a worker prints never reaches the caller)")
-    got = _as_numbers(answer)
-    if got is None:
-        return f"rank {rank} returned {type(answer).__name__}; expected a list of {len(whole)} numbers"
+def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> str | None:
+    """Why ``got`` from ``rank`` is not the whole list (None: it is), the mistake named."""
+    whole = interleave(shares)
     if got == whole:
         return None
-    if got == shares[rank]:
-        return f"rank {rank} returned only its own share {got}: the other ranks' items are only on those ranks"
+    if got == "a NoneType":
+        return (f"rank {rank} returned None: end the worker with `return` and the whole list "
+                "(what a worker prints never reaches the caller)")
+    if isinstance(got, str):
+        return f"rank {rank} returned {got}; expected a list of {len(whole)} numbers"
+    if not called:
+        return (f"no collective ran, so rank {rank} has only its own share: get the others' with "
+                "dist.all_gather_object")
     if got == [x for share in shares for x in share]:
         return (f"rank {rank} returned the shares one after another, rank by rank; the split is round robin: "
                 "item i is shares[i % world_size][i // world_size]")
     if len(got) != len(whole):
         return f"rank {rank} returned {len(got)} items; the whole list has {len(whole)}"
-    i = next(i for i, (a, b) in enumerate(zip(got, whole, strict=True)) if a != b)
+    i = next(i for i, (a, b) in enumerate(zip(got, whole)) if a != b)
     where = f"item {i} is {got[i]}, expected {whole[i]} (item {i // len(shares)} of rank {i % len(shares)}'s share)"
-    if sorted(got) == sorted(whole):
-        return f"rank {rank} returned the right items in the wrong order: its {where}"
-    return f"rank {rank} returned a wrong list: its {where}"
+    order = "the right items in the wrong order" if sorted(got) == sorted(whole) else "a wrong list"
+    return f"rank {rank} returned {order}: its {where}"
 
 
-def _check_world_size(target: str, world_size: int, n: int, timeout: float, report: Report) -> None:
-    where = f"world_size {world_size}, n {n}"
-    shares = [[secrets.randbelow(1000) for _ in expected_share(rank, world_size, n)] for rank in range(world_size)]
-    env = [{SHARE_ENV: ",".join(map(str, share))} for share in shares]  # each rank sees its own only
-    runs = run_on_ranks(_run_learner, world_size, report, (target,), timeout=timeout, env=env)
-    if runs is None:
-        if "TypeError" in report.lines[-1] and "positional argument" in report.lines[-1]:
-            report.lines[-1] += " (the checker calls fn(rank, world_size, share))"
-        return
-    whole = interleave(shares)
-    moved = {op for run in runs for op, count in run["collectives"].items() if count and op not in NOT_CARRYING_DATA}
-    unsent = [rank for rank, run in enumerate(runs) if not run["sent_share"]]
-    problems = [] if moved else [
-        "no rank ran a collective that moves data (all_gather_object, all_gather, all_reduce, ...): "
-        "each rank holds only its own share, so the others' items must come through the process group"]
-    if moved and unsent and len(runs) > 1:
-        problems.append(f"rank {unsent[0]}'s share never went into a collective: each rank holds only its own "
-                        "share, so the others' items must come through the process group, not beside it")
-    problems += [p for rank, run in enumerate(runs) if (p := _rank_problem(rank, run["answer"], shares, whole))]
-    if not report.fail_each(where, problems):
-        report.ok(f"{where}: every rank returned the whole list of {n} items in order "
-                  f"(collectives: {', '.join(sorted(moved))})")
+def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout: float = 60.0,
+                     seed: int | None = None):
+    """A report on ``fn(rank, world_size, share)`` on each world size, shares drawn afresh (from ``seed``)."""
+    rng = random.Random(seed)
+    n = rng.choice([n for n in range(9, 30) if n % 2 and n % 3])
+    shares = {size: [[rng.randrange(1000) for _ in range(rank, n, size)] for rank in range(size)]
+              for size in world_sizes}
 
-
-def draw_n(rng: random.Random) -> int:
-    """A list length that no world size from 2 to 4 divides, so that shares differ in length."""
-    return rng.choice([n for n in range(9, 30) if n % 2 and n % 3])
-
-
-def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), n: int | None = None,
-                     timeout: float = 60.0, seed: int | None = None) -> Report:
-    """Run ``fn(rank, world_size, share)`` on every rank for each world size, with shares drawn
-    afresh and ``n`` drawn now (or from ``seed``); report, per rank, what is right or wrong."""
-    report = Report()
-    n = draw_n(random.Random(seed)) if n is None else n
-    try:
-        target = worker_name(fn)
-    except LaunchInputError as exc:
-        report.fail(f"the worker cannot be launched: {exc}")
-        return report
-    for world_size in world_sizes:
-        _check_world_size(target, world_size, n, timeout, report)
-    return report
+    def judge(runs: list[dict]) -> tuple[str | None, str]:
+        where = f"world_size {len(runs)}, n {n}"
+        problems = [p for rank, run in enumerate(runs)
+                    if (p := _diagnose(rank, run["answer"], shares[len(runs)], run["called"]))]
+        return problems and f"{where}: {problems[0]}", f"{where}: every rank returned the whole list in order"
+    target = worker_name(fn)
+    return check_on_ranks(_run_learner, world_sizes, judge, lambda size: (target, shares[size]), timeout=timeout,
+                          hints=HINTS)

@@ -1,11 +1,6 @@
-"""Checker for lesson 05's exercise: a worker that says which samples its rank reads each epoch.
-
-The learner writes ``epoch_indices(rank, world_size, epochs, seed) -> list[list[int]]`` using a
-``DistributedSampler`` over ``ddp_lib.workers.shared.make_moons()``; the checker runs it on 2 ranks
-and then on 3 or 5 (drawn), each time with a number of epochs it draws (never the same twice in one
-check) and one seed it draws, and compares every epoch of every rank with ``DistributedSampler``'s
-order for that seed and epoch.
-"""
+"""Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, each rank's
+sample indices per epoch from a DistributedSampler over make_moons(), compared with the sampler's
+order on 2 ranks then 3 or 5 (which pad), with epochs and seed drawn at check time."""
 
 from __future__ import annotations
 
@@ -16,75 +11,21 @@ from collections.abc import Callable
 
 from torch.utils.data import DistributedSampler
 
-from ddp_lib.exercises.checking import Report, run_on_ranks
+from ddp_lib.exercises.checking import check_on_ranks
 from ddp_lib.workers.shared import make_moons
 
-# 512 samples divide by 2, so there nothing is read twice; they divide by neither 3 nor 5, so there
-# the sampler pads (1 and 3 samples read twice), as the lesson shows for 10 samples on 4 ranks.
-FIRST_WORLD_SIZE = 2
+# 512 samples divide by 2 (nothing read twice) but by neither 3 nor 5 (the sampler pads 1 or 3).
 PADDED_WORLD_SIZES = (3, 5)
-# Drawn without repeats, one per world size: an answer that ignores `epochs` and returns a fixed
-# number of epochs matches at most one run.
-EPOCH_CHOICES = range(2, 6)
+EPOCH_CHOICES = range(2, 6)  # drawn without repeats: a fixed number of epochs matches one run at most
+HINTS = ((r"Default process group has not been initialized",
+          "DistributedSampler asks the process group for num_replicas and rank unless it is given them, and this "
+          "worker joins none: pass num_replicas=world_size and rank=rank"),)
 
 
 def draw_plan(rng: random.Random) -> list[tuple[int, int]]:
     """(world_size, epochs) for each run of one check: 2 ranks, then 3 or 5; distinct epoch counts."""
-    world_sizes = (FIRST_WORLD_SIZE, rng.choice(PADDED_WORLD_SIZES))
+    world_sizes = (2, rng.choice(PADDED_WORLD_SIZES))
     return list(zip(world_sizes, rng.sample(EPOCH_CHOICES, len(world_sizes))))
-
-
-def per_rank(n_samples: int, world_size: int) -> int:
-    """How many samples DistributedSampler gives each rank (drop_last=False: it pads)."""
-    return math.ceil(n_samples / world_size)
-
-
-def _shape_problem(rank: int, value: object, epochs: int) -> str | None:
-    if not isinstance(value, list) or len(value) != epochs:
-        return (f"rank {rank} returned {type(value).__name__} {str(value)[:60]}; expected a list with one "
-                f"list of sample indices per epoch ({epochs} lists, one for each of the `epochs` it was given)")
-    for epoch, indices in enumerate(value):
-        if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
-            return f"rank {rank}, epoch {epoch}: expected a list of ints (e.g. list(sampler)), got {str(indices)[:60]}"
-    return None
-
-
-def find_problems(results: list, epochs: int, n_samples: int) -> list[str]:
-    """What is wrong with per-rank lists of indices per epoch (empty if nothing)."""
-    problems = [p for r, v in enumerate(results) if (p := _shape_problem(r, v, epochs))]
-    if problems:
-        return problems
-    world_size = len(results)
-    each = per_rank(n_samples, world_size)
-    padding = each * world_size - n_samples
-    for epoch in range(epochs):
-        for rank, per_epoch in enumerate(results):
-            if len(per_epoch[epoch]) != each:
-                return [f"rank {rank} reads {len(per_epoch[epoch])} samples in epoch {epoch}; DistributedSampler "
-                        f"gives every one of {world_size} ranks {each} of the {n_samples}"
-                        + (f" (it repeats {padding} so that every rank gets as many)" if padding else "")]
-        reads = Counter(i for per_epoch in results for i in per_epoch[epoch])
-        twice = sum(reads.values()) - len(reads)
-        if twice > padding:
-            sample = next(i for i, n in reads.items() if n > 1)
-            ranks = [r for r, per_epoch in enumerate(results) if sample in per_epoch[epoch]]
-            return [f"epoch {epoch}: ranks {ranks[0]} and {ranks[1]} both read sample {sample}"
-                    + (f" ({twice} repeats where padding makes {padding})" if padding else "")
-                    + "; give DistributedSampler num_replicas=world_size and rank=rank, and the same seed on "
-                      "every rank"]
-        missing = sorted(set(range(n_samples)) - set(reads))
-        if missing:
-            return [f"epoch {epoch}: {len(missing)} samples (e.g. {missing[:3]}) are read by no rank; "
-                    "every rank must use the same DistributedSampler over the whole dataset"]
-    for rank, per_epoch in enumerate(results):
-        if per_epoch[0] == [i % n_samples for i in range(rank, each * world_size, world_size)]:
-            problems.append(f"rank {rank} reads samples in dataset order; create the sampler with shuffle=True")
-        for epoch in range(1, epochs):
-            if per_epoch[epoch] == per_epoch[epoch - 1]:
-                problems.append(f"rank {rank} reads the same order in epoch {epoch} as in epoch {epoch - 1}; "
-                                "call sampler.set_epoch(epoch) at the start of every epoch")
-                break
-    return problems
 
 
 def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
@@ -93,40 +34,71 @@ def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
     return list(sampler)
 
 
-def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None, seed: int | None = None) -> Report:
-    """Run ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan`` (drawn now
-    unless given, see :func:`draw_plan`), with a seed drawn now (unless given), and report what is
-    right or wrong; stops at the first run that fails."""
-    rng = random.Random()
-    report = Report()
-    seed = rng.randint(1, 9999) if seed is None else seed
-    plan = draw_plan(rng) if plan is None else plan
-    n_samples = len(make_moons())
-    for world_size, epochs in plan:
-        results = run_on_ranks(fn, world_size, report, (epochs, seed), timeout=120)
-        if results is None:
-            return report
-        problems = find_problems(results, epochs, n_samples) or _order_problems(results, epochs, seed)
-        if report.fail_each(f"world_size {world_size}, {epochs} epochs", problems):
-            return report
-        padding = per_rank(n_samples, world_size) * world_size - n_samples
-        report.ok(f"world_size {world_size}, {epochs} epochs, seed {seed}: in every epoch every rank reads "
-                  f"DistributedSampler's share for that seed and epoch, and the {n_samples} samples are split "
-                  + (f"with no overlap but the {padding} the sampler repeats to pad them to "
-                     f"{n_samples + padding}" if padding else "with no overlap"))
-    return report
-
-
-def _order_problems(results: list, epochs: int, seed: int) -> list[str]:
-    """Every epoch of every rank compared with DistributedSampler's order for the checker's seed."""
-    world_size = len(results)
+def diagnose(results: list, epochs: int, seed: int) -> str | None:
+    """The first mistake in per-rank lists of indices per epoch, named with its fix (None: all right)."""
+    world_size, n_samples = len(results), len(make_moons())
+    for rank, value in enumerate(results):
+        if not isinstance(value, list) or len(value) != epochs:
+            return (f"rank {rank} returned {type(value).__name__} {str(value)[:60]}; expected a list with one "
+                    f"list of sample indices per epoch ({epochs} lists, one for each of the `epochs` it was given)")
+        for epoch, indices in enumerate(value):
+            if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
+                return (f"rank {rank}, epoch {epoch}: expected a list of ints (e.g. list(sampler)), "
+                        f"got {str(indices)[:60]}")
+    each = math.ceil(n_samples / world_size)  # drop_last=False: the sampler pads
+    padding = each * world_size - n_samples
+    for epoch in range(epochs):
+        for rank, per_epoch in enumerate(results):
+            if len(per_epoch[epoch]) != each:
+                return (f"rank {rank} reads {len(per_epoch[epoch])} samples in epoch {epoch}; DistributedSampler "
+                        f"gives every one of {world_size} ranks {each} of the {n_samples}"
+                        + (f" (it repeats {padding} so that every rank gets as many)" if padding else ""))
+        reads = Counter(i for per_epoch in results for i in per_epoch[epoch])
+        twice = sum(reads.values()) - len(reads)
+        if twice > padding:
+            sample = next(i for i, n in reads.items() if n > 1)
+            ranks = [r for r, per_epoch in enumerate(results) if sample in per_epoch[epoch]]
+            return (f"epoch {epoch}: ranks {ranks[0]} and {ranks[1]} both read sample {sample}"
+                    + (f" ({twice} repeats where padding makes {padding})" if padding else "")
+                    + "; give DistributedSampler num_replicas=world_size and rank=rank, and the same seed on "
+                      "every rank")
+        missing = sorted(set(range(n_samples)) - set(reads))
+        if missing:
+            return (f"epoch {epoch}: {len(missing)} samples (e.g. {missing[:3]}) are read by no rank; "
+                    "every rank must use the same DistributedSampler over the whole dataset")
+    for rank, per_epoch in enumerate(results):
+        if per_epoch[0] == [i % n_samples for i in range(rank, each * world_size, world_size)]:
+            return f"rank {rank} reads samples in dataset order; create the sampler with shuffle=True"
+        for epoch in range(1, epochs):
+            if per_epoch[epoch] == per_epoch[epoch - 1]:
+                return (f"rank {rank} reads the same order in epoch {epoch} as in epoch {epoch - 1}; "
+                        "call sampler.set_epoch(epoch) at the start of every epoch")
     for epoch in range(epochs):
         for rank, per_epoch in enumerate(results):
             expected = _reference(rank, world_size, epoch, seed)
-            if per_epoch[epoch] != expected:
-                at = next((i for i, (a, b) in enumerate(zip(per_epoch[epoch], expected)) if a != b),
-                          min(len(per_epoch[epoch]), len(expected)))
-                return [f"rank {rank}'s order in epoch {epoch} is not DistributedSampler's for the seed the "
-                        f"checker passed ({seed}) and that epoch (first difference at position {at}): build the "
-                        "sampler with seed=seed, shuffle=True, and call sampler.set_epoch(epoch) with the epoch number"]
-    return []
+            if per_epoch[epoch] == expected:
+                continue
+            if per_epoch[epoch] == _reference(rank, world_size, epoch + 1, seed):
+                return (f"rank {rank}'s order in epoch {epoch} is DistributedSampler's for epoch {epoch + 1}: epochs "
+                        "count from 0; call sampler.set_epoch(epoch) with epoch from range(epochs)")
+            at = next(i for i, (a, b) in enumerate(zip(per_epoch[epoch], expected)) if a != b)
+            return (f"rank {rank}'s order in epoch {epoch} is not DistributedSampler's for the seed the "
+                    f"checker passed ({seed}) and that epoch (first difference at position {at}): build the "
+                    "sampler with seed=seed, shuffle=True, and call sampler.set_epoch(epoch) with the epoch number")
+    return None
+
+
+def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None, seed: int | None = None):
+    """A report on ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan`` (drawn now
+    unless given, see :func:`draw_plan`), with ``seed`` drawn now unless given; stops at the first failure."""
+    rng = random.Random()
+    seed = rng.randint(1, 9999) if seed is None else seed
+    epochs = dict(draw_plan(rng) if plan is None else plan)
+
+    def judge(results: list) -> tuple[str | None, str]:
+        where = f"world_size {len(results)}, {epochs[len(results)]} epochs"
+        problem = diagnose(results, epochs[len(results)], seed)
+        return problem and f"{where}: {problem}", (f"{where}, seed {seed}: in every epoch every rank reads "
+                                                   "DistributedSampler's share for that seed and epoch (padded)")
+    return check_on_ranks(fn, tuple(epochs), judge, lambda world_size: (epochs[world_size], seed), stop=True,
+                          timeout=120, hints=HINTS)

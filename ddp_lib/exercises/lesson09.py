@@ -1,33 +1,19 @@
-"""Checkers for lesson 09's exercises.
-
-1. ``evaluate(model, dataset, rank, world_size) -> float``: the accuracy of ``model`` over every
-   sample of ``dataset`` exactly once, the same on every rank, although ``DistributedSampler``
-   pads the shards with duplicates.
-2. ``train_step(ddp_model, optimizer, micro_batches, max_norm) -> None``: one optimizer step over
-   a list of (x, y) micro-batches: gradients accumulated with one all-reduce per step
-   (``no_sync``), the loss averaged over the micro-batches, the synchronised gradient clipped.
-
-Each checker runs the learner's function on every rank, on 2 ranks and then on 3 (so that a
-hard-coded world size fails), and compares with the exact answer, with inputs for which the classic
-mistakes give another one: for ``evaluate``, each rank holds real samples only in its own shard
-(drawn in that rank from fresh randomness, decoys elsewhere), so evaluating the whole set alone or
-counting a padding duplicate reads decoys; for ``train_step``, micro-batches each rank draws from
-fresh randomness (returned beside the answer, so that only the parent, which gets every rank's,
-computes the reference), a ``max_norm`` per step that makes an undivided loss, a missing clip and
-clipping inside the loop change the result, and a hook on the model that sees a forward on
-concatenated micro-batches.
-"""
+"""Checkers for lesson 09's exercises, on 2 then 3 ranks: ``evaluate(model, dataset, rank, world_size)``
+(the accuracy over every sample once, although the sampler pads) and ``train_step(ddp_model, optimizer,
+micro_batches, max_norm)`` (accumulation under no_sync, the loss averaged, the synchronised gradient
+clipped), each compared with the exact answer on inputs drawn in the ranks."""
 
 from __future__ import annotations
 
+import copy
+import secrets
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from ddp_lib.exercises.checking import Report, run_on_ranks
+from ddp_lib.exercises.checking import check_on_ranks
 
-# Each check runs on 2 ranks and then on 3: an answer that hard-codes the world size fails one.
 WORLD_SIZES = (2, 3)
 EVAL_SIZES = (11, 7)  # multiples of neither 2 nor 3: the sampler pads both
 # Draws per size: with so few samples one draw can make a mistake give the exact value by chance
@@ -36,28 +22,10 @@ DRAWS = 4
 TOL = 1e-5
 
 
-class _ShardOnlyDataset(torch.utils.data.Dataset):
-    """A held-out set as one rank sees it: real samples at the positions DistributedSampler
-    (shuffle=False) gives this rank, decoys drawn by this rank everywhere else. Evaluating the whole
-    set on one rank, or counting a padding duplicate (another rank's position), reads decoys."""
-
-    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        self._x, self._y = x, y
-
-    def __len__(self) -> int:
-        return len(self._y)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self._x[index], self._y[index]
-
-
 def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
-    """In each rank: the learner's value, and this rank's (correct, counted) for each way of counting,
-    for every size in EVAL_SIZES, DRAWS times. Samples and labels come from fresh randomness drawn in this rank,
-    so no rank holds another rank's samples and nothing here holds the exact answer."""
-    import secrets
-
-    from torch.utils.data import DistributedSampler
+    """In each rank, for each held-out set drawn here: the learner's value, and this rank's (correct,
+    counted) for each way of counting (its real shard, the padded shard, drop_last)."""
+    from torch.utils.data import DistributedSampler, TensorDataset
 
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.training_loop import LoopNet
@@ -74,143 +42,112 @@ def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
             padded = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False))
             real = padded[:len(range(rank, n_eval, world_size))]  # positions past the end are padding
             dropped = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False, drop_last=True))
-            value = evaluate(model, _ShardOnlyDataset(x, y), rank, world_size)
+            value = evaluate(model, TensorDataset(x, y), rank, world_size)
             found.append({"n_eval": n_eval, "value": value if isinstance(value, (int, float)) else repr(value)[:60],
                           **{way: (right[picked].sum().item(), len(picked))
                              for way, picked in (("real", real), ("padded", padded), ("drop_last", dropped))}})
         return found
 
 
-def _accuracy(rows: list[dict], way: str) -> float:
-    """The accuracy from every rank's (correct, counted) for one way of counting."""
-    return sum(row[way][0] for row in rows) / sum(row[way][1] for row in rows)
+def _evaluate_problem(rows: list[dict]) -> str | None:
+    """The mistake one held-out set's per-rank rows show (None: every rank returned the exact accuracy)."""
+    def accuracy(way: str) -> float:
+        return sum(row[way][0] for row in rows) / sum(row[way][1] for row in rows)
+
+    def mean_of_accuracies(way: str) -> float:
+        return sum(row[way][0] / row[way][1] for row in rows) / len(rows)
+
+    n_eval, values, exact = rows[0]["n_eval"], [row["value"] for row in rows], accuracy("real")
+    if any(abs(v - values[0]) > TOL for v in values):
+        local = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
+        hint = ("each is its own shard's: all_reduce the correct and counted samples" if local else
+                "each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
+                "and all_reduce the counts")
+        return f"{n_eval} samples: the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}"
+    value = values[0]
+    if abs(value - exact) < TOL:
+        return None
+    if abs(value - accuracy("padded")) < TOL:
+        return (f"{n_eval} samples: {value:.4f} counts the padding duplicate(s) DistributedSampler adds "
+                f"(exact: {exact:.4f}); skip the positions at or past len(dataset)")
+    if any(abs(value - mean_of_accuracies(way)) < TOL for way in ("real", "padded")):
+        return (f"{n_eval} samples: {value:.4f} is the mean of the ranks' accuracies (exact: {exact:.4f}); "
+                "shards differ in size, so all_reduce the correct and counted samples and divide once")
+    if abs(value - accuracy("drop_last")) < TOL:
+        return (f"{n_eval} samples: {value:.4f} leaves out the samples drop_last=True drops "
+                f"(exact: {exact:.4f}); count every sample once")
+    return (f"{n_eval} samples: returned {value:.4f}, the accuracy over all samples is {exact:.4f}; each rank "
+            "can read only its own shard (DistributedSampler, shuffle=False): combine the counts with all_reduce")
 
 
 def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
-    """Problems with per-rank results of ``_run_evaluate``, most telling first (empty: all right)."""
-    found: dict[int, list[str]] = {}  # per size, the problem of each draw that has one
-    for case in range(len(results[0])):
-        rows = [per_rank[case] for per_rank in results]
-        problems = found.setdefault(rows[0]["n_eval"], [])
-        n_eval = rows[0]["n_eval"]
-        values = [row["value"] for row in rows]
-        if any(isinstance(v, str) for v in values):
-            bad = next(v for v in values if isinstance(v, str))
-            return [f"evaluate returned {bad}; return the accuracy as a float"]
-        exact = _accuracy(rows, "real")
-        if any(abs(v - values[0]) > TOL for v in values):
-            local = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
-            hint = ("; each is its own shard's: all_reduce the correct and counted samples" if local else
-                    "; each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
-                    "and all_reduce the counts")
-            problems.append(f"{n_eval} samples: the ranks returned different accuracies "
-                            f"{[round(v, 4) for v in values]}{hint}")
-            continue
-        value = values[0]
-        if abs(value - exact) < TOL:
-            continue
-        if abs(value - _accuracy(rows, "padded")) < TOL:
-            problems.append(f"{n_eval} samples: {value:.4f} counts the padding duplicate(s) DistributedSampler adds "
-                            f"(exact: {exact:.4f}); skip the positions at or past len(dataset)")
-        elif abs(value - _accuracy(rows, "drop_last")) < TOL:
-            problems.append(f"{n_eval} samples: {value:.4f} leaves out the samples drop_last=True drops "
-                            f"(exact: {exact:.4f}); count every sample once")
-        else:
-            problems.append(f"{n_eval} samples: returned {value:.4f}, the accuracy over all samples is "
-                            f"{exact:.4f}; each rank can read only its own shard (DistributedSampler, "
-                            "shuffle=False): combine the counts with all_reduce")
-    # one line per size: ranks that disagree is the most telling, whichever draw showed it
+    """One line per held-out size with a mistake; ranks that disagree first, whichever draw showed it."""
+    bad = next((row["value"] for per_rank in results for row in per_rank if isinstance(row["value"], str)), None)
+    if bad:
+        return [f"evaluate returned {bad}; return the accuracy as a float"]
+    found: dict[int, list[str]] = {}
+    for rows in zip(*results):
+        problem = _evaluate_problem(list(rows))
+        found.setdefault(rows[0]["n_eval"], []).extend([problem] if problem else [])
     return [next((p for p in problems if "different accuracies" in p), problems[0])
             for problems in found.values() if problems]
 
 
-def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES) -> Report:
-    """Run the learner's ``evaluate(model, dataset, rank, world_size)`` on every rank, on each of
-    ``world_sizes`` in turn, for held-out sets of 11 and 7 samples of which each rank holds only its
-    own shard; return the report. Stops at the first world size that fails."""
-    report = Report()
-    for world_size in world_sizes:
-        results = run_on_ranks(_run_evaluate, world_size, report, kwargs=dict(evaluate=evaluate), timeout=120)
-        if results is None:
-            return report
-        problems = diagnose_evaluate(results)
-        if report.fail_each(f"world_size {world_size}", problems):
-            return report
-        report.ok(f"on {world_size} ranks every rank returns the exact accuracy, padding or not "
-                  f"({', '.join(str(n) for n in EVAL_SIZES)} samples)")
-    return report
+def _check(run: Callable, fn: Callable, diagnose: Callable, passed: str, world_sizes: tuple[int, ...]):
+    def judge(results: list) -> tuple[list[str], str]:
+        return [f"world_size {len(results)}: {p}" for p in diagnose(results)], f"on {len(results)} ranks {passed}"
+    return check_on_ranks(run, world_sizes, judge, (fn,), stop=True, timeout=120)
+
+
+def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
+    """A report on the learner's ``evaluate`` on each world size, for held-out sets of 11 and 7 samples."""
+    return _check(_run_evaluate, evaluate, diagnose_evaluate, "every rank returns the exact accuracy, padding or "
+                  f"not ({', '.join(map(str, EVAL_SIZES))} samples)", world_sizes)
 
 
 # Exercise 2: a step with gradient accumulation and clipping.
 STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR = 3, 2, 8, 0.5
-# max_norm per step, each making one classic mistake change the result whatever the samples drawn:
-# far below any gradient norm of this model (a missing clip, or clipping inside the accumulation
-# loop, scales another gradient), far above it (an undivided loss is twice the gradient, unclipped),
-# and in between.
+# max_norm per step: far below any gradient norm of this model (a missing clip, or clipping inside
+# the loop, changes the result), far above it (an undivided loss is twice the gradient), in between.
 MAX_NORMS = (0.05, 100.0, 0.5)
 
-# One rank's micro-batches: batches[step][k] = (x, y).
-Batches = list[list[tuple[torch.Tensor, torch.Tensor]]]
 
-
-def draw_micro_batches(generator: torch.Generator) -> Batches:
-    """STEPS x MICRO_BATCHES micro-batches of training samples picked at random by ``generator``.
-    Each rank draws its own from fresh randomness, so no rank can know another rank's samples."""
+def draw_micro_batches() -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """batches[step][k] = (x, y): STEPS x MICRO_BATCHES micro-batches of training samples picked at random."""
     from ddp_lib.workers.training_loop import make_moons
 
     x, y = make_moons().tensors
-    picks = torch.randperm(len(y), generator=generator)[:STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE]
-    picks = picks.view(STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE)
+    picks = torch.randperm(len(y), generator=torch.Generator().manual_seed(secrets.randbits(63)))
+    picks = picks[:STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE)
     return [[(x[p], y[p]) for p in step] for step in picks]
 
 
-def reference_params(batches: list[Batches], divide: bool | str = True, clip: bool = True) -> torch.Tensor:
-    """One process over the global batch (``batches[rank]``, every rank's micro-batches): what the
-    step must produce. ``divide``/``clip`` False give the results of the usual mistakes;
-    ``divide="inside"`` clips after every micro-batch's backward (each rank its own partial sum until
-    the last, as under no_sync)."""
+def reference_params(batches: list, divide: bool = True, clip: str | None = "after") -> torch.Tensor:
+    """The parameters after STEPS steps on every rank's micro-batches (``batches[rank]``), each rank
+    accumulating its own and the last backward averaging them, as DDP does; ``divide`` False and
+    ``clip`` "inside" (after every micro-batch's backward too) or None give the usual mistakes."""
     from ddp_lib.workers.training_loop import LoopNet
 
     torch.manual_seed(0)
     model = LoopNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step in range(STEPS):
-        optimizer.zero_grad()
-        if divide == "inside":
-            _clip_inside_the_loop(model, [per_rank[step] for per_rank in batches], MAX_NORMS[step])
-            optimizer.step()
-            continue
-        for k in range(MICRO_BATCHES):
-            x = torch.cat([per_rank[step][k][0] for per_rank in batches])
-            y = torch.cat([per_rank[step][k][1] for per_rank in batches])
-            loss = nn.functional.cross_entropy(model(x), y)
-            (loss / MICRO_BATCHES if divide else loss).backward()
+        mean = [torch.zeros_like(p) for p in model.parameters()]
+        for per_rank in batches:
+            replica = copy.deepcopy(model)
+            for k, (x, y) in enumerate(per_rank[step]):
+                loss = nn.functional.cross_entropy(replica(x), y)
+                (loss / MICRO_BATCHES if divide else loss).backward()
+                if clip == "inside" and k < MICRO_BATCHES - 1:  # under no_sync: this rank's partial sum
+                    nn.utils.clip_grad_norm_(replica.parameters(), MAX_NORMS[step])
+            for total, p in zip(mean, replica.parameters()):
+                total += p.grad / len(batches)
+        for p, grad in zip(model.parameters(), mean):
+            p.grad = grad
         if clip:
             nn.utils.clip_grad_norm_(model.parameters(), MAX_NORMS[step])
         optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
-def _clip_inside_the_loop(model: nn.Module, step_batches: list[list[tuple[torch.Tensor, torch.Tensor]]],
-                          max_norm: float) -> None:
-    """The gradient of one step when every rank clips after each micro-batch's backward: each rank
-    clips its own partial sum under no_sync, then the last backward averages and it is clipped again.
-    ``step_batches[rank]`` holds that rank's micro-batches of the step."""
-    import copy
-
-    partial = []
-    for micro_batches in step_batches:
-        replica = copy.deepcopy(model)
-        for x, y in micro_batches[:-1]:
-            (nn.functional.cross_entropy(replica(x), y) / MICRO_BATCHES).backward()
-            nn.utils.clip_grad_norm_(replica.parameters(), max_norm)
-        partial.append([p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in replica.parameters()])
-    x = torch.cat([micro_batches[-1][0] for micro_batches in step_batches])
-    y = torch.cat([micro_batches[-1][1] for micro_batches in step_batches])
-    (nn.functional.cross_entropy(model(x), y) / MICRO_BATCHES).backward()  # the mean over ranks of the last
-    for i, p in enumerate(model.parameters()):
-        p.grad += sum(grads[i] for grads in partial) / len(step_batches)
-    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
 
 
 def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them, and here they are strings
@@ -222,31 +159,46 @@ def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them
 
 
 def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
-    """In each rank: the learner's steps on micro-batches this rank draws from fresh randomness;
-    returns the parameters, the micro-batches (for the parent's reference) and what was counted."""
-    import secrets
-
+    """In each rank: the learner's steps on micro-batches drawn here; the parameters, the micro-batches,
+    DDP's all-reduces, and each forward's batch size and whether it ran inside no_sync."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.training_loop import LoopNet
 
     with process_group(rank, world_size):
-        batches = draw_micro_batches(torch.Generator().manual_seed(secrets.randbits(63)))
+        batches = draw_micro_batches()
         torch.manual_seed(0)
         model = LoopNet()
         ddp_model = DDP(model)
-        state = {"all_reduces": 0}
-        ddp_model.register_comm_hook(state, _counting_allreduce)
-        batch_sizes: list[int] = []  # of every forward: accumulation runs one micro-batch at a time
-        model.register_forward_pre_hook(lambda _module, inputs: batch_sizes.append(len(inputs[0])))
+        counted = {"all_reduces": 0, "no_syncs": 0, "forwards": []}
+        ddp_model.register_comm_hook(counted, _counting_allreduce)
+        # DDP decides in the forward whether the backward all-reduces.
+        model.register_forward_pre_hook(lambda _module, inputs: counted["forwards"].append(
+            (len(inputs[0]), not ddp_model.require_backward_grad_sync)))
+        no_sync = ddp_model.no_sync
+
+        def counted_no_sync():
+            counted["no_syncs"] += 1
+            return no_sync()
+        ddp_model.no_sync = counted_no_sync
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
             # clones: whatever the learner does to them, the parent gets the samples as drawn
             train_step(ddp_model, optimizer, [(x.clone(), y.clone()) for x, y in batches[step]], MAX_NORMS[step])
         return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), "batches": batches,
-                "all_reduces": state["all_reduces"], "largest_batch": max(batch_sizes, default=0)}
+                **counted}
+
+
+# (divide, clip) of reference_params for each mistake, and its fix.
+TRAIN_STEP_MISTAKES = (
+    (True, "inside", "clip once, after the last micro-batch's backward: inside the loop the first micro-batches' "
+                     "gradients are clipped alone, before they are summed"),
+    (False, "after", "divide each micro-batch's loss by the number of micro-batches"),
+    (True, None, "clip with clip_grad_norm_(..., max_norm) after the last backward"),
+    (False, None, "divide the loss by the number of micro-batches, and clip"),
+)
 
 
 def diagnose_train_step(results: list[dict]) -> list[str]:
@@ -258,71 +210,30 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
         return [f"the parameters of rank(s) {', '.join(map(str, apart))} differ from rank 0's (by up to {gap:.2g}): "
                 "every rank must step on the same, all-reduced gradient (is the last micro-batch's backward "
                 "outside no_sync?)"]
-    problems = []
-    if results[0]["largest_batch"] > MICRO_BATCH_SIZE:
-        problems.append(f"the model ran a forward on {results[0]['largest_batch']} samples at once, but a "
-                        f"micro-batch holds {MICRO_BATCH_SIZE}: run one forward and backward per micro-batch "
-                        "(the point of accumulating is that a whole batch need not fit in memory)")
+    problems, first = [], results[0]
+    largest = max((size for size, _ in first["forwards"]), default=0)
+    if largest > MICRO_BATCH_SIZE:
+        problems.append(f"the model ran a forward on {largest} samples at once, but a micro-batch holds "
+                        f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch (the point of "
+                        "accumulating is that a whole batch need not fit in memory)")
     batches = [r["batches"] for r in results]
     if not torch.allclose(params[0], reference_params(batches), atol=TOL):
-        for divide, clip, hint in (("inside", True, "clip once, after the last micro-batch's backward: inside the "
-                                   "loop the first micro-batches' gradients are clipped alone, before they are summed"),
-                                   (False, True, "divide each micro-batch's loss by the number of micro-batches"),
-                                   (True, False, "clip with clip_grad_norm_(..., max_norm) after the last backward"),
-                                   (False, False, "divide the loss by the number of micro-batches, and clip")):
-            if torch.allclose(params[0], reference_params(batches, divide, clip), atol=TOL):
-                problems.append(f"the parameters differ from one process on the global batch: {hint}")
-                break
+        hint = next((hint for divide, clip, hint in TRAIN_STEP_MISTAKES
+                     if torch.allclose(params[0], reference_params(batches, divide, clip), atol=TOL)),
+                    "accumulate every micro-batch, divide the loss by their number, clip the synchronised "
+                    "gradient, step once")
+        problems.append(f"the parameters differ from one process on the global batch: {hint}")
+    if first["all_reduces"] != STEPS:  # this model fits in one bucket: one all-reduce per step
+        said = f"DDP all-reduced {first['all_reduces']} times in {STEPS} steps, expected {STEPS}: "
+        if first["no_syncs"] and not any(inside for _, inside in first["forwards"]):
+            problems.append(said + "no_sync was entered, but no forward ran inside it; put the forward inside "
+                            "no_sync too (DDP decides during the forward whether the backward all-reduces)")
         else:
-            problems.append("the parameters differ from one process on the global batch: accumulate every "
-                            "micro-batch, divide the loss by their number, clip the synchronised gradient, step once")
-    expected = STEPS  # this model fits in one bucket: one all-reduce per step
-    if results[0]["all_reduces"] != expected:
-        problems.append(f"DDP all-reduced {results[0]['all_reduces']} times in {STEPS} steps, expected {expected}: "
-                        "run every micro-batch but the last inside ddp_model.no_sync()")
+            problems.append(said + "run every micro-batch but the last inside ddp_model.no_sync()")
     return problems
 
 
-def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES) -> Report:
-    """Run the learner's ``train_step(ddp_model, optimizer, micro_batches, max_norm)`` for 3 steps of
-    2 micro-batches on every rank, on each of ``world_sizes`` in turn; return the report. Stops at
-    the first world size that fails."""
-    report = Report()
-    for world_size in world_sizes:
-        results = run_on_ranks(_run_train_step, world_size, report, kwargs=dict(train_step=train_step), timeout=120)
-        if results is None:
-            return report
-        problems = diagnose_train_step(results)
-        if report.fail_each(f"world_size {world_size}", problems):
-            return report
-        report.ok(f"on {world_size} ranks the parameters equal one process on the global batch, "
-                  f"with one all-reduce per step")
-    return report
-
-
-# The starting points the lesson's exercise cells write to disk; both fail their checker.
-EVALUATE_STUB = '''\
-import torch
-from torch.utils.data import DistributedSampler
-
-
-def evaluate(model, dataset, rank, world_size):
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
-    correct = 0
-    with torch.no_grad():
-        for index in sampler:
-            x, y = dataset[index]
-            correct += int(model(x.unsqueeze(0)).argmax(1).item() == y.item())
-    return correct / len(sampler)
-'''
-
-TRAIN_STEP_STUB = '''\
-from torch import nn
-
-
-def train_step(ddp_model, optimizer, micro_batches, max_norm):
-    for x, y in micro_batches:
-        loss = nn.functional.cross_entropy(ddp_model(x), y)
-        loss.backward()
-    optimizer.step()
-'''
+def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
+    """A report on the learner's ``train_step`` for 3 steps of 2 micro-batches on each world size."""
+    return _check(_run_train_step, train_step, diagnose_train_step,
+                  "the parameters equal one process on the global batch, with one all-reduce per step", world_sizes)

@@ -1,131 +1,16 @@
-"""Checker for lesson 10's exercise: ``state_bytes(optimizer) -> int``, the bytes of optimizer state
-this rank holds, right for a plain optimizer under DDP, for ``ZeroRedundancyOptimizer`` (ZeRO-1)
-and for an optimizer over FSDP2's DTensor parameters; and the learner's prediction of what rank 0
-holds for the lesson's model, checked against what it does hold.
-
-Every rank runs two rounds per strategy. First the lesson's model and one Adam step: its count is
-compared with the prediction. Then a small model on which each rank, from its own fresh randomness,
-drops the gradients of some parameters before the step (they get no state) and turns Adam's
-``amsgrad`` on or off (a third buffer per parameter), then clears all gradients: no count made from
-parameter sizes, gradients, the world size or the rank can match, only one made from the state.
-The randomness lives and dies inside a helper, so no frame of the checker holds it when the
-learner's function runs. While it runs, every Python call is watched: an answer that runs the
-lesson's own counting code (``ddp_lib.workers.beyond_ddp``) or the worked solution is refused.
-"""
+"""Checker for lesson 10's exercise: ``state_bytes(optimizer)``, the bytes of optimizer state this rank
+holds under DDP, ZeRO-1 and FSDP2, after the lesson's Adam step and after a step on a small model where
+some parameters have no gradient; and the learner's prediction of rank 0's bytes."""
 
 from __future__ import annotations
 
-import os
-import sys
-import threading
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 PREDICTION_TOLERANCE = 0.02  # the ZeRO formula lands within 1% of DDP's and FSDP2's counts on 3 ranks
-
-STATE_BYTES_STUB = '''\
-import torch
-
-
-def state_bytes(optimizer):
-    return sum(t.numel() * t.element_size()
-               for state in optimizer.state.values() for t in state.values() if isinstance(t, torch.Tensor))
-'''
-
-
-def _build(strategy: str, width: int, layers: int, amsgrad: bool):
-    import torch
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-
-    from ddp_lib.workers.beyond_ddp import make_deep_mlp, wrap
-
-    model, optimizer = wrap(make_deep_mlp(width=width, layers=layers), strategy, lr=1e-3)
-    if not amsgrad:
-        return model, optimizer
-    if strategy == "zero1":
-        return model, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=1e-3,
-                                              amsgrad=True)
-    return model, torch.optim.Adam(model.parameters(), lr=1e-3, amsgrad=True)
-
-
-def _step_without_some_gradients(model, optimizer, rank: int) -> None:
-    """One step in which this rank drops the gradients of random parameters before the optimizer
-    runs, then clears every gradient. Nothing random outlives this call."""
-    from torch import nn
-
-    from ddp_lib.workers.beyond_ddp import batch
-
-    width = next(model.parameters()).shape[-1]
-    x, y = batch(0, rank, 8, width)
-    nn.functional.mse_loss(model(x), y).backward()
-    params = list(model.parameters())
-    for param, byte in zip(params, os.urandom(len(params))):
-        if byte & 1:
-            param.grad = None  # the optimizer skips it: no state for it on this rank
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-
-
-def _reference_files() -> dict[str, str]:
-    """{real path: module name} of the code that already counts the state: the lesson's worker
-    module and the worked solution. A learner's answer must not run it."""
-    import ddp_lib.exercises.solutions.lesson10 as solution
-    import ddp_lib.workers.beyond_ddp as workers
-
-    return {os.path.realpath(m.__file__): m.__name__ for m in (workers, solution)}
-
-
-def _watched_call(fn: Callable, *args) -> tuple[object, list[str]]:
-    """``fn(*args)``, and the problems seen while it ran: a call into one of ``_reference_files``,
-    or the watch itself switched off. Threads the call starts are watched too."""
-    references, reached = _reference_files(), set()
-    paths: dict[str, str] = {}  # co_filename -> real path, resolved once per file
-
-    def watch(frame, event, _arg):
-        if event == "call":
-            name = frame.f_code.co_filename
-            real = paths.setdefault(name, os.path.realpath(name))
-            if real in references:
-                reached.add(f"{references[real]}.{frame.f_code.co_name}")
-
-    previous = sys.getprofile(), threading.getprofile()
-    sys.setprofile(watch)
-    threading.setprofile(watch)
-    try:
-        value = fn(*args)
-    finally:
-        switched_off = sys.getprofile() is not watch
-        sys.setprofile(previous[0])
-        threading.setprofile(previous[1])
-    problems = [f"it ran {name}: count the bytes with your own code" for name in sorted(reached)]
-    if switched_off:
-        problems.append("it switched off the profiler that watches which code it runs")
-    return value, problems
-
-
-def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
-    from ddp_lib.process_group import process_group
-    from ddp_lib.workers.beyond_ddp import batch, optimizer_state_bytes, train_step
-
-    def answer(optimizer) -> dict:
-        value, problems = _watched_call(state_bytes, optimizer)
-        return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer),
-                "problems": problems}
-
-    found = {}
-    with process_group(rank, world_size):
-        for strategy in STRATEGIES:
-            model, optimizer = _build(strategy, 256, 4, amsgrad=False)  # the lesson's model
-            train_step(model, optimizer, *batch(0, rank, 16, 256))
-            lesson = answer(optimizer)
-            model, optimizer = _build(strategy, 64, 2, amsgrad=bool(os.urandom(1)[0] & 1))
-            _step_without_some_gradients(model, optimizer, rank)
-            found[strategy] = {"lesson": lesson, "random": answer(optimizer)}
-    return found
-
-
+MISS_BANDS = (1.1, 1.5, 2.0)  # a missed prediction is told only as one of these ratio bands, never the bytes
 HINTS = {
     "zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state in its .optim attribute",
     "fsdp": "the state tensors are DTensors: count their .to_local() part, not their global shape",
@@ -133,14 +18,49 @@ HINTS = {
 }
 
 
+def _step_without_some_gradients(model, optimizer, rank: int) -> None:
+    """One step in which every other parameter has no gradient (it gets no state), then no gradients."""
+    from torch import nn
+
+    from ddp_lib.workers.beyond_ddp import batch
+
+    x, y = batch(0, rank, 8, next(model.parameters()).shape[-1])
+    nn.functional.mse_loss(model(x), y).backward()
+    for param in list(model.parameters())[::2]:
+        param.grad = None
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
+    import torch
+
+    from ddp_lib.process_group import process_group
+    from ddp_lib.workers.beyond_ddp import batch, make_deep_mlp, optimizer_state_bytes, tensor_bytes, train_step, wrap
+
+    def answer(optimizer) -> dict:
+        value = state_bytes(optimizer)
+        inner = getattr(optimizer, "optim", optimizer)
+        without_step = tensor_bytes(t for state in inner.state.values() for key, t in state.items()
+                                    if key != "step" and isinstance(t, torch.Tensor))
+        return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer),
+                "without_step": without_step}
+
+    found = {}
+    with process_group(rank, world_size):
+        for strategy in STRATEGIES:
+            model, optimizer = wrap(make_deep_mlp(width=256, layers=4), strategy, lr=1e-3)  # the lesson's model
+            train_step(model, optimizer, *batch(0, rank, 16, 256))
+            lesson = answer(optimizer)
+            model, optimizer = wrap(make_deep_mlp(width=64, layers=2), strategy, lr=1e-3)
+            _step_without_some_gradients(model, optimizer, rank)
+            found[strategy] = {"lesson": lesson, "random": answer(optimizer)}
+    return found
+
+
 def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
-    """Problems with the learner's counts in per-rank results of ``_run_state_bytes`` (empty when
-    all is right); one message per strategy. ``reveal``: name the bytes the rank holds (only once
-    the learner's predictions are right, which those bytes would otherwise give away)."""
-    borrowed = sorted({p for found in results for s in STRATEGIES for run in found[s].values()
-                       for p in run["problems"]})
-    if borrowed:
-        return [f"state_bytes must count by itself, but {p}" for p in borrowed]
+    """One problem per strategy with a wrong count. ``reveal``: name the bytes the rank holds (only
+    once the predictions are right, which those bytes would otherwise give away)."""
     problems = []
     for strategy in STRATEGIES:
         for rank, found in enumerate(results):
@@ -148,41 +68,34 @@ def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
             if isinstance(row["value"], str) or isinstance(other["value"], str):
                 bad = row["value"] if isinstance(row["value"], str) else other["value"]
                 problems.append(f"{strategy}: state_bytes returned {bad}; return an int")
+            elif row["value"] != row["exact"] and row["value"] == row["without_step"]:
+                problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, which leaves out Adam's "
+                                "`step` entries (a one-element tensor per parameter): count every tensor in the "
+                                "state, whatever its key")
             elif row["value"] != row["exact"]:
                 held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
                 problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, {held}; {HINTS[strategy]}")
             elif other["value"] != other["exact"]:
                 problems.append(f"{strategy}, rank {rank}: returned {other['value']} bytes after a step in which some "
-                                "parameters had no gradient (they "
-                                "get no state) or Adam kept amsgrad's third buffer; count the tensors in the "
-                                "state, not the parameters")
+                                "parameters had no gradient (they get no state): count the tensors in the state, not "
+                                "the parameters")
             else:
                 continue
             break
     return problems
 
 
-def valid_prediction(predicted) -> bool:
-    return isinstance(predicted, dict) and all(type(predicted.get(s)) is int for s in STRATEGIES)
-
-
-MISS_BANDS = (1.1, 1.5, 2.0)  # a missed prediction is told only as one of these ratio bands, never the bytes
-
-
 def _miss(guess: int, held: int) -> str:
     """How far a prediction is off, without the bytes held: too high or too low, and a ratio band."""
-    direction = "too high" if guess > held else "too low"
     ratio = guess / held if guess > held else (held / guess if guess > 0 else float("inf"))
-    upper = next((band for band in MISS_BANDS if ratio <= band), None)
-    band = f"more than {MISS_BANDS[-1]}" if upper is None else f"up to {upper}"
-    return f"{direction}, by a factor of {band}"
+    band = next((f"up to {band}" for band in MISS_BANDS if ratio <= band), f"more than {MISS_BANDS[-1]}")
+    return f"{'too high' if guess > held else 'too low'}, by a factor of {band}"
 
 
 def compare_predictions(predicted: dict, results: list[dict], report: Report) -> bool:
-    """One line per strategy: the learner's prediction of rank 0's bytes against what rank 0 holds.
-    The bytes held are named only for a prediction within tolerance, so that they cannot be copied
-    into the next try. True when every prediction is within tolerance."""
-    if not valid_prediction(predicted):
+    """One line per strategy: the prediction of rank 0's bytes against what rank 0 holds, named only for
+    a prediction within tolerance (so it cannot be copied into the next try). True when all are."""
+    if not isinstance(predicted, dict) or any(type(predicted.get(s)) is not int for s in STRATEGIES):
         report.fail(f"predicted must give an int (bytes on rank 0) for each of {', '.join(map(repr, STRATEGIES))}, "
                     f"got {predicted!r}")
         return False
@@ -199,17 +112,15 @@ def compare_predictions(predicted: dict, results: list[dict], report: Report) ->
 
 
 def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
-    """Run the learner's ``state_bytes(optimizer)`` after an Adam step under DDP, ZeRO-1 and FSDP2
-    on every rank, compare ``predicted`` ({strategy: bytes on rank 0 for the lesson's model}) with
-    what rank 0 holds, and return the report."""
+    """A report on ``state_bytes(optimizer)`` under DDP, ZeRO-1 and FSDP2 on every rank, and on ``predicted``
+    ({strategy: bytes on rank 0 for the lesson's model})."""
     if not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
     report = Report()
     results = run_on_ranks(_run_state_bytes, world_size, report, kwargs=dict(state_bytes=state_bytes), timeout=120)
     if results is None:
         return report
-    predictions_right = compare_predictions(predicted, results, report)
-    problems = diagnose(results, reveal=predictions_right)
+    problems = diagnose(results, reveal=compare_predictions(predicted, results, report))
     for problem in problems:
         report.fail(problem)
     if not problems:

@@ -1,16 +1,6 @@
-"""``%%exercise``: ``%%writefile`` that never overwrites a learner's own edits to the file.
-
-    %load_ext ddp_lib.exercises
-
-    %%exercise my_work/lesson00_who_am_i.py
-    def who_am_i(rank, world_size): ...
-
-The cell writes its text to the file, as ``%%writefile`` does, when the file is absent or still holds
-what this cell last wrote (so editing the cell and running it again works). When the file was
-changed elsewhere (in JupyterLab's file editor, say), it is kept, and the cell says so;
-``%%exercise --reset PATH`` overwrites it with the cell's text. What each cell last wrote is kept
-beside the files, in ``.exercise_stubs.json``.
-"""
+"""``%%exercise my_work/FILE.py``: ``%%writefile`` that never overwrites a learner's own edits. The cell
+writes the file when it is absent or holds what the cell last wrote (recorded in ``.exercise_stubs.json``);
+otherwise it keeps the file and says so; ``%%exercise --reset FILE`` overwrites it."""
 
 from __future__ import annotations
 
