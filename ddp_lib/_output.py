@@ -14,6 +14,8 @@ the rest.
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import os
 import re
 import shutil
@@ -81,9 +83,8 @@ class RankOutput:
             _redirect(2, self.stderr_path)
         except FileNotFoundError:
             return False
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.reconfigure(line_buffering=True)
+        sys.stdout = _capture_stream(1, self.stdout_path, sys.stdout)
+        sys.stderr = _capture_stream(2, self.stderr_path, sys.stderr)
         return True
 
     def remove_logdir(self) -> None:
@@ -113,6 +114,31 @@ class RankOutput:
     def read(self, stderr_limit: int | None = None) -> tuple[str, str]:
         """(stdout, stderr) as they stay on screen; only stderr's first ``stderr_limit`` bytes if given."""
         return _read(self.stdout_path), _read(self.stderr_path, stderr_limit)
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
+
+
+class _CaptureFile(io.FileIO):
+    """File descriptor 1 or 2 of a rank, which the launcher points at a file of its own: a write
+    that finds no room says so, rather than reading as the worker's fault."""
+
+    def write(self, data) -> int:
+        try:
+            return super().write(data)
+        except OSError as e:
+            if e.errno not in _NO_ROOM:
+                raise
+            raise OSError(e.errno, f"{e.strerror}: writing to {self.name}, the file where ddp_lib's launcher "
+                          "captures this rank's output (make room there, or set TMPDIR to a folder with room)") from None
+
+
+def _capture_stream(fd: int, path: str, like):
+    """A line-buffered text stream over ``fd`` (redirected to ``path``), encoded as ``like`` was."""
+    raw = _CaptureFile(fd, "w", closefd=False)
+    raw.name = path
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=getattr(like, "encoding", None) or "utf-8",
+                            errors=getattr(like, "errors", None) or "strict", line_buffering=True, write_through=True)
 
 
 def _redirect(fd: int, path: str) -> None:
