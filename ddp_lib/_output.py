@@ -130,7 +130,8 @@ class _CaptureFile(io.FileIO):
             if e.errno not in _NO_ROOM:
                 raise
             raise OSError(e.errno, f"{e.strerror}: writing to {self.name}, the file where ddp_lib's launcher "
-                          "captures this rank's output (make room there, or set TMPDIR to a folder with room)") from None
+                          "captures this rank's output (make room there, or set TMPDIR to a folder with room)"
+                          ) from None
 
 
 def _capture_stream(fd: int, path: str, like):

@@ -38,7 +38,8 @@ def test_a_rank_whose_output_capture_finds_no_room_names_the_launchers_file(tmp_
                 print(e)
     """, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.startswith(f"rank 0 raised OSError: [Errno 27] File too large: writing to {tmp_path}/"), out.stdout
+    assert out.stdout.startswith(f"rank 0 raised OSError: [Errno 27] File too large: writing to {tmp_path}/"), \
+        out.stdout
     assert "rank0.out, the file where ddp_lib's launcher captures this rank's output" in out.stdout
 
 
