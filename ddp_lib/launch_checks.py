@@ -197,9 +197,9 @@ def check_worker_arguments(fn: Callable, args: tuple, kwargs: dict, *, passes_wo
     ddp_lib's own workers, one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter
     of that name (``epochs=0``, ``lr=float("nan")``), or a parameter given without the one it needs
     (:data:`ddp_lib.worker_params.NEEDS`: ``resume`` without ``checkpoint_dir``). Arguments that do
-    not fit the signature at all are left to the worker, whose TypeError then names the rank. ``passes_world_size``: the worker is called
-    as fn(rank, world_size, ...) (else fn(i, ...), as by torch.multiprocessing); ``as_flags``: name
-    the value as the command line's option (``--epochs``)."""
+    not fit the signature at all are left to the worker, whose TypeError then names the rank.
+    ``passes_world_size``: the worker is called as fn(rank, world_size, ...) (else fn(i, ...), as by
+    torch.multiprocessing); ``as_flags``: name the value as the command line's option (``--epochs``)."""
     leading = (0, 1) if passes_world_size else (0,)  # stand-ins for rank (and world_size)
     try:
         bound = inspect.signature(fn).bind(*leading, *args, **kwargs)
