@@ -1,7 +1,8 @@
 """``python -m ddp_lib``: list the workers, run one on N ranks, or run a benchmark.
 
 Exit codes: 0 success; 1 a worker failed (the message names the rank); 2 bad input (one line
-on stderr, nothing started); 130 interrupted (Ctrl-C; every rank is stopped). Under torchrun
+on stderr, nothing started); 130 interrupted (Ctrl-C; every rank is stopped); 143 and 129 stopped
+by SIGTERM or SIGHUP (the same, with the signal named). Under torchrun
 (every variable torchrun sets is set), ``run`` runs this process's rank only.
 
 A worker's options come from its signature (the parameters after rank and world_size): a
@@ -13,7 +14,9 @@ signature's and help lines come from the docstring's ``Args:`` block.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
@@ -31,6 +34,26 @@ from ddp_lib.rank_files import json_line, nan_as_null
 from ddp_lib.worker_params import Param, worker_params
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
+# Signals that end the command as Ctrl-C does (a scheduler's or `kill`'s SIGTERM, a closed
+# terminal's SIGHUP): every rank stopped, one line, and multiprocessing's and the launcher's
+# temporary folders removed (Python's default for them ends the process on the spot, leaving both).
+STOPPING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _stopped_as_by_ctrl_c(received: list[int]):
+    """Inside the block, the signals of STOPPING_SIGNALS raise KeyboardInterrupt, as Ctrl-C does, and
+    are appended to ``received``; the previous handlers come back after it."""
+    def stop(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOPPING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -162,7 +185,8 @@ def _run(name: str, argv: list[str]) -> int:
 
     timeout = LAUNCH_TIMEOUT_S if opts.timeout is None else _timeout(opts.timeout)
     checked = check_launch(fn, sign * number, kwargs=kwargs, backend=opts.backend, timeout=timeout, as_flags=True)
-    results = start(checked).results
+    with _stopped_as_by_ctrl_c(_received):
+        results = start(checked).results
     _report(dict(enumerate(results)), results, opts.json)
     return 0
 
@@ -237,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         if known.command == "bench":
             from ddp_lib.bench import run_benchmark
 
-            return run_benchmark(known.name, rest)
+            with _stopped_as_by_ctrl_c(_received):
+                return run_benchmark(known.name, rest)
         return _run(known.name, rest)
     except LaunchInputError as exc:
         print(f"ddp_lib: error: {exc}", file=sys.stderr)
@@ -246,5 +271,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ddp_lib: {_whole_error(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("ddp_lib: interrupted; every rank was stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        if not _received:
+            print("ddp_lib: interrupted; every rank was stopped", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        received = signal.Signals(_received[0])
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(f"ddp_lib: stopped by {received.name}; every rank was stopped", file=sys.stderr)
+        return 128 + received.value
+    finally:
+        _received.clear()
+
+
+_received: list[int] = []  # the stopping signals received during this command (see _stopped_as_by_ctrl_c)

@@ -231,3 +231,40 @@ def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
         time.sleep(0.1)
     assert _processes_in_group(proc.pid) == []
     assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_stops_every_rank_in_one_line_and_leaves_no_temporary_folder(sig, tmp_path):
+    import signal
+    import time
+
+    from ddp_lib.torchrun import clean_env
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = clean_env({"PYTHONPATH": pythonpath_with_tests(), "TMPDIR": str(tmp)})
+    argv = ["-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--world-size", "2", "--pid-dir", str(tmp_path)]
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(tmp_path.glob("rank*.pid"))) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.1)
+        ranks = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
+        proc.send_signal(getattr(signal, sig))
+        out, err = communicate_or_show_stacks(proc, 60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + getattr(signal, sig)
+    assert err == f"ddp_lib: stopped by {sig}; every rank was stopped\n"
+    assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
+    assert launch_folders(tmp) == []  # neither multiprocessing's pymp-* nor the launcher's own
+
+
+def launch_folders(tmp) -> list[str]:
+    """The folders a launch makes in the temporary directory ``tmp`` (multiprocessing's ``pymp-*``,
+    the launcher's ``ddp_lib-*``): not torch's caches (``torchinductor_*``)."""
+    return sorted(name for name in os.listdir(tmp) if name.startswith(("pymp-", "ddp_lib-")))
