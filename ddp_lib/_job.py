@@ -22,7 +22,7 @@ from multiprocessing.connection import wait
 from ddp_lib import _child
 from ddp_lib._output import LiveOutput
 from ddp_lib._processes import OwnProcess, ctrl_c_held, pid_alive
-from ddp_lib.errors import blamed_rank
+from ddp_lib.errors import LaunchStartError, blamed_rank
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 KILLED_WAIT_S = 10.0  # for a rank to end after SIGKILL (one in uninterruptible sleep may not)
@@ -151,7 +151,15 @@ class Job:
                                     args=(spec, writer, lifeline, inherited))
             self.procs.append(proc)
             self.conns[spec.rank] = reader
-            proc.start()
+            try:
+                proc.start()
+            except (EOFError, OSError) as exc:
+                if self.ctx.get_start_method() == "forkserver" and not _forkserver_running():
+                    raise LaunchStartError(
+                        f"the forkserver (the process that starts each rank) ended while rank {spec.rank} was "
+                        f"starting ({type(exc).__name__}); the ranks started were stopped, and the next launch "
+                        "starts a new forkserver") from None
+                raise
             self.pids.append(proc.pid)
             self.own.append(OwnProcess(proc.pid))
             writer.close()

@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 
-from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
+from ddp_lib.errors import LaunchInputError, LaunchStartError, LaunchTimeout, WorkerError
 from ddp_lib.launch_checks import (
     MAX_TIMEOUT,
     check_environment,
@@ -269,6 +269,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (WorkerError, LaunchTimeout) as exc:
         print(f"ddp_lib: {_whole_error(exc)}", file=sys.stderr)
+        return 1
+    except LaunchStartError as exc:
+        print(f"ddp_lib: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if not _received:

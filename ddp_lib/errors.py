@@ -128,6 +128,10 @@ class LaunchInterrupted(KeyboardInterrupt):
         return [str(self)]
 
 
+class LaunchStartError(RuntimeError):
+    """The ranks could not all be started; every rank that had started was stopped. One line."""
+
+
 class LaunchTimeout(TimeoutError):
     """The job passed its deadline; every rank was stopped. ``running`` lists the ranks
     that had not finished; ``stacks`` maps each to the Python stack it was in when stopped
