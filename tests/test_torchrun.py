@@ -423,6 +423,18 @@ def test_a_rank_folders_failure_reads_as_the_launchers_does(tmp_path):
     assert _read(tmp_path / "0" / "stdout.log") == " epoch 3\ndone\n"
 
 
+def test_a_rank_folders_failure_keeps_every_line_of_the_workers_message(tmp_path):
+    # Kept in TorchrunJob.error, never raised: no traceback shows the lines after the first.
+    from ddp_lib.rank_files import RankFiles, failure
+
+    message = "RuntimeError: Error(s) in loading state_dict for MoonsNet:\n\tMissing key(s): \"fc1.weight\""
+    bad = RankFiles(0, tmp_path, finished=False, traceback="Traceback ...", error=message)
+    error = failure([bad, RankFiles(1, tmp_path, finished=True, result=1)])
+    assert str(error) == ("rank 0 raised RuntimeError: Error(s) in loading state_dict for MoonsNet:\n"
+                          "\tMissing key(s): \"fc1.weight\"")
+    assert error.failures == {0: "RuntimeError: Error(s) in loading state_dict for MoonsNet:"}  # one line each
+
+
 def test_a_result_that_is_not_finite_is_written_as_valid_json():
     from ddp_lib.rank_files import json_line
 
