@@ -111,15 +111,13 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def descendants(pid: int) -> list[int]:
-    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
-    there is no /proc. Finds what a process group does not: a child started in a new session
-    (``start_new_session=True``, a daemon) while its parent still lives."""
+def _children_by_parent() -> dict[int, list[int]]:
+    """Each process id's children, read from /proc ({} where there is none)."""
     parents: dict[int, list[int]] = {}
     try:
         entries = [e for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
-        return []
+        return {}
     for entry in entries:
         fields = _stat_fields(int(entry))
         try:
@@ -129,6 +127,19 @@ def descendants(pid: int) -> list[int]:
         if ppid is None:
             continue
         parents.setdefault(ppid, []).append(int(entry))
+    return parents
+
+
+def children(pid: int) -> list[int]:
+    """The living processes whose parent is ``pid``, read from /proc; [] where there is no /proc."""
+    return _children_by_parent().get(pid, [])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
+    there is no /proc. Finds what a process group does not: a child started in a new session
+    (``start_new_session=True``, a daemon) while its parent still lives."""
+    parents = _children_by_parent()
     found, todo = [], [pid]
     while todo:
         for child in parents.get(todo.pop(), []):

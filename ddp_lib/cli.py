@@ -119,7 +119,8 @@ def _worker_parser(prog: str, summary: str, params: list[Param]) -> argparse.Arg
     parser = OneLineParser(prog=f"python -m ddp_lib run {prog}", description=summary)
     parser.add_argument("--world-size", help="number of ranks (under torchrun, torchrun's; leave it out)")
     parser.add_argument("--backend", help="gloo or nccl (default: nccl if every rank has a GPU, else gloo)")
-    parser.add_argument("--timeout", help="seconds before a hung job is stopped (default: 300; 'none': no deadline)")
+    parser.add_argument("--timeout", help="seconds before a hung job is stopped (default: 300; 'none': no deadline; "
+                                          "under torchrun: none unless given, each rank then its own)")
     parser.add_argument("--json", action="store_true",
                         help="print the per-rank results as JSON on the last line (nan and inf as null)")
     worker = parser.add_argument_group(f"options of {prog}")
@@ -171,7 +172,7 @@ def _run(name: str, argv: list[str]) -> int:
     kwargs = {p.name: getattr(opts, p.name) for p in params if p.type is not None}
     if torchrun_mode(os.environ, opts.world_size):  # this process is one rank: only its values to check
         check_worker_arguments(fn, (), kwargs, as_flags=True)
-        return _run_this_rank(fn, kwargs, opts.json)
+        return _run_this_rank(fn, kwargs, opts.json, None if opts.timeout is None else _timeout(opts.timeout))
 
     if opts.world_size is None:
         raise LaunchInputError("--world-size is required (a whole number of processes, 1 or more)")
@@ -191,11 +192,14 @@ def _run(name: str, argv: list[str]) -> int:
     return 0
 
 
-def _run_this_rank(fn, kwargs: dict, as_json: bool) -> int:
+def _run_this_rank(fn, kwargs: dict, as_json: bool, timeout: float | None) -> int:
     from ddp_lib.rank_files import stdout_in_folder, write_rank, write_result
+    from ddp_lib.torchrun import watch_this_rank
 
     write_rank()  # first, to this rank's folder: a rank that dies without a word is still read back as itself
     from torch.distributed.elastic.multiprocessing.errors import record
+
+    watch_this_rank(timeout)  # the deadline counts from here: importing torch can take seconds on a busy machine
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     result = record(fn)(rank, world_size, **kwargs)  # torchrun's error summary then shows the cause
