@@ -111,7 +111,7 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def _children_by_parent() -> dict[int, list[int]]:
+def children_by_parent() -> dict[int, list[int]]:
     """Each process id's children, read from /proc ({} where there is none)."""
     parents: dict[int, list[int]] = {}
     try:
@@ -132,14 +132,15 @@ def _children_by_parent() -> dict[int, list[int]]:
 
 def children(pid: int) -> list[int]:
     """The living processes whose parent is ``pid``, read from /proc; [] where there is no /proc."""
-    return _children_by_parent().get(pid, [])
+    return children_by_parent().get(pid, [])
 
 
-def descendants(pid: int) -> list[int]:
-    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
-    there is no /proc. Finds what a process group does not: a child started in a new session
-    (``start_new_session=True``, a daemon) while its parent still lives."""
-    parents = _children_by_parent()
+def descendants(pid: int, parents: dict[int, list[int]] | None = None) -> list[int]:
+    """Every living process below ``pid`` (children, theirs, ...), read from /proc (or from
+    ``parents``, a :func:`children_by_parent` map); [] where there is no /proc. Finds what a process
+    group does not: a child started in a new session (``start_new_session=True``, a daemon) while
+    its parent still lives."""
+    parents = children_by_parent() if parents is None else parents
     found, todo = [], [pid]
     while todo:
         for child in parents.get(todo.pop(), []):
