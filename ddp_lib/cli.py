@@ -192,7 +192,7 @@ def _run(name: str, argv: list[str]) -> int:
     return 0
 
 
-def _run_this_rank(fn, kwargs: dict, as_json: bool, timeout: float | None) -> int:
+def _run_this_rank(fn, kwargs: dict, as_json: bool, timeout: float | None = None) -> int:
     from ddp_lib.rank_files import stdout_in_folder, write_rank, write_result
     from ddp_lib.torchrun import watch_this_rank
 
