@@ -35,7 +35,8 @@ def _label(rank: int) -> str:
 
 
 _PREFIX = _label(0)
-# A folder the launcher makes in the temporary directory: "ddp_lib-<pid>-<random>", holding OWNER_FILE.
+# A folder the launcher makes in the temporary directory: "ddp_lib-<random>", holding OWNER_FILE. Short:
+# the forkserver's socket lives in one, and a Unix socket's path may not exceed about 100 bytes.
 _FOLDER_PREFIX = "ddp_lib-"
 OWNER_FILE = ".ddp_lib-owner.json"
 
@@ -52,10 +53,10 @@ def _machine() -> dict[str, str] | None:
 
 
 def owned_folder() -> str:
-    """A fresh folder in the temporary directory ("ddp_lib-<pid>-<random>") with a record of its
+    """A fresh folder in the temporary directory ("ddp_lib-<random>") with a record of its
     owner, this process, by which :func:`sweep_orphaned_logdirs` can tell it was left by a launcher
     that died. The caller removes it."""
-    folder = tempfile.mkdtemp(prefix=f"{_FOLDER_PREFIX}{os.getpid()}-")
+    folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX)
     owner = {**(_machine() or {}), "pid": os.getpid(), "start_time": start_time(os.getpid())}
     with open(os.path.join(folder, OWNER_FILE), "w") as f:
         json.dump(owner, f)

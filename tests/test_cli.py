@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from test_launch import communicate_or_show_stacks
@@ -240,9 +242,10 @@ def test_sigterm_or_sighup_stops_every_rank_in_one_line_and_leaves_no_temporary_
 
     from ddp_lib.torchrun import clean_env
 
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    env = clean_env({"PYTHONPATH": pythonpath_with_tests(), "TMPDIR": str(tmp)})
+    # A short TMPDIR of its own: the forkserver's socket lives there, and a Unix socket's path may
+    # not exceed about 100 bytes (pytest's own temporary paths grow with its run counter).
+    tmp = tempfile.mkdtemp(prefix="ddp-t-")
+    env = clean_env({"PYTHONPATH": pythonpath_with_tests(), "TMPDIR": tmp})
     argv = ["-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--world-size", "2", "--pid-dir", str(tmp_path)]
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
@@ -262,6 +265,7 @@ def test_sigterm_or_sighup_stops_every_rank_in_one_line_and_leaves_no_temporary_
     assert err == f"ddp_lib: stopped by {sig}; every rank was stopped\n"
     assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
     assert launch_folders(tmp) == []  # neither multiprocessing's pymp-* nor the launcher's own
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def launch_folders(tmp) -> list[str]:

@@ -6,9 +6,14 @@ set in a fresh interpreter whose forkserver, and so whose ranks, inherit it."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from conftest import pythonpath_with_tests
 
@@ -26,7 +31,17 @@ def _run_limited(code: str, tmp_path) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": pythonpath_with_tests(), "TMPDIR": str(tmp_path)})
 
 
-def test_a_rank_whose_output_capture_finds_no_room_names_the_launchers_file(tmp_path):
+@pytest.fixture
+def short_tmp():
+    """A short TMPDIR: the forkserver's socket lives there, and a Unix socket's path may not exceed
+    about 100 bytes (pytest's own temporary paths grow with its run counter)."""
+    folder = Path(tempfile.mkdtemp(prefix="ddp-r-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_rank_whose_output_capture_finds_no_room_names_the_launchers_file(short_tmp):
+    tmp_path = short_tmp
     out = _run_limited("""
         from ddp_lib.errors import WorkerError
         from ddp_lib.launch import spawn
