@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 
 from ddp_lib import _child
 from ddp_lib._output import LiveOutput
-from ddp_lib._processes import OwnProcess, children_by_parent, ctrl_c_held, descendants, pid_alive
+from ddp_lib._processes import OwnProcess, ctrl_c_held, descendants, pid_alive
 from ddp_lib.errors import LaunchStartError, blamed_rank
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
@@ -211,12 +211,11 @@ class Job:
         is missed."""
         for pid in [pid for pid, process in self.below.items() if not process.alive()]:
             self.below.pop(pid).close()
-        parents = children_by_parent()
         for rank in list(self.conns):
             own = self.own[rank] if rank < len(self.own) else None
             if own is None or not own.exists():  # its id may now be another's, with another's children
                 continue
-            for pid in descendants(own.pid, parents):
+            for pid in descendants(own.pid):
                 if pid not in self.below:
                     self.below[pid] = OwnProcess(pid)
 
