@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 
 from ddp_lib import _child
 from ddp_lib._output import LiveOutput
-from ddp_lib._processes import OwnProcess, ctrl_c_held, descendants, pid_alive
+from ddp_lib._processes import OwnProcess, children, ctrl_c_held, parent, pid_alive
 from ddp_lib.errors import LaunchStartError, blamed_rank
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
@@ -204,20 +204,28 @@ class Job:
                 self.live.poll()
 
     def _note_below(self) -> None:
-        """Note every process now below a rank not yet heard from. One that a rank started in a
-        session of its own (``start_new_session=True``) is re-parented to init when the rank is
-        killed from outside (SIGKILL, an out-of-memory kill, a crash in C++), and no longer below
-        it; noted before, it is stopped with the job. One started and orphaned between two polls
-        is missed."""
+        """Note every child of a rank not yet heard from. One that a rank started in a session of
+        its own (``start_new_session=True``) is re-parented to init when the rank is killed from
+        outside (SIGKILL, an out-of-memory kill, a crash in C++), and no longer below it; noted
+        before, it is stopped with the job, and the process group it leads with it. Only children:
+        a process started by double fork (a daemon) has left the rank on purpose, and one started
+        and orphaned between two polls is missed."""
         for pid in [pid for pid, process in self.below.items() if not process.alive()]:
             self.below.pop(pid).close()
         for rank in list(self.conns):
             own = self.own[rank] if rank < len(self.own) else None
             if own is None or not own.exists():  # its id may now be another's, with another's children
                 continue
-            for pid in descendants(own.pid):
-                if pid not in self.below:
-                    self.below[pid] = OwnProcess(pid)
+            for pid in children(own.pid):
+                if pid in self.below:
+                    continue
+                process = OwnProcess(pid)
+                # Taken after it was listed: a short-lived child may have ended meanwhile and its id
+                # gone to another's process. Kept only if what it names now is still the rank's child.
+                if process.exists() and parent(pid) == own.pid:
+                    self.below[pid] = process
+                else:
+                    process.close()
 
     def _dump_stacks(self) -> None:
         """Ask the ranks still running to write their Python stacks (faulthandler), to name
@@ -353,6 +361,8 @@ class Job:
         for rank in alive:
             self.procs[rank].join(max(0.0, end - time.monotonic()))
         self._signal_groups(signal.SIGKILL)
+        for process in self.below.values():
+            process.signal_group(signal.SIGKILL)  # what a noted child started in its own session
         for process in below:
             process.signal(signal.SIGKILL)
             process.close()

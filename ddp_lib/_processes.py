@@ -101,6 +101,15 @@ def _state(pid: int) -> str | None:
     return fields[0] if fields else None
 
 
+def parent(pid: int) -> int | None:
+    """The id of process ``pid``'s parent (/proc/PID/stat field 4), or None where it cannot be read."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[1]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None
     where it cannot be read: with the id, it names one process for as long as the machine runs."""
