@@ -20,7 +20,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from ddp_lib._output import RankOutput
+from ddp_lib._output import RankOutput, remove_if_left_by_the_dead
 from ddp_lib._processes import descendants, kill_all
 
 # How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone, and takes
@@ -51,6 +51,9 @@ class RankSpec:
     # ddp_lib.live: this rank's end of a duplex pipe to the launching process, passed to the worker
     # as ``commands=`` (the cells it runs come that way, and their outcomes go back).
     commands: object = None
+    # The launching process's own folder (multiprocessing's, with its forkserver's socket), which the
+    # watchdog removes if the launcher was killed: nothing else would until the next launch's sweep.
+    launcher_folder: str | None = None
 
 
 def _own_process_group() -> None:
@@ -65,7 +68,7 @@ def _own_process_group() -> None:
         pass
 
 
-def _watch_lifeline(lifeline, output: RankOutput) -> None:
+def _watch_lifeline(lifeline, output: RankOutput, launcher_folder: str | None) -> None:
     # Only the launching process holds the pipe's write end: end of file means it has died
     # (or finished without us), and nothing else would ever stop this process or remove the
     # directory that holds the ranks' output.
@@ -74,6 +77,8 @@ def _watch_lifeline(lifeline, output: RankOutput) -> None:
     except (EOFError, OSError):
         pass
     output.remove_logdir()
+    if launcher_folder:  # removed only once its owner record proves the launcher has ended
+        remove_if_left_by_the_dead(launcher_folder, wait=1.0)
     kill_all(descendants(os.getpid()))
     if hasattr(os, "killpg") and os.getpgid(0) == os.getpid():  # only a group this rank leads
         try:
@@ -226,7 +231,7 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
     _own_process_group()
     if inherited_lifeline_fd is not None:
         os.close(inherited_lifeline_fd)  # under fork every child inherits the write end
-    threading.Thread(target=_watch_lifeline, args=(lifeline, spec.output), daemon=True).start()
+    threading.Thread(target=_watch_lifeline, args=(lifeline, spec.output, spec.launcher_folder), daemon=True).start()
     reporter = _Reporter(result_conn)
     os.environ.clear()
     os.environ.update(spec.env)

@@ -21,8 +21,8 @@ from multiprocessing.connection import wait
 
 from ddp_lib import _child
 from ddp_lib._output import LiveOutput
-from ddp_lib._processes import OwnProcess, ctrl_c_held, pid_alive
-from ddp_lib.errors import blamed_rank
+from ddp_lib._processes import OwnProcess, children, ctrl_c_held, parent, pid_alive
+from ddp_lib.errors import LaunchStartError, blamed_rank
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 KILLED_WAIT_S = 10.0  # for a rank to end after SIGKILL (one in uninterruptible sleep may not)
@@ -30,6 +30,7 @@ EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
 STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
+BELOW_POLL_S = 0.1  # how often the processes below each rank are noted while the job runs
 
 
 # Printed when a notebook kernel starts its forkserver: the first launch's cell would otherwise
@@ -135,6 +136,7 @@ class Job:
         self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
         self.stopped = False
+        self.below: dict[int, OwnProcess] = {}  # every living process seen below a rank, by id
 
     def start(self) -> None:
         if self.ctx.get_start_method() == "forkserver":
@@ -151,7 +153,15 @@ class Job:
                                     args=(spec, writer, lifeline, inherited))
             self.procs.append(proc)
             self.conns[spec.rank] = reader
-            proc.start()
+            try:
+                proc.start()
+            except (EOFError, OSError) as exc:
+                if self.ctx.get_start_method() == "forkserver" and not _forkserver_running():
+                    raise LaunchStartError(
+                        f"the forkserver (the process that starts each rank) ended while rank {spec.rank} was "
+                        f"starting ({type(exc).__name__}); the ranks started were stopped, and the next launch "
+                        "starts a new forkserver") from None
+                raise
             self.pids.append(proc.pid)
             self.own.append(OwnProcess(proc.pid))
             writer.close()
@@ -184,13 +194,38 @@ class Job:
                 watched[conn] = rank
                 if rank not in self.sentinel_lost:
                     watched[self.procs[rank].sentinel] = rank
-            pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None) if t is not None]
-            for ready in wait(list(watched), min(pause) if pause else None):
+            pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None, BELOW_POLL_S) if t is not None]
+            for ready in wait(list(watched), min(pause)):
                 rank = watched[ready]
                 if rank in self.conns:
                     self._receive(rank)
+            self._note_below()
             if self.live:
                 self.live.poll()
+
+    def _note_below(self) -> None:
+        """Note every child of a rank not yet heard from. One that a rank started in a session of
+        its own (``start_new_session=True``) is re-parented to init when the rank is killed from
+        outside (SIGKILL, an out-of-memory kill, a crash in C++), and no longer below it; noted
+        before, it is stopped with the job, and the process group it leads with it. Only children:
+        a process started by double fork (a daemon) has left the rank on purpose, and one started
+        and orphaned between two polls is missed."""
+        for pid in [pid for pid, process in self.below.items() if not process.alive()]:
+            self.below.pop(pid).close()
+        for rank in list(self.conns):
+            own = self.own[rank] if rank < len(self.own) else None
+            if own is None or not own.exists():  # its id may now be another's, with another's children
+                continue
+            for pid in children(own.pid):
+                if pid in self.below:
+                    continue
+                process = OwnProcess(pid)
+                # Taken after it was listed: a short-lived child may have ended meanwhile and its id
+                # gone to another's process. Kept only if what it names now is still the rank's child.
+                if process.exists() and parent(pid) == own.pid:
+                    self.below[pid] = process
+                else:
+                    process.close()
 
     def dump_stacks(self, ranks: list[int]) -> None:
         """Ask ``ranks`` (still running) to write their Python stacks (faulthandler) into
@@ -315,7 +350,7 @@ class Job:
         # The ranks are not frozen (SIGSTOP) for the search: a launcher killed while they were
         # frozen (Jupyter's restart sends SIGINT, then SIGKILL at once) would leave them stopped
         # for good, their watchdogs unable to run.
-        below = [p for rank in alive for p in self.own[rank].descendants()]
+        below = [p for rank in alive for p in self.own[rank].descendants()] + list(self.below.values())
         for rank in alive:
             self._signal_rank(rank, signal.SIGTERM)
         self._signal_groups(signal.SIGTERM)
@@ -329,6 +364,8 @@ class Job:
         for rank in alive:
             self.procs[rank].join(max(0.0, end - time.monotonic()))
         self._signal_groups(signal.SIGKILL)
+        for process in self.below.values():
+            process.signal_group(signal.SIGKILL)  # what a noted child started in its own session
         for process in below:
             process.signal(signal.SIGKILL)
             process.close()

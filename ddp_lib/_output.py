@@ -14,15 +14,20 @@ the rest.
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
+import json
+import multiprocessing
+import multiprocessing.util
 import os
-import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ddp_lib._processes import pid_alive
+from ddp_lib._processes import pid_alive, start_time
 
 
 def _label(rank: int) -> str:
@@ -30,31 +35,111 @@ def _label(rank: int) -> str:
 
 
 _PREFIX = _label(0)
-# A launch's output directory: "ddp_lib-<pid of the launching process>-<random>".
-_LOGDIR_PREFIX = "ddp_lib-"
-_LOGDIR = re.compile(re.escape(_LOGDIR_PREFIX) + r"(\d+)-")
+# A folder the launcher makes in the temporary directory: "ddp_lib-<random>", holding OWNER_FILE. Short:
+# the forkserver's socket lives in one, and a Unix socket's path may not exceed about 100 bytes.
+_FOLDER_PREFIX = "ddp_lib-"
+OWNER_FILE = ".ddp_lib-owner.json"
+
+
+def _machine() -> dict[str, str] | None:
+    """What names this boot of this machine and this process's PID namespace (a container has its
+    own), or None where they cannot be read (no /proc: macOS, Windows)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return {"boot": boot, "pid_namespace": os.readlink("/proc/self/ns/pid")}
+    except OSError:
+        return None
+
+
+def owned_folder() -> str:
+    """A fresh folder in the temporary directory ("ddp_lib-<random>") with a record of its
+    owner, this process, by which :func:`sweep_orphaned_logdirs` can tell it was left by a launcher
+    that died. The caller removes it."""
+    folder = tempfile.mkdtemp(prefix=_FOLDER_PREFIX)
+    owner = {**(_machine() or {}), "pid": os.getpid(), "start_time": start_time(os.getpid())}
+    with open(os.path.join(folder, OWNER_FILE), "w") as f:
+        json.dump(owner, f)
+    return folder
 
 
 @contextlib.contextmanager
 def output_dir() -> Iterator[str]:
-    """A fresh directory for one launch's output files ("ddp_lib-<pid>-<random>"), removed on the
-    way out."""
-    with tempfile.TemporaryDirectory(prefix=f"{_LOGDIR_PREFIX}{os.getpid()}-") as logdir:
-        yield logdir
+    """A fresh folder for one launch's output files (:func:`owned_folder`), removed on the way out."""
+    folder = owned_folder()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def own_multiprocessing_folder() -> str | None:
+    """Make multiprocessing's folder for this process (where the forkserver's socket lives; else a
+    ``pymp-*`` folder) one of :func:`owned_folder`'s, so that what a launcher killed with SIGKILL
+    leaves can be proven its own (:func:`remove_if_left_by_the_dead`). Only while multiprocessing
+    has none yet; returns the folder if it is one of ours, else None."""
+    # multiprocessing.util.get_temp_dir() makes the folder on first use and keeps its path here;
+    # there is no public way to choose it.
+    config = multiprocessing.current_process()._config
+    if config.get("tempdir") is None:
+        config["tempdir"] = owned_folder()
+        # As get_temp_dir does for its own: removed at exit.
+        multiprocessing.util.Finalize(None, _forget_multiprocessing_folder, args=(config["tempdir"],),
+                                      exitpriority=-100)
+    folder = config["tempdir"]
+    return folder if os.path.exists(os.path.join(folder, OWNER_FILE)) else None
+
+
+def _forget_multiprocessing_folder(folder: str) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    multiprocessing.current_process()._config["tempdir"] = None
+
+
+def _left_by_the_dead(folder: str, machine: dict[str, str]) -> bool:
+    """Whether ``folder`` holds an owner record that proves its owner has ended: made on this boot,
+    in this PID namespace, by a process that no longer runs (its id free, or taken by a process
+    that started at another time). A folder without one is not the launcher's to judge."""
+    try:
+        with open(os.path.join(folder, OWNER_FILE)) as f:
+            owner = json.load(f)
+        pid, started = owner["pid"], owner["start_time"]
+        same_place = all(owner[key] == value for key, value in machine.items())
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not same_place or not isinstance(pid, int) or not isinstance(started, int):
+        return False
+    return not pid_alive(pid) or start_time(pid) != started
+
+
+def remove_if_left_by_the_dead(folder: str, wait: float = 0.0) -> None:
+    """Remove ``folder`` once its owner record proves its owner has ended (:func:`_left_by_the_dead`),
+    waiting up to ``wait`` seconds for that (a process that is being killed closes its files first)."""
+    machine = _machine()
+    end = time.monotonic() + wait
+    while machine:
+        if _left_by_the_dead(folder, machine):
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        if time.monotonic() >= end:
+            return
+        time.sleep(0.05)
 
 
 def sweep_orphaned_logdirs() -> None:
-    """Remove output directories left by launching processes that were killed (SIGKILL leaves
-    no chance to clean up; the ranks' watchdogs remove their own, this catches the rest)."""
+    """Remove the folders of launching processes that were killed (SIGKILL leaves no chance to
+    clean up; the ranks' watchdogs remove their launch's, this catches the rest): only those whose
+    owner record proves their launcher has ended on this machine since it booted. Where that
+    cannot be known (no /proc), nothing is removed."""
+    machine = _machine()
     root = tempfile.gettempdir()
     try:
-        names = os.listdir(root)
+        names = os.listdir(root) if machine else []
     except OSError:
         return
     for name in names:
-        found = _LOGDIR.match(name)
-        if found and not pid_alive(int(found.group(1))):
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        folder = os.path.join(root, name)
+        if name.startswith(_FOLDER_PREFIX) and _left_by_the_dead(folder, machine):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass(frozen=True)
@@ -81,9 +166,8 @@ class RankOutput:
             _redirect(2, self.stderr_path)
         except FileNotFoundError:
             return False
-        for stream in (sys.stdout, sys.stderr):
-            if stream is not None:
-                stream.reconfigure(line_buffering=True)
+        sys.stdout = _capture_stream(1, self.stdout_path, sys.stdout)
+        sys.stderr = _capture_stream(2, self.stderr_path, sys.stderr)
         return True
 
     def remove_logdir(self) -> None:
@@ -113,6 +197,32 @@ class RankOutput:
     def read(self, stderr_limit: int | None = None) -> tuple[str, str]:
         """(stdout, stderr) as they stay on screen; only stderr's first ``stderr_limit`` bytes if given."""
         return _read(self.stdout_path), _read(self.stderr_path, stderr_limit)
+
+
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
+
+
+class _CaptureFile(io.FileIO):
+    """File descriptor 1 or 2 of a rank, which the launcher points at a file of its own: a write
+    that finds no room says so, rather than reading as the worker's fault."""
+
+    def write(self, data) -> int:
+        try:
+            return super().write(data)
+        except OSError as e:
+            if e.errno not in _NO_ROOM:
+                raise
+            raise OSError(e.errno, f"{e.strerror}: writing to {self.name}, the file where ddp_lib's launcher "
+                          "captures this rank's output (make room there, or set TMPDIR to a folder with room)"
+                          ) from None
+
+
+def _capture_stream(fd: int, path: str, like):
+    """A line-buffered text stream over ``fd`` (redirected to ``path``), encoded as ``like`` was."""
+    raw = _CaptureFile(fd, "w", closefd=False)
+    raw.name = path
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding=getattr(like, "encoding", None) or "utf-8",
+                            errors=getattr(like, "errors", None) or "strict", line_buffering=True, write_through=True)
 
 
 def _redirect(fd: int, path: str) -> None:

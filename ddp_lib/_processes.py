@@ -101,6 +101,15 @@ def _state(pid: int) -> str | None:
     return fields[0] if fields else None
 
 
+def parent(pid: int) -> int | None:
+    """The id of process ``pid``'s parent (/proc/PID/stat field 4), or None where it cannot be read."""
+    fields = _stat_fields(pid)
+    try:
+        return int(fields[1]) if fields else None
+    except (IndexError, ValueError):
+        return None
+
+
 def start_time(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22), or None
     where it cannot be read: with the id, it names one process for as long as the machine runs."""
@@ -111,15 +120,13 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def descendants(pid: int) -> list[int]:
-    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
-    there is no /proc. Finds what a process group does not: a child started in a new session
-    (``start_new_session=True``, a daemon) while its parent still lives."""
+def children_by_parent() -> dict[int, list[int]]:
+    """Each process id's children, read from /proc ({} where there is none)."""
     parents: dict[int, list[int]] = {}
     try:
         entries = [e for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
-        return []
+        return {}
     for entry in entries:
         fields = _stat_fields(int(entry))
         try:
@@ -129,6 +136,51 @@ def descendants(pid: int) -> list[int]:
         if ppid is None:
             continue
         parents.setdefault(ppid, []).append(int(entry))
+    return parents
+
+
+def children(pid: int) -> list[int]:
+    """The living processes whose parent is ``pid``, read from /proc; [] where there is no /proc."""
+    below = _task_children(pid)
+    return children_by_parent().get(pid, []) if below is None else below
+
+
+def _task_children(pid: int) -> list[int] | None:
+    """The children of ``pid`` from /proc/PID/task/*/children (a few small files, where reading
+    every process's stat costs milliseconds); None where the kernel has no such files."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []  # gone
+    found = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(child) for child in f.read().split()]
+        except FileNotFoundError:
+            if os.path.exists(f"/proc/{pid}/task/{task}"):
+                return None  # a kernel built without CONFIG_PROC_CHILDREN
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (children, theirs, ...), read from /proc; [] where
+    there is no /proc. Finds what a process group does not: a child started in a new session
+    (``start_new_session=True``, a daemon) while its parent still lives."""
+    found, todo = [], [pid]
+    while todo:
+        below = _task_children(todo.pop())
+        if below is None:
+            return _descendants_from_every_stat(pid)
+        found += below
+        todo += below
+    return found
+
+
+def _descendants_from_every_stat(pid: int) -> list[int]:
+    parents = children_by_parent()
     found, todo = [], [pid]
     while todo:
         for child in parents.get(todo.pop(), []):

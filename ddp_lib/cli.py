@@ -1,7 +1,8 @@
 """``python -m ddp_lib``: list the workers, run one on N ranks, or run a benchmark.
 
 Exit codes: 0 success; 1 a worker failed (the message names the rank); 2 bad input (one line
-on stderr, nothing started); 130 interrupted (Ctrl-C; every rank is stopped). Under torchrun
+on stderr, nothing started); 130 interrupted (Ctrl-C; every rank is stopped); 143 and 129 stopped
+by SIGTERM or SIGHUP (the same, with the signal named). Under torchrun
 (every variable torchrun sets is set), ``run`` runs this process's rank only.
 
 A worker's options come from its signature (the parameters after rank and world_size): a
@@ -13,10 +14,12 @@ signature's and help lines come from the docstring's ``Args:`` block.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 
-from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
+from ddp_lib.errors import LaunchInputError, LaunchStartError, LaunchTimeout, WorkerError
 from ddp_lib.launch_checks import (
     MAX_TIMEOUT,
     check_environment,
@@ -31,6 +34,26 @@ from ddp_lib.rank_files import json_line, nan_as_null
 from ddp_lib.worker_params import Param, worker_params
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
+# Signals that end the command as Ctrl-C does (a scheduler's or `kill`'s SIGTERM, a closed
+# terminal's SIGHUP): every rank stopped, one line, and multiprocessing's and the launcher's
+# temporary folders removed (Python's default for them ends the process on the spot, leaving both).
+STOPPING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def _stopped_as_by_ctrl_c(received: list[int]):
+    """Inside the block, the signals of STOPPING_SIGNALS raise KeyboardInterrupt, as Ctrl-C does, and
+    are appended to ``received``; the previous handlers come back after it."""
+    def stop(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOPPING_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -96,7 +119,8 @@ def _worker_parser(prog: str, summary: str, params: list[Param]) -> argparse.Arg
     parser = OneLineParser(prog=f"python -m ddp_lib run {prog}", description=summary)
     parser.add_argument("--world-size", help="number of ranks (under torchrun, torchrun's; leave it out)")
     parser.add_argument("--backend", help="gloo or nccl (default: nccl if every rank has a GPU, else gloo)")
-    parser.add_argument("--timeout", help="seconds before a hung job is stopped (default: 300; 'none': no deadline)")
+    parser.add_argument("--timeout", help="seconds before a hung job is stopped (default: 300; 'none': no deadline; "
+                                          "under torchrun: none unless given, each rank then its own)")
     parser.add_argument("--json", action="store_true",
                         help="print the per-rank results as JSON on the last line (nan and inf as null)")
     worker = parser.add_argument_group(f"options of {prog}")
@@ -148,7 +172,7 @@ def _run(name: str, argv: list[str]) -> int:
     kwargs = {p.name: getattr(opts, p.name) for p in params if p.type is not None}
     if torchrun_mode(os.environ, opts.world_size):  # this process is one rank: only its values to check
         check_worker_arguments(fn, (), kwargs, as_flags=True)
-        return _run_this_rank(fn, kwargs, opts.json)
+        return _run_this_rank(fn, kwargs, opts.json, None if opts.timeout is None else _timeout(opts.timeout))
 
     if opts.world_size is None:
         raise LaunchInputError("--world-size is required (a whole number of processes, 1 or more)")
@@ -162,16 +186,20 @@ def _run(name: str, argv: list[str]) -> int:
 
     timeout = LAUNCH_TIMEOUT_S if opts.timeout is None else _timeout(opts.timeout)
     checked = check_launch(fn, sign * number, kwargs=kwargs, backend=opts.backend, timeout=timeout, as_flags=True)
-    results = start(checked).results
+    with _stopped_as_by_ctrl_c(_received):
+        results = start(checked).results
     _report(dict(enumerate(results)), results, opts.json)
     return 0
 
 
-def _run_this_rank(fn, kwargs: dict, as_json: bool) -> int:
+def _run_this_rank(fn, kwargs: dict, as_json: bool, timeout: float | None = None) -> int:
     from ddp_lib.rank_files import stdout_in_folder, write_rank, write_result
+    from ddp_lib.torchrun import watch_this_rank
 
     write_rank()  # first, to this rank's folder: a rank that dies without a word is still read back as itself
     from torch.distributed.elastic.multiprocessing.errors import record
+
+    watch_this_rank(timeout)  # the deadline counts from here: importing torch can take seconds on a busy machine
 
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     result = record(fn)(rank, world_size, **kwargs)  # torchrun's error summary then shows the cause
@@ -237,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         if known.command == "bench":
             from ddp_lib.bench import run_benchmark
 
-            return run_benchmark(known.name, rest)
+            with _stopped_as_by_ctrl_c(_received):
+                return run_benchmark(known.name, rest)
         return _run(known.name, rest)
     except LaunchInputError as exc:
         print(f"ddp_lib: error: {exc}", file=sys.stderr)
@@ -245,6 +274,19 @@ def main(argv: list[str] | None = None) -> int:
     except (WorkerError, LaunchTimeout) as exc:
         print(f"ddp_lib: {_whole_error(exc)}", file=sys.stderr)
         return 1
+    except LaunchStartError as exc:
+        print(f"ddp_lib: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        print("ddp_lib: interrupted; every rank was stopped", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        if not _received:
+            print("ddp_lib: interrupted; every rank was stopped", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        received = signal.Signals(_received[0])
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(f"ddp_lib: stopped by {received.name}; every rank was stopped", file=sys.stderr)
+        return 128 + received.value
+    finally:
+        _received.clear()
+
+
+_received: list[int] = []  # the stopping signals received during this command (see _stopped_as_by_ctrl_c)

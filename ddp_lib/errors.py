@@ -87,17 +87,20 @@ class WorkerError(RuntimeError):
 
     @classmethod
     def blaming(cls, failures: dict[int, tuple[str, str, str]], outputs: dict, hint: str = "",
-                **details) -> WorkerError:
+                whole: bool = False, **details) -> WorkerError:
         """The error of a job whose ranks failed (``{rank: (exc_type, message, traceback)}``), as
         the launcher and torchrun's rank folders both report it: the rank :func:`blamed_rank`
         names, its message's first line (``full_message``: every line) without torch's build paths,
-        then ``hint``; every failure in one line. ``details``: ``pid``, ``exit_code``."""
+        then ``hint``; every failure in one line. ``whole``: every line of the message, for an error
+        that is kept rather than raised (nothing shows its traceback, where the rest is).
+        ``details``: ``pid``, ``exit_code``."""
         rank = blamed_rank(failures)
         exc_type, message, tb = failures[rank]
         message = without_build_paths(message)
         described = {r: f"{t}: {first_line(without_build_paths(m))}" if t else first_line(m)
                      for r, (t, m, _) in sorted(failures.items())}
-        error = cls(rank, exc_type, first_line(message) + hint, tb, described, outputs, **details)
+        shown = message.strip() if whole else first_line(message)
+        error = cls(rank, exc_type, shown + hint, tb, described, outputs, **details)
         error.full_message = message.strip() + hint  # every line of it, for the command line
         return error
 
@@ -126,6 +129,10 @@ class LaunchInterrupted(KeyboardInterrupt):
 
     def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback
         return [str(self)]
+
+
+class LaunchStartError(RuntimeError):
+    """The ranks could not all be started; every rank that had started was stopped. One line."""
 
 
 class LaunchTimeout(TimeoutError):

@@ -30,7 +30,14 @@ import torch.distributed as dist
 
 from ddp_lib import _child
 from ddp_lib._job import Job
-from ddp_lib._output import RankOutput, live_view, output_dir, print_other_ranks, sweep_orphaned_logdirs
+from ddp_lib._output import (
+    RankOutput,
+    live_view,
+    output_dir,
+    own_multiprocessing_folder,
+    print_other_ranks,
+    sweep_orphaned_logdirs,
+)
 from ddp_lib._processes import stop_to_the_end
 from ddp_lib.errors import (
     LaunchInterrupted,
@@ -107,13 +114,14 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
     sys.exit(0) or os._exit(0) has finished, with None as its result, as under torch.
     """
     sweep_orphaned_logdirs()  # first: whatever fails below, a killed launch's files go
+    launcher_folder = own_multiprocessing_folder()
     args_blob = pickle.dumps(args_kwargs)
     store_env = {k: envs[0][k] for k in ("MASTER_ADDR", "MASTER_PORT")} if store else None
     with output_dir() as logdir:
         specs = [_child.RankSpec(rank=r, world_size=world_size, fn_ref=fn_ref, args_blob=args_blob,
                                  pass_world_size=pass_world_size, env=envs[r], output=RankOutput(logdir, r),
                                  sys_path=list(sys.path), cwd=os.getcwd(), store_env=store_env,
-                                 exit_like_torch=exit_like_torch)
+                                 exit_like_torch=exit_like_torch, launcher_folder=launcher_folder)
                  for r in range(world_size)]
         job = Job(specs, start_method, live_view(specs[0].output, show_output), store)
         interrupted = False

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.worker_params import value_problem, worker_params
+from ddp_lib.worker_params import NEEDS, is_ddp_lib_worker, value_problem, worker_params
 
 # Nothing here imports torch at module level (the backend checks import it when called), so that
 # ``python -m ddp_lib`` can check the environment before torch reads it at import.
@@ -195,21 +195,29 @@ def check_worker_arguments(fn: Callable, args: tuple, kwargs: dict, *, passes_wo
                            as_flags: bool = False) -> None:
     """Refuse a value the worker's signature rules out: a choice outside its ``Literal[...]``, or, for
     ddp_lib's own workers, one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter
-    of that name (``epochs=0``, ``lr=float("nan")``). Arguments that do not fit the signature at all are left
-    to the worker, whose TypeError then names the rank. ``passes_world_size``: the worker is called
-    as fn(rank, world_size, ...) (else fn(i, ...), as by torch.multiprocessing); ``as_flags``: name
-    the value as the command line's option (``--epochs``)."""
+    of that name (``epochs=0``, ``lr=float("nan")``), or a parameter given without the one it needs
+    (:data:`ddp_lib.worker_params.NEEDS`: ``resume`` without ``checkpoint_dir``). Arguments that do
+    not fit the signature at all are left to the worker, whose TypeError then names the rank.
+    ``passes_world_size``: the worker is called as fn(rank, world_size, ...) (else fn(i, ...), as by
+    torch.multiprocessing); ``as_flags``: name the value as the command line's option (``--epochs``)."""
     leading = (0, 1) if passes_world_size else (0,)  # stand-ins for rank (and world_size)
     try:
         bound = inspect.signature(fn).bind(*leading, *args, **kwargs)
         params = worker_params(fn, leading=len(leading))
     except (TypeError, ValueError):
         return
+    named = {param.name: param for param in params}
     for param in params:
         if param.name in bound.arguments:
             problem = value_problem(param, bound.arguments[param.name])
             if problem:
                 raise LaunchInputError(f"{param.flag if as_flags else param.name} {problem}")
+    bound.apply_defaults()
+    for name, needed in NEEDS.items():
+        if (is_ddp_lib_worker(fn) and name in named and needed in named
+                and bound.arguments.get(name) and not bound.arguments.get(needed)):
+            shown = (named[name].flag, named[needed].flag) if as_flags else (f"{name}=True", needed)
+            raise LaunchInputError(f"{shown[0]} needs {shown[1]}, got {bound.arguments.get(needed)!r}")
 
 
 def check_environment(environ: Mapping[str, str]) -> None:

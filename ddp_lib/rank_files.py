@@ -275,7 +275,7 @@ def failure(ranks: list[RankFiles]) -> WorkerError | None:
     echoes_only = not any(not is_peer_failure(t, m) for t, m, _ in raised.values())
     # A silent rank's failure is not a peer's echo: blamed_rank picks the lowest of them then.
     failures = {**silent, **raised} if echoes_only else raised
-    return WorkerError.blaming(failures, {r.rank: (r.stdout, r.stderr) for r in ranks})
+    return WorkerError.blaming(failures, {r.rank: (r.stdout, r.stderr) for r in ranks}, whole=True)
 
 
 def read_run(folders: list[Path | str], attempt: int | None = None) -> RunFiles:

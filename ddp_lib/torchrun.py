@@ -12,9 +12,12 @@ also copies the ranks' stderr to torchrun's, as a person at a terminal would see
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import os
 import pkgutil
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -25,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib import rank_files
+from ddp_lib._child import STACK_DUMP_SIGNAL
 from ddp_lib._output import FollowedFiles
-from ddp_lib._processes import ctrl_c_held, descendants, kill_all, stop_to_the_end
-from ddp_lib.errors import WorkerError
-from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS
+from ddp_lib._processes import OwnProcess, children, ctrl_c_held, descendants, kill_all, stop_to_the_end
+from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
+from ddp_lib.launch_checks import LAUNCHER_VARS, TORCHRUN_VARS, check_timeout
 
 # Variables a launcher sets for its ranks: a torchrun started from inside a rank must not
 # inherit them, or its workers would join the outer job's store.
@@ -191,6 +195,57 @@ def stop_torchruns(procs: list[subprocess.Popen]) -> None:
         raise KeyboardInterrupt
 
 
+STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
+
+
+class _PastDeadline(Exception):
+    """The deadline passed; ``offsets``: where each rank's stderr.log ended before it was asked for its stack."""
+
+    def __init__(self, offsets: dict[Path, int]):
+        self.offsets = offsets
+
+
+def _ask_for_stacks(procs: list[subprocess.Popen], rank_stderrs: list[Path]) -> dict[Path, int]:
+    """Ask every rank of these torchruns (each torchrun's children) to write its Python stack to its
+    stderr: ddp_lib's rank side has faulthandler write it on STACK_DUMP_SIGNAL; another program ends
+    on it, being stopped anyway. Returns where each stderr.log ended before."""
+    offsets = {}
+    for path in rank_stderrs:
+        with contextlib.suppress(OSError):
+            offsets[path] = path.stat().st_size
+    if STACK_DUMP_SIGNAL is None:
+        return offsets
+    for proc in procs:
+        for pid in children(proc.pid):
+            OwnProcess(pid).signal(STACK_DUMP_SIGNAL)
+    time.sleep(STACK_DUMP_WAIT_S)
+    return offsets
+
+
+def _timeout_error(timeout: float, runs: list[Path], offsets: dict[Path, int]) -> LaunchTimeout:
+    """The ranks of these run folders that had neither finished nor failed at the deadline, with
+    what each wrote to its stderr after it was asked for its stack."""
+    ranks = rank_files.read_ranks(runs) if runs else []
+    running = [r for r in ranks if not r.finished and not r.error]
+    stacks = {}
+    for r in running:
+        path = r.folder / "stderr.log"
+        with contextlib.suppress(OSError):
+            stacks[r.rank] = path.read_bytes()[offsets.get(path, 0):].decode("utf-8", errors="replace")
+    return LaunchTimeout(timeout, [r.rank for r in running], {r.rank: (r.stdout, r.stderr) for r in ranks}, stacks)
+
+
+def _check_run_input(cmds: list[object], timeout: object) -> float:
+    """Refuse, in one line, a command that is not a list of strings and a timeout that is no number
+    of seconds above 0 (before anything starts); return the timeout (inf for None)."""
+    for cmd in cmds:
+        if not isinstance(cmd, (list, tuple)) or not all(isinstance(arg, str) for arg in cmd):
+            raise LaunchInputError(f"a command must be a list of strings, as torchrun_command returns, "
+                                   f"got {cmd!r}"[:300])
+    checked = check_timeout(timeout)
+    return float("inf") if checked is None else checked
+
+
 def _run_all(cmds: list[list[str]], log_dirs: list[str], before: list[set[Path]], timeout: float,
              env: dict[str, str] | None, show: bool, labels: list[str],
              stop_on_failure: bool = False) -> list[tuple[int, str]]:
@@ -236,7 +291,8 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], before: list[set[Path]]
                     if proc.poll() is None:
                         _kill_tree(proc)
             if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(cmds[0], timeout)
+                stderrs = [p for run in _runs_since(log_dirs, before) for p in run.glob("attempt_*/*/stderr.log")]
+                raise _PastDeadline(_ask_for_stacks(procs, stderrs))
             if follow:
                 follow.poll()
             time.sleep(0.05)
@@ -281,11 +337,13 @@ def _runs_since(log_dirs: list[str], before: list[set[Path]]) -> list[Path]:
     return [run for log_dir, old in dict(zip(log_dirs, before)).items() for run in _new_runs(log_dir, old)]
 
 
-def run_torchrun(cmd: list[str], timeout: float = 120, env: dict[str, str] | None = None,
+def run_torchrun(cmd: list[str], timeout: float | None = 120, env: dict[str, str] | None = None,
                  show: bool = False) -> TorchrunJob:
     """Run one torchrun command to the end; return its results and output, read from its ranks'
     folders (under the command's ``--log-dir``, else a temporary one, removed afterwards). ``show``:
-    print the command as it starts and rank 0's lines as they come."""
+    print the command as it starts and rank 0's lines as they come. Raises LaunchInputError before
+    starting for a command that is no list of strings or a bad timeout; LaunchTimeout, with each
+    rank's stack, at the deadline (None: no deadline), every process stopped."""
     return run_together([cmd], timeout, env, show)[0]
 
 
@@ -293,10 +351,14 @@ def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str
                  show: bool = False) -> list[TorchrunJob]:
     """Start every command at once (separate jobs side by side on this machine); wait for all.
     ``show``: print each command as it starts, and rank 0's lines as they come."""
+    timeout = _check_run_input(cmds, timeout)
     labels = [f" job {i + 1}" for i in range(len(cmds))] if len(cmds) > 1 else [""]
     with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
         placed, log_dirs, before = _prepare(cmds, tmp, "job")
-        done = _run_all(placed, log_dirs, before, timeout, env, show, labels)
+        try:
+            done = _run_all(placed, log_dirs, before, timeout, env, show, labels)
+        except _PastDeadline as past:
+            raise _timeout_error(timeout, _runs_since(log_dirs, before), past.offsets) from None
         return [read_job(code, _new_runs(log_dir, old), [log_dir], err)
                 for (code, err), log_dir, old in zip(done, log_dirs, before)]
 
@@ -321,6 +383,7 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
     ``static=True`` gives node i ``--node-rank=node_order[i]`` (default i) instead. ``options``: more
     torchrun options for every node; ``node_options[i]``: for node i only. ``show``: print
     each node's command as it starts, and rank 0's lines as they come."""
+    timeout = _check_run_input([list(program)], timeout)
     counts = [nproc_per_node] * nnodes if isinstance(nproc_per_node, int) else list(nproc_per_node)
     if len(counts) != nnodes:
         raise ValueError(f"nproc_per_node has {len(counts)} counts for {nnodes} nodes; give one per node or one int")
@@ -332,8 +395,11 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
             for i, count in enumerate(counts)]
     with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
         placed, log_dirs, before = _prepare(cmds, tmp, "node")
-        done = _run_all(placed, log_dirs, before, timeout, env, show,
-                        [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)], stop_on_failure=True)
+        try:
+            done = _run_all(placed, log_dirs, before, timeout, env, show,
+                            [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)], stop_on_failure=True)
+        except _PastDeadline as past:
+            raise _timeout_error(timeout, _runs_since(log_dirs, before), past.offsets) from None
         # Each rank wrote its global rank (rank.json): the nodes' folders may come in any order.
         runs = _runs_since(log_dirs, before)
         return read_job(job_exit_code([code for code, _ in done]), runs, log_dirs, "\n".join(err for _, err in done))
@@ -358,6 +424,40 @@ def failure_summary(stderr: str) -> str:
     return text
 
 
+def watch_this_rank(timeout: float | None = None) -> None:
+    """In a rank under torchrun: write every thread's stack to stderr on STACK_DUMP_SIGNAL (as
+    :func:`run_torchrun` asks at its deadline). With ``timeout``, this rank's own deadline: then it
+    writes where it was to its stderr and a LaunchTimeout as its error (``TORCHELASTIC_ERROR_FILE``),
+    and ends with exit code 1; torchrun stops the other ranks with SIGTERM, on which each writes
+    where it was too. torchrun itself has no deadline for a job (its ranks may wait for ever)."""
+    if STACK_DUMP_SIGNAL is not None:
+        # A stderr without a file descriptor (captured by a test) cannot take the stacks.
+        with contextlib.suppress(ValueError, OSError):
+            faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+    if timeout is None:
+        return
+    if hasattr(signal, "SIGTERM"):
+        faulthandler.register(signal.SIGTERM, file=sys.stderr, all_threads=True, chain=True)
+    rank = int(os.environ["RANK"])
+
+    def expire() -> None:
+        print(f"[rank{rank}]: did not finish within its {timeout:g} s deadline (--timeout); it was here:",
+              file=sys.stderr, flush=True)
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        try:
+            raise LaunchTimeout(timeout, [rank])
+        except LaunchTimeout as exc:
+            rank_files.write_error(exc)
+        os._exit(1)
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    # If the worker holds the interpreter (C code that never lets go of the GIL), the timer cannot
+    # run; faulthandler's own thread still writes the stacks and ends the process.
+    faulthandler.dump_traceback_later(timeout + 10, exit=True, file=sys.stderr)
+
+
 def run_this_rank(target: str) -> None:
     """Under torchrun: write this rank's place to its ``rank.json``, import ``module:function``, call it
     with this rank's RANK and WORLD_SIZE, write what it returns to its ``result.json``, and print it
@@ -366,6 +466,7 @@ def run_this_rank(target: str) -> None:
     ``TORCHELASTIC_ERROR_FILE``. Imports no torch: ranks that run a function reading only the
     environment start and fail in a fraction of a second."""
     rank_files.write_rank()  # first: a rank that dies without a word is still read back as itself
+    watch_this_rank()
     fn = pkgutil.resolve_name(target)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:

@@ -61,12 +61,12 @@ def worker_params(fn: Callable, leading: int = 2) -> list[Param]:
         if p.kind not in kinds:
             continue
         scalar, optional, choices = _describe(hints.get(p.name, inspect.Parameter.empty), p.default)
-        rule = RULES.get(p.name) if _is_ddp_lib_worker(fn) else None
+        rule = RULES.get(p.name) if is_ddp_lib_worker(fn) else None
         found.append(Param(p.name, scalar, p.default, optional, choices, docs.get(p.name, ""), rule))
     return found
 
 
-def _is_ddp_lib_worker(fn: Callable) -> bool:
+def is_ddp_lib_worker(fn: Callable) -> bool:
     """Whether ``fn`` is one of ddp_lib's own workers, whose parameter names :data:`RULES` speaks for."""
     return (getattr(fn, "__module__", None) or "").startswith("ddp_lib.")
 
@@ -135,10 +135,11 @@ def summary(fn: Callable) -> str:
 
 # What a parameter of a given name must be in ddp_lib's own workers, declared once: (test, what is
 # accepted). A user's worker that happens to name a parameter ``epochs`` or ``lr`` is not bound by it.
-def _whole(least: int) -> tuple[Callable[[object], bool], str]:
+def _whole(least: int, most: int | None = None) -> tuple[Callable[[object], bool], str]:
     def test(value: object) -> bool:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
-    return test, f"a whole number, {least} or more"
+        return (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= least
+                and (most is None or value <= most))
+    return test, f"a whole number, {least} or more" + (f", at most {most}" if most is not None else "")
 
 
 def _positive_finite(value: object) -> bool:
@@ -154,11 +155,20 @@ _POSITIVE = (_positive_finite, "a finite number above 0")
 # (packages of their own); with exclude_tags=() it adds backends that fail on purpose, for torch's tests.
 COMPILE_BACKENDS = ("inductor", "aot_eager", "eager")
 
+# A count that sizes a tensor or a DataLoader's batch: torch takes at most a C int64 (larger is
+# "Overflow when unpacking long" in every rank), and a batch beyond 2**31 samples fits no memory here.
+_MOST_PER_BATCH = 2**31 - 1
+# Seeds reach torch.manual_seed as seed + rank, seed + epoch, seed * 1_000_003 + step (beyond_ddp):
+# numpy's range keeps every one of them within torch's 64 bits.
+_MOST_SEED = 2**32 - 1
+
 RULES: dict[str, tuple[Callable[[object], bool], str]] = {
     "epochs": _whole(1),
     "steps": _whole(1),
-    "batch_size": _whole(1),
-    "per_rank_batch": _whole(1),
+    "batch_size": _whole(1, _MOST_PER_BATCH),
+    "per_rank_batch": _whole(1, _MOST_PER_BATCH),
+    "seed": _whole(0, _MOST_SEED),
+    "keep_last": _whole(1),
     "grad_accum_steps": _whole(1),
     "numel": _whole(0),
     "nproc_per_node": _whole(1),
@@ -170,6 +180,11 @@ RULES: dict[str, tuple[Callable[[object], bool], str]] = {
     "bucket_cap_mb": _POSITIVE,
     "compile_backend": (COMPILE_BACKENDS.__contains__, f"one of {', '.join(map(repr, COMPILE_BACKENDS))}"),
 }
+
+
+# A parameter of ddp_lib's workers that, when true, needs another to be given (not None, not ""):
+# train(resume=True) reads its checkpoints from checkpoint_dir.
+NEEDS: dict[str, str] = {"resume": "checkpoint_dir"}
 
 
 def value_problem(param: Param, value: object) -> str | None:

@@ -201,3 +201,12 @@ def unseeded_draw(rank: int, world_size: int) -> float:
     import torch
 
     return torch.rand(1).item()
+
+
+def session_child_then_wait(rank, world_size, pid_dir):
+    """Start ``sleep`` in a session of its own, record its id and this rank's, and wait to be killed."""
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    with open(os.path.join(pid_dir, f"rank{rank}.child"), "w") as f:
+        f.write(str(child.pid))
+    record_pid(rank, pid_dir)
+    time.sleep(3600)

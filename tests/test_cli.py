@@ -2,8 +2,10 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from test_launch import communicate_or_show_stacks
@@ -199,31 +201,44 @@ def _processes_in_group(pgid: int) -> list[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts processes through /proc")
-def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
+def _stop_sleeping_ranks(pid_dir, send, tmpdir: str | None = None) -> tuple[subprocess.Popen, str, list[int]]:
+    """Run ``python -m ddp_lib run`` with two ranks that sleep, in a process group of its own (as a
+    terminal's foreground job), until both have started; then ``send(proc)``. Returns the command's
+    process, its stderr and its ranks' process ids; nothing is left running if it did not end."""
     import signal
     import time
 
     from ddp_lib.torchrun import clean_env
 
-    env = clean_env({"PYTHONPATH": pythonpath_with_tests()})
-    # Its own process group, as a terminal's foreground job: Ctrl-C sends SIGINT to all of it.
+    env = clean_env({"PYTHONPATH": pythonpath_with_tests(), **({"TMPDIR": tmpdir} if tmpdir else {})})
     argv = ["-X", "faulthandler", "-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--world-size", "2",
-            "--pid-dir", str(tmp_path)]
+            "--pid-dir", str(pid_dir)]
     proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
-        while len(list(tmp_path.glob("rank*.pid"))) < 2:
+        while len(list(pid_dir.glob("rank*.pid"))) < 2:
             assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
             time.sleep(0.1)
-        ranks = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
-        assert len(_processes_in_group(proc.pid)) >= 3  # the command, its ranks (and the forkserver)
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = communicate_or_show_stacks(proc, 60)
+        ranks = [int(p.read_text()) for p in pid_dir.glob("rank*.pid")]
+        send(proc)
+        _, err = communicate_or_show_stacks(proc, 60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    return proc, err, ranks
+
+
+def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
+    import signal
+    import time
+
+    def ctrl_c(proc: subprocess.Popen) -> None:
+        assert len(_processes_in_group(proc.pid)) >= 3  # the command, its ranks (and the forkserver)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C sends SIGINT to the whole foreground group
+
+    proc, err, ranks = _stop_sleeping_ranks(tmp_path, ctrl_c)
     assert proc.returncode == 130
     assert err == "ddp_lib: interrupted; every rank was stopped\n"
     deadline = time.monotonic() + 10
@@ -231,3 +246,26 @@ def test_ctrl_c_stops_every_rank_and_exits_130_in_one_line(tmp_path):
         time.sleep(0.1)
     assert _processes_in_group(proc.pid) == []
     assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_stops_every_rank_in_one_line_and_leaves_no_temporary_folder(sig, tmp_path):
+    import signal
+
+    # A short TMPDIR of its own: the forkserver's socket lives there, and a Unix socket's path may
+    # not exceed about 100 bytes (pytest's own temporary paths grow with its run counter).
+    tmp = tempfile.mkdtemp(prefix="ddp-t-")
+    try:
+        proc, err, ranks = _stop_sleeping_ranks(tmp_path, lambda proc: proc.send_signal(getattr(signal, sig)), tmp)
+        assert proc.returncode == 128 + getattr(signal, sig)
+        assert err == f"ddp_lib: stopped by {sig}; every rank was stopped\n"
+        assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
+        assert launch_folders(tmp) == []  # neither multiprocessing's pymp-* nor the launcher's own
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def launch_folders(tmp) -> list[str]:
+    """The folders a launch makes in the temporary directory ``tmp`` (multiprocessing's ``pymp-*``,
+    the launcher's ``ddp_lib-*``): not torch's caches (``torchinductor_*``)."""
+    return sorted(name for name in os.listdir(tmp) if name.startswith(("pymp-", "ddp_lib-")))

@@ -99,10 +99,11 @@ def test_worker_values_declared_wrong_for_their_name_are_refused():
     from ddp_lib.workers.train import train
 
     assert refused("batch_size must be", train, 2, kwargs=dict(batch_size=0)) == \
-        "batch_size must be a whole number, 1 or more, got 0"
+        "batch_size must be a whole number, 1 or more, at most 2147483647, got 0"
     refused(r"epochs must be a whole number, 1 or more, got 0", train, 2, args=(0,))  # by position too
     refused(r"lr must be a finite number above 0, got nan", train, 2, kwargs=dict(lr=float("nan")))
-    refused(r"batch_size must be a whole number, 1 or more, got 16.0", train, 2, kwargs=dict(batch_size=16.0))
+    refused(r"batch_size must be a whole number, 1 or more, at most 2147483647, got 16.0", train, 2,
+            kwargs=dict(batch_size=16.0))
 
 
 def test_a_choice_outside_the_workers_literal_is_refused():

@@ -54,3 +54,41 @@ def test_a_killed_forkserver_does_not_defeat_the_deadline(tmp_path):
     while any(os.path.exists(f"/proc/{pid}") for pid in ranks) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in ranks if os.path.exists(f"/proc/{pid}")]
+
+
+def test_a_forkserver_killed_while_the_ranks_start_is_one_line_and_stops_the_started_ranks(tmp_path, monkeypatch):
+    import signal
+    from multiprocessing import forkserver, popen_forkserver
+
+    from ddp_lib.errors import LaunchStartError
+
+    launch_rank = popen_forkserver.Popen._launch
+    launched = []
+
+    def kill_the_forkserver_before_rank_1(self, process_obj):
+        if len(launched) != 1:
+            launched.append(process_obj)
+            return launch_rank(self, process_obj)
+        # Rank 0 has started. The forkserver dies (as an out-of-memory kill would end it) just after
+        # multiprocessing checked that it runs, before it connects to start rank 1: the race, held open.
+        launched.append(process_obj)
+        server = forkserver._forkserver
+        os.kill(server._forkserver_pid, signal.SIGKILL)
+        os.waitid(os.P_PID, server._forkserver_pid, os.WEXITED | os.WNOWAIT)  # dead, left for multiprocessing to reap
+        with monkeypatch.context() as checked:
+            checked.setattr(server, "ensure_running", lambda: None)
+            return launch_rank(self, process_obj)
+
+    monkeypatch.setattr(popen_forkserver.Popen, "_launch", kill_the_forkserver_before_rank_1)
+    with pytest.raises(LaunchStartError) as caught:
+        spawn(launcher_workers.hang_all, 2, kwargs=dict(pid_dir=str(tmp_path)), show_output=False, timeout=60)
+    assert str(caught.value) == ("the forkserver (the process that starts each rank) ended while rank 1 was starting "
+                                 "(ConnectionRefusedError); the ranks started were stopped, and the next launch "
+                                 "starts a new forkserver")
+    monkeypatch.undo()
+    assert [p for p in _pids(tmp_path) if os.path.exists(f"/proc/{p}")] == []
+    assert spawn(launcher_workers.talk, 1, show_output=False) == [0]  # a new forkserver
+
+
+def _pids(folder) -> list[int]:
+    return [int(p.read_text()) for p in folder.glob("rank*.pid")]

@@ -155,14 +155,16 @@ def _kill_a_caller_in(tmp: Path, pid_dir: Path) -> None:
     while len(recorded_pids(pid_dir)) < 2:
         assert time.monotonic() < end and proc.poll() is None
         time.sleep(0.05)
-    assert [p.name for p in tmp.iterdir() if p.name.startswith("ddp_lib-")] != []
+    # The launch's output folder, and multiprocessing's (the forkserver's socket): "pymp-*" before.
+    made = ("ddp_lib-", "pymp-")
+    assert len([p.name for p in tmp.iterdir() if p.name.startswith(made)]) == 2
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert wait_until_gone(recorded_pids(pid_dir)) == []
     end = time.monotonic() + 10
-    while any(p.name.startswith("ddp_lib-") for p in tmp.iterdir()) and time.monotonic() < end:
+    while any(p.name.startswith(made) for p in tmp.iterdir()) and time.monotonic() < end:
         time.sleep(0.05)
-    assert [p.name for p in tmp.iterdir() if p.name.startswith("ddp_lib-")] == []
+    assert [p.name for p in tmp.iterdir() if p.name.startswith(made)] == []
 
 
 def test_a_result_that_cannot_be_unpickled_or_a_message_that_cannot_be_made_names_the_rank():
@@ -243,3 +245,29 @@ def test_a_bar_on_stderr_stays_one_line_below_the_lines_printed_on_stdout(tmp_pa
     else:  # each stream in its own output area: the bar's redraws go to stderr untouched by stdout's lines
         assert err.text == "[rank 0] train 1/3\r[rank 0] train 2/3\r[rank 0] train 3/3\n"
         assert out.text == "[rank 0] epoch 1\n[rank 0] epoch 2\n"
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSEGV"])
+def test_a_rank_killed_from_outside_leaves_no_process_it_started_in_a_session_of_its_own(sig, pid_dir):
+    import threading
+
+    raised = []
+
+    def run() -> None:
+        try:
+            spawn(launcher_workers.session_child_then_wait, 2, args=(str(pid_dir),), show_output=False, timeout=60)
+        except Exception as exc:
+            raised.append(exc)
+
+    launching = threading.Thread(target=run)
+    launching.start()
+    end = time.monotonic() + 60
+    while len(recorded_pids(pid_dir)) < 2 or len(list(pid_dir.glob("*.child"))) < 2:
+        assert time.monotonic() < end and launching.is_alive()
+        time.sleep(0.05)
+    children = [int(p.read_text()) for p in pid_dir.glob("*.child")]
+    time.sleep(0.5)  # a few of the launcher's polls
+    os.kill(int((pid_dir / "rank1.pid").read_text()), getattr(signal, sig))  # an OOM kill, a crash in C++
+    launching.join(60)
+    assert [str(e) for e in raised] == [f"rank 1 was killed by {sig} before returning a result"]
+    assert wait_until_gone(children) == []

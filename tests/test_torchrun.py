@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import pythonpath_with_tests
+from ddp_lib.errors import LaunchInputError, LaunchTimeout
 from ddp_lib.launch import spawn
 from ddp_lib.rank_files import AGENT_ERROR_FILE, NO_FILES, UNKNOWN, agent_error, read_run, runs_in
 from ddp_lib.torchrun import job_exit_code, read_job, run_nodes, run_torchrun, torchrun_command, with_log_dir
@@ -124,11 +126,37 @@ def _processes_running(marker: str) -> int:
 def test_no_rank_outlives_a_job_stopped_at_its_deadline(tmp_path):
     name = f"sleeping_{uuid.uuid4().hex[:8]}"  # only this test's ranks have it in their command line
     (tmp_path / f"{name}.py").write_text(SLEEPING)
-    with pytest.raises(subprocess.TimeoutExpired):
+    with pytest.raises(LaunchTimeout) as caught:
         run_torchrun(torchrun_command(["-m", "ddp_lib.torchrun", f"{name}:work"], nproc_per_node=2),
-                     env={"PYTHONPATH": str(tmp_path)}, timeout=7)
+                     env={"PYTHONPATH": str(tmp_path)}, timeout=12)
     assert sorted(p.name for p in tmp_path.glob("started*")) == ["started0", "started1"]  # they did run
     assert _processes_running(f"{name}:work") == 0
+    # Where each rank was, as the launcher's own timeout says it.
+    assert str(caught.value) == "the job did not finish within its 12 s deadline; ranks 0, 1 still running were stopped"
+    for rank in (0, 1):
+        assert f"{name}.py\", line 8 in work" in caught.value.stacks[rank], caught.value.stacks
+
+
+@pytest.mark.parametrize("cmd, timeout, message", [
+    ("torchrun --nproc-per-node 2 -m ddp_lib run hello", 60, "a command must be a list of strings"),
+    (["torchrun", 2], 60, "a command must be a list of strings"),
+    (["python", "-m", "torch.distributed.run", "x.py"], -1, "timeout must be a number of seconds above 0"),
+    (["python", "-m", "torch.distributed.run", "x.py"], float("nan"), "timeout must be a number of seconds above 0"),
+])
+def test_run_torchrun_refuses_bad_input_in_one_line_before_starting(cmd, timeout, message):
+    with pytest.raises(LaunchInputError, match=f"^{message}") as caught:
+        run_torchrun(cmd, timeout=timeout)
+    assert "\n" not in str(caught.value)
+
+
+def test_timeout_under_torchrun_ends_a_hung_rank_and_says_where_each_rank_was():
+    cmd = torchrun_command(["-m", "ddp_lib", "run", "cli_workers:sleep_forever", "--timeout", "3"])
+    job = run_torchrun(cmd, env={"PYTHONPATH": pythonpath_with_tests()}, timeout=60)
+    assert job.returncode != 0
+    assert "raised LaunchTimeout: the job did not finish within its 3 s deadline" in str(job.error)
+    # The rank that reached its deadline first wrote its stack; torchrun's SIGTERM made the other write its own.
+    for rank in (0, 1):
+        assert "in sleep_forever" in job.error.outputs[rank][1], job.error.outputs
 
 
 def _rank_folder(root: Path, local_rank: int, attempt: int = 0, run: str = "job_x1", *, result=None, error: str = "",
@@ -423,6 +451,18 @@ def test_a_rank_folders_failure_reads_as_the_launchers_does(tmp_path):
     (tmp_path / "0" / "stdout.log").write_bytes(b"epoch 1\r epoch 2\r epoch 3\ndone\n")
     from ddp_lib.rank_files import _read
     assert _read(tmp_path / "0" / "stdout.log") == " epoch 3\ndone\n"
+
+
+def test_a_rank_folders_failure_keeps_every_line_of_the_workers_message(tmp_path):
+    # Kept in TorchrunJob.error, never raised: no traceback shows the lines after the first.
+    from ddp_lib.rank_files import RankFiles, failure
+
+    message = "RuntimeError: Error(s) in loading state_dict for MoonsNet:\n\tMissing key(s): \"fc1.weight\""
+    bad = RankFiles(0, tmp_path, finished=False, traceback="Traceback ...", error=message)
+    error = failure([bad, RankFiles(1, tmp_path, finished=True, result=1)])
+    assert str(error) == ("rank 0 raised RuntimeError: Error(s) in loading state_dict for MoonsNet:\n"
+                          "\tMissing key(s): \"fc1.weight\"")
+    assert error.failures == {0: "RuntimeError: Error(s) in loading state_dict for MoonsNet:"}  # one line each
 
 
 def test_a_result_that_is_not_finite_is_written_as_valid_json():

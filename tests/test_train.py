@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import screen
-from ddp_lib.errors import WorkerError
+from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import launch, spawn
 from ddp_lib.workers.train import (
     latest_checkpoint,
@@ -157,8 +157,10 @@ def test_resume_with_no_checkpoint_says_so_in_one_line(tmp_path):
                  show_output=False)
     assert res.stdout[0].splitlines()[0] == "no checkpoint to resume from yet: starting at epoch 1"
     assert [r["start_epoch"] for r in res.results] == [0, 0]
-    with pytest.raises(WorkerError, match="resume=True needs a checkpoint_dir"):
+    with pytest.raises(LaunchInputError, match=r"^resume=True needs checkpoint_dir, got None$"):  # before starting
         spawn(train, 1, kwargs=dict(epochs=1, resume=True), show_output=False)
+    with pytest.raises(ValueError, match="resume=True needs a checkpoint_dir"):  # the worker's own check, copied out
+        train(0, 1, epochs=1, resume=True)
 
 
 def test_sync_batch_norm_restores_the_equivalence_that_batch_norm_breaks():
@@ -229,3 +231,24 @@ def test_resuming_another_models_checkpoint_names_the_file_and_the_mismatched_ke
     # The summary is the first line; the worker's whole message (the keys) is in its traceback.
     detail = str(caught.value.__cause__)
     assert "Error(s) in loading state_dict for MoonsNet" in detail and "Missing key(s)" in detail
+
+
+def test_a_resume_error_names_the_file_loaded_not_the_one_its_epoch_names(tmp_path):
+    ckpt = str(tmp_path)
+    spawn(train, 1, kwargs={"epochs": 1, "checkpoint_dir": ckpt}, show_output=False)
+    os.rename(os.path.join(ckpt, "epoch_001.pt"), os.path.join(ckpt, "epoch_050.pt"))  # its "epoch" still says 1
+    with pytest.raises(WorkerError) as caught:
+        spawn(train, 1, kwargs={"epochs": 60, "checkpoint_dir": ckpt, "resume": True, "norm": "batch"},
+              show_output=False)
+    assert str(caught.value).startswith(f"rank 0 raised RuntimeError: {os.path.join(ckpt, 'epoch_050.pt')}: "
+                                        "Error(s) in loading state_dict for MoonsNet")
+
+
+def test_a_checkpoint_whose_epoch_is_no_whole_number_is_named(tmp_path):
+    path = os.path.join(str(tmp_path), "epoch_002.pt")
+    spawn(train, 1, kwargs={"epochs": 1, "checkpoint_dir": str(tmp_path)}, show_output=False)
+    state = load_checkpoint(os.path.join(str(tmp_path), "epoch_001.pt"))
+    torch.save({**state, "epoch": "two"}, path)
+    with pytest.raises(WorkerError, match=re.escape(f"checkpoint {path} holds epoch 'two', not a whole number")):
+        spawn(train, 1, kwargs={"epochs": 3, "checkpoint_dir": str(tmp_path), "resume": True, "norm": "batch"},
+              show_output=False)

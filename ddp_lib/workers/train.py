@@ -12,6 +12,7 @@ tqdm for the bar), so the three can be copied into a project and run there.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -92,6 +93,9 @@ _TMP_PREFIX, _TMP_SUFFIX = ".epoch_", ".tmp"
 _TMP_NAME = re.compile(r"^\.epoch_(?:(\d+)_)?.*\.tmp$")  # with the saving process's id (older names: none)
 
 
+_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
+
+
 def checkpoint_path(directory: str, epoch: int) -> str:
     """The file name of the checkpoint taken after ``epoch`` completed epochs."""
     return os.path.join(directory, f"epoch_{epoch:03d}.pt")
@@ -116,9 +120,13 @@ def save_checkpoint(directory: str, epoch: int, state: dict, keep_last: int | No
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.remove(tmp)
+        # torch's writer reports a failed write as "unexpected pos"; the OSError it hit says why.
+        full = next((x for x in (e, e.__context__) if isinstance(x, OSError) and x.errno in _NO_ROOM), None)
+        if full is not None:
+            raise OSError(full.errno, f"{full.strerror}: checkpoint {path} could not be written") from e
         raise
     names = list_checkpoints(directory)
     later = [name for name in names if _epoch_of(name) > epoch]
@@ -203,9 +211,11 @@ def load_checkpoint(path: str, map_location: torch.device | str = "cpu") -> dict
         raise RuntimeError(f"checkpoint {path} is truncated or unreadable: {reason}") from e
 
 
-def load_latest_checkpoint(directory: str | None, map_location: torch.device | str = "cpu") -> dict | None:
-    """The newest checkpoint in ``directory`` that loads, or None if there is none. An unreadable
-    newer one is skipped with a warning naming it; if none loads, RuntimeError names them all."""
+def load_latest_checkpoint(directory: str | None,
+                           map_location: torch.device | str = "cpu") -> tuple[str, dict] | None:
+    """The newest checkpoint in ``directory`` that loads, as (its path, its state), or None if there
+    is none. An unreadable newer one is skipped with a warning naming it; if none loads, RuntimeError
+    names them all. One whose ``epoch`` is no whole number raises RuntimeError naming it."""
     names = list_checkpoints(directory)
     skipped = []
     for name in reversed(names):
@@ -216,7 +226,11 @@ def load_latest_checkpoint(directory: str | None, map_location: torch.device | s
             skipped.append(path)
             warnings.warn(f"skipped {e}", stacklevel=2)
             continue
-        return state
+        epoch = state.get("epoch") if isinstance(state, dict) else None
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
+            raise RuntimeError(f"checkpoint {path} holds epoch {epoch!r}, not a whole number of epochs: "
+                               "not a checkpoint save_checkpoint wrote")
+        return path, state
     if skipped:
         raise RuntimeError(f"no checkpoint in {directory} loads; unreadable: {', '.join(skipped)}")
     return None
@@ -289,16 +303,17 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
         start_epoch, losses = 0, []
         if resume:
             # map_location: tensors saved from rank 0's device land on this rank's device.
-            state = load_latest_checkpoint(checkpoint_dir, map_location=device)
-            if state is None:
+            found = load_latest_checkpoint(checkpoint_dir, map_location=device)
+            if found is None:
                 # Expected on the first attempt of a job torchrun may restart; said, not silent.
                 if rank == 0:
                     print("no checkpoint to resume from yet: starting at epoch 1", flush=True)
             else:
+                path, state = found
                 try:
                     model.load_state_dict(state["model"])  # before DDP, which then broadcasts rank 0's copy
                 except RuntimeError as e:  # another model's checkpoint: say which file
-                    raise RuntimeError(f"{checkpoint_path(checkpoint_dir, state['epoch'])}: {e}") from None
+                    raise RuntimeError(f"{path}: {e}") from None
                 optimizer.load_state_dict(state["optimizer"])
                 start_epoch, losses = state["epoch"], list(state["losses"])
                 if rank == 0:

@@ -1,0 +1,72 @@
+"""A write that finds no room: the launcher's own output capture is named as such, and a checkpoint
+that cannot be written names its path. The room runs out for real: the kernel's file size limit
+(RLIMIT_FSIZE, with SIGXFSZ ignored, so a write fails with EFBIG as a full disk fails with ENOSPC),
+set in a fresh interpreter whose forkserver, and so whose ranks, inherit it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import pythonpath_with_tests
+
+LIMITED = """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
+"""
+
+
+def _run_limited(code: str, tmp_path) -> subprocess.CompletedProcess:
+    script = tmp_path / "limited.py"
+    script.write_text(LIMITED + textwrap.dedent(code))
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": pythonpath_with_tests(), "TMPDIR": str(tmp_path)})
+
+
+@pytest.fixture
+def short_tmp():
+    """A short TMPDIR: the forkserver's socket lives there, and a Unix socket's path may not exceed
+    about 100 bytes (pytest's own temporary paths grow with its run counter)."""
+    folder = Path(tempfile.mkdtemp(prefix="ddp-r-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_rank_whose_output_capture_finds_no_room_names_the_launchers_file(short_tmp):
+    tmp_path = short_tmp
+    out = _run_limited("""
+        from ddp_lib.errors import WorkerError
+        from ddp_lib.launch import spawn
+        from launcher_workers import talk
+        if __name__ == "__main__":
+            try:
+                spawn(talk, 1, kwargs={"lines": 10_000}, show_output=False)  # 200 kB of lines
+            except WorkerError as e:
+                print(e)
+    """, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith(f"rank 0 raised OSError: [Errno 27] File too large: writing to {tmp_path}/"), \
+        out.stdout
+    assert "rank0.out, the file where ddp_lib's launcher captures this rank's output" in out.stdout
+
+
+def test_a_checkpoint_that_finds_no_room_names_its_path(tmp_path):
+    out = _run_limited(f"""
+        import torch
+        from ddp_lib.workers.train import save_checkpoint
+        try:
+            save_checkpoint({str(tmp_path / "ckpt")!r}, 1, {{"w": torch.ones(100_000)}})  # 400 kB
+        except OSError as e:
+            print(e)
+    """, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout == f"[Errno 27] File too large: checkpoint {tmp_path}/ckpt/epoch_001.pt could not be written\n"
+    assert not list((tmp_path / "ckpt").iterdir())  # no temporary file left
