@@ -181,18 +181,18 @@ def stopped_at(stack: str) -> Stopped:
     outside_worker = not in_worker and bool(frames) and not re.search(r"^\s*\.\.\.\s*$", text, re.M)
     if not frames:
         return Stopped()
-    own = [(p, n) for p, n, _ in worker if not _installed(p)]
+    own = [(p, n) for p, n, _ in worker if not installed(p)]
     # The learner's own line rather than this package's helpers, when there is one.
     own = [f for f in own if not _in_package(f[0])] or own
     path, _, function = frames[0]
-    call = f"{function} ({_short_path(path)})" if _installed(path) or not worker else ""
+    call = f"{function} ({short_path(path)})" if installed(path) or not worker else ""
     communicating = any(area in p.replace("\\", "/") for p, _, _ in (worker or frames) for area in _COMMUNICATING
-                        if _installed(p))
+                        if installed(p))
     line = f"{os.path.basename(own[0][0])} line {own[0][1]}" if own else ""
     return Stopped(call, line, communicating, outside_worker)
 
 
-def _installed(path: str) -> bool:
+def installed(path: str) -> bool:
     """Whether ``path`` is a file of the standard library (frozen modules too) or of an installed
     package (site-packages, dist-packages, the user's site)."""
     if path.startswith("<"):
@@ -210,7 +210,7 @@ def _in_package(path: str) -> bool:
     return os.path.abspath(path).startswith(_PACKAGE_DIR + os.sep)
 
 
-def _short_path(path: str) -> str:
+def short_path(path: str) -> str:
     """An installed package's file from its package down (``torch/distributed/...``), else its name."""
     parts = path.replace("\\", "/").split("/")
     for marker in ("site-packages", "dist-packages"):
@@ -241,7 +241,7 @@ def own_line(worker_traceback: str) -> str:
     """The innermost line of one's own code in a Python traceback (not the standard library's, an
     installed package's, or this package's), as ``"file.py line 7: code"``; "" when there is none."""
     frames = [(path, line, code.strip()) for path, line, code in _TRACEBACK_FRAME.findall(worker_traceback)
-              if not _installed(path) and not _in_package(path)]
+              if not installed(path) and not _in_package(path)]
     if not frames:
         return ""
     path, line, code = frames[-1]
