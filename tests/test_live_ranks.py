@@ -262,6 +262,24 @@ def test_refusals_are_one_line(ranks):
         ranks.stop()
 
 
+def test_only_the_cells_a_message_may_quote_are_kept(ranks):
+    ranks.start(1)
+    ranks.run("def f():\n    return 1")
+    ranks.run("x = f()")
+    ranks.run("g = lambda: 2")
+    assert sorted(ranks._sources) == ["cell 1", "cell 3"], "a cell that defines nothing is not kept"
+
+
+def test_a_start_that_fails_keeps_the_timeout_it_had():
+    from ddp_lib import _live_magic
+    from ddp_lib.live import ranks as notebook_ranks
+
+    before = notebook_ranks.timeout
+    with pytest.raises(LaunchInputError):
+        _live_magic._line("1000 --timeout 5")
+    assert notebook_ranks.timeout == before and not notebook_ranks.running
+
+
 # The magics, in a real kernel.
 
 CLASSIC = '''import os
