@@ -160,6 +160,7 @@ class Stopped:
     line: str = ""  # the innermost line of one's own code: "my_worker.py line 7"
     communicating: bool = False  # inside torch.distributed, DDP or autograd (whose backward runs DDP's all-reduce)
     outside_worker: bool = False  # not in its worker (before it started, or after it returned; a whole stack)
+    outer: str = ""  # the outermost line of one's own code, when it is not ``line``: the call that led there
 
 
 # Where torch waits for other ranks: a collective, DDP's own calls, a backward that runs DDP's hooks.
@@ -189,7 +190,8 @@ def stopped_at(stack: str) -> Stopped:
     communicating = any(area in p.replace("\\", "/") for p, _, _ in (worker or frames) for area in _COMMUNICATING
                         if installed(p))
     line = f"{os.path.basename(own[0][0])} line {own[0][1]}" if own else ""
-    return Stopped(call, line, communicating, outside_worker)
+    outer = f"{os.path.basename(own[-1][0])} line {own[-1][1]}" if len(own) > 1 else ""
+    return Stopped(call, line, communicating, outside_worker, "" if outer == line else outer)
 
 
 def installed(path: str) -> bool:

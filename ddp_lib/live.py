@@ -51,7 +51,10 @@ from ddp_lib._output import (
 from ddp_lib._processes import stop_to_the_end
 from ddp_lib.errors import WorkerError, first_line, stopped_at
 
-CELL_TIMEOUT_S = 60.0  # a cell still running after this is stopped, with where each rank was
+# A cell still running after this is stopped, with where each rank was. Below the 60 s that ranks
+# started with --init give a collective (ddp_lib.process_group.COLLECTIVE_TIMEOUT): a cell stuck in
+# one of their collectives always ends at its own deadline first, never at gloo's timeout.
+CELL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 120.0  # a kernel's first start waits for the forkserver to import torch
 INTERRUPT_GRACE_S = 2.0  # for the ranks to leave a cell after the stop button
 
@@ -419,16 +422,21 @@ class LiveRanks:
 
     def _where(self, stack: str) -> str:
         """The learner's line a rank was at, from its stack: "cell 5 line 2: dist.all_reduce(t), in
-        all_reduce (torch/distributed/distributed_c10d.py)"."""
+        all_reduce (torch/distributed/distributed_c10d.py)", then, when that line is in a function an
+        earlier cell defined, the running cell's line that called it ("; called from cell 6 line 1: wait()")."""
         place = stopped_at(stack) if stack else None
         if place is None or not (place.line or place.call):
             return "an unknown place (no stack was written)"
-        line = place.line
+        where = ", in ".join(part for part in (self._quoted(place.line), place.call) if part)
+        return f"{where}; called from {self._quoted(place.outer)}" if place.outer else where
+
+    def _quoted(self, line: str) -> str:
+        """"cell 5 line 2" with that line's code, when the cell is kept."""
         cell, _, number = line.rpartition(" line ")
         lines = self._sources.get(cell, [])
         if number.isdigit() and 0 < int(number) <= len(lines) and lines[int(number) - 1].strip():
-            line += f": {lines[int(number) - 1].strip()}"
-        return ", in ".join(part for part in (line, place.call) if part)
+            return f"{line}: {lines[int(number) - 1].strip()}"
+        return line
 
 
 ranks = LiveRanks()  # the ranks a notebook's %ranks and %%ranks drive (one set per kernel)

@@ -115,6 +115,24 @@ def test_a_cell_that_waits_forever_ends_at_its_deadline_saying_where_each_rank_w
     assert wait_until_gone(pids) == []
 
 
+def test_a_hang_inside_a_function_of_an_earlier_cell_names_the_line_that_called_it(ranks):
+    ranks.start(2, init=True)
+    ranks.run("import torch, torch.distributed as dist\ndef wait():\n    dist.all_reduce(torch.ones(1))")
+    ranks.run("x = 1")
+    with pytest.raises(RanksTimeout) as caught:
+        ranks.run("y = 2\nif rank == 0:\n    wait()", timeout=2)
+    where = caught.value.where[0]
+    assert where.startswith("cell 1 line 3: dist.all_reduce(torch.ones(1)), in all_reduce (torch/distributed/")
+    assert where.endswith("; called from cell 3 line 3: wait()")
+
+
+def test_the_default_deadline_comes_before_the_groups_timeout():
+    from ddp_lib.live import CELL_TIMEOUT_S
+    from ddp_lib.process_group import COLLECTIVE_TIMEOUT
+
+    assert CELL_TIMEOUT_S < COLLECTIVE_TIMEOUT.total_seconds()
+
+
 def test_a_rank_that_fails_while_its_peers_wait_for_it_ends_the_cell_soon(ranks):
     ranks.start(2, init=True)
     started = time.monotonic()
