@@ -95,8 +95,8 @@ def _unsendable(value: object, exc: Exception) -> str:
     except Exception:
         why = type(exc).__qualname__
     if "__rank__" in why:  # a list or dict holding such a value
-        return (f"cannot send the value back: it holds a type defined in a %%ranks cell, which the notebook "
-                f"cannot import ({why}); bring back plain data (numbers, lists, tensors)")
+        return (f"cannot send the value back: it is or holds a function or class defined on the ranks, which the "
+                f"notebook cannot import ({why}); bring back plain data (numbers, lists, tensors)")
     return f"cannot send the value back: {why}"
 
 
