@@ -188,15 +188,8 @@ class Job:
                 if stop_at_failure:
                     self.running = sorted(self.conns)
                 return
-            # A rank is watched through its result pipe and its process sentinel until heard from.
-            watched = {}
-            for rank, conn in self.conns.items():
-                watched[conn] = rank
-                if rank not in self.sentinel_lost:
-                    watched[self.procs[rank].sentinel] = rank
             pause = [t for t in (remaining, OUTPUT_POLL_S if self.live else None, BELOW_POLL_S) if t is not None]
-            for ready in wait(list(watched), min(pause)):
-                rank = watched[ready]
+            for rank in self.wait_any(self.conns, min(pause) if pause else None):
                 if rank in self.conns:
                     self._receive(rank)
             self._note_below()
@@ -226,6 +219,31 @@ class Job:
                     self.below[pid] = process
                 else:
                     process.close()
+
+    def wait_any(self, conns: dict, timeout: float | None) -> list[int]:
+        """Wait up to ``timeout`` for one of ``conns`` (``{rank: connection}``) to be readable or its
+        rank's process to end; the ranks to look at (each then read, or :meth:`ended` asked). A rank
+        is watched through its pipe and, unless it was lost (``sentinel_lost``), its process sentinel."""
+        watched = {}
+        for rank, conn in conns.items():
+            watched[conn] = rank
+            if rank not in self.sentinel_lost:
+                watched[self.procs[rank].sentinel] = rank
+        return sorted({watched[ready] for ready in wait(list(watched), timeout)})
+
+    def ended(self, rank: int) -> bool:
+        """Whether ``rank``'s process has ended (its exit code is then in ``exit_codes``). A sentinel
+        that reports an end while the rank still runs is not believed: its forkserver died, and the
+        rank goes into ``sentinel_lost``."""
+        proc = self.procs[rank]
+        if proc.is_alive():
+            return False
+        if self.own[rank].alive():
+            self.sentinel_lost.add(rank)
+            return False
+        proc.join(1)
+        self.exit_codes[rank] = proc.exitcode
+        return True
 
     def dump_stacks(self, ranks: list[int]) -> None:
         """Ask ``ranks`` (still running) to write their Python stacks (faulthandler) into
@@ -259,12 +277,9 @@ class Job:
         proc = self.procs[rank]
         try:
             if not conn.poll():
-                if proc.is_alive():
-                    return
-                # A process that has ended has closed its end of the pipe (EOF is readable), so
-                # the sentinel is wrong about it: its forkserver died. Never block on the pipe.
-                if self.own[rank].alive():
-                    self.sentinel_lost.add(rank)
+                # A process that has ended has closed its end of the pipe (EOF is readable). Never
+                # block on the pipe.
+                if not self.ended(rank):
                     return
                 raise EOFError
             blob = conn.recv_bytes()
@@ -387,13 +402,20 @@ def signal_name(number: int) -> str:
         return f"<Unknown signal {number}>"
 
 
+def exit_text(exitcode: int | None) -> str:
+    """How a process ended: "exited with code 3", "was killed by SIGKILL"."""
+    if exitcode is not None and exitcode < 0:
+        return f"was killed by {signal_name(-exitcode)}"
+    return f"exited with code {exitcode}"
+
+
 def _describe_exit(exitcode: int | None, started: bool = True) -> str:
     if exitcode is not None and exitcode < 0:
-        return f"was killed by {signal_name(-exitcode)} before returning a result"
+        return f"{exit_text(exitcode)} before returning a result"
     if not started:
         # Under spawn and forkserver a child imports the main script first: a script that
         # launches at import makes each child try to launch too, which multiprocessing refuses.
         return (f"exited with code {exitcode} while starting, before the worker ran (its error went to this "
                 "process's stderr); if a script launches the ranks, put the launch under "
                 '`if __name__ == "__main__":`, since each rank imports the main script')
-    return f"exited with code {exitcode} before returning a result"
+    return f"{exit_text(exitcode)} before returning a result"

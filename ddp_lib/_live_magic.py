@@ -72,9 +72,14 @@ def _line(line: str) -> None:
     if len(words) != 1 or not words[0].isdigit():
         raise RanksError(f"expected a number of ranks or 'stop', got {line.strip()!r}: use {USAGE}")
     timeout = _seconds(options.get("--timeout"))
+    before = _ranks.timeout
     if timeout is not None:
-        _ranks.timeout = timeout
-    _ranks.start(int(words[0]), init=bool(options.get("--init")), backend=options.get("--backend"))
+        _ranks.timeout = timeout  # the --init cell gets it too
+    try:
+        _ranks.start(int(words[0]), init=bool(options.get("--init")), backend=options.get("--backend"))
+    except BaseException:
+        _ranks.timeout = before  # a start that failed changes nothing
+        raise
     if options.get("--init"):
         print(f"started {_ranks.world_size} ranks, each in the process group: rank, world_size and device "
               "are defined on each")

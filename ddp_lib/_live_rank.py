@@ -1,11 +1,14 @@
 """What each live rank runs (:mod:`ddp_lib.live`): a loop that takes cells from the notebook's
 kernel, runs them in a namespace kept between cells, and answers with the last expression's value
-as text, a value asked for, or the error and the learner's line that raised it.
+as text, a value asked for, or the error and the learner's line that raised it. Each command comes
+with a number and its answer carries it back, so that an answer can never be taken for another's.
 
 It is a worker like any other, started by the launcher's :func:`ddp_lib._child.run_rank`: its
 output goes to the rank's files, its watchdog ends it when the kernel dies, and its stack can be
 dumped at a deadline. Messages are pickled with :mod:`pickle`, not sent as objects: a tensor sent
-through multiprocessing's pickler would travel as shared memory.
+through multiprocessing's pickler would travel as shared memory. A value asked for is pickled on its
+own, inside the answer: the kernel reads the answer (its number) even when the value cannot be
+unpickled there.
 """
 
 from __future__ import annotations
@@ -20,18 +23,18 @@ import traceback
 
 import torch
 
-from ddp_lib.errors import _installed, _short_path
+from ddp_lib.errors import installed, short_path
 
 
 def serve(rank: int, world_size: int, *, commands) -> None:
     """Run cells sent through ``commands`` until the kernel says "exit" or goes away."""
     namespace = {"__name__": "__rank__", "__builtins__": __builtins__, "rank": rank, "world_size": world_size}
     cell_files: set[str] = set()
-    commands.send_bytes(pickle.dumps(("ready",)))
+    commands.send_bytes(pickle.dumps((0, "ready")))
     while True:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # only a running cell takes the stop button
         try:
-            kind, *details = pickle.loads(commands.recv_bytes())
+            number, kind, *details = pickle.loads(commands.recv_bytes())
         except (EOFError, OSError):
             return  # the kernel has gone
         if kind == "exit":
@@ -39,11 +42,7 @@ def serve(rank: int, world_size: int, *, commands) -> None:
         reply = _run_cell(*details, namespace, cell_files) if kind == "cell" else _get(*details, namespace, cell_files)
         sys.stdout.flush()
         sys.stderr.flush()
-        try:
-            blob = pickle.dumps(reply)
-        except Exception as exc:
-            blob = pickle.dumps(("error", type(exc).__qualname__, f"cannot send the value back: {exc}", "", ""))
-        commands.send_bytes(blob)
+        commands.send_bytes(pickle.dumps((number, *reply)))
 
 
 def _run_cell(source: str, filename: str, namespace: dict, cell_files: set[str]) -> tuple:
@@ -62,22 +61,43 @@ def _run_cell(source: str, filename: str, namespace: dict, cell_files: set[str])
         try:
             exec(body, namespace)
             value = eval(shown, namespace) if shown is not None else None
+            text = None if value is None else repr(value)  # a __repr__ that raises is the cell's error
         finally:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
     except BaseException as exc:  # KeyboardInterrupt and SystemExit too: the rank lives on
         return _error(exc, cell_files)
-    return ("done", None if value is None else repr(value))
+    return ("done", text)
 
 
 def _get(expression: str, namespace: dict, cell_files: set[str]) -> tuple:
-    """("value", the expression's value, tensors detached and on the CPU) or ("error", ...)."""
+    """("value", the expression's value pickled, tensors detached and on the CPU) or ("error", ...)."""
     try:
         value = eval(compile(expression, "<get>", "eval"), namespace)
-    except Exception as exc:
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu()  # a meta tensor raises here: the get's error
+    except BaseException as exc:  # SystemExit too, as in a cell: the rank lives on
         return _error(exc, cell_files)
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-    return ("value", value)
+    try:
+        return ("value", pickle.dumps(value))
+    except Exception as exc:
+        return ("error", type(exc).__qualname__, _unsendable(value, exc), "", "")
+
+
+def _unsendable(value: object, exc: Exception) -> str:
+    """Why ``value`` cannot come back to the notebook, in one line."""
+    kind = type(value)
+    if kind.__module__ == "__rank__":
+        return (f"cannot send the value back: its type {kind.__qualname__} was defined in a %%ranks cell, "
+                f"which the notebook cannot import; bring back plain data (numbers, lists, tensors), "
+                f"such as a model's state_dict()")
+    try:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__qualname__
+    except Exception:
+        why = type(exc).__qualname__
+    if "__rank__" in why:  # a list or dict holding such a value
+        return (f"cannot send the value back: it is or holds a function or class defined on the ranks, which the "
+                f"notebook cannot import ({why}); bring back plain data (numbers, lists, tensors)")
+    return f"cannot send the value back: {why}"
 
 
 def _error(exc: BaseException, cell_files: set[str]) -> tuple:
@@ -106,4 +126,4 @@ def _package_path(found: re.Match) -> str:
     """An installed file by its place in its package (torch/nn/modules/module.py), not by where this
     machine installed it: a notebook's stored error reads the same everywhere."""
     path = found.group(1)
-    return f'File "{_short_path(path)}"' if _installed(path) else found.group(0)
+    return f'File "{short_path(path)}"' if installed(path) else found.group(0)

@@ -265,7 +265,7 @@ def print_other_ranks(outputs: dict[int, tuple[str, str]], show_output: bool | s
                 stream.flush()
 
 
-class _GrowingFile:
+class GrowingFile:
     """A file read as it grows: :meth:`unread` gives what was written past ``offset``, which the
     caller moves on by what it has used. A file made again at the same path (a torchrun restart
     that spends no restart count deletes its attempt's folder and makes the same paths again) is
@@ -313,13 +313,13 @@ class FollowedFiles:
 
     def __init__(self, find: Callable[[], Iterable[str | os.PathLike]]):
         self.find = find
-        self.files: dict[str | os.PathLike, _GrowingFile] = {}
+        self.files: dict[str | os.PathLike, GrowingFile] = {}
 
     def poll(self, final: bool = False) -> None:
         """Print the lines finished since the last poll; ``final``: unfinished ones too, and close the files."""
         for path in self.find():
             if path not in self.files:
-                self.files[path] = _GrowingFile(path)
+                self.files[path] = GrowingFile(path)
             file = self.files[path]
             data = file.unread()
             complete = data if final else data[:data.rfind(b"\n") + 1]
@@ -339,7 +339,7 @@ class _LiveStream:
     """One of rank 0's output files, printed to ``target`` (this process's stdout or stderr) as it grows."""
 
     def __init__(self, path: str, target):
-        self.file = _GrowingFile(path)
+        self.file = GrowingFile(path)
         self.target = target
         self.status = ""  # the unfinished line being redrawn (a progress bar), as on screen now
         self.limit: int | None = None  # bytes past this are not shown (stacks written at the deadline)

@@ -167,6 +167,7 @@ class Stopped:
     line: str = ""  # the innermost line of one's own code: "my_worker.py line 7"
     communicating: bool = False  # inside torch.distributed, DDP or autograd (whose backward runs DDP's all-reduce)
     outside_worker: bool = False  # not in its worker (before it started, or after it returned; a whole stack)
+    outer: str = ""  # the outermost line of one's own code, when it is not ``line``: the call that led there
 
 
 # Where torch waits for other ranks: a collective, DDP's own calls, a backward that runs DDP's hooks.
@@ -188,18 +189,19 @@ def stopped_at(stack: str) -> Stopped:
     outside_worker = not in_worker and bool(frames) and not re.search(r"^\s*\.\.\.\s*$", text, re.M)
     if not frames:
         return Stopped()
-    own = [(p, n) for p, n, _ in worker if not _installed(p)]
+    own = [(p, n) for p, n, _ in worker if not installed(p)]
     # The learner's own line rather than this package's helpers, when there is one.
     own = [f for f in own if not _in_package(f[0])] or own
     path, _, function = frames[0]
-    call = f"{function} ({_short_path(path)})" if _installed(path) or not worker else ""
+    call = f"{function} ({short_path(path)})" if installed(path) or not worker else ""
     communicating = any(area in p.replace("\\", "/") for p, _, _ in (worker or frames) for area in _COMMUNICATING
-                        if _installed(p))
+                        if installed(p))
     line = f"{os.path.basename(own[0][0])} line {own[0][1]}" if own else ""
-    return Stopped(call, line, communicating, outside_worker)
+    outer = f"{os.path.basename(own[-1][0])} line {own[-1][1]}" if len(own) > 1 else ""
+    return Stopped(call, line, communicating, outside_worker, "" if outer == line else outer)
 
 
-def _installed(path: str) -> bool:
+def installed(path: str) -> bool:
     """Whether ``path`` is a file of the standard library (frozen modules too) or of an installed
     package (site-packages, dist-packages, the user's site)."""
     if path.startswith("<"):
@@ -217,7 +219,7 @@ def _in_package(path: str) -> bool:
     return os.path.abspath(path).startswith(_PACKAGE_DIR + os.sep)
 
 
-def _short_path(path: str) -> str:
+def short_path(path: str) -> str:
     """An installed package's file from its package down (``torch/distributed/...``), else its name."""
     parts = path.replace("\\", "/").split("/")
     for marker in ("site-packages", "dist-packages"):
@@ -248,7 +250,7 @@ def own_line(worker_traceback: str) -> str:
     """The innermost line of one's own code in a Python traceback (not the standard library's, an
     installed package's, or this package's), as ``"file.py line 7: code"``; "" when there is none."""
     frames = [(path, line, code.strip()) for path, line, code in _TRACEBACK_FRAME.findall(worker_traceback)
-              if not _installed(path) and not _in_package(path)]
+              if not installed(path) and not _in_package(path)]
     if not frames:
         return ""
     path, line, code = frames[-1]

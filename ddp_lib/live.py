@@ -27,6 +27,7 @@ ends, however it ends.
 
 from __future__ import annotations
 
+import ast
 import atexit
 import contextlib
 import multiprocessing
@@ -35,15 +36,13 @@ import pickle
 import signal
 import sys
 import time
-from multiprocessing.connection import wait
 
 from ddp_lib._child import RankSpec
-from ddp_lib._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job
-from ddp_lib._job import _describe_exit as describe_exit
+from ddp_lib._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job, exit_text
 from ddp_lib._output import (
+    GrowingFile,
     LiveOutput,
     RankOutput,
-    _GrowingFile,
     output_dir,
     output_text,
     print_other_ranks,
@@ -52,7 +51,10 @@ from ddp_lib._output import (
 from ddp_lib._processes import stop_to_the_end
 from ddp_lib.errors import WorkerError, first_line, stopped_at
 
-CELL_TIMEOUT_S = 60.0  # a cell still running after this is stopped, with where each rank was
+# A cell still running after this is stopped, with where each rank was. Below the 60 s that ranks
+# started with --init give a collective (ddp_lib.process_group.COLLECTIVE_TIMEOUT): a cell stuck in
+# one of their collectives always ends at its own deadline first, never at gloo's timeout.
+CELL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 120.0  # a kernel's first start waits for the forkserver to import torch
 INTERRUPT_GRACE_S = 2.0  # for the ranks to leave a cell after the stop button
 
@@ -110,6 +112,20 @@ class RankValues(dict):
         printer.text(repr(self))
 
 
+def _failed(replies: dict[int, tuple]) -> bool:
+    return any(reply[0] == "error" for reply in replies.values())
+
+
+def _defines_code(source: str) -> bool:
+    """Whether a cell defines a function or a class, whose lines a rank may be in during a later cell."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False
+    return any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))
+               for node in ast.walk(tree))
+
+
 def _ranks_text(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
@@ -124,9 +140,12 @@ class LiveRanks:
         self._conns: list = []
         self._files: contextlib.ExitStack | None = None
         self._live: LiveOutput | None = None
-        self._others: dict[int, tuple[_GrowingFile, _GrowingFile]] = {}
+        self._others: dict[int, tuple[GrowingFile, GrowingFile]] = {}
         self.cells = 0  # cells run since the ranks started: an unnamed cell is called "cell N" after it
-        self._sources: dict[str, list[str]] = {}  # each cell's lines by name, to quote where a rank was
+        # The lines of the running cell and of each cell that defines a function or class (a rank
+        # may be inside one later), by name: to quote the line where a rank was.
+        self._sources: dict[str, list[str]] = {}
+        self._number = 0  # of the last command sent; each answer carries its command's number
 
     @property
     def running(self) -> bool:
@@ -163,10 +182,12 @@ class LiveRanks:
                  for r in range(world_size)]
         self._job = Job(specs, start_method, None, None)
         self.cells = 0
+        self._number = 0  # the ranks' first word ("ready") carries 0
+        self._sources = {}
         self._conns = [ours for ours, _ in pipes]
         self.world_size = world_size
         self._live = LiveOutput(specs[0].output.stdout_path, specs[0].output.stderr_path)
-        self._others = {s.rank: (_GrowingFile(s.output.stdout_path), _GrowingFile(s.output.stderr_path))
+        self._others = {s.rank: (GrowingFile(s.output.stdout_path), GrowingFile(s.output.stderr_path))
                         for s in specs[1:]}
         atexit.register(self._stop_quietly)
         try:
@@ -190,8 +211,12 @@ class LiveRanks:
         self.cells += 1
         name = name or f"cell {self.cells}"
         self._sources[name] = source.splitlines()
-        replies = self._ask(targets, ("cell", source, name), self.timeout if timeout is None else timeout,
-                            what="cell")
+        try:
+            replies = self._ask(targets, ("cell", source, name), self.timeout if timeout is None else timeout,
+                                what="cell")
+        finally:
+            if not _defines_code(source):
+                self._sources.pop(name, None)
         values = RankValues({r: reply[1] for r, reply in replies.items() if reply[1] is not None})
         return values or None
 
@@ -216,7 +241,7 @@ class LiveRanks:
         try:
             for conn in self._conns:
                 with contextlib.suppress(OSError):
-                    conn.send_bytes(pickle.dumps(("exit",)))  # a rank not in a cell leaves at once
+                    conn.send_bytes(pickle.dumps((self._number + 1, "exit")))  # a rank not in a cell leaves at once
             stop_to_the_end(job.stop)
         finally:
             for conn in self._conns:
@@ -243,22 +268,33 @@ class LiveRanks:
 
     def _ask(self, targets: list[int], message: tuple | None, timeout: float, what: str) -> dict[int, tuple]:
         """Send ``message`` to ``targets`` (None: only wait for their first word), wait for their
-        replies and show their output; raise as the launcher would if one fails, hangs or dies."""
+        replies and show their output; raise as the launcher would if one fails, hangs or dies.
+        Every reply to the message is read before anything is raised."""
         if message is not None:
+            self._number += 1
+            blob = pickle.dumps((self._number, *message))
             for rank in targets:
                 with contextlib.suppress(OSError):  # a rank that died since the last cell: found below
-                    self._conns[rank].send_bytes(pickle.dumps(message))
+                    self._conns[rank].send_bytes(blob)
         replies: dict[int, tuple] = {}
         dead: dict[int, int | None] = {}
+        interrupted: list[int] = []  # still running FAILURE_GRACE_S after another rank failed
         try:
-            self._collect(targets, replies, dead, time.monotonic() + timeout)
+            self._collect(targets, replies, dead, time.monotonic() + timeout, stop_at_failure=True)
+            if _failed(replies) and not dead:
+                # Often the others fail at the same moment (a peer's collective breaks): hear them.
+                self._collect(targets, replies, dead, time.monotonic() + FAILURE_GRACE_S)
+                interrupted = [r for r in targets if r not in replies and r not in dead]
+                if interrupted and not dead:  # busy, or waiting for the failed rank: as the stop button
+                    self._interrupt_ranks(interrupted, targets, replies, dead)
         except KeyboardInterrupt:
             self._interrupt(targets, replies, dead)
         pending = [r for r in targets if r not in replies and r not in dead]
         if pending:
             self._job.dump_stacks(pending)
         self._show_output()
-        failures = {r: reply[1:] for r, reply in replies.items() if reply[0] == "error"}
+        failures = {r: reply[1:] for r, reply in replies.items()
+                    if reply[0] == "error" and not (r in interrupted and reply[1] == "KeyboardInterrupt")}
         if dead or pending:
             stacks = dict(self._job.stacks)
             world_size = self.world_size
@@ -266,65 +302,89 @@ class LiveRanks:
             lost = f"every rank was stopped, so no variable survives: start them again (%ranks {world_size})"
             if dead:
                 rank = min(dead)
-                described = describe_exit(dead[rank]).replace(" before returning a result", "")
-                raise RanksError(f"rank {rank} {described} during the {what}; {lost}")
+                raise RanksError(f"rank {rank} {exit_text(dead[rank])} during the {what}; {lost}")
             where = {r: self._where(stacks.get(r, "")) for r in pending}
             if failures:
-                raise self._cell_error(failures, f"; {_ranks_text(pending)} then waited (for the failed rank, "
-                                                 f"most likely) and {lost}")
+                raise self._cell_error(failures, f"; {_ranks_text(pending)} still ran {FAILURE_GRACE_S:g} s "
+                                                 f"later and did not leave the cell when interrupted (waiting in "
+                                                 f"a collective, most likely); {lost}")
             raise RanksTimeout(f"the {what} did not finish within {timeout:g} s on {_ranks_text(pending)}; {lost}",
                                where, stacks)
         if failures:
-            raise self._cell_error(failures, "; every rank keeps its variables")
+            left = [r for r in interrupted if r in replies]
+            state = (f"; {_ranks_text(left)} still ran {FAILURE_GRACE_S:g} s later and "
+                     f"{'was' if len(left) == 1 else 'were'} interrupted" if left else "")
+            raise self._cell_error(failures, state + "; every rank keeps its variables")
         return replies
 
-    def _collect(self, targets: list[int], replies: dict, dead: dict, deadline: float) -> None:
+    def _collect(self, targets: list[int], replies: dict, dead: dict, deadline: float,
+                 stop_at_failure: bool = False) -> None:
         """Fill ``replies`` ({rank: message}) and ``dead`` ({rank: exit code}) until every target has
-        answered, one has died, the deadline passes, or the others had FAILURE_GRACE_S after a failure."""
-        procs = self._job.procs
+        answered, one has died, the deadline passes, or (``stop_at_failure``) one has failed. The
+        launcher's :meth:`Job.wait_any` and :meth:`Job.ended` watch the ranks (a dead forkserver is
+        not taken for dead ranks)."""
         while True:
             pending = [r for r in targets if r not in replies]
-            if not pending or dead:
-                return
             now = time.monotonic()
-            failed = [r for r, reply in replies.items() if reply[0] == "error"]
-            if failed and deadline > now + FAILURE_GRACE_S:
-                deadline = now + FAILURE_GRACE_S
-            if now >= deadline:
+            if not pending or dead or now >= deadline or (stop_at_failure and _failed(replies)):
                 return
-            watched = {self._conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending}
-            for ready in wait(list(watched), min(deadline - now, OUTPUT_POLL_S)):
-                rank = watched[ready]
-                if rank in replies or rank in dead:
-                    continue
+            for rank in self._job.wait_any({r: self._conns[r] for r in pending}, min(deadline - now, OUTPUT_POLL_S)):
+                conn = self._conns[rank]
                 try:
-                    if ready is self._conns[rank] or self._conns[rank].poll():
-                        replies[rank] = pickle.loads(self._conns[rank].recv_bytes())
+                    if conn.poll():
+                        reply = self._reply(conn.recv_bytes())
+                        if reply is not None:
+                            replies[rank] = reply
                         continue
-                except (EOFError, OSError):
-                    pass
-                procs[rank].join(1)
-                dead[rank] = procs[rank].exitcode
+                except (EOFError, OSError):  # the rank has closed its end: it has ended
+                    self._job.procs[rank].join(1)
+                    dead[rank] = self._job.procs[rank].exitcode
+                    continue
+                if self._job.ended(rank):
+                    dead[rank] = self._job.exit_codes[rank]
             self._live.poll()
+
+    def _reply(self, blob: bytes) -> tuple | None:
+        """A rank's answer to the last command (None: an answer to an earlier one); a value that
+        cannot be unpickled here is that rank's error, not this process's."""
+        number, *reply = pickle.loads(blob)  # plain data: a value asked for is pickled on its own inside
+        if number != self._number:
+            return None
+        if reply[0] == "value":
+            try:
+                return ("value", pickle.loads(reply[1]))
+            except Exception as exc:
+                return ("error", type(exc).__qualname__, "its value cannot be unpickled in the notebook: "
+                        + first_line(str(exc), type(exc).__qualname__), "", "")
+        return tuple(reply)
+
+    def _interrupt_ranks(self, ranks: list[int], targets: list[int], replies: dict, dead: dict) -> list[int]:
+        """Interrupt ``ranks`` (SIGINT, as the stop button) and give them INTERRUPT_GRACE_S to leave
+        the cell; the ranks that did not (a rank inside a gloo collective cannot)."""
+        for rank in ranks:
+            self._job.own[rank].signal(signal.SIGINT)
+        with contextlib.suppress(KeyboardInterrupt):  # a press meanwhile: the same answer
+            self._collect(targets, replies, dead, time.monotonic() + INTERRUPT_GRACE_S)
+        return [r for r in ranks if r not in replies and r not in dead]
 
     def _interrupt(self, targets: list[int], replies: dict, dead: dict) -> None:
         """The stop button: interrupt every rank still in the cell; raise RanksInterrupted once they
         have left it, or once every rank is stopped if one has not (a rank inside a collective
         whose peers have left it cannot)."""
-        pending = [r for r in targets if r not in replies]
-        for rank in pending:
-            self._job.own[rank].signal(signal.SIGINT)
-        with contextlib.suppress(KeyboardInterrupt):  # a second press: the same answer
-            self._collect(targets, replies, dead, time.monotonic() + INTERRUPT_GRACE_S)
-        stuck = [r for r in targets if r not in replies]
+        stuck = self._interrupt_ranks([r for r in targets if r not in replies and r not in dead],
+                                      targets, replies, dead)
         if stuck:
             self._job.dump_stacks(stuck)  # before the output is shown: the stacks go in the error
         self._show_output()
-        if not stuck:
+        if not stuck and not dead:
             raise RanksInterrupted(f"interrupted: {_ranks_text(targets)} left the cell; every rank keeps its variables")
         world_size = self.world_size
         where = "; ".join(f"rank {r} at {self._where(self._job.stacks.get(r, ''))}" for r in stuck)
         self._stop_quietly()
+        if dead:
+            rank = min(dead)
+            raise RanksInterrupted(f"interrupted: rank {rank} {exit_text(dead[rank])}, so every rank was stopped "
+                                   f"and no variable survives: start them again (%ranks {world_size})")
         raise RanksInterrupted(f"interrupted: {_ranks_text(stuck)} did not leave the cell within "
                                f"{INTERRUPT_GRACE_S:g} s ({where}), so every rank was stopped and no variable "
                                f"survives: start them again (%ranks {world_size})")
@@ -362,16 +422,21 @@ class LiveRanks:
 
     def _where(self, stack: str) -> str:
         """The learner's line a rank was at, from its stack: "cell 5 line 2: dist.all_reduce(t), in
-        all_reduce (torch/distributed/distributed_c10d.py)"."""
+        all_reduce (torch/distributed/distributed_c10d.py)", then, when that line is in a function an
+        earlier cell defined, the running cell's line that called it ("; called from cell 6 line 1: wait()")."""
         place = stopped_at(stack) if stack else None
         if place is None or not (place.line or place.call):
             return "an unknown place (no stack was written)"
-        line = place.line
+        where = ", in ".join(part for part in (self._quoted(place.line), place.call) if part)
+        return f"{where}; called from {self._quoted(place.outer)}" if place.outer else where
+
+    def _quoted(self, line: str) -> str:
+        """"cell 5 line 2" with that line's code, when the cell is kept."""
         cell, _, number = line.rpartition(" line ")
         lines = self._sources.get(cell, [])
         if number.isdigit() and 0 < int(number) <= len(lines) and lines[int(number) - 1].strip():
-            line += f": {lines[int(number) - 1].strip()}"
-        return ", in ".join(part for part in (line, place.call) if part)
+            return f"{line}: {lines[int(number) - 1].strip()}"
+        return line
 
 
 ranks = LiveRanks()  # the ranks a notebook's %ranks and %%ranks drive (one set per kernel)

@@ -1,6 +1,7 @@
 """ddp_lib.live with real ranks: the Python API in this process, the magics in a real kernel."""
 
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -115,6 +116,24 @@ def test_a_cell_that_waits_forever_ends_at_its_deadline_saying_where_each_rank_w
     assert wait_until_gone(pids) == []
 
 
+def test_a_hang_inside_a_function_of_an_earlier_cell_names_the_line_that_called_it(ranks):
+    ranks.start(2, init=True)
+    ranks.run("import torch, torch.distributed as dist\ndef wait():\n    dist.all_reduce(torch.ones(1))")
+    ranks.run("x = 1")
+    with pytest.raises(RanksTimeout) as caught:
+        ranks.run("y = 2\nif rank == 0:\n    wait()", timeout=2)
+    where = caught.value.where[0]
+    assert where.startswith("cell 1 line 3: dist.all_reduce(torch.ones(1)), in all_reduce (torch/distributed/")
+    assert where.endswith("; called from cell 3 line 3: wait()")
+
+
+def test_the_default_deadline_comes_before_the_groups_timeout():
+    from ddp_lib.live import CELL_TIMEOUT_S
+    from ddp_lib.process_group import COLLECTIVE_TIMEOUT
+
+    assert CELL_TIMEOUT_S < COLLECTIVE_TIMEOUT.total_seconds()
+
+
 def test_a_rank_that_fails_while_its_peers_wait_for_it_ends_the_cell_soon(ranks):
     ranks.start(2, init=True)
     started = time.monotonic()
@@ -124,9 +143,88 @@ def test_a_rank_that_fails_while_its_peers_wait_for_it_ends_the_cell_soon(ranks)
     assert time.monotonic() - started < 10, "the cell waited for its whole deadline"
     assert caught.value.rank == 1
     assert str(caught.value).startswith("rank 1 raised ValueError: no data (at cell 1 line 3: raise ValueError(")
-    assert str(caught.value).endswith("rank 0 then waited (for the failed rank, most likely) and every rank was "
-                                      "stopped, so no variable survives: start them again (%ranks 2)")
+    assert str(caught.value).endswith("rank 0 still ran 2 s later and did not leave the cell when interrupted "
+                                      "(waiting in a collective, most likely); every rank was stopped, so no "
+                                      "variable survives: start them again (%ranks 2)")
     assert not ranks.running
+
+
+def test_a_value_that_cannot_be_unpickled_here_is_that_ranks_error_and_the_next_get_gets_its_own(ranks):
+    ranks.start(2)
+    # Pickled on the rank; unpickling it here calls int('x'), which raises.
+    with pytest.raises(RankCellError) as caught:
+        ranks.get("type('B', (), {'__reduce__': lambda self: (int, ('x',))})()")
+    assert str(caught.value) == ("rank 0 raised ValueError: its value cannot be unpickled in the notebook: invalid "
+                                 "literal for int() with base 10: 'x'; rank 1 raised too; every rank keeps its "
+                                 "variables")
+    assert ranks.get("rank * 100") == [0, 100], "every rank's answer to the failed get was read"
+    assert ranks.get("rank * 100", ranks=[1]) == [100]
+    # An answer to an earlier command is never taken for the last one's.
+    stale = pickle.dumps((ranks._number - 1, "value", pickle.dumps(5)))
+    assert ranks._reply(stale) is None
+
+
+def test_a_value_of_a_type_defined_in_a_cell_cannot_come_back_and_the_error_says_so_in_one_line(ranks):
+    ranks.start(2)
+    ranks.run("class ToyModel:\n    pass\nmodel = ToyModel()")
+    with pytest.raises(RankCellError) as caught:
+        ranks.get("model")
+    assert str(caught.value) == ("rank 0 raised PicklingError: cannot send the value back: its type ToyModel was "
+                                 "defined in a %%ranks cell, which the notebook cannot import; bring back plain "
+                                 "data (numbers, lists, tensors), such as a model's state_dict(); rank 1 raised "
+                                 "too; every rank keeps its variables")
+    with pytest.raises(RankCellError, match="it is or holds a function or class defined on the ranks"):
+        ranks.get("[model]")
+    assert ranks.get("rank") == [0, 1]
+
+
+def test_a_value_whose_repr_raises_is_the_cells_error_and_the_ranks_live_on(ranks):
+    ranks.start(2)
+    with pytest.raises(RankCellError) as caught:
+        ranks.run("class A:\n    def __repr__(self):\n        raise ValueError('no repr')\nx = 1\nA()")
+    assert str(caught.value) == ("rank 0 raised ValueError: no repr (at cell 1 line 3: raise ValueError('no repr')); "
+                                 "rank 1 raised too; every rank keeps its variables")
+    assert ranks.get("x") == [1, 1]
+
+
+@pytest.mark.parametrize("expression, expected", [
+    ("__import__('torch').empty(2, device='meta')", r"^rank 0 raised NotImplementedError: .*meta"),
+    ("__import__('sys').exit(0)", r"^rank 0 raised SystemExit: 0; rank 1 raised too; every rank keeps its variables$"),
+])
+def test_a_get_that_fails_on_the_way_back_or_exits_is_an_error_and_the_ranks_live_on(ranks, expression, expected):
+    ranks.start(2)
+    ranks.run("x = rank")
+    with pytest.raises(RankCellError, match=expected):
+        ranks.get(expression)
+    assert ranks.get("x") == [0, 1]
+
+
+def test_a_killed_forkserver_is_not_taken_for_dead_ranks(ranks):
+    from multiprocessing import forkserver
+
+    ranks.start(2)
+    ranks.run("x = rank")
+    os.kill(forkserver._forkserver._forkserver_pid, signal.SIGKILL)
+    time.sleep(0.5)
+    assert ranks.run("x") == {0: "0", 1: "1"}
+    assert ranks.get("x") == [0, 1]
+    pids = ranks.get(PIDS)
+    ranks.stop()
+    assert wait_until_gone(pids) == []
+
+
+def test_a_rank_that_fails_while_another_works_interrupts_it_and_every_rank_keeps_its_variables(ranks):
+    ranks.start(2)
+    started = time.monotonic()
+    with pytest.raises(RankCellError) as caught:
+        ranks.run("import time\nx = 'before'\nif rank == 1:\n    raise ValueError('no data')\n"
+                  "time.sleep(30)\nx = 'after'")
+    assert time.monotonic() - started < 10
+    assert caught.value.rank == 1
+    assert str(caught.value) == ("rank 1 raised ValueError: no data (at cell 1 line 4: raise ValueError('no data')); "
+                                 "rank 0 still ran 2 s later and was interrupted; every rank keeps its variables")
+    assert ranks.running
+    assert ranks.get("x") == ["before", "before"]
 
 
 def test_a_rank_that_dies_stops_them_all(ranks):
@@ -184,6 +282,24 @@ def test_refusals_are_one_line(ranks):
     ranks.stop()
     with pytest.raises(RanksError, match="nothing to stop"):
         ranks.stop()
+
+
+def test_only_the_cells_a_message_may_quote_are_kept(ranks):
+    ranks.start(1)
+    ranks.run("def f():\n    return 1")
+    ranks.run("x = f()")
+    ranks.run("g = lambda: 2")
+    assert sorted(ranks._sources) == ["cell 1", "cell 3"], "a cell that defines nothing is not kept"
+
+
+def test_a_start_that_fails_keeps_the_timeout_it_had():
+    from ddp_lib import _live_magic
+    from ddp_lib.live import ranks as notebook_ranks
+
+    before = notebook_ranks.timeout
+    with pytest.raises(LaunchInputError):
+        _live_magic._line("1000 --timeout 5")
+    assert notebook_ranks.timeout == before and not notebook_ranks.running
 
 
 # The magics, in a real kernel.
