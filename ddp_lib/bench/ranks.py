@@ -12,7 +12,6 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ddp_lib.bench.stats import median, quartiles
-from ddp_lib.exercises.checking import counting_collectives
 from ddp_lib.process_group import process_group, wrap_ddp
 from ddp_lib.workers import buckets
 from ddp_lib.workers.ring import ring_all_reduce
@@ -106,10 +105,16 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
                 before = model.allreduce_calls
                 _train_step(model, optimizers[way], x, y)
                 calls[way] = model.allreduce_calls - before
-            elif way == "torch":  # torch's reducer runs in C++: count what reached c10d
-                with counting_collectives() as counts:
-                    _train_step(model, optimizers[way], x, y)
-                calls[way] = counts["allreduce_"]
+            elif way == "torch":  # torch's reducer runs in C++: count its bucket all-reduces on a
+                # second, untimed copy with a counting comm hook (as bucket_sweep does)
+                counter = [0]
+                counted = buckets.make(way, make_mlp(seed, DDP_WIDTHS).to(device), bucket_cap_mb=bucket_cap_mb)
+                counted.register_comm_hook(None, _counting_hook(counter))
+                spare = torch.optim.SGD(counted.parameters(), lr=0.01)
+                _train_step(counted, spare, x, y)  # DDP rebuilds its buckets after the first step
+                counter[0] = 0
+                _train_step(counted, spare, x, y)
+                calls[way] = counter[0]
         return {"step_s": {way: median(_slowest(t)) for way, t in times.items()}, "allreduces": calls}
 
 
