@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.live import RanksError
+from ddp_lib.live import CELL_TIMEOUT_S, RanksError
 from ddp_lib.live import ranks as _ranks
 
 USAGE = "%ranks N [--init] [--backend NAME] [--timeout S], %ranks stop, or %%ranks [R,R,...] [--timeout S]"
@@ -73,8 +73,9 @@ def _line(line: str) -> None:
         raise RanksError(f"expected a number of ranks or 'stop', got {line.strip()!r}: use {USAGE}")
     timeout = _seconds(options.get("--timeout"))
     before = _ranks.timeout
-    if timeout is not None:
-        _ranks.timeout = timeout  # the --init cell gets it too
+    # The deadline of these ranks' cells (the --init cell's too); a start without --timeout goes back
+    # to the default, so one set of ranks' deadline never carries over to the next.
+    _ranks.timeout = CELL_TIMEOUT_S if timeout is None else timeout
     try:
         _ranks.start(int(words[0]), init=bool(options.get("--init")), backend=options.get("--backend"))
     except BaseException:

@@ -25,6 +25,8 @@ import torch
 
 from ddp_lib.errors import installed, short_path
 
+GET_FILE = "ranks.get"  # how errors and stacks name the expression of a get
+
 
 def serve(rank: int, world_size: int, *, commands) -> None:
     """Run cells sent through ``commands`` until the kernel says "exit" or goes away."""
@@ -71,11 +73,19 @@ def _run_cell(source: str, filename: str, namespace: dict, cell_files: set[str])
 
 def _get(expression: str, namespace: dict, cell_files: set[str]) -> tuple:
     """("value", the expression's value pickled, tensors detached and on the CPU) or ("error", ...)."""
+    # Named as a cell is, so that an error or a stack at a deadline names the expression, not this loop.
+    cell_files.add(GET_FILE)
+    linecache.cache[GET_FILE] = (len(expression), None, [expression + "\n"], GET_FILE)
     try:
-        value = eval(compile(expression, "<get>", "eval"), namespace)
+        code = compile(expression, GET_FILE, "eval")
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # the stop button stops a get as a cell
+        try:
+            value = eval(code, namespace)
+        finally:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         if isinstance(value, torch.Tensor):
             value = value.detach().cpu()  # a meta tensor raises here: the get's error
-    except BaseException as exc:  # SystemExit too, as in a cell: the rank lives on
+    except BaseException as exc:  # KeyboardInterrupt and SystemExit too, as in a cell: the rank lives on
         return _error(exc, cell_files)
     try:
         return ("value", pickle.dumps(value))

@@ -224,6 +224,7 @@ class LiveRanks:
         """The value of ``expression`` on each of ``ranks`` (default: all), in rank order; a tensor
         comes back detached, on the CPU."""
         targets = self._targets(ranks)
+        self._sources["ranks.get"] = [expression]  # quoted by a message, as a cell's line is
         replies = self._ask(targets, ("get", expression), self.timeout, what="get")
         return [replies[r][1] for r in targets]
 

@@ -189,7 +189,9 @@ def test_a_value_whose_repr_raises_is_the_cells_error_and_the_ranks_live_on(rank
 
 @pytest.mark.parametrize("expression, expected", [
     ("__import__('torch').empty(2, device='meta')", r"^rank 0 raised NotImplementedError: .*meta"),
-    ("__import__('sys').exit(0)", r"^rank 0 raised SystemExit: 0; rank 1 raised too; every rank keeps its variables$"),
+    ("__import__('sys').exit(0)",
+     r"^rank 0 raised SystemExit: 0 \(at ranks\.get line 1: __import__\('sys'\)\.exit\(0\)\); "
+     r"rank 1 raised too; every rank keeps its variables$"),
 ])
 def test_a_get_that_fails_on_the_way_back_or_exits_is_an_error_and_the_ranks_live_on(ranks, expression, expected):
     ranks.start(2)
@@ -251,6 +253,23 @@ def test_the_stop_button_interrupts_every_rank_which_keep_their_variables(ranks)
     assert ranks.get("x") == ["before", "before"]
 
 
+def test_the_stop_button_interrupts_a_slow_get_and_every_rank_keeps_its_variables(ranks):
+    ranks.start(2)
+    ranks.run("import time\nx = rank")
+    _press_stop_after(1.0)
+    with pytest.raises(RanksInterrupted, match=r"^interrupted: ranks 0, 1 left the cell; every rank keeps"):
+        ranks.get("time.sleep(30) or x")
+    assert ranks.get("x") == [0, 1]
+
+
+def test_a_get_past_its_deadline_names_the_expression(ranks):
+    ranks.start(2)
+    ranks.timeout = 2
+    with pytest.raises(RanksTimeout) as caught:
+        ranks.get("__import__('time').sleep(30)")
+    assert "ranks.get line 1: __import__('time').sleep(30)" in str(caught.value.where[0])
+
+
 def test_the_stop_button_stops_every_rank_when_one_cannot_leave_a_collective(ranks, capsys):
     ranks.start(2, init=True)
     pids = ranks.get(PIDS)
@@ -301,6 +320,22 @@ def test_a_start_that_fails_keeps_the_timeout_it_had():
         _live_magic._line("1000 --timeout 5")
     assert notebook_ranks.timeout == before and not notebook_ranks.running
 
+
+
+def test_a_start_without_timeout_goes_back_to_the_default_deadline():
+    from ddp_lib import _live_magic
+    from ddp_lib.live import CELL_TIMEOUT_S
+    from ddp_lib.live import ranks as notebook_ranks
+
+    try:
+        _live_magic._line("1 --timeout 100")
+        assert notebook_ranks.timeout == 100
+        _live_magic._line("stop")
+        _live_magic._line("1")
+        assert notebook_ranks.timeout == CELL_TIMEOUT_S
+    finally:
+        if notebook_ranks.running:
+            notebook_ranks.stop()
 
 # The magics, in a real kernel.
 
