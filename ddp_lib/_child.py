@@ -9,6 +9,7 @@ behind.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import pickle
@@ -29,6 +30,16 @@ WATCH_POLL_S = 0.02
 # The signal on which a rank writes every thread's Python stack to its stderr file: the
 # launcher sends it to ranks still running at the deadline, so the error can say where they were.
 STACK_DUMP_SIGNAL = signal.SIGUSR1 if hasattr(signal, "SIGUSR1") else None
+
+
+def write_stacks_on_signal() -> None:
+    """Have faulthandler write every thread's stack to stderr on STACK_DUMP_SIGNAL (a rank of the
+    launcher, or of torchrun under ``python -m ddp_lib run``)."""
+    if STACK_DUMP_SIGNAL is None:
+        return
+    # A stderr without a file descriptor (captured by a test) cannot take the stacks.
+    with contextlib.suppress(ValueError, OSError):
+        faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
 
 
 @dataclass
@@ -226,8 +237,7 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
     if not spec.output.capture():  # the output directory is gone: the launcher died while this rank started
         os._exit(1)
-    if STACK_DUMP_SIGNAL is not None:
-        faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+    write_stacks_on_signal()
     _own_process_group()
     if inherited_lifeline_fd is not None:
         os.close(inherited_lifeline_fd)  # under fork every child inherits the write end

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib import rank_files
-from ddp_lib._child import STACK_DUMP_SIGNAL
+from ddp_lib._child import STACK_DUMP_SIGNAL, write_stacks_on_signal
 from ddp_lib._output import FollowedFiles
 from ddp_lib._processes import OwnProcess, children, ctrl_c_held, descendants, kill_all, stop_to_the_end
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
@@ -430,10 +430,7 @@ def watch_this_rank(timeout: float | None = None) -> None:
     writes where it was to its stderr and a LaunchTimeout as its error (``TORCHELASTIC_ERROR_FILE``),
     and ends with exit code 1; torchrun stops the other ranks with SIGTERM, on which each writes
     where it was too. torchrun itself has no deadline for a job (its ranks may wait for ever)."""
-    if STACK_DUMP_SIGNAL is not None:
-        # A stderr without a file descriptor (captured by a test) cannot take the stacks.
-        with contextlib.suppress(ValueError, OSError):
-            faulthandler.register(STACK_DUMP_SIGNAL, file=sys.stderr, all_threads=True)
+    write_stacks_on_signal()
     if timeout is None:
         return
     if hasattr(signal, "SIGTERM"):
