@@ -11,6 +11,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from unittest import mock
 
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, own_line, readable, stopped_at
 from ddp_lib.launch_checks import check_worker
@@ -80,10 +81,18 @@ def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = ()
     return None
 
 
+def run_counted(rank: int, world_size: int, target: str, collectives: tuple[str, ...], inputs: list) -> dict:
+    """In a rank: the learner's ``target(rank, world_size, inputs[rank])`` and the ``collectives`` it called."""
+    with counting_collectives(*collectives) as calls:
+        result = load_worker(target)(rank, world_size, inputs[rank])
+    return {"result": result, "calls": calls}
+
+
 def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (), stop: bool = False,
-                   **options) -> Report:
+                   where: Callable = lambda runs: f"world_size {len(runs)}", **options) -> Report:
     """Run ``run(rank, world_size, *args)`` (or ``*args(world_size)``) on each of ``world_sizes``; ``judge(runs)``
-    returns the problems (a sentence, a list, or None) and the PASS text. ``stop``: at the first failure."""
+    returns the problems (a sentence, a list, or None) and the PASS text, each said after ``where(runs)``.
+    ``stop``: at the first failure."""
     report = Report()
     for world_size in world_sizes:
         runs = run_on_ranks(run, world_size, report, args(world_size) if callable(args) else args, **options)
@@ -91,9 +100,9 @@ def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Ca
             problems, passed = judge(runs)
             problems = [problems] if isinstance(problems, str) else problems or []
             for problem in problems:
-                report.fail(problem)
+                report.fail(f"{where(runs)}: {problem}")
             if not problems:
-                report.ok(passed)
+                report.ok(f"{where(runs)}: {passed}")
         if stop and not report.passed:
             break
     return report
@@ -176,25 +185,15 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
             return _WatchedWork(work, record) if record["async_op"] and work is not None else work
         return call
 
-    def install(functions: dict[str, Callable]) -> None:
-        for name, function in functions.items():
-            setattr(distributed_c10d, name, function)
-            setattr(dist, name, function)
-
-    install({name: counted(name, original) for name, original in originals.items()})
-    try:
+    with contextlib.ExitStack() as patches:  # each function put back however the block ends
+        for name, original in originals.items():
+            wrapper = counted(name, original)
+            for module in (distributed_c10d, dist):
+                patches.enter_context(mock.patch.object(module, name, wrapper))
         yield calls
-    finally:
-        install(originals)
 
 
 def names_called(calls: list[dict]) -> list[str]:
     """The distinct collectives among ``calls``, in the order first called."""
     return list(dict.fromkeys(call["name"] for call in calls))
-
-
-def unwaited(calls: list[dict]) -> list[str]:
-    """The collectives among ``calls`` run with ``async_op=True`` whose Work nobody waited on."""
-    return [call["name"] for call in calls if call["async_op"] and not call["waited"]]
-
 

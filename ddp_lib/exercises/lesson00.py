@@ -1,24 +1,14 @@
 """Checker for lesson 00's exercise: ``who_am_i(rank, world_size, name)`` returns its rank, the world
-size, is_main and every rank's name (each drawn in its rank) in rank order; counts collectives."""
+size, is_main and every rank's name (drawn at check time) in rank order; counts collectives."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import check_on_ranks, counting_collectives, load_worker, names_called, worker_name
+from ddp_lib.exercises.checking import check_on_ranks, names_called, run_counted, worker_name
 
 COLLECTIVES = ("all_gather_object", "gather_object", "broadcast_object_list", "all_gather", "all_reduce", "broadcast")
-
-
-def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    name = secrets.token_hex(4)
-    with counting_collectives(*COLLECTIVES) as calls:
-        got = load_worker(target)(rank, world_size, name)
-    if isinstance(got, dict) and isinstance(got.get("everyone"), tuple):
-        got["everyone"] = list(got["everyone"])  # a tuple of the names is as good as the list
-    return {"name": name, "got": got if isinstance(got, dict) else f"a {type(got).__name__}",
-            "called": names_called(calls)}
 
 
 def _diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str | None:
@@ -46,15 +36,22 @@ def _diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str 
     return f"rank {rank} returned everyone[{slot}]={everyone[slot]!r}; expected rank {slot}'s name, {names[slot]!r}"
 
 
-def _judge(runs: list[dict]) -> tuple[str | None, str]:
-    world_size, names = len(runs), [run["name"] for run in runs]
-    wrong = [problem for rank, run in enumerate(runs) if (problem := _diagnose(
-        rank, run["got"], {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": names},
-        run["called"]))]
-    return (f"world_size {world_size}: {wrong[0]}" if wrong else None,
-            f"world_size {world_size}: every rank returned its rank, the world size, is_main and every rank's name")
+def _judge(names: list[str], runs: list[dict]) -> tuple[str | None, str]:
+    world_size = len(runs)
+    for rank, run in enumerate(runs):
+        got = run["result"]
+        if isinstance(got, dict) and isinstance(got.get("everyone"), tuple):
+            got["everyone"] = list(got["everyone"])  # a tuple of the names is as good as the list
+        expected = {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": names[:world_size]}
+        problem = _diagnose(rank, got if isinstance(got, dict) else f"a {type(got).__name__}", expected,
+                            names_called(run["calls"]))
+        if problem:
+            return problem, ""
+    return None, "every rank returned its rank, the world size, is_main and every rank's name"
 
 
 def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeout: float = 60.0):
-    """A report on ``fn(rank, world_size, name)`` on each world size: one line per world size."""
-    return check_on_ranks(_run_learner, world_sizes, _judge, (worker_name(fn),), timeout=timeout)
+    """A report on ``fn(rank, world_size, name)`` on each world size, names drawn now: one line per world size."""
+    names = [secrets.token_hex(4) for _ in range(max(world_sizes))]
+    return check_on_ranks(run_counted, world_sizes, lambda runs: _judge(names, runs),
+                          (worker_name(fn), COLLECTIVES, names), timeout=timeout)

@@ -1,5 +1,5 @@
 """Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)`` returns, on every
-rank, the mean of the ranks' ``x`` (each drawn in its rank) by an all-reduce; names the mistake."""
+rank, the mean of the ranks' ``x`` (drawn at check time) by an all-reduce; names the mistake."""
 
 from __future__ import annotations
 
@@ -8,42 +8,25 @@ import numbers
 import random
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import (
-    MISSING_WAIT,
-    check_on_ranks,
-    counting_collectives,
-    load_worker,
-    names_called,
-    unwaited,
-    worker_name,
-)
+from ddp_lib.exercises.checking import MISSING_WAIT, check_on_ranks, names_called, run_counted, worker_name
 
 COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "broadcast")
-
-
-def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    x = random.randint(1, 99) + random.randint(1, 9) / 10  # a fractional part: integer arithmetic shows
-    with counting_collectives(*COLLECTIVES) as calls:
-        answer = load_worker(target)(rank, world_size, x)
-    # A tensor is reported as its kind (the fix is .item()), as is anything else that is not a number.
-    if not isinstance(answer, numbers.Real) or isinstance(answer, bool):
-        answer = f"a {type(answer).__name__}"
-    return {"x": x, "answer": answer if isinstance(answer, str) else float(answer), "calls": calls}
 
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6)
 
 
-def _diagnose(runs: list[dict]) -> str | None:
+def _diagnose(runs: list[dict], values: list[float]) -> str | None:
     """The mistake these ranks' answers show, named with its fix (None: they are right)."""
-    values = [run["x"] for run in runs]
-    world_size, total = len(values), sum(values)
+    world_size, total = len(runs), sum(values[:len(runs)])
     mean = total / world_size
     calls = [call for run in runs for call in run["calls"]]
-    called, late = names_called(calls), unwaited(calls)
+    called, late = names_called(calls), [c["name"] for c in calls if c["async_op"] and not c["waited"]]
     ops = {call["op"] for call in calls if call["name"] == "all_reduce"} - {"SUM", None}
-    answers = [run["answer"] for run in runs]
+    # A tensor is reported as its kind (the fix is .item()), as is anything else that is not a number.
+    answers = [float(a) if isinstance(a, numbers.Real) and not isinstance(a, bool) else f"a {type(a).__name__}"
+               for a in (run["result"] for run in runs)]
     if late:
         return MISSING_WAIT.format(late[0])
     kind = next((a for a in answers if isinstance(a, str)), None)
@@ -76,13 +59,11 @@ def _diagnose(runs: list[dict]) -> str | None:
     return f"rank {rank} returned {value:g}, expected the mean {mean:g}"
 
 
-def _judge(runs: list[dict]) -> tuple[str | None, str]:
-    values = [run["x"] for run in runs]
-    where = f"world_size {len(runs)}, values {values}"
-    problem = _diagnose(runs)
-    return problem and f"{where}: {problem}", f"{where}: every rank returned the mean {sum(values) / len(runs):g}"
-
-
 def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30.0):
     """A report on ``fn(rank, world_size, x)`` on each world size: one line per world size."""
-    return check_on_ranks(_run_learner, world_sizes, _judge, (worker_name(fn),), timeout=timeout)
+    # Values with a fractional part, drawn now: integer arithmetic shows.
+    values = [random.randint(1, 99) + random.randint(1, 9) / 10 for _ in range(max(world_sizes))]
+    def judge(runs: list[dict]) -> tuple[str | None, str]:
+        return _diagnose(runs, values), f"every rank returned the mean {sum(values[:len(runs)]) / len(runs):g}"
+    return check_on_ranks(run_counted, world_sizes, judge, (worker_name(fn), COLLECTIVES, values), timeout=timeout,
+                          where=lambda runs: f"world_size {len(runs)}, values {values[:len(runs)]}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import check_on_ranks, counting_collectives, load_worker, names_called, worker_name
+from ddp_lib.exercises.checking import check_on_ranks, names_called, run_counted, worker_name
 
 COLLECTIVES = ("all_gather_object", "all_gather", "gather_object", "broadcast_object_list", "all_reduce",
                "broadcast", "all_to_all")
@@ -24,18 +24,11 @@ def interleave(shares: Sequence[Sequence]) -> list:
     return [shares[i % world_size][i // world_size] for i in range(n)]
 
 
-def _run_learner(rank: int, world_size: int, target: str, shares: list[list[int]]) -> dict:
-    with counting_collectives(*COLLECTIVES) as calls:
-        answer = load_worker(target)(rank, world_size, list(shares[rank]))
-    if hasattr(answer, "tolist"):  # a tensor: its numbers
-        answer = answer.tolist()
-    return {"answer": answer if isinstance(answer, list) else f"a {type(answer).__name__}",
-            "called": names_called(calls)}
-
-
 def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> str | None:
     """Why ``got`` from ``rank`` is not the whole list (None: it is), the mistake named."""
     whole = interleave(shares)
+    got = got.tolist() if hasattr(got, "tolist") else got  # a tensor: its numbers
+    got = got if isinstance(got, list) else f"a {type(got).__name__}"
     if got == whole:
         return None
     if got == "a NoneType":
@@ -66,10 +59,8 @@ def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout:
               for size in world_sizes}
 
     def judge(runs: list[dict]) -> tuple[str | None, str]:
-        where = f"world_size {len(runs)}, n {n}"
         problems = [p for rank, run in enumerate(runs)
-                    if (p := _diagnose(rank, run["answer"], shares[len(runs)], run["called"]))]
-        return problems and f"{where}: {problems[0]}", f"{where}: every rank returned the whole list in order"
-    target = worker_name(fn)
-    return check_on_ranks(_run_learner, world_sizes, judge, lambda size: (target, shares[size]), timeout=timeout,
-                          hints=HINTS)
+                    if (p := _diagnose(rank, run["result"], shares[len(runs)], names_called(run["calls"])))]
+        return problems[:1], "every rank returned the whole list in order"
+    return check_on_ranks(run_counted, world_sizes, judge, lambda size: (worker_name(fn), COLLECTIVES, shares[size]),
+                          where=lambda runs: f"world_size {len(runs)}, n {n}", timeout=timeout, hints=HINTS)
