@@ -103,17 +103,17 @@ def diagnose(runs: list[dict]) -> str | None:
     return None
 
 
-def _judge(runs: list[dict]) -> tuple[str | None, str]:
+def _layout(runs: list) -> str:
     nproc_per_node = NPROC_PER_NODE[len(runs)]
     nodes = len(runs) // nproc_per_node
-    layout = f"{nodes} node{'s' if nodes > 1 else ''} x {nproc_per_node} ranks"
-    problem = diagnose(runs)
-    return problem and f"{layout}: {problem}", (
-        f"{layout}: every rank used its LOCAL_RANK's device ({', '.join(run['result']['device'] for run in runs)}) "
-        "and stepped along the average of all ranks' gradients to the same parameters")
+    return f"{nodes} node{'s' if nodes > 1 else ''} x {nproc_per_node} ranks"
 
 
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks, then 1 node x 3; stops at a failure."""
-    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), _judge, (worker_name(fn),), stop=True,
+    def judge(runs: list[dict]) -> tuple[str | None, str]:
+        devices = ", ".join(run["result"]["device"] for run in runs)
+        return diagnose(runs), (f"every rank used its LOCAL_RANK's device ({devices}) and stepped along the average "
+                                "of all ranks' gradients to the same parameters")
+    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True, where=_layout,
                           timeout=timeout, hints=HINTS)

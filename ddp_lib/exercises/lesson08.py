@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 
 from ddp_lib.bench.report import bus_factor
-from ddp_lib.exercises.checking import Report, check_on_ranks, counting_collectives, load_worker, worker_name
+from ddp_lib.exercises.checking import Report, check_on_ranks, run_counted, worker_name
 
 REL_TOL = 0.01
 # The learner's time must match one of its own all-reduces' durations as the checker timed them
@@ -66,12 +66,6 @@ def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
             return report  # one line for one mistake: the other cases would say it again
         report.ok(f"busbw(algbw, {world_size}) = algbw x {bus_factor(world_size):g}")
     return report
-
-
-def _run_learner(rank: int, world_size: int, target: str, nbytes: int) -> dict:
-    with counting_collectives("all_reduce") as calls:
-        result = load_worker(target)(rank, world_size, nbytes)
-    return {"result": result, "calls": calls}
 
 
 def _timed_candidates(durations: list[float]) -> list[float]:
@@ -130,10 +124,9 @@ def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), 
 
     def judge(results: list[dict]) -> tuple[str | None, str]:
         world_size = len(results)
-        problem = diagnose(results, nbytes[world_size])
-        return problem and f"world_size {world_size}: {problem}", (
-            f"world_size {world_size}: every rank timed its all-reduce of a float32 tensor of {nbytes[world_size]} "
-            f"bytes; algbw = bytes / seconds and busbw = algbw x {bus_factor(world_size):g} (2(N-1)/N)")
-    target = worker_name(fn)
-    return check_on_ranks(_run_learner, world_sizes, judge, lambda world_size: (target, nbytes[world_size]),
-                          stop=True, timeout=timeout)
+        return diagnose(results, nbytes[world_size]), (
+            f"every rank timed its all-reduce of a float32 tensor of {nbytes[world_size]} bytes; algbw = bytes / "
+            f"seconds and busbw = algbw x {bus_factor(world_size):g} (2(N-1)/N)")
+    return check_on_ranks(run_counted, world_sizes, judge,
+                          lambda size: (worker_name(fn), ("all_reduce",), [nbytes[size]] * size), stop=True,
+                          timeout=timeout)

@@ -57,27 +57,27 @@ def _evaluate_problem(rows: list[dict]) -> str | None:
     def mean_of_accuracies(way: str) -> float:
         return sum(row[way][0] / row[way][1] for row in rows) / len(rows)
 
-    n_eval, values, exact = rows[0]["n_eval"], [row["value"] for row in rows], accuracy("real")
+    values, exact = [row["value"] for row in rows], accuracy("real")
     if any(abs(v - values[0]) > TOL for v in values):
         local = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
         hint = ("each is its own shard's: all_reduce the correct and counted samples" if local else
                 "each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
                 "and all_reduce the counts")
-        return f"{n_eval} samples: the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}"
-    value = values[0]
-    if abs(value - exact) < TOL:
+        return f"the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}"
+    averaged = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and "
+                "counted samples and divide once")
+    # (what a value equal to this computation means, its fix), for the usual mistakes.
+    mistakes = ((accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
+                                      "skip the positions at or past len(dataset)")),
+                (mean_of_accuracies("real"), averaged), (mean_of_accuracies("padded"), averaged),
+                (accuracy("drop_last"), ("leaves out the samples drop_last=True drops", "count every sample once")))
+    if abs(values[0] - exact) < TOL:
         return None
-    if abs(value - accuracy("padded")) < TOL:
-        return (f"{n_eval} samples: {value:.4f} counts the padding duplicate(s) DistributedSampler adds "
-                f"(exact: {exact:.4f}); skip the positions at or past len(dataset)")
-    if any(abs(value - mean_of_accuracies(way)) < TOL for way in ("real", "padded")):
-        return (f"{n_eval} samples: {value:.4f} is the mean of the ranks' accuracies (exact: {exact:.4f}); "
-                "shards differ in size, so all_reduce the correct and counted samples and divide once")
-    if abs(value - accuracy("drop_last")) < TOL:
-        return (f"{n_eval} samples: {value:.4f} leaves out the samples drop_last=True drops "
-                f"(exact: {exact:.4f}); count every sample once")
-    return (f"{n_eval} samples: returned {value:.4f}, the accuracy over all samples is {exact:.4f}; each rank "
-            "can read only its own shard (DistributedSampler, shuffle=False): combine the counts with all_reduce")
+    what, fix = next((said for value, said in mistakes if abs(values[0] - value) < TOL), (None, None))
+    if what:
+        return f"{values[0]:.4f} {what} (exact: {exact:.4f}); {fix}"
+    return (f"returned {values[0]:.4f}, the accuracy over all samples is {exact:.4f}; each rank can read only its "
+            "own shard (DistributedSampler, shuffle=False): combine the counts with all_reduce")
 
 
 def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
@@ -88,21 +88,16 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
     found: dict[int, list[str]] = {}
     for rows in zip(*results):
         problem = _evaluate_problem(list(rows))
-        found.setdefault(rows[0]["n_eval"], []).extend([problem] if problem else [])
+        found.setdefault(rows[0]["n_eval"], []).extend([f"{rows[0]['n_eval']} samples: {problem}"] if problem else [])
     return [next((p for p in problems if "different accuracies" in p), problems[0])
             for problems in found.values() if problems]
 
 
-def _check(run: Callable, fn: Callable, diagnose: Callable, passed: str, world_sizes: tuple[int, ...]):
-    def judge(results: list) -> tuple[list[str], str]:
-        return [f"world_size {len(results)}: {p}" for p in diagnose(results)], f"on {len(results)} ranks {passed}"
-    return check_on_ranks(run, world_sizes, judge, (fn,), stop=True, timeout=120)
-
-
 def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
     """A report on the learner's ``evaluate`` on each world size, for held-out sets of 11 and 7 samples."""
-    return _check(_run_evaluate, evaluate, diagnose_evaluate, "every rank returns the exact accuracy, padding or "
-                  f"not ({', '.join(map(str, EVAL_SIZES))} samples)", world_sizes)
+    passed = f"every rank returns the exact accuracy, padding or not ({', '.join(map(str, EVAL_SIZES))} samples)"
+    return check_on_ranks(_run_evaluate, world_sizes, lambda runs: (diagnose_evaluate(runs), passed), (evaluate,),
+                          stop=True, timeout=120)
 
 
 # Exercise 2: a step with gradient accumulation and clipping.
@@ -158,16 +153,15 @@ def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them
     return default_hooks.allreduce_hook(None, bucket)
 
 
-def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
-    """In each rank: the learner's steps on micro-batches drawn here; the parameters, the micro-batches,
-    DDP's all-reduces, and each forward's batch size and whether it ran inside no_sync."""
+def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: list) -> dict:
+    """In each rank: the learner's steps on ``batches[rank]``; the parameters, DDP's all-reduces, and
+    each forward's batch size and whether it ran inside no_sync."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.training_loop import LoopNet
 
     with process_group(rank, world_size):
-        batches = draw_micro_batches()
         torch.manual_seed(0)
         model = LoopNet()
         ddp_model = DDP(model)
@@ -185,10 +179,8 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable) -> dict:
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
-            # clones: whatever the learner does to them, the parent gets the samples as drawn
-            train_step(ddp_model, optimizer, [(x.clone(), y.clone()) for x, y in batches[step]], MAX_NORMS[step])
-        return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), "batches": batches,
-                **counted}
+            train_step(ddp_model, optimizer, batches[rank][step], MAX_NORMS[step])
+        return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), **counted}
 
 
 # (divide, clip) of reference_params for each mistake, and its fix.
@@ -201,8 +193,8 @@ TRAIN_STEP_MISTAKES = (
 )
 
 
-def diagnose_train_step(results: list[dict]) -> list[str]:
-    """Problems with per-rank results of ``_run_train_step`` (empty: all right)."""
+def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
+    """Problems with per-rank results of ``_run_train_step`` on ``batches`` (empty: all right)."""
     params = [r["params"] for r in results]
     apart = [rank for rank, p in enumerate(params) if not torch.allclose(p, params[0], atol=TOL)]
     if apart:
@@ -216,7 +208,6 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
         problems.append(f"the model ran a forward on {largest} samples at once, but a micro-batch holds "
                         f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch (the point of "
                         "accumulating is that a whole batch need not fit in memory)")
-    batches = [r["batches"] for r in results]
     if not torch.allclose(params[0], reference_params(batches), atol=TOL):
         hint = next((hint for divide, clip, hint in TRAIN_STEP_MISTAKES
                      if torch.allclose(params[0], reference_params(batches, divide, clip), atol=TOL)),
@@ -235,5 +226,7 @@ def diagnose_train_step(results: list[dict]) -> list[str]:
 
 def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
     """A report on the learner's ``train_step`` for 3 steps of 2 micro-batches on each world size."""
-    return _check(_run_train_step, train_step, diagnose_train_step,
-                  "the parameters equal one process on the global batch, with one all-reduce per step", world_sizes)
+    batches = {size: [draw_micro_batches() for _ in range(size)] for size in world_sizes}  # rank r's: [r]
+    passed = "the parameters equal one process on the global batch, with one all-reduce per step"
+    return check_on_ranks(_run_train_step, world_sizes, lambda runs: (diagnose_train_step(runs, batches[len(runs)]),
+                          passed), lambda size: (train_step, batches[size]), stop=True, timeout=120)
