@@ -89,6 +89,6 @@ def diagnose(results: list[dict]) -> str | None:
 def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), seed: int = 0, timeout: float = 90):
     """A report on ``fn(model)`` after backward on each world size; stops at the first that fails."""
     def judge(results: list[dict]) -> tuple[str | None, str]:
-        return diagnose(results), (f"on all {len(results)} ranks, all {len(results[0]['grads'])} gradients are the "
-                                   f"mean over the ranks (within {ATOL:g})")
+        return diagnose(results), (f"on every rank, all {len(results[0]['grads'])} gradients are the mean over the "
+                                   f"ranks (within {ATOL:g})")
     return check_on_ranks(_run_learner, world_sizes, judge, (worker_name(fn), seed), stop=True, timeout=timeout)

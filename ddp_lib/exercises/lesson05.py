@@ -96,8 +96,8 @@ def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None,
     epochs = dict(draw_plan(rng) if plan is None else plan)
 
     def judge(results: list) -> tuple[str | None, str]:
-        return diagnose(results, epochs[len(results)], seed), (
-            f"seed {seed}: in every epoch every rank reads DistributedSampler's share for that seed and epoch (padded)")
+        return diagnose(results, epochs[len(results)], seed), (f"with seed {seed}, in every epoch every rank reads "
+                                                               "DistributedSampler's share for that seed and epoch")
     return check_on_ranks(fn, tuple(epochs), judge, lambda world_size: (epochs[world_size], seed), stop=True,
                           where=lambda runs: f"world_size {len(runs)}, {epochs[len(runs)]} epochs", timeout=120,
                           hints=HINTS)
