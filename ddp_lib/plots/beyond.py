@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-PARTS = ("parameters", "gradients", "optimizer state", "other buffers", "activations")
+# "kept from forward": what the forward adds and holds until backward. That is activations under
+# DDP, but mostly the unsharded weights under FSDP2 with reshard_after_forward=False.
+PARTS = ("parameters", "gradients", "optimizer state", "other buffers", "kept from forward")
 
 
 def plot_memory_bars(panels: dict[str, dict[str, dict[str, int]]]):
