@@ -283,3 +283,15 @@ def test_bytes_sent_per_step_from_the_traced_collectives():
         assert r["ddp_view"]["measured"]["between steps"] <= r["ddp"]["measured"]["between steps"]
     least = min(r["ddp_view"]["measured"]["between steps"] - _counted(r["ddp_view"]) for r in ranks)
     assert abs(least) < 0.01 * runs["ddp"]["bytes"]["gradients"]
+
+
+def test_the_step_schematic_sends_what_the_ring_factors_say():
+    from ddp_lib.plots.beyond import SEND_FACTOR, step_schedules
+
+    def sent(boxes):  # in units of one layer's bytes, 3 layers, 2 ranks
+        return sum(SEND_FACTOR[kind] * (3 if label in ("AR", "BC") else 1)
+                   for label, kind in boxes if kind != "compute")
+
+    schedules = step_schedules(3)
+    assert {name: sent(boxes) for name, boxes in schedules.items()} == {
+        "DDP": 3, "ZeRO-1 (torch)": 4.5, "FSDP2": 4.5, "FSDP2, no reshard": 3}
