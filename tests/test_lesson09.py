@@ -241,7 +241,7 @@ def compiled_runs() -> dict[str, list[dict]]:
     return {name: [ranks[0][i], ranks[1][i]] for i, name in enumerate(SPLIT_SETTINGS)}
 
 
-def test_optimize_ddp_compiles_one_graph_per_ddp_bucket(compiled_runs):
+def test_optimize_ddp_with_1_mib_buckets_cuts_one_piece_per_ddp_bucket(compiled_runs):
     for r in compiled_runs["split"]:
         assert len(r["buckets"]) == 3 and r["allreduces_per_step"] == [1, 3]  # DDP rebuilt its buckets
         # dynamo hands the pieces over in forward order; DDP fills buckets from the output back

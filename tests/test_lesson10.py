@@ -10,6 +10,7 @@ from ddp_lib.exercises import lesson10
 from ddp_lib.exercises.solutions import lesson10 as solutions
 from ddp_lib.launch import spawn
 from ddp_lib.workers.beyond_ddp import (
+    bytes_sent,
     compare_strategies,
     fsdp_checkpoint,
     fsdp_extras,
@@ -91,6 +92,8 @@ def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
     assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
     assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
     assert r["checkpointing"]["max_grad_diff"] == 0
+    # An optimizer created before fully_shard holds the replaced parameters: its step changes nothing.
+    assert r["order"] == {"optimizer_holds_model_params": False, "model_changed": False}
 
 
 def test_each_strategy_runs_its_own_collectives(runs):
@@ -259,3 +262,37 @@ def test_a_missed_prediction_is_told_as_a_band_without_the_bytes_held():
     near = lesson10.Report()
     lesson10.compare_predictions({s: int(held[s] * 1.3) for s in held}, results, near)
     assert str(near).count("too high, by a factor of up to 1.5") == 3
+
+
+def test_bytes_sent_per_step_from_the_traced_collectives():
+    ranks = spawn(compare_strategies, 2, kwargs=dict(strategies="ddp,ddp_view,zero1,fsdp,fsdp_no_reshard", steps=3),
+                  show_output=False)
+    runs = ranks[0]
+    param_bytes = runs["ddp"]["n_params"] * 4
+    assert runs["ddp"]["payloads"] == [("all_reduce", param_bytes)]  # one bucket: 1.05 MB < 25 MiB
+    assert runs["ddp_view"]["payloads"] == runs["ddp"]["payloads"]
+    broadcasts = [size for kind, size in runs["zero1"]["payloads"] if kind == "broadcast"]
+    assert len(broadcasts) == 10 and sum(broadcasts) == param_bytes  # every parameter once, from its owner
+    sent = {s: bytes_sent(r["payloads"], 2) / bytes_sent(runs["ddp"]["payloads"], 2) for s, r in runs.items()}
+    assert 1.45 < sent["zero1"] < 1.55 and 1.45 < sent["fsdp"] < 1.55
+    assert abs(sent["fsdp_no_reshard"] - 1) < 0.01
+    kinds = [kind for kind, _ in runs["fsdp"]["payloads"]]
+    assert kinds.count("all_gather") == 10 and kinds.count("reduce_scatter") == 5
+    # gradient_as_bucket_view=True: no bucket copy, so at least one rank measures just the count. Measured
+    # after two steps, as the lesson does: after only one, both ranks held one gradient's bytes more.
+    for r in (ranks[0], ranks[1]):
+        assert r["ddp_view"]["measured"]["between steps"] <= r["ddp"]["measured"]["between steps"]
+    least = min(r["ddp_view"]["measured"]["between steps"] - _counted(r["ddp_view"]) for r in ranks)
+    assert abs(least) < 0.01 * runs["ddp"]["bytes"]["gradients"]
+
+
+def test_the_step_schematic_sends_what_the_ring_factors_say():
+    from ddp_lib.plots.beyond import SEND_FACTOR, step_schedules
+
+    def sent(boxes):  # in units of one layer's bytes, 3 layers, 2 ranks
+        return sum(SEND_FACTOR[kind] * (3 if label in ("AR", "BC") else 1)
+                   for label, kind in boxes if kind != "compute")
+
+    schedules = step_schedules(3)
+    assert {name: sent(boxes) for name, boxes in schedules.items()} == {
+        "DDP": 3, "ZeRO-1 (torch)": 4.5, "FSDP2": 4.5, "FSDP2, no reshard": 3}

@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -31,8 +32,8 @@ try:  # inside the ddp_lib package
 except ModuleNotFoundError:  # copied into a project next to process_group.py
     from process_group import process_group
 
-Strategy = Literal["ddp", "zero1", "fsdp", "fsdp_no_reshard"]
-STRATEGIES = ("ddp", "zero1", "fsdp", "fsdp_no_reshard")
+Strategy = Literal["ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard"]
+STRATEGIES = ("ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard")
 # Names of the events torch.profiler records for collectives (c10d's ops and gloo's own).
 COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 
@@ -87,11 +88,12 @@ def activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
 
 
 def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """The model and optimizer (Adam) for a strategy: DDP; DDP + ZeroRedundancyOptimizer (ZeRO-1);
+    """The model and optimizer (Adam) for a strategy: DDP (``ddp_view``: with
+    gradient_as_bucket_view=True); DDP + ZeroRedundancyOptimizer (ZeRO-1);
     FSDP2 with each Linear its own unit (ZeRO-3-style); the same with reshard_after_forward=False
     (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2")."""
-    if strategy == "ddp":
-        return DDP(model), torch.optim.Adam(model.parameters(), lr=lr)
+    if strategy in ("ddp", "ddp_view"):  # ddp_view: the gradients are views into DDP's buckets
+        return DDP(model, gradient_as_bucket_view=strategy == "ddp_view"), torch.optim.Adam(model.parameters(), lr=lr)
     if strategy == "zero1":
         return DDP(model), ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
     if strategy in ("fsdp", "fsdp_no_reshard"):
@@ -99,6 +101,7 @@ def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, to
             if isinstance(layer, nn.Linear):  # all-gathered just before its forward
                 fully_shard(layer, reshard_after_forward=strategy == "fsdp")  # True: freed again after it
         fully_shard(model)
+        # Only now: fully_shard replaced every parameter with a new sharded one.
         return model, torch.optim.Adam(model.parameters(), lr=lr)
     raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
 
@@ -215,7 +218,62 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
         }
 
 
-def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,zero1,fsdp,fsdp_no_reshard",
+# Bytes one rank sends, on average, per byte of the full tensor, in a ring of n ranks (lesson 08).
+# A broadcast is a chain: n - 1 hops of the whole tensor, shared by n ranks.
+RING_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: (n - 1) / n}
+# Element sizes of the dtype names torch.profiler records.
+DTYPE_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
+
+
+def step_payloads(rank: int, world_size: int, strategy: Strategy, width: int = 256, layers: int = 4,
+                  batch_size: int = 16, seed: int = 0) -> list[tuple[str, int]]:
+    """The collectives of one training step (the second) under ``strategy``, in order, each as
+    (kind, bytes of the full tensor it carries): kind is "all_reduce", "broadcast", "all_gather"
+    or "reduce_scatter". FSDP2's sizes are the shapes torch.profiler records for
+    ``_allgather_base_`` (its output) and ``_reduce_scatter_base_`` (its input). The profiler records
+    no shapes for DDP's and ZeRO-1's tensor lists, so a comm hook notes each bucket DDP all-reduces
+    and a wrapper around ``dist.broadcast`` notes each tensor ZeroRedundancyOptimizer broadcasts.
+    The loss average of ``train_step`` is left out. Call inside a process group."""
+    model, optimizer = wrap(make_deep_mlp(width, layers, seed), strategy, 1e-3)
+    noted: list[tuple[str, int]] = []
+    if isinstance(model, DDP):
+        def note_bucket(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+            noted.append(("all_reduce", bucket.buffer().numel() * bucket.buffer().element_size()))
+            return default_hooks.allreduce_hook(None, bucket)  # what DDP does without a hook
+
+        model.register_comm_hook(None, note_bucket)
+    broadcast = dist.broadcast
+
+    def note_broadcast(tensor: torch.Tensor, *args, **kwargs):
+        noted.append(("broadcast", tensor.numel() * tensor.element_size()))
+        return broadcast(tensor, *args, **kwargs)
+
+    train_step(model, optimizer, *batch(0, rank, batch_size, width, seed))  # the first step sets up
+    noted.clear()
+    dist.broadcast = note_broadcast
+    try:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as trace:
+            train_step(model, optimizer, *batch(1, rank, batch_size, width, seed))
+    finally:
+        dist.broadcast = broadcast
+    for e in trace.profiler.kineto_results.events():
+        if e.name() in ("c10d::_allgather_base_", "c10d::_reduce_scatter_base_"):
+            full = e.shapes()[0 if "allgather" in e.name() else 1]  # (output, input) for both
+            numel = 1
+            for n in full:
+                numel *= n
+            kind = "all_gather" if "allgather" in e.name() else "reduce_scatter"
+            noted.append((kind, numel * DTYPE_BYTES[e.dtypes()[0]]))
+    return noted
+
+
+def bytes_sent(payloads: list[tuple[str, int]], world_size: int) -> float:
+    """Bytes one rank sends, on average, for these collectives in a ring of ``world_size`` ranks."""
+    return sum(RING_FACTORS[kind](world_size) * size for kind, size in payloads)
+
+
+def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_view,zero1,fsdp,fsdp_no_reshard",
                        steps: int = 3) -> dict:
     """``memory_run`` for each strategy in turn, in one job (one launch instead of three).
 
@@ -225,10 +283,11 @@ def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,zero1,
         strategies: comma-separated strategies, each one of STRATEGIES.
         steps: training steps per strategy.
 
-    Returns {strategy: memory_run's result on this rank}.
+    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads)}.
     """
     with process_group(rank, world_size):  # memory_run joins this group instead of creating one
-        return {s: memory_run(rank, world_size, s, steps) for s in strategies.split(",")}
+        return {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
+                for s in strategies.split(",")}
 
 
 def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps: int = 4, save_at: int = 0,
@@ -370,9 +429,10 @@ def forward_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[t
 
 def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, batch_size: int = 16,
                 max_norm: float = 0.05, seed: int = 0) -> dict:
-    """Three things a sharded training loop adds, each measured against a plain run on this rank:
+    """Four things a sharded training loop adds, each measured against a plain run on this rank:
     clip_grad_norm_ on FSDP2's DTensor gradients against DDP's, FSDP2 with a bfloat16
-    MixedPrecisionPolicy, and activation checkpointing of the hidden layers as one segment.
+    MixedPrecisionPolicy, activation checkpointing of the hidden layers as one segment, and what
+    an optimizer created before fully_shard updates.
 
     Args:
         rank: this process's rank.
@@ -387,7 +447,8 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     "norm_placements" (its DTensor placements), "max_grad_diff" (clipped gradients, FSDP2's gathered
     against DDP's)}), "mixed" ({"compute_dtype", "param_dtype", "grad_dtype" (of the sharded gradient),
     "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes", "forward_bytes_checkpointed",
-    "max_grad_diff"})}.
+    "max_grad_diff"}), "order" ({"optimizer_holds_model_params", "model_changed"}: an Adam made
+    before fully_shard, after one step)}.
     """
     with process_group(rank, world_size):
         x, y = batch(0, rank, batch_size, width, seed)
@@ -439,4 +500,19 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
             grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
         checkpointing = {"forward_bytes": sizes[0], "forward_bytes_checkpointed": sizes[1],
                          "max_grad_diff": (grads[0] - grads[1]).abs().max().item()}
-        return {"rank": rank, "clip": clip, "mixed": mixed, "checkpointing": checkpointing}
+
+        # The optimizer made before fully_shard holds the parameters fully_shard replaced.
+        early = make_deep_mlp(width, layers, seed)
+        early_optimizer = torch.optim.Adam(early.parameters(), lr=1e-3)
+        for layer in early:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(early)
+        before = [local(p).detach().clone() for p in early.parameters()]
+        nn.functional.mse_loss(early(x), y).backward()
+        early_optimizer.step()
+        model_ids = {id(p) for p in early.parameters()}
+        order = {"optimizer_holds_model_params": all(id(p) in model_ids for g in early_optimizer.param_groups
+                                                      for p in g["params"]),
+                 "model_changed": any(not torch.equal(local(p), b) for p, b in zip(early.parameters(), before))}
+        return {"rank": rank, "clip": clip, "mixed": mixed, "checkpointing": checkpointing, "order": order}

@@ -1,5 +1,6 @@
-"""Lesson 09: what ``torch.compile`` does to a DDP model. Dynamo's DDPOptimizer cuts the captured
-graph where DDP's gradient buckets end, and hands each piece to the backend on its own.
+"""Lesson 09: what ``torch.compile`` does to a DDP model. Dynamo's DDPOptimizer splits the captured
+graph into pieces of at most DDP's ``bucket_bytes_cap`` of parameters (the first piece at most
+1 MiB), imitating DDP's buckets without reading them, and hands each piece to the backend on its own.
 
     spawn(compiled_graphs, 2, kwargs=dict(bucket_cap_mb=1.0, optimize_ddp=True))
     spawn(compiled_graphs_for, 2, kwargs=dict(settings=[dict(optimize_ddp=True), dict(optimize_ddp=False)]))
@@ -65,7 +66,7 @@ def compiled_graphs(rank: int, world_size: int, bucket_cap_mb: float | None = 1.
         world_size: number of processes.
         bucket_cap_mb: DDP's bucket size in MiB (with optimize_ddp, at least 1); None: DDP's default,
             25 MiB with a first bucket of 1 MiB.
-        optimize_ddp: torch._dynamo.config.optimize_ddp: split the graph at DDP's buckets.
+        optimize_ddp: torch._dynamo.config.optimize_ddp: split the graph by DDP's bucket size.
         model: "deep_net" (DeepNet) or "sequential" (the same layers in an nn.Sequential).
         steps: SGD steps, on random data of 16 samples per rank (from the second step on, DDP
             all-reduces the buckets it rebuilt in the order the gradients became ready).

@@ -128,7 +128,7 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
     norm before clipping, per step), "dtypes" (of parameters, logits, loss, gradients, and what the
     comm hook sent), "step_seconds" (per step), "accuracy" (held-out, exact), "scale" (the
     GradScaler's final scale, or None), "params" (flattened), "compiled_graphs" (graphs handed to
-    the compile backend: with DDP, one per gradient bucket; 0 without compile)}.
+    the compile backend: with DDP, one per piece DDPOptimizer cut; 0 without compile)}.
     """
     with process_group(rank, world_size) as device:
         log = logging.getLogger("train_loop")
