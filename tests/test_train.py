@@ -252,3 +252,17 @@ def test_a_checkpoint_whose_epoch_is_no_whole_number_is_named(tmp_path):
     with pytest.raises(WorkerError, match=re.escape(f"checkpoint {path} holds epoch 'two', not a whole number")):
         spawn(train, 1, kwargs={"epochs": 3, "checkpoint_dir": str(tmp_path), "resume": True, "norm": "batch"},
               show_output=False)
+
+
+def test_warmup_changes_the_first_steps_and_a_resume_continues_its_schedule(tmp_path):
+    kwargs = dict(epochs=3, batch_size=16, lr=0.4, warmup_steps=24)  # 16 steps per epoch: into epoch 2
+    straight = spawn(train, 2, kwargs=kwargs, show_output=False)[0]
+    plain = spawn(train, 2, kwargs={**kwargs, "warmup_steps": 0}, show_output=False)[0]
+    assert abs(straight["losses"][0] - plain["losses"][0]) > 1e-3  # the warm-up did change epoch 1
+    ckpt = str(tmp_path / "ckpt")
+    with pytest.raises(WorkerError):
+        spawn(train, 2, kwargs={**kwargs, "checkpoint_dir": ckpt, "fail_at_epoch": 2}, show_output=False)
+    resumed = spawn(train, 2, kwargs={**kwargs, "checkpoint_dir": ckpt, "resume": True}, show_output=False)[0]
+    assert resumed["start_epoch"] == 1
+    assert resumed["losses"] == pytest.approx(straight["losses"], abs=1e-6)  # epoch 2 still warmed up
+    assert _max_diff(resumed, straight) < 1e-6

@@ -43,3 +43,28 @@ def plot_moons(dataset, title: str = "the generated dataset"):
     ax.set_title(title)
     ax.legend()
     return ax
+
+
+def plot_sampler_shards(permutation: list[int], world_size: int):
+    """Schematic of DistributedSampler: the epoch's permutation on top, padded to a multiple of
+    ``world_size`` by repeating its start (hatched), and below it each rank's row, which takes every
+    ``world_size``-th position starting at its rank."""
+    padded = permutation + permutation[:(-len(permutation)) % world_size]
+    fig, ax = plt.subplots(figsize=(7, 1.1 + 0.45 * world_size))
+    rows = [("permutation", list(enumerate(padded)))]
+    rows += [(f"rank {r}", [(p, padded[p]) for p in range(r, len(padded), world_size)]) for r in range(world_size)]
+    for row, (label, cells) in enumerate(rows):
+        y = -row * 0.6 - (0.3 if row else 0)
+        ax.text(-0.3, y + 0.2, label, ha="right", va="center")
+        for slot, (position, sample) in enumerate(cells):
+            x = position if row == 0 else slot * world_size + (row - 1)  # under its place in the permutation
+            pad = position >= len(permutation)
+            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.4, facecolor=f"C{position % world_size}", alpha=0.35,
+                                       hatch="//" if pad else None, edgecolor="black"))
+            ax.text(x + 0.45, y + 0.2, str(sample), ha="center", va="center")
+    ax.set_xlim(-2.2, len(padded) + 0.2)
+    ax.set_ylim(-0.6 * world_size - 0.5, 0.6)
+    ax.axis("off")
+    ax.set_title(f"DistributedSampler: {len(permutation)} samples on {world_size} ranks "
+                 f"(hatched: padding, read twice)")
+    return fig

@@ -25,6 +25,7 @@ FILES_TO_COPY: dict[str, tuple[str, ...]] = {
     "buckets": ("buckets.py", "process_group.py", "shared.py"),
     "spawning": ("spawning.py", "process_group.py"),
     "train": ("train.py", "process_group.py", "shared.py"),
+    "template": ("template.py",),
     "train_pitfalls": ("train_pitfalls.py", "train.py", "process_group.py", "shared.py"),
     "torchrun_env": ("torchrun_env.py", "process_group.py"),
     "torchrun_failure": ("torchrun_failure.py",),

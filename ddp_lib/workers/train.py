@@ -261,7 +261,8 @@ def progress_bar(steps: int):
 
 def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr: float = 0.1,
           seed: int = 0, checkpoint_dir: str | None = None, resume: bool = False, set_epoch: bool = True,
-          norm: Norm = "none", fail_at_epoch: int = 0, keep_last: int | None = None, progress: bool = False) -> dict:
+          norm: Norm = "none", fail_at_epoch: int = 0, keep_last: int | None = None, progress: bool = False,
+          warmup_steps: int = 0) -> dict:
     """Train MoonsNet with SGD (momentum 0.9) under DDP.
 
     Args:
@@ -276,6 +277,7 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
         fail_at_epoch: the last rank raises on reaching this epoch (1-based), on a first attempt only (0: never).
         keep_last: keep only this many newest checkpoints (None: keep all).
         progress: a tqdm bar over the steps on rank 0's stderr (last epoch, its loss) instead of a line per epoch.
+        warmup_steps: raise the learning rate linearly from lr / warmup_steps to lr over this many steps (0: none).
 
     Returns {"rank", "attempt" (torchrun's restart count), "start_epoch", "losses" (one per epoch
     so far, averaged over all ranks), "order" (the first sample indices this rank read in each
@@ -332,7 +334,11 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
             order.append(list(sampler)[:ORDER_SHOWN])
             totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, samples
             ddp_model.train()
-            for x, y in loader:
+            for step, (x, y) in enumerate(loader, start=epoch * len(loader)):
+                if warmup_steps:
+                    # From the global step alone, so a resumed job continues the same schedule.
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr * min(1.0, (step + 1) / warmup_steps)
                 x, y = x.to(device), y.to(device)
                 optimizer.zero_grad()
                 loss = loss_fn(ddp_model(x), y)

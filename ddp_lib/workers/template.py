@@ -1,0 +1,187 @@
+"""A template for your own training job under DDP. Copy this one file (it needs only torch), put
+your data, model, loss and optimizer in the four functions under "YOUR JOB", and run it with
+
+    python template.py --epochs 5                        # 2 processes (or one per GPU) via mp.spawn
+    torchrun --nproc-per-node 2 template.py --epochs 5   # torchrun starts the processes
+    python -m ddp_lib run template --world-size 2        # ddp_lib's launcher, inside this project
+
+Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoint-dir continues
+from it (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
+
+# ==== YOUR JOB: replace the bodies of these four functions ====================================
+
+
+def make_datasets() -> tuple[Dataset, Dataset]:
+    """The training set and the evaluation set. Every rank calls this and must get the same data:
+    read the same files, or generate from a fixed seed, as here."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1201, 8, generator=g)
+    y = (x[:, :4].sum(1) > x[:, 4:].sum(1)).long()  # two classes: which half of the features is larger
+    return TensorDataset(x[:1000], y[:1000]), TensorDataset(x[1000:], y[1000:])
+
+
+def make_model() -> nn.Module:
+    return nn.Sequential(nn.Linear(8, 64), nn.ReLU(), nn.Linear(64, 2))
+
+
+def make_loss() -> nn.Module:
+    return nn.CrossEntropyLoss()
+
+
+def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+
+
+# ==== THE DDP LOOP: the same for any model =====================================================
+
+
+def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
+          seed: int = 0, checkpoint_dir: str = "checkpoints") -> dict:
+    """Train under DDP, evaluate after every epoch, checkpoint on rank 0, resume from the checkpoint.
+
+    Args:
+        epochs: number of epochs to reach, counting those a resumed checkpoint already holds.
+        batch_size: samples per rank per step (global batch = world_size x this).
+        lr: learning rate.
+        seed: seed of the initial weights and of the shuffle.
+        checkpoint_dir: where rank 0 keeps last.pt; a run finding one there continues from it.
+
+    Returns {"rank", "start_epoch", "history" (per epoch: loss, accuracy, samples evaluated)}.
+    """
+    device = setup(rank, world_size)
+    try:
+        torch.manual_seed(seed)  # the same initial weights on every rank (DDP would broadcast rank 0's anyway)
+        train_set, eval_set = make_datasets()
+        # One shuffled permutation per epoch, the same on every rank; each rank reads its own slice.
+        sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
+        model = make_model().to(device)
+        optimizer = make_optimizer(model, lr)
+        loss_fn = make_loss()
+        checkpoint = os.path.join(checkpoint_dir, "last.pt")
+        # Before DDP wraps the model: every rank loads the same file onto its own device.
+        start_epoch, history = load_checkpoint(checkpoint, model, optimizer, device)
+        if rank == 0 and start_epoch:
+            print(f"resumed from {checkpoint} after epoch {start_epoch}", flush=True)
+        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+        for epoch in range(start_epoch, epochs):
+            sampler.set_epoch(epoch)  # without it, every epoch reads the same order
+            ddp_model.train()
+            totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, samples
+            for x, y in loader:
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad()
+                loss = loss_fn(ddp_model(x), y)
+                loss.backward()  # DDP averages the gradients over all ranks here
+                optimizer.step()
+                totals[0] += loss.detach().double() * len(y)
+                totals[1] += len(y)
+            dist.all_reduce(totals)  # the epoch's loss over every rank's samples
+            accuracy, evaluated = evaluate(model, eval_set, rank, world_size, device)
+            history.append({"loss": round((totals[0] / totals[1]).item(), 6), "accuracy": round(accuracy, 6),
+                            "evaluated": evaluated})
+            if rank == 0:
+                print(f"epoch {epoch + 1}/{epochs}: loss {history[-1]['loss']:.4f}, "
+                      f"accuracy {accuracy:.3f} on {evaluated} samples", flush=True)
+                # The unwrapped model: keys without "module.", loadable with or without DDP.
+                save_checkpoint(checkpoint, {"epoch": epoch + 1, "model": model.state_dict(),
+                                             "optimizer": optimizer.state_dict(), "history": history})
+            dist.barrier()  # no rank goes on (or crashes) while rank 0 is still writing
+        return {"rank": rank, "start_epoch": start_epoch, "history": history}
+    finally:
+        dist.destroy_process_group()
+
+
+def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
+             device: torch.device) -> tuple[float, int]:
+    """Accuracy over ``dataset`` with every sample counted exactly once, and how many were counted.
+    Rank r takes samples r, r + world_size, ... (no padding, unlike DistributedSampler), and one
+    all-reduce adds up the counts. It runs the plain model, not the DDP wrapper: ranks may hold
+    different numbers of batches here, and a wrapper's forward may start a collective (a buffer
+    broadcast) that the others would not join."""
+    shard = Subset(dataset, range(rank, len(dataset), world_size))
+    model.eval()
+    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, samples
+    with torch.no_grad():
+        for x, y in DataLoader(shard, batch_size=256):
+            x, y = x.to(device), y.to(device)
+            counts[0] += (model(x).argmax(1) == y).sum()
+            counts[1] += len(y)
+    dist.all_reduce(counts)
+    return (counts[0] / counts[1]).item(), int(counts[1].item())
+
+
+def save_checkpoint(path: str, state: dict) -> None:
+    """Write ``state`` so that ``path`` always holds a whole checkpoint, the old one or the new."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename, so a power cut cannot leave an empty file
+    os.replace(tmp, path)  # atomic on one filesystem: a crash before it leaves the old checkpoint
+
+
+def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    device: torch.device) -> tuple[int, list]:
+    """Load ``path`` into the model and optimizer; return (epochs done, history), or (0, []) if absent.
+    This resumes at an epoch boundary: the sampler's order depends on seed + epoch only, so no
+    random state is needed. A job that draws random numbers while training (dropout, augmentation)
+    and must continue bit for bit also saves each rank's torch.get_rng_state(); one that resumes
+    mid-epoch also saves the step and skips that many batches."""
+    if not os.path.exists(path):
+        return 0, []
+    # map_location: tensors saved from rank 0's device land on this rank's. weights_only: tensors
+    # and plain data only, never code the file names.
+    state = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state["epoch"], state["history"]
+
+
+def setup(rank: int, world_size: int) -> torch.device:
+    """Join the process group; return this rank's device (its own GPU, or the CPU)."""
+    # torchrun and ddp_lib's launcher set these; mp.spawn does not, so give the tutorial's defaults.
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "12355")
+    if torch.cuda.is_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the GPU index on this machine
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    return device
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Train under DDP (see the top of this file).")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--checkpoint-dir", default="checkpoints")
+    parser.add_argument("--world-size", type=int, default=torch.cuda.device_count() or 2,
+                        help="processes to start without torchrun (default: one per GPU, or 2)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    # In train's order: mp.spawn passes arguments by position, after the rank.
+    settings = (args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint_dir)
+    if "RANK" in os.environ:  # started by torchrun: this process is one rank
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *settings)
+    else:  # started by python: start the ranks here, train(rank, world_size, *settings) in each
+        mp.spawn(train, args=(args.world_size, *settings), nprocs=args.world_size)
