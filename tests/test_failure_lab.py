@@ -49,7 +49,8 @@ def test_a_metric_all_reduce_on_rank_0_alone_in_a_ddp_loop_meets_ddps_gradient_a
     with pytest.raises(WorkerError) as plain:
         spawn(lab.metric_on_rank0_in_ddp_loop, 2, timeout=60, show_output=False)
     assert sorted(plain.value.failures) == [0, 1]
-    assert all("Timed out waiting 3000ms for recv" in m for m in plain.value.failures.values())
+    # one rank times out; the other by its own timeout, or as the first one's connections close
+    assert any("Timed out waiting 3000ms for recv" in m for m in plain.value.failures.values())
     assert not any("metric" in out for out, _ in plain.value.outputs.values())  # rank 0 never got its sum
 
 

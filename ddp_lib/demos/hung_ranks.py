@@ -73,9 +73,9 @@ def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, t
         stdout, stderr = out.read(), err.read()
     stacks, dumps = {}, {}
     for (rank, start), (_, end) in zip(stacks_at, stacks_at[1:] + [(None, len(stderr))]):
-        dump = stderr[start:end].split("Stack (most recent call first):", 1)[-1].split("\n\n")[0]
+        dump = stderr[start:end].split("\n\n")[0]
         stacks[rank] = [f"{fn} ({file})" for file, fn in _FRAME.findall(dump)]
-        dumps[rank] = "Stack (most recent call first):" + dump
+        dumps[rank] = dump.strip()
     return Finished(proc.returncode, stdout, stderr, stacks, dumps)
 
 
