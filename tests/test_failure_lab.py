@@ -45,6 +45,24 @@ def test_every_rank_evaluating_is_the_fix():
     assert spawn(lab.evaluate_on_rank0_only, 2, kwargs=dict(fixed=True), show_output=False) == [3.0, 3.0]
 
 
+def test_a_metric_all_reduce_on_rank_0_alone_in_a_ddp_loop_meets_ddps_gradient_all_reduce_and_hangs():
+    with pytest.raises(WorkerError) as plain:
+        spawn(lab.metric_on_rank0_in_ddp_loop, 2, timeout=60, show_output=False)
+    assert sorted(plain.value.failures) == [0, 1]
+    # one rank times out; the other by its own timeout, or as the first one's connections close
+    assert any("Timed out waiting 3000ms for recv" in m for m in plain.value.failures.values())
+    assert not any("metric" in out for out, _ in plain.value.outputs.values())  # rank 0 never got its sum
+
+
+def test_ddp_on_a_debug_detail_process_group_dies_in_its_constructor_on_this_torch():
+    # torch 2.13 (CPU build): DDP's logger segfaults on the ProcessGroupWrapper that DETAIL adds.
+    # Lesson 07 says so; if a later torch fixes it, this test fails and the lesson must change.
+    with pytest.raises(WorkerError) as detail:
+        spawn(lab.metric_on_rank0_in_ddp_loop, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=60,
+              show_output=False)
+    assert "SIGSEGV" in str(detail.value.failures)
+
+
 def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
     with pytest.raises(WorkerError) as plain:
         spawn(lab.mismatched_shapes, 2, show_output=False)

@@ -23,6 +23,7 @@ class Finished:
     stdout: str
     stderr: str  # torchrun's log and the ranks' stderr: timestamps, hosts and PIDs, not for printing
     stacks: dict[int, list[str]]  # rank -> its frames, innermost first, as "function (file)"
+    dumps: dict[int, str]  # rank -> its stack as faulthandler wrote it
 
 
 def rank_pids(torchrun_pid: int) -> dict[int, int]:
@@ -70,11 +71,12 @@ def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, t
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
-    stacks = {}
+    stacks, dumps = {}, {}
     for (rank, start), (_, end) in zip(stacks_at, stacks_at[1:] + [(None, len(stderr))]):
-        dump = stderr[start:end].split("Stack (most recent call first):", 1)[-1]
-        stacks[rank] = [f"{fn} ({file})" for file, fn in _FRAME.findall(dump.split("\n\n")[0])]
-    return Finished(proc.returncode, stdout, stderr, stacks)
+        dump = stderr[start:end].split("\n\n")[0]
+        stacks[rank] = [f"{fn} ({file})" for file, fn in _FRAME.findall(dump)]
+        dumps[rank] = dump.strip()
+    return Finished(proc.returncode, stdout, stderr, stacks, dumps)
 
 
 _BLOCK = re.compile(r"rank\s+: (\d+) \(local_rank: \d+\)\n\s+exitcode\s+: (-?\d+)")

@@ -15,7 +15,7 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
     ranks' store at MASTER_PORT, run by node 0's agent) and who connects to which."""
     fig, ax = plt.subplots(figsize=(9, 4.2))
     ax.set_xlim(0, 10)
-    ax.set_ylim(0, 5.4)
+    ax.set_ylim(-0.4, 5.4)
     ax.axis("off")
     for node, x0 in enumerate((0.2, 5.2)):
         ax.add_patch(FancyBboxPatch((x0, 0.2), 4.6, 5.0, boxstyle="round,pad=0.02", facecolor="none",
@@ -29,12 +29,15 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
     rdzv_label = f"rendezvous store\n--rdzv-endpoint :{rdzv_port}\n(on the endpoint's host)"
     box(ax, 2.7, 4.15, 2.0, 0.8, rdzv_label, "#d9ead3")
     box(ax, 2.7, 2.2, 2.0, 0.8, "ranks' store\nMASTER_PORT (free port)", "#d9ead3")
+    arrow(ax, (2.1, 3.5), (2.7, 2.75), "#b07000")  # node 0's agent runs the ranks' store too
+    ax.text(2.45, 3.2, "runs", fontsize=7, color="#b07000", ha="left")
     arrow(ax, (2.1, 3.9), (2.7, 4.4), "green", "<|-|>")  # agents meet at the rendezvous store
     arrow(ax, (5.5, 4.0), (4.7, 4.5), "green", "<|-|>")
     for x in (1.3, 3.5, 6.3, 8.5):  # every rank reaches the ranks' store (init_process_group env://)
         arrow(ax, (x, 1.4), (3.7, 2.2), "tab:blue")
     arrow(ax, (4.3, 0.95), (5.5, 0.95), "purple", "<|-|>")
-    ax.text(4.9, 0.85, "gloo / nccl:\nports picked\nat run time", ha="center", va="top", fontsize=7, color="purple")
+    ax.text(4.9, 0.1, "rank to rank (gloo / nccl): ports picked at run time", ha="center", va="top", fontsize=7,
+            color="purple")
     ax.set_title("Who listens where: the endpoint's host here is node 0, so its agent runs both stores;\n"
                  "the ranks connect to each other directly", fontsize=10)
     fig.tight_layout()
@@ -65,8 +68,9 @@ def plot_restart_timeline(epochs: int, fail_at: int, resumed_from: int, world_si
     # Inside the grey band, upright: above the bars it would run into the legend.
     ax.text(fail_at - 1 + 0.95, (world_size - 1) / 2, "new rendezvous", rotation=90, ha="center", va="center",
             fontsize=7)
-    ticks = list(range(fail_at)) + [fail_at - 1 + restart_gap + i for i in range(epochs - resumed_from + 1)]
-    labels = [str(i) for i in range(fail_at)] + [str(resumed_from + i) for i in range(epochs - resumed_from + 1)]
+    # Attempt 1 starts with the checkpoint's count, already the last tick of attempt 0: no second label.
+    ticks = list(range(fail_at)) + [fail_at - 1 + restart_gap + i for i in range(1, epochs - resumed_from + 1)]
+    labels = [str(i) for i in range(fail_at)] + [str(resumed_from + i) for i in range(1, epochs - resumed_from + 1)]
     ax.set_xticks(ticks, labels)
     ax.set_xlabel("epochs completed (each attempt's own count; time runs left to right)")
     ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])

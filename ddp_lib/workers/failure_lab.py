@@ -36,6 +36,26 @@ def evaluate_on_rank0_only(rank: int, world_size: int, fixed: bool = False) -> f
         return metric.item()
 
 
+def metric_on_rank0_in_ddp_loop(rank: int, world_size: int, steps: int = 3) -> list[float]:
+    """A real DDP loop whose rank 0 all-reduces a one-number metric after step 0, alone. The other
+    ranks go on to step 1, whose backward starts DDP's gradient all-reduce (one bucket of the
+    model's 5 gradients): that is the call rank 0's metric all-reduce meets."""
+    with process_group(rank, world_size, timeout=SHORT):
+        torch.manual_seed(0)
+        ddp = DDP(nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for step in range(steps):
+            loss = ddp(torch.full((8, 4), float(rank + 1))).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step == 0 and rank == 0:
+                metric = torch.tensor([1.0])  # rank 0's own metric; with 2 ranks the sum should be 2
+                dist.all_reduce(metric)
+                print(f"rank 0's metric all_reduce returned {metric.item():.4g}", flush=True)
+        return [p.detach().flatten().tolist() for p in ddp.parameters()]
+
+
 def mismatched_shapes(rank: int, world_size: int) -> list[float]:
     """Each rank all-reduces a tensor of a different length (rank + 2 elements): rank 0 [1, 2],
     rank 1 [10, 20, 30], so that a sum shows which elements met."""
