@@ -5,8 +5,9 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
-from ddp_lib.bench import allreduce, buckets, ddp, model, ring, scaling, startup
+from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, ring, scaling, startup
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
+from ddp_lib.workers.shared import make_mlp
 
 
 def test_busbw_is_algbw_times_two_n_minus_one_over_n():
@@ -77,6 +78,26 @@ def test_ddp_rows_and_all_reduce_counts():
     assert rows[1, "torch"]["allreduces"] == 1 and rows[2, "torch"]["allreduces"] == 1
     assert rows[1, "torch"]["baseline"] == "local" and rows[2, "buckets"]["baseline"] == "torch"
     assert all(r["step_ms"] > 0 for r in rows.values())
+    # The bare all-reduce timed beside the steps carries as many bytes as the gradients.
+    params = sum(p.numel() for p in make_mlp(0, ddp.DDP_WIDTHS).parameters())
+    assert result["gradient_bytes"] == 4 * params and result["all_reduce_ms"] > 0
+
+
+def test_overlap_profile_has_backward_and_every_bucket_all_reduce():
+    result = overlap.measure()
+    lanes = [r["lane"] for r in result["rows"]]
+    # bucket_cap_mb=1 on the benchmark MLP: 4 buckets after DDP rebuilds them (lesson 08, exercise 3).
+    assert lanes.count("all-reduce") == 4 and lanes.count("backward") >= 10
+    assert all(0 <= r["start_ms"] <= r["end_ms"] for r in result["rows"])
+    assert overlap.backward_end_ms(result) == max(r["end_ms"] for r in result["rows"] if r["lane"] == "backward")
+
+
+def test_overlapped_time_counts_only_all_reduce_time_before_backward_ends():
+    rows = [{"lane": "backward", "start_ms": 0.0, "end_ms": 10.0},
+            {"lane": "all-reduce", "start_ms": 4.0, "end_ms": 8.0},
+            {"lane": "all-reduce", "start_ms": 6.0, "end_ms": 12.0},  # overlaps the first: 8 to 10 counts
+            {"lane": "all-reduce", "start_ms": 11.0, "end_ms": 13.0}]  # after backward: nothing
+    assert overlap.overlapped_ms({"rows": rows}) == 6.0
 
 
 def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():

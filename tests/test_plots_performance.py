@@ -51,3 +51,28 @@ def test_bucket_caps_are_labelled_and_the_default_is_named():
             for cap, label, n in ((0.01, "0.01", 5), (25.0, "25", 1), (None, "default", 2))]
     fig = plot_buckets({"rows": rows, "world_size": 2})
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["0.01", "25", "default"]
+
+
+def test_the_overlap_timeline_draws_one_row_per_all_reduce_and_marks_where_backward_ends():
+    from ddp_lib.plots.performance import plot_overlap
+
+    rows = [{"lane": "backward", "name": "AddmmBackward0", "start_ms": 1.0, "end_ms": 3.0},
+            {"lane": "backward", "name": "AddmmBackward0", "start_ms": 3.0, "end_ms": 6.0},
+            {"lane": "all-reduce", "name": "gloo:all_reduce", "start_ms": 2.5, "end_ms": 7.0},
+            {"lane": "all-reduce", "name": "gloo:all_reduce", "start_ms": 6.5, "end_ms": 8.0}]
+    fig = plot_overlap({"rows": rows, "bucket_cap_mb": 1.0})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["all-reduce 1", "all-reduce 0", "backward"]
+    (end,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert list(end.get_xdata()) == [6.0, 6.0]
+
+
+def test_the_oversubscription_schematic_lets_half_the_ranks_run_in_each_slice():
+    from ddp_lib.plots.performance import draw_oversubscription
+
+    fig = draw_oversubscription(ranks=4, cores=2, slices=6)
+    # Per rank, one collection of running slices, then one of waiting ones.
+    running, waiting = fig.axes[0].collections[0::2], fig.axes[0].collections[1::2]
+    assert [len(c.get_paths()) for c in running] == [3, 3, 3, 3]
+    assert [len(c.get_paths()) for c in waiting] == [3, 3, 3, 3]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [f"rank {r}" for r in range(4)]

@@ -13,6 +13,7 @@ BENCHMARKS = {
                   "all-reduce time, algbw, busbw against size; memory copy and loopback limits"),
     "ring": ("ddp_lib.bench.ring", "lesson 01's ring all-reduce against dist.all_reduce, as a ratio"),
     "ddp": ("ddp_lib.bench.ddp", "a DDP step against a local step; lesson 04's from-scratch DDPs against torch's"),
+    "overlap": ("ddp_lib.bench.overlap", "one DDP step profiled: backward's operators and the all-reduces in time"),
     "buckets": ("ddp_lib.bench.buckets", "DDP step time and all-reduces per step against bucket_cap_mb"),
     "startup": ("ddp_lib.bench.startup", "spawn, forkserver, fork and ddp_lib's launcher: start-up cost"),
     "scaling": ("ddp_lib.bench.scaling", "samples per second of the training worker on 1, 2 and 4 ranks"),

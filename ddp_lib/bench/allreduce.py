@@ -112,7 +112,8 @@ def table_rows(world_size: int, sweep: list[dict]) -> list[dict]:
 
 def fitted_models(rows: list[dict]) -> list[dict]:
     """Per world size, the alpha-beta model fitted to the medians: alpha (latency, us), beta
-    (algbw ceiling, GB/s), the busbw ceiling beta x 2(N-1)/N, and the worst relative error of the fit."""
+    (bandwidth in algbw's terms, GB/s), the same fitted beta read as a busbw (beta x 2(N-1)/N: a fit,
+    not a ceiling, so a measured busbw can lie above it), and the worst relative error of the fit."""
     models = []
     for world_size in sorted({r["world_size"] for r in rows}):
         mine = [r for r in rows if r["world_size"] == world_size]
@@ -120,7 +121,7 @@ def fitted_models(rows: list[dict]) -> list[dict]:
         alpha, beta = fit_alpha_beta(sizes, seconds)
         worst = max(abs(alpha + s / beta - t) / t for s, t in zip(sizes, seconds))
         models.append({"world_size": world_size, "alpha_us": round(alpha * 1e6, 1), "beta_gbs": round(beta / 1e9, 3),
-                       "busbw_ceiling_gbs": round(beta / 1e9 * bus_factor(world_size), 3),
+                       "beta_busbw_gbs": round(beta / 1e9 * bus_factor(world_size), 3),
                        "worst_error": round(worst, 3)})
     return models
 
@@ -156,7 +157,7 @@ def _notes(result: dict) -> str:
              f"{result['copy_gbs']:.2f} GB/s, loopback socket {result['loopback_gbs']:.2f} GB/s"]
     for m in result["models"]:
         lines.append(f"{m['world_size']} ranks: t = {m['alpha_us']:.0f} us + size / {m['beta_gbs']:.3f} GB/s "
-                     f"(busbw ceiling {m['busbw_ceiling_gbs']:.3f} GB/s; worst fit error {m['worst_error']:.0%})")
+                     f"(fitted beta as busbw {m['beta_busbw_gbs']:.3f} GB/s; worst fit error {m['worst_error']:.0%})")
     return "\n".join(lines)
 
 

@@ -4,25 +4,36 @@ rank gets one thread, so a rank computes alike on 1 and 2 ranks, and a busy mach
 not fought over by a rank's own threads.
 
     python -m ddp_lib bench ddp [--quick] [--repeats N] [--json]
+
+The full run's JSON is kept in the repository (lesson 08 reads it beside a quick live run):
+
+    python -m ddp_lib bench ddp --json > ddp_lib/bench/results/ddp.json
 """
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, ddp_steps
 from ddp_lib.bench.report import run_main
 from ddp_lib.launch import spawn
 
+FULL_RUN = Path(__file__).with_name("results") / "ddp.json"
 SCRATCH = ["after_backward", "per_parameter_hooks", "buckets"]
 COLUMNS = [("world_size", "ranks", "d"), ("way", "way", "s"), ("step_ms", "step (ms)", ".2f"),
            ("baseline", "against", "s"), ("ratio", "ratio", ".2f"), ("allreduces", "all-reduces/step", "d")]
 
 
 def measure(quick: bool = False, repeats: int | None = None) -> dict:
-    """{"rows": DDP vs local on 1 and 2 ranks, then each scratch way vs torch on 2 ranks}."""
+    """{"rows": DDP vs local on 1 and 2 ranks, then each scratch way vs torch on 2 ranks;
+    "all_reduce_ms": one bare all-reduce of the gradients' bytes on 2 ranks, timed beside them}."""
     repeats = repeats or (5 if quick else 30)
+    load_before = os.getloadavg()[0]
     rows = []
     for world_size in (1, 2):
-        ways = ["local", "torch"] + (SCRATCH if world_size == 2 else [])
+        ways = ["local", "torch"] + (SCRATCH + ["all_reduce"] if world_size == 2 else [])
         result = spawn(ddp_steps, world_size, args=(ways, repeats), show_output=False,
                        env={"OMP_NUM_THREADS": "1"})[0]
         step = result["step_s"]
@@ -31,11 +42,22 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
         rows.append({"world_size": world_size, "way": "torch", "step_ms": round(step["torch"] * 1e3, 3),
                      "baseline": "local", "ratio": round(step["torch"] / step["local"], 3),
                      "allreduces": result["allreduces"]["torch"]})
-        for way in ways[2:]:
+        if world_size == 2:
+            all_reduce_ms = round(step["all_reduce"] * 1e3, 3)
+        for way in SCRATCH if world_size == 2 else []:
             rows.append({"world_size": world_size, "way": way, "step_ms": round(step[way] * 1e3, 3),
                          "baseline": "torch", "ratio": round(step[way] / step["torch"], 3),
                          "allreduces": result["allreduces"][way]})
-    return {"rows": rows, "model_widths": list(DDP_WIDTHS), "batch_per_rank": DDP_BATCH, "repeats": repeats}
+    return {"rows": rows, "model_widths": list(DDP_WIDTHS), "batch_per_rank": DDP_BATCH, "repeats": repeats,
+            # One bare all-reduce of the gradients' bytes on 2 ranks, timed in the same rotation.
+            "all_reduce_ms": all_reduce_ms,
+            "gradient_bytes": 4 * sum(a * b + b for a, b in zip(DDP_WIDTHS, DDP_WIDTHS[1:])),
+            "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
+
+
+def full_run() -> dict:
+    """The full run kept in the repository (``FULL_RUN``), as ``measure()`` returned it."""
+    return json.loads(FULL_RUN.read_text())
 
 
 def _notes(result: dict) -> str:

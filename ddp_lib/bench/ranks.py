@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -74,11 +75,14 @@ def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
 def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
               bucket_cap_mb: float = 25.0, seed: int = 0) -> dict:
     """Median seconds of one SGD step of the same MLP for each way: "local" (no wrapper), or a
-    way of writing DDP ("after_backward", "per_parameter_hooks", "buckets", "torch"), taken in turn.
+    way of writing DDP ("after_backward", "per_parameter_hooks", "buckets", "torch"), taken in turn;
+    "all_reduce" times one bare all-reduce of as many floats as the model has parameters.
     Returns {"step_s": {way: seconds}, "allreduces": {way: per step, scratch ways only}}."""
     with process_group(rank, world_size) as device:
         models = {}
         for way in ways:
+            if way == "all_reduce":  # the gradients' bytes in one bare all-reduce: DDP's communication alone
+                continue
             module = make_mlp(seed, DDP_WIDTHS).to(device)
             if way == "local":
                 models[way] = module
@@ -89,6 +93,9 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
         g = torch.Generator().manual_seed(seed + rank)
         x = torch.randn(DDP_BATCH, DDP_WIDTHS[0], generator=g).to(device)
         y = torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g).to(device)
+        steps = {way: partial(_train_step, model, optimizers[way], x, y) for way, model in models.items()}
+        flat = torch.zeros(sum(p.numel() for p in make_mlp(seed, DDP_WIDTHS).parameters()), device=device)
+        steps["all_reduce"] = partial(dist.all_reduce, flat)
         times: dict[str, list[float]] = {way: [] for way in ways}
         for repeat in range(repeats + 2):  # two warm-up rounds: torch's DDP rebuilds buckets after its first
             # Rotate who goes first, so no way always follows the same neighbour.
@@ -96,7 +103,7 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
             for way in order:
                 dist.barrier()
                 start = time.perf_counter()
-                _train_step(models[way], optimizers[way], x, y)
+                steps[way]()
                 if repeat >= 2:
                     times[way].append(time.perf_counter() - start)
         calls = {}

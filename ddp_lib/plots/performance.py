@@ -105,3 +105,78 @@ def plot_scaling(result: dict):
     ax.legend(fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def _lane_bars(ax, row: int, spans: list[tuple[float, float]], color: str, height: float = 0.6) -> None:
+    ax.broken_barh([(start, end - start) for start, end in spans], (row - height / 2, height),
+                   facecolor=color, edgecolor="black", linewidth=0.5)
+
+
+def draw_overlap_schematic():
+    """Schematic: backward computes layer gradients last layer first; each bucket's all-reduce
+    starts as soon as its gradients are in, while backward goes on; the step waits only for the
+    last one. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(8, 2.4))
+    layers = [(0, 2), (2, 4), (4, 6), (6, 8)]
+    _lane_bars(ax, 1, layers, "tab:blue")
+    for i, (start, end) in enumerate(layers):
+        ax.text((start + end) / 2, 1, f"layer {len(layers) - i}", ha="center", va="center", color="white", fontsize=9)
+    buckets = [(2, 4.5), (4.5, 7), (8, 10.5)]
+    _lane_bars(ax, 0, buckets, "tab:orange")
+    for i, (start, end) in enumerate(buckets):
+        ax.text((start + end) / 2, 0, f"bucket {i}", ha="center", va="center", fontsize=9)
+    ax.axvline(8, color="black", linestyle="--", linewidth=1)
+    ax.text(8.1, 1.55, "backward ends", fontsize=9)
+    ax.set_yticks([0, 1], ["all-reduce", "backward"])
+    ax.set_ylim(-0.6, 1.8)
+    ax.set_xticks([])
+    ax.set_xlabel("time")
+    ax.set_title("overlap: buckets 0 and 1 are sent while backward still runs")
+    fig.tight_layout()
+    return fig
+
+
+def plot_overlap(result: dict):
+    """One profiled DDP step on rank 0 (ddp_lib.bench.overlap): backward's operators on the
+    training thread, gloo's all-reduces on its worker threads (each on its own row, as two may
+    run at once), and a dashed line where backward ends. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    backward = [(r["start_ms"], r["end_ms"]) for r in result["rows"] if r["lane"] == "backward"]
+    allreduces = [(r["start_ms"], r["end_ms"]) for r in result["rows"] if r["lane"] == "all-reduce"]
+    _lane_bars(ax, len(allreduces), backward, "tab:blue")
+    for i, span in enumerate(allreduces):
+        _lane_bars(ax, len(allreduces) - 1 - i, [span], "tab:orange")
+    end = max(stop for _, stop in backward)
+    ax.axvline(end, color="black", linestyle="--", linewidth=1)
+    ax.text(end, len(allreduces) + 0.45, " backward ends", fontsize=9)
+    ax.set_yticks(range(len(allreduces) + 1),
+                  [f"all-reduce {len(allreduces) - 1 - i}" for i in range(len(allreduces))] + ["backward"])
+    ax.set_ylim(-0.6, len(allreduces) + 0.8)
+    ax.set_xlabel("ms since the profiled step began (rank 0)")
+    ax.set_title(f"one DDP step, bucket_cap_mb={result['bucket_cap_mb']:g}: measured with torch.profiler")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def draw_oversubscription(ranks: int = 4, cores: int = 2, slices: int = 6):
+    """Schematic: ``ranks`` processes on ``cores`` cores take turns (the scheduler gives each a
+    slice, then another rank runs). A ring step needs its two neighbours running at once; when one
+    is off its core, the other waits. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(8, 0.5 * ranks + 1.2))
+    for rank in range(ranks):
+        running = [(t, 1) for t in range(slices) if (t + rank // cores) % (ranks // cores) == 0]
+        waiting = [(t, 1) for t in range(slices) if (t + rank // cores) % (ranks // cores) != 0]
+        ax.broken_barh(running, (rank - 0.3, 0.6), facecolor="tab:green", edgecolor="black", linewidth=0.5)
+        ax.broken_barh(waiting, (rank - 0.3, 0.6), facecolor="lightgrey", edgecolor="black", linewidth=0.5)
+    # Rank 1 sends in its slice; rank 2 can take the message only in its own, one slice later.
+    ax.annotate("", xy=(1.15, 2 - 0.3), xytext=(0.85, 1 + 0.3),
+                arrowprops={"arrowstyle": "->", "color": "black", "linewidth": 1.5})
+    ax.text(1.2, 1.5, "rank 1's message waits for rank 2's turn", fontsize=9, va="center")
+    ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
+    ax.invert_yaxis()
+    ax.set_xticks([])
+    ax.set_xlabel("time, in the scheduler's slices")
+    ax.set_title(f"{ranks} ranks on {cores} cores: green runs, grey waits for a core")
+    fig.tight_layout()
+    return fig
