@@ -180,3 +180,48 @@ def test_every_solution_a_lesson_names_links_to_its_code(site):
             first_line = (ROOT / "ddp_lib" / "exercises" / "solutions" / f"{stem}.py").read_text().splitlines()[0]
             assert unescape(re.sub(r"<[^>]+>", "", solutions_html)).count(first_line.strip('"')) >= 1, stem
     assert named >= 5, "the lessons name fewer worked solutions than expected"
+
+
+def deeper_headings(notebook: Path) -> list[str]:
+    """The "Deeper: ..." headings of a lesson, as its markdown cells write them."""
+    cells = json.loads(notebook.read_text())["cells"]
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+               for c in cells if c["cell_type"] == "markdown"]
+    return [m.group(1) for source in sources for m in re.finditer(r"^#{1,6} (Deeper: .*)$", source, re.MULTILINE)]
+
+
+SECTION_TAG = re.compile(r"<(/?)section\b[^>]*>")
+
+
+def section_at(html: str, start: int) -> str:
+    """The HTML of the <section> element that opens at ``start``, nested sections included."""
+    depth = 0
+    for tag in SECTION_TAG.finditer(html, start):
+        depth += -1 if tag.group(1) else 1
+        if depth == 0:
+            return html[start:tag.end()]
+    raise AssertionError("a <section> that never closes")
+
+
+def test_each_deeper_section_is_folded_in_the_book(site):
+    folded = 0
+    for notebook in LESSONS:
+        headings = deeper_headings(notebook)
+        html = (site / "notebooks" / f"{notebook.stem}.html").read_text()
+        for heading in headings:
+            # the section whose heading (h1-h6, text before its permalink) is this Deeper heading
+            starts = [m.start() for m in re.finditer(r"<section\b[^>]*>\s*<h[1-6]>(.*?)<a class=\"headerlink\"",
+                                                        html, re.DOTALL)
+                      if unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip() == heading.replace("`", "")]
+            assert len(starts) == 1, (notebook.name, heading, len(starts))
+            section = section_at(html, starts[0])
+            # the heading, then everything else of the section inside one <details>, closed by default
+            body = re.sub(r"^<section\b[^>]*>\s*<h[1-6]>.*?</h[1-6]>\s*", "", section, flags=re.DOTALL)
+            assert body.startswith('<details class="deeper">') and " open" not in body.split(">", 1)[0], \
+                (notebook.name, heading, body[:200])
+            assert body.removesuffix("</section>").rstrip().endswith("</details>"), (notebook.name, heading)
+            folded += 1
+    # the headings that are not Deeper ones stay open
+    assert sum(page.read_text().count('<details class="deeper">')
+               for page in (site / "notebooks").glob("*.html")) == folded
+    assert folded >= 1, "no lesson has a Deeper section to fold"
