@@ -190,7 +190,17 @@ def deeper_headings(notebook: Path) -> list[str]:
     return [m.group(1) for source in sources for m in re.finditer(r"^#{1,6} (Deeper: .*)$", source, re.MULTILINE)]
 
 
+def plain(html: str) -> str:
+    """A heading's text as its Markdown writes it: no tags, entities or typographic quotes."""
+    text = unescape(re.sub(r"<[^>]+>", "", html)).strip()
+    return text.translate(str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}))
+
+
 SECTION_TAG = re.compile(r"<(/?)section\b[^>]*>")
+# A section's opening: its tag, the anchor myst adds, and its heading (text, then the permalink).
+SECTION_HEADING = re.compile(r'<section\b[^>]*>\s*(?:<span id="[^"]*"></span>)?<h[1-6]>(.*?)<a class="headerlink"',
+                             re.DOTALL)
+SECTION_HEAD = re.compile(r'^<section\b[^>]*>\s*(?:<span id="[^"]*"></span>)?<h[1-6]>.*?</h[1-6]>\s*', re.DOTALL)
 
 
 def section_at(html: str, start: int) -> str:
@@ -210,13 +220,12 @@ def test_each_deeper_section_is_folded_in_the_book(site):
         html = (site / "notebooks" / f"{notebook.stem}.html").read_text()
         for heading in headings:
             # the section whose heading (h1-h6, text before its permalink) is this Deeper heading
-            starts = [m.start() for m in re.finditer(r"<section\b[^>]*>\s*<h[1-6]>(.*?)<a class=\"headerlink\"",
-                                                        html, re.DOTALL)
-                      if unescape(re.sub(r"<[^>]+>", "", m.group(1))).strip() == heading.replace("`", "")]
+            starts = [m.start() for m in SECTION_HEADING.finditer(html)
+                      if plain(m.group(1)) == heading.replace("`", "")]
             assert len(starts) == 1, (notebook.name, heading, len(starts))
             section = section_at(html, starts[0])
             # the heading, then everything else of the section inside one <details>, closed by default
-            body = re.sub(r"^<section\b[^>]*>\s*<h[1-6]>.*?</h[1-6]>\s*", "", section, flags=re.DOTALL)
+            body = SECTION_HEAD.sub("", section)
             assert body.startswith('<details class="deeper">') and " open" not in body.split(">", 1)[0], \
                 (notebook.name, heading, body[:200])
             assert body.removesuffix("</section>").rstrip().endswith("</details>"), (notebook.name, heading)
