@@ -85,6 +85,24 @@ def link_solutions(app, doctree, docname: str) -> None:
             literal.replace_self(nodes.reference("", "", literal.deepcopy(), refuri=uri, internal=True))
 
 
+# A lesson's "Deeper: ..." sections hold torch's source and edge cases: JupyterLab opens them folded
+# (their heading cell's jp-MarkdownHeadingCollapsed), and so does the book. The heading stays a heading
+# (in the page's contents, with its anchor); what follows it, up to the section's end, goes into an
+# HTML <details> element, which the browser shows closed until the reader opens it. No script needed.
+DEEPER_HEADING = "Deeper:"
+DEEPER_OPEN = '<details class="deeper">\n<summary>Open this deeper section</summary>\n'
+DEEPER_CLOSE = "</details>\n"
+
+
+def fold_deeper_sections(app, doctree) -> None:
+    for section in list(doctree.findall(nodes.section)):
+        title = section.children[0] if section.children else None
+        if isinstance(title, nodes.title) and title.astext().startswith(DEEPER_HEADING):
+            section.insert(1, nodes.raw("", DEEPER_OPEN, format="html"))
+            section.append(nodes.raw("", DEEPER_CLOSE, format="html"))
+
+
 def setup(app):
     app.connect("source-read", add_solutions)
+    app.connect("doctree-read", fold_deeper_sections)
     app.connect("doctree-resolved", link_solutions)

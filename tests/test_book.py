@@ -180,3 +180,57 @@ def test_every_solution_a_lesson_names_links_to_its_code(site):
             first_line = (ROOT / "ddp_lib" / "exercises" / "solutions" / f"{stem}.py").read_text().splitlines()[0]
             assert unescape(re.sub(r"<[^>]+>", "", solutions_html)).count(first_line.strip('"')) >= 1, stem
     assert named >= 5, "the lessons name fewer worked solutions than expected"
+
+
+def deeper_headings(notebook: Path) -> list[str]:
+    """The "Deeper: ..." headings of a lesson, as its markdown cells write them."""
+    cells = json.loads(notebook.read_text())["cells"]
+    sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+               for c in cells if c["cell_type"] == "markdown"]
+    return [m.group(1) for source in sources for m in re.finditer(r"^#{1,6} (Deeper: .*)$", source, re.MULTILINE)]
+
+
+def plain(html: str) -> str:
+    """A heading's text as its Markdown writes it: no tags, entities or typographic quotes."""
+    text = unescape(re.sub(r"<[^>]+>", "", html)).strip()
+    return text.translate(str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'}))
+
+
+SECTION_TAG = re.compile(r"<(/?)section\b[^>]*>")
+# A section's opening: its tag, the anchor myst adds, and its heading (text, then the permalink).
+SECTION_HEADING = re.compile(r'<section\b[^>]*>\s*(?:<span id="[^"]*"></span>)?<h[1-6]>(.*?)<a class="headerlink"',
+                             re.DOTALL)
+SECTION_HEAD = re.compile(r'^<section\b[^>]*>\s*(?:<span id="[^"]*"></span>)?<h[1-6]>.*?</h[1-6]>\s*', re.DOTALL)
+
+
+def section_at(html: str, start: int) -> str:
+    """The HTML of the <section> element that opens at ``start``, nested sections included."""
+    depth = 0
+    for tag in SECTION_TAG.finditer(html, start):
+        depth += -1 if tag.group(1) else 1
+        if depth == 0:
+            return html[start:tag.end()]
+    raise AssertionError("a <section> that never closes")
+
+
+def test_each_deeper_section_is_folded_in_the_book(site):
+    folded = 0
+    for notebook in LESSONS:
+        headings = deeper_headings(notebook)
+        html = (site / "notebooks" / f"{notebook.stem}.html").read_text()
+        for heading in headings:
+            # the section whose heading (h1-h6, text before its permalink) is this Deeper heading
+            starts = [m.start() for m in SECTION_HEADING.finditer(html)
+                      if plain(m.group(1)) == heading.replace("`", "")]
+            assert len(starts) == 1, (notebook.name, heading, len(starts))
+            section = section_at(html, starts[0])
+            # the heading, then everything else of the section inside one <details>, closed by default
+            body = SECTION_HEAD.sub("", section)
+            assert body.startswith('<details class="deeper">') and " open" not in body.split(">", 1)[0], \
+                (notebook.name, heading, body[:200])
+            assert body.removesuffix("</section>").rstrip().endswith("</details>"), (notebook.name, heading)
+            folded += 1
+    # the headings that are not Deeper ones stay open
+    assert sum(page.read_text().count('<details class="deeper">')
+               for page in (site / "notebooks").glob("*.html")) == folded
+    assert folded >= 1, "no lesson has a Deeper section to fold"

@@ -148,3 +148,87 @@ def test_learner_files_go_to_my_work(nb):
     for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
         for path in WRITEFILE.findall(cell.source):
             assert path.startswith("my_work/"), f"code cell {i} writes {path}; write to my_work/ instead"
+
+
+# "Deeper: ..." sections (see ../shared/teaching.md in the team's notes: the lesson's main line stays
+# plain, torch's internals go to folded sections). A Deeper heading opens its cell and the cell's
+# metadata folds it in JupyterLab; the section runs to the next heading of the same or a higher level.
+DEEPER = "Deeper:"
+FOLDED = "jp-MarkdownHeadingCollapsed"
+HEADING = re.compile(r"^(#{1,6})\s+(.*)$")
+# What the main line must not name: torch's source files, and private names (torch._C, ._foo, `_foo`).
+INTERNALS = re.compile(r"\btorch/[\w/.]*\.(?:py|cpp|h|hpp|cu)\b"   # a torch source path
+                       r"|\b[\w/]+\.(?:cpp|hpp|h|cu)\b"            # a C++ source or header anywhere
+                       r"|\btorch\._\w*"                           # torch._C, torch._dynamo, ...
+                       r"|\w\._(?!_)\w+"                           # a private attribute: x._private
+                       r"|`_(?!_)\w+")                             # a private name in code: `_sync_module_states`
+# The lessons whose main line is checked today; the others are being rewritten to this standard.
+DEEPER_CHECKED = ["00_start_here.ipynb"]
+
+
+def headings_of(cell) -> list[tuple[int, str, int]]:
+    """(level, text, line number) of each markdown heading of ``cell``, outside fenced code."""
+    found, fenced = [], False
+    for number, line in enumerate(cell.source.splitlines()):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and (match := HEADING.match(line)):
+            found.append((len(match.group(1)), match.group(2).strip(), number))
+    return found
+
+
+def main_line_markdown(nb: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    """(cell index, text) of every markdown line outside a Deeper section."""
+    kept, deeper_level = [], None
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        starts = {number: (level, text) for level, text, number in headings_of(cell)}
+        for number, line in enumerate(cell.source.splitlines()):
+            if number in starts:
+                level, text = starts[number]
+                if deeper_level is not None and level <= deeper_level:
+                    deeper_level = None
+                if deeper_level is None and text.startswith(DEEPER):
+                    deeper_level = level
+            if deeper_level is None:
+                kept.append((index, line))
+    return kept
+
+
+def internals_named(nb: nbformat.NotebookNode) -> list[str]:
+    return [f"markdown cell {index}: {match.group(0)!r} in {line.strip()[:90]!r}"
+            for index, line in main_line_markdown(nb) for match in INTERNALS.finditer(line)]
+
+
+def test_deeper_headings_and_only_they_are_folded(nb):
+    wrong = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        headings = headings_of(cell)
+        deeper = [number for _, text, number in headings if text.startswith(DEEPER)]
+        folded = cell.metadata.get(FOLDED) is True
+        if deeper and (deeper != [0] or not folded):
+            wrong.append(f"cell {index}: a Deeper heading opens its own cell, which has {FOLDED}: true")
+        if folded and not deeper:
+            wrong.append(f"cell {index}: {FOLDED} on a cell that opens no Deeper section")
+    assert wrong == []
+
+
+@pytest.mark.parametrize("name", DEEPER_CHECKED)
+def test_the_main_line_names_no_torch_internals(name):
+    found = internals_named(load(ROOT / "notebooks" / name))
+    assert found == [], "move these into a '## Deeper: ...' section:\n" + "\n".join(found)
+
+
+def test_the_internals_check_sees_what_it_should():
+    cell = nbformat.v4.new_markdown_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        cell("## Main\nDDP copies weights (`_sync_module_states` in `torch/nn/parallel/distributed.py`)."),
+        cell("### Deeper: the source\n`deviceFromLong` in `python_arg_parser.h`, `torch._C._nn`, `ddp._pre_forward`."),
+        cell("#### still deep\n`torch/accelerator/__init__.py`"),
+        cell("### Back on the main line\n`__init__` and `torch.distributed` are fine; `torch._C` is not."),
+    ])
+    assert [f.split(":", 1)[1].split(" in ")[0].strip() for f in internals_named(nb)] == [
+        "'`_sync_module_states'", "'torch/nn/parallel/distributed.py'", "'torch._C'"]
