@@ -81,7 +81,7 @@ def test_describe_prints_ranks_in_order():
     lines = text.splitlines()
     assert lines[:2] == ["reduce", "  rank 0: [1, 2]               -> [12, 14]"]
     assert lines[2].startswith("  rank 1: [11, 12]             -> [")
-    assert lines[2].endswith("(scratch space, not the sum)")
+    assert lines[2].endswith("(scratch space: do not read)")
 
 
 def test_barrier_releases_nobody_before_the_last_arrival():

@@ -66,7 +66,7 @@ def store_demo(rank: int, world_size: int, path: str) -> dict:
     """Use a FileStore by hand (set, wait, get, add), then build the process group on it."""
     store = dist.FileStore(path, world_size)
     store.set(f"hello/{rank}", f"rank {rank} is here")
-    # wait() blocks until every key exists: this is all a rendezvous is.
+    # wait() blocks until every key exists: the simplest rendezvous (torchrun's adds membership and restarts).
     keys = [f"hello/{r}" for r in range(world_size)]
     store.wait(keys, timedelta(seconds=30))
     seen = [store.get(key).decode() for key in keys]
@@ -186,6 +186,6 @@ def describe(results: list[dict]) -> str:
     lines = [results[0]["name"]]
     for r in results:
         # A reduce's non-destination tensors are printed as they were left, to show they are not the sum.
-        after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space, not the sum)")
+        after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space: do not read)")
         lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
     return "\n".join(lines)
