@@ -181,8 +181,9 @@ def plot_broadcast_tree(world_size: int = 4, src: int = 0, late: int | None = No
                 bbox=dict(boxstyle="round,pad=0.4", facecolor=_rank_colour(10 * r + 1), edgecolor=edge))
     for round_number, sender, receiver in sends:
         colour = "tab:red" if receiver == late else "tab:blue"
+        bend = f"arc3,rad=-{0.25 + 0.1 * round_number}"
         ax.annotate("", xy=(receiver, 0.22), xytext=(sender, 0.22),
-                    arrowprops=dict(arrowstyle="->", color=colour, connectionstyle=f"arc3,rad=-{0.25 + 0.1 * round_number}"))
+                    arrowprops=dict(arrowstyle="->", color=colour, connectionstyle=bend))
         ax.text((sender + receiver) / 2, 0.4 + 0.22 * abs(receiver - sender), f"round {round_number}",
                 ha="center", fontsize=8, color=colour)
     if late is not None:
