@@ -101,6 +101,16 @@ def test_subgroups_reduce_only_within_their_group():
     assert [r["group_name"] for r in results] == ["1", "2", "1", "2"]
 
 
+def test_subgroups_with_local_synchronization_are_created_by_their_members_only():
+    results = spawn(collectives.subgroups, 4, (True,))
+    assert [r["members"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [r["sum"] for r in results] == [2.0, 4.0, 2.0, 4.0]
+    names = [r["group_name"] for r in results]
+    # named by its ranks, not by a counter: the members agree, the two groups differ
+    assert names[0] == names[2] != names[1] == names[3]
+    assert not set(names) & {"1", "2"}
+
+
 def test_send_recv_moves_rank0s_tensor_to_rank1_only():
     results = spawn(point_to_point.send_recv, 3)
     assert [r["after"] for r in results] == [start(0, 3), start(0, 3), start(2, 3)]

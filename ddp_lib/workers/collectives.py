@@ -156,18 +156,28 @@ def barrier_timeline(rank: int | None = None, world_size: int | None = None, del
         return {"rank": rank, "arrived": arrived, "left": left}
 
 
-def subgroups(rank: int | None = None, world_size: int | None = None) -> dict:
+def subgroups(rank: int | None = None, world_size: int | None = None, local: bool = False) -> dict:
     """Split the ranks into evens and odds with new_group; all-reduce each rank's number within
-    its own subgroup only."""
+    its own subgroup only.
+
+    Args:
+        local: each rank creates only its own group, with use_local_synchronization=True.
+    """
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        # Every rank calls new_group for every subgroup, in the same order, even for the groups
-        # it is not in: each call takes the next number from a per-process counter, and that
-        # number names the group (its members meet under it in the store). A rank that skipped
-        # a call would give every later group a different name from its peers.
-        evens = dist.new_group(list(range(0, world_size, 2)))
-        odds = dist.new_group(list(range(1, world_size, 2)))
-        group = evens if rank % 2 == 0 else odds
+        mine = list(range(rank % 2, world_size, 2))
+        if local:
+            # Only the members call new_group: the group is named by a hash of its ranks, not by
+            # the counter below, so the other ranks need not take part.
+            group = dist.new_group(mine, use_local_synchronization=True)
+        else:
+            # Every rank calls new_group for every subgroup, in the same order, even for the groups
+            # it is not in: each call takes the next number from a per-process counter, and that
+            # number names the group (its members meet under it in the store). A rank that skipped
+            # a call would give every later group a different name from its peers.
+            evens = dist.new_group(list(range(0, world_size, 2)))
+            odds = dist.new_group(list(range(1, world_size, 2)))
+            group = evens if rank % 2 == 0 else odds
         total = torch.tensor([float(rank)], device=device)
         dist.all_reduce(total, group=group)
         return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds", "group_name": group.group_name,
