@@ -81,7 +81,7 @@ def test_describe_prints_ranks_in_order():
     lines = text.splitlines()
     assert lines[:2] == ["reduce", "  rank 0: [1, 2]               -> [12, 14]"]
     assert lines[2].startswith("  rank 1: [11, 12]             -> [")
-    assert lines[2].endswith("(scratch space, not the sum)")
+    assert lines[2].endswith("(scratch space: do not read)")
 
 
 def test_barrier_releases_nobody_before_the_last_arrival():
@@ -99,6 +99,16 @@ def test_subgroups_reduce_only_within_their_group():
     assert [r["sum"] for r in results] == [2.0, 4.0, 2.0, 4.0]
     # new_group numbers groups in call order on every rank; the default group is "0"
     assert [r["group_name"] for r in results] == ["1", "2", "1", "2"]
+
+
+def test_subgroups_with_local_synchronization_are_created_by_their_members_only():
+    results = spawn(collectives.subgroups, 4, (True,))
+    assert [r["members"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert [r["sum"] for r in results] == [2.0, 4.0, 2.0, 4.0]
+    names = [r["group_name"] for r in results]
+    # named by its ranks, not by a counter: the members agree, the two groups differ
+    assert names[0] == names[2] != names[1] == names[3]
+    assert not set(names) & {"1", "2"}
 
 
 def test_send_recv_moves_rank0s_tensor_to_rank1_only():
@@ -143,3 +153,30 @@ def test_plot_collective_draws_every_value():
     before, after = fig.axes
     assert [t.get_text() for t in before.texts] == ["1", "2", "11", "12"]
     assert [t.get_text() for t in after.texts] == ["1", "2", "11", "12"] * 2
+
+
+def test_the_broadcast_tree_reaches_every_rank_once_in_log2_rounds():
+    from ddp_lib.plots.collectives import binomial_broadcast_sends
+
+    assert binomial_broadcast_sends(4) == [(1, 0, 1), (2, 0, 2), (2, 1, 3)]
+    for world_size in range(2, 10):
+        for src in range(world_size):
+            sends = binomial_broadcast_sends(world_size, src)
+            receivers = [receiver for _, _, receiver in sends]
+            assert sorted(receivers) == sorted(set(range(world_size)) - {src})
+            assert max(rnd for rnd, _, _ in sends) == (world_size - 1).bit_length()
+            has_data = {src}
+            for rnd in sorted({rnd for rnd, _, _ in sends}):  # a rank sends only data it already holds
+                this_round = [(s, r) for n, s, r in sends if n == rnd]
+                assert all(s in has_data for s, _ in this_round)
+                has_data |= {r for _, r in this_round}
+
+
+def test_the_schematic_pictures_draw():
+    import matplotlib.pyplot as plt
+
+    from ddp_lib.plots.collectives import plot_broadcast_tree, plot_send_deadlock
+
+    for fig in (plot_broadcast_tree(4, 0, late=3), plot_broadcast_tree(3, 1), plot_send_deadlock()):
+        assert fig.axes[0].texts
+        plt.close(fig)

@@ -39,3 +39,31 @@ def test_every_relative_link_resolves():
             assert destination.exists(), f"{page.name}: {target}"
             if anchor and destination.suffix == ".md":
                 assert anchor in anchors(destination), f"{page.name}: {target}"
+
+
+def notebook_anchors(notebook: Path) -> set[str]:
+    """The book's anchor (myst, levels 1 to 3) for each heading in a notebook's markdown cells."""
+    import json
+
+    found = set()
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            level = len(line) - len(line.lstrip("#"))
+            if 1 <= level <= 3 and line[level:level + 1] == " ":
+                title = line[level:].strip().lower()
+                found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_every_lesson_link_in_the_question_map_names_a_heading_that_exists():
+    page = ROOT / "docs" / "questions.md"
+    lesson_links = [t for t in LINK.findall(page.read_text()) if ".ipynb" in t]
+    assert len(lesson_links) >= 8
+    for target in lesson_links:
+        path, _, anchor = target.partition("#")
+        notebook = (page.parent / path).resolve()
+        assert notebook.exists(), target
+        assert anchor, f"{target}: link a section by its heading, not the whole lesson"
+        assert anchor in notebook_anchors(notebook), target

@@ -9,7 +9,7 @@ import torch
 
 from ddp_lib.demos import device_id, spawning
 from ddp_lib.plots.placement import plot_nodes_and_gpus
-from ddp_lib.plots.spawning import plot_pickled_worker
+from ddp_lib.plots.spawning import plot_pickled_worker, plot_start_method_trees
 
 matplotlib.use("Agg")
 CHECKPOINT = Path(__file__).resolve().parent.parent / "notebooks" / "data" / "saved_on_cuda0.pt"
@@ -44,6 +44,7 @@ def test_the_committed_gpu_checkpoint_needs_map_location_here():
 
 def test_the_pictures_draw():
     assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes
+    assert len(plot_start_method_trees(nprocs=2).axes) == 3
 
 
 def _c10d_source() -> str:

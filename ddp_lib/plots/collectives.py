@@ -149,3 +149,71 @@ def plot_late_arrival(results: list[dict], delay: float) -> Figure:
     ax.legend(fontsize=8, ncol=len(results), loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
     fig.tight_layout()
     return fig
+
+
+def binomial_broadcast_sends(world_size: int, src: int = 0) -> list[tuple[int, int, int]]:
+    """(round, sender, receiver) for each send of a binomial-tree broadcast from ``src``, the
+    order gloo's broadcast uses: in round i, every rank that already has the data sends it to
+    the rank 2**i further on (counted from ``src``)."""
+    sends = []
+    step = 1
+    round_number = 1
+    while step < world_size:
+        for offset in range(step):
+            if offset + step < world_size:
+                sends.append((round_number, (src + offset) % world_size, (src + offset + step) % world_size))
+        step *= 2
+        round_number += 1
+    return sends
+
+
+def plot_broadcast_tree(world_size: int = 4, src: int = 0, late: int | None = None) -> Figure:
+    """The tree a broadcast travels along: an arrow per send, labelled with its round. A rank
+    returns once its own sends are received, so a sender to the ``late`` rank waits for it."""
+    sends = binomial_broadcast_sends(world_size, src)
+    fig, ax = plt.subplots(figsize=(6, 2.6))
+    ax.axis("off")
+    ax.set_xlim(-0.6, world_size - 0.4)
+    ax.set_ylim(-0.9, 1.0)
+    for r in range(world_size):
+        edge = "tab:red" if r == late else "black"
+        ax.text(r, 0, f"rank {r}" + ("\n(late)" if r == late else ""), ha="center", va="center", fontsize=10,
+                bbox=dict(boxstyle="round,pad=0.4", facecolor=_rank_colour(10 * r + 1), edgecolor=edge))
+    for round_number, sender, receiver in sends:
+        colour = "tab:red" if receiver == late else "tab:blue"
+        bend = f"arc3,rad=-{0.25 + 0.1 * round_number}"
+        ax.annotate("", xy=(receiver, 0.22), xytext=(sender, 0.22),
+                    arrowprops=dict(arrowstyle="->", color=colour, connectionstyle=bend))
+        ax.text((sender + receiver) / 2, 0.4 + 0.22 * abs(receiver - sender), f"round {round_number}",
+                ha="center", fontsize=8, color=colour)
+    if late is not None:
+        waiting = sorted({s for _, s, r in sends if r == late})
+        ax.text((world_size - 1) / 2, -0.7, f"rank {', '.join(map(str, waiting))} sends to rank {late}: "
+                "it cannot finish before the late rank takes the data", ha="center", fontsize=9)
+    ax.set_title(f"broadcast from rank {src} on {world_size} ranks: who sends to whom", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_send_deadlock() -> Figure:
+    """Two ranks that both call a blocking send first: each waits for a recv the other never
+    reaches, until the group's timeout ends the wait."""
+    fig, ax = plt.subplots(figsize=(8, 2.2))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.7, 1.7)
+    ax.set_yticks([1, 0], ["rank 0", "rank 1"])
+    ax.set_xticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel("time →")
+    for y, peer in ((1, 1), (0, 0)):
+        ax.add_patch(Rectangle((0.3, y - 0.2), 7.2, 0.4, facecolor="#f4c7c3", edgecolor="tab:red"))
+        ax.text(3.9, y, f"send(dst={peer}): waiting for rank {peer} to call recv", ha="center", va="center", fontsize=9)
+        ax.add_patch(Rectangle((7.7, y - 0.2), 2.1, 0.4, facecolor="white", edgecolor="grey", linestyle="--"))
+        ax.text(8.75, y, f"recv(src={peer})\nnever reached", ha="center", va="center", fontsize=8, color="grey")
+    ax.axvline(7.5, color="black", linestyle=":")
+    ax.text(7.5, 1.45, "the group's timeout: an error", ha="center", fontsize=8.5)
+    ax.annotate("", xy=(1.2, 0.22), xytext=(1.2, 0.78), arrowprops=dict(arrowstyle="<->", color="tab:red"))
+    ax.text(1.35, 0.5, "each waits for the other", fontsize=8, color="tab:red", va="center")
+    fig.tight_layout()
+    return fig

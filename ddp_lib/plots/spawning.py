@@ -49,3 +49,35 @@ def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hel
             "each child must be able to import it", ha="center", fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_start_method_trees(nprocs: int = 2) -> Figure:
+    """Who starts each rank under the three start methods, and what each rank begins with."""
+    panels = [
+        ("spawn", "notebook kernel", None, "a fresh Python:\nimports torch\nand your module"),
+        ("fork", "notebook kernel", None, "a copy of the kernel:\nits memory, locks,\nhalf-done work"),
+        ("forkserver", "notebook kernel", "forkserver\n(started once,\nimports torch once)",
+         "a copy of the server:\ntorch already imported,\nnothing of the notebook"),
+    ]
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    for ax, (method, parent, server, child) in zip(axes, panels):
+        ax.set_xlim(0, 4)
+        ax.set_ylim(0, 4)
+        ax.axis("off")
+        ax.set_title(f"start_method={method!r}", fontsize=10, family="monospace")
+        box = dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="tab:blue")
+        ax.text(2, 3.6, parent, ha="center", va="center", fontsize=8.5, bbox=box)
+        top = 3.35
+        if server:
+            ax.text(2, 2.55, server, ha="center", va="center", fontsize=8,
+                    bbox=dict(boxstyle="round,pad=0.3", facecolor="#fff3d6", edgecolor="tab:orange"))
+            ax.annotate("", xy=(2, 2.95), xytext=(2, 3.4), arrowprops=dict(arrowstyle="->"))
+            top = 2.15
+        for i in range(nprocs):
+            x = 1 + 2 * i / max(1, nprocs - 1) if nprocs > 1 else 2
+            ax.annotate("", xy=(x, 1.35), xytext=(2, top), arrowprops=dict(arrowstyle="->", color="tab:green"))
+            ax.text(x, 0.85, f"rank {i}", ha="center", va="center", fontsize=8.5,
+                    bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="tab:green"))
+        ax.text(2, 0.15, child, ha="center", va="center", fontsize=8)
+    fig.tight_layout()
+    return fig

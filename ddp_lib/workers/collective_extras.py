@@ -74,7 +74,7 @@ def async_all_reduce(rank: int | None = None, world_size: int | None = None) -> 
         rank, world_size = dist.get_rank(), dist.get_world_size()
         total = torch.full((1_000_000,), float(rank), device=device)
         work = dist.all_reduce(total, async_op=True)  # returns a Work; the transfer runs in the background
-        local = torch.arange(1000.0, device=device).square().sum().item()  # overlapped with it
+        local = torch.arange(1000.0, device=device).square().sum().item()  # before wait(): the transfer may still run
         work.wait()  # only now is `total` the sum; do not read or write it before
         return {"rank": rank, "work": type(work).__name__, "local": local, "sum": total[0].item(),
                 "completed": work.is_completed()}

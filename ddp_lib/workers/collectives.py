@@ -66,7 +66,7 @@ def store_demo(rank: int, world_size: int, path: str) -> dict:
     """Use a FileStore by hand (set, wait, get, add), then build the process group on it."""
     store = dist.FileStore(path, world_size)
     store.set(f"hello/{rank}", f"rank {rank} is here")
-    # wait() blocks until every key exists: this is all a rendezvous is.
+    # wait() blocks until every key exists: the simplest rendezvous (torchrun's adds membership and restarts).
     keys = [f"hello/{r}" for r in range(world_size)]
     store.wait(keys, timedelta(seconds=30))
     seen = [store.get(key).decode() for key in keys]
@@ -156,18 +156,28 @@ def barrier_timeline(rank: int | None = None, world_size: int | None = None, del
         return {"rank": rank, "arrived": arrived, "left": left}
 
 
-def subgroups(rank: int | None = None, world_size: int | None = None) -> dict:
+def subgroups(rank: int | None = None, world_size: int | None = None, local: bool = False) -> dict:
     """Split the ranks into evens and odds with new_group; all-reduce each rank's number within
-    its own subgroup only."""
+    its own subgroup only.
+
+    Args:
+        local: each rank creates only its own group, with use_local_synchronization=True.
+    """
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        # Every rank calls new_group for every subgroup, in the same order, even for the groups
-        # it is not in: each call takes the next number from a per-process counter, and that
-        # number names the group (its members meet under it in the store). A rank that skipped
-        # a call would give every later group a different name from its peers.
-        evens = dist.new_group(list(range(0, world_size, 2)))
-        odds = dist.new_group(list(range(1, world_size, 2)))
-        group = evens if rank % 2 == 0 else odds
+        mine = list(range(rank % 2, world_size, 2))
+        if local:
+            # Only the members call new_group: the group is named by a hash of its ranks, not by
+            # the counter below, so the other ranks need not take part.
+            group = dist.new_group(mine, use_local_synchronization=True)
+        else:
+            # Every rank calls new_group for every subgroup, in the same order, even for the groups
+            # it is not in: each call takes the next number from a per-process counter, and that
+            # number names the group (its members meet under it in the store). A rank that skipped
+            # a call would give every later group a different name from its peers.
+            evens = dist.new_group(list(range(0, world_size, 2)))
+            odds = dist.new_group(list(range(1, world_size, 2)))
+            group = evens if rank % 2 == 0 else odds
         total = torch.tensor([float(rank)], device=device)
         dist.all_reduce(total, group=group)
         return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds", "group_name": group.group_name,
@@ -186,6 +196,6 @@ def describe(results: list[dict]) -> str:
     lines = [results[0]["name"]]
     for r in results:
         # A reduce's non-destination tensors are printed as they were left, to show they are not the sum.
-        after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space, not the sum)")
+        after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space: do not read)")
         lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
     return "\n".join(lines)
