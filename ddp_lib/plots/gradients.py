@@ -1,50 +1,110 @@
-"""Lesson 04 pictures: backward against communication, per rank."""
+"""Lesson 04 pictures: two schematics (gradients averaged by an all-reduce; buckets filled in
+reverse order and sent while backward still runs), then the measured timeline of backward against
+communication, per rank."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from ddp_lib.plots.collectives import RANK_COLOURS, SUM_COLOUR
+
+# Two shades that alternate from one all-reduce to the next, so neighbours stay apart.
+COMM_COLOURS = ("tab:blue", "tab:orange")
+
+
+def _cells(ax, x0: float, y: float, values: list[float], colour: str) -> None:
+    for i, value in enumerate(values):
+        ax.add_patch(Rectangle((x0 + i, y - 0.35), 1, 0.7, facecolor=colour, edgecolor="black"))
+        ax.text(x0 + i + 0.5, y, f"{value:+.1f}", ha="center", va="center", fontsize=9)
+
+
+def plot_gradient_average(grads: list[list[float]] | None = None) -> Figure:
+    """Schematic: each rank's own ``.grad`` (left) goes into one all-reduce that sums them and
+    scales by 1/world_size; every rank leaves backward() with the same mean (right)."""
+    grads = grads or [[0.2, -0.4, 0.6], [0.6, 0.0, -0.2]]
+    world_size, n = len(grads), len(grads[0])
+    mean = [sum(column) / world_size for column in zip(*grads)]
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * world_size))
+    ax.set_xlim(-1.6, 2 * n + 6.2)
+    ax.set_ylim(world_size - 0.3, -1.0)
+    ax.axis("off")
+    box_x = n + 1.2
+    ax.add_patch(Rectangle((box_x, -0.4), 3.4, world_size - 0.2, facecolor="whitesmoke", edgecolor="gray"))
+    ax.text(box_x + 1.7, (world_size - 1) / 2, "all-reduce:\neach rank × 1/world_size,\nthen the sum",
+            ha="center", va="center", fontsize=9)
+    right = box_x + 4.6
+    for rank, grad in enumerate(grads):
+        ax.text(-0.3, rank, f"rank {rank}", ha="right", va="center", fontsize=9)
+        _cells(ax, 0, rank, grad, RANK_COLOURS[rank % len(RANK_COLOURS)])
+        _cells(ax, right, rank, mean, SUM_COLOUR)
+        for start, end in ((n + 0.05, box_x - 0.05), (box_x + 3.45, right - 0.05)):
+            ax.add_patch(FancyArrowPatch((start, rank), (end, rank), arrowstyle="-|>", mutation_scale=12))
+    ax.text(n / 2, -0.75, "its own .grad (its own data)", ha="center", fontsize=9)
+    ax.text(right + n / 2, -0.75, ".grad after backward()", ha="center", fontsize=9)
+    fig.suptitle("During backward(), DDP turns N different gradients into one: their mean, on every rank",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
+    """Schematic of one rank's backward: layers' gradients come out last layer first, fill buckets
+    in that order, and each bucket's all-reduce starts as soon as its last gradient is in, while
+    backward still computes the earlier layers."""
+    fig, ax = plt.subplots(figsize=(9, 2.4))
+    ax.set_xlim(-2.2, layers + 2.2)
+    ax.set_ylim(2.0, -0.9)
+    ax.axis("off")
+    ax.text(-0.1, 0, "backward\ncomputes", ha="right", va="center", fontsize=9)
+    ax.text(-0.1, 1.3, "all-reduces\n(on the wire)", ha="right", va="center", fontsize=9)
+    for step in range(layers):
+        layer = layers - step  # the last layer's gradient is computed first
+        bucket = step // per_bucket
+        ax.add_patch(Rectangle((step, -0.3), 1, 0.6, facecolor=RANK_COLOURS[bucket + 2], edgecolor="black"))
+        ax.text(step + 0.5, 0, f"grad of\nlayer {layer}", ha="center", va="center", fontsize=8)
+    for bucket in range(layers // per_bucket):
+        ready = (bucket + 1) * per_bucket  # the moment the bucket's last gradient is in
+        ax.add_patch(Rectangle((ready, 1.0), 1.4, 0.6, facecolor=RANK_COLOURS[bucket + 2], edgecolor="black"))
+        ax.text(ready + 0.7, 1.3, f"bucket {bucket}", ha="center", va="center", fontsize=8)
+        ax.add_patch(FancyArrowPatch((ready - 0.05, 0.32), (ready + 0.2, 0.98), arrowstyle="-|>",
+                                     mutation_scale=12))
+    ax.annotate("", xy=(layers + 1.6, -0.65), xytext=(0, -0.65), arrowprops=dict(arrowstyle="->", color="gray"))
+    ax.text(layers / 2, -0.75, "time", ha="center", fontsize=9, color="gray")
+    fig.suptitle("Gradients fill buckets last layer first; bucket 0 is sent while layers 2 and 1 "
+                 "are still computed", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces",
-                  names: list[str] | None = None):
+                  names: list[str] | None = None) -> Figure:
     """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
-    below it one bar per bucket all-reduce. ``timelines`` are backward_timeline's results in rank order;
+    below it one bar per all-reduce. ``timelines`` are backward_timeline's results in rank order;
     ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank)."""
     names = names or [f"rank {rank}" for rank in range(len(timelines))]
     fig, ax = plt.subplots(figsize=(10, 1 + 1.1 * len(timelines)))
-    n_buckets = max((ev["bucket"] + 1 for tl in timelines for ev in tl["allreduces"]), default=1)
-    # Up to 8 all-reduces: one colour each, named in the legend. More: a colour scale, so none repeats.
-    few = n_buckets <= 8
-    cmap = plt.get_cmap("tab10" if few else "viridis")
-
-    def color(bucket: int):
-        return cmap(bucket) if few else cmap(bucket / max(1, n_buckets - 1))
-
     labels, ticks = [], []
-    for rank, tl in enumerate(timelines):
-        y_backward, y_comm = 2.4 * rank, 2.4 * rank + 1
+    for row, tl in enumerate(timelines):
+        y_backward, y_comm = 2.4 * row, 2.4 * row + 1
         ax.barh(y_backward, tl["backward_ms"], left=0, height=0.6, color="lightgray",
-                label="backward (until it returns)" if rank == 0 else None)
+                label="backward (until it returns)" if row == 0 else None)
         ready = [t for _, t in tl["grad_ready"]]
         ax.plot(ready, [y_backward] * len(ready), "k|", markersize=14,
-                label="a weight's gradient is ready" if rank == 0 else None)
-        n = max(1, len(tl["allreduces"]))
+                label="a weight's gradient is ready" if row == 0 else None)
         for ev in tl["allreduces"]:
-            # One thin sub-row per bucket, so all-reduces in flight at the same time stay visible.
-            y = y_comm - 0.35 + 0.7 * (ev["bucket"] + 0.5) / n
-            ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.7 / n, alpha=0.85,
-                    color=color(ev["bucket"]), edgecolor="black",
-                    label=f"all-reduce {ev['bucket']}" if few and rank == 0 else None)
-        labels += [f"{names[rank]}: backward", f"{names[rank]}: all-reduces"]
+            # Two lanes, alternating: an all-reduce still in flight when the next starts stays visible.
+            lane = ev["bucket"] % 2
+            ax.barh(y_comm - 0.2 + 0.4 * lane, ev["end"] - ev["start"], left=ev["start"], height=0.38,
+                    color=COMM_COLOURS[lane], edgecolor="black",
+                    label="one all-reduce (one message)" if row == 0 and ev["bucket"] == 0 else None)
+        labels += [f"{names[row]}: backward", f"{names[row]}: {len(tl['allreduces'])} all-reduces"]
         ticks += [y_backward, y_comm]
     ax.set_yticks(ticks, labels)
     ax.set_xlabel("ms since backward() was called (each rank's own clock)")
     ax.set_title(title)
     ax.invert_yaxis()  # the first row on top
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
-    if not few:
-        scale = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, n_buckets - 1))
-        fig.colorbar(scale, ax=ax, label="all-reduce number (0: sent first)", location="bottom",
-                     fraction=0.08, pad=0.35)
     fig.tight_layout()
     return fig

@@ -337,3 +337,25 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
             "allreduces": [{"bucket": i, "bytes": nbytes, "start": ms(s), "end": ms(e)}
                            for i, nbytes, s, e in events],
         }
+
+
+def grads_in_buckets(rank: int, world_size: int, steps: int = 2) -> dict:
+    """Train the wide model ``steps`` steps under DDP (0.05 MiB buckets), without and with
+    ``gradient_as_bucket_view``; return, for each, how many separate memory blocks hold the
+    parameters' ``.grad`` tensors (one per parameter if DDP copies; one per bucket if ``.grad``
+    are views into the buckets) and the number of buckets."""
+    result = {}
+    with process_group(rank, world_size) as device:
+        for as_view in (False, True):
+            ddp = wrap_ddp(make_mlp(0, WIDE).to(device), device, bucket_cap_mb=0.05,
+                           gradient_as_bucket_view=as_view)
+            buckets_sent: list[tuple] = []
+            ddp.register_comm_hook(None, _recording_hook(buckets_sent, time.perf_counter))
+            for step in range(steps):  # the .grad become views after the first step (DDP's docstring)
+                x, y = (t.to(device) for t in rank_batch(step, rank, world_size, 8, widths=WIDE))
+                buckets_sent.clear()
+                nn.functional.mse_loss(ddp(x), y).backward()
+            blocks = {p.grad.untyped_storage().data_ptr() for p in ddp.parameters()}
+            result[as_view] = {"parameters": len(list(ddp.parameters())), "memory_blocks": len(blocks),
+                               "buckets": len(buckets_sent)}
+    return result
