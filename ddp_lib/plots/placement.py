@@ -32,3 +32,32 @@ def plot_nodes_and_gpus(nodes: int = 2, gpus_per_node: int = 2) -> Figure:
     fig.suptitle("GPUs are numbered per node: a rank's GPU is cuda:LOCAL_RANK, not cuda:RANK", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_visible_devices(physical: int = 4, visible: tuple[int, ...] = (2, 3)) -> Figure:
+    """One node's physical GPUs (top row, numbered as nvidia-smi numbers them) and what a process
+    started with CUDA_VISIBLE_DEVICES listing ``visible`` calls them (bottom row): cuda:0, cuda:1, ...
+    in the order listed; the others do not exist for it."""
+    fig, ax = plt.subplots(figsize=(1.5 * physical + 2.2, 2.7))
+    ax.set_xlim(-2.2, 1.5 * physical)
+    ax.set_ylim(0, 2.7)
+    ax.axis("off")
+    ax.text(-0.1, 2.0, "the machine", ha="right", va="center", fontsize=9)
+    ax.text(-0.1, 0.55, "inside the\nprocess", ha="right", va="center", fontsize=9)
+    for gpu in range(physical):
+        seen = gpu in visible
+        ax.add_patch(FancyBboxPatch((1.5 * gpu + 0.1, 1.7), 1.2, 0.6, boxstyle="round,pad=0.03",
+                                    facecolor="white", edgecolor="tab:green" if seen else "lightgray"))
+        ax.text(1.5 * gpu + 0.7, 2.0, f"GPU {gpu}", ha="center", va="center", fontsize=9,
+                color="black" if seen else "gray")
+    for index, gpu in enumerate(visible):
+        ax.add_patch(FancyBboxPatch((1.5 * index + 0.1, 0.25), 1.2, 0.6, boxstyle="round,pad=0.03",
+                                    facecolor="honeydew", edgecolor="tab:green"))
+        ax.text(1.5 * index + 0.7, 0.55, f"cuda:{index}", ha="center", va="center", fontsize=9)
+        ax.annotate("", xy=(1.5 * index + 0.7, 0.9), xytext=(1.5 * gpu + 0.7, 1.65),
+                    arrowprops=dict(arrowstyle="->", color="tab:green"))
+    listed = ",".join(map(str, visible))
+    fig.suptitle(f"CUDA_VISIBLE_DEVICES={listed}: the process sees {len(visible)} GPUs, numbered from 0 "
+                 "in the order listed", fontsize=10)
+    fig.tight_layout()
+    return fig
