@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ddp_lib.demos import device_id, spawning
-from ddp_lib.plots.placement import plot_nodes_and_gpus
+from ddp_lib.plots.placement import plot_nodes_and_gpus, plot_visible_devices
 from ddp_lib.plots.spawning import plot_pickled_worker
 
 matplotlib.use("Agg")
@@ -43,7 +43,29 @@ def test_the_committed_gpu_checkpoint_needs_map_location_here():
 
 
 def test_the_pictures_draw():
-    assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes
+    assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes and plot_visible_devices().axes
+
+
+def test_a_child_process_sees_cuda_visible_devices_and_counts_its_gpus():
+    # Lesson 03: the variable reaches the child; torch's count is that of the listed GPUs present.
+    listed = device_id.gpus_seen_by_a_child("2,3")
+    absent = device_id.gpus_seen_by_a_child(None)
+    assert listed["CUDA_VISIBLE_DEVICES"] == "2,3" and absent["CUDA_VISIBLE_DEVICES"] == "(not set)"
+    assert listed["device_count"] <= 2 and absent["device_count"] == torch.cuda.device_count()
+
+
+def test_torch_parses_cuda_visible_devices_up_to_the_first_invalid_entry(monkeypatch):
+    # Lesson 03's Deeper section.
+    for listed, parsed in (("2,3", [2, 3]), ("1,0", [1, 0]), ("0,-1,2", [0])):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+        assert torch.cuda._parse_visible_devices() == parsed
+
+
+def test_fake_tensors_raise_torchs_device_mismatch_without_a_gpu():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(RuntimeError, match="^Expected all tensors to be on the same device"):
+        torch.nn.functional.linear(torch.empty(20, 10), torch.empty(10, 10, device="cuda:0"))
 
 
 def _c10d_source() -> str:

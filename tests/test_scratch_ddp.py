@@ -40,3 +40,19 @@ def test_buckets_fill_from_the_last_layer(monkeypatch):
     names = {id(p): n for n, p in model.module.named_parameters()}
     assert [[names[id(p)] for p in b] for b in model.buckets] == [
         ["4.bias", "4.weight", "2.bias"], ["2.weight"], ["0.bias", "0.weight"]]
+
+
+def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
+    # Lesson 04: without the option every .grad has its own memory; with it, one block per bucket.
+    result = spawn(buckets.grads_in_buckets, 2)[0]
+    assert result[False]["memory_blocks"] == result[False]["parameters"] == 10
+    assert result[True]["memory_blocks"] == result[True]["buckets"] > 1
+
+
+def test_the_lesson04_schematics_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_bucket_schedule, plot_gradient_average
+
+    assert plot_gradient_average().axes and plot_bucket_schedule().axes
