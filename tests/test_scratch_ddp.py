@@ -56,3 +56,17 @@ def test_the_lesson04_schematics_draw():
     from ddp_lib.plots.gradients import plot_bucket_schedule, plot_gradient_average
 
     assert plot_gradient_average().axes and plot_bucket_schedule().axes
+
+
+def test_the_timeline_of_many_all_reduces_has_no_colour_bar():
+    # Lesson 04's comparison: 14 all-reduces after backward drawn as thick bars in two lanes, one axes only.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_timeline
+
+    timeline = {"backward_ms": 10.0, "grad_ready": [(i, float(i)) for i in range(7)],
+                "allreduces": [{"bucket": b, "start": 10.0 + b, "end": 11.0 + b} for b in range(14)]}
+    fig = plot_timeline([timeline])
+    bars = [patch for patch in fig.axes[0].patches if patch.get_height() < 0.5]
+    assert len(fig.axes) == 1 and len(bars) == 14 and min(bar.get_height() for bar in bars) > 0.3
