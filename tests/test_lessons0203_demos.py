@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from ddp_lib.demos import device_id, spawning
-from ddp_lib.plots.placement import plot_nodes_and_gpus, plot_visible_devices
+from ddp_lib.plots.placement import (
+    plot_checkpoint_locations,
+    plot_input_path,
+    plot_nodes_and_gpus,
+    plot_ranks_on_one_gpu,
+    plot_visible_devices,
+)
 from ddp_lib.plots.spawning import plot_pickled_worker
 
 matplotlib.use("Agg")
@@ -44,6 +50,7 @@ def test_the_committed_gpu_checkpoint_needs_map_location_here():
 
 def test_the_pictures_draw():
     assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes and plot_visible_devices().axes
+    assert all(f().axes for f in (plot_input_path, plot_ranks_on_one_gpu, plot_checkpoint_locations))
 
 
 def test_a_child_process_sees_cuda_visible_devices_and_counts_its_gpus():
