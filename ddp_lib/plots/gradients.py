@@ -1,6 +1,7 @@
-"""Lesson 04 pictures: two schematics (gradients averaged by an all-reduce; buckets filled in
-reverse order and sent while backward still runs), then the measured timeline of backward against
-communication, per rank."""
+"""Lesson 04 pictures: schematics (gradients averaged by an all-reduce; a global batch split into
+rows per rank; buckets filled in reverse order and sent while backward still runs; .grad copied
+into a bucket or a view of it; fp16 compression's zone that becomes 0), then the measured timeline
+of backward against communication, per rank."""
 
 from __future__ import annotations
 
@@ -96,9 +97,11 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
         for ev in tl["allreduces"]:
             # Two lanes, alternating: an all-reduce still in flight when the next starts stays visible.
             lane = ev["bucket"] % 2
-            ax.barh(y_comm - 0.2 + 0.4 * lane, ev["end"] - ev["start"], left=ev["start"], height=0.38,
+            y = y_comm - 0.2 + 0.4 * lane
+            ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38,
                     color=COMM_COLOURS[lane], edgecolor="black",
-                    label="one all-reduce (one message)" if row == 0 and ev["bucket"] == 0 else None)
+                    label=f"all-reduce of bucket b{lane}, b{lane + 2}, ..." if row == 0 and ev["bucket"] < 2 else None)
+            ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=7)
         labels += [f"{names[row]}: backward", f"{names[row]}: {len(tl['allreduces'])} all-reduces"]
         ticks += [y_backward, y_comm]
     ax.set_yticks(ticks, labels)
@@ -106,5 +109,94 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
     ax.set_title(title)
     ax.invert_yaxis()  # the first row on top
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_batch_split(world_size: int = 2, per_rank_batch: int = 4) -> Figure:
+    """Schematic: one global batch of world_size * per_rank_batch rows; rank r takes rows
+    r*B to (r+1)*B, computes its gradient on them, and the all-reduce averages the ranks' gradients,
+    which for a mean loss is the gradient of the whole batch."""
+    rows = world_size * per_rank_batch
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.32 * rows))
+    ax.set_xlim(-0.5, 10)
+    ax.set_ylim(rows + 0.2, -0.9)
+    ax.axis("off")
+    ax.text(0.6, -0.5, "global batch", ha="center", fontsize=9)
+    for row in range(rows):
+        rank = row // per_rank_batch
+        ax.add_patch(Rectangle((0, row), 1.2, 0.9, facecolor=RANK_COLOURS[rank % len(RANK_COLOURS)],
+                               edgecolor="black"))
+        ax.text(0.6, row + 0.45, f"row {row}", ha="center", va="center", fontsize=7.5)
+    for rank in range(world_size):
+        middle = rank * per_rank_batch + per_rank_batch / 2
+        ax.add_patch(FancyArrowPatch((1.3, middle), (3.0, middle), arrowstyle="-|>", mutation_scale=12))
+        ax.text(3.1, middle, f"rank {rank}: rows {rank * per_rank_batch}-{(rank + 1) * per_rank_batch - 1}"
+                f" -> its own gradient", va="center", fontsize=9)
+        ax.add_patch(FancyArrowPatch((7.3, middle), (8.1, rows / 2), arrowstyle="-|>", mutation_scale=12))
+    ax.text(8.2, rows / 2, "mean of the\nranks' gradients\n= gradient of\nthe whole batch", va="center",
+            fontsize=9)
+    fig.suptitle(f"{world_size} ranks x batch {per_rank_batch}: each rank takes its rows of one global batch "
+                 f"of {rows}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_copy_vs_view() -> Figure:
+    """Schematic of one bucket of three gradients. Default: each .grad has its own memory, is copied
+    into the bucket (scaled) and the mean is copied back. gradient_as_bucket_view=True: each .grad is
+    a window into the bucket, so there is nothing to copy, as long as the window is kept."""
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    ax.set_xlim(-2.6, 8.5)
+    ax.set_ylim(2.9, -0.6)
+    ax.axis("off")
+    for row, title in enumerate(("default: copy", "gradient_as_bucket_view=True")):
+        y = 1.7 * row
+        ax.text(-0.2, y + 0.7, title, ha="right", va="center", fontsize=9, weight="bold")
+        ax.add_patch(Rectangle((4.0, y + 0.4), 3.6, 0.6, facecolor=SUM_COLOUR, edgecolor="black"))
+        ax.text(5.8, y + 1.2, "bucket (one flat tensor, all-reduced)", ha="center", fontsize=8)
+        for i in range(3):
+            if row == 0:
+                ax.add_patch(Rectangle((0.2 + 1.1 * i, y + 0.4), 0.9, 0.6, facecolor=RANK_COLOURS[i + 2],
+                                       edgecolor="black"))
+                ax.text(0.65 + 1.1 * i, y + 0.7, f".grad {i}", ha="center", va="center", fontsize=8)
+                ax.add_patch(Rectangle((4.0 + 1.2 * i, y + 0.4), 1.2, 0.6, facecolor=RANK_COLOURS[i + 2],
+                                       edgecolor="black", alpha=0.5))
+            else:
+                ax.add_patch(Rectangle((4.0 + 1.2 * i, y + 0.4), 1.2, 0.6, facecolor=RANK_COLOURS[i + 2],
+                                       edgecolor="black"))
+                ax.text(4.6 + 1.2 * i, y + 0.7, f".grad {i}", ha="center", va="center", fontsize=8)
+        if row == 0:
+            ax.add_patch(FancyArrowPatch((3.4, y + 0.55), (3.95, y + 0.55), arrowstyle="-|>", mutation_scale=10))
+            ax.add_patch(FancyArrowPatch((3.95, y + 0.85), (3.4, y + 0.85), arrowstyle="-|>", mutation_scale=10))
+            ax.text(3.65, y + 0.15, "copy in (x 1/N), copy back", ha="center", fontsize=7.5)
+        else:
+            ax.text(1.8, y + 0.7, "no memory of their own:\n.grad i is a window\ninto the bucket",
+                    ha="center", va="center", fontsize=8)
+    fig.suptitle("Where .grad lives: beside the bucket (two copies per step) or inside it", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_fp16_flush_zone(world_size: int = 3) -> Figure:
+    """Schematic number line near zero, in units of float16's smallest step 2**-24:
+    fp16_compress_hook casts a float32 gradient to float16, then divides by world_size in float16,
+    so a gradient whose float16 value is at most world_size/2 steps (world_size * 2**-25) becomes 0."""
+    limit = world_size / 2
+    top = 2 * world_size
+    fig, ax = plt.subplots(figsize=(9, 1.9))
+    ax.set_xlim(-0.3, top + 0.3)
+    ax.set_ylim(-1.0, 1.1)
+    ax.axis("off")
+    ax.add_patch(Rectangle((0, -0.25), limit, 0.5, facecolor="mistyrose", edgecolor="tab:red"))
+    ax.text(limit / 2, 0.45, f"becomes 0\n(at most {limit:g} steps)", ha="center", fontsize=8.5, color="tab:red")
+    ax.plot([0, top], [0, 0], color="black")
+    for k in range(top + 1):
+        ax.plot([k, k], [-0.12, 0.12], color="black")
+        ax.text(k, -0.5, f"{k}", ha="center", fontsize=8.5)
+    ax.text(top / 2, -0.9, "a gradient's float16 value on one rank, in steps of 2**-24 (float16's smallest subnormal)",
+            ha="center", fontsize=8.5)
+    fig.suptitle(f"fp16_compress_hook on {world_size} ranks: cast to float16, then / {world_size} in float16: "
+                 "at most half a step left means 0", fontsize=10)
     fig.tight_layout()
     return fig

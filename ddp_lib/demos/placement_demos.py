@@ -1,4 +1,5 @@
-"""Lesson 03: what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
+"""Lesson 03's small demonstrations: DDP's input-moving and barrier lines, a CUDA-only group, loading a
+checkpoint, a child process's GPU count, and what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
 
 from __future__ import annotations
 
