@@ -44,9 +44,14 @@ def test_buckets_fill_from_the_last_layer(monkeypatch):
 
 def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
     # Lesson 04: without the option every .grad has its own memory; with it, one block per bucket.
+    # With zero_grad()'s default set_to_none=True the view is lost each step: a copy per parameter again.
     result = spawn(buckets.grads_in_buckets, 2)[0]
-    assert result[False]["memory_blocks"] == result[False]["parameters"] == 10
-    assert result[True]["memory_blocks"] == result[True]["buckets"] > 1
+    copy, view_lost, view_kept = (result[k] for k in ("copy, set_to_none=True", "view, set_to_none=True",
+                                                       "view, set_to_none=False"))
+    assert copy["memory_blocks"] == copy["parameters"] == copy["copies_into_bucket"] == 10
+    assert view_lost["memory_blocks"] == view_lost["buckets"] > 1 and view_lost["copies_into_bucket"] == 10
+    assert view_kept["memory_blocks"] == view_kept["buckets"] and view_kept["copies_into_bucket"] == 0
+    assert view_kept["divisions_in_place"] == 10 and result["detach_ error"].startswith("Can't detach views")
 
 
 def test_the_lesson04_schematics_draw():
