@@ -134,6 +134,13 @@ def test_the_new_lesson04_schematics_draw():
     import matplotlib
 
     matplotlib.use("Agg")
-    from ddp_lib.plots.gradients import plot_batch_split, plot_copy_vs_view, plot_fp16_flush_zone
+    from ddp_lib.plots.gradients import (
+        plot_batch_split,
+        plot_copy_vs_view,
+        plot_fp16_flush_zone,
+        plot_no_sync,
+        plot_unused_head,
+    )
 
-    assert all(f().axes for f in (plot_batch_split, plot_copy_vs_view, plot_fp16_flush_zone))
+    assert all(f().axes for f in (plot_batch_split, plot_copy_vs_view, plot_fp16_flush_zone, plot_no_sync,
+                                  plot_unused_head))

@@ -31,7 +31,8 @@ def test_ddp_moves_inputs_only_under_device_ids():
     assert source.splitlines()[1] == "if self.device_ids:" and "_to_kwargs(" in source
 
 
-def test_barrier_without_device_ids_or_device_id_uses_the_current_device():
+def test_barriers_python_lines_make_their_tensor_on_the_current_device_without_device_ids_or_device_id():
+    # Only where the one-byte dispatch tensor is made; nccl picks the barrier's GPU itself (lesson 03's Deeper).
     source = placement_demos.barrier_device_source()
     assert "group.bound_device_id" in source and source.splitlines()[-1].strip() == "opts.device = device"
 

@@ -200,3 +200,63 @@ def plot_fp16_flush_zone(world_size: int = 3) -> Figure:
                  "at most half a step left means 0", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_no_sync(grad_accum_steps: int = 2) -> Figure:
+    """Schematic of one optimizer step of gradient accumulation on one rank: every micro-batch but the
+    last runs forward and backward inside no_sync() and only adds into .grad; the last runs outside
+    it, so its backward all-reduces the summed gradients; then optimizer.step()."""
+    fig, ax = plt.subplots(figsize=(9, 2.0))
+    width = 2.0
+    ax.set_xlim(-0.2, width * grad_accum_steps + 1.6)
+    ax.set_ylim(1.9, -0.6)
+    ax.axis("off")
+    for i in range(grad_accum_steps):
+        last = i == grad_accum_steps - 1
+        x = width * i
+        ax.add_patch(Rectangle((x, 0), width - 0.1, 0.6, facecolor="whitesmoke" if not last else "honeydew",
+                               edgecolor="black"))
+        ax.text(x + width / 2 - 0.05, 0.3, f"micro-batch {i + 1}\nforward + backward", ha="center",
+                va="center", fontsize=8)
+        ax.text(x + width / 2 - 0.05, -0.3, "inside no_sync()" if not last else "outside no_sync()",
+                ha="center", fontsize=8.5, color="gray" if not last else "tab:green")
+        if last:
+            ax.add_patch(Rectangle((x + 0.5, 1.0), width - 0.6, 0.5, facecolor=COMM_COLOURS[0], edgecolor="black"))
+            ax.text(x + width / 2 + 0.2, 1.25, "all-reduce", ha="center", va="center", fontsize=8, color="white")
+        else:
+            ax.text(x + width / 2 - 0.05, 1.25, "adds into .grad,\nno all-reduce", ha="center", va="center",
+                    fontsize=8)
+    x = width * grad_accum_steps
+    ax.add_patch(Rectangle((x, 0), 1.4, 0.6, facecolor=SUM_COLOUR, edgecolor="black"))
+    ax.text(x + 0.7, 0.3, "optimizer\n.step()", ha="center", va="center", fontsize=8)
+    fig.suptitle(f"Gradient accumulation over {grad_accum_steps} micro-batches: one all-reduce per optimizer step",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_unused_head() -> Figure:
+    """Schematic of TwoHeads with head b unused: its gradient never arrives, so its bucket is never
+    all-reduced and DDP cannot finish; find_unused_parameters=True walks the graph from the output
+    after forward and marks b ready at once."""
+    fig, ax = plt.subplots(figsize=(9, 2.4))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(2.4, 0)
+    ax.axis("off")
+    boxes = {"input": (0.2, 0.95, "whitesmoke"), "trunk": (2.0, 0.95, "white"), "a": (4.2, 0.35, "white"),
+             "b": (4.2, 1.55, "gainsboro"), "output": (6.4, 0.35, "whitesmoke")}
+    for name, (x, y, colour) in boxes.items():
+        ax.add_patch(Rectangle((x, y), 1.5, 0.5, facecolor=colour, edgecolor="black" if name != "b" else "gray"))
+        ax.text(x + 0.75, y + 0.25, name if name != "b" else "b (unused)", ha="center", va="center", fontsize=8.5,
+                color="black" if name != "b" else "gray")
+    for start, end in (((1.7, 1.2), (2.0, 1.2)), ((3.5, 1.1), (4.2, 0.6)), ((5.7, 0.6), (6.4, 0.6))):
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12))
+    ax.add_patch(FancyArrowPatch((3.5, 1.3), (4.2, 1.8), arrowstyle="-|>", mutation_scale=12, color="gray",
+                                 linestyle="--"))
+    ax.text(8.0, 0.6, "backward reaches\ntrunk and a only", ha="left", va="center", fontsize=8)
+    ax.text(5.9, 1.8, "no gradient: its bucket never fills, and DDP stops at the next forward\n"
+            "find_unused_parameters=True: marked ready after forward", ha="left", va="center", fontsize=8,
+            color="tab:red")
+    fig.suptitle("A parameter that gets no gradient: DDP waits for it unless told to look", fontsize=10)
+    fig.tight_layout()
+    return fig
