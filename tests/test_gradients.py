@@ -144,3 +144,10 @@ def test_the_new_lesson04_schematics_draw():
 
     assert all(f().axes for f in (plot_batch_split, plot_copy_vs_view, plot_fp16_flush_zone, plot_no_sync,
                                   plot_unused_head))
+
+
+def test_no_sync_needs_the_forward_inside_it():
+    # Lesson 04: a forward outside no_sync() makes the backward inside it synchronise anyway.
+    for inside, expected in ((True, [0, 1]), (False, [1, 1])):
+        r = spawn(gradients.no_sync_run, 2, kwargs=dict(forward_inside_no_sync=inside), show_output=False)[0]
+        assert r["allreduces_per_micro_batch"] == expected

@@ -151,7 +151,7 @@ def c10d_ops(prof: profile) -> dict[str, int]:
 
 
 def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_steps: int = 2,
-                steps: int = 3, seed: int = 0) -> dict:
+                steps: int = 3, seed: int = 0, forward_inside_no_sync: bool = True) -> dict:
     """Gradient accumulation: each rank splits its batch into ``grad_accum_steps`` micro-batches and
     skips the all-reduce (no_sync) on all but the last. Returns final parameters and the number of
     all-reduces per micro-batch of the first step.
@@ -161,6 +161,8 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
         grad_accum_steps: micro-batches per step.
         steps: SGD steps.
         seed: seed of the model and data.
+        forward_inside_no_sync: False runs each forward before entering no_sync(), the mistake
+            torch's docstring of no_sync warns about: the backward then synchronises anyway.
     """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed).to(device), device)
@@ -175,9 +177,14 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
                 last = i == grad_accum_steps - 1
                 # Inside no_sync, backward only accumulates into .grad; the next synced backward
                 # all-reduces the accumulated sum.
-                with profile(activities=[ProfilerActivity.CPU]) as prof, (nullcontext() if last else model.no_sync()):
-                    loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
-                    loss.backward()
+                skip_sync = nullcontext() if last else model.no_sync()
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    if not forward_inside_no_sync:
+                        loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
+                    with skip_sync:
+                        if forward_inside_no_sync:
+                            loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
+                        loss.backward()
                 if step == 0:
                     allreduces_per_micro_batch.append(c10d_ops(prof).get("allreduce_", 0))
             optimizer.step()
