@@ -107,10 +107,10 @@ def test_find_unused_parameters_adds_one_allreduce_per_step():
     assert runs[True]["collectives_per_step"] == [{"allreduce_": 2}] * 3
 
 
-def test_ddp_reducer_multiplies_by_one_over_world_size_and_the_python_hook_divides():
+def test_ddp_reducer_multiplies_by_one_over_world_size_the_python_hook_and_a_kept_bucket_view_divide():
     for r in spawn(gradients.reducer_scaling, 3, show_output=False):
         assert r["entries_that_differ"] > 0
-        assert (r["built_in"], r["allreduce_hook"]) == ("multiplied", "divided")
+        assert (r["built_in"], r["allreduce_hook"], r["bucket_view"]) == ("multiplied", "divided", "divided")
 
 
 def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not():
@@ -120,3 +120,34 @@ def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not(
             last_ready = max(t for _, t in r["grad_ready"])
             assert (r["allreduces"][0]["start"] < last_ready) is overlaps, way
             assert r["synced_ms"] >= max(a["end"] for a in r["allreduces"]) or way == "after_backward"
+
+
+def test_fp16_compress_hook_divides_in_float16_after_the_cast():
+    # Lesson 04: one step of 2**-24 is flushed to 0 on 2 ranks; on 3 ranks 2 steps come back as 3.
+    expected = {2: [0.0, 2.0, 4.0, 4.0], 3: [0.0, 3.0, 3.0, 3.0]}
+    for world_size, averaged in expected.items():
+        for r in spawn(gradients.fp16_tiny_gradients, world_size, show_output=False):
+            assert r["averaged"] == averaged
+
+
+def test_the_new_lesson04_schematics_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import (
+        plot_batch_split,
+        plot_copy_vs_view,
+        plot_fp16_flush_zone,
+        plot_no_sync,
+        plot_unused_head,
+    )
+
+    assert all(f().axes for f in (plot_batch_split, plot_copy_vs_view, plot_fp16_flush_zone, plot_no_sync,
+                                  plot_unused_head))
+
+
+def test_no_sync_needs_the_forward_inside_it():
+    # Lesson 04: a forward outside no_sync() makes the backward inside it synchronise anyway.
+    for inside, expected in ((True, [0, 1]), (False, [1, 1])):
+        r = spawn(gradients.no_sync_run, 2, kwargs=dict(forward_inside_no_sync=inside), show_output=False)[0]
+        assert r["allreduces_per_micro_batch"] == expected

@@ -7,8 +7,14 @@ import matplotlib
 import pytest
 import torch
 
-from ddp_lib.demos import device_id, spawning
-from ddp_lib.plots.placement import plot_nodes_and_gpus
+from ddp_lib.demos import placement_demos, spawning
+from ddp_lib.plots.placement import (
+    plot_checkpoint_locations,
+    plot_input_path,
+    plot_nodes_and_gpus,
+    plot_ranks_on_one_gpu,
+    plot_visible_devices,
+)
 from ddp_lib.plots.spawning import plot_pickled_worker, plot_start_method_trees
 
 matplotlib.use("Agg")
@@ -21,30 +27,54 @@ def test_one_node_torchrun_without_a_port_switches_to_c10d_on_port_0():
 
 
 def test_ddp_moves_inputs_only_under_device_ids():
-    source = device_id.ddp_moves_inputs_source()
+    source = placement_demos.ddp_moves_inputs_source()
     assert source.splitlines()[1] == "if self.device_ids:" and "_to_kwargs(" in source
 
 
-def test_barrier_without_device_ids_or_device_id_uses_the_current_device():
-    source = device_id.barrier_device_source()
+def test_barriers_python_lines_make_their_tensor_on_the_current_device_without_device_ids_or_device_id():
+    # Only where the one-byte dispatch tensor is made; nccl picks the barrier's GPU itself (lesson 03's Deeper).
+    source = placement_demos.barrier_device_source()
     assert "group.bound_device_id" in source and source.splitlines()[-1].strip() == "opts.device = device"
 
 
 def test_a_cuda_only_group_given_a_cpu_tensor_raises_torchs_error():
-    error = device_id.cuda_only_group_with_cpu_tensor()
+    error = placement_demos.cuda_only_group_with_cpu_tensor()
     assert error == "RuntimeError: No backend type associated with device type cpu"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the checkpoint loads onto cuda:0")
 def test_the_committed_gpu_checkpoint_needs_map_location_here():
-    assert device_id.load_checkpoint(str(CHECKPOINT)).startswith(
+    assert placement_demos.load_checkpoint(str(CHECKPOINT)).startswith(
         "RuntimeError: Attempting to deserialize object on a CUDA device")
-    assert device_id.load_checkpoint(str(CHECKPOINT), map_location="cpu") == "loaded; tensors on cpu"
+    assert placement_demos.load_checkpoint(str(CHECKPOINT), map_location="cpu") == "loaded; tensors on cpu"
 
 
 def test_the_pictures_draw():
-    assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes
+    assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes and plot_visible_devices().axes
+    assert all(f().axes for f in (plot_input_path, plot_ranks_on_one_gpu, plot_checkpoint_locations))
     assert len(plot_start_method_trees(nprocs=2).axes) == 3
+
+
+def test_a_child_process_sees_cuda_visible_devices_and_counts_its_gpus():
+    # Lesson 03: the variable reaches the child; torch's count is that of the listed GPUs present.
+    listed = placement_demos.gpus_seen_by_a_child("2,3")
+    absent = placement_demos.gpus_seen_by_a_child(None)
+    assert listed["CUDA_VISIBLE_DEVICES"] == "2,3" and absent["CUDA_VISIBLE_DEVICES"] == "(not set)"
+    assert listed["device_count"] <= 2 and absent["device_count"] == torch.cuda.device_count()
+
+
+def test_torch_parses_cuda_visible_devices_up_to_the_first_invalid_entry(monkeypatch):
+    # Lesson 03's Deeper section.
+    for listed, parsed in (("2,3", [2, 3]), ("1,0", [1, 0]), ("0,-1,2", [0])):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", listed)
+        assert torch.cuda._parse_visible_devices() == parsed
+
+
+def test_fake_tensors_raise_torchs_device_mismatch_without_a_gpu():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(), pytest.raises(RuntimeError, match="^Expected all tensors to be on the same device"):
+        torch.nn.functional.linear(torch.empty(20, 10), torch.empty(10, 10, device="cuda:0"))
 
 
 def _c10d_source() -> str:

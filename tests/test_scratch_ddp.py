@@ -40,3 +40,38 @@ def test_buckets_fill_from_the_last_layer(monkeypatch):
     names = {id(p): n for n, p in model.module.named_parameters()}
     assert [[names[id(p)] for p in b] for b in model.buckets] == [
         ["4.bias", "4.weight", "2.bias"], ["2.weight"], ["0.bias", "0.weight"]]
+
+
+def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
+    # Lesson 04: without the option every .grad has its own memory; with it, one block per bucket.
+    # With zero_grad()'s default set_to_none=True the view is lost each step: a copy per parameter again.
+    result = spawn(buckets.grads_in_buckets, 2)[0]
+    copy, view_lost, view_kept = (result[k] for k in ("copy, set_to_none=True", "view, set_to_none=True",
+                                                       "view, set_to_none=False"))
+    assert copy["memory_blocks"] == copy["parameters"] == copy["copies_into_bucket"] == 10
+    assert view_lost["memory_blocks"] == view_lost["buckets"] > 1 and view_lost["copies_into_bucket"] == 10
+    assert view_kept["memory_blocks"] == view_kept["buckets"] and view_kept["copies_into_bucket"] == 0
+    assert view_kept["divisions_in_place"] == 10 and result["detach_ error"].startswith("Can't detach views")
+
+
+def test_the_lesson04_schematics_draw():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_bucket_schedule, plot_gradient_average
+
+    assert plot_gradient_average().axes and plot_bucket_schedule().axes
+
+
+def test_the_timeline_of_many_all_reduces_has_no_colour_bar():
+    # Lesson 04's comparison: 14 all-reduces after backward drawn as thick bars in two lanes, one axes only.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_timeline
+
+    timeline = {"backward_ms": 10.0, "grad_ready": [(i, float(i)) for i in range(7)],
+                "allreduces": [{"bucket": b, "start": 10.0 + b, "end": 11.0 + b} for b in range(14)]}
+    fig = plot_timeline([timeline])
+    bars = [patch for patch in fig.axes[0].patches if patch.get_height() < 0.5]
+    assert len(fig.axes) == 1 and len(bars) == 14 and min(bar.get_height() for bar in bars) > 0.3

@@ -19,7 +19,7 @@ CHECKPOINT = Path(__file__).resolve().parent.parent / "notebooks" / "data" / "sa
 
 def _cases():
     """(name, function returning (passed, what was seen)) for every GPU claim of lesson 03."""
-    from ddp_lib.demos import device_id
+    from ddp_lib.demos import placement_demos
     from ddp_lib.errors import WorkerError
     from ddp_lib.launch import spawn
     from ddp_lib.workers import placement
@@ -62,7 +62,7 @@ def _cases():
     def bound_device_id():
         seen = {}
         for use in (False, True):
-            seen[use] = [r["bound_device_id"] for r in spawn(device_id.bound_device, 2,
+            seen[use] = [r["bound_device_id"] for r in spawn(placement_demos.bound_device, 2,
                                                             kwargs=dict(use_device_id=use), backend="nccl")]
         ok = seen[False] == [None, None] and seen[True] == ["cuda:0", "cuda:1"]
         return ok, f"without device_id {seen[False]}, with device_id {seen[True]}"
@@ -76,7 +76,7 @@ def _cases():
         return ok, f"without map_location {plain}, with map_location=device {mapped}"
 
     def committed_checkpoint_loads_on_cuda0():
-        seen = device_id.load_checkpoint(str(CHECKPOINT))
+        seen = placement_demos.load_checkpoint(str(CHECKPOINT))
         return seen == "loaded; tensors on cuda:0", seen
 
     return [(f.__name__, f) for f in (device_ids_move_inputs, no_device_ids_cpu_input_fails, nccl_refuses_cpu_tensors,

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import device_ids_for, process_group, wrap_ddp
@@ -337,3 +338,42 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
             "allreduces": [{"bucket": i, "bytes": nbytes, "start": ms(s), "end": ms(e)}
                            for i, nbytes, s, e in events],
         }
+
+
+BUCKET_VIEW_SETTINGS = (("copy", False, True), ("view", True, True), ("view", True, False))
+
+
+def grads_in_buckets(rank: int, world_size: int, steps: int = 3) -> dict:
+    """Train the wide model ``steps`` SGD steps under DDP (0.05 MiB buckets) three ways: the default
+    copy; ``gradient_as_bucket_view=True`` with ``optimizer.zero_grad()`` (set_to_none=True, its
+    default); and with ``zero_grad(set_to_none=False)``. For each, return how many separate memory
+    blocks hold the ``.grad`` tensors after the last backward (one per parameter, or one per bucket),
+    the buckets, and the operators the reducer ran in that backward: ``aten::mul`` copies a gradient
+    into its bucket scaled by 1/world_size, ``aten::div_`` divides it in place inside the bucket.
+    Also the error of ``detach_()`` on a ``.grad`` that is a view into a bucket. No communication hook:
+    with one, the reducer copies without scaling and leaves the division to the hook."""
+    result = {}
+    with process_group(rank, world_size) as device:
+        for name, as_view, set_to_none in BUCKET_VIEW_SETTINGS:
+            ddp = wrap_ddp(make_mlp(0, WIDE).to(device), device, bucket_cap_mb=0.05,
+                           gradient_as_bucket_view=as_view)
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
+            for step in range(steps):  # the .grad become views after the first step (DDP's docstring)
+                optimizer.zero_grad(set_to_none=set_to_none)
+                x, y = (t.to(device) for t in rank_batch(step, rank, world_size, 8, widths=WIDE))
+                loss = nn.functional.mse_loss(ddp(x), y)
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    loss.backward()
+                optimizer.step()
+            ops = {e.key: e.count for e in prof.key_averages()}
+            blocks = {p.grad.untyped_storage().data_ptr() for p in ddp.parameters()}
+            result[f"{name}, set_to_none={set_to_none}"] = {
+                "parameters": len(list(ddp.parameters())), "memory_blocks": len(blocks),
+                "buckets": ops.get("c10d::allreduce_", 0), "copies_into_bucket": ops.get("aten::mul", 0),
+                "divisions_in_place": ops.get("aten::div_", 0)}
+        try:
+            next(ddp.parameters()).grad.detach_()
+            result["detach_ error"] = "no error"
+        except RuntimeError as e:
+            result["detach_ error"] = ". ".join(str(e).split(". ")[:2]) + "."  # the rest names DDP
+    return result

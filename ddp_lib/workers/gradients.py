@@ -73,10 +73,11 @@ def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_bat
 
 def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) -> dict:
     """Give every rank the same gradient ``g`` (n float32 values) and let DDP's backward average it,
-    with no communication hook (the reducer's built-in all-reduce) and with torch's Python
-    ``allreduce_hook``. Returns n, on how many entries ``g * (1 / world_size)`` and ``g / world_size``
-    differ in float32, and, for each way, which of the two summed over the ranks DDP's .grad equals bit
-    for bit ("multiplied", "divided" or "neither").
+    with no communication hook (the reducer's built-in all-reduce), with torch's Python
+    ``allreduce_hook``, and with ``gradient_as_bucket_view=True`` once ``.grad`` already is a view
+    into its bucket (a first backward, then ``.grad`` zeroed in place). Returns n, on how many entries
+    ``g * (1 / world_size)`` and ``g / world_size`` differ in float32, and, for each way, which of the
+    two summed over the ranks DDP's .grad equals bit for bit ("multiplied", "divided" or "neither").
 
     Args:
         seed: seed of ``g``.
@@ -90,11 +91,14 @@ def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) ->
         sums = {name: sum([t] * world_size, torch.zeros_like(t)) for name, t in
                 (("multiplied", multiplied), ("divided", divided))}
         result = {"n": n, "entries_that_differ": int((multiplied != divided).sum())}
-        for way in ("built_in", "allreduce_hook"):
+        for way in ("built_in", "allreduce_hook", "bucket_view"):
             layer = nn.Linear(n, 1, bias=False)  # the gradient of its weight for input g is exactly g
-            model = wrap_ddp(layer.to(device), device)
+            model = wrap_ddp(layer.to(device), device, gradient_as_bucket_view=way == "bucket_view")
             if way == "allreduce_hook":
                 model.register_comm_hook(None, default_hooks.allreduce_hook)
+            if way == "bucket_view":  # a first backward makes .grad a view into the bucket; zero it in place
+                model(g.to(device)).sum().backward()
+                layer.weight.grad.zero_()
             model(g.to(device)).sum().backward()
             grad = layer.weight.grad.cpu()
             result[way] = next((name for name, s in sums.items() if torch.equal(grad, s)), "neither")
@@ -147,7 +151,7 @@ def c10d_ops(prof: profile) -> dict[str, int]:
 
 
 def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_steps: int = 2,
-                steps: int = 3, seed: int = 0) -> dict:
+                steps: int = 3, seed: int = 0, forward_inside_no_sync: bool = True) -> dict:
     """Gradient accumulation: each rank splits its batch into ``grad_accum_steps`` micro-batches and
     skips the all-reduce (no_sync) on all but the last. Returns final parameters and the number of
     all-reduces per micro-batch of the first step.
@@ -157,6 +161,8 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
         grad_accum_steps: micro-batches per step.
         steps: SGD steps.
         seed: seed of the model and data.
+        forward_inside_no_sync: False runs each forward before entering no_sync(), the mistake
+            torch's docstring of no_sync warns about: the backward then synchronises anyway.
     """
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed).to(device), device)
@@ -171,9 +177,14 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
                 last = i == grad_accum_steps - 1
                 # Inside no_sync, backward only accumulates into .grad; the next synced backward
                 # all-reduces the accumulated sum.
-                with profile(activities=[ProfilerActivity.CPU]) as prof, (nullcontext() if last else model.no_sync()):
-                    loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
-                    loss.backward()
+                skip_sync = nullcontext() if last else model.no_sync()
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    if not forward_inside_no_sync:
+                        loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
+                    with skip_sync:
+                        if forward_inside_no_sync:
+                            loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
+                        loss.backward()
                 if step == 0:
                     allreduces_per_micro_batch.append(c10d_ops(prof).get("allreduce_", 0))
             optimizer.step()
@@ -238,3 +249,18 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
             nn.functional.mse_loss(model(x), y).backward()
             result[name] = flat_grads(model)
         return result
+
+
+def fp16_tiny_gradients(rank: int, world_size: int, steps_of_2_24: tuple[float, ...] = (1, 2, 3, 4)) -> dict:
+    """Every rank gets the same gradient g, values given in steps of 2**-24 (float16's smallest
+    subnormal), and DDP averages it through fp16_compress_hook, which casts to float16 and then
+    divides by world_size in float16. Returns the values and what the averaged .grad holds, both in
+    steps of 2**-24 (without the hook, the mean of equal values is the value itself)."""
+    step = 2.0 ** -24
+    with process_group(rank, world_size) as device:
+        g = torch.tensor([steps_of_2_24], dtype=torch.float32) * step  # exact in float32
+        layer = nn.Linear(g.numel(), 1, bias=False)  # the gradient of its weight for input g is exactly g
+        model = wrap_ddp(layer.to(device), device)
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        model(g.to(device)).sum().backward()
+        return {"sent": list(steps_of_2_24), "averaged": [v / step for v in layer.weight.grad.cpu()[0].tolist()]}

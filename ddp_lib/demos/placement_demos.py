@@ -1,9 +1,12 @@
-"""Lesson 03: what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
+"""Lesson 03's small demonstrations: DDP's input-moving and barrier lines, a CUDA-only group, loading a
+checkpoint, a child process's GPU count, and what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
 
 from __future__ import annotations
 
 import inspect
 import os
+import subprocess
+import sys
 
 import torch
 import torch.distributed as dist
@@ -77,3 +80,22 @@ def load_checkpoint(path: str, map_location=None) -> str:
     except RuntimeError as e:
         return f"{type(e).__name__}: {e}"
     return "loaded; tensors on " + ", ".join(sorted({str(t.device) for t in state.values()}))
+
+
+# What a fresh process reports about its GPUs: the variable as it sees it, and torch's count.
+_GPU_REPORT = ("import os, torch; print(os.environ.get('CUDA_VISIBLE_DEVICES', '(not set)'), "
+               "torch.cuda.device_count(), sep='|')")
+
+
+def gpus_seen_by_a_child(cuda_visible_devices: str | None) -> dict:
+    """Start a fresh Python process with ``CUDA_VISIBLE_DEVICES`` set to ``cuda_visible_devices``
+    (None: removed) and return what it reports: the variable and ``torch.cuda.device_count()``.
+    A child process, because CUDA reads the variable once, when a process first uses it."""
+    env = dict(os.environ)
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
+    report = subprocess.run([sys.executable, "-c", _GPU_REPORT], env=env, capture_output=True, text=True,
+                            check=True, timeout=300).stdout.strip()
+    variable, count = report.split("|")
+    return {"CUDA_VISIBLE_DEVICES": variable, "device_count": int(count)}
