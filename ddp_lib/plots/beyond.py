@@ -127,3 +127,29 @@ def plot_step_schedules(layers: int = 3):
     ax.legend(handles, list(COLOURS), fontsize="small", loc="upper right", ncol=5)
     fig.tight_layout()
     return fig
+
+
+def plot_mesh_2x2():
+    """A schematic of HSDP's 2x2 DeviceMesh: rank 2 * i + j at row i, column j. Each row is a
+    "shard" group (its ranks split the parameters, reduce-scatter), each column a "replicate" group
+    (its ranks hold the same shard, all-reduce). Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for i in range(2):
+        for j in range(2):
+            x, y = 1.6 * j, 1.2 * (1 - i)
+            ax.add_patch(plt.Rectangle((x, y), 1.2, 0.8, facecolor="0.92", edgecolor="black"))
+            ax.text(x + 0.6, y + 0.5, f"rank {2 * i + j}", ha="center", va="center", fontsize=10)
+            ax.text(x + 0.6, y + 0.2, f"shard {j} of each layer", ha="center", va="center", fontsize=7)
+        y = 1.2 * (1 - i)  # a row: one shard group
+        ax.add_patch(plt.Rectangle((-0.1, y - 0.08), 3.0, 0.96, fill=False, edgecolor="tab:green", lw=2))
+        ax.text(3.0, y + 0.4, f"shard group {i}:\nreduce-scatter", color="tab:green", va="center", fontsize=8)
+    for j in range(2):  # a column: one replicate group
+        x = 1.6 * j
+        ax.add_patch(plt.Rectangle((x - 0.05, -0.15), 1.3, 2.3, fill=False, edgecolor="tab:red", lw=1.5, ls="--"))
+        ax.text(x + 0.6, 2.25, f"replicate group {j}: all-reduce", color="tab:red", ha="center", fontsize=8)
+    ax.set_xlim(-0.3, 4.2)
+    ax.set_ylim(-0.3, 2.5)
+    ax.axis("off")
+    ax.set_title('init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))', fontsize=9)
+    fig.tight_layout()
+    return fig
