@@ -12,7 +12,14 @@ from ddp_lib.exercises.solutions import lesson09 as solutions
 from ddp_lib.launch import launch, spawn
 from ddp_lib.worker_params import COMPILE_BACKENDS
 from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for
-from ddp_lib.workers.training_loop import evaluate_padded, rank0_evaluation, seeds_and_logging, train_loop
+from ddp_lib.workers.training_loop import (
+    accumulate_and_clip,
+    evaluate_padded,
+    mismatched_collectives,
+    rank0_evaluation,
+    seeds_and_logging,
+    train_loop,
+)
 
 
 def test_bf16_autocast_keeps_fp32_gradients_and_ddp_all_reduces_fp32():
@@ -65,6 +72,26 @@ def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
     # and the other finds its connection closed; which one is a matter of timing.
     with pytest.raises(WorkerError, match="Timed out|Connection closed"):
         spawn(rank0_evaluation, 2, kwargs=dict(collective_in_eval=True, timeout_s=2.0), show_output=False)
+
+
+def test_accumulation_with_no_sync_all_reduces_once_per_step_and_equals_one_process():
+    for r in spawn(accumulate_and_clip, 2, kwargs=dict(steps=2), show_output=False):
+        assert r["all_reduces"] == r["steps"] == 2
+        assert r["max_diff"] < 1e-6
+
+
+def test_mismatched_collectives_of_one_shape_finish_with_the_wrong_sum():
+    ranks = spawn(mismatched_collectives, 2, show_output=False)
+    assert [r["received"] for r in ranks] == [100.5, 100.5]
+
+
+def test_the_lesson_schematics_draw():
+    from ddp_lib.plots.loop import plot_compiled_backward, plot_padded_indices
+
+    assert len(plot_padded_indices(11, 2).axes[0].patches) == 12  # padded to a multiple of 2
+    assert len(plot_padded_indices(7, 3).axes[0].patches) == 9
+    # one graph: one backward box; pieces: one per bucket; an all-reduce per bucket in both rows
+    assert len(plot_compiled_backward(3).axes[0].patches) == (1 + 3) + (3 + 3)
 
 
 def test_seeds_and_logging():

@@ -1,13 +1,54 @@
-"""Pictures for lesson 10: memory per rank as stacked bars, one bar per strategy (a part missing
-from a bar counts as zero)."""
+"""Pictures for lesson 10: who holds what under each strategy (a schematic), memory per rank as
+stacked bars (one bar per strategy, a part missing from a bar counts as zero), and one step's
+collectives."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-# "kept from forward": what the forward adds and holds until backward. That is activations under
-# DDP, but mostly the unsharded weights under FSDP2 with reshard_after_forward=False.
-PARTS = ("parameters", "gradients", "optimizer state", "other buffers", "kept from forward")
+# Only parts counted from tensor sizes, and DDP's bucket copy derived from where the gradients lie:
+# every bar is a sum of sizes, never a measurement that can fall below them.
+PARTS = ("parameters", "gradients", "optimizer state", "DDP's bucket copy")
+PART_COLOURS = {"parameters": "tab:blue", "gradients": "tab:orange", "optimizer state": "tab:green",
+                "DDP's bucket copy": "tab:red"}
+# What each strategy divides between the ranks (the ZeRO stages); a DDP bucket copy where there is one.
+SHARDED = {"DDP": (), "ZeRO-1": ("optimizer state",), "ZeRO-2": ("optimizer state", "gradients"),
+           "ZeRO-3 / FSDP2": ("optimizer state", "gradients", "parameters")}
+
+
+def plot_who_holds_what(world_size: int = 2):
+    """A schematic: one row per strategy, one group of blocks per rank. A full block is a whole copy
+    of parameters (4 bytes each), gradients (4) or Adam's state (8, so twice as wide); a sharded part
+    is the rank's 1/world_size slice, drawn at its place in the whole. Returns the Figure."""
+    widths = {"parameters": 1.0, "gradients": 1.0, "optimizer state": 2.0}
+    rank_width = sum(widths.values()) + 0.6
+    fig, ax = plt.subplots(figsize=(2.6 * world_size + 1.5, 0.75 * len(SHARDED) + 1))
+    for row, sharded in enumerate(SHARDED.values()):
+        y = len(SHARDED) - 1 - row
+        for rank in range(world_size):
+            x = rank * rank_width
+            for part, width in widths.items():
+                ax.add_patch(plt.Rectangle((x, y - 0.3), width, 0.6, fill=False, edgecolor="0.6", ls=":"))
+                if part in sharded:
+                    share = width / world_size
+                    ax.add_patch(plt.Rectangle((x + rank * share, y - 0.3), share, 0.6,
+                                               facecolor=PART_COLOURS[part], edgecolor="black"))
+                else:
+                    ax.add_patch(plt.Rectangle((x, y - 0.3), width, 0.6, facecolor=PART_COLOURS[part],
+                                               edgecolor="black"))
+                x += width
+            if row == 0:
+                ax.text(rank * rank_width + (rank_width - 0.6) / 2, len(SHARDED) - 0.45, f"rank {rank}",
+                        ha="center", fontsize=9)
+    ax.set_yticks(range(len(SHARDED)), list(reversed(SHARDED)))
+    ax.set_xlim(-0.1, world_size * rank_width)
+    ax.set_ylim(-0.6, len(SHARDED) - 0.2)
+    ax.set_xticks([])
+    ax.set_title(f"held between steps on {world_size} ranks (dotted: a whole copy)")
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=PART_COLOURS[p], edgecolor="black") for p in widths]
+    ax.legend(handles, list(widths), fontsize="small", loc="lower center", bbox_to_anchor=(0.5, -0.22), ncol=3)
+    fig.tight_layout()
+    return fig
 
 
 def plot_memory_bars(panels: dict[str, dict[str, dict[str, int]]]):
@@ -19,7 +60,7 @@ def plot_memory_bars(panels: dict[str, dict[str, dict[str, int]]]):
         bottom = [0.0] * len(labels)
         for part in PARTS:
             heights = [bars[label].get(part, 0) / 1e6 for label in labels]
-            ax.bar(labels, heights, bottom=bottom, label=part)
+            ax.bar(labels, heights, bottom=bottom, label=part, color=PART_COLOURS[part])
             bottom = [b + h for b, h in zip(bottom, heights)]
         ax.set_title(title)
         ax.set_xlabel("strategy")
@@ -42,12 +83,18 @@ def step_schedules(layers: int = 3) -> dict[str, list[tuple[str, str]]]:
     them for DDP's all-reduce and ZeRO-1's broadcasts."""
     forward = [(f"F{i}", "compute") for i in range(1, layers + 1)]
     backward = [(f"B{i}", "compute") for i in range(layers, 0, -1)]
+    def prefetch(i):  # the next layer's all-gather, started before layer i's backward
+        return [(f"AG{i - 1}", "all-gather")] if i > 1 else []
+
     gathered = [box for i in range(1, layers + 1) for box in ((f"AG{i}", "all-gather"), (f"F{i}", "compute"))]
     return {
         "DDP": forward + backward + [("AR", "all-reduce"), ("opt", "compute")],
         "ZeRO-1 (torch)": forward + backward + [("AR", "all-reduce"), ("opt", "compute"), ("BC", "broadcast")],
-        "FSDP2": gathered + [box for i in range(layers, 0, -1) for box in
-                             ((f"AG{i}", "all-gather"), (f"B{i}", "compute"), (f"RS{i}", "reduce-scatter"))]
+        # In backward each layer's all-gather is started before the layer after it is reduce-scattered
+        # (prefetching): the order the traced collectives show.
+        "FSDP2": gathered + [(f"AG{layers}", "all-gather")]
+                 + [box for i in range(layers, 0, -1)
+                    for box in prefetch(i) + [(f"B{i}", "compute"), (f"RS{i}", "reduce-scatter")]]
                  + [("opt", "compute")],
         "FSDP2, no reshard": gathered + [box for i in range(layers, 0, -1) for box in
                                          ((f"B{i}", "compute"), (f"RS{i}", "reduce-scatter"))] + [("opt", "compute")],
@@ -74,8 +121,35 @@ def plot_step_schedules(layers: int = 3):
     ax.set_xlim(0, max(len(b) for b in schedules.values()) * 0.6 + 2)
     ax.set_ylim(-0.6, len(schedules) + 0.2)  # room for the legend above the top row
     ax.set_xticks([])
-    ax.set_title(f"one step of {layers} layers on 2 ranks: a collective's width is the bytes a rank sends")
+    ax.set_title(f"one step of {layers} layers on 2 ranks, in order: a collective's width is the bytes a rank "
+                 "sends, not time")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black") for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), fontsize="small", loc="upper right", ncol=5)
+    fig.tight_layout()
+    return fig
+
+
+def plot_mesh_2x2():
+    """A schematic of HSDP's 2x2 DeviceMesh: rank 2 * i + j at row i, column j. Each row is a
+    "shard" group (its ranks split the parameters, reduce-scatter), each column a "replicate" group
+    (its ranks hold the same shard, all-reduce). Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.2))
+    for i in range(2):
+        for j in range(2):
+            x, y = 1.6 * j, 1.2 * (1 - i)
+            ax.add_patch(plt.Rectangle((x, y), 1.2, 0.8, facecolor="0.92", edgecolor="black"))
+            ax.text(x + 0.6, y + 0.5, f"rank {2 * i + j}", ha="center", va="center", fontsize=10)
+            ax.text(x + 0.6, y + 0.2, f"shard {j} of each layer", ha="center", va="center", fontsize=7)
+        y = 1.2 * (1 - i)  # a row: one shard group
+        ax.add_patch(plt.Rectangle((-0.1, y - 0.08), 3.0, 0.96, fill=False, edgecolor="tab:green", lw=2))
+        ax.text(3.0, y + 0.4, f"shard group {i}:\nreduce-scatter", color="tab:green", va="center", fontsize=8)
+    for j in range(2):  # a column: one replicate group
+        x = 1.6 * j
+        ax.add_patch(plt.Rectangle((x - 0.05, -0.15), 1.3, 2.3, fill=False, edgecolor="tab:red", lw=1.5, ls="--"))
+        ax.text(x + 0.6, 2.25, f"replicate group {j}: all-reduce", color="tab:red", ha="center", fontsize=8)
+    ax.set_xlim(-0.3, 4.2)
+    ax.set_ylim(-0.3, 2.5)
+    ax.axis("off")
+    ax.set_title('init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))', fontsize=9)
     fig.tight_layout()
     return fig

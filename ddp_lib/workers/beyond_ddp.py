@@ -155,6 +155,25 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
     return round(mean.item() / dist.get_world_size(), 6)
 
 
+def recording_buckets(state: list, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's own ``allreduce_hook``, after noting where the bucket's flat buffer lies in memory:
+    (first byte's address, bytes)."""
+    buffer = bucket.buffer()
+    state.append((buffer.untyped_storage().data_ptr(), buffer.untyped_storage().nbytes()))
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def bucket_layout(model: nn.Module, buffers: list[tuple[int, int]]) -> dict:
+    """Where the gradients lie against DDP's bucket buffers: how many storages hold them, whether
+    each lies inside a bucket buffer, and the bytes of the buffers (the last step's)."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    inside = [any(start <= g.data_ptr() and g.data_ptr() + g.nbytes <= start + size for start, size in buffers)
+              for g in grads]
+    return {"gradient_storages": len({g.untyped_storage().data_ptr() for g in grads}),
+            "gradients_inside_buckets": all(inside), "buckets": len(buffers),
+            "bucket_bytes": sum(size for _, size in buffers)}
+
+
 def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: int = 3, width: int = 256,
                layers: int = 4, batch_size: int = 16, lr: float = 1e-3, seed: int = 0) -> dict:
     """Build, wrap and train the MLP for ``steps`` Adam steps under ``strategy`` inside torch.profiler
@@ -184,8 +203,12 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
             model = make_deep_mlp(width, layers, seed)
             n_params = sum(p.numel() for p in model.parameters())
             model, optimizer = wrap(model, strategy, lr)
+            bucket_buffers = []
+            if isinstance(model, DDP):
+                model.register_comm_hook(bucket_buffers, recording_buckets)
             losses = []
             for step in range(steps):
+                bucket_buffers.clear()  # keep the last step's
                 if step == steps - 1:
                     # Let every rank finish the previous step and drop what only Python's reference
                     # cycles still hold (finished communication work), so that "between steps" is as
@@ -211,7 +234,8 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
                       "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
                       "optimizer state": optimizer_state_bytes(optimizer),
                       "activations": activation_bytes(model, *batch(0, rank, batch_size, width, seed))},
-            "measured": measured, "head_local_shape": list(local(params[-2]).shape),
+            "measured": measured, "layout": bucket_layout(model, bucket_buffers) if bucket_buffers else None,
+            "head_local_shape": list(local(params[-2]).shape),
             "collectives": {name: n for name, n in sorted(counts.items()) if n > 0},
             "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
             "local_shape": list(local(first).shape), "global_shape": list(first.shape),

@@ -393,3 +393,69 @@ def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 1
             log.warning("my evaluation shard holds %d padding duplicate(s)", padded)
         log.info("done")
         return {"rank": rank, "init_checksum": init_checksum, "dropout_mask": mask}
+
+
+def mismatched_collectives(rank: int, world_size: int) -> dict:
+    """Rank 0 all-reduces an "accuracy" while every other rank all-reduces a "loss" of the same shape.
+    Collectives pair by the order each rank calls them, not by what they mean, so both calls finish
+    and every rank gets the sum of the two unrelated numbers.
+
+    Returns {"rank", "sent", "received"}.
+    """
+    with process_group(rank, world_size):
+        sent = 100.0 if rank == 0 else 0.5  # rank 0: accuracy in percent; the others: a loss
+        value = torch.tensor([sent])
+        dist.all_reduce(value)
+        return {"rank": rank, "sent": sent, "received": value.item()}
+
+
+def counting_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's own ``allreduce_hook``, after counting the call: one per bucket DDP all-reduces."""
+    state["all_reduces"] += 1
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def accumulate_and_clip(rank: int, world_size: int, steps: int = 3, micro_batches: int = 2, micro_size: int = 8,
+                        max_norm: float = 0.5, lr: float = 0.5, seed: int = 0) -> dict:
+    """Gradient accumulation under DDP done right: each step runs ``micro_batches`` forwards and
+    backwards, all but the last inside ``no_sync()``, each loss divided by the number of micro-batches,
+    then clips the synchronised gradient and steps. Beside it, one process without DDP steps on each
+    step's global batch (every rank's micro-batches at once), from the same weights.
+
+    Returns {"rank", "all_reduces" (DDP's, counted by a comm hook), "steps", "max_diff" (largest
+    parameter difference from the one process after the last step)}.
+    """
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(seed)
+        model = LoopNet().to(device)
+        reference = LoopNet().to(device)
+        reference.load_state_dict(model.state_dict())
+        ddp_model = DDP(model, device_ids=device_ids_for(device))
+        counts = {"all_reduces": 0}
+        ddp_model.register_comm_hook(counts, counting_allreduce)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+        x_all, y_all = (t.to(device) for t in make_moons().tensors)
+        per_rank = micro_batches * micro_size
+        for step in range(steps):
+            start = step * per_rank * world_size  # this step's global batch: every rank's part in turn
+            x_global, y_global = x_all[start:start + per_rank * world_size], y_all[start:start + per_rank * world_size]
+            x_mine = x_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
+            y_mine = y_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
+
+            optimizer.zero_grad(set_to_none=True)  # once per step, not per micro-batch
+            for i, (x, y) in enumerate(zip(x_mine, y_mine)):
+                last = i == micro_batches - 1
+                # no_sync must cover the forward too: DDP decides there whether backward all-reduces.
+                with nullcontext() if last else ddp_model.no_sync():
+                    loss = nn.functional.cross_entropy(ddp_model(x), y) / micro_batches
+                    loss.backward()  # adds to .grad; the last backward all-reduces the sum
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # on the synchronised gradient
+            optimizer.step()
+
+            reference_optimizer.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(reference(x_global), y_global).backward()
+            nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
+            reference_optimizer.step()
+        max_diff = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+        return {"rank": rank, "all_reduces": counts["all_reduces"], "steps": steps, "max_diff": max_diff}
