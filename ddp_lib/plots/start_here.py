@@ -43,7 +43,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
         _arrow(ax, (width / 2, 3.3), (x + 0.7, 2.75))
     # env:// makes rank 0 serve the store unless the launcher serves it (torch/distributed/rendezvous.py,
     # _create_c10d_store: TORCHELASTIC_USE_AGENT_STORE, which torchrun and ddp_lib.launch set).
-    _box(ax, width / 2 - 1.6, 0.95, 3.2, 0.65,
+    _box(ax, width / 2 - 1.9, 0.95, 3.8, 0.65,
          "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(mp.spawn: rank 0 serves it; torchrun: the launcher)", "#ffffcc")
     for centre in centres:
         _arrow(ax, (centre, 2.1), (width / 2, 1.6), linestyle="dashed")
@@ -115,8 +115,10 @@ def plot_busy_port(port: int = 12355) -> Figure:
     _box(ax, 0.0, 1.3, 2.6, 0.8, "leftover rank 0\n(an earlier run, still alive)", "#dddddd")
     _box(ax, 3.4, 1.3, 1.6, 0.8, f"port {port}\nlistening", "#ffffcc")
     _box(ax, 5.8, 1.3, 2.6, 0.8, "new rank 0\nwants to serve the store", RANK_COLOURS[0])
-    _arrow(ax, (2.6, 1.7), (3.4, 1.7), "holds")
-    _arrow(ax, (5.8, 1.7), (5.0, 1.7), "refused")
+    _arrow(ax, (2.6, 1.7), (3.4, 1.7))
+    _arrow(ax, (5.8, 1.7), (5.0, 1.7))
+    ax.text(3.0, 1.85, "holds", ha="center", fontsize=8)
+    ax.text(5.4, 1.85, "refused", ha="center", fontsize=8)
     ax.text(4.2, 0.7, "EADDRINUSE: one listener per port. Stop the leftover, or use another port.",
             ha="center", fontsize=9)
     ax.set_xlim(-0.1, 8.5)
