@@ -34,7 +34,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
     width = 1.6 * world_size
     _box(ax, width / 2 - 1.4, 4.3, 2.8, 0.55, "notebook (Jupyter kernel)", "#f0f0f0")
     _box(ax, width / 2 - 1.4, 3.3, 2.8, 0.55, "launcher: mp.spawn, ddp_lib, torchrun", "#f0f0f0")
-    _arrow(ax, (width / 2, 4.3), (width / 2, 3.85), "spawn(fn, world_size)")
+    _arrow(ax, (width / 2, 4.3), (width / 2, 3.85), "spawn(fn, args=(world_size,), nprocs=world_size)")
     centres = []
     for rank in range(world_size):
         x = 0.1 + 1.6 * rank
@@ -43,8 +43,8 @@ def plot_job_map(world_size: int = 4) -> Figure:
         _arrow(ax, (width / 2, 3.3), (x + 0.7, 2.75))
     # env:// makes rank 0 serve the store unless the launcher serves it (torch/distributed/rendezvous.py,
     # _create_c10d_store: TORCHELASTIC_USE_AGENT_STORE, which torchrun and ddp_lib.launch set).
-    _box(ax, width / 2 - 1.6, 0.95, 3.2, 0.65,
-         "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(served by rank 0, or by the launcher)", "#ffffcc")
+    _box(ax, width / 2 - 1.9, 0.95, 3.8, 0.65,
+         "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(mp.spawn: rank 0 serves it; torchrun: the launcher)", "#ffffcc")
     for centre in centres:
         _arrow(ax, (centre, 2.1), (width / 2, 1.6), linestyle="dashed")
     ax.text(width + 0.1, 1.75, "1. every rank registers\n    and reads the others'\n    addresses", fontsize=8,
@@ -63,5 +63,67 @@ def plot_job_map(world_size: int = 4) -> Figure:
     ax.set_ylim(-1.1, 5.0)
     ax.axis("off")
     ax.set_title(f"What runs where: one notebook, one launcher, {world_size} processes, one group")
+    fig.tight_layout()
+    return fig
+
+
+def plot_live_ranks(world_size: int = 4) -> Figure:
+    """%ranks: the kernel sends each %%ranks cell's source text to long-lived rank processes."""
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    width = 1.6 * world_size
+    _box(ax, width / 2 - 1.6, 2.5, 3.2, 0.6, "notebook kernel: sends each %%ranks cell's text", "#f0f0f0")
+    for rank in range(world_size):
+        x = 0.1 + 1.6 * rank
+        _box(ax, x, 0.9, 1.4, 0.8, f"rank {rank}\nruns the text;\nkeeps its variables", RANK_COLOURS[rank])
+        _arrow(ax, (width / 2, 2.5), (x + 0.7, 1.7))
+    ax.text(width / 2, 0.45, "the processes stay up between cells, until %ranks stop", ha="center", fontsize=9)
+    ax.text(width / 2, 0.05, "source text is sent, not a function object: nothing is pickled", ha="center",
+            fontsize=9)
+    ax.set_xlim(-0.1, width)
+    ax.set_ylim(-0.2, 3.3)
+    ax.axis("off")
+    ax.set_title(f"%ranks {world_size}: one kernel drives {world_size} live processes")
+    fig.tight_layout()
+    return fig
+
+
+def plot_ddp_collectives(world_size: int = 4) -> Figure:
+    """DDP's two collectives: a broadcast of rank 0's weights in DDP(...), an all-reduce in each backward()."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    steps = [("1. DDP(model): broadcast", "weights\nW{r}", "weights\nW0", "rank 0's weights copied to all"),
+             ("2. loss.backward(): all-reduce", "gradient\ng{r}", "gradient\nmean(g)",
+              "every rank gets the mean")]
+    for ax, (title, before, after, note) in zip(axes, steps):
+        for rank in range(world_size):
+            y = world_size - 1 - rank
+            _box(ax, 0.0, y, 1.3, 0.8, before.format(r=rank), RANK_COLOURS[rank])
+            _box(ax, 2.4, y, 1.3, 0.8, after, RANK_COLOURS[rank])
+            _arrow(ax, (1.35, y + 0.4), (2.35, y + 0.4))
+        ax.text(1.85, -0.45, note, ha="center", fontsize=9)
+        ax.set_xlim(-0.1, 3.8)
+        ax.set_ylim(-0.7, world_size)
+        ax.axis("off")
+        ax.set_title(title, fontsize=10)
+    fig.suptitle("The two collectives DDP runs, one row per rank")
+    fig.tight_layout()
+    return fig
+
+
+def plot_busy_port(port: int = 12355) -> Figure:
+    """A leftover rank 0 still listens on the port, so the new rank 0 cannot listen there."""
+    fig, ax = plt.subplots(figsize=(9, 2.8))
+    _box(ax, 0.0, 1.3, 2.6, 0.8, "leftover rank 0\n(an earlier run, still alive)", "#dddddd")
+    _box(ax, 3.4, 1.3, 1.6, 0.8, f"port {port}\nlistening", "#ffffcc")
+    _box(ax, 5.8, 1.3, 2.6, 0.8, "new rank 0\nwants to serve the store", RANK_COLOURS[0])
+    _arrow(ax, (2.6, 1.7), (3.4, 1.7))
+    _arrow(ax, (5.8, 1.7), (5.0, 1.7))
+    ax.text(3.0, 1.85, "holds", ha="center", fontsize=8)
+    ax.text(5.4, 1.85, "refused", ha="center", fontsize=8)
+    ax.text(4.2, 0.7, "EADDRINUSE: one listener per port. Stop the leftover, or use another port.",
+            ha="center", fontsize=9)
+    ax.set_xlim(-0.1, 8.5)
+    ax.set_ylim(0.4, 2.4)
+    ax.axis("off")
+    ax.set_title("Address already in use")
     fig.tight_layout()
     return fig

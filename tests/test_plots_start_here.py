@@ -1,0 +1,40 @@
+"""Lesson 00's schematics draw what their titles promise: one box per rank, the port, both collectives."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+
+from ddp_lib.plots.start_here import plot_busy_port, plot_ddp_collectives, plot_job_map, plot_live_ranks
+
+
+def texts(fig) -> str:
+    """Every text drawn on the figure, its axes' and its own, one per line."""
+    return "\n".join(t.get_text() for ax in fig.axes for t in ax.texts) + "\n" + "\n".join(
+        t.get_text() for t in fig.texts)
+
+
+def test_live_ranks_draws_one_box_per_rank():
+    fig = plot_live_ranks(world_size=3)
+    drawn = texts(fig)
+    assert all(f"rank {r}\n" in drawn for r in range(3)) and "rank 3\n" not in drawn
+    plt.close(fig)
+
+
+def test_ddp_collectives_shows_broadcast_then_all_reduce_per_rank():
+    fig = plot_ddp_collectives(world_size=4)
+    titles = [ax.get_title() for ax in fig.axes]
+    assert "broadcast" in titles[0] and "all-reduce" in titles[1]
+    drawn = texts(fig)
+    assert drawn.count("weights\nW0") == 5 and drawn.count("gradient\nmean(g)") == 4
+    plt.close(fig)
+
+
+def test_busy_port_names_the_port_and_job_map_the_spawn_call():
+    fig = plot_busy_port(12399)
+    assert "port 12399" in texts(fig)
+    plt.close(fig)
+    fig = plot_job_map(world_size=2)
+    assert "args=(world_size,)" in texts(fig) and "fn(1, 2)" in texts(fig)
+    plt.close(fig)
