@@ -49,13 +49,14 @@ def test_the_launcher_serves_the_store_and_under_torchs_convention_rank_0_does(m
     import os
 
     import ddp_lib.mp
+    from ddp_lib.demos import store_server
     from ddp_lib.process_group import free_port
 
-    under_launcher = spawn(collectives.who_serves_the_store, 2)
+    under_launcher = spawn(store_server.who_serves_the_store, 2)
     assert {r["store_pid"] for r in under_launcher} == {os.getpid()}
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    under_torch = ddp_lib.mp.spawn(collectives.who_serves_the_store, args=(2,), nprocs=2)
+    under_torch = ddp_lib.mp.spawn(store_server.who_serves_the_store, args=(2,), nprocs=2)
     rank0_pid = next(r["pid"] for r in under_torch if r["rank"] == 0)
     assert {r["store_pid"] for r in under_torch} == {rank0_pid} and rank0_pid != os.getpid()
 

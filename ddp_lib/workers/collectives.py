@@ -8,7 +8,6 @@ slot (its last digit).
 from __future__ import annotations
 
 import os
-import re
 import time
 from datetime import timedelta
 from typing import Literal, get_args
@@ -213,13 +212,3 @@ def describe(results: list[dict]) -> str:
         lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
     return "\n".join(lines)
 
-
-def who_serves_the_store(rank: int, world_size: int) -> dict:
-    """Join the group with env://, then report this rank's process id and the id of the process that
-    listens on MASTER_PORT: the store's server (found through /proc on Linux, else lsof; None if unknown)."""
-    from ddp_lib.ports import port_holder  # here, not at the top: a copied collectives.py runs without ddp_lib
-
-    with process_group(rank, world_size, init_method="env://"):
-        holder = port_holder(int(os.environ["MASTER_PORT"]))  # "process PID (command line)"
-        found = re.match(r"process (\d+)", holder or "")
-        return {"rank": rank, "pid": os.getpid(), "store_pid": int(found.group(1)) if found else None}
