@@ -39,6 +39,28 @@ def test_init_methods_form_the_same_group(method, tmp_path):
     assert {r["sum_of_ranks"] for r in results} == {3.0}
 
 
+def test_the_plain_torch_worker_joins_and_sums_the_ranks():
+    results = spawn(collectives.join_and_sum, 3)
+    assert [(r["rank"], r["world_size"], r["backend"], r["sum_of_ranks"]) for r in results] == [
+        (0, 3, "gloo", 3.0), (1, 3, "gloo", 3.0), (2, 3, "gloo", 3.0)]
+
+
+def test_the_launcher_serves_the_store_and_under_torchs_convention_rank_0_does(monkeypatch):
+    import os
+
+    import ddp_lib.mp
+    from ddp_lib.demos import store_server
+    from ddp_lib.process_group import free_port
+
+    under_launcher = spawn(store_server.who_serves_the_store, 2)
+    assert {r["store_pid"] for r in under_launcher} == {os.getpid()}
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    under_torch = ddp_lib.mp.spawn(store_server.who_serves_the_store, args=(2,), nprocs=2)
+    rank0_pid = next(r["pid"] for r in under_torch if r["rank"] == 0)
+    assert {r["store_pid"] for r in under_torch} == {rank0_pid} and rank0_pid != os.getpid()
+
+
 def test_file_init_method_needs_a_path():
     with pytest.raises(ValueError, match="needs a path"):
         collectives.init_method_url("file")
@@ -175,8 +197,11 @@ def test_the_broadcast_tree_reaches_every_rank_once_in_log2_rounds():
 def test_the_schematic_pictures_draw():
     import matplotlib.pyplot as plt
 
-    from ddp_lib.plots.collectives import plot_broadcast_tree, plot_send_deadlock
+    from ddp_lib.plots.collectives import plot_barrier_plan, plot_broadcast_tree, plot_send_deadlock
+    from ddp_lib.plots.spawning import plot_fork_with_lock
+    from ddp_lib.plots.store import plot_store_exchange, plot_store_port
 
-    for fig in (plot_broadcast_tree(4, 0, late=3), plot_broadcast_tree(3, 1), plot_send_deadlock()):
+    for fig in (plot_broadcast_tree(4, 0, late=3), plot_broadcast_tree(3, 1), plot_send_deadlock(),
+                plot_barrier_plan(4, 0.1), plot_store_exchange(3), plot_store_port(12355), plot_fork_with_lock()):
         assert fig.axes[0].texts
         plt.close(fig)

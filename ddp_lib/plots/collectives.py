@@ -217,3 +217,26 @@ def plot_send_deadlock() -> Figure:
     ax.text(1.35, 0.5, "each waits for the other", fontsize=8, color="tab:red", va="center")
     fig.tight_layout()
     return fig
+
+
+def plot_barrier_plan(world_size: int = 4, step: float = 0.1) -> Figure:
+    """What a barrier should do when rank r arrives step x r late: every rank waits inside the barrier
+    until the last one arrives, then all leave together. Drawn from the rule, before any measurement."""
+    last = step * (world_size - 1)
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.5 * world_size))
+    for rank in range(world_size):
+        arrival = step * rank
+        ax.barh(rank, arrival, color=RANK_COLOURS[rank], edgecolor="black",
+                label="not arrived yet" if rank == 0 else None)
+        ax.barh(rank, last - arrival, left=arrival, color="white", edgecolor="black", hatch="//",
+                label="waiting inside barrier()" if rank == 0 else None)
+    ax.axvline(last, color="black", linestyle="--")
+    ax.text(last, -0.55, " the last rank arrives:\n every rank leaves", va="top", fontsize=8.5)
+    ax.set_xlim(0, last * 1.6)
+    ax.set_ylim(world_size - 0.4, -0.7)
+    ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
+    ax.set_xlabel("seconds after the first rank arrives")
+    ax.set_title("A barrier, as planned: nobody leaves before the last rank arrives", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    return fig

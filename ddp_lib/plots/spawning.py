@@ -81,3 +81,26 @@ def plot_start_method_trees(nprocs: int = 2) -> Figure:
         ax.text(2, 0.15, child, ha="center", va="center", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def plot_fork_with_lock() -> Figure:
+    """fork copies the parent's memory, a held lock included, but only the thread that called fork:
+    in the child the lock stays held, and the thread that would release it does not exist."""
+    fig, axes = plt.subplots(1, 2, figsize=(8.5, 2.6))
+    panels = (("parent: 2 threads", [("main thread: calls fork()", "tab:blue"),
+                                     ("background thread: holds the lock", "tab:orange")]),
+              ("child: a copy with 1 thread", [("main thread: wants the lock ... waits", "tab:blue"),
+                                              ("(background thread not copied)", "lightgrey")]))
+    for ax, (title, threads) in zip(axes, panels):
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, 4)
+        ax.axis("off")
+        ax.set_title(title, fontsize=10)
+        for y, (text, colour) in zip((3.0, 1.9), threads):
+            ax.text(5, y, text, ha="center", va="center", fontsize=8.5,
+                    bbox=dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor=colour))
+        ax.text(5, 0.6, "memory: lock = HELD", ha="center", va="center", fontsize=9, family="monospace",
+                bbox=dict(boxstyle="round,pad=0.4", facecolor="#fde0dd", edgecolor="tab:red"))
+    fig.text(0.5, 0.45, "fork\n→", ha="center", va="center", fontsize=11)
+    fig.tight_layout()
+    return fig

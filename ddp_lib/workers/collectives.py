@@ -43,6 +43,18 @@ def init_method_url(method: InitMethod, path: str | None = None) -> str:
     raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
 
 
+def join_and_sum(rank: int, world_size: int) -> dict:
+    """Plain torch, as a learner writes it: join the group, all-reduce the ranks, leave the group."""
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)  # env://: MASTER_ADDR, MASTER_PORT
+    try:
+        total = torch.tensor([float(rank)])
+        dist.all_reduce(total)  # every rank receives the sum over all ranks
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "backend": dist.get_backend(),
+                "sum_of_ranks": total.item()}
+    finally:
+        dist.destroy_process_group()
+
+
 def whoami(rank: int | None = None, world_size: int | None = None, method: InitMethod = "env",
            path: str | None = None) -> dict:
     """Join the group with init method ``method``; return this rank's view of it: rank, world
@@ -199,3 +211,4 @@ def describe(results: list[dict]) -> str:
         after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space: do not read)")
         lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
     return "\n".join(lines)
+

@@ -1,0 +1,18 @@
+"""Lesson 01's look at who serves the store: a worker that finds the process listening on MASTER_PORT."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ddp_lib.ports import port_holder
+from ddp_lib.process_group import process_group
+
+
+def who_serves_the_store(rank: int, world_size: int) -> dict:
+    """Join the group with env://, then report this rank's process id and the id of the process that
+    listens on MASTER_PORT: the store's server (found through /proc on Linux, else lsof; None if unknown)."""
+    with process_group(rank, world_size, init_method="env://"):
+        holder = port_holder(int(os.environ["MASTER_PORT"]))  # "process PID (command line)"
+        found = re.match(r"process (\d+)", holder or "")
+        return {"rank": rank, "pid": os.getpid(), "store_pid": int(found.group(1)) if found else None}
