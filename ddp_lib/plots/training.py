@@ -68,3 +68,51 @@ def plot_sampler_shards(permutation: list[int], world_size: int):
     ax.set_title(f"DistributedSampler: {len(permutation)} samples on {world_size} ranks "
                  f"(hatched: padding, read twice)")
     return fig
+
+
+KIND_COLOURS = {"work": "C0", "collective": "C1", "waits": "0.85", "shadow": "C2", "stuck": "C3"}
+
+
+def plot_rank_timeline(rows: dict[str, list[tuple[str, float, float, str]]], title: str):
+    """Schematic timeline, one row per rank: each box is (label, start, length, kind), its colour
+    given by kind ("work", "collective", "waits", "shadow", "stuck"). Boxes of one collective line up
+    across the rows. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.55 * len(rows)))
+    for row, (label, boxes) in enumerate(rows.items()):
+        y = -row * 0.6
+        ax.text(-0.15, y + 0.2, label, ha="right", va="center")
+        for text, start, length, kind in boxes:
+            ax.add_patch(plt.Rectangle((start, y), length, 0.4, facecolor=KIND_COLOURS[kind], alpha=0.45,
+                                       edgecolor="black", hatch="//" if kind == "stuck" else None))
+            ax.text(start + length / 2, y + 0.2, text, ha="center", va="center", fontsize=8)
+    end = max(start + length for boxes in rows.values() for _, start, length, _ in boxes)
+    ax.set_xlim(-1.3, end + 0.1)
+    ax.set_ylim(-0.6 * len(rows) + 0.1, 0.55)
+    ax.axis("off")
+    ax.set_title(title)
+    return fig
+
+
+def plot_rank0_evaluation():
+    """Schematic: rank 0 evaluates through the DDP wrapper, whose forward starts a buffer broadcast;
+    rank 1 waits in the barrier, so the two collectives never match and both ranks hang."""
+    return plot_rank_timeline({
+        "rank 0": [("train", 0, 2, "work"), ("ddp_model(x): broadcast buffers...", 2.1, 4.4, "stuck")],
+        "rank 1": [("train", 0, 2, "work"), ("dist.barrier()...", 2.1, 4.4, "stuck")],
+    }, "evaluation on rank 0 through ddp_model: each rank waits in another collective until the timeout")
+
+
+def plot_join_timeline():
+    """Schematic of Join for rank 0 with 2 batches and rank 1 with 4: in steps 3 and 4, rank 0, out
+    of data, answers rank 1's all-reduces with zeros ("shadows"), then both leave Join together."""
+    rows = {"rank 0": [], "rank 1": []}
+    for step in range(4):
+        x = step * 1.7
+        rows["rank 1"] += [(f"step {step + 1}", x, 0.7, "work"), ("all-reduce", x + 0.7, 0.9, "collective")]
+        if step < 2:
+            rows["rank 0"] += [(f"step {step + 1}", x, 0.7, "work"), ("all-reduce", x + 0.7, 0.9, "collective")]
+        else:
+            rows["rank 0"] += [("in Join", x, 0.7, "waits"), ("zeros", x + 0.7, 0.9, "shadow")]
+    for boxes in rows.values():
+        boxes.append(("leave Join", 6.8, 1.2, "collective"))
+    return plot_rank_timeline(rows, "Join: rank 0 runs out of data after step 2 and shadows steps 3 and 4")

@@ -3,16 +3,23 @@ your data, model, loss and optimizer in the four functions under "YOUR JOB", and
 
     python template.py --epochs 5                        # 2 processes (or one per GPU) via mp.spawn
     torchrun --nproc-per-node 2 template.py --epochs 5   # torchrun starts the processes
-    python -m ddp_lib run template --world-size 2        # ddp_lib's launcher, inside this project
+    python -m ddp_lib run template:train --world-size 2 --epochs 5   # ddp_lib's launcher
+
+Run each from this file's directory. With ddp_lib's launcher, "template:train" means the function
+train in the file template.py found there (a copy you renamed to mine.py is "mine:train"); "run
+template" without ":train" runs ddp_lib's own unedited template instead, not your copy.
 
 Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoint-dir continues
-from it (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
+from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
+Only rank 0 reads and writes the checkpoint, so on several machines the directory need not be shared.
+Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -22,6 +29,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
 # ==== YOUR JOB: replace the bodies of these four functions ====================================
+# (and evaluate's metric below, if your model does not pick a class). After changing the model,
+# delete the old --checkpoint-dir or give a new one: its checkpoint fits the old model only.
 
 
 def make_datasets() -> tuple[Dataset, Dataset]:
@@ -38,11 +47,17 @@ def make_model() -> nn.Module:
 
 
 def make_loss() -> nn.Module:
-    return nn.CrossEntropyLoss()
+    return nn.CrossEntropyLoss()  # the mean over the batch: DDP then averages these means
 
 
 def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+
+
+def make_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """A learning-rate schedule stepped once per epoch, or None for a constant rate. For example
+    torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.5). It is checkpointed."""
+    return None
 
 
 # ==== THE DDP LOOP: the same for any model =====================================================
@@ -50,13 +65,15 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
 
 def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
           seed: int = 0, checkpoint_dir: str = "checkpoints") -> dict:
-    """Train under DDP, evaluate after every epoch, checkpoint on rank 0, resume from the checkpoint.
+    """Train under DDP, evaluate after every epoch, checkpoint on rank 0, resume from the checkpoint
+    that rank 0 finds (it sends its contents to the other ranks).
 
     Args:
         epochs: number of epochs to reach, counting those a resumed checkpoint already holds.
         batch_size: samples per rank per step (global batch = world_size x this).
         lr: learning rate.
-        seed: seed of the initial weights and of the shuffle.
+        seed: seed of the initial weights and of the shuffle; rank r's later random numbers
+            (dropout, augmentation) come from seed + r.
         checkpoint_dir: where rank 0 keeps last.pt; a run finding one there continues from it.
 
     Returns {"rank", "start_epoch", "history" (per epoch: loss, accuracy, samples evaluated)}.
@@ -65,17 +82,23 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
     try:
         torch.manual_seed(seed)  # the same initial weights on every rank (DDP would broadcast rank 0's anyway)
         train_set, eval_set = make_datasets()
-        # One shuffled permutation per epoch, the same on every rank; each rank reads its own slice.
+        model = make_model().to(device)
+        # From here on each rank draws its own random numbers: with one seed, every rank would drop
+        # the same units and augment its samples the same way.
+        torch.manual_seed(seed + rank)
+        # One shuffled permutation per epoch, the same on every rank (the sampler has its own seed);
+        # each rank reads its own slice. On a GPU, num_workers=4, pin_memory=True load faster.
         sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
-        model = make_model().to(device)
         optimizer = make_optimizer(model, lr)
+        scheduler = make_scheduler(optimizer)
         loss_fn = make_loss()
         checkpoint = os.path.join(checkpoint_dir, "last.pt")
-        # Before DDP wraps the model: every rank loads the same file onto its own device.
-        start_epoch, history = load_checkpoint(checkpoint, model, optimizer, device)
-        if rank == 0 and start_epoch:
-            print(f"resumed from {checkpoint} after epoch {start_epoch}", flush=True)
+        settings = {"world_size": world_size, "batch_size": batch_size, "lr": lr, "seed": seed}
+        # Before DDP wraps the model: rank 0 reads the file, every rank loads what it read.
+        start_epoch, history = load_checkpoint(checkpoint, model, optimizer, scheduler, settings, rank, device)
+        if rank == 0 and start_epoch >= epochs:
+            print(f"nothing left to train: {checkpoint} holds {start_epoch} epochs, --epochs is {epochs}", flush=True)
         ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
         for epoch in range(start_epoch, epochs):
@@ -91,6 +114,8 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
                 totals[0] += loss.detach().double() * len(y)
                 totals[1] += len(y)
             dist.all_reduce(totals)  # the epoch's loss over every rank's samples
+            if scheduler is not None:
+                scheduler.step()  # once per epoch; for a per-step schedule, move it after optimizer.step()
             accuracy, evaluated = evaluate(model, eval_set, rank, world_size, device)
             history.append({"loss": round((totals[0] / totals[1]).item(), 6), "accuracy": round(accuracy, 6),
                             "evaluated": evaluated})
@@ -99,7 +124,9 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
                       f"accuracy {accuracy:.3f} on {evaluated} samples", flush=True)
                 # The unwrapped model: keys without "module.", loadable with or without DDP.
                 save_checkpoint(checkpoint, {"epoch": epoch + 1, "model": model.state_dict(),
-                                             "optimizer": optimizer.state_dict(), "history": history})
+                                             "optimizer": optimizer.state_dict(), "history": history,
+                                             "scheduler": None if scheduler is None else scheduler.state_dict(),
+                                             "settings": settings})
             dist.barrier()  # no rank goes on (or crashes) while rank 0 is still writing
         return {"rank": rank, "start_epoch": start_epoch, "history": history}
     finally:
@@ -110,16 +137,18 @@ def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
              device: torch.device) -> tuple[float, int]:
     """Accuracy over ``dataset`` with every sample counted exactly once, and how many were counted.
     Rank r takes samples r, r + world_size, ... (no padding, unlike DistributedSampler), and one
-    all-reduce adds up the counts. It runs the plain model, not the DDP wrapper: ranks may hold
-    different numbers of batches here, and a wrapper's forward may start a collective (a buffer
-    broadcast) that the others would not join."""
+    all-reduce adds up the counts. It runs the plain model, not the DDP wrapper: for a model with
+    buffers (batch norm's running statistics), the wrapper's first forward after training starts a
+    broadcast of them that every rank must join, and a rank with no evaluation batch (fewer samples
+    than ranks), or evaluation on some ranks only, would leave it waiting. The plain model starts
+    no collective."""
     shard = Subset(dataset, range(rank, len(dataset), world_size))
     model.eval()
     counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, samples
     with torch.no_grad():
         for x, y in DataLoader(shard, batch_size=256):
             x, y = x.to(device), y.to(device)
-            counts[0] += (model(x).argmax(1) == y).sum()
+            counts[0] += (model(x).argmax(1) == y).sum()  # YOUR JOB if not a classifier: your metric's sum
             counts[1] += len(y)
     dist.all_reduce(counts)
     return (counts[0] / counts[1]).item(), int(counts[1].item())
@@ -137,19 +166,39 @@ def save_checkpoint(path: str, state: dict) -> None:
 
 
 def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: torch.optim.lr_scheduler.LRScheduler | None, settings: dict, rank: int,
                     device: torch.device) -> tuple[int, list]:
-    """Load ``path`` into the model and optimizer; return (epochs done, history), or (0, []) if absent.
-    This resumes at an epoch boundary: the sampler's order depends on seed + epoch only, so no
-    random state is needed. A job that draws random numbers while training (dropout, augmentation)
-    and must continue bit for bit also saves each rank's torch.get_rng_state(); one that resumes
-    mid-epoch also saves the step and skips that many batches."""
-    if not os.path.exists(path):
+    """Load ``path`` into the model, optimizer and scheduler; return (epochs done, history), or
+    (0, []) if rank 0 finds no file. Rank 0 alone decides and reads; a broadcast gives every rank
+    the same answer, so ranks that see different files (no shared disk) cannot disagree and hang.
+    Rank 0 warns when the checkpoint was written with other settings (world size, batch, lr, seed).
+
+    This resumes at an epoch boundary: the sampler's order depends on seed + epoch only. A job that
+    must continue bit for bit with random numbers drawn in training (dropout, augmentation) also
+    saves each rank's generators: torch.get_rng_state(), torch.cuda.get_rng_state() on a GPU, and
+    random's and numpy's if it uses them (each DataLoader pass also draws a seed from torch's).
+    One that resumes mid-epoch also saves the step and skips that many batches."""
+    state = None
+    if rank == 0 and os.path.exists(path):
+        # weights_only: tensors and plain data only, never code the file names.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if state.get("settings", settings) != settings:
+            warnings.warn(f"{path} was written with {state.get('settings')}, this run has {settings}; the optimizer "
+                          "continues with its saved learning rate", stacklevel=2)
+        print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
+    box = [state]
+    dist.broadcast_object_list(box, src=0)  # pickled, so only for checkpoints that fit in memory
+    state = box[0]
+    if state is None:
         return 0, []
-    # map_location: tensors saved from rank 0's device land on this rank's. weights_only: tensors
-    # and plain data only, never code the file names.
-    state = torch.load(path, map_location=device, weights_only=True)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
+    try:
+        model.load_state_dict(state["model"])  # copies onto the model's device
+    except RuntimeError as exc:
+        raise RuntimeError(f"{path} does not fit this model (written by another one?): delete it or "
+                           f"choose another --checkpoint-dir. {exc}") from None
+    optimizer.load_state_dict(state["optimizer"])  # moves its state next to each parameter
+    if scheduler is not None and state.get("scheduler") is not None:
+        scheduler.load_state_dict(state["scheduler"])
     return state["epoch"], state["history"]
 
 
@@ -179,6 +228,8 @@ if __name__ == "__main__":
                         help="processes to start without torchrun (default: one per GPU, or 2)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if torch.cuda.is_available() and "RANK" not in os.environ and args.world_size > torch.cuda.device_count():
+        parser.error(f"--world-size {args.world_size} needs as many GPUs; this machine has {torch.cuda.device_count()}")
     # In train's order: mp.spawn passes arguments by position, after the rank.
     settings = (args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint_dir)
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
