@@ -82,21 +82,23 @@ def plot_buckets(result: dict):
     counts.plot(labels, [r["allreduces"] for r in rows], color="tab:red", marker="o")
     counts.set_ylabel("all-reduces per step", color="tab:red")
     counts.set_ylim(bottom=0)
-    ax.set_title(f"DDP on {result['world_size']} ranks: fewer, larger all-reduces")
+    ax.set_title(f"DDP on {result['world_size']} ranks: step time and all-reduces per bucket_cap_mb (MiB)")
     fig.tight_layout()
     return fig
 
 
 def plot_scaling(result: dict):
-    """Samples per second against ranks, one line per threads policy, with perfect scaling
-    (the 1-rank rate times the ranks) dotted. Returns the Figure."""
+    """Samples per second against ranks, one line per threads policy, with the ideal dotted: the
+    1-rank rate times the ranks, up to the result's core count ("cpu_count"). Returns the Figure."""
+    cores = result.get("cpu_count") or max(r["world_size"] for r in result["rows"])
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for policy in sorted({r["policy"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["policy"] == policy]
         ranks = [r["world_size"] for r in rows]
         line, = ax.plot(ranks, [r["samples_per_s"] for r in rows], marker="o", label=f"threads: {policy}")
-        ax.plot(ranks, [rows[0]["samples_per_s"] * n / ranks[0] for n in ranks], linestyle=":",
-                color=line.get_color(), label="perfect scaling (1-rank rate x ranks)")
+        # More ranks than cores cannot add speed: the ideal stops growing at the core count.
+        ax.plot(ranks, [rows[0]["samples_per_s"] * min(n, cores) / ranks[0] for n in ranks], linestyle=":",
+                color=line.get_color(), label=f"ideal: 1-rank rate x min(ranks, {cores} cores)")
     ax.set_xticks(sorted({r["world_size"] for r in result["rows"]}))
     ax.set_xlabel("ranks (world_size)")
     ax.set_ylabel("samples per second")
@@ -178,5 +180,57 @@ def draw_oversubscription(ranks: int = 4, cores: int = 2, slices: int = 6):
     ax.set_xticks([])
     ax.set_xlabel("time, in the scheduler's slices")
     ax.set_title(f"{ranks} ranks on {cores} cores: green runs, grey waits for a core")
+    fig.tight_layout()
+    return fig
+
+
+def draw_alpha_beta_sketch(alpha_us: float = 300.0, beta_gbs: float = 1.0):
+    """Schematic of t(S) = alpha + S / beta on log axes: a flat floor at alpha for small S, a
+    slope of 1 / beta for large S, and the half-bandwidth size S1/2 = alpha * beta where the two
+    meet (there the bytes cost exactly alpha). Returns the Figure."""
+    sizes = [2.0 ** k for k in range(2, 27)]
+    bytes_us = [s / (beta_gbs * 1e3) for s in sizes]  # S / beta in µs
+    half = alpha_us * beta_gbs * 1e3
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    ax.plot(sizes, [alpha_us + b for b in bytes_us], color="black", linewidth=2, label="t = α + S / β")
+    ax.plot(sizes, [alpha_us] * len(sizes), linestyle="--", color="tab:blue", label="α: the floor, paid per call")
+    ax.plot(sizes, bytes_us, linestyle="--", color="tab:orange", label="S / β: the bytes, grows with S at rate 1 / β")
+    ax.axvline(half, color="grey", linestyle=":")
+    ax.text(half * 1.2, alpha_us / 20, "S½ = αβ\n(bytes cost α)", fontsize=9)
+    ax.text(sizes[1], alpha_us * 2.2, "latency-bound", fontsize=9)
+    ax.text(half * 2, alpha_us * 0.4, "bandwidth-bound", fontsize=9)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(alpha_us / 40, max(bytes_us) * 2)
+    ax.set_xlabel("message size S (bytes)")
+    ax.set_ylabel("time of one all-reduce (µs)")
+    ax.set_title("the alpha-beta model (a sketch, not a measurement)")
+    ax.legend(fontsize=9, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def draw_gloo_ring(sends: list[dict], world_size: int, nbytes: int):
+    """gloo's ring all-reduce as a grid: one row per rank, one column per iteration of its two
+    phases; a box where that rank sends a segment with data (to rank - 1), labelled with the
+    segment. ``sends`` is ddp_lib.bench.gloo_ring.ring_sends(nbytes, world_size). Returns the Figure."""
+    per_phase = 2 * (world_size - 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * 2 * per_phase + 1.5), 0.55 * world_size + 1.6))
+    for s in sends:
+        column = s["iteration"] + (per_phase if s["phase"] == "all-gather" else 0)
+        color = "tab:orange" if s["phase"] == "reduce-scatter" else "tab:green"
+        ax.broken_barh([(column, 0.9)], (s["rank"] - 0.35, 0.7), facecolor=color, edgecolor="black", linewidth=0.5)
+        ax.text(column + 0.45, s["rank"], f"{s['segment']}→r{s['to']}", ha="center", va="center", fontsize=8)
+    ax.axvline(per_phase - 0.05, color="black", linewidth=1)
+    ax.text(per_phase / 2, -0.8, "reduce-scatter", ha="center", fontsize=9)
+    ax.text(per_phase * 1.5, -0.8, "all-gather", ha="center", fontsize=9)
+    ax.set_xlim(0, 2 * per_phase)
+    ax.set_ylim(world_size - 0.4, -1.1)
+    ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
+    ax.set_xticks([c + 0.45 for c in range(2 * per_phase)], [str(c % per_phase) for c in range(2 * per_phase)])
+    ax.set_xlabel("iteration of the phase (a box: segment k sent to rank r)")
+    most = max((sum(1 for s in sends if s["rank"] == r) for r in range(world_size)), default=0)
+    ax.set_title(f"gloo's ring, {world_size} ranks, {nbytes} B: {len(sends)} messages, "
+                 f"at most {most} sent by one rank")
     fig.tight_layout()
     return fig
