@@ -81,7 +81,8 @@ def test_the_oversubscription_schematic_lets_half_the_ranks_run_in_each_slice():
 def test_the_scaling_ideal_stops_at_the_core_count():
     from ddp_lib.plots.performance import plot_scaling
 
-    rows = [{"world_size": n, "policy": "one", "samples_per_s": rate} for n, rate in ((1, 100.0), (2, 150.0), (4, 120.0))]
+    rates = ((1, 100.0), (2, 150.0), (4, 120.0))
+    rows = [{"world_size": n, "policy": "one", "samples_per_s": rate} for n, rate in rates]
     fig = plot_scaling({"rows": rows, "cpu_count": 2})
     (ideal,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("ideal")]
     assert list(ideal.get_ydata()) == [100.0, 200.0, 200.0]

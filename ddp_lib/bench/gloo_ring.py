@@ -9,8 +9,8 @@ from __future__ import annotations
 
 def segment_bytes(nbytes: int, world_size: int, element_bytes: int = 4) -> int:
     """gloo's segment size: the bytes over 2N segments, rounded up to whole elements."""
-    segments = 2 * world_size
-    return -(-(-(-nbytes // segments)) // element_bytes) * element_bytes
+    per_segment = -(-nbytes // (2 * world_size))  # ceiling division
+    return -(-per_segment // element_bytes) * element_bytes
 
 
 def ring_sends(nbytes: int, world_size: int, element_bytes: int = 4) -> list[dict]:

@@ -171,10 +171,11 @@ def draw_oversubscription(ranks: int = 4, cores: int = 2, slices: int = 6):
         waiting = [(t, 1) for t in range(slices) if (t + rank // cores) % (ranks // cores) != 0]
         ax.broken_barh(running, (rank - 0.3, 0.6), facecolor="tab:green", edgecolor="black", linewidth=0.5)
         ax.broken_barh(waiting, (rank - 0.3, 0.6), facecolor="lightgrey", edgecolor="black", linewidth=0.5)
-    # Rank 1 sends in its slice; rank 2 can take the message only in its own, one slice later.
-    ax.annotate("", xy=(1.15, 2 - 0.3), xytext=(0.85, 1 + 0.3),
+    # gloo's ring sends to rank - 1. Rank 2 sends in its slice; rank 1 can take the message only
+    # in its own, one slice later.
+    ax.annotate("", xy=(2.15, 1 + 0.3), xytext=(1.85, 2 - 0.3),
                 arrowprops={"arrowstyle": "->", "color": "black", "linewidth": 1.5})
-    ax.text(1.2, 1.5, "rank 1's message waits for rank 2's turn", fontsize=9, va="center")
+    ax.text(2.2, 1.5, "rank 2's message waits for rank 1's turn", fontsize=9, va="center")
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
     ax.invert_yaxis()
     ax.set_xticks([])
