@@ -109,3 +109,25 @@ def test_gloo_ring_sends_follow_gloo_counts_and_direction():
     assert [(s["rank"], s["to"]) for s in one_float if s["phase"] == "all-gather"] == [(0, 3), (3, 2), (2, 1)]
     fig = draw_gloo_ring(ring_sends(64, 4), 4, 64)
     assert fig.axes[0].get_title().endswith("48 messages, at most 12 sent by one rank")
+
+
+def test_the_timing_schematic_keeps_the_slowest_ranks_time():
+    from ddp_lib.plots.performance import draw_timing_schematic
+
+    fig = draw_timing_schematic(arrivals=(0.0, 0.6), durations=(2.4, 1.6))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "MAX: every rank learns 2.4" in texts
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
+
+
+def test_the_two_bucket_rules_give_torchs_4_and_lesson_04s_7_buckets_at_1_mib():
+    from ddp_lib.bench.ranks import DDP_WIDTHS
+    from ddp_lib.plots.performance import draw_bucket_rules, fill_buckets
+    from ddp_lib.workers.shared import make_mlp
+
+    sizes = [4 * p.numel() for p in reversed(list(make_mlp(0, DDP_WIDTHS).parameters()))]
+    assert fill_buckets(sizes, 2**20, "reached") == [[0, 1, 2, 3], [4, 5], [6, 7], [8, 9]]  # as torch's own function
+    assert len(fill_buckets(sizes, 2**20, "overflow")) == 7
+    fig = draw_bucket_rules(sizes, 2**20)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("4 all-reduces") == 1 and texts.count("7 all-reduces") == 1

@@ -235,3 +235,83 @@ def draw_gloo_ring(sends: list[dict], world_size: int, nbytes: int):
                  f"at most {most} sent by one rank")
     fig.tight_layout()
     return fig
+
+
+def draw_timing_schematic(arrivals: tuple[float, ...] = (0.0, 0.6), durations: tuple[float, ...] = (2.4, 1.6)):
+    """Schematic of timing one collective on each rank: an untimed warm-up call, a barrier that
+    all ranks leave together, the timed call (each rank measures its own time), then an all-reduce
+    with MAX that hands every rank the slowest rank's time. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(arrivals) + 1.6))
+    barrier_end = 3.0 + max(arrivals)
+    for rank, (late, took) in enumerate(zip(arrivals, durations)):
+        _lane_bars(ax, rank, [(late, late + 2.0)], "lightgrey")  # spans are (start, end)
+        ax.text(late + 1.0, rank, "warm-up", ha="center", va="center", fontsize=8)
+        _lane_bars(ax, rank, [(late + 2.0, barrier_end)], "white")
+        ax.text((late + 2.0 + barrier_end) / 2, rank, "barrier", ha="center", va="center", fontsize=8)
+        _lane_bars(ax, rank, [(barrier_end, barrier_end + took)], "tab:orange")
+        ax.text(barrier_end + took / 2, rank, f"timed: {took:g}", ha="center", va="center", fontsize=8)
+        end = barrier_end + max(durations)
+        _lane_bars(ax, rank, [(end, end + 0.8)], "tab:green")
+        ax.text(end + 0.4, rank, "MAX", ha="center", va="center", fontsize=8)
+    ax.axvline(barrier_end, color="black", linestyle="--", linewidth=1)
+    ax.text(barrier_end, -0.75, "barrier: all leave together", ha="center", fontsize=8)
+    ax.text(barrier_end + max(durations) + 0.4, -0.75, f"MAX: every rank learns {max(durations):g}",
+            ha="center", fontsize=8)
+    ax.set_xlim(-0.2, barrier_end + max(durations) + 2.0)
+    ax.set_yticks(range(len(arrivals)), [f"rank {r}" for r in range(len(arrivals))])
+    ax.set_ylim(len(arrivals) - 0.4, -1.1)
+    ax.set_xticks([])
+    ax.set_xlabel("time (rank 1 arrives late; rank 0's call takes longest)")
+    ax.set_title("timing one all-reduce: warm-up, barrier, each rank's time, the slowest kept")
+    fig.tight_layout()
+    return fig
+
+
+def fill_buckets(sizes: list[int], cap: int, rule: str) -> list[list[int]]:
+    """Indices of ``sizes`` (bytes, in the order the gradients arrive) grouped into buckets.
+    rule "reached": a gradient joins the open bucket, which closes once it holds cap bytes or more
+    (torch's DDP). rule "overflow": a new bucket opens when the next gradient would pass the cap
+    (lesson 04's BucketedOverlapDDP)."""
+    buckets: list[list[int]] = [[]]
+    held = 0
+    for index, size in enumerate(sizes):
+        if rule == "overflow" and buckets[-1] and held + size > cap:
+            buckets.append([])
+            held = 0
+        buckets[-1].append(index)
+        held += size
+        if rule == "reached" and held >= cap:
+            buckets.append([])
+            held = 0
+    return [b for b in buckets if b]
+
+
+def draw_bucket_rules(sizes: list[int], cap: int):
+    """Schematic: the same gradients (bytes, in arrival order) packed by the two rules of
+    fill_buckets, one row each; each gradient a box as wide as its bytes (at least a sliver), the
+    buckets told apart by colour. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(10, 2.4))
+    widths = [max(size / cap, 0.04) for size in sizes]
+    rows = {"torch: closes once it reached the cap": "reached",
+            "lesson 04: closes before it would overflow": "overflow"}
+    colors = plt.get_cmap("tab10").colors
+    for row, rule in enumerate(rows.values()):
+        buckets = fill_buckets(sizes, cap, rule)
+        left = 0.0
+        for number, bucket in enumerate(buckets):
+            start = left
+            for index in bucket:
+                ax.broken_barh([(left, widths[index])], (row - 0.3, 0.6), facecolor=colors[number % 10],
+                               edgecolor="black", linewidth=0.5)
+                left += widths[index]
+            if left - start > 0.3:  # a sliver of a bucket has no room for its name
+                ax.text(left - 0.02, row - 0.38, f"bucket {number}", ha="right", fontsize=7)
+        ax.text(left + 0.05, row, f"{len(buckets)} all-reduces", va="center", fontsize=9)
+    ax.set_yticks(range(len(rows)), list(rows))
+    ax.set_ylim(len(rows) - 0.4, -0.6)
+    ax.set_xlim(0, sum(widths) + 1.2)
+    ax.set_xticks([])
+    ax.set_xlabel("gradients in the order backward produces them; width = bytes (cap = 1 unit)")
+    ax.set_title("two ways to fill buckets, same gradients, same cap")
+    fig.tight_layout()
+    return fig
