@@ -146,3 +146,15 @@ def test_the_kept_startup_run_has_every_launcher_on_two_and_four_ranks():
         (n, m) for n in (2, 4) for m in ("ddp_lib", "mp spawn", "mp forkserver", "mp fork")}
     assert full["cpu_count"] >= 1 and full["load_average"] >= 0 and full["repeats"] >= 5
     assert all(r["seconds"] > 0 for r in full["rows"])
+
+
+def test_the_plain_torch_timer_hands_every_rank_the_slowest_time():
+    import ddp_lib.mp
+    from ddp_lib.process_group import free_port
+    from ddp_lib.workers.timing import time_allreduce
+
+    sizes = [4, 4096]
+    per_rank = ddp_lib.mp.spawn(time_allreduce, args=(2, free_port(), sizes), nprocs=2, join=True)
+    assert [nbytes for nbytes, _ in per_rank[0]] == sizes
+    assert all(seconds > 0 for _, seconds in per_rank[0])
+    assert per_rank[0] == per_rank[1]  # the MAX all-reduce gives both ranks the same time

@@ -76,3 +76,58 @@ def test_the_oversubscription_schematic_lets_half_the_ranks_run_in_each_slice():
     assert [len(c.get_paths()) for c in running] == [3, 3, 3, 3]
     assert [len(c.get_paths()) for c in waiting] == [3, 3, 3, 3]
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [f"rank {r}" for r in range(4)]
+
+
+def test_the_scaling_ideal_stops_at_the_core_count():
+    from ddp_lib.plots.performance import plot_scaling
+
+    rates = ((1, 100.0), (2, 150.0), (4, 120.0))
+    rows = [{"world_size": n, "policy": "one", "samples_per_s": rate} for n, rate in rates]
+    fig = plot_scaling({"rows": rows, "cpu_count": 2})
+    (ideal,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label().startswith("ideal")]
+    assert list(ideal.get_ydata()) == [100.0, 200.0, 200.0]
+
+
+def test_the_alpha_beta_sketch_doubles_alpha_at_the_half_bandwidth_size():
+    from ddp_lib.plots.performance import draw_alpha_beta_sketch
+
+    fig = draw_alpha_beta_sketch(alpha_us=256.0, beta_gbs=1.024)  # S1/2 = 2**18 B, on the drawn grid
+    (curve,) = [ln for ln in fig.axes[0].get_lines() if ln.get_label() == "t = α + S / β"]
+    at_half = dict(zip(curve.get_xdata(), curve.get_ydata()))[2.0 ** 18]
+    assert abs(at_half - 2 * 256.0) < 1e-9
+
+
+def test_gloo_ring_sends_follow_gloo_counts_and_direction():
+    from ddp_lib.bench.gloo_ring import ring_sends
+    from ddp_lib.plots.performance import draw_gloo_ring
+
+    # 4 B is one float: one segment with data, sent N-1 times per phase.
+    assert [len(ring_sends(n, 4)) for n in (4, 16, 64, 256 << 10)] == [6, 24, 48, 48]
+    assert len(ring_sends(64, 2)) == 8
+    one_float = ring_sends(4, 4)
+    assert [(s["rank"], s["to"]) for s in one_float if s["phase"] == "reduce-scatter"] == [(3, 2), (2, 1), (1, 0)]
+    assert [(s["rank"], s["to"]) for s in one_float if s["phase"] == "all-gather"] == [(0, 3), (3, 2), (2, 1)]
+    fig = draw_gloo_ring(ring_sends(64, 4), 4, 64)
+    assert fig.axes[0].get_title().endswith("48 messages, at most 12 sent by one rank")
+
+
+def test_the_timing_schematic_keeps_the_slowest_ranks_time():
+    from ddp_lib.plots.performance import draw_timing_schematic
+
+    fig = draw_timing_schematic(arrivals=(0.0, 0.6), durations=(2.4, 1.6))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "MAX: every rank learns 2.4" in texts
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1"]
+
+
+def test_the_two_bucket_rules_give_torchs_4_and_lesson_04s_7_buckets_at_1_mib():
+    from ddp_lib.bench.ranks import DDP_WIDTHS
+    from ddp_lib.plots.performance import draw_bucket_rules, fill_buckets
+    from ddp_lib.workers.shared import make_mlp
+
+    sizes = [4 * p.numel() for p in reversed(list(make_mlp(0, DDP_WIDTHS).parameters()))]
+    assert fill_buckets(sizes, 2**20, "reached") == [[0, 1, 2, 3], [4, 5], [6, 7], [8, 9]]  # as torch's own function
+    assert len(fill_buckets(sizes, 2**20, "overflow")) == 7
+    fig = draw_bucket_rules(sizes, 2**20)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert texts.count("4 all-reduces") == 1 and texts.count("7 all-reduces") == 1

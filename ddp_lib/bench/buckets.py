@@ -15,7 +15,7 @@ from ddp_lib.launch import spawn
 CAPS_MB = [0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 25.0, None]
 QUICK_CAPS_MB = [0.01, 0.5, 25.0, None]
 COLUMNS = [("label", "bucket_cap_mb", "s"), ("allreduces", "all-reduces/step", "d"),
-           ("step_ms", "step (ms)", ".2f"), ("ratio", "vs 25 MB", ".2f")]
+           ("step_ms", "step (ms)", ".2f"), ("ratio", "vs 25 MiB", ".2f")]
 
 
 def cap_label(cap_mb: float | None) -> str:

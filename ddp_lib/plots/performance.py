@@ -82,21 +82,23 @@ def plot_buckets(result: dict):
     counts.plot(labels, [r["allreduces"] for r in rows], color="tab:red", marker="o")
     counts.set_ylabel("all-reduces per step", color="tab:red")
     counts.set_ylim(bottom=0)
-    ax.set_title(f"DDP on {result['world_size']} ranks: fewer, larger all-reduces")
+    ax.set_title(f"DDP on {result['world_size']} ranks: step time and all-reduces per bucket_cap_mb (MiB)")
     fig.tight_layout()
     return fig
 
 
 def plot_scaling(result: dict):
-    """Samples per second against ranks, one line per threads policy, with perfect scaling
-    (the 1-rank rate times the ranks) dotted. Returns the Figure."""
+    """Samples per second against ranks, one line per threads policy, with the ideal dotted: the
+    1-rank rate times the ranks, up to the result's core count ("cpu_count"). Returns the Figure."""
+    cores = result.get("cpu_count") or max(r["world_size"] for r in result["rows"])
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     for policy in sorted({r["policy"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["policy"] == policy]
         ranks = [r["world_size"] for r in rows]
         line, = ax.plot(ranks, [r["samples_per_s"] for r in rows], marker="o", label=f"threads: {policy}")
-        ax.plot(ranks, [rows[0]["samples_per_s"] * n / ranks[0] for n in ranks], linestyle=":",
-                color=line.get_color(), label="perfect scaling (1-rank rate x ranks)")
+        # More ranks than cores cannot add speed: the ideal stops growing at the core count.
+        ax.plot(ranks, [rows[0]["samples_per_s"] * min(n, cores) / ranks[0] for n in ranks], linestyle=":",
+                color=line.get_color(), label=f"ideal: 1-rank rate x min(ranks, {cores} cores)")
     ax.set_xticks(sorted({r["world_size"] for r in result["rows"]}))
     ax.set_xlabel("ranks (world_size)")
     ax.set_ylabel("samples per second")
@@ -169,14 +171,147 @@ def draw_oversubscription(ranks: int = 4, cores: int = 2, slices: int = 6):
         waiting = [(t, 1) for t in range(slices) if (t + rank // cores) % (ranks // cores) != 0]
         ax.broken_barh(running, (rank - 0.3, 0.6), facecolor="tab:green", edgecolor="black", linewidth=0.5)
         ax.broken_barh(waiting, (rank - 0.3, 0.6), facecolor="lightgrey", edgecolor="black", linewidth=0.5)
-    # Rank 1 sends in its slice; rank 2 can take the message only in its own, one slice later.
-    ax.annotate("", xy=(1.15, 2 - 0.3), xytext=(0.85, 1 + 0.3),
+    # gloo's ring sends to rank - 1. Rank 2 sends in its slice; rank 1 can take the message only
+    # in its own, one slice later.
+    ax.annotate("", xy=(2.15, 1 + 0.3), xytext=(1.85, 2 - 0.3),
                 arrowprops={"arrowstyle": "->", "color": "black", "linewidth": 1.5})
-    ax.text(1.2, 1.5, "rank 1's message waits for rank 2's turn", fontsize=9, va="center")
+    ax.text(2.2, 1.5, "rank 2's message waits for rank 1's turn", fontsize=9, va="center")
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
     ax.invert_yaxis()
     ax.set_xticks([])
     ax.set_xlabel("time, in the scheduler's slices")
     ax.set_title(f"{ranks} ranks on {cores} cores: green runs, grey waits for a core")
+    fig.tight_layout()
+    return fig
+
+
+def draw_alpha_beta_sketch(alpha_us: float = 300.0, beta_gbs: float = 1.0):
+    """Schematic of t(S) = alpha + S / beta on log axes: a flat floor at alpha for small S, a
+    slope of 1 / beta for large S, and the half-bandwidth size S1/2 = alpha * beta where the two
+    meet (there the bytes cost exactly alpha). Returns the Figure."""
+    sizes = [2.0 ** k for k in range(2, 27)]
+    bytes_us = [s / (beta_gbs * 1e3) for s in sizes]  # S / beta in µs
+    half = alpha_us * beta_gbs * 1e3
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    ax.plot(sizes, [alpha_us + b for b in bytes_us], color="black", linewidth=2, label="t = α + S / β")
+    ax.plot(sizes, [alpha_us] * len(sizes), linestyle="--", color="tab:blue", label="α: the floor, paid per call")
+    ax.plot(sizes, bytes_us, linestyle="--", color="tab:orange", label="S / β: the bytes, grows with S at rate 1 / β")
+    ax.axvline(half, color="grey", linestyle=":")
+    ax.text(half * 1.2, alpha_us / 20, "S½ = αβ\n(bytes cost α)", fontsize=9)
+    ax.text(sizes[1], alpha_us * 2.2, "latency-bound", fontsize=9)
+    ax.text(half * 2, alpha_us * 0.4, "bandwidth-bound", fontsize=9)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_ylim(alpha_us / 40, max(bytes_us) * 2)
+    ax.set_xlabel("message size S (bytes)")
+    ax.set_ylabel("time of one all-reduce (µs)")
+    ax.set_title("the alpha-beta model (a sketch, not a measurement)")
+    ax.legend(fontsize=9, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def draw_gloo_ring(sends: list[dict], world_size: int, nbytes: int):
+    """gloo's ring all-reduce as a grid: one row per rank, one column per iteration of its two
+    phases; a box where that rank sends a segment with data (to rank - 1), labelled with the
+    segment. ``sends`` is ddp_lib.bench.gloo_ring.ring_sends(nbytes, world_size). Returns the Figure."""
+    per_phase = 2 * (world_size - 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * 2 * per_phase + 1.5), 0.55 * world_size + 1.6))
+    for s in sends:
+        column = s["iteration"] + (per_phase if s["phase"] == "all-gather" else 0)
+        color = "tab:orange" if s["phase"] == "reduce-scatter" else "tab:green"
+        ax.broken_barh([(column, 0.9)], (s["rank"] - 0.35, 0.7), facecolor=color, edgecolor="black", linewidth=0.5)
+        ax.text(column + 0.45, s["rank"], f"{s['segment']}→r{s['to']}", ha="center", va="center", fontsize=8)
+    ax.axvline(per_phase - 0.05, color="black", linewidth=1)
+    ax.text(per_phase / 2, -0.8, "reduce-scatter", ha="center", fontsize=9)
+    ax.text(per_phase * 1.5, -0.8, "all-gather", ha="center", fontsize=9)
+    ax.set_xlim(0, 2 * per_phase)
+    ax.set_ylim(world_size - 0.4, -1.1)
+    ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
+    ax.set_xticks([c + 0.45 for c in range(2 * per_phase)], [str(c % per_phase) for c in range(2 * per_phase)])
+    ax.set_xlabel("iteration of the phase (a box: segment k sent to rank r)")
+    most = max((sum(1 for s in sends if s["rank"] == r) for r in range(world_size)), default=0)
+    ax.set_title(f"gloo's ring, {world_size} ranks, {nbytes} B: {len(sends)} messages, "
+                 f"at most {most} sent by one rank")
+    fig.tight_layout()
+    return fig
+
+
+def draw_timing_schematic(arrivals: tuple[float, ...] = (0.0, 0.6), durations: tuple[float, ...] = (2.4, 1.6)):
+    """Schematic of timing one collective on each rank: an untimed warm-up call, a barrier that
+    all ranks leave together, the timed call (each rank measures its own time), then an all-reduce
+    with MAX that hands every rank the slowest rank's time. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(8, 0.6 * len(arrivals) + 1.6))
+    barrier_end = 3.0 + max(arrivals)
+    for rank, (late, took) in enumerate(zip(arrivals, durations)):
+        _lane_bars(ax, rank, [(late, late + 2.0)], "lightgrey")  # spans are (start, end)
+        ax.text(late + 1.0, rank, "warm-up", ha="center", va="center", fontsize=8)
+        _lane_bars(ax, rank, [(late + 2.0, barrier_end)], "white")
+        ax.text((late + 2.0 + barrier_end) / 2, rank, "barrier", ha="center", va="center", fontsize=8)
+        _lane_bars(ax, rank, [(barrier_end, barrier_end + took)], "tab:orange")
+        ax.text(barrier_end + took / 2, rank, f"timed: {took:g}", ha="center", va="center", fontsize=8)
+        end = barrier_end + max(durations)
+        _lane_bars(ax, rank, [(end, end + 0.8)], "tab:green")
+        ax.text(end + 0.4, rank, "MAX", ha="center", va="center", fontsize=8)
+    ax.axvline(barrier_end, color="black", linestyle="--", linewidth=1)
+    ax.text(barrier_end, -0.75, "barrier: all leave together", ha="center", fontsize=8)
+    ax.text(barrier_end + max(durations) + 0.4, -0.75, f"MAX: every rank learns {max(durations):g}",
+            ha="center", fontsize=8)
+    ax.set_xlim(-0.2, barrier_end + max(durations) + 2.0)
+    ax.set_yticks(range(len(arrivals)), [f"rank {r}" for r in range(len(arrivals))])
+    ax.set_ylim(len(arrivals) - 0.4, -1.1)
+    ax.set_xticks([])
+    ax.set_xlabel("time (rank 1 arrives late; rank 0's call takes longest)")
+    ax.set_title("timing one all-reduce: warm-up, barrier, each rank's time, the slowest kept")
+    fig.tight_layout()
+    return fig
+
+
+def fill_buckets(sizes: list[int], cap: int, rule: str) -> list[list[int]]:
+    """Indices of ``sizes`` (bytes, in the order the gradients arrive) grouped into buckets.
+    rule "reached": a gradient joins the open bucket, which closes once it holds cap bytes or more
+    (torch's DDP). rule "overflow": a new bucket opens when the next gradient would pass the cap
+    (lesson 04's BucketedOverlapDDP)."""
+    buckets: list[list[int]] = [[]]
+    held = 0
+    for index, size in enumerate(sizes):
+        if rule == "overflow" and buckets[-1] and held + size > cap:
+            buckets.append([])
+            held = 0
+        buckets[-1].append(index)
+        held += size
+        if rule == "reached" and held >= cap:
+            buckets.append([])
+            held = 0
+    return [b for b in buckets if b]
+
+
+def draw_bucket_rules(sizes: list[int], cap: int):
+    """Schematic: the same gradients (bytes, in arrival order) packed by the two rules of
+    fill_buckets, one row each; each gradient a box as wide as its bytes (at least a sliver), the
+    buckets told apart by colour. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(10, 2.4))
+    widths = [max(size / cap, 0.04) for size in sizes]
+    rows = {"torch: closes once it reached the cap": "reached",
+            "lesson 04: closes before it would overflow": "overflow"}
+    colors = plt.get_cmap("tab10").colors
+    for row, rule in enumerate(rows.values()):
+        buckets = fill_buckets(sizes, cap, rule)
+        left = 0.0
+        for number, bucket in enumerate(buckets):
+            start = left
+            for index in bucket:
+                ax.broken_barh([(left, widths[index])], (row - 0.3, 0.6), facecolor=colors[number % 10],
+                               edgecolor="black", linewidth=0.5)
+                left += widths[index]
+            if left - start > 0.3:  # a sliver of a bucket has no room for its name
+                ax.text(left - 0.02, row - 0.38, f"bucket {number}", ha="right", fontsize=7)
+        ax.text(left + 0.05, row, f"{len(buckets)} all-reduces", va="center", fontsize=9)
+    ax.set_yticks(range(len(rows)), list(rows))
+    ax.set_ylim(len(rows) - 0.4, -0.6)
+    ax.set_xlim(0, sum(widths) + 1.2)
+    ax.set_xticks([])
+    ax.set_xlabel("gradients in the order backward produces them; width = bytes (cap = 1 unit)")
+    ax.set_title("two ways to fill buckets, same gradients, same cap")
     fig.tight_layout()
     return fig
