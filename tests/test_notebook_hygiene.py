@@ -163,8 +163,7 @@ INTERNALS = re.compile(r"\btorch/[\w/.]*\.(?:py|cpp|h|hpp|cu)\b"   # a torch sou
                        r"|\w\._(?!_)\w+"                           # a private attribute: x._private
                        r"|`_(?!_)\w+")                             # a private name in code: `_sync_module_states`
 # The lessons whose main line is checked today; the others are being rewritten to this standard.
-DEEPER_CHECKED = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9]*.ipynb")
-                        if p.name not in ("06_torchrun.ipynb", "06b_cluster_lab.ipynb", "07_failure_lab.ipynb"))
+DEEPER_CHECKED = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
 
 
 def headings_of(cell) -> list[tuple[int, str, int]]:

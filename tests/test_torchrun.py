@@ -45,6 +45,16 @@ def test_nodes_given_one_log_dir_are_each_read_once(tmp_path):
     assert [r["rank"] for r in job.results] == [0, 1, 2]
 
 
+def test_c10d_makes_the_agent_with_the_lower_process_id_node_0():
+    # Both "nodes" share this host name, so c10d orders them by their agents' process ids (lesson 06).
+    program = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
+    job = run_nodes(program, nnodes=2, nproc_per_node=1)
+    assert job.returncode == 0, job.stderr[-2000:]
+    by_pid = sorted(job.results, key=lambda r: r["ids"]["agent_pid"])
+    assert by_pid[0]["ids"]["agent_pid"] < by_pid[1]["ids"]["agent_pid"]
+    assert [r["env"]["GROUP_RANK"] for r in by_pid] == ["0", "1"]
+
+
 def test_restart_after_an_injected_failure_resumes_from_the_checkpoint(tmp_path, reference):
     program = TRAIN + ["--checkpoint-dir", str(tmp_path), "--resume", "--fail-at-epoch", "3"]
     # The shared rendezvous store keeps the first attempt's keys (pytorch/pytorch#135712): opt out.
