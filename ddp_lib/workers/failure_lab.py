@@ -38,8 +38,8 @@ def evaluate_on_rank0_only(rank: int, world_size: int, fixed: bool = False) -> f
 
 def metric_on_rank0_in_ddp_loop(rank: int, world_size: int, steps: int = 3) -> list[float]:
     """A real DDP loop whose rank 0 all-reduces a one-number metric after step 0, alone. The other
-    ranks go on to step 1, whose backward starts DDP's gradient all-reduce (one bucket of the
-    model's 5 gradients): that is the call rank 0's metric all-reduce meets."""
+    ranks go on to step 1, whose forward runs DDP's one-time bucket rebuild (two broadcasts from
+    rank 0): that is the call rank 0's metric all-reduce meets, and both wait until the timeout."""
     with process_group(rank, world_size, timeout=SHORT):
         torch.manual_seed(0)
         ddp = DDP(nn.Linear(4, 1))
