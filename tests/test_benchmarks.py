@@ -150,8 +150,8 @@ def test_the_kept_startup_run_has_every_launcher_on_two_and_four_ranks():
 
 def test_the_plain_torch_timer_hands_every_rank_the_slowest_time():
     import ddp_lib.mp
-    from ddp_lib.process_group import free_port
     from ddp_lib.demos.timing import time_allreduce
+    from ddp_lib.process_group import free_port
 
     sizes = [4, 4096]
     per_rank = ddp_lib.mp.spawn(time_allreduce, args=(2, free_port(), sizes), nprocs=2, join=True)
