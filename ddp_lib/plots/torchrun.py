@@ -102,3 +102,36 @@ def plot_port_choice() -> Figure:
     right.text(2.35, 0.45, "address already in use", color="red", fontsize=8, ha="center")
     fig.tight_layout()
     return fig
+
+
+def plot_log_dir_tree() -> Figure:
+    """The folders torchrun makes under --log-dir: one per run, one per attempt inside it, one per
+    local rank inside that, with the files each rank's folder can hold and what writes them."""
+    rows = [  # (depth, name, what it is)
+        (0, "<log-dir>/", "--log-dir; without it a new /tmp/torchelastic_* folder"),
+        (1, "<rdzv-id>_<random>/", "one per run of torchrun"),
+        (2, "attempt_0/", "the first start of this node's ranks"),
+        (3, "0/", "local rank 0"),
+        (4, "stdout.log, stderr.log", "with --redirects (or --tee)"),
+        (4, "error.json", "written by @record when the rank raises"),
+        (3, "1/", "local rank 1: the same files"),
+        (2, "attempt_1/", "after a restart: TORCHELASTIC_RESTART_COUNT=1"),
+    ]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 0.5))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.axis("off")
+    ax.invert_yaxis()
+    last_row_at = {}  # depth -> the row of the latest folder at that depth: a child's parent
+    for row, (depth, name, note) in enumerate(rows):
+        x = 0.2 + depth * 0.55
+        if depth:  # an elbow down from the parent folder
+            ax.plot([x - 0.4, x - 0.4, x - 0.08], [last_row_at[depth - 1] + 0.3, row, row], color="grey", lw=1)
+        last_row_at[depth] = row
+        colour = "#fde9c9" if name.endswith("/") else "#cfe2f3"
+        ax.text(x, row, name, va="center", fontsize=9, family="monospace",
+                bbox=dict(boxstyle="round,pad=0.2", facecolor=colour, edgecolor="black", lw=0.6))
+        ax.text(5.6, row, note, va="center", fontsize=8, color="#444444")
+    ax.set_title("What torchrun keeps under --log-dir: folders (orange), files (blue)", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -56,6 +56,38 @@ def metric_on_rank0_in_ddp_loop(rank: int, world_size: int, steps: int = 3) -> l
         return [p.detach().flatten().tolist() for p in ddp.parameters()]
 
 
+def metric_on_rank0_with_checked_group(rank: int, world_size: int, steps: int = 3) -> list[float]:
+    """The loop of :func:`metric_on_rank0_in_ddp_loop`, run with ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
+    and the workaround for DDP's crash on a checked group: the level is read when a group is created,
+    so DDP gets a group created while the level is OFF (not wrapped), and the default group, created
+    under DETAIL, stays checked. Rank 0's stray metric all-reduce on the default group then waits in
+    the check's monitored barrier, which names the rank that never came."""
+    with process_group(rank, world_size, timeout=SHORT):
+        level = dist.get_debug_level()
+        dist.set_debug_level(dist.DebugLevel.OFF)
+        ddp_group = dist.new_group(timeout=SHORT)  # every rank creates it, while the level is OFF
+        dist.set_debug_level(level)
+        if rank == 0:
+            print(f"debug level: {level.name}; the default group checked: {_checked(dist.group.WORLD)}, "
+                  f"DDP's group checked: {_checked(ddp_group)}", flush=True)
+        torch.manual_seed(0)
+        ddp = DDP(nn.Linear(4, 1), process_group=ddp_group)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        for step in range(steps):
+            loss = ddp(torch.full((8, 4), float(rank + 1))).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step == 0 and rank == 0:
+                dist.all_reduce(torch.tensor([1.0]))  # the stray metric, on the checked default group
+        return [p.detach().flatten().tolist() for p in ddp.parameters()]
+
+
+def _checked(group: dist.ProcessGroup) -> bool:
+    """Whether DETAIL's collective check wraps this group's CPU backend."""
+    return "Wrapper" in type(group._get_backend(torch.device("cpu"))).__name__
+
+
 def mismatched_shapes(rank: int, world_size: int) -> list[float]:
     """Each rank all-reduces a tensor of a different length (rank + 2 elements): rank 0 [1, 2],
     rank 1 [10, 20, 30], so that a sum shows which elements met."""
