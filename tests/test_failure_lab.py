@@ -63,6 +63,15 @@ def test_ddp_on_a_debug_detail_process_group_dies_in_its_constructor_on_this_tor
     assert "SIGSEGV" in str(detail.value.failures)
 
 
+def test_ddp_on_a_group_created_with_the_level_off_runs_and_the_checked_default_group_names_the_missing_rank():
+    with pytest.raises(WorkerError) as caught:
+        spawn(lab.metric_on_rank0_with_checked_group, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=60,
+              show_output=False)
+    printed = caught.value.outputs[0][0]
+    assert "the default group checked: True, DDP's group checked: False" in printed
+    assert "Ranks 1 failed to pass monitoredBarrier" in caught.value.failures[0]
+
+
 def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
     with pytest.raises(WorkerError) as plain:
         spawn(lab.mismatched_shapes, 2, show_output=False)

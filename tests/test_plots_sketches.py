@@ -5,7 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 from ddp_lib.plots.failure_sketches import plot_dead_rank, plot_loop_collision, plot_mismatched_shapes  # noqa: E402
-from ddp_lib.plots.torchrun import plot_port_choice  # noqa: E402
+from ddp_lib.plots.torchrun import plot_log_dir_tree, plot_port_choice  # noqa: E402
 
 
 def texts(fig) -> list[str]:
@@ -28,3 +28,10 @@ def test_the_dead_rank_sketch_has_one_lane_per_rank_and_one_killed_rank():
 def test_the_collision_and_port_sketches_name_what_goes_wrong():
     assert "paired as the same collective" in texts(plot_loop_collision())
     assert "address already in use" in texts(plot_port_choice())
+
+
+def test_the_log_dir_tree_nests_attempts_in_the_run_folder_and_ranks_in_attempts():
+    shown = texts(plot_log_dir_tree())
+    names = ("<log-dir>/", "<rdzv-id>_<random>/", "attempt_0/", "0/", "error.json", "attempt_1/")
+    order = [shown.index(name) for name in names]
+    assert order == sorted(order)
