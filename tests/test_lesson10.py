@@ -287,6 +287,13 @@ def test_bytes_sent_per_step_from_the_traced_collectives():
         assert plain["bucket_bytes"] == r["ddp"]["bytes"]["gradients"]
         assert view["gradient_storages"] == view["buckets"] == 1 and view["gradients_inside_buckets"]
         assert r["fsdp"]["layout"] is None  # no DDP, no buckets
+        # What the forward leaves held, by storage object: FSDP2 with reshard frees its gathered weights
+        # (what DDP keeps); without reshard it keeps every gathered weight, as many bytes as its all-gathers.
+        kept = {s: r[s]["bytes"]["activations"] for s in r}
+        assert kept["fsdp"] == kept["ddp"] == kept["zero1"] > 0
+        gathered = sum(size for kind, size in r["fsdp_no_reshard"]["payloads"] if kind == "all_gather")
+        assert kept["fsdp_no_reshard"] - kept["ddp"] == gathered
+        assert all(r[s]["step_ms"] > 0 for s in r)
 
 
 def test_the_who_holds_what_schematic_draws_every_stage():
