@@ -171,7 +171,7 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 
 
 def step_ms(model: nn.Module, optimizer: torch.optim.Optimizer, rank: int, batch_size: int, width: int,
-            seed: int, steps: int = 5) -> float:
+            seed: int, steps: int = 3) -> float:
     """Median wall time of ``steps`` more training steps, in ms, outside the profiler (which slows
     every operation it records). Each step ends with the loss all-reduce of ``train_step``."""
     times = []
@@ -226,7 +226,7 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
     added by the last forward), "collectives" (profiler events of the last step, by name),
     "placements" and "local_shape"/"global_shape" (of the first weight), "step_ms" (median time of
-    five more steps, outside the profiler)}.
+    three more steps, outside the profiler)}.
     """
     with process_group(rank, world_size):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
