@@ -20,6 +20,7 @@ from ddp_lib.workers.training_loop import (
     rank0_saves,
     seeds_and_logging,
     train_loop,
+    train_loops,
 )
 
 
@@ -445,3 +446,11 @@ def test_train_step_checker_names_a_forward_outside_no_sync(tmp_path, monkeypatc
     report = lesson09.check_train_step(module.train_step, world_sizes=(2,))
     (line,) = [line for line in report.lines if line.startswith("FAIL")]
     assert "no forward ran inside it; put the forward inside no_sync too" in line, str(report)
+
+
+def test_train_loops_in_one_job_equal_separate_launches():
+    alone = spawn(train_loop, 2, kwargs=dict(epochs=1, precision="bf16"), show_output=False)[0]
+    runs = {"fp32": dict(epochs=1), "bf16": dict(epochs=1, precision="bf16")}
+    together = spawn(train_loops, 2, kwargs=dict(runs=runs), show_output=False)[0]
+    assert list(together) == ["fp32", "bf16"]
+    assert together["bf16"]["params"] == alone["params"] and together["bf16"]["losses"] == alone["losses"]
