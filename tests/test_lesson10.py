@@ -68,8 +68,9 @@ def test_ddps_bucket_copy_and_fsdps_gathered_weights(runs):
     assert ddp["layout"]["bucket_bytes"] == ddp["bytes"]["gradients"]
     assert ddp["measured"]["peak"] >= ddp["measured"]["between steps"]
     fsdp, kept = runs["fsdp"][0], runs["fsdp_no_reshard"][0]
-    # Counted saved tensors include the gathered weights; measured, FSDP2 freed them after forward...
-    assert fsdp["bytes"]["activations"] > 2 * fsdp["measured"]["forward"]
+    # Counted at the forward's end, by storage object: FSDP2 freed the gathered weights its saved tensors
+    # point at, so it keeps what DDP keeps; measured, the same...
+    assert fsdp["bytes"]["activations"] == ddp["bytes"]["activations"]
     assert abs(fsdp["measured"]["forward"] - ddp["measured"]["forward"]) < 0.2 * ddp["measured"]["forward"]
     # ...and without resharding it keeps every layer's full weights until backward.
     assert kept["measured"]["forward"] - fsdp["measured"]["forward"] > 0.9 * ddp["bytes"]["parameters"]
