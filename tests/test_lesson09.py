@@ -17,8 +17,10 @@ from ddp_lib.workers.training_loop import (
     evaluate_padded,
     mismatched_collectives,
     rank0_evaluation,
+    rank0_saves,
     seeds_and_logging,
     train_loop,
+    train_loops,
 )
 
 
@@ -86,12 +88,21 @@ def test_mismatched_collectives_of_one_shape_finish_with_the_wrong_sum():
 
 
 def test_the_lesson_schematics_draw():
-    from ddp_lib.plots.loop import plot_compiled_backward, plot_padded_indices
+    from ddp_lib.plots.loop import plot_clipping, plot_compiled_backward, plot_dtype_flow, plot_padded_indices
 
     assert len(plot_padded_indices(11, 2).axes[0].patches) == 12  # padded to a multiple of 2
     assert len(plot_padded_indices(7, 3).axes[0].patches) == 9
     # one graph: one backward box; pieces: one per bucket; an all-reduce per bucket in both rows
     assert len(plot_compiled_backward(3).axes[0].patches) == (1 + 3) + (3 + 3)
+    assert len(plot_dtype_flow().axes[0].patches) == 8  # four forward boxes, four backward
+    assert len(plot_clipping(2).axes[0].patches) == 2 * 6 + 1  # six steps per rank, one frame
+
+
+def test_a_barrier_makes_the_other_ranks_wait_for_rank0s_save(tmp_path):
+    ranks = spawn(rank0_saves, 2, kwargs=dict(directory=str(tmp_path), work_s=0.5), show_output=False)
+    assert [r["found"]["barrier"] for r in ranks] == [True, True]
+    assert ranks[1]["found"]["no barrier"] is False  # rank 1 looked while rank 0 still worked
+    assert ranks[1]["waited_s"] >= 0.4
 
 
 def test_seeds_and_logging():
@@ -435,3 +446,11 @@ def test_train_step_checker_names_a_forward_outside_no_sync(tmp_path, monkeypatc
     report = lesson09.check_train_step(module.train_step, world_sizes=(2,))
     (line,) = [line for line in report.lines if line.startswith("FAIL")]
     assert "no forward ran inside it; put the forward inside no_sync too" in line, str(report)
+
+
+def test_train_loops_in_one_job_equal_separate_launches():
+    alone = spawn(train_loop, 2, kwargs=dict(epochs=1, precision="bf16"), show_output=False)[0]
+    runs = {"fp32": dict(epochs=1), "bf16": dict(epochs=1, precision="bf16")}
+    together = spawn(train_loops, 2, kwargs=dict(runs=runs), show_output=False)[0]
+    assert list(together) == ["fp32", "bf16"]
+    assert together["bf16"]["params"] == alone["params"] and together["bf16"]["losses"] == alone["losses"]

@@ -116,13 +116,14 @@ def plot_step_schedules(layers: int = 3):
             ax.add_patch(plt.Rectangle((x, y - 0.3), width, 0.6, facecolor=COLOURS[kind], edgecolor="black"))
             ax.text(x + width / 2, y, label, ha="center", va="center", fontsize=7)
             x += width
-        ax.text(x + 0.2, y, f"sent: {sent:g}", va="center", fontsize=9)
+        ax.text(x + 0.2, y, f"sent: {sent:g} layers", va="center", fontsize=9)
     ax.set_yticks(range(len(schedules)), list(reversed(schedules)))
     ax.set_xlim(0, max(len(b) for b in schedules.values()) * 0.6 + 2)
     ax.set_ylim(-0.6, len(schedules) + 0.2)  # room for the legend above the top row
     ax.set_xticks([])
-    ax.set_title(f"one step of {layers} layers on 2 ranks, in order: a collective's width is the bytes a rank "
-                 "sends, not time")
+    ax.set_xlabel("in order of the step, not time. Collective width: bytes a rank sends, in units of one layer's "
+                  "weights. Compute boxes: fixed width", fontsize=8)
+    ax.set_title(f"one step of {layers} layers on 2 ranks")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black") for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), fontsize="small", loc="upper right", ncol=5)
     fig.tight_layout()

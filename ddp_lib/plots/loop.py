@@ -71,3 +71,87 @@ def plot_compiled_backward(buckets: int = 3):
     ax.set_title("a compiled DDP backward: grey computes, red all-reduces", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+DTYPE_COLOURS = {"float32": "tab:blue", "16-bit": "tab:orange"}
+
+
+def _box(ax, x: float, y: float, text: str, dtype: str, width: float = 1.9) -> None:
+    ax.add_patch(plt.Rectangle((x, y - 0.3), width, 0.6, facecolor=DTYPE_COLOURS[dtype], alpha=0.45,
+                               edgecolor="black"))
+    ax.text(x + width / 2, y, text, ha="center", va="center", fontsize=8)
+
+
+def _arrow(ax, start: tuple[float, float], end: tuple[float, float], text: str = "") -> None:
+    ax.annotate("", xy=end, xytext=start, arrowprops=dict(arrowstyle="->", color="0.3"))
+    if text:
+        ax.text((start[0] + end[0]) / 2, (start[1] + end[1]) / 2 + 0.12, text, ha="center", fontsize=7,
+                color="0.3")
+
+
+def plot_dtype_flow():
+    """A schematic of one autocast step under DDP: which tensors are 16-bit (bf16 or fp16) and which
+    float32. Forward: the float32 weights are cast to 16-bit copies for the matrix multiplications,
+    whose outputs are 16-bit; the loss (nll_loss) runs in float32. Backward: the gradients reach the
+    float32 weights as float32, and DDP all-reduces float32; the optimizer updates the float32
+    weights, which are the master weights. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    _box(ax, 0, 2, "weights (float32)", "float32")
+    _box(ax, 2.6, 2, "16-bit copy\nof the weights", "16-bit")
+    _box(ax, 5.2, 2, "matmul outputs,\nlogits (16-bit)", "16-bit")
+    _box(ax, 7.8, 2, "loss: nll_loss\nin float32", "float32")
+    _arrow(ax, (1.9, 2), (2.6, 2), "cast")
+    _arrow(ax, (4.5, 2), (5.2, 2), "matmul")
+    _arrow(ax, (7.1, 2), (7.8, 2))
+    _box(ax, 7.8, 0.6, "backward", "16-bit")
+    _box(ax, 5.2, 0.6, "gradients\n(float32)", "float32")
+    _box(ax, 2.6, 0.6, "DDP all-reduce\n(float32)", "float32")
+    _box(ax, 0, 0.6, "optimizer step on\nfloat32 weights", "float32")
+    _arrow(ax, (8.75, 1.7), (8.75, 0.9))
+    _arrow(ax, (7.8, 0.6), (7.1, 0.6), "cast back")
+    _arrow(ax, (5.2, 0.6), (4.5, 0.6))
+    _arrow(ax, (2.6, 0.6), (1.9, 0.6))
+    _arrow(ax, (0.95, 0.9), (0.95, 1.7), "update")
+    ax.text(0.95, 1.35, "", fontsize=7)
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, alpha=0.45, edgecolor="black") for c in DTYPE_COLOURS.values()]
+    ax.legend(handles, ["float32", "16-bit (bf16 or fp16)"], fontsize="small", loc="upper center",
+              bbox_to_anchor=(0.5, -0.02), ncol=2)
+    ax.set_xlim(-0.2, 9.9)
+    ax.set_ylim(0.1, 2.5)
+    ax.axis("off")
+    ax.set_title("autocast, one step: forward on top, backward below. "
+                 "The float32 weights are the master weights", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_clipping(world_size: int = 2):
+    """A schematic of where clipping goes: per rank, backward gives a local gradient, DDP's all-reduce
+    averages it, the GradScaler unscales it (fp16 only), then the norm is measured and the gradient
+    clipped. Every rank measures the same averaged gradient, so every rank clips by the same factor.
+    Returns the Figure."""
+    steps = ["backward:\nlocal gradient", "all-reduce:\naverage", "unscale_\n(fp16 only)",
+             "norm of the\naveraged gradient", "scale by\nmin(1, max_norm / norm)", "optimizer\nstep"]
+    fig, ax = plt.subplots(figsize=(11, 0.9 * world_size + 1))
+    for rank in range(world_size):
+        y = world_size - 1 - rank
+        for k, text in enumerate(steps):
+            colour = RANK_COLOURS[rank] if k == 0 else "0.85"
+            ax.add_patch(plt.Rectangle((k * 1.8, y - 0.3), 1.5, 0.6, facecolor=colour, alpha=0.5,
+                                       edgecolor="black"))
+            ax.text(k * 1.8 + 0.75, y, text, ha="center", va="center", fontsize=7)
+            if k:
+                ax.annotate("", xy=(k * 1.8, y), xytext=(k * 1.8 - 0.3, y),
+                            arrowprops=dict(arrowstyle="->", color="0.3"))
+        ax.text(-0.2, y, f"rank {rank}", ha="right", va="center", fontsize=9)
+    ax.add_patch(plt.Rectangle((1.8 - 0.1, -0.45), 1.7, world_size - 0.1, fill=False, edgecolor="tab:red",
+                               linestyle="--"))
+    ax.text(1.8 + 0.75, world_size - 0.45, "every rank: the same\naveraged gradient from here",
+            ha="center", fontsize=7, color="tab:red")
+    ax.set_xlim(-1.2, len(steps) * 1.8)
+    ax.set_ylim(-0.6, world_size + 0.1)
+    ax.axis("off")
+    ax.set_title("clip after the all-reduce (and after unscale_): every rank clips the same gradient "
+                 "by the same factor", fontsize=10)
+    fig.tight_layout()
+    return fig

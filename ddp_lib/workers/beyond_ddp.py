@@ -10,6 +10,8 @@ Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_gro
 """
 
 import gc
+import statistics
+import time
 from collections import Counter
 from typing import Literal
 
@@ -71,20 +73,33 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 def activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
-    """Bytes autograd saves for backward in one forward of ``model`` (and the loss), counting each
-    storage once and leaving out the parameters themselves."""
-    param_storages = {local(p).untyped_storage().data_ptr() for p in model.parameters()}
-    saved: dict[int, int] = {}
+    """Bytes that one forward of ``model`` (and the loss) leaves held: the storages of autograd's
+    saved tensors, and of parameters gathered in the forward and still held at its end (FSDP2 with
+    reshard_after_forward=False), leaving out the parameters held before it.
+
+    Each storage is counted once, known by the storage object itself: torch hands out one Python
+    object per storage, and holding it here keeps its id from being reused. Keying by address would
+    merge two storages that FSDP2 placed at the same address one after the other. Each storage is
+    sized at the end of the forward, so one that FSDP2 freed (resized to zero bytes) counts nothing.
+    """
+    held_before = [local(p).untyped_storage() for p in model.parameters()]
+    kept: dict[int, torch.UntypedStorage] = {}
+
+    def keep(storage: torch.UntypedStorage) -> None:
+        if not any(storage is p for p in held_before):
+            kept[id(storage)] = storage  # the object kept alive, so its id stays its own
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in param_storages:
-            saved[storage.data_ptr()] = storage.nbytes()
+        keep(t.untyped_storage())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        nn.functional.mse_loss(model(x), y)
-    return sum(saved.values())
+        loss = nn.functional.mse_loss(model(x), y)
+    for p in model.parameters():  # FSDP2 registers the gathered parameters while it keeps them
+        keep(local(p).untyped_storage())
+    total = sum(storage.nbytes() for storage in kept.values())
+    del loss
+    return total
 
 
 def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
@@ -155,6 +170,20 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
     return round(mean.item() / dist.get_world_size(), 6)
 
 
+def step_ms(model: nn.Module, optimizer: torch.optim.Optimizer, rank: int, batch_size: int, width: int,
+            seed: int, steps: int = 3) -> float:
+    """Median wall time of ``steps`` more training steps, in ms, outside the profiler (which slows
+    every operation it records). Each step ends with the loss all-reduce of ``train_step``."""
+    times = []
+    for step in range(steps):
+        x, y = batch(100 + step, rank, batch_size, width, seed)
+        dist.barrier()  # every rank starts the step together
+        start = time.perf_counter()
+        train_step(model, optimizer, x, y)
+        times.append(time.perf_counter() - start)
+    return round(statistics.median(times) * 1000, 2)
+
+
 def recording_buckets(state: list, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """torch's own ``allreduce_hook``, after noting where the bucket's flat buffer lies in memory:
     (first byte's address, bytes)."""
@@ -196,7 +225,8 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     "optimizer state", and "activations" saved for backward by the wrapped model), "measured" (bytes
     allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
     added by the last forward), "collectives" (profiler events of the last step, by name),
-    "placements" and "local_shape"/"global_shape" (of the first weight)}.
+    "placements" and "local_shape"/"global_shape" (of the first weight), "step_ms" (median time of
+    three more steps, outside the profiler)}.
     """
     with process_group(rank, world_size):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
@@ -228,7 +258,7 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
         counts.subtract({"c10d::allreduce_": 1, "gloo:all_reduce": 1})
         params = list(model.parameters())
         first = params[0]
-        return {
+        result = {
             "rank": rank, "strategy": strategy, "losses": losses, "n_params": n_params,
             "bytes": {"parameters": tensor_bytes(params),
                       "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
@@ -240,6 +270,8 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
             "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
             "local_shape": list(local(first).shape), "global_shape": list(first.shape),
         }
+        # Timed last, so that the extra steps change nothing counted above.
+        return {**result, "step_ms": step_ms(model, optimizer, rank, batch_size, width, seed)}
 
 
 # Bytes one rank sends, on average, per byte of the full tensor, in a ring of n ranks (lesson 08).

@@ -10,6 +10,7 @@ shared.py beside it).
 
 import logging
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -205,6 +206,16 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
                 "compiled_graphs": len(compiled_graphs)}
 
 
+def train_loops(rank: int, world_size: int, runs: dict[str, dict]) -> dict:
+    """``train_loop`` once per entry of ``runs`` (a name -> its keyword arguments), one after the
+    other in one job: one launch instead of one per run, the same results.
+
+    Returns {name: train_loop's result on this rank}.
+    """
+    with process_group(rank, world_size):  # each train_loop joins this group instead of creating one
+        return {name: train_loop(rank, world_size, **kwargs) for name, kwargs in runs.items()}
+
+
 def scaler_overflow(rank: int, world_size: int, steps: int = 7, overflow_step: int = 2,
                     growth_interval: int = 2, seed: int = 0) -> dict:
     """fp16 autocast with a GradScaler under DDP, where one step on rank 0 alone overflows float16.
@@ -311,7 +322,8 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
         rank: this process's rank.
         world_size: number of processes.
         collective_in_eval: True makes rank 0's evaluation all-reduce its metric, a collective the
-            other ranks never call (they call the next step's gradient all-reduce instead).
+            other ranks never call: their next collective is the first of the two broadcasts DDP's
+            second forward makes to agree on its rebuilt buckets, and the two pair.
         timeout_s: the process group's timeout, after which a collective nobody matches fails.
 
     Returns {"rank", "accuracy" (rank 0 only, else None), "checksum" (of the parameters after two steps)}.
@@ -393,6 +405,38 @@ def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 1
             log.warning("my evaluation shard holds %d padding duplicate(s)", padded)
         log.info("done")
         return {"rank": rank, "init_checksum": init_checksum, "dropout_mask": mask}
+
+
+def rank0_saves(rank: int, world_size: int, directory: str, work_s: float = 0.5) -> dict:
+    """Rank 0 alone does some work (sleeps ``work_s``, as a long evaluation would) and saves the
+    model; then every rank looks for the file. Done twice: with a ``dist.barrier()`` between the
+    save and the look, then without one.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        directory: an existing directory for the two files.
+        work_s: seconds of rank-0-only work before each save.
+
+    Returns {"rank", "found" ({"barrier": bool, "no barrier": bool}: whether the file was there when
+    this rank looked), "waited_s" (seconds this rank spent in the barrier, rounded to 0.1)}.
+    """
+    with process_group(rank, world_size):
+        torch.manual_seed(0)
+        model = LoopNet()
+        found, waited_s = {}, None
+        for way in ("barrier", "no barrier"):
+            path = os.path.join(directory, f"{way.replace(' ', '_')}.pt")
+            if rank == 0:
+                time.sleep(work_s)  # rank-0-only work: an evaluation, a save
+                torch.save(model.state_dict(), path)
+            if way == "barrier":
+                start = time.perf_counter()
+                dist.barrier()  # every rank waits here until rank 0 has saved
+                waited_s = round(time.perf_counter() - start, 1)
+            found[way] = os.path.exists(path)
+        dist.barrier()  # rank 1 must not leave while rank 0 still saves
+        return {"rank": rank, "found": found, "waited_s": waited_s}
 
 
 def mismatched_collectives(rank: int, world_size: int) -> dict:
