@@ -11,6 +11,7 @@ from ddp_lib.demos import placement_demos, spawning
 from ddp_lib.plots.placement import (
     plot_barrier_path,
     plot_checkpoint_locations,
+    plot_device_id_effects,
     plot_input_path,
     plot_nodes_and_gpus,
     plot_ranks_on_one_gpu,
@@ -70,7 +71,8 @@ def test_the_committed_gpu_checkpoint_needs_map_location_here():
 
 def test_the_pictures_draw():
     assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes and plot_visible_devices().axes
-    assert all(f().axes for f in (plot_input_path, plot_ranks_on_one_gpu, plot_checkpoint_locations, plot_barrier_path))
+    assert all(f().axes for f in (plot_input_path, plot_ranks_on_one_gpu, plot_checkpoint_locations, plot_barrier_path,
+                                  plot_device_id_effects))
     assert len(plot_start_method_trees(nprocs=2).axes) == 3
 
 

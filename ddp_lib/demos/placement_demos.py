@@ -49,7 +49,7 @@ def _stderr_silenced():
         os.close(saved)
 
 
-def _destroy_group_quietly() -> None:
+def destroy_group_quietly() -> None:
     with _stderr_silenced():
         dist.destroy_process_group()
 
@@ -114,7 +114,7 @@ def barrier_operators(backend: str = "gloo") -> list[str]:
     except RuntimeError as e:
         outcome = f"{type(e).__name__}: {e}"
     finally:
-        _destroy_group_quietly()
+        destroy_group_quietly()
     return recorder.calls + [outcome]
 
 
@@ -144,7 +144,7 @@ def cuda_only_group_with_cpu_tensor() -> str:
     except RuntimeError as e:
         return f"{type(e).__name__}: {e}"
     finally:
-        _destroy_group_quietly()
+        destroy_group_quietly()
 
 
 def load_checkpoint(path: str, map_location=None) -> str:
