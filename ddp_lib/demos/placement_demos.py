@@ -1,8 +1,10 @@
-"""Lesson 03's small demonstrations: DDP's input-moving and barrier lines, a CUDA-only group, loading a
-checkpoint, a child process's GPU count, and what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
+"""Lesson 03's small demonstrations: DDP's input-moving and barrier lines, ``output_device`` on a CPU
+model, the tensor ``barrier()`` builds, a CUDA-only group, loading a checkpoint, a child process's GPU
+count, and what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import subprocess
@@ -10,6 +12,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 
 def bound_device(rank: int, world_size: int, use_device_id: bool) -> dict:
@@ -27,6 +30,27 @@ def bound_device(rank: int, world_size: int, use_device_id: bool) -> dict:
         dist.all_reduce(tensor)
         return {"bound_device_id": None if bound is None else str(bound), "sum": tensor.item()}
     finally:
+        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _stderr_silenced():
+    """Send this process's file descriptor 2 to /dev/null for the block. Destroying a "cuda:gloo"
+    group makes torch 2.13's C++ side print "No backend of type 0 found ..." there, with a
+    timestamp, and whether a notebook shows it depends on timing."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def destroy_group_quietly() -> None:
+    with _stderr_silenced():
         dist.destroy_process_group()
 
 
@@ -53,9 +77,60 @@ def ddp_moves_inputs_source() -> str:
 
 
 def barrier_device_source() -> str:
-    """The lines of ``torch.distributed.barrier`` that choose the device of its tensor: without
-    ``device_ids`` and without ``init_process_group(device_id=...)``, the current device."""
-    return _source_lines(dist.barrier, "device = torch._C._get_accelerator()", "opts.device = device")
+    """The lines of ``torch.distributed.barrier`` that choose the barrier's device and hand it to
+    the process group, the warning included: Python chooses a device, it makes no tensor."""
+    return _source_lines(dist.barrier, "device = torch._C._get_accelerator()", "work = group.barrier(opts=opts)")
+
+
+class _OpRecorder(TorchDispatchMode):
+    """Records each operator that reaches torch's dispatcher while it is active, with its tensors
+    described by shape, dtype and device (never by value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.empty.memory_format:
+            self.calls.append(f"{func}: size {list(args[0])}, dtype {kwargs.get('dtype')}, "
+                              f"device {kwargs.get('device')}")
+        else:
+            tensor = args[0]
+            self.calls.append(f"{func}: a tensor of shape {list(tensor.shape)}, dtype {tensor.dtype}, "
+                              f"on {tensor.device}")
+        return func(*args, **kwargs)
+
+
+def barrier_operators(backend: str = "gloo") -> list[str]:
+    """Join a one-process group with ``backend`` (in-memory store), call ``dist.barrier()`` and return
+    the operators it ran, as seen by a dispatch recorder, then "done" or torch's error."""
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    recorder = _OpRecorder()
+    try:
+        with recorder:
+            dist.barrier()
+        outcome = "done"
+    except RuntimeError as e:
+        outcome = f"{type(e).__name__}: {e}"
+    finally:
+        destroy_group_quietly()
+    return recorder.calls + [outcome]
+
+
+def output_device_on_cpu(output_device) -> str:
+    """Wrap a CPU ``nn.Linear`` in DDP with ``output_device`` (one-process gloo group, in-memory
+    store); return what DDP kept in ``.output_device``, or torch's error as "Type: message"."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ddp_model = DistributedDataParallel(torch.nn.Linear(2, 2), output_device=output_device)
+        return f"accepted; ddp_model.output_device = {ddp_model.output_device}"
+    except ValueError as e:
+        return f"{type(e).__name__}: {str(e).split(', but got')[0]}"
+    finally:
+        dist.destroy_process_group()
 
 
 def cuda_only_group_with_cpu_tensor() -> str:
@@ -69,7 +144,7 @@ def cuda_only_group_with_cpu_tensor() -> str:
     except RuntimeError as e:
         return f"{type(e).__name__}: {e}"
     finally:
-        dist.destroy_process_group()
+        destroy_group_quietly()
 
 
 def load_checkpoint(path: str, map_location=None) -> str:
