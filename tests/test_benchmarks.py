@@ -52,6 +52,13 @@ def test_the_alpha_beta_fit_recovers_a_model_it_was_given():
     assert math.isclose(model.half_bandwidth_bytes(alpha, beta), 120_000, rel_tol=1e-9)
 
 
+def test_the_per_message_fit_recovers_a_model_it_was_given():
+    messages, sent = [1, 4, 4, 12, 12, 12], [4, 64, 4096, 96, 2**20, 2**24]
+    seconds = [m * 90e-6 + b / 0.8e9 for m, b in zip(messages, sent)]
+    per_message, bandwidth = model.fit_per_message(messages, sent, seconds)
+    assert abs(per_message - 90e-6) < 1e-9 and abs(bandwidth / 0.8e9 - 1) < 1e-9
+
+
 def test_the_kept_full_run_is_whole_and_its_models_follow_from_its_rows():
     full = allreduce.full_run()
     assert {(r["world_size"], r["bytes"]) for r in full["rows"]} == {(n, s) for n in (2, 4) for s in allreduce.SIZES}
@@ -83,13 +90,34 @@ def test_ddp_rows_and_all_reduce_counts():
     assert result["gradient_bytes"] == 4 * params and result["all_reduce_ms"] > 0
 
 
-def test_overlap_profile_has_backward_and_every_bucket_all_reduce():
+def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
     result = overlap.measure()
     lanes = [r["lane"] for r in result["rows"]]
     # bucket_cap_mb=1 on the benchmark MLP: 4 buckets after DDP rebuilds them (lesson 08, exercise 3).
     assert lanes.count("all-reduce") == 4 and lanes.count("backward") >= 10
+    assert [r["name"] for r in result["rows"] if r["lane"] == "phase"] == list(overlap.PHASES)
     assert all(0 <= r["start_ms"] <= r["end_ms"] for r in result["rows"])
     assert overlap.backward_end_ms(result) == max(r["end_ms"] for r in result["rows"] if r["lane"] == "backward")
+    one_bucket = [r["lane"] for r in result["one_bucket"]]
+    assert one_bucket.count("all-reduce") == 1 and one_bucket.count("phase") == len(overlap.PHASES)
+
+
+def test_the_step_breakdown_splits_backward_at_its_last_operator():
+    rows = [{"lane": "phase", "name": "zero_grad", "start_ms": 0.0, "end_ms": 1.0},
+            {"lane": "phase", "name": "forward", "start_ms": 1.0, "end_ms": 4.0},
+            {"lane": "phase", "name": "backward", "start_ms": 4.0, "end_ms": 15.0},
+            {"lane": "backward", "name": "AddmmBackward0", "start_ms": 4.5, "end_ms": 11.0},
+            {"lane": "all-reduce", "name": "gloo:all_reduce", "start_ms": 9.0, "end_ms": 12.0},
+            {"lane": "all-reduce", "name": "gloo:all_reduce", "start_ms": 11.5, "end_ms": 14.5},
+            {"lane": "phase", "name": "optimizer", "start_ms": 15.0, "end_ms": 17.0}]
+    parts = overlap.breakdown({"rows": rows})
+    assert parts == {"forward": 4.0, "backward computation": 7.0, "communication not hidden": 4.0, "optimizer": 2.0}
+    assert overlap.step_ms({"rows": rows}) == 17.0 == sum(parts.values())
+    assert overlap.communication_ms({"rows": rows}) == 5.5 and overlap.overlapped_ms({"rows": rows}) == 2.0
+    # A last operator whose record spans the wait: the computation ends when the last bucket starts.
+    rows[3] = {"lane": "backward", "name": "torch::autograd::AccumulateGrad", "start_ms": 4.5, "end_ms": 14.6}
+    assert overlap.breakdown({"rows": rows})["backward computation"] == 7.5
+    assert overlap.overlapped_ms({"rows": rows}) == 2.5
 
 
 def test_overlapped_time_counts_only_all_reduce_time_before_backward_ends():

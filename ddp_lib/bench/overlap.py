@@ -1,6 +1,8 @@
-"""One torch DDP step profiled on rank 0 (2 ranks, small buckets): when backward's operators ran
-on the training thread, and when gloo's all-reduces ran on gloo's own thread. This shows whether
-communication overlaps backward, measured rather than asserted.
+"""One torch DDP step profiled on rank 0 (2 ranks, small buckets): when the step's phases and
+backward's operators ran on the training thread, and when gloo's all-reduces ran on the process
+group's worker threads. This shows whether communication overlaps backward, measured rather than
+asserted, and splits the step into forward, backward's computation, the communication backward
+waited for, and the optimizer.
 
     python -m ddp_lib bench overlap [--json]
 
@@ -16,7 +18,8 @@ import os
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, _train_step
 from ddp_lib.bench.report import run_main
@@ -26,15 +29,49 @@ from ddp_lib.workers.shared import make_mlp
 
 FULL_RUN = Path(__file__).with_name("results") / "overlap.json"
 BUCKET_CAP_MB = 1.0  # small enough for several buckets, so early ones can go out during backward
+ONE_BUCKET_CAP_MB = 25.0  # all gradients in one bucket: it is ready only when backward is done
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "  # how the profiler names a backward operator
 ALLREDUCE_NAME = "gloo:all_reduce"  # gloo's own record of one all-reduce, on gloo's worker thread
+PHASES = ("zero_grad", "forward", "backward", "optimizer")  # the profiled step's labelled parts
+PROFILED_STEPS = 5  # odd: one step is one sample, so the breakdown keeps the step of median length
 COLUMNS = [("lane", "lane", "s"), ("name", "event", "s"), ("start_ms", "start (ms)", ".3f"),
            ("end_ms", "end (ms)", ".3f")]
 
 
+def _labelled_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    """The benchmark's training step, each part marked for the profiler. DDP's backward() returns
+    only once every bucket's all-reduce is done, so its label spans the wait too."""
+    with record_function("zero_grad"):
+        optimizer.zero_grad()
+    with record_function("forward"):
+        loss = nn.functional.mse_loss(model(x), y)
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer"):
+        optimizer.step()
+
+
+def _rows(events, origin: float) -> list[dict]:
+    """The phases, backward operators and all-reduces among the profiler's events, in ms from origin."""
+    rows = []
+    for e in events:
+        if e.name in PHASES:
+            lane, name = "phase", e.name
+        elif e.name.startswith(BACKWARD_PREFIX):
+            lane, name = "backward", e.name.removeprefix(BACKWARD_PREFIX)
+        elif e.name == ALLREDUCE_NAME:
+            lane, name = "all-reduce", e.name
+        else:
+            continue
+        rows.append({"lane": lane, "name": name, "start_ms": round((e.time_range.start - origin) / 1e3, 3),
+                     "end_ms": round((e.time_range.end - origin) / 1e3, 3)})
+    return sorted(rows, key=lambda r: r["start_ms"])
+
+
 def profile_ddp_step(rank: int, world_size: int, bucket_cap_mb: float = BUCKET_CAP_MB, seed: int = 0) -> list[dict]:
-    """Profile one SGD step of torch's DDP after three warm-up steps; rank 0's backward operators
-    and all-reduces as {"lane", "name", "start_ms", "end_ms"}, times from the step's start."""
+    """Profile PROFILED_STEPS SGD steps of torch's DDP after three warm-up steps, each after a
+    barrier; rank 0's phases, backward operators and all-reduces of the step of median length, as
+    {"lane", "name", "start_ms", "end_ms"}, times from that step's start."""
     with process_group(rank, world_size) as device:
         model = wrap_ddp(make_mlp(seed, DDP_WIDTHS).to(device), device, bucket_cap_mb=bucket_cap_mb)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -43,27 +80,26 @@ def profile_ddp_step(rank: int, world_size: int, bucket_cap_mb: float = BUCKET_C
         y = torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g)
         for _ in range(3):  # DDP rebuilds its buckets after the first step; the rest warm up
             _train_step(model, optimizer, x, y)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            _train_step(model, optimizer, x, y)
-        events = prof.events()
-        origin = min(e.time_range.start for e in events)
-        rows = []
-        for e in events:
-            if e.name.startswith(BACKWARD_PREFIX):
-                lane, name = "backward", e.name.removeprefix(BACKWARD_PREFIX)
-            elif e.name == ALLREDUCE_NAME:
-                lane, name = "all-reduce", e.name
-            else:
-                continue
-            rows.append({"lane": lane, "name": name, "start_ms": round((e.time_range.start - origin) / 1e3, 3),
-                         "end_ms": round((e.time_range.end - origin) / 1e3, 3)})
-        return sorted(rows, key=lambda r: r["start_ms"])
+        steps = []
+        for _ in range(PROFILED_STEPS):
+            torch.distributed.barrier()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                _labelled_step(model, optimizer, x, y)
+            events = prof.events()
+            phases = [e for e in events if e.name in PHASES]
+            origin = min(e.time_range.start for e in phases)
+            steps.append(_rows(events, origin))
+        return sorted(steps, key=lambda rows: step_ms({"rows": rows}))[PROFILED_STEPS // 2]
 
 
 def measure(quick: bool = False, repeats: int | None = None) -> dict:
-    """{"rows": rank 0's backward operators and all-reduces of one profiled DDP step}."""
-    rows = spawn(profile_ddp_step, 2, show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
-    return {"rows": rows, "bucket_cap_mb": BUCKET_CAP_MB, "torch": torch.__version__,
+    """{"rows": rank 0's phases, backward operators and all-reduces of one profiled DDP step with
+    BUCKET_CAP_MB, "one_bucket": the same for ONE_BUCKET_CAP_MB, where nothing can overlap}."""
+    env = {"OMP_NUM_THREADS": "1"}
+    rows = spawn(profile_ddp_step, 2, args=(BUCKET_CAP_MB,), show_output=False, env=env)[0]
+    one_bucket = spawn(profile_ddp_step, 2, args=(ONE_BUCKET_CAP_MB,), show_output=False, env=env)[0]
+    return {"rows": rows, "bucket_cap_mb": BUCKET_CAP_MB, "one_bucket": one_bucket,
+            "one_bucket_cap_mb": ONE_BUCKET_CAP_MB, "torch": torch.__version__,
             "load_average": round(os.getloadavg()[0], 1)}
 
 
@@ -77,17 +113,56 @@ def backward_end_ms(result: dict) -> float:
     return max(r["end_ms"] for r in result["rows"] if r["lane"] == "backward")
 
 
-def overlapped_ms(result: dict) -> float:
-    """How long all-reduces ran while backward was still running (the union of their intervals
-    up to backward's end)."""
-    end = backward_end_ms(result)
-    total, reached = 0.0, 0.0
-    for r in sorted((r for r in result["rows"] if r["lane"] == "all-reduce"), key=lambda r: r["start_ms"]):
-        start, stop = max(r["start_ms"], reached), min(r["end_ms"], end)
+def computation_end_ms(result: dict) -> float:
+    """When backward's computation ended: its last operator's end, or the last all-reduce's start if
+    that came first. DDP starts its last bucket only once every gradient is in; after that the
+    training thread only waits, and the profiler's record of backward's last operator sometimes
+    spans that wait."""
+    last_start = max(r["start_ms"] for r in result["rows"] if r["lane"] == "all-reduce")
+    return min(backward_end_ms(result), last_start)
+
+
+def step_ms(result: dict) -> float:
+    """The profiled step's length: from the first phase's start to the last phase's end."""
+    phases = [r for r in result["rows"] if r["lane"] == "phase"]
+    return max(r["end_ms"] for r in phases) - min(r["start_ms"] for r in phases)
+
+
+def communication_ms(result: dict) -> float:
+    """How long at least one all-reduce ran (the union of their intervals)."""
+    return _union_ms([(r["start_ms"], r["end_ms"]) for r in result["rows"] if r["lane"] == "all-reduce"])
+
+
+def _union_ms(spans: list[tuple[float, float]]) -> float:
+    total, reached = 0.0, float("-inf")
+    for start, stop in sorted(spans):
+        start = max(start, reached)
         if stop > start:
             total += stop - start
-        reached = max(reached, r["end_ms"])
+        reached = max(reached, stop)
     return total
+
+
+def breakdown(result: dict) -> dict[str, float]:
+    """The step in four parts, ms: forward (with zero_grad), backward's computation (from backward's
+    start to computation_end_ms), the communication backward waited for (from there to backward's
+    return) and the optimizer. They add up to the step, but for the short gaps between
+    the phases."""
+    phase = {r["name"]: r for r in result["rows"] if r["lane"] == "phase"}
+    computed_until = computation_end_ms(result)
+    return {
+        "forward": phase["forward"]["end_ms"] - phase["zero_grad"]["start_ms"],
+        "backward computation": computed_until - phase["backward"]["start_ms"],
+        "communication not hidden": phase["backward"]["end_ms"] - computed_until,
+        "optimizer": phase["optimizer"]["end_ms"] - phase["optimizer"]["start_ms"],
+    }
+
+
+def overlapped_ms(result: dict) -> float:
+    """How long all-reduces ran while backward still computed (the union of their intervals up to
+    computation_end_ms)."""
+    end = computation_end_ms(result)
+    return _union_ms([(r["start_ms"], min(r["end_ms"], end)) for r in result["rows"] if r["lane"] == "all-reduce"])
 
 
 def main(argv: list[str]) -> int:

@@ -133,7 +133,7 @@ def draw_overlap_schematic():
     ax.set_ylim(-0.6, 1.8)
     ax.set_xticks([])
     ax.set_xlabel("time")
-    ax.set_title("overlap: buckets 0 and 1 are sent while backward still runs")
+    ax.set_title("overlap: buckets 0 and 1 are sent, in index order, while backward still runs")
     fig.tight_layout()
     return fig
 
@@ -141,21 +141,44 @@ def draw_overlap_schematic():
 def plot_overlap(result: dict):
     """One profiled DDP step on rank 0 (ddp_lib.bench.overlap): backward's operators on the
     training thread, gloo's all-reduces on its worker threads (each on its own row, as two may
-    run at once), and a dashed line where backward ends. Returns the Figure."""
+    run at once), and a dashed line where backward's computation ends. Returns the Figure."""
     fig, ax = plt.subplots(figsize=(9, 2.8))
     backward = [(r["start_ms"], r["end_ms"]) for r in result["rows"] if r["lane"] == "backward"]
     allreduces = [(r["start_ms"], r["end_ms"]) for r in result["rows"] if r["lane"] == "all-reduce"]
     _lane_bars(ax, len(allreduces), backward, "tab:blue")
     for i, span in enumerate(allreduces):
         _lane_bars(ax, len(allreduces) - 1 - i, [span], "tab:orange")
-    end = max(stop for _, stop in backward)
+    # As ddp_lib.bench.overlap.computation_end_ms: the last bucket starts once every gradient is in.
+    end = min(max(stop for _, stop in backward), max(start for start, _ in allreduces))
     ax.axvline(end, color="black", linestyle="--", linewidth=1)
-    ax.text(end, len(allreduces) + 0.45, " backward ends", fontsize=9)
+    ax.text(end, len(allreduces) + 0.45, " backward's computation ends", fontsize=9)
     ax.set_yticks(range(len(allreduces) + 1),
                   [f"all-reduce {len(allreduces) - 1 - i}" for i in range(len(allreduces))] + ["backward"])
     ax.set_ylim(-0.6, len(allreduces) + 0.8)
     ax.set_xlabel("ms since the profiled step began (rank 0)")
     ax.set_title(f"one DDP step, bucket_cap_mb={result['bucket_cap_mb']:g}: measured with torch.profiler")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_step_breakdown(breakdowns: dict[str, dict[str, float]]):
+    """Measured steps split into their parts (ddp_lib.bench.overlap.breakdown), one bar per label of
+    ``breakdowns``, parts stacked left to right in the order the step runs them. Returns the Figure."""
+    colors = {"forward": "tab:green", "backward computation": "tab:blue",
+              "communication not hidden": "tab:orange", "optimizer": "tab:purple"}
+    fig, ax = plt.subplots(figsize=(9, 0.7 * len(breakdowns) + 1.4))
+    for row, parts in enumerate(breakdowns.values()):
+        left = 0.0
+        for part, ms in parts.items():
+            ax.barh(row, ms, left=left, color=colors[part], edgecolor="black", linewidth=0.5,
+                    label=part if row == 0 else None)
+            left += ms
+    ax.set_yticks(range(len(breakdowns)), list(breakdowns))
+    ax.invert_yaxis()
+    ax.set_xlabel("ms of one profiled step (rank 0)")
+    ax.set_title("where a DDP step's time went: measured with torch.profiler")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=4, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
