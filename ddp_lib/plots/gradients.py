@@ -1,7 +1,7 @@
-"""Lesson 04 pictures: schematics (rank 0's weights broadcast by DDP's constructor; gradients averaged by an all-reduce; a global batch split into
-rows per rank; buckets filled in reverse order and sent while backward still runs; .grad copied
-into a bucket or a view of it; fp16 compression's zone that becomes 0), then the measured timeline
-of backward against communication, per rank."""
+"""Lesson 04 pictures: schematics (rank 0's weights broadcast by DDP's constructor; gradients
+averaged by an all-reduce; a global batch split into rows per rank; buckets filled in reverse order
+and sent while backward still runs; .grad copied into a bucket or a view of it; fp16 compression's
+zone that becomes 0), then the measured timeline of backward against communication, per rank."""
 
 from __future__ import annotations
 
