@@ -196,8 +196,8 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
     One that resumes mid-epoch also saves the step and skips that many batches."""
     state = None
     if rank == 0 and os.path.exists(path):
-        # map_location="cpu": a file saved from cuda:0 would otherwise load onto cuda:0, whatever this
-        # rank's GPU; load_state_dict below copies each tensor onto the model's own device.
+        # map_location="cpu": the broadcast below pickles what it sends, and a GPU tensor would be
+        # unpickled onto rank 0's GPU on every rank; load_state_dict copies each onto the model's device.
         # weights_only: tensors and plain data only, never code the file names.
         state = torch.load(path, map_location="cpu", weights_only=True)
         if state.get("settings", settings) != settings:
