@@ -14,8 +14,8 @@ from it and says so (torchrun --max-restarts 3 restarts a crashed job, which the
 Only rank 0 reads and writes the checkpoint, so on several machines the directory need not be shared.
 Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
 --warmup-steps N raises the learning rate linearly over the first N optimizer steps; --accumulate K
-sums the gradients of K batches per rank before each optimizer step (global batch: world size x
-batch size x K), all-reducing only the K-th.
+adds up the gradients of K batches per rank before each optimizer step and all-reduces them once,
+in the K-th backward (global batch: world size x batch size x K).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
 
     Args:
         epochs: number of epochs to reach, counting those a resumed checkpoint already holds.
-        batch_size: samples per rank per step (global batch = world_size x this).
+        batch_size: samples per rank per batch (global batch = world_size x this x accumulate).
         lr: learning rate.
         seed: seed of the initial weights and of the shuffle; rank r's later random numbers
             (dropout, augmentation) come from seed + r.
