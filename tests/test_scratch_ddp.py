@@ -58,9 +58,9 @@ def test_the_lesson04_schematics_draw():
     import matplotlib
 
     matplotlib.use("Agg")
-    from ddp_lib.plots.gradients import plot_bucket_schedule, plot_gradient_average
+    from ddp_lib.plots.gradients import plot_bucket_schedule, plot_construction_broadcast, plot_gradient_average
 
-    assert plot_gradient_average().axes and plot_bucket_schedule().axes
+    assert plot_gradient_average().axes and plot_bucket_schedule().axes and plot_construction_broadcast().axes
 
 
 def test_the_timeline_of_many_all_reduces_has_no_colour_bar():

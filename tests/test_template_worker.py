@@ -14,10 +14,13 @@ import subprocess
 import sys
 
 import pytest
+import template_workers
 import torch
 
 import ddp_lib
+from ddp_lib.launch import spawn
 from ddp_lib.process_group import free_port
+from ddp_lib.workers import template
 
 TEMPLATE = pathlib.Path(ddp_lib.__file__).resolve().parent / "workers" / "template.py"
 TORCHRUN = pathlib.Path(sys.executable).with_name("torchrun")
@@ -78,3 +81,48 @@ def test_the_template_runs_and_resumes_under_mp_spawn_torchrun_and_ddp_lib(proje
                  project)
     assert "was written with" in again and "'lr': 0.05" in again, again
     assert "nothing left to train" in again and "epoch 4/4" not in again, again
+
+
+def _final_model(directory: pathlib.Path) -> dict:
+    return _state(directory / "last.pt")["model"]
+
+
+def test_accumulate_all_reduces_once_per_optimizer_step_and_matches_the_larger_batch(tmp_path):
+    # 1000 samples: 500 per rank, so 20 batches of 25, 10 optimizer steps of 2 x 25, or 10 of 50.
+    epochs = 2
+    runs = {name: spawn(template_workers.train_counting_allreduces, 2,
+                        kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / name), **settings))[0]
+            for name, settings in {"25": dict(batch_size=25), "25 x 2": dict(batch_size=25, accumulate=2),
+                                   "50": dict(batch_size=50)}.items()}
+    # no_sync skips the gradient all-reduce of every first micro-batch: 10 fewer per epoch. The other
+    # all-reduces (loss totals, evaluation) are the same in both runs.
+    assert runs["25"]["allreduces"] - runs["25 x 2"]["allreduces"] == epochs * 10, runs
+    assert runs["25 x 2"]["allreduces"] == runs["50"]["allreduces"], runs
+    # Two micro-batches of 25, each loss divided by 2, give the gradient of one batch of 50.
+    accumulated, large = _final_model(tmp_path / "25 x 2"), _final_model(tmp_path / "50")
+    for name, tensor in large.items():
+        assert torch.allclose(accumulated[name], tensor, atol=1e-5), name
+    assert not torch.allclose(_final_model(tmp_path / "25")["0.weight"], large["0.weight"], atol=1e-3)
+    for a, b in zip(runs["25 x 2"]["history"], runs["50"]["history"]):
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
+
+
+def test_warmup_raises_the_rate_per_step_and_resumes_mid_warmup(tmp_path):
+    lr, warmup_steps = 0.05, 15  # batch 50 on 2 ranks: 10 optimizer steps per epoch
+    settings = dict(batch_size=50, lr=lr, warmup_steps=warmup_steps)
+    straight = spawn(template.train, 2, kwargs=dict(epochs=2, checkpoint_dir=str(tmp_path / "straight"),
+                                                    **settings))[0]
+    # LinearLR: factor 1/15 at step 0, rising linearly to 1 at step 15, then constant.
+    after_10_steps = lr * (1 / warmup_steps + (1 - 1 / warmup_steps) * 10 / warmup_steps)
+    assert [h["lr"] for h in straight["history"]] == pytest.approx([after_10_steps, lr])
+    no_warmup = spawn(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
+                                                     batch_size=50, lr=lr))[0]
+    assert no_warmup["history"][0]["loss"] != pytest.approx(straight["history"][0]["loss"], abs=1e-4)
+
+    # Stopped after epoch 1, in the middle of the warm-up, and resumed: the warm-up continues where it was.
+    spawn(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "resumed"), **settings))
+    resumed = spawn(template.train, 2, kwargs=dict(epochs=2, checkpoint_dir=str(tmp_path / "resumed"), **settings))[0]
+    assert resumed["start_epoch"] == 1
+    assert resumed["history"] == straight["history"]
+    for name, tensor in _final_model(tmp_path / "straight").items():
+        assert torch.equal(_final_model(tmp_path / "resumed")[name], tensor), name

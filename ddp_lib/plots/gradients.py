@@ -1,7 +1,7 @@
-"""Lesson 04 pictures: schematics (gradients averaged by an all-reduce; a global batch split into
-rows per rank; buckets filled in reverse order and sent while backward still runs; .grad copied
-into a bucket or a view of it; fp16 compression's zone that becomes 0), then the measured timeline
-of backward against communication, per rank."""
+"""Lesson 04 pictures: schematics (rank 0's weights broadcast by DDP's constructor; gradients
+averaged by an all-reduce; a global batch split into rows per rank; buckets filled in reverse order
+and sent while backward still runs; .grad copied into a bucket or a view of it; fp16 compression's
+zone that becomes 0), then the measured timeline of backward against communication, per rank."""
 
 from __future__ import annotations
 
@@ -19,6 +19,33 @@ def _cells(ax, x0: float, y: float, values: list[float], colour: str) -> None:
     for i, value in enumerate(values):
         ax.add_patch(Rectangle((x0 + i, y - 0.35), 1, 0.7, facecolor=colour, edgecolor="black"))
         ax.text(x0 + i + 0.5, y, f"{value:+.1f}", ha="center", va="center", fontsize=9)
+
+
+def plot_construction_broadcast(weights: list[list[float]] | None = None) -> Figure:
+    """Schematic: each rank's own initial weights (left); DDP(model) broadcasts rank 0's, so every
+    rank starts from rank 0's weights (right)."""
+    weights = weights or [[0.3, -0.1, 0.5], [-0.2, 0.4, 0.1]]
+    world_size, n = len(weights), len(weights[0])
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * world_size))
+    ax.set_xlim(-1.6, 2 * n + 6.2)
+    ax.set_ylim(world_size - 0.3, -1.0)
+    ax.axis("off")
+    box_x = n + 1.2
+    ax.add_patch(Rectangle((box_x, -0.4), 3.4, world_size - 0.2, facecolor="whitesmoke", edgecolor="gray"))
+    ax.text(box_x + 1.7, (world_size - 1) / 2, "DDP(model):\nbroadcast\nfrom rank 0", ha="center", va="center",
+            fontsize=9)
+    right = box_x + 4.6
+    for rank, own in enumerate(weights):
+        ax.text(-0.3, rank, f"rank {rank}", ha="right", va="center", fontsize=9)
+        _cells(ax, 0, rank, own, RANK_COLOURS[rank % len(RANK_COLOURS)])
+        _cells(ax, right, rank, weights[0], RANK_COLOURS[0])
+        for start, end in ((n + 0.05, box_x - 0.05), (box_x + 3.45, right - 0.05)):
+            ax.add_patch(FancyArrowPatch((start, rank), (end, rank), arrowstyle="-|>", mutation_scale=12))
+    ax.text(n / 2, -0.75, "weights before DDP()", ha="center", fontsize=9)
+    ax.text(right + n / 2, -0.75, "weights after DDP()", ha="center", fontsize=9)
+    fig.suptitle("DDP's constructor copies rank 0's parameters (and buffers) to every rank", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def plot_gradient_average(grads: list[list[float]] | None = None) -> Figure:

@@ -287,7 +287,7 @@ def _recording_scratch_allreduce(model: _ScratchDDP, events: list[tuple], clock)
 
 
 def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, warmup: int = 2,
-                      per_rank_batch: int = 256, way: TimelineWay = "torch") -> dict:
+                      per_rank_batch: int = 256, way: TimelineWay = "torch", repeats: int = 1) -> dict:
     """Record one backward under DDP: when each weight's gradient was ready, when each all-reduce
     started and ended, when backward returned and when the gradients were averaged, in ms from the
     start of backward (one clock per rank).
@@ -297,6 +297,8 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
         warmup: backward passes before the one recorded.
         per_rank_batch: batch per rank.
         way: "torch" (torch's DDP), or the scratch "after_backward" or "buckets".
+        repeats: backward passes timed after the warm-up; the last one is recorded in full, and
+            "synced_ms_each" holds each one's time until every gradient was averaged.
     """
     with process_group(rank, world_size) as device:
         clock = time.perf_counter
@@ -315,7 +317,8 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
             _recording_scratch_allreduce(model, events, clock)
             finish = model.finish_gradient_sync
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, widths=TIMELINE_WIDTHS))
-        for _ in range(warmup + 1):  # the last iteration is the one recorded
+        synced_each = []
+        for i in range(warmup + repeats):  # the last iteration is the one recorded
             events.clear()
             ready.clear()
             loss = nn.functional.mse_loss(model(x), y)
@@ -325,6 +328,8 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
             if finish is not None:
                 finish()
             synced = clock()
+            if i >= warmup:
+                synced_each.append(round(1000 * (synced - start), 3))
 
         def ms(t: float) -> float:
             return round(1000 * (t - start), 3)
@@ -334,6 +339,7 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
         return {
             "backward_ms": ms(end),
             "synced_ms": ms(synced),
+            "synced_ms_each": synced_each,
             "grad_ready": [(name, ms(t)) for name, t in ready],
             "allreduces": [{"bucket": i, "bytes": nbytes, "start": ms(s), "end": ms(e)}
                            for i, nbytes, s, e in events],

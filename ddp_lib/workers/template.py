@@ -13,11 +13,15 @@ Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoin
 from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
 Only rank 0 reads and writes the checkpoint, so on several machines the directory need not be shared.
 Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
+--warmup-steps N raises the learning rate linearly over the first N optimizer steps; --accumulate K
+adds up the gradients of K batches per rank before each optimizer step and all-reduces them once,
+in the K-th backward (global batch: world size x batch size x K).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import warnings
 
@@ -64,19 +68,21 @@ def make_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler
 
 
 def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
-          seed: int = 0, checkpoint_dir: str = "checkpoints") -> dict:
+          seed: int = 0, checkpoint_dir: str = "checkpoints", warmup_steps: int = 0, accumulate: int = 1) -> dict:
     """Train under DDP, evaluate after every epoch, checkpoint on rank 0, resume from the checkpoint
     that rank 0 finds (it sends its contents to the other ranks).
 
     Args:
         epochs: number of epochs to reach, counting those a resumed checkpoint already holds.
-        batch_size: samples per rank per step (global batch = world_size x this).
+        batch_size: samples per rank per batch (global batch = world_size x this x accumulate).
         lr: learning rate.
         seed: seed of the initial weights and of the shuffle; rank r's later random numbers
             (dropout, augmentation) come from seed + r.
         checkpoint_dir: where rank 0 keeps last.pt; a run finding one there continues from it.
+        warmup_steps: optimizer steps over which the learning rate rises linearly to lr (0: none).
+        accumulate: batches per optimizer step; gradients are all-reduced once per step.
 
-    Returns {"rank", "start_epoch", "history" (per epoch: loss, accuracy, samples evaluated)}.
+    Returns {"rank", "start_epoch", "history" (per epoch: loss, accuracy, samples evaluated, lr)}.
     """
     device = setup(rank, world_size)
     try:
@@ -92,11 +98,16 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
         loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
         optimizer = make_optimizer(model, lr)
         scheduler = make_scheduler(optimizer)
+        # Warm-up: the rate starts at lr / warmup_steps and reaches lr after warmup_steps optimizer steps.
+        warmup = (torch.optim.lr_scheduler.LinearLR(optimizer, 1 / warmup_steps, total_iters=warmup_steps)
+                  if warmup_steps > 0 else None)
         loss_fn = make_loss()
         checkpoint = os.path.join(checkpoint_dir, "last.pt")
-        settings = {"world_size": world_size, "batch_size": batch_size, "lr": lr, "seed": seed}
+        settings = {"world_size": world_size, "batch_size": batch_size, "lr": lr, "seed": seed,
+                    "warmup_steps": warmup_steps, "accumulate": accumulate}
+        parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "warmup": warmup}
         # Before DDP wraps the model: rank 0 reads the file, every rank loads what it read.
-        start_epoch, history = load_checkpoint(checkpoint, model, optimizer, scheduler, settings, rank, device)
+        start_epoch, history = load_checkpoint(checkpoint, parts, settings, rank)
         if rank == 0 and start_epoch >= epochs:
             print(f"nothing left to train: {checkpoint} holds {start_epoch} epochs, --epochs is {epochs}", flush=True)
         ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -105,28 +116,35 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
             sampler.set_epoch(epoch)  # without it, every epoch reads the same order
             ddp_model.train()
             totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, samples
-            for x, y in loader:
+            for i, (x, y) in enumerate(loader):
                 x, y = x.to(device), y.to(device)
-                optimizer.zero_grad()
-                loss = loss_fn(ddp_model(x), y)
-                loss.backward()  # DDP averages the gradients over all ranks here
-                optimizer.step()
+                first = i - i % accumulate  # the first batch of this optimizer step
+                batches = min(accumulate, len(loader) - first)  # fewer at the end of an epoch
+                step_now = i == first + batches - 1
+                # no_sync: this backward only adds into .grad; the step's last backward all-reduces the sum.
+                # The forward must be inside it too: DDP decides during the forward.
+                with contextlib.nullcontext() if step_now else ddp_model.no_sync():
+                    loss = loss_fn(ddp_model(x), y)
+                    (loss / batches).backward()  # DDP averages the gradients over all ranks here
+                if step_now:
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    if warmup is not None:
+                        warmup.step()  # once per optimizer step; it stays at lr once warm-up is over
                 totals[0] += loss.detach().double() * len(y)
                 totals[1] += len(y)
             dist.all_reduce(totals)  # the epoch's loss over every rank's samples
             if scheduler is not None:
-                scheduler.step()  # once per epoch; for a per-step schedule, move it after optimizer.step()
+                scheduler.step()  # once per epoch
             accuracy, evaluated = evaluate(model, eval_set, rank, world_size, device)
             history.append({"loss": round((totals[0] / totals[1]).item(), 6), "accuracy": round(accuracy, 6),
-                            "evaluated": evaluated})
+                            "evaluated": evaluated, "lr": optimizer.param_groups[0]["lr"]})
             if rank == 0:
                 print(f"epoch {epoch + 1}/{epochs}: loss {history[-1]['loss']:.4f}, "
                       f"accuracy {accuracy:.3f} on {evaluated} samples", flush=True)
                 # The unwrapped model: keys without "module.", loadable with or without DDP.
-                save_checkpoint(checkpoint, {"epoch": epoch + 1, "model": model.state_dict(),
-                                             "optimizer": optimizer.state_dict(), "history": history,
-                                             "scheduler": None if scheduler is None else scheduler.state_dict(),
-                                             "settings": settings})
+                state = {name: part.state_dict() for name, part in parts.items() if part is not None}
+                save_checkpoint(checkpoint, {**state, "epoch": epoch + 1, "history": history, "settings": settings})
             dist.barrier()  # no rank goes on (or crashes) while rank 0 is still writing
         return {"rank": rank, "start_epoch": start_epoch, "history": history}
     finally:
@@ -165,13 +183,11 @@ def save_checkpoint(path: str, state: dict) -> None:
     os.replace(tmp, path)  # atomic on one filesystem: a crash before it leaves the old checkpoint
 
 
-def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler: torch.optim.lr_scheduler.LRScheduler | None, settings: dict, rank: int,
-                    device: torch.device) -> tuple[int, list]:
-    """Load ``path`` into the model, optimizer and scheduler; return (epochs done, history), or
-    (0, []) if rank 0 finds no file. Rank 0 alone decides and reads; a broadcast gives every rank
-    the same answer, so ranks that see different files (no shared disk) cannot disagree and hang.
-    Rank 0 warns when the checkpoint was written with other settings (world size, batch, lr, seed).
+def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[int, list]:
+    """Load ``path`` into each of ``parts`` (model, optimizer, schedulers; None skipped); return
+    (epochs done, history), or (0, []) if rank 0 finds no file. Rank 0 alone decides and reads; a
+    broadcast gives every rank the same answer, so ranks that see different files (no shared disk)
+    cannot disagree and hang. Rank 0 warns when the checkpoint was written with other settings.
 
     This resumes at an epoch boundary: the sampler's order depends on seed + epoch only. A job that
     must continue bit for bit with random numbers drawn in training (dropout, augmentation) also
@@ -180,25 +196,29 @@ def load_checkpoint(path: str, model: nn.Module, optimizer: torch.optim.Optimize
     One that resumes mid-epoch also saves the step and skips that many batches."""
     state = None
     if rank == 0 and os.path.exists(path):
+        # map_location="cpu": the broadcast below pickles what it sends, and a GPU tensor would be
+        # unpickled onto rank 0's GPU on every rank; load_state_dict copies each onto the model's device.
         # weights_only: tensors and plain data only, never code the file names.
         state = torch.load(path, map_location="cpu", weights_only=True)
         if state.get("settings", settings) != settings:
             warnings.warn(f"{path} was written with {state.get('settings')}, this run has {settings}; the optimizer "
                           "continues with its saved learning rate", stacklevel=2)
         print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
+    # Only rank 0 has read the file, so it sends what it found (or None) to every rank: pickled
+    # Python objects, on the CPU, so only for checkpoints that fit in memory.
     box = [state]
-    dist.broadcast_object_list(box, src=0)  # pickled, so only for checkpoints that fit in memory
+    dist.broadcast_object_list(box, src=0)
     state = box[0]
     if state is None:
         return 0, []
-    try:
-        model.load_state_dict(state["model"])  # copies onto the model's device
-    except RuntimeError as exc:
-        raise RuntimeError(f"{path} does not fit this model (written by another one?): delete it or "
-                           f"choose another --checkpoint-dir. {exc}") from None
-    optimizer.load_state_dict(state["optimizer"])  # moves its state next to each parameter
-    if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
+    for name, part in parts.items():
+        if part is None or state.get(name) is None:
+            continue
+        try:
+            part.load_state_dict(state[name])  # the optimizer moves its state next to each parameter
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise RuntimeError(f"{path} does not fit this job's {name} (written by another one?): delete it or "
+                               f"choose another --checkpoint-dir. {exc}") from None
     return state["epoch"], state["history"]
 
 
@@ -227,11 +247,14 @@ if __name__ == "__main__":
     parser.add_argument("--world-size", type=int, default=torch.cuda.device_count() or 2,
                         help="processes to start without torchrun (default: one per GPU, or 2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warmup-steps", type=int, default=0, help="optimizer steps of linear warm-up")
+    parser.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step (no_sync)")
     args = parser.parse_args()
     if torch.cuda.is_available() and "RANK" not in os.environ and args.world_size > torch.cuda.device_count():
         parser.error(f"--world-size {args.world_size} needs as many GPUs; this machine has {torch.cuda.device_count()}")
     # In train's order: mp.spawn passes arguments by position, after the rank.
-    settings = (args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint_dir)
+    settings = (args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint_dir, args.warmup_steps,
+                args.accumulate)
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
         train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *settings)
     else:  # started by python: start the ranks here, train(rank, world_size, *settings) in each
