@@ -190,6 +190,9 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
             group = evens if rank % 2 == 0 else odds
         total = torch.tensor([float(rank)], device=device)
         dist.all_reduce(total, group=group)
+        # Each group's members meet in the store, which rank 0 serves under mp.spawn: a barrier of the
+        # whole group keeps rank 0, done with its own group, from leaving while the others still meet.
+        dist.barrier()
         return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds", "group_name": group.group_name,
                 "members": dist.get_process_group_ranks(group), "group_rank": dist.get_rank(group),
                 "group_size": dist.get_world_size(group), "sum": total.item()}
