@@ -17,10 +17,10 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import BACKEND_ENV, backend_for, device_for, process_group, teardown
+    from ddp_lib.process_group import process_group
     from ddp_lib.workers.shared import start_tensor
 except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
-    from process_group import BACKEND_ENV, backend_for, device_for, process_group, teardown
+    from process_group import process_group
     from shared import start_tensor
 
 Collective = Literal["broadcast", "all_reduce", "reduce", "all_gather", "gather", "scatter", "reduce_scatter",
@@ -34,7 +34,7 @@ def init_method_url(method: InitMethod, path: str | None = None) -> str:
     if method == "env":
         return "env://"  # read MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
     if method == "tcp":
-        # The launcher (like torchrun) already serves the store at MASTER_PORT; tcp:// names it directly.
+        # The address in the URL: under mp.spawn rank 0 serves the store there, under torchrun the agent.
         return f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ['MASTER_PORT']}"
     if method == "file":
         if not path:
@@ -75,24 +75,22 @@ def whoami(rank: int | None = None, world_size: int | None = None, method: InitM
 
 
 def store_demo(rank: int, world_size: int, path: str) -> dict:
-    """Use a FileStore by hand (set, wait, get, add), then build the process group on it."""
-    store = dist.FileStore(path, world_size)
+    """Plain torch: use a FileStore by hand (set, wait, get, add), then build the process group on it."""
+    store = dist.FileStore(path, world_size)  # every rank opens the same file
     store.set(f"hello/{rank}", f"rank {rank} is here")
     # wait() blocks until every key exists: the simplest rendezvous (torchrun's adds membership and restarts).
     keys = [f"hello/{r}" for r in range(world_size)]
     store.wait(keys, timedelta(seconds=30))
     seen = [store.get(key).decode() for key in keys]
     arrival = store.add("arrivals", 1)  # atomic counter: 1..world_size, in arrival order
-    backend = os.environ.get(BACKEND_ENV) or backend_for(device_for(rank))
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=60))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     try:
-        total = torch.tensor([float(rank)], device=device_for(rank))
+        total = torch.tensor([float(rank)])
         dist.all_reduce(total)
         return {"rank": rank, "seen": seen, "arrival_in_range": 1 <= arrival <= world_size,
                 "sum_of_ranks": total.item()}
     finally:
-        teardown()
+        dist.destroy_process_group()
 
 
 def run_collective(rank: int | None = None, world_size: int | None = None, name: Collective = "all_reduce") -> dict:
@@ -192,6 +190,9 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
             group = evens if rank % 2 == 0 else odds
         total = torch.tensor([float(rank)], device=device)
         dist.all_reduce(total, group=group)
+        # Each group's members meet in the store, which rank 0 serves under mp.spawn: a barrier of the
+        # whole group keeps rank 0, done with its own group, from leaving while the others still meet.
+        dist.barrier()
         return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds", "group_name": group.group_name,
                 "members": dist.get_process_group_ranks(group), "group_rank": dist.get_rank(group),
                 "group_size": dist.get_world_size(group), "sum": total.item()}
