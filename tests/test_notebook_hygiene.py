@@ -217,15 +217,10 @@ def test_deeper_headings_and_only_they_are_folded(nb):
 
 
 # JupyterLab's fold hides the cells after a folded heading, not the rest of the heading's own cell:
-# a Deeper heading cell holds its heading line only. Checked in the lessons already split so.
-HEADING_ONLY_CHECKED = ["00_start_here.ipynb", "01_process_groups.ipynb", "02_spawn.ipynb",
-                        "03_device_placement.ipynb", "04_gradient_sync.ipynb"]
-
-
-@pytest.mark.parametrize("name", HEADING_ONLY_CHECKED)
-def test_a_deeper_heading_cell_holds_only_its_heading(name):
+# a Deeper heading cell holds its heading line only.
+def test_a_deeper_heading_cell_holds_only_its_heading(nb):
     crowded = [f"cell {index}: {cell.source.splitlines()[0]!r}"
-               for index, cell in enumerate(load(ROOT / "notebooks" / name).cells)
+               for index, cell in enumerate(nb.cells)
                if cell.cell_type == "markdown" and cell.metadata.get(FOLDED) is True
                and len(cell.source.strip().splitlines()) > 1]
     assert crowded == [], "put the text after these headings in a cell of its own:\n" + "\n".join(crowded)
