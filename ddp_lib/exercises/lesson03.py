@@ -1,6 +1,5 @@
 """Checker for lesson 03's exercise: ``one_step(rank, world_size)`` picks its device from LOCAL_RANK,
-wraps ToyModel in DDP and takes one SGD step (lr=0.01) on ``ddp_model(x).sum()``, on two simulated
-layouts; a forward hook records each rank's weights and own gradient to compute the right step."""
+wraps ToyModel in DDP and takes one SGD step (lr=0.01), on two simulated layouts of nodes."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ def _flat(tensors) -> torch.Tensor:
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """In each rank: the learner's worker under a simulated layout; the first ToyModel's weights at its
-    forward, this rank's own gradient (a tensor hook runs before DDP averages it), and its weights after."""
+    forward, this rank's own gradient (a tensor hook sees it before DDP averages it), and its weights after."""
     torch.manual_seed(int.from_bytes(os.urandom(8), "little"))  # weights and batch of this rank's own
     load_worker(target)  # read the learner's file fresh
     seen: dict = {}
@@ -49,27 +48,19 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
                                           "checksum": param_checksum(seen["model"]), "local_grad": grads}}
 
 
-def _placement_problem(rank: int, result: object, nproc_per_node: int) -> str | None:
-    if not isinstance(result, dict) or not {"local_rank", "device", "checksum"} <= set(result):
-        return f"rank {rank} returned {result!r}; return a dict with keys 'local_rank', 'device' and 'checksum'"
-    local_rank = rank % nproc_per_node
-    if result["local_rank"] != local_rank:
-        hint = " (that is RANK: read LOCAL_RANK instead)" if result["local_rank"] == rank else ""
-        return (f"rank {rank} (node {rank // nproc_per_node}) used local_rank {result['local_rank']}, "
-                f"expected {local_rank}{hint}")
-    if str(result["device"]) != expected_device(local_rank):
-        return (f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)} "
-                "(cuda:LOCAL_RANK where that GPU exists, else cpu)")
-    return None
-
-
 def diagnose(runs: list[dict]) -> str | None:
     """The first mistake found in one layout's runs, named with its fix (None: all is right)."""
     for rank, run in enumerate(runs):
-        problem = _placement_problem(rank, run["result"], NPROC_PER_NODE[len(runs)])
-        watched = run["watched"]
-        if problem:
-            return problem
+        result, watched, local_rank = run["result"], run["watched"], rank % NPROC_PER_NODE[len(runs)]
+        if not isinstance(result, dict) or not {"local_rank", "device", "checksum"} <= set(result):
+            return f"rank {rank} returned {result!r}; return a dict with keys 'local_rank', 'device' and 'checksum'"
+        if result["local_rank"] != local_rank:
+            hint = " (that is RANK: read LOCAL_RANK instead)" if result["local_rank"] == rank else ""
+            return (f"rank {rank} (node {rank // NPROC_PER_NODE[len(runs)]}) used local_rank {result['local_rank']}, "
+                    f"expected {local_rank}{hint}")
+        if str(result["device"]) != expected_device(local_rank):
+            return (f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)} "
+                    "(cuda:LOCAL_RANK where that GPU exists, else cpu)")
         if watched is None:
             return (f"rank {rank} never called a ToyModel: build ddp_lib.workers.shared.ToyModel, wrap it in DDP "
                     "and call the DDP model on the batch")
@@ -103,17 +94,14 @@ def diagnose(runs: list[dict]) -> str | None:
     return None
 
 
-def _layout(runs: list) -> str:
-    nproc_per_node = NPROC_PER_NODE[len(runs)]
-    nodes = len(runs) // nproc_per_node
-    return f"{nodes} node{'s' if nodes > 1 else ''} x {nproc_per_node} ranks"
-
-
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks, then 1 node x 3; stops at a failure."""
     def judge(runs: list[dict]) -> tuple[str | None, str]:
         devices = ", ".join(run["result"]["device"] for run in runs)
         return diagnose(runs), (f"every rank used its LOCAL_RANK's device ({devices}) and stepped along the average "
                                 "of all ranks' gradients to the same parameters")
-    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True, where=_layout,
+    def where(runs: list) -> str:
+        nodes = len(runs) // NPROC_PER_NODE[len(runs)]
+        return f"{nodes} node{'s' if nodes > 1 else ''} x {NPROC_PER_NODE[len(runs)]} ranks"
+    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True, where=where,
                           timeout=timeout, hints=HINTS)

@@ -22,12 +22,6 @@ HINTS = ((r"Default process group has not been initialized",
           "worker joins none: pass num_replicas=world_size and rank=rank"),)
 
 
-def draw_plan(rng: random.Random) -> list[tuple[int, int]]:
-    """(world_size, epochs) for each run of one check: 2 ranks, then 3 or 5; distinct epoch counts."""
-    world_sizes = (2, rng.choice(PADDED_WORLD_SIZES))
-    return list(zip(world_sizes, rng.sample(EPOCH_CHOICES, len(world_sizes))))
-
-
 def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
     sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     sampler.set_epoch(epoch)
@@ -38,13 +32,10 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
     """The first mistake in per-rank lists of indices per epoch, named with its fix (None: all right)."""
     world_size, n_samples = len(results), len(make_moons())
     for rank, value in enumerate(results):
-        if not isinstance(value, list) or len(value) != epochs:
-            return (f"rank {rank} returned {type(value).__name__} {str(value)[:60]}; expected a list with one "
-                    f"list of sample indices per epoch ({epochs} lists, one for each of the `epochs` it was given)")
-        for epoch, indices in enumerate(value):
-            if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
-                return (f"rank {rank}, epoch {epoch}: expected a list of ints (e.g. list(sampler)), "
-                        f"got {str(indices)[:60]}")
+        if not isinstance(value, list) or len(value) != epochs or not all(
+                isinstance(indices, list) and all(isinstance(i, int) for i in indices) for indices in value):
+            return (f"rank {rank} returned {type(value).__name__} {str(value)[:60]}; expected one list of ints "
+                    f"(e.g. list(sampler)) per epoch: {epochs} lists, one for each of the `epochs` it was given")
     each = math.ceil(n_samples / world_size)  # drop_last=False: the sampler pads
     padding = each * world_size - n_samples
     for epoch in range(epochs):
@@ -89,11 +80,10 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
 
 
 def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None, seed: int | None = None):
-    """A report on ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan`` (drawn now
-    unless given, see :func:`draw_plan`), with ``seed`` drawn now unless given; stops at the first failure."""
-    rng = random.Random()
-    seed = rng.randint(1, 9999) if seed is None else seed
-    epochs = dict(draw_plan(rng) if plan is None else plan)
+    """A report on ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan``, by default
+    2 ranks then 3 or 5, distinct epoch counts drawn now; ``seed`` drawn now unless given."""
+    seed = random.randint(1, 9999) if seed is None else seed
+    epochs = dict(plan or zip((2, random.choice(PADDED_WORLD_SIZES)), random.sample(EPOCH_CHOICES, 2)))
 
     def judge(results: list) -> tuple[str | None, str]:
         return diagnose(results, epochs[len(results)], seed), (f"with seed {seed}, in every epoch every rank reads "

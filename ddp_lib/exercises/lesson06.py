@@ -29,14 +29,18 @@ def expected_layout(node_sizes: tuple[int, ...]) -> list[dict]:
             for node, size in enumerate(node_sizes) for local_rank in range(size)]
 
 
+def _as_int(value: object) -> object:
+    """The int a value stands for ("2", 2.0 and 2 are 2; a bool stands for none, None)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else None if isinstance(value, bool) else value
+
+
 def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     """One sentence per mistake in the per-rank dicts of a run whose node n runs node_sizes[n] processes."""
     expected_by_rank = expected_layout(node_sizes)
-    if len(results) != len(expected_by_rank):
+    if len(results) != len(expected_by_rank):  # a rank that returned nothing
         return [f"{len(results)} of {len(expected_by_rank)} ranks returned a result; every rank must return a dict"]
     for rank, info in enumerate(results):
-        if not isinstance(info, dict) or set(KEYS) - set(info):
-            missing = sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS)
+        if missing := sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS):
             return [f"rank {rank}: the result lacks {', '.join(missing)}"]
     problems = []
     typed = [(rank, key, info[key]) for rank, info in enumerate(results) for key in KEYS if type(info[key]) is not int]
@@ -51,13 +55,6 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
             rank, got, want = wrong[0]
             problems.append(f"rank {rank}: {key} is {got!r}, expected {want}: read {HINTS[key]}")
     return problems
-
-
-def _as_int(value: object) -> object:
-    """The int a value stands for ("2", 2.0 and 2 are 2; a bool stands for none, None)."""
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None if isinstance(value, bool) else value
 
 
 FAILURE_HINTS = (
