@@ -45,8 +45,8 @@ def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeo
     def judge(runs: list[dict]) -> tuple[str | None, str]:
         expected = [{"rank": rank, "world_size": len(runs), "is_main": rank == 0, "everyone": names[:len(runs)]}
                     for rank in range(len(runs))]
-        problems = (diagnose(rank, run["result"], expected[rank], names_called(run["calls"]))
-                    for rank, run in enumerate(runs))
-        return next(filter(None, problems), None), "every rank returned its rank, the world size, is_main and " \
-                                                   "every rank's name"
+        problems = [diagnose(rank, run["result"], expected[rank], names_called(run["calls"]))
+                    for rank, run in enumerate(runs)]
+        passed = "every rank returned its rank, the world size, is_main and every rank's name"
+        return next(filter(None, problems), None), passed
     return check_on_ranks(run_counted, world_sizes, judge, (worker_name(fn), COLLECTIVES, names), timeout=timeout)

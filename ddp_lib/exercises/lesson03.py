@@ -13,7 +13,8 @@ from ddp_lib.exercises.checking import check_on_ranks, load_worker, worker_name
 from ddp_lib.workers.placement import expected_device, simulate_nodes
 from ddp_lib.workers.shared import ToyModel, param_checksum
 
-NPROC_PER_NODE = {4: 2, 3: 3}  # world size: processes per node (2 nodes x 2, then 1 node x 3)
+NPROC_PER_NODE = {4: 2, 3: 3}  # world size: processes per node
+LAYOUTS = {4: "2 nodes x 2 ranks", 3: "1 node x 3 ranks"}
 LR = 0.01  # the exercise's learning rate
 HINTS = ((r"device_ids", "device_ids is for a model on one GPU; with a CPU model pass device_ids=None"),)
 
@@ -100,8 +101,5 @@ def check_device_worker(fn: Callable, timeout: float = 120):
         devices = ", ".join(run["result"]["device"] for run in runs)
         return diagnose(runs), (f"every rank used its LOCAL_RANK's device ({devices}) and stepped along the average "
                                 "of all ranks' gradients to the same parameters")
-    def where(runs: list) -> str:
-        nodes = len(runs) // NPROC_PER_NODE[len(runs)]
-        return f"{nodes} node{'s' if nodes > 1 else ''} x {NPROC_PER_NODE[len(runs)]} ranks"
-    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True, where=where,
-                          timeout=timeout, hints=HINTS)
+    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True,
+                          where=lambda runs: LAYOUTS[len(runs)], timeout=timeout, hints=HINTS)

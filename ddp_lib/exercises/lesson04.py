@@ -47,15 +47,13 @@ def diagnose(results: list[dict]) -> str | None:
     local = [r["own"] for r in results]
     mean = {n: sum(g[n] for g in local) / world_size for n in local[0]}
     wrong = [(rank, n) for rank, r in enumerate(results) for n in mean if not _close(r["grads"][n], mean[n])]
-    late = next((r["late"][0] for r in results if r["late"]), None)
-    if late:
+    if late := next((r["late"][0] for r in results if r["late"]), None):
         return MISSING_WAIT.format(late)
     if not wrong:
         return None
     called = list(dict.fromkeys(name for r in results for name in r["called"]))
 
-    def everywhere(test) -> bool:
-        """test(the learner's .grad, the mean, this rank's own) holds for every wrong gradient."""
+    def everywhere(test) -> bool:  # test(the learner's .grad, the mean, this rank's own) for every wrong one
         return all(test(results[rank]["grads"][n], mean[n], local[rank][n]) for rank, n in wrong)
     if everywhere(lambda g, ref, own: g is None):
         return "the gradients are gone (.grad is None): average them in place, do not zero or delete them"
@@ -75,8 +73,7 @@ def diagnose(results: list[dict]) -> str | None:
     if 0 not in bad and "reduce" in called:
         return (f"rank 0 has the mean but rank(s) {bad} do not: dist.reduce leaves it on rank 0; all_reduce gives it "
                 "to every rank")
-    names = list(dict.fromkeys(n for _, n in wrong))
-    return f"these gradients do not hold the mean on rank(s) {bad}: {', '.join(names)}"
+    return f"these gradients do not hold the mean on rank(s) {bad}: {', '.join(dict.fromkeys(n for _, n in wrong))}"
 
 
 def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90):

@@ -79,15 +79,13 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None,
                       layouts: tuple[tuple[int, ...], ...] = LAYOUTS) -> Report:
     """A report on ``launch_info`` (or its ``"module:function"`` name, importable from ``directory``) under
     torchrun on each of ``layouts`` in a random order, lines in the order of ``layouts``; stops at a failure."""
-    directory = os.path.abspath(directory or os.getcwd())
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
-    path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
-    order = random.sample(layouts, len(layouts))
+    path = os.pathsep.join(filter(None, (os.path.abspath(directory or os.getcwd()), os.environ.get("PYTHONPATH"))))
     found: dict[tuple[int, ...], list[str]] = {}
     report = Report()
-    for number, node_sizes in enumerate(order, 1):
+    for number, node_sizes in enumerate(random.sample(layouts, len(layouts)), 1):
         # Said without the layout: the order is drawn at random.
-        print(f"torchrun job {number} of {len(order)}: its nodes on this machine", flush=True)
+        print(f"torchrun job {number} of {len(layouts)}: its nodes on this machine", flush=True)
         # The node started i-th gets node rank node_ranks[i]: node rank is not start order.
         node_ranks = random.sample(range(len(node_sizes)), len(node_sizes))
         job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),

@@ -1,6 +1,5 @@
-"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and
-``measure_allreduce(rank, world_size, nbytes)``, whose time must be one of its own all-reduces of
-``nbytes`` (drawn) after a warm-up, as the public wrapper timed them, with algbw and busbw from it."""
+"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and ``measure_allreduce(rank,
+world_size, nbytes)``, whose time must be one of its own all-reduces after a warm-up, as the checker timed them."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"
         ours = [c for c in r["calls"] if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32"]
-        small = [c["group_size"] for c in ours if c["group_size"] != world_size]
-        if small:
+        if small := [c["group_size"] for c in ours if c["group_size"] != world_size]:
             return (f"rank {rank} all-reduced its {nbytes}-byte tensor in a group of {small[0]} rank(s), not over "
                     f"all {world_size}: all-reduce it in the job's process group (the default group)")
         if not r["calls"]:
