@@ -89,14 +89,16 @@ def compare_predictions(predicted: dict, results: list[dict], report: Report) ->
         report.fail(f"predicted must give an int (bytes on rank 0) for each of {', '.join(map(repr, STRATEGIES))}, "
                     f"got {predicted!r}")
         return False
+    right = True
     for strategy in STRATEGIES:
         held, guess = results[0][strategy]["lesson"]["exact"], predicted[strategy]
         line = f"{strategy}: you predicted {guess:,} bytes on rank 0"
         if abs(guess - held) <= PREDICTION_TOLERANCE * held:
             report.ok(f"{line}, it holds {held:,}")
         else:
+            right = False
             report.fail(f"{line}: {_miss(guess, held)}")
-    return report.passed
+    return right
 
 
 def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
