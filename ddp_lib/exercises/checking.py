@@ -1,8 +1,6 @@
 """What every exercise checker shares: the report, running the learner's worker on every rank
 (saying why a rank failed), and counting the collectives it called. See docs/contributing.md."""
 
-from __future__ import annotations
-
 import contextlib
 import importlib
 import inspect

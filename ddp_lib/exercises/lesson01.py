@@ -1,8 +1,6 @@
 """Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)`` returns, on every
 rank, the mean of the ranks' ``x`` (drawn at check time) by an all-reduce; names the mistake."""
 
-from __future__ import annotations
-
 import math
 import numbers
 import random

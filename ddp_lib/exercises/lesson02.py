@@ -1,8 +1,6 @@
 """Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)`` returns, on every rank,
 the whole list split round robin into shares (drawn afresh, of unequal lengths); counts collectives."""
 
-from __future__ import annotations
-
 import random
 from collections.abc import Callable, Sequence
 

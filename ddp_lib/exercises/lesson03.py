@@ -1,8 +1,6 @@
 """Checker for lesson 03's exercise: ``one_step(rank, world_size)`` picks its device from LOCAL_RANK,
 wraps ToyModel in DDP and takes one SGD step (lr=0.01), on two simulated layouts of nodes."""
 
-from __future__ import annotations
-
 import os
 from collections.abc import Callable
 

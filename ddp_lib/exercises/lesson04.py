@@ -1,8 +1,6 @@
 """Checker for lesson 04's exercise: ``average_gradients(model)``, called after backward on every rank
 (each with its own batch), must leave in each .grad its mean over the ranks; counts collectives."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch

@@ -1,8 +1,6 @@
 """Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, each rank's sample indices
 per epoch from a DistributedSampler over make_moons(), on 2 ranks then 3 or 5 (which pad), epochs and seed drawn."""
 
-from __future__ import annotations
-
 import math
 import random
 from collections import Counter

@@ -2,8 +2,6 @@
 local_world_size and node_rank as ints, read from torchrun's environment; run under real torchrun on
 three layouts of local nodes, in a random order, node ranks drawn afresh. One line per mistake."""
 
-from __future__ import annotations
-
 import os
 import random
 from collections.abc import Callable

@@ -1,8 +1,6 @@
 """Checker for lesson 07's exercise: ``evaluate(rank, world_size, metric)`` returns the mean of the
 ranks' metrics (drawn at check time) on every rank, without hanging; counts collectives."""
 
-from __future__ import annotations
-
 import math
 import random
 from collections.abc import Callable

@@ -1,8 +1,6 @@
 """Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and ``measure_allreduce(rank,
 world_size, nbytes)``, whose time must be one of its own all-reduces after a warm-up, as the checker timed them."""
 
-from __future__ import annotations
-
 import itertools
 import math
 import random

@@ -2,8 +2,6 @@
 (the accuracy over every sample once, although the sampler pads) and ``train_step(ddp_model, optimizer,
 micro_batches, max_norm)`` (accumulation under no_sync, the loss averaged, the synchronised gradient clipped)."""
 
-from __future__ import annotations
-
 import copy
 import secrets
 from collections.abc import Callable
@@ -136,7 +134,7 @@ def reference_params(batches: list, divide: bool = True, clip: str | None = "aft
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them, and here they are strings
+def _counting_allreduce(state: dict, bucket):  # bucket unannotated: DDP checks a hook's annotations
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     state["all_reduces"] += 1

@@ -2,8 +2,6 @@
 holds under DDP, ZeRO-1 and FSDP2, after the lesson's Adam step and after a step on a small model where
 some parameters have no gradient; and the learner's prediction of rank 0's bytes."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 from ddp_lib.exercises.checking import Report, run_on_ranks

@@ -2,8 +2,6 @@
 writes the file when it is absent or holds what the cell last wrote (recorded in ``.exercise_stubs.json``);
 otherwise it keeps the file and says so; ``%%exercise --reset FILE`` overwrites it."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from pathlib import Path
