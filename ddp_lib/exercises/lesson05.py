@@ -1,14 +1,13 @@
-"""Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, each rank's sample indices
-per epoch from a DistributedSampler over make_moons(), on 2 ranks then 3 or 5 (which pad), epochs and seed drawn."""
+"""Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, each rank's
+DistributedSampler indices per epoch, on 2 ranks then 3 or 5 (which pad), epochs and seed drawn."""
 
 import math
 import random
 from collections import Counter
 from collections.abc import Callable
 
-from torch.utils.data import DistributedSampler
-
 from ddp_lib.exercises.checking import check_on_ranks
+from ddp_lib.exercises.solutions.lesson05 import epoch_indices
 from ddp_lib.workers.shared import make_moons
 
 # 512 samples divide by 2 (nothing read twice) but by neither 3 nor 5 (the sampler pads 1 or 3).
@@ -17,12 +16,6 @@ EPOCH_CHOICES = range(2, 6)  # drawn without repeats: a fixed number of epochs m
 HINTS = ((r"Default process group has not been initialized",
           "DistributedSampler asks the process group for num_replicas and rank unless it is given them, and this "
           "worker joins none: pass num_replicas=world_size and rank=rank"),)
-
-
-def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
-    sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    sampler.set_epoch(epoch)
-    return list(sampler)
 
 
 def diagnose(results: list, epochs: int, seed: int) -> str | None:
@@ -57,11 +50,13 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
             if per_epoch[epoch] == per_epoch[epoch - 1]:
                 return (f"rank {rank} reads the same order in epoch {epoch} as in epoch {epoch - 1}; "
                         "call sampler.set_epoch(epoch) at the start of every epoch")
+    # The solution's orders, one epoch more: set_epoch(epoch + 1) gives the next epoch's.
+    reference = [epoch_indices(rank, world_size, epochs + 1, seed) for rank in range(world_size)]
     for epoch in range(epochs):
         for rank, per_epoch in enumerate(results):
-            if per_epoch[epoch] == (expected := _reference(rank, world_size, epoch, seed)):
+            if per_epoch[epoch] == (expected := reference[rank][epoch]):
                 continue
-            if per_epoch[epoch] == _reference(rank, world_size, epoch + 1, seed):
+            if per_epoch[epoch] == reference[rank][epoch + 1]:
                 return (f"rank {rank}'s order in epoch {epoch} is DistributedSampler's for epoch {epoch + 1}: epochs "
                         "count from 0; call sampler.set_epoch(epoch) with epoch from range(epochs)")
             at = next(i for i, (a, b) in enumerate(zip(per_epoch[epoch], expected)) if a != b)

@@ -1,6 +1,5 @@
-"""Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` returns world_size, local_rank,
-local_world_size and node_rank as ints, read from torchrun's environment; run under real torchrun on
-three layouts of local nodes, in a random order, node ranks drawn afresh. One line per mistake."""
+"""Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` returns torchrun's world_size, local_rank,
+local_world_size and node_rank as ints; run under torchrun on three layouts of nodes, node ranks drawn afresh."""
 
 import os
 import random

@@ -1,6 +1,5 @@
-"""Checkers for lesson 09's exercises, on 2 then 3 ranks: ``evaluate(model, dataset, rank, world_size)``
-(the accuracy over every sample once, although the sampler pads) and ``train_step(ddp_model, optimizer,
-micro_batches, max_norm)`` (accumulation under no_sync, the loss averaged, the synchronised gradient clipped)."""
+"""Checkers for lesson 09's exercises, on 2 then 3 ranks: ``evaluate`` (the accuracy over every sample once,
+although the sampler pads) and ``train_step`` (accumulation under no_sync, loss averaged, gradient clipped)."""
 
 import copy
 import secrets

@@ -1,6 +1,5 @@
-"""Checker for lesson 10's exercise: ``state_bytes(optimizer)``, the bytes of optimizer state this rank
-holds under DDP, ZeRO-1 and FSDP2, after the lesson's Adam step and after a step on a small model where
-some parameters have no gradient; and the learner's prediction of rank 0's bytes."""
+"""Checker for lesson 10's exercise: ``state_bytes(optimizer)``, the bytes of optimizer state this rank holds
+under DDP, ZeRO-1 and FSDP2 (two models, one with parameters left without a gradient), and the predictions."""
 
 from collections.abc import Callable
 
