@@ -15,6 +15,9 @@ from unittest import mock
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, own_line, readable, stopped_at
 from ddp_lib.launch_checks import check_worker
 
+# What the checkers count: every torch.distributed collective a learner is likely to call.
+COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "gather_object", "broadcast",
+               "broadcast_object_list", "all_to_all")
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
 MISSING_WAIT = "{}(..., async_op=True) returns before the data has arrived: call .wait() on the Work it returns"
 # (pattern in "Type: message", what to do), for failures whose own message does not say.
@@ -158,8 +161,8 @@ class _WatchedWork:
 
 @contextlib.contextmanager
 def counting_collectives(*names: str) -> Iterator[list[dict]]:
-    """In a rank: each call of ``torch.distributed``'s ``names`` in the block (name, op, async_op, waited,
-    group_size, its tensor's numel and dtype, seconds). ProcessGroup methods and DDP's calls are not seen."""
+    """In a rank: each call in the block of ``names`` (default: COLLECTIVES), with its op, async_op, waited, group_size,
+    tensor numel and dtype, and seconds. ProcessGroup methods and DDP's calls are not seen."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
@@ -186,7 +189,7 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
         return call
 
     with contextlib.ExitStack() as patches:  # each function put back however the block ends
-        for name in names:
+        for name in names or COLLECTIVES:
             wrapper = counted(name, getattr(distributed_c10d, name))
             for module in (distributed_c10d, dist):
                 patches.enter_context(mock.patch.object(module, name, wrapper))

@@ -4,9 +4,7 @@ size, is_main and every rank's name (drawn at check time) in rank order; counts 
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import check_on_ranks, names_called, run_counted, worker_name
-
-COLLECTIVES = ("all_gather_object", "gather_object", "broadcast_object_list", "all_gather", "all_reduce", "broadcast")
+from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, names_called, run_counted, worker_name
 
 
 def diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str | None:

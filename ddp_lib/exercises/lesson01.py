@@ -6,9 +6,7 @@ import numbers
 import random
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import MISSING_WAIT, check_on_ranks, names_called, run_counted, worker_name
-
-COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "broadcast")
+from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, check_on_ranks, names_called, run_counted, worker_name
 
 
 def _close(a: float, b: float) -> bool:
@@ -40,20 +38,19 @@ def diagnose(runs: list[dict], values: list[float]) -> str | None:
     if not wrong:
         return None
     rank, value = wrong[0]
-    if "reduce" in called and [r for r, _ in wrong] == list(range(1, world_size)):
-        return "only rank 0 has the mean: dist.reduce leaves it on the destination rank; all_reduce on every rank"
-    if _close(value, total):
-        return f"rank {rank} returned {value:g}, the sum over ranks: divide by world_size to get the mean"
-    divisor = total / value if value else 0
-    if divisor and _close(divisor, world_size ** 2):
-        return f"rank {rank} returned {value:g}: divided by world_size twice"
-    if divisor and _close(divisor, round(divisor)) and round(divisor) != world_size:
-        return (f"rank {rank} returned {value:g}, the sum divided by {round(divisor)}, a constant: divide by "
-                f"world_size ({world_size} here)")
-    if value.is_integer():
-        return (f"rank {rank} returned {value:g}, a whole number for a mean of {total / world_size:g}: integer "
-                "arithmetic; use a float tensor (dtype=torch.float32)")
-    return f"rank {rank} returned {value:g}, expected the mean {total / world_size:g}"
+    divisor, mean, returned = total / value if value else 0, total / world_size, f"rank {rank} returned {value:g}"
+    # (whether the first wrong value shows this mistake, the mistake and its fix): the first that holds is said.
+    mistakes = (
+        ("reduce" in called and [r for r, _ in wrong] == list(range(1, world_size)),
+         "only rank 0 has the mean: dist.reduce leaves it on the destination rank; all_reduce on every rank"),
+        (_close(value, total), f"{returned}, the sum over ranks: divide by world_size to get the mean"),
+        (divisor and _close(divisor, world_size ** 2), f"{returned}: divided by world_size twice"),
+        (divisor and _close(divisor, round(divisor)) and round(divisor) != world_size,
+         f"{returned}, the sum divided by {round(divisor)}, a constant: divide by world_size ({world_size} here)"),
+        (value.is_integer(), f"{returned}, a whole number for a mean of {mean:g}: integer arithmetic; use a float "
+         "tensor (dtype=torch.float32)"),
+    )
+    return next((said for seen, said in mistakes if seen), f"{returned}, expected the mean {mean:g}")
 
 
 def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30.0):

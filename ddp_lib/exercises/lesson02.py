@@ -4,10 +4,8 @@ the whole list split round robin into shares (drawn afresh, of unequal lengths);
 import random
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import check_on_ranks, names_called, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, names_called, run_counted, worker_name
 
-COLLECTIVES = ("all_gather_object", "all_gather", "gather_object", "broadcast_object_list", "all_reduce",
-               "broadcast", "all_to_all")
 HINTS = (
     (r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
     (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "

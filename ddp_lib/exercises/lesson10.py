@@ -99,8 +99,7 @@ def compare_predictions(predicted: dict, results: list[dict], report: Report) ->
 
 
 def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
-    """A report on ``state_bytes(optimizer)`` under DDP, ZeRO-1 and FSDP2 on every rank, and on ``predicted``
-    ({strategy: bytes on rank 0 for the lesson's model})."""
+    """A report on ``state_bytes`` under DDP, ZeRO-1 and FSDP2 on every rank, and on ``predicted`` (rank 0's bytes)."""
     if not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
     report = Report()
