@@ -15,7 +15,6 @@ from unittest import mock
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, own_line, readable, stopped_at
 from ddp_lib.launch_checks import check_worker
 
-# What the checkers count: every torch.distributed collective a learner is likely to call.
 COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "gather_object", "broadcast",
                "broadcast_object_list", "all_to_all")
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
