@@ -1,5 +1,5 @@
 """Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` returns torchrun's world_size, local_rank,
-local_world_size and node_rank as ints; run under torchrun on three layouts of nodes, node ranks drawn afresh."""
+local_world_size and node_rank as ints; run under torchrun on three layouts of nodes in a random order."""
 
 import os
 import random
@@ -75,13 +75,14 @@ def failure_line(error: WorkerError | None, returncode: int) -> str:
 def check_launch_info(launch_info: Callable | str, directory: str | None = None,
                       layouts: tuple[tuple[int, ...], ...] = LAYOUTS) -> Report:
     """A report on ``launch_info`` (or its ``"module:function"`` name, importable from ``directory``) under
-    torchrun on each of ``layouts`` in turn; stops at a job that fails."""
+    torchrun on each of ``layouts`` in a random order, lines in the order of ``layouts``; stops at a failure."""
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(filter(None, (os.path.abspath(directory or os.getcwd()), os.environ.get("PYTHONPATH"))))
+    found: dict[tuple[int, ...], list[str]] = {}
     report = Report()
-    for number, node_sizes in enumerate(layouts, 1):
-        where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
-        print(f"torchrun job {number} of {len(layouts)}, {where} on this machine", flush=True)
+    for number, node_sizes in enumerate(random.sample(layouts, len(layouts)), 1):
+        # Said without the layout: the order is drawn at random.
+        print(f"torchrun job {number} of {len(layouts)}: its nodes on this machine", flush=True)
         # The node started i-th gets node rank node_ranks[i]: node rank is not start order.
         node_ranks = random.sample(range(len(node_sizes)), len(node_sizes))
         job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),
@@ -90,9 +91,11 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None,
         if job.returncode != 0:
             report.fail(f"the job failed: {failure_line(job.error, job.returncode)}")
             return report
-        problems = find_problems(job.results, node_sizes)
-        for problem in problems:
+        found[node_sizes] = find_problems(job.results, node_sizes)
+    for node_sizes in layouts:
+        where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
+        for problem in found[node_sizes]:
             report.fail(f"{where}: {problem}")
-        if not problems:
+        if not found[node_sizes]:
             report.ok(f"{where}, every rank knows its node, its place on the node and the size of the job")
     return report
