@@ -1,11 +1,10 @@
 """What every exercise checker shares: the report, running the learner's worker on every rank
 (saying why a rank failed), and counting the collectives it called. See docs/contributing.md."""
 
-from __future__ import annotations
-
 import contextlib
 import importlib
 import inspect
+import numbers
 import pkgutil
 import re
 import time
@@ -16,6 +15,8 @@ from unittest import mock
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, own_line, readable, stopped_at
 from ddp_lib.launch_checks import check_worker
 
+COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "gather_object", "broadcast",
+               "broadcast_object_list", "all_to_all")
 COLLECTIVE_HINT = "does every rank call the same collectives, in the same order?"
 MISSING_WAIT = "{}(..., async_op=True) returns before the data has arrived: call .wait() on the Work it returns"
 # (pattern in "Type: message", what to do), for failures whose own message does not say.
@@ -42,8 +43,6 @@ class Report:
     def fail(self, text: str) -> None:
         self.lines.append(f"FAIL {text}")
 
-    __bool__ = passed.fget
-
     def __str__(self) -> str:
         verdict = "All checks passed." if self.passed else "Not yet: fix what the FAIL lines say."
         return "\n".join([*self.lines, verdict])
@@ -51,9 +50,7 @@ class Report:
 
 def worker_name(fn: Callable | str) -> str:
     """``"module:function"`` for the learner's worker (a function, or that string already)."""
-    if isinstance(fn, str):
-        fn = pkgutil.resolve_name(fn)  # fails here, in the caller, if it does not exist
-    return check_worker(fn)
+    return check_worker(pkgutil.resolve_name(fn) if isinstance(fn, str) else fn)
 
 
 def load_worker(target: str) -> Callable:
@@ -62,15 +59,23 @@ def load_worker(target: str) -> Callable:
     return pkgutil.resolve_name(target)
 
 
-def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), kwargs: dict | None = None,
-                 timeout: float = 60.0, hints: tuple[tuple[str, str], ...] = (), **options) -> list | None:
-    """``fn(rank, world_size, *args, **kwargs)``'s results on every rank (gloo), in rank order; None
-    when the job fails, with one FAIL line in ``report`` that says why (``hints``: (pattern, fix))."""
+def as_number(value: object) -> float | str:
+    """A float for a number however written (int, float, numpy scalar, one-element tensor), else its kind."""
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:
+        value = value.item()
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return f"a {type(value).__name__}"
+
+
+def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), timeout: float = 60.0,
+                 hints: tuple[tuple[str, str], ...] = ()) -> list | None:
+    """``fn(rank, world_size, *args)``'s results on every rank (gloo), in rank order; None when the
+    job fails, with one FAIL line in ``report`` that says why (``hints``: (pattern, fix))."""
     from ddp_lib.launch import launch  # imports torch, which lesson 06's checker never needs here
 
     try:
-        return launch(fn, world_size, args, kwargs, backend="gloo", timeout=timeout, show_output=False,
-                      **options).results
+        return launch(fn, world_size, args, backend="gloo", timeout=timeout, show_output=False).results
     except LaunchInputError as exc:
         report.fail(f"the worker cannot be launched: {exc}")
     except LaunchTimeout as exc:
@@ -91,8 +96,7 @@ def run_counted(rank: int, world_size: int, target: str, collectives: tuple[str,
 def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (), stop: bool = False,
                    where: Callable = lambda runs: f"world_size {len(runs)}", **options) -> Report:
     """Run ``run(rank, world_size, *args)`` (or ``*args(world_size)``) on each of ``world_sizes``; ``judge(runs)``
-    returns the problems (a sentence, a list, or None) and the PASS text, each said after ``where(runs)``.
-    ``stop``: at the first failure."""
+    returns the problems (a sentence, a list, or None) and the PASS text, said after ``where(runs)``."""
     report = Report()
     for world_size in world_sizes:
         runs = run_on_ranks(run, world_size, report, args(world_size) if callable(args) else args, **options)
@@ -156,15 +160,13 @@ class _WatchedWork:
 
 @contextlib.contextmanager
 def counting_collectives(*names: str) -> Iterator[list[dict]]:
-    """In a rank: each call of ``torch.distributed``'s functions ``names`` made in the block, as ``{"name",
-    "op", "async_op", "waited", "group_size", "numel", "dtype", "seconds"}`` (numel, dtype: of its
-    ``tensor``). Calls torch makes inside a counted one, ProcessGroup methods and DDP are not seen."""
+    """In a rank: each call in the block of ``names`` (default: COLLECTIVES), with its op, async_op, waited, group_size,
+    tensor numel and dtype, and seconds. ProcessGroup methods and DDP's calls are not seen."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
     calls: list[dict] = []
     inside = [False]  # a collective that torch runs inside a counted one is not the learner's call
-    originals = {name: getattr(distributed_c10d, name) for name in names}
 
     def counted(name: str, original: Callable) -> Callable:
         signature = inspect.signature(original)
@@ -186,8 +188,8 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
         return call
 
     with contextlib.ExitStack() as patches:  # each function put back however the block ends
-        for name, original in originals.items():
-            wrapper = counted(name, original)
+        for name in names or COLLECTIVES:
+            wrapper = counted(name, getattr(distributed_c10d, name))
             for module in (distributed_c10d, dist):
                 patches.enter_context(mock.patch.object(module, name, wrapper))
         yield calls
@@ -196,4 +198,3 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
 def names_called(calls: list[dict]) -> list[str]:
     """The distinct collectives among ``calls``, in the order first called."""
     return list(dict.fromkeys(call["name"] for call in calls))
-

@@ -1,26 +1,24 @@
 """Checker for lesson 00's exercise: ``who_am_i(rank, world_size, name)`` returns its rank, the world
 size, is_main and every rank's name (drawn at check time) in rank order; counts collectives."""
 
-from __future__ import annotations
-
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import check_on_ranks, names_called, run_counted, worker_name
-
-COLLECTIVES = ("all_gather_object", "gather_object", "broadcast_object_list", "all_gather", "all_reduce", "broadcast")
+from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, names_called, run_counted, worker_name
 
 
-def _diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str | None:
-    """What is wrong in rank ``rank``'s answer (None: nothing), the mistake named with its fix."""
+def diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str | None:
+    """What is wrong in rank ``rank``'s answer, the mistake named with its fix (None: nothing)."""
+    if isinstance(got, dict) and isinstance(got.get("everyone"), tuple):
+        got = {**got, "everyone": list(got["everyone"])}  # a tuple of the names is as good as the list
     if got == expected:
         return None
     if not isinstance(got, dict) or set(got) != set(expected):
-        return f"rank {rank} returned {got if isinstance(got, str) else sorted(got)}; expected a dict with keys " \
-               f"{list(expected)}"
-    for key in ("rank", "world_size", "is_main"):
-        if got[key] != expected[key]:
-            return f"rank {rank} returned {key}={got[key]!r}, expected {expected[key]!r}"
+        shown = sorted(got) if isinstance(got, dict) else f"a {type(got).__name__}"
+        return f"rank {rank} returned {shown}; expected a dict with keys {list(expected)}"
+    key = next((key for key in ("rank", "world_size", "is_main") if got[key] != expected[key]), None)
+    if key:
+        return f"rank {rank} returned {key}={got[key]!r}, expected {expected[key]!r}"
     everyone, names = got["everyone"], expected["everyone"]
     if len(names) > 1 and not called:
         return (f"no collective ran, so rank {rank} knows only its own name: get the others' names from them "
@@ -36,22 +34,15 @@ def _diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str 
     return f"rank {rank} returned everyone[{slot}]={everyone[slot]!r}; expected rank {slot}'s name, {names[slot]!r}"
 
 
-def _judge(names: list[str], runs: list[dict]) -> tuple[str | None, str]:
-    world_size = len(runs)
-    for rank, run in enumerate(runs):
-        got = run["result"]
-        if isinstance(got, dict) and isinstance(got.get("everyone"), tuple):
-            got["everyone"] = list(got["everyone"])  # a tuple of the names is as good as the list
-        expected = {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": names[:world_size]}
-        problem = _diagnose(rank, got if isinstance(got, dict) else f"a {type(got).__name__}", expected,
-                            names_called(run["calls"]))
-        if problem:
-            return problem, ""
-    return None, "every rank returned its rank, the world size, is_main and every rank's name"
-
-
 def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeout: float = 60.0):
     """A report on ``fn(rank, world_size, name)`` on each world size, names drawn now: one line per world size."""
     names = [secrets.token_hex(4) for _ in range(max(world_sizes))]
-    return check_on_ranks(run_counted, world_sizes, lambda runs: _judge(names, runs),
-                          (worker_name(fn), COLLECTIVES, names), timeout=timeout)
+
+    def judge(runs: list[dict]) -> tuple[str | None, str]:
+        expected = [{"rank": rank, "world_size": len(runs), "is_main": rank == 0, "everyone": names[:len(runs)]}
+                    for rank in range(len(runs))]
+        problems = [diagnose(rank, run["result"], expected[rank], names_called(run["calls"]))
+                    for rank, run in enumerate(runs)]
+        passed = "every rank returned its rank, the world size, is_main and every rank's name"
+        return next(filter(None, problems), None), passed
+    return check_on_ranks(run_counted, world_sizes, judge, (worker_name(fn), COLLECTIVES, names), timeout=timeout)

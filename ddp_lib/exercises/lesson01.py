@@ -1,38 +1,33 @@
 """Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)`` returns, on every
 rank, the mean of the ranks' ``x`` (drawn at check time) by an all-reduce; names the mistake."""
 
-from __future__ import annotations
-
 import math
 import numbers
 import random
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import MISSING_WAIT, check_on_ranks, names_called, run_counted, worker_name
-
-COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "broadcast")
+from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, check_on_ranks, names_called, run_counted, worker_name
 
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6)
 
 
-def _diagnose(runs: list[dict], values: list[float]) -> str | None:
+def diagnose(runs: list[dict], values: list[float]) -> str | None:
     """The mistake these ranks' answers show, named with its fix (None: they are right)."""
     world_size, total = len(runs), sum(values[:len(runs)])
-    mean = total / world_size
     calls = [call for run in runs for call in run["calls"]]
     called, late = names_called(calls), [c["name"] for c in calls if c["async_op"] and not c["waited"]]
     ops = {call["op"] for call in calls if call["name"] == "all_reduce"} - {"SUM", None}
+    if late:
+        return MISSING_WAIT.format(late[0])
     # A tensor is reported as its kind (the fix is .item()), as is anything else that is not a number.
     answers = [float(a) if isinstance(a, numbers.Real) and not isinstance(a, bool) else f"a {type(a).__name__}"
                for a in (run["result"] for run in runs)]
-    if late:
-        return MISSING_WAIT.format(late[0])
     kind = next((a for a in answers if isinstance(a, str)), None)
     if kind:
         return f"a rank returned {kind}, not a number" + (" (call .item() on it)" if "Tensor" in kind else "")
-    wrong = [(rank, a) for rank, a in enumerate(answers) if not _close(a, mean)]
+    wrong = [(rank, a) for rank, a in enumerate(answers) if not _close(a, total / world_size)]
     if not called:  # a right mean came through a route not counted (a ProcessGroup method)
         return "no collective ran: a rank knows only its own value; combine them with all_reduce" if wrong else None
     if "all_reduce" not in called:
@@ -43,27 +38,28 @@ def _diagnose(runs: list[dict], values: list[float]) -> str | None:
     if not wrong:
         return None
     rank, value = wrong[0]
-    if "reduce" in called and [r for r, _ in wrong] == list(range(1, world_size)):
-        return "only rank 0 has the mean: dist.reduce leaves it on the destination rank; all_reduce on every rank"
-    if _close(value, total):
-        return f"rank {rank} returned {value:g}, the sum over ranks: divide by world_size to get the mean"
-    divisor = total / value if value else 0
-    if divisor and _close(divisor, world_size ** 2):
-        return f"rank {rank} returned {value:g}: divided by world_size twice"
-    if divisor and _close(divisor, round(divisor)) and round(divisor) != world_size:
-        return (f"rank {rank} returned {value:g}, the sum divided by {round(divisor)}, a constant: divide by "
-                f"world_size ({world_size} here)")
-    if float(value).is_integer():
-        return (f"rank {rank} returned {value:g}, a whole number for a mean of {mean:g}: integer arithmetic; "
-                "use a float tensor (dtype=torch.float32)")
-    return f"rank {rank} returned {value:g}, expected the mean {mean:g}"
+    divisor, mean, returned = total / value if value else 0, total / world_size, f"rank {rank} returned {value:g}"
+    # (whether the first wrong value shows this mistake, the mistake and its fix): the first that holds is said.
+    mistakes = (
+        ("reduce" in called and [r for r, _ in wrong] == list(range(1, world_size)),
+         "only rank 0 has the mean: dist.reduce leaves it on the destination rank; all_reduce on every rank"),
+        (_close(value, total), f"{returned}, the sum over ranks: divide by world_size to get the mean"),
+        (divisor and _close(divisor, world_size ** 2), f"{returned}: divided by world_size twice"),
+        (divisor and _close(divisor, round(divisor)) and round(divisor) != world_size,
+         f"{returned}, the sum divided by {round(divisor)}, a constant: divide by world_size ({world_size} here)"),
+        (value.is_integer(), f"{returned}, a whole number for a mean of {mean:g}: integer arithmetic; use a float "
+         "tensor (dtype=torch.float32)"),
+    )
+    return next((said for seen, said in mistakes if seen), f"{returned}, expected the mean {mean:g}")
 
 
 def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30.0):
     """A report on ``fn(rank, world_size, x)`` on each world size: one line per world size."""
     # Values with a fractional part, drawn now: integer arithmetic shows.
     values = [random.randint(1, 99) + random.randint(1, 9) / 10 for _ in range(max(world_sizes))]
+
     def judge(runs: list[dict]) -> tuple[str | None, str]:
-        return _diagnose(runs, values), f"every rank returned the mean {sum(values[:len(runs)]) / len(runs):g}"
-    return check_on_ranks(run_counted, world_sizes, judge, (worker_name(fn), COLLECTIVES, values), timeout=timeout,
+        return diagnose(runs, values), f"every rank returned the mean {sum(values[:len(runs)]) / len(runs):g}"
+    return check_on_ranks(run_counted, world_sizes, judge,
+                          (worker_name(fn), COLLECTIVES, values), timeout=timeout,
                           where=lambda runs: f"world_size {len(runs)}, values {values[:len(runs)]}")

@@ -1,15 +1,11 @@
 """Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)`` returns, on every rank,
 the whole list split round robin into shares (drawn afresh, of unequal lengths); counts collectives."""
 
-from __future__ import annotations
-
 import random
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import check_on_ranks, names_called, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, names_called, run_counted, worker_name
 
-COLLECTIVES = ("all_gather_object", "all_gather", "gather_object", "broadcast_object_list", "all_reduce",
-               "broadcast", "all_to_all")
 HINTS = (
     (r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
     (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "
@@ -19,9 +15,7 @@ HINTS = (
 
 def interleave(shares: Sequence[Sequence]) -> list:
     """The whole list from the round-robin shares: item ``i`` is ``shares[i % world_size][i // world_size]``."""
-    world_size = len(shares)
-    n = sum(len(share) for share in shares)
-    return [shares[i % world_size][i // world_size] for i in range(n)]
+    return [shares[i % len(shares)][i // len(shares)] for i in range(sum(map(len, shares)))]
 
 
 def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> str | None:
@@ -50,12 +44,10 @@ def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> 
     return f"rank {rank} returned {order}: its {where}"
 
 
-def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout: float = 60.0,
-                     seed: int | None = None):
-    """A report on ``fn(rank, world_size, share)`` on each world size, shares drawn afresh (from ``seed``)."""
-    rng = random.Random(seed)
-    n = rng.choice([n for n in range(9, 30) if n % 2 and n % 3])
-    shares = {size: [[rng.randrange(1000) for _ in range(rank, n, size)] for rank in range(size)]
+def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout: float = 60.0):
+    """A report on ``fn(rank, world_size, share)`` on each world size, shares drawn afresh."""
+    n = random.choice([n for n in range(9, 30) if n % 2 and n % 3])  # unequal shares on 2 and 3 ranks
+    shares = {size: [[random.randrange(1000) for _ in range(rank, n, size)] for rank in range(size)]
               for size in world_sizes}
 
     def judge(runs: list[dict]) -> tuple[str | None, str]:

@@ -1,8 +1,5 @@
 """Checker for lesson 03's exercise: ``one_step(rank, world_size)`` picks its device from LOCAL_RANK,
-wraps ToyModel in DDP and takes one SGD step (lr=0.01) on ``ddp_model(x).sum()``, on two simulated
-layouts; a forward hook records each rank's weights and own gradient to compute the right step."""
-
-from __future__ import annotations
+wraps ToyModel in DDP and takes one SGD step (lr=0.01), on two simulated layouts of nodes."""
 
 import os
 from collections.abc import Callable
@@ -14,7 +11,8 @@ from ddp_lib.exercises.checking import check_on_ranks, load_worker, worker_name
 from ddp_lib.workers.placement import expected_device, simulate_nodes
 from ddp_lib.workers.shared import ToyModel, param_checksum
 
-NPROC_PER_NODE = {4: 2, 3: 3}  # world size: processes per node (2 nodes x 2, then 1 node x 3)
+NPROC_PER_NODE = {4: 2, 3: 3}  # world size: processes per node
+LAYOUTS = {4: "2 nodes x 2 ranks", 3: "1 node x 3 ranks"}
 LR = 0.01  # the exercise's learning rate
 HINTS = ((r"device_ids", "device_ids is for a model on one GPU; with a CPU model pass device_ids=None"),)
 
@@ -25,7 +23,7 @@ def _flat(tensors) -> torch.Tensor:
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """In each rank: the learner's worker under a simulated layout; the first ToyModel's weights at its
-    forward, this rank's own gradient (a tensor hook runs before DDP averages it), and its weights after."""
+    forward, this rank's own gradient (a tensor hook sees it before DDP averages it), and its weights after."""
     torch.manual_seed(int.from_bytes(os.urandom(8), "little"))  # weights and batch of this rank's own
     load_worker(target)  # read the learner's file fresh
     seen: dict = {}
@@ -49,27 +47,19 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
                                           "checksum": param_checksum(seen["model"]), "local_grad": grads}}
 
 
-def _placement_problem(rank: int, result: object, nproc_per_node: int) -> str | None:
-    if not isinstance(result, dict) or not {"local_rank", "device", "checksum"} <= set(result):
-        return f"rank {rank} returned {result!r}; return a dict with keys 'local_rank', 'device' and 'checksum'"
-    local_rank = rank % nproc_per_node
-    if result["local_rank"] != local_rank:
-        hint = " (that is RANK: read LOCAL_RANK instead)" if result["local_rank"] == rank else ""
-        return (f"rank {rank} (node {rank // nproc_per_node}) used local_rank {result['local_rank']}, "
-                f"expected {local_rank}{hint}")
-    if str(result["device"]) != expected_device(local_rank):
-        return (f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)} "
-                "(cuda:LOCAL_RANK where that GPU exists, else cpu)")
-    return None
-
-
 def diagnose(runs: list[dict]) -> str | None:
     """The first mistake found in one layout's runs, named with its fix (None: all is right)."""
     for rank, run in enumerate(runs):
-        problem = _placement_problem(rank, run["result"], NPROC_PER_NODE[len(runs)])
-        watched = run["watched"]
-        if problem:
-            return problem
+        result, watched, local_rank = run["result"], run["watched"], rank % NPROC_PER_NODE[len(runs)]
+        if not isinstance(result, dict) or not {"local_rank", "device", "checksum"} <= set(result):
+            return f"rank {rank} returned {result!r}; return a dict with keys 'local_rank', 'device' and 'checksum'"
+        if result["local_rank"] != local_rank:
+            hint = " (that is RANK: read LOCAL_RANK instead)" if result["local_rank"] == rank else ""
+            return (f"rank {rank} (node {rank // NPROC_PER_NODE[len(runs)]}) used local_rank {result['local_rank']}, "
+                    f"expected {local_rank}{hint}")
+        if str(result["device"]) != expected_device(local_rank):
+            return (f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)} "
+                    "(cuda:LOCAL_RANK where that GPU exists, else cpu)")
         if watched is None:
             return (f"rank {rank} never called a ToyModel: build ddp_lib.workers.shared.ToyModel, wrap it in DDP "
                     "and call the DDP model on the batch")
@@ -103,17 +93,11 @@ def diagnose(runs: list[dict]) -> str | None:
     return None
 
 
-def _layout(runs: list) -> str:
-    nproc_per_node = NPROC_PER_NODE[len(runs)]
-    nodes = len(runs) // nproc_per_node
-    return f"{nodes} node{'s' if nodes > 1 else ''} x {nproc_per_node} ranks"
-
-
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks, then 1 node x 3; stops at a failure."""
     def judge(runs: list[dict]) -> tuple[str | None, str]:
         devices = ", ".join(run["result"]["device"] for run in runs)
         return diagnose(runs), (f"every rank used its LOCAL_RANK's device ({devices}) and stepped along the average "
                                 "of all ranks' gradients to the same parameters")
-    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True, where=_layout,
-                          timeout=timeout, hints=HINTS)
+    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True,
+                          where=lambda runs: LAYOUTS[len(runs)], timeout=timeout, hints=HINTS)

@@ -1,31 +1,21 @@
 """Checker for lesson 04's exercise: ``average_gradients(model)``, called after backward on every rank
 (each with its own batch), must leave in each .grad its mean over the ranks; counts collectives."""
 
-from __future__ import annotations
-
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from ddp_lib.exercises.checking import (
-    MISSING_WAIT,
-    check_on_ranks,
-    counting_collectives,
-    load_worker,
-    names_called,
-    worker_name,
-)
+from ddp_lib.exercises.checking import MISSING_WAIT, check_on_ranks, counting_collectives, load_worker, worker_name
 
 ATOL = 1e-6
-COLLECTIVES = ("all_reduce", "reduce", "all_gather", "broadcast", "all_gather_object")
 
 
 def _grads(model) -> dict[str, torch.Tensor | None]:
     return {n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in model.named_parameters()}
 
 
-def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
+def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """In each rank: its own gradients for a batch of its own, and the .grads the learner's function left."""
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.gradients import make_mlp
@@ -33,15 +23,15 @@ def _run_learner(rank: int, world_size: int, target: str, seed: int) -> dict:
     with process_group(rank, world_size) as device:
         torch.seed()  # a batch of this rank's own, fresh on every check (make_mlp seeds the generator after)
         x, y = torch.randn(4, 8).to(device), torch.randn(4, 4).to(device)
-        model = make_mlp(seed).to(device)  # the same weights on every rank, as after DDP's broadcast
+        model = make_mlp(0).to(device)  # the same weights on every rank, as after DDP's broadcast
         nn.functional.mse_loss(model(x), y).backward()
         own = _grads(model)
-        with counting_collectives(*COLLECTIVES) as calls:
+        with counting_collectives() as calls:
             load_worker(target)(model)
         # The checker reads the gradients next: an unwaited all-reduce must not race with that read.
         torch.distributed.barrier()
         late = [call["name"] for call in calls if call["async_op"] and not call["waited"]]
-        return {"own": own, "called": names_called(calls), "late": late, "grads": _grads(model)}
+        return {"own": own, "called": [call["name"] for call in calls], "late": late, "grads": _grads(model)}
 
 
 def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
@@ -54,15 +44,13 @@ def diagnose(results: list[dict]) -> str | None:
     local = [r["own"] for r in results]
     mean = {n: sum(g[n] for g in local) / world_size for n in local[0]}
     wrong = [(rank, n) for rank, r in enumerate(results) for n in mean if not _close(r["grads"][n], mean[n])]
-    late = next((r["late"][0] for r in results if r["late"]), None)
-    if late:
+    if late := next((r["late"][0] for r in results if r["late"]), None):
         return MISSING_WAIT.format(late)
     if not wrong:
         return None
-    called = names_called([{"name": name} for r in results for name in r["called"]])
+    called = list(dict.fromkeys(name for r in results for name in r["called"]))
 
-    def everywhere(test) -> bool:
-        """test(the learner's .grad, the mean, this rank's own) holds for every wrong gradient."""
+    def everywhere(test) -> bool:  # test(the learner's .grad, the mean, this rank's own) for every wrong one
         return all(test(results[rank]["grads"][n], mean[n], local[rank][n]) for rank, n in wrong)
     if everywhere(lambda g, ref, own: g is None):
         return "the gradients are gone (.grad is None): average them in place, do not zero or delete them"
@@ -82,13 +70,12 @@ def diagnose(results: list[dict]) -> str | None:
     if 0 not in bad and "reduce" in called:
         return (f"rank 0 has the mean but rank(s) {bad} do not: dist.reduce leaves it on rank 0; all_reduce gives it "
                 "to every rank")
-    names = list(dict.fromkeys(n for _, n in wrong))
-    return f"these gradients do not hold the mean on rank(s) {bad}: {', '.join(names)}"
+    return f"these gradients do not hold the mean on rank(s) {bad}: {', '.join(dict.fromkeys(n for _, n in wrong))}"
 
 
-def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), seed: int = 0, timeout: float = 90):
+def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90):
     """A report on ``fn(model)`` after backward on each world size; stops at the first that fails."""
     def judge(results: list[dict]) -> tuple[str | None, str]:
         return diagnose(results), (f"on every rank, all {len(results[0]['grads'])} gradients are the mean over the "
                                    f"ranks (within {ATOL:g})")
-    return check_on_ranks(_run_learner, world_sizes, judge, (worker_name(fn), seed), stop=True, timeout=timeout)
+    return check_on_ranks(_run_learner, world_sizes, judge, (worker_name(fn),), stop=True, timeout=timeout)

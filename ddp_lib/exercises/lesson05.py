@@ -1,17 +1,13 @@
 """Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, each rank's
-sample indices per epoch from a DistributedSampler over make_moons(), compared with the sampler's
-order on 2 ranks then 3 or 5 (which pad), with epochs and seed drawn at check time."""
-
-from __future__ import annotations
+DistributedSampler indices per epoch, on 2 ranks then 3 or 5 (which pad), epochs and seed drawn."""
 
 import math
 import random
 from collections import Counter
 from collections.abc import Callable
 
-from torch.utils.data import DistributedSampler
-
 from ddp_lib.exercises.checking import check_on_ranks
+from ddp_lib.exercises.solutions.lesson05 import epoch_indices
 from ddp_lib.workers.shared import make_moons
 
 # 512 samples divide by 2 (nothing read twice) but by neither 3 nor 5 (the sampler pads 1 or 3).
@@ -22,29 +18,14 @@ HINTS = ((r"Default process group has not been initialized",
           "worker joins none: pass num_replicas=world_size and rank=rank"),)
 
 
-def draw_plan(rng: random.Random) -> list[tuple[int, int]]:
-    """(world_size, epochs) for each run of one check: 2 ranks, then 3 or 5; distinct epoch counts."""
-    world_sizes = (2, rng.choice(PADDED_WORLD_SIZES))
-    return list(zip(world_sizes, rng.sample(EPOCH_CHOICES, len(world_sizes))))
-
-
-def _reference(rank: int, world_size: int, epoch: int, seed: int) -> list[int]:
-    sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-    sampler.set_epoch(epoch)
-    return list(sampler)
-
-
 def diagnose(results: list, epochs: int, seed: int) -> str | None:
     """The first mistake in per-rank lists of indices per epoch, named with its fix (None: all right)."""
     world_size, n_samples = len(results), len(make_moons())
     for rank, value in enumerate(results):
-        if not isinstance(value, list) or len(value) != epochs:
-            return (f"rank {rank} returned {type(value).__name__} {str(value)[:60]}; expected a list with one "
-                    f"list of sample indices per epoch ({epochs} lists, one for each of the `epochs` it was given)")
-        for epoch, indices in enumerate(value):
-            if not isinstance(indices, list) or not all(isinstance(i, int) for i in indices):
-                return (f"rank {rank}, epoch {epoch}: expected a list of ints (e.g. list(sampler)), "
-                        f"got {str(indices)[:60]}")
+        if not isinstance(value, list) or len(value) != epochs or not all(
+                isinstance(indices, list) and all(isinstance(i, int) for i in indices) for indices in value):
+            return (f"rank {rank} returned {type(value).__name__} {str(value)[:60]}; expected one list of ints "
+                    f"(e.g. list(sampler)) per epoch: {epochs} lists, one for each of the `epochs` it was given")
     each = math.ceil(n_samples / world_size)  # drop_last=False: the sampler pads
     padding = each * world_size - n_samples
     for epoch in range(epochs):
@@ -62,10 +43,6 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
                     + (f" ({twice} repeats where padding makes {padding})" if padding else "")
                     + "; give DistributedSampler num_replicas=world_size and rank=rank, and the same seed on "
                       "every rank")
-        missing = sorted(set(range(n_samples)) - set(reads))
-        if missing:
-            return (f"epoch {epoch}: {len(missing)} samples (e.g. {missing[:3]}) are read by no rank; "
-                    "every rank must use the same DistributedSampler over the whole dataset")
     for rank, per_epoch in enumerate(results):
         if per_epoch[0] == [i % n_samples for i in range(rank, each * world_size, world_size)]:
             return f"rank {rank} reads samples in dataset order; create the sampler with shuffle=True"
@@ -73,12 +50,13 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
             if per_epoch[epoch] == per_epoch[epoch - 1]:
                 return (f"rank {rank} reads the same order in epoch {epoch} as in epoch {epoch - 1}; "
                         "call sampler.set_epoch(epoch) at the start of every epoch")
+    # The solution's orders, one epoch more: set_epoch(epoch + 1) gives the next epoch's.
+    reference = [epoch_indices(rank, world_size, epochs + 1, seed) for rank in range(world_size)]
     for epoch in range(epochs):
         for rank, per_epoch in enumerate(results):
-            expected = _reference(rank, world_size, epoch, seed)
-            if per_epoch[epoch] == expected:
+            if per_epoch[epoch] == (expected := reference[rank][epoch]):
                 continue
-            if per_epoch[epoch] == _reference(rank, world_size, epoch + 1, seed):
+            if per_epoch[epoch] == reference[rank][epoch + 1]:
                 return (f"rank {rank}'s order in epoch {epoch} is DistributedSampler's for epoch {epoch + 1}: epochs "
                         "count from 0; call sampler.set_epoch(epoch) with epoch from range(epochs)")
             at = next(i for i, (a, b) in enumerate(zip(per_epoch[epoch], expected)) if a != b)
@@ -89,11 +67,10 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
 
 
 def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None, seed: int | None = None):
-    """A report on ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan`` (drawn now
-    unless given, see :func:`draw_plan`), with ``seed`` drawn now unless given; stops at the first failure."""
-    rng = random.Random()
-    seed = rng.randint(1, 9999) if seed is None else seed
-    epochs = dict(draw_plan(rng) if plan is None else plan)
+    """A report on ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan``, by default
+    2 ranks then 3 or 5, distinct epoch counts drawn now; ``seed`` drawn now unless given."""
+    seed = random.randint(1, 9999) if seed is None else seed
+    epochs = dict(plan or zip((2, random.choice(PADDED_WORLD_SIZES)), random.sample(EPOCH_CHOICES, 2)))
 
     def judge(results: list) -> tuple[str | None, str]:
         return diagnose(results, epochs[len(results)], seed), (f"with seed {seed}, in every epoch every rank reads "

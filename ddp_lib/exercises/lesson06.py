@@ -1,8 +1,5 @@
-"""Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` returns world_size, local_rank,
-local_world_size and node_rank as ints, read from torchrun's environment; run under real torchrun on
-three layouts of local nodes, in a random order, node ranks drawn afresh. One line per mistake."""
-
-from __future__ import annotations
+"""Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` returns torchrun's world_size, local_rank,
+local_world_size and node_rank as ints; run under torchrun on three layouts of nodes in a random order."""
 
 import os
 import random
@@ -12,10 +9,10 @@ from ddp_lib.errors import WorkerError
 from ddp_lib.exercises.checking import Report, worker_name
 from ddp_lib.torchrun import run_nodes
 
-KEYS = ("world_size", "local_rank", "local_world_size", "node_rank")
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)",
          "node_rank": "GROUP_RANK (this node's rank; torchrun sets no NODE_RANK for its workers)"}
+KEYS = tuple(HINTS)
 
 # Processes on node 0, node 1, ... (by node rank): rank 1 is on node 1 in the first layout and on
 # node 0 in the second; the third has three nodes and a world size of 4, not 3.
@@ -29,14 +26,18 @@ def expected_layout(node_sizes: tuple[int, ...]) -> list[dict]:
             for node, size in enumerate(node_sizes) for local_rank in range(size)]
 
 
+def _as_int(value: object) -> object:
+    """The int a value stands for ("2", 2.0 and 2 are 2; a bool stands for none, None)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else None if isinstance(value, bool) else value
+
+
 def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     """One sentence per mistake in the per-rank dicts of a run whose node n runs node_sizes[n] processes."""
     expected_by_rank = expected_layout(node_sizes)
-    if len(results) != len(expected_by_rank):
+    if len(results) != len(expected_by_rank):  # a rank that returned nothing
         return [f"{len(results)} of {len(expected_by_rank)} ranks returned a result; every rank must return a dict"]
     for rank, info in enumerate(results):
-        if not isinstance(info, dict) or set(KEYS) - set(info):
-            missing = sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS)
+        if missing := sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS):
             return [f"rank {rank}: the result lacks {', '.join(missing)}"]
     problems = []
     typed = [(rank, key, info[key]) for rank, info in enumerate(results) for key in KEYS if type(info[key]) is not int]
@@ -51,13 +52,6 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
             rank, got, want = wrong[0]
             problems.append(f"rank {rank}: {key} is {got!r}, expected {want}: read {HINTS[key]}")
     return problems
-
-
-def _as_int(value: object) -> object:
-    """The int a value stands for ("2", 2.0 and 2 are 2; a bool stands for none, None)."""
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None if isinstance(value, bool) else value
 
 
 FAILURE_HINTS = (
@@ -82,15 +76,13 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None,
                       layouts: tuple[tuple[int, ...], ...] = LAYOUTS) -> Report:
     """A report on ``launch_info`` (or its ``"module:function"`` name, importable from ``directory``) under
     torchrun on each of ``layouts`` in a random order, lines in the order of ``layouts``; stops at a failure."""
-    directory = os.path.abspath(directory or os.getcwd())
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
-    path = os.pathsep.join(p for p in (directory, os.environ.get("PYTHONPATH", "")) if p)
-    order = random.sample(layouts, len(layouts))
+    path = os.pathsep.join(filter(None, (os.path.abspath(directory or os.getcwd()), os.environ.get("PYTHONPATH"))))
     found: dict[tuple[int, ...], list[str]] = {}
     report = Report()
-    for number, node_sizes in enumerate(order, 1):
+    for number, node_sizes in enumerate(random.sample(layouts, len(layouts)), 1):
         # Said without the layout: the order is drawn at random.
-        print(f"torchrun job {number} of {len(order)}: its nodes on this machine", flush=True)
+        print(f"torchrun job {number} of {len(layouts)}: its nodes on this machine", flush=True)
         # The node started i-th gets node rank node_ranks[i]: node rank is not start order.
         node_ranks = random.sample(range(len(node_sizes)), len(node_sizes))
         job = run_nodes(["-m", "ddp_lib.torchrun", target], nnodes=len(node_sizes),

@@ -1,32 +1,17 @@
 """Checker for lesson 07's exercise: ``evaluate(rank, world_size, metric)`` returns the mean of the
 ranks' metrics (drawn at check time) on every rank, without hanging; counts collectives."""
 
-from __future__ import annotations
-
 import math
-import numbers
 import random
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import check_on_ranks, names_called, run_counted, worker_name
-
-COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "gather_object", "broadcast",
-               "broadcast_object_list")
-
-
-def _number(value: object) -> float | str:
-    """A float for a number (a one-element tensor is one written differently), else what it is."""
-    if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:
-        value = value.item()
-    if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        return f"a {type(value).__name__}"
-    return float(value)
+from ddp_lib.exercises.checking import COLLECTIVES, as_number, check_on_ranks, names_called, run_counted, worker_name
 
 
 def _judge(results: list[dict], metrics: list[float]) -> tuple[str | None, str]:
     want = sum(metrics[:len(results)]) / len(results)
     silent = [rank for rank, r in enumerate(results) if not names_called(r["calls"])]
-    wrong = [(rank, value) for rank, value in enumerate(_number(r["result"]) for r in results)
+    wrong = [(rank, value) for rank, value in enumerate(as_number(r["result"]) for r in results)
              if isinstance(value, str) or not math.isclose(value, want, rel_tol=1e-5)]
     passed = f"every rank returned the mean {want:.4g}"
     if wrong and silent:

@@ -1,90 +1,65 @@
-"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and
-``measure_allreduce(rank, world_size, nbytes)``, whose time must be one of its own all-reduces of
-``nbytes`` (drawn) after a warm-up, as the public wrapper timed them, with algbw and busbw from it."""
-
-from __future__ import annotations
+"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and ``measure_allreduce(rank,
+world_size, nbytes)``, whose time must be one of its own all-reduces after a warm-up, as the checker timed them."""
 
 import itertools
 import math
-import numbers
 import random
 from collections.abc import Callable
 
 from ddp_lib.bench.report import bus_factor
-from ddp_lib.exercises.checking import Report, check_on_ranks, run_counted, worker_name
+from ddp_lib.exercises.checking import Report, as_number, check_on_ranks, run_counted, worker_name
 
 REL_TOL = 0.01
-# The learner's time must match one of its own all-reduces' durations as the checker timed them
-# (one call, or the mean of several in a row), give or take this factor and these seconds (Python's
-# call and the checker's bookkeeping, a millisecond or two on a busy machine).
+# The time must match one of the worker's all-reduces as the checker timed them (or the mean of several
+# in a row), give or take this factor and these seconds (Python's call and the checker's bookkeeping).
 MEASURED_FACTOR, MEASURED_SLACK_S = 1.5, 0.002
 KEYS = ("seconds", "algbw_gbs", "busbw_gbs")
+GB = "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"
 # algbw / (nbytes / seconds / 1e9) for the usual unit mistakes, and what each one means.
-ALGBW_MISTAKES = ((1e3, "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"),
-                  (1e9, "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"),
-                  (1e9 / 2**30, "that is GiB/s (2**30); nccl-tests reports GB/s (1e9 bytes)"),
+ALGBW_MISTAKES = ((1e3, GB), (1e9, GB), (1e9 / 2**30, "that is GiB/s (2**30); nccl-tests reports GB/s (1e9 bytes)"),
                   (4.0, "nbytes is already in bytes: do not multiply by the 4 bytes of a float32 again"))
 
 
 def _factor_mistake(ratio: float, world_size: int) -> str:
-    """What a wrong busbw/algbw ratio most likely means."""
-    if math.isclose(ratio, (world_size - 1) / world_size, rel_tol=1e-6):
-        return "the factor (N-1)/N is only one phase (reduce-scatter); all-reduce also all-gathers: 2(N-1)/N"
-    if math.isclose(ratio, 1.0, rel_tol=1e-6):
-        return f"busbw equals algbw: multiply by 2(N-1)/N ({bus_factor(world_size):g} for N={world_size})"
-    if math.isclose(ratio, 2.0, rel_tol=REL_TOL):
-        return "busbw is twice algbw: the factor is 2(N-1)/N, not 2 (each rank sends N-1 of its N chunks twice)"
-    return f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}"
-
-
-def _as_number(value: object) -> object:
-    """A float for a number however it is written (int, float, numpy scalar, one-element tensor);
-    anything else unchanged, to be reported as it is."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    if hasattr(value, "numel") and hasattr(value, "item") and value.numel() == 1:
-        return float(value.item())
-    return value
+    """What a wrong busbw/algbw ratio most likely means: (ratio, tolerance, meaning), the first match said."""
+    # Tight tolerances first: with N in the thousands (N-1)/N is within 1% of 1.
+    mistakes = (((world_size - 1) / world_size, 1e-6, "the factor (N-1)/N is only one phase (reduce-scatter); "
+                 "all-reduce also all-gathers: 2(N-1)/N"),
+                (1.0, 1e-6, f"busbw equals algbw: multiply by 2(N-1)/N ({bus_factor(world_size):g} for "
+                 f"N={world_size})"),
+                (2.0, REL_TOL, "busbw is twice algbw: the factor is 2(N-1)/N, not 2 (each rank sends N-1 of its N "
+                 "chunks twice)"))
+    return next((said for value, tol, said in mistakes if math.isclose(ratio, value, rel_tol=tol)),
+                f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}")
 
 
 def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
     """A report on ``busbw(algbw, world_size)`` for 2 and ``cases - 1`` world sizes up to 4096 drawn now."""
-    report = Report()
-    rng = random.Random()  # fresh each call: nothing to copy from a previous run
-    world_sizes = [2, *rng.sample(range(3, 4097), cases - 1)]
-    for world_size in world_sizes:
+    report, rng = Report(), random.Random()  # drawn afresh: nothing to copy from a previous run
+    for world_size in [2, *rng.sample(range(3, 4097), cases - 1)]:
         algbw = round(rng.uniform(0.5, 50), 3)
         try:
-            got = _as_number(busbw(algbw, world_size))
+            got = as_number(busbw(algbw, world_size))
         except Exception as exc:  # the learner's code: report whatever it raised
             report.fail(f"busbw(algbw, {world_size}) raised {type(exc).__name__}: {exc}")
             return report
         expected = algbw * bus_factor(world_size)
         if not isinstance(got, float) or not math.isclose(got, expected, rel_tol=1e-6):
             hint = f"; {_factor_mistake(got / algbw, world_size)}" if isinstance(got, float) and got else ""
-            report.fail(f"busbw({algbw}, {world_size}) returned {got!r}, expected {expected:.6g}{hint}")
+            report.fail(f"busbw({algbw}, {world_size}) returned {got}, expected {expected:.6g}{hint}")
             return report  # one line for one mistake: the other cases would say it again
         report.ok(f"busbw(algbw, {world_size}) = algbw x {bus_factor(world_size):g}")
     return report
 
 
-def _timed_candidates(durations: list[float]) -> list[float]:
-    """What a right answer may report: one all-reduce's duration, or the mean of several that ran
-    one after another (a loop timed and divided), in the order they ran."""
-    totals = list(itertools.accumulate(durations, initial=0.0))
-    return [(totals[j] - totals[i]) / (j - i) for i in range(len(durations)) for j in range(i + 1, len(durations) + 1)]
-
-
 def diagnose(results: list[dict], nbytes: int) -> str | None:
     """The first mistake in the ranks' results, named with its fix (None: all is right)."""
-    world_size = len(results)
     for rank, r in enumerate(results):
-        out = r["result"]
+        out, world_size = r["result"], len(results)
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"
         ours = [c for c in r["calls"] if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32"]
-        small = [c["group_size"] for c in ours if c["group_size"] != world_size]
-        if small:
+        if small := [c["group_size"] for c in ours if c["group_size"] != world_size]:
             return (f"rank {rank} all-reduced its {nbytes}-byte tensor in a group of {small[0]} rank(s), not over "
                     f"all {world_size}: all-reduce it in the job's process group (the default group)")
         if not r["calls"]:
@@ -96,13 +71,16 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
         seconds, algbw, busbw = (float(out[k]) for k in KEYS)
         if not seconds > 0:
             return f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"
-        # Near one all-reduce's time (or a run's mean), not merely between the fastest and the slowest.
         warm = [c["seconds"] for c in r["calls"][1:] if c in ours]  # the first all-reduce also connects
         if not warm:
             return (f"rank {rank} timed the first all-reduce it ran, which also sets up gloo's connections: run "
                     "one all-reduce first (a warm-up), then time another")
+        # Near one all-reduce's time or the mean of a run of them (a loop timed and divided), not merely
+        # between the fastest and the slowest.
+        totals = list(itertools.accumulate(warm, initial=0.0))
+        means = [(totals[j] - totals[i]) / (j - i) for i in range(len(warm)) for j in range(i + 1, len(warm) + 1)]
         if not any(c / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= c * MEASURED_FACTOR + MEASURED_SLACK_S
-                   for c in _timed_candidates(warm)):
+                   for c in means):
             low, high = min(c["seconds"] for c in ours), max(c["seconds"] for c in ours)
             return (f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took {low:.3g} to "
                     f"{high:.3g} s and none after the first (nor the mean of a run of them) took that long: time "
@@ -118,15 +96,13 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
 
 
 def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90) -> Report:
-    """A report on ``fn(rank, world_size, nbytes)`` on each world size, ``nbytes`` drawn now (4 to 16 MiB,
-    large enough that the all-reduce, not the timer, makes most of the time); stops at the first failure."""
+    """A report on ``fn(rank, world_size, nbytes)`` on each world size, ``nbytes`` drawn now (4 to 16 MiB: the
+    all-reduce, not the timer, makes most of the time); stops at the first failure."""
     nbytes = {world_size: 4 * random.randrange(1 << 20, 1 << 22) for world_size in world_sizes}
 
     def judge(results: list[dict]) -> tuple[str | None, str]:
-        world_size = len(results)
-        return diagnose(results, nbytes[world_size]), (
-            f"every rank timed its all-reduce of a float32 tensor of {nbytes[world_size]} bytes; algbw = bytes / "
-            f"seconds and busbw = algbw x {bus_factor(world_size):g} (2(N-1)/N)")
-    return check_on_ranks(run_counted, world_sizes, judge,
-                          lambda size: (worker_name(fn), ("all_reduce",), [nbytes[size]] * size), stop=True,
-                          timeout=timeout)
+        n, factor = nbytes[len(results)], bus_factor(len(results))
+        return diagnose(results, n), (f"every rank timed its all-reduce of a float32 tensor of {n} bytes; algbw = "
+                                      f"bytes / seconds and busbw = algbw x {factor:g} (2(N-1)/N)")
+    return check_on_ranks(run_counted, world_sizes, judge, lambda size: (worker_name(fn), ("all_reduce",),
+                          [nbytes[size]] * size), stop=True, timeout=timeout)

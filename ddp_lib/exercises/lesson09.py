@@ -1,9 +1,5 @@
-"""Checkers for lesson 09's exercises, on 2 then 3 ranks: ``evaluate(model, dataset, rank, world_size)``
-(the accuracy over every sample once, although the sampler pads) and ``train_step(ddp_model, optimizer,
-micro_batches, max_norm)`` (accumulation under no_sync, the loss averaged, the synchronised gradient
-clipped), each compared with the exact answer on inputs drawn in the ranks."""
-
-from __future__ import annotations
+"""Checkers for lesson 09's exercises, on 2 then 3 ranks: ``evaluate`` (the accuracy over every sample once,
+although the sampler pads) and ``train_step`` (accumulation under no_sync, loss averaged, gradient clipped)."""
 
 import copy
 import secrets
@@ -12,19 +8,16 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ddp_lib.exercises.checking import check_on_ranks
+from ddp_lib.exercises.checking import as_number, check_on_ranks
 
 WORLD_SIZES = (2, 3)
 EVAL_SIZES = (11, 7)  # multiples of neither 2 nor 3: the sampler pads both
-# Draws per size: with so few samples one draw can make a mistake give the exact value by chance
-# (every prediction right, or two shards with equal accuracies); every draw must come out exact.
-DRAWS = 4
+DRAWS = 4  # per size: on one small draw a mistake can give the exact value by chance; all must be exact
 TOL = 1e-5
 
 
 def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
-    """In each rank, for each held-out set drawn here: the learner's value, and this rank's (correct,
-    counted) for each way of counting (its real shard, the padded shard, drop_last)."""
+    """In each rank, per held-out set drawn here: the learner's value, and (correct, counted) per way of counting."""
     from torch.utils.data import DistributedSampler, TensorDataset
 
     from ddp_lib.process_group import process_group
@@ -40,22 +33,19 @@ def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
             with torch.no_grad():
                 right = (model(x).argmax(1) == y).double()
             padded = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False))
-            real = padded[:len(range(rank, n_eval, world_size))]  # positions past the end are padding
-            dropped = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False, drop_last=True))
-            value = evaluate(model, TensorDataset(x, y), rank, world_size)
-            found.append({"n_eval": n_eval, "value": value if isinstance(value, (int, float)) else repr(value)[:60],
-                          **{way: (right[picked].sum().item(), len(picked))
-                             for way, picked in (("real", real), ("padded", padded), ("drop_last", dropped))}})
+            ways = {"real": padded[:len(range(rank, n_eval, world_size))], "padded": padded,  # the rest is padding
+                    "drop_last": list(DistributedSampler(range(n_eval), world_size, rank, False, drop_last=True))}
+            value = as_number(evaluate(model, TensorDataset(x, y), rank, world_size))
+            found.append({"n_eval": n_eval, "value": value, **{way: (right[picked].sum().item(), len(picked))
+                                                               for way, picked in ways.items()}})
         return found
 
 
 def _evaluate_problem(rows: list[dict]) -> str | None:
     """The mistake one held-out set's per-rank rows show (None: every rank returned the exact accuracy)."""
-    def accuracy(way: str) -> float:
-        return sum(row[way][0] for row in rows) / sum(row[way][1] for row in rows)
-
-    def mean_of_accuracies(way: str) -> float:
-        return sum(row[way][0] / row[way][1] for row in rows) / len(rows)
+    def accuracy(way: str, averaged: bool = False) -> float:  # averaged: the mean of the ranks' accuracies
+        correct, counted = zip(*(row[way] for row in rows))
+        return sum(c / n for c, n in zip(correct, counted)) / len(rows) if averaged else sum(correct) / sum(counted)
 
     values, exact = [row["value"] for row in rows], accuracy("real")
     if any(abs(v - values[0]) > TOL for v in values):
@@ -64,15 +54,14 @@ def _evaluate_problem(rows: list[dict]) -> str | None:
                 "each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
                 "and all_reduce the counts")
         return f"the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}"
-    averaged = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and "
-                "counted samples and divide once")
-    # (what a value equal to this computation means, its fix), for the usual mistakes.
-    mistakes = ((accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
-                                      "skip the positions at or past len(dataset)")),
-                (mean_of_accuracies("real"), averaged), (mean_of_accuracies("padded"), averaged),
-                (accuracy("drop_last"), ("leaves out the samples drop_last=True drops", "count every sample once")))
     if abs(values[0] - exact) < TOL:
         return None
+    averaged = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and "
+                "counted samples and divide once")
+    mistakes = ((accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
+                                      "skip the positions at or past len(dataset)")),
+                (accuracy("real", True), averaged), (accuracy("padded", True), averaged),
+                (accuracy("drop_last"), ("leaves out the samples drop_last=True drops", "count every sample once")))
     what, fix = next((said for value, said in mistakes if abs(values[0] - value) < TOL), (None, None))
     if what:
         return f"{values[0]:.4f} {what} (exact: {exact:.4f}); {fix}"
@@ -85,10 +74,10 @@ def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
     bad = next((row["value"] for per_rank in results for row in per_rank if isinstance(row["value"], str)), None)
     if bad:
         return [f"evaluate returned {bad}; return the accuracy as a float"]
-    found: dict[int, list[str]] = {}
+    found: dict[int, list[str]] = {n: [] for n in EVAL_SIZES}
     for rows in zip(*results):
-        problem = _evaluate_problem(list(rows))
-        found.setdefault(rows[0]["n_eval"], []).extend([f"{rows[0]['n_eval']} samples: {problem}"] if problem else [])
+        if problem := _evaluate_problem(list(rows)):
+            found[rows[0]["n_eval"]].append(f"{rows[0]['n_eval']} samples: {problem}")
     return [next((p for p in problems if "different accuracies" in p), problems[0])
             for problems in found.values() if problems]
 
@@ -118,9 +107,8 @@ def draw_micro_batches() -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
 
 
 def reference_params(batches: list, divide: bool = True, clip: str | None = "after") -> torch.Tensor:
-    """The parameters after STEPS steps on every rank's micro-batches (``batches[rank]``), each rank
-    accumulating its own and the last backward averaging them, as DDP does; ``divide`` False and
-    ``clip`` "inside" (after every micro-batch's backward too) or None give the usual mistakes."""
+    """The parameters after STEPS steps on every rank's micro-batches (``batches[rank]``), averaged as DDP
+    does; ``divide`` False, ``clip`` "inside" (after each micro-batch's backward too) or None: the usual mistakes."""
     from ddp_lib.workers.training_loop import LoopNet
 
     torch.manual_seed(0)
@@ -145,8 +133,7 @@ def reference_params(batches: list, divide: bool = True, clip: str | None = "aft
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them, and here they are strings
-    """DDP's averaging all-reduce, counted."""
+def _counting_allreduce(state: dict, bucket):  # bucket unannotated: DDP checks a hook's annotations
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     state["all_reduces"] += 1
@@ -154,8 +141,8 @@ def _counting_allreduce(state: dict, bucket):  # no annotations: DDP checks them
 
 
 def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: list) -> dict:
-    """In each rank: the learner's steps on ``batches[rank]``; the parameters, DDP's all-reduces, and
-    each forward's batch size and whether it ran inside no_sync."""
+    """In each rank: the learner's steps on ``batches[rank]``; the parameters, DDP's all-reduces, the
+    no_sync blocks entered, and each forward's batch size and whether it ran inside no_sync."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ddp_lib.process_group import process_group
@@ -164,18 +151,13 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: l
     with process_group(rank, world_size):
         torch.manual_seed(0)
         model = LoopNet()
-        ddp_model = DDP(model)
-        counted = {"all_reduces": 0, "no_syncs": 0, "forwards": []}
+        ddp_model, no_sync = DDP(model), []
+        counted = {"all_reduces": 0, "no_syncs": no_sync, "forwards": []}
         ddp_model.register_comm_hook(counted, _counting_allreduce)
         # DDP decides in the forward whether the backward all-reduces.
         model.register_forward_pre_hook(lambda _module, inputs: counted["forwards"].append(
             (len(inputs[0]), not ddp_model.require_backward_grad_sync)))
-        no_sync = ddp_model.no_sync
-
-        def counted_no_sync():
-            counted["no_syncs"] += 1
-            return no_sync()
-        ddp_model.no_sync = counted_no_sync
+        ddp_model.no_sync = lambda enter=ddp_model.no_sync: no_sync.append(1) or enter()  # each use noted
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
@@ -203,7 +185,7 @@ def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
                 "every rank must step on the same, all-reduced gradient (is the last micro-batch's backward "
                 "outside no_sync?)"]
     problems, first = [], results[0]
-    largest = max((size for size, _ in first["forwards"]), default=0)
+    largest = max(size for size, _ in first["forwards"]) if first["forwards"] else 0
     if largest > MICRO_BATCH_SIZE:
         problems.append(f"the model ran a forward on {largest} samples at once, but a micro-batch holds "
                         f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch (the point of "

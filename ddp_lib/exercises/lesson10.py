@@ -1,8 +1,5 @@
-"""Checker for lesson 10's exercise: ``state_bytes(optimizer)``, the bytes of optimizer state this rank
-holds under DDP, ZeRO-1 and FSDP2, after the lesson's Adam step and after a step on a small model where
-some parameters have no gradient; and the learner's prediction of rank 0's bytes."""
-
-from __future__ import annotations
+"""Checker for lesson 10's exercise: ``state_bytes(optimizer)``, the bytes of optimizer state this rank holds
+under DDP, ZeRO-1 and FSDP2 (two models, one with parameters left without a gradient), and the predictions."""
 
 from collections.abc import Callable
 
@@ -11,36 +8,22 @@ from ddp_lib.exercises.checking import Report, run_on_ranks
 STRATEGIES = ("ddp", "zero1", "fsdp")
 PREDICTION_TOLERANCE = 0.02  # the ZeRO formula lands within 1% of DDP's and FSDP2's counts on 3 ranks
 MISS_BANDS = (1.1, 1.5, 2.0)  # a missed prediction is told only as one of these ratio bands, never the bytes
-HINTS = {
-    "zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state in its .optim attribute",
-    "fsdp": "the state tensors are DTensors: count their .to_local() part, not their global shape",
-    "ddp": "count every tensor in optimizer.state (exp_avg, exp_avg_sq and step for Adam)",
-}
-
-
-def _step_without_some_gradients(model, optimizer, rank: int) -> None:
-    """One step in which every other parameter has no gradient (it gets no state), then no gradients."""
-    from torch import nn
-
-    from ddp_lib.workers.beyond_ddp import batch
-
-    x, y = batch(0, rank, 8, next(model.parameters()).shape[-1])
-    nn.functional.mse_loss(model(x), y).backward()
-    for param in list(model.parameters())[::2]:
-        param.grad = None
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+HINTS = {"zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state in its .optim attribute",
+         "fsdp": "the state tensors are DTensors: count their .to_local() part, not their global shape",
+         "ddp": "count every tensor in optimizer.state (exp_avg, exp_avg_sq and step for Adam)"}
 
 
 def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
+    """In each rank, per strategy: the learner's count, the exact one and the one without Adam's step, after
+    the lesson's step and after a step on a small model in which every other parameter has no gradient."""
     import torch
+    from torch import nn
 
     from ddp_lib.process_group import process_group
     from ddp_lib.workers.beyond_ddp import batch, make_deep_mlp, optimizer_state_bytes, tensor_bytes, train_step, wrap
 
     def answer(optimizer) -> dict:
-        value = state_bytes(optimizer)
-        inner = getattr(optimizer, "optim", optimizer)
+        value, inner = state_bytes(optimizer), getattr(optimizer, "optim", optimizer)
         without_step = tensor_bytes(t for state in inner.state.values() for key, t in state.items()
                                     if key != "step" and isinstance(t, torch.Tensor))
         return {"value": value if type(value) is int else repr(value)[:60], "exact": optimizer_state_bytes(optimizer),
@@ -53,36 +36,40 @@ def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
             train_step(model, optimizer, *batch(0, rank, 16, 256))
             lesson = answer(optimizer)
             model, optimizer = wrap(make_deep_mlp(width=64, layers=2), strategy, lr=1e-3)
-            _step_without_some_gradients(model, optimizer, rank)
+            x, y = batch(0, rank, 8, 64)
+            nn.functional.mse_loss(model(x), y).backward()
+            for param in list(model.parameters())[::2]:
+                param.grad = None  # no gradient, so Adam gives it no state
+            optimizer.step()
             found[strategy] = {"lesson": lesson, "random": answer(optimizer)}
     return found
 
 
+def _problem(strategy: str, rank: int, found: dict, reveal: bool) -> str | None:
+    """What is wrong with this rank's counts under ``strategy`` (None: both exact). ``reveal``: name the
+    bytes it holds (only once the predictions are right, which those bytes would otherwise give away)."""
+    row, other = found["lesson"], found["random"]
+    bad = next((r["value"] for r in (row, other) if isinstance(r["value"], str)), None)
+    returned = f"{strategy}, rank {rank}: returned {row['value']} bytes"
+    if bad:
+        return f"{strategy}: state_bytes returned {bad}; return an int"
+    if row["value"] != row["exact"] and row["value"] == row["without_step"]:
+        return (f"{returned}, which leaves out Adam's `step` entries (a one-element tensor per parameter): count "
+                "every tensor in the state, whatever its key")
+    if row["value"] != row["exact"]:
+        held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
+        return f"{returned}, {held}; {HINTS[strategy]}"
+    if other["value"] != other["exact"]:
+        return (f"{strategy}, rank {rank}: returned {other['value']} bytes after a step in which some parameters had "
+                "no gradient (they get no state): count the tensors in the state, not the parameters")
+    return None
+
+
 def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
-    """One problem per strategy with a wrong count. ``reveal``: name the bytes the rank holds (only
-    once the predictions are right, which those bytes would otherwise give away)."""
-    problems = []
-    for strategy in STRATEGIES:
-        for rank, found in enumerate(results):
-            row, other = found[strategy]["lesson"], found[strategy]["random"]
-            if isinstance(row["value"], str) or isinstance(other["value"], str):
-                bad = row["value"] if isinstance(row["value"], str) else other["value"]
-                problems.append(f"{strategy}: state_bytes returned {bad}; return an int")
-            elif row["value"] != row["exact"] and row["value"] == row["without_step"]:
-                problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, which leaves out Adam's "
-                                "`step` entries (a one-element tensor per parameter): count every tensor in the "
-                                "state, whatever its key")
-            elif row["value"] != row["exact"]:
-                held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
-                problems.append(f"{strategy}, rank {rank}: returned {row['value']} bytes, {held}; {HINTS[strategy]}")
-            elif other["value"] != other["exact"]:
-                problems.append(f"{strategy}, rank {rank}: returned {other['value']} bytes after a step in which some "
-                                "parameters had no gradient (they get no state): count the tensors in the state, not "
-                                "the parameters")
-            else:
-                continue
-            break
-    return problems
+    """One problem per strategy with a wrong count: the first rank's."""
+    found = (next(filter(None, (_problem(s, rank, r[s], reveal) for rank, r in enumerate(results))), None)
+             for s in STRATEGIES)
+    return [problem for problem in found if problem]
 
 
 def _miss(guess: int, held: int) -> str:
@@ -112,13 +99,11 @@ def compare_predictions(predicted: dict, results: list[dict], report: Report) ->
 
 
 def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
-    """A report on ``state_bytes(optimizer)`` under DDP, ZeRO-1 and FSDP2 on every rank, and on ``predicted``
-    ({strategy: bytes on rank 0 for the lesson's model})."""
+    """A report on ``state_bytes`` under DDP, ZeRO-1 and FSDP2 on every rank, and on ``predicted`` (rank 0's bytes)."""
     if not isinstance(world_size, int) or world_size < 2:
         raise ValueError(f"world_size must be an int of at least 2, got {world_size!r}")
     report = Report()
-    results = run_on_ranks(_run_state_bytes, world_size, report, kwargs=dict(state_bytes=state_bytes), timeout=120)
-    if results is None:
+    if (results := run_on_ranks(_run_state_bytes, world_size, report, (state_bytes,), timeout=120)) is None:
         return report
     problems = diagnose(results, reveal=compare_predictions(predicted, results, report))
     for problem in problems:

@@ -2,8 +2,6 @@
 writes the file when it is absent or holds what the cell last wrote (recorded in ``.exercise_stubs.json``);
 otherwise it keeps the file and says so; ``%%exercise --reset FILE`` overwrites it."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from pathlib import Path
@@ -17,24 +15,17 @@ def _digest(text: str) -> str:
 
 
 def write_stub(line: str, cell: str) -> str:
-    """Write ``cell`` to the file named on ``line`` unless the learner changed that file elsewhere;
-    return the sentence to show."""
+    """Write ``cell`` to the file named on ``line`` unless the learner changed that file; say what was done."""
     words = line.split()
-    paths = [w for w in words if w != "--reset"]
-    reset = len(paths) < len(words)
+    paths, reset = [w for w in words if w != "--reset"], "--reset" in words
     if len(paths) != 1 or len(words) - len(paths) > 1 or not paths[0].endswith(".py"):
         raise ValueError(f"%%exercise {line.strip()!r}: {USAGE}")
     path = Path(paths[0])
     record_path = path.parent / RECORD
-    try:
-        record = json.loads(record_path.read_text())
-    except (OSError, ValueError):
-        record = {}
-    if path.exists() and not reset:
-        current = _digest(path.read_text())
-        if current != record.get(path.name) and current != _digest(cell):
-            return (f"Kept {path}: it was changed outside this cell, so the cell did not overwrite it. "
-                    f"To replace it with this cell's text, run the cell as %%exercise --reset {path}")
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    if path.exists() and not reset and _digest(path.read_text()) not in (record.get(path.name), _digest(cell)):
+        return (f"Kept {path}: it was changed outside this cell, so the cell did not overwrite it. "
+                f"To replace it with this cell's text, run the cell as %%exercise --reset {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(cell)
     record[path.name] = _digest(cell)

@@ -1,6 +1,4 @@
-"""Worked solutions of lesson 09's exercises (``ddp_lib.exercises.lesson09`` checks them)."""
-
-from __future__ import annotations
+"""Lesson 09, exercises 1 and 2: an exact distributed evaluation, and a step that accumulates and clips."""
 
 from contextlib import nullcontext
 
@@ -11,7 +9,6 @@ from torch.utils.data import DistributedSampler
 
 
 def evaluate(model: nn.Module, dataset, rank: int, world_size: int) -> float:
-    """Accuracy over every sample of ``dataset`` exactly once, the same on every rank."""
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
     counts = torch.zeros(2, dtype=torch.float64)  # correct, counted
     with torch.no_grad():
@@ -27,12 +24,9 @@ def evaluate(model: nn.Module, dataset, rank: int, world_size: int) -> float:
 
 def train_step(ddp_model: nn.Module, optimizer: torch.optim.Optimizer,
                micro_batches: list[tuple[torch.Tensor, torch.Tensor]], max_norm: float) -> None:
-    """One step over ``micro_batches``: accumulate without all-reducing until the last backward,
-    average the loss over the micro-batches, clip the synchronised gradient, step."""
     for k, (x, y) in enumerate(micro_batches):
-        last = k == len(micro_batches) - 1
-        # no_sync around the forward too: DDP decides there whether the backward all-reduces.
-        with ddp_model.no_sync() if not last else nullcontext():
+        # All but the last under no_sync, forward included: DDP decides there whether the backward all-reduces.
+        with ddp_model.no_sync() if k < len(micro_batches) - 1 else nullcontext():
             loss = nn.functional.cross_entropy(ddp_model(x), y) / len(micro_batches)
             loss.backward()
     nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)

@@ -1,13 +1,10 @@
-"""Worked solution of lesson 10's exercise (``ddp_lib.exercises.lesson10`` checks it)."""
-
-from __future__ import annotations
+"""Lesson 10, exercise 1: the bytes of optimizer state this rank holds, under DDP, ZeRO-1 or FSDP2."""
 
 import torch
 from torch.distributed.tensor import DTensor
 
 
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    """Bytes of the optimizer state this rank holds, under DDP, ZeRO-1 or FSDP2."""
     inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer: this rank's shard
     total = 0
     for state in inner.state.values():
