@@ -6,7 +6,13 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from ddp_lib.plots.start_here import plot_busy_port, plot_ddp_collectives, plot_job_map, plot_live_ranks
+from ddp_lib.plots.start_here import (
+    plot_busy_port,
+    plot_ddp_collectives,
+    plot_file_store,
+    plot_job_map,
+    plot_live_ranks,
+)
 
 
 def texts(fig) -> str:
@@ -37,4 +43,12 @@ def test_busy_port_names_the_port_and_job_map_the_spawn_call():
     plt.close(fig)
     fig = plot_job_map(world_size=2)
     assert "args=(world_size,)" in texts(fig) and "fn(1, 2)" in texts(fig)
+    plt.close(fig)
+
+
+def test_file_store_draws_one_box_per_rank_and_the_file():
+    fig = plot_file_store(world_size=3)
+    drawn = texts(fig)
+    assert all(f"rank {r}\n" in drawn for r in range(3)) and "rank 3\n" not in drawn
+    assert "some_file" in drawn and "3 ranks" in fig.axes[0].get_title()
     plt.close(fig)

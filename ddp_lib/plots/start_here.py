@@ -1,4 +1,4 @@
-"""Lesson 00's picture: what runs where when a notebook starts a DDP job.
+"""Lesson 00's pictures: what runs where when a notebook starts a DDP job, and the file a file:// job meets in.
 
 The notebook's kernel calls a launcher; the launcher starts ``world_size`` processes; each
 process calls ``init_process_group``, which meets the others through a store (a TCPStore at
@@ -125,5 +125,25 @@ def plot_busy_port(port: int = 12355) -> Figure:
     ax.set_ylim(0.4, 2.4)
     ax.axis("off")
     ax.set_title("Address already in use")
+    fig.tight_layout()
+    return fig
+
+
+def plot_file_store(world_size: int = 2) -> Figure:
+    """init_method="file://...": every rank reads and writes one shared file; no store listens on a port."""
+    fig, ax = plt.subplots(figsize=(9, 3.0))
+    width = 1.8 * world_size
+    for rank in range(world_size):
+        x = 0.1 + 1.8 * rank
+        _box(ax, x, 1.7, 1.5, 0.7, f"rank {rank}\ninit_process_group", RANK_COLOURS[rank])
+        ax.annotate("", xy=(width / 2, 0.95), xytext=(x + 0.75, 1.7),
+                    arrowprops=dict(arrowstyle="<->", color="black"))
+    _box(ax, width / 2 - 1.3, 0.35, 2.6, 0.6, "one file: some_file\nkeys the ranks write and read", "#ffffcc")
+    ax.text(width + 0.2, 1.3, "no port, no MASTER_ADDR:\nthe ranks meet in the file.\n"
+            "It must be new for each job.", fontsize=9, va="center")
+    ax.set_xlim(-0.1, width + 3.0)
+    ax.set_ylim(0.1, 2.6)
+    ax.axis("off")
+    ax.set_title(f"file:// : {world_size} ranks meet through one file")
     fig.tight_layout()
     return fig
