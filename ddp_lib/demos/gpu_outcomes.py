@@ -34,6 +34,13 @@ QUOTES: dict[str, Quote] = {
         "init_process_group's check of device_id, on a node with 2 GPUs",
         "distributed/distributed_c10d.py",
         ("is out of range. Please use a device index less than ", "the number of accelerators available: ")),
+    "barrier_warning": Quote(
+        ("UserWarning: barrier(): using the device under current context. You can specify `device_id` in "
+         "`init_process_group` to mute this warning.",),
+        "torch.distributed.barrier, on rank 0 of an nccl group given neither device_id= nor device_ids=",
+        "distributed/distributed_c10d.py",
+        ("barrier(): using the device under current context. ",
+         "You can specify `device_id` in `init_process_group` to mute this warning.")),
     "device_id_without_index": Quote(
         ('init_process_group(device_id=torch.device("cuda")): ValueError: Please use a device_id with index.',),
         "init_process_group's check of device_id, on a machine with CUDA",
@@ -75,7 +82,7 @@ def quote(key: str) -> str:
     """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and from
     where, the quoted lines, and, where torch's files hold the fixed words, whether this torch has them."""
     q = QUOTES[key]
-    text = ["Not run here: no GPU. On a machine with GPUs (quoted, not computed):"]
+    text = ["Not computed in this notebook. On a machine with GPUs, torch gives (quoted):"]
     text += ["  " + line for line in q.lines]
     text.append(f"Source: {q.source}.")
     if q.torch_file:
