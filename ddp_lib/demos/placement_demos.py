@@ -174,3 +174,28 @@ def gpus_seen_by_a_child(cuda_visible_devices: str | None) -> dict:
                             check=True, timeout=300).stdout.strip()
     variable, count = report.split("|")
     return {"CUDA_VISIBLE_DEVICES": variable, "device_count": int(count)}
+
+
+def visible_gpus(cuda_visible_devices: str) -> list[int | str]:
+    """The machine's GPU numbers that ``CUDA_VISIBLE_DEVICES=cuda_visible_devices`` lists, in the order
+    the process numbers them ``cuda:0``, ``cuda:1``, ...: torch's own parser of the variable, which
+    runs without a GPU (the cut at the machine's GPU count needs GPUs and is not applied)."""
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"CUDA_VISIBLE_DEVICES": cuda_visible_devices}):
+        return list(torch.cuda._parse_visible_devices())  # numbers, or GPU UUIDs as strings
+
+
+def documented(fn, first_words: str) -> str:
+    """The paragraph of ``fn``'s documentation that starts with ``first_words``: that line and the
+    more indented lines after it, under a comment naming the function."""
+    lines = inspect.getdoc(fn).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith(first_words)), None)
+    if start is None:
+        raise RuntimeError(f"torch {torch.__version__} changed {fn.__qualname__}'s documentation: {first_words!r}")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    end = start + 1
+    while end < len(lines) and lines[end].strip() and len(lines[end]) - len(lines[end].lstrip()) > indent:
+        end += 1
+    return (f"# from the documentation of {fn.__module__}.{fn.__qualname__}\n"
+            + "\n".join(line[indent:] for line in lines[start:end]))

@@ -1,0 +1,91 @@
+"""What lesson 03's GPU-only cells give on a machine with 2 GPUs, for readers without one: torch's and
+nccl's messages quoted word for word, each with where it comes from. Nothing here is computed or
+recorded; where torch's own files hold the fixed words of a message, ``quote`` checks that they are
+there in the installed torch, so a quote that torch stops printing is noticed."""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+
+class Quote(NamedTuple):
+    lines: tuple[str, ...]           # what the GPU cell prints there; "<rank>" stands for the rank's number
+    source: str                      # where the words come from, in plain words
+    torch_file: str | None = None    # a file of the installed torch that holds the fixed words
+    fixed_words: tuple[str, ...] = ()  # the parts of the message that do not vary
+
+
+QUOTES: dict[str, Quote] = {
+    "input_not_moved": Quote(
+        ("input not moved: RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu,",
+         "  different from other tensors on cuda:<rank> (when checking argument in method wrapper_CUDA_addmm)",
+         "input moved with .to(device): ['cuda:0', 'cuda:1']"),
+        "the device check torch runs before an operator's GPU kernel",
+        "lib/libtorch_cpu.so",
+        ("Expected all tensors to be on the same device, but got ", ", different from other tensors on ",
+         " (when checking argument in method ")),
+    "device_id_out_of_range": Quote(
+        ("ValueError: device_id cuda:2 is out of range. Please use a device index less than the number of "
+         "accelerators available: 2.",),
+        "init_process_group's check of device_id, on a node with 2 GPUs",
+        "distributed/distributed_c10d.py",
+        ("is out of range. Please use a device index less than ", "the number of accelerators available: ")),
+    "barrier_warning": Quote(
+        ("UserWarning: barrier(): using the device under current context. You can specify `device_id` in "
+         "`init_process_group` to mute this warning.",),
+        "torch.distributed.barrier, on rank 0 of an nccl group given neither device_id= nor device_ids=",
+        "distributed/distributed_c10d.py",
+        ("barrier(): using the device under current context. ",
+         "You can specify `device_id` in `init_process_group` to mute this warning.")),
+    "device_id_without_index": Quote(
+        ('init_process_group(device_id=torch.device("cuda")): ValueError: Please use a device_id with index.',),
+        "init_process_group's check of device_id, on a machine with CUDA",
+        "distributed/distributed_c10d.py",
+        ("Please use a device_id with index.",)),
+    "visible_devices": Quote(
+        ("CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4",
+         "CUDA_VISIBLE_DEVICES=2,3        -> torch.cuda.device_count() = 2"),
+        "CUDA's documented meaning of CUDA_VISIBLE_DEVICES, on a machine with 4 GPUs"),
+    "duplicate_gpu": Quote(
+        ("without set_device: torch.distributed.DistBackendError: NCCL error in: ..., invalid usage ...",
+         "  ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+         "  Last error:",
+         "  Duplicate GPU detected : rank 1 and rank 0 both on CUDA device <bus id>",
+         "with set_device, current device per rank: [0, 1]"),
+        "nccl's own check when it forms a communicator, raised by torch as DistBackendError"),
+    "bound_device": Quote(
+        ("device_id given: False  bound device per rank: [None, None]  all-reduce sums: [2.0, 2.0]",
+         "device_id given: True   bound device per rank: ['cuda:0', 'cuda:1']  all-reduce sums: [2.0, 2.0]"),
+        "init_process_group, which sets bound_device_id from device_id and nothing else",
+        "distributed/distributed_c10d.py",
+        ("pg.bound_device_id = device_id",)),
+    "checkpoint_on_gpus": Quote(
+        ("rank 0: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:0",
+         "rank 1: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:1"),
+        "torch.load's documentation: without map_location, tensors go back to the device they were saved from"),
+}
+
+
+def words_in_torch(quote: Quote) -> bool:
+    """Whether every one of ``quote.fixed_words`` is in ``quote.torch_file`` of the installed torch
+    (read as bytes: a compiled library holds its messages as plain strings)."""
+    path = Path(torch.__file__).parent / quote.torch_file
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        return all(data.find(words.encode()) >= 0 for words in quote.fixed_words)
+
+
+def quote(key: str) -> str:
+    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and from
+    where, the quoted lines, and, where torch's files hold the fixed words, whether this torch has them."""
+    q = QUOTES[key]
+    text = ["Not computed in this notebook. On a machine with GPUs, torch gives (quoted):"]
+    text += ["  " + line for line in q.lines]
+    text.append(f"Source: {q.source}.")
+    if q.torch_file:
+        found = "yes" if words_in_torch(q) else "NO (this torch words it differently)"
+        text.append(f"Checked: torch's own words for this are in the installed torch: {found}")
+    return "\n".join(text)

@@ -1,0 +1,49 @@
+"""Lesson 03's demos: each quoted GPU outcome says it is quoted and where it comes from, torch's own
+words for it are still in the installed torch wherever a torch file is named, and the helpers that read
+CUDA_VISIBLE_DEVICES and torch's documentation return what torch says."""
+
+import pytest
+import torch.distributed as dist
+
+from ddp_lib.demos import gpu_outcomes, placement_demos
+from ddp_lib.demos.gpu_outcomes import QUOTES, Quote
+
+
+@pytest.mark.parametrize("key", sorted(QUOTES))
+def test_each_quote_is_labelled_and_names_its_source(key):
+    text = gpu_outcomes.quote(key)
+    assert text.startswith("Not computed in this notebook.")
+    assert "(quoted)" in text
+    assert f"Source: {QUOTES[key].source}." in text
+    assert all(line in text for line in QUOTES[key].lines)
+
+
+@pytest.mark.parametrize("key", sorted(k for k, q in QUOTES.items() if q.torch_file))
+def test_torchs_words_for_each_checkable_quote_are_in_the_installed_torch(key):
+    quote = QUOTES[key]
+    assert quote.fixed_words, "a quote that names a torch file names the words to look for"
+    quoted = " ".join(" ".join(quote.lines).split())  # a message quoted over two lines reads as one
+    if "Error:" in quoted:  # a quoted message holds the fixed words it is checked by
+        assert all(" ".join(words.split()) in quoted for words in quote.fixed_words)
+    assert gpu_outcomes.words_in_torch(quote)
+    assert gpu_outcomes.quote(key).endswith("are in the installed torch: yes")
+
+
+def test_the_check_notices_words_torch_does_not_have():
+    invented = Quote(("ValueError: no such message",), "nowhere", "distributed/distributed_c10d.py",
+                     ("this sentence is in no torch file at all 7f3a",))
+    assert not gpu_outcomes.words_in_torch(invented)
+
+
+def test_visible_gpus_are_torchs_reading_of_the_variable_in_order():
+    assert placement_demos.visible_gpus("2,3") == [2, 3]
+    assert placement_demos.visible_gpus("1,0") == [1, 0]
+    assert placement_demos.visible_gpus("0,-1,2") == [0]  # a negative number ends the list
+
+
+def test_documented_returns_the_paragraph_torch_documents():
+    text = placement_demos.documented(dist.init_process_group, "device_id (torch.device")
+    assert "the communicator is immediately formed" in text
+    assert "_ranks:" not in text  # the next parameter is not part of the paragraph
+    with pytest.raises(RuntimeError, match="changed"):
+        placement_demos.documented(dist.init_process_group, "no such parameter")
