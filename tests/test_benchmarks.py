@@ -91,7 +91,7 @@ def test_ddp_rows_and_all_reduce_counts():
 
 
 def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
-    result = overlap.measure()
+    result = overlap.measure(quick=True)
     lanes = [r["lane"] for r in result["rows"]]
     # bucket_cap_mb=1 on the benchmark MLP: 4 buckets after DDP rebuilds them (lesson 08, exercise 3).
     assert lanes.count("all-reduce") == 4 and lanes.count("backward") >= 10
@@ -100,6 +100,11 @@ def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
     assert overlap.backward_end_ms(result) == max(r["end_ms"] for r in result["rows"] if r["lane"] == "backward")
     one_bucket = [r["lane"] for r in result["one_bucket"]]
     assert one_bucket.count("all-reduce") == 1 and one_bucket.count("phase") == len(overlap.PHASES)
+    # Every profiled step of each cap is summarised; the kept timeline is the median step's.
+    steps = result["steps"]
+    assert set(steps) == {"1", "25"} and len(steps["1"]) == len(steps["25"]) == overlap.QUICK_STEPS
+    assert sorted(s["step"] for s in steps["1"])[overlap.QUICK_STEPS // 2] == overlap.step_ms(result)
+    assert all(s["hidden"] == 0 for s in steps["25"])  # one bucket starts only when backward is done
 
 
 def test_the_step_breakdown_splits_backward_at_its_last_operator():
