@@ -5,7 +5,7 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
-from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, ring, scaling, startup
+from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, pinned, ring, scaling, startup, stats
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
 from ddp_lib.workers.shared import make_mlp
 
@@ -191,3 +191,47 @@ def test_the_plain_torch_timer_hands_every_rank_the_slowest_time():
     assert [nbytes for nbytes, _ in per_rank[0]] == sizes
     assert all(seconds > 0 for _, seconds in per_rank[0])
     assert per_rank[0] == per_rank[1]  # the MAX all-reduce gives both ranks the same time
+
+
+def test_a_difference_is_called_only_when_the_middle_halves_do_not_overlap():
+    assert stats.compare((2.0, 1.0, 3.0), (6.0, 5.0, 7.0)) == "lower"
+    assert stats.compare((6.0, 5.0, 7.0), (2.0, 1.0, 3.0)) == "higher"
+    assert stats.compare((2.0, 1.0, 5.5), (6.0, 5.0, 7.0)) == "undecided"
+
+
+def test_the_kept_overlap_run_summarises_every_step_of_both_caps():
+    kept = overlap.full_run()
+    steps = kept["steps"]
+    assert len(steps["1"]) == len(steps["25"]) == overlap.PROFILED_STEPS
+    assert all(step["hidden"] == 0 for step in steps["25"])
+    median_step = sorted(step["step"] for step in steps["1"])[overlap.PROFILED_STEPS // 2]
+    assert median_step == round(overlap.step_ms(kept), 3)
+    low, high = overlap.spread(kept, 1, "communication not hidden")[1:]
+    assert low <= high
+
+
+def test_pinning_reaches_every_thread_of_the_process():
+    import os
+    import threading
+
+    everywhere = os.sched_getaffinity(0)
+    ready, release = threading.Event(), threading.Event()
+    worker = threading.Thread(target=lambda: (ready.set(), release.wait()))
+    worker.start()
+    ready.wait()
+    try:
+        pinned.pin({min(everywhere)})
+        assert os.sched_getaffinity(worker.native_id) == {min(everywhere)}
+    finally:
+        pinned.pin(everywhere)
+        release.set()
+        worker.join()
+
+
+def test_the_kept_pinned_run_has_both_placements_and_messages_from_gloos_ring():
+    kept = pinned.full_run()
+    assert {(r["bytes"], r["placement"]) for r in kept["rows"]} == \
+        {(b, p) for b in pinned.SIZES for p in pinned.PLACEMENTS}
+    assert pinned.messages_per_rank(4, 2) == 1 and pinned.messages_per_rank(64, 2) == 4
+    assert pinned.messages_per_rank(64, 4) == 12
+    assert all(r["quartiles_us"][0] <= r["time_us"] <= r["quartiles_us"][1] for r in kept["rows"])

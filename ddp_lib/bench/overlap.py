@@ -196,15 +196,5 @@ def spread(result: dict, cap_mb: float, part: str) -> tuple[float, float, float]
     return (median(values), *quartiles(values))
 
 
-def compare(first: tuple[float, float, float], second: tuple[float, float, float]) -> str:
-    """"lower" or "higher" when the first's middle half lies wholly below or above the second's;
-    "undecided" when the two middle halves overlap: the noise is as large as the difference."""
-    if first[2] < second[1]:
-        return "lower"
-    if first[1] > second[2]:
-        return "higher"
-    return "undecided"
-
-
 def main(argv: list[str]) -> int:
     return run_main(argv, "overlap", __doc__, measure, COLUMNS)
