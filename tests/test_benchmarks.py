@@ -5,7 +5,7 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
-from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, ring, scaling, startup
+from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, pinned, ring, scaling, startup, stats
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
 from ddp_lib.workers.shared import make_mlp
 
@@ -91,7 +91,7 @@ def test_ddp_rows_and_all_reduce_counts():
 
 
 def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
-    result = overlap.measure()
+    result = overlap.measure(quick=True)
     lanes = [r["lane"] for r in result["rows"]]
     # bucket_cap_mb=1 on the benchmark MLP: 4 buckets after DDP rebuilds them (lesson 08, exercise 3).
     assert lanes.count("all-reduce") == 4 and lanes.count("backward") >= 10
@@ -100,6 +100,11 @@ def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
     assert overlap.backward_end_ms(result) == max(r["end_ms"] for r in result["rows"] if r["lane"] == "backward")
     one_bucket = [r["lane"] for r in result["one_bucket"]]
     assert one_bucket.count("all-reduce") == 1 and one_bucket.count("phase") == len(overlap.PHASES)
+    # Every profiled step of each cap is summarised; the kept timeline is the median step's.
+    steps = result["steps"]
+    assert set(steps) == {"1", "25"} and len(steps["1"]) == len(steps["25"]) == overlap.QUICK_STEPS
+    assert sorted(s["step"] for s in steps["1"])[overlap.QUICK_STEPS // 2] == overlap.step_ms(result)
+    assert all(s["hidden"] == 0 for s in steps["25"])  # one bucket starts only when backward is done
 
 
 def test_the_step_breakdown_splits_backward_at_its_last_operator():
@@ -186,3 +191,47 @@ def test_the_plain_torch_timer_hands_every_rank_the_slowest_time():
     assert [nbytes for nbytes, _ in per_rank[0]] == sizes
     assert all(seconds > 0 for _, seconds in per_rank[0])
     assert per_rank[0] == per_rank[1]  # the MAX all-reduce gives both ranks the same time
+
+
+def test_a_difference_is_called_only_when_the_middle_halves_do_not_overlap():
+    assert stats.compare((2.0, 1.0, 3.0), (6.0, 5.0, 7.0)) == "lower"
+    assert stats.compare((6.0, 5.0, 7.0), (2.0, 1.0, 3.0)) == "higher"
+    assert stats.compare((2.0, 1.0, 5.5), (6.0, 5.0, 7.0)) == "undecided"
+
+
+def test_the_kept_overlap_run_summarises_every_step_of_both_caps():
+    kept = overlap.full_run()
+    steps = kept["steps"]
+    assert len(steps["1"]) == len(steps["25"]) == overlap.PROFILED_STEPS
+    assert all(step["hidden"] == 0 for step in steps["25"])
+    median_step = sorted(step["step"] for step in steps["1"])[overlap.PROFILED_STEPS // 2]
+    assert median_step == round(overlap.step_ms(kept), 3)
+    low, high = overlap.spread(kept, 1, "communication not hidden")[1:]
+    assert low <= high
+
+
+def test_pinning_reaches_every_thread_of_the_process():
+    import os
+    import threading
+
+    everywhere = os.sched_getaffinity(0)
+    ready, release = threading.Event(), threading.Event()
+    worker = threading.Thread(target=lambda: (ready.set(), release.wait()))
+    worker.start()
+    ready.wait()
+    try:
+        pinned.pin({min(everywhere)})
+        assert os.sched_getaffinity(worker.native_id) == {min(everywhere)}
+    finally:
+        pinned.pin(everywhere)
+        release.set()
+        worker.join()
+
+
+def test_the_kept_pinned_run_has_both_placements_and_messages_from_gloos_ring():
+    kept = pinned.full_run()
+    assert {(r["bytes"], r["placement"]) for r in kept["rows"]} == \
+        {(b, p) for b in pinned.SIZES for p in pinned.PLACEMENTS}
+    assert pinned.messages_per_rank(4, 2) == 1 and pinned.messages_per_rank(64, 2) == 4
+    assert pinned.messages_per_rank(64, 4) == 12
+    assert all(r["quartiles_us"][0] <= r["time_us"] <= r["quartiles_us"][1] for r in kept["rows"])

@@ -131,3 +131,14 @@ def test_the_two_bucket_rules_give_torchs_4_and_lesson_04s_7_buckets_at_1_mib():
     fig = draw_bucket_rules(sizes, 2**20)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts.count("4 all-reduces") == 1 and texts.count("7 all-reduces") == 1
+
+
+def test_the_step_sketches_draw_one_row_per_lane():
+    from ddp_lib.plots.step_sketches import draw_ddp_step_sketch, draw_ring_vs_gloo, draw_scaling_sketch
+
+    ddp_rows = [t.get_text() for t in draw_ddp_step_sketch().axes[0].get_yticklabels()]
+    assert ddp_rows == ["local step", "DDP step, each rank"]
+    assert "1.25" in draw_scaling_sketch(step=1.0, alpha=0.6).axes[0].get_title()
+    ring = draw_ring_vs_gloo(world_size=4).axes[0]
+    texts = [t.get_text() for t in ring.texts]
+    assert texts.count("Python") == 6 + 1 and "6 Python calls" in texts

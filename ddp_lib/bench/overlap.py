@@ -1,8 +1,8 @@
-"""One torch DDP step profiled on rank 0 (2 ranks, small buckets): when the step's phases and
-backward's operators ran on the training thread, and when gloo's all-reduces ran on the process
-group's worker threads. This shows whether communication overlaps backward, measured rather than
-asserted, and splits the step into forward, backward's computation, the communication backward
-waited for, and the optimizer.
+"""torch DDP steps profiled on rank 0 (2 ranks), small buckets and one bucket in turn: when each
+step's phases and backward's operators ran on the training thread, and when gloo's all-reduces ran
+on the process group's worker threads. This shows whether communication overlaps backward, measured
+rather than asserted, and splits each step into forward, backward's computation, the communication
+backward waited for, and the optimizer.
 
     python -m ddp_lib bench overlap [--json]
 
@@ -23,6 +23,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, _train_step
 from ddp_lib.bench.report import run_main
+from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.launch import spawn
 from ddp_lib.process_group import process_group, wrap_ddp
 from ddp_lib.workers.shared import make_mlp
@@ -33,7 +34,8 @@ ONE_BUCKET_CAP_MB = 25.0  # all gradients in one bucket: it is ready only when b
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "  # how the profiler names a backward operator
 ALLREDUCE_NAME = "gloo:all_reduce"  # gloo's own record of one all-reduce, on gloo's worker thread
 PHASES = ("zero_grad", "forward", "backward", "optimizer")  # the profiled step's labelled parts
-PROFILED_STEPS = 5  # odd: one step is one sample, so the breakdown keeps the step of median length
+PROFILED_STEPS = 21  # per cap, odd: the kept timeline is the step of median length
+QUICK_STEPS = 5
 COLUMNS = [("lane", "lane", "s"), ("name", "event", "s"), ("start_ms", "start (ms)", ".3f"),
            ("end_ms", "end (ms)", ".3f")]
 
@@ -68,39 +70,62 @@ def _rows(events, origin: float) -> list[dict]:
     return sorted(rows, key=lambda r: r["start_ms"])
 
 
-def profile_ddp_step(rank: int, world_size: int, bucket_cap_mb: float = BUCKET_CAP_MB, seed: int = 0) -> list[dict]:
-    """Profile PROFILED_STEPS SGD steps of torch's DDP after three warm-up steps, each after a
-    barrier; rank 0's phases, backward operators and all-reduces of the step of median length, as
-    {"lane", "name", "start_ms", "end_ms"}, times from that step's start."""
+def profile_ddp_steps(rank: int, world_size: int, caps_mb: tuple[float, ...] = (BUCKET_CAP_MB, ONE_BUCKET_CAP_MB),
+                      steps: int = PROFILED_STEPS, seed: int = 0) -> dict[float, list[list[dict]]]:
+    """Profile ``steps`` SGD steps of torch's DDP for each bucket cap, the caps taken in turn (one
+    model per cap, same weights and batch), each step after a barrier and three warm-up steps per
+    model. Taken in turn, the caps share whatever else the machine does. Returns, per cap, rank 0's
+    phases, backward operators and all-reduces of every profiled step, as {"lane", "name",
+    "start_ms", "end_ms"}, times from that step's start."""
     with process_group(rank, world_size) as device:
-        model = wrap_ddp(make_mlp(seed, DDP_WIDTHS).to(device), device, bucket_cap_mb=bucket_cap_mb)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        models = {cap: wrap_ddp(make_mlp(seed, DDP_WIDTHS).to(device), device, bucket_cap_mb=cap) for cap in caps_mb}
+        optimizers = {cap: torch.optim.SGD(m.parameters(), lr=0.01) for cap, m in models.items()}
         g = torch.Generator().manual_seed(seed + rank)
         x = torch.randn(DDP_BATCH, DDP_WIDTHS[0], generator=g)
         y = torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g)
         for _ in range(3):  # DDP rebuilds its buckets after the first step; the rest warm up
-            _train_step(model, optimizer, x, y)
-        steps = []
-        for _ in range(PROFILED_STEPS):
-            torch.distributed.barrier()
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                _labelled_step(model, optimizer, x, y)
-            events = prof.events()
-            phases = [e for e in events if e.name in PHASES]
-            origin = min(e.time_range.start for e in phases)
-            steps.append(_rows(events, origin))
-        return sorted(steps, key=lambda rows: step_ms({"rows": rows}))[PROFILED_STEPS // 2]
+            for cap in caps_mb:
+                _train_step(models[cap], optimizers[cap], x, y)
+        profiled: dict[float, list[list[dict]]] = {cap: [] for cap in caps_mb}
+        for _ in range(steps):
+            for cap in caps_mb:
+                torch.distributed.barrier()
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    _labelled_step(models[cap], optimizers[cap], x, y)
+                events = prof.events()
+                origin = min(e.time_range.start for e in events if e.name in PHASES)
+                profiled[cap].append(_rows(events, origin))
+        return profiled
+
+
+def median_step(steps: list[list[dict]]) -> list[dict]:
+    """The rows of the step of median length (``steps`` is odd, so it is one of them)."""
+    return sorted(steps, key=lambda rows: step_ms({"rows": rows}))[len(steps) // 2]
+
+
+def step_summary(rows: list[dict]) -> dict[str, float]:
+    """One profiled step in numbers, ms: breakdown()'s four parts, the whole step, how long
+    all-reduces ran (communication_ms) and how long they ran while backward computed."""
+    result = {"rows": rows}
+    summary = {part: round(ms, 3) for part, ms in breakdown(result).items()}
+    summary.update({"step": round(step_ms(result), 3), "communication": round(communication_ms(result), 3),
+                    "hidden": round(overlapped_ms(result), 3)})
+    return summary
 
 
 def measure(quick: bool = False, repeats: int | None = None) -> dict:
-    """{"rows": rank 0's phases, backward operators and all-reduces of one profiled DDP step with
-    BUCKET_CAP_MB, "one_bucket": the same for ONE_BUCKET_CAP_MB, where nothing can overlap}."""
+    """{"rows": rank 0's phases, backward operators and all-reduces of the median profiled step
+    with BUCKET_CAP_MB, "one_bucket": the same for ONE_BUCKET_CAP_MB, where nothing can overlap,
+    "steps": each cap's step_summary() of every profiled step}. The caps are profiled in turn."""
+    count = repeats or (QUICK_STEPS if quick else PROFILED_STEPS)
+    count += 1 - count % 2  # odd, so the median is one step
     env = {"OMP_NUM_THREADS": "1"}
-    rows = spawn(profile_ddp_step, 2, args=(BUCKET_CAP_MB,), show_output=False, env=env)[0]
-    one_bucket = spawn(profile_ddp_step, 2, args=(ONE_BUCKET_CAP_MB,), show_output=False, env=env)[0]
-    return {"rows": rows, "bucket_cap_mb": BUCKET_CAP_MB, "one_bucket": one_bucket,
-            "one_bucket_cap_mb": ONE_BUCKET_CAP_MB, "torch": torch.__version__,
-            "load_average": round(os.getloadavg()[0], 1)}
+    caps = (BUCKET_CAP_MB, ONE_BUCKET_CAP_MB)
+    profiled = spawn(profile_ddp_steps, 2, args=(caps, count), show_output=False, env=env)[0]
+    return {"rows": median_step(profiled[BUCKET_CAP_MB]), "bucket_cap_mb": BUCKET_CAP_MB,
+            "one_bucket": median_step(profiled[ONE_BUCKET_CAP_MB]), "one_bucket_cap_mb": ONE_BUCKET_CAP_MB,
+            "steps": {f"{cap:g}": [step_summary(rows) for rows in profiled[cap]] for cap in caps},
+            "torch": torch.__version__, "load_average": round(os.getloadavg()[0], 1)}
 
 
 def full_run() -> dict:
@@ -163,6 +188,12 @@ def overlapped_ms(result: dict) -> float:
     computation_end_ms)."""
     end = computation_end_ms(result)
     return _union_ms([(r["start_ms"], min(r["end_ms"], end)) for r in result["rows"] if r["lane"] == "all-reduce"])
+
+
+def spread(result: dict, cap_mb: float, part: str) -> tuple[float, float, float]:
+    """Median, first and third quartiles of one part of step_summary() over a cap's profiled steps."""
+    values = [step[part] for step in result["steps"][f"{cap_mb:g}"]]
+    return (median(values), *quartiles(values))
 
 
 def main(argv: list[str]) -> int:

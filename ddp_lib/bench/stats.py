@@ -36,3 +36,14 @@ def time_in_turn(runs: dict[str, Callable[[], object]], repeats: int,
             if repeat:
                 times[name].append(time.perf_counter() - start)
     return times
+
+
+def compare(first: tuple[float, float, float], second: tuple[float, float, float]) -> str:
+    """Two (median, first quartile, third quartile) spreads: "lower" or "higher" when the first's
+    middle half lies wholly below or above the second's; "undecided" when the middle halves
+    overlap, so the noise is as large as the difference."""
+    if first[2] < second[1]:
+        return "lower"
+    if first[1] > second[2]:
+        return "higher"
+    return "undecided"

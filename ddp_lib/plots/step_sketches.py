@@ -1,0 +1,76 @@
+"""Schematics for lesson 08, drawn before the measurements they explain: a DDP step against a
+local step, 1 rank against 2 on a short step, and lesson 01's Python ring against gloo's."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from ddp_lib.plots.performance import _lane_bars
+
+COLORS = {"compute": "tab:blue", "copy": "lightgrey", "α": "tab:red", "S / β": "tab:orange",
+          "opt.": "tab:green", "Python": "tab:purple", "send/recv": "tab:orange"}
+
+
+def _row(ax, row: int, parts: list[tuple[str, float]], start: float = 0.0) -> float:
+    """Draw ``parts`` (label, length) back to back on ``row`` from ``start``; return where they end."""
+    for label, length in parts:
+        _lane_bars(ax, row, [(start, start + length)], COLORS[label])
+        if length >= 0.45:
+            ax.text(start + length / 2, row, label, ha="center", va="center", fontsize=7)
+        start += length
+    return start
+
+
+def _finish(fig, ax, rows: list[str], title: str):
+    ax.set_yticks(range(len(rows)), rows)
+    ax.invert_yaxis()
+    ax.set_xticks([])
+    ax.set_xlabel("time")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def draw_ddp_step_sketch(compute: float = 6.0, copy: float = 0.5, alpha: float = 0.6, bytes_time: float = 2.5):
+    """Schematic: a local step (compute, optimizer) above one rank's DDP step with one bucket:
+    the same compute, then the copy into the bucket, the all-reduce (α, then the bytes over β),
+    the copy back, and the optimizer. Nothing hides the all-reduce. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(9, 2.2))
+    _row(ax, 0, [("compute", compute), ("opt.", 0.6)])
+    added_from = compute
+    added_to = _row(ax, 1, [("compute", compute), ("copy", copy), ("α", alpha), ("S / β", bytes_time),
+                            ("copy", copy), ("opt.", 0.6)]) - 0.6
+    ax.annotate("", xy=(added_from, 0.6), xytext=(added_to, 0.6),
+                arrowprops={"arrowstyle": "<->", "color": "black"})
+    ax.text(added_to + 0.1, 0.6, "what DDP adds: at least α + S / β", va="center", fontsize=9)
+    ax.set_xlim(0, added_to + 5.5)
+    return _finish(fig, ax, ["local step", "DDP step, each rank"],
+                   "one bucket: the all-reduce starts when backward is done (a sketch)")
+
+
+def draw_scaling_sketch(step: float = 1.0, alpha: float = 0.6):
+    """Schematic: 1 rank does two steps of its batch in 2 t; 2 ranks do one each, side by side,
+    and each pays one all-reduce, in t + α. The speed-up is 2 t / (t + α). Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(8, 2.2))
+    one_end = _row(ax, 0, [("compute", step), ("compute", step)])
+    for rank in (1, 2):
+        two_end = _row(ax, rank, [("compute", step), ("α", alpha)])
+    ax.text(one_end + 0.05, 0, "2 t", va="center", fontsize=9)
+    ax.text(two_end + 0.05, 2, "t + α", va="center", fontsize=9)
+    return _finish(fig, ax, ["1 rank, 2 batches", "rank 0 of 2", "rank 1 of 2"],
+                   f"two batches: speed-up 2t / (t + α) = {2 * step / (step + alpha):.2f} here (a sketch)")
+
+
+def draw_ring_vs_gloo(world_size: int = 4, python: float = 0.8, transfer: float = 1.0):
+    """Schematic: lesson 01's ring makes a Python call (isend, recv, wait, add) at each of its
+    2 (N - 1) steps; gloo's all-reduce is one Python call, then its C++ loop sends and receives the
+    same steps with no Python in between. Returns the Figure."""
+    steps = 2 * (world_size - 1)
+    fig, ax = plt.subplots(figsize=(9, 1.8))
+    ring_end = _row(ax, 0, [part for _ in range(steps) for part in (("Python", python), ("send/recv", transfer))])
+    gloo_end = _row(ax, 1, [("Python", python)] + [("send/recv", transfer)] * steps)
+    ax.text(ring_end + 0.2, 0, f"{steps} Python calls", va="center", fontsize=9)
+    ax.text(gloo_end + 0.2, 1, "1 Python call", va="center", fontsize=9)
+    ax.set_xlim(0, ring_end * 1.25)
+    return _finish(fig, ax, ["lesson 01's ring", "gloo's all_reduce"],
+                   f"{world_size} ranks, {steps} steps: the same messages, Python once or at each step (a sketch)")
