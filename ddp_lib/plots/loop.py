@@ -187,10 +187,9 @@ def plot_collective_pairing():
     return fig
 
 
-def plot_scale_over_steps(steps: int = 7, overflow_step: int = 2, init_scale: float = 1024.0,
-                          growth_interval: int = 2):
-    """A schematic of a GradScaler's scale, by its rules: a step with an inf/nan gradient is skipped
-    and halves the scale; ``growth_interval`` clean steps in a row double it. Returns the Figure."""
+def scale_schedule(steps: int, overflow_step: int, init_scale: float, growth_interval: int) -> list[float]:
+    """The scale a GradScaler uses at each step, by its rules with the default factors: a step with an
+    inf/nan gradient is skipped and halves the scale; ``growth_interval`` clean steps in a row double it."""
     scale, clean, scales = init_scale, 0, []
     for step in range(steps):
         scales.append(scale)
@@ -200,6 +199,14 @@ def plot_scale_over_steps(steps: int = 7, overflow_step: int = 2, init_scale: fl
             clean += 1
             if clean == growth_interval:
                 scale, clean = scale * 2, 0
+    return scales
+
+
+def plot_scale_over_steps(steps: int = 7, overflow_step: int = 2, init_scale: float = 1024.0,
+                          growth_interval: int = 2):
+    """A schematic of a GradScaler's scale over the steps (``scale_schedule``), the overflowed step
+    marked. Returns the Figure."""
+    scales = scale_schedule(steps, overflow_step, init_scale, growth_interval)
     fig, ax = plt.subplots(figsize=(8, 2.8))
     ax.step(range(steps), scales, where="mid", color="0.3")
     for step, value in enumerate(scales):
