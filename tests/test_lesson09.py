@@ -88,7 +88,14 @@ def test_mismatched_collectives_of_one_shape_finish_with_the_wrong_sum():
 
 
 def test_the_lesson_schematics_draw():
-    from ddp_lib.plots.loop import plot_clipping, plot_compiled_backward, plot_dtype_flow, plot_padded_indices
+    from ddp_lib.plots.loop import (
+        plot_clipping,
+        plot_collective_pairing,
+        plot_compiled_backward,
+        plot_dtype_flow,
+        plot_padded_indices,
+        plot_scale_over_steps,
+    )
 
     assert len(plot_padded_indices(11, 2).axes[0].patches) == 12  # padded to a multiple of 2
     assert len(plot_padded_indices(7, 3).axes[0].patches) == 9
@@ -96,6 +103,24 @@ def test_the_lesson_schematics_draw():
     assert len(plot_compiled_backward(3).axes[0].patches) == (1 + 3) + (3 + 3)
     assert len(plot_dtype_flow().axes[0].patches) == 8  # four forward boxes, four backward
     assert len(plot_clipping(2).axes[0].patches) == 2 * 6 + 1  # six steps per rank, one frame
+    assert len(plot_collective_pairing().axes[0].patches) == 2 + 3  # rank 0's calls, rank 1's calls
+    assert len(plot_scale_over_steps(7, 2).axes[0].lines) == 1 + 7  # the scale, a marker per step
+
+
+def test_the_scale_schematic_follows_a_real_grad_scaler():
+    from ddp_lib.plots.loop import scale_schedule
+
+    weight = torch.nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2)
+    scales = []
+    for step in range(7):
+        scales.append(scaler.get_scale())
+        optimizer.zero_grad()
+        scaler.scale((weight * (float("inf") if step == 2 else 1.0)).sum()).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    assert scales == scale_schedule(7, overflow_step=2, init_scale=1024.0, growth_interval=2)
 
 
 def test_a_barrier_makes_the_other_ranks_wait_for_rank0s_save(tmp_path):

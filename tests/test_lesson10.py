@@ -325,6 +325,15 @@ def test_the_step_schematic_sends_what_the_ring_factors_say():
         "DDP": 3, "ZeRO-1 (torch)": 4.5, "FSDP2": 4.5, "FSDP2, no reshard": 3}
 
 
+def test_the_step_schematic_draws_only_the_rows_asked_for():
+    from ddp_lib.plots.beyond import plot_step_schedules, step_schedules
+
+    rows = ("FSDP2", "FSDP2, no reshard")
+    boxes = sum(len(step_schedules(3)[name]) for name in rows)
+    assert len(plot_step_schedules(3, strategies=rows).axes[0].patches) == boxes
+    assert len(plot_step_schedules(3).axes[0].patches) == sum(len(b) for b in step_schedules(3).values())
+
+
 def test_the_mesh_schematic_draws_four_ranks_two_rows_and_two_columns():
     from ddp_lib.plots.beyond import plot_mesh_2x2
 

@@ -101,11 +101,13 @@ def step_schedules(layers: int = 3) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def plot_step_schedules(layers: int = 3):
-    """A schematic: one row per strategy, the boxes of one step in order. A collective's width is
-    the bytes one rank sends on 2 ranks, in units of one layer's weights; compute boxes have a fixed
-    width. The number at the right end of a row sums the collectives' widths. Returns the Figure."""
-    schedules = step_schedules(layers)
+def plot_step_schedules(layers: int = 3, strategies: tuple[str, ...] | None = None):
+    """A schematic: one row per strategy (``strategies``, names of ``step_schedules``; None: all),
+    the boxes of one step in order. A collective's width is the bytes one rank sends on 2 ranks, in
+    units of one layer's weights; compute boxes have a fixed width. The number at the right end of a
+    row sums the collectives' widths. Returns the Figure."""
+    schedules = {name: boxes for name, boxes in step_schedules(layers).items()
+                 if strategies is None or name in strategies}
     fig, ax = plt.subplots(figsize=(11, 0.8 * len(schedules) + 1))
     for row, boxes in enumerate(schedules.values()):
         y, x, sent = len(schedules) - 1 - row, 0.0, 0.0

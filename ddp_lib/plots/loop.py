@@ -1,6 +1,6 @@
-"""Schematics for lesson 09: DistributedSampler's padded index list split between ranks, and when
+"""Schematics for lesson 09: DistributedSampler's padded index list split between ranks, when
 DDP's all-reduces can start in the backward of a compiled model, with and without the split into
-pieces (optimize_ddp)."""
+pieces (optimize_ddp), how collectives pair by order, and a GradScaler's scale over the steps."""
 
 from __future__ import annotations
 
@@ -153,5 +153,72 @@ def plot_clipping(world_size: int = 2):
     ax.axis("off")
     ax.set_title("clip after the all-reduce (and after unscale_): every rank clips the same gradient "
                  "by the same factor", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_collective_pairing():
+    """A schematic of lesson 09's rank-0-only evaluation with a stray all-reduce: each rank's
+    collectives in the order it calls them, after DDP's construction. The n-th call of rank 0 pairs
+    with the n-th of rank 1; the second pair differs in kind and shape, so it never finishes.
+    Returns the Figure."""
+    calls = {0: ["all-reduce\nfirst step's gradients", "all-reduce\nthe metric (evaluation)"],
+             1: ["all-reduce\nfirst step's gradients", "broadcast\nsecond forward: buckets",
+                 "broadcast\nsecond forward: buckets"]}
+    fig, ax = plt.subplots(figsize=(9, 2.4))
+    for rank, names in calls.items():
+        y = 1 - rank
+        for k, name in enumerate(names):
+            ax.add_patch(plt.Rectangle((k * 2.4, y - 0.3), 2.0, 0.6, facecolor=RANK_COLOURS[rank], alpha=0.5,
+                                       edgecolor="black"))
+            ax.text(k * 2.4 + 1.0, y, name, ha="center", va="center", fontsize=8)
+        ax.text(-0.2, y, f"rank {rank}", ha="right", va="center", fontsize=9)
+    for k, (colour, text) in enumerate((("tab:green", "pair: finishes"), ("tab:red", "pair: never finishes"))):
+        ax.annotate("", xy=(k * 2.4 + 1.0, 0.3), xytext=(k * 2.4 + 1.0, 0.7),
+                    arrowprops=dict(arrowstyle="<->", color=colour, lw=2))
+        ax.text(k * 2.4 + 1.1, 0.5, text, va="center", fontsize=8, color=colour)
+    ax.text(2 * 2.4 + 1.0, 1.0, "(not reached)", ha="center", va="center", fontsize=8, color="0.4")
+    ax.set_xlim(-1.2, 3 * 2.4)
+    ax.set_ylim(-0.5, 1.5)
+    ax.axis("off")
+    ax.set_title("the n-th collective of each rank pairs with the n-th of the other, whatever it is",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def scale_schedule(steps: int, overflow_step: int, init_scale: float, growth_interval: int) -> list[float]:
+    """The scale a GradScaler uses at each step, by its rules with the default factors: a step with an
+    inf/nan gradient is skipped and halves the scale; ``growth_interval`` clean steps in a row double it."""
+    scale, clean, scales = init_scale, 0, []
+    for step in range(steps):
+        scales.append(scale)
+        if step == overflow_step:
+            scale, clean = scale / 2, 0
+        else:
+            clean += 1
+            if clean == growth_interval:
+                scale, clean = scale * 2, 0
+    return scales
+
+
+def plot_scale_over_steps(steps: int = 7, overflow_step: int = 2, init_scale: float = 1024.0,
+                          growth_interval: int = 2):
+    """A schematic of a GradScaler's scale over the steps (``scale_schedule``), the overflowed step
+    marked. Returns the Figure."""
+    scales = scale_schedule(steps, overflow_step, init_scale, growth_interval)
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    ax.step(range(steps), scales, where="mid", color="0.3")
+    for step, value in enumerate(scales):
+        skipped = step == overflow_step
+        ax.plot(step, value, "X" if skipped else "o", color="tab:red" if skipped else "tab:blue", markersize=9)
+    ax.annotate("inf on one rank: every rank skips\nthis step, the scale halves",
+                xy=(overflow_step, scales[overflow_step]), xytext=(overflow_step + 0.6, scales[overflow_step] * 0.9),
+                fontsize=8, color="tab:red", arrowprops=dict(arrowstyle="->", color="tab:red"))
+    ax.set_xticks(range(steps))
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("step")
+    ax.set_ylabel("scale (log 2)")
+    ax.set_title(f"the scale: doubled after {growth_interval} clean steps, halved at an overflow", fontsize=10)
     fig.tight_layout()
     return fig

@@ -180,7 +180,7 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
                         p.grad /= world_size
                 else:
                     scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                    norm = nn.utils.get_total_norm([p.grad for p in model.parameters()])
+                    norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
                     if max_norm is not None:
                         nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
                     grad_norms.append(norm.item())
