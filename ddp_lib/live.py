@@ -136,6 +136,7 @@ class LiveRanks:
     def __init__(self, timeout: float = CELL_TIMEOUT_S):
         self.timeout = timeout
         self.world_size = 0  # 0 while no ranks run
+        self._restart = ""  # the %ranks line that started the running ranks
         self._job: Job | None = None
         self._conns: list = []
         self._files: contextlib.ExitStack | None = None
@@ -186,6 +187,7 @@ class LiveRanks:
         self._sources = {}
         self._conns = [ours for ours, _ in pipes]
         self.world_size = world_size
+        self._restart = f"%ranks {world_size}" + (" --init" if init else "")  # what a hint says to run again
         self._live = LiveOutput(specs[0].output.stdout_path, specs[0].output.stderr_path)
         self._others = {s.rank: (GrowingFile(s.output.stdout_path), GrowingFile(s.output.stderr_path))
                         for s in specs[1:]}
@@ -298,9 +300,9 @@ class LiveRanks:
                     if reply[0] == "error" and not (r in interrupted and reply[1] == "KeyboardInterrupt")}
         if dead or pending:
             stacks = dict(self._job.stacks)
-            world_size = self.world_size
+            restart = self._restart
             self._stop_quietly()
-            lost = f"every rank was stopped, so no variable survives: start them again (%ranks {world_size})"
+            lost = f"every rank was stopped, so no variable survives: start them again ({restart})"
             if dead:
                 rank = min(dead)
                 raise RanksError(f"rank {rank} {exit_text(dead[rank])} during the {what}; {lost}")
@@ -379,16 +381,16 @@ class LiveRanks:
         self._show_output()
         if not stuck and not dead:
             raise RanksInterrupted(f"interrupted: {_ranks_text(targets)} left the cell; every rank keeps its variables")
-        world_size = self.world_size
+        restart = self._restart
         where = "; ".join(f"rank {r} at {self._where(self._job.stacks.get(r, ''))}" for r in stuck)
         self._stop_quietly()
         if dead:
             rank = min(dead)
             raise RanksInterrupted(f"interrupted: rank {rank} {exit_text(dead[rank])}, so every rank was stopped "
-                                   f"and no variable survives: start them again (%ranks {world_size})")
+                                   f"and no variable survives: start them again ({restart})")
         raise RanksInterrupted(f"interrupted: {_ranks_text(stuck)} did not leave the cell within "
                                f"{INTERRUPT_GRACE_S:g} s ({where}), so every rank was stopped and no variable "
-                               f"survives: start them again (%ranks {world_size})")
+                               f"survives: start them again ({restart})")
 
     def _show_output(self) -> None:
         """Rank 0's output up to now (it was shown as it came), then the other ranks', in rank order;

@@ -108,7 +108,7 @@ def test_a_cell_that_waits_forever_ends_at_its_deadline_saying_where_each_rank_w
     assert time.monotonic() - started < 10
     error = caught.value
     assert str(error) == ("the cell did not finish within 2 s on rank 0; every rank was stopped, so no variable "
-                          "survives: start them again (%ranks 2)")
+                          "survives: start them again (%ranks 2 --init)")
     assert list(error.where) == [0]
     assert error.where[0].startswith("cell 1 line 4: dist.all_reduce(t), in all_reduce (torch/distributed/")
     assert not ranks.running
@@ -145,7 +145,7 @@ def test_a_rank_that_fails_while_its_peers_wait_for_it_ends_the_cell_soon(ranks)
     assert str(caught.value).startswith("rank 1 raised ValueError: no data (at cell 1 line 3: raise ValueError(")
     assert str(caught.value).endswith("rank 0 still ran 2 s later and did not leave the cell when interrupted "
                                       "(waiting in a collective, most likely); every rank was stopped, so no "
-                                      "variable survives: start them again (%ranks 2)")
+                                      "variable survives: start them again (%ranks 2 --init)")
     assert not ranks.running
 
 
@@ -279,7 +279,7 @@ def test_the_stop_button_stops_every_rank_when_one_cannot_leave_a_collective(ran
     assert str(caught.value).startswith("interrupted: rank 0 did not leave the cell within 2 s (rank 0 at cell 1 "
                                         "line 3: dist.all_reduce(torch.ones(1)), in all_reduce")
     assert str(caught.value).endswith("so every rank was stopped and no variable survives: start them again "
-                                      "(%ranks 2)")
+                                      "(%ranks 2 --init)")
     assert "Current thread" not in capsys.readouterr().err, "the stack went in the error, not in the output"
     assert wait_until_gone(pids) == []
 

@@ -268,8 +268,6 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
     if master_port is not None:
         command += ["--master-port", str(master_port)]
     shown = " ".join(["torchrun", *command[3:], script])
-    if master_port is not None:
-        shown = shown.replace(str(master_port), "<port>")  # a port that changes from run to run
     print(f"starting {jobs} x `{shown}` at once (several seconds)...", flush=True)
     running = []
     finished = []
