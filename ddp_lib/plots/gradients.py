@@ -132,7 +132,7 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
         labels += [f"{names[row]}: backward", f"{names[row]}: {len(tl['allreduces'])} all-reduces"]
         ticks += [y_backward, y_comm]
     ax.set_yticks(ticks, labels)
-    ax.set_xlabel("ms since backward() was called (each rank's own clock)")
+    ax.set_xlabel("ms since backward() was called, after a barrier (the ranks start together)")
     ax.set_title(title)
     ax.invert_yaxis()  # the first row on top
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)

@@ -290,7 +290,7 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
                       per_rank_batch: int = 256, way: TimelineWay = "torch", repeats: int = 1) -> dict:
     """Record one backward under DDP: when each weight's gradient was ready, when each all-reduce
     started and ended, when backward returned and when the gradients were averaged, in ms from the
-    start of backward (one clock per rank).
+    start of backward, which follows a barrier (each rank's clock, started together).
 
     Args:
         bucket_cap_mb: bucket size in MiB (torch and buckets).
@@ -322,6 +322,7 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
             events.clear()
             ready.clear()
             loss = nn.functional.mse_loss(model(x), y)
+            dist.barrier()  # the ranks start backward together, so their clocks can be compared
             start = clock()
             loss.backward()
             end = clock()

@@ -1,0 +1,59 @@
+"""Lesson 04's pictures of what overlap saves when communication is slow: a schematic of the two
+ways of putting buckets on a slow wire, and the measured backward times of each pass."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+from ddp_lib.plots.gradients import COMM_COLOURS
+
+WAY_COLOURS = {"no_sync": "lightgray", "overlap": COMM_COLOURS[0], "after_backward": COMM_COLOURS[1]}
+
+
+def plot_slow_wire_schematic(buckets: int = 4, backward: float = 8.0, delay: float = 2.5) -> Figure:
+    """Schematic: backward produces ``buckets`` buckets at even times; each takes ``delay`` on one
+    wire. Top, each bucket goes on the wire as soon as it is ready (overlap); bottom, every bucket
+    waits for the end of backward. The gap on the right is the time overlap saves."""
+    ready = [backward * (b + 1) / buckets for b in range(buckets)]
+    overlap, free = [], 0.0
+    for t in ready:  # one wire: a bucket starts when it is ready and the wire is free
+        start = max(t, free)
+        overlap.append(start)
+        free = start + delay
+    after = [backward + b * delay for b in range(buckets)]
+    fig, ax = plt.subplots(figsize=(9, 2.4))
+    for row, (name, starts) in enumerate((("overlap", overlap), ("after backward", after))):
+        y = 2.2 * row
+        ax.barh(y, backward, height=0.6, color="lightgray", edgecolor="black")
+        ax.text(backward / 2, y, "backward", ha="center", va="center", fontsize=8)
+        for b, start in enumerate(starts):
+            ax.barh(y + 0.8, delay, left=start, height=0.5, color=COMM_COLOURS[b % 2], edgecolor="black")
+            ax.text(start + delay / 2, y + 0.8, f"b{b}", ha="center", va="center", fontsize=8)
+        end = starts[-1] + delay
+        ax.axvline(end, ymin=0, ymax=1, color="black", linestyle=":", linewidth=0.8)
+        ax.text(end + 0.1, y + 0.2, f"done at {end:g}", fontsize=8)
+    ax.set_yticks([0, 0.8, 2.2, 3.0], ["overlap: compute", "wire", "after backward: compute", "wire"])
+    ax.set_xlabel("time (arbitrary units)")
+    ax.set_title("A slow wire: buckets sent during backward, or after it")
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(after) + delay + 2.5)
+    fig.tight_layout()
+    return fig
+
+
+def plot_slow_wire_times(ms: dict[str, list[float]]) -> Figure:
+    """One dot per timed pass of each way (overlap_on_slow_wire's "ms"), and each way's median."""
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    for row, (way, times) in enumerate(ms.items()):
+        ax.plot(times, [row] * len(times), "o", color=WAY_COLOURS.get(way, "gray"), markeredgecolor="black")
+        median = sorted(times)[len(times) // 2]
+        ax.plot([median, median], [row - 0.3, row + 0.3], color="black")
+    labels = {"no_sync": "backward alone (no_sync)", "overlap": "overlap", "after_backward": "after backward"}
+    ax.set_yticks(range(len(ms)), [labels.get(way, way) for way in ms])
+    ax.set_xlabel("ms from backward() called to backward() returned (bar: median)")
+    ax.set_title("Rank 0: each pass of each way")
+    ax.set_xlim(left=0)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig
