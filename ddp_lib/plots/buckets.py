@@ -1,5 +1,5 @@
-"""Lesson 04's pictures of what overlap saves when communication is slow: a schematic of the two
-ways of putting buckets on a slow wire, and the measured backward times of each pass."""
+"""Lesson 04's pictures of buckets: their layouts, and what overlap saves when communication is slow: a
+schematic of two ways of putting buckets on a slow wire, and the measured backward times of each pass."""
 
 from __future__ import annotations
 
@@ -54,6 +54,26 @@ def plot_slow_wire_times(ms: dict[str, list[float]]) -> Figure:
     ax.set_xlabel("ms from backward() called to backward() returned (bar: median)")
     ax.set_title("Rank 0: each pass of each way")
     ax.set_xlim(left=0)
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+def plot_bucket_layouts(layouts: dict[str, list[int]]) -> Figure:
+    """One row per setting: its buckets in the order they are sent, each box as wide as its bytes.
+    ``layouts`` maps a label to the bucket sizes in bytes (count_allreduces' bytes_in_order_sent)."""
+    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.55 * len(layouts)))
+    mib = 2**20
+    for row, (label, sizes) in enumerate(layouts.items()):
+        left = 0.0
+        for b, nbytes in enumerate(sizes):
+            ax.barh(row, nbytes / mib, left=left, height=0.6, color=COMM_COLOURS[b % 2], edgecolor="black")
+            ax.text(left + nbytes / mib / 2, row, f"b{b}: {nbytes / mib:.2f} MiB", ha="center", va="center",
+                    fontsize=8)
+            left += nbytes / mib
+    ax.set_yticks(range(len(layouts)), list(layouts))
+    ax.set_xlabel("MiB, in the order the buckets are sent (b0 first)")
+    ax.set_title("Four 1 MiB layers: the buckets of step 2")
     ax.invert_yaxis()
     fig.tight_layout()
     return fig
