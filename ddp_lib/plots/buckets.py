@@ -23,7 +23,7 @@ def plot_slow_wire_schematic(buckets: int = 4, backward: float = 8.0, delay: flo
         free = start + delay
     after = [backward + b * delay for b in range(buckets)]
     fig, ax = plt.subplots(figsize=(9, 2.4))
-    for row, (name, starts) in enumerate((("overlap", overlap), ("after backward", after))):
+    for row, starts in enumerate((overlap, after)):
         y = 2.2 * row
         ax.barh(y, backward, height=0.6, color="lightgray", edgecolor="black")
         ax.text(backward / 2, y, "backward", ha="center", va="center", fontsize=8)
@@ -64,7 +64,7 @@ def plot_bucket_layouts(layouts: dict[str, list[int]]) -> Figure:
     ``layouts`` maps a label to the bucket sizes in bytes (count_allreduces' bytes_in_order_sent)."""
     fig, ax = plt.subplots(figsize=(9, 0.6 + 0.55 * len(layouts)))
     mib = 2**20
-    for row, (label, sizes) in enumerate(layouts.items()):
+    for row, sizes in enumerate(layouts.values()):
         left = 0.0
         for b, nbytes in enumerate(sizes):
             ax.barh(row, nbytes / mib, left=left, height=0.6, color=COMM_COLOURS[b % 2], edgecolor="black")
