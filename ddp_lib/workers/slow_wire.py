@@ -119,3 +119,21 @@ def overlap_on_slow_wire(rank: int, world_size: int, delay_ms: float = 10.0, rep
         finally:
             wire.close()
         return {"ms": times, "buckets": buckets, "delay_ms": delay_ms}
+
+
+def slow_wire_gradients_match_default(rank: int, world_size: int, hold_until_last: bool = False,
+                                      delay_ms: float = 1.0, per_rank_batch: int = 8) -> float:
+    """One backward through two DDP copies of one model on this rank's data: one with SlowWire's hook,
+    one with DDP's default all-reduce. Returns the largest difference of their gradients."""
+    with process_group(rank, world_size) as device:
+        models = [wrap_ddp(make_mlp(0, WIDTHS).to(device), device, bucket_cap_mb=0.3) for _ in range(2)]
+        wire = SlowWire(delay_ms, hold_until_last)
+        models[0].register_comm_hook(None, wire.hook)
+        x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, widths=WIDTHS))
+        try:
+            for model in models:
+                nn.functional.mse_loss(model(x), y).backward()
+        finally:
+            wire.close()
+        return max((a.grad - b.grad).abs().max().item()
+                   for a, b in zip(models[0].parameters(), models[1].parameters()))
