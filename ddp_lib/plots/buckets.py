@@ -77,3 +77,30 @@ def plot_bucket_layouts(layouts: dict[str, list[int]]) -> Figure:
     ax.invert_yaxis()
     fig.tight_layout()
     return fig
+
+
+def plot_scratch_ways(params: int = 6, per_bucket: int = 2) -> Figure:
+    """Schematic of the three scratch DDPs on one rank: backward produces ``params`` gradients, last
+    layer first; after backward, one all-reduce per parameter once backward ends; per-parameter hooks,
+    one as each gradient is ready; buckets, one per ``per_bucket`` gradients, as each bucket fills."""
+    ready = [1.0 + b for b in range(params)]  # gradient b is ready at the end of its slot
+    backward = float(params + 0.2)
+    ways = {
+        "all-reduce after backward": [(backward + 0.6 * b, 0.5, f"p{b}") for b in range(params)],
+        "a hook per parameter": [(t, 0.5, f"p{b}") for b, t in enumerate(ready)],
+        "buckets": [(ready[b + per_bucket - 1], 0.9, f"b{b // per_bucket}") for b in range(0, params, per_bucket)],
+    }
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    for row, boxes in enumerate(ways.values()):
+        y = 1.6 * row
+        ax.barh(y, backward, height=0.5, color="lightgray", edgecolor="black")
+        ax.text(0.2, y, "backward", va="center", fontsize=8)
+        for k, (start, length, label) in enumerate(boxes):
+            ax.barh(y + 0.6, length, left=start, height=0.45, color=COMM_COLOURS[k % 2], edgecolor="black")
+            ax.text(start + length / 2, y + 0.6, label, ha="center", va="center", fontsize=7)
+    ax.set_yticks([1.6 * row + 0.3 for row in range(len(ways))], list(ways))
+    ax.set_xlabel("time (arbitrary units); p = a parameter's all-reduce, b = a bucket's")
+    ax.set_title("When the three scratch DDPs send (one gradient ready per time unit)")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    return fig
