@@ -19,6 +19,7 @@ from ddp_lib.workers.train import (
     load_latest_checkpoint,
     save_checkpoint,
     train,
+    train_runs,
 )
 from ddp_lib.workers.train_pitfalls import state_dict_keys, uneven_batches
 
@@ -266,3 +267,11 @@ def test_warmup_changes_the_first_steps_and_a_resume_continues_its_schedule(tmp_
     assert resumed["start_epoch"] == 1
     assert resumed["losses"] == pytest.approx(straight["losses"], abs=1e-6)  # epoch 2 still warmed up
     assert _max_diff(resumed, straight) < 1e-6
+
+
+def test_train_runs_shares_one_group_and_gives_what_separate_jobs_give():
+    runs = [dict(epochs=2, lr=0.1, seed=1), dict(epochs=2, lr=0.4, seed=2, warmup_steps=4)]
+    together = spawn(train_runs, 2, kwargs=dict(runs=runs), show_output=False)[0]
+    apart = [spawn(train, 2, kwargs=kwargs, show_output=False)[0] for kwargs in runs]
+    assert [r["losses"] for r in together] == [r["losses"] for r in apart]
+    assert together[0]["losses"] != together[1]["losses"]

@@ -112,27 +112,28 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
     below it one bar per all-reduce. ``timelines`` are backward_timeline's results in rank order;
     ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank)."""
     names = names or [f"rank {rank}" for rank in range(len(timelines))]
-    fig, ax = plt.subplots(figsize=(10, 1 + 1.1 * len(timelines)))
+    lanes = max((ev["bucket"] for tl in timelines for ev in tl["allreduces"]), default=0) + 1
+    block = 1.2 + 0.45 * lanes  # one block per row: backward, then one lane per all-reduce
+    fig, ax = plt.subplots(figsize=(10, 0.8 + 0.4 * block * len(timelines)))
     labels, ticks = [], []
     for row, tl in enumerate(timelines):
-        y_backward, y_comm = 2.4 * row, 2.4 * row + 1
+        y_backward = block * row
         ax.barh(y_backward, tl["backward_ms"], left=0, height=0.6, color="lightgray",
                 label="backward (until it returns)" if row == 0 else None)
         ready = [t for _, t in tl["grad_ready"]]
         ax.plot(ready, [y_backward] * len(ready), "k|", markersize=14,
                 label="a weight's gradient is ready" if row == 0 else None)
         for ev in tl["allreduces"]:
-            # Two lanes, alternating: an all-reduce still in flight when the next starts stays visible.
-            lane = ev["bucket"] % 2
-            y = y_comm - 0.2 + 0.4 * lane
+            # Each all-reduce in a lane of its own, so two in flight at once stay apart.
+            y = y_backward + 0.8 + 0.45 * ev["bucket"]
             ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38,
-                    color=COMM_COLOURS[lane], edgecolor="black",
-                    label=f"all-reduce of bucket b{lane}, b{lane + 2}, ..." if row == 0 and ev["bucket"] < 2 else None)
+                    color=COMM_COLOURS[ev["bucket"] % 2], edgecolor="black",
+                    label="an all-reduce (b0 is sent first)" if row == 0 and ev["bucket"] == 0 else None)
             ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=7)
         labels += [f"{names[row]}: backward", f"{names[row]}: {len(tl['allreduces'])} all-reduces"]
-        ticks += [y_backward, y_comm]
+        ticks += [y_backward, y_backward + 0.8 + 0.45 * (lanes - 1) / 2]
     ax.set_yticks(ticks, labels)
-    ax.set_xlabel("ms since backward() was called (each rank's own clock)")
+    ax.set_xlabel("ms since backward() was called, after a barrier (the ranks start together)")
     ax.set_title(title)
     ax.invert_yaxis()  # the first row on top
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)

@@ -116,3 +116,37 @@ def plot_join_timeline():
     for boxes in rows.values():
         boxes.append(("leave Join", 6.8, 1.2, "collective"))
     return plot_rank_timeline(rows, "Join: rank 0 runs out of data after step 2 and shadows steps 3 and 4")
+
+
+
+def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
+    """Schematic: a job saves a checkpoint after every epoch (rank 0 writes, then a barrier, in
+    orange), rank 1 crashes in ``crash_epoch``; a second job loads the last checkpoint and trains the rest."""
+    rows = {"job 1, rank 0": [], "job 1, rank 1": [], "job 2, rank 0": [], "job 2, rank 1": []}
+    for epoch in range(1, crash_epoch):
+        x = (epoch - 1) * 1.3
+        rows["job 1, rank 0"] += [(f"e{epoch}, save", x, 1.0, "work"), ("", x + 1.0, 0.25, "collective")]
+        rows["job 1, rank 1"] += [(f"e{epoch}", x, 1.0, "work"), ("", x + 1.0, 0.25, "collective")]
+    x = (crash_epoch - 1) * 1.3
+    rows["job 1, rank 0"].append((f"e{crash_epoch}...", x, 1.0, "stuck"))
+    rows["job 1, rank 1"].append(("crash", x, 0.8, "stuck"))
+    start = x + 1.2
+    for rank in (0, 1):
+        rows[f"job 2, rank {rank}"].append((f"load e{crash_epoch - 1}", start, 1.0, "waits"))
+        for k, epoch in enumerate(range(crash_epoch, epochs + 1)):
+            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 1.1 + 1.1 * k, 1.0, "work"))
+    return plot_rank_timeline(rows, f"e = epoch; orange = barrier. A crash in epoch {crash_epoch}, "
+                                    f"then job 2 resumes from epoch {crash_epoch - 1}'s checkpoint")
+
+
+def plot_sync_batchnorm():
+    """Schematic of one SyncBatchNorm layer on 2 ranks x 16 samples: each rank's own statistics,
+    all-gathered in the forward pass, so both normalise with the statistics of all 32 samples; the
+    backward pass all-reduces two sums."""
+    rows = {}
+    for rank in (0, 1):
+        rows[f"rank {rank}"] = [("stats of my 16", 0, 1.7, "work"),
+                                ("all-gather stats", 1.8, 1.9, "collective"),
+                                ("normalise: all 32", 3.8, 2.0, "work"),
+                                ("bwd: all-reduce", 5.9, 1.9, "collective")]
+    return plot_rank_timeline(rows, "SyncBatchNorm in one layer: forward, then backward (bwd)")

@@ -109,7 +109,8 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_init
 
 def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wrapper"] = "module",
                      timeout_s: float = 3.0) -> dict:
-    """Train one step of MoonsNet with BatchNorm under DDP, then evaluate on rank 0 only while the
+    """One forward and backward of an untrained MoonsNet with BatchNorm under DDP (no optimizer step:
+    the accuracy is near chance, only whether the evaluation finishes matters), then evaluate on rank 0 only while the
     other ranks wait at a barrier: through ``ddp_model.module`` (works) or through ``ddp_model``
     itself, whose forward first broadcasts the buffers, a collective the other ranks never join.
     DDP gets its own group with a short timeout, so rank 0's broadcast ends in a timeout error
