@@ -4,8 +4,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from ddp_lib.plots.failure_sketches import plot_dead_rank, plot_loop_collision, plot_mismatched_shapes  # noqa: E402
-from ddp_lib.plots.torchrun import plot_log_dir_tree, plot_port_choice  # noqa: E402
+from ddp_lib.plots.cluster import plot_first_mistakes  # noqa: E402
+from ddp_lib.plots.failure_sketches import (  # noqa: E402
+    plot_agent_stops_ranks,
+    plot_dead_rank,
+    plot_detail_check,
+    plot_loop_collision,
+    plot_mismatched_shapes,
+    plot_unused_parameter,
+)
+from ddp_lib.plots.torchrun import plot_log_dir_tree, plot_port_choice, plot_restart_timeline  # noqa: E402
 
 
 def texts(fig) -> list[str]:
@@ -35,3 +43,19 @@ def test_the_log_dir_tree_nests_attempts_in_the_run_folder_and_ranks_in_attempts
     names = ("<log-dir>/", "<rdzv-id>_<random>/", "attempt_0/", "0/", "error.json", "attempt_1/")
     order = [shown.index(name) for name in names]
     assert order == sorted(order)
+
+
+def test_the_restart_sketch_numbers_epochs_from_0_as_train_py_prints_them():
+    fig = plot_restart_timeline(epochs=5, fail_in_epoch=2)
+    shown = texts(fig)
+    assert "raises in epoch 2" in shown
+    per_rank = [t for t in shown if t.isdigit()]
+    assert per_rank == ["0", "1", "2", "3", "4"] * 2  # attempt 0: epochs 0-1; attempt 1: epochs 2-4; two ranks
+    assert "attempt 1, from the snapshot of epoch 1" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+
+def test_the_lesson_07_and_cluster_sketches_name_what_goes_wrong():
+    assert "2. SIGTERM: exit code -15" in texts(plot_agent_stops_ranks())
+    assert sum("all_gather" in t for t in texts(plot_detail_check())) == 2
+    assert any("never ready" in t for t in texts(plot_unused_parameter()))
+    assert any("its own loopback" in t for t in texts(plot_first_mistakes()))

@@ -33,3 +33,9 @@ def agent_listening(rank: int, world_size: int) -> list[str]:
     out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
     agent = f"pid={os.getppid()},"
     return sorted(line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if agent in line)
+
+
+def agent_listening_and_store(rank: int, world_size: int) -> dict:
+    """:func:`agent_listening`, and the address of the ranks' store that torchrun gave this rank
+    (``MASTER_ADDR``)."""
+    return {"listening": agent_listening(rank, world_size), "MASTER_ADDR": os.environ["MASTER_ADDR"]}

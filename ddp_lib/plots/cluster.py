@@ -41,3 +41,30 @@ def plot_two_hosts(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
                  "127.0.0.1 on node1 is node1 itself", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_first_mistakes(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
+    """Two of the lab's mistakes side by side, as a sketch: left, node1 given 127.0.0.1 as the
+    rendezvous endpoint dials its own loopback and hosts a store of its own; right, gloo bound to
+    loopback tells the other host an address it cannot reach."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    for ax in axes:
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, 4)
+        ax.axis("off")
+    left, right = axes
+    box(left, 0.3, 2.2, 4.0, 1.2, f"node0 ({subnet}.1)\nstore on :{rdzv_port}\nwaits for a 2nd node", "#8dd3c7")
+    box(left, 5.7, 2.2, 4.0, 1.2, f"node1 ({subnet}.2)\nits own store on :{rdzv_port}\nwaits for a 2nd node", "#fb8072")
+    arrow(left, (7.7, 2.2), (7.7, 1.2), "red")
+    left.text(7.7, 0.9, "--rdzv-endpoint=127.0.0.1:\nits own loopback", ha="center", va="top", fontsize=8, color="red")
+    arrow(left, (2.3, 2.2), (2.3, 1.2), "black")
+    left.text(2.3, 0.9, "--rdzv-endpoint=node0:\nits own store", ha="center", va="top", fontsize=8)
+    left.set_title("endpoint 127.0.0.1 on node1: two rendezvous, both time out", fontsize=9)
+    box(right, 0.3, 2.2, 4.0, 1.2, "rank 0 on node0\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
+    box(right, 5.7, 2.2, 4.0, 1.2, "rank 1 on node1\ngloo bound to 127.0.0.1", "#fdb462")
+    arrow(right, (5.7, 2.5), (4.3, 2.5), "red")
+    right.text(5.0, 1.6, "dials 127.0.0.1, the address rank 0 announced:\nits own loopback, where rank 0 is not",
+               ha="center", va="top", fontsize=8, color="red")
+    right.set_title("gloo on loopback: the rendezvous works, connectFullMesh fails", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -89,3 +89,66 @@ def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] =
     ax.set_title("all_reduce with different shapes: nothing checks that they match", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_agent_stops_ranks() -> Figure:
+    """Under torchrun: rank 1 raises and exits; its node's agent sees the exit, stops rank 0 with
+    SIGTERM, and prints a summary whose root cause is the first failure."""
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 3.2)
+    ax.axis("off")
+    box(ax, 3.2, 2.2, 3.6, 0.8, "torchrun's agent\nwatches its ranks", "#bebada")
+    box(ax, 0.6, 0.3, 2.8, 0.8, "rank 0: still working", SURVIVOR)
+    box(ax, 6.6, 0.3, 2.8, 0.8, "rank 1: raises\n(@record writes error.json)", DEAD)
+    arrow(ax, (7.6, 1.1), (6.2, 2.2), "red")
+    ax.text(7.4, 1.7, "1. exits with code 1", color="red", fontsize=8)
+    arrow(ax, (3.8, 2.2), (2.2, 1.1), "black")
+    ax.text(0.2, 1.7, "2. SIGTERM: exit code -15", fontsize=8)
+    ax.text(5.0, 0.05, "3. the agent prints the summary: root cause = the first failure (rank 1)",
+            ha="center", fontsize=8)
+    ax.set_title("A rank that raises under torchrun: what the agent does", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_detail_check() -> Figure:
+    """What TORCH_DISTRIBUTED_DEBUG=DETAIL adds before each collective: a monitored barrier that
+    rank 0 runs, then two all-gathers of the collective's fingerprint, then the collective."""
+    fig, ax = plt.subplots(figsize=(9, 2.2))
+    ax.set_xlim(0, 12)
+    ax.set_ylim(0, 2)
+    ax.axis("off")
+    steps = [("monitored barrier:\nrank 0 hears from each\nrank, answers each", WAITING),
+             ("all_gather:\nthe fingerprint's\nlength", WAITING),
+             ("all_gather:\nthe fingerprint\n(op, shapes, dtypes)", WAITING),
+             ("the all_reduce\nyou called", SURVIVOR)]
+    for i, (text, colour) in enumerate(steps):
+        box(ax, 0.2 + i * 3, 0.5, 2.5, 1.1, text, colour)
+        if i:
+            arrow(ax, (i * 3 - 0.1, 1.05), (0.2 + i * 3, 1.05), "black")
+    ax.text(4.6, 0.15, "added by DETAIL: a mismatch or a missing rank raises here", ha="center", fontsize=8)
+    ax.set_title("One all_reduce under TORCH_DISTRIBUTED_DEBUG=DETAIL", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_unused_parameter() -> Figure:
+    """A model whose forward skips one branch: that branch's parameters get no gradient, so their
+    bucket is never ready, and the next step finds the last reduction unfinished."""
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    ax.set_xlim(0, 12)
+    ax.set_ylim(0, 3)
+    ax.axis("off")
+    box(ax, 0.2, 1.9, 2.6, 0.8, "used branch:\nforward uses it", SURVIVOR)
+    box(ax, 0.2, 0.4, 2.6, 0.8, "unused branch:\nforward skips it", DEAD)
+    box(ax, 3.8, 1.9, 2.6, 0.8, "gradients arrive:\nready", SURVIVOR)
+    box(ax, 3.8, 0.4, 2.6, 0.8, "no gradient:\nnever ready", WAITING)
+    arrow(ax, (2.8, 2.3), (3.8, 2.3), "black")
+    arrow(ax, (2.8, 0.8), (3.8, 0.8), "grey")
+    box(ax, 7.4, 1.1, 4.4, 0.9, "the reducer waits for every bucket:\nthe next step raises", WAITING)
+    arrow(ax, (6.4, 2.3), (7.4, 1.75), "black")
+    arrow(ax, (6.4, 0.8), (7.4, 1.35), "red")
+    ax.set_title("A parameter that gets no gradient, under DDP", fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -44,35 +44,38 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
     return fig
 
 
-def plot_restart_timeline(epochs: int, fail_at: int, resumed_from: int, world_size: int = 2) -> Figure:
-    """Each rank's epochs across two attempts: the last rank fails at ``fail_at``, torchrun stops
-    the others and starts every rank again; the new attempt loads the checkpoint of
-    ``resumed_from`` and trains the remaining epochs."""
+def plot_restart_timeline(epochs: int, fail_in_epoch: int, world_size: int = 2) -> Figure:
+    """Each rank's epochs, counted from 0 as ``train.py`` counts them, across two attempts: the last
+    rank raises in epoch ``fail_in_epoch``, torchrun stops the others and starts every rank again;
+    the new attempt loads the snapshot of the epoch before and trains from ``fail_in_epoch`` on."""
     fig, ax = plt.subplots(figsize=(8, 1.4 + 0.7 * world_size))
     restart_gap = 1.2  # drawn width of stop + new rendezvous + start, in epochs
+    resumed_at = fail_in_epoch + restart_gap  # where attempt 1's first epoch is drawn
     for rank in range(world_size):
-        ax.barh(rank, fail_at - 1, left=0, color="tab:blue", alpha=0.7, label="attempt 0" if rank == 0 else None)
-        end_first = fail_at - 1 + (0.5 if rank == world_size - 1 else 0.6)
+        for epoch in range(fail_in_epoch):
+            ax.barh(rank, 0.95, left=epoch, color="tab:blue", alpha=0.7,
+                    label="attempt 0" if rank == 0 and epoch == 0 else None)
+            ax.text(epoch + 0.47, rank, str(epoch), ha="center", va="center", fontsize=8)
+        failed_at = fail_in_epoch + (0.25 if rank == world_size - 1 else 0.35)
         if rank == world_size - 1:
-            ax.plot(end_first, rank, "rx", markersize=12, mew=3)
-            ax.annotate(f"raises in epoch {fail_at}", (end_first, rank), xytext=(0, -22), textcoords="offset points",
-                        ha="center", fontsize=8, color="red")
+            ax.plot(failed_at, rank, "rx", markersize=12, mew=3)
+            ax.annotate(f"raises in epoch {fail_in_epoch}", (failed_at, rank), xytext=(0, -22),
+                        textcoords="offset points", ha="center", fontsize=8, color="red")
         else:
-            ax.plot(end_first, rank, "k|", markersize=14, mew=2)
-            ax.annotate("peer lost: raised, or stopped", (end_first, rank), xytext=(0, 12), textcoords="offset points",
-                        ha="center", fontsize=8)
-        start = fail_at - 1 + restart_gap
-        ax.barh(rank, epochs - resumed_from, left=start, color="tab:green", alpha=0.7,
-                label=f"attempt 1 (from the epoch-{resumed_from} checkpoint)" if rank == 0 else None)
-    ax.axvspan(fail_at - 1 + 0.7, fail_at - 1 + restart_gap, color="grey", alpha=0.2)
+            ax.plot(failed_at, rank, "k|", markersize=14, mew=2)
+            ax.annotate("peer lost: raised, or stopped", (failed_at, rank), xytext=(0, 12),
+                        textcoords="offset points", ha="center", fontsize=8)
+        for i, epoch in enumerate(range(fail_in_epoch, epochs)):
+            ax.barh(rank, 0.95, left=resumed_at + i, color="tab:green", alpha=0.7,
+                    label=f"attempt 1, from the snapshot of epoch {fail_in_epoch - 1}"
+                    if rank == 0 and i == 0 else None)
+            ax.text(resumed_at + i + 0.47, rank, str(epoch), ha="center", va="center", fontsize=8)
+    ax.axvspan(fail_in_epoch + 0.5, resumed_at - 0.05, color="grey", alpha=0.2)
     # Inside the grey band, upright: above the bars it would run into the legend.
-    ax.text(fail_at - 1 + 0.95, (world_size - 1) / 2, "new rendezvous", rotation=90, ha="center", va="center",
+    ax.text(fail_in_epoch + 0.8, (world_size - 1) / 2, "new rendezvous", rotation=90, ha="center", va="center",
             fontsize=7)
-    # Attempt 1 starts with the checkpoint's count, already the last tick of attempt 0: no second label.
-    ticks = list(range(fail_at)) + [fail_at - 1 + restart_gap + i for i in range(1, epochs - resumed_from + 1)]
-    labels = [str(i) for i in range(fail_at)] + [str(resumed_from + i) for i in range(1, epochs - resumed_from + 1)]
-    ax.set_xticks(ticks, labels)
-    ax.set_xlabel("epochs completed (each attempt's own count; time runs left to right)")
+    ax.set_xticks([])
+    ax.set_xlabel("time, left to right; each box is one epoch, numbered as train.py prints it")
     ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
     ax.invert_yaxis()
     ax.legend(loc="lower left", fontsize=8, ncol=2, bbox_to_anchor=(0, 1.02))

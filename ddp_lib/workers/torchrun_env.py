@@ -15,12 +15,12 @@ PRESENCE = ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_E
 
 def launch_vars(rank: int, world_size: int) -> dict:
     """This rank's launch variables: values, or "set"/"unset" for addresses, ports, ids and paths
-    (``env``, to print); the store's port, the run id and the parent's process id, under torchrun its
+    (``env``, to print); the store's address and port, the run id and the parent's process id, under torchrun its
     node's agent (``ids``, to compare, not to print: they change every run). Reads the environment
     only, so a rank that runs just this never imports torch."""
     env = {name: os.environ.get(name, "unset") for name in SHOWN}
     env.update({name: "set" if name in os.environ else "unset" for name in PRESENCE})
-    ids = {name: os.environ.get(name) for name in ("MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    ids = {name: os.environ.get(name) for name in ("MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
     ids["agent_pid"] = os.getppid()  # c10d numbers the nodes of one host by their agents' process ids
     return {"rank": rank, "env": env, "ids": ids}
 
