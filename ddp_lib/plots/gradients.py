@@ -21,60 +21,49 @@ def _cells(ax, x0: float, y: float, values: list[float], colour: str) -> None:
         ax.text(x0 + i + 0.5, y, f"{value:+.1f}", ha="center", va="center", fontsize=9)
 
 
-def plot_construction_broadcast(weights: list[list[float]] | None = None) -> Figure:
-    """Schematic: each rank's own initial weights (left); DDP(model) broadcasts rank 0's, so every
-    rank starts from rank 0's weights (right)."""
-    weights = weights or [[0.3, -0.1, 0.5], [-0.2, 0.4, 0.1]]
-    world_size, n = len(weights), len(weights[0])
+def _before_and_after(before: list[list[float]], after: list[float], after_colour: str, middle: str,
+                      labels: tuple[str, str], title: str) -> Figure:
+    """Each rank's row of values (left), one box every rank passes through (middle), and the row every
+    rank holds afterwards (right): the layout of the two schematics below."""
+    world_size, n = len(before), len(before[0])
     fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * world_size))
     ax.set_xlim(-1.6, 2 * n + 6.2)
     ax.set_ylim(world_size - 0.3, -1.0)
     ax.axis("off")
     box_x = n + 1.2
     ax.add_patch(Rectangle((box_x, -0.4), 3.4, world_size - 0.2, facecolor="whitesmoke", edgecolor="gray"))
-    ax.text(box_x + 1.7, (world_size - 1) / 2, "DDP(model):\nbroadcast\nfrom rank 0", ha="center", va="center",
-            fontsize=9)
+    ax.text(box_x + 1.7, (world_size - 1) / 2, middle, ha="center", va="center", fontsize=9)
     right = box_x + 4.6
-    for rank, own in enumerate(weights):
+    for rank, own in enumerate(before):
         ax.text(-0.3, rank, f"rank {rank}", ha="right", va="center", fontsize=9)
         _cells(ax, 0, rank, own, RANK_COLOURS[rank % len(RANK_COLOURS)])
-        _cells(ax, right, rank, weights[0], RANK_COLOURS[0])
+        _cells(ax, right, rank, after, after_colour)
         for start, end in ((n + 0.05, box_x - 0.05), (box_x + 3.45, right - 0.05)):
             ax.add_patch(FancyArrowPatch((start, rank), (end, rank), arrowstyle="-|>", mutation_scale=12))
-    ax.text(n / 2, -0.75, "weights before DDP()", ha="center", fontsize=9)
-    ax.text(right + n / 2, -0.75, "weights after DDP()", ha="center", fontsize=9)
-    fig.suptitle("DDP's constructor copies rank 0's parameters (and buffers) to every rank", fontsize=10)
+    ax.text(n / 2, -0.75, labels[0], ha="center", fontsize=9)
+    ax.text(right + n / 2, -0.75, labels[1], ha="center", fontsize=9)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_construction_broadcast(weights: list[list[float]] | None = None) -> Figure:
+    """Schematic: each rank's own initial weights (left); DDP(model) broadcasts rank 0's, so every
+    rank starts from rank 0's weights (right)."""
+    weights = weights or [[0.3, -0.1, 0.5], [-0.2, 0.4, 0.1]]
+    return _before_and_after(weights, weights[0], RANK_COLOURS[0], "DDP(model):\nbroadcast\nfrom rank 0",
+                             ("weights before DDP()", "weights after DDP()"),
+                             "DDP's constructor copies rank 0's parameters (and buffers) to every rank")
 
 
 def plot_gradient_average(grads: list[list[float]] | None = None) -> Figure:
     """Schematic: each rank's own ``.grad`` (left) goes into one all-reduce that sums them and
     scales by 1/world_size; every rank leaves backward() with the same mean (right)."""
     grads = grads or [[0.2, -0.4, 0.6], [0.6, 0.0, -0.2]]
-    world_size, n = len(grads), len(grads[0])
-    mean = [sum(column) / world_size for column in zip(*grads)]
-    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.8 * world_size))
-    ax.set_xlim(-1.6, 2 * n + 6.2)
-    ax.set_ylim(world_size - 0.3, -1.0)
-    ax.axis("off")
-    box_x = n + 1.2
-    ax.add_patch(Rectangle((box_x, -0.4), 3.4, world_size - 0.2, facecolor="whitesmoke", edgecolor="gray"))
-    ax.text(box_x + 1.7, (world_size - 1) / 2, "all-reduce:\neach rank × 1/world_size,\nthen the sum",
-            ha="center", va="center", fontsize=9)
-    right = box_x + 4.6
-    for rank, grad in enumerate(grads):
-        ax.text(-0.3, rank, f"rank {rank}", ha="right", va="center", fontsize=9)
-        _cells(ax, 0, rank, grad, RANK_COLOURS[rank % len(RANK_COLOURS)])
-        _cells(ax, right, rank, mean, SUM_COLOUR)
-        for start, end in ((n + 0.05, box_x - 0.05), (box_x + 3.45, right - 0.05)):
-            ax.add_patch(FancyArrowPatch((start, rank), (end, rank), arrowstyle="-|>", mutation_scale=12))
-    ax.text(n / 2, -0.75, "its own .grad (its own data)", ha="center", fontsize=9)
-    ax.text(right + n / 2, -0.75, ".grad after backward()", ha="center", fontsize=9)
-    fig.suptitle("During backward(), DDP turns N different gradients into one: their mean, on every rank",
-                 fontsize=10)
-    fig.tight_layout()
-    return fig
+    mean = [sum(column) / len(grads) for column in zip(*grads)]
+    return _before_and_after(grads, mean, SUM_COLOUR, "all-reduce:\neach rank × 1/world_size,\nthen the sum",
+                             ("its own .grad (its own data)", ".grad after backward()"),
+                             "During backward(), DDP turns N different gradients into one: their mean, on every rank")
 
 
 def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
