@@ -19,9 +19,8 @@ from ddp_lib.workers.train import (
     load_latest_checkpoint,
     save_checkpoint,
     train,
-    train_runs,
 )
-from ddp_lib.workers.train_pitfalls import state_dict_keys, uneven_batches
+from ddp_lib.workers.train_pitfalls import state_dict_keys, train_runs, uneven_batches
 
 # Float tolerance for "the same parameters": N ranks sum their gradients in a different order
 # than one process does; measured differences are below 1e-6 after 4 epochs.

@@ -370,9 +370,3 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
         return {"rank": rank, "attempt": restart, "start_epoch": start_epoch, "losses": losses, "order": order,
                 "checksum": param_checksum(model), "params": params.tolist()}
 
-
-def train_runs(rank: int, world_size: int, runs: list[dict]) -> list[dict]:
-    """Several ``train`` runs, one per dict of keyword arguments, in one job: they share one process
-    group, so the ranks start once (the slow part). Returns each run's result, in order."""
-    with process_group(rank, world_size):
-        return [train(rank, world_size, **kwargs) for kwargs in runs]

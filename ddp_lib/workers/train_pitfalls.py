@@ -1,5 +1,6 @@
 """Small workers for lesson 05's side topics: the ``module.`` prefix in a DDP state_dict,
-torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, and evaluation on rank 0 alone."""
+torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, and evaluation on rank 0 alone; and
+``train_runs``, several of the lesson's ``train`` runs in one job."""
 
 from __future__ import annotations
 
@@ -18,11 +19,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import device_ids_for, process_group
     from ddp_lib.workers.shared import make_moons, param_checksum
-    from ddp_lib.workers.train import MoonsNet
+    from ddp_lib.workers.train import MoonsNet, train
 except ModuleNotFoundError:  # copied into a project next to process_group.py, shared.py and train.py
     from process_group import device_ids_for, process_group
     from shared import make_moons, param_checksum
-    from train import MoonsNet
+    from train import MoonsNet, train
 
 
 def state_dict_keys(rank: int, world_size: int) -> dict:
@@ -136,3 +137,10 @@ def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wra
                 accuracy = (model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
         dist.barrier()  # the default group: the others wait as long as it allows
         return {"rank": rank, "accuracy": None if accuracy is None else round(accuracy, 4)}
+
+
+def train_runs(rank: int, world_size: int, runs: list[dict]) -> list[dict]:
+    """Several ``train`` runs, one per dict of keyword arguments, in one job: they share one process
+    group, so the ranks start once (the slow part). Returns each run's result, in order."""
+    with process_group(rank, world_size):
+        return [train(rank, world_size, **kwargs) for kwargs in runs]
