@@ -82,9 +82,9 @@ def quote(key: str) -> str:
     """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and from
     where, the quoted lines, and, where torch's files hold the fixed words, whether this torch has them."""
     q = QUOTES[key]
-    text = ["Not computed in this notebook. On a machine with GPUs, torch gives (quoted):"]
+    text = ["Quoted, not run here: this machine has no GPU. On a machine with GPUs, the cell prints:"]
     text += ["  " + line for line in q.lines]
-    text.append(f"Source: {q.source}.")
+    text.append(f"Quoted from ddp_lib/demos/gpu_outcomes.py. Source: {q.source}.")
     if q.torch_file:
         found = "yes" if words_in_torch(q) else "NO (this torch words it differently)"
         text.append(f"Checked: torch's own words for this are in the installed torch: {found}")
