@@ -241,7 +241,8 @@ BUCKET_MODELS: dict[str, tuple[int, ...]] = {  # the keys are BucketModel's valu
 def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float | None = 25.0, steps: int = 3,
                      model: BucketModel = "wide", find_unused_parameters: bool = False) -> dict:
     """Train a model under DDP with ``bucket_cap_mb``; return the all-reduces of each step, the
-    bucket sizes in bytes of the last step by bucket index, and of each step in the order sent.
+    bucket sizes in bytes of the last step by bucket index, and of each step the sizes and the
+    parameter names of the buckets in the order sent.
 
     Args:
         bucket_cap_mb: bucket size in MiB (None: leave DDP's default, 25 MiB with a 1 MiB first bucket).
@@ -255,17 +256,26 @@ def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float | None = 2
         ddp = wrap_ddp(make_mlp(0, widths).to(device), device, find_unused_parameters=find_unused_parameters,
                        **options)
         events: list[tuple] = []
-        ddp.register_comm_hook(None, _recording_hook(events, time.perf_counter))
-        per_step, sent = [], []
+        recording = _recording_hook(events, time.perf_counter)
+        names = {param: name for name, param in ddp.module.named_parameters()}
+        members: list[list[str]] = []  # each bucket's parameters, in the order DDP hands the buckets over
+
+        def hook(state, bucket):
+            members.append(sorted((names[p] for p in bucket.parameters()), key=list(names.values()).index))
+            return recording(state, bucket)
+
+        ddp.register_comm_hook(None, hook)
+        per_step, sent, sent_names = [], [], []
         for step in range(steps):
             x, y = (t.to(device) for t in rank_batch(step, rank, world_size, 8, widths=widths))
             before = len(events)
             nn.functional.mse_loss(ddp(x), y).backward()
             per_step.append(len(events) - before)
             sent.append([nbytes for _, nbytes, start, _ in sorted(events[before:], key=lambda ev: ev[2])])
+            sent_names.append(members[before:])
         last = sorted(events[-per_step[-1]:])
         return {"allreduces_per_step": per_step, "bucket_bytes": [nbytes for _, nbytes, _, _ in last],
-                "bytes_in_order_sent": sent}
+                "bytes_in_order_sent": sent, "parameters_in_order_sent": sent_names}
 
 
 TimelineWay = Literal["torch", "after_backward", "buckets"]

@@ -232,7 +232,7 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
 
 def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """Same weights and data through DDP with the default hook and with fp16_compress_hook.
-    Returns the gradients of both (flat CPU tensors).
+    Returns the gradients of both and this rank's own gradient before averaging (flat CPU tensors).
 
     Args:
         seed: seed of the model and data.
@@ -244,7 +244,9 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
         # Each bucket is cast to float16 before the all-reduce (half the bytes) and back after.
         fp16.register_comm_hook(None, default_hooks.fp16_compress_hook)
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, seed))
-        result = {}
+        alone = copy.deepcopy(plain.module)  # same weights, no DDP: this rank's own gradient
+        nn.functional.mse_loss(alone(x), y).backward()
+        result = {"own": flat_grads(alone)}
         for name, model in (("plain", plain), ("fp16", fp16)):
             nn.functional.mse_loss(model(x), y).backward()
             result[name] = flat_grads(model)
