@@ -28,3 +28,5 @@ def test_object_and_single_tensor_collectives():
 def test_async_all_reduce_holds_the_sum_after_wait():
     results = spawn(collective_extras.async_all_reduce, 2)
     assert [(r["work"], r["sum"], r["completed"]) for r in results] == [("Work", 1.0, True)] * 2
+    # 4 MB had not moved when the call returned, and moved later with no wait() call.
+    assert [(r["done_at_return"], r["done_without_wait"]) for r in results] == [(False, True)] * 2

@@ -67,14 +67,21 @@ def objects_and_single_tensors(rank: int | None = None, world_size: int | None =
                 "all_gather_single": gathered.tolist(), "reduce_scatter_single": piece.tolist()}
 
 
-def async_all_reduce(rank: int | None = None, world_size: int | None = None) -> dict:
-    """all_reduce with async_op=True: the call returns a Work at once; the rank computes
-    something else, then work.wait() before reading the tensor."""
+def async_all_reduce(rank: int | None = None, world_size: int | None = None, numel: int = 1_000_000,
+                     patience: float = 10.0) -> dict:
+    """all_reduce with async_op=True on ``numel`` floats: the call returns a Work at once. The
+    rank asks the Work whether the transfer is done right after the call; then, never calling
+    wait(), it sleeps a millisecond at a time until the Work says done (``patience`` seconds at most)."""
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
-        total = torch.full((1_000_000,), float(rank), device=device)
+        total = torch.full((numel,), float(rank), device=device)
+        dist.barrier()  # start together, so that neither rank waits for the other below
         work = dist.all_reduce(total, async_op=True)  # returns a Work; the transfer runs in the background
-        local = torch.arange(1000.0, device=device).square().sum().item()  # before wait(): the transfer may still run
-        work.wait()  # only now is `total` the sum; do not read or write it before
-        return {"rank": rank, "work": type(work).__name__, "local": local, "sum": total[0].item(),
-                "completed": work.is_completed()}
+        done_at_return = work.is_completed()  # 4 MB cannot have moved yet
+        deadline = time.perf_counter() + patience
+        while not work.is_completed() and time.perf_counter() < deadline:
+            time.sleep(0.001)  # other work: neither wait() nor the tensor is touched
+        done_without_wait = work.is_completed()  # finished meanwhile, on gloo's own thread
+        work.wait()  # only now may the rank read or write `total`
+        return {"rank": rank, "work": type(work).__name__, "done_at_return": done_at_return,
+                "done_without_wait": done_without_wait, "sum": total[0].item(), "completed": work.is_completed()}
