@@ -38,10 +38,11 @@ COLUMNS = [("way", "way", "s"), ("step_ms", "step (ms)", ".1f"), ("middle_half",
 
 
 def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[str, list[float]]:
-    """Seconds per step of each way, one list per way, the ways taken in turn after one warm-up
-    round (DDP rebuilds its buckets after its first step). "one process": rank 0 alone steps a
-    plain copy on the whole global batch while the other ranks wait at a barrier. The DDP ways:
-    every rank steps its share; the slowest rank's time counts."""
+    """Seconds per step of each way, one list per way, the ways taken in turn (who goes first
+    rotates from round to round) after one warm-up round (DDP rebuilds its buckets after its first
+    step). "one process": rank 0 alone steps a plain copy on the whole global batch while the other
+    ranks wait at a barrier. The DDP ways: every rank steps its share; the slowest rank's time
+    counts."""
     with process_group(rank, world_size) as device:
         alone = make_mlp(seed, WIDE_WIDTHS).to(device)
         models = {"DDP, one bucket": wrap_ddp(make_mlp(seed, WIDE_WIDTHS).to(device), device,
@@ -55,7 +56,9 @@ def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[
         share = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
         times: dict[str, list[float]] = {way: [] for way in WAYS}
         for repeat in range(repeats + 1):  # the first round warms up
-            for way in WAYS:
+            # Rotate who goes first, so no way always follows the same neighbour.
+            order = WAYS[repeat % len(WAYS):] + WAYS[:repeat % len(WAYS)]
+            for way in order:
                 dist.barrier()
                 start = time.perf_counter()
                 if way == "one process":
