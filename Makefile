@@ -70,7 +70,7 @@ notebooks: $(INSTALLED)  ## re-execute every notebook in place from a fresh kern
 	$(PY) tools/execute_notebooks.py $(or $(NB),notebooks/*.ipynb)
 
 bench: $(INSTALLED)  ## every benchmark, full size (several minutes); add ARGS=--quick for a small run
-	for name in launch allreduce ring ddp overlap pinned buckets startup scaling; do \
+	for name in launch allreduce ring ddp overlap pinned buckets startup scaling wide; do \
 		echo "== $$name"; $(PY) -m ddp_lib bench $$name $(ARGS) || exit 1; done
 
 bench-notebooks: $(INSTALLED)  ## the notebook suite under nbval against a notebook that only imports torch

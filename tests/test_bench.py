@@ -46,5 +46,5 @@ def test_every_benchmark_takes_quick_repeats_and_json(name, capsys):
 def test_an_unknown_benchmark_is_bad_input(capsys):
     assert main(["bench", "warp-speed"]) == 2
     expected = ("unknown benchmark 'warp-speed'; "
-                "accepted: allreduce, buckets, ddp, launch, overlap, pinned, ring, scaling, startup")
+                "accepted: allreduce, buckets, ddp, launch, overlap, pinned, ring, scaling, startup, wide")
     assert expected in capsys.readouterr().err

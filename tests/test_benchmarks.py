@@ -5,7 +5,7 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
-from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, pinned, ring, scaling, startup, stats
+from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, pinned, ring, scaling, startup, stats, wide
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
 from ddp_lib.workers.shared import make_mlp
 
@@ -142,6 +142,11 @@ def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
     # Left out, bucket_cap_mb is 25 MiB with a first bucket of at most 1 MiB: two buckets here.
     assert by_cap[None]["allreduces"] == 2 and by_cap[None]["label"] == "default"
     assert by_cap[25.0]["ratio"] == 1.0
+    # DDP's first step sends one bucket of every gradient; it rebuilds its buckets before the second.
+    whole = sum(by_cap[25.0]["bucket_bytes"])
+    assert all(r["first_step_allreduces"] == 1 and r["first_step_bucket_bytes"] == [whole] for r in rows)
+    assert by_cap[None]["bucket_bytes"][0] >= 2**20 > by_cap[None]["bucket_bytes"][0] - 4 * 512 * 512
+    assert all(sum(r["bucket_bytes"]) == whole and len(r["bucket_bytes"]) == r["allreduces"] for r in rows)
 
 
 def test_startup_rows_name_each_launcher():
@@ -235,3 +240,15 @@ def test_the_kept_pinned_run_has_both_placements_and_messages_from_gloos_ring():
     assert pinned.messages_per_rank(4, 2) == 1 and pinned.messages_per_rank(64, 2) == 4
     assert pinned.messages_per_rank(64, 4) == 12
     assert all(r["quartiles_us"][0] <= r["time_us"] <= r["quartiles_us"][1] for r in kept["rows"])
+
+
+def test_a_sign_test_calls_a_way_shorter_only_past_chance():
+    assert wide.sign_test_wins(15) == 12  # 12 of 15 by chance: 576 / 32768, under 5%; 11 of 15: 5.9%
+    assert wide.sign_test_wins(4) == 5  # 4 rounds can never reach 5%: no verdict
+
+
+def test_the_kept_wide_run_pairs_three_ways_round_by_round():
+    kept = wide.full_run()
+    assert [r["way"] for r in kept["rows"]] == list(wide.WAYS)
+    assert all(len(r["rounds_ms"]) == kept["repeats"] for r in kept["rows"])
+    assert kept["rows"][0]["speedup"] == 1.0 and kept["cpu_count"] >= 1

@@ -19,6 +19,7 @@ BENCHMARKS = {
     "buckets": ("ddp_lib.bench.buckets", "DDP step time and all-reduces per step against bucket_cap_mb"),
     "startup": ("ddp_lib.bench.startup", "spawn, forkserver, fork and ddp_lib's launcher: start-up cost"),
     "scaling": ("ddp_lib.bench.scaling", "samples per second of the training worker on 1, 2 and 4 ranks"),
+    "wide": ("ddp_lib.bench.wide", "a wider model: one process against DDP on 2 ranks, one bucket and default buckets"),
 }
 
 

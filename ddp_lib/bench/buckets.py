@@ -24,14 +24,18 @@ def cap_label(cap_mb: float | None) -> str:
 
 
 def measure(quick: bool = False, repeats: int | None = None, world_size: int = 2) -> dict:
-    """{"rows": one per bucket_cap_mb: all-reduces per step, median step time, ratio to bucket_cap_mb=25}."""
+    """{"rows": one per bucket_cap_mb: all-reduces per step, median step time, ratio to
+    bucket_cap_mb=25, and DDP's buckets in bytes (the reducer's) in the first step and after DDP
+    rebuilt them, with the first step's all-reduces}."""
     repeats = repeats or (5 if quick else 30)
     caps = QUICK_CAPS_MB if quick else CAPS_MB
     sweep = spawn(bucket_sweep, world_size, args=(caps, repeats), show_output=False,
                   env={"OMP_NUM_THREADS": "1"})[0]
     step_25 = next(r["step_s"] for r in sweep if r["bucket_cap_mb"] == 25.0)
     rows = [{"bucket_cap_mb": r["bucket_cap_mb"], "label": cap_label(r["bucket_cap_mb"]), "allreduces": r["allreduces"],
-             "step_ms": round(r["step_s"] * 1e3, 3), "ratio": round(r["step_s"] / step_25, 3)} for r in sweep]
+             "step_ms": round(r["step_s"] * 1e3, 3), "ratio": round(r["step_s"] / step_25, 3),
+             **{key: r[key] for key in ("first_step_allreduces", "first_step_bucket_bytes", "bucket_bytes")}}
+            for r in sweep]
     return {"rows": rows, "world_size": world_size, "model_widths": list(DDP_WIDTHS), "repeats": repeats}
 
 

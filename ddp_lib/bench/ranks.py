@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.process_group import process_group, wrap_ddp
@@ -161,11 +162,21 @@ def bucket_sweep(rank: int, world_size: int, caps_mb: list[float | None], repeat
         rows = []
         for cap in caps_mb:
             spare = torch.optim.SGD(counted[cap].parameters(), lr=0.01)
-            _train_step(counted[cap], spare, x, y)  # DDP rebuilds its buckets after the first step
-            counters[cap][0] = 0
+            first_sizes = bucket_sizes(counted[cap])
             _train_step(counted[cap], spare, x, y)
-            rows.append({"bucket_cap_mb": cap, "step_s": median(_slowest(times[cap])), "allreduces": counters[cap][0]})
+            first_step = counters[cap][0]
+            counters[cap][0] = 0
+            _train_step(counted[cap], spare, x, y)  # DDP rebuilt its buckets before this step's forward
+            rows.append({"bucket_cap_mb": cap, "step_s": median(_slowest(times[cap])), "allreduces": counters[cap][0],
+                         "first_step_allreduces": first_step, "first_step_bucket_bytes": first_sizes,
+                         "bucket_bytes": bucket_sizes(counted[cap])})
         return rows
+
+
+def bucket_sizes(model: DDP) -> list[int]:
+    """The bytes of each of DDP's buckets now, in the order DDP all-reduces them, read from its
+    reducer (a private torch call)."""
+    return [b.buffer().numel() * b.buffer().element_size() for b in model.reducer._get_zeros_like_grad_buckets()]
 
 
 def timed_train(rank: int, world_size: int, epochs: int, batch_size: int = 16) -> float:

@@ -1,0 +1,113 @@
+"""A wider model, where a step computes far longer than its all-reduce: the same global batch
+trained by one process alone, then by torch's DDP on 2 ranks with one bucket and with DDP's
+default buckets, the three taken in turn in one run, one thread per rank.
+
+    python -m ddp_lib bench wide [--quick] [--repeats N] [--json]
+
+The full run's JSON is kept in the repository (lesson 08 draws its verdicts from it):
+
+    python -m ddp_lib bench wide --json > ddp_lib/bench/results/wide.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ddp_lib.bench.ranks import _slowest, _train_step
+from ddp_lib.bench.report import run_main
+from ddp_lib.bench.stats import median, quartiles
+from ddp_lib.launch import spawn
+from ddp_lib.process_group import process_group, wrap_ddp
+from ddp_lib.workers.shared import make_mlp
+
+FULL_RUN = Path(__file__).with_name("results") / "wide.json"
+WIDE_WIDTHS = (1024, 2048, 2048, 2048, 10)  # about 42 MB of float32 gradients
+BATCH_PER_RANK = 256
+ONE_BUCKET_CAP_MB = 1000.0  # more than all the gradients: one bucket, ready only at backward's end
+SIGN_TEST_LEVEL = 0.05  # a way "wins" when chance alone would give that many shorter rounds less often
+WAYS = ("one process", "DDP, one bucket", "DDP, default buckets")
+COLUMNS = [("way", "way", "s"), ("step_ms", "step (ms)", ".1f"), ("middle_half", "middle half (ms)", "s"),
+           ("samples_per_s", "samples/s", ".0f"), ("speedup", "vs one process", ".2f")]
+
+
+def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[str, list[float]]:
+    """Seconds per step of each way, one list per way, the ways taken in turn (who goes first
+    rotates from round to round) after one warm-up round (DDP rebuilds its buckets after its first
+    step). "one process": rank 0 alone steps a plain copy on the whole global batch while the other
+    ranks wait at a barrier. The DDP ways: every rank steps its share; the slowest rank's time
+    counts."""
+    with process_group(rank, world_size) as device:
+        alone = make_mlp(seed, WIDE_WIDTHS).to(device)
+        models = {"DDP, one bucket": wrap_ddp(make_mlp(seed, WIDE_WIDTHS).to(device), device,
+                                              bucket_cap_mb=ONE_BUCKET_CAP_MB),
+                  "DDP, default buckets": wrap_ddp(make_mlp(seed, WIDE_WIDTHS).to(device), device)}
+        optimizers = {way: torch.optim.SGD(m.parameters(), lr=0.01) for way, m in models.items()}
+        alone_optimizer = torch.optim.SGD(alone.parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(BATCH_PER_RANK * world_size, WIDE_WIDTHS[0], generator=g)
+        y = torch.randn(BATCH_PER_RANK * world_size, WIDE_WIDTHS[-1], generator=g)
+        share = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
+        times: dict[str, list[float]] = {way: [] for way in WAYS}
+        for repeat in range(repeats + 1):  # the first round warms up
+            # Rotate who goes first, so no way always follows the same neighbour.
+            order = WAYS[repeat % len(WAYS):] + WAYS[:repeat % len(WAYS)]
+            for way in order:
+                dist.barrier()
+                start = time.perf_counter()
+                if way == "one process":
+                    if rank == 0:
+                        _train_step(alone, alone_optimizer, x, y)
+                else:
+                    _train_step(models[way], optimizers[way], x[share], y[share])
+                seconds = time.perf_counter() - start
+                if repeat:
+                    times[way].append(seconds)
+        return {way: _slowest(seconds) for way, seconds in times.items()}
+
+
+def measure(quick: bool = False, repeats: int | None = None) -> dict:
+    """{"rows": per way, the median step time over the repeats, its quartiles, samples per second of
+    the global batch, the speed-up over one process and each round's time ("rounds_ms": the ways
+    took turns within a round, so rounds pair them)}, 2 ranks of one thread each."""
+    repeats = repeats or (5 if quick else 15)
+    world_size = 2
+    seconds = spawn(wide_steps, world_size, args=(repeats,), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
+    samples = BATCH_PER_RANK * world_size
+    alone_s = median(seconds["one process"])
+    rows = []
+    for way in WAYS:
+        ms = [s * 1e3 for s in seconds[way]]
+        low, high = quartiles(ms)
+        rows.append({"way": way, "step_ms": round(median(ms), 2), "quartiles_ms": [round(low, 2), round(high, 2)],
+                     "middle_half": f"{low:.0f}-{high:.0f}", "samples_per_s": round(samples / (median(ms) / 1e3), 1),
+                     "speedup": round(alone_s / median(seconds[way]), 3), "rounds_ms": [round(t, 2) for t in ms]})
+    gradient_bytes = 4 * sum(p.numel() for p in make_mlp(0, WIDE_WIDTHS).parameters())
+    return {"rows": rows, "world_size": world_size, "widths": list(WIDE_WIDTHS), "batch_per_rank": BATCH_PER_RANK,
+            "gradient_bytes": gradient_bytes, "repeats": repeats, "cpu_count": os.cpu_count(),
+            "torch": torch.__version__, "load_average": round(os.getloadavg()[0], 1)}
+
+
+def sign_test_wins(rounds: int, level: float = SIGN_TEST_LEVEL) -> int:
+    """The fewest rounds out of ``rounds`` in which one way must be shorter for a sign test to call
+    it shorter: if each round were a coin toss, at least that many wins would come with probability
+    under ``level``."""
+    for wins in range(rounds + 1):
+        if sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2**rounds < level:
+            return wins
+    return rounds + 1
+
+
+def full_run() -> dict:
+    """The run kept in the repository (``FULL_RUN``), as ``measure()`` returned it."""
+    return json.loads(FULL_RUN.read_text())
+
+
+def main(argv: list[str]) -> int:
+    return run_main(argv, "wide", __doc__, measure, COLUMNS)
