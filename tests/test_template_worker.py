@@ -17,6 +17,7 @@ import sys
 import pytest
 import template_workers
 import torch
+from torch.utils.data import DistributedSampler
 
 import ddp_lib
 from ddp_lib.errors import WorkerError
@@ -137,14 +138,20 @@ def test_with_warmup_puts_a_linear_warmup_before_the_learners_schedule():
 
 
 def test_the_epoch_loss_weights_each_batch_by_its_size(tmp_path):
-    # lr 0: the weights never move, so the epoch's loss is the initial model's mean over all 1000
-    # samples. 500 per rank in batches of 32 end in a short batch of 20: a plain mean of the batch
-    # losses would count those 20 samples as much as 32.
-    result = spawn(template.train, 2, kwargs=dict(epochs=1, lr=0.0, checkpoint_dir=str(tmp_path)))[0]
+    # A rate too small to move the weights: the epoch's loss is then the initial model's mean over all
+    # 1000 samples. 500 per rank in batches of 32 end in a short batch of 20, which a plain mean of
+    # the batch losses would count as much as a batch of 32.
+    result = spawn(template.train, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
     torch.manual_seed(0)
-    (x, y), model = template.make_datasets()[0].tensors, template.make_model()
+    train_set, model, loss_fn = template.make_datasets()[0], template.make_model(), template.make_loss()
+    x, y = train_set.tensors
+    batch_losses = []
     with torch.no_grad():
-        expected = template.make_loss()(model(x), y).item()
+        expected = loss_fn(model(x), y).item()
+        for rank in (0, 1):
+            order = list(DistributedSampler(train_set, num_replicas=2, rank=rank, seed=0))
+            batch_losses += [loss_fn(model(x[order[i:i + 32]]), y[order[i:i + 32]]).item() for i in range(0, 500, 32)]
+    assert len(batch_losses) == 32 and abs(sum(batch_losses) / 32 - expected) > 1e-4  # the two means differ
     assert result["history"][0]["loss"] == pytest.approx(expected, abs=1e-6)
 
 
