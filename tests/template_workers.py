@@ -1,6 +1,8 @@
-"""A worker for tests/test_template_worker.py: the template's train, with the collectives it ran
-counted by torch's profiler. Ranks import this module by name (see launcher_workers.py)."""
+"""Workers for tests/test_template_worker.py: the template's train, with the collectives it ran
+counted by torch's profiler, or with a schedule of the learner's. Ranks import this module by name
+(see launcher_workers.py)."""
 
+from torch.optim.lr_scheduler import CosineAnnealingLR
 from torch.profiler import ProfilerActivity, profile
 
 from ddp_lib.workers import template
@@ -12,3 +14,19 @@ def train_counting_allreduces(rank: int, world_size: int, **kwargs) -> dict:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         result = template.train(rank, world_size, **kwargs)
     return {**result, "allreduces": c10d_ops(prof).get("allreduce_", 0)}
+
+
+def train_with_cosine(rank: int, world_size: int, crash_after_epoch: int = 0, **kwargs) -> dict:
+    """template.train(rank, world_size, **kwargs) with a learner's schedule filled in: cosine decay
+    over the run's optimizer steps, which the template puts after its warm-up. With
+    crash_after_epoch, rank 0 raises once it has saved that epoch's checkpoint."""
+    template.make_scheduler = lambda optimizer, total_steps: CosineAnnealingLR(optimizer, T_max=total_steps)
+    save = template.save_checkpoint
+
+    def save_then_crash(path: str, state: dict) -> None:
+        save(path, state)
+        if state["epoch"] == crash_after_epoch:
+            raise RuntimeError(f"stopped after epoch {crash_after_epoch}")
+
+    template.save_checkpoint = save_then_crash
+    return template.train(rank, world_size, **kwargs)

@@ -6,6 +6,7 @@ launcher ends where an uninterrupted one does; a resume with other settings or n
 
 from __future__ import annotations
 
+import math
 import os
 import pathlib
 import re
@@ -16,8 +17,10 @@ import sys
 import pytest
 import template_workers
 import torch
+from torch.utils.data import DistributedSampler
 
 import ddp_lib
+from ddp_lib.errors import WorkerError
 from ddp_lib.launch import spawn
 from ddp_lib.process_group import free_port
 from ddp_lib.workers import template
@@ -107,21 +110,71 @@ def test_accumulate_all_reduces_once_per_optimizer_step_and_matches_the_larger_b
         assert a["loss"] == pytest.approx(b["loss"], abs=1e-5)
 
 
-def test_warmup_raises_the_rate_per_step_and_resumes_mid_warmup(tmp_path):
-    lr, warmup_steps = 0.05, 15  # batch 50 on 2 ranks: 10 optimizer steps per epoch
+def _lr_after(steps: int, lr: float, warmup_steps: int, total_steps: int) -> float:
+    """The rate the template's composed schedule (warm-up, then cosine) gives after ``steps`` steps."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    cosine = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps)
+    scheduler = template.with_warmup(optimizer, cosine, warmup_steps)
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+    return optimizer.param_groups[0]["lr"]
+
+
+def test_with_warmup_puts_a_linear_warmup_before_the_learners_schedule():
+    lr, warmup_steps, total_steps = 0.1, 3, 10
+    rates = [_lr_after(k, lr, warmup_steps, total_steps) for k in range(14)]
+    # LinearLR from lr/3 to lr over 3 steps, then CosineAnnealingLR from its own step 0.
+    expected = [lr * (1 / 3 + (2 / 3) * k / 3) if k < warmup_steps
+                else lr / 2 * (1 + math.cos(math.pi * (k - warmup_steps) / total_steps)) for k in range(14)]
+    assert rates == pytest.approx(expected, abs=1e-9)
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=lr)
+    assert template.with_warmup(optimizer, None, 0) is None  # neither: a constant rate
+    alone = template.with_warmup(optimizer, None, 4)  # warm-up alone, then lr for good
+    for _ in range(6):
+        optimizer.step()
+        alone.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(lr)
+
+
+def test_the_epoch_loss_weights_each_batch_by_its_size(tmp_path):
+    # A rate too small to move the weights: the epoch's loss is then the initial model's mean over all
+    # 1000 samples. 500 per rank in batches of 32 end in a short batch of 20, which a plain mean of
+    # the batch losses would count as much as a batch of 32.
+    result = spawn(template.train, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
+    torch.manual_seed(0)
+    train_set, model, loss_fn = template.make_datasets()[0], template.make_model(), template.make_loss()
+    x, y = train_set.tensors
+    batch_losses = []
+    with torch.no_grad():
+        expected = loss_fn(model(x), y).item()
+        for rank in (0, 1):
+            order = list(DistributedSampler(train_set, num_replicas=2, rank=rank, seed=0))
+            batch_losses += [loss_fn(model(x[order[i:i + 32]]), y[order[i:i + 32]]).item() for i in range(0, 500, 32)]
+    assert len(batch_losses) == 32 and abs(sum(batch_losses) / 32 - expected) > 1e-4  # the two means differ
+    assert result["history"][0]["loss"] == pytest.approx(expected, abs=1e-6)
+
+
+def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_mid_warmup(tmp_path):
+    lr, warmup_steps, epochs = 0.05, 15, 3  # batch 50 on 2 ranks: 10 optimizer steps per epoch
     settings = dict(batch_size=50, lr=lr, warmup_steps=warmup_steps)
-    straight = spawn(template.train, 2, kwargs=dict(epochs=2, checkpoint_dir=str(tmp_path / "straight"),
-                                                    **settings))[0]
-    # LinearLR: factor 1/15 at step 0, rising linearly to 1 at step 15, then constant.
-    after_10_steps = lr * (1 / warmup_steps + (1 - 1 / warmup_steps) * 10 / warmup_steps)
-    assert [h["lr"] for h in straight["history"]] == pytest.approx([after_10_steps, lr])
+    straight = spawn(template_workers.train_with_cosine, 2,
+                     kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / "straight"), **settings))[0]
+    # Warm-up for 15 steps, then cosine over the run's 30: the rate after each epoch's 10 steps.
+    assert [h["lr"] for h in straight["history"]] == pytest.approx(
+        [_lr_after(10 * (e + 1), lr, warmup_steps, 10 * epochs) for e in range(epochs)], abs=1e-12)
+    assert straight["history"][-1]["lr"] < straight["history"][1]["lr"] < lr  # the cosine has taken over
     no_warmup = spawn(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
                                                      batch_size=50, lr=lr))[0]
     assert no_warmup["history"][0]["loss"] != pytest.approx(straight["history"][0]["loss"], abs=1e-4)
 
-    # Stopped after epoch 1, in the middle of the warm-up, and resumed: the warm-up continues where it was.
-    spawn(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "resumed"), **settings))
-    resumed = spawn(template.train, 2, kwargs=dict(epochs=2, checkpoint_dir=str(tmp_path / "resumed"), **settings))[0]
+    # Stopped after epoch 1, in the middle of the warm-up, and resumed: the schedule continues where it was.
+    resumed_dir = str(tmp_path / "resumed")
+    with pytest.raises(WorkerError, match="stopped after epoch 1"):
+        spawn(template_workers.train_with_cosine, 2,
+              kwargs=dict(epochs=epochs, checkpoint_dir=resumed_dir, crash_after_epoch=1, **settings))
+    resumed = spawn(template_workers.train_with_cosine, 2,
+                    kwargs=dict(epochs=epochs, checkpoint_dir=resumed_dir, **settings))[0]
     assert resumed["start_epoch"] == 1
     assert resumed["history"] == straight["history"]
     for name, tensor in _final_model(tmp_path / "straight").items():

@@ -13,7 +13,8 @@ Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoin
 from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
 Only rank 0 reads and writes the checkpoint, so on several machines the directory need not be shared.
 Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
---warmup-steps N raises the learning rate linearly over the first N optimizer steps; --accumulate K
+--warmup-steps N raises the learning rate linearly over the first N optimizer steps, before the
+schedule make_scheduler returns (if any); --accumulate K
 adds up the gradients of K batches per rank before each optimizer step and all-reduces them once,
 in the K-th backward (global batch: world size x batch size x K).
 """
@@ -33,8 +34,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
 # ==== YOUR JOB: replace the bodies of these four functions ====================================
-# (and evaluate's metric below, if your model does not pick a class). After changing the model,
-# delete the old --checkpoint-dir or give a new one: its checkpoint fits the old model only.
+# (a fifth, make_scheduler, for a learning-rate schedule; and evaluate's metric below, if your
+# model does not pick a class). After changing the model, delete the old --checkpoint-dir or give
+# a new one: its checkpoint fits the old model only.
 
 
 def make_datasets() -> tuple[Dataset, Dataset]:
@@ -58,9 +60,11 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler | None:
-    """A learning-rate schedule stepped once per epoch, or None for a constant rate. For example
-    torch.optim.lr_scheduler.StepLR(optimizer, step_size=10, gamma=0.5). It is checkpointed."""
+def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """A learning-rate schedule stepped once per optimizer step, or None for a constant rate.
+    total_steps counts the optimizer steps of the whole run. For example
+    torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps). With --warmup-steps N,
+    the loop runs N steps of warm-up first, then this schedule from its start. It is checkpointed."""
     return None
 
 
@@ -97,15 +101,13 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
         sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
         optimizer = make_optimizer(model, lr)
-        scheduler = make_scheduler(optimizer)
-        # Warm-up: the rate starts at lr / warmup_steps and reaches lr after warmup_steps optimizer steps.
-        warmup = (torch.optim.lr_scheduler.LinearLR(optimizer, 1 / warmup_steps, total_iters=warmup_steps)
-                  if warmup_steps > 0 else None)
+        total_steps = epochs * -(-len(loader) // accumulate)  # optimizer steps in the whole run
+        scheduler = with_warmup(optimizer, make_scheduler(optimizer, total_steps), warmup_steps)
         loss_fn = make_loss()
         checkpoint = os.path.join(checkpoint_dir, "last.pt")
         settings = {"world_size": world_size, "batch_size": batch_size, "lr": lr, "seed": seed,
                     "warmup_steps": warmup_steps, "accumulate": accumulate}
-        parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "warmup": warmup}
+        parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
         # Before DDP wraps the model: rank 0 reads the file, every rank loads what it read.
         start_epoch, history = load_checkpoint(checkpoint, parts, settings, rank)
         if rank == 0 and start_epoch >= epochs:
@@ -129,13 +131,12 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
                 if step_now:
                     optimizer.step()
                     optimizer.zero_grad()
-                    if warmup is not None:
-                        warmup.step()  # once per optimizer step; it stays at lr once warm-up is over
+                    if scheduler is not None:
+                        scheduler.step()  # once per optimizer step
+                # Weighted by the batch's size, so a short last batch counts for its samples only.
                 totals[0] += loss.detach().double() * len(y)
                 totals[1] += len(y)
-            dist.all_reduce(totals)  # the epoch's loss over every rank's samples
-            if scheduler is not None:
-                scheduler.step()  # once per epoch
+            dist.all_reduce(totals)  # the epoch's mean loss: (sum of loss x n) / (sum of n), over every rank
             accuracy, evaluated = evaluate(model, eval_set, rank, world_size, device)
             history.append({"loss": round((totals[0] / totals[1]).item(), 6), "accuracy": round(accuracy, 6),
                             "evaluated": evaluated, "lr": optimizer.param_groups[0]["lr"]})
@@ -149,6 +150,18 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
         return {"rank": rank, "start_epoch": start_epoch, "history": history}
     finally:
         dist.destroy_process_group()
+
+
+def with_warmup(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+                warmup_steps: int) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """One scheduler, stepped once per optimizer step: warmup_steps steps whose rate rises linearly
+    from lr / warmup_steps to lr, then ``scheduler`` from its start (or lr itself, if it is None)."""
+    if warmup_steps == 0:
+        return scheduler
+    warmup = torch.optim.lr_scheduler.LinearLR(optimizer, 1 / warmup_steps, total_iters=warmup_steps)
+    if scheduler is None:
+        return warmup  # it stays at lr once warm-up is over
+    return torch.optim.lr_scheduler.SequentialLR(optimizer, [warmup, scheduler], milestones=[warmup_steps])
 
 
 def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
@@ -181,10 +194,16 @@ def save_checkpoint(path: str, state: dict) -> None:
         f.flush()
         os.fsync(f.fileno())  # on disk before the rename, so a power cut cannot leave an empty file
     os.replace(tmp, path)  # atomic on one filesystem: a crash before it leaves the old checkpoint
+    if os.name == "posix":  # the rename is an entry in the directory: fsync that too (Windows cannot open one)
+        folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
 
 def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[int, list]:
-    """Load ``path`` into each of ``parts`` (model, optimizer, schedulers; None skipped); return
+    """Load ``path`` into each of ``parts`` (model, optimizer, scheduler; None skipped); return
     (epochs done, history), or (0, []) if rank 0 finds no file. Rank 0 alone decides and reads; a
     broadcast gives every rank the same answer, so ranks that see different files (no shared disk)
     cannot disagree and hang. Rank 0 warns when the checkpoint was written with other settings.

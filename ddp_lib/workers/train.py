@@ -128,6 +128,12 @@ def save_checkpoint(directory: str, epoch: int, state: dict, keep_last: int | No
         if full is not None:
             raise OSError(full.errno, f"{full.strerror}: checkpoint {path} could not be written") from e
         raise
+    if os.name == "posix":  # the rename is an entry in the directory: fsync that too (Windows cannot open one)
+        folder = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
     names = list_checkpoints(directory)
     later = [name for name in names if _epoch_of(name) > epoch]
     if later:
