@@ -372,6 +372,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def node_commands(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list[int] = 1, max_restarts: int = 0,
+                  static: bool = False, node_order: list[int] | None = None, options: tuple[str, ...] = (),
+                  node_options: list[tuple[str, ...]] | None = None) -> list[list[str]]:
+    """The torchrun command of each of ``nnodes`` "nodes" on this machine, meeting on 127.0.0.1 at a
+    port free a moment ago (the arguments as :func:`run_nodes` takes them). Given one ``--log-dir``
+    in ``options``, the nodes' commands can run in :func:`run_together` beside other jobs, and each
+    node's job then reads back the ranks of every node."""
+    counts = [nproc_per_node] * nnodes if isinstance(nproc_per_node, int) else list(nproc_per_node)
+    if len(counts) != nnodes:
+        raise ValueError(f"nproc_per_node has {len(counts)} counts for {nnodes} nodes; give one per node or one int")
+    order = node_order or list(range(nnodes))
+    endpoint = f"127.0.0.1:{_free_port()}"
+    return [torchrun_command(program, nproc_per_node=count, nnodes=nnodes, rdzv_endpoint=endpoint,
+                             max_restarts=max_restarts, node_rank=order[i] if static else None,
+                             options=options + (node_options[i] if node_options else ()))
+            for i, count in enumerate(counts)]
+
+
 def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list[int] = 1, max_restarts: int = 0,
               static: bool = False, node_order: list[int] | None = None, timeout: float = 120,
               env: dict[str, str] | None = None, options: tuple[str, ...] = (),
@@ -384,15 +402,8 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
     torchrun options for every node; ``node_options[i]``: for node i only. ``show``: print
     each node's command as it starts, and rank 0's lines as they come."""
     timeout = _check_run_input([list(program)], timeout)
-    counts = [nproc_per_node] * nnodes if isinstance(nproc_per_node, int) else list(nproc_per_node)
-    if len(counts) != nnodes:
-        raise ValueError(f"nproc_per_node has {len(counts)} counts for {nnodes} nodes; give one per node or one int")
-    order = node_order or list(range(nnodes))
-    endpoint = f"127.0.0.1:{_free_port()}"
-    cmds = [torchrun_command(program, nproc_per_node=count, nnodes=nnodes, rdzv_endpoint=endpoint,
-                             max_restarts=max_restarts, node_rank=order[i] if static else None,
-                             options=options + (node_options[i] if node_options else ()))
-            for i, count in enumerate(counts)]
+    cmds = node_commands(program, nnodes=nnodes, nproc_per_node=nproc_per_node, max_restarts=max_restarts,
+                         static=static, node_order=node_order, options=options, node_options=node_options)
     with tempfile.TemporaryDirectory(prefix="ddp_lib-torchrun-") as tmp:
         placed, log_dirs, before = _prepare(cmds, tmp, "node")
         try:

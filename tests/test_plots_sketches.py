@@ -5,6 +5,11 @@ import matplotlib
 matplotlib.use("Agg")
 
 from ddp_lib.plots.cluster import plot_first_mistakes  # noqa: E402
+from ddp_lib.plots.cluster_sketches import (  # noqa: E402
+    plot_closed_port,
+    plot_nnodes_mismatch,
+    plot_what_listens_where,
+)
 from ddp_lib.plots.failure_sketches import (  # noqa: E402
     plot_agent_stops_ranks,
     plot_dead_rank,
@@ -59,3 +64,15 @@ def test_the_lesson_07_and_cluster_sketches_name_what_goes_wrong():
     assert sum("all_gather" in t for t in texts(plot_detail_check())) == 2
     assert any("never ready" in t for t in texts(plot_unused_parameter()))
     assert any("its own loopback" in t for t in texts(plot_first_mistakes()))
+
+
+def test_the_agent_sketch_names_the_rank_that_fails():
+    assert any("rank 0: raises" in t for t in texts(plot_agent_stops_ranks(failing_rank=0)))
+    assert any("rank 1: still working" in t for t in texts(plot_agent_stops_ranks(failing_rank=0)))
+
+
+def test_the_cluster_sketches_say_what_each_mistake_gives():
+    assert any("read_timeout" in t for t in texts(plot_closed_port()))
+    mismatch = texts(plot_nnodes_mismatch())
+    assert any("the job runs" in t for t in mismatch) and any("both time out" in t for t in mismatch)
+    assert any("listens on nothing" in t for t in texts(plot_what_listens_where()))

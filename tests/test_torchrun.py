@@ -487,3 +487,15 @@ def test_a_rank_killed_by_a_signal_without_a_name_is_described_not_a_crash():
 
     assert _describe_exit(-9) == "was killed by SIGKILL before returning a result"
     assert _describe_exit(-40) == "was killed by <Unknown signal 40> before returning a result"
+
+
+def test_node_commands_give_every_node_one_meeting_place():
+    from ddp_lib.torchrun import _option, node_commands
+
+    c10d = node_commands(TRAIN, nnodes=2, nproc_per_node=1, options=("--log-dir=/x",))
+    assert c10d[0] == c10d[1] and _option(c10d[0], "rdzv-endpoint").startswith("127.0.0.1:")
+    assert _option(c10d[0], "log-dir") == "/x"  # the nodes share it: each reads back the ranks of both
+    static = node_commands(TRAIN, nnodes=2, nproc_per_node=[2, 1], static=True)
+    assert [_option(cmd, "node-rank") for cmd in static] == ["0", "1"]
+    assert [_option(cmd, "nproc-per-node") for cmd in static] == ["2", "1"]
+    assert _option(static[0], "master-port") == _option(static[1], "master-port")

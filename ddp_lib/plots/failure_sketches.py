@@ -91,21 +91,22 @@ def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] =
     return fig
 
 
-def plot_agent_stops_ranks() -> Figure:
-    """Under torchrun: rank 1 raises and exits; its node's agent sees the exit, stops rank 0 with
-    SIGTERM, and prints a summary whose root cause is the first failure."""
+def plot_agent_stops_ranks(failing_rank: int = 1) -> Figure:
+    """Under torchrun: ``failing_rank`` (0 or 1) raises and exits; its node's agent sees the exit,
+    stops the other rank with SIGTERM, and prints a summary whose root cause is the first failure."""
+    other = 1 - failing_rank
     fig, ax = plt.subplots(figsize=(8, 2.8))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 3.2)
     ax.axis("off")
     box(ax, 3.2, 2.2, 3.6, 0.8, "torchrun's agent\nwatches its ranks", "#bebada")
-    box(ax, 0.6, 0.3, 2.8, 0.8, "rank 0: still working", SURVIVOR)
-    box(ax, 6.6, 0.3, 2.8, 0.8, "rank 1: raises\n(@record writes error.json)", DEAD)
+    box(ax, 0.6, 0.3, 2.8, 0.8, f"rank {other}: still working", SURVIVOR)
+    box(ax, 6.6, 0.3, 2.8, 0.8, f"rank {failing_rank}: raises\n(@record writes error.json)", DEAD)
     arrow(ax, (7.6, 1.1), (6.2, 2.2), "red")
     ax.text(7.4, 1.7, "1. exits with code 1", color="red", fontsize=8)
     arrow(ax, (3.8, 2.2), (2.2, 1.1), "black")
     ax.text(0.2, 1.7, "2. SIGTERM: exit code -15", fontsize=8)
-    ax.text(5.0, 0.05, "3. the agent prints the summary: root cause = the first failure (rank 1)",
+    ax.text(5.0, 0.05, f"3. the agent prints the summary: root cause = the first failure (rank {failing_rank})",
             ha="center", fontsize=8)
     ax.set_title("A rank that raises under torchrun: what the agent does", fontsize=10)
     fig.tight_layout()

@@ -6,6 +6,7 @@ seconds. Each returns (or raises) what the lesson shows; the fixed variants retu
 
 from __future__ import annotations
 
+import faulthandler
 import ipaddress
 import sys
 import time
@@ -40,6 +41,7 @@ def metric_on_rank0_in_ddp_loop(rank: int, world_size: int, steps: int = 3) -> l
     """A real DDP loop whose rank 0 all-reduces a one-number metric after step 0, alone. The other
     ranks go on to step 1, whose forward runs DDP's one-time bucket rebuild (two broadcasts from
     rank 0): that is the call rank 0's metric all-reduce meets, and both wait until the timeout."""
+    faulthandler.enable()  # a crash in C++ (SIGSEGV) then prints this rank's Python stack to its stderr
     with process_group(rank, world_size, timeout=SHORT):
         torch.manual_seed(0)
         ddp = DDP(nn.Linear(4, 1))
