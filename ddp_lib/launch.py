@@ -45,16 +45,13 @@ from ddp_lib.errors import (
     WorkerError,
     is_peer_failure,
 )
+from ddp_lib.forkserver import FORKSERVER_PRELOAD
 from ddp_lib.launch_checks import Launch, check_launch
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import BACKEND_ENV, threads_per_rank
 
 LAUNCH_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never ends
 
-# Preloaded once into the forkserver, so each child starts with torch already imported.
-# (DDP imports torch._dynamo on construction: 2-3 s per child if not preloaded.)
-# ddp_lib itself is not preloaded: children import it fresh, so edits take effect.
-FORKSERVER_PRELOAD = ["torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo"]
 _PORT_IN_USE = re.compile(r"(?:EADDRINUSE|address already in use|failed to listen).*?port: (\d+)|"
                           r"port: (\d+).*?(?:EADDRINUSE|address already in use)", re.I | re.S)
 
