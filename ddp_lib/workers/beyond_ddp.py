@@ -10,7 +10,6 @@ Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_gro
 """
 
 import gc
-import statistics
 import time
 from collections import Counter
 from typing import Literal
@@ -170,18 +169,23 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
     return round(mean.item() / dist.get_world_size(), 6)
 
 
-def step_ms(model: nn.Module, optimizer: torch.optim.Optimizer, rank: int, batch_size: int, width: int,
-            seed: int, steps: int = 3) -> float:
-    """Median wall time of ``steps`` more training steps, in ms, outside the profiler (which slows
-    every operation it records). Each step ends with the loss all-reduce of ``train_step``."""
-    times = []
-    for step in range(steps):
-        x, y = batch(100 + step, rank, batch_size, width, seed)
-        dist.barrier()  # every rank starts the step together
-        start = time.perf_counter()
-        train_step(model, optimizer, x, y)
-        times.append(time.perf_counter() - start)
-    return round(statistics.median(times) * 1000, 2)
+def step_times_in_turn(rank: int, strategies: list[str], rounds: int = 21, width: int = 256, layers: int = 4,
+                       batch_size: int = 16, seed: int = 0) -> dict[str, list[float]]:
+    """Wall time in ms of one training step of each strategy, taken in turn, for ``rounds`` rounds
+    after two untimed ones: taken in turn, the strategies share whatever else the machine is doing.
+    Each step starts on every rank at once, after a barrier, and ends with ``train_step``'s loss
+    all-reduce. Outside the profiler, which slows every operation it records."""
+    built = {s: wrap(make_deep_mlp(width, layers, seed), s, 1e-3) for s in strategies}
+    times: dict[str, list[float]] = {s: [] for s in strategies}
+    for round_ in range(rounds + 2):
+        for strategy, (model, optimizer) in built.items():
+            x, y = batch(100 + round_, rank, batch_size, width, seed)
+            dist.barrier()
+            start = time.perf_counter()
+            train_step(model, optimizer, x, y)
+            if round_ >= 2:  # the first two rounds warm up
+                times[strategy].append(round((time.perf_counter() - start) * 1000, 3))
+    return times
 
 
 def recording_buckets(state: list, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -225,8 +229,7 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     "optimizer state", and "activations" saved for backward by the wrapped model), "measured" (bytes
     allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
     added by the last forward), "collectives" (profiler events of the last step, by name),
-    "placements" and "local_shape"/"global_shape" (of the first weight), "step_ms" (median time of
-    three more steps, outside the profiler)}.
+    "placements" and "local_shape"/"global_shape" (of the first weight)}.
     """
     with process_group(rank, world_size):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
@@ -258,7 +261,7 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
         counts.subtract({"c10d::allreduce_": 1, "gloo:all_reduce": 1})
         params = list(model.parameters())
         first = params[0]
-        result = {
+        return {
             "rank": rank, "strategy": strategy, "losses": losses, "n_params": n_params,
             "bytes": {"parameters": tensor_bytes(params),
                       "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
@@ -270,8 +273,6 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
             "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
             "local_shape": list(local(first).shape), "global_shape": list(first.shape),
         }
-        # Timed last, so that the extra steps change nothing counted above.
-        return {**result, "step_ms": step_ms(model, optimizer, rank, batch_size, width, seed)}
 
 
 # Bytes one rank sends, on average, per byte of the full tensor, in a ring of n ranks (lesson 08).
@@ -330,7 +331,7 @@ def bytes_sent(payloads: list[tuple[str, int]], world_size: int) -> float:
 
 
 def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_view,zero1,fsdp,fsdp_no_reshard",
-                       steps: int = 3) -> dict:
+                       steps: int = 3, timed_steps: int = 21) -> dict:
     """``memory_run`` for each strategy in turn, in one job (one launch instead of three).
 
     Args:
@@ -338,12 +339,17 @@ def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_vi
         world_size: number of processes.
         strategies: comma-separated strategies, each one of STRATEGIES.
         steps: training steps per strategy.
+        timed_steps: steps of each strategy timed afterwards, the strategies in turn (0: none).
 
-    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads)}.
+    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads) and
+    "step_ms" (step_times_in_turn's times)}.
     """
     with process_group(rank, world_size):  # memory_run joins this group instead of creating one
-        return {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
-                for s in strategies.split(",")}
+        names = strategies.split(",")
+        runs = {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
+                for s in names}
+        times = step_times_in_turn(rank, names, timed_steps) if timed_steps else {}
+        return {s: {**runs[s], "step_ms": times.get(s, [])} for s in names}
 
 
 def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps: int = 4, save_at: int = 0,
