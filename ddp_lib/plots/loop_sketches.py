@@ -34,7 +34,7 @@ def plot_save_then_barrier():
             _box(ax, 3.3, 1, 1.1, "read: found", "tab:green")
             _box(ax, 3.3, 0, 1.1, "read: found", "tab:green")
             ax.axvline(3.3, color="tab:red", linestyle="--", lw=1)
-            ax.text(3.3, 1.55, "every rank leaves the barrier together", ha="center", fontsize=7, color="tab:red")
+            ax.text(3.3, 1.4, "every rank leaves the barrier together", ha="center", fontsize=7, color="tab:red")
         else:
             _box(ax, 0.2, 0, 1.1, "read: missing", "tab:red")
         _rank_labels(ax, 2)
@@ -61,9 +61,11 @@ def plot_no_sync_accumulation(micro_batches: int = 2, world_size: int = 2):
         if not last:
             ax.text(x + 1.9, world_size - 0.45, "adds to .grad,\nsends nothing", fontsize=7, color="0.3")
         x += 2.4
+    # DDP starts it in the last backward, as that backward's gradients become ready
     ax.add_patch(plt.Rectangle((x - 0.5, -0.35), 1.2, world_size - 0.3, facecolor="tab:red", alpha=0.5,
                                edgecolor="black"))
-    ax.text(x + 0.1, (world_size - 1) / 2, "one\nall-reduce\nof the sum", ha="center", va="center", fontsize=7)
+    ax.text(x + 0.1, (world_size - 1) / 2, "one\nall-reduce\nof the sum\n(starts in the\nlast backward)",
+            ha="center", va="center", fontsize=7)
     for rank in range(world_size):
         _box(ax, x + 0.9, world_size - 1 - rank, 1.2, "clip the\naveraged grad")
         _box(ax, x + 2.3, world_size - 1 - rank, 1.0, "optimizer\nstep")
