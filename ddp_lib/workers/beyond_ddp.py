@@ -16,14 +16,8 @@ from typing import Literal
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.checkpoint import checkpoint
@@ -32,6 +26,10 @@ try:  # inside the ddp_lib package
     from ddp_lib.process_group import process_group
 except ModuleNotFoundError:  # copied into a project next to process_group.py
     from process_group import process_group
+
+# ZeroRedundancyOptimizer, FSDP2 (fully_shard, DTensor), DeviceMesh and DCP are imported inside the
+# functions that use them: importing them takes seconds, and a lesson's kernel imports this module
+# only to show its source and its arithmetic (zero_prediction, bytes_sent).
 
 Strategy = Literal["ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard"]
 STRATEGIES = ("ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard")
@@ -56,6 +54,8 @@ def batch(step: int, rank: int, batch_size: int, width: int, seed: int = 0) -> t
 
 def local(t: torch.Tensor) -> torch.Tensor:
     """The part of ``t`` this rank holds: a DTensor's local shard, or the tensor itself."""
+    from torch.distributed.tensor import DTensor
+
     return t.to_local() if isinstance(t, DTensor) else t
 
 
@@ -67,6 +67,8 @@ def tensor_bytes(tensors) -> int:
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of the optimizer state this rank holds. ZeroRedundancyOptimizer keeps its shard in
     ``.optim`` (a plain optimizer over this rank's parameters)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
     inner = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
     return tensor_bytes(t for state in inner.state.values() for t in state.values() if isinstance(t, torch.Tensor))
 
@@ -106,6 +108,9 @@ def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, to
     gradient_as_bucket_view=True); DDP + ZeroRedundancyOptimizer (ZeRO-1);
     FSDP2 with each Linear its own unit (ZeRO-3-style); the same with reshard_after_forward=False
     (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2")."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
     if strategy in ("ddp", "ddp_view"):  # ddp_view: the gradients are views into DDP's buckets
         return DDP(model, gradient_as_bucket_view=strategy == "ddp_view"), torch.optim.Adam(model.parameters(), lr=lr)
     if strategy == "zero1":
@@ -231,6 +236,8 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     added by the last forward), "collectives" (profiler events of the last step, by name),
     "placements" and "local_shape"/"global_shape" (of the first weight)}.
     """
+    from torch.distributed.tensor import DTensor
+
     with process_group(rank, world_size):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
             model = make_deep_mlp(width, layers, seed)
@@ -372,6 +379,9 @@ def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps:
 
     Returns {"rank", "start_step", "losses" (of the steps this run trained), "checksum" (of the full parameters)}.
     """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     with process_group(rank, world_size):
         model, optimizer = wrap(make_deep_mlp(width, layers, seed), "fsdp", lr)
         start = 0
@@ -405,6 +415,9 @@ def mesh_2x2(rank: int, world_size: int) -> dict:
     groups), "sum_over_replicate" (all-reduce of the ranks along "replicate"), "placements",
     "local_shape" (of the first weight under HSDP)}.
     """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     if world_size != 4:
         raise ValueError(f"mesh_2x2 needs world_size 4, got {world_size}")
     with process_group(rank, world_size) as device:
@@ -437,6 +450,9 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
     name), "grad_checksum" (of this rank's gradient shards), "loss", "global_batch_gap" (largest
     difference of the gradient from one process's on all 4 ranks' batches)}.
     """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     if world_size != 4:
         raise ValueError(f"hsdp_step needs world_size 4, got {world_size}")
     with process_group(rank, world_size) as device:
@@ -512,6 +528,9 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     "max_grad_diff"}), "order" ({"optimizer_holds_model_params", "model_changed"}: an Adam made
     before fully_shard, after one step)}.
     """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import DTensor
+
     with process_group(rank, world_size):
         x, y = batch(0, rank, batch_size, width, seed)
         # clip_grad_norm_ on DTensor gradients: DTensor's ops combine the shards' norms across ranks.
