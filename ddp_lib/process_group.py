@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pkgutil
 import socket
 import time
 from collections.abc import Iterator
@@ -228,3 +229,12 @@ def is_main() -> bool:
 def wrap_ddp(model: nn.Module, device: torch.device, **options) -> DDP:
     """DDP around ``model`` (already on ``device``), with the device_ids for that device."""
     return DDP(model, device_ids=device_ids_for(device), **options)
+
+
+def in_one_job(rank: int, world_size: int, calls: dict[str, tuple[str, dict]]) -> dict:
+    """Several workers one after the other in one job: one launch (and one import of their modules)
+    instead of one each. ``calls`` maps a name to ("module:function", keyword arguments); each
+    worker joins the group created here. Returns {name: that worker's result on this rank}."""
+    with process_group(rank, world_size):
+        return {name: pkgutil.resolve_name(target)(rank, world_size, **kwargs)
+                for name, (target, kwargs) in calls.items()}

@@ -10,8 +10,9 @@ from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
 from ddp_lib.launch import launch, spawn
+from ddp_lib.process_group import in_one_job
 from ddp_lib.worker_params import COMPILE_BACKENDS
-from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for
+from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for, small_bucket_error
 from ddp_lib.workers.training_loop import (
     accumulate_and_clip,
     evaluate_padded,
@@ -105,6 +106,16 @@ def test_the_lesson_schematics_draw():
     assert len(plot_clipping(2).axes[0].patches) == 2 * 6 + 1  # six steps per rank, one frame
     assert len(plot_collective_pairing().axes[0].patches) == 2 + 3  # rank 0's calls, rank 1's calls
     assert len(plot_scale_over_steps(7, 2).axes[0].lines) == 1 + 7  # the scale, a marker per step
+
+
+def test_the_habit_schematics_draw_one_row_per_rank():
+    from ddp_lib.plots.loop_sketches import plot_no_sync_accumulation, plot_save_then_barrier, plot_seeds
+
+    without, with_barrier = plot_save_then_barrier().axes
+    assert len(without.patches) == 3 and len(with_barrier.patches) == 6  # the barrier adds its boxes
+    # per rank a box per micro-batch, a clip and a step; one all-reduce across the ranks
+    assert len(plot_no_sync_accumulation(3, 2).axes[0].patches) == 2 * (3 + 2) + 1
+    assert len(plot_seeds(2).axes[0].patches) == 2 * 3
 
 
 def test_the_scale_schematic_follows_a_real_grad_scaler():
@@ -330,6 +341,19 @@ def test_ddp_optimizer_first_bucket_is_1_mib_whatever_ddp_uses(compiled_runs):
         first_from_output = r["graphs"][-1]["bytes"]
         assert 2**20 <= first_from_output < r["buckets"][0]  # cut at 1 MiB; DDP's first bucket is ~2 MiB
         assert [g["bytes"] for g in reversed(r["graphs"])] != r["buckets"]
+
+
+def test_torch_compile_of_ddp_with_half_a_mib_buckets_raises_on_every_rank():
+    errors = [r["error"] for r in spawn(small_bucket_error, 2, show_output=False)]
+    assert all(e.startswith("AssertionError: First bucket should be smaller/equal") for e in errors)
+
+
+def test_in_one_job_runs_each_worker_in_the_same_group_in_order():
+    calls = {way: ("ddp_lib.workers.training_loop:evaluate_padded", dict(n_eval=11, fix=way))
+             for way in ("none", "count_real")}
+    ranks = spawn(in_one_job, 2, kwargs=dict(calls=calls), show_output=False)
+    assert [list(r) for r in ranks] == [["none", "count_real"]] * 2
+    assert [ranks[0][way]["counted"] for way in calls] == [12, 11]
 
 
 def test_a_bucket_below_1_mib_is_refused_by_torch_and_by_the_worker():

@@ -294,7 +294,15 @@ def test_bytes_sent_per_step_from_the_traced_collectives():
         assert kept["fsdp"] == kept["ddp"] == kept["zero1"] > 0
         gathered = sum(size for kind, size in r["fsdp_no_reshard"]["payloads"] if kind == "all_gather")
         assert kept["fsdp_no_reshard"] - kept["ddp"] == gathered
-        assert all(r[s]["step_ms"] > 0 for s in r)
+        assert all(len(r[s]["step_ms"]) == 21 and min(r[s]["step_ms"]) > 0 for s in r)
+
+
+def test_the_activation_checkpointing_schematic_keeps_one_input_and_recomputes():
+    from ddp_lib.plots.beyond import plot_activation_checkpointing
+
+    # plain: 4 forwards, 4 kept activations, 4 backwards; checkpointed: 4 forwards, 1 kept input,
+    # 4 forwards again, 4 backwards; and the legend's box
+    assert len(plot_activation_checkpointing(4).axes[0].patches) == (4 + 4 + 4) + (4 + 1 + 4 + 4) + 1
 
 
 def test_the_who_holds_what_schematic_draws_every_stage():

@@ -156,3 +156,41 @@ def plot_mesh_2x2():
     ax.set_title('init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))', fontsize=9)
     fig.tight_layout()
     return fig
+
+
+def plot_activation_checkpointing(layers: int = 4):
+    """A schematic of one step of ``layers`` layers, plain and as one checkpointed segment. Plain:
+    each layer's forward keeps its activation (a red box under it) until its backward. Checkpointed:
+    the forward keeps only the segment's input; backward first runs the segment's forward again,
+    then the backward. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    rows = {"plain": 2.0, "checkpointed\nsegment": 0.4}
+    for name, y in rows.items():
+        checkpointed = name != "plain"
+        x = 0.0
+        for k in range(layers):
+            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor="0.85", edgecolor="black"))
+            ax.text(x + 0.45, y + 0.25, f"forward\n{k + 1}", ha="center", va="center", fontsize=7)
+            if not checkpointed or k == 0:  # what stays held until backward
+                ax.add_patch(plt.Rectangle((x + 0.15, y - 0.35), 0.6, 0.25, facecolor="tab:red", alpha=0.6,
+                                           edgecolor="black"))
+            x += 1.0
+        if checkpointed:
+            for k in range(layers):
+                ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor="tab:orange", alpha=0.5, edgecolor="black"))
+                ax.text(x + 0.45, y + 0.25, f"forward\n{k + 1} again", ha="center", va="center", fontsize=7)
+                x += 1.0
+        for k in reversed(range(layers)):
+            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor="tab:blue", alpha=0.4, edgecolor="black"))
+            ax.text(x + 0.45, y + 0.25, f"backward\n{k + 1}", ha="center", va="center", fontsize=7)
+            x += 1.0
+        ax.text(-0.15, y + 0.25, name, ha="right", va="center", fontsize=9)
+    ax.add_patch(plt.Rectangle((0, -0.35), 0.3, 0.2, facecolor="tab:red", alpha=0.6, edgecolor="black"))
+    ax.text(0.4, -0.25, "kept from forward until backward", va="center", fontsize=7)
+    ax.set_xlim(-1.6, 3 * layers + 0.2)
+    ax.set_ylim(-0.45, 2.7)
+    ax.axis("off")
+    ax.set_title("activation checkpointing: keep only the segment's input, run its forward again in backward "
+                 "(time runs right)", fontsize=10)
+    fig.tight_layout()
+    return fig

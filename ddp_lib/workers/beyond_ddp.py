@@ -10,21 +10,14 @@ Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_gro
 """
 
 import gc
-import statistics
 import time
 from collections import Counter
 from typing import Literal
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.optim import ZeroRedundancyOptimizer
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile, record_function
 from torch.utils.checkpoint import checkpoint
@@ -33,6 +26,10 @@ try:  # inside the ddp_lib package
     from ddp_lib.process_group import process_group
 except ModuleNotFoundError:  # copied into a project next to process_group.py
     from process_group import process_group
+
+# ZeroRedundancyOptimizer, FSDP2 (fully_shard, DTensor), DeviceMesh and DCP are imported inside the
+# functions that use them: importing them takes seconds, and a lesson's kernel imports this module
+# only to show its source and its arithmetic (zero_prediction, bytes_sent).
 
 Strategy = Literal["ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard"]
 STRATEGIES = ("ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard")
@@ -57,6 +54,8 @@ def batch(step: int, rank: int, batch_size: int, width: int, seed: int = 0) -> t
 
 def local(t: torch.Tensor) -> torch.Tensor:
     """The part of ``t`` this rank holds: a DTensor's local shard, or the tensor itself."""
+    from torch.distributed.tensor import DTensor
+
     return t.to_local() if isinstance(t, DTensor) else t
 
 
@@ -68,6 +67,8 @@ def tensor_bytes(tensors) -> int:
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     """Bytes of the optimizer state this rank holds. ZeroRedundancyOptimizer keeps its shard in
     ``.optim`` (a plain optimizer over this rank's parameters)."""
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
     inner = optimizer.optim if isinstance(optimizer, ZeroRedundancyOptimizer) else optimizer
     return tensor_bytes(t for state in inner.state.values() for t in state.values() if isinstance(t, torch.Tensor))
 
@@ -107,6 +108,9 @@ def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, to
     gradient_as_bucket_view=True); DDP + ZeroRedundancyOptimizer (ZeRO-1);
     FSDP2 with each Linear its own unit (ZeRO-3-style); the same with reshard_after_forward=False
     (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2")."""
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
     if strategy in ("ddp", "ddp_view"):  # ddp_view: the gradients are views into DDP's buckets
         return DDP(model, gradient_as_bucket_view=strategy == "ddp_view"), torch.optim.Adam(model.parameters(), lr=lr)
     if strategy == "zero1":
@@ -170,18 +174,23 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
     return round(mean.item() / dist.get_world_size(), 6)
 
 
-def step_ms(model: nn.Module, optimizer: torch.optim.Optimizer, rank: int, batch_size: int, width: int,
-            seed: int, steps: int = 3) -> float:
-    """Median wall time of ``steps`` more training steps, in ms, outside the profiler (which slows
-    every operation it records). Each step ends with the loss all-reduce of ``train_step``."""
-    times = []
-    for step in range(steps):
-        x, y = batch(100 + step, rank, batch_size, width, seed)
-        dist.barrier()  # every rank starts the step together
-        start = time.perf_counter()
-        train_step(model, optimizer, x, y)
-        times.append(time.perf_counter() - start)
-    return round(statistics.median(times) * 1000, 2)
+def step_times_in_turn(rank: int, strategies: list[str], rounds: int = 21, width: int = 256, layers: int = 4,
+                       batch_size: int = 16, seed: int = 0) -> dict[str, list[float]]:
+    """Wall time in ms of one training step of each strategy, taken in turn, for ``rounds`` rounds
+    after two untimed ones: taken in turn, the strategies share whatever else the machine is doing.
+    Each step starts on every rank at once, after a barrier, and ends with ``train_step``'s loss
+    all-reduce. Outside the profiler, which slows every operation it records."""
+    built = {s: wrap(make_deep_mlp(width, layers, seed), s, 1e-3) for s in strategies}
+    times: dict[str, list[float]] = {s: [] for s in strategies}
+    for round_ in range(rounds + 2):
+        for strategy, (model, optimizer) in built.items():
+            x, y = batch(100 + round_, rank, batch_size, width, seed)
+            dist.barrier()
+            start = time.perf_counter()
+            train_step(model, optimizer, x, y)
+            if round_ >= 2:  # the first two rounds warm up
+                times[strategy].append(round((time.perf_counter() - start) * 1000, 3))
+    return times
 
 
 def recording_buckets(state: list, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -225,9 +234,10 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     "optimizer state", and "activations" saved for backward by the wrapped model), "measured" (bytes
     allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
     added by the last forward), "collectives" (profiler events of the last step, by name),
-    "placements" and "local_shape"/"global_shape" (of the first weight), "step_ms" (median time of
-    three more steps, outside the profiler)}.
+    "placements" and "local_shape"/"global_shape" (of the first weight)}.
     """
+    from torch.distributed.tensor import DTensor
+
     with process_group(rank, world_size):
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
             model = make_deep_mlp(width, layers, seed)
@@ -258,7 +268,7 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
         counts.subtract({"c10d::allreduce_": 1, "gloo:all_reduce": 1})
         params = list(model.parameters())
         first = params[0]
-        result = {
+        return {
             "rank": rank, "strategy": strategy, "losses": losses, "n_params": n_params,
             "bytes": {"parameters": tensor_bytes(params),
                       "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
@@ -270,8 +280,6 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
             "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
             "local_shape": list(local(first).shape), "global_shape": list(first.shape),
         }
-        # Timed last, so that the extra steps change nothing counted above.
-        return {**result, "step_ms": step_ms(model, optimizer, rank, batch_size, width, seed)}
 
 
 # Bytes one rank sends, on average, per byte of the full tensor, in a ring of n ranks (lesson 08).
@@ -330,7 +338,7 @@ def bytes_sent(payloads: list[tuple[str, int]], world_size: int) -> float:
 
 
 def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_view,zero1,fsdp,fsdp_no_reshard",
-                       steps: int = 3) -> dict:
+                       steps: int = 3, timed_steps: int = 21) -> dict:
     """``memory_run`` for each strategy in turn, in one job (one launch instead of three).
 
     Args:
@@ -338,12 +346,17 @@ def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_vi
         world_size: number of processes.
         strategies: comma-separated strategies, each one of STRATEGIES.
         steps: training steps per strategy.
+        timed_steps: steps of each strategy timed afterwards, the strategies in turn (0: none).
 
-    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads)}.
+    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads) and
+    "step_ms" (step_times_in_turn's times)}.
     """
     with process_group(rank, world_size):  # memory_run joins this group instead of creating one
-        return {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
-                for s in strategies.split(",")}
+        names = strategies.split(",")
+        runs = {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
+                for s in names}
+        times = step_times_in_turn(rank, names, timed_steps) if timed_steps else {}
+        return {s: {**runs[s], "step_ms": times.get(s, [])} for s in names}
 
 
 def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps: int = 4, save_at: int = 0,
@@ -366,6 +379,9 @@ def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps:
 
     Returns {"rank", "start_step", "losses" (of the steps this run trained), "checksum" (of the full parameters)}.
     """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
     with process_group(rank, world_size):
         model, optimizer = wrap(make_deep_mlp(width, layers, seed), "fsdp", lr)
         start = 0
@@ -399,6 +415,9 @@ def mesh_2x2(rank: int, world_size: int) -> dict:
     groups), "sum_over_replicate" (all-reduce of the ranks along "replicate"), "placements",
     "local_shape" (of the first weight under HSDP)}.
     """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     if world_size != 4:
         raise ValueError(f"mesh_2x2 needs world_size 4, got {world_size}")
     with process_group(rank, world_size) as device:
@@ -431,6 +450,9 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
     name), "grad_checksum" (of this rank's gradient shards), "loss", "global_batch_gap" (largest
     difference of the gradient from one process's on all 4 ranks' batches)}.
     """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
     if world_size != 4:
         raise ValueError(f"hsdp_step needs world_size 4, got {world_size}")
     with process_group(rank, world_size) as device:
@@ -506,6 +528,9 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     "max_grad_diff"}), "order" ({"optimizer_holds_model_params", "model_changed"}: an Adam made
     before fully_shard, after one step)}.
     """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import DTensor
+
     with process_group(rank, world_size):
         x, y = batch(0, rank, batch_size, width, seed)
         # clip_grad_norm_ on DTensor gradients: DTensor's ops combine the shards' norms across ranks.

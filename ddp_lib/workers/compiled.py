@@ -180,3 +180,21 @@ def sequential_graphs(rank: int, world_size: int, bucket_cap_mb: float = 1.0, se
             model(x).square().mean().backward()
             found[way] = list(graphs)
         return {"rank": rank, "graphs": found}
+
+
+def small_bucket_error(rank: int, world_size: int, bucket_cap_mb: float = 0.5, seed: int = 0) -> dict:
+    """Compile ``DDP(DeepNet(), bucket_cap_mb=...)`` with a cap below DDPOptimizer's 1 MiB first
+    bucket and run one forward, where dynamo compiles; report what torch raised.
+
+    Returns {"rank", "error": "ExceptionType: first line of its message", or None if nothing was raised}.
+    """
+    with process_group(rank, world_size) as device:
+        torch._dynamo.reset()
+        torch.manual_seed(seed)
+        ddp_model = DDP(DeepNet().to(device), device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
+        compiled = torch.compile(ddp_model, backend=lambda gm, example_inputs: gm.forward)
+        try:
+            compiled(torch.randn(16, 2, device=device))
+        except Exception as e:  # what the learner would see: the type and the first line
+            return {"rank": rank, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
+        return {"rank": rank, "error": None}
