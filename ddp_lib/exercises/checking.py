@@ -93,20 +93,19 @@ def run_counted(rank: int, world_size: int, target: str, collectives: tuple[str,
     return {"result": result, "calls": calls}
 
 
-def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (), stop: bool = False,
-                   where: Callable = lambda runs: f"world_size {len(runs)}", **options) -> Report:
+def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (),
+                   passed: str | Callable = "", stop: bool = False, where: Callable | None = None, **options) -> Report:
     """Run ``run(rank, world_size, *args)`` (or ``*args(world_size)``) on each of ``world_sizes``; ``judge(runs)``
-    returns the problems (a sentence, a list, or None) and the PASS text, said after ``where(runs)``."""
+    gives the problems (a sentence, a list or None), said after ``where(runs)``, else ``passed`` (or its call)."""
     report = Report()
     for world_size in world_sizes:
         runs = run_on_ranks(run, world_size, report, args(world_size) if callable(args) else args, **options)
         if runs is not None:
-            problems, passed = judge(runs)
-            problems = [problems] if isinstance(problems, str) else problems or []
-            for problem in problems:
-                report.fail(f"{where(runs)}: {problem}")
+            said, problems = where(runs) if where else f"world_size {world_size}", judge(runs)
+            for problem in [problems] if isinstance(problems, str) else problems or []:
+                report.fail(f"{said}: {problem}")
             if not problems:
-                report.ok(f"{where(runs)}: {passed}")
+                report.ok(f"{said}: {passed(runs) if callable(passed) else passed}")
         if stop and not report.passed:
             break
     return report
