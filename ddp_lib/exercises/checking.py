@@ -61,11 +61,9 @@ def load_worker(target: str) -> Callable:
 
 def as_number(value: object) -> float | str:
     """A float for a number however written (int, float, numpy scalar, one-element tensor), else its kind."""
-    if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:
-        value = value.item()
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    return f"a {type(value).__name__}"
+    value = value.item() if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1 else value
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return float(value) if number else f"a {type(value).__name__}"
 
 
 def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), timeout: float = 60.0,
@@ -87,10 +85,11 @@ def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = ()
 
 
 def run_counted(rank: int, world_size: int, target: str, collectives: tuple[str, ...], inputs: list) -> dict:
-    """In a rank: the learner's ``target(rank, world_size, inputs[rank])`` and the ``collectives`` it called."""
+    """In a rank: the learner's ``target(rank, world_size, inputs[rank])``, the ``collectives`` it called and their
+    distinct names in the order first called."""
     with counting_collectives(*collectives) as calls:
         result = load_worker(target)(rank, world_size, inputs[rank])
-    return {"result": result, "calls": calls}
+    return {"result": result, "calls": calls, "called": list(dict.fromkeys(call["name"] for call in calls))}
 
 
 def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (),
@@ -193,7 +192,3 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
                 patches.enter_context(mock.patch.object(module, name, wrapper))
         yield calls
 
-
-def names_called(calls: list[dict]) -> list[str]:
-    """The distinct collectives among ``calls``, in the order first called."""
-    return list(dict.fromkeys(call["name"] for call in calls))

@@ -4,7 +4,7 @@ the whole list split round robin into shares (drawn afresh, of unequal lengths);
 import random
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, names_called, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, run_counted, worker_name
 
 HINTS = (
     (r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
@@ -50,9 +50,7 @@ def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout:
     shares = {size: [[random.randrange(1000) for _ in range(rank, n, size)] for rank in range(size)]
               for size in world_sizes}
 
-    def judge(runs: list[dict]) -> tuple[str | None, str]:
-        problems = [p for rank, run in enumerate(runs)
-                    if (p := _diagnose(rank, run["result"], shares[len(runs)], names_called(run["calls"])))]
-        return problems[:1], "every rank returned the whole list in order"
-    return check_on_ranks(run_counted, world_sizes, judge, lambda size: (worker_name(fn), COLLECTIVES, shares[size]),
-                          where=lambda runs: f"world_size {len(runs)}, n {n}", timeout=timeout, hints=HINTS)
+    return check_on_ranks(run_counted, world_sizes, lambda runs: next(filter(None, (
+        _diagnose(rank, run["result"], shares[len(runs)], run["called"]) for rank, run in enumerate(runs))), None),
+        lambda size: (worker_name(fn), COLLECTIVES, shares[size]), "every rank returned the whole list in order",
+        where=lambda runs: f"world_size {len(runs)}, n {n}", timeout=timeout, hints=HINTS)

@@ -29,22 +29,19 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
     seen: dict = {}
 
     def on_forward(module, args):
-        if not isinstance(module, ToyModel) or "model" in seen:
-            return
-        params = list(module.parameters())
-        seen.update(model=module, before=_flat(params), grads=[None] * len(params))
-        for i, param in enumerate(params):
-            def record(grad, i=i):
-                seen["grads"][i] = grad.detach().clone()  # p.grad may become this very tensor
-            param.register_hook(record)
+        if isinstance(module, ToyModel) and "model" not in seen:
+            seen.update(model=module, before=_flat(module.parameters()), grads={})
+            for i, param in enumerate(module.parameters()):  # p.grad may become the very tensor recorded: a copy
+                param.register_hook(lambda grad, i=i: seen["grads"].update({i: grad.detach().clone()}))
 
     register_module_forward_pre_hook(on_forward)  # for the rest of this rank's process
     result = simulate_nodes(rank, world_size, NPROC_PER_NODE[world_size], target)
     if "model" not in seen:
         return {"result": result, "watched": None}
-    grads = None if any(g is None for g in seen["grads"]) else _flat(seen["grads"])
-    return {"result": result, "watched": {"before": seen["before"], "after": _flat(seen["model"].parameters()),
-                                          "checksum": param_checksum(seen["model"]), "local_grad": grads}}
+    model, grads = seen["model"], seen["grads"]
+    local_grad = _flat(grads[i] for i in sorted(grads)) if len(grads) == len(list(model.parameters())) else None
+    return {"result": result, "watched": {"before": seen["before"], "after": _flat(model.parameters()),
+                                          "checksum": param_checksum(model), "local_grad": local_grad}}
 
 
 def diagnose(runs: list[dict]) -> str | None:
@@ -81,13 +78,12 @@ def diagnose(runs: list[dict]) -> str | None:
         if torch.allclose(step, -LR * run["watched"]["local_grad"], atol=1e-6):
             return (f"rank {rank} stepped along its own gradient only: call backward() through the DDP model, "
                     "which averages the gradients over all ranks")
-        lr = (-(step @ mean_grad) / (mean_grad @ mean_grad)).item()
-        if lr > 0 and torch.allclose(step, -lr * mean_grad, atol=1e-6):
-            divisor = len(runs) * LR / lr
-            if abs(divisor - round(divisor)) < 1e-3 and round(divisor) != len(runs):
-                return (f"rank {rank} stepped along the sum of the gradients divided by {round(divisor)}, a "
-                        "constant: divide by the world size (DDP does)")
-            return f"rank {rank} stepped with a learning rate of {lr:.3g}: use torch.optim.SGD(..., lr={LR})"
+        lr = (-(step @ mean_grad) / (mean_grad @ mean_grad)).item()  # the step's length along the mean gradient
+        divisor = len(runs) * LR / lr if lr > 0 else 0  # the sum of the gradients divided by a constant?
+        if divisor and torch.allclose(step, -lr * mean_grad, atol=1e-6):
+            return (f"rank {rank} stepped along the sum of the gradients divided by {round(divisor)}, a constant: "
+                    "divide by the world size (DDP does)" if abs(divisor - round(divisor)) < 1e-3 else
+                    f"rank {rank} stepped with a learning rate of {lr:.3g}: use torch.optim.SGD(..., lr={LR})")
         return (f"rank {rank}'s step is not -{LR} times the mean of all ranks' gradients: wrap ToyModel in DDP, "
                 f"call backward() on ddp_model(x).sum(), then one torch.optim.SGD step with lr={LR}")
     return None
@@ -95,9 +91,8 @@ def diagnose(runs: list[dict]) -> str | None:
 
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks, then 1 node x 3; stops at a failure."""
-    def judge(runs: list[dict]) -> tuple[str | None, str]:
-        devices = ", ".join(run["result"]["device"] for run in runs)
-        return diagnose(runs), (f"every rank used its LOCAL_RANK's device ({devices}) and stepped along the average "
-                                "of all ranks' gradients to the same parameters")
-    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True,
-                          where=lambda runs: LAYOUTS[len(runs)], timeout=timeout, hints=HINTS)
+    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), diagnose, (worker_name(fn),), stop=True,
+                          where=lambda runs: LAYOUTS[len(runs)], timeout=timeout, hints=HINTS,
+                          passed=lambda runs: f"every rank used its LOCAL_RANK's device "
+                          f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
+                          "of all ranks' gradients to the same parameters")
