@@ -92,14 +92,6 @@ TRAIN_STEPS = (((True, "after"), None),
                ((False, None), "divide the loss by the number of micro-batches, and clip"))
 
 
-def draw_micro_batches() -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    """batches[step][k] = (x, y): STEPS x MICRO_BATCHES micro-batches of training samples picked at random."""
-    x, y = make_moons().tensors
-    picks = torch.randperm(len(y), generator=torch.Generator().manual_seed(secrets.randbits(63)))
-    return [[(x[p], y[p]) for p in step] for step in picks[:STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(
-        STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE)]
-
-
 def reference_params(batches: list, divide: bool, clip: str | None) -> torch.Tensor:
     """The parameters after STEPS steps on every rank's micro-batches (``batches[rank]``), averaged as DDP does,
     each micro-batch's loss divided or not, clipped "after" the last backward, "inside" the loop too, or not."""
@@ -176,7 +168,11 @@ def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
 
 def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
     """A report on the learner's ``train_step`` for 3 steps of 2 micro-batches on each world size."""
-    batches = {size: [draw_micro_batches() for _ in range(size)] for size in world_sizes}  # rank r's: [r]
+    x, y = make_moons().tensors
+    picks = {size: torch.randperm(len(y), generator=torch.Generator().manual_seed(secrets.randbits(63)))[
+        :size * STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(size, STEPS, MICRO_BATCHES, -1) for size in world_sizes}
+    # batches[size][rank][step][k]: (x, y) of a micro-batch of training samples picked at random
+    batches = {size: [[[(x[p], y[p]) for p in step] for step in rank] for rank in picks[size]] for size in world_sizes}
     return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, batches[len(runs)]),
                           lambda size: (train_step, batches[size]), stop=True, timeout=120,
                           passed="the parameters equal one process on the global batch, with one all-reduce per step")
