@@ -68,8 +68,7 @@ def as_number(value: object) -> float | str:
 
 def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), timeout: float = 60.0,
                  hints: tuple[tuple[str, str], ...] = ()) -> list | None:
-    """``fn(rank, world_size, *args)``'s results on every rank (gloo), in rank order; None when the
-    job fails, with one FAIL line in ``report`` that says why (``hints``: (pattern, fix))."""
+    """``fn(rank, world_size, *args)``'s results in rank order, or None and a FAIL line that says why."""
     from ddp_lib.launch import launch  # imports torch, which lesson 06's checker never needs here
 
     try:
@@ -85,8 +84,7 @@ def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = ()
 
 
 def run_counted(rank: int, world_size: int, target: str, collectives: tuple[str, ...], inputs: list) -> dict:
-    """In a rank: the learner's ``target(rank, world_size, inputs[rank])``, the ``collectives`` it called and their
-    distinct names in the order first called."""
+    """In a rank: the learner's ``target(rank, world_size, inputs[rank])``, its ``collectives`` and their names."""
     with counting_collectives(*collectives) as calls:
         result = load_worker(target)(rank, world_size, inputs[rank])
     return {"result": result, "calls": calls, "called": list(dict.fromkeys(call["name"] for call in calls))}
@@ -111,8 +109,7 @@ def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Ca
 
 
 def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
-    """One sentence for a failed rank: a peer's failure echoed, a rank killed (with the last lines
-    of its stderr, where gloo explains itself), or an exception (with the learner's own line)."""
+    """One sentence for a failed rank: a broken collective, a kill (with its stderr's end) or an exception."""
     if is_peer_failure(exc.exc_type, exc.message):  # its words depend on timing: say what happened
         return (f"rank {exc.rank}'s collective broke because another rank left it or never joined "
                 f"({exc.exc_type}); {COLLECTIVE_HINT}")
@@ -158,8 +155,7 @@ class _WatchedWork:
 
 @contextlib.contextmanager
 def counting_collectives(*names: str) -> Iterator[list[dict]]:
-    """In a rank: each call in the block of ``names`` (default: COLLECTIVES), with its op, async_op, waited, group_size,
-    tensor numel and dtype, and seconds. ProcessGroup methods and DDP's calls are not seen."""
+    """In a rank: each call of ``names`` (default COLLECTIVES) in the block; ProcessGroup methods are not seen."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 

@@ -21,8 +21,7 @@ def diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str |
         return f"rank {rank} returned {key}={got[key]!r}, expected {expected[key]!r}"
     everyone, names = got["everyone"], expected["everyone"]
     if len(names) > 1 and not called:
-        return (f"no collective ran, so rank {rank} knows only its own name: get the others' names from them "
-                "with dist.all_gather_object")
+        return f"no collective ran, so rank {rank} knows only its own name: use dist.all_gather_object"
     if "gather_object" in called and "all_gather_object" not in called:
         return (f"rank {rank} has no list of names: gather_object gives the list to the destination rank only; "
                 "all_gather_object gives it to every rank")

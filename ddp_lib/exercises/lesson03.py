@@ -22,8 +22,7 @@ def _flat(tensors) -> torch.Tensor:
 
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    """In each rank: the learner's worker under a simulated layout; the first ToyModel's weights at its
-    forward, this rank's own gradient (a tensor hook sees it before DDP averages it), and its weights after."""
+    """In each rank: the learner's result, and its first ToyModel's weights before, own gradient and weights after."""
     torch.manual_seed(int.from_bytes(os.urandom(8), "little"))  # weights and batch of this rank's own
     load_worker(target)  # read the learner's file fresh
     seen: dict = {}
@@ -55,19 +54,17 @@ def diagnose(runs: list[dict]) -> str | None:
             return (f"rank {rank} (node {rank // NPROC_PER_NODE[len(runs)]}) used local_rank {result['local_rank']}, "
                     f"expected {local_rank}{hint}")
         if str(result["device"]) != expected_device(local_rank):
-            return (f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)} "
-                    "(cuda:LOCAL_RANK where that GPU exists, else cpu)")
+            return f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)}"
         if watched is None:
-            return (f"rank {rank} never called a ToyModel: build ddp_lib.workers.shared.ToyModel, wrap it in DDP "
-                    "and call the DDP model on the batch")
+            return f"rank {rank} never called a ToyModel: wrap ToyModel in DDP and call the DDP model on the batch"
         if watched["checksum"] != run["result"]["checksum"]:
             return (f"rank {rank} returned checksum {run['result']['checksum']}, but the model it trained has "
                     f"{watched['checksum']}: return param_checksum of that model")
         if watched["local_grad"] is None:
             return f"rank {rank} computed no gradient: call backward() on a loss computed through the DDP model"
         if not torch.allclose(watched["before"], runs[0]["watched"]["before"], rtol=0, atol=1e-6):
-            return (f"rank {rank} fed its batch to weights that differ from rank 0's: wrap the model in DDP before "
-                    "the forward pass (DDP copies rank 0's weights to every rank when it is built)")
+            return (f"rank {rank} fed its batch to weights that differ from rank 0's: wrap the model in DDP, which "
+                    "copies rank 0's weights to every rank, before the forward pass")
     mean_grad = torch.stack([run["watched"]["local_grad"] for run in runs]).mean(0)
     for rank, run in enumerate(runs):
         step = run["watched"]["after"] - run["watched"]["before"]
@@ -76,8 +73,7 @@ def diagnose(runs: list[dict]) -> str | None:
         if step.norm() == 0:
             return f"rank {rank}'s parameters did not change: take an optimizer step after backward()"
         if torch.allclose(step, -LR * run["watched"]["local_grad"], atol=1e-6):
-            return (f"rank {rank} stepped along its own gradient only: call backward() through the DDP model, "
-                    "which averages the gradients over all ranks")
+            return f"rank {rank} stepped along its own gradient only: call backward() through the DDP model"
         lr = (-(step @ mean_grad) / (mean_grad @ mean_grad)).item()  # the step's length along the mean gradient
         divisor = len(runs) * LR / lr if lr > 0 else 0  # the sum of the gradients divided by a constant?
         if divisor and torch.allclose(step, -lr * mean_grad, atol=1e-6):

@@ -14,8 +14,7 @@ from ddp_lib.workers.shared import make_moons
 PADDED_WORLD_SIZES = (3, 5)
 EPOCH_CHOICES = range(2, 6)  # drawn without repeats: a fixed number of epochs matches one run at most
 HINTS = ((r"Default process group has not been initialized",
-          "DistributedSampler asks the process group for num_replicas and rank unless it is given them, and this "
-          "worker joins none: pass num_replicas=world_size and rank=rank"),)
+          "this worker joins no process group: pass num_replicas=world_size and rank=rank"),)
 
 
 def diagnose(results: list, epochs: int, seed: int) -> str | None:
@@ -55,9 +54,8 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
         for epoch, (got, expected) in enumerate(zip(per_epoch, reference[rank])):
             if got != expected:
                 at = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
-                return (f"rank {rank}'s order in epoch {epoch} is not DistributedSampler's for the seed the "
-                        f"checker passed ({seed}) and that epoch (first difference at position {at}): build the "
-                        "sampler with seed=seed, shuffle=True, and call sampler.set_epoch(epoch) with the epoch number")
+                return (f"rank {rank}'s order in epoch {epoch} is not DistributedSampler's for seed {seed} (first "
+                        f"difference at position {at}): pass seed=seed and call sampler.set_epoch(epoch)")
     return None
 
 

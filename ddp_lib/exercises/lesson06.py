@@ -48,16 +48,13 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     return problems
 
 
-FAILURE_HINTS = (
-    ("NODE_RANK", "torchrun gives its workers this node's rank as GROUP_RANK (NODE_RANK is torchrun's own option)"),
-    ("connectFullMesh", "two ranks failed to connect while the job started, which a loaded machine can cause: run "
-                        "the check again"),
-)
+FAILURE_HINTS = (("NODE_RANK", "torchrun gives its workers this node's rank as GROUP_RANK (NODE_RANK is torchrun's "
+                                "own option)"),
+                 ("connectFullMesh", "two ranks failed to connect at start-up (a loaded machine): run the check again"))
 
 
 def failure_line(error: WorkerError | None, returncode: int) -> str:
-    """What the ranks raised: the message when every rank that got to report raised the same (which
-    ranks report differs from run to run), else the rank the launcher would blame."""
+    """What the ranks raised: the message if every rank that reported raised the same, else the launcher's blame."""
     if error is None:
         return f"torchrun exited with code {returncode}"
     messages = {text[:200] for text in error.failures.values()}
@@ -68,8 +65,7 @@ def failure_line(error: WorkerError | None, returncode: int) -> str:
 
 def check_launch_info(launch_info: Callable | str, directory: str | None = None,
                       layouts: tuple[tuple[int, ...], ...] = LAYOUTS) -> Report:
-    """A report on ``launch_info`` (or its ``"module:function"`` name, importable from ``directory``) under
-    torchrun on each of ``layouts``; stops at a job that fails."""
+    """A report on ``launch_info`` (or ``"module:function"`` in ``directory``) under torchrun on each layout."""
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(filter(None, (os.path.abspath(directory or os.getcwd()), os.environ.get("PYTHONPATH"))))
     report = Report()

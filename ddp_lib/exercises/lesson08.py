@@ -26,15 +26,13 @@ def _factor_mistake(ratio: float, world_size: int) -> str:
                  "all-reduce also all-gathers: 2(N-1)/N"),
                 (1.0, 1e-6, f"busbw equals algbw: multiply by 2(N-1)/N ({bus_factor(world_size):g} for "
                  f"N={world_size})"),
-                (2.0, REL_TOL, "busbw is twice algbw: the factor is 2(N-1)/N, not 2 (each rank sends N-1 of its N "
-                 "chunks twice)"))
+                (2.0, REL_TOL, "busbw is twice algbw: the factor is 2(N-1)/N, not 2"))
     return next((said for value, tol, said in mistakes if math.isclose(ratio, value, rel_tol=tol)),
                 f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}")
 
 
 def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
-    """A report on ``busbw(algbw, world_size)`` for 2 and ``cases - 1`` world sizes up to 4096 drawn now;
-    stops at the first mistake (the other cases would say it again)."""
+    """A report on ``busbw(algbw, world_size)`` for 2 and ``cases - 1`` drawn world sizes; stops at a mistake."""
     report, rng = Report(), random.Random()
     for world_size in [2, *rng.sample(range(3, 4097), cases - 1)]:
         algbw = round(rng.uniform(0.5, 50), 3)
@@ -81,9 +79,7 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
         if not any(m / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= m * MEASURED_FACTOR + MEASURED_SLACK_S
                    for m in means):
             return (f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took "
-                    f"{min(warm):.3g} to {max(warm):.3g} s after the first (nor did the mean of a run of them "
-                    "take that long): time an all-reduce after a warm-up one, with time.perf_counter() just before "
-                    "and just after it")
+                    f"{min(warm):.3g} to {max(warm):.3g} s after the first: time those, not other work")
         if not math.isclose(algbw, expected := nbytes / seconds / 1e9, rel_tol=REL_TOL):
             return f"rank {rank}: " + next(
                 (hint for ratio, hint in ALGBW_MISTAKES if math.isclose(algbw / expected, ratio, rel_tol=REL_TOL)),
@@ -94,8 +90,7 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
 
 
 def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90) -> Report:
-    """A report on ``fn(rank, world_size, nbytes)`` on each world size, ``nbytes`` drawn now (4 to 16 MiB: the
-    all-reduce, not the timer, makes most of the time); stops at the first failure."""
+    """A report on ``fn(rank, world_size, nbytes)`` on each world size, 4 to 16 MiB drawn now; stops at a failure."""
     nbytes = {world_size: 4 * random.randrange(1 << 20, 1 << 22) for world_size in world_sizes}
     return check_on_ranks(run_counted, world_sizes, lambda runs: diagnose(runs, nbytes[len(runs)]),
                           lambda size: (worker_name(fn), ("all_reduce",), [nbytes[size]] * size), stop=True,

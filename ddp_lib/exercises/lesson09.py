@@ -48,18 +48,16 @@ def _evaluate_problem(rows: tuple[dict, ...]) -> str | None:
     values, exact = [row["value"] for row in rows], accuracy("real")
     if any(abs(v - values[0]) > TOL for v in values):
         own = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
-        hint = ("each is its own shard's: all_reduce the correct and counted samples" if own else
-                "each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
-                "and all_reduce the counts")
-        return f"the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}"
+        hint = "each is its own shard's" if own else "split with DistributedSampler(shuffle=False)"
+        return (f"the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}: all_reduce the "
+                "correct and counted samples")
     averaged = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and "
                 "counted samples and divide once")
     mistakes = ((exact, None), (accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
                                                      "skip the positions at or past len(dataset)")),
                 (accuracy("real", True), averaged), (accuracy("padded", True), averaged),
                 (accuracy("drop_last"), ("leaves out the samples drop_last=True drops", "count every sample once")))
-    fallback = (f"returned {values[0]:.4f}, the accuracy over all samples is {exact:.4f}; each rank can read only "
-                "its own shard (DistributedSampler, shuffle=False): combine the counts with all_reduce")
+    fallback = f"returned {values[0]:.4f}, the accuracy over all samples is {exact:.4f}: all_reduce the counts"
     said = next((said for value, said in mistakes if abs(values[0] - value) < TOL), fallback)
     return f"{values[0]:.4f} {said[0]} (exact: {exact:.4f}); {said[1]}" if isinstance(said, tuple) else said
 
@@ -93,8 +91,7 @@ TRAIN_STEPS = (((True, "after"), None),
 
 
 def reference_params(batches: list, divide: bool, clip: str | None) -> torch.Tensor:
-    """The parameters after STEPS steps on every rank's micro-batches (``batches[rank]``), averaged as DDP does,
-    each micro-batch's loss divided or not, clipped "after" the last backward, "inside" the loop too, or not."""
+    """The parameters after STEPS steps on all ranks' ``batches``, the loss ``divide``d or not, ``clip``ped or not."""
     torch.manual_seed(0)
     model = LoopNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
@@ -119,8 +116,7 @@ def _counting_allreduce(counted: dict, bucket):  # bucket unannotated: DDP check
 
 
 def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: list) -> dict:
-    """In each rank: the learner's steps on ``batches[rank]``; the parameters, DDP's all-reduces, the
-    no_sync blocks entered, and each forward's batch size and whether it ran inside no_sync."""
+    """In each rank: the parameters after the learner's steps, DDP's all-reduces, no_sync's use, and the forwards."""
     with process_group(rank, world_size):
         torch.manual_seed(0)
         model = LoopNet()
@@ -144,24 +140,21 @@ def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
     if apart := [rank for rank, p in enumerate(params) if not torch.allclose(p, params[0], atol=TOL)]:
         gap = max((params[rank] - params[0]).abs().max().item() for rank in apart)
         return [f"the parameters of rank(s) {', '.join(map(str, apart))} differ from rank 0's (by up to {gap:.2g}): "
-                "every rank must step on the same, all-reduced gradient (is the last micro-batch's backward "
-                "outside no_sync?)"]
+                "run the last micro-batch through ddp_model, outside no_sync, so that DDP all-reduces"]
     problems = []
     if (largest := max((size for size, _ in first["forwards"]), default=0)) > MICRO_BATCH_SIZE:
         problems.append(f"the model ran a forward on {largest} samples at once, but a micro-batch holds "
-                        f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch (the point of "
-                        "accumulating is that a whole batch need not fit in memory)")
+                        f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch")
     hint = next((hint for way, hint in TRAIN_STEPS if torch.allclose(params[0], reference_params(batches, *way),
                                                                       atol=TOL)),
-                "accumulate every micro-batch, divide the loss by their number, clip the synchronised gradient, "
-                "step once")
+                "divide each loss by the number of micro-batches, clip after the last backward, step once")
     if hint:
         problems.append(f"the parameters differ from one process on the global batch: {hint}")
     if first["all_reduces"] != STEPS:  # this model fits in one bucket: one all-reduce per step
         said = f"DDP all-reduced {first['all_reduces']} times in {STEPS} steps, expected {STEPS}: "
+        forward_outside = first["no_syncs"] and not any(inside for _, inside in first["forwards"])
         problems.append(said + ("no_sync was entered, but no forward ran inside it; put the forward inside no_sync "
-                                "too (DDP decides during the forward whether the backward all-reduces)"
-                                if first["no_syncs"] and not any(inside for _, inside in first["forwards"]) else
+                                "too: DDP decides in the forward" if forward_outside else
                                 "run every micro-batch but the last inside ddp_model.no_sync()"))
     return problems
 

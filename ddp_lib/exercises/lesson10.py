@@ -14,8 +14,7 @@ HINTS = {"zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state 
 
 
 def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
-    """In each rank, per strategy: the learner's count, the exact one and the one without Adam's step, after
-    the lesson's step and after a step on a small model in which every other parameter has no gradient."""
+    """In each rank, per strategy and model: the learner's count, the exact one, and the one without Adam's step."""
     import torch
     from torch import nn
 
@@ -35,7 +34,7 @@ def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
             model, optimizer = wrap(make_deep_mlp(width=256, layers=4), strategy, lr=1e-3)  # the lesson's model
             train_step(model, optimizer, *batch(0, rank, 16, 256))
             lesson = answer(optimizer)
-            model, optimizer = wrap(make_deep_mlp(width=64, layers=2), strategy, lr=1e-3)
+            model, optimizer = wrap(make_deep_mlp(width=64, layers=2), strategy, lr=1e-3)  # half without a gradient
             x, y = batch(0, rank, 8, 64)
             nn.functional.mse_loss(model(x), y).backward()
             for param in list(model.parameters())[::2]:
@@ -46,8 +45,7 @@ def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
 
 
 def _problem(strategy: str, rank: int, found: dict, reveal: bool) -> str | None:
-    """What is wrong with this rank's counts under ``strategy`` (None: both exact). ``reveal``: name the
-    bytes it holds (only once the predictions are right, which those bytes would otherwise give away)."""
+    """What is wrong with this rank's counts (None: both exact); ``reveal``: say the bytes it holds."""
     row, other = found["lesson"], found["random"]
     said = f"{strategy}, rank {rank}: returned {row['value']} bytes"
     if bad := next((r["value"] for r in (row, other) if isinstance(r["value"], str)), None):
@@ -65,8 +63,7 @@ def _problem(strategy: str, rank: int, found: dict, reveal: bool) -> str | None:
 
 
 def compare_predictions(predicted: dict, results: list[dict], report: Report) -> bool:
-    """One line per strategy: the prediction of rank 0's bytes against what rank 0 holds, named only for
-    a prediction within tolerance (so it cannot be copied into the next try). True when all are."""
+    """One line per strategy: True when every prediction of rank 0's bytes is within tolerance, the only ones named."""
     if not isinstance(predicted, dict) or any(type(predicted.get(s)) is not int for s in STRATEGIES):
         report.fail(f"predicted must give an int (bytes on rank 0) for each of {', '.join(map(repr, STRATEGIES))}, "
                     f"got {predicted!r}")
