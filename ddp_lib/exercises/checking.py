@@ -148,8 +148,7 @@ class _WatchedWork:
         self._work, self._call = work, call
 
     def __getattr__(self, name: str):
-        if name in ("wait", "get_future"):
-            self._call["waited"] = True
+        self._call["waited"] |= name in ("wait", "get_future")
         return getattr(self._work, name)
 
 

@@ -110,11 +110,6 @@ def reference_params(batches: list, divide: bool, clip: str | None) -> torch.Ten
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _counting_allreduce(counted: dict, bucket):  # bucket unannotated: DDP checks a hook's annotations
-    counted["all_reduces"] += 1
-    return default_hooks.allreduce_hook(None, bucket)
-
-
 def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: list) -> dict:
     """In each rank: the parameters after the learner's steps, DDP's all-reduces, no_sync's use, and the forwards."""
     with process_group(rank, world_size):
@@ -122,7 +117,8 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: l
         model = LoopNet()
         ddp_model = DDP(model)
         counted = {"all_reduces": 0, "no_syncs": 0, "forwards": []}
-        ddp_model.register_comm_hook(counted, _counting_allreduce)
+        ddp_model.register_comm_hook(counted, lambda state, bucket: state.update(  # DDP's own all-reduce, counted
+            all_reduces=state["all_reduces"] + 1) or default_hooks.allreduce_hook(None, bucket))
         # DDP decides in the forward whether the backward all-reduces.
         model.register_forward_pre_hook(lambda _module, inputs: counted["forwards"].append(
             (len(inputs[0]), not ddp_model.require_backward_grad_sync)))
