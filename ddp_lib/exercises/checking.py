@@ -61,17 +61,14 @@ def load_worker(target: str) -> Callable:
 
 def as_number(value: object) -> float | str:
     """A float for a number however written (int, float, numpy scalar, one-element tensor), else its kind."""
-    if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:
-        value = value.item()
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    return f"a {type(value).__name__}"
+    value = value.item() if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1 else value
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return float(value) if number else f"a {type(value).__name__}"
 
 
 def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = (), timeout: float = 60.0,
                  hints: tuple[tuple[str, str], ...] = ()) -> list | None:
-    """``fn(rank, world_size, *args)``'s results on every rank (gloo), in rank order; None when the
-    job fails, with one FAIL line in ``report`` that says why (``hints``: (pattern, fix))."""
+    """``fn(rank, world_size, *args)``'s results in rank order, or None and a FAIL line that says why."""
     from ddp_lib.launch import launch  # imports torch, which lesson 06's checker never needs here
 
     try:
@@ -87,34 +84,32 @@ def run_on_ranks(fn: Callable, world_size: int, report: Report, args: tuple = ()
 
 
 def run_counted(rank: int, world_size: int, target: str, collectives: tuple[str, ...], inputs: list) -> dict:
-    """In a rank: the learner's ``target(rank, world_size, inputs[rank])`` and the ``collectives`` it called."""
+    """In a rank: the learner's ``target(rank, world_size, inputs[rank])``, its ``collectives`` and their names."""
     with counting_collectives(*collectives) as calls:
         result = load_worker(target)(rank, world_size, inputs[rank])
-    return {"result": result, "calls": calls}
+    return {"result": result, "calls": calls, "called": list(dict.fromkeys(call["name"] for call in calls))}
 
 
-def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (), stop: bool = False,
-                   where: Callable = lambda runs: f"world_size {len(runs)}", **options) -> Report:
+def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Callable = (),
+                   passed: str | Callable = "", stop: bool = False, where: Callable | None = None, **options) -> Report:
     """Run ``run(rank, world_size, *args)`` (or ``*args(world_size)``) on each of ``world_sizes``; ``judge(runs)``
-    returns the problems (a sentence, a list, or None) and the PASS text, said after ``where(runs)``."""
+    gives the problems (a sentence, a list or None), said after ``where(runs)``, else ``passed`` (or its call)."""
     report = Report()
     for world_size in world_sizes:
         runs = run_on_ranks(run, world_size, report, args(world_size) if callable(args) else args, **options)
         if runs is not None:
-            problems, passed = judge(runs)
-            problems = [problems] if isinstance(problems, str) else problems or []
-            for problem in problems:
-                report.fail(f"{where(runs)}: {problem}")
+            said, problems = where(runs) if where else f"world_size {world_size}", judge(runs)
+            for problem in [problems] if isinstance(problems, str) else problems or []:
+                report.fail(f"{said}: {problem}")
             if not problems:
-                report.ok(f"{where(runs)}: {passed}")
+                report.ok(f"{said}: {passed(runs) if callable(passed) else passed}")
         if stop and not report.passed:
             break
     return report
 
 
 def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
-    """One sentence for a failed rank: a peer's failure echoed, a rank killed (with the last lines
-    of its stderr, where gloo explains itself), or an exception (with the learner's own line)."""
+    """One sentence for a failed rank: a broken collective, a kill (with its stderr's end) or an exception."""
     if is_peer_failure(exc.exc_type, exc.message):  # its words depend on timing: say what happened
         return (f"rank {exc.rank}'s collective broke because another rank left it or never joined "
                 f"({exc.exc_type}); {COLLECTIVE_HINT}")
@@ -153,15 +148,13 @@ class _WatchedWork:
         self._work, self._call = work, call
 
     def __getattr__(self, name: str):
-        if name in ("wait", "get_future"):
-            self._call["waited"] = True
+        self._call["waited"] |= name in ("wait", "get_future")
         return getattr(self._work, name)
 
 
 @contextlib.contextmanager
 def counting_collectives(*names: str) -> Iterator[list[dict]]:
-    """In a rank: each call in the block of ``names`` (default: COLLECTIVES), with its op, async_op, waited, group_size,
-    tensor numel and dtype, and seconds. ProcessGroup methods and DDP's calls are not seen."""
+    """In a rank: each call of ``names`` (default COLLECTIVES) in the block; ProcessGroup methods are not seen."""
     import torch.distributed as dist
     from torch.distributed import distributed_c10d
 
@@ -194,7 +187,3 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
                 patches.enter_context(mock.patch.object(module, name, wrapper))
         yield calls
 
-
-def names_called(calls: list[dict]) -> list[str]:
-    """The distinct collectives among ``calls``, in the order first called."""
-    return list(dict.fromkeys(call["name"] for call in calls))

@@ -4,7 +4,7 @@ size, is_main and every rank's name (drawn at check time) in rank order; counts 
 import secrets
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, names_called, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, run_counted, worker_name
 
 
 def diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str | None:
@@ -21,8 +21,7 @@ def diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str |
         return f"rank {rank} returned {key}={got[key]!r}, expected {expected[key]!r}"
     everyone, names = got["everyone"], expected["everyone"]
     if len(names) > 1 and not called:
-        return (f"no collective ran, so rank {rank} knows only its own name: get the others' names from them "
-                "with dist.all_gather_object")
+        return f"no collective ran, so rank {rank} knows only its own name: use dist.all_gather_object"
     if "gather_object" in called and "all_gather_object" not in called:
         return (f"rank {rank} has no list of names: gather_object gives the list to the destination rank only; "
                 "all_gather_object gives it to every rank")
@@ -38,11 +37,9 @@ def check_who_am_i(fn: Callable, world_sizes: tuple[int, ...] = (1, 2, 3), timeo
     """A report on ``fn(rank, world_size, name)`` on each world size, names drawn now: one line per world size."""
     names = [secrets.token_hex(4) for _ in range(max(world_sizes))]
 
-    def judge(runs: list[dict]) -> tuple[str | None, str]:
-        expected = [{"rank": rank, "world_size": len(runs), "is_main": rank == 0, "everyone": names[:len(runs)]}
-                    for rank in range(len(runs))]
-        problems = [diagnose(rank, run["result"], expected[rank], names_called(run["calls"]))
-                    for rank, run in enumerate(runs)]
-        passed = "every rank returned its rank, the world size, is_main and every rank's name"
-        return next(filter(None, problems), None), passed
-    return check_on_ranks(run_counted, world_sizes, judge, (worker_name(fn), COLLECTIVES, names), timeout=timeout)
+    def judge(runs: list[dict]) -> str | None:
+        return next(filter(None, (diagnose(rank, run["result"], {"rank": rank, "world_size": len(runs), "is_main":
+                                  rank == 0, "everyone": names[:len(runs)]}, run["called"])
+                                  for rank, run in enumerate(runs))), None)
+    return check_on_ranks(run_counted, world_sizes, judge, (worker_name(fn), COLLECTIVES, names), timeout=timeout,
+                          passed="every rank returned its rank, the world size, is_main and every rank's name")

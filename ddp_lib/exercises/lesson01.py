@@ -6,7 +6,7 @@ import numbers
 import random
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, check_on_ranks, names_called, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, check_on_ranks, run_counted, worker_name
 
 
 def _close(a: float, b: float) -> bool:
@@ -17,7 +17,8 @@ def diagnose(runs: list[dict], values: list[float]) -> str | None:
     """The mistake these ranks' answers show, named with its fix (None: they are right)."""
     world_size, total = len(runs), sum(values[:len(runs)])
     calls = [call for run in runs for call in run["calls"]]
-    called, late = names_called(calls), [c["name"] for c in calls if c["async_op"] and not c["waited"]]
+    called = list(dict.fromkeys(name for run in runs for name in run["called"]))
+    late = [c["name"] for c in calls if c["async_op"] and not c["waited"]]
     ops = {call["op"] for call in calls if call["name"] == "all_reduce"} - {"SUM", None}
     if late:
         return MISSING_WAIT.format(late[0])
@@ -57,9 +58,7 @@ def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3),
     """A report on ``fn(rank, world_size, x)`` on each world size: one line per world size."""
     # Values with a fractional part, drawn now: integer arithmetic shows.
     values = [random.randint(1, 99) + random.randint(1, 9) / 10 for _ in range(max(world_sizes))]
-
-    def judge(runs: list[dict]) -> tuple[str | None, str]:
-        return diagnose(runs, values), f"every rank returned the mean {sum(values[:len(runs)]) / len(runs):g}"
-    return check_on_ranks(run_counted, world_sizes, judge,
+    return check_on_ranks(run_counted, world_sizes, lambda runs: diagnose(runs, values),
                           (worker_name(fn), COLLECTIVES, values), timeout=timeout,
+                          passed=lambda runs: f"every rank returned the mean {sum(values[:len(runs)]) / len(runs):g}",
                           where=lambda runs: f"world_size {len(runs)}, values {values[:len(runs)]}")

@@ -4,7 +4,7 @@ the whole list split round robin into shares (drawn afresh, of unequal lengths);
 import random
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, names_called, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, run_counted, worker_name
 
 HINTS = (
     (r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
@@ -26,13 +26,11 @@ def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> 
     if got == whole:
         return None
     if got == "a NoneType":
-        return (f"rank {rank} returned None: end the worker with `return` and the whole list "
-                "(what a worker prints never reaches the caller)")
+        return f"rank {rank} returned None: end the worker with `return` and the whole list, not print"
     if isinstance(got, str):
         return f"rank {rank} returned {got}; expected a list of {len(whole)} numbers"
     if not called:
-        return (f"no collective ran, so rank {rank} has only its own share: get the others' with "
-                "dist.all_gather_object")
+        return f"no collective ran, so rank {rank} has only its own share: use dist.all_gather_object"
     if got == [x for share in shares for x in share]:
         return (f"rank {rank} returned the shares one after another, rank by rank; the split is round robin: "
                 "item i is shares[i % world_size][i // world_size]")
@@ -49,10 +47,7 @@ def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout:
     n = random.choice([n for n in range(9, 30) if n % 2 and n % 3])  # unequal shares on 2 and 3 ranks
     shares = {size: [[random.randrange(1000) for _ in range(rank, n, size)] for rank in range(size)]
               for size in world_sizes}
-
-    def judge(runs: list[dict]) -> tuple[str | None, str]:
-        problems = [p for rank, run in enumerate(runs)
-                    if (p := _diagnose(rank, run["result"], shares[len(runs)], names_called(run["calls"])))]
-        return problems[:1], "every rank returned the whole list in order"
-    return check_on_ranks(run_counted, world_sizes, judge, lambda size: (worker_name(fn), COLLECTIVES, shares[size]),
-                          where=lambda runs: f"world_size {len(runs)}, n {n}", timeout=timeout, hints=HINTS)
+    return check_on_ranks(run_counted, world_sizes, lambda runs: next(filter(None, (
+        _diagnose(rank, run["result"], shares[len(runs)], run["called"]) for rank, run in enumerate(runs))), None),
+        lambda size: (worker_name(fn), COLLECTIVES, shares[size]), "every rank returned the whole list in order",
+        where=lambda runs: f"world_size {len(runs)}, n {n}", timeout=timeout, hints=HINTS)

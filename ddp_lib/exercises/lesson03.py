@@ -22,29 +22,25 @@ def _flat(tensors) -> torch.Tensor:
 
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
-    """In each rank: the learner's worker under a simulated layout; the first ToyModel's weights at its
-    forward, this rank's own gradient (a tensor hook sees it before DDP averages it), and its weights after."""
+    """In each rank: the learner's result, and its first ToyModel's weights before, own gradient and weights after."""
     torch.manual_seed(int.from_bytes(os.urandom(8), "little"))  # weights and batch of this rank's own
     load_worker(target)  # read the learner's file fresh
     seen: dict = {}
 
     def on_forward(module, args):
-        if not isinstance(module, ToyModel) or "model" in seen:
-            return
-        params = list(module.parameters())
-        seen.update(model=module, before=_flat(params), grads=[None] * len(params))
-        for i, param in enumerate(params):
-            def record(grad, i=i):
-                seen["grads"][i] = grad.detach().clone()  # p.grad may become this very tensor
-            param.register_hook(record)
+        if isinstance(module, ToyModel) and "model" not in seen:
+            seen.update(model=module, before=_flat(module.parameters()), grads={})
+            for i, param in enumerate(module.parameters()):  # p.grad may become the very tensor recorded: a copy
+                param.register_hook(lambda grad, i=i: seen["grads"].update({i: grad.detach().clone()}))
 
     register_module_forward_pre_hook(on_forward)  # for the rest of this rank's process
     result = simulate_nodes(rank, world_size, NPROC_PER_NODE[world_size], target)
     if "model" not in seen:
         return {"result": result, "watched": None}
-    grads = None if any(g is None for g in seen["grads"]) else _flat(seen["grads"])
-    return {"result": result, "watched": {"before": seen["before"], "after": _flat(seen["model"].parameters()),
-                                          "checksum": param_checksum(seen["model"]), "local_grad": grads}}
+    model, grads = seen["model"], seen["grads"]
+    local_grad = _flat(grads[i] for i in sorted(grads)) if len(grads) == len(list(model.parameters())) else None
+    return {"result": result, "watched": {"before": seen["before"], "after": _flat(model.parameters()),
+                                          "checksum": param_checksum(model), "local_grad": local_grad}}
 
 
 def diagnose(runs: list[dict]) -> str | None:
@@ -58,19 +54,17 @@ def diagnose(runs: list[dict]) -> str | None:
             return (f"rank {rank} (node {rank // NPROC_PER_NODE[len(runs)]}) used local_rank {result['local_rank']}, "
                     f"expected {local_rank}{hint}")
         if str(result["device"]) != expected_device(local_rank):
-            return (f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)} "
-                    "(cuda:LOCAL_RANK where that GPU exists, else cpu)")
+            return f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)}"
         if watched is None:
-            return (f"rank {rank} never called a ToyModel: build ddp_lib.workers.shared.ToyModel, wrap it in DDP "
-                    "and call the DDP model on the batch")
+            return f"rank {rank} never called a ToyModel: wrap ToyModel in DDP and call the DDP model on the batch"
         if watched["checksum"] != run["result"]["checksum"]:
             return (f"rank {rank} returned checksum {run['result']['checksum']}, but the model it trained has "
                     f"{watched['checksum']}: return param_checksum of that model")
         if watched["local_grad"] is None:
             return f"rank {rank} computed no gradient: call backward() on a loss computed through the DDP model"
         if not torch.allclose(watched["before"], runs[0]["watched"]["before"], rtol=0, atol=1e-6):
-            return (f"rank {rank} fed its batch to weights that differ from rank 0's: wrap the model in DDP before "
-                    "the forward pass (DDP copies rank 0's weights to every rank when it is built)")
+            return (f"rank {rank} fed its batch to weights that differ from rank 0's: wrap the model in DDP, which "
+                    "copies rank 0's weights to every rank, before the forward pass")
     mean_grad = torch.stack([run["watched"]["local_grad"] for run in runs]).mean(0)
     for rank, run in enumerate(runs):
         step = run["watched"]["after"] - run["watched"]["before"]
@@ -79,15 +73,13 @@ def diagnose(runs: list[dict]) -> str | None:
         if step.norm() == 0:
             return f"rank {rank}'s parameters did not change: take an optimizer step after backward()"
         if torch.allclose(step, -LR * run["watched"]["local_grad"], atol=1e-6):
-            return (f"rank {rank} stepped along its own gradient only: call backward() through the DDP model, "
-                    "which averages the gradients over all ranks")
-        lr = (-(step @ mean_grad) / (mean_grad @ mean_grad)).item()
-        if lr > 0 and torch.allclose(step, -lr * mean_grad, atol=1e-6):
-            divisor = len(runs) * LR / lr
-            if abs(divisor - round(divisor)) < 1e-3 and round(divisor) != len(runs):
-                return (f"rank {rank} stepped along the sum of the gradients divided by {round(divisor)}, a "
-                        "constant: divide by the world size (DDP does)")
-            return f"rank {rank} stepped with a learning rate of {lr:.3g}: use torch.optim.SGD(..., lr={LR})"
+            return f"rank {rank} stepped along its own gradient only: call backward() through the DDP model"
+        lr = (-(step @ mean_grad) / (mean_grad @ mean_grad)).item()  # the step's length along the mean gradient
+        divisor = len(runs) * LR / lr if lr > 0 else 0  # the sum of the gradients divided by a constant?
+        if divisor and torch.allclose(step, -lr * mean_grad, atol=1e-6):
+            return (f"rank {rank} stepped along the sum of the gradients divided by {round(divisor)}, a constant: "
+                    "divide by the world size (DDP does)" if abs(divisor - round(divisor)) < 1e-3 else
+                    f"rank {rank} stepped with a learning rate of {lr:.3g}: use torch.optim.SGD(..., lr={LR})")
         return (f"rank {rank}'s step is not -{LR} times the mean of all ranks' gradients: wrap ToyModel in DDP, "
                 f"call backward() on ddp_model(x).sum(), then one torch.optim.SGD step with lr={LR}")
     return None
@@ -95,9 +87,8 @@ def diagnose(runs: list[dict]) -> str | None:
 
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks, then 1 node x 3; stops at a failure."""
-    def judge(runs: list[dict]) -> tuple[str | None, str]:
-        devices = ", ".join(run["result"]["device"] for run in runs)
-        return diagnose(runs), (f"every rank used its LOCAL_RANK's device ({devices}) and stepped along the average "
-                                "of all ranks' gradients to the same parameters")
-    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), judge, (worker_name(fn),), stop=True,
-                          where=lambda runs: LAYOUTS[len(runs)], timeout=timeout, hints=HINTS)
+    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), diagnose, (worker_name(fn),), stop=True,
+                          where=lambda runs: LAYOUTS[len(runs)], timeout=timeout, hints=HINTS,
+                          passed=lambda runs: f"every rank used its LOCAL_RANK's device "
+                          f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
+                          "of all ranks' gradients to the same parameters")

@@ -28,54 +28,46 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
         own = _grads(model)
         with counting_collectives() as calls:
             load_worker(target)(model)
-        # The checker reads the gradients next: an unwaited all-reduce must not race with that read.
-        torch.distributed.barrier()
+        torch.distributed.barrier()  # an unwaited all-reduce must not race with the read below
         late = [call["name"] for call in calls if call["async_op"] and not call["waited"]]
         return {"own": own, "called": [call["name"] for call in calls], "late": late, "grads": _grads(model)}
 
 
-def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
-    return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=ATOL)
-
-
 def diagnose(results: list[dict]) -> str | None:
     """The mistake the ranks' gradients show, named with its fix (None: every .grad is the mean)."""
-    world_size = len(results)
-    local = [r["own"] for r in results]
-    mean = {n: sum(g[n] for g in local) / world_size for n in local[0]}
-    wrong = [(rank, n) for rank, r in enumerate(results) for n in mean if not _close(r["grads"][n], mean[n])]
+    world_size, called = len(results), list(dict.fromkeys(name for r in results for name in r["called"]))
+    mean = {n: sum(r["own"][n] for r in results) / world_size for n in results[0]["own"]}
+    wrong = [(r, n) for r in results for n in mean if not _close(r["grads"][n], mean[n])]  # (a rank's results, name)
     if late := next((r["late"][0] for r in results if r["late"]), None):
         return MISSING_WAIT.format(late)
     if not wrong:
         return None
-    called = list(dict.fromkeys(name for r in results for name in r["called"]))
-
-    def everywhere(test) -> bool:  # test(the learner's .grad, the mean, this rank's own) for every wrong one
-        return all(test(results[rank]["grads"][n], mean[n], local[rank][n]) for rank, n in wrong)
-    if everywhere(lambda g, ref, own: g is None):
+    if all(r["grads"][n] is None for r, n in wrong):
         return "the gradients are gone (.grad is None): average them in place, do not zero or delete them"
-    if len(wrong) == world_size * len(mean) and everywhere(lambda g, ref, own: _close(g, own)):
+    if len(wrong) == world_size * len(mean) and all(_close(r["grads"][n], r["own"][n]) for r, n in wrong):
         if not called:
             return "the gradients are unchanged and no collective ran: a rank has only its own; all_reduce them"
         return (f"{' and '.join(called)} ran, but every .grad is unchanged: collectives work in place on the "
                 "tensor passed, and p.grad / world_size is a new tensor; divide p.grad in place "
                 "(p.grad /= world_size), then dist.all_reduce(p.grad)")
-    if everywhere(lambda g, ref, own: _close(g, ref * world_size)):
-        return f"every gradient is {world_size} times the mean: all_reduce sums, so divide by world_size"
-    for k in range(1, 9):
-        if k != world_size and everywhere(lambda g, ref, own, k=k: _close(g, ref * world_size / k)):
-            return (f"on {world_size} ranks every gradient is the sum divided by {k}, a constant: divide by "
-                    "dist.get_world_size()")
-    bad = sorted({rank for rank, _ in wrong})
+    for k in range(1, 9):  # the sum divided by k: world_size * the mean when k is 1
+        if k != world_size and all(_close(r["grads"][n], mean[n] * world_size / k) for r, n in wrong):
+            return (f"every gradient is {world_size} times the mean: all_reduce sums, so divide by world_size"
+                    if k == 1 else f"on {world_size} ranks every gradient is the sum divided by {k}, a constant: "
+                    "divide by dist.get_world_size()")
+    bad = [rank for rank, r in enumerate(results) if any(r is w for w, _ in wrong)]
     if 0 not in bad and "reduce" in called:
         return (f"rank 0 has the mean but rank(s) {bad} do not: dist.reduce leaves it on rank 0; all_reduce gives it "
                 "to every rank")
     return f"these gradients do not hold the mean on rank(s) {bad}: {', '.join(dict.fromkeys(n for _, n in wrong))}"
 
 
+def _close(a: torch.Tensor | None, b: torch.Tensor) -> bool:
+    return a is not None and a.shape == b.shape and torch.allclose(a, b, atol=ATOL)
+
+
 def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90):
     """A report on ``fn(model)`` after backward on each world size; stops at the first that fails."""
-    def judge(results: list[dict]) -> tuple[str | None, str]:
-        return diagnose(results), (f"on every rank, all {len(results[0]['grads'])} gradients are the mean over the "
-                                   f"ranks (within {ATOL:g})")
-    return check_on_ranks(_run_learner, world_sizes, judge, (worker_name(fn),), stop=True, timeout=timeout)
+    return check_on_ranks(_run_learner, world_sizes, diagnose, (worker_name(fn),), stop=True, timeout=timeout,
+                          passed=lambda runs: f"on every rank, all {len(runs[0]['grads'])} gradients are the mean "
+                          f"over the ranks (within {ATOL:g})")

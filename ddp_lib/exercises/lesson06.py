@@ -1,5 +1,5 @@
 """Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` returns torchrun's world_size, local_rank,
-local_world_size and node_rank as ints; run under torchrun on three layouts of nodes in a random order."""
+local_world_size and node_rank as ints; run under torchrun on three layouts of nodes."""
 
 import os
 import random
@@ -21,49 +21,40 @@ LAYOUTS = ((1, 2), (2, 1), (1, 1, 2))
 
 def expected_layout(node_sizes: tuple[int, ...]) -> list[dict]:
     """What each rank must answer when node n (by node rank) runs node_sizes[n] processes."""
-    world_size = sum(node_sizes)
-    return [{"world_size": world_size, "local_rank": local_rank, "local_world_size": size, "node_rank": node}
+    return [{"world_size": sum(node_sizes), "local_rank": local_rank, "local_world_size": size, "node_rank": node}
             for node, size in enumerate(node_sizes) for local_rank in range(size)]
-
-
-def _as_int(value: object) -> object:
-    """The int a value stands for ("2", 2.0 and 2 are 2; a bool stands for none, None)."""
-    return int(value) if isinstance(value, str) and value.isdigit() else None if isinstance(value, bool) else value
 
 
 def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     """One sentence per mistake in the per-rank dicts of a run whose node n runs node_sizes[n] processes."""
-    expected_by_rank = expected_layout(node_sizes)
-    if len(results) != len(expected_by_rank):  # a rank that returned nothing
-        return [f"{len(results)} of {len(expected_by_rank)} ranks returned a result; every rank must return a dict"]
+    if len(results) != len(expected := expected_layout(node_sizes)):  # a rank that returned nothing
+        return [f"{len(results)} of {len(expected)} ranks returned a result; every rank must return a dict"]
     for rank, info in enumerate(results):
         if missing := sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS):
             return [f"rank {rank}: the result lacks {', '.join(missing)}"]
-    problems = []
-    typed = [(rank, key, info[key]) for rank, info in enumerate(results) for key in KEYS if type(info[key]) is not int]
-    if typed:  # one line for them all: the same fix
+    problems = []  # one per mistake
+    if typed := [(rank, key, info[key]) for rank, info in enumerate(results) for key in KEYS
+                 if type(info[key]) is not int]:  # one line for them all: the same fix
         rank, key, value = typed[0]
         problems.append(f"values must be ints, but rank {rank}'s {key} is {value!r} ({type(value).__name__}): "
                         "environment variables are strings; convert each with int()")
     for key in KEYS:
-        wrong = [(rank, info[key], want[key]) for rank, (info, want) in enumerate(zip(results, expected_by_rank))
-                 if _as_int(info[key]) != want[key]]
-        if wrong:
-            rank, got, want = wrong[0]
-            problems.append(f"rank {rank}: {key} is {got!r}, expected {want}: read {HINTS[key]}")
+        wrong = [(rank, info[key], want[key]) for rank, (info, want) in enumerate(zip(results, expected))
+                 # "2", 2.0 and 2 stand for 2 (their type is said once above); a bool for no number
+                 if (int(info[key]) if str(info[key]).isdigit() else None if isinstance(info[key], bool) else info[key])
+                 != want[key]]
+        problems += [f"rank {rank}: {key} is {got!r}, expected {want}: read {HINTS[key]}"
+                     for rank, got, want in wrong[:1]]
     return problems
 
 
-FAILURE_HINTS = (
-    ("NODE_RANK", "torchrun gives its workers this node's rank as GROUP_RANK (NODE_RANK is torchrun's own option)"),
-    ("connectFullMesh", "two ranks failed to connect while the job started, which a loaded machine can cause: run "
-                        "the check again"),
-)
+FAILURE_HINTS = (("NODE_RANK", "torchrun gives its workers this node's rank as GROUP_RANK (NODE_RANK is torchrun's "
+                                "own option)"),
+                 ("connectFullMesh", "two ranks failed to connect at start-up (a loaded machine): run the check again"))
 
 
 def failure_line(error: WorkerError | None, returncode: int) -> str:
-    """What the ranks raised: the message when every rank that got to report raised the same (which
-    ranks report differs from run to run), else the rank the launcher would blame."""
+    """What the ranks raised: the message if every rank that reported raised the same, else the launcher's blame."""
     if error is None:
         return f"torchrun exited with code {returncode}"
     messages = {text[:200] for text in error.failures.values()}
@@ -74,14 +65,11 @@ def failure_line(error: WorkerError | None, returncode: int) -> str:
 
 def check_launch_info(launch_info: Callable | str, directory: str | None = None,
                       layouts: tuple[tuple[int, ...], ...] = LAYOUTS) -> Report:
-    """A report on ``launch_info`` (or its ``"module:function"`` name, importable from ``directory``) under
-    torchrun on each of ``layouts`` in a random order, lines in the order of ``layouts``; stops at a failure."""
+    """A report on ``launch_info`` (or ``"module:function"`` in ``directory``) under torchrun on each layout."""
     target = launch_info if isinstance(launch_info, str) else worker_name(launch_info)
     path = os.pathsep.join(filter(None, (os.path.abspath(directory or os.getcwd()), os.environ.get("PYTHONPATH"))))
-    found: dict[tuple[int, ...], list[str]] = {}
     report = Report()
-    for number, node_sizes in enumerate(random.sample(layouts, len(layouts)), 1):
-        # Said without the layout: the order is drawn at random.
+    for number, node_sizes in enumerate(layouts, 1):
         print(f"torchrun job {number} of {len(layouts)}: its nodes on this machine", flush=True)
         # The node started i-th gets node rank node_ranks[i]: node rank is not start order.
         node_ranks = random.sample(range(len(node_sizes)), len(node_sizes))
@@ -91,11 +79,9 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None,
         if job.returncode != 0:
             report.fail(f"the job failed: {failure_line(job.error, job.returncode)}")
             return report
-        found[node_sizes] = find_problems(job.results, node_sizes)
-    for node_sizes in layouts:
         where = f"on nodes of {' and '.join(map(str, node_sizes))} processes"
-        for problem in found[node_sizes]:
+        for problem in (problems := find_problems(job.results, node_sizes)):
             report.fail(f"{where}: {problem}")
-        if not found[node_sizes]:
+        if not problems:
             report.ok(f"{where}, every rank knows its node, its place on the node and the size of the job")
     return report

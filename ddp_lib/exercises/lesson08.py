@@ -9,11 +9,10 @@ from collections.abc import Callable
 from ddp_lib.bench.report import bus_factor
 from ddp_lib.exercises.checking import Report, as_number, check_on_ranks, run_counted, worker_name
 
-REL_TOL = 0.01
+REL_TOL, KEYS = 0.01, ("seconds", "algbw_gbs", "busbw_gbs")
 # The time must match one of the worker's all-reduces as the checker timed them (or the mean of several
 # in a row), give or take this factor and these seconds (Python's call and the checker's bookkeeping).
 MEASURED_FACTOR, MEASURED_SLACK_S = 1.5, 0.002
-KEYS = ("seconds", "algbw_gbs", "busbw_gbs")
 GB = "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"
 # algbw / (nbytes / seconds / 1e9) for the usual unit mistakes, and what each one means.
 ALGBW_MISTAKES = ((1e3, GB), (1e9, GB), (1e9 / 2**30, "that is GiB/s (2**30); nccl-tests reports GB/s (1e9 bytes)"),
@@ -27,27 +26,26 @@ def _factor_mistake(ratio: float, world_size: int) -> str:
                  "all-reduce also all-gathers: 2(N-1)/N"),
                 (1.0, 1e-6, f"busbw equals algbw: multiply by 2(N-1)/N ({bus_factor(world_size):g} for "
                  f"N={world_size})"),
-                (2.0, REL_TOL, "busbw is twice algbw: the factor is 2(N-1)/N, not 2 (each rank sends N-1 of its N "
-                 "chunks twice)"))
+                (2.0, REL_TOL, "busbw is twice algbw: the factor is 2(N-1)/N, not 2"))
     return next((said for value, tol, said in mistakes if math.isclose(ratio, value, rel_tol=tol)),
                 f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}")
 
 
 def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
-    """A report on ``busbw(algbw, world_size)`` for 2 and ``cases - 1`` world sizes up to 4096 drawn now."""
-    report, rng = Report(), random.Random()  # drawn afresh: nothing to copy from a previous run
+    """A report on ``busbw(algbw, world_size)`` for 2 and ``cases - 1`` drawn world sizes; stops at a mistake."""
+    report, rng = Report(), random.Random()
     for world_size in [2, *rng.sample(range(3, 4097), cases - 1)]:
         algbw = round(rng.uniform(0.5, 50), 3)
+        expected = algbw * bus_factor(world_size)
         try:
             got = as_number(busbw(algbw, world_size))
         except Exception as exc:  # the learner's code: report whatever it raised
             report.fail(f"busbw(algbw, {world_size}) raised {type(exc).__name__}: {exc}")
             return report
-        expected = algbw * bus_factor(world_size)
         if not isinstance(got, float) or not math.isclose(got, expected, rel_tol=1e-6):
             hint = f"; {_factor_mistake(got / algbw, world_size)}" if isinstance(got, float) and got else ""
             report.fail(f"busbw({algbw}, {world_size}) returned {got}, expected {expected:.6g}{hint}")
-            return report  # one line for one mistake: the other cases would say it again
+            return report
         report.ok(f"busbw(algbw, {world_size}) = algbw x {bus_factor(world_size):g}")
     return report
 
@@ -55,38 +53,34 @@ def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
 def diagnose(results: list[dict], nbytes: int) -> str | None:
     """The first mistake in the ranks' results, named with its fix (None: all is right)."""
     for rank, r in enumerate(results):
-        out, world_size = r["result"], len(results)
+        out, world_size, calls = r["result"], len(results), r["calls"]
+        ours = [c for c in calls if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32"]
+        warm = [c["seconds"] for c in calls[1:] if c in ours]  # the first all-reduce also connects
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"
-        ours = [c for c in r["calls"] if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32"]
         if small := [c["group_size"] for c in ours if c["group_size"] != world_size]:
             return (f"rank {rank} all-reduced its {nbytes}-byte tensor in a group of {small[0]} rank(s), not over "
                     f"all {world_size}: all-reduce it in the job's process group (the default group)")
-        if not r["calls"]:
+        if not calls:
             return f"rank {rank} ran no all-reduce: time dist.all_reduce of the tensor"
         if not ours:
-            seen = ", ".join(sorted({f"{c['numel']} x {c['dtype']}" for c in r["calls"]}))
+            seen = ", ".join(sorted({f"{c['numel']} x {c['dtype']}" for c in calls}))
             return (f"rank {rank} all-reduced {seen}, never a float32 tensor of {nbytes} bytes "
                     f"({nbytes // 4} elements): make a tensor of nbytes // 4 float32 elements")
         seconds, algbw, busbw = (float(out[k]) for k in KEYS)
         if not seconds > 0:
             return f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"
-        warm = [c["seconds"] for c in r["calls"][1:] if c in ours]  # the first all-reduce also connects
         if not warm:
             return (f"rank {rank} timed the first all-reduce it ran, which also sets up gloo's connections: run "
                     "one all-reduce first (a warm-up), then time another")
-        # Near one all-reduce's time or the mean of a run of them (a loop timed and divided), not merely
-        # between the fastest and the slowest.
+        # Near one all-reduce's time or the mean of a run of them (a loop timed and divided).
         totals = list(itertools.accumulate(warm, initial=0.0))
         means = [(totals[j] - totals[i]) / (j - i) for i in range(len(warm)) for j in range(i + 1, len(warm) + 1)]
-        if not any(c / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= c * MEASURED_FACTOR + MEASURED_SLACK_S
-                   for c in means):
-            low, high = min(c["seconds"] for c in ours), max(c["seconds"] for c in ours)
-            return (f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took {low:.3g} to "
-                    f"{high:.3g} s and none after the first (nor the mean of a run of them) took that long: time "
-                    "an all-reduce after a warm-up one, with time.perf_counter() just before and just after it")
-        expected = nbytes / seconds / 1e9
-        if not math.isclose(algbw, expected, rel_tol=REL_TOL):
+        if not any(m / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= m * MEASURED_FACTOR + MEASURED_SLACK_S
+                   for m in means):
+            return (f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took "
+                    f"{min(warm):.3g} to {max(warm):.3g} s after the first: time those, not other work")
+        if not math.isclose(algbw, expected := nbytes / seconds / 1e9, rel_tol=REL_TOL):
             return f"rank {rank}: " + next(
                 (hint for ratio, hint in ALGBW_MISTAKES if math.isclose(algbw / expected, ratio, rel_tol=REL_TOL)),
                 f"algbw should be nbytes / seconds / 1e9 = {expected:.4g}, got {algbw:.4g}")
@@ -96,13 +90,10 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
 
 
 def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 90) -> Report:
-    """A report on ``fn(rank, world_size, nbytes)`` on each world size, ``nbytes`` drawn now (4 to 16 MiB: the
-    all-reduce, not the timer, makes most of the time); stops at the first failure."""
+    """A report on ``fn(rank, world_size, nbytes)`` on each world size, 4 to 16 MiB drawn now; stops at a failure."""
     nbytes = {world_size: 4 * random.randrange(1 << 20, 1 << 22) for world_size in world_sizes}
-
-    def judge(results: list[dict]) -> tuple[str | None, str]:
-        n, factor = nbytes[len(results)], bus_factor(len(results))
-        return diagnose(results, n), (f"every rank timed its all-reduce of a float32 tensor of {n} bytes; algbw = "
-                                      f"bytes / seconds and busbw = algbw x {factor:g} (2(N-1)/N)")
-    return check_on_ranks(run_counted, world_sizes, judge, lambda size: (worker_name(fn), ("all_reduce",),
-                          [nbytes[size]] * size), stop=True, timeout=timeout)
+    return check_on_ranks(run_counted, world_sizes, lambda runs: diagnose(runs, nbytes[len(runs)]),
+                          lambda size: (worker_name(fn), ("all_reduce",), [nbytes[size]] * size), stop=True,
+                          timeout=timeout, passed=lambda runs: f"every rank timed its all-reduce of a float32 tensor "
+                          f"of {nbytes[len(runs)]} bytes; algbw = bytes / seconds and busbw = algbw x "
+                          f"{bus_factor(len(runs)):g} (2(N-1)/N)")

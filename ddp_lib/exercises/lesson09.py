@@ -7,41 +7,39 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler, TensorDataset
 
 from ddp_lib.exercises.checking import as_number, check_on_ranks
+from ddp_lib.process_group import process_group
+from ddp_lib.workers.training_loop import LoopNet, make_moons
 
 WORLD_SIZES = (2, 3)
 EVAL_SIZES = (11, 7)  # multiples of neither 2 nor 3: the sampler pads both
-DRAWS = 4  # per size: on one small draw a mistake can give the exact value by chance; all must be exact
-TOL = 1e-5
+DRAWS, TOL = 4, 1e-5  # draws per size: on one small draw a mistake can give the exact value by chance
 
 
 def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
     """In each rank, per held-out set drawn here: the learner's value, and (correct, counted) per way of counting."""
-    from torch.utils.data import DistributedSampler, TensorDataset
-
-    from ddp_lib.process_group import process_group
-    from ddp_lib.workers.training_loop import LoopNet
-
     with process_group(rank, world_size):
         found = []
-        for n_eval in [n for n in EVAL_SIZES for _ in range(DRAWS)]:
+        for n in EVAL_SIZES * DRAWS:
             torch.manual_seed(0)
             model = LoopNet()  # the same weights on every rank
             g = torch.Generator().manual_seed(secrets.randbits(63))
-            x, y = torch.randn(n_eval, 2, generator=g), torch.randint(0, 2, (n_eval,), generator=g)
+            x, y = torch.randn(n, 2, generator=g), torch.randint(0, 2, (n,), generator=g)
             with torch.no_grad():
                 right = (model(x).argmax(1) == y).double()
-            padded = list(DistributedSampler(range(n_eval), world_size, rank, shuffle=False))
-            ways = {"real": padded[:len(range(rank, n_eval, world_size))], "padded": padded,  # the rest is padding
-                    "drop_last": list(DistributedSampler(range(n_eval), world_size, rank, False, drop_last=True))}
-            value = as_number(evaluate(model, TensorDataset(x, y), rank, world_size))
-            found.append({"n_eval": n_eval, "value": value, **{way: (right[picked].sum().item(), len(picked))
-                                                               for way, picked in ways.items()}})
+            padded = list(DistributedSampler(range(n), world_size, rank, shuffle=False))
+            ways = {"real": padded[:len(range(rank, n, world_size))], "padded": padded,  # the rest is padding
+                    "drop_last": list(DistributedSampler(range(n), world_size, rank, False, drop_last=True))}
+            found.append({"value": as_number(evaluate(model, TensorDataset(x, y), rank, world_size)),
+                          **{way: (right[picked].sum().item(), len(picked)) for way, picked in ways.items()}})
         return found
 
 
-def _evaluate_problem(rows: list[dict]) -> str | None:
+def _evaluate_problem(rows: tuple[dict, ...]) -> str | None:
     """The mistake one held-out set's per-rank rows show (None: every rank returned the exact accuracy)."""
     def accuracy(way: str, averaged: bool = False) -> float:  # averaged: the mean of the ranks' accuracies
         correct, counted = zip(*(row[way] for row in rows))
@@ -49,44 +47,33 @@ def _evaluate_problem(rows: list[dict]) -> str | None:
 
     values, exact = [row["value"] for row in rows], accuracy("real")
     if any(abs(v - values[0]) > TOL for v in values):
-        local = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
-        hint = ("each is its own shard's: all_reduce the correct and counted samples" if local else
-                "each rank sees only its own shard's samples: split with DistributedSampler(shuffle=False) "
-                "and all_reduce the counts")
-        return f"the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}"
-    if abs(values[0] - exact) < TOL:
-        return None
+        own = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
+        hint = "each is its own shard's" if own else "split with DistributedSampler(shuffle=False)"
+        return (f"the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}: all_reduce the "
+                "correct and counted samples")
     averaged = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and "
                 "counted samples and divide once")
-    mistakes = ((accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
-                                      "skip the positions at or past len(dataset)")),
+    mistakes = ((exact, None), (accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
+                                                     "skip the positions at or past len(dataset)")),
                 (accuracy("real", True), averaged), (accuracy("padded", True), averaged),
                 (accuracy("drop_last"), ("leaves out the samples drop_last=True drops", "count every sample once")))
-    what, fix = next((said for value, said in mistakes if abs(values[0] - value) < TOL), (None, None))
-    if what:
-        return f"{values[0]:.4f} {what} (exact: {exact:.4f}); {fix}"
-    return (f"returned {values[0]:.4f}, the accuracy over all samples is {exact:.4f}; each rank can read only its "
-            "own shard (DistributedSampler, shuffle=False): combine the counts with all_reduce")
+    fallback = f"returned {values[0]:.4f}, the accuracy over all samples is {exact:.4f}: all_reduce the counts"
+    said = next((said for value, said in mistakes if abs(values[0] - value) < TOL), fallback)
+    return f"{values[0]:.4f} {said[0]} (exact: {exact:.4f}); {said[1]}" if isinstance(said, tuple) else said
 
 
-def diagnose_evaluate(results: list[list[dict]]) -> list[str]:
-    """One line per held-out size with a mistake; ranks that disagree first, whichever draw showed it."""
-    bad = next((row["value"] for per_rank in results for row in per_rank if isinstance(row["value"], str)), None)
-    if bad:
-        return [f"evaluate returned {bad}; return the accuracy as a float"]
-    found: dict[int, list[str]] = {n: [] for n in EVAL_SIZES}
-    for rows in zip(*results):
-        if problem := _evaluate_problem(list(rows)):
-            found[rows[0]["n_eval"]].append(f"{rows[0]['n_eval']} samples: {problem}")
-    return [next((p for p in problems if "different accuracies" in p), problems[0])
-            for problems in found.values() if problems]
+def diagnose_evaluate(runs: list[list[dict]]) -> str | None:
+    """The first mistake any held-out set shows; ranks that disagree first, whichever draw showed it."""
+    if bad := next((row["value"] for rows in runs for row in rows if isinstance(row["value"], str)), None):
+        return f"evaluate returned {bad}; return the accuracy as a float"
+    problems = [problem for rows in zip(*runs) if (problem := _evaluate_problem(rows))]
+    return next((p for p in problems if "different accuracies" in p), problems[0] if problems else None)
 
 
 def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
     """A report on the learner's ``evaluate`` on each world size, for held-out sets of 11 and 7 samples."""
     passed = f"every rank returns the exact accuracy, padding or not ({', '.join(map(str, EVAL_SIZES))} samples)"
-    return check_on_ranks(_run_evaluate, world_sizes, lambda runs: (diagnose_evaluate(runs), passed), (evaluate,),
-                          stop=True, timeout=120)
+    return check_on_ranks(_run_evaluate, world_sizes, diagnose_evaluate, (evaluate,), passed, stop=True, timeout=120)
 
 
 # Exercise 2: a step with gradient accumulation and clipping.
@@ -94,70 +81,48 @@ STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR = 3, 2, 8, 0.5
 # max_norm per step: far below any gradient norm of this model (a missing clip, or clipping inside
 # the loop, changes the result), far above it (an undivided loss is twice the gradient), in between.
 MAX_NORMS = (0.05, 100.0, 0.5)
+# (divide the loss, where to clip) for the right step, then for each usual mistake with its fix.
+TRAIN_STEPS = (((True, "after"), None),
+               ((True, "inside"), "clip once, after the last micro-batch's backward: inside the loop the first "
+                                  "micro-batches' gradients are clipped alone, before they are summed"),
+               ((False, "after"), "divide each micro-batch's loss by the number of micro-batches"),
+               ((True, None), "clip with clip_grad_norm_(..., max_norm) after the last backward"),
+               ((False, None), "divide the loss by the number of micro-batches, and clip"))
 
 
-def draw_micro_batches() -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
-    """batches[step][k] = (x, y): STEPS x MICRO_BATCHES micro-batches of training samples picked at random."""
-    from ddp_lib.workers.training_loop import make_moons
-
-    x, y = make_moons().tensors
-    picks = torch.randperm(len(y), generator=torch.Generator().manual_seed(secrets.randbits(63)))
-    picks = picks[:STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE)
-    return [[(x[p], y[p]) for p in step] for step in picks]
-
-
-def reference_params(batches: list, divide: bool = True, clip: str | None = "after") -> torch.Tensor:
-    """The parameters after STEPS steps on every rank's micro-batches (``batches[rank]``), averaged as DDP
-    does; ``divide`` False, ``clip`` "inside" (after each micro-batch's backward too) or None: the usual mistakes."""
-    from ddp_lib.workers.training_loop import LoopNet
-
+def reference_params(batches: list, divide: bool, clip: str | None) -> torch.Tensor:
+    """The parameters after STEPS steps on all ranks' ``batches``, the loss ``divide``d or not, ``clip``ped or not."""
     torch.manual_seed(0)
     model = LoopNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
-    for step in range(STEPS):
-        mean = [torch.zeros_like(p) for p in model.parameters()]
-        for per_rank in batches:
-            replica = copy.deepcopy(model)
+    for step, max_norm in enumerate(MAX_NORMS):
+        replicas = [copy.deepcopy(model) for _ in batches]
+        for replica, per_rank in zip(replicas, batches):
             for k, (x, y) in enumerate(per_rank[step]):
-                loss = nn.functional.cross_entropy(replica(x), y)
-                (loss / MICRO_BATCHES if divide else loss).backward()
+                (nn.functional.cross_entropy(replica(x), y) / (MICRO_BATCHES if divide else 1)).backward()
                 if clip == "inside" and k < MICRO_BATCHES - 1:  # under no_sync: this rank's partial sum
-                    nn.utils.clip_grad_norm_(replica.parameters(), MAX_NORMS[step])
-            for total, p in zip(mean, replica.parameters()):
-                total += p.grad / len(batches)
-        for p, grad in zip(model.parameters(), mean):
-            p.grad = grad
+                    nn.utils.clip_grad_norm_(replica.parameters(), max_norm)
+        for p, *copies in zip(model.parameters(), *(replica.parameters() for replica in replicas)):
+            p.grad = sum(c.grad for c in copies) / len(batches)
         if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORMS[step])
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _counting_allreduce(state: dict, bucket):  # bucket unannotated: DDP checks a hook's annotations
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    state["all_reduces"] += 1
-    return default_hooks.allreduce_hook(None, bucket)
-
-
 def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: list) -> dict:
-    """In each rank: the learner's steps on ``batches[rank]``; the parameters, DDP's all-reduces, the
-    no_sync blocks entered, and each forward's batch size and whether it ran inside no_sync."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from ddp_lib.process_group import process_group
-    from ddp_lib.workers.training_loop import LoopNet
-
+    """In each rank: the parameters after the learner's steps, DDP's all-reduces, no_sync's use, and the forwards."""
     with process_group(rank, world_size):
         torch.manual_seed(0)
         model = LoopNet()
-        ddp_model, no_sync = DDP(model), []
-        counted = {"all_reduces": 0, "no_syncs": no_sync, "forwards": []}
-        ddp_model.register_comm_hook(counted, _counting_allreduce)
+        ddp_model = DDP(model)
+        counted = {"all_reduces": 0, "no_syncs": 0, "forwards": []}
+        ddp_model.register_comm_hook(counted, lambda state, bucket: state.update(  # DDP's own all-reduce, counted
+            all_reduces=state["all_reduces"] + 1) or default_hooks.allreduce_hook(None, bucket))
         # DDP decides in the forward whether the backward all-reduces.
         model.register_forward_pre_hook(lambda _module, inputs: counted["forwards"].append(
             (len(inputs[0]), not ddp_model.require_backward_grad_sync)))
-        ddp_model.no_sync = lambda enter=ddp_model.no_sync: no_sync.append(1) or enter()  # each use noted
+        ddp_model.no_sync = lambda enter=ddp_model.no_sync: counted.update(no_syncs=1) or enter()  # its use noted
         optimizer = torch.optim.SGD(model.parameters(), lr=LR)
         for step in range(STEPS):
             optimizer.zero_grad()
@@ -165,50 +130,38 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: l
         return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), **counted}
 
 
-# (divide, clip) of reference_params for each mistake, and its fix.
-TRAIN_STEP_MISTAKES = (
-    (True, "inside", "clip once, after the last micro-batch's backward: inside the loop the first micro-batches' "
-                     "gradients are clipped alone, before they are summed"),
-    (False, "after", "divide each micro-batch's loss by the number of micro-batches"),
-    (True, None, "clip with clip_grad_norm_(..., max_norm) after the last backward"),
-    (False, None, "divide the loss by the number of micro-batches, and clip"),
-)
-
-
 def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
     """Problems with per-rank results of ``_run_train_step`` on ``batches`` (empty: all right)."""
-    params = [r["params"] for r in results]
-    apart = [rank for rank, p in enumerate(params) if not torch.allclose(p, params[0], atol=TOL)]
-    if apart:
+    params, first = [r["params"] for r in results], results[0]
+    if apart := [rank for rank, p in enumerate(params) if not torch.allclose(p, params[0], atol=TOL)]:
         gap = max((params[rank] - params[0]).abs().max().item() for rank in apart)
         return [f"the parameters of rank(s) {', '.join(map(str, apart))} differ from rank 0's (by up to {gap:.2g}): "
-                "every rank must step on the same, all-reduced gradient (is the last micro-batch's backward "
-                "outside no_sync?)"]
-    problems, first = [], results[0]
-    largest = max(size for size, _ in first["forwards"]) if first["forwards"] else 0
-    if largest > MICRO_BATCH_SIZE:
+                "run the last micro-batch through ddp_model, outside no_sync, so that DDP all-reduces"]
+    problems = []
+    if (largest := max((size for size, _ in first["forwards"]), default=0)) > MICRO_BATCH_SIZE:
         problems.append(f"the model ran a forward on {largest} samples at once, but a micro-batch holds "
-                        f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch (the point of "
-                        "accumulating is that a whole batch need not fit in memory)")
-    if not torch.allclose(params[0], reference_params(batches), atol=TOL):
-        hint = next((hint for divide, clip, hint in TRAIN_STEP_MISTAKES
-                     if torch.allclose(params[0], reference_params(batches, divide, clip), atol=TOL)),
-                    "accumulate every micro-batch, divide the loss by their number, clip the synchronised "
-                    "gradient, step once")
+                        f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch")
+    hint = next((hint for way, hint in TRAIN_STEPS if torch.allclose(params[0], reference_params(batches, *way),
+                                                                      atol=TOL)),
+                "divide each loss by the number of micro-batches, clip after the last backward, step once")
+    if hint:
         problems.append(f"the parameters differ from one process on the global batch: {hint}")
     if first["all_reduces"] != STEPS:  # this model fits in one bucket: one all-reduce per step
         said = f"DDP all-reduced {first['all_reduces']} times in {STEPS} steps, expected {STEPS}: "
-        if first["no_syncs"] and not any(inside for _, inside in first["forwards"]):
-            problems.append(said + "no_sync was entered, but no forward ran inside it; put the forward inside "
-                            "no_sync too (DDP decides during the forward whether the backward all-reduces)")
-        else:
-            problems.append(said + "run every micro-batch but the last inside ddp_model.no_sync()")
+        forward_outside = first["no_syncs"] and not any(inside for _, inside in first["forwards"])
+        problems.append(said + ("no_sync was entered, but no forward ran inside it; put the forward inside no_sync "
+                                "too: DDP decides in the forward" if forward_outside else
+                                "run every micro-batch but the last inside ddp_model.no_sync()"))
     return problems
 
 
 def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
     """A report on the learner's ``train_step`` for 3 steps of 2 micro-batches on each world size."""
-    batches = {size: [draw_micro_batches() for _ in range(size)] for size in world_sizes}  # rank r's: [r]
-    passed = "the parameters equal one process on the global batch, with one all-reduce per step"
-    return check_on_ranks(_run_train_step, world_sizes, lambda runs: (diagnose_train_step(runs, batches[len(runs)]),
-                          passed), lambda size: (train_step, batches[size]), stop=True, timeout=120)
+    x, y = make_moons().tensors
+    picks = {size: torch.randperm(len(y), generator=torch.Generator().manual_seed(secrets.randbits(63)))[
+        :size * STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(size, STEPS, MICRO_BATCHES, -1) for size in world_sizes}
+    # batches[size][rank][step][k]: (x, y) of a micro-batch of training samples picked at random
+    batches = {size: [[[(x[p], y[p]) for p in step] for step in rank] for rank in picks[size]] for size in world_sizes}
+    return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, batches[len(runs)]),
+                          lambda size: (train_step, batches[size]), stop=True, timeout=120,
+                          passed="the parameters equal one process on the global batch, with one all-reduce per step")

@@ -14,8 +14,7 @@ HINTS = {"zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state 
 
 
 def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
-    """In each rank, per strategy: the learner's count, the exact one and the one without Adam's step, after
-    the lesson's step and after a step on a small model in which every other parameter has no gradient."""
+    """In each rank, per strategy and model: the learner's count, the exact one, and the one without Adam's step."""
     import torch
     from torch import nn
 
@@ -35,7 +34,7 @@ def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
             model, optimizer = wrap(make_deep_mlp(width=256, layers=4), strategy, lr=1e-3)  # the lesson's model
             train_step(model, optimizer, *batch(0, rank, 16, 256))
             lesson = answer(optimizer)
-            model, optimizer = wrap(make_deep_mlp(width=64, layers=2), strategy, lr=1e-3)
+            model, optimizer = wrap(make_deep_mlp(width=64, layers=2), strategy, lr=1e-3)  # half without a gradient
             x, y = batch(0, rank, 8, 64)
             nn.functional.mse_loss(model(x), y).backward()
             for param in list(model.parameters())[::2]:
@@ -46,56 +45,38 @@ def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
 
 
 def _problem(strategy: str, rank: int, found: dict, reveal: bool) -> str | None:
-    """What is wrong with this rank's counts under ``strategy`` (None: both exact). ``reveal``: name the
-    bytes it holds (only once the predictions are right, which those bytes would otherwise give away)."""
+    """What is wrong with this rank's counts (None: both exact); ``reveal``: say the bytes it holds."""
     row, other = found["lesson"], found["random"]
-    bad = next((r["value"] for r in (row, other) if isinstance(r["value"], str)), None)
-    returned = f"{strategy}, rank {rank}: returned {row['value']} bytes"
-    if bad:
+    said = f"{strategy}, rank {rank}: returned {row['value']} bytes"
+    if bad := next((r["value"] for r in (row, other) if isinstance(r["value"], str)), None):
         return f"{strategy}: state_bytes returned {bad}; return an int"
-    if row["value"] != row["exact"] and row["value"] == row["without_step"]:
-        return (f"{returned}, which leaves out Adam's `step` entries (a one-element tensor per parameter): count "
-                "every tensor in the state, whatever its key")
     if row["value"] != row["exact"]:
+        if row["value"] == row["without_step"]:
+            return (f"{said}, which leaves out Adam's `step` entries (a one-element tensor per parameter): count "
+                    "every tensor in the state, whatever its key")
         held = f"this rank holds {row['exact']}" if reveal else "not what this rank holds"
-        return f"{returned}, {held}; {HINTS[strategy]}"
+        return f"{said}, {held}; {HINTS[strategy]}"
     if other["value"] != other["exact"]:
         return (f"{strategy}, rank {rank}: returned {other['value']} bytes after a step in which some parameters had "
                 "no gradient (they get no state): count the tensors in the state, not the parameters")
     return None
 
 
-def diagnose(results: list[dict], reveal: bool = True) -> list[str]:
-    """One problem per strategy with a wrong count: the first rank's."""
-    found = (next(filter(None, (_problem(s, rank, r[s], reveal) for rank, r in enumerate(results))), None)
-             for s in STRATEGIES)
-    return [problem for problem in found if problem]
-
-
-def _miss(guess: int, held: int) -> str:
-    """How far a prediction is off, without the bytes held: too high or too low, and a ratio band."""
-    ratio = guess / held if guess > held else (held / guess if guess > 0 else float("inf"))
-    band = next((f"up to {band}" for band in MISS_BANDS if ratio <= band), f"more than {MISS_BANDS[-1]}")
-    return f"{'too high' if guess > held else 'too low'}, by a factor of {band}"
-
-
 def compare_predictions(predicted: dict, results: list[dict], report: Report) -> bool:
-    """One line per strategy: the prediction of rank 0's bytes against what rank 0 holds, named only for
-    a prediction within tolerance (so it cannot be copied into the next try). True when all are."""
+    """One line per strategy: True when every prediction of rank 0's bytes is within tolerance, the only ones named."""
     if not isinstance(predicted, dict) or any(type(predicted.get(s)) is not int for s in STRATEGIES):
         report.fail(f"predicted must give an int (bytes on rank 0) for each of {', '.join(map(repr, STRATEGIES))}, "
                     f"got {predicted!r}")
         return False
-    right = True
     for strategy in STRATEGIES:
         held, guess = results[0][strategy]["lesson"]["exact"], predicted[strategy]
-        line = f"{strategy}: you predicted {guess:,} bytes on rank 0"
+        line, ratio = f"{strategy}: you predicted {guess:,} bytes on rank 0", max(guess, 1e-9) / held
         if abs(guess - held) <= PREDICTION_TOLERANCE * held:
             report.ok(f"{line}, it holds {held:,}")
-        else:
-            right = False
-            report.fail(f"{line}: {_miss(guess, held)}")
-    return right
+        else:  # how far off, as a band of the ratio: the bytes held are not said
+            band = next((f"up to {b}" for b in MISS_BANDS if max(ratio, 1 / ratio) <= b), f"more than {MISS_BANDS[-1]}")
+            report.fail(f"{line}: {'too high' if guess > held else 'too low'}, by a factor of {band}")
+    return report.passed
 
 
 def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 3) -> Report:
@@ -105,9 +86,11 @@ def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 
     report = Report()
     if (results := run_on_ranks(_run_state_bytes, world_size, report, (state_bytes,), timeout=120)) is None:
         return report
-    problems = diagnose(results, reveal=compare_predictions(predicted, results, report))
-    for problem in problems:
+    reveal = compare_predictions(predicted, results, report)
+    problems = [next(filter(None, (_problem(s, rank, r[s], reveal) for rank, r in enumerate(results))), None)
+                for s in STRATEGIES]  # per strategy, the first rank's
+    for problem in filter(None, problems):
         report.fail(problem)
-    if not problems:
+    if not any(problems):
         report.ok(f"on {world_size} ranks state_bytes is exact under DDP, ZeRO-1 and FSDP2")
     return report
