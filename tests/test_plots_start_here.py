@@ -10,6 +10,7 @@ from ddp_lib.plots.start_here import (
     plot_busy_port,
     plot_ddp_collectives,
     plot_file_store,
+    plot_gradient_average,
     plot_job_map,
     plot_live_ranks,
 )
@@ -51,4 +52,12 @@ def test_file_store_draws_one_box_per_rank_and_the_file():
     drawn = texts(fig)
     assert all(f"rank {r}\n" in drawn for r in range(3)) and "rank 3\n" not in drawn
     assert "some_file" in drawn and "3 ranks" in fig.axes[0].get_title()
+    plt.close(fig)
+
+
+def test_gradient_average_draws_every_rank_and_one_mean():
+    fig = plot_gradient_average(world_size=3)
+    drawn = texts(fig)
+    assert all(f"rank {r}\n" in drawn for r in range(3)) and "rank 3\n" not in drawn
+    assert "(g0 + g1 + g2) / 3" in drawn and drawn.count("w - lr × mean") == 3
     plt.close(fig)

@@ -147,3 +147,26 @@ def plot_file_store(world_size: int = 2) -> Figure:
     ax.set_title(f"file:// : {world_size} ranks meet through one file")
     fig.tight_layout()
     return fig
+
+
+def plot_gradient_average(world_size: int = 4) -> Figure:
+    """One DDP step: each rank's own gradient, from its own batch, goes into one mean; every rank
+    gets that mean and takes the same optimizer step."""
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    width = 1.6 * world_size
+    for rank in range(world_size):
+        x = 0.1 + 1.6 * rank
+        _box(ax, x, 2.3, 1.4, 0.7, f"rank {rank}\nbatch {rank} → g{rank}", RANK_COLOURS[rank])
+        _arrow(ax, (x + 0.7, 2.3), (width / 2, 1.75))
+    terms = " + ".join(f"g{rank}" for rank in range(world_size))
+    _box(ax, width / 2 - 1.9, 1.15, 3.8, 0.6, f"all-reduce: mean = ({terms}) / {world_size}", "#f0f0f0")
+    for rank in range(world_size):
+        x = 0.1 + 1.6 * rank
+        _arrow(ax, (width / 2, 1.15), (x + 0.7, 0.65))
+        _box(ax, x, 0.05, 1.4, 0.6, "w - lr × mean", RANK_COLOURS[rank])
+    ax.set_xlim(-0.1, width)
+    ax.set_ylim(-0.1, 3.1)
+    ax.axis("off")
+    ax.set_title(f"{world_size} ranks: own gradients → one mean → the same step on every rank")
+    fig.tight_layout()
+    return fig

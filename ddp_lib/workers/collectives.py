@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Literal, get_args
 
 import torch
@@ -39,7 +40,7 @@ def init_method_url(method: InitMethod, path: str | None = None) -> str:
     if method == "file":
         if not path:
             raise ValueError("init method 'file' needs a path to a file all ranks can reach")
-        return f"file://{path}"  # on Windows e.g. file:///D:/jobs/ddp_store
+        return Path(path).resolve().as_uri()  # file:///tmp/... here; file:///D:/jobs/ddp_store on Windows
     raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
 
 

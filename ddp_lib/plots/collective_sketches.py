@@ -1,0 +1,59 @@
+"""Lesson 01's sketches drawn from the rules, before a measurement: an async_op collective's
+timeline, and 4 ranks split into two subgroups."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from ddp_lib.plots.collectives import RANK_COLOURS
+
+
+def plot_async_timeline() -> Figure:
+    """all_reduce(..., async_op=True): the call returns a Work at once; the transfer runs on the
+    backend's own thread while the rank's code goes on; wait() returns once the transfer is done."""
+    fig, ax = plt.subplots(figsize=(8, 2.4))
+    rows = ((1, "your code", ((0.2, 0.8, "call", "#d9d9d9"), (1.0, 5.0, "your next lines run", RANK_COLOURS[0]),
+                              (6.2, 0.9, "wait()", "white"))),
+            (0, "gloo's thread", ((1.0, 6.1, "the transfer: bytes move", RANK_COLOURS[1]),)))
+    for y, _, boxes in rows:
+        for left, length, text, colour in boxes:
+            ax.add_patch(Rectangle((left, y - 0.25), length, 0.5, facecolor=colour, edgecolor="black"))
+            ax.text(left + length / 2, y, text, ha="center", va="center", fontsize=9)
+    ax.annotate("returns a Work:\nnot done yet", xy=(1.0, 1.25), xytext=(1.0, 1.75), ha="center", fontsize=8.5,
+                arrowprops=dict(arrowstyle="->"))
+    ax.annotate("done: wait() returns", xy=(7.1, 0.25), xytext=(8.0, 0.75), fontsize=8.5,
+                arrowprops=dict(arrowstyle="->"))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(-0.5, 2.2)
+    ax.set_yticks([1, 0], [label for _, label, _ in rows])
+    ax.set_xticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel("time →")
+    ax.set_title("async_op=True: the call returns at once; the data moves in the background", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_subgroups(world_size: int = 4) -> Figure:
+    """new_group([0, 2]) and new_group([1, 3]): an all_reduce with group= sums within one group only;
+    each member has a rank inside its group too."""
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    for g, (name, members) in enumerate((("evens", range(0, world_size, 2)), ("odds", range(1, world_size, 2)))):
+        left = 0.2 + 4.2 * g
+        ax.add_patch(Rectangle((left, 0.2), 3.8, 1.9, facecolor="none", edgecolor="grey", linestyle="--"))
+        ax.text(left + 1.9, 1.85, f"{name}: new_group({list(members)})", ha="center", fontsize=9)
+        for i, rank in enumerate(members):
+            x = left + 0.3 + 1.8 * i
+            ax.add_patch(Rectangle((x, 0.6), 1.4, 0.9, facecolor=RANK_COLOURS[rank], edgecolor="black"))
+            ax.text(x + 0.7, 1.05, f"rank {rank}\nin group: {i}", ha="center", va="center", fontsize=9)
+        ax.text(left + 1.9, 0.35, f"all_reduce(group=...) sums {' + '.join(map(str, members))}", ha="center",
+                fontsize=8.5)
+    ax.set_xlim(0, 8.6)
+    ax.set_ylim(0, 2.3)
+    ax.axis("off")
+    ax.set_title(f"{world_size} ranks, two subgroups: a collective with group= stays inside one", fontsize=10)
+    fig.tight_layout()
+    return fig
