@@ -40,7 +40,7 @@ def init_method_url(method: InitMethod, path: str | None = None) -> str:
     if method == "file":
         if not path:
             raise ValueError("init method 'file' needs a path to a file all ranks can reach")
-        return Path(path).resolve().as_uri()  # file:///tmp/... here; file:///D:/jobs/ddp_store on Windows
+        return Path(path).resolve().as_uri()  # an absolute path; on Windows e.g. file:///D:/jobs/ddp_store
     raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
 
 
