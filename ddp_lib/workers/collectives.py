@@ -46,7 +46,7 @@ def init_method_url(method: InitMethod, path: str | None = None) -> str:
 
 def join_and_sum(rank: int, world_size: int) -> dict:
     """Plain torch, as a learner writes it: join the group, all-reduce the ranks, leave the group."""
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)  # env://: MASTER_ADDR, MASTER_PORT
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)  # reads MASTER_ADDR, MASTER_PORT
     try:
         total = torch.tensor([float(rank)])
         dist.all_reduce(total)  # every rank receives the sum over all ranks
