@@ -1,5 +1,4 @@
-"""What every exercise checker shares: the report, running the learner's worker on every rank
-(saying why a rank failed), and counting the collectives it called. See docs/contributing.md."""
+"""What every exercise checker shares: the report, runs on ranks, why a rank failed, collectives counted."""
 
 import contextlib
 import importlib

@@ -1,5 +1,4 @@
-"""Checker for lesson 00's exercise: ``who_am_i(rank, world_size, name)`` returns its rank, the world
-size, is_main and every rank's name (drawn at check time) in rank order; counts collectives."""
+"""Checker for lesson 00's exercise: ``who_am_i(rank, world_size, name)``, every rank's name in rank order."""
 
 import secrets
 from collections.abc import Callable

@@ -1,5 +1,4 @@
-"""Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)`` returns, on every
-rank, the mean of the ranks' ``x`` (drawn at check time) by an all-reduce; names the mistake."""
+"""Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)``, the mean on every rank."""
 
 import math
 import numbers

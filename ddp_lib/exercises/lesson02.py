@@ -1,5 +1,4 @@
-"""Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)`` returns, on every rank,
-the whole list split round robin into shares (drawn afresh, of unequal lengths); counts collectives."""
+"""Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)``, the round-robin list rebuilt."""
 
 import random
 from collections.abc import Callable, Sequence

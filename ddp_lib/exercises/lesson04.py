@@ -1,5 +1,4 @@
-"""Checker for lesson 04's exercise: ``average_gradients(model)``, called after backward on every rank
-(each with its own batch), must leave in each .grad its mean over the ranks; counts collectives."""
+"""Checker for lesson 04's exercise: ``average_gradients(model)`` leaves each .grad's mean over the ranks."""
 
 from collections.abc import Callable
 

@@ -1,5 +1,4 @@
-"""Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, each rank's
-DistributedSampler indices per epoch, on 2 ranks then 3 or 5 (which pad), epochs and seed drawn."""
+"""Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, the sampler's shares."""
 
 import math
 import random

@@ -1,5 +1,4 @@
-"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and ``measure_allreduce(rank,
-world_size, nbytes)``, whose time must be one of its own all-reduces after a warm-up, as the checker timed them."""
+"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)``, and a measured all-reduce's bandwidth."""
 
 import itertools
 import math

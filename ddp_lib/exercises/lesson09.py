@@ -1,5 +1,4 @@
-"""Checkers for lesson 09's exercises, on 2 then 3 ranks: ``evaluate`` (the accuracy over every sample once,
-although the sampler pads) and ``train_step`` (accumulation under no_sync, loss averaged, gradient clipped)."""
+"""Checkers for lesson 09's exercises: an exact ``evaluate`` although the sampler pads, and ``train_step``."""
 
 import copy
 import secrets

@@ -1,5 +1,4 @@
-"""Checker for lesson 10's exercise: ``state_bytes(optimizer)``, the bytes of optimizer state this rank holds
-under DDP, ZeRO-1 and FSDP2 (two models, one with parameters left without a gradient), and the predictions."""
+"""Checker for lesson 10's exercise: ``state_bytes(optimizer)`` under DDP, ZeRO-1 and FSDP2; the predictions."""
 
 from collections.abc import Callable
 
