@@ -170,7 +170,6 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
             tensor = bound.get("tensor")
             record = {"name": name, "op": str(bound.get("op", "")).split(".")[-1] or None,
                       "async_op": bool(bound.get("async_op")), "waited": False,
-                      "group_size": dist.get_world_size(bound.get("group")) if dist.is_initialized() else None,
                       "numel": getattr(tensor, "numel", lambda: None)(), "dtype": str(getattr(tensor, "dtype", ""))}
             calls.append(record)
             inside[0], start = True, time.perf_counter()
