@@ -38,33 +38,35 @@ def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
         return found
 
 
-def _evaluate_problem(rows: tuple[dict, ...]) -> str | None:
-    """The mistake one held-out set's per-rank rows show (None: every rank returned the exact accuracy)."""
-    def accuracy(way: str, averaged: bool = False) -> float:  # averaged: the mean of the ranks' accuracies
-        correct, counted = zip(*(row[way] for row in rows))
-        return sum(c / n for c, n in zip(correct, counted)) / len(rows) if averaged else sum(correct) / sum(counted)
+AVERAGED = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and counted "
+            "samples and divide once")
+# (way of counting, per rank's accuracy averaged, what the value is, its fix): the usual mistakes.
+EVAL_MISTAKES = (("padded", False, "counts the padding duplicate(s) DistributedSampler adds",
+                  "skip the positions at or past len(dataset)"), ("real", True, *AVERAGED), ("padded", True, *AVERAGED),
+                 ("drop_last", False, "leaves out the samples drop_last=True drops", "count every sample once"))
 
-    values, exact = [row["value"] for row in rows], accuracy("real")
-    if any(abs(v - values[0]) > TOL for v in values):
-        return (f"the ranks returned different accuracies {[round(v, 4) for v in values]}: all_reduce the correct "
-                "and counted samples")
-    averaged = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and "
-                "counted samples and divide once")
-    mistakes = ((exact, None), (accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
-                                                     "skip the positions at or past len(dataset)")),
-                (accuracy("real", True), averaged), (accuracy("padded", True), averaged),
-                (accuracy("drop_last"), ("leaves out the samples drop_last=True drops", "count every sample once")))
-    fallback = f"returned {values[0]:.4f}, the accuracy over all samples is {exact:.4f}: all_reduce the counts"
-    said = next((said for value, said in mistakes if abs(values[0] - value) < TOL), fallback)
-    return f"{values[0]:.4f} {said[0]} (exact: {exact:.4f}); {said[1]}" if isinstance(said, tuple) else said
+
+def _accuracy(rows: tuple[dict, ...], way: str, averaged: bool = False) -> float:
+    """One held-out set's accuracy counted ``way``; ``averaged``: the mean of the ranks' accuracies."""
+    correct, counted = zip(*(row[way] for row in rows))
+    return sum(c / n for c, n in zip(correct, counted)) / len(rows) if averaged else sum(correct) / sum(counted)
 
 
 def diagnose_evaluate(runs: list[list[dict]]) -> str | None:
-    """The first mistake any held-out set shows; ranks that disagree first, whichever draw showed it."""
+    """The mistake the held-out sets show: ranks that disagree, else the one mistake that explains every wrong value."""
     if bad := next((row["value"] for rows in runs for row in rows if isinstance(row["value"], str)), None):
         return f"evaluate returned {bad}; return the accuracy as a float"
-    problems = [problem for rows in zip(*runs) if (problem := _evaluate_problem(rows))]
-    return next((p for p in problems if "different accuracies" in p), problems[0] if problems else None)
+    draws = list(zip(*runs))  # per held-out set, every rank's row
+    if apart := next((rows for rows in draws if any(abs(r["value"] - rows[0]["value"]) > TOL for r in rows)), None):
+        return (f"the ranks returned different accuracies {[round(r['value'], 4) for r in apart]}: all_reduce the "
+                "correct and counted samples")
+    if not (wrong := [rows for rows in draws if abs(rows[0]["value"] - _accuracy(rows, "real")) >= TOL]):
+        return None
+    value, exact = wrong[0][0]["value"], _accuracy(wrong[0], "real")
+    # By chance one draw can match another mistake: the one said must match them all.
+    return next((f"{value:.4f} {meaning} (exact: {exact:.4f}); {fix}" for way, averaged, meaning, fix in EVAL_MISTAKES
+                 if all(abs(rows[0]["value"] - _accuracy(rows, way, averaged)) < TOL for rows in wrong)),
+                f"returned {value:.4f}, the accuracy over all samples is {exact:.4f}: all_reduce the counts")
 
 
 def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
