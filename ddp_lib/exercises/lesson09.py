@@ -1,6 +1,5 @@
 """Checkers for lesson 09's exercises: an exact ``evaluate`` although the sampler pads, and ``train_step``."""
 
-import copy
 import secrets
 from collections.abc import Callable
 
@@ -84,24 +83,22 @@ STEP_FIX = ("divide the loss by the number of micro-batches, clip once, after th
             "with clip_grad_norm_(..., max_norm), then step")
 
 
-def reference_params(batches: list) -> torch.Tensor:
-    """The parameters after STEPS right steps on all ranks' ``batches``, as one process on the global batch."""
+def reference_params(picks: torch.Tensor) -> torch.Tensor:
+    """The parameters after STEPS steps of one process on the global batch: every rank's micro-batches at once."""
+    x, y = make_moons().tensors
     torch.manual_seed(0)
     model = LoopNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step, max_norm in enumerate(MAX_NORMS):
-        replicas = [copy.deepcopy(model) for _ in batches]
-        for replica, per_rank in zip(replicas, batches):
-            for x, y in per_rank[step]:
-                (nn.functional.cross_entropy(replica(x), y) / MICRO_BATCHES).backward()
-        for p, *copies in zip(model.parameters(), *(replica.parameters() for replica in replicas)):
-            p.grad = sum(c.grad for c in copies) / len(batches)
+        batch = picks[:, step].flatten()  # micro-batches of one size: the mean over all their samples
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
         nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: list) -> dict:
+def _run_train_step(rank: int, world_size: int, train_step: Callable, picks: torch.Tensor) -> dict:
     """In each rank: the parameters after the learner's steps, DDP's all-reduces, no_sync's use, and the forwards."""
     with process_group(rank, world_size):
         torch.manual_seed(0)
@@ -114,15 +111,15 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: l
         model.register_forward_pre_hook(lambda _module, inputs: counted["forwards"].append(
             (len(inputs[0]), not ddp_model.require_backward_grad_sync)))
         ddp_model.no_sync = lambda enter=ddp_model.no_sync: counted.update(no_syncs=1) or enter()  # its use noted
-        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        optimizer, (x, y) = torch.optim.SGD(model.parameters(), lr=LR), make_moons().tensors
         for step in range(STEPS):
             optimizer.zero_grad()
-            train_step(ddp_model, optimizer, batches[rank][step], MAX_NORMS[step])
+            train_step(ddp_model, optimizer, [(x[p], y[p]) for p in picks[rank, step]], MAX_NORMS[step])
         return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), **counted}
 
 
-def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
-    """Problems with per-rank results of ``_run_train_step`` on ``batches`` (empty: all right)."""
+def diagnose_train_step(results: list[dict], picks: torch.Tensor) -> list[str]:
+    """Problems with per-rank results of ``_run_train_step`` on ``picks`` (empty: all right)."""
     params, first = [r["params"] for r in results], results[0]
     if apart := [rank for rank, p in enumerate(params) if not torch.allclose(p, params[0], atol=TOL)]:
         gap = max((params[rank] - params[0]).abs().max().item() for rank in apart)
@@ -132,7 +129,7 @@ def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
     if (largest := max((size for size, _ in first["forwards"]), default=0)) > MICRO_BATCH_SIZE:
         problems.append(f"the model ran a forward on {largest} samples at once, but a micro-batch holds "
                         f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch")
-    if not torch.allclose(params[0], reference_params(batches), atol=TOL):
+    if not torch.allclose(params[0], reference_params(picks), atol=TOL):
         problems.append(f"the parameters differ from one process on the global batch: {STEP_FIX}")
     if first["all_reduces"] != STEPS:  # this model fits in one bucket: one all-reduce per step
         said = f"DDP all-reduced {first['all_reduces']} times in {STEPS} steps, expected {STEPS}: "
@@ -145,11 +142,9 @@ def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
 
 def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
     """A report on the learner's ``train_step`` for 3 steps of 2 micro-batches on each world size."""
-    x, y = make_moons().tensors
-    picks = {size: torch.randperm(len(y), generator=torch.Generator().manual_seed(secrets.randbits(63)))[
+    # picks[size][rank, step, k]: the indices of a micro-batch of training samples, drawn now
+    picks = {size: torch.randperm(len(make_moons()), generator=torch.Generator().manual_seed(secrets.randbits(63)))[
         :size * STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(size, STEPS, MICRO_BATCHES, -1) for size in world_sizes}
-    # batches[size][rank][step][k]: (x, y) of a micro-batch of training samples picked at random
-    batches = {size: [[[(x[p], y[p]) for p in step] for step in rank] for rank in picks[size]] for size in world_sizes}
-    return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, batches[len(runs)]),
-                          lambda size: (train_step, batches[size]), stop=True, timeout=120,
+    return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, picks[len(runs)]),
+                          lambda size: (train_step, picks[size]), stop=True, timeout=120,
                           passed="the parameters equal one process on the global batch, with one all-reduce per step")
