@@ -1,5 +1,4 @@
-"""Checkers for the lessons' exercises: each runs a learner's worker on every rank and says
-precisely what is right or wrong. ``%load_ext ddp_lib.exercises`` adds the ``%%exercise`` cell magic."""
+"""Checkers for the lessons' exercises; ``%load_ext ddp_lib.exercises`` adds the ``%%exercise`` cell magic."""
 
 from ddp_lib.exercises.stubs import load_ipython_extension
 

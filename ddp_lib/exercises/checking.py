@@ -1,5 +1,4 @@
-"""What every exercise checker shares: the report, running the learner's worker on every rank
-(saying why a rank failed), and counting the collectives it called. See docs/contributing.md."""
+"""What every exercise checker shares: the report, runs on ranks, why a rank failed, collectives counted."""
 
 import contextlib
 import importlib
@@ -171,7 +170,6 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
             tensor = bound.get("tensor")
             record = {"name": name, "op": str(bound.get("op", "")).split(".")[-1] or None,
                       "async_op": bool(bound.get("async_op")), "waited": False,
-                      "group_size": dist.get_world_size(bound.get("group")) if dist.is_initialized() else None,
                       "numel": getattr(tensor, "numel", lambda: None)(), "dtype": str(getattr(tensor, "dtype", ""))}
             calls.append(record)
             inside[0], start = True, time.perf_counter()

@@ -1,12 +1,10 @@
-"""Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)`` returns, on every
-rank, the mean of the ranks' ``x`` (drawn at check time) by an all-reduce; names the mistake."""
+"""Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)``, the mean on every rank."""
 
 import math
-import numbers
 import random
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, check_on_ranks, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, as_number, check_on_ranks, run_counted, worker_name
 
 
 def _close(a: float, b: float) -> bool:
@@ -22,11 +20,8 @@ def diagnose(runs: list[dict], values: list[float]) -> str | None:
     ops = {call["op"] for call in calls if call["name"] == "all_reduce"} - {"SUM", None}
     if late:
         return MISSING_WAIT.format(late[0])
-    # A tensor is reported as its kind (the fix is .item()), as is anything else that is not a number.
-    answers = [float(a) if isinstance(a, numbers.Real) and not isinstance(a, bool) else f"a {type(a).__name__}"
-               for a in (run["result"] for run in runs)]
-    kind = next((a for a in answers if isinstance(a, str)), None)
-    if kind:
+    answers = [as_number(run["result"]) for run in runs]  # a float, else its kind
+    if kind := next((a for a in answers if isinstance(a, str)), None):
         return f"a rank returned {kind}, not a number" + (" (call .item() on it)" if "Tensor" in kind else "")
     wrong = [(rank, a) for rank, a in enumerate(answers) if not _close(a, total / world_size)]
     if not called:  # a right mean came through a route not counted (a ProcessGroup method)
@@ -48,8 +43,6 @@ def diagnose(runs: list[dict], values: list[float]) -> str | None:
         (divisor and _close(divisor, world_size ** 2), f"{returned}: divided by world_size twice"),
         (divisor and _close(divisor, round(divisor)) and round(divisor) != world_size,
          f"{returned}, the sum divided by {round(divisor)}, a constant: divide by world_size ({world_size} here)"),
-        (value.is_integer(), f"{returned}, a whole number for a mean of {mean:g}: integer arithmetic; use a float "
-         "tensor (dtype=torch.float32)"),
     )
     return next((said for seen, said in mistakes if seen), f"{returned}, expected the mean {mean:g}")
 

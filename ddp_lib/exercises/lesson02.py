@@ -1,5 +1,4 @@
-"""Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)`` returns, on every rank,
-the whole list split round robin into shares (drawn afresh, of unequal lengths); counts collectives."""
+"""Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)``, the round-robin list rebuilt."""
 
 import random
 from collections.abc import Callable, Sequence
@@ -25,10 +24,8 @@ def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> 
     got = got if isinstance(got, list) else f"a {type(got).__name__}"
     if got == whole:
         return None
-    if got == "a NoneType":
-        return f"rank {rank} returned None: end the worker with `return` and the whole list, not print"
     if isinstance(got, str):
-        return f"rank {rank} returned {got}; expected a list of {len(whole)} numbers"
+        return f"rank {rank} returned {got}; return the whole list of {len(whole)} numbers"
     if not called:
         return f"no collective ran, so rank {rank} has only its own share: use dist.all_gather_object"
     if got == [x for share in shares for x in share]:

@@ -1,5 +1,4 @@
-"""Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, each rank's
-DistributedSampler indices per epoch, on 2 ranks then 3 or 5 (which pad), epochs and seed drawn."""
+"""Checker for lesson 05's exercise: ``epoch_indices(rank, world_size, epochs, seed)``, the sampler's shares."""
 
 import math
 import random
@@ -43,8 +42,6 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
     # The solution's orders, one epoch more: set_epoch(epoch + 1) gives the next epoch's.
     reference = [epoch_indices(rank, world_size, epochs + 1, seed) for rank in range(world_size)]
     for rank, per_epoch in enumerate(results):
-        if per_epoch[0] == [i % n_samples for i in range(rank, each * world_size, world_size)]:
-            return f"rank {rank} reads samples in dataset order; create the sampler with shuffle=True"
         if same := next((epoch for epoch in range(1, epochs) if per_epoch[epoch] == per_epoch[epoch - 1]), None):
             return (f"rank {rank} reads the same order in epoch {same} as in epoch {same - 1}; "
                     "call sampler.set_epoch(epoch) at the start of every epoch")
@@ -55,7 +52,7 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
             if got != expected:
                 at = next(i for i, (a, b) in enumerate(zip(got, expected)) if a != b)
                 return (f"rank {rank}'s order in epoch {epoch} is not DistributedSampler's for seed {seed} (first "
-                        f"difference at position {at}): pass seed=seed and call sampler.set_epoch(epoch)")
+                        f"difference at {at}): keep shuffle=True, pass seed=seed, call sampler.set_epoch(epoch)")
     return None
 
 

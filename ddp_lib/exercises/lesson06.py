@@ -1,5 +1,4 @@
-"""Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` returns torchrun's world_size, local_rank,
-local_world_size and node_rank as ints; run under torchrun on three layouts of nodes."""
+"""Checker for lesson 06's exercise: ``launch_info(rank, world_size)`` under torchrun, on three node layouts."""
 
 import os
 import random

@@ -1,5 +1,4 @@
-"""Checker for lesson 07's exercise: ``evaluate(rank, world_size, metric)`` returns the mean of the
-ranks' metrics (drawn at check time) on every rank, without hanging; counts collectives."""
+"""Checker for lesson 07's exercise: ``evaluate(rank, world_size, metric)``, the mean on every rank, no hang."""
 
 import math
 import random

@@ -1,5 +1,4 @@
-"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)`` on drawn cases, and ``measure_allreduce(rank,
-world_size, nbytes)``, whose time must be one of its own all-reduces after a warm-up, as the checker timed them."""
+"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)``, and a measured all-reduce's bandwidth."""
 
 import itertools
 import math
@@ -13,22 +12,16 @@ REL_TOL, KEYS = 0.01, ("seconds", "algbw_gbs", "busbw_gbs")
 # The time must match one of the worker's all-reduces as the checker timed them (or the mean of several
 # in a row), give or take this factor and these seconds (Python's call and the checker's bookkeeping).
 MEASURED_FACTOR, MEASURED_SLACK_S = 1.5, 0.002
-GB = "GB/s means 1e9 bytes per second: divide bytes per second by 1e9"
-# algbw / (nbytes / seconds / 1e9) for the usual unit mistakes, and what each one means.
-ALGBW_MISTAKES = ((1e3, GB), (1e9, GB), (1e9 / 2**30, "that is GiB/s (2**30); nccl-tests reports GB/s (1e9 bytes)"),
-                  (4.0, "nbytes is already in bytes: do not multiply by the 4 bytes of a float32 again"))
 
 
 def _factor_mistake(ratio: float, world_size: int) -> str:
-    """What a wrong busbw/algbw ratio most likely means: (ratio, tolerance, meaning), the first match said."""
-    # Tight tolerances first: with N in the thousands (N-1)/N is within 1% of 1.
-    mistakes = (((world_size - 1) / world_size, 1e-6, "the factor (N-1)/N is only one phase (reduce-scatter); "
-                 "all-reduce also all-gathers: 2(N-1)/N"),
-                (1.0, 1e-6, f"busbw equals algbw: multiply by 2(N-1)/N ({bus_factor(world_size):g} for "
-                 f"N={world_size})"),
-                (2.0, REL_TOL, "busbw is twice algbw: the factor is 2(N-1)/N, not 2"))
-    return next((said for value, tol, said in mistakes if math.isclose(ratio, value, rel_tol=tol)),
-                f"busbw / algbw is {ratio:.3g}, expected 2(N-1)/N = {bus_factor(world_size):g} for N={world_size}")
+    """What a wrong busbw/algbw ratio most likely means (tight tolerances: for N in the thousands (N-1)/N is near 1)."""
+    factor = f"2(N-1)/N ({bus_factor(world_size):g} for N={world_size})"
+    if math.isclose(ratio, (world_size - 1) / world_size, rel_tol=1e-6):
+        return "the factor (N-1)/N is only one phase (reduce-scatter); all-reduce also all-gathers: 2(N-1)/N"
+    if math.isclose(ratio, 1.0, rel_tol=1e-6):
+        return f"busbw equals algbw: multiply by {factor}"
+    return f"busbw / algbw is {ratio:.3g}, expected {factor}"
 
 
 def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
@@ -58,15 +51,11 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
         warm = [c["seconds"] for c in calls[1:] if c in ours]  # the first all-reduce also connects
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"
-        if small := [c["group_size"] for c in ours if c["group_size"] != world_size]:
-            return (f"rank {rank} all-reduced its {nbytes}-byte tensor in a group of {small[0]} rank(s), not over "
-                    f"all {world_size}: all-reduce it in the job's process group (the default group)")
-        if not calls:
-            return f"rank {rank} ran no all-reduce: time dist.all_reduce of the tensor"
         if not ours:
             seen = ", ".join(sorted({f"{c['numel']} x {c['dtype']}" for c in calls}))
-            return (f"rank {rank} all-reduced {seen}, never a float32 tensor of {nbytes} bytes "
-                    f"({nbytes // 4} elements): make a tensor of nbytes // 4 float32 elements")
+            said = f"all-reduced {seen}, never" if calls else "ran no all-reduce of"
+            return (f"rank {rank} {said} a float32 tensor of {nbytes} bytes: time dist.all_reduce of a tensor of "
+                    "nbytes // 4 float32 elements")
         seconds, algbw, busbw = (float(out[k]) for k in KEYS)
         if not seconds > 0:
             return f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"
@@ -81,9 +70,9 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
             return (f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took "
                     f"{min(warm):.3g} to {max(warm):.3g} s after the first: time those, not other work")
         if not math.isclose(algbw, expected := nbytes / seconds / 1e9, rel_tol=REL_TOL):
-            return f"rank {rank}: " + next(
-                (hint for ratio, hint in ALGBW_MISTAKES if math.isclose(algbw / expected, ratio, rel_tol=REL_TOL)),
-                f"algbw should be nbytes / seconds / 1e9 = {expected:.4g}, got {algbw:.4g}")
+            gib = math.isclose(algbw * 2**30, expected * 1e9, rel_tol=REL_TOL)
+            return (f"rank {rank}: that is GiB/s (2**30 bytes); nccl-tests reports GB/s (1e9 bytes)" if gib else
+                    f"rank {rank}: algbw should be nbytes / seconds / 1e9 (GB/s) = {expected:.4g}, got {algbw:.4g}")
         if not math.isclose(busbw, algbw * bus_factor(world_size), rel_tol=REL_TOL):
             return f"rank {rank}: {_factor_mistake(busbw / algbw, world_size)}"
     return None

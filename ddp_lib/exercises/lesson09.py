@@ -1,7 +1,5 @@
-"""Checkers for lesson 09's exercises, on 2 then 3 ranks: ``evaluate`` (the accuracy over every sample once,
-although the sampler pads) and ``train_step`` (accumulation under no_sync, loss averaged, gradient clipped)."""
+"""Checkers for lesson 09's exercises: an exact ``evaluate`` although the sampler pads, and ``train_step``."""
 
-import copy
 import secrets
 from collections.abc import Callable
 
@@ -39,35 +37,35 @@ def _run_evaluate(rank: int, world_size: int, evaluate: Callable) -> list[dict]:
         return found
 
 
-def _evaluate_problem(rows: tuple[dict, ...]) -> str | None:
-    """The mistake one held-out set's per-rank rows show (None: every rank returned the exact accuracy)."""
-    def accuracy(way: str, averaged: bool = False) -> float:  # averaged: the mean of the ranks' accuracies
-        correct, counted = zip(*(row[way] for row in rows))
-        return sum(c / n for c, n in zip(correct, counted)) / len(rows) if averaged else sum(correct) / sum(counted)
+AVERAGED = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and counted "
+            "samples and divide once")
+# (way of counting, per rank's accuracy averaged, what the value is, its fix): the usual mistakes.
+EVAL_MISTAKES = (("padded", False, "counts the padding duplicate(s) DistributedSampler adds",
+                  "skip the positions at or past len(dataset)"), ("real", True, *AVERAGED), ("padded", True, *AVERAGED),
+                 ("drop_last", False, "leaves out the samples drop_last=True drops", "count every sample once"))
 
-    values, exact = [row["value"] for row in rows], accuracy("real")
-    if any(abs(v - values[0]) > TOL for v in values):
-        own = all(abs(row["value"] - row["padded"][0] / row["padded"][1]) < TOL for row in rows)
-        hint = "each is its own shard's" if own else "split with DistributedSampler(shuffle=False)"
-        return (f"the ranks returned different accuracies {[round(v, 4) for v in values]}; {hint}: all_reduce the "
-                "correct and counted samples")
-    averaged = ("is the mean of the ranks' accuracies", "shards differ in size, so all_reduce the correct and "
-                "counted samples and divide once")
-    mistakes = ((exact, None), (accuracy("padded"), ("counts the padding duplicate(s) DistributedSampler adds",
-                                                     "skip the positions at or past len(dataset)")),
-                (accuracy("real", True), averaged), (accuracy("padded", True), averaged),
-                (accuracy("drop_last"), ("leaves out the samples drop_last=True drops", "count every sample once")))
-    fallback = f"returned {values[0]:.4f}, the accuracy over all samples is {exact:.4f}: all_reduce the counts"
-    said = next((said for value, said in mistakes if abs(values[0] - value) < TOL), fallback)
-    return f"{values[0]:.4f} {said[0]} (exact: {exact:.4f}); {said[1]}" if isinstance(said, tuple) else said
+
+def _accuracy(rows: tuple[dict, ...], way: str, averaged: bool = False) -> float:
+    """One held-out set's accuracy counted ``way``; ``averaged``: the mean of the ranks' accuracies."""
+    correct, counted = zip(*(row[way] for row in rows))
+    return sum(c / n for c, n in zip(correct, counted)) / len(rows) if averaged else sum(correct) / sum(counted)
 
 
 def diagnose_evaluate(runs: list[list[dict]]) -> str | None:
-    """The first mistake any held-out set shows; ranks that disagree first, whichever draw showed it."""
+    """The mistake the held-out sets show: ranks that disagree, else the one mistake that explains every wrong value."""
     if bad := next((row["value"] for rows in runs for row in rows if isinstance(row["value"], str)), None):
         return f"evaluate returned {bad}; return the accuracy as a float"
-    problems = [problem for rows in zip(*runs) if (problem := _evaluate_problem(rows))]
-    return next((p for p in problems if "different accuracies" in p), problems[0] if problems else None)
+    draws = list(zip(*runs))  # per held-out set, every rank's row
+    if apart := next((rows for rows in draws if any(abs(r["value"] - rows[0]["value"]) > TOL for r in rows)), None):
+        return (f"the ranks returned different accuracies {[round(r['value'], 4) for r in apart]}: all_reduce the "
+                "correct and counted samples")
+    if not (wrong := [rows for rows in draws if abs(rows[0]["value"] - _accuracy(rows, "real")) >= TOL]):
+        return None
+    value, exact = wrong[0][0]["value"], _accuracy(wrong[0], "real")
+    # By chance one draw can match another mistake: the one said must match them all.
+    return next((f"{value:.4f} {meaning} (exact: {exact:.4f}); {fix}" for way, averaged, meaning, fix in EVAL_MISTAKES
+                 if all(abs(rows[0]["value"] - _accuracy(rows, way, averaged)) < TOL for rows in wrong)),
+                f"returned {value:.4f}, the accuracy over all samples is {exact:.4f}: all_reduce the counts")
 
 
 def check_evaluate(evaluate: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
@@ -81,36 +79,26 @@ STEPS, MICRO_BATCHES, MICRO_BATCH_SIZE, LR = 3, 2, 8, 0.5
 # max_norm per step: far below any gradient norm of this model (a missing clip, or clipping inside
 # the loop, changes the result), far above it (an undivided loss is twice the gradient), in between.
 MAX_NORMS = (0.05, 100.0, 0.5)
-# (divide the loss, where to clip) for the right step, then for each usual mistake with its fix.
-TRAIN_STEPS = (((True, "after"), None),
-               ((True, "inside"), "clip once, after the last micro-batch's backward: inside the loop the first "
-                                  "micro-batches' gradients are clipped alone, before they are summed"),
-               ((False, "after"), "divide each micro-batch's loss by the number of micro-batches"),
-               ((True, None), "clip with clip_grad_norm_(..., max_norm) after the last backward"),
-               ((False, None), "divide the loss by the number of micro-batches, and clip"))
+STEP_FIX = ("divide the loss by the number of micro-batches, clip once, after the last micro-batch's backward, "
+            "with clip_grad_norm_(..., max_norm), then step")
 
 
-def reference_params(batches: list, divide: bool, clip: str | None) -> torch.Tensor:
-    """The parameters after STEPS steps on all ranks' ``batches``, the loss ``divide``d or not, ``clip``ped or not."""
+def reference_params(picks: torch.Tensor) -> torch.Tensor:
+    """The parameters after STEPS steps of one process on the global batch: every rank's micro-batches at once."""
+    x, y = make_moons().tensors
     torch.manual_seed(0)
     model = LoopNet()
     optimizer = torch.optim.SGD(model.parameters(), lr=LR)
     for step, max_norm in enumerate(MAX_NORMS):
-        replicas = [copy.deepcopy(model) for _ in batches]
-        for replica, per_rank in zip(replicas, batches):
-            for k, (x, y) in enumerate(per_rank[step]):
-                (nn.functional.cross_entropy(replica(x), y) / (MICRO_BATCHES if divide else 1)).backward()
-                if clip == "inside" and k < MICRO_BATCHES - 1:  # under no_sync: this rank's partial sum
-                    nn.utils.clip_grad_norm_(replica.parameters(), max_norm)
-        for p, *copies in zip(model.parameters(), *(replica.parameters() for replica in replicas)):
-            p.grad = sum(c.grad for c in copies) / len(batches)
-        if clip:
-            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        batch = picks[:, step].flatten()  # micro-batches of one size: the mean over all their samples
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x[batch]), y[batch]).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), max_norm)
         optimizer.step()
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: list) -> dict:
+def _run_train_step(rank: int, world_size: int, train_step: Callable, picks: torch.Tensor) -> dict:
     """In each rank: the parameters after the learner's steps, DDP's all-reduces, no_sync's use, and the forwards."""
     with process_group(rank, world_size):
         torch.manual_seed(0)
@@ -123,15 +111,15 @@ def _run_train_step(rank: int, world_size: int, train_step: Callable, batches: l
         model.register_forward_pre_hook(lambda _module, inputs: counted["forwards"].append(
             (len(inputs[0]), not ddp_model.require_backward_grad_sync)))
         ddp_model.no_sync = lambda enter=ddp_model.no_sync: counted.update(no_syncs=1) or enter()  # its use noted
-        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        optimizer, (x, y) = torch.optim.SGD(model.parameters(), lr=LR), make_moons().tensors
         for step in range(STEPS):
             optimizer.zero_grad()
-            train_step(ddp_model, optimizer, batches[rank][step], MAX_NORMS[step])
+            train_step(ddp_model, optimizer, [(x[p], y[p]) for p in picks[rank, step]], MAX_NORMS[step])
         return {"params": torch.cat([p.detach().flatten() for p in model.parameters()]), **counted}
 
 
-def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
-    """Problems with per-rank results of ``_run_train_step`` on ``batches`` (empty: all right)."""
+def diagnose_train_step(results: list[dict], picks: torch.Tensor) -> list[str]:
+    """Problems with per-rank results of ``_run_train_step`` on ``picks`` (empty: all right)."""
     params, first = [r["params"] for r in results], results[0]
     if apart := [rank for rank, p in enumerate(params) if not torch.allclose(p, params[0], atol=TOL)]:
         gap = max((params[rank] - params[0]).abs().max().item() for rank in apart)
@@ -141,11 +129,8 @@ def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
     if (largest := max((size for size, _ in first["forwards"]), default=0)) > MICRO_BATCH_SIZE:
         problems.append(f"the model ran a forward on {largest} samples at once, but a micro-batch holds "
                         f"{MICRO_BATCH_SIZE}: run one forward and backward per micro-batch")
-    hint = next((hint for way, hint in TRAIN_STEPS if torch.allclose(params[0], reference_params(batches, *way),
-                                                                      atol=TOL)),
-                "divide each loss by the number of micro-batches, clip after the last backward, step once")
-    if hint:
-        problems.append(f"the parameters differ from one process on the global batch: {hint}")
+    if not torch.allclose(params[0], reference_params(picks), atol=TOL):
+        problems.append(f"the parameters differ from one process on the global batch: {STEP_FIX}")
     if first["all_reduces"] != STEPS:  # this model fits in one bucket: one all-reduce per step
         said = f"DDP all-reduced {first['all_reduces']} times in {STEPS} steps, expected {STEPS}: "
         forward_outside = first["no_syncs"] and not any(inside for _, inside in first["forwards"])
@@ -157,11 +142,9 @@ def diagnose_train_step(results: list[dict], batches: list) -> list[str]:
 
 def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_SIZES):
     """A report on the learner's ``train_step`` for 3 steps of 2 micro-batches on each world size."""
-    x, y = make_moons().tensors
-    picks = {size: torch.randperm(len(y), generator=torch.Generator().manual_seed(secrets.randbits(63)))[
+    # picks[size][rank, step, k]: the indices of a micro-batch of training samples, drawn now
+    picks = {size: torch.randperm(len(make_moons()), generator=torch.Generator().manual_seed(secrets.randbits(63)))[
         :size * STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(size, STEPS, MICRO_BATCHES, -1) for size in world_sizes}
-    # batches[size][rank][step][k]: (x, y) of a micro-batch of training samples picked at random
-    batches = {size: [[[(x[p], y[p]) for p in step] for step in rank] for rank in picks[size]] for size in world_sizes}
-    return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, batches[len(runs)]),
-                          lambda size: (train_step, batches[size]), stop=True, timeout=120,
+    return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, picks[len(runs)]),
+                          lambda size: (train_step, picks[size]), stop=True, timeout=120,
                           passed="the parameters equal one process on the global batch, with one all-reduce per step")

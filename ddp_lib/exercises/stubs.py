@@ -1,6 +1,4 @@
-"""``%%exercise my_work/FILE.py``: ``%%writefile`` that never overwrites a learner's own edits. The cell
-writes the file when it is absent or holds what the cell last wrote (recorded in ``.exercise_stubs.json``);
-otherwise it keeps the file and says so; ``%%exercise --reset FILE`` overwrites it."""
+"""``%%exercise my_work/FILE.py``: ``%%writefile`` that keeps a file the learner changed (``--reset`` overwrites)."""
 
 import hashlib
 import json

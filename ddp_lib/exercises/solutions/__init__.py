@@ -1,2 +1,1 @@
-"""Worked solutions to the lessons' checked exercises, one module per lesson. Open one after
-trying the exercise yourself: the checker tells you what is wrong before this does."""
+"""Worked solutions to the checked exercises, one module per lesson: open one after trying."""
