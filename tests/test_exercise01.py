@@ -58,6 +58,11 @@ WRONG = {
         dist.all_reduce(t)
         return t.item()
 """, "FAIL world_size 2", "the sum over ranks: divide by world_size"),
+    "floor_division": ("""
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t)
+        return t.item() // world_size
+""", "FAIL world_size 2", "a whole number for a mean of"),
     "own_value": ("""
         return x
 """, "FAIL world_size 2", "no collective ran"),

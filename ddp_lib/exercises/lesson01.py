@@ -43,6 +43,8 @@ def diagnose(runs: list[dict], values: list[float]) -> str | None:
         (divisor and _close(divisor, world_size ** 2), f"{returned}: divided by world_size twice"),
         (divisor and _close(divisor, round(divisor)) and round(divisor) != world_size,
          f"{returned}, the sum divided by {round(divisor)}, a constant: divide by world_size ({world_size} here)"),
+        (value.is_integer(), f"{returned}, a whole number for a mean of {mean:g}: // or an integer tensor rounds "
+         "down; divide with / on a float tensor"),
     )
     return next((said for seen, said in mistakes if seen), f"{returned}, expected the mean {mean:g}")
 
