@@ -1,6 +1,6 @@
 """A wider model, where a step computes far longer than its all-reduce: the same global batch
-trained by one process alone, then by torch's DDP on 2 ranks with one bucket and with DDP's
-default buckets, the three taken in turn in one run, one thread per rank.
+trained by one process alone (one thread, then two threads), then by torch's DDP on 2 ranks with
+one bucket and with DDP's default buckets, the four taken in turn in one run, one thread per rank.
 
     python -m ddp_lib bench wide [--quick] [--repeats N] [--json]
 
@@ -32,7 +32,8 @@ WIDE_WIDTHS = (1024, 2048, 2048, 2048, 10)  # about 42 MB of float32 gradients
 BATCH_PER_RANK = 256
 ONE_BUCKET_CAP_MB = 1000.0  # more than all the gradients: one bucket, ready only at backward's end
 SIGN_TEST_LEVEL = 0.05  # a way "wins" when chance alone would give that many shorter rounds less often
-WAYS = ("one process", "DDP, one bucket", "DDP, default buckets")
+WAYS = ("one process", "one process, 2 threads", "DDP, one bucket", "DDP, default buckets")
+ALONE_THREADS = {"one process": 1, "one process, 2 threads": 2}  # threads rank 0 uses when alone
 COLUMNS = [("way", "way", "s"), ("step_ms", "step (ms)", ".1f"), ("middle_half", "middle half (ms)", "s"),
            ("samples_per_s", "samples/s", ".0f"), ("speedup", "vs one process", ".2f")]
 
@@ -41,7 +42,8 @@ def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[
     """Seconds per step of each way, one list per way, the ways taken in turn (who goes first
     rotates from round to round) after one warm-up round (DDP rebuilds its buckets after its first
     step). "one process": rank 0 alone steps a plain copy on the whole global batch while the other
-    ranks wait at a barrier. The DDP ways: every rank steps its share; the slowest rank's time
+    ranks wait at a barrier; "one process, 2 threads" does the same with two threads, so that one
+    process may use both cores too. The DDP ways: every rank steps its share; the slowest rank's time
     counts."""
     with process_group(rank, world_size) as device:
         alone = make_mlp(seed, WIDE_WIDTHS).to(device)
@@ -61,9 +63,11 @@ def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[
             for way in order:
                 dist.barrier()
                 start = time.perf_counter()
-                if way == "one process":
+                if way in ALONE_THREADS:
                     if rank == 0:
+                        torch.set_num_threads(ALONE_THREADS[way])
                         _train_step(alone, alone_optimizer, x, y)
+                        torch.set_num_threads(1)
                 else:
                     _train_step(models[way], optimizers[way], x[share], y[share])
                 seconds = time.perf_counter() - start

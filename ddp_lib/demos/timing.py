@@ -15,7 +15,7 @@ def time_allreduce(rank: int, world_size: int, port: int, sizes: list[int]) -> l
     for nbytes in sizes:
         tensor = torch.ones(nbytes // 4)  # float32: 4 bytes each
         dist.all_reduce(tensor)  # warm-up: the first call of a size pays for set-up
-        dist.barrier()  # start together
+        dist.barrier()  # start within about one message latency of each other
         start = time.perf_counter()
         dist.all_reduce(tensor)
         seconds = torch.tensor([time.perf_counter() - start])

@@ -262,8 +262,9 @@ def draw_gloo_ring(sends: list[dict], world_size: int, nbytes: int):
 
 def draw_timing_schematic(arrivals: tuple[float, ...] = (0.0, 0.6), durations: tuple[float, ...] = (2.4, 1.6)):
     """Schematic of timing one collective on each rank: an untimed warm-up call, a barrier that
-    all ranks leave together, the timed call (each rank measures its own time), then an all-reduce
-    with MAX that hands every rank the slowest rank's time. Returns the Figure."""
+    all ranks leave within about one message latency, the timed call (each rank measures its own
+    time), then an all-reduce with MAX that hands every rank the slowest rank's time. Returns the
+    Figure."""
     fig, ax = plt.subplots(figsize=(8, 0.6 * len(arrivals) + 1.6))
     barrier_end = 3.0 + max(arrivals)
     for rank, (late, took) in enumerate(zip(arrivals, durations)):
@@ -277,7 +278,7 @@ def draw_timing_schematic(arrivals: tuple[float, ...] = (0.0, 0.6), durations: t
         _lane_bars(ax, rank, [(end, end + 0.8)], "tab:green")
         ax.text(end + 0.4, rank, "MAX", ha="center", va="center", fontsize=8)
     ax.axvline(barrier_end, color="black", linestyle="--", linewidth=1)
-    ax.text(barrier_end, -0.75, "barrier: all leave together", ha="center", fontsize=8)
+    ax.text(barrier_end, -0.75, "barrier: all leave within about one latency", ha="center", fontsize=8)
     ax.text(barrier_end + max(durations) + 0.4, -0.75, f"MAX: every rank learns {max(durations):g}",
             ha="center", fontsize=8)
     ax.set_xlim(-0.2, barrier_end + max(durations) + 2.0)

@@ -42,7 +42,7 @@ def draw_ddp_step_sketch(compute: float = 6.0, copy: float = 0.5, alpha: float =
                             ("copy", copy), ("opt.", 0.6)]) - 0.6
     ax.annotate("", xy=(added_from, 0.6), xytext=(added_to, 0.6),
                 arrowprops={"arrowstyle": "<->", "color": "black"})
-    ax.text(added_to + 0.1, 0.6, "what DDP adds: at least α + S / β", va="center", fontsize=9)
+    ax.text(added_to + 0.1, 0.6, "what DDP adds: about α + S / β or more", va="center", fontsize=9)
     ax.set_xlim(0, added_to + 5.5)
     return _finish(fig, ax, ["local step", "DDP step, each rank"],
                    "one bucket: the all-reduce starts when backward is done (a sketch)")
