@@ -1,4 +1,4 @@
-"""Pictures for lesson 02: start-up time per start method."""
+"""Pictures for lesson 02: how ranks are started, who serves the store, how errors and results come back."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import statistics
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+
+from ddp_lib.plots.shapes import arrow, box
 
 
 def plot_start_times(times: dict[str, list[float]], nprocs: int = 2) -> Figure:
@@ -102,5 +104,76 @@ def plot_fork_with_lock() -> Figure:
         ax.text(5, 0.6, "memory: lock = HELD", ha="center", va="center", fontsize=9, family="monospace",
                 bbox=dict(boxstyle="round,pad=0.4", facecolor="#fde0dd", edgecolor="tab:red"))
     fig.text(0.5, 0.45, "fork\n→", ha="center", va="center", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def plot_who_serves_the_store(nprocs: int = 2) -> Figure:
+    """Who serves the store, side by side: under ``mp.spawn`` rank 0 serves it on MASTER_PORT and the
+    other ranks connect; under torchrun the agent, torchrun's own process, serves it and starts the
+    ranks with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in their environment."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for ax, title in zip(axes, ("python ddp_basic.py 2  (mp.spawn)", "torchrun --nproc-per-node 2 ddp_basic.py")):
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, 4.4)
+        ax.axis("off")
+        ax.set_title(title, fontsize=9.5, family="monospace")
+    spawn_ax, torchrun_ax = axes
+    # mp.spawn: the script's process starts the ranks; rank 0's init_process_group serves the store.
+    box(spawn_ax, 3.0, 3.3, 4.0, 0.8, "python ddp_basic.py\nfree port -> MASTER_PORT", "#eeeeee")
+    box(spawn_ax, 0.3, 1.7, 3.6, 0.9, "store on MASTER_PORT\n(served by rank 0)", "#d9ead3")
+    for i in range(nprocs):
+        x = 0.6 + 5.0 * i
+        box(spawn_ax, x, 0.2, 3.6, 0.8, f"rank {i}", "#cfe2f3")
+        arrow(spawn_ax, (5.0, 3.3), (x + 1.8, 1.0), "#b07000")
+    arrow(spawn_ax, (2.4, 1.0), (2.1, 1.7), "tab:blue", "<|-|>")
+    arrow(spawn_ax, (6.6, 1.0), (3.9, 2.0), "tab:blue")
+    spawn_ax.text(6.4, 1.9, "connects", fontsize=8, color="tab:blue")
+    # torchrun: the agent runs the rendezvous, serves the store, then starts the ranks.
+    box(torchrun_ax, 0.3, 3.3, 4.2, 0.8, "agent (torchrun's process)\nruns the rendezvous", "#fde9c9")
+    box(torchrun_ax, 5.6, 3.3, 4.1, 0.8, "store on MASTER_PORT\n(served by the agent)", "#d9ead3")
+    arrow(torchrun_ax, (4.5, 3.7), (5.6, 3.7), "#b07000")
+    torchrun_ax.text(5.05, 3.85, "serves", fontsize=7.5, ha="center", color="#b07000")
+    for i in range(nprocs):
+        x = 0.6 + 5.0 * i
+        box(torchrun_ax, x, 0.2, 3.6, 0.8, f"rank {i}\nRANK={i}, MASTER_PORT, ...", "#cfe2f3")
+        arrow(torchrun_ax, (2.4, 3.3), (x + 1.8, 1.0), "#b07000")
+        arrow(torchrun_ax, (x + 2.6, 1.0), (7.6, 3.3), "tab:blue")
+    torchrun_ax.text(1.0, 2.0, "starts, with\nthe environment", fontsize=8, color="#b07000")
+    torchrun_ax.text(7.9, 2.2, "every rank\nconnects", fontsize=8, color="tab:blue")
+    fig.tight_layout()
+    return fig
+
+
+def plot_error_and_return_paths() -> Figure:
+    """How a child's exception and its return value reach the parent. Under torch's ``mp.spawn`` the
+    child writes its traceback as text to a file, exits with code 1, and the parent reads the file and
+    raises ProcessRaisedException; a return value is dropped. ``ddp_lib.mp.spawn``'s child sends either
+    one back through a pipe."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
+    for ax, title in zip(axes, ("torch's mp.spawn", "ddp_lib.mp.spawn")):
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, 4)
+        ax.axis("off")
+        ax.set_title(title, fontsize=10, family="monospace")
+    torch_ax, ddp_lib_ax = axes
+    box(torch_ax, 0.2, 2.6, 3.0, 1.0, "child i\nfn(i, *args)", "#cfe2f3")
+    box(torch_ax, 3.9, 2.6, 2.3, 1.0, "a temporary\nerror file", "#fff3d6")
+    box(torch_ax, 6.9, 2.6, 2.9, 1.0, "parent\nraises Process-\nRaisedException", "#fde9c9")
+    arrow(torch_ax, (3.2, 3.1), (3.9, 3.1), "tab:red")
+    torch_ax.text(3.55, 2.5, "raises:\ntraceback\nas text", fontsize=7.5, ha="center", va="top", color="tab:red")
+    arrow(torch_ax, (6.2, 3.1), (6.9, 3.1), "tab:red")
+    torch_ax.text(6.55, 2.5, "exit 1:\nread it", fontsize=7.5, ha="center", va="top", color="tab:red")
+    box(torch_ax, 0.2, 0.3, 3.0, 1.0, "child i\nreturns a value", "#cfe2f3")
+    box(torch_ax, 6.9, 0.3, 2.9, 1.0, "parent: mp.spawn\nreturns None", "#fde9c9")
+    arrow(torch_ax, (3.2, 0.8), (4.6, 0.8), "grey")
+    torch_ax.text(5.3, 0.8, "dropped", fontsize=9, ha="center", va="center", color="grey")
+    box(ddp_lib_ax, 0.2, 1.5, 3.0, 1.2, "rank r\nfn(r, *args)", "#cfe2f3")
+    box(ddp_lib_ax, 6.9, 1.5, 2.9, 1.2, "parent\nreturns [values]\nor raises\nRankRaisedError", "#fde9c9")
+    arrow(ddp_lib_ax, (3.2, 2.4), (6.9, 2.4), "tab:green")
+    ddp_lib_ax.text(5.05, 2.6, "a pipe: (\"ok\", value)", fontsize=8, ha="center", color="tab:green")
+    arrow(ddp_lib_ax, (3.2, 1.8), (6.9, 1.8), "tab:red")
+    ddp_lib_ax.text(5.05, 1.35, "or (\"error\", type, message, traceback)", fontsize=8, ha="center", va="top",
+                    color="tab:red")
     fig.tight_layout()
     return fig

@@ -1,0 +1,35 @@
+"""Lesson 02's schematics of who serves the store and how errors and results come back: what each
+one says, and that torch's launcher does what the picture of it shows."""
+
+import importlib
+import inspect
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from ddp_lib.plots.spawning import plot_error_and_return_paths, plot_who_serves_the_store  # noqa: E402
+
+# The module, not the function of the same name that torch.multiprocessing exports.
+torch_spawn = importlib.import_module("torch.multiprocessing.spawn")
+
+
+def texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def test_the_store_picture_has_rank_0_serve_under_mp_spawn_and_the_agent_under_torchrun():
+    shown = texts(plot_who_serves_the_store(nprocs=2))
+    assert "store on MASTER_PORT\n(served by rank 0)" in shown
+    assert "store on MASTER_PORT\n(served by the agent)" in shown
+    assert sum(text.startswith("rank ") for text in shown) == 4  # two ranks in each of the two panels
+
+
+def test_the_error_picture_matches_torchs_launcher():
+    shown = texts(plot_error_and_return_paths())
+    assert "a temporary\nerror file" in shown and "dropped" in shown
+    wrap = inspect.getsource(torch_spawn._wrap)
+    assert "fn(i, *args)" in wrap  # the return value is not kept
+    assert "pickle.dump(traceback.format_exc(), fh)" in wrap  # the traceback goes to the error file as text
+    assert "raise ProcessRaisedException(msg, error_index, failed_process.pid)" in inspect.getsource(
+        torch_spawn.ProcessContext.join)
