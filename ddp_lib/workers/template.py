@@ -37,8 +37,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, Te
 
 # ==== YOUR JOB: replace the bodies of these four functions ====================================
 # (a fifth, make_scheduler, for a learning-rate schedule; and the metric line in evaluate() below,
-# which counts correct class picks: change it if your model is not a classifier). After changing the model, delete the old --checkpoint-dir or give
-# a new one: its checkpoint fits the old model only.
+# which counts correct class picks: change it if your model is not a classifier). After changing
+# the model, delete the old --checkpoint-dir or give a new one: its checkpoint fits the old model only.
 
 
 def make_datasets() -> tuple[Dataset, Dataset]:
@@ -70,7 +70,8 @@ def make_scheduler(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.
     return None
 
 
-# ==== THE DDP LOOP: the same for any model (evaluate() assumes a classifier: see its metric line) ===
+# ==== THE DDP LOOP: the same for any model =====================================================
+# (except evaluate(), which assumes a classifier: see its line marked YOUR JOB)
 
 
 def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
@@ -231,14 +232,19 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
         state = torch.load(path, map_location="cpu", weights_only=True)
         saved = state.get("settings", settings)
         length = ("epochs", "schedule_steps")  # a longer run without a schedule may resume
-        if {k: v for k, v in saved.items() if k not in length} != {k: v for k, v in settings.items() if k not in length}:
+
+        def others(s: dict) -> dict:
+            return {k: v for k, v in s.items() if k not in length}
+
+        if others(saved) != others(settings):
             warnings.warn(f"{path} was written with {saved}, this run has {settings}; the optimizer "
                           "continues with its saved learning rate", stacklevel=2)
         if saved.get("schedule_steps") != settings["schedule_steps"]:
-            refusal = (f"{path} holds a schedule of {saved.get('schedule_steps')} steps (--epochs {saved.get('epochs')}), "
-                       f"this run's settings give {settings['schedule_steps']} (--epochs {settings['epochs']}): resumed, "
-                       "the saved schedule would not end at this run's last step. Rerun with the checkpoint's settings "
-                       f"{saved}, or start a new run with another --checkpoint-dir.")
+            refusal = (f"{path} holds a schedule of {saved.get('schedule_steps')} steps "
+                       f"(--epochs {saved.get('epochs')}), this run's settings give {settings['schedule_steps']} "
+                       f"(--epochs {settings['epochs']}): resumed, the saved schedule would not end at this run's "
+                       f"last step. Rerun with the checkpoint's settings {saved}, or start a new run with another "
+                       "--checkpoint-dir.")
         else:
             print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
     # Only rank 0 has read the file, so it sends what it found (or None) to every rank: pickled
