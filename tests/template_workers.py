@@ -18,9 +18,9 @@ def train_counting_allreduces(rank: int, world_size: int, **kwargs) -> dict:
 
 def train_with_cosine(rank: int, world_size: int, crash_after_epoch: int = 0, **kwargs) -> dict:
     """template.train(rank, world_size, **kwargs) with a learner's schedule filled in: cosine decay
-    over the run's optimizer steps, which the template puts after its warm-up. With
+    over the steps the template gives it (the run's, less the warm-up's). With
     crash_after_epoch, rank 0 raises once it has saved that epoch's checkpoint."""
-    template.make_scheduler = lambda optimizer, total_steps: CosineAnnealingLR(optimizer, T_max=total_steps)
+    template.make_scheduler = lambda optimizer, steps: CosineAnnealingLR(optimizer, T_max=steps)
     save = template.save_checkpoint
 
     def save_then_crash(path: str, state: dict) -> None:

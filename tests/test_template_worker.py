@@ -160,10 +160,15 @@ def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_
     settings = dict(batch_size=50, lr=lr, warmup_steps=warmup_steps)
     straight = spawn(template_workers.train_with_cosine, 2,
                      kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / "straight"), **settings))[0]
-    # Warm-up for 15 steps, then cosine over the run's 30: the rate after each epoch's 10 steps.
+    # Warm-up for 15 steps, then cosine over the run's other 15: the rate after each epoch's 10 steps.
     assert [h["lr"] for h in straight["history"]] == pytest.approx(
-        [_lr_after(10 * (e + 1), lr, warmup_steps, 10 * epochs) for e in range(epochs)], abs=1e-12)
-    assert straight["history"][-1]["lr"] < straight["history"][1]["lr"] < lr  # the cosine has taken over
+        [_lr_after(10 * (e + 1), lr, warmup_steps, 10 * epochs - warmup_steps) for e in range(epochs)], abs=1e-12)
+    assert straight["history"][1]["lr"] < lr  # the cosine has taken over
+    assert straight["history"][-1]["lr"] == pytest.approx(0, abs=1e-12)  # and ends at the run's last step
+    # More epochs on the same checkpoint would restart the rate's rise: refused, on every rank, with what to do.
+    with pytest.raises(WorkerError, match=r"--epochs 3\).*Rerun with the checkpoint's settings"):
+        spawn(template_workers.train_with_cosine, 2,
+              kwargs=dict(epochs=epochs + 1, checkpoint_dir=str(tmp_path / "straight"), **settings))
     no_warmup = spawn(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
                                                      batch_size=50, lr=lr))[0]
     assert no_warmup["history"][0]["loss"] != pytest.approx(straight["history"][0]["loss"], abs=1e-4)

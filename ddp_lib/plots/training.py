@@ -150,3 +150,29 @@ def plot_sync_batchnorm():
                                 ("normalise: all 32", 3.8, 2.0, "work"),
                                 ("bwd: all-reduce", 5.9, 1.9, "collective")]
     return plot_rank_timeline(rows, "SyncBatchNorm in one layer: forward, then backward (bwd)")
+
+
+def plot_padded_vs_strided(samples: int = 10, world_size: int = 4):
+    """Schematic of evaluation shards, one row per rank. Left: DistributedSampler without shuffling
+    pads ``samples`` to a multiple of ``world_size`` by repeating its start (hatched: read twice).
+    Right: rank r takes samples r, r + world_size, ...: each sample once, some ranks one fewer."""
+    padded = list(range(samples)) + list(range((-samples) % world_size))
+    panels = {"DistributedSampler: padded": [padded[r::world_size] for r in range(world_size)],
+              "samples r, r + N, ...: each once": [list(range(r, samples, world_size)) for r in range(world_size)]}
+    fig, axes = plt.subplots(1, 2, figsize=(9, 0.9 + 0.5 * world_size))
+    for ax, (title, shards) in zip(axes, panels.items()):
+        for r, shard in enumerate(shards):
+            ax.text(-0.3, -r * 0.6 + 0.2, f"rank {r}", ha="right", va="center")
+            for slot, sample in enumerate(shard):
+                twice = sum(s.count(sample) for s in shards) > 1
+                ax.add_patch(plt.Rectangle((slot, -r * 0.6), 0.9, 0.4, facecolor=f"C{r}", alpha=0.35,
+                                           hatch="//" if twice else None, edgecolor="black"))
+                ax.text(slot + 0.45, -r * 0.6 + 0.2, str(sample), ha="center", va="center")
+        read = sum(len(s) for s in shards)
+        ax.set_title(f"{title}\n{read} reads of {samples} samples", fontsize=10)
+        ax.set_xlim(-1.6, max(len(s) for s in shards) + 0.2)
+        ax.set_ylim(-0.6 * world_size + 0.1, 0.6)
+        ax.axis("off")
+    fig.suptitle("evaluation shards (hatched: a sample read twice)", fontsize=10)
+    fig.tight_layout()
+    return fig

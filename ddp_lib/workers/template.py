@@ -13,6 +13,8 @@ Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoin
 from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
 Only rank 0 reads and writes the checkpoint, so on several machines the directory need not be shared.
 Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
+A resume with a schedule (make_scheduler) must keep the settings that set its length (--epochs,
+batch size, world size, --accumulate, --warmup-steps): otherwise it stops with what to do.
 --warmup-steps N raises the learning rate linearly over the first N optimizer steps, before the
 schedule make_scheduler returns (if any); --accumulate K
 adds up the gradients of K batches per rank before each optimizer step and all-reduces them once,
@@ -34,9 +36,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
 # ==== YOUR JOB: replace the bodies of these four functions ====================================
-# (a fifth, make_scheduler, for a learning-rate schedule; and evaluate's metric below, if your
-# model does not pick a class). After changing the model, delete the old --checkpoint-dir or give
-# a new one: its checkpoint fits the old model only.
+# (a fifth, make_scheduler, for a learning-rate schedule; and the metric line in evaluate() below,
+# which counts correct class picks: change it if your model is not a classifier). After changing
+# the model, delete the old --checkpoint-dir or give a new one: its checkpoint fits the old model only.
 
 
 def make_datasets() -> tuple[Dataset, Dataset]:
@@ -60,15 +62,16 @@ def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
 
-def make_scheduler(optimizer: torch.optim.Optimizer, total_steps: int) -> torch.optim.lr_scheduler.LRScheduler | None:
+def make_scheduler(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.LRScheduler | None:
     """A learning-rate schedule stepped once per optimizer step, or None for a constant rate.
-    total_steps counts the optimizer steps of the whole run. For example
-    torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total_steps). With --warmup-steps N,
-    the loop runs N steps of warm-up first, then this schedule from its start. It is checkpointed."""
+    steps counts the optimizer steps this schedule runs: the whole run's, less the --warmup-steps N
+    that come before it. For example torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
+    ends its cosine at the run's last step. It is checkpointed."""
     return None
 
 
 # ==== THE DDP LOOP: the same for any model =====================================================
+# (except evaluate(), which assumes a classifier: see its line marked YOUR JOB)
 
 
 def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
@@ -102,11 +105,15 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
         loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
         optimizer = make_optimizer(model, lr)
         total_steps = epochs * -(-len(loader) // accumulate)  # optimizer steps in the whole run
-        scheduler = with_warmup(optimizer, make_scheduler(optimizer, total_steps), warmup_steps)
+        schedule_steps = max(total_steps - warmup_steps, 1)  # the schedule starts after the warm-up
+        schedule = make_scheduler(optimizer, schedule_steps)
+        scheduler = with_warmup(optimizer, schedule, warmup_steps)
         loss_fn = make_loss()
         checkpoint = os.path.join(checkpoint_dir, "last.pt")
+        # A resume compares these with the checkpoint's. schedule_steps: a saved schedule keeps its length.
         settings = {"world_size": world_size, "batch_size": batch_size, "lr": lr, "seed": seed,
-                    "warmup_steps": warmup_steps, "accumulate": accumulate}
+                    "warmup_steps": warmup_steps, "accumulate": accumulate, "epochs": epochs,
+                    "schedule_steps": schedule_steps if schedule is not None else None}
         parts = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
         # Before DDP wraps the model: rank 0 reads the file, every rank loads what it read.
         start_epoch, history = load_checkpoint(checkpoint, parts, settings, rank)
@@ -167,6 +174,8 @@ def with_warmup(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_sche
 def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
              device: torch.device) -> tuple[float, int]:
     """Accuracy over ``dataset`` with every sample counted exactly once, and how many were counted.
+    It assumes a classifier (the class with the highest output is the prediction): for another model,
+    change the line marked YOUR JOB to add up your metric.
     Rank r takes samples r, r + world_size, ... (no padding, unlike DistributedSampler), and one
     all-reduce adds up the counts. It runs the plain model, not the DDP wrapper: for a model with
     buffers (batch norm's running statistics), the wrapper's first forward after training starts a
@@ -207,27 +216,44 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
     (epochs done, history), or (0, []) if rank 0 finds no file. Rank 0 alone decides and reads; a
     broadcast gives every rank the same answer, so ranks that see different files (no shared disk)
     cannot disagree and hang. Rank 0 warns when the checkpoint was written with other settings.
+    Every rank refuses to resume when a schedule would get another length than the saved one: its
+    saved state keeps the old length, so the rate would rise again past the old end.
 
     This resumes at an epoch boundary: the sampler's order depends on seed + epoch only. A job that
     must continue bit for bit with random numbers drawn in training (dropout, augmentation) also
     saves each rank's generators: torch.get_rng_state(), torch.cuda.get_rng_state() on a GPU, and
     random's and numpy's if it uses them (each DataLoader pass also draws a seed from torch's).
     One that resumes mid-epoch also saves the step and skips that many batches."""
-    state = None
+    state, refusal = None, None
     if rank == 0 and os.path.exists(path):
         # map_location="cpu": the broadcast below pickles what it sends, and a GPU tensor would be
         # unpickled onto rank 0's GPU on every rank; load_state_dict copies each onto the model's device.
         # weights_only: tensors and plain data only, never code the file names.
         state = torch.load(path, map_location="cpu", weights_only=True)
-        if state.get("settings", settings) != settings:
-            warnings.warn(f"{path} was written with {state.get('settings')}, this run has {settings}; the optimizer "
+        saved = state.get("settings", settings)
+        length = ("epochs", "schedule_steps")  # a longer run without a schedule may resume
+
+        def others(s: dict) -> dict:
+            return {k: v for k, v in s.items() if k not in length}
+
+        if others(saved) != others(settings):
+            warnings.warn(f"{path} was written with {saved}, this run has {settings}; the optimizer "
                           "continues with its saved learning rate", stacklevel=2)
-        print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
+        if saved.get("schedule_steps") != settings["schedule_steps"]:
+            refusal = (f"{path} holds a schedule of {saved.get('schedule_steps')} steps "
+                       f"(--epochs {saved.get('epochs')}), this run's settings give {settings['schedule_steps']} "
+                       f"(--epochs {settings['epochs']}): resumed, the saved schedule would not end at this run's "
+                       f"last step. Rerun with the checkpoint's settings {saved}, or start a new run with another "
+                       "--checkpoint-dir.")
+        else:
+            print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
     # Only rank 0 has read the file, so it sends what it found (or None) to every rank: pickled
     # Python objects, on the CPU, so only for checkpoints that fit in memory.
-    box = [state]
+    box = [state, refusal]
     dist.broadcast_object_list(box, src=0)
-    state = box[0]
+    state, refusal = box
+    if refusal is not None:
+        raise RuntimeError(refusal)  # on every rank, so none waits for the others
     if state is None:
         return 0, []
     for name, part in parts.items():
@@ -247,8 +273,9 @@ def setup(rank: int, world_size: int) -> torch.device:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "12355")
     if torch.cuda.is_available():
-        local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the GPU index on this machine
-        device = torch.device("cuda", local_rank)
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the rank's index on this machine
+        # Lesson 03's device rule: the modulo also fits a scheduler that shows each rank one GPU only.
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
     else:

@@ -1,0 +1,19 @@
+"""Lesson 05's evaluation-shard schematic: what it draws follows DistributedSampler's padding."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from torch.utils.data import DistributedSampler  # noqa: E402
+
+from ddp_lib.plots.training import plot_padded_vs_strided  # noqa: E402
+
+
+def test_the_padded_panel_draws_what_distributed_sampler_reads_and_the_strided_one_each_sample_once():
+    fig = plot_padded_vs_strided(10, 4)
+    padded, strided = ([int(t.get_text()) for t in ax.texts if t.get_text().isdigit()] for ax in fig.axes[:2])
+    sampler = sorted(i for r in range(4) for i in DistributedSampler(range(10), num_replicas=4, rank=r, shuffle=False))
+    assert sorted(padded) == sampler and len(padded) == 12  # samples 0 and 1 twice
+    assert sorted(strided) == list(range(10))
+    hatched = [p for p in fig.axes[0].patches if p.get_hatch()]
+    assert len(hatched) == 4 and not [p for p in fig.axes[1].patches if p.get_hatch()]
