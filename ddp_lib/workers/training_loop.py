@@ -358,7 +358,8 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
                 raise
             events = sorted(tracing.events(), key=lambda e: e.time_range.start)
             called = [e.name.removeprefix("c10d::").rstrip("_") for e in events if e.name.startswith("c10d::")]
-            raise RuntimeError(f"{error} | this rank's collectives from the first step on: {', '.join(called)}") from None
+            trace = ", ".join(called)
+            raise RuntimeError(f"{error} | this rank's collectives from the first step on: {trace}") from None
         checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
         return {"rank": rank, "accuracy": accuracy, "checksum": checksum}
 
