@@ -73,8 +73,11 @@ def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
     assert ranks[0]["checksum"] == ranks[1]["checksum"]
     # Mismatched collectives: both ranks time out, or gloo sees the sizes differ, one rank fails
     # and the other finds its connection closed; which one is a matter of timing.
-    with pytest.raises(WorkerError, match="Timed out|Connection closed"):
+    with pytest.raises(WorkerError, match="Timed out|Connection closed") as failed:
         spawn(rank0_evaluation, 2, kwargs=dict(collective_in_eval=True, timeout_s=2.0), show_output=False)
+    # Each rank's error names the collectives it called: rank 0's all-reduce met rank 1's broadcast.
+    called = {rank: line.split("from the first step on: ")[-1] for rank, line in failed.value.failures.items()}
+    assert called == {0: "allreduce, allreduce", 1: "allreduce, broadcast"}
 
 
 def test_accumulation_with_no_sync_all_reduces_once_per_step_and_equals_one_process():

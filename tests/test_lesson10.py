@@ -28,10 +28,15 @@ def runs() -> dict:
 
 
 def test_compare_strategies_runs_each_in_one_job():
-    ranks = spawn(compare_strategies, 2, kwargs=dict(strategies="ddp,fsdp", steps=2), show_output=False)
-    assert list(ranks[0]) == ["ddp", "fsdp"]
+    ranks = spawn(compare_strategies, 2, kwargs=dict(strategies="ddp,zero1_view,fsdp", steps=2), show_output=False)
+    assert list(ranks[0]) == ["ddp", "zero1_view", "fsdp"]
     assert max(abs(a - b) for a, b in zip(ranks[0]["ddp"]["losses"], ranks[1]["fsdp"]["losses"])) < 1e-5
     assert ranks[1]["fsdp"]["local_shape"] == [128, 256]
+    # ZeRO-1 with gradient_as_bucket_view: the state halved, and the gradients are DDP's bucket.
+    for r in ranks:
+        view, ddp = r["zero1_view"], r["ddp"]
+        assert 0.4 < view["bytes"]["optimizer state"] / ddp["bytes"]["optimizer state"] < 0.6
+        assert view["layout"]["gradients_inside_buckets"] and not ddp["layout"]["gradients_inside_buckets"]
 
 
 def test_the_strategies_train_to_the_same_losses(runs):
@@ -337,6 +342,18 @@ def test_the_step_schematic_draws_only_the_rows_asked_for():
     boxes = sum(len(step_schedules(3)[name]) for name in rows)
     assert len(plot_step_schedules(3, strategies=rows).axes[0].patches) == boxes
     assert len(plot_step_schedules(3).axes[0].patches) == sum(len(b) for b in step_schedules(3).values())
+
+
+def test_the_step_schematic_as_time_adds_the_fixed_cost_to_each_collective_only():
+    from ddp_lib.plots.beyond import plot_step_schedules
+
+    def widths(fig):
+        return [p.get_width() for p in fig.axes[0].patches]
+
+    plain = widths(plot_step_schedules(3, strategies=("FSDP2, no reshard",)))
+    timed = widths(plot_step_schedules(3, strategies=("FSDP2, no reshard",), fixed_cost=1.0))
+    added = [round(b - a, 9) for a, b in zip(plain, timed)]
+    assert sorted(set(added)) == [0, 1] and added.count(1) == 6  # 3 all-gathers and 3 reduce-scatters
 
 
 def test_the_mesh_schematic_draws_four_ranks_two_rows_and_two_columns():

@@ -101,30 +101,38 @@ def step_schedules(layers: int = 3) -> dict[str, list[tuple[str, str]]]:
     }
 
 
-def plot_step_schedules(layers: int = 3, strategies: tuple[str, ...] | None = None):
+def plot_step_schedules(layers: int = 3, strategies: tuple[str, ...] | None = None, fixed_cost: float = 0.0):
     """A schematic: one row per strategy (``strategies``, names of ``step_schedules``; None: all),
     the boxes of one step in order. A collective's width is the bytes one rank sends on 2 ranks, in
-    units of one layer's weights; compute boxes have a fixed width. The number at the right end of a
-    row sums the collectives' widths. Returns the Figure."""
+    units of one layer's weights, plus ``fixed_cost`` (lesson 08's α: with it, widths read as time,
+    nothing overlapping); compute boxes have a fixed width. The number at the right end of a row sums
+    the collectives' bytes. Returns the Figure."""
     schedules = {name: boxes for name, boxes in step_schedules(layers).items()
                  if strategies is None or name in strategies}
     fig, ax = plt.subplots(figsize=(11, 0.8 * len(schedules) + 1))
+    right = 0.0
     for row, boxes in enumerate(schedules.values()):
         y, x, sent = len(schedules) - 1 - row, 0.0, 0.0
         for label, kind in boxes:
             whole = label in ("AR", "BC")  # DDP's all-reduce and ZeRO-1's broadcasts carry every layer
-            width = 0.6 if kind == "compute" else SEND_FACTOR[kind] * (layers if whole else 1)
-            sent += 0 if kind == "compute" else width
+            carried = 0 if kind == "compute" else SEND_FACTOR[kind] * (layers if whole else 1)
+            width = 0.6 if kind == "compute" else fixed_cost + carried
+            sent += carried
             ax.add_patch(plt.Rectangle((x, y - 0.3), width, 0.6, facecolor=COLOURS[kind], edgecolor="black"))
             ax.text(x + width / 2, y, label, ha="center", va="center", fontsize=7)
             x += width
         ax.text(x + 0.2, y, f"sent: {sent:g} layers", va="center", fontsize=9)
+        right = max(right, x)
     ax.set_yticks(range(len(schedules)), list(reversed(schedules)))
-    ax.set_xlim(0, max(len(b) for b in schedules.values()) * 0.6 + 2)
+    ax.set_xlim(0, right + 2.5)
     ax.set_ylim(-0.6, len(schedules) + 0.2)  # room for the legend above the top row
     ax.set_xticks([])
-    ax.set_xlabel("in order of the step, not time. Collective width: bytes a rank sends, in units of one layer's "
-                  "weights. Compute boxes: fixed width", fontsize=8)
+    if fixed_cost:
+        ax.set_xlabel(f"time, nothing overlapping. Collective width: a fixed cost of {fixed_cost:g} plus the bytes "
+                      "a rank sends, in units of one layer's weights. Compute boxes: fixed width", fontsize=8)
+    else:
+        ax.set_xlabel("in order of the step, not time. Collective width: bytes a rank sends, in units of one layer's "
+                      "weights. Compute boxes: fixed width", fontsize=8)
     ax.set_title(f"one step of {layers} layers on 2 ranks")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black") for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), fontsize="small", loc="upper right", ncol=5)

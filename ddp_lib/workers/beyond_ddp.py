@@ -31,8 +31,8 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py
 # functions that use them: importing them takes seconds, and a lesson's kernel imports this module
 # only to show its source and its arithmetic (zero_prediction, bytes_sent).
 
-Strategy = Literal["ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard"]
-STRATEGIES = ("ddp", "ddp_view", "zero1", "fsdp", "fsdp_no_reshard")
+Strategy = Literal["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"]
+STRATEGIES = ("ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard")
 # Names of the events torch.profiler records for collectives (c10d's ops and gloo's own).
 COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 
@@ -105,7 +105,8 @@ def activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
 
 def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The model and optimizer (Adam) for a strategy: DDP (``ddp_view``: with
-    gradient_as_bucket_view=True); DDP + ZeroRedundancyOptimizer (ZeRO-1);
+    gradient_as_bucket_view=True); DDP + ZeroRedundancyOptimizer (ZeRO-1; ``zero1_view``: its DDP
+    with gradient_as_bucket_view=True);
     FSDP2 with each Linear its own unit (ZeRO-3-style); the same with reshard_after_forward=False
     (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2")."""
     from torch.distributed.fsdp import fully_shard
@@ -113,8 +114,9 @@ def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, to
 
     if strategy in ("ddp", "ddp_view"):  # ddp_view: the gradients are views into DDP's buckets
         return DDP(model, gradient_as_bucket_view=strategy == "ddp_view"), torch.optim.Adam(model.parameters(), lr=lr)
-    if strategy == "zero1":
-        return DDP(model), ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
+    if strategy in ("zero1", "zero1_view"):
+        ddp = DDP(model, gradient_as_bucket_view=strategy == "zero1_view")
+        return ddp, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
     if strategy in ("fsdp", "fsdp_no_reshard"):
         for layer in model:
             if isinstance(layer, nn.Linear):  # all-gathered just before its forward
@@ -221,7 +223,9 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     Args:
         rank: this process's rank.
         world_size: number of processes.
-        strategy: "ddp", "zero1" (DDP + ZeroRedundancyOptimizer), "fsdp" (FSDP2 fully_shard) or
+        strategy: "ddp", "ddp_view" (gradient_as_bucket_view=True), "zero1" (DDP +
+            ZeroRedundancyOptimizer), "zero1_view" (the same with gradient_as_bucket_view=True),
+            "fsdp" (FSDP2 fully_shard) or
             "fsdp_no_reshard" (fully_shard with reshard_after_forward=False).
         steps: training steps (the last one's collectives are counted).
         width: width of the hidden layers.

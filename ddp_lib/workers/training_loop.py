@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 try:  # inside the ddp_lib package
@@ -336,18 +337,29 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
         dataset = make_moons()
         x, y = (t[rank::world_size][:16].to(device) for t in dataset.tensors)
         accuracy = None
-        for step in range(2):
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(ddp_model(x), y).backward()
-            optimizer.step()
-            if step == 0 and rank == 0:
-                with torch.no_grad():  # the unwrapped module: DDP's forward may call collectives
-                    model.eval()
-                    hits = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double().sum()
-                    model.train()
-                if collective_in_eval:
-                    dist.all_reduce(hits)  # only rank 0 gets here
-                accuracy = hits.item() / len(dataset)
+        # With the mismatch, trace this rank's collectives, to name them when one fails.
+        tracing = profile(activities=[ProfilerActivity.CPU]) if collective_in_eval else nullcontext()
+        try:
+            with tracing:
+                for step in range(2):
+                    optimizer.zero_grad()
+                    nn.functional.cross_entropy(ddp_model(x), y).backward()
+                    optimizer.step()
+                    if step == 0 and rank == 0:
+                        with torch.no_grad():  # the unwrapped module: DDP's forward may call collectives
+                            model.eval()
+                            hits = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double().sum()
+                            model.train()
+                        if collective_in_eval:
+                            dist.all_reduce(hits)  # only rank 0 gets here
+                        accuracy = hits.item() / len(dataset)
+        except RuntimeError as error:
+            if not collective_in_eval:
+                raise
+            events = sorted(tracing.events(), key=lambda e: e.time_range.start)
+            called = [e.name.removeprefix("c10d::").rstrip("_") for e in events if e.name.startswith("c10d::")]
+            trace = ", ".join(called)
+            raise RuntimeError(f"{error} | this rank's collectives from the first step on: {trace}") from None
         checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
         return {"rank": rank, "accuracy": accuracy, "checksum": checksum}
 
