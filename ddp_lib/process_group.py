@@ -78,11 +78,18 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def device_for(local_rank: int) -> torch.device:
-    """The device for this rank: ``cuda:<local_rank>`` where CUDA has that GPU, else CPU."""
-    if torch.cuda.is_available() and local_rank < torch.cuda.device_count():
-        return torch.device("cuda", local_rank)
+def local_device(local_rank: int) -> torch.device:
+    """The device for the rank with this LOCAL_RANK: ``cuda:<local_rank % device_count()>`` where
+    CUDA has a GPU, else the CPU. The modulo keeps the index valid where each rank sees only its
+    own GPU (a scheduler that sets CUDA_VISIBLE_DEVICES per rank): every rank then uses cuda:0."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
+
+
+def device_for(local_rank: int) -> torch.device:
+    """The device for this rank: the same rule as ``local_device``."""
+    return local_device(local_rank)
 
 
 def backend_for(device: torch.device) -> str:
