@@ -79,12 +79,12 @@ def one_step(rank, world_size):
 WRONG = {
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
                   "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
-    "device_ids_on_cpu": (GOOD.replace('[local_rank] if device.type == "cuda" else None', "[local_rank]"),
+    "device_ids_on_cpu": (GOOD.replace('[device.index] if device.type == "cuda" else None', "[local_rank]"),
                           "with a CPU model pass device_ids=None"),
     "made_up_dict": ('import os\ndef one_step(rank, world_size):\n'
                      '    return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": 1.0}\n',
                      "never called a ToyModel"),
-    "no_ddp": (GOOD.replace('ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)',
+    "no_ddp": (GOOD.replace('ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)',
                             "ddp = model"), "fed its batch to weights that differ from rank 0's"),
     "ddp_without_a_backward": (GOOD.replace(".sum().backward()", ".sum()"),
                                "computed no gradient"),
