@@ -169,7 +169,7 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
     world_size = env_int("WORLD_SIZE") if world_size is None else world_size
     local_rank = env_int("LOCAL_RANK", rank)
     local_world_size = env_int("LOCAL_WORLD_SIZE", world_size)
-    device = device_for(local_rank)
+    device = local_device(local_rank)
     backend = check_backend(backend or os.environ.get(BACKEND_ENV) or backend_for(device), local_world_size)
 
     if dist.is_initialized():
