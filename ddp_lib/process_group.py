@@ -170,7 +170,12 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
     local_rank = env_int("LOCAL_RANK", rank)
     local_world_size = env_int("LOCAL_WORLD_SIZE", world_size)
     device = local_device(local_rank)
-    backend = check_backend(backend or os.environ.get(BACKEND_ENV) or backend_for(device), local_world_size)
+    # A rank that sees a single GPU may be one of several ranks that each see only their own (a
+    # scheduler's CUDA_VISIBLE_DEVICES per rank), so it cannot count the node's GPUs: there nccl's own
+    # check ("Duplicate GPU detected") catches two ranks on one GPU.
+    sees_node_gpus = torch.cuda.is_available() and torch.cuda.device_count() > 1
+    backend = check_backend(backend or os.environ.get(BACKEND_ENV) or backend_for(device),
+                            local_world_size if sees_node_gpus else 1)
 
     if dist.is_initialized():
         if dist.get_rank() == rank and dist.get_world_size() == world_size:
