@@ -1,7 +1,7 @@
 """The launching process's side of the device and backend rule: the backend a launch gets by
 default, a chosen backend checked with the launcher's error, and what this machine offers.
 
-The rule itself (``device_for``, ``backend_for``, ``threads_per_rank``) is in
+The rule itself (``local_device``, ``backend_for``, ``threads_per_rank``) is in
 ``ddp_lib.process_group``, which a copied worker takes along, so the parent and the ranks apply one rule.
 """
 
@@ -15,9 +15,10 @@ from ddp_lib.errors import LaunchInputError
 
 
 def default_backend(world_size: int) -> str:
-    """nccl only where CUDA has a GPU for every local rank, else gloo: the backend of the
-    last local rank's device."""
-    return process_group.backend_for(process_group.device_for(max(world_size, 1) - 1))
+    """nccl only where CUDA has a GPU for every local rank (nccl refuses two ranks on one GPU),
+    else gloo."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return process_group.backend_for(process_group.local_device(0)) if gpus >= max(world_size, 1) else "gloo"
 
 
 def check_backend(backend: object, world_size: int) -> str:

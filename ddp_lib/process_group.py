@@ -78,11 +78,18 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def device_for(local_rank: int) -> torch.device:
-    """The device for this rank: ``cuda:<local_rank>`` where CUDA has that GPU, else CPU."""
-    if torch.cuda.is_available() and local_rank < torch.cuda.device_count():
-        return torch.device("cuda", local_rank)
+def local_device(local_rank: int) -> torch.device:
+    """The device for the rank with this LOCAL_RANK: ``cuda:<local_rank % device_count()>`` where
+    CUDA has a GPU, else the CPU. The modulo keeps the index valid where each rank sees only its
+    own GPU (a scheduler that sets CUDA_VISIBLE_DEVICES per rank): every rank then uses cuda:0."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
+
+
+def device_for(local_rank: int) -> torch.device:
+    """The device for this rank: the same rule as ``local_device``."""
+    return local_device(local_rank)
 
 
 def backend_for(device: torch.device) -> str:
@@ -162,8 +169,13 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
     world_size = env_int("WORLD_SIZE") if world_size is None else world_size
     local_rank = env_int("LOCAL_RANK", rank)
     local_world_size = env_int("LOCAL_WORLD_SIZE", world_size)
-    device = device_for(local_rank)
-    backend = check_backend(backend or os.environ.get(BACKEND_ENV) or backend_for(device), local_world_size)
+    device = local_device(local_rank)
+    # A rank that sees a single GPU may be one of several ranks that each see only their own (a
+    # scheduler's CUDA_VISIBLE_DEVICES per rank), so it cannot count the node's GPUs: there nccl's own
+    # check ("Duplicate GPU detected") catches two ranks on one GPU.
+    sees_node_gpus = torch.cuda.is_available() and torch.cuda.device_count() > 1
+    backend = check_backend(backend or os.environ.get(BACKEND_ENV) or backend_for(device),
+                            local_world_size if sees_node_gpus else 1)
 
     if dist.is_initialized():
         if dist.get_rank() == rank and dist.get_world_size() == world_size:

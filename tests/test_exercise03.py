@@ -17,10 +17,10 @@ from ddp_lib.process_group import process_group
 def one_step(rank, world_size):
     local_rank = int(os.environ["LOCAL_RANK"])
     with process_group(rank, world_size):
-        use_gpu = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
-        device = torch.device("cuda", local_rank) if use_gpu else torch.device("cpu")
+        use_gpu = torch.cuda.is_available()
+        device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_gpu else torch.device("cpu")
         model = ToyModel().to(device)
-        ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         ddp(torch.randn(20, 10).to(device)).sum().backward()
         torch.optim.SGD(ddp.parameters(), lr=0.01).step()
         return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
@@ -36,8 +36,8 @@ from ddp_lib.workers.shared import ToyModel, param_checksum
 
 def one_step(rank, world_size):
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    cuda = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
-    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    cuda = torch.cuda.is_available()
+    device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}" if cuda else "cpu")
     torch.distributed.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
     try:
         model = ToyModel().to(device)
@@ -79,12 +79,12 @@ def one_step(rank, world_size):
 WRONG = {
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
                   "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
-    "device_ids_on_cpu": (GOOD.replace('[local_rank] if device.type == "cuda" else None', "[local_rank]"),
+    "device_ids_on_cpu": (GOOD.replace('[device.index] if device.type == "cuda" else None', "[local_rank]"),
                           "with a CPU model pass device_ids=None"),
     "made_up_dict": ('import os\ndef one_step(rank, world_size):\n'
                      '    return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": 1.0}\n',
                      "never called a ToyModel"),
-    "no_ddp": (GOOD.replace('ddp = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)',
+    "no_ddp": (GOOD.replace('ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)',
                             "ddp = model"), "fed its batch to weights that differ from rank 0's"),
     "ddp_without_a_backward": (GOOD.replace(".sum().backward()", ".sum()"),
                                "computed no gradient"),

@@ -14,6 +14,7 @@ from ddp_lib.process_group import (
     device_for,
     env_int,
     is_main,
+    local_device,
     process_group,
     setup,
     teardown,
@@ -107,6 +108,24 @@ def test_device_and_backend_choice_on_this_machine():
         assert device_for(0) == torch.device("cpu") and default_backend(4) == "gloo"
     assert backend_for(torch.device("cpu")) == "gloo" and backend_for(torch.device("cuda", 1)) == "nccl"
     assert check_backend("GLOO", 2) == "gloo"
+
+
+@pytest.mark.parametrize("gpus, local_rank, expected", [
+    (0, 1, "cpu"),  # no CUDA: every rank on the CPU
+    (2, 1, "cuda:1"),  # every rank sees the node's GPUs: cuda:LOCAL_RANK
+    (1, 1, "cuda:0"),  # each rank sees only its own GPU (CUDA_VISIBLE_DEVICES per rank)
+    (4, 5, "cuda:1"),  # more local ranks than GPUs: the index stays valid
+])
+def test_local_device_is_local_rank_modulo_the_visible_gpus(monkeypatch, gpus, local_rank, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert local_device(local_rank) == torch.device(expected) == device_for(local_rank)
+
+
+def test_default_backend_is_nccl_only_with_a_gpu_per_rank(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert [default_backend(n) for n in (1, 2, 3)] == ["nccl", "nccl", "gloo"]
 
 
 def test_threads_per_rank_share_the_cores():

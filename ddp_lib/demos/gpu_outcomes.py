@@ -1,4 +1,4 @@
-"""What lesson 03's GPU-only cells give on a machine with 2 GPUs, for readers without one: torch's and
+"""What lesson 03's GPU-only cells would give on a machine with 2 GPUs, for readers without one: torch's and
 nccl's messages quoted word for word, each with where it comes from. Nothing here is computed or
 recorded; where torch's own files hold the fixed words of a message, ``quote`` checks that they are
 there in the installed torch, so a quote that torch stops printing is noticed."""
@@ -17,9 +17,16 @@ class Quote(NamedTuple):
     source: str                      # where the words come from, in plain words
     torch_file: str | None = None    # a file of the installed torch that holds the fixed words
     fixed_words: tuple[str, ...] = ()  # the parts of the message that do not vary
+    unchecked_why: str = ""          # for a quote with no torch file: why it cannot be checked here
 
 
 QUOTES: dict[str, Quote] = {
+    "input_moved_by_ddp": Quote(
+        ("rank 0: model on cuda:0, input arrived on cuda:0, output on cuda:0",
+         "rank 1: model on cuda:1, input arrived on cuda:1, output on cuda:1"),
+        "DDP's forward, which moves the inputs of a module on one GPU to device_ids[0] before calling it",
+        "nn/parallel/distributed.py",
+        ("moved_inputs, moved_kwargs = _to_kwargs(",)),
     "input_not_moved": Quote(
         ("input not moved: RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu,",
          "  different from other tensors on cuda:<rank> (when checking argument in method wrapper_CUDA_addmm)",
@@ -49,14 +56,18 @@ QUOTES: dict[str, Quote] = {
     "visible_devices": Quote(
         ("CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4",
          "CUDA_VISIBLE_DEVICES=2,3        -> torch.cuda.device_count() = 2"),
-        "CUDA's documented meaning of CUDA_VISIBLE_DEVICES, on a machine with 4 GPUs"),
+        "CUDA's documented meaning of CUDA_VISIBLE_DEVICES, on a machine with 4 GPUs; "
+        "torch.cuda.device_count applies it in torch/cuda/__init__.py",
+        "cuda/__init__.py",
+        ('var = os.getenv("CUDA_VISIBLE_DEVICES")',)),
     "duplicate_gpu": Quote(
         ("without set_device: torch.distributed.DistBackendError: NCCL error in: ..., invalid usage ...",
          "  ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
          "  Last error:",
          "  Duplicate GPU detected : rank 1 and rank 0 both on CUDA device <bus id>",
          "with set_device, current device per rank: [0, 1]"),
-        "nccl's own check when it forms a communicator, raised by torch as DistBackendError"),
+        "nccl's own check when it forms a communicator (nccl's source, init.cc), raised by torch as DistBackendError",
+        unchecked_why="the words are nccl's, and this CPU build of torch has no nccl"),
     "bound_device": Quote(
         ("device_id given: False  bound device per rank: [None, None]  all-reduce sums: [2.0, 2.0]",
          "device_id given: True   bound device per rank: ['cuda:0', 'cuda:1']  all-reduce sums: [2.0, 2.0]"),
@@ -66,7 +77,9 @@ QUOTES: dict[str, Quote] = {
     "checkpoint_on_gpus": Quote(
         ("rank 0: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:0",
          "rank 1: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:1"),
-        "torch.load's documentation: without map_location, tensors go back to the device they were saved from"),
+        "torch.load's documentation: without map_location, tensors go back to the device they were saved from",
+        "serialization.py",
+        ("are then moved to the device they were saved from",)),
 }
 
 
@@ -82,10 +95,13 @@ def quote(key: str) -> str:
     """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and from
     where, the quoted lines, and, where torch's files hold the fixed words, whether this torch has them."""
     q = QUOTES[key]
-    text = ["Quoted, not run here: this machine has no GPU. On a machine with GPUs, the cell prints:"]
+    text = ["Quoted, not run here: this machine has no GPU. On a machine with 2 GPUs the cell would print",
+            "(built from torch's and nccl's source, not captured on a GPU):"]
     text += ["  " + line for line in q.lines]
     text.append(f"Quoted from ddp_lib/demos/gpu_outcomes.py. Source: {q.source}.")
     if q.torch_file:
         found = "yes" if words_in_torch(q) else "NO (this torch words it differently)"
         text.append(f"Checked: torch's own words for this are in the installed torch: {found}")
+    elif q.unchecked_why:
+        text.append(f"Not checked here: {q.unchecked_why}.")
     return "\n".join(text)

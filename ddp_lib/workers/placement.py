@@ -14,10 +14,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import device_for, device_ids_for, env_int, process_group, teardown
+    from ddp_lib.process_group import device_ids_for, env_int, local_device, process_group, teardown
     from ddp_lib.workers.shared import ToyModel, param_checksum
 except ModuleNotFoundError:  # copied into a project next to process_group.py and shared.py
-    from process_group import device_for, device_ids_for, env_int, process_group, teardown
+    from process_group import device_ids_for, env_int, local_device, process_group, teardown
     from shared import ToyModel, param_checksum
 
 
@@ -152,5 +152,5 @@ def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> d
 
 
 def expected_device(local_rank: int) -> str:
-    """The device a rank with this local_rank should use on this machine, as a string."""
-    return str(device_for(local_rank))
+    """The device a rank with this local_rank should use on this machine (lesson 03's rule), as a string."""
+    return str(local_device(local_rank))

@@ -12,10 +12,12 @@ from ddp_lib.workers.shared import ToyModel, param_checksum
 def one_step(rank: int, world_size: int) -> dict:
     local_rank = int(os.environ["LOCAL_RANK"])  # GPUs are numbered per node: not RANK
     with process_group(rank, world_size):
-        use_gpu = torch.cuda.is_available() and local_rank < torch.cuda.device_count()
-        device = torch.device("cuda", local_rank) if use_gpu else torch.device("cpu")
+        if torch.cuda.is_available():  # lesson 03's rule; ddp_lib.process_group.local_device is the same
+            device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        else:
+            device = torch.device("cpu")
         model = ToyModel().to(device)
-        ddp_model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
         ddp_model(torch.randn(20, 10).to(device)).sum().backward()
         optimizer.step()
