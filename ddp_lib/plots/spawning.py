@@ -112,13 +112,8 @@ def plot_who_serves_the_store(nprocs: int = 2) -> Figure:
     """Who serves the store, side by side: under ``mp.spawn`` rank 0 serves it on MASTER_PORT and the
     other ranks connect; under torchrun the agent, torchrun's own process, serves it and starts the
     ranks with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in their environment."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    for ax, title in zip(axes, ("python ddp_basic.py 2  (mp.spawn)", "torchrun --nproc-per-node 2 ddp_basic.py")):
-        ax.set_xlim(0, 10)
-        ax.set_ylim(0, 4.4)
-        ax.axis("off")
-        ax.set_title(title, fontsize=9.5, family="monospace")
-    spawn_ax, torchrun_ax = axes
+    fig, (spawn_ax, torchrun_ax) = _two_panels(
+        ("python ddp_basic.py 2  (mp.spawn)", "torchrun --nproc-per-node 2 ddp_basic.py"), 4.4, (10, 3.4), 9.5)
     # mp.spawn: the script's process starts the ranks; rank 0's init_process_group serves the store.
     box(spawn_ax, 3.0, 3.3, 4.0, 0.8, "python ddp_basic.py\nfree port -> MASTER_PORT", "#eeeeee")
     box(spawn_ax, 0.3, 1.7, 3.6, 0.9, "store on MASTER_PORT\n(served by rank 0)", "#d9ead3")
@@ -150,13 +145,7 @@ def plot_error_and_return_paths() -> Figure:
     child writes its traceback as text to a file, exits with code 1, and the parent reads the file and
     raises ProcessRaisedException; a return value is dropped. ``ddp_lib.mp.spawn``'s child sends either
     one back through a pipe."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
-    for ax, title in zip(axes, ("torch's mp.spawn", "ddp_lib.mp.spawn")):
-        ax.set_xlim(0, 10)
-        ax.set_ylim(0, 4)
-        ax.axis("off")
-        ax.set_title(title, fontsize=10, family="monospace")
-    torch_ax, ddp_lib_ax = axes
+    fig, (torch_ax, ddp_lib_ax) = _two_panels(("torch's mp.spawn", "ddp_lib.mp.spawn"), 4, (10, 3.2), 10)
     box(torch_ax, 0.2, 2.6, 3.0, 1.0, "child i\nfn(i, *args)", "#cfe2f3")
     box(torch_ax, 3.9, 2.6, 2.3, 1.0, "a temporary\nerror file", "#fff3d6")
     box(torch_ax, 6.9, 2.6, 2.9, 1.0, "parent\nraises Process-\nRaisedException", "#fde9c9")
@@ -177,3 +166,15 @@ def plot_error_and_return_paths() -> Figure:
                     color="tab:red")
     fig.tight_layout()
     return fig
+
+
+def _two_panels(titles: tuple[str, str], height: float, figsize: tuple[float, float],
+                fontsize: float) -> tuple[Figure, tuple]:
+    """A figure of two blank panels, 10 wide and ``height`` tall, titled in monospace, for box drawings."""
+    fig, axes = plt.subplots(1, 2, figsize=figsize)
+    for ax, title in zip(axes, titles):
+        ax.set_xlim(0, 10)
+        ax.set_ylim(0, height)
+        ax.axis("off")
+        ax.set_title(title, fontsize=fontsize, family="monospace")
+    return fig, tuple(axes)
