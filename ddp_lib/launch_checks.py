@@ -114,9 +114,17 @@ def check_picklable(args: tuple, kwargs: dict) -> None:
 
 
 def unwrap_partial(fn: object, args: tuple, kwargs: dict) -> tuple[object, tuple, dict]:
-    """``functools.partial(f, *a, **k)`` becomes ``f`` with ``a`` before ``args`` and ``k`` under ``kwargs``."""
+    """``functools.partial(f, **k)`` becomes ``f`` with ``k`` under ``kwargs``. A partial that binds
+    positional arguments is refused: torch's mp.spawn calls it as ``f(*bound, rank, *args)``, the rank
+    after them, which no worker of the rank-first convention expects."""
     if isinstance(fn, functools.partial):  # partial of a partial is flattened by functools itself
-        return fn.func, fn.args + args, {**fn.keywords, **kwargs}
+        if fn.args:
+            bound = ", ".join(map(repr, fn.args))
+            raise LaunchInputError(
+                f"functools.partial({getattr(fn.func, '__name__', fn.func)!s}, {bound}) binds positional arguments, "
+                f"which the worker would receive before the rank: pass them in args instead, or bind them by name "
+                f"(functools.partial(f, name=value))")
+        return fn.func, args, {**fn.keywords, **kwargs}
     return fn, args, kwargs
 
 
