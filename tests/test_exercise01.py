@@ -1,4 +1,4 @@
-"""Lesson 01's checker on real ranks: two right answers written differently from the solution
+"""Lesson 01's checker on real ranks: right answers written differently from the solution (ReduceOp.AVG too)
 pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
 
 import pytest
@@ -25,6 +25,11 @@ RIGHT = {
         t = torch.tensor([x], device=device)
         dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True).wait()
         return t.item() / dist.get_world_size()
+""",
+    "op_avg_returns_a_tensor": """
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        return t
 """,
 }
 WRONG = {
@@ -53,6 +58,11 @@ WRONG = {
         dist.all_reduce(t, async_op=True)
         return t.item() / world_size
 """, "FAIL world_size 2", "call .wait() on the Work it returns"),
+    "avg_then_divided": ("""
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.AVG)
+        return t.item() / world_size
+""", "FAIL world_size 2", "divided by world_size twice"),
     "sum_not_mean": ("""
         t = torch.tensor([x], device=device)
         dist.all_reduce(t)

@@ -28,11 +28,11 @@ def diagnose(runs: list[dict], values: list[float]) -> str | None:
         return "no collective ran: a rank knows only its own value; combine them with all_reduce" if wrong else None
     if "all_reduce" not in called:
         return f"the ranks combined their values with {', '.join(called)}; the exercise is dist.all_reduce"
-    if ops:
+    if not wrong:  # ReduceOp.AVG, or SUM then / world_size
+        return None
+    if ops - {"AVG"}:
         return (f"an all-reduce ran, but with op={', '.join(sorted(ops))}: the default op "
                 "(ReduceOp.SUM) then / world_size gives the mean")
-    if not wrong:
-        return None
     rank, value = wrong[0]
     divisor, mean, returned = total / value if value else 0, total / world_size, f"rank {rank} returned {value:g}"
     # (whether the first wrong value shows this mistake, the mistake and its fix): the first that holds is said.
