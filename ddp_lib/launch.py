@@ -77,7 +77,7 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
     """Run ``fn(rank, world_size, *args, **kwargs)`` on each rank and wait for all of them.
 
     fn: a function importable by name (module-level, or in the script being run), or a
-        ``functools.partial`` of one.
+        ``functools.partial`` of one that binds keywords only (positional ones are refused).
     backend: passed to workers as DDP_LIB_BACKEND (default: nccl if every rank has a GPU, else gloo).
     timeout: seconds before a job still running is stopped with LaunchTimeout (None: no deadline).
     start_method: "forkserver" (default where available), "spawn" or "fork".
