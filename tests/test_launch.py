@@ -25,7 +25,7 @@ def test_results_come_back_in_rank_order_even_when_later_ranks_finish_first():
 
 def test_keyword_arguments_and_partials_reach_the_worker():
     assert spawn(launcher_workers.talk, 2, kwargs=dict(lines=0, delay=0.0), show_output=False) == [0, 10]
-    # A partial's own arguments come first, the launch's args after them; keywords merge.
+    # A partial's keywords merge with the launch's kwargs (positional partial args are refused).
     worker = functools.partial(launcher_workers.talk, lines=0)
     assert spawn(worker, 2, (), kwargs=dict(delay=0.0), show_output=False) == [0, 10]
     assert spawn(functools.partial(faulty_ranks.raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
