@@ -46,3 +46,23 @@ def test_documented_returns_the_paragraph_torch_documents():
     assert "_ranks:" not in text  # the next parameter is not part of the paragraph
     with pytest.raises(RuntimeError, match="changed"):
         placement_demos.documented(dist.init_process_group, "no such parameter")
+
+
+def test_every_case_recorded_on_a_gpu_holds_the_quoted_words():
+    import json
+
+    record = json.loads(gpu_outcomes.RECORDED.read_text())
+    assert set(record["cases"]) <= set(QUOTES) and record["gpus"] >= 1
+    for key in record["cases"]:
+        assert gpu_outcomes.recorded_line(key).endswith("the quoted words are in what it printed: yes"), key
+    assert gpu_outcomes.recorded_line("checkpoint_on_gpus") is None  # needs 2 GPUs: not recorded on one
+
+
+def test_a_recording_without_the_quoted_words_says_no(tmp_path, monkeypatch):
+    import json
+
+    fake = tmp_path / "gpu_quotes.json"
+    fake.write_text(json.dumps({"gpu": "GPU", "gpus": 1, "torch": "0", "nccl": "0",
+                                "cases": {"barrier_warning": ["UserWarning: some other words"]}}))
+    monkeypatch.setattr(gpu_outcomes, "RECORDED", fake)
+    assert gpu_outcomes.recorded_line("barrier_warning").endswith("in what it printed: NO")

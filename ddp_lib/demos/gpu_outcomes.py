@@ -1,10 +1,13 @@
 """What lesson 03's GPU-only cells would give on a machine with 2 GPUs, for readers without one: torch's and
-nccl's messages quoted word for word, each with where it comes from. Nothing here is computed or
-recorded; where torch's own files hold the fixed words of a message, ``quote`` checks that they are
-there in the installed torch, so a quote that torch stops printing is noticed."""
+nccl's messages quoted word for word, each with where it comes from. Where torch's own files hold the
+fixed words of a message, ``quote`` checks that they are there in the installed torch, so a quote that
+torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
+(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``); ``quote`` says whether the
+recorded words hold the quoted ones."""
 
 from __future__ import annotations
 
+import json
 import mmap
 from pathlib import Path
 from typing import NamedTuple
@@ -18,6 +21,7 @@ class Quote(NamedTuple):
     torch_file: str | None = None    # a file of the installed torch that holds the fixed words
     fixed_words: tuple[str, ...] = ()  # the parts of the message that do not vary
     unchecked_why: str = ""          # for a quote with no torch file: why it cannot be checked here
+    recorded_words: tuple[str, ...] = ()  # what a recording on a GPU must hold (default: fixed_words)
 
 
 QUOTES: dict[str, Quote] = {
@@ -26,7 +30,8 @@ QUOTES: dict[str, Quote] = {
          "rank 1: model on cuda:1, input arrived on cuda:1, output on cuda:1"),
         "DDP's forward, which moves the inputs of a module on one GPU to device_ids[0] before calling it",
         "nn/parallel/distributed.py",
-        ("moved_inputs, moved_kwargs = _to_kwargs(",)),
+        ("moved_inputs, moved_kwargs = _to_kwargs(",),
+        recorded_words=("input arrived on cuda:0",)),
     "input_not_moved": Quote(
         ("input not moved: RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu,",
          "  different from other tensors on cuda:<rank> (when checking argument in method wrapper_CUDA_addmm)",
@@ -67,13 +72,16 @@ QUOTES: dict[str, Quote] = {
          "  Duplicate GPU detected : rank 1 and rank 0 both on CUDA device <bus id>",
          "with set_device, current device per rank: [0, 1]"),
         "nccl's own check when it forms a communicator (nccl's source, init.cc), raised by torch as DistBackendError",
-        unchecked_why="the words are nccl's, and this CPU build of torch has no nccl"),
+        unchecked_why="the words are nccl's, and this CPU build of torch has no nccl",
+        recorded_words=("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+                        "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device")),
     "bound_device": Quote(
         ("device_id given: False  bound device per rank: [None, None]  all-reduce sums: [2.0, 2.0]",
          "device_id given: True   bound device per rank: ['cuda:0', 'cuda:1']  all-reduce sums: [2.0, 2.0]"),
         "init_process_group, which sets bound_device_id from device_id and nothing else",
         "distributed/distributed_c10d.py",
-        ("pg.bound_device_id = device_id",)),
+        ("pg.bound_device_id = device_id",),
+        recorded_words=("device_id given: False  bound device: None", "device_id given: True  bound device: cuda:0")),
     "checkpoint_on_gpus": Quote(
         ("rank 0: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:0",
          "rank 1: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:1"),
@@ -91,14 +99,33 @@ def words_in_torch(quote: Quote) -> bool:
         return all(data.find(words.encode()) >= 0 for words in quote.fixed_words)
 
 
+RECORDED = Path(__file__).parent / "recorded" / "gpu_quotes.json"
+
+
+def recorded_line(key: str) -> str | None:
+    """One line on the recording of ``key`` on a GPU machine, and whether it holds the quoted words
+    (None: not recorded, as for the cases that need more than one GPU)."""
+    record = json.loads(RECORDED.read_text())
+    if key not in record["cases"]:
+        return None
+    q, seen = QUOTES[key], "\n".join(record["cases"][key])
+    held = all(words in seen for words in q.recorded_words or q.fixed_words)
+    return (f"Recorded on an {record['gpu']} ({record['gpus']} GPU, torch {record['torch']}, NCCL {record['nccl']}) "
+            f"by tools/record_gpu_quotes.py: the quoted words are in what it printed: {'yes' if held else 'NO'}")
+
+
 def quote(key: str) -> str:
     """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and from
-    where, the quoted lines, and, where torch's files hold the fixed words, whether this torch has them."""
-    q = QUOTES[key]
+    where, the quoted lines, whether a recording on a GPU holds them, and, where torch's files hold the
+    fixed words, whether this torch has them."""
+    q, recorded = QUOTES[key], recorded_line(key)
     text = ["Quoted, not run here: this machine has no GPU. On a machine with 2 GPUs the cell would print",
-            "(built from torch's and nccl's source, not captured on a GPU):"]
+            "(built from torch's and nccl's source" + ("; checked against a recording on one GPU, below):"
+                                                        if recorded else ", not captured on a GPU):")]
     text += ["  " + line for line in q.lines]
     text.append(f"Quoted from ddp_lib/demos/gpu_outcomes.py. Source: {q.source}.")
+    if recorded:
+        text.append(recorded)
     if q.torch_file:
         found = "yes" if words_in_torch(q) else "NO (this torch words it differently)"
         text.append(f"Checked: torch's own words for this are in the installed torch: {found}")
