@@ -120,9 +120,8 @@ def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
     else:
         said, hints = f"{exc.exc_type}: {exc.message}", (*hints, *SHARED_HINTS)
         text = f"rank {exc.rank} raised {exc.exc_type}: {readable(exc.message, 160)}"
-        line = own_line(exc.worker_traceback)
         # A stub's NotImplementedError already says what to write: its line adds nothing.
-        if line and exc.exc_type != "NotImplementedError":
+        if (line := own_line(exc.worker_traceback)) and exc.exc_type != "NotImplementedError":
             text += f" (at {line})"
     hint = next((fix for pattern, fix in hints if re.search(pattern, said)), "")
     return f"{text}; {hint}" if hint else text

@@ -15,8 +15,7 @@ def diagnose(rank: int, got: object, expected: dict, called: list[str]) -> str |
     if not isinstance(got, dict) or set(got) != set(expected):
         shown = sorted(got) if isinstance(got, dict) else f"a {type(got).__name__}"
         return f"rank {rank} returned {shown}; expected a dict with keys {list(expected)}"
-    key = next((key for key in ("rank", "world_size", "is_main") if got[key] != expected[key]), None)
-    if key:
+    if key := next((key for key in ("rank", "world_size", "is_main") if got[key] != expected[key]), None):
         return f"rank {rank} returned {key}={got[key]!r}, expected {expected[key]!r}"
     everyone, names = got["everyone"], expected["everyone"]
     if len(names) > 1 and not called:

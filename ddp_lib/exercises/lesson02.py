@@ -5,11 +5,9 @@ from collections.abc import Callable, Sequence
 
 from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, run_counted, worker_name
 
-HINTS = (
-    (r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
-    (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "
-                                     "differ in length: pad them to one length, or use all_gather_object"),
-)
+HINTS = ((r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
+         (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "
+          "differ in length: pad them to one length, or use all_gather_object"))
 
 
 def interleave(shares: Sequence[Sequence]) -> list:

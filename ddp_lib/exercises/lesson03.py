@@ -1,5 +1,4 @@
-"""Checker for lesson 03's exercise: ``one_step(rank, world_size)`` picks its device from LOCAL_RANK,
-wraps ToyModel in DDP and takes one SGD step (lr=0.01), on two simulated layouts of nodes."""
+"""Checker for lesson 03's exercise: ``one_step(rank, world_size)`` uses LOCAL_RANK's device for one DDP step."""
 
 import os
 from collections.abc import Callable

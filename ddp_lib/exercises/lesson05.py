@@ -57,8 +57,7 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
 
 
 def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None, seed: int | None = None):
-    """A report on ``fn(rank, world_size, epochs, seed)`` for each (world_size, epochs) of ``plan``, by default
-    2 ranks then 3 or 5, distinct epoch counts drawn now; ``seed`` drawn now unless given."""
+    """A report on ``fn(rank, world_size, epochs, seed)`` per (world_size, epochs) of ``plan``; unset ones drawn now."""
     seed = random.randint(1, 9999) if seed is None else seed
     epochs = dict(plan or zip((2, random.choice(PADDED_WORLD_SIZES)), random.sample(EPOCH_CHOICES, 2)))
     return check_on_ranks(fn, tuple(epochs), lambda runs: diagnose(runs, epochs[len(runs)], seed),

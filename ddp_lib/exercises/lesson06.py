@@ -11,7 +11,6 @@ from ddp_lib.torchrun import run_nodes
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
          "local_world_size": "LOCAL_WORLD_SIZE (processes on this node)",
          "node_rank": "GROUP_RANK (this node's rank; torchrun sets no NODE_RANK for its workers)"}
-KEYS = tuple(HINTS)
 
 # Processes on node 0, node 1, ... (by node rank): rank 1 is on node 1 in the first layout and on
 # node 0 in the second; the third has three nodes and a world size of 4, not 3.
@@ -29,15 +28,15 @@ def find_problems(results: list, node_sizes: tuple[int, ...]) -> list[str]:
     if len(results) != len(expected := expected_layout(node_sizes)):  # a rank that returned nothing
         return [f"{len(results)} of {len(expected)} ranks returned a result; every rank must return a dict"]
     for rank, info in enumerate(results):
-        if missing := sorted(set(KEYS) - set(info)) if isinstance(info, dict) else list(KEYS):
+        if missing := sorted(set(HINTS) - set(info)) if isinstance(info, dict) else list(HINTS):
             return [f"rank {rank}: the result lacks {', '.join(missing)}"]
     problems = []  # one per mistake
-    if typed := [(rank, key, info[key]) for rank, info in enumerate(results) for key in KEYS
+    if typed := [(rank, key, info[key]) for rank, info in enumerate(results) for key in HINTS
                  if type(info[key]) is not int]:  # one line for them all: the same fix
         rank, key, value = typed[0]
         problems.append(f"values must be ints, but rank {rank}'s {key} is {value!r} ({type(value).__name__}): "
                         "environment variables are strings; convert each with int()")
-    for key in KEYS:
+    for key in HINTS:
         wrong = [(rank, info[key], want[key]) for rank, (info, want) in enumerate(zip(results, expected))
                  # "2", 2.0 and 2 stand for 2 (their type is said once above); a bool for no number
                  if (int(info[key]) if str(info[key]).isdigit() else None if isinstance(info[key], bool) else info[key])
