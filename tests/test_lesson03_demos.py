@@ -2,6 +2,8 @@
 words for it are still in the installed torch wherever a torch file is named, and the helpers that read
 CUDA_VISIBLE_DEVICES and torch's documentation return what torch says."""
 
+import re
+
 import pytest
 import torch.distributed as dist
 
@@ -15,6 +17,20 @@ def test_each_quote_is_labelled_and_names_its_source(key):
     assert text.startswith("Quoted, not run here: this machine has no GPU.")
     assert f"Quoted from ddp_lib/demos/gpu_outcomes.py. Source: {QUOTES[key].source}." in text
     assert all(line in text for line in QUOTES[key].lines)
+
+
+@pytest.mark.parametrize("key", sorted(QUOTES))
+def test_each_quote_names_the_gpu_count_of_its_own_machine(key):
+    quote = QUOTES[key]
+    assert f"On a machine with {quote.gpus} GPUs the cell would print" in gpu_outcomes.quote(key)
+    assert all(int(n) == quote.gpus for n in re.findall(r"with (\d+) GPUs", quote.source)), quote.source
+
+
+def test_the_visible_devices_quote_is_from_a_machine_with_four_gpus():
+    # with the variable unset, the child counts every GPU of the machine the quote comes from
+    text = gpu_outcomes.quote("visible_devices")
+    assert text.startswith("Quoted, not run here: this machine has no GPU. On a machine with 4 GPUs the cell")
+    assert "CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4" in text
 
 
 @pytest.mark.parametrize("key", sorted(k for k, q in QUOTES.items() if q.torch_file))

@@ -1,4 +1,4 @@
-"""What lesson 03's GPU-only cells would give on a machine with 2 GPUs, for readers without one: torch's and
+"""What lesson 03's GPU-only cells would give on a GPU machine, for readers without one: torch's and
 nccl's messages quoted word for word, each with where it comes from. Where torch's own files hold the
 fixed words of a message, ``quote`` checks that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
@@ -22,6 +22,7 @@ class Quote(NamedTuple):
     fixed_words: tuple[str, ...] = ()  # the parts of the message that do not vary
     unchecked_why: str = ""          # for a quote with no torch file: why it cannot be checked here
     recorded_words: tuple[str, ...] = ()  # what a recording on a GPU must hold (default: fixed_words)
+    gpus: int = 2                    # how many GPUs the quoted machine has
 
 
 QUOTES: dict[str, Quote] = {
@@ -64,7 +65,8 @@ QUOTES: dict[str, Quote] = {
         "CUDA's documented meaning of CUDA_VISIBLE_DEVICES, on a machine with 4 GPUs; "
         "torch.cuda.device_count applies it in torch/cuda/__init__.py",
         "cuda/__init__.py",
-        ('var = os.getenv("CUDA_VISIBLE_DEVICES")',)),
+        ('var = os.getenv("CUDA_VISIBLE_DEVICES")',),
+        gpus=4),
     "duplicate_gpu": Quote(
         ("without set_device: torch.distributed.DistBackendError: NCCL error in: ..., invalid usage ...",
          "  ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
@@ -119,7 +121,7 @@ def quote(key: str) -> str:
     where, the quoted lines, whether a recording on a GPU holds them, and, where torch's files hold the
     fixed words, whether this torch has them."""
     q, recorded = QUOTES[key], recorded_line(key)
-    text = ["Quoted, not run here: this machine has no GPU. On a machine with 2 GPUs the cell would print",
+    text = [f"Quoted, not run here: this machine has no GPU. On a machine with {q.gpus} GPUs the cell would print",
             "(built from torch's and nccl's source" + ("; checked against a recording on one GPU, below):"
                                                         if recorded else ", not captured on a GPU):")]
     text += ["  " + line for line in q.lines]
