@@ -82,3 +82,10 @@ def test_a_recording_without_the_quoted_words_says_no(tmp_path, monkeypatch):
                                 "cases": {"barrier_warning": ["UserWarning: some other words"]}}))
     monkeypatch.setattr(gpu_outcomes, "RECORDED", fake)
     assert gpu_outcomes.recorded_line("barrier_warning").endswith("in what it printed: NO")
+
+
+def test_the_quote_label_says_it_is_quoted_on_every_machine_where_a_gpu_is_present(monkeypatch):
+    assert gpu_outcomes.quote("barrier_warning").startswith("Quoted, not run here: this machine has no GPU.")
+    monkeypatch.setattr(gpu_outcomes.torch.cuda, "device_count", lambda: 1)
+    assert gpu_outcomes.quote("barrier_warning").startswith("Quoted, not run here: quoted on every machine "
+                                                            "(this one has 1 GPU).")

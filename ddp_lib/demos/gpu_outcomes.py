@@ -121,7 +121,10 @@ def quote(key: str) -> str:
     where, the quoted lines, whether a recording on a GPU holds them, and, where torch's files hold the
     fixed words, whether this torch has them."""
     q, recorded = QUOTES[key], recorded_line(key)
-    text = [f"Quoted, not run here: this machine has no GPU. On a machine with {q.gpus} GPUs the cell would print",
+    gpus_here = torch.cuda.device_count()
+    # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
+    why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {gpus_here} GPU{'s' * (gpus_here > 1)})"
+    text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print",
             "(built from torch's and nccl's source" + ("; checked against a recording on one GPU, below):"
                                                         if recorded else ", not captured on a GPU):")]
     text += ["  " + line for line in q.lines]
