@@ -123,7 +123,8 @@ def quote(key: str) -> str:
     q, recorded = QUOTES[key], recorded_line(key)
     gpus_here = torch.cuda.device_count()
     # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
-    why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {gpus_here} GPU{'s' * (gpus_here > 1)})"
+    gpus = f"{gpus_here} GPU" + "s" * (gpus_here > 1)
+    why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {gpus})"
     text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print",
             "(built from torch's and nccl's source" + ("; checked against a recording on one GPU, below):"
                                                         if recorded else ", not captured on a GPU):")]
