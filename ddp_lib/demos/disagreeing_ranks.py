@@ -1,0 +1,47 @@
+"""Lesson 01's two ways a collective fails at once: a peer that exits while a rank waits in it, and
+ranks that pass tensors of different shapes. Each returns the error gloo raised, without the parts
+that change from run to run (source paths, addresses, ports)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from ddp_lib.process_group import COLLECTIVE_TIMEOUT, process_group
+from ddp_lib.workers.point_to_point import gloo_message
+
+
+def peer_exits(rank: int, world_size: int, delay: float = 0.5) -> dict | None:
+    """Rank 1 exits ``delay`` s after joining, while rank 0 waits for it in an all_reduce. Rank 0
+    returns gloo's error and how long it waited, with the group's timeout for comparison."""
+    with process_group(rank, world_size):
+        if rank == 1:
+            time.sleep(delay)  # rank 0 is inside all_reduce by now
+            os._exit(0)  # the process ends here: no destroy_process_group, no return value
+        start = time.perf_counter()
+        try:
+            dist.all_reduce(torch.ones(3))
+            error = ""
+        except RuntimeError as exc:
+            error = gloo_message(str(exc))
+        return {"rank": rank, "error": error, "waited_s": time.perf_counter() - start,
+                "timeout_s": COLLECTIVE_TIMEOUT.total_seconds()}
+
+
+def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
+    """Rank r all-reduces ``[1, 2, ..., 3 + r]``: the ranks disagree on the shape. With ``detail``,
+    the group is built as under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, and the error is returned whole."""
+    if detail:
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        dist.set_debug_level_from_env()  # torch read the variable when this process imported it
+    with process_group(rank, world_size):
+        mine = torch.arange(1.0, 4 + rank)
+        try:
+            dist.all_reduce(mine)
+            error = ""
+        except RuntimeError as exc:
+            error = str(exc) if detail else gloo_message(str(exc))
+        return {"rank": rank, "numel": mine.numel(), "after": mine.tolist(), "error": error}
