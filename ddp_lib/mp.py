@@ -1,13 +1,16 @@
-"""A drop-in for ``torch.multiprocessing.spawn``: change only the import.
+"""A drop-in for the call ``torch.multiprocessing.spawn(...)``, not for the environment it gives.
 
-    import ddp_lib.mp as mp            # was: import torch.multiprocessing as mp
+    import ddp_lib.mp
 
     def main(rank, world_size):
         setup(rank, world_size)        # the tutorial's own: sets MASTER_ADDR/MASTER_PORT itself
         ...
 
     if __name__ == "__main__":
-        results = mp.spawn(main, args=(world_size,), nprocs=world_size, join=True)
+        results = ddp_lib.mp.spawn(main, args=(world_size,), nprocs=world_size, join=True)
+
+Write ``ddp_lib.mp.spawn`` in full. ``import ddp_lib.mp as mp`` would hide torch's ``mp``, and two
+different functions would then share one name.
 
 ``fn(i, *args)`` runs on ``nprocs`` processes, as under torch; the worker picks the address
 and port and rank 0 hosts the rendezvous store there, as under torch. What ddp_lib adds: each
@@ -37,6 +40,11 @@ Differences from torch, on purpose:
 - A KeyboardInterrupt raised in a rank is reported as its error (torch's wrapper swallows it and
   the rank counts as finished).
 - ``daemon`` is accepted and has no effect: the ranks are always stopped when the call ends.
+- Each rank's environment also holds RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE, and,
+  unless already set, OMP_NUM_THREADS (the usable cores shared out among the ranks),
+  TORCH_DIST_INIT_BARRIER=1 (no rank leaves init_process_group before all have joined) and
+  GLOO_SOCKET_IFNAME (the loopback interface). Torch's spawn sets none of them, so code that reads
+  ``os.environ["RANK"]`` works here and fails there. Neither sets MASTER_ADDR or MASTER_PORT.
 """
 
 from __future__ import annotations

@@ -1,0 +1,45 @@
+"""Lesson 00: which variables each launcher's ranks find. Real processes: ddp_lib.mp.spawn, and
+torch's start_processes on the forkserver (the launcher code torch's mp.spawn runs)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.multiprocessing as mp
+
+import ddp_lib.mp
+from ddp_lib.demos.launcher_env import LAUNCHER_VARS, launcher_table, launcher_view
+from ddp_lib.process_group import threads_per_rank
+
+
+def _torch_views(world_size: int) -> list[dict]:
+    results = mp.get_context("forkserver").SimpleQueue()
+    mp.start_processes(launcher_view, args=(world_size, results), nprocs=world_size, join=True,
+                       start_method="forkserver")
+    return [view for _, view in sorted(results.get() for _ in range(world_size))]
+
+
+def test_torch_sets_none_and_ddp_lib_sets_the_rank_variables(monkeypatch):
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    ddp_views = ddp_lib.mp.spawn(launcher_view, args=(2,), nprocs=2, join=True)
+    torch_views = _torch_views(2)
+    parent = {name: os.environ.get(name) for name in LAUNCHER_VARS}
+    assert all(view["env"] == {name: parent[name] for name in LAUNCHER_VARS} for view in torch_views)
+    assert [view["env"]["RANK"] for view in ddp_views] == ["0", "1"]
+    assert all(view["env"]["WORLD_SIZE"] == "2" and view["env"]["TORCH_DIST_INIT_BARRIER"] == "1"
+               and view["env"]["MASTER_PORT"] is None for view in ddp_views)
+    assert [view["threads"] for view in ddp_views] == [threads_per_rank(2)] * 2
+    assert [view["threads"] for view in torch_views] == [torch.get_num_threads()] * 2
+
+    table = launcher_table({"torch's launcher": torch_views, "ddp_lib.mp.spawn": ddp_views}).splitlines()
+    rows = {line.split()[0]: line.split()[1:] for line in table[1:]}
+    assert rows["RANK"] == ["-", "0,", "1"] and rows["MASTER_ADDR"] == ["-", "-"]
+    assert rows["OMP_NUM_THREADS"] == ["-", "set"]
+
+
+def test_a_variable_the_parent_has_shows_as_unset():
+    views = [{"env": {name: None for name in LAUNCHER_VARS} | {"RANK": "3"}, "threads": 1}]
+    rows = launcher_table({"x": views}, parent_env={"RANK": "3"}).splitlines()
+    assert rows[1].split() == ["RANK", "-"]
