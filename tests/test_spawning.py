@@ -4,7 +4,6 @@ launches use forkserver (warm, fast) except the one test that needs the spawn st
 from __future__ import annotations
 
 import inspect
-import json
 import multiprocessing
 import os
 import re
@@ -19,7 +18,6 @@ import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import ddp_lib.mp
 from ddp_lib.cli import main as cli_main
 from ddp_lib.demos.spawning import (
     capture_stderr,
@@ -33,16 +31,7 @@ from ddp_lib.demos.spawning import (
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import FORKSERVER_PRELOAD, launch, spawn
 from ddp_lib.workers import WORKERS
-from ddp_lib.workers.spawning import (
-    chatty,
-    describe_rank,
-    fail_on_rank,
-    hello,
-    noop,
-    read_calls,
-    record_args,
-    record_env,
-)
+from ddp_lib.workers.spawning import chatty, describe_rank, fail_on_rank, hello, noop, read_calls, record_args
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -60,15 +49,6 @@ def test_rank_is_the_index_start_processes_puts_first(tmp_path):
     assert [(c["i"], c["world_size"]) for c in calls] == [(0, 3), (1, 3), (2, 3)]
     assert len({c["pid"] for c in calls}) == 3 and os.getpid() not in {c["pid"] for c in calls}
 
-
-def test_record_env_sees_what_each_launcher_sets(tmp_path, monkeypatch):
-    names = ["RANK", "WORLD_SIZE", "TORCH_DIST_INIT_BARRIER"]
-    for name in names:
-        monkeypatch.delenv(name, raising=False)
-    mp.start_processes(record_env, args=(names, str(tmp_path)), nprocs=2, start_method="fork")
-    assert json.loads((tmp_path / "env-1.json").read_text()) == dict.fromkeys(names)  # torch's launcher sets none
-    assert ddp_lib.mp.spawn(record_env, args=(names,), nprocs=2) == [
-        {"RANK": str(r), "WORLD_SIZE": "2", "TORCH_DIST_INIT_BARRIER": "1"} for r in range(2)]
 
 def test_spawn_loop_source_shows_the_loop_and_the_call():
     source = spawn_loop_source()

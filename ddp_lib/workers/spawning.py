@@ -1,8 +1,8 @@
 """Workers for lesson 02 (how processes are started). Each is a top-level function, so child
 processes can import it by name; each takes the rank (or mp.spawn's process index) first.
 
-``record_args`` and ``record_env`` are for a raw ``torch.multiprocessing.spawn`` call, which drops return values:
-each writes what it saw to a file instead. The others run under ddp_lib's launcher,
+``record_args`` is for a raw ``torch.multiprocessing.spawn`` call, which drops return values:
+it writes what it was called with to a file instead. The others run under ddp_lib's launcher,
 raw ``mp.spawn`` and torchrun alike.
 """
 
@@ -37,15 +37,6 @@ def read_calls(out_dir: str) -> list[dict]:
                 calls.append(json.load(f))
     return sorted(calls, key=lambda call: call["i"])
 
-
-def record_env(i: int, names: list[str], out_dir: str | None = None) -> dict:
-    """Return the value of each of ``names`` in this process's environment (None where unset). With
-    ``out_dir``, also write them to ``out_dir/env-<i>.json``, for torch's launcher, which drops return values."""
-    env = {name: os.environ.get(name) for name in names}
-    if out_dir is not None:
-        with open(os.path.join(out_dir, f"env-{i}.json"), "w") as f:
-            json.dump(env, f)
-    return env
 
 def hello(rank: int, world_size: int) -> str:
     """Return a greeting naming this rank: the worker a notebook cannot define for itself."""
