@@ -4,7 +4,7 @@ pass on 2 and 3 ranks; each mistake learners make is refused with its fix named.
 import pytest
 from answer_files import load_answer
 
-from ddp_lib.exercises.lesson02 import check_reassemble, interleave
+from ddp_lib.exercises.lesson02 import check_reassemble
 
 HEAD = """
 import torch
@@ -56,10 +56,6 @@ WRONG = {
         return share
 """, "FAIL world_size 2", "no collective ran", "all_gather_object"),
 }
-
-
-def test_interleave_puts_item_i_back_at_position_i():
-    assert interleave([[0, 2, 4], [1, 3]]) == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("case", sorted(RIGHT))

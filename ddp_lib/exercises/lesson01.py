@@ -3,12 +3,11 @@
 import math
 import random
 from collections.abc import Callable
+from functools import partial
 
 from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, as_number, check_on_ranks, run_counted, worker_name
 
-
-def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6)
+_close = partial(math.isclose, rel_tol=1e-5, abs_tol=1e-6)
 
 
 def diagnose(runs: list[dict], values: list[float]) -> str | None:

@@ -10,14 +10,10 @@ HINTS = ((r"TypeError.*positional argument", "the checker calls fn(rank, world_s
           "differ in length: pad them to one length, or use all_gather_object"))
 
 
-def interleave(shares: Sequence[Sequence]) -> list:
-    """The whole list from the round-robin shares: item ``i`` is ``shares[i % world_size][i // world_size]``."""
-    return [shares[i % len(shares)][i // len(shares)] for i in range(sum(map(len, shares)))]
-
-
 def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> str | None:
     """Why ``got`` from ``rank`` is not the whole list (None: it is), the mistake named."""
-    whole = interleave(shares)
+    # Round robin: item i is shares[i % world_size][i // world_size].
+    whole = [shares[i % len(shares)][i // len(shares)] for i in range(sum(map(len, shares)))]
     got = got.tolist() if hasattr(got, "tolist") else got  # a tensor: its numbers
     got = got if isinstance(got, list) else f"a {type(got).__name__}"
     if got == whole:

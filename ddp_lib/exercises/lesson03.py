@@ -10,8 +10,7 @@ from ddp_lib.exercises.checking import check_on_ranks, load_worker, worker_name
 from ddp_lib.workers.placement import expected_device, simulate_nodes
 from ddp_lib.workers.shared import ToyModel, param_checksum
 
-NPROC_PER_NODE = {4: 2, 3: 3}  # world size: processes per node
-LAYOUTS = {4: "2 nodes x 2 ranks", 3: "1 node x 3 ranks"}
+LAYOUTS = {4: (2, "2 nodes x 2 ranks"), 3: (3, "1 node x 3 ranks")}  # world size: (processes per node, said)
 LR = 0.01  # the exercise's learning rate
 HINTS = ((r"device_ids", "device_ids is for a model on one GPU; with a CPU model pass device_ids=None"),)
 
@@ -33,7 +32,7 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
                 param.register_hook(lambda grad, i=i: seen["grads"].update({i: grad.detach().clone()}))
 
     register_module_forward_pre_hook(on_forward)  # for the rest of this rank's process
-    result = simulate_nodes(rank, world_size, NPROC_PER_NODE[world_size], target)
+    result = simulate_nodes(rank, world_size, LAYOUTS[world_size][0], target)
     if "model" not in seen:
         return {"result": result, "watched": None}
     model, grads = seen["model"], seen["grads"]
@@ -45,12 +44,12 @@ def _run_learner(rank: int, world_size: int, target: str) -> dict:
 def diagnose(runs: list[dict]) -> str | None:
     """The first mistake found in one layout's runs, named with its fix (None: all is right)."""
     for rank, run in enumerate(runs):
-        result, watched, local_rank = run["result"], run["watched"], rank % NPROC_PER_NODE[len(runs)]
+        result, watched, local_rank = run["result"], run["watched"], rank % LAYOUTS[len(runs)][0]
         if not isinstance(result, dict) or not {"local_rank", "device", "checksum"} <= set(result):
             return f"rank {rank} returned {result!r}; return a dict with keys 'local_rank', 'device' and 'checksum'"
         if result["local_rank"] != local_rank:
             hint = " (that is RANK: read LOCAL_RANK instead)" if result["local_rank"] == rank else ""
-            return (f"rank {rank} (node {rank // NPROC_PER_NODE[len(runs)]}) used local_rank {result['local_rank']}, "
+            return (f"rank {rank} (node {rank // LAYOUTS[len(runs)][0]}) used local_rank {result['local_rank']}, "
                     f"expected {local_rank}{hint}")
         if str(result["device"]) != expected_device(local_rank):
             return f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)}"
@@ -86,8 +85,8 @@ def diagnose(runs: list[dict]) -> str | None:
 
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks, then 1 node x 3; stops at a failure."""
-    return check_on_ranks(_run_learner, tuple(NPROC_PER_NODE), diagnose, (worker_name(fn),), stop=True,
-                          where=lambda runs: LAYOUTS[len(runs)], timeout=timeout, hints=HINTS,
+    return check_on_ranks(_run_learner, tuple(LAYOUTS), diagnose, (worker_name(fn),), stop=True,
+                          where=lambda runs: LAYOUTS[len(runs)][1], timeout=timeout, hints=HINTS,
                           passed=lambda runs: f"every rank used its LOCAL_RANK's device "
                           f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
                           "of all ranks' gradients to the same parameters")

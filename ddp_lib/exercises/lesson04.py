@@ -6,6 +6,8 @@ import torch
 from torch import nn
 
 from ddp_lib.exercises.checking import MISSING_WAIT, check_on_ranks, counting_collectives, load_worker, worker_name
+from ddp_lib.process_group import process_group
+from ddp_lib.workers.gradients import make_mlp
 
 ATOL = 1e-6
 
@@ -16,9 +18,6 @@ def _grads(model) -> dict[str, torch.Tensor | None]:
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """In each rank: its own gradients for a batch of its own, and the .grads the learner's function left."""
-    from ddp_lib.process_group import process_group
-    from ddp_lib.workers.gradients import make_mlp
-
     with process_group(rank, world_size) as device:
         torch.seed()  # a batch of this rank's own, fresh on every check (make_mlp seeds the generator after)
         x, y = torch.randn(4, 8).to(device), torch.randn(4, 4).to(device)

@@ -2,7 +2,12 @@
 
 from collections.abc import Callable
 
+import torch
+from torch import nn
+
 from ddp_lib.exercises.checking import Report, run_on_ranks
+from ddp_lib.process_group import process_group
+from ddp_lib.workers.beyond_ddp import batch, make_deep_mlp, optimizer_state_bytes, tensor_bytes, train_step, wrap
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 PREDICTION_TOLERANCE = 0.02  # the ZeRO formula lands within 1% of DDP's and FSDP2's counts on 3 ranks
@@ -13,12 +18,6 @@ HINTS = {"zero1": "ZeroRedundancyOptimizer keeps this rank's shard of the state 
 
 def _run_state_bytes(rank: int, world_size: int, state_bytes: Callable) -> dict:
     """In each rank, per strategy and model: the learner's count, the exact one, and the one without Adam's step."""
-    import torch
-    from torch import nn
-
-    from ddp_lib.process_group import process_group
-    from ddp_lib.workers.beyond_ddp import batch, make_deep_mlp, optimizer_state_bytes, tensor_bytes, train_step, wrap
-
     def answer(optimizer) -> dict:
         value, inner = state_bytes(optimizer), getattr(optimizer, "optim", optimizer)
         without_step = tensor_bytes(t for state in inner.state.values() for key, t in state.items()
