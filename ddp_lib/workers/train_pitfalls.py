@@ -1,6 +1,6 @@
 """Small workers for lesson 05's side topics: the ``module.`` prefix in a DDP state_dict,
-torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, evaluation on rank 0 alone, stopping together on rank 0's decision; and
-``train_runs``, several of the lesson's ``train`` runs in one job."""
+torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, evaluation on rank 0 alone, stopping
+together on rank 0's decision; and ``train_runs``, several of the lesson's ``train`` runs in one job."""
 
 from __future__ import annotations
 
