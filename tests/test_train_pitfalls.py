@@ -6,7 +6,7 @@ import pytest
 
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import spawn
-from ddp_lib.workers.train_pitfalls import rank0_evaluation, uneven_batches
+from ddp_lib.workers.train_pitfalls import rank0_evaluation, stop_together, uneven_batches
 
 
 def test_rank0_evaluation_works_through_module_and_times_out_through_the_wrapper():
@@ -36,3 +36,11 @@ def test_join_shadows_the_collectives_and_broadcasts_the_last_model():
     # ...or by the ranks still training.
     _, long = spawn(uneven_batches, 2, kwargs=dict(use_join=1, divide_by_initial_world_size=False), show_output=False)
     assert long["grad_ratio"][2:] == [1.0, 1.0]
+
+
+def test_stop_together_agrees_with_a_broadcast_and_fails_without_one():
+    ranks = spawn(stop_together, 2, kwargs=dict(agree=True), show_output=False)
+    assert ranks[0]["steps"] == ranks[1]["steps"] < 16  # 512 samples / (2 ranks x 16): 16 steps at most
+    with pytest.raises(WorkerError, match="closed|reset|Read error|Timed out") as failed:
+        spawn(stop_together, 2, kwargs=dict(agree=False, timeout_s=2.0), show_output=False)
+    assert failed.value.rank == 1  # rank 0 stopped alone; rank 1's next all-reduce lost its partner

@@ -1,6 +1,6 @@
 """Small workers for lesson 05's side topics: the ``module.`` prefix in a DDP state_dict,
-torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, and evaluation on rank 0 alone; and
-``train_runs``, several of the lesson's ``train`` runs in one job."""
+torch's SyncBatchNorm on a CPU, uneven inputs with ``Join``, evaluation on rank 0 alone, stopping
+together on rank 0's decision; and ``train_runs``, several of the lesson's ``train`` runs in one job."""
 
 from __future__ import annotations
 
@@ -144,3 +144,31 @@ def train_runs(rank: int, world_size: int, runs: list[dict]) -> list[dict]:
     group, so the ranks start once (the slow part). Returns each run's result, in order."""
     with process_group(rank, world_size):
         return [train(rank, world_size, **kwargs) for kwargs in runs]
+
+
+def stop_together(rank: int, world_size: int, agree: bool = True, target_loss: float = 0.5,
+                  batch_size: int = 16, timeout_s: float = 3.0) -> dict:
+    """Train MoonsNet under DDP until rank 0's batch loss falls below ``target_loss``: a decision
+    rank 0 alone takes, as early stopping or a NaN check does. With ``agree``, rank 0 broadcasts
+    its decision every step, so every rank stops at the same step. Without it, rank 0 stops alone
+    and the others' next gradient all-reduce has no partner (an error, or a timeout of ``timeout_s``).
+    Returns {"rank", "steps"}."""
+    with process_group(rank, world_size) as device:
+        group = dist.new_group(timeout=timedelta(seconds=timeout_s))  # so that a lost partner ends in an error
+        torch.manual_seed(0)
+        x, y = make_moons().tensors
+        ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device), process_group=group)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
+        for step in range(1, len(x) // (batch_size * world_size) + 1):
+            start = ((step - 1) * world_size + rank) * batch_size
+            optimizer.zero_grad()
+            loss = nn.functional.cross_entropy(ddp_model(x[start:start + batch_size].to(device)),
+                                               y[start:start + batch_size].to(device))
+            loss.backward()
+            optimizer.step()
+            stop = torch.tensor([float(rank == 0 and loss.item() < target_loss)], device=device)
+            if agree:
+                dist.broadcast(stop, src=0, group=group)  # every rank now holds rank 0's decision
+            if stop.item():
+                break
+        return {"rank": rank, "steps": step}
