@@ -144,6 +144,12 @@ def test_a_barrier_makes_the_other_ranks_wait_for_rank0s_save(tmp_path):
     assert ranks[1]["waited_s"] >= 0.4
 
 
+def test_rank0_work_longer_than_the_timeout_fails_the_barrier(tmp_path):
+    with pytest.raises(WorkerError) as caught:
+        spawn(rank0_saves, 2, kwargs=dict(directory=str(tmp_path), work_s=3.0, timeout_s=1.0), show_output=False)
+    assert "Timed out" in caught.value.failures[1]  # rank 1 waited in the barrier past the timeout
+
+
 def test_seeds_and_logging():
     job = launch(seeds_and_logging, 2, show_output=False)
     assert job.results[0]["init_checksum"] == job.results[1]["init_checksum"]

@@ -419,7 +419,7 @@ def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 1
         return {"rank": rank, "init_checksum": init_checksum, "dropout_mask": mask}
 
 
-def rank0_saves(rank: int, world_size: int, directory: str, work_s: float = 0.5) -> dict:
+def rank0_saves(rank: int, world_size: int, directory: str, work_s: float = 0.5, timeout_s: float = 60.0) -> dict:
     """Rank 0 alone does some work (sleeps ``work_s``, as a long evaluation would) and saves the
     model; then every rank looks for the file. Done twice: with a ``dist.barrier()`` between the
     save and the look, then without one.
@@ -429,11 +429,12 @@ def rank0_saves(rank: int, world_size: int, directory: str, work_s: float = 0.5)
         world_size: number of processes.
         directory: an existing directory for the two files.
         work_s: seconds of rank-0-only work before each save.
+        timeout_s: the process group's timeout: rank-0 work longer than it fails the barrier.
 
     Returns {"rank", "found" ({"barrier": bool, "no barrier": bool}: whether the file was there when
     this rank looked), "waited_s" (seconds this rank spent in the barrier, rounded to 0.1)}.
     """
-    with process_group(rank, world_size):
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
         torch.manual_seed(0)
         model = LoopNet()
         found, waited_s = {}, None
