@@ -53,7 +53,7 @@ JOBS = [
     ("collectives", "run_collective", {"name": "reduce_scatter"}),
     ("collectives", "subgroups", {}),
     ("ring", "ring_check", {"numel": 10, "seed": 1}),
-    ("placement", "input_placement", {"device_ids": "none", "move_inputs": True}),
+    ("placement", "input_placement", {"pass_device_ids": False, "move_inputs": True}),
     ("placement", "where_am_i", {}),
     ("placement", "simulate_nodes", {"nproc_per_node": 1, "target": "placement:where_am_i"}),
     ("placement", "checkpoint_devices", {"path": "{tmp}/toy.pt"}),

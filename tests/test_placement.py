@@ -13,7 +13,7 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU 
 
 @pytest.mark.parametrize("move_inputs", [False, True])
 def test_without_device_ids_the_model_sees_the_input_where_it_was_made(move_inputs):
-    results = spawn(placement.input_placement, 2, ("none", move_inputs), show_output=False)
+    results = spawn(placement.input_placement, 2, (False, move_inputs), show_output=False)
     for rank, r in enumerate(results):
         expected = placement.expected_device(rank)
         assert r["model_on"] == r["output_on"] == expected
@@ -23,7 +23,7 @@ def test_without_device_ids_the_model_sees_the_input_where_it_was_made(move_inpu
 @cpu_only
 def test_device_ids_with_a_cpu_model_is_a_value_error():
     with pytest.raises(WorkerError) as info:
-        spawn(placement.input_placement, 2, ("rank", False), show_output=False)
+        spawn(placement.input_placement, 2, (True, False), show_output=False)
     assert info.value.exc_type == "ValueError"
     assert "device_ids and output_device arguments only work with" in info.value.message
     assert "module parameters {device(type='cpu')}" in info.value.message
@@ -31,7 +31,7 @@ def test_device_ids_with_a_cpu_model_is_a_value_error():
 
 @no_gpus
 def test_device_ids_moves_cpu_inputs_to_the_gpu():
-    results = spawn(placement.input_placement, 2, ("rank", False), show_output=False)
+    results = spawn(placement.input_placement, 2, (True, False), show_output=False)
     assert [r["input_seen_on"] for r in results] == ["cuda:0", "cuda:1"]
 
 

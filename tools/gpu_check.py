@@ -31,13 +31,13 @@ def _cases():
             return f"{e.exc_type}: {e.message}", None
 
     def device_ids_move_inputs():
-        seen = [r["input_seen_on"] for r in spawn(placement.input_placement, 2, kwargs=dict(device_ids="rank"))]
+        seen = [r["input_seen_on"] for r in spawn(placement.input_placement, 2, kwargs=dict(pass_device_ids=True))]
         return seen == ["cuda:0", "cuda:1"], f"input arrived on {seen} with device_ids=[rank], made on the CPU"
 
     def no_device_ids_cpu_input_fails():
-        error, _ = error_of(placement.input_placement, kwargs=dict(device_ids="none", move_inputs=False))
+        error, _ = error_of(placement.input_placement, kwargs=dict(pass_device_ids=False, move_inputs=False))
         moved = [r["input_seen_on"] for r in spawn(placement.input_placement, 2,
-                                                   kwargs=dict(device_ids="none", move_inputs=True))]
+                                                   kwargs=dict(pass_device_ids=False, move_inputs=True))]
         ok = error is not None and "same device" in error and moved == ["cuda:0", "cuda:1"]
         return ok, f"not moved: {error}; moved with .to(device): {moved}"
 

@@ -95,7 +95,7 @@ def plot_input_path() -> Figure:
     _box(ax, 5.4, 2.1, 2.0, 0.8, "copy to cuda:i", "honeydew", "tab:green")
     _box(ax, 5.4, 0.3, 2.0, 0.8, "passed on as it is", "whitesmoke")
     _box(ax, 8.3, 2.1, 1.6, 0.8, "module on cuda:i:\nruns", "honeydew", "tab:green")
-    _box(ax, 8.3, 0.3, 1.6, 0.8, "module on cpu: runs\non cuda:i: error", "mistyrose", "tab:red")
+    _box(ax, 8.3, 0.3, 1.6, 0.8, "cpu module: runs\ncuda:i module: error", "mistyrose", "tab:red")
     _arrow(ax, (1.85, 1.6), (2.45, 1.6))
     _arrow(ax, (4.35, 1.75), (5.35, 2.5), "device_ids=[i]", "tab:green")
     _arrow(ax, (4.35, 1.45), (5.35, 0.7), "device_ids=None", "gray")

@@ -7,7 +7,6 @@ import importlib
 import os
 import tempfile
 from datetime import timedelta
-from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -21,20 +20,20 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py an
     from shared import ToyModel, param_checksum
 
 
-def input_placement(rank: int, world_size: int, device_ids: Literal["rank", "none"] = "none",
+def input_placement(rank: int, world_size: int, pass_device_ids: bool = False,
                     move_inputs: bool = False) -> dict:
-    """The classic example's forward pass. ``device_ids``: "rank" passes device_ids=[rank] as the
-    example does, "none" passes None. Returns the device the model saw its input on and the
+    """The classic example's forward pass. Returns the device the model saw its input on and the
     device of the output.
 
     Args:
-        device_ids: "rank" passes device_ids=[rank] (ValueError on CPU), "none" passes None.
+        pass_device_ids: True wraps with device_ids=[rank], as the example does (ValueError on CPU);
+            False wraps with device_ids=None.
         move_inputs: move the inputs to the rank's device first.
     """
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         model = ToyModel().to(device)
-        ddp_model = DDP(model, device_ids=[rank] if device_ids == "rank" else None)
+        ddp_model = DDP(model, device_ids=[rank] if pass_device_ids else None)
         seen = []
         model.register_forward_pre_hook(lambda _module, args: seen.append(str(args[0].device)))
         inputs = torch.randn(20, 10)  # created on the CPU, as in the classic example
