@@ -41,6 +41,10 @@ WRONG = {
         dist.gather_object(name, everyone, dst=0)
         return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
 """, "FAIL world_size 2: rank 1 has no list of names", "all_gather_object gives it to every rank"),
+    "kept_the_return_value": ("""
+        everyone = dist.all_gather_object([None] * world_size, name)
+        return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": everyone}
+""", "FAIL world_size 2: rank 0 returned everyone=None", "fills the list you pass it in place"),
     "no_collective": ("""
         return {"rank": rank, "world_size": world_size, "is_main": rank == 0, "everyone": [name] * world_size}
 """, "FAIL world_size 2: no collective ran", "dist.all_gather_object"),

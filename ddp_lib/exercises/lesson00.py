@@ -24,6 +24,9 @@ def diagnose(rank: int, got: object, names: list[str], called: list[str]) -> str
     if "gather_object" in called and "all_gather_object" not in called:
         return (f"rank {rank} has no list of names: gather_object gives the list to the destination rank only; "
                 "all_gather_object gives it to every rank")
+    if everyone is None and "all_gather_object" in called:
+        return (f"rank {rank} returned everyone=None: all_gather_object returns None; it fills the list you pass it "
+                "in place, so return that list")
     if not isinstance(everyone, list) or len(everyone) != len(names):
         return f"rank {rank} returned everyone={everyone!r}; expected a list of the {len(names)} ranks' names"
     slot = next(r for r, (mine, want) in enumerate(zip(everyone, names)) if mine != want)
