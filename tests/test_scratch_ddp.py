@@ -54,6 +54,15 @@ def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
     assert view_kept["divisions_in_place"] == 10 and result["detach_ error"].startswith("Can't detach views")
 
 
+def test_gradient_as_bucket_view_saves_one_full_set_of_gradients_in_bytes():
+    # Lesson 04: without the option, buckets and .grad each hold the parameters' bytes; with it, buckets only.
+    result = spawn(buckets.gradient_bytes, 2)[0]
+    for setting, counts in result.items():
+        one_set = counts["parameter_bytes"]
+        assert counts["bucket_bytes"] == one_set
+        assert counts["gradient_bytes"] == (2 * one_set if setting.startswith("copy") else one_set), setting
+
+
 def test_the_lesson04_schematics_draw():
     import matplotlib
 

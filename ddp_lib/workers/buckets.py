@@ -397,6 +397,40 @@ def grads_in_buckets(rank: int, world_size: int, steps: int = 3) -> dict:
             result["detach_ error"] = ". ".join(str(e).split(". ")[:2]) + "."  # the rest names DDP
     return result
 
+def gradient_bytes(rank: int, world_size: int, steps: int = 3) -> dict:
+    """Bytes of memory that hold gradients after the last of ``steps`` SGD steps, for each of
+    ``BUCKET_VIEW_SETTINGS``: the distinct storages of every bucket (recorded by a communication hook
+    that then averages as DDP's default does) and of every ``.grad``, counted once each. Also the
+    parameters' bytes, the size of one full set of gradients."""
+    result = {}
+    with process_group(rank, world_size) as device:
+        for name, as_view, set_to_none in BUCKET_VIEW_SETTINGS:
+            ddp = wrap_ddp(make_mlp(0, WIDE).to(device), device, bucket_cap_mb=0.05,
+                           gradient_as_bucket_view=as_view)
+            storages: dict[int, int] = {}  # data pointer -> bytes, of the last backward's buckets
+
+            def hook(state, bucket, storages=storages):
+                buffer = bucket.buffer().untyped_storage()
+                storages[buffer.data_ptr()] = buffer.nbytes()
+                return default_hooks.allreduce_hook(state, bucket)
+
+            ddp.register_comm_hook(None, hook)
+            optimizer = torch.optim.SGD(ddp.parameters(), lr=LR)
+            for step in range(steps):
+                optimizer.zero_grad(set_to_none=set_to_none)
+                storages.clear()
+                x, y = (t.to(device) for t in rank_batch(step, rank, world_size, 8, widths=WIDE))
+                nn.functional.mse_loss(ddp(x), y).backward()
+                optimizer.step()
+            bucket_bytes = sum(storages.values())
+            for p in ddp.parameters():
+                storages[p.grad.untyped_storage().data_ptr()] = p.grad.untyped_storage().nbytes()
+            result[f"{name}, set_to_none={set_to_none}"] = {
+                "parameter_bytes": sum(p.numel() * p.element_size() for p in ddp.parameters()),
+                "bucket_bytes": bucket_bytes, "gradient_bytes": sum(storages.values())}
+    return result
+
+
 # What overlapping backward with communication saves, where communication is slow. On a laptop's CPU,
 # gloo's all-reduces of small buckets are quick and compete with autograd for the cores, so overlap shows
 # little. Here every bucket also spends a fixed time on a slow "wire": one thread per rank that sends the
