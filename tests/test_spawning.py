@@ -37,6 +37,7 @@ from ddp_lib.workers.spawning import (
     chatty,
     describe_rank,
     fail_on_rank,
+    hang,
     hello,
     noop,
     read_calls,
@@ -193,6 +194,15 @@ def test_a_rank_failing_mid_step_is_reported_at_once_with_no_collective_in_final
     reported = last_line(getattr(info.value, "msg", ""))
     peer_left = re.search("Connection (closed|reset) by peer", reported)
     assert reported.startswith("ValueError: rank 1 of 2") or peer_left, reported
+
+
+def test_a_hung_rank_is_stopped_by_join_timeout_and_terminate():
+    context = mp.start_processes(hang, args=(60,), nprocs=2, join=False, start_method="forkserver")
+    assert context.join(timeout=0.5) is False  # still running: join gave up after its timeout
+    for process in context.processes:
+        process.terminate()
+        process.join()
+    assert [process.exitcode for process in context.processes] == [-15, -15]
 
 
 def test_results_come_back_from_ddp_lib_not_from_torch():

@@ -118,3 +118,8 @@ def step_fails_on_rank(rank: int, world_size: int, init_method: str, bad_rank: i
         dist.barrier()  # success path only: a barrier in `finally` would keep the failed rank waiting
     finally:
         dist.destroy_process_group()  # error or not; no collective here
+
+
+def hang(rank: int, seconds: float = 3600.0) -> None:
+    """Sleep ``seconds``: a rank that does not finish, for a launcher's deadline to stop."""
+    time.sleep(seconds)
