@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 from unittest import mock
 
@@ -30,8 +31,19 @@ from ddp_lib.demos.spawning import (
 )
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import FORKSERVER_PRELOAD, launch, spawn
+from ddp_lib.process_group import free_port
 from ddp_lib.workers import WORKERS
-from ddp_lib.workers.spawning import chatty, describe_rank, fail_on_rank, hello, noop, read_calls, record_args
+from ddp_lib.workers.spawning import (
+    chatty,
+    describe_rank,
+    fail_on_rank,
+    hang,
+    hello,
+    noop,
+    read_calls,
+    record_args,
+    step_fails_on_rank,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -168,6 +180,29 @@ def test_raw_torch_reports_a_traceback_in_text():
     assert str(info.value).strip().splitlines()[0] == "-- Process 1 terminated with the following error:"
     assert last_line(str(info.value)) == "ValueError: rank 1 of 2 was told to fail"
     assert "Terminating process" not in err.text  # the logger was quietened, not just redirected
+
+
+def test_a_rank_failing_mid_step_is_reported_at_once_with_no_collective_in_finally():
+    # Lesson 02's script shape: barrier on the success path, only destroy_process_group in finally.
+    # Rank 0 waits in backward's all-reduce; torch reports a failure well inside the 30-minute
+    # timeout: rank 1's ValueError, or rank 0's lost connection to it (closed or reset).
+    started = time.perf_counter()
+    with capture_stderr(), pytest.raises((mp.ProcessRaisedException, mp.ProcessExitedException)) as info:
+        mp.start_processes(step_fails_on_rank, args=(2, f"tcp://127.0.0.1:{free_port()}"), nprocs=2,
+                           start_method="forkserver")
+    assert time.perf_counter() - started < 120
+    reported = last_line(getattr(info.value, "msg", ""))
+    peer_left = re.search("Connection (closed|reset) by peer", reported)
+    assert reported.startswith("ValueError: rank 1 of 2") or peer_left, reported
+
+
+def test_a_hung_rank_is_stopped_by_join_timeout_and_terminate():
+    context = mp.start_processes(hang, args=(60,), nprocs=2, join=False, start_method="forkserver")
+    assert context.join(timeout=0.5) is False  # still running: join gave up after its timeout
+    for process in context.processes:
+        process.terminate()
+        process.join()
+    assert [process.exitcode for process in context.processes] == [-15, -15]
 
 
 def test_results_come_back_from_ddp_lib_not_from_torch():

@@ -14,6 +14,8 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import env_int, process_group
@@ -94,3 +96,30 @@ def chatty(rank: int, world_size: int, lines: int = 3) -> int:
         print(f"rank {rank} of {world_size}: line {k}", flush=True)
         time.sleep(0.01)
     return lines
+
+
+def step_fails_on_rank(rank: int, world_size: int, init_method: str, bad_rank: int = 1) -> None:
+    """One DDP step shaped like lesson 02's script, in which ``bad_rank`` raises between forward
+    and backward. The barrier is on the success path only, and ``finally`` only leaves the group,
+    so the failing rank exits at once and its launcher can report it.
+
+    Args:
+        init_method: where the ranks meet, e.g. ``tcp://127.0.0.1:PORT``.
+        bad_rank: the rank that raises.
+    """
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    try:
+        torch.manual_seed(rank)
+        model = DistributedDataParallel(nn.Linear(10, 5))
+        loss = model(torch.randn(20, 10)).sum()
+        if rank == bad_rank:
+            raise ValueError(f"rank {rank} of {world_size} fails in its step")
+        loss.backward()  # the other ranks wait here for the failed rank's gradients
+        dist.barrier()  # success path only: a barrier in `finally` would keep the failed rank waiting
+    finally:
+        dist.destroy_process_group()  # error or not; no collective here
+
+
+def hang(rank: int, seconds: float = 3600.0) -> None:
+    """Sleep ``seconds``: a rank that does not finish, for a launcher's deadline to stop."""
+    time.sleep(seconds)
