@@ -1,6 +1,6 @@
 """Start one process per rank, collect what each returns, and clean up whatever happens.
 
-    results = spawn(demo_basic, world_size=4)      # [rank 0's return value, rank 1's, ...]
+    results = run_ranks(demo_basic, world_size=4)      # [rank 0's return value, rank 1's, ...]
 
 ``fn(rank, world_size, *args, **kwargs)`` runs in each child, as in the classic ``mp.spawn``
 example. Each child gets MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, WORLD_SIZE and
@@ -65,7 +65,7 @@ class LaunchResult:
     stderr: list[str] = field(default_factory=list)
 
 
-def spawn(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, **options) -> list:
+def run_ranks(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, **options) -> list:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` processes; return their
     results in rank order. Options are those of :func:`launch`."""
     return launch(fn, world_size, args, kwargs, **options).results

@@ -31,7 +31,7 @@ Differences from torch, on purpose:
 - ``start_method="spawn"`` (torch's default) starts the ranks from ddp_lib's forkserver, which
   has imported torch already: a child is still a fresh process that imports the main script
   as ``__mp_main__``, as under spawn, but starts in milliseconds instead of seconds. "fork" and
-  "forkserver" are honoured as given. For real spawn, use ``ddp_lib.launch.spawn(...,
+  "forkserver" are honoured as given. For real spawn, use ``ddp_lib.launch.run_ranks(...,
   start_method="spawn")``.
 - ``join=False`` is refused: ranks run only inside the call, so that nothing is left running.
   Code that uses it goes on to read ``context.processes`` (multiprocessing.Process objects it may

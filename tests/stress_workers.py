@@ -117,12 +117,12 @@ def _launch_loop(kind: str, end: float, tally: Tally, lock: threading.Lock, tmp:
         record_dir = tempfile.mkdtemp(dir=tmp)
         try:
             if kind == "take":
-                taker = launch.spawn(rank_one_pid_taken, 2, (record_dir,), show_output=False, timeout=120)[0]
+                taker = launch.run_ranks(rank_one_pid_taken, 2, (record_dir,), show_output=False, timeout=120)[0]
             elif kind == "leave":
-                launch.spawn(join_and_leave, 5, show_output=False, timeout=120)
+                launch.run_ranks(join_and_leave, 5, show_output=False, timeout=120)
                 taker = None
             else:
-                launch.spawn(ring_check, 3, (1000, 0), show_output=False, timeout=120)
+                launch.run_ranks(ring_check, 3, (1000, 0), show_output=False, timeout=120)
                 taker = None
         except Exception as exc:  # counted, not raised: the run goes on and reports every failure
             with lock:
@@ -155,7 +155,7 @@ def stress(seconds: float, tmp: str) -> Tally:
     from ddp_lib import launch
     from ddp_lib.workers.ring import ring_check
 
-    launch.spawn(ring_check, 2, show_output=False)  # the forkserver started (torch imported) before the clock
+    launch.run_ranks(ring_check, 2, show_output=False)  # the forkserver started (torch imported) before the clock
     tally, lock, stop, churned = Tally(), threading.Lock(), threading.Event(), [0]
     loops = _busy_loops(os.cpu_count() or 1)
     churn = threading.Thread(target=_churn_ids, args=(stop, churned), daemon=True)

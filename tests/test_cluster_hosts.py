@@ -22,7 +22,7 @@ from ddp_lib.cluster.hosts import (
 )
 from ddp_lib.cluster.jobs import RDZV_PORT, node_command, run_on_hosts
 from ddp_lib.cluster.mistakes import run_mistakes
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=f"two hosts cannot be made here: {unavailable()}")
@@ -95,7 +95,7 @@ def test_nothing_is_left_after_an_interruption(sig):
 @pytest.fixture(scope="module")
 def reference():
     """The 2-rank job on one machine, through ddp_lib's launcher."""
-    return spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
+    return run_ranks(train, 2, args=(3, 16, 0.1, 0), show_output=False)
 
 
 def test_training_on_two_hosts_gives_the_one_machine_result(reference):

@@ -18,7 +18,7 @@ import torch
 from ddp_lib.cluster.hosts import left_behind
 from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
 from ddp_lib.cluster.slurm import CLIENTS, DAEMONS, PACKAGES, slurm_cluster, unavailable
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
 
 SCRIPT = Path(__file__).resolve().parents[1] / "slurm" / "train.sbatch"
@@ -103,7 +103,7 @@ def test_the_sbatch_script_trains_on_two_slurm_nodes_like_one_machine(slurm):
     assert job.error is None
     results, lines = job.results, job.lines  # from each rank's folder under RUN_DIR
     assert [r["rank"] for r in results] == [0, 1]
-    reference = spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
+    reference = run_ranks(train, 2, args=(3, 16, 0.1, 0), show_output=False)
     for got, want in zip(results, reference):
         assert got["losses"] == want["losses"]
         assert got["checksum"] == pytest.approx(want["checksum"], abs=1e-6)

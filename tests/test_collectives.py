@@ -4,7 +4,7 @@ point-to-point (including the deadlock of two blocking sends), subgroups and the
 
 import pytest
 
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers import collectives, point_to_point
 
 
@@ -31,7 +31,7 @@ def expected(name, world_size):
 
 @pytest.mark.parametrize("method", ["env", "tcp", "file"])
 def test_init_methods_form_the_same_group(method, tmp_path):
-    results = spawn(collectives.whoami, 3, (method, str(tmp_path / "store")))
+    results = run_ranks(collectives.whoami, 3, (method, str(tmp_path / "store")))
     assert [r["rank"] for r in results] == [0, 1, 2]
     assert {r["world_size"] for r in results} == {3}
     assert {r["backend"] for r in results} == {"gloo"}
@@ -40,7 +40,7 @@ def test_init_methods_form_the_same_group(method, tmp_path):
 
 
 def test_the_plain_torch_worker_joins_and_sums_the_ranks():
-    results = spawn(collectives.join_and_sum, 3)
+    results = run_ranks(collectives.join_and_sum, 3)
     assert [(r["rank"], r["world_size"], r["backend"], r["sum_of_ranks"]) for r in results] == [
         (0, 3, "gloo", 3.0), (1, 3, "gloo", 3.0), (2, 3, "gloo", 3.0)]
 
@@ -52,7 +52,7 @@ def test_the_launcher_serves_the_store_and_under_torchs_convention_rank_0_does(m
     from ddp_lib.demos import store_server
     from ddp_lib.process_group import free_port
 
-    under_launcher = spawn(store_server.who_serves_the_store, 2)
+    under_launcher = run_ranks(store_server.who_serves_the_store, 2)
     assert {r["store_pid"] for r in under_launcher} == {os.getpid()}
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
@@ -67,7 +67,7 @@ def test_file_init_method_needs_a_path():
 
 
 def test_store_by_hand_then_process_group(tmp_path):
-    results = spawn(collectives.store_demo, 3, (str(tmp_path / "store"),))
+    results = run_ranks(collectives.store_demo, 3, (str(tmp_path / "store"),))
     for r in results:
         assert r["seen"] == ["rank 0 is here", "rank 1 is here", "rank 2 is here"]
         assert r["arrival_in_range"] and r["sum_of_ranks"] == 3.0
@@ -75,13 +75,13 @@ def test_store_by_hand_then_process_group(tmp_path):
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_every_collective_before_and_after(world_size):
-    per_rank = spawn(collectives.run_collectives, world_size)
+    per_rank = run_ranks(collectives.run_collectives, world_size)
     for name in collectives.COLLECTIVES:
         check_collective(name, [r[name] for r in per_rank], world_size)
 
 
 def test_one_collective_and_a_wrong_name():
-    check_collective("all_to_all", spawn(collectives.run_collective, 3, ("all_to_all",)), 3)
+    check_collective("all_to_all", run_ranks(collectives.run_collective, 3, ("all_to_all",)), 3)
     with pytest.raises(ValueError, match="unknown collective 'allreduce'; accepted: broadcast"):
         collectives.run_collectives(0, 1, ("allreduce",))
 
@@ -99,7 +99,7 @@ def check_collective(name, results, world_size):
 
 
 def test_describe_prints_ranks_in_order():
-    text = collectives.describe(spawn(collectives.run_collective, 2, ("reduce",)))
+    text = collectives.describe(run_ranks(collectives.run_collective, 2, ("reduce",)))
     lines = text.splitlines()
     assert lines[:2] == ["reduce", "  rank 0: [1, 2]               -> [12, 14]"]
     assert lines[2].startswith("  rank 1: [11, 12]             -> [")
@@ -107,14 +107,14 @@ def test_describe_prints_ranks_in_order():
 
 
 def test_barrier_releases_nobody_before_the_last_arrival():
-    results = spawn(collectives.barrier_timeline, 3, (0.1,))
+    results = run_ranks(collectives.barrier_timeline, 3, (0.1,))
     last_arrival = max(r["arrived"] for r in results)
     assert last_arrival - min(r["arrived"] for r in results) > 0.15  # the delays happened
     assert all(r["left"] >= last_arrival for r in results)
 
 
 def test_subgroups_reduce_only_within_their_group():
-    results = spawn(collectives.subgroups, 4)
+    results = run_ranks(collectives.subgroups, 4)
     assert [r["group"] for r in results] == ["evens", "odds", "evens", "odds"]
     assert [r["members"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert [r["group_rank"] for r in results] == [0, 0, 1, 1]
@@ -140,19 +140,19 @@ def test_subgroups_with_local_synchronization_are_created_by_their_members_only(
 
 
 def test_send_recv_moves_rank0s_tensor_to_rank1_only():
-    results = spawn(point_to_point.send_recv, 3)
+    results = run_ranks(point_to_point.send_recv, 3)
     assert [r["after"] for r in results] == [start(0, 3), start(0, 3), start(2, 3)]
 
 
 def test_isend_irecv_pass_right():
-    results = spawn(point_to_point.pass_right, 3)
+    results = run_ranks(point_to_point.pass_right, 3)
     assert [r["after"] for r in results] == [start(2, 3), start(0, 3), start(1, 3)]
 
 
 @pytest.mark.parametrize("numel", [1, 1 << 20])
 def test_two_blocking_sends_deadlock_on_gloo_at_any_size(numel):
     # gloo does not buffer: a send completes only once the peer posts the matching recv.
-    results = spawn(point_to_point.swap, 2, (numel, "both_send_first", 2.0), backend="gloo")
+    results = run_ranks(point_to_point.swap, 2, (numel, "both_send_first", 2.0), backend="gloo")
     assert [r["completed"] for r in results] == [False, False]
     errors = {r["error"] for r in results}
     assert "Timed out waiting 2000ms for send operation to complete" in errors
@@ -161,7 +161,7 @@ def test_two_blocking_sends_deadlock_on_gloo_at_any_size(numel):
 
 @pytest.mark.parametrize("order", ["by_parity", "isend"])
 def test_ordered_or_asynchronous_sends_complete(order):
-    results = spawn(point_to_point.swap, 2, (1 << 20, order, 10.0))
+    results = run_ranks(point_to_point.swap, 2, (1 << 20, order, 10.0))
     assert [(r["completed"], r["error"]) for r in results] == [(True, "")] * 2
 
 
@@ -176,7 +176,7 @@ def test_plot_collective_draws_every_value():
 
     from ddp_lib.plots.collectives import plot_collective
 
-    fig = plot_collective(spawn(collectives.run_collective, 2, ("all_gather",)))
+    fig = plot_collective(run_ranks(collectives.run_collective, 2, ("all_gather",)))
     plt.close(fig)
     before, after = fig.axes
     assert [t.get_text() for t in before.texts] == ["1", "2", "11", "12"]

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import ddp_lib
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import DEFAULT_MASTER_PORT, free_port, port_in_use
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.copying import FILES_TO_COPY, OPTIONAL_PACKAGES
@@ -268,9 +268,9 @@ def test_copied_workers_give_the_results_they_give_inside_ddp_lib(spawned):
     from ddp_lib.workers.gradients import ddp_run
     from ddp_lib.workers.train import train
 
-    assert _same(spawn(demo_basic, 2, kwargs={"seed": 3}), [spawned[r]["basic.demo_basic"] for r in range(2)])
-    assert _same(spawn(ddp_run, 2, kwargs={"steps": 3}), [spawned[r]["gradients.ddp_run"] for r in range(2)])
-    inside = spawn(train, 2, kwargs={"epochs": 2})
+    assert _same(run_ranks(demo_basic, 2, kwargs={"seed": 3}), [spawned[r]["basic.demo_basic"] for r in range(2)])
+    assert _same(run_ranks(ddp_run, 2, kwargs={"steps": 3}), [spawned[r]["gradients.ddp_run"] for r in range(2)])
+    inside = run_ranks(train, 2, kwargs={"epochs": 2})
     copied_train = [spawned[r]["train.train"] for r in range(2)]
     assert [r["losses"] for r in inside] == [r["losses"] for r in copied_train]
     assert [r["params"] for r in inside] == [r["params"] for r in copied_train]

@@ -12,10 +12,10 @@ from conftest import pythonpath_with_tests
 DRIVER = """
 import launcher_workers
 import ddp_lib.mp as mp
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 print(mp.spawn(launcher_workers.mp_rank, args=(10,), nprocs=2))
-print(spawn(launcher_workers.talk, 2, kwargs=dict(lines=0), start_method="spawn", show_output=False))
+print(run_ranks(launcher_workers.talk, 2, kwargs=dict(lines=0), start_method="spawn", show_output=False))
 """
 
 

@@ -14,7 +14,7 @@ import ddp_lib
 from ddp_lib.demos import hung_ranks, leftovers, monitored
 from ddp_lib.errors import LaunchInputError, Stopped, WorkerError, readable, stopped_at
 from ddp_lib.exercises.lesson07 import check_evaluation
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers import failure_lab as lab
 from ddp_lib.workers import faulty_ranks
 
@@ -22,8 +22,8 @@ from ddp_lib.workers import faulty_ranks
 def test_the_launcher_stops_the_ranks_still_busy_when_one_raises(tmp_path):
     started = time.monotonic()
     with pytest.raises(WorkerError) as info:
-        spawn(faulty_ranks.raise_on_rank, 3, kwargs=dict(bad_rank=2, pid_dir=str(tmp_path), others_busy_s=60),
-              show_output=False)
+        run_ranks(faulty_ranks.raise_on_rank, 3, kwargs=dict(bad_rank=2, pid_dir=str(tmp_path), others_busy_s=60),
+                  show_output=False)
     assert info.value.rank == 2 and info.value.exc_type == "ValueError"
     assert len(list(tmp_path.glob("rank*.pid"))) == 3 and leftovers.still_running(str(tmp_path)) == []
     assert time.monotonic() - started < 30  # stopped, not left to finish their 60 s
@@ -31,23 +31,23 @@ def test_the_launcher_stops_the_ranks_still_busy_when_one_raises(tmp_path):
 
 def test_a_collective_only_rank_0_calls_times_out_within_seconds():
     with pytest.raises(WorkerError, match="Timed out waiting 3000ms"):
-        spawn(lab.evaluate_on_rank0_only, 2, timeout=60, show_output=False)
+        run_ranks(lab.evaluate_on_rank0_only, 2, timeout=60, show_output=False)
 
 
 def test_monitored_barrier_names_the_rank_that_did_not_arrive():
     with pytest.raises(WorkerError) as info:
-        spawn(monitored.evaluate_with_side_group, 3, timeout=60, show_output=False)
+        run_ranks(monitored.evaluate_with_side_group, 3, timeout=60, show_output=False)
     assert info.value.rank == 0
     assert info.value.message.startswith("[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 3000 ms")
 
 
 def test_every_rank_evaluating_is_the_fix():
-    assert spawn(lab.evaluate_on_rank0_only, 2, kwargs=dict(fixed=True), show_output=False) == [3.0, 3.0]
+    assert run_ranks(lab.evaluate_on_rank0_only, 2, kwargs=dict(fixed=True), show_output=False) == [3.0, 3.0]
 
 
 def test_a_metric_all_reduce_on_rank_0_alone_in_a_ddp_loop_meets_ddps_gradient_all_reduce_and_hangs():
     with pytest.raises(WorkerError) as plain:
-        spawn(lab.metric_on_rank0_in_ddp_loop, 2, timeout=60, show_output=False)
+        run_ranks(lab.metric_on_rank0_in_ddp_loop, 2, timeout=60, show_output=False)
     assert sorted(plain.value.failures) == [0, 1]
     # one rank times out; the other by its own timeout, or as the first one's connections close
     assert any("Timed out waiting 3000ms for recv" in m for m in plain.value.failures.values())
@@ -58,15 +58,15 @@ def test_ddp_on_a_debug_detail_process_group_dies_in_its_constructor_on_this_tor
     # torch 2.13 (CPU build): DDP's logger segfaults on the ProcessGroupWrapper that DETAIL adds.
     # Lesson 07 says so; if a later torch fixes it, this test fails and the lesson must change.
     with pytest.raises(WorkerError) as detail:
-        spawn(lab.metric_on_rank0_in_ddp_loop, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=60,
-              show_output=False)
+        run_ranks(lab.metric_on_rank0_in_ddp_loop, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=60,
+                  show_output=False)
     assert "SIGSEGV" in str(detail.value.failures)
 
 
 def test_ddp_on_a_group_created_with_the_level_off_runs_and_the_checked_default_group_names_the_missing_rank():
     with pytest.raises(WorkerError) as caught:
-        spawn(lab.metric_on_rank0_with_checked_group, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=60,
-              show_output=False)
+        run_ranks(lab.metric_on_rank0_with_checked_group, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=60,
+                  show_output=False)
     printed = caught.value.outputs[0][0]
     assert "the default group checked: True, DDP's group checked: False" in printed
     assert "Ranks 1 failed to pass monitoredBarrier" in caught.value.failures[0]
@@ -74,32 +74,32 @@ def test_ddp_on_a_group_created_with_the_level_off_runs_and_the_checked_default_
 
 def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
     with pytest.raises(WorkerError) as plain:
-        spawn(lab.mismatched_shapes, 2, show_output=False)
+        run_ranks(lab.mismatched_shapes, 2, show_output=False)
     assert plain.value.rank == 1 and "Connection closed by peer" in plain.value.message
     assert 0 not in plain.value.failures  # rank 0 "succeeded" with a wrong sum
     assert "[11.0, 22.0]" in plain.value.outputs[0][0]  # its [1, 2] plus the first two of [10, 20, 30]
     with pytest.raises(WorkerError, match="Detected mismatch between collectives") as detail:
-        spawn(lab.mismatched_shapes, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, show_output=False)
+        run_ranks(lab.mismatched_shapes, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, show_output=False)
     assert "TensorShape=[2]" in str(detail.value.failures) and "TensorShape=[3]" in str(detail.value.failures)
 
 
 def test_an_unused_parameter_fails_the_second_step_until_find_unused_parameters():
     with pytest.raises(WorkerError, match="Expected to have finished reduction in the prior iteration"):
-        spawn(lab.unused_parameter, 2, show_output=False)
-    losses = spawn(lab.unused_parameter, 2, (True,), show_output=False)
+        run_ranks(lab.unused_parameter, 2, show_output=False)
+    losses = run_ranks(lab.unused_parameter, 2, (True,), show_output=False)
     assert losses[0] == losses[1] and len(losses[0]) == 2
 
 
 def test_device_ids_with_a_cpu_model_is_a_value_error():
     with pytest.raises(WorkerError) as info:
-        spawn(lab.device_ids_on_cpu, 2, show_output=False)
+        run_ranks(lab.device_ids_on_cpu, 2, show_output=False)
     assert info.value.exc_type == "ValueError" and "device_ids" in info.value.message
 
 
 def test_without_set_epoch_every_epoch_has_the_same_order():
-    same = spawn(lab.sampler_orders, 2, (False,), show_output=False)
+    same = run_ranks(lab.sampler_orders, 2, (False,), show_output=False)
     assert all(epochs[0] == epochs[1] == epochs[2] for epochs in same)
-    fixed = spawn(lab.sampler_orders, 2, (True,), show_output=False)
+    fixed = run_ranks(lab.sampler_orders, 2, (True,), show_output=False)
     assert all(epochs[0] != epochs[1] for epochs in fixed)
     # Each epoch, the ranks together still see every sample exactly once.
     for epoch in range(3):
@@ -107,7 +107,8 @@ def test_without_set_epoch_every_epoch_has_the_same_order():
 
 
 def test_debug_detail_adds_a_monitored_barrier_and_two_all_gathers_to_each_collective():
-    off, detail = (spawn(lab.gloo_calls_per_all_reduce, 3, env={"TORCH_DISTRIBUTED_DEBUG": level}, show_output=False)
+    off, detail = (run_ranks(lab.gloo_calls_per_all_reduce, 3, env={"TORCH_DISTRIBUTED_DEBUG": level},
+                             show_output=False)
                    for level in ("OFF", "DETAIL"))
     assert off == [{"all_reduce": 1.0}] * 3
     # rank 0 hears from each other rank, then answers each; the others send once and receive once
@@ -137,7 +138,7 @@ def test_readable_drops_source_locations_and_peer_ports():
 
 def test_args_that_is_not_a_tuple_never_starts_a_process():
     with pytest.raises(LaunchInputError, match="args=\\(2,\\)"):
-        spawn(lab.sampler_orders, 2, args=(2))
+        run_ranks(lab.sampler_orders, 2, args=(2))
 
 
 SOLUTIONS = {
@@ -324,8 +325,8 @@ def test_checker_draws_new_metrics_each_time(solution):
 
 def test_a_rank_killed_in_a_collective_is_noticed_by_every_survivor_within_the_timeout(tmp_path):
     with pytest.raises(WorkerError) as info:
-        spawn(faulty_ranks.die_in_collective, 3, kwargs=dict(record_dir=str(tmp_path), timeout_s=3.0),
-              show_output=False)
+        run_ranks(faulty_ranks.die_in_collective, 3, kwargs=dict(record_dir=str(tmp_path), timeout_s=3.0),
+                  show_output=False)
     assert info.value.rank == 1
     records = faulty_ranks.read_records(str(tmp_path))
     died_at = records.pop(1)["died_at"]

@@ -24,10 +24,10 @@ import sys, types
 import IPython
 if sys.argv[1:] == ["kernel"]:
     IPython.get_ipython = lambda: types.SimpleNamespace(kernel=object())
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 import launcher_workers
-print("first:", spawn(launcher_workers.talk, 2, kwargs=dict(lines=1), show_output="stdout"), flush=True)
-print("second:", spawn(launcher_workers.talk, 2, kwargs=dict(lines=1), show_output="stdout"), flush=True)
+print("first:", run_ranks(launcher_workers.talk, 2, kwargs=dict(lines=1), show_output="stdout"), flush=True)
+print("second:", run_ranks(launcher_workers.talk, 2, kwargs=dict(lines=1), show_output="stdout"), flush=True)
 """
 
 

@@ -34,7 +34,7 @@ def repo(tmp_path) -> Path:
     subprocess.run(["make", "-s", "--no-print-directory", "setup-git", "INSTALLED=", f"VENV={VENV_BIN.parent}"],
                    cwd=ROOT, env=env, check=True)
     shutil.copy(ROOT / ".gitattributes", tmp_path)
-    nbformat.write(notebook("print(spawn(f, 2))", "[0, 1]\n"), tmp_path / "n.ipynb")
+    nbformat.write(notebook("print(run_ranks(f, 2))", "[0, 1]\n"), tmp_path / "n.ipynb")
     git(tmp_path, "add", ".")
     git(tmp_path, "commit", "-qm", "one")
     return tmp_path
@@ -55,24 +55,24 @@ def test_setup_git_names_the_drivers_gitattributes_assigns(repo):
 
 
 def test_git_diff_shows_the_changed_line_of_a_cell_not_json(repo):
-    nbformat.write(notebook("print(spawn(f, 4))", "[0, 1, 2, 3]\n"), repo / "n.ipynb")
+    nbformat.write(notebook("print(run_ranks(f, 4))", "[0, 1, 2, 3]\n"), repo / "n.ipynb")
     diff = re.sub(r"\x1b\[[0-9;]*m", "", git(repo, "diff").stdout)  # nbdime colours its output
     assert "## modified /cells/1/source:" in diff, diff
-    assert re.search(r"^-\s+print\(spawn\(f, 2\)\)$", diff, re.MULTILINE), diff
-    assert re.search(r"^\+\s+print\(spawn\(f, 4\)\)$", diff, re.MULTILINE), diff
+    assert re.search(r"^-\s+print\(run_ranks\(f, 2\)\)$", diff, re.MULTILINE), diff
+    assert re.search(r"^\+\s+print\(run_ranks\(f, 4\)\)$", diff, re.MULTILINE), diff
     assert '"source":' not in diff and '"cell_type":' not in diff  # cells, not JSON
     raw = git(repo, "diff", "--no-ext-diff").stdout  # git's own line diff, for comparison
-    assert '"source":' in raw or '"print(spawn(f, 4))"' in raw
+    assert '"source":' in raw or '"print(run_ranks(f, 4))"' in raw
 
 
 def test_git_merge_joins_changes_to_a_cells_source_and_output(repo):
     # One branch edits the code, the other its output: neighbouring lines of the JSON, which
     # git's line merge reports as a conflict; nbdime merges them cell by cell.
     git(repo, "checkout", "-qb", "other")
-    nbformat.write(notebook("print(spawn(f, 2))", "[0, 1] done\n"), repo / "n.ipynb")
+    nbformat.write(notebook("print(run_ranks(f, 2))", "[0, 1] done\n"), repo / "n.ipynb")
     git(repo, "commit", "-qam", "output")
     git(repo, "checkout", "-q", "main")
-    nbformat.write(notebook("print(spawn(f, 4))", "[0, 1]\n"), repo / "n.ipynb")
+    nbformat.write(notebook("print(run_ranks(f, 4))", "[0, 1]\n"), repo / "n.ipynb")
     git(repo, "commit", "-qam", "source")
     plain = git(repo, "-c", "merge.jupyternotebook.driver=false", "merge", "--no-edit", "other", check=False)
     assert plain.returncode != 0  # without nbdime: a conflict
@@ -80,4 +80,4 @@ def test_git_merge_joins_changes_to_a_cells_source_and_output(repo):
     merged = git(repo, "merge", "--no-edit", "other", check=False)
     assert merged.returncode == 0, merged.stdout + merged.stderr
     cell = nbformat.read(repo / "n.ipynb", as_version=4).cells[1]
-    assert cell.source == "print(spawn(f, 4))" and cell.outputs[0].text == "[0, 1] done\n"
+    assert cell.source == "print(run_ranks(f, 4))" and cell.outputs[0].text == "[0, 1] done\n"

@@ -4,20 +4,20 @@ import pytest
 import torch
 
 from ddp_lib.errors import WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers import buckets, gradients
 
 TOL = 1e-6  # float32: sums in a different order differ by a few ulps, never more
 
 
 def test_ddp_broadcasts_rank0_parameters_at_construction():
-    results = spawn(gradients.broadcast_at_construction, 2, show_output=False)
+    results = run_ranks(gradients.broadcast_at_construction, 2, show_output=False)
     assert results[0]["before"] != results[1]["before"]
     assert results[0]["after"] == results[1]["after"] == results[0]["before"]
 
 
 def test_after_backward_every_rank_holds_the_mean_gradient():
-    results = spawn(gradients.grads_after_backward, 2, show_output=False)
+    results = run_ranks(gradients.grads_after_backward, 2, show_output=False)
     assert results[0]["local_grad_sum"] != results[1]["local_grad_sum"]
     assert all(r["all_ranks_equal"] and r["equals_mean_of_local"] for r in results)
     mean = (results[0]["local_grad_sum"] + results[1]["local_grad_sum"]) / 2
@@ -26,7 +26,7 @@ def test_after_backward_every_rank_holds_the_mean_gradient():
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_n_ranks_with_batch_b_equal_one_process_with_batch_nb(world_size):
-    results = spawn(gradients.ddp_run, world_size, (4, 5, 0, "mean"), show_output=False)
+    results = run_ranks(gradients.ddp_run, world_size, (4, 5, 0, "mean"), show_output=False)
     reference = gradients.single_process_run(world_size * 4, 5, 0, "mean")
     for r in results:
         assert torch.allclose(r["first_grads"], reference["first_grads"], atol=TOL)
@@ -36,14 +36,14 @@ def test_n_ranks_with_batch_b_equal_one_process_with_batch_nb(world_size):
 
 
 def test_summed_loss_gives_gradients_world_size_times_smaller_than_one_process():
-    results = spawn(gradients.ddp_run, 2, (4, 1, 0, "sum"), show_output=False)
+    results = run_ranks(gradients.ddp_run, 2, (4, 1, 0, "sum"), show_output=False)
     reference = gradients.single_process_run(8, 1, 0, "sum")
     assert torch.allclose(results[0]["first_grads"] * 2, reference["first_grads"], atol=1e-5)
     assert not torch.allclose(results[0]["first_grads"], reference["first_grads"], atol=1e-3)
 
 
 def test_no_sync_accumulation_equals_the_large_batch_step():
-    results = spawn(gradients.no_sync_run, 2, (4, 2, 3), show_output=False)
+    results = run_ranks(gradients.no_sync_run, 2, (4, 2, 3), show_output=False)
     reference = gradients.single_process_run(8, 3)
     for r in results:
         assert r["allreduces_per_micro_batch"] == [0, 1]
@@ -52,15 +52,15 @@ def test_no_sync_accumulation_equals_the_large_batch_step():
 
 def test_unused_parameter_raises_then_find_unused_parameters_fixes_it():
     with pytest.raises(WorkerError) as info:
-        spawn(gradients.unused_parameters, 2, (False,), show_output=False)
+        run_ranks(gradients.unused_parameters, 2, (False,), show_output=False)
     assert info.value.exc_type == "RuntimeError"
     assert info.value.message.startswith("Expected to have finished reduction in the prior iteration")
-    results = spawn(gradients.unused_parameters, 2, (True,), show_output=False)
+    results = run_ranks(gradients.unused_parameters, 2, (True,), show_output=False)
     assert all(r["b_weight_grad"] is None and r["steps"] == 3 for r in results)
 
 
 def test_fp16_compression_changes_gradients_only_within_fp16_precision():
-    results = spawn(gradients.fp16_compression, 2, (0, 4), show_output=False)
+    results = run_ranks(gradients.fp16_compression, 2, (0, 4), show_output=False)
     r = results[0]
     diff = (r["plain"] - r["fp16"]).abs()
     assert diff.max() > 0  # the hook really ran
@@ -74,14 +74,14 @@ def test_fp16_compression_changes_gradients_only_within_fp16_precision():
 
 def test_bucket_cap_mb_sets_the_number_of_allreduces():
     # Step 0 uses one bucket for everything; DDP rebuilds buckets from the gradient order after it.
-    counts = {cap: spawn(buckets.count_allreduces, 2, (cap,), show_output=False)[0] for cap in (25.0, 0.1, 0.05)}
+    counts = {cap: run_ranks(buckets.count_allreduces, 2, (cap,), show_output=False)[0] for cap in (25.0, 0.1, 0.05)}
     assert [counts[cap]["allreduces_per_step"] for cap in (25.0, 0.1, 0.05)] == [[1, 1, 1], [1, 2, 2], [1, 4, 4]]
     total = sum(p.numel() * 4 for p in gradients.make_mlp(0, buckets.WIDE).parameters())
     assert all(sum(c["bucket_bytes"]) == total for c in counts.values())
 
 
 def test_timeline_first_allreduce_starts_before_backward_is_done():
-    results = spawn(buckets.backward_timeline, 2, show_output=False)
+    results = run_ranks(buckets.backward_timeline, 2, show_output=False)
     for r in results:
         assert len(r["allreduces"]) == 4 and len(r["grad_ready"]) == 7
         last_ready = max(t for _, t in r["grad_ready"])
@@ -92,7 +92,7 @@ def test_timeline_first_allreduce_starts_before_backward_is_done():
 def test_only_the_default_cap_gives_a_1_mib_first_bucket_and_find_unused_sends_it_last():
     sent, names = {}, {}
     for cap, find_unused in ((None, False), (25.0, False), (None, True)):
-        r = spawn(buckets.count_allreduces, 2, kwargs=dict(bucket_cap_mb=cap, model="four_mib",
+        r = run_ranks(buckets.count_allreduces, 2, kwargs=dict(bucket_cap_mb=cap, model="four_mib",
                                                          find_unused_parameters=find_unused), show_output=False)[0]
         sent[cap, find_unused] = r["bytes_in_order_sent"]
         names[cap, find_unused] = r["parameters_in_order_sent"]
@@ -106,8 +106,8 @@ def test_only_the_default_cap_gives_a_1_mib_first_bucket_and_find_unused_sends_i
 
 
 def test_find_unused_parameters_adds_one_allreduce_per_step():
-    runs = {flag: spawn(gradients.unused_parameters, 2, kwargs=dict(find_unused_parameters=flag, use_b=True),
-                        show_output=False)[0] for flag in (False, True)}
+    runs = {flag: run_ranks(gradients.unused_parameters, 2, kwargs=dict(find_unused_parameters=flag, use_b=True),
+                            show_output=False)[0] for flag in (False, True)}
     assert runs[False]["collectives"]["allreduce_"] == 3 and runs[True]["collectives"]["allreduce_"] == 6
     # The two broadcasts come with the bucket rebuild, in step 1 only, and never with the flag.
     assert runs[False]["collectives_per_step"] == [{"allreduce_": 1}, {"allreduce_": 1, "broadcast_": 2},
@@ -116,15 +116,15 @@ def test_find_unused_parameters_adds_one_allreduce_per_step():
 
 
 def test_ddp_reducer_multiplies_by_one_over_world_size_the_python_hook_and_a_kept_bucket_view_divide():
-    for r in spawn(gradients.reducer_scaling, 3, show_output=False):
+    for r in run_ranks(gradients.reducer_scaling, 3, show_output=False):
         assert r["entries_that_differ"] > 0
         assert (r["built_in"], r["allreduce_hook"], r["bucket_view"]) == ("multiplied", "divided", "divided")
 
 
 def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not():
     for way, overlaps in (("after_backward", False), ("buckets", True)):
-        for r in spawn(buckets.backward_timeline, 2, kwargs=dict(way=way, bucket_cap_mb=0.6, warmup=1, repeats=3),
-                       show_output=False):
+        for r in run_ranks(buckets.backward_timeline, 2, kwargs=dict(way=way, bucket_cap_mb=0.6, warmup=1, repeats=3),
+                           show_output=False):
             last_ready = max(t for _, t in r["grad_ready"])
             assert (r["allreduces"][0]["start"] < last_ready) is overlaps, way
             assert r["synced_ms"] >= max(a["end"] for a in r["allreduces"]) or way == "after_backward"
@@ -136,7 +136,7 @@ def test_fp16_compress_hook_divides_in_float16_after_the_cast():
     # Lesson 04: one step of 2**-24 is flushed to 0 on 2 ranks; on 3 ranks 2 steps come back as 3.
     expected = {2: [0.0, 2.0, 4.0, 4.0], 3: [0.0, 3.0, 3.0, 3.0]}
     for world_size, averaged in expected.items():
-        for r in spawn(gradients.fp16_tiny_gradients, world_size, show_output=False):
+        for r in run_ranks(gradients.fp16_tiny_gradients, world_size, show_output=False):
             assert r["averaged"] == averaged
 
 
@@ -159,5 +159,5 @@ def test_the_new_lesson04_schematics_draw():
 def test_no_sync_needs_the_forward_inside_it():
     # Lesson 04: a forward outside no_sync() makes the backward inside it synchronise anyway.
     for inside, expected in ((True, [0, 1]), (False, [1, 1])):
-        r = spawn(gradients.no_sync_run, 2, kwargs=dict(forward_inside_no_sync=inside), show_output=False)[0]
+        r = run_ranks(gradients.no_sync_run, 2, kwargs=dict(forward_inside_no_sync=inside), show_output=False)[0]
         assert r["allreduces_per_micro_batch"] == expected

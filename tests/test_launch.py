@@ -14,21 +14,21 @@ import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, wait_until_gone
 from ddp_lib.errors import LaunchTimeout, WorkerError
-from ddp_lib.launch import launch, spawn
+from ddp_lib.launch import launch, run_ranks
 from ddp_lib.workers import faulty_ranks
 from ddp_lib.workers.basic import demo_basic
 
 
 def test_results_come_back_in_rank_order_even_when_later_ranks_finish_first():
-    assert spawn(launcher_workers.talk, 3, (1, 0.3), show_output=False) == [0, 10, 20]
+    assert run_ranks(launcher_workers.talk, 3, (1, 0.3), show_output=False) == [0, 10, 20]
 
 
 def test_keyword_arguments_and_partials_reach_the_worker():
-    assert spawn(launcher_workers.talk, 2, kwargs=dict(lines=0, delay=0.0), show_output=False) == [0, 10]
+    assert run_ranks(launcher_workers.talk, 2, kwargs=dict(lines=0, delay=0.0), show_output=False) == [0, 10]
     # A partial's keywords merge with the launch's kwargs (positional partial args are refused).
     worker = functools.partial(launcher_workers.talk, lines=0)
-    assert spawn(worker, 2, (), kwargs=dict(delay=0.0), show_output=False) == [0, 10]
-    assert spawn(functools.partial(faulty_ranks.raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
+    assert run_ranks(worker, 2, (), kwargs=dict(delay=0.0), show_output=False) == [0, 10]
+    assert run_ranks(functools.partial(faulty_ranks.raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
 
 
 def test_output_is_captured_per_rank_and_printed_in_rank_order(capsys):
@@ -50,7 +50,7 @@ def test_show_output_stdout_only_and_off(capsys):
 
 
 def test_each_rank_gets_the_launch_environment():
-    envs = spawn(launcher_workers.report_env, 2)
+    envs = run_ranks(launcher_workers.report_env, 2)
     for rank, env in enumerate(envs):
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["has_port"]
         numbers = (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["LOCAL_WORLD_SIZE"])
@@ -59,18 +59,18 @@ def test_each_rank_gets_the_launch_environment():
 
 
 def test_extra_env_reaches_every_rank():
-    envs = spawn(launcher_workers.report_env, 2, env={"OMP_NUM_THREADS": 1})
+    envs = run_ranks(launcher_workers.report_env, 2, env={"OMP_NUM_THREADS": 1})
     assert [e["threads"] for e in envs] == [1, 1]
 
 
 def test_extra_env_per_rank_reaches_only_its_rank():
-    envs = spawn(launcher_workers.report_env, 2, env=[{"OMP_NUM_THREADS": 1}, {"OMP_NUM_THREADS": 2}])
+    envs = run_ranks(launcher_workers.report_env, 2, env=[{"OMP_NUM_THREADS": 1}, {"OMP_NUM_THREADS": 2}])
     assert [e["threads"] for e in envs] == [1, 2]
 
 
 def test_demo_basic_gives_every_rank_the_same_parameters():
     for world_size in (1, 2, 4):
-        results = spawn(demo_basic, world_size, show_output=False)
+        results = run_ranks(demo_basic, world_size, show_output=False)
         assert [r["rank"] for r in results] == list(range(world_size))
         assert len({r["checksum"] for r in results}) == 1
         # Different data per rank, so different losses: the agreement is DDP's doing.
@@ -82,12 +82,12 @@ def test_many_launches_in_a_row_never_hang_on_teardown():
     # With torch 2.13 + gloo, destroying a group while gloo threads release work deadlocked
     # in about 1 run in 4 before teardown() let those threads finish.
     for _ in range(20):
-        spawn(demo_basic, 2, timeout=20, show_output=False)
+        run_ranks(demo_basic, 2, timeout=20, show_output=False)
 
 
 def test_a_worker_exception_names_the_rank_type_and_message(pid_dir):
     with pytest.raises(WorkerError) as info:
-        spawn(faulty_ranks.raise_on_rank, 3, (2, str(pid_dir)), show_output=False)
+        run_ranks(faulty_ranks.raise_on_rank, 3, (2, str(pid_dir)), show_output=False)
     err = info.value
     assert str(err) == "rank 2 raised ValueError: rank 2 was told to fail"
     assert (err.rank, err.exc_type, err.message) == (2, "ValueError", "rank 2 was told to fail")
@@ -98,21 +98,21 @@ def test_a_worker_exception_names_the_rank_type_and_message(pid_dir):
 
 def test_the_rank_that_failed_first_is_blamed_not_the_peers_it_broke():
     with pytest.raises(WorkerError) as info:
-        spawn(launcher_workers.raise_in_collective, 3, (2,), show_output=False)
+        run_ranks(launcher_workers.raise_in_collective, 3, (2,), show_output=False)
     assert str(info.value) == "rank 2 raised ValueError: rank 2 was told to fail"
 
 
 def test_when_every_rank_fails_alike_the_lowest_rank_is_named_every_time():
     for _ in range(3):
         with pytest.raises(WorkerError) as info:
-            spawn(launcher_workers.raise_everywhere, 3, show_output=False)
+            run_ranks(launcher_workers.raise_everywhere, 3, show_output=False)
         assert info.value.rank == 0 and sorted(info.value.failures) == [0, 1, 2]
 
 
 def test_a_killed_rank_is_named_and_the_others_are_stopped(pid_dir):
     start = time.monotonic()
     with pytest.raises(WorkerError, match=r"^rank 1 was killed by SIGKILL before returning a result$") as info:
-        spawn(launcher_workers.die_on_rank, 3, (1, str(pid_dir)), show_output=False)
+        run_ranks(launcher_workers.die_on_rank, 3, (1, str(pid_dir)), show_output=False)
     assert info.value.exc_type == "" and time.monotonic() - start < 30  # the others sleep 60 s
     pids = recorded_pids(pid_dir)
     assert len(pids) == 3 and wait_until_gone(pids) == []
@@ -120,12 +120,12 @@ def test_a_killed_rank_is_named_and_the_others_are_stopped(pid_dir):
 
 def test_a_rank_that_exits_without_raising_is_named():
     with pytest.raises(WorkerError, match=r"^rank 0 exited with code 3 before returning a result$"):
-        spawn(launcher_workers.exit_on_rank, 2, (0, 3), show_output=False)
+        run_ranks(launcher_workers.exit_on_rank, 2, (0, 3), show_output=False)
 
 
 def test_the_deadline_turns_a_hang_into_an_error_and_stops_every_rank(pid_dir):
     with pytest.raises(LaunchTimeout) as info:
-        spawn(faulty_ranks.hang_on_rank, 3, (1, str(pid_dir)), timeout=2, show_output=False)
+        run_ranks(faulty_ranks.hang_on_rank, 3, (1, str(pid_dir)), timeout=2, show_output=False)
     assert info.value.running == [1]
     assert "did not finish within its 2 s deadline; rank 1 still running was stopped" in str(info.value)
     assert wait_until_gone(recorded_pids(pid_dir)) == []
@@ -133,7 +133,7 @@ def test_the_deadline_turns_a_hang_into_an_error_and_stops_every_rank(pid_dir):
 
 def test_a_return_value_that_cannot_be_pickled_is_an_error_naming_the_rank():
     with pytest.raises(WorkerError, match=r"^rank 0 returned a value that cannot be pickled, so it cannot be sent"):
-        spawn(_unpicklable_result, 1, show_output=False)
+        run_ranks(_unpicklable_result, 1, show_output=False)
 
 
 def _unpicklable_result(rank, world_size):
@@ -145,7 +145,7 @@ def test_concurrent_launches_do_not_collide():
 
     def one(i):
         try:
-            results[i] = [spawn(demo_basic, 2, (i,), show_output=False) for _ in range(3)]
+            results[i] = [run_ranks(demo_basic, 2, (i,), show_output=False) for _ in range(3)]
         except Exception as exc:  # collected and asserted below
             errors.append(exc)
 
@@ -165,14 +165,14 @@ def test_an_edited_worker_module_takes_effect_on_the_next_launch(tmp_path, monke
     monkeypatch.syspath_prepend(str(tmp_path))
     import edited_worker
 
-    assert spawn(edited_worker.value, 2) == ["first", "first"]
+    assert run_ranks(edited_worker.value, 2) == ["first", "first"]
     module.write_text("def value(rank, world_size):\n    return 'second'\n")
-    assert spawn(edited_worker.value, 2) == ["second", "second"]
+    assert run_ranks(edited_worker.value, 2) == ["second", "second"]
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])
 def test_other_start_methods_work(start_method):
-    results = spawn(demo_basic, 2, start_method=start_method, show_output=False)
+    results = run_ranks(demo_basic, 2, start_method=start_method, show_output=False)
     assert len({r["checksum"] for r in results}) == 1
 
 
@@ -180,7 +180,7 @@ def _run_launcher_script(pid_dir, body: str) -> subprocess.Popen:
     script = textwrap.dedent(f"""
         from launcher_workers import hang_all, hang_deaf_to_sigterm
 
-        from ddp_lib.launch import spawn
+        from ddp_lib.launch import run_ranks
         if __name__ == "__main__":
             {body}
     """)
@@ -211,7 +211,7 @@ def _wait_for_pids(pid_dir, count, proc, seconds=120):  # a fresh interpreter im
 
 
 def test_keyboard_interrupt_in_the_caller_stops_every_rank(pid_dir):
-    proc = _run_launcher_script(pid_dir, f"spawn(hang_all, 2, ({str(pid_dir)!r},))")
+    proc = _run_launcher_script(pid_dir, f"run_ranks(hang_all, 2, ({str(pid_dir)!r},))")
     pids = _wait_for_pids(pid_dir, 2, proc)
     proc.send_signal(signal.SIGINT)
     _, err = communicate_or_show_stacks(proc, 30)
@@ -223,7 +223,7 @@ def test_keyboard_interrupt_in_the_caller_stops_every_rank(pid_dir):
 def test_a_second_ctrl_c_while_the_ranks_are_being_stopped_waits_until_they_are(pid_dir):
     # Before: the second press cut the stop short, and the launcher waited at exit forever for
     # ranks still running (multiprocessing joins every child it started).
-    proc = _run_launcher_script(pid_dir, f"spawn(hang_deaf_to_sigterm, 2, ({str(pid_dir)!r},))")
+    proc = _run_launcher_script(pid_dir, f"run_ranks(hang_deaf_to_sigterm, 2, ({str(pid_dir)!r},))")
     pids = _wait_for_pids(pid_dir, 2, proc)
     proc.send_signal(signal.SIGINT)
     time.sleep(1)  # inside the grace period between SIGTERM, which these ranks ignore, and SIGKILL
@@ -249,13 +249,13 @@ def test_ctrl_c_while_the_ranks_are_starting_stops_every_rank_started(pid_dir, m
     real = _job.OwnProcess
     monkeypatch.setattr(_job, "OwnProcess", own_process_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt, match="ranks 0-1 stopped"):
-        spawn(launcher_workers.hang_all, 2, (str(pid_dir),), show_output=False)
+        run_ranks(launcher_workers.hang_all, 2, (str(pid_dir),), show_output=False)
     assert len(taken) == 3  # rank 1's was taken again, by the stop
     assert wait_until_gone(taken[:2]) == []
 
 
 def test_ranks_end_when_the_caller_is_killed(pid_dir):
-    proc = _run_launcher_script(pid_dir, f"spawn(hang_all, 2, ({str(pid_dir)!r},))")
+    proc = _run_launcher_script(pid_dir, f"run_ranks(hang_all, 2, ({str(pid_dir)!r},))")
     pids = _wait_for_pids(pid_dir, 2, proc)
     proc.kill()  # no clean-up code runs in the caller: the ranks' watchdogs must act
     proc.wait()
@@ -281,7 +281,7 @@ def test_ctrl_c_that_lands_just_before_the_stop_holds_presses_stops_every_rank_a
     real = _job.ctrl_c_held
     monkeypatch.setattr(_job, "ctrl_c_held", pressed_as_it_begins)
     with pytest.raises(KeyboardInterrupt, match="ranks 0-1 stopped"):
-        spawn(launcher_workers.hang_all, 2, (str(pid_dir),), timeout=5, show_output=False)
+        run_ranks(launcher_workers.hang_all, 2, (str(pid_dir),), timeout=5, show_output=False)
     assert len(entered) == 2
     assert wait_until_gone(recorded_pids(pid_dir)) == []
 

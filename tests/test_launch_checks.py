@@ -6,7 +6,7 @@ import pytest
 
 from ddp_lib import _job
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.basic import demo_basic
 
 
@@ -34,7 +34,7 @@ def make_closure():
 
 def refused(match: str, *args, **kwargs) -> str:
     with pytest.raises(LaunchInputError, match=match) as info:
-        spawn(*args, **kwargs)
+        run_ranks(*args, **kwargs)
     message = str(info.value)
     assert "\n" not in message
     return message

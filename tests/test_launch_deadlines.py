@@ -14,13 +14,13 @@ import pytest
 
 from conftest import pythonpath_with_tests
 from ddp_lib.errors import LaunchTimeout
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 
 @pytest.mark.parametrize("start_method, timeout", [(None, 0.01), ("spawn", 0.3)])
 def test_a_deadline_before_any_rank_has_started_is_a_launch_timeout(start_method, timeout):
     with pytest.raises(LaunchTimeout, match=r"did not finish within its .* deadline; ranks 0, 1 still running"):
-        spawn(launcher_workers.hang_all, 2, timeout=timeout, start_method=start_method, show_output=False)
+        run_ranks(launcher_workers.hang_all, 2, timeout=timeout, start_method=start_method, show_output=False)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kills the forkserver by its process id")
@@ -30,7 +30,7 @@ def test_a_killed_forkserver_does_not_defeat_the_deadline(tmp_path):
         import multiprocessing.forkserver as forkserver
         import launcher_workers
         from ddp_lib.errors import LaunchTimeout
-        from ddp_lib.launch import spawn
+        from ddp_lib.launch import run_ranks
 
         def kill_forkserver_once_the_ranks_run():
             while len(os.listdir({str(tmp_path)!r})) < 2:
@@ -39,8 +39,8 @@ def test_a_killed_forkserver_does_not_defeat_the_deadline(tmp_path):
 
         threading.Thread(target=kill_forkserver_once_the_ranks_run, daemon=True).start()
         try:
-            spawn(launcher_workers.hang_all, 2, kwargs=dict(pid_dir={str(tmp_path)!r}), timeout=8,
-                  show_output=False)
+            run_ranks(launcher_workers.hang_all, 2, kwargs=dict(pid_dir={str(tmp_path)!r}), timeout=8,
+                      show_output=False)
         except LaunchTimeout as e:
             print("LaunchTimeout:", e)
     """)
@@ -78,13 +78,13 @@ def test_a_forkserver_killed_while_the_ranks_start_is_one_line_and_stops_the_sta
 
     monkeypatch.setattr(popen_forkserver.Popen, "_launch", kill_the_forkserver_before_rank_1)
     with pytest.raises(LaunchStartError) as caught:
-        spawn(launcher_workers.hang_all, 2, kwargs=dict(pid_dir=str(tmp_path)), show_output=False, timeout=60)
+        run_ranks(launcher_workers.hang_all, 2, kwargs=dict(pid_dir=str(tmp_path)), show_output=False, timeout=60)
     assert str(caught.value) == ("the forkserver (the process that starts each rank) ended while rank 1 was starting "
                                  "(ConnectionRefusedError); the ranks started were stopped, and the next launch "
                                  "starts a new forkserver")
     monkeypatch.undo()
     assert _still_there(_pids(tmp_path)) == []
-    assert spawn(launcher_workers.talk, 1, show_output=False) == [0]  # a new forkserver
+    assert run_ranks(launcher_workers.talk, 1, show_output=False) == [0]  # a new forkserver
 
 
 def _pids(folder) -> list[int]:

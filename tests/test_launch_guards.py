@@ -18,24 +18,24 @@ import pytest
 from conftest import pythonpath_with_tests, recorded_pids, screen, wait_until_gone
 from ddp_lib._output import LiveOutput
 from ddp_lib.errors import LaunchTimeout, WorkerError
-from ddp_lib.launch import launch, spawn
+from ddp_lib.launch import launch, run_ranks
 from ddp_lib.workers import faulty_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_a_worker_that_sets_its_own_port_fails_at_once_naming_the_variable():
-    spawn(launcher_workers.talk, 1, show_output=False)  # the forkserver's start-up is not what is timed
+    run_ranks(launcher_workers.talk, 1, show_output=False)  # the forkserver's start-up is not what is timed
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
-        spawn(launcher_workers.set_own_port, 2, (12399,), timeout=120, show_output=False)
+        run_ranks(launcher_workers.set_own_port, 2, (12399,), timeout=120, show_output=False)
     assert "set MASTER_PORT='12399'" in str(info.value) and "ddp_lib.mp.spawn" in str(info.value)
     assert time.monotonic() - start < 20
 
 
 def test_a_long_wait_with_nobody_at_the_store_prints_nothing_a_learner_cannot_act_on(capfd):
     with pytest.raises(LaunchTimeout):
-        spawn(launcher_workers.hang_all, 2, timeout=7, show_output=False)
+        run_ranks(launcher_workers.hang_all, 2, timeout=7, show_output=False)
     assert capfd.readouterr().err == ""
 
 
@@ -49,13 +49,13 @@ def _run_script(tmp_path, body: str, timeout=180, env=None) -> subprocess.Comple
 def test_a_worker_defined_in_the_script_being_run_works(tmp_path):
     done = _run_script(tmp_path, """
         import ddp_lib.mp as mp
-        from ddp_lib.launch import spawn
+        from ddp_lib.launch import run_ranks
 
         def work(rank, world_size):
             return rank * 100
 
         if __name__ == "__main__":
-            print(spawn(work, 2, show_output=False))
+            print(run_ranks(work, 2, show_output=False))
             print(mp.spawn(work, args=(7,), nprocs=2))
     """)
     assert done.returncode == 0, done.stderr
@@ -64,12 +64,12 @@ def test_a_worker_defined_in_the_script_being_run_works(tmp_path):
 
 def test_a_script_without_a_main_guard_gets_the_hint_in_the_error(tmp_path):
     done = _run_script(tmp_path, """
-        from ddp_lib.launch import spawn
+        from ddp_lib.launch import run_ranks
 
         def work(rank, world_size):
             return rank
 
-        spawn(work, 2, show_output=False)
+        run_ranks(work, 2, show_output=False)
     """)
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
@@ -85,7 +85,7 @@ def _format_with_ipython(exc: BaseException) -> str:
 @pytest.mark.parametrize("formatter", ["traceback", "ipython"])
 def test_the_worker_traceback_shows_under_the_error(formatter):
     with pytest.raises(WorkerError) as info:
-        spawn(faulty_ranks.raise_on_rank, 2, (1,), show_output=False)
+        run_ranks(faulty_ranks.raise_on_rank, 2, (1,), show_output=False)
     exc = info.value
     text = "".join(traceback.format_exception(exc)) if formatter == "traceback" else _format_with_ipython(exc)
     assert 'raise ValueError(f"rank {rank} was told to fail")' in text
@@ -94,10 +94,10 @@ def test_the_worker_traceback_shows_under_the_error(formatter):
 
 def test_a_killed_rank_and_a_timeout_read_right_when_formatted(pid_dir):
     with pytest.raises(WorkerError) as info:
-        spawn(launcher_workers.die_on_rank, 2, (1, str(pid_dir)), show_output=False)
+        run_ranks(launcher_workers.die_on_rank, 2, (1, str(pid_dir)), show_output=False)
     assert "rank 1 was killed by SIGKILL" in "".join(traceback.format_exception(info.value))
     with pytest.raises(LaunchTimeout) as info:
-        spawn(launcher_workers.sleep_in_named_function, 2, timeout=3, show_output=False)
+        run_ranks(launcher_workers.sleep_in_named_function, 2, timeout=3, show_output=False)
     assert str(info.value).endswith("ranks 0, 1 still running were stopped")
     text = _format_with_ipython(info.value)
     assert "rank 1 was here when stopped" in text and "sleep_in_named_function" in text
@@ -105,16 +105,16 @@ def test_a_killed_rank_and_a_timeout_read_right_when_formatted(pid_dir):
     # addresses change from run to run, and stored notebook outputs must not).
     assert all("most recent call first" not in err for _, err in info.value.outputs.values())
     with pytest.raises(LaunchTimeout, match=r"rank 1 still running was stopped$"):
-        spawn(faulty_ranks.hang_on_rank, 2, (1,), timeout=2, show_output=False)
+        run_ranks(faulty_ranks.hang_on_rank, 2, (1,), timeout=2, show_output=False)
 
 
 @pytest.mark.parametrize("fail", [False, True])
 def test_processes_a_worker_starts_are_stopped_with_it(pid_dir, fail):
     if fail:
         with pytest.raises(WorkerError, match="rank 1 raised RuntimeError"):
-            spawn(launcher_workers.start_grandchild, 2, (str(pid_dir), True), show_output=False)
+            run_ranks(launcher_workers.start_grandchild, 2, (str(pid_dir), True), show_output=False)
     else:
-        assert spawn(launcher_workers.start_grandchild, 2, (str(pid_dir),), show_output=False) == [0, 1]
+        assert run_ranks(launcher_workers.start_grandchild, 2, (str(pid_dir),), show_output=False) == [0, 1]
     pids = recorded_pids(pid_dir)
     assert len(pids) == 2 and wait_until_gone(pids) == []
 
@@ -123,10 +123,10 @@ def test_processes_a_worker_starts_are_stopped_with_it(pid_dir, fail):
 def test_a_process_a_worker_starts_in_a_session_of_its_own_is_stopped_too(pid_dir, how):
     kwargs = dict(pid_dir=str(pid_dir), new_session=True, fail=how == "raises", hang=how == "hangs")
     if how == "returns":
-        assert spawn(launcher_workers.start_grandchild, 2, kwargs=kwargs, show_output=False) == [0, 1]
+        assert run_ranks(launcher_workers.start_grandchild, 2, kwargs=kwargs, show_output=False) == [0, 1]
     else:
         with pytest.raises((WorkerError, LaunchTimeout)):
-            spawn(launcher_workers.start_grandchild, 2, kwargs=kwargs, timeout=8, show_output=False)
+            run_ranks(launcher_workers.start_grandchild, 2, kwargs=kwargs, timeout=8, show_output=False)
     pids = recorded_pids(pid_dir)
     assert len(pids) == 2 and wait_until_gone(pids) == []
 
@@ -145,9 +145,9 @@ def _kill_a_caller_in(tmp: Path, pid_dir: Path) -> None:
     script = textwrap.dedent(f"""
         from launcher_workers import hang_all
 
-        from ddp_lib.launch import spawn
+        from ddp_lib.launch import run_ranks
         if __name__ == "__main__":
-            spawn(hang_all, 2, ({str(pid_dir)!r},))
+            run_ranks(hang_all, 2, ({str(pid_dir)!r},))
     """)
     proc = subprocess.Popen([sys.executable, "-c", script],
                             env={**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": pythonpath_with_tests()})
@@ -169,18 +169,18 @@ def _kill_a_caller_in(tmp: Path, pid_dir: Path) -> None:
 
 def test_a_result_that_cannot_be_unpickled_or_a_message_that_cannot_be_made_names_the_rank():
     with pytest.raises(WorkerError, match=r"^rank 1 raised RuntimeError: its return value cannot be unpickled"):
-        spawn(launcher_workers.unloadable_result, 2, show_output=False)
+        run_ranks(launcher_workers.unloadable_result, 2, show_output=False)
     with pytest.raises(WorkerError, match=r"^rank 1 raised _BadMessage: \(its message could not be made"):
-        spawn(launcher_workers.raise_bad_message, 2, show_output=False)
+        run_ranks(launcher_workers.raise_bad_message, 2, show_output=False)
 
 
 def test_rank_0s_output_shows_while_the_job_runs(tmp_path):
     script = tmp_path / "live.py"
     script.write_text(textwrap.dedent("""
-        from ddp_lib.launch import spawn
+        from ddp_lib.launch import run_ranks
         from launcher_workers import print_then_wait
         if __name__ == "__main__":
-            spawn(print_then_wait, 2, (4,))
+            run_ranks(print_then_wait, 2, (4,))
     """))
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, pythonpath_with_tests()])})
@@ -255,7 +255,7 @@ def test_a_rank_killed_from_outside_leaves_no_process_it_started_in_a_session_of
 
     def run() -> None:
         try:
-            spawn(launcher_workers.session_child_then_wait, 2, args=(str(pid_dir),), show_output=False, timeout=60)
+            run_ranks(launcher_workers.session_child_then_wait, 2, args=(str(pid_dir),), show_output=False, timeout=60)
         except Exception as exc:
             raised.append(exc)
 

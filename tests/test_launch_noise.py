@@ -10,7 +10,7 @@ import launcher_workers
 import pytest
 
 from ddp_lib.errors import WorkerError, without_build_paths
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 GLOO_MESSAGE = "\n".join([
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
@@ -36,7 +36,7 @@ def test_a_syntax_error_in_a_worker_file_shows_the_file_line_and_caret(tmp_path,
     module.write_text("def work(rank, world_size):\n    return rank +\n")
     try:
         with pytest.raises(WorkerError) as info:
-            spawn(work, 1, show_output=False)
+            run_ranks(work, 1, show_output=False)
     finally:
         sys.modules.pop("learner_worker_with_typo", None)
     tb = info.value.worker_traceback
@@ -47,13 +47,13 @@ def test_a_syntax_error_in_a_worker_file_shows_the_file_line_and_caret(tmp_path,
 
 def test_ranks_are_told_to_print_no_colour_codes(monkeypatch):
     monkeypatch.setenv("FORCE_COLOR", "1")  # as a Jupyter kernel sets it
-    seen = spawn(launcher_workers.report_named_env, 1, args=(("PYTHON_COLORS", "NO_COLOR"),), show_output=False)
+    seen = run_ranks(launcher_workers.report_named_env, 1, args=(("PYTHON_COLORS", "NO_COLOR"),), show_output=False)
     assert seen == [{"PYTHON_COLORS": "0", "NO_COLOR": "1"}]
 
 
 def test_a_peer_failure_with_silent_ranks_names_them():
     with pytest.raises(WorkerError) as info:
-        spawn(launcher_workers.echo_a_peer_failure, 3, show_output=False)
+        run_ranks(launcher_workers.echo_a_peer_failure, 3, show_output=False)
     assert str(info.value) == (
         "rank 0 raised RuntimeError: Gloo connectFullMesh failed with Connection closed by peer [127.0.0.1]:41234 "
         "(launcher: ranks 1, 2 had not reported when the job was stopped; see their output)")

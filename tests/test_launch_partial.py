@@ -7,12 +7,12 @@ import pytest
 
 from ddp_lib import _job, mp
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.faulty_ranks import raise_on_rank
 
 
-@pytest.mark.parametrize("launcher", [lambda fn: spawn(fn, 2), lambda fn: mp.spawn(fn, args=(2,), nprocs=2)],
-                         ids=["ddp_lib.launch.spawn", "ddp_lib.mp.spawn"])
+@pytest.mark.parametrize("launcher", [lambda fn: run_ranks(fn, 2), lambda fn: mp.spawn(fn, args=(2,), nprocs=2)],
+                         ids=["ddp_lib.launch.run_ranks", "ddp_lib.mp.spawn"])
 def test_a_partial_binding_positional_arguments_is_refused_before_any_process_starts(launcher, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a process was started for bad input")
@@ -39,4 +39,4 @@ def _first_two(first, second):
 
 
 def test_a_partial_binding_keywords_still_runs():
-    assert spawn(functools.partial(raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]
+    assert run_ranks(functools.partial(raise_on_rank, bad_rank=5), 2, show_output=False) == [0, 1]

@@ -9,7 +9,7 @@ from answer_files import notebook_stub
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
-from ddp_lib.launch import launch, spawn
+from ddp_lib.launch import launch, run_ranks
 from ddp_lib.process_group import in_one_job
 from ddp_lib.worker_params import COMPILE_BACKENDS
 from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for, small_bucket_error
@@ -26,7 +26,7 @@ from ddp_lib.workers.training_loop import (
 
 
 def test_bf16_autocast_keeps_fp32_gradients_and_ddp_all_reduces_fp32():
-    ranks = spawn(train_loop, 2, kwargs=dict(epochs=1, precision="bf16", comm_hook="allreduce"), show_output=False)
+    ranks = run_ranks(train_loop, 2, kwargs=dict(epochs=1, precision="bf16", comm_hook="allreduce"), show_output=False)
     dtypes = ranks[0]["dtypes"]
     assert dtypes["logits"] == "bfloat16"
     assert dtypes["loss"] == "float32" and dtypes["gradients"] == "float32"
@@ -35,23 +35,23 @@ def test_bf16_autocast_keeps_fp32_gradients_and_ddp_all_reduces_fp32():
 
 
 def test_bf16_compression_sends_bfloat16_and_stays_close_to_fp32():
-    fp32 = spawn(train_loop, 2, kwargs=dict(epochs=2), show_output=False)[0]
-    compressed = spawn(train_loop, 2, kwargs=dict(epochs=2, comm_hook="bf16_compress"), show_output=False)[0]
+    fp32 = run_ranks(train_loop, 2, kwargs=dict(epochs=2), show_output=False)[0]
+    compressed = run_ranks(train_loop, 2, kwargs=dict(epochs=2, comm_hook="bf16_compress"), show_output=False)[0]
     assert compressed["dtypes"]["all_reduced"] == ["bfloat16"]
     assert compressed["losses"] != fp32["losses"]  # the rounding is real...
     assert max(abs(a - b) for a, b in zip(compressed["losses"], fp32["losses"])) < 0.01  # ...and small
 
 
 def test_fp16_uses_a_grad_scaler():
-    result = spawn(train_loop, 2, kwargs=dict(epochs=1, precision="fp16"), show_output=False)[0]
+    result = run_ranks(train_loop, 2, kwargs=dict(epochs=1, precision="fp16"), show_output=False)[0]
     assert result["dtypes"]["logits"] == "float16" and result["scale"] is not None
 
 
 def test_clipping_after_sync_matches_one_process_and_before_sync_does_not():
     kwargs = dict(epochs=1, lr=0.5, max_norm=0.5)
-    after = spawn(train_loop, 2, kwargs=kwargs, show_output=False)
-    before = spawn(train_loop, 2, kwargs=dict(kwargs, clip="before_sync"), show_output=False)
-    one = spawn(train_loop, 1, kwargs=dict(kwargs, batch_size=32), show_output=False)[0]
+    after = run_ranks(train_loop, 2, kwargs=kwargs, show_output=False)
+    before = run_ranks(train_loop, 2, kwargs=dict(kwargs, clip="before_sync"), show_output=False)
+    one = run_ranks(train_loop, 1, kwargs=dict(kwargs, batch_size=32), show_output=False)[0]
     assert after[0]["grad_norms"] == after[1]["grad_norms"]
     assert torch.allclose(torch.tensor(after[0]["params"]), torch.tensor(one["params"]), atol=1e-5)
     assert before[0]["grad_norms"] != before[1]["grad_norms"]  # each rank measured its own gradient
@@ -61,33 +61,33 @@ def test_clipping_after_sync_matches_one_process_and_before_sync_does_not():
 
 @pytest.mark.parametrize("fix, counted", [("none", 12), ("drop_last", 10), ("count_real", 11)])
 def test_evaluation_counts(fix, counted):
-    ranks = spawn(evaluate_padded, 2, kwargs=dict(n_eval=11, fix=fix), show_output=False)
+    ranks = run_ranks(evaluate_padded, 2, kwargs=dict(n_eval=11, fix=fix), show_output=False)
     assert [r["counted"] for r in ranks] == [counted, counted]
     exact = ranks[0]["accuracy"] == ranks[0]["reference"]
     assert exact == (fix == "count_real")
 
 
 def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
-    ranks = spawn(rank0_evaluation, 2, show_output=False)
+    ranks = run_ranks(rank0_evaluation, 2, show_output=False)
     assert ranks[0]["accuracy"] is not None and ranks[1]["accuracy"] is None
     assert ranks[0]["checksum"] == ranks[1]["checksum"]
     # Mismatched collectives: both ranks time out, or gloo sees the sizes differ, one rank fails
     # and the other finds its connection closed; which one is a matter of timing.
     with pytest.raises(WorkerError, match="Timed out|Connection closed") as failed:
-        spawn(rank0_evaluation, 2, kwargs=dict(collective_in_eval=True, timeout_s=2.0), show_output=False)
+        run_ranks(rank0_evaluation, 2, kwargs=dict(collective_in_eval=True, timeout_s=2.0), show_output=False)
     # Each rank's error names the collectives it called: rank 0's all-reduce met rank 1's broadcast.
     called = {rank: line.split("from the first step on: ")[-1] for rank, line in failed.value.failures.items()}
     assert called == {0: "allreduce, allreduce", 1: "allreduce, broadcast"}
 
 
 def test_accumulation_with_no_sync_all_reduces_once_per_step_and_equals_one_process():
-    for r in spawn(accumulate_and_clip, 2, kwargs=dict(steps=2), show_output=False):
+    for r in run_ranks(accumulate_and_clip, 2, kwargs=dict(steps=2), show_output=False):
         assert r["all_reduces"] == r["steps"] == 2
         assert r["max_diff"] < 1e-6
 
 
 def test_mismatched_collectives_of_one_shape_finish_with_the_wrong_sum():
-    ranks = spawn(mismatched_collectives, 2, show_output=False)
+    ranks = run_ranks(mismatched_collectives, 2, show_output=False)
     assert [r["received"] for r in ranks] == [100.5, 100.5]
 
 
@@ -138,7 +138,7 @@ def test_the_scale_schematic_follows_a_real_grad_scaler():
 
 
 def test_a_barrier_makes_the_other_ranks_wait_for_rank0s_save(tmp_path):
-    ranks = spawn(rank0_saves, 2, kwargs=dict(directory=str(tmp_path), work_s=0.5), show_output=False)
+    ranks = run_ranks(rank0_saves, 2, kwargs=dict(directory=str(tmp_path), work_s=0.5), show_output=False)
     assert [r["found"]["barrier"] for r in ranks] == [True, True]
     assert ranks[1]["found"]["no barrier"] is False  # rank 1 looked while rank 0 still worked
     assert ranks[1]["waited_s"] >= 0.4
@@ -146,7 +146,7 @@ def test_a_barrier_makes_the_other_ranks_wait_for_rank0s_save(tmp_path):
 
 def test_rank0_work_longer_than_the_timeout_fails_the_barrier(tmp_path):
     with pytest.raises(WorkerError) as caught:
-        spawn(rank0_saves, 2, kwargs=dict(directory=str(tmp_path), work_s=3.0, timeout_s=1.0), show_output=False)
+        run_ranks(rank0_saves, 2, kwargs=dict(directory=str(tmp_path), work_s=3.0, timeout_s=1.0), show_output=False)
     assert "Timed out" in caught.value.failures[1]  # rank 1 waited in the barrier past the timeout
 
 
@@ -159,9 +159,9 @@ def test_seeds_and_logging():
 
 
 def test_compiled_loop_compiles_its_model_and_equals_eager():
-    eager = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64), show_output=False)
-    compiled = spawn(train_loop, 2, kwargs=dict(epochs=1, hidden=64, compile=True, compile_backend="aot_eager"),
-                     show_output=False)
+    eager = run_ranks(train_loop, 2, kwargs=dict(epochs=1, hidden=64), show_output=False)
+    compiled = run_ranks(train_loop, 2, kwargs=dict(epochs=1, hidden=64, compile=True, compile_backend="aot_eager"),
+                         show_output=False)
     # One graph per rank: LoopNet's parameters fit in one DDP bucket. A bare nn.Sequential gives 0.
     assert [r["compiled_graphs"] for r in compiled] == [1, 1]
     assert [r["compiled_graphs"] for r in eager] == [0, 0]
@@ -172,7 +172,7 @@ def test_compiled_loop_compiles_its_model_and_equals_eager():
 def test_an_unknown_compile_backend_is_refused_before_any_process_starts():
     with pytest.raises(LaunchInputError, match=r"^compile_backend must be one of 'inductor', 'aot_eager', "
                                                r"'eager', got 'inductr'$"):
-        spawn(train_loop, 2, kwargs=dict(compile=True, compile_backend="inductr"), show_output=False)
+        run_ranks(train_loop, 2, kwargs=dict(compile=True, compile_backend="inductr"), show_output=False)
 
 
 def test_the_accepted_compile_backends_are_torchs_own():
@@ -320,7 +320,7 @@ SPLIT_SETTINGS = {"split": dict(optimize_ddp=True), "whole": dict(optimize_ddp=F
 @pytest.fixture(scope="module")
 def compiled_runs() -> dict[str, list[dict]]:
     """compiled_graphs on 2 ranks for each of SPLIT_SETTINGS (one job): {setting: [rank 0, rank 1]}."""
-    ranks = spawn(compiled_graphs_for, 2, kwargs=dict(settings=list(SPLIT_SETTINGS.values())), show_output=False)
+    ranks = run_ranks(compiled_graphs_for, 2, kwargs=dict(settings=list(SPLIT_SETTINGS.values())), show_output=False)
     return {name: [ranks[0][i], ranks[1][i]] for i, name in enumerate(SPLIT_SETTINGS)}
 
 
@@ -353,14 +353,14 @@ def test_ddp_optimizer_first_bucket_is_1_mib_whatever_ddp_uses(compiled_runs):
 
 
 def test_torch_compile_of_ddp_with_half_a_mib_buckets_raises_on_every_rank():
-    errors = [r["error"] for r in spawn(small_bucket_error, 2, show_output=False)]
+    errors = [r["error"] for r in run_ranks(small_bucket_error, 2, show_output=False)]
     assert all(e.startswith("AssertionError: First bucket should be smaller/equal") for e in errors)
 
 
 def test_in_one_job_runs_each_worker_in_the_same_group_in_order():
     calls = {way: ("ddp_lib.workers.training_loop:evaluate_padded", dict(n_eval=11, fix=way))
              for way in ("none", "count_real")}
-    ranks = spawn(in_one_job, 2, kwargs=dict(calls=calls), show_output=False)
+    ranks = run_ranks(in_one_job, 2, kwargs=dict(calls=calls), show_output=False)
     assert [list(r) for r in ranks] == [["none", "count_real"]] * 2
     assert [ranks[0][way]["counted"] for way in calls] == [12, 11]
 
@@ -507,8 +507,8 @@ def test_train_step_checker_names_a_forward_outside_no_sync(tmp_path, monkeypatc
 
 
 def test_train_loops_in_one_job_equal_separate_launches():
-    alone = spawn(train_loop, 2, kwargs=dict(epochs=1, precision="bf16"), show_output=False)[0]
+    alone = run_ranks(train_loop, 2, kwargs=dict(epochs=1, precision="bf16"), show_output=False)[0]
     runs = {"fp32": dict(epochs=1), "bf16": dict(epochs=1, precision="bf16")}
-    together = spawn(train_loops, 2, kwargs=dict(runs=runs), show_output=False)[0]
+    together = run_ranks(train_loops, 2, kwargs=dict(runs=runs), show_output=False)[0]
     assert list(together) == ["fp32", "bf16"]
     assert together["bf16"]["params"] == alone["params"] and together["bf16"]["losses"] == alone["losses"]

@@ -8,7 +8,7 @@ from answer_files import notebook_stub
 
 from ddp_lib.exercises import lesson10
 from ddp_lib.exercises.solutions import lesson10 as solutions
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.beyond_ddp import (
     bytes_sent,
     compare_strategies,
@@ -23,12 +23,12 @@ from ddp_lib.workers.beyond_ddp import (
 
 @pytest.fixture(scope="module")
 def runs() -> dict:
-    return {s: spawn(memory_run, 2, kwargs=dict(strategy=s, width=64, layers=2), show_output=False)
+    return {s: run_ranks(memory_run, 2, kwargs=dict(strategy=s, width=64, layers=2), show_output=False)
             for s in ("ddp", "zero1", "fsdp", "fsdp_no_reshard")}
 
 
 def test_compare_strategies_runs_each_in_one_job():
-    ranks = spawn(compare_strategies, 2, kwargs=dict(strategies="ddp,zero1_view,fsdp", steps=2), show_output=False)
+    ranks = run_ranks(compare_strategies, 2, kwargs=dict(strategies="ddp,zero1_view,fsdp", steps=2), show_output=False)
     assert list(ranks[0]) == ["ddp", "zero1_view", "fsdp"]
     assert max(abs(a - b) for a, b in zip(ranks[0]["ddp"]["losses"], ranks[1]["fsdp"]["losses"])) < 1e-5
     assert ranks[1]["fsdp"]["local_shape"] == [128, 256]
@@ -84,7 +84,7 @@ def test_ddps_bucket_copy_and_fsdps_gathered_weights(runs):
 
 
 def test_hsdp_reduce_scatters_over_shard_and_all_reduces_over_replicate():
-    ranks = spawn(hsdp_step, 4, show_output=False)
+    ranks = run_ranks(hsdp_step, 4, show_output=False)
     for r in ranks:
         assert r["collectives"] == {"c10d::_allgather_base_": 4, "c10d::_reduce_scatter_base_": 2,
                                     "c10d::allreduce_": 2}
@@ -93,7 +93,7 @@ def test_hsdp_reduce_scatters_over_shard_and_all_reduces_over_replicate():
 
 
 def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
-    r = spawn(fsdp_extras, 2, show_output=False)[0]  # checkpointing pays off only with a few wide layers
+    r = run_ranks(fsdp_extras, 2, show_output=False)[0]  # checkpointing pays off only with a few wide layers
     assert r["clip"]["ddp_norm"] == r["clip"]["fsdp_norm"] and r["clip"]["max_grad_diff"] < 1e-6
     assert r["clip"]["norm_placements"] == ["Replicate()"]  # combined across ranks inside clip_grad_norm_
     assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
@@ -113,10 +113,10 @@ def test_each_strategy_runs_its_own_collectives(runs):
 
 
 def test_fsdp_checkpoint_resumes_to_the_same_result(tmp_path):
-    straight = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, width=64), show_output=False)[0]
-    first = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), width=64),
-                  show_output=False)[0]  # saving does not change the run
-    resumed = spawn(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), resume=True,
+    straight = run_ranks(fsdp_checkpoint, 2, kwargs=dict(steps=4, width=64), show_output=False)[0]
+    first = run_ranks(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), width=64),
+                      show_output=False)[0]  # saving does not change the run
+    resumed = run_ranks(fsdp_checkpoint, 2, kwargs=dict(steps=4, save_at=2, checkpoint_dir=str(tmp_path), resume=True,
                                                     width=64), show_output=False)[0]
     assert first["losses"] == straight["losses"]
     assert resumed["start_step"] == 2 and resumed["losses"] == straight["losses"][2:]
@@ -124,7 +124,7 @@ def test_fsdp_checkpoint_resumes_to_the_same_result(tmp_path):
 
 
 def test_mesh_2x2_groups():
-    ranks = spawn(mesh_2x2, 4, show_output=False)
+    ranks = run_ranks(mesh_2x2, 4, show_output=False)
     assert [r["coordinate"] for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert [r["replicate_group"] for r in ranks] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert [r["shard_group"] for r in ranks] == [[0, 1], [0, 1], [2, 3], [2, 3]]
@@ -136,7 +136,7 @@ def test_mesh_2x2_refuses_other_world_sizes():
     from ddp_lib.errors import WorkerError
 
     with pytest.raises(WorkerError, match="needs world_size 4"):
-        spawn(mesh_2x2, 2, show_output=False)
+        run_ranks(mesh_2x2, 2, show_output=False)
 
 
 # Bytes of Adam state on rank 0 for the lesson's model after one step (exp_avg, exp_avg_sq and a step
@@ -269,8 +269,8 @@ def test_a_missed_prediction_is_told_high_or_low_without_the_bytes_held():
 
 
 def test_bytes_sent_per_step_from_the_traced_collectives():
-    ranks = spawn(compare_strategies, 2, kwargs=dict(strategies="ddp,ddp_view,zero1,fsdp,fsdp_no_reshard", steps=3),
-                  show_output=False)
+    ranks = run_ranks(compare_strategies, 2, kwargs=dict(strategies="ddp,ddp_view,zero1,fsdp,fsdp_no_reshard", steps=3),
+                      show_output=False)
     runs = ranks[0]
     param_bytes = runs["ddp"]["n_params"] * 4
     assert runs["ddp"]["payloads"] == [("all_reduce", param_bytes)]  # one bucket: 1.05 MB < 25 MiB

@@ -44,11 +44,11 @@ def test_a_rank_whose_output_capture_finds_no_room_names_the_launchers_file(shor
     tmp_path = short_tmp
     out = _run_limited("""
         from ddp_lib.errors import WorkerError
-        from ddp_lib.launch import spawn
+        from ddp_lib.launch import run_ranks
         from launcher_workers import talk
         if __name__ == "__main__":
             try:
-                spawn(talk, 1, kwargs={"lines": 10_000}, show_output=False)  # 200 kB of lines
+                run_ranks(talk, 1, kwargs={"lines": 10_000}, show_output=False)  # 200 kB of lines
             except WorkerError as e:
                 print(e)
     """, tmp_path)

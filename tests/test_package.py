@@ -15,17 +15,17 @@ def test_importing_ddp_lib_does_not_import_torch():
     assert run_fresh("import sys, ddp_lib; print('torch' in sys.modules)") == "False\n"
 
 
-def test_the_readme_import_line_gives_spawn_and_the_package_names_only_modules():
+def test_the_readme_import_line_gives_run_ranks_and_the_package_names_only_modules():
     out = run_fresh("""
         import ddp_lib.process_group
-        from ddp_lib import launch, process_group, spawn
+        from ddp_lib import launch, process_group, run_ranks
         import ddp_lib.launch as launch_module
         from ddp_lib.workers.spawning import hello
 
         # A module is a module, whichever import came first: the functions live inside them.
-        assert launch is launch_module and launch.spawn is spawn and process_group is ddp_lib.process_group
+        assert launch is launch_module and launch.run_ranks is run_ranks and process_group is ddp_lib.process_group
         if __name__ == "__main__":
-            print(spawn(hello, 2, show_output=False))
+            print(run_ranks(hello, 2, show_output=False))
             print(launch.launch(hello, 2, show_output=False).results)
             with process_group.process_group(0, 1) as device:
                 import torch.distributed as dist

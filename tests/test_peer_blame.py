@@ -7,19 +7,19 @@ import pytest
 import stress_workers
 
 from ddp_lib.errors import WorkerError, is_peer_failure
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 
 def test_a_rank_failing_on_its_own_is_named_although_its_words_look_like_gloos():
     with pytest.raises(WorkerError) as info:
-        spawn(stress_workers.peer_failure_then_own, 3, ("timeout",), show_output=False)
+        run_ranks(stress_workers.peer_failure_then_own, 3, ("timeout",), show_output=False)
     assert str(info.value) == "rank 1 raised TimeoutError: Timed out waiting for the data files to appear"
     assert sorted(info.value.failures) == [0, 1]
 
 
 def test_a_rank_killed_from_outside_is_named_not_the_peer_it_broke():
     with pytest.raises(WorkerError) as info:
-        spawn(stress_workers.peer_failure_then_own, 3, ("sigterm",), show_output=False)
+        run_ranks(stress_workers.peer_failure_then_own, 3, ("sigterm",), show_output=False)
     assert str(info.value) == "rank 1 was killed by SIGTERM before returning a result"
 
 

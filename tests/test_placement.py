@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers import placement
 
 no_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
@@ -13,7 +13,7 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU 
 
 @pytest.mark.parametrize("move_inputs", [False, True])
 def test_without_device_ids_the_model_sees_the_input_where_it_was_made(move_inputs):
-    results = spawn(placement.input_placement, 2, (False, move_inputs), show_output=False)
+    results = run_ranks(placement.input_placement, 2, (False, move_inputs), show_output=False)
     for rank, r in enumerate(results):
         expected = placement.expected_device(rank)
         assert r["model_on"] == r["output_on"] == expected
@@ -23,7 +23,7 @@ def test_without_device_ids_the_model_sees_the_input_where_it_was_made(move_inpu
 @cpu_only
 def test_device_ids_with_a_cpu_model_is_a_value_error():
     with pytest.raises(WorkerError) as info:
-        spawn(placement.input_placement, 2, (True, False), show_output=False)
+        run_ranks(placement.input_placement, 2, (True, False), show_output=False)
     assert info.value.exc_type == "ValueError"
     assert "device_ids and output_device arguments only work with" in info.value.message
     assert "module parameters {device(type='cpu')}" in info.value.message
@@ -31,12 +31,12 @@ def test_device_ids_with_a_cpu_model_is_a_value_error():
 
 @no_gpus
 def test_device_ids_moves_cpu_inputs_to_the_gpu():
-    results = spawn(placement.input_placement, 2, (True, False), show_output=False)
+    results = run_ranks(placement.input_placement, 2, (True, False), show_output=False)
     assert [r["input_seen_on"] for r in results] == ["cuda:0", "cuda:1"]
 
 
 def test_two_nodes_of_two_ranks_number_gpus_from_zero_on_each_node():
-    results = spawn(placement.simulate_nodes, 4, (2, "ddp_lib.workers.placement:where_am_i"), show_output=False)
+    results = run_ranks(placement.simulate_nodes, 4, (2, "ddp_lib.workers.placement:where_am_i"), show_output=False)
     ranks = [(r["RANK"], r["LOCAL_RANK"], r["GROUP_RANK"]) for r in results]
     assert ranks == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
     assert [r["right_gpu"] for r in results] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
@@ -45,7 +45,7 @@ def test_two_nodes_of_two_ranks_number_gpus_from_zero_on_each_node():
 
 
 def test_map_location_puts_the_checkpoint_on_each_ranks_device(tmp_path):
-    results = spawn(placement.checkpoint_devices, 2, (str(tmp_path / "ck.pt"),), show_output=False)
+    results = run_ranks(placement.checkpoint_devices, 2, (str(tmp_path / "ck.pt"),), show_output=False)
     saved_from = placement.expected_device(0)
     for rank, r in enumerate(results):
         assert r["saved_on"] == [saved_from]
@@ -57,10 +57,10 @@ def test_map_location_puts_the_checkpoint_on_each_ranks_device(tmp_path):
 @cpu_only
 def test_nccl_is_refused_before_starting_without_gpus():
     with pytest.raises(LaunchInputError, match="backend 'nccl' needs CUDA GPUs"):
-        spawn(placement.nccl_cpu_tensor, 2, backend="nccl")
+        run_ranks(placement.nccl_cpu_tensor, 2, backend="nccl")
 
 
 @no_gpus
 def test_nccl_with_a_cpu_tensor_fails():
     with pytest.raises(WorkerError, match="No backend type associated with device type cpu"):
-        spawn(placement.nccl_cpu_tensor, 2, backend="nccl", show_output=False)
+        run_ranks(placement.nccl_cpu_tensor, 2, backend="nccl", show_output=False)

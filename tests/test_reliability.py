@@ -9,7 +9,7 @@ import pytest
 
 from conftest import recorded_pids, start_kernel, wait_until_gone
 from ddp_lib._processes import pid_alive
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.basic import demo_basic
 
 jupyter_client = pytest.importorskip("jupyter_client")
@@ -18,7 +18,7 @@ jupyter_client = pytest.importorskip("jupyter_client")
 def test_no_rank_is_left_running_after_a_successful_launch(pid_dir):
     from ddp_lib.workers.faulty_ranks import raise_on_rank
 
-    assert spawn(raise_on_rank, 3, (-1, str(pid_dir)), show_output=False) == [0, 1, 2]  # no rank is told to fail
+    assert run_ranks(raise_on_rank, 3, (-1, str(pid_dir)), show_output=False) == [0, 1, 2]  # no rank is told to fail
     pids = recorded_pids(pid_dir)
     assert len(pids) == 3 and [p for p in pids if pid_alive(p)] == []
 
@@ -27,7 +27,7 @@ def test_fifty_launches_in_a_row_all_succeed():
     failures = []
     for i in range(50):
         try:
-            results = spawn(demo_basic, 2, (i,), timeout=60, show_output=False)
+            results = run_ranks(demo_basic, 2, (i,), timeout=60, show_output=False)
             assert results[0]["checksum"] == results[1]["checksum"]
         except Exception as exc:  # counted: the assertion below reports them
             failures.append(repr(exc))
@@ -39,7 +39,7 @@ def test_ten_launches_at_once_never_collide_on_a_port():
 
     def one(i):
         try:
-            done.append(spawn(demo_basic, 2, (i,), timeout=120, show_output=False))
+            done.append(run_ranks(demo_basic, 2, (i,), timeout=120, show_output=False))
         except Exception as exc:  # counted: the assertion below reports them
             errors.append(repr(exc))
 
@@ -59,7 +59,7 @@ def kernel(tmp_path):
     km.shutdown_kernel(now=True)
 
 
-HANG = "from ddp_lib.launch import spawn\nfrom launcher_workers import hang_all\nspawn(hang_all, 2, ({!r},))"
+HANG = "from ddp_lib.launch import run_ranks\nfrom launcher_workers import hang_all\nrun_ranks(hang_all, 2, ({!r},))"
 
 
 def _start_hanging_job(client, pid_dir) -> list[int]:
@@ -111,7 +111,7 @@ def test_the_stop_button_stops_every_rank(kernel, pid_dir):
     assert wait_until_gone(pids) == []
     # The kernel is still usable, and a new launch works. (Right after an error ipykernel
     # aborts requests that were already queued, so an "aborted" reply is asked again.)
-    code = "from launcher_workers import talk\nassert spawn(talk, 2, show_output=False) == [0, 10]"
+    code = "from launcher_workers import talk\nassert run_ranks(talk, 2, show_output=False) == [0, 10]"
     for _ in range(5):
         reply = client.execute_interactive(code, timeout=120, output_hook=lambda msg: None)
         if reply["content"]["status"] != "aborted":
@@ -124,9 +124,9 @@ def test_the_stop_button_during_a_kernels_first_launch_leaves_the_forkserver_usa
     km, client = kernel
     # The first launch starts the forkserver, which imports torch for a second or more: press
     # stop meanwhile (SIGINT reaches the forkserver too, as a member of the kernel's group).
-    imports = "from ddp_lib.launch import spawn\nfrom launcher_workers import hang_all"
+    imports = "from ddp_lib.launch import run_ranks\nfrom launcher_workers import hang_all"
     assert _run_in_kernel(client, imports)["content"]["status"] == "ok"
-    client.execute("print('launching', flush=True)\nspawn(hang_all, 2)")
+    client.execute("print('launching', flush=True)\nrun_ranks(hang_all, 2)")
     end = time.monotonic() + 60
     while time.monotonic() < end:
         try:
@@ -140,7 +140,7 @@ def test_the_stop_button_during_a_kernels_first_launch_leaves_the_forkserver_usa
     assert _reply_error(client) == "LaunchInterrupted"
     assert _run_in_kernel(client, FORKSERVER_PID)["content"]["status"] == "ok"
     code = ("from launcher_workers import talk\nbefore = f._forkserver._forkserver_pid\n"
-            "assert spawn(talk, 2, show_output=False) == [0, 10]\nassert f._forkserver._forkserver_pid == before")
+            "assert run_ranks(talk, 2, show_output=False) == [0, 10]\nassert f._forkserver._forkserver_pid == before")
     assert _run_in_kernel(client, code)["content"]["status"] == "ok"
 
 
@@ -161,7 +161,7 @@ def test_the_tutorials_own_setup_and_cleanup_never_hang_on_teardown():
     failures = []
     for i in range(20):
         try:
-            spawn(tutorial_workers.demo_basic, 2, timeout=30, show_output=False)
+            run_ranks(tutorial_workers.demo_basic, 2, timeout=30, show_output=False)
         except Exception as exc:  # counted: the assertion below reports them
             failures.append(f"launch {i}: {exc!r}")
     assert failures == []

@@ -3,14 +3,14 @@
 import pytest
 
 import ring_workers
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.ring import ring_bytes_expected, ring_check, ring_steps
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 @pytest.mark.parametrize("numel", [0, 1, 2, 7, 1001])
 def test_ring_equals_all_reduce(world_size, numel):
-    results = spawn(ring_check, world_size, (numel, 3))
+    results = run_ranks(ring_check, world_size, (numel, 3))
     assert all(r["equal"] for r in results), results
     sent = [r["bytes_sent"] for r in results]
     # Every chunk crosses N-1 links in each phase: 2 (N-1) tensor sizes in all, N of them per rank on average.
@@ -21,18 +21,18 @@ def test_ring_equals_all_reduce(world_size, numel):
 
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_ring_exact_on_integers_of_any_shape(world_size):
-    results = spawn(ring_workers.ring_int64_2d, world_size, ((3, 5),))
+    results = run_ranks(ring_workers.ring_int64_2d, world_size, ((3, 5),))
     for ours, reference in results:
         assert ours == reference
 
 
 def test_ring_in_a_subgroup():
-    results = spawn(ring_workers.ring_in_subgroup, 4)
+    results = run_ranks(ring_workers.ring_in_subgroup, 4)
     assert results == [None, [4.0] * 5, None, [4.0] * 5]
 
 
 def test_ring_steps_end_with_the_sum_everywhere():
-    results = spawn(ring_steps, 3)
+    results = run_ranks(ring_steps, 3)
     for r in results:
         assert len(r["history"]) == 2 * (3 - 1) + 1
         assert r["history"][-1] == [33.0, 36.0, 39.0]

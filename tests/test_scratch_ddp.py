@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers import buckets
 from ddp_lib.workers.buckets import scratch_vs_torch
 from ddp_lib.workers.gradients import make_mlp
@@ -16,7 +16,7 @@ EXPECTED_CALLS = {"after_backward": 6, "per_parameter_hooks": 6, "buckets": 3}
 @pytest.mark.parametrize("world_size", [2, 3])
 @pytest.mark.parametrize("way", ["after_backward", "per_parameter_hooks", "buckets"])
 def test_scratch_ddp_matches_torch_ddp(way, world_size):
-    results = spawn(scratch_vs_torch, world_size, (way, 4, 0.001), show_output=False)
+    results = run_ranks(scratch_vs_torch, world_size, (way, 4, 0.001), show_output=False)
     for r in results:
         assert r["max_grad_diff"] <= 1e-6 and r["max_param_diff"] <= 1e-6
         assert r["ranks_equal"]
@@ -24,7 +24,7 @@ def test_scratch_ddp_matches_torch_ddp(way, world_size):
 
 
 def test_bucket_cap_sets_the_bucket_count():
-    results = spawn(scratch_vs_torch, 2, ("buckets", 2, 25.0), show_output=False)
+    results = run_ranks(scratch_vs_torch, 2, ("buckets", 2, 25.0), show_output=False)
     assert results[0]["allreduces_per_step"] == [1, 1] and results[0]["max_param_diff"] <= 1e-6
 
 
@@ -45,7 +45,7 @@ def test_buckets_fill_from_the_last_layer(monkeypatch):
 def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
     # Lesson 04: without the option every .grad has its own memory; with it, one block per bucket.
     # With zero_grad()'s default set_to_none=True the view is lost each step: a copy per parameter again.
-    result = spawn(buckets.grads_in_buckets, 2)[0]
+    result = run_ranks(buckets.grads_in_buckets, 2)[0]
     copy, view_lost, view_kept = (result[k] for k in ("copy, set_to_none=True", "view, set_to_none=True",
                                                        "view, set_to_none=False"))
     assert copy["memory_blocks"] == copy["parameters"] == copy["copies_into_bucket"] == 10
@@ -56,7 +56,7 @@ def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
 
 def test_gradient_as_bucket_view_saves_one_full_set_of_gradients_in_bytes():
     # Lesson 04: without the option, buckets and .grad each hold the parameters' bytes; with it, buckets only.
-    result = spawn(buckets.gradient_bytes, 2)[0]
+    result = run_ranks(buckets.gradient_bytes, 2)[0]
     for setting, counts in result.items():
         one_set = counts["parameter_bytes"]
         assert counts["bucket_bytes"] == one_set

@@ -3,20 +3,20 @@ timings have the wire's floor."""
 
 import pytest
 
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers import buckets
 
 
 @pytest.mark.parametrize("hold_until_last", [False, True])
 def test_the_slow_wire_hook_averages_exactly_like_ddp(hold_until_last):
-    diffs = spawn(buckets.slow_wire_gradients_match_default, 2, kwargs=dict(hold_until_last=hold_until_last),
-                  show_output=False)
+    diffs = run_ranks(buckets.slow_wire_gradients_match_default, 2, kwargs=dict(hold_until_last=hold_until_last),
+                      show_output=False)
     assert diffs == [0.0, 0.0]
 
 
 def test_every_way_is_timed_and_no_pass_beats_the_wire():
-    r = spawn(buckets.overlap_on_slow_wire, 2, kwargs=dict(delay_ms=5.0, repeats=2, per_rank_batch=64),
-              show_output=False)[0]
+    r = run_ranks(buckets.overlap_on_slow_wire, 2, kwargs=dict(delay_ms=5.0, repeats=2, per_rank_batch=64),
+                  show_output=False)[0]
     assert r["buckets"] == 4  # seven 256 KiB weights in 0.3 MiB buckets
     assert {way: len(times) for way, times in r["ms"].items()} == {"no_sync": 2, "overlap": 2, "after_backward": 2}
     # One wire sends the buckets one after another: a synchronised backward lasts at least buckets x delay.

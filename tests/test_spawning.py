@@ -30,7 +30,7 @@ from ddp_lib.demos.spawning import (
     time_start_methods,
 )
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import FORKSERVER_PRELOAD, launch, spawn
+from ddp_lib.launch import FORKSERVER_PRELOAD, launch, run_ranks
 from ddp_lib.process_group import free_port
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import (
@@ -88,7 +88,7 @@ def test_spawn_loop_source_marks_every_gap():
 
 
 def test_ddp_lib_passes_rank_world_size_and_environment():
-    results = spawn(describe_rank, 3)
+    results = run_ranks(describe_rank, 3)
     assert [(r["rank"], r["world_size"], r["RANK"], r["LOCAL_RANK"], r["WORLD_SIZE"]) for r in results] == [
         (0, 3, "0", "0", "3"), (1, 3, "1", "1", "3"), (2, 3, "2", "2", "3")]
     assert {r["sum"] for r in results} == {6}  # 1 + 2 + 3: the all-reduce really ran
@@ -103,9 +103,9 @@ def test_non_tuple_args_fail_in_the_child_with_raw_torch():
 
 def test_non_tuple_args_are_refused_before_starting():
     with pytest.raises(LaunchInputError, match=r"got int 1; \(x\) is just x in Python, write args=\(1,\)"):
-        spawn(fail_on_rank, 2, args=(1))
+        run_ranks(fail_on_rank, 2, args=(1))
     with pytest.raises(LaunchInputError, match=r"write args=\('gloo',\)"):
-        spawn(fail_on_rank, 2, args=("gloo"))
+        run_ranks(fail_on_rank, 2, args=("gloo"))
 
 
 def test_function_from_main_is_refused_before_starting():
@@ -115,7 +115,7 @@ def test_function_from_main_is_refused_before_starting():
     local_hello.__module__, local_hello.__qualname__ = "__main__", "local_hello"
     with pytest.raises(LaunchInputError,
                        match=r"defined in __main__ .* %%writefile my_worker.py then from my_worker import local_hello"):
-        spawn(local_hello, 2)
+        run_ranks(local_hello, 2)
 
 
 def test_function_from_main_fails_under_raw_spawn_with_the_childs_attribute_error():
@@ -158,14 +158,14 @@ def test_launches_in_a_row_beside_a_held_port():
     with socket.create_server(("127.0.0.1", 0)) as held:
         port = held.getsockname()[1]
         for _ in range(2):
-            results = spawn(describe_rank, 2)
+            results = run_ranks(describe_rank, 2)
             assert [r["sum"] for r in results] == [3, 3]
             assert port not in {r["MASTER_PORT"] for r in results}
 
 
 def test_worker_error_names_rank_type_and_message():
     with pytest.raises(WorkerError) as info:
-        spawn(fail_on_rank, 3, args=(2,), show_output=False)
+        run_ranks(fail_on_rank, 3, args=(2,), show_output=False)
     e = info.value
     assert str(e) == "rank 2 raised ValueError: rank 2 of 3 was told to fail"
     assert (e.rank, e.exc_type, e.message) == (2, "ValueError", "rank 2 of 3 was told to fail")
@@ -207,7 +207,7 @@ def test_a_hung_rank_is_stopped_by_join_timeout_and_terminate():
 
 def test_results_come_back_from_ddp_lib_not_from_torch():
     assert mp.start_processes(hello, args=(2,), nprocs=2, start_method="forkserver") is None
-    assert spawn(hello, 3) == ["hello from rank 0 of 3", "hello from rank 1 of 3", "hello from rank 2 of 3"]
+    assert run_ranks(hello, 3) == ["hello from rank 0 of 3", "hello from rank 1 of 3", "hello from rank 2 of 3"]
 
 
 def test_worker_prints_are_captured_per_rank(capsys):
@@ -215,7 +215,7 @@ def test_worker_prints_are_captured_per_rank(capsys):
     assert run.results == [2, 2]
     assert run.stdout == [f"rank {r} of 2: line 0\nrank {r} of 2: line 1\n" for r in range(2)]
     assert capsys.readouterr().out == ""
-    spawn(chatty, 2, args=(1,))
+    run_ranks(chatty, 2, args=(1,))
     assert capsys.readouterr().out == "[rank 0] rank 0 of 2: line 0\n[rank 1] rank 1 of 2: line 0\n"
 
 

@@ -25,7 +25,7 @@ needs_chosen_pids = pytest.mark.skipif(not stress_workers.can_choose_pids(),
 # forkserver only: under spawn and fork the launcher is the rank's parent, and its id stays taken until
 # the launcher has reaped it, at the end
 def test_a_process_given_a_finished_ranks_id_outlives_the_launch(tmp_path):
-    results = launch.spawn(stress_workers.rank_one_pid_taken, 2, (str(tmp_path),), start_method="forkserver",
+    results = launch.run_ranks(stress_workers.rank_one_pid_taken, 2, (str(tmp_path),), start_method="forkserver",
                            show_output=False)
     taker = results[0]
     if taker is None:

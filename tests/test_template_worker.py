@@ -21,7 +21,7 @@ from torch.utils.data import DistributedSampler
 
 import ddp_lib
 from ddp_lib.errors import WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import free_port
 from ddp_lib.workers import template
 
@@ -93,8 +93,8 @@ def _final_model(directory: pathlib.Path) -> dict:
 def test_accumulate_all_reduces_once_per_optimizer_step_and_matches_the_larger_batch(tmp_path):
     # 1000 samples: 500 per rank, so 20 batches of 25, 10 optimizer steps of 2 x 25, or 10 of 50.
     epochs = 2
-    runs = {name: spawn(template_workers.train_counting_allreduces, 2,
-                        kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / name), **settings))[0]
+    runs = {name: run_ranks(template_workers.train_counting_allreduces, 2,
+                            kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / name), **settings))[0]
             for name, settings in {"25": dict(batch_size=25), "25 x 2": dict(batch_size=25, accumulate=2),
                                    "50": dict(batch_size=50)}.items()}
     # no_sync skips the gradient all-reduce of every first micro-batch: 10 fewer per epoch. The other
@@ -141,7 +141,7 @@ def test_the_epoch_loss_weights_each_batch_by_its_size(tmp_path):
     # A rate too small to move the weights: the epoch's loss is then the initial model's mean over all
     # 1000 samples. 500 per rank in batches of 32 end in a short batch of 20, which a plain mean of
     # the batch losses would count as much as a batch of 32.
-    result = spawn(template.train, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
+    result = run_ranks(template.train, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
     torch.manual_seed(0)
     train_set, model, loss_fn = template.make_datasets()[0], template.make_model(), template.make_loss()
     x, y = train_set.tensors
@@ -158,8 +158,8 @@ def test_the_epoch_loss_weights_each_batch_by_its_size(tmp_path):
 def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_mid_warmup(tmp_path):
     lr, warmup_steps, epochs = 0.05, 15, 3  # batch 50 on 2 ranks: 10 optimizer steps per epoch
     settings = dict(batch_size=50, lr=lr, warmup_steps=warmup_steps)
-    straight = spawn(template_workers.train_with_cosine, 2,
-                     kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / "straight"), **settings))[0]
+    straight = run_ranks(template_workers.train_with_cosine, 2,
+                         kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / "straight"), **settings))[0]
     # Warm-up for 15 steps, then cosine over the run's other 15: the rate after each epoch's 10 steps.
     assert [h["lr"] for h in straight["history"]] == pytest.approx(
         [_lr_after(10 * (e + 1), lr, warmup_steps, 10 * epochs - warmup_steps) for e in range(epochs)], abs=1e-12)
@@ -167,19 +167,19 @@ def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_
     assert straight["history"][-1]["lr"] == pytest.approx(0, abs=1e-12)  # and ends at the run's last step
     # More epochs on the same checkpoint would restart the rate's rise: refused, on every rank, with what to do.
     with pytest.raises(WorkerError, match=r"--epochs 3\).*Rerun with the checkpoint's settings"):
-        spawn(template_workers.train_with_cosine, 2,
-              kwargs=dict(epochs=epochs + 1, checkpoint_dir=str(tmp_path / "straight"), **settings))
-    no_warmup = spawn(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
+        run_ranks(template_workers.train_with_cosine, 2,
+                  kwargs=dict(epochs=epochs + 1, checkpoint_dir=str(tmp_path / "straight"), **settings))
+    no_warmup = run_ranks(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
                                                      batch_size=50, lr=lr))[0]
     assert no_warmup["history"][0]["loss"] != pytest.approx(straight["history"][0]["loss"], abs=1e-4)
 
     # Stopped after epoch 1, in the middle of the warm-up, and resumed: the schedule continues where it was.
     resumed_dir = str(tmp_path / "resumed")
     with pytest.raises(WorkerError, match="stopped after epoch 1"):
-        spawn(template_workers.train_with_cosine, 2,
-              kwargs=dict(epochs=epochs, checkpoint_dir=resumed_dir, crash_after_epoch=1, **settings))
-    resumed = spawn(template_workers.train_with_cosine, 2,
-                    kwargs=dict(epochs=epochs, checkpoint_dir=resumed_dir, **settings))[0]
+        run_ranks(template_workers.train_with_cosine, 2,
+                  kwargs=dict(epochs=epochs, checkpoint_dir=resumed_dir, crash_after_epoch=1, **settings))
+    resumed = run_ranks(template_workers.train_with_cosine, 2,
+                        kwargs=dict(epochs=epochs, checkpoint_dir=resumed_dir, **settings))[0]
     assert resumed["start_epoch"] == 1
     assert resumed["history"] == straight["history"]
     for name, tensor in _final_model(tmp_path / "straight").items():

@@ -15,7 +15,7 @@ import torch
 
 from conftest import pythonpath_with_tests
 from ddp_lib.errors import LaunchInputError, LaunchTimeout
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.rank_files import AGENT_ERROR_FILE, NO_FILES, UNKNOWN, agent_error, read_run, runs_in
 from ddp_lib.torchrun import job_exit_code, read_job, run_nodes, run_torchrun, torchrun_command, with_log_dir
 from ddp_lib.workers.train import train
@@ -26,7 +26,7 @@ TRAIN = ["-m", "ddp_lib", "run", "train", "--epochs", "3", "--json"]
 @pytest.fixture(scope="module")
 def reference():
     """The 2-rank job through ddp_lib's own launcher: what torchrun must reproduce."""
-    return spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
+    return run_ranks(train, 2, args=(3, 16, 0.1, 0), show_output=False)
 
 
 def test_two_nodes_on_one_machine_give_the_one_node_result(reference):

@@ -11,7 +11,7 @@ import torch
 
 from conftest import screen
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import launch, spawn
+from ddp_lib.launch import launch, run_ranks
 from ddp_lib.workers.train import (
     latest_checkpoint,
     list_checkpoints,
@@ -33,19 +33,19 @@ def _max_diff(a: dict, b: dict) -> float:
 
 def test_n_ranks_at_batch_b_equal_one_rank_at_batch_n_times_b():
     # epochs, batch_size, lr, seed
-    one = spawn(train, 1, args=(3, 32, 0.1, 0), show_output=False)[0]
-    two = spawn(train, 2, args=(3, 16, 0.1, 0), show_output=False)
+    one = run_ranks(train, 1, args=(3, 32, 0.1, 0), show_output=False)[0]
+    two = run_ranks(train, 2, args=(3, 16, 0.1, 0), show_output=False)
     assert two[0]["params"] == two[1]["params"]  # replicas agree exactly
     assert _max_diff(one, two[0]) < ATOL
     assert one["losses"] == pytest.approx(two[0]["losses"], abs=1e-5)
     assert two[0]["losses"] == two[1]["losses"]  # the averaged loss is the same on every rank
     # and it is a real change: a different global batch gives different parameters
-    other = spawn(train, 1, args=(3, 16, 0.1, 0), show_output=False)[0]
+    other = run_ranks(train, 1, args=(3, 16, 0.1, 0), show_output=False)[0]
     assert _max_diff(one, other) > 1e-2
 
 
 def test_forgetting_set_epoch_repeats_the_order_and_rank_0_prints_progress():
-    without = spawn(train, 2, args=(3, 16, 0.1, 0, "", 0, 0), show_output=False)
+    without = run_ranks(train, 2, args=(3, 16, 0.1, 0, "", 0, 0), show_output=False)
     assert without[0]["order"][0] == without[0]["order"][1] == without[0]["order"][2]
     res = __import__("ddp_lib.launch", fromlist=["launch"]).launch(train, 2, args=(3, 16, 0.1, 0), show_output=False)
     orders = res.results[0]["order"]
@@ -58,11 +58,11 @@ def test_forgetting_set_epoch_repeats_the_order_and_rank_0_prints_progress():
 def test_crash_then_resume_continues_where_it_stopped(tmp_path):
     ckpt = str(tmp_path / "ckpt")
     with pytest.raises(WorkerError) as info:
-        spawn(train, 2, args=(4, 16, 0.1, 0, ckpt, 1, 1, "none", 3), show_output=False)
+        run_ranks(train, 2, args=(4, 16, 0.1, 0, ckpt, 1, 1, "none", 3), show_output=False)
     assert info.value.rank == 1 and info.value.message == "injected failure at epoch 3 on rank 1"
     assert list_checkpoints(ckpt) == ["epoch_001.pt", "epoch_002.pt"]
-    resumed = spawn(train, 2, args=(4, 16, 0.1, 0, ckpt, 1), show_output=False)
-    straight = spawn(train, 2, args=(4, 16, 0.1, 0), show_output=False)
+    resumed = run_ranks(train, 2, args=(4, 16, 0.1, 0, ckpt, 1), show_output=False)
+    straight = run_ranks(train, 2, args=(4, 16, 0.1, 0), show_output=False)
     assert [r["start_epoch"] for r in resumed] == [2, 2]
     assert resumed[0]["losses"] == straight[0]["losses"]  # epochs 1-2 from the checkpoint, 3-4 trained
     assert _max_diff(resumed[0], straight[0]) < 1e-6
@@ -99,11 +99,11 @@ def test_checkpoints_are_ordered_by_epoch_number_past_999(tmp_path):
 
 def test_resume_after_epoch_1000_continues_from_1000(tmp_path):
     ckpt = str(tmp_path)
-    spawn(train, 2, kwargs=dict(epochs=2, checkpoint_dir=ckpt), show_output=False)
+    run_ranks(train, 2, kwargs=dict(epochs=2, checkpoint_dir=ckpt), show_output=False)
     state = load_checkpoint(latest_checkpoint(ckpt))
     for epoch in (999, 1000):  # as if the job had run that long
         save_checkpoint(ckpt, epoch, {**state, "epoch": epoch, "losses": [0.5] * epoch})
-    resumed = spawn(train, 2, kwargs=dict(epochs=1001, checkpoint_dir=ckpt, resume=True), show_output=False)
+    resumed = run_ranks(train, 2, kwargs=dict(epochs=1001, checkpoint_dir=ckpt, resume=True), show_output=False)
     assert [r["start_epoch"] for r in resumed] == [1000, 1000]
     assert len(resumed[0]["losses"]) == 1001
     assert load_checkpoint(os.path.join(ckpt, "epoch_1000.pt"))["losses"] == [0.5] * 1000  # not overwritten
@@ -122,10 +122,10 @@ def test_an_unreadable_checkpoint_is_named(tmp_path):
 
 def test_resume_skips_a_truncated_latest_checkpoint_with_a_warning(tmp_path):
     ckpt = str(tmp_path / "ckpt")
-    straight = spawn(train, 2, kwargs=dict(epochs=4, checkpoint_dir=str(tmp_path / "all"), keep_last=2),
-                     show_output=False)
+    straight = run_ranks(train, 2, kwargs=dict(epochs=4, checkpoint_dir=str(tmp_path / "all"), keep_last=2),
+                         show_output=False)
     assert list_checkpoints(str(tmp_path / "all")) == ["epoch_003.pt", "epoch_004.pt"]  # keep_last=2
-    spawn(train, 2, kwargs=dict(epochs=3, checkpoint_dir=ckpt), show_output=False)
+    run_ranks(train, 2, kwargs=dict(epochs=3, checkpoint_dir=ckpt), show_output=False)
     latest = latest_checkpoint(ckpt)
     with open(latest, "r+b") as f:  # a crash of the disk, not of the write: the rename happened
         f.truncate(100)
@@ -158,30 +158,30 @@ def test_resume_with_no_checkpoint_says_so_in_one_line(tmp_path):
     assert res.stdout[0].splitlines()[0] == "no checkpoint to resume from yet: starting at epoch 1"
     assert [r["start_epoch"] for r in res.results] == [0, 0]
     with pytest.raises(LaunchInputError, match=r"^resume=True needs checkpoint_dir, got None$"):  # before starting
-        spawn(train, 1, kwargs=dict(epochs=1, resume=True), show_output=False)
+        run_ranks(train, 1, kwargs=dict(epochs=1, resume=True), show_output=False)
     with pytest.raises(ValueError, match="resume=True needs a checkpoint_dir"):  # the worker's own check, copied out
         train(0, 1, epochs=1, resume=True)
 
 
 def test_sync_batch_norm_restores_the_equivalence_that_batch_norm_breaks():
-    one = spawn(train, 1, args=(2, 32, 0.1, 0, "", 0, 1, "batch"), show_output=False)[0]
-    local = spawn(train, 2, args=(2, 16, 0.1, 0, "", 0, 1, "batch"), show_output=False)[0]
-    synced = spawn(train, 2, args=(2, 16, 0.1, 0, "", 0, 1, "sync"), show_output=False)[0]
+    one = run_ranks(train, 1, args=(2, 32, 0.1, 0, "", 0, 1, "batch"), show_output=False)[0]
+    local = run_ranks(train, 2, args=(2, 16, 0.1, 0, "", 0, 1, "batch"), show_output=False)[0]
+    synced = run_ranks(train, 2, args=(2, 16, 0.1, 0, "", 0, 1, "sync"), show_output=False)[0]
     assert _max_diff(one, local) > 1e-3  # statistics of 16 samples, not of the global 32
     assert _max_diff(one, synced) < ATOL
 
 
 def test_join_lets_ranks_with_fewer_batches_finish():
-    results = spawn(uneven_batches, 2, args=(1,), show_output=False)
+    results = run_ranks(uneven_batches, 2, args=(1,), show_output=False)
     assert [r["steps"] for r in results] == [2, 4]
     assert results[0]["checksum"] == results[1]["checksum"]
     with pytest.raises(WorkerError) as info:
-        spawn(uneven_batches, 2, args=(0,), show_output=False, timeout=60)
+        run_ranks(uneven_batches, 2, args=(0,), show_output=False, timeout=60)
     assert info.value.rank == 1  # the rank left waiting for a peer that has finished
 
 
 def test_ddp_state_dict_keys_carry_the_module_prefix():
-    keys = spawn(state_dict_keys, 1, show_output=False)[0]
+    keys = run_ranks(state_dict_keys, 1, show_output=False)[0]
     assert keys["ddp_keys"] == ["module." + k for k in keys["module_keys"]]
     assert keys["load_error"].startswith("Error(s) in loading state_dict for MoonsNet")
     assert keys["after_strip"] == "<All keys matched successfully>"
@@ -200,7 +200,7 @@ FINAL_BAR = re.compile(r"train: 100%\|.+\| 32/32 \[.+step/s, epoch 2/2, loss 0\.
 
 
 def test_progress_draws_a_bar_on_rank_0s_stderr_only_and_changes_no_result(capsys):
-    plain = spawn(train, 2, kwargs=dict(epochs=2), show_output=False)
+    plain = run_ranks(train, 2, kwargs=dict(epochs=2), show_output=False)
     job = launch(train, 2, kwargs=dict(epochs=2, progress=True))
     for with_bar, without in zip(job.results, plain):
         assert (with_bar["losses"], with_bar["checksum"], with_bar["params"]) == (
@@ -213,7 +213,7 @@ def test_progress_draws_a_bar_on_rank_0s_stderr_only_and_changes_no_result(capsy
 
 
 def test_cli_progress_flag_draws_the_bar_and_keeps_the_json(cli_with_ranks):
-    plain = spawn(train, 2, kwargs=dict(epochs=2), show_output=False)
+    plain = run_ranks(train, 2, kwargs=dict(epochs=2), show_output=False)
     proc = cli_with_ranks("run", "train", "--world-size", "2", "--epochs", "2", "--progress", "--json")
     assert proc.returncode == 0, proc.stderr
     assert [r["losses"] for r in json.loads(proc.stdout.splitlines()[-1])] == [r["losses"] for r in plain]
@@ -223,10 +223,10 @@ def test_cli_progress_flag_draws_the_bar_and_keeps_the_json(cli_with_ranks):
 
 def test_resuming_another_models_checkpoint_names_the_file_and_the_mismatched_keys(tmp_path):
     ckpt = str(tmp_path)
-    spawn(train, 1, kwargs={"epochs": 1, "checkpoint_dir": ckpt}, show_output=False)
+    run_ranks(train, 1, kwargs={"epochs": 1, "checkpoint_dir": ckpt}, show_output=False)
     with pytest.raises(WorkerError) as caught:
-        spawn(train, 1, kwargs={"epochs": 2, "checkpoint_dir": ckpt, "resume": True, "norm": "batch"},
-              show_output=False)
+        run_ranks(train, 1, kwargs={"epochs": 2, "checkpoint_dir": ckpt, "resume": True, "norm": "batch"},
+                  show_output=False)
     assert os.path.join(ckpt, "epoch_001.pt") in str(caught.value)
     # The summary is the first line; the worker's whole message (the keys) is in its traceback.
     detail = str(caught.value.__cause__)
@@ -235,34 +235,34 @@ def test_resuming_another_models_checkpoint_names_the_file_and_the_mismatched_ke
 
 def test_a_resume_error_names_the_file_loaded_not_the_one_its_epoch_names(tmp_path):
     ckpt = str(tmp_path)
-    spawn(train, 1, kwargs={"epochs": 1, "checkpoint_dir": ckpt}, show_output=False)
+    run_ranks(train, 1, kwargs={"epochs": 1, "checkpoint_dir": ckpt}, show_output=False)
     os.rename(os.path.join(ckpt, "epoch_001.pt"), os.path.join(ckpt, "epoch_050.pt"))  # its "epoch" still says 1
     with pytest.raises(WorkerError) as caught:
-        spawn(train, 1, kwargs={"epochs": 60, "checkpoint_dir": ckpt, "resume": True, "norm": "batch"},
-              show_output=False)
+        run_ranks(train, 1, kwargs={"epochs": 60, "checkpoint_dir": ckpt, "resume": True, "norm": "batch"},
+                  show_output=False)
     assert str(caught.value).startswith(f"rank 0 raised RuntimeError: {os.path.join(ckpt, 'epoch_050.pt')}: "
                                         "Error(s) in loading state_dict for MoonsNet")
 
 
 def test_a_checkpoint_whose_epoch_is_no_whole_number_is_named(tmp_path):
     path = os.path.join(str(tmp_path), "epoch_002.pt")
-    spawn(train, 1, kwargs={"epochs": 1, "checkpoint_dir": str(tmp_path)}, show_output=False)
+    run_ranks(train, 1, kwargs={"epochs": 1, "checkpoint_dir": str(tmp_path)}, show_output=False)
     state = load_checkpoint(os.path.join(str(tmp_path), "epoch_001.pt"))
     torch.save({**state, "epoch": "two"}, path)
     with pytest.raises(WorkerError, match=re.escape(f"checkpoint {path} holds epoch 'two', not a whole number")):
-        spawn(train, 1, kwargs={"epochs": 3, "checkpoint_dir": str(tmp_path), "resume": True, "norm": "batch"},
-              show_output=False)
+        run_ranks(train, 1, kwargs={"epochs": 3, "checkpoint_dir": str(tmp_path), "resume": True, "norm": "batch"},
+                  show_output=False)
 
 
 def test_warmup_changes_the_first_steps_and_a_resume_continues_its_schedule(tmp_path):
     kwargs = dict(epochs=3, batch_size=16, lr=0.4, warmup_steps=24)  # 16 steps per epoch: into epoch 2
-    straight = spawn(train, 2, kwargs=kwargs, show_output=False)[0]
-    plain = spawn(train, 2, kwargs={**kwargs, "warmup_steps": 0}, show_output=False)[0]
+    straight = run_ranks(train, 2, kwargs=kwargs, show_output=False)[0]
+    plain = run_ranks(train, 2, kwargs={**kwargs, "warmup_steps": 0}, show_output=False)[0]
     assert abs(straight["losses"][0] - plain["losses"][0]) > 1e-3  # the warm-up did change epoch 1
     ckpt = str(tmp_path / "ckpt")
     with pytest.raises(WorkerError):
-        spawn(train, 2, kwargs={**kwargs, "checkpoint_dir": ckpt, "fail_at_epoch": 2}, show_output=False)
-    resumed = spawn(train, 2, kwargs={**kwargs, "checkpoint_dir": ckpt, "resume": True}, show_output=False)[0]
+        run_ranks(train, 2, kwargs={**kwargs, "checkpoint_dir": ckpt, "fail_at_epoch": 2}, show_output=False)
+    resumed = run_ranks(train, 2, kwargs={**kwargs, "checkpoint_dir": ckpt, "resume": True}, show_output=False)[0]
     assert resumed["start_epoch"] == 1
     assert resumed["losses"] == pytest.approx(straight["losses"], abs=1e-6)  # epoch 2 still warmed up
     assert _max_diff(resumed, straight) < 1e-6
@@ -270,7 +270,7 @@ def test_warmup_changes_the_first_steps_and_a_resume_continues_its_schedule(tmp_
 
 def test_train_runs_shares_one_group_and_gives_what_separate_jobs_give():
     runs = [dict(epochs=2, lr=0.1, seed=1), dict(epochs=2, lr=0.4, seed=2, warmup_steps=4)]
-    together = spawn(train_runs, 2, kwargs=dict(runs=runs), show_output=False)[0]
-    apart = [spawn(train, 2, kwargs=kwargs, show_output=False)[0] for kwargs in runs]
+    together = run_ranks(train_runs, 2, kwargs=dict(runs=runs), show_output=False)[0]
+    apart = [run_ranks(train, 2, kwargs=kwargs, show_output=False)[0] for kwargs in runs]
     assert [r["losses"] for r in together] == [r["losses"] for r in apart]
     assert together[0]["losses"] != together[1]["losses"]

@@ -5,21 +5,21 @@ from __future__ import annotations
 import pytest
 
 from ddp_lib.errors import WorkerError
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train_pitfalls import rank0_evaluation, stop_together, uneven_batches
 
 
 def test_rank0_evaluation_works_through_module_and_times_out_through_the_wrapper():
-    results = spawn(rank0_evaluation, 2, kwargs=dict(through="module"), show_output=False)
+    results = run_ranks(rank0_evaluation, 2, kwargs=dict(through="module"), show_output=False)
     assert results[0]["accuracy"] is not None and results[1]["accuracy"] is None
     with pytest.raises(WorkerError) as info:
-        spawn(rank0_evaluation, 2, kwargs=dict(through="wrapper", timeout_s=2.0), show_output=False, timeout=60)
+        run_ranks(rank0_evaluation, 2, kwargs=dict(through="wrapper", timeout_s=2.0), show_output=False, timeout=60)
     # gloo words it "Timed out waiting ..." or "Application timeout caused pair closure"
     assert any(words in info.value.failures[0].lower() for words in ("timed out", "timeout"))
 
 
 def test_join_shadows_the_collectives_and_broadcasts_the_last_model():
-    short, long = spawn(uneven_batches, 2, kwargs=dict(use_join=1), show_output=False)
+    short, long = run_ranks(uneven_batches, 2, kwargs=dict(use_join=1), show_output=False)
     assert (short["steps"], long["steps"]) == (2, 4)
     # Three all-reduces per step of the long rank on both ranks (the short one shadows steps 3 and 4
     # in Join's exit), two broadcasts where DDP rebuilds its buckets, one for the final model.
@@ -34,13 +34,14 @@ def test_join_shadows_the_collectives_and_broadcasts_the_last_model():
     # Alone, the long rank's gradient is its own divided by the initial world size...
     assert long["grad_ratio"][2:] == [0.5, 0.5]
     # ...or by the ranks still training.
-    _, long = spawn(uneven_batches, 2, kwargs=dict(use_join=1, divide_by_initial_world_size=False), show_output=False)
+    _, long = run_ranks(uneven_batches, 2, kwargs=dict(use_join=1, divide_by_initial_world_size=False),
+                        show_output=False)
     assert long["grad_ratio"][2:] == [1.0, 1.0]
 
 
 def test_stop_together_agrees_with_a_broadcast_and_fails_without_one():
-    ranks = spawn(stop_together, 2, kwargs=dict(agree=True), show_output=False)
+    ranks = run_ranks(stop_together, 2, kwargs=dict(agree=True), show_output=False)
     assert ranks[0]["steps"] == ranks[1]["steps"] < 16  # 512 samples / (2 ranks x 16): 16 steps at most
     with pytest.raises(WorkerError, match="closed|reset|Read error|Timed out") as failed:
-        spawn(stop_together, 2, kwargs=dict(agree=False, timeout_s=2.0), show_output=False)
+        run_ranks(stop_together, 2, kwargs=dict(agree=False, timeout_s=2.0), show_output=False)
     assert failed.value.rank == 1  # rank 0 stopped alone; rank 1's next all-reduce lost its partner

@@ -21,23 +21,23 @@ def _cases():
     """(name, function returning (passed, what was seen)) for every GPU claim of lesson 03."""
     from ddp_lib.demos import placement_demos
     from ddp_lib.errors import WorkerError
-    from ddp_lib.launch import spawn
+    from ddp_lib.launch import run_ranks
     from ddp_lib.workers import placement
 
     def error_of(fn, *args, **kwargs):
         try:
-            return None, spawn(fn, 2, *args, **kwargs)
+            return None, run_ranks(fn, 2, *args, **kwargs)
         except WorkerError as e:
             return f"{e.exc_type}: {e.message}", None
 
     def device_ids_move_inputs():
-        seen = [r["input_seen_on"] for r in spawn(placement.input_placement, 2, kwargs=dict(pass_device_ids=True))]
+        seen = [r["input_seen_on"] for r in run_ranks(placement.input_placement, 2, kwargs=dict(pass_device_ids=True))]
         return seen == ["cuda:0", "cuda:1"], f"input arrived on {seen} with device_ids=[rank], made on the CPU"
 
     def no_device_ids_cpu_input_fails():
         error, _ = error_of(placement.input_placement, kwargs=dict(pass_device_ids=False, move_inputs=False))
-        moved = [r["input_seen_on"] for r in spawn(placement.input_placement, 2,
-                                                   kwargs=dict(pass_device_ids=False, move_inputs=True))]
+        moved = [r["input_seen_on"] for r in run_ranks(placement.input_placement, 2,
+                                                       kwargs=dict(pass_device_ids=False, move_inputs=True))]
         ok = error is not None and "same device" in error and moved == ["cuda:0", "cuda:1"]
         return ok, f"not moved: {error}; moved with .to(device): {moved}"
 
@@ -50,7 +50,7 @@ def _cases():
         return error is not None, f"{error}" if error else f"no error: {results}"
 
     def with_set_device():
-        results = spawn(placement.with_set_device, 2, backend="nccl")
+        results = run_ranks(placement.with_set_device, 2, backend="nccl")
         devices = [r["current_device"] for r in results]
         return devices == [0, 1], f"current device per rank {devices}"
 
@@ -62,14 +62,14 @@ def _cases():
     def bound_device_id():
         seen = {}
         for use in (False, True):
-            seen[use] = [r["bound_device_id"] for r in spawn(placement_demos.bound_device, 2,
+            seen[use] = [r["bound_device_id"] for r in run_ranks(placement_demos.bound_device, 2,
                                                             kwargs=dict(use_device_id=use), backend="nccl")]
         ok = seen[False] == [None, None] and seen[True] == ["cuda:0", "cuda:1"]
         return ok, f"without device_id {seen[False]}, with device_id {seen[True]}"
 
     def map_location_per_rank():
         with tempfile.TemporaryDirectory() as folder:
-            results = spawn(placement.checkpoint_devices, 2, (os.path.join(folder, "checkpoint.pt"),))
+            results = run_ranks(placement.checkpoint_devices, 2, (os.path.join(folder, "checkpoint.pt"),))
         plain = [r["loaded_without_map_location"] for r in results]
         mapped = [r["loaded_with_map_location"] for r in results]
         ok = plain == ["cuda:0", "cuda:0"] and mapped == ["cuda:0", "cuda:1"]

@@ -37,7 +37,8 @@ SUITE_GOAL_RATIO = 12.0
 # also plots counts as torchrun).
 KINDS = (
     ("torchrun", re.compile(r"torchrun|run_torchrun")),
-    ("starting ranks", re.compile(r"\bspawn\(|\blaunch\(|\bcheck_\w+\(|start_processes|\bbench_\w+\(|run_worker")),
+    ("starting ranks",
+     re.compile(r"\brun_ranks\(|\bspawn\(|\blaunch\(|\bcheck_\w+\(|start_processes|\bbench_\w+\(|run_worker")),
     ("plotting", re.compile(r"\bplot_\w+\(|\bplt\.|\.plot\(")),
 )
 OTHER = "other"  # kernel start, imports, compute

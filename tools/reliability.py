@@ -29,12 +29,12 @@ def teardown(times: int = 100) -> bool:
     sys.path.insert(0, str(ROOT / "tests"))
     import tutorial_workers
 
-    from ddp_lib.launch import spawn
+    from ddp_lib.launch import run_ranks
 
     failures = []
     for i in range(times):
         try:
-            spawn(tutorial_workers.demo_basic, 2, timeout=60, show_output=False)
+            run_ranks(tutorial_workers.demo_basic, 2, timeout=60, show_output=False)
         except Exception as exc:  # counted and reported below
             failures.append(f"launch {i}: {exc!r}")
     print(f"tutorial worker {times} times in a row: {times - len(failures)} finished, {len(failures)} failed",

@@ -23,7 +23,7 @@ from ddp_lib.bench.model import fit_alpha_beta
 from ddp_lib.bench.ranks import allreduce_sweep
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, human_bytes, run_main
 from ddp_lib.bench.stats import median
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 SIZES = [4**k for k in range(1, 14)]  # 4 B to 64 MiB
 QUICK_SIZES = [4**k for k in (1, 4, 7, 10, 12)]  # 4 B to 16 MiB
@@ -135,7 +135,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
     world_sizes = world_sizes or ((2,) if quick else (2, 4))
     rows, load_before = [], os.getloadavg()[0]
     for world_size in world_sizes:
-        sweep = spawn(allreduce_sweep, world_size, args=(sizes, repeats), show_output=False)[0]
+        sweep = run_ranks(allreduce_sweep, world_size, args=(sizes, repeats), show_output=False)[0]
         rows += table_rows(world_size, sweep)
     limit_bytes = max(sizes)
     return {"rows": rows, "models": fitted_models(rows),

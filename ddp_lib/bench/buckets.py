@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ddp_lib.bench.ranks import DDP_WIDTHS, bucket_sweep
 from ddp_lib.bench.report import run_main
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 # None: bucket_cap_mb left out. DDP then uses 25 MiB too, but a first bucket of at most 1 MiB
 # (_BucketCapacityConfig in torch/nn/parallel/distributed.py): not the same as passing 25.
@@ -29,8 +29,8 @@ def measure(quick: bool = False, repeats: int | None = None, world_size: int = 2
     rebuilt them, with the first step's all-reduces}."""
     repeats = repeats or (5 if quick else 30)
     caps = QUICK_CAPS_MB if quick else CAPS_MB
-    sweep = spawn(bucket_sweep, world_size, args=(caps, repeats), show_output=False,
-                  env={"OMP_NUM_THREADS": "1"})[0]
+    sweep = run_ranks(bucket_sweep, world_size, args=(caps, repeats), show_output=False,
+                      env={"OMP_NUM_THREADS": "1"})[0]
     step_25 = next(r["step_s"] for r in sweep if r["bucket_cap_mb"] == 25.0)
     rows = [{"bucket_cap_mb": r["bucket_cap_mb"], "label": cap_label(r["bucket_cap_mb"]), "allreduces": r["allreduces"],
              "step_ms": round(r["step_s"] * 1e3, 3), "ratio": round(r["step_s"] / step_25, 3),

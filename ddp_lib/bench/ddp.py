@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, ddp_steps
 from ddp_lib.bench.report import run_main
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 FULL_RUN = Path(__file__).with_name("results") / "ddp.json"
 SCRATCH = ["after_backward", "per_parameter_hooks", "buckets"]
@@ -34,8 +34,8 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
     rows = []
     for world_size in (1, 2):
         ways = ["local", "torch"] + (SCRATCH + ["all_reduce"] if world_size == 2 else [])
-        result = spawn(ddp_steps, world_size, args=(ways, repeats), show_output=False,
-                       env={"OMP_NUM_THREADS": "1"})[0]
+        result = run_ranks(ddp_steps, world_size, args=(ways, repeats), show_output=False,
+                           env={"OMP_NUM_THREADS": "1"})[0]
         step = result["step_s"]
         rows.append({"world_size": world_size, "way": "local", "step_ms": round(step["local"] * 1e3, 3),
                      "baseline": None, "ratio": None, "allreduces": None})

@@ -1,5 +1,5 @@
 """Launch cost: init, one 4 KiB all-reduce and teardown on 2 and 4 ranks, started by
-``ddp_lib.launch.spawn`` (showing rank 0's output live, as by default, and showing nothing) and
+``ddp_lib.launch.run_ranks`` (showing rank 0's output live, as by default, and showing nothing) and
 by a plain ``torch.multiprocessing.spawn``, taken in turn in one run.
 
     python -m ddp_lib bench launch [--quick] [--repeats N] [--json]
@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from ddp_lib.bench.ranks import allreduce_once, plain_allreduce
 from ddp_lib.bench.report import run_main
 from ddp_lib.bench.stats import median, time_in_turn
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import free_port
 
 GOAL = 0.05  # a 2-rank launch through ddp_lib at most 5% of mp.spawn's
@@ -37,8 +37,8 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
     rows = []
     for world_size in world_sizes:
         times = time_in_turn({
-            "ddp_lib": functools.partial(spawn, allreduce_once, world_size),  # as by default: rank 0's output live
-            "quiet": functools.partial(spawn, allreduce_once, world_size, show_output=False),
+            "ddp_lib": functools.partial(run_ranks, allreduce_once, world_size),  # as by default: rank 0's output live
+            "quiet": functools.partial(run_ranks, allreduce_once, world_size, show_output=False),
             "mp.spawn": functools.partial(plain_launch, world_size),
         }, repeats, cold=("mp.spawn",))  # nothing to warm: every spawn starts from scratch
         ours, quiet, plain = median(times["ddp_lib"]), median(times["quiet"]), median(times["mp.spawn"])

@@ -24,7 +24,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, _train_step
 from ddp_lib.bench.report import run_main
 from ddp_lib.bench.stats import median, quartiles
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import process_group, wrap_ddp
 from ddp_lib.workers.shared import make_mlp
 
@@ -121,7 +121,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
     count += 1 - count % 2  # odd, so the median is one step
     env = {"OMP_NUM_THREADS": "1"}
     caps = (BUCKET_CAP_MB, ONE_BUCKET_CAP_MB)
-    profiled = spawn(profile_ddp_steps, 2, args=(caps, count), show_output=False, env=env)[0]
+    profiled = run_ranks(profile_ddp_steps, 2, args=(caps, count), show_output=False, env=env)[0]
     return {"rows": median_step(profiled[BUCKET_CAP_MB]), "bucket_cap_mb": BUCKET_CAP_MB,
             "one_bucket": median_step(profiled[ONE_BUCKET_CAP_MB]), "one_bucket_cap_mb": ONE_BUCKET_CAP_MB,
             "steps": {f"{cap:g}": [step_summary(rows) for rows in profiled[cap]] for cap in caps},

@@ -24,7 +24,7 @@ from ddp_lib.bench.gloo_ring import ring_sends
 from ddp_lib.bench.ranks import _slowest
 from ddp_lib.bench.report import human_bytes, run_main
 from ddp_lib.bench.stats import median, quartiles
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import process_group
 
 FULL_RUN = Path(__file__).with_name("results") / "pinned.json"
@@ -80,7 +80,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
     the time per message the busiest rank sends}, 2 ranks, one thread each."""
     sizes = QUICK_SIZES if quick else SIZES
     repeats = repeats or (5 if quick else 21)
-    seconds = spawn(pinned_sweep, 2, args=(sizes, repeats), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
+    seconds = run_ranks(pinned_sweep, 2, args=(sizes, repeats), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
     rows = []
     for i, nbytes in enumerate(sizes):
         for placement in PLACEMENTS:

@@ -17,7 +17,7 @@ from pathlib import Path
 from ddp_lib.bench.allreduce import SIZES  # the same sizes as the all-reduce sweep
 from ddp_lib.bench.ranks import allreduce_sweep
 from ddp_lib.bench.report import human_bytes, run_main
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 QUICK_SIZES = [4**k for k in (2, 5, 8, 12)]  # 16 B to 16 MiB
 GOAL_BYTES, GOAL_RATIO = 16 << 20, 1.2  # the goal: within 1.2x of gloo at 16 MiB, on 2 and on 4 ranks
@@ -35,7 +35,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
     world_sizes = world_sizes or ((2,) if quick else (2, 4))
     rows, load_before = [], os.getloadavg()[0]
     for world_size in world_sizes:
-        for r in spawn(allreduce_sweep, world_size, args=(sizes, repeats, True), show_output=False)[0]:
+        for r in run_ranks(allreduce_sweep, world_size, args=(sizes, repeats, True), show_output=False)[0]:
             rows.append({"world_size": world_size, "bytes": r["bytes"], "size": human_bytes(r["bytes"]),
                          "ring_us": round(r["ring_s"] * 1e6, 1), "all_reduce_us": round(r["all_reduce_s"] * 1e6, 1),
                          "ratio": round(r["ring_s"] / r["all_reduce_s"], 3)})

@@ -21,7 +21,7 @@ from pathlib import Path
 from ddp_lib.bench.ranks import timed_train
 from ddp_lib.bench.report import run_main
 from ddp_lib.bench.stats import median
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import threads_per_rank
 from ddp_lib.workers.shared import make_moons
 
@@ -38,8 +38,8 @@ def threads_for(policy: str, world_size: int) -> int:
 
 
 def _run(world_size: int, epochs: int, threads: int) -> float:
-    seconds = spawn(timed_train, world_size, args=(epochs, BATCH_SIZE), show_output=False,
-                    env={"OMP_NUM_THREADS": str(threads)})
+    seconds = run_ranks(timed_train, world_size, args=(epochs, BATCH_SIZE), show_output=False,
+                        env={"OMP_NUM_THREADS": str(threads)})
     return max(seconds)  # the slowest rank
 
 

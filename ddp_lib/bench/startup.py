@@ -22,7 +22,7 @@ from ddp_lib.bench.launch_cost import plain_launch
 from ddp_lib.bench.ranks import allreduce_once
 from ddp_lib.bench.report import run_main
 from ddp_lib.bench.stats import median, time_in_turn
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 
 FULL_RUN = Path(__file__).with_name("results") / "startup.json"
 COLUMNS = [("world_size", "ranks", "d"), ("method", "started by", "s"), ("seconds", "median (s)", ".3f"),
@@ -33,7 +33,7 @@ def methods() -> dict:
     """The launchers to compare, by name: each a function of world_size that runs one job."""
     available = multiprocessing.get_all_start_methods()
     # ddp_lib first: whoever starts the process's one forkserver decides what it preloads.
-    found = {"ddp_lib": functools.partial(spawn, allreduce_once, show_output=False)}
+    found = {"ddp_lib": functools.partial(run_ranks, allreduce_once, show_output=False)}
     found.update({f"mp {m}": functools.partial(plain_launch, start_method=m)
                   for m in ("spawn", "forkserver", "fork") if m in available})
     return found

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ddp_lib.bench.ranks import _slowest, _train_step
 from ddp_lib.bench.report import run_main
 from ddp_lib.bench.stats import median, quartiles
-from ddp_lib.launch import spawn
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import process_group, wrap_ddp
 from ddp_lib.workers.shared import make_mlp
 
@@ -82,7 +82,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
     took turns within a round, so rounds pair them)}, 2 ranks of one thread each."""
     repeats = repeats or (5 if quick else 15)
     world_size = 2
-    seconds = spawn(wide_steps, world_size, args=(repeats,), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
+    seconds = run_ranks(wide_steps, world_size, args=(repeats,), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
     samples = BATCH_PER_RANK * world_size
     alone_s = median(seconds["one process"])
     rows = []

@@ -1,10 +1,10 @@
 """Lesson 10: when DDP is not enough. Memory per rank under DDP, ZeRO-1 and FSDP2, the collectives
 each runs, an FSDP2 checkpoint and resume, and a 2x2 DeviceMesh.
 
-    spawn(memory_run, 2, kwargs=dict(strategy="fsdp"))
-    spawn(compare_strategies, 4)                   # ddp, zero1 and fsdp in one job
-    spawn(fsdp_checkpoint, 2, kwargs=dict(checkpoint_dir=d, steps=4, save_at=2))
-    spawn(mesh_2x2, 4)
+    run_ranks(memory_run, 2, kwargs=dict(strategy="fsdp"))
+    run_ranks(compare_strategies, 4)                   # ddp, zero1 and fsdp in one job
+    run_ranks(fsdp_checkpoint, 2, kwargs=dict(checkpoint_dir=d, steps=4, save_at=2))
+    run_ranks(mesh_2x2, 4)
 
 Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_group.py beside it).
 """

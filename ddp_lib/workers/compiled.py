@@ -2,8 +2,8 @@
 graph into pieces of at most DDP's ``bucket_bytes_cap`` of parameters (the first piece at most
 1 MiB), imitating DDP's buckets without reading them, and hands each piece to the backend on its own.
 
-    spawn(compiled_graphs, 2, kwargs=dict(bucket_cap_mb=1.0, optimize_ddp=True))
-    spawn(compiled_graphs_for, 2, kwargs=dict(settings=[dict(optimize_ddp=True), dict(optimize_ddp=False)]))
+    run_ranks(compiled_graphs, 2, kwargs=dict(bucket_cap_mb=1.0, optimize_ddp=True))
+    run_ranks(compiled_graphs_for, 2, kwargs=dict(settings=[dict(optimize_ddp=True), dict(optimize_ddp=False)]))
 
 Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_group.py beside it).
 """

@@ -2,7 +2,7 @@
 batches, averaged loss metrics, a progress line on rank 0 (or, for long jobs, a tqdm bar),
 checkpoints on rank 0 and resume.
 
-    spawn(train, 2, kwargs=dict(epochs=8, batch_size=16, lr=0.1, seed=0))
+    run_ranks(train, 2, kwargs=dict(epochs=8, batch_size=16, lr=0.1, seed=0))
     torchrun --nproc-per-node 2 -m ddp_lib run train --epochs 8 --json
     python -m ddp_lib run train --world-size 2 --epochs 200 --progress
 

@@ -1,8 +1,8 @@
 """Lesson 09: the training loop as it is written today, on lesson 05's job (the same data and model).
 
-    spawn(train_loop, 2, kwargs=dict(epochs=4, precision="bf16", max_norm=1.0))
-    spawn(evaluate_padded, 2, kwargs=dict(n_eval=11, fix="count_real"))
-    spawn(seeds_and_logging, 2)
+    run_ranks(train_loop, 2, kwargs=dict(epochs=4, precision="bf16", max_norm=1.0))
+    run_ranks(evaluate_padded, 2, kwargs=dict(n_eval=11, fix="count_real"))
+    run_ranks(seeds_and_logging, 2)
 
 Copyable: needs only torch, ``process_group`` and ``shared`` (from ddp_lib, or process_group.py and
 shared.py beside it).
