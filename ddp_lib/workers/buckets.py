@@ -397,6 +397,7 @@ def grads_in_buckets(rank: int, world_size: int, steps: int = 3) -> dict:
             result["detach_ error"] = ". ".join(str(e).split(". ")[:2]) + "."  # the rest names DDP
     return result
 
+
 def gradient_bytes(rank: int, world_size: int, steps: int = 3) -> dict:
     """Bytes of memory that hold gradients after the last of ``steps`` SGD steps, for each of
     ``BUCKET_VIEW_SETTINGS``: the distinct storages of every bucket (recorded by a communication hook

@@ -153,11 +153,11 @@ def stop_together(rank: int, world_size: int, agree: bool = True, target_loss: f
     its decision every step, so every rank stops at the same step. Without it, rank 0 stops alone
     and the others' next gradient all-reduce has no partner (an error, or a timeout of ``timeout_s``).
     Returns {"rank", "steps"}."""
-    with process_group(rank, world_size) as device:
-        group = dist.new_group(timeout=timedelta(seconds=timeout_s))  # so that a lost partner ends in an error
+    # A short group timeout, so that a lost partner ends in an error.
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
         torch.manual_seed(0)
         x, y = make_moons().tensors
-        ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device), process_group=group)
+        ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device))
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=0.9)
         for step in range(1, len(x) // (batch_size * world_size) + 1):
             start = ((step - 1) * world_size + rank) * batch_size
@@ -168,7 +168,7 @@ def stop_together(rank: int, world_size: int, agree: bool = True, target_loss: f
             optimizer.step()
             stop = torch.tensor([float(rank == 0 and loss.item() < target_loss)], device=device)
             if agree:
-                dist.broadcast(stop, src=0, group=group)  # every rank now holds rank 0's decision
+                dist.broadcast(stop, src=0)  # every rank now holds rank 0's decision
             if stop.item():
                 break
         return {"rank": rank, "steps": step}
