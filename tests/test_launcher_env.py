@@ -1,5 +1,5 @@
 """Lesson 00: which variables each launcher's ranks find. Real processes: ddp_lib.mp.spawn, and
-torch's start_processes on the forkserver (the launcher code torch's mp.spawn runs)."""
+torch's start_processes with fork (the launcher code torch's mp.spawn runs)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from ddp_lib.process_group import threads_per_rank
 
 
 def _torch_views(world_size: int) -> list[dict]:
-    results = mp.get_context("forkserver").SimpleQueue()
+    # fork, so that the children start from this process's environment as it is now: a forkserver
+    # started earlier in the session would hand them the environment it was started with.
+    results = mp.get_context("fork").SimpleQueue()
     mp.start_processes(launcher_view, args=(world_size, results), nprocs=world_size, join=True,
-                       start_method="forkserver")
+                       start_method="fork")
     return [view for _, view in sorted(results.get() for _ in range(world_size))]
 
 
