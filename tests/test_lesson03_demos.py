@@ -15,7 +15,7 @@ from ddp_lib.demos.gpu_outcomes import QUOTES, Quote
 def test_each_quote_is_labelled_and_names_its_source(key):
     text = gpu_outcomes.quote(key)
     assert text.startswith("Quoted, not run here: this machine has no GPU.")
-    assert f"Quoted from ddp_lib/demos/gpu_outcomes.py. Source: {QUOTES[key].source}." in text
+    assert f"Source: {QUOTES[key].source}." in text
     assert all(line in text for line in QUOTES[key].lines)
 
 
@@ -41,7 +41,7 @@ def test_torchs_words_for_each_checkable_quote_are_in_the_installed_torch(key):
     if "Error:" in quoted:  # a quoted message holds the fixed words it is checked by
         assert all(" ".join(words.split()) in quoted for words in quote.fixed_words)
     assert gpu_outcomes.words_in_torch(quote)
-    assert gpu_outcomes.quote(key).endswith("are in the installed torch: yes")
+    assert gpu_outcomes.quote(key).endswith("the installed torch holds torch's words: yes.")
 
 
 def test_the_check_notices_words_torch_does_not_have():

@@ -116,25 +116,33 @@ def recorded_line(key: str) -> str | None:
             f"by tools/record_gpu_quotes.py: the quoted words are in what it printed: {'yes' if held else 'NO'}")
 
 
+def recording_check(key: str) -> str:
+    """A few words on the recording of ``key`` on a GPU machine, for the quote's last line."""
+    record = json.loads(RECORDED.read_text())
+    if key not in record["cases"]:
+        return f"not recorded (the recording machine had {record['gpus']} GPU)"
+    held = recorded_line(key).endswith(": yes")
+    return (f"a recording on {record['gpus']} GPU with torch {record['torch'].split('+')[0]} holds these words: "
+            + ("yes" if held else "NO"))
+
+
 def quote(key: str) -> str:
-    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and from
-    where, the quoted lines, whether a recording on a GPU holds them, and, where torch's files hold the
-    fixed words, whether this torch has them."""
-    q, recorded = QUOTES[key], recorded_line(key)
+    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, the
+    quoted lines, where they come from, and two checks in one line: whether a recording on a GPU
+    holds them, and, where torch's files hold the fixed words, whether this torch has them."""
+    q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
     # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
     gpus = f"{gpus_here} GPU" + "s" * (gpus_here > 1)
     why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {gpus})"
-    text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print",
-            "(built from torch's and nccl's source" + ("; checked against a recording on one GPU, below):"
-                                                        if recorded else ", not captured on a GPU):")]
+    text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print:"]
     text += ["  " + line for line in q.lines]
-    text.append(f"Quoted from ddp_lib/demos/gpu_outcomes.py. Source: {q.source}.")
-    if recorded:
-        text.append(recorded)
+    text.append(f"Source: {q.source}.")
+    checks = [recording_check(key)]
     if q.torch_file:
         found = "yes" if words_in_torch(q) else "NO (this torch words it differently)"
-        text.append(f"Checked: torch's own words for this are in the installed torch: {found}")
+        checks.append(f"the installed torch holds torch's words: {found}")
     elif q.unchecked_why:
-        text.append(f"Not checked here: {q.unchecked_why}.")
+        checks.append(f"not checked here: {q.unchecked_why}")
+    text.append("Checks: " + "; ".join(checks) + ".")
     return "\n".join(text)
