@@ -5,11 +5,12 @@ import sys
 import pytest
 
 from ddp_lib.demos.server_threads import forkserver_thread_counts
+from ddp_lib.forkserver import start_forkserver
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_a_rank_starts_with_one_thread_and_computing_adds_more():
+def test_computing_starts_more_threads_in_a_rank():
+    start_forkserver()  # as lesson 02 does; a no-op where a forkserver runs already
     counts = forkserver_thread_counts()
-    assert counts["rank, just started"] == 1
-    assert counts["rank, after a matrix multiply"] > 1
     assert counts["forkserver"] >= 1
+    assert counts["rank, after a matrix multiply"] > counts["rank, just started"] >= 1
