@@ -1,0 +1,33 @@
+"""ddp_lib.demos.torchrun_view under a real torchrun, and ddp_lib.demos.finally_barrier's hidden root error."""
+
+import re
+import subprocess
+import sys
+
+import torch.multiprocessing as mp
+
+from ddp_lib.demos.finally_barrier import barrier_in_finally
+from ddp_lib.demos.torchrun_view import views_from
+from ddp_lib.process_group import free_port
+
+
+def test_torchrun_sets_the_rank_variables():
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           "-m", "ddp_lib.demos.torchrun_view"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    views = views_from(done.stdout)
+    assert [view["env"]["RANK"] for view in views] == ["0", "1"]
+    assert {view["env"]["WORLD_SIZE"] for view in views} == {"2"}
+    assert {view["env"]["MASTER_PORT"] for view in views} == {"set"}
+
+
+def test_a_barrier_in_finally_hides_the_root_error():
+    try:
+        mp.start_processes(barrier_in_finally, args=(2, f"tcp://127.0.0.1:{free_port()}", 1, 1.0),
+                           nprocs=2, start_method="forkserver")
+    except mp.ProcessRaisedException as failure:
+        last = failure.msg.strip().splitlines()[-1]
+        assert re.search("Timed out|Connection (closed|reset)", last), last
+        assert not last.startswith("ValueError")
+    else:
+        raise AssertionError("the job should fail")
