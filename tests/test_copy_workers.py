@@ -70,7 +70,7 @@ JOBS = [
     ("spawning", "describe_rank", {}),
     ("spawning", "fail_on_rank", {"bad_rank": -1}),
     ("spawning", "chatty", {"lines": 1}),
-    ("train", "train", {"epochs": 2, "checkpoint_dir": "{tmp}/ckpt", "keep_last": 1}),
+    ("train", "train", {"epochs": 2, "checkpoint_dir": "{tmp}/ckpt"}),
     ("template", "train", {"epochs": 1, "checkpoint_dir": "{tmp}/template"}),
     ("torchrun_env", "torchrun_env", {}),
     ("collective_extras", "objects_and_single_tensors", {}),
@@ -161,7 +161,7 @@ def test_every_worker_module_has_a_row_and_a_job_and_every_listed_worker_a_job()
 
 
 # Imported only inside the function that needs it, for an option the map names (the README's row
-# says so): train(progress=True) draws a tqdm bar. A copy runs without it otherwise.
+# says so). None today: run train's tqdm bar is the lesson's (ddp_lib/demos/training_runs.py).
 OPTIONAL_IMPORTS = {module: set(packages) for module, packages in OPTIONAL_PACKAGES.items()}
 
 
@@ -198,6 +198,23 @@ def test_an_optional_import_is_named_in_the_readme_row():
     for module, extras in OPTIONAL_IMPORTS.items():
         row = next(line for line in rows.splitlines() if line.startswith(f"| `{module}.py` |"))
         assert all(f"pip install {extra}" in row for extra in extras), row
+
+
+def test_a_copied_file_starts_with_the_lessons_code():
+    # The worker a lesson runs first comes first, its helpers after; the lesson's switches and
+    # measurements live in ddp_lib/demos/ (training_runs.py, loop_runs.py), not in the copied file.
+    for module, first in (("train", "train"), ("training_loop", "train_loop"), ("template", "make_datasets")):
+        tree = ast.parse((PACKAGE / "workers" / f"{module}.py").read_text())
+        defined = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))]
+        assert defined[0] == first, (module, defined[:3])
+    def names(module: str) -> set[str]:  # every name the code uses or defines (docstrings left out)
+        tree = ast.parse((PACKAGE / "workers" / f"{module}.py").read_text())
+        nodes = list(ast.walk(tree))
+        return ({n.id for n in nodes if isinstance(n, ast.Name)} | {n.arg for n in nodes if isinstance(n, ast.arg)}
+                | {a.name for n in nodes if isinstance(n, ast.Import) for a in n.names})
+
+    assert not names("train") & {"fail_at_epoch", "keep_last", "tqdm", "set_epoch", "progress", "restart"}
+    assert not names("training_loop") & {"clip", "comm_hook", "hook_state", "grad_norms", "step_seconds"}
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import pytest
 import torch
 from answer_files import notebook_stub
 
+from ddp_lib.demos.loop_runs import train_loop_measured, train_loops
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
@@ -21,12 +22,12 @@ from ddp_lib.workers.training_loop import (
     rank0_saves,
     seeds_and_logging,
     train_loop,
-    train_loops,
 )
 
 
 def test_bf16_autocast_keeps_fp32_gradients_and_ddp_all_reduces_fp32():
-    ranks = run_ranks(train_loop, 2, kwargs=dict(epochs=1, precision="bf16", comm_hook="allreduce"), show_output=False)
+    ranks = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=1, precision="bf16", comm_hook="allreduce"),
+                      show_output=False)
     dtypes = ranks[0]["dtypes"]
     assert dtypes["logits"] == "bfloat16"
     assert dtypes["loss"] == "float32" and dtypes["gradients"] == "float32"
@@ -34,24 +35,34 @@ def test_bf16_autocast_keeps_fp32_gradients_and_ddp_all_reduces_fp32():
     assert ranks[0]["params"] == ranks[1]["params"]
 
 
+def test_the_measured_loop_computes_what_the_copied_loop_computes():
+    # The lesson measures train_loop_measured; a learner copies train_loop: the same numbers.
+    for kwargs in (dict(epochs=1, lr=0.5, max_norm=0.5), dict(epochs=1, precision="fp16")):
+        copied = run_ranks(train_loop, 2, kwargs=kwargs, show_output=False)
+        measured = run_ranks(train_loop_measured, 2, kwargs=kwargs, show_output=False)
+        for c, m in zip(copied, measured):
+            assert {k: m[k] for k in c} == c
+
+
 def test_bf16_compression_sends_bfloat16_and_stays_close_to_fp32():
-    fp32 = run_ranks(train_loop, 2, kwargs=dict(epochs=2), show_output=False)[0]
-    compressed = run_ranks(train_loop, 2, kwargs=dict(epochs=2, comm_hook="bf16_compress"), show_output=False)[0]
+    fp32 = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=2), show_output=False)[0]
+    compressed = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=2, comm_hook="bf16_compress"),
+                           show_output=False)[0]
     assert compressed["dtypes"]["all_reduced"] == ["bfloat16"]
     assert compressed["losses"] != fp32["losses"]  # the rounding is real...
     assert max(abs(a - b) for a, b in zip(compressed["losses"], fp32["losses"])) < 0.01  # ...and small
 
 
 def test_fp16_uses_a_grad_scaler():
-    result = run_ranks(train_loop, 2, kwargs=dict(epochs=1, precision="fp16"), show_output=False)[0]
+    result = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=1, precision="fp16"), show_output=False)[0]
     assert result["dtypes"]["logits"] == "float16" and result["scale"] is not None
 
 
 def test_clipping_after_sync_matches_one_process_and_before_sync_does_not():
     kwargs = dict(epochs=1, lr=0.5, max_norm=0.5)
-    after = run_ranks(train_loop, 2, kwargs=kwargs, show_output=False)
-    before = run_ranks(train_loop, 2, kwargs=dict(kwargs, clip="before_sync"), show_output=False)
-    one = run_ranks(train_loop, 1, kwargs=dict(kwargs, batch_size=32), show_output=False)[0]
+    after = run_ranks(train_loop_measured, 2, kwargs=kwargs, show_output=False)
+    before = run_ranks(train_loop_measured, 2, kwargs=dict(kwargs, clip="before_sync"), show_output=False)
+    one = run_ranks(train_loop_measured, 1, kwargs=dict(kwargs, batch_size=32), show_output=False)[0]
     assert after[0]["grad_norms"] == after[1]["grad_norms"]
     assert torch.allclose(torch.tensor(after[0]["params"]), torch.tensor(one["params"]), atol=1e-5)
     assert before[0]["grad_norms"] != before[1]["grad_norms"]  # each rank measured its own gradient
@@ -159,9 +170,9 @@ def test_seeds_and_logging():
 
 
 def test_compiled_loop_compiles_its_model_and_equals_eager():
-    eager = run_ranks(train_loop, 2, kwargs=dict(epochs=1, hidden=64), show_output=False)
-    compiled = run_ranks(train_loop, 2, kwargs=dict(epochs=1, hidden=64, compile=True, compile_backend="aot_eager"),
-                         show_output=False)
+    eager = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=1, hidden=64), show_output=False)
+    compiled = run_ranks(train_loop_measured, 2,
+                         kwargs=dict(epochs=1, hidden=64, compile=True, compile_backend="aot_eager"), show_output=False)
     # One graph per rank: LoopNet's parameters fit in one DDP bucket. A bare nn.Sequential gives 0.
     assert [r["compiled_graphs"] for r in compiled] == [1, 1]
     assert [r["compiled_graphs"] for r in eager] == [0, 0]
@@ -507,7 +518,7 @@ def test_train_step_checker_names_a_forward_outside_no_sync(tmp_path, monkeypatc
 
 
 def test_train_loops_in_one_job_equal_separate_launches():
-    alone = run_ranks(train_loop, 2, kwargs=dict(epochs=1, precision="bf16"), show_output=False)[0]
+    alone = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=1, precision="bf16"), show_output=False)[0]
     runs = {"fp32": dict(epochs=1), "bf16": dict(epochs=1, precision="bf16")}
     together = run_ranks(train_loops, 2, kwargs=dict(runs=runs), show_output=False)[0]
     assert list(together) == ["fp32", "bf16"]

@@ -61,9 +61,9 @@ def test_a_rank_whose_output_capture_finds_no_room_names_the_launchers_file(shor
 def test_a_checkpoint_that_finds_no_room_names_its_path(tmp_path):
     out = _run_limited(f"""
         import torch
-        from ddp_lib.workers.train import save_checkpoint
+        from ddp_lib.demos.training_runs import save_epoch_checkpoint
         try:
-            save_checkpoint({str(tmp_path / "ckpt")!r}, 1, {{"w": torch.ones(100_000)}})  # 400 kB
+            save_epoch_checkpoint({str(tmp_path / "ckpt")!r}, 1, {{"w": torch.ones(100_000)}})  # 400 kB
         except OSError as e:
             print(e)
     """, tmp_path)

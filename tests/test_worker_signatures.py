@@ -8,10 +8,12 @@ import inspect
 import re
 import typing
 
+from ddp_lib.demos.training_runs import train
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.buckets import WAYS, Way
 from ddp_lib.workers.collectives import COLLECTIVES, Collective
-from ddp_lib.workers.train import NORMS, train
+from ddp_lib.workers.train import NORMS
+from ddp_lib.workers.train import train as copied_train
 
 
 def test_every_listed_worker_types_defaults_and_describes_its_options():
@@ -38,3 +40,7 @@ def test_choices_are_literals_and_flags_are_bools():
     assert list(inspect.signature(train).parameters)[:11] == [
         "rank", "world_size", "epochs", "batch_size", "lr", "seed", "checkpoint_dir", "resume", "set_epoch", "norm",
         "fail_at_epoch"]
+    # The copied job keeps the lesson's order, without the lesson's switches (set_epoch, fail_at_epoch, ...).
+    assert list(inspect.signature(copied_train).parameters) == [
+        "rank", "world_size", "epochs", "batch_size", "lr", "seed", "checkpoint_dir", "resume", "norm", "warmup_steps"]
+    assert typing.get_type_hints(copied_train)["norm"] == hints["norm"]

@@ -24,9 +24,13 @@ END = "<!-- end of copy table -->"
 def workers_by_module() -> dict[str, list[str]]:
     from ddp_lib.workers import WORKERS
 
+    # "run train" starts the lesson's train (ddp_lib/demos/training_runs.py), which runs train.py's
+    # parts with the lesson's switches: without them, it computes what train.py's train computes.
     found: dict[str, list[str]] = {"train": ["train"]}
     for worker in WORKERS.values():
         module, function = worker.target.split(":")
+        if not module.startswith("ddp_lib.workers."):
+            continue
         names = found.setdefault(module.removeprefix("ddp_lib.workers."), [])
         if function not in names:
             names.append(function)

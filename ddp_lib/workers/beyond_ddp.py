@@ -37,6 +37,374 @@ STRATEGIES = ("ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard
 COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
 
 
+def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: int = 3, width: int = 256,
+               layers: int = 4, batch_size: int = 16, lr: float = 1e-3, seed: int = 0) -> dict:
+    """Build, wrap and train the MLP for ``steps`` Adam steps under ``strategy`` inside torch.profiler
+    with profile_memory=True; measure this rank's memory from the allocations it recorded, and count
+    the parts from tensor sizes.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        strategy: "ddp", "ddp_view" (gradient_as_bucket_view=True), "zero1" (DDP +
+            ZeroRedundancyOptimizer), "zero1_view" (the same with gradient_as_bucket_view=True),
+            "fsdp" (FSDP2 fully_shard) or
+            "fsdp_no_reshard" (fully_shard with reshard_after_forward=False).
+        steps: training steps (the last one's collectives are counted).
+        width: width of the hidden layers.
+        layers: number of hidden Linear layers.
+        batch_size: samples per rank per step.
+        lr: Adam's learning rate.
+        seed: seed of the weights and the data.
+
+    Returns {"rank", "strategy", "losses", "n_params", "bytes" (counted: "parameters", "gradients",
+    "optimizer state", and "activations" saved for backward by the wrapped model), "measured" (bytes
+    allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
+    added by the last forward), "collectives" (profiler events of the last step, by name),
+    "placements" and "local_shape"/"global_shape" (of the first weight)}.
+    """
+    from torch.distributed.tensor import DTensor
+
+    with process_group(rank, world_size):
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
+            model = make_deep_mlp(width, layers, seed)
+            n_params = sum(p.numel() for p in model.parameters())
+            model, optimizer = wrap(model, strategy, lr)
+            bucket_buffers = []
+            if isinstance(model, DDP):
+                model.register_comm_hook(bucket_buffers, recording_buckets)
+            losses = []
+            for step in range(steps):
+                bucket_buffers.clear()  # keep the last step's
+                if step == steps - 1:
+                    # Let every rank finish the previous step and drop what only Python's reference
+                    # cycles still hold (finished communication work), so that "between steps" is as
+                    # quiet a moment as a rank can make it.
+                    dist.barrier()
+                    gc.collect()
+                with record_function("last step" if step == steps - 1 else "step"):
+                    losses.append(train_step(model, optimizer, *batch(step, rank, batch_size, width, seed)))
+        timeline = live_bytes(trace)
+        step_start, step_end = phase(trace, "last step")
+        forward_start, forward_end = phase(trace, "forward")
+        measured = {"between steps": live_at(timeline, step_start), "peak": max(live for _, live in timeline),
+                    "forward": live_at(timeline, forward_end) - live_at(timeline, forward_start)}
+        # The last all_reduce in train_step is the loss average, not part of the strategy: left out.
+        counts = Counter(e.name() for e in trace.profiler.kineto_results.events()
+                         if e.name().startswith(COLLECTIVE_PREFIXES) and step_start <= e.start_ns() <= step_end)
+        counts.subtract({"c10d::allreduce_": 1, "gloo:all_reduce": 1})
+        params = list(model.parameters())
+        first = params[0]
+        return {
+            "rank": rank, "strategy": strategy, "losses": losses, "n_params": n_params,
+            "bytes": {"parameters": tensor_bytes(params),
+                      "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
+                      "optimizer state": optimizer_state_bytes(optimizer),
+                      "activations": activation_bytes(model, *batch(0, rank, batch_size, width, seed))},
+            "measured": measured, "layout": bucket_layout(model, bucket_buffers) if bucket_buffers else None,
+            "head_local_shape": list(local(params[-2]).shape),
+            "collectives": {name: n for name, n in sorted(counts.items()) if n > 0},
+            "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
+            "local_shape": list(local(first).shape), "global_shape": list(first.shape),
+        }
+
+
+# Bytes one rank sends, on average, per byte of the full tensor, in a ring of n ranks (lesson 08).
+# A broadcast is a chain: n - 1 hops of the whole tensor, shared by n ranks.
+RING_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+                "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: (n - 1) / n}
+
+
+# Element sizes of the dtype names torch.profiler records.
+DTYPE_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
+
+
+def step_payloads(rank: int, world_size: int, strategy: Strategy, width: int = 256, layers: int = 4,
+                  batch_size: int = 16, seed: int = 0) -> list[tuple[str, int]]:
+    """The collectives of one training step (the second) under ``strategy``, in order, each as
+    (kind, bytes of the full tensor it carries): kind is "all_reduce", "broadcast", "all_gather"
+    or "reduce_scatter". FSDP2's sizes are the shapes torch.profiler records for
+    ``_allgather_base_`` (its output) and ``_reduce_scatter_base_`` (its input). The profiler records
+    no shapes for DDP's and ZeRO-1's tensor lists, so a comm hook notes each bucket DDP all-reduces
+    and a wrapper around ``dist.broadcast`` notes each tensor ZeroRedundancyOptimizer broadcasts.
+    The loss average of ``train_step`` is left out. Call inside a process group."""
+    model, optimizer = wrap(make_deep_mlp(width, layers, seed), strategy, 1e-3)
+    noted: list[tuple[str, int]] = []
+    if isinstance(model, DDP):
+        def note_bucket(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+            noted.append(("all_reduce", bucket.buffer().numel() * bucket.buffer().element_size()))
+            return default_hooks.allreduce_hook(None, bucket)  # what DDP does without a hook
+
+        model.register_comm_hook(None, note_bucket)
+    broadcast = dist.broadcast
+
+    def note_broadcast(tensor: torch.Tensor, *args, **kwargs):
+        noted.append(("broadcast", tensor.numel() * tensor.element_size()))
+        return broadcast(tensor, *args, **kwargs)
+
+    train_step(model, optimizer, *batch(0, rank, batch_size, width, seed))  # the first step sets up
+    noted.clear()
+    dist.broadcast = note_broadcast
+    try:
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as trace:
+            train_step(model, optimizer, *batch(1, rank, batch_size, width, seed))
+    finally:
+        dist.broadcast = broadcast
+    for e in trace.profiler.kineto_results.events():
+        if e.name() in ("c10d::_allgather_base_", "c10d::_reduce_scatter_base_"):
+            full = e.shapes()[0 if "allgather" in e.name() else 1]  # (output, input) for both
+            numel = 1
+            for n in full:
+                numel *= n
+            kind = "all_gather" if "allgather" in e.name() else "reduce_scatter"
+            noted.append((kind, numel * DTYPE_BYTES[e.dtypes()[0]]))
+    return noted
+
+
+def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_view,zero1,fsdp,fsdp_no_reshard",
+                       steps: int = 3, timed_steps: int = 21) -> dict:
+    """``memory_run`` for each strategy in turn, in one job (one launch instead of three).
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        strategies: comma-separated strategies, each one of STRATEGIES.
+        steps: training steps per strategy.
+        timed_steps: steps of each strategy timed afterwards, the strategies in turn (0: none).
+
+    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads) and
+    "step_ms" (step_times_in_turn's times)}.
+    """
+    with process_group(rank, world_size):  # memory_run joins this group instead of creating one
+        names = strategies.split(",")
+        runs = {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
+                for s in names}
+        times = step_times_in_turn(rank, names, timed_steps) if timed_steps else {}
+        return {s: {**runs[s], "step_ms": times.get(s, [])} for s in names}
+
+
+def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps: int = 4, save_at: int = 0,
+                    resume: bool = False, width: int = 256, layers: int = 4, batch_size: int = 16,
+                    lr: float = 1e-3, seed: int = 0) -> dict:
+    """Train an FSDP2 model, optionally saving a distributed checkpoint or resuming from one.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        checkpoint_dir: directory of the distributed checkpoint (each rank writes its own shards).
+        steps: the step to train up to (counting steps done before a resume).
+        save_at: save after this many steps (0: never).
+        resume: load model and optimizer from ``checkpoint_dir`` first and continue at ``save_at``.
+        width: width of the hidden layers.
+        layers: number of hidden Linear layers.
+        batch_size: samples per rank per step.
+        lr: Adam's learning rate.
+        seed: seed of the weights and the data.
+
+    Returns {"rank", "start_step", "losses" (of the steps this run trained), "checksum" (of the full parameters)}.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    with process_group(rank, world_size):
+        model, optimizer = wrap(make_deep_mlp(width, layers, seed), "fsdp", lr)
+        start = 0
+        if resume:
+            # Sharded state dicts: every rank loads only its own shards from the files.
+            model_state, optim_state = get_state_dict(model, optimizer)
+            state = {"model": model_state, "optimizer": optim_state}
+            dcp.load(state, checkpoint_id=checkpoint_dir)
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+            start = save_at
+        losses = []
+        for step in range(start, steps):
+            losses.append(train_step(model, optimizer, *batch(step, rank, batch_size, width, seed)))
+            if step + 1 == save_at and not resume:
+                model_state, optim_state = get_state_dict(model, optimizer)
+                dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=checkpoint_dir)
+        # full_tensor() all-gathers each parameter: every rank must call it.
+        checksum = sum(p.full_tensor().double().sum().item() for p in model.parameters())
+        return {"rank": rank, "start_step": start, "losses": losses, "checksum": round(checksum, 6)}
+
+
+def mesh_2x2(rank: int, world_size: int) -> dict:
+    """A 2x2 DeviceMesh on 4 ranks: its groups, an all-reduce along one dimension, and FSDP2 on
+    both dimensions (HSDP: replicated along one, sharded along the other).
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes (must be 4).
+
+    Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks in each of this rank's
+    groups), "sum_over_replicate" (all-reduce of the ranks along "replicate"), "placements",
+    "local_shape" (of the first weight under HSDP)}.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if world_size != 4:
+        raise ValueError(f"mesh_2x2 needs world_size 4, got {world_size}")
+    with process_group(rank, world_size) as device:
+        mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
+        value = torch.tensor([float(rank)])
+        dist.all_reduce(value, group=mesh.get_group("replicate"))
+        model = make_deep_mlp(width=8, layers=1)
+        fully_shard(model, mesh=mesh)  # a 2-D mesh: replicate along dim 0, shard along dim 1
+        first = next(model.parameters())
+        return {"rank": rank, "coordinate": mesh.get_coordinate(),
+                "replicate_group": dist.get_process_group_ranks(mesh.get_group("replicate")),
+                "shard_group": dist.get_process_group_ranks(mesh.get_group("shard")),
+                "sum_over_replicate": value.item(),
+                "placements": [str(p) for p in first.placements], "local_shape": list(first.to_local().shape)}
+
+
+def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, seed: int = 0) -> dict:
+    """One HSDP training step on a 2x2 DeviceMesh (4 ranks): FSDP2 over the mesh's "shard" dimension,
+    replicated over "replicate", every rank with its own batch; the step's collectives counted.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes (must be 4).
+        width: width of the one hidden layer.
+        batch_size: samples per rank.
+        seed: seed of the weights and the data.
+
+    Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks of this rank's groups),
+    "placements", "local_shapes" (of each parameter), "collectives" (the step's c10d operators, by
+    name), "grad_checksum" (of this rank's gradient shards), "loss", "global_batch_gap" (largest
+    difference of the gradient from one process's on all 4 ranks' batches)}.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if world_size != 4:
+        raise ValueError(f"hsdp_step needs world_size 4, got {world_size}")
+    with process_group(rank, world_size) as device:
+        mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
+        model = make_deep_mlp(width=width, layers=1, seed=seed)
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)  # a 2-D mesh: replicated along dim 0, sharded along dim 1
+        fully_shard(model, mesh=mesh)
+        x, y = batch(0, rank, batch_size, width, seed)  # each of the 4 ranks its own samples
+        with profile(activities=[ProfilerActivity.CPU]) as trace:
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+        counts = Counter(e.name for e in trace.events() if e.name.startswith("c10d::"))
+        # One process on all 4 ranks' batches: HSDP's gradient must be that one's average.
+        reference = make_deep_mlp(width=width, layers=1, seed=seed)
+        everything = [batch(0, r, batch_size, width, seed) for r in range(world_size)]
+        nn.functional.mse_loss(reference(torch.cat([b[0] for b in everything])),
+                               torch.cat([b[1] for b in everything])).backward()
+        gap = max((p.grad.full_tensor() - q.grad).abs().max().item()  # full_tensor: every rank gathers
+                  for p, q in zip(model.parameters(), reference.parameters()))
+        return {"rank": rank, "coordinate": mesh.get_coordinate(), "global_batch_gap": gap,
+                "replicate_group": dist.get_process_group_ranks(mesh.get_group("replicate")),
+                "shard_group": dist.get_process_group_ranks(mesh.get_group("shard")),
+                "placements": [str(p) for p in next(model.parameters()).placements],
+                "local_shapes": [list(p.to_local().shape) for p in model.parameters()],
+                "collectives": dict(sorted(counts.items())),
+                "grad_checksum": round(sum(p.grad.to_local().double().sum().item() for p in model.parameters()), 6),
+                "loss": round(loss.item(), 6)}
+
+
+def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, batch_size: int = 16,
+                max_norm: float = 0.05, seed: int = 0) -> dict:
+    """Four things a sharded training loop adds, each measured against a plain run on this rank:
+    clip_grad_norm_ on FSDP2's DTensor gradients against DDP's, FSDP2 with a bfloat16
+    MixedPrecisionPolicy, activation checkpointing of the hidden layers as one segment, and what
+    an optimizer created before fully_shard updates.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        width: width of the hidden layers.
+        layers: number of hidden Linear layers.
+        batch_size: samples per rank.
+        max_norm: the clipping threshold (below the gradient norm, so clipping acts).
+        seed: seed of the weights and the data.
+
+    Returns {"rank", "clip" ({"ddp_norm", "fsdp_norm", "norm_type" (of FSDP2's returned norm),
+    "norm_placements" (its DTensor placements), "max_grad_diff" (clipped gradients, FSDP2's gathered
+    against DDP's)}), "mixed" ({"compute_dtype", "param_dtype", "grad_dtype" (of the sharded gradient),
+    "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes", "forward_bytes_checkpointed",
+    "max_grad_diff"}), "order" ({"optimizer_holds_model_params", "model_changed"}: an Adam made
+    before fully_shard, after one step)}.
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import DTensor
+
+    with process_group(rank, world_size):
+        x, y = batch(0, rank, batch_size, width, seed)
+        # clip_grad_norm_ on DTensor gradients: DTensor's ops combine the shards' norms across ranks.
+        ddp, _ = wrap(make_deep_mlp(width, layers, seed), "ddp", 1e-3)
+        nn.functional.mse_loss(ddp(x), y).backward()
+        ddp_norm = nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
+        fsdp, _ = wrap(make_deep_mlp(width, layers, seed), "fsdp", 1e-3)
+        nn.functional.mse_loss(fsdp(x), y).backward()
+        fsdp_norm = nn.utils.clip_grad_norm_(fsdp.parameters(), max_norm)
+        norm_type = type(fsdp_norm).__name__
+        # Already combined across ranks inside clip_grad_norm_: Replicate, the same on every rank.
+        norm_placements = [repr(p) for p in fsdp_norm.placements] if isinstance(fsdp_norm, DTensor) else []
+        fsdp_norm = fsdp_norm.full_tensor() if isinstance(fsdp_norm, DTensor) else fsdp_norm
+        grad_diff = max((p.grad.full_tensor() - q.grad).abs().max().item()
+                        for p, q in zip(fsdp.parameters(), ddp.parameters()))
+        clip = {"ddp_norm": round(ddp_norm.item(), 6), "fsdp_norm": round(fsdp_norm.item(), 6),
+                "norm_type": norm_type, "norm_placements": norm_placements,
+                "max_grad_diff": grad_diff}
+
+        # MixedPrecisionPolicy: compute and all-gather in bfloat16, keep float32 shards, reduce in float32.
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        mixed_model = make_deep_mlp(width, layers, seed)
+        seen: list[torch.dtype] = []
+        mixed_model[0].register_forward_hook(lambda module, inputs, output: seen.append(module.weight.dtype))
+        for layer in mixed_model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mp_policy=policy)
+        fully_shard(mixed_model, mp_policy=policy)
+        loss_bf16 = nn.functional.mse_loss(mixed_model(x).float(), y)
+        loss_bf16.backward()
+        first = next(mixed_model.parameters())
+        mixed = {"compute_dtype": str(seen[0]).removeprefix("torch."),
+                 "param_dtype": str(first.dtype).removeprefix("torch."),
+                 "grad_dtype": str(first.grad.dtype).removeprefix("torch."),
+                 "loss_bf16": round(loss_bf16.item(), 6),
+                 "loss_fp32": round(nn.functional.mse_loss(make_deep_mlp(width, layers, seed)(x), y).item(), 6)}
+
+        # Activation checkpointing: the hidden layers as one segment, which saves only its input.
+        plain, checkpointed = make_deep_mlp(width, layers, seed), make_deep_mlp(width, layers, seed)
+        blocks = list(checkpointed)
+        checkpointed = nn.Sequential(Checkpointed(nn.Sequential(*blocks[:-1])), blocks[-1])  # one segment
+        grads = []
+        sizes = []
+        for model in (plain, checkpointed):
+            loss, size = forward_bytes(model, x, y)
+            loss.backward()
+            sizes.append(size)
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        checkpointing = {"forward_bytes": sizes[0], "forward_bytes_checkpointed": sizes[1],
+                         "max_grad_diff": (grads[0] - grads[1]).abs().max().item()}
+
+        # The optimizer made before fully_shard holds the parameters fully_shard replaced.
+        early = make_deep_mlp(width, layers, seed)
+        early_optimizer = torch.optim.Adam(early.parameters(), lr=1e-3)
+        for layer in early:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer)
+        fully_shard(early)
+        before = [local(p).detach().clone() for p in early.parameters()]
+        nn.functional.mse_loss(early(x), y).backward()
+        early_optimizer.step()
+        model_ids = {id(p) for p in early.parameters()}
+        order = {"optimizer_holds_model_params": all(id(p) in model_ids for g in early_optimizer.param_groups
+                                                      for p in g["params"]),
+                 "model_changed": any(not torch.equal(local(p), b) for p, b in zip(early.parameters(), before))}
+        return {"rank": rank, "clip": clip, "mixed": mixed, "checkpointing": checkpointing, "order": order}
+
+
+# ---- helpers
+
+
 def make_deep_mlp(width: int = 256, layers: int = 4, seed: int = 0) -> nn.Sequential:
     """``layers`` blocks of Linear(width, width) -> ReLU, then Linear(width, 1); the same weights
     for the same seed on every rank."""
@@ -214,278 +582,9 @@ def bucket_layout(model: nn.Module, buffers: list[tuple[int, int]]) -> dict:
             "bucket_bytes": sum(size for _, size in buffers)}
 
 
-def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: int = 3, width: int = 256,
-               layers: int = 4, batch_size: int = 16, lr: float = 1e-3, seed: int = 0) -> dict:
-    """Build, wrap and train the MLP for ``steps`` Adam steps under ``strategy`` inside torch.profiler
-    with profile_memory=True; measure this rank's memory from the allocations it recorded, and count
-    the parts from tensor sizes.
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes.
-        strategy: "ddp", "ddp_view" (gradient_as_bucket_view=True), "zero1" (DDP +
-            ZeroRedundancyOptimizer), "zero1_view" (the same with gradient_as_bucket_view=True),
-            "fsdp" (FSDP2 fully_shard) or
-            "fsdp_no_reshard" (fully_shard with reshard_after_forward=False).
-        steps: training steps (the last one's collectives are counted).
-        width: width of the hidden layers.
-        layers: number of hidden Linear layers.
-        batch_size: samples per rank per step.
-        lr: Adam's learning rate.
-        seed: seed of the weights and the data.
-
-    Returns {"rank", "strategy", "losses", "n_params", "bytes" (counted: "parameters", "gradients",
-    "optimizer state", and "activations" saved for backward by the wrapped model), "measured" (bytes
-    allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
-    added by the last forward), "collectives" (profiler events of the last step, by name),
-    "placements" and "local_shape"/"global_shape" (of the first weight)}.
-    """
-    from torch.distributed.tensor import DTensor
-
-    with process_group(rank, world_size):
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
-            model = make_deep_mlp(width, layers, seed)
-            n_params = sum(p.numel() for p in model.parameters())
-            model, optimizer = wrap(model, strategy, lr)
-            bucket_buffers = []
-            if isinstance(model, DDP):
-                model.register_comm_hook(bucket_buffers, recording_buckets)
-            losses = []
-            for step in range(steps):
-                bucket_buffers.clear()  # keep the last step's
-                if step == steps - 1:
-                    # Let every rank finish the previous step and drop what only Python's reference
-                    # cycles still hold (finished communication work), so that "between steps" is as
-                    # quiet a moment as a rank can make it.
-                    dist.barrier()
-                    gc.collect()
-                with record_function("last step" if step == steps - 1 else "step"):
-                    losses.append(train_step(model, optimizer, *batch(step, rank, batch_size, width, seed)))
-        timeline = live_bytes(trace)
-        step_start, step_end = phase(trace, "last step")
-        forward_start, forward_end = phase(trace, "forward")
-        measured = {"between steps": live_at(timeline, step_start), "peak": max(live for _, live in timeline),
-                    "forward": live_at(timeline, forward_end) - live_at(timeline, forward_start)}
-        # The last all_reduce in train_step is the loss average, not part of the strategy: left out.
-        counts = Counter(e.name() for e in trace.profiler.kineto_results.events()
-                         if e.name().startswith(COLLECTIVE_PREFIXES) and step_start <= e.start_ns() <= step_end)
-        counts.subtract({"c10d::allreduce_": 1, "gloo:all_reduce": 1})
-        params = list(model.parameters())
-        first = params[0]
-        return {
-            "rank": rank, "strategy": strategy, "losses": losses, "n_params": n_params,
-            "bytes": {"parameters": tensor_bytes(params),
-                      "gradients": tensor_bytes(p.grad for p in params if p.grad is not None),
-                      "optimizer state": optimizer_state_bytes(optimizer),
-                      "activations": activation_bytes(model, *batch(0, rank, batch_size, width, seed))},
-            "measured": measured, "layout": bucket_layout(model, bucket_buffers) if bucket_buffers else None,
-            "head_local_shape": list(local(params[-2]).shape),
-            "collectives": {name: n for name, n in sorted(counts.items()) if n > 0},
-            "placements": [str(p) for p in first.placements] if isinstance(first, DTensor) else None,
-            "local_shape": list(local(first).shape), "global_shape": list(first.shape),
-        }
-
-
-# Bytes one rank sends, on average, per byte of the full tensor, in a ring of n ranks (lesson 08).
-# A broadcast is a chain: n - 1 hops of the whole tensor, shared by n ranks.
-RING_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-                "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: (n - 1) / n}
-# Element sizes of the dtype names torch.profiler records.
-DTYPE_BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2}
-
-
-def step_payloads(rank: int, world_size: int, strategy: Strategy, width: int = 256, layers: int = 4,
-                  batch_size: int = 16, seed: int = 0) -> list[tuple[str, int]]:
-    """The collectives of one training step (the second) under ``strategy``, in order, each as
-    (kind, bytes of the full tensor it carries): kind is "all_reduce", "broadcast", "all_gather"
-    or "reduce_scatter". FSDP2's sizes are the shapes torch.profiler records for
-    ``_allgather_base_`` (its output) and ``_reduce_scatter_base_`` (its input). The profiler records
-    no shapes for DDP's and ZeRO-1's tensor lists, so a comm hook notes each bucket DDP all-reduces
-    and a wrapper around ``dist.broadcast`` notes each tensor ZeroRedundancyOptimizer broadcasts.
-    The loss average of ``train_step`` is left out. Call inside a process group."""
-    model, optimizer = wrap(make_deep_mlp(width, layers, seed), strategy, 1e-3)
-    noted: list[tuple[str, int]] = []
-    if isinstance(model, DDP):
-        def note_bucket(state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-            noted.append(("all_reduce", bucket.buffer().numel() * bucket.buffer().element_size()))
-            return default_hooks.allreduce_hook(None, bucket)  # what DDP does without a hook
-
-        model.register_comm_hook(None, note_bucket)
-    broadcast = dist.broadcast
-
-    def note_broadcast(tensor: torch.Tensor, *args, **kwargs):
-        noted.append(("broadcast", tensor.numel() * tensor.element_size()))
-        return broadcast(tensor, *args, **kwargs)
-
-    train_step(model, optimizer, *batch(0, rank, batch_size, width, seed))  # the first step sets up
-    noted.clear()
-    dist.broadcast = note_broadcast
-    try:
-        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as trace:
-            train_step(model, optimizer, *batch(1, rank, batch_size, width, seed))
-    finally:
-        dist.broadcast = broadcast
-    for e in trace.profiler.kineto_results.events():
-        if e.name() in ("c10d::_allgather_base_", "c10d::_reduce_scatter_base_"):
-            full = e.shapes()[0 if "allgather" in e.name() else 1]  # (output, input) for both
-            numel = 1
-            for n in full:
-                numel *= n
-            kind = "all_gather" if "allgather" in e.name() else "reduce_scatter"
-            noted.append((kind, numel * DTYPE_BYTES[e.dtypes()[0]]))
-    return noted
-
-
 def bytes_sent(payloads: list[tuple[str, int]], world_size: int) -> float:
     """Bytes one rank sends, on average, for these collectives in a ring of ``world_size`` ranks."""
     return sum(RING_FACTORS[kind](world_size) * size for kind, size in payloads)
-
-
-def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_view,zero1,fsdp,fsdp_no_reshard",
-                       steps: int = 3, timed_steps: int = 21) -> dict:
-    """``memory_run`` for each strategy in turn, in one job (one launch instead of three).
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes.
-        strategies: comma-separated strategies, each one of STRATEGIES.
-        steps: training steps per strategy.
-        timed_steps: steps of each strategy timed afterwards, the strategies in turn (0: none).
-
-    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads) and
-    "step_ms" (step_times_in_turn's times)}.
-    """
-    with process_group(rank, world_size):  # memory_run joins this group instead of creating one
-        names = strategies.split(",")
-        runs = {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
-                for s in names}
-        times = step_times_in_turn(rank, names, timed_steps) if timed_steps else {}
-        return {s: {**runs[s], "step_ms": times.get(s, [])} for s in names}
-
-
-def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps: int = 4, save_at: int = 0,
-                    resume: bool = False, width: int = 256, layers: int = 4, batch_size: int = 16,
-                    lr: float = 1e-3, seed: int = 0) -> dict:
-    """Train an FSDP2 model, optionally saving a distributed checkpoint or resuming from one.
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes.
-        checkpoint_dir: directory of the distributed checkpoint (each rank writes its own shards).
-        steps: the step to train up to (counting steps done before a resume).
-        save_at: save after this many steps (0: never).
-        resume: load model and optimizer from ``checkpoint_dir`` first and continue at ``save_at``.
-        width: width of the hidden layers.
-        layers: number of hidden Linear layers.
-        batch_size: samples per rank per step.
-        lr: Adam's learning rate.
-        seed: seed of the weights and the data.
-
-    Returns {"rank", "start_step", "losses" (of the steps this run trained), "checksum" (of the full parameters)}.
-    """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    with process_group(rank, world_size):
-        model, optimizer = wrap(make_deep_mlp(width, layers, seed), "fsdp", lr)
-        start = 0
-        if resume:
-            # Sharded state dicts: every rank loads only its own shards from the files.
-            model_state, optim_state = get_state_dict(model, optimizer)
-            state = {"model": model_state, "optimizer": optim_state}
-            dcp.load(state, checkpoint_id=checkpoint_dir)
-            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-            start = save_at
-        losses = []
-        for step in range(start, steps):
-            losses.append(train_step(model, optimizer, *batch(step, rank, batch_size, width, seed)))
-            if step + 1 == save_at and not resume:
-                model_state, optim_state = get_state_dict(model, optimizer)
-                dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=checkpoint_dir)
-        # full_tensor() all-gathers each parameter: every rank must call it.
-        checksum = sum(p.full_tensor().double().sum().item() for p in model.parameters())
-        return {"rank": rank, "start_step": start, "losses": losses, "checksum": round(checksum, 6)}
-
-
-def mesh_2x2(rank: int, world_size: int) -> dict:
-    """A 2x2 DeviceMesh on 4 ranks: its groups, an all-reduce along one dimension, and FSDP2 on
-    both dimensions (HSDP: replicated along one, sharded along the other).
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes (must be 4).
-
-    Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks in each of this rank's
-    groups), "sum_over_replicate" (all-reduce of the ranks along "replicate"), "placements",
-    "local_shape" (of the first weight under HSDP)}.
-    """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    if world_size != 4:
-        raise ValueError(f"mesh_2x2 needs world_size 4, got {world_size}")
-    with process_group(rank, world_size) as device:
-        mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
-        value = torch.tensor([float(rank)])
-        dist.all_reduce(value, group=mesh.get_group("replicate"))
-        model = make_deep_mlp(width=8, layers=1)
-        fully_shard(model, mesh=mesh)  # a 2-D mesh: replicate along dim 0, shard along dim 1
-        first = next(model.parameters())
-        return {"rank": rank, "coordinate": mesh.get_coordinate(),
-                "replicate_group": dist.get_process_group_ranks(mesh.get_group("replicate")),
-                "shard_group": dist.get_process_group_ranks(mesh.get_group("shard")),
-                "sum_over_replicate": value.item(),
-                "placements": [str(p) for p in first.placements], "local_shape": list(first.to_local().shape)}
-
-
-def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, seed: int = 0) -> dict:
-    """One HSDP training step on a 2x2 DeviceMesh (4 ranks): FSDP2 over the mesh's "shard" dimension,
-    replicated over "replicate", every rank with its own batch; the step's collectives counted.
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes (must be 4).
-        width: width of the one hidden layer.
-        batch_size: samples per rank.
-        seed: seed of the weights and the data.
-
-    Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks of this rank's groups),
-    "placements", "local_shapes" (of each parameter), "collectives" (the step's c10d operators, by
-    name), "grad_checksum" (of this rank's gradient shards), "loss", "global_batch_gap" (largest
-    difference of the gradient from one process's on all 4 ranks' batches)}.
-    """
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
-
-    if world_size != 4:
-        raise ValueError(f"hsdp_step needs world_size 4, got {world_size}")
-    with process_group(rank, world_size) as device:
-        mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
-        model = make_deep_mlp(width=width, layers=1, seed=seed)
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mesh=mesh)  # a 2-D mesh: replicated along dim 0, sharded along dim 1
-        fully_shard(model, mesh=mesh)
-        x, y = batch(0, rank, batch_size, width, seed)  # each of the 4 ranks its own samples
-        with profile(activities=[ProfilerActivity.CPU]) as trace:
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-        counts = Counter(e.name for e in trace.events() if e.name.startswith("c10d::"))
-        # One process on all 4 ranks' batches: HSDP's gradient must be that one's average.
-        reference = make_deep_mlp(width=width, layers=1, seed=seed)
-        everything = [batch(0, r, batch_size, width, seed) for r in range(world_size)]
-        nn.functional.mse_loss(reference(torch.cat([b[0] for b in everything])),
-                               torch.cat([b[1] for b in everything])).backward()
-        gap = max((p.grad.full_tensor() - q.grad).abs().max().item()  # full_tensor: every rank gathers
-                  for p, q in zip(model.parameters(), reference.parameters()))
-        return {"rank": rank, "coordinate": mesh.get_coordinate(), "global_batch_gap": gap,
-                "replicate_group": dist.get_process_group_ranks(mesh.get_group("replicate")),
-                "shard_group": dist.get_process_group_ranks(mesh.get_group("shard")),
-                "placements": [str(p) for p in next(model.parameters()).placements],
-                "local_shapes": [list(p.to_local().shape) for p in model.parameters()],
-                "collectives": dict(sorted(counts.items())),
-                "grad_checksum": round(sum(p.grad.to_local().double().sum().item() for p in model.parameters()), 6),
-                "loss": round(loss.item(), 6)}
 
 
 class Checkpointed(nn.Module):
@@ -507,97 +606,3 @@ def forward_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[t
         loss = nn.functional.mse_loss(model(x), y)
     timeline = live_bytes(trace)
     return loss, timeline[-1][1] if timeline else 0
-
-
-def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, batch_size: int = 16,
-                max_norm: float = 0.05, seed: int = 0) -> dict:
-    """Four things a sharded training loop adds, each measured against a plain run on this rank:
-    clip_grad_norm_ on FSDP2's DTensor gradients against DDP's, FSDP2 with a bfloat16
-    MixedPrecisionPolicy, activation checkpointing of the hidden layers as one segment, and what
-    an optimizer created before fully_shard updates.
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes.
-        width: width of the hidden layers.
-        layers: number of hidden Linear layers.
-        batch_size: samples per rank.
-        max_norm: the clipping threshold (below the gradient norm, so clipping acts).
-        seed: seed of the weights and the data.
-
-    Returns {"rank", "clip" ({"ddp_norm", "fsdp_norm", "norm_type" (of FSDP2's returned norm),
-    "norm_placements" (its DTensor placements), "max_grad_diff" (clipped gradients, FSDP2's gathered
-    against DDP's)}), "mixed" ({"compute_dtype", "param_dtype", "grad_dtype" (of the sharded gradient),
-    "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes", "forward_bytes_checkpointed",
-    "max_grad_diff"}), "order" ({"optimizer_holds_model_params", "model_changed"}: an Adam made
-    before fully_shard, after one step)}.
-    """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from torch.distributed.tensor import DTensor
-
-    with process_group(rank, world_size):
-        x, y = batch(0, rank, batch_size, width, seed)
-        # clip_grad_norm_ on DTensor gradients: DTensor's ops combine the shards' norms across ranks.
-        ddp, _ = wrap(make_deep_mlp(width, layers, seed), "ddp", 1e-3)
-        nn.functional.mse_loss(ddp(x), y).backward()
-        ddp_norm = nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
-        fsdp, _ = wrap(make_deep_mlp(width, layers, seed), "fsdp", 1e-3)
-        nn.functional.mse_loss(fsdp(x), y).backward()
-        fsdp_norm = nn.utils.clip_grad_norm_(fsdp.parameters(), max_norm)
-        norm_type = type(fsdp_norm).__name__
-        # Already combined across ranks inside clip_grad_norm_: Replicate, the same on every rank.
-        norm_placements = [repr(p) for p in fsdp_norm.placements] if isinstance(fsdp_norm, DTensor) else []
-        fsdp_norm = fsdp_norm.full_tensor() if isinstance(fsdp_norm, DTensor) else fsdp_norm
-        grad_diff = max((p.grad.full_tensor() - q.grad).abs().max().item()
-                        for p, q in zip(fsdp.parameters(), ddp.parameters()))
-        clip = {"ddp_norm": round(ddp_norm.item(), 6), "fsdp_norm": round(fsdp_norm.item(), 6),
-                "norm_type": norm_type, "norm_placements": norm_placements,
-                "max_grad_diff": grad_diff}
-
-        # MixedPrecisionPolicy: compute and all-gather in bfloat16, keep float32 shards, reduce in float32.
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        mixed_model = make_deep_mlp(width, layers, seed)
-        seen: list[torch.dtype] = []
-        mixed_model[0].register_forward_hook(lambda module, inputs, output: seen.append(module.weight.dtype))
-        for layer in mixed_model:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer, mp_policy=policy)
-        fully_shard(mixed_model, mp_policy=policy)
-        loss_bf16 = nn.functional.mse_loss(mixed_model(x).float(), y)
-        loss_bf16.backward()
-        first = next(mixed_model.parameters())
-        mixed = {"compute_dtype": str(seen[0]).removeprefix("torch."),
-                 "param_dtype": str(first.dtype).removeprefix("torch."),
-                 "grad_dtype": str(first.grad.dtype).removeprefix("torch."),
-                 "loss_bf16": round(loss_bf16.item(), 6),
-                 "loss_fp32": round(nn.functional.mse_loss(make_deep_mlp(width, layers, seed)(x), y).item(), 6)}
-
-        # Activation checkpointing: the hidden layers as one segment, which saves only its input.
-        plain, checkpointed = make_deep_mlp(width, layers, seed), make_deep_mlp(width, layers, seed)
-        blocks = list(checkpointed)
-        checkpointed = nn.Sequential(Checkpointed(nn.Sequential(*blocks[:-1])), blocks[-1])  # one segment
-        grads = []
-        sizes = []
-        for model in (plain, checkpointed):
-            loss, size = forward_bytes(model, x, y)
-            loss.backward()
-            sizes.append(size)
-            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-        checkpointing = {"forward_bytes": sizes[0], "forward_bytes_checkpointed": sizes[1],
-                         "max_grad_diff": (grads[0] - grads[1]).abs().max().item()}
-
-        # The optimizer made before fully_shard holds the parameters fully_shard replaced.
-        early = make_deep_mlp(width, layers, seed)
-        early_optimizer = torch.optim.Adam(early.parameters(), lr=1e-3)
-        for layer in early:
-            if isinstance(layer, nn.Linear):
-                fully_shard(layer)
-        fully_shard(early)
-        before = [local(p).detach().clone() for p in early.parameters()]
-        nn.functional.mse_loss(early(x), y).backward()
-        early_optimizer.step()
-        model_ids = {id(p) for p in early.parameters()}
-        order = {"optimizer_holds_model_params": all(id(p) in model_ids for g in early_optimizer.param_groups
-                                                      for p in g["params"]),
-                 "model_changed": any(not torch.equal(local(p), b) for p, b in zip(early.parameters(), before))}
-        return {"rank": rank, "clip": clip, "mixed": mixed, "checkpointing": checkpointing, "order": order}

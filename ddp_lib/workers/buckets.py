@@ -158,6 +158,7 @@ class TorchDDP(DDP):
 
 Way = Literal["after_backward", "per_parameter_hooks", "buckets", "torch"]
 
+
 WAYS: dict[str, type[nn.Module]] = {  # the keys are Way's values
     "after_backward": AllReduceAfterBackward,
     "per_parameter_hooks": PerParameterHooksDDP,
@@ -166,14 +167,9 @@ WAYS: dict[str, type[nn.Module]] = {  # the keys are Way's values
 }
 
 
-def make(way: str, module: nn.Module, **options) -> nn.Module:
-    """Wrap ``module`` in one of WAYS by name; options (e.g. bucket_cap_mb) go to its constructor."""
-    if way not in WAYS:
-        raise ValueError(f"unknown way {way!r}; accepted: {', '.join(WAYS)}")
-    return WAYS[way](module, **options)
-
-
 WIDE = (64, 128, 128, 128, 128, 8)  # weights of 32, 64, 64, 64 and 4 KiB
+
+
 TIMELINE_WIDTHS = (256,) * 8  # seven 256 KiB weights: backward and all-reduces take visible time
 
 
@@ -217,21 +213,9 @@ def scratch_vs_torch(rank: int, world_size: int, way: Way = "buckets", steps: in
                 "allreduces_per_step": calls, "ranks_equal": all(torch.equal(everyone[0], p) for p in everyone)}
 
 
-def _recording_hook(events: list[tuple], clock):
-    """The default all-reduce comm hook, recording (bucket index, bytes, start, end) per call."""
-    def hook(state, bucket):
-        start = clock()
-        nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
-        future = default_hooks.allreduce_hook(state, bucket)
-
-        def done(fut):
-            events.append((bucket.index(), nbytes, start, clock()))
-            return fut.value()
-        return future.then(done)
-    return hook
-
-
 BucketModel = Literal["wide", "four_mib"]
+
+
 BUCKET_MODELS: dict[str, tuple[int, ...]] = {  # the keys are BucketModel's values
     "wide": WIDE,
     "four_mib": (512,) * 5,  # four Linear(512, 512): 1 MiB of weight and 2 KiB of bias each
@@ -279,23 +263,6 @@ def count_allreduces(rank: int, world_size: int, bucket_cap_mb: float | None = 2
 
 
 TimelineWay = Literal["torch", "after_backward", "buckets"]
-
-
-def _recording_scratch_allreduce(model: _ScratchDDP, events: list[tuple], clock) -> None:
-    """Make a scratch DDP record (call index, bytes, start, end) for each of its all-reduces."""
-    real = model._allreduce
-    calls = [0]
-
-    def recorded(tensor: torch.Tensor, async_op: bool):
-        index, start, nbytes = calls[0], clock(), tensor.numel() * tensor.element_size()
-        calls[0] += 1
-        work = real(tensor, async_op)
-        if work is None:  # a blocking call: done when it returns
-            events.append((index, nbytes, start, clock()))
-        else:
-            work.get_future().then(lambda _fut: events.append((index, nbytes, start, clock())))
-        return work
-    model._allreduce = recorded
 
 
 def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, warmup: int = 2,
@@ -432,51 +399,7 @@ def gradient_bytes(rank: int, world_size: int, steps: int = 3) -> dict:
     return result
 
 
-# What overlapping backward with communication saves, where communication is slow. On a laptop's CPU,
-# gloo's all-reduces of small buckets are quick and compete with autograd for the cores, so overlap shows
-# little. Here every bucket also spends a fixed time on a slow "wire": one thread per rank that sends the
-# buckets one after another and sleeps delay_ms before each all-reduce, as a slow network would. Sleeping
-# uses no CPU, so the wire does not slow backward down. One hook sends the buckets two ways: "overlap", a
-# bucket goes on the wire the moment DDP hands it over (what DDP does); "after_backward", the hook holds
-# every bucket until DDP hands over the last one, at the end of backward. Only the wire's start differs.
-
 WireWay = Literal["overlap", "after_backward"]
-
-
-class SlowWire:
-    """A DDP communication hook that sends each bucket over a slow wire: one thread that waits
-    ``delay_ms``, then all-reduces the bucket's mean. ``hold_until_last`` holds the buckets until
-    the last one of the backward pass arrives."""
-
-    def __init__(self, delay_ms: float, hold_until_last: bool = False) -> None:
-        self.delay_s = delay_ms / 1000
-        self.hold_until_last = hold_until_last
-        self._wire = ThreadPoolExecutor(max_workers=1)  # one thread: buckets leave one after another
-        self._held: list[tuple[torch.Tensor, torch.futures.Future]] = []
-        self.buckets_sent = 0
-
-    def hook(self, state, bucket):  # no annotations: DDP rejects string ones (this module's __future__ import)
-        """Called by DDP once per bucket, bucket 0 first; returns a future of the averaged bucket."""
-        done: torch.futures.Future = torch.futures.Future()
-        self.buckets_sent += 1
-        self._held.append((bucket.buffer(), done))
-        if not self.hold_until_last or bucket.is_last():
-            for buffer, future in self._held:  # in bucket order, the same on every rank
-                self._wire.submit(self._send, buffer, future)
-            self._held.clear()
-        return done  # DDP waits for it at the end of backward, then copies the mean into .grad
-
-    def _send(self, buffer: torch.Tensor, done: torch.futures.Future) -> None:
-        try:
-            time.sleep(self.delay_s)
-            buffer.div_(dist.get_world_size())
-            dist.all_reduce(buffer)
-            done.set_result(buffer)
-        except Exception as e:  # noqa: BLE001 - a failure must reach DDP, or backward waits forever
-            done.set_exception(e)
-
-    def close(self) -> None:
-        self._wire.shutdown()
 
 
 def overlap_on_slow_wire(rank: int, world_size: int, delay_ms: float = 10.0, repeats: int = 8,
@@ -545,3 +468,80 @@ def slow_wire_gradients_match_default(rank: int, world_size: int, hold_until_las
             wire.close()
         return max((a.grad - b.grad).abs().max().item()
                    for a, b in zip(models[0].parameters(), models[1].parameters()))
+
+
+# ---- helpers
+
+
+def make(way: str, module: nn.Module, **options) -> nn.Module:
+    """Wrap ``module`` in one of WAYS by name; options (e.g. bucket_cap_mb) go to its constructor."""
+    if way not in WAYS:
+        raise ValueError(f"unknown way {way!r}; accepted: {', '.join(WAYS)}")
+    return WAYS[way](module, **options)
+
+
+def _recording_hook(events: list[tuple], clock):
+    """The default all-reduce comm hook, recording (bucket index, bytes, start, end) per call."""
+    def hook(state, bucket):
+        start = clock()
+        nbytes = bucket.buffer().numel() * bucket.buffer().element_size()
+        future = default_hooks.allreduce_hook(state, bucket)
+
+        def done(fut):
+            events.append((bucket.index(), nbytes, start, clock()))
+            return fut.value()
+        return future.then(done)
+    return hook
+
+
+def _recording_scratch_allreduce(model: _ScratchDDP, events: list[tuple], clock) -> None:
+    """Make a scratch DDP record (call index, bytes, start, end) for each of its all-reduces."""
+    real = model._allreduce
+    calls = [0]
+
+    def recorded(tensor: torch.Tensor, async_op: bool):
+        index, start, nbytes = calls[0], clock(), tensor.numel() * tensor.element_size()
+        calls[0] += 1
+        work = real(tensor, async_op)
+        if work is None:  # a blocking call: done when it returns
+            events.append((index, nbytes, start, clock()))
+        else:
+            work.get_future().then(lambda _fut: events.append((index, nbytes, start, clock())))
+        return work
+    model._allreduce = recorded
+
+
+class SlowWire:
+    """A DDP communication hook that sends each bucket over a slow wire: one thread that waits
+    ``delay_ms``, then all-reduces the bucket's mean. ``hold_until_last`` holds the buckets until
+    the last one of the backward pass arrives."""
+
+    def __init__(self, delay_ms: float, hold_until_last: bool = False) -> None:
+        self.delay_s = delay_ms / 1000
+        self.hold_until_last = hold_until_last
+        self._wire = ThreadPoolExecutor(max_workers=1)  # one thread: buckets leave one after another
+        self._held: list[tuple[torch.Tensor, torch.futures.Future]] = []
+        self.buckets_sent = 0
+
+    def hook(self, state, bucket):  # no annotations: DDP rejects string ones (this module's __future__ import)
+        """Called by DDP once per bucket, bucket 0 first; returns a future of the averaged bucket."""
+        done: torch.futures.Future = torch.futures.Future()
+        self.buckets_sent += 1
+        self._held.append((bucket.buffer(), done))
+        if not self.hold_until_last or bucket.is_last():
+            for buffer, future in self._held:  # in bucket order, the same on every rank
+                self._wire.submit(self._send, buffer, future)
+            self._held.clear()
+        return done  # DDP waits for it at the end of backward, then copies the mean into .grad
+
+    def _send(self, buffer: torch.Tensor, done: torch.futures.Future) -> None:
+        try:
+            time.sleep(self.delay_s)
+            buffer.div_(dist.get_world_size())
+            dist.all_reduce(buffer)
+            done.set_result(buffer)
+        except Exception as e:  # noqa: BLE001 - a failure must reach DDP, or backward waits forever
+            done.set_exception(e)
+
+    def close(self) -> None:
+        self._wire.shutdown()

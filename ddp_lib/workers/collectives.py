@@ -30,20 +30,6 @@ COLLECTIVES = get_args(Collective)
 InitMethod = Literal["env", "tcp", "file"]
 
 
-def init_method_url(method: InitMethod, path: str | None = None) -> str:
-    """The init_method string for "env", "tcp" or "file" (file needs a path no other job uses)."""
-    if method == "env":
-        return "env://"  # read MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
-    if method == "tcp":
-        # The address in the URL: under mp.spawn rank 0 serves the store there, under torchrun the agent.
-        return f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ['MASTER_PORT']}"
-    if method == "file":
-        if not path:
-            raise ValueError("init method 'file' needs a path to a file all ranks can reach")
-        return Path(path).resolve().as_uri()  # an absolute path; on Windows e.g. file:///D:/jobs/ddp_store
-    raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
-
-
 def join_and_sum(rank: int, world_size: int) -> dict:
     """Plain torch, as a learner writes it: join the group, all-reduce the ranks, leave the group."""
     dist.init_process_group("gloo", rank=rank, world_size=world_size)  # reads MASTER_ADDR, MASTER_PORT
@@ -115,45 +101,6 @@ def run_collectives(rank: int | None = None, world_size: int | None = None,
         return {name: _collective(name, dist.get_rank(), dist.get_world_size(), device) for name in names}
 
 
-def _collective(name: str, rank: int, world_size: int, device: torch.device) -> dict:
-    mine = start_tensor(rank, world_size, device)
-    before, after, defined = mine.tolist(), None, True
-    if name == "broadcast":
-        dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
-        after = mine.tolist()
-    elif name == "all_reduce":
-        dist.all_reduce(mine, op=dist.ReduceOp.SUM)
-        after = mine.tolist()
-    elif name == "reduce":
-        dist.reduce(mine, dst=0, op=dist.ReduceOp.SUM)
-        # Only dst gets the sum; gloo uses the others' tensors as scratch space.
-        after, defined = mine.tolist(), rank == 0
-    elif name == "all_gather":
-        pieces = [torch.empty_like(mine) for _ in range(world_size)]
-        dist.all_gather(pieces, mine)
-        after = torch.cat(pieces).tolist()
-    elif name == "gather":
-        pieces = [torch.empty_like(mine) for _ in range(world_size)] if rank == 0 else None
-        dist.gather(mine, gather_list=pieces, dst=0)
-        after = torch.cat(pieces).tolist() if rank == 0 else None
-    elif name == "scatter":
-        # Rank 0 deals out its tensor, one slot to each rank; the others only receive.
-        before = mine.tolist() if rank == 0 else None
-        pieces = list(mine.chunk(world_size)) if rank == 0 else None
-        received = torch.empty(1, device=device)
-        dist.scatter(received, scatter_list=pieces, src=0)
-        after = received.tolist()
-    elif name == "reduce_scatter":
-        received = torch.empty(1, device=device)
-        dist.reduce_scatter(received, list(mine.chunk(world_size)), op=dist.ReduceOp.SUM)
-        after = received.tolist()
-    elif name == "all_to_all":
-        received = [torch.empty(1, device=device) for _ in range(world_size)]
-        dist.all_to_all(received, list(mine.chunk(world_size)))
-        after = torch.cat(received).tolist()
-    return {"name": name, "rank": rank, "before": before, "after": after, "defined": defined}
-
-
 def barrier_timeline(rank: int | None = None, world_size: int | None = None, delay: float = 0.1) -> dict:
     """Arrive at a barrier ``delay * rank`` seconds late; return when this rank arrived and left
     (wall-clock seconds, comparable across processes on one machine)."""
@@ -199,6 +146,62 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
                 "group_size": dist.get_world_size(group), "sum": total.item()}
 
 
+# ---- helpers
+
+
+def init_method_url(method: InitMethod, path: str | None = None) -> str:
+    """The init_method string for "env", "tcp" or "file" (file needs a path no other job uses)."""
+    if method == "env":
+        return "env://"  # read MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
+    if method == "tcp":
+        # The address in the URL: under mp.spawn rank 0 serves the store there, under torchrun the agent.
+        return f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ['MASTER_PORT']}"
+    if method == "file":
+        if not path:
+            raise ValueError("init method 'file' needs a path to a file all ranks can reach")
+        return Path(path).resolve().as_uri()  # an absolute path; on Windows e.g. file:///D:/jobs/ddp_store
+    raise ValueError(f"unknown init method {method!r}; accepted: 'env', 'tcp', 'file'")
+
+
+def _collective(name: str, rank: int, world_size: int, device: torch.device) -> dict:
+    mine = start_tensor(rank, world_size, device)
+    before, after, defined = mine.tolist(), None, True
+    if name == "broadcast":
+        dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
+        after = mine.tolist()
+    elif name == "all_reduce":
+        dist.all_reduce(mine, op=dist.ReduceOp.SUM)
+        after = mine.tolist()
+    elif name == "reduce":
+        dist.reduce(mine, dst=0, op=dist.ReduceOp.SUM)
+        # Only dst gets the sum; gloo uses the others' tensors as scratch space.
+        after, defined = mine.tolist(), rank == 0
+    elif name == "all_gather":
+        pieces = [torch.empty_like(mine) for _ in range(world_size)]
+        dist.all_gather(pieces, mine)
+        after = torch.cat(pieces).tolist()
+    elif name == "gather":
+        pieces = [torch.empty_like(mine) for _ in range(world_size)] if rank == 0 else None
+        dist.gather(mine, gather_list=pieces, dst=0)
+        after = torch.cat(pieces).tolist() if rank == 0 else None
+    elif name == "scatter":
+        # Rank 0 deals out its tensor, one slot to each rank; the others only receive.
+        before = mine.tolist() if rank == 0 else None
+        pieces = list(mine.chunk(world_size)) if rank == 0 else None
+        received = torch.empty(1, device=device)
+        dist.scatter(received, scatter_list=pieces, src=0)
+        after = received.tolist()
+    elif name == "reduce_scatter":
+        received = torch.empty(1, device=device)
+        dist.reduce_scatter(received, list(mine.chunk(world_size)), op=dist.ReduceOp.SUM)
+        after = received.tolist()
+    elif name == "all_to_all":
+        received = [torch.empty(1, device=device) for _ in range(world_size)]
+        dist.all_to_all(received, list(mine.chunk(world_size)))
+        after = torch.cat(received).tolist()
+    return {"name": name, "rank": rank, "before": before, "after": after, "defined": defined}
+
+
 def _fmt(values: list | None) -> str:
     if values is None:
         return "-"
@@ -213,4 +216,3 @@ def describe(results: list[dict]) -> str:
         after = _fmt(r["after"]) + ("" if r["defined"] else " (scratch space: do not read)")
         lines.append(f"  rank {r['rank']}: {_fmt(r['before']):<20} -> {after}")
     return "\n".join(lines)
-

@@ -28,33 +28,6 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py
 FIRST_BUCKET_MB = 1.0
 
 
-class DeepNet(nn.Module):
-    """Linear(2, width) -> ReLU -> depth x [Linear(width, width) -> ReLU] -> Linear(width, 2).
-
-    A class of our own on purpose: dynamo does not trace the forward of torch.nn's own modules
-    (nn.Sequential) when it meets it as a frame of its own, which is how DDP's forward calls the
-    model it wraps. ``as_sequential`` gives the same layers as an nn.Sequential, to see that.
-    """
-
-    def __init__(self, width: int = 256, depth: int = 8) -> None:
-        super().__init__()
-        self.first = nn.Linear(2, width)
-        self.hidden = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
-        self.last = nn.Linear(width, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = torch.relu(self.first(x))
-        for layer in self.hidden:
-            x = torch.relu(layer(x))
-        return self.last(x)
-
-    def as_sequential(self) -> nn.Sequential:
-        layers = [self.first, nn.ReLU()]
-        for layer in self.hidden:
-            layers += [layer, nn.ReLU()]
-        return nn.Sequential(*layers, self.last)
-
-
 def compiled_graphs(rank: int, world_size: int, bucket_cap_mb: float | None = 1.0, optimize_ddp: bool = True,
                     model: Literal["deep_net", "sequential"] = "deep_net", steps: int = 2, seed: int = 0) -> dict:
     """Compile a DDP model with a backend that records every graph dynamo hands it and runs it as
@@ -198,3 +171,33 @@ def small_bucket_error(rank: int, world_size: int, bucket_cap_mb: float = 0.5, s
         except Exception as e:  # what the learner would see: the type and the first line
             return {"rank": rank, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}
         return {"rank": rank, "error": None}
+
+
+# ---- helpers
+
+
+class DeepNet(nn.Module):
+    """Linear(2, width) -> ReLU -> depth x [Linear(width, width) -> ReLU] -> Linear(width, 2).
+
+    A class of our own on purpose: dynamo does not trace the forward of torch.nn's own modules
+    (nn.Sequential) when it meets it as a frame of its own, which is how DDP's forward calls the
+    model it wraps. ``as_sequential`` gives the same layers as an nn.Sequential, to see that.
+    """
+
+    def __init__(self, width: int = 256, depth: int = 8) -> None:
+        super().__init__()
+        self.first = nn.Linear(2, width)
+        self.hidden = nn.ModuleList(nn.Linear(width, width) for _ in range(depth))
+        self.last = nn.Linear(width, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.first(x))
+        for layer in self.hidden:
+            x = torch.relu(layer(x))
+        return self.last(x)
+
+    def as_sequential(self) -> nn.Sequential:
+        layers = [self.first, nn.ReLU()]
+        for layer in self.hidden:
+            layers += [layer, nn.ReLU()]
+        return nn.Sequential(*layers, self.last)

@@ -36,8 +36,7 @@ FILES_TO_COPY: dict[str, tuple[str, ...]] = {
 }
 
 # Packages a copy needs beyond torch for one option only, imported inside the function that uses it:
-# module -> {package: the option that needs it}.
-OPTIONAL_PACKAGES: dict[str, dict[str, str]] = {
-    "train": {"tqdm": "progress=True"},
-}
+# module -> {package: the option that needs it}. None today: the tqdm bar of ``run train --progress``
+# is the lesson's (ddp_lib/demos/training_runs.py), not train.py's.
+OPTIONAL_PACKAGES: dict[str, dict[str, str]] = {}
 

@@ -85,11 +85,6 @@ def metric_on_rank0_with_checked_group(rank: int, world_size: int, steps: int = 
         return [p.detach().flatten().tolist() for p in ddp.parameters()]
 
 
-def _checked(group: dist.ProcessGroup) -> bool:
-    """Whether DETAIL's collective check wraps this group's CPU backend."""
-    return "Wrapper" in type(group._get_backend(torch.device("cpu"))).__name__
-
-
 def mismatched_shapes(rank: int, world_size: int) -> list[float]:
     """Each rank all-reduces a tensor of a different length (rank + 2 elements): rank 0 [1, 2],
     rank 1 [10, 20, 30], so that a sum shows which elements met."""
@@ -132,16 +127,6 @@ def unused_parameter(rank: int, world_size: int, find_unused_parameters: bool = 
         return losses
 
 
-class _TwoHeads(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.used = nn.Linear(4, 1)
-        self.unused = nn.Linear(4, 1)  # never called in forward: it gets no gradient
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.used(x)
-
-
 def device_ids_on_cpu(rank: int, world_size: int) -> str:
     """DDP(model, device_ids=[rank]) with the model on the CPU."""
     with process_group(rank, world_size):
@@ -160,6 +145,24 @@ def sampler_orders(rank: int, world_size: int, call_set_epoch: bool, epochs: int
             sampler.set_epoch(epoch)  # reshuffles: the permutation is seeded with seed + epoch
         orders.append(list(sampler))
     return orders
+
+
+# ---- helpers
+
+
+def _checked(group: dist.ProcessGroup) -> bool:
+    """Whether DETAIL's collective check wraps this group's CPU backend."""
+    return "Wrapper" in type(group._get_backend(torch.device("cpu"))).__name__
+
+
+class _TwoHeads(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = nn.Linear(4, 1)
+        self.unused = nn.Linear(4, 1)  # never called in forward: it gets no gradient
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.used(x)
 
 
 def listening_addresses(port: int) -> list[str]:

@@ -17,13 +17,6 @@ import time
 from datetime import timedelta
 
 
-def record_pid(rank: int, pid_dir: str | None) -> None:
-    """Write this process's id to ``pid_dir/rank<rank>.pid`` (nothing when ``pid_dir`` is None)."""
-    if pid_dir:
-        with open(os.path.join(pid_dir, f"rank{rank}.pid"), "w") as f:
-            f.write(str(os.getpid()))
-
-
 def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None,
                   others_busy_s: float = 0.0) -> int:
     """Rank ``bad_rank`` raises ValueError; the others work ``others_busy_s`` seconds (asleep), then
@@ -71,6 +64,29 @@ def die_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int
             raise
 
 
+def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
+    """Rank ``bad_rank`` loops forever in Python; the others return at once.
+
+    Args:
+        bad_rank: the rank that hangs.
+        pid_dir: a directory where each rank writes its process id (None: nowhere).
+    """
+    record_pid(rank, pid_dir)
+    while rank == bad_rank:
+        time.sleep(0.05)
+    return rank
+
+
+# ---- helpers
+
+
+def record_pid(rank: int, pid_dir: str | None) -> None:
+    """Write this process's id to ``pid_dir/rank<rank>.pid`` (nothing when ``pid_dir`` is None)."""
+    if pid_dir:
+        with open(os.path.join(pid_dir, f"rank{rank}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+
+
 def _die_now(record_dir: str, rank: int) -> None:
     _write_record(record_dir, rank, {"died_at": time.monotonic()})
     os.kill(os.getpid(), signal.SIGKILL)
@@ -88,17 +104,3 @@ def read_records(record_dir: str) -> dict[int, dict]:
         with open(os.path.join(record_dir, name)) as f:
             records[int(name.removeprefix("rank").removesuffix(".json"))] = json.load(f)
     return records
-
-
-def hang_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | None = None) -> int:
-    """Rank ``bad_rank`` loops forever in Python; the others return at once.
-
-    Args:
-        bad_rank: the rank that hangs.
-        pid_dir: a directory where each rank writes its process id (None: nowhere).
-    """
-    record_pid(rank, pid_dir)
-    while rank == bad_rank:
-        time.sleep(0.05)
-    return rank
-

@@ -105,28 +105,6 @@ def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) ->
         return result
 
 
-def _train(model: nn.Module, batches, steps: int, reduction: str, device: torch.device, lr: float) -> dict:
-    """SGD for ``steps`` steps on batches(step) = (x, y). Returns the first step's gradients and
-    the final parameters."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    first_grads = None
-    for step in range(steps):
-        optimizer.zero_grad()
-        x, y = batches(step)
-        nn.functional.mse_loss(model(x.to(device)), y.to(device), reduction=reduction).backward()
-        if first_grads is None:
-            first_grads = flat_grads(model)
-        optimizer.step()
-    return {"first_grads": first_grads, "params": flat_params(model)}
-
-
-def single_process_run(global_batch_size: int, steps: int = 5, seed: int = 0, reduction: str = "mean",
-                       lr: float = LR) -> dict:
-    """One process, no DDP, batch ``global_batch_size``: the reference the ranks must match."""
-    return _train(make_mlp(seed), lambda step: global_batch(step, global_batch_size, seed), steps,
-                  reduction, torch.device("cpu"), lr)
-
-
 def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5, seed: int = 0,
             reduction: Literal["mean", "sum"] = "mean", lr: float = LR) -> dict:
     """DDP training on per-rank batches; ranks start from different weights (seed + rank).
@@ -142,12 +120,6 @@ def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5,
         model = wrap_ddp(make_mlp(seed + rank).to(device), device)
         return _train(model, lambda step: rank_batch(step, rank, world_size, per_rank_batch, seed),
                       steps, reduction, device, lr)
-
-
-def c10d_ops(prof: profile) -> dict[str, int]:
-    """The c10d operators (collectives) torch's profiler recorded, DDP reducer's own included: {name: count}."""
-    return dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
-                       if e.key.startswith("c10d::")))
 
 
 def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_steps: int = 2,
@@ -189,20 +161,6 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
                     allreduces_per_micro_batch.append(c10d_ops(prof).get("allreduce_", 0))
             optimizer.step()
         return {"params": flat_params(model), "allreduces_per_micro_batch": allreduces_per_micro_batch}
-
-
-class TwoHeads(nn.Module):
-    """A trunk and two heads; forward uses head ``b`` only when asked, so ``b`` can go unused."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.trunk = nn.Linear(8, 8)
-        self.a = nn.Linear(8, 4)
-        self.b = nn.Linear(8, 4)
-
-    def forward(self, x: torch.Tensor, use_b: bool = False) -> torch.Tensor:
-        h = torch.tanh(self.trunk(x))
-        return self.a(h) + self.b(h) if use_b else self.a(h)
 
 
 def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
@@ -266,3 +224,48 @@ def fp16_tiny_gradients(rank: int, world_size: int, steps_of_2_24: tuple[float, 
         model.register_comm_hook(None, default_hooks.fp16_compress_hook)
         model(g.to(device)).sum().backward()
         return {"sent": list(steps_of_2_24), "averaged": [v / step for v in layer.weight.grad.cpu()[0].tolist()]}
+
+
+# ---- helpers
+
+
+def _train(model: nn.Module, batches, steps: int, reduction: str, device: torch.device, lr: float) -> dict:
+    """SGD for ``steps`` steps on batches(step) = (x, y). Returns the first step's gradients and
+    the final parameters."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    first_grads = None
+    for step in range(steps):
+        optimizer.zero_grad()
+        x, y = batches(step)
+        nn.functional.mse_loss(model(x.to(device)), y.to(device), reduction=reduction).backward()
+        if first_grads is None:
+            first_grads = flat_grads(model)
+        optimizer.step()
+    return {"first_grads": first_grads, "params": flat_params(model)}
+
+
+def single_process_run(global_batch_size: int, steps: int = 5, seed: int = 0, reduction: str = "mean",
+                       lr: float = LR) -> dict:
+    """One process, no DDP, batch ``global_batch_size``: the reference the ranks must match."""
+    return _train(make_mlp(seed), lambda step: global_batch(step, global_batch_size, seed), steps,
+                  reduction, torch.device("cpu"), lr)
+
+
+def c10d_ops(prof: profile) -> dict[str, int]:
+    """The c10d operators (collectives) torch's profiler recorded, DDP reducer's own included: {name: count}."""
+    return dict(sorted((e.key.removeprefix("c10d::"), e.count) for e in prof.key_averages()
+                       if e.key.startswith("c10d::")))
+
+
+class TwoHeads(nn.Module):
+    """A trunk and two heads; forward uses head ``b`` only when asked, so ``b`` can go unused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(8, 8)
+        self.a = nn.Linear(8, 4)
+        self.b = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, use_b: bool = False) -> torch.Tensor:
+        h = torch.tanh(self.trunk(x))
+        return self.a(h) + self.b(h) if use_b else self.a(h)

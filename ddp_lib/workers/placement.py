@@ -150,6 +150,9 @@ def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> d
                 "loaded_with_map_location": str(mapped["net1.weight"].device), "checksum": param_checksum(model)}
 
 
+# ---- helpers
+
+
 def expected_device(local_rank: int) -> str:
     """The device a rank with this local_rank should use on this machine (lesson 03's rule), as a string."""
     return str(local_device(local_rank))

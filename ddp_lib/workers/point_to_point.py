@@ -82,6 +82,9 @@ def swap(rank: int | None = None, world_size: int | None = None, numel: int = 1,
         return {"rank": rank, "numel": numel, "completed": bool((received == peer).all()), "error": ""}
 
 
+# ---- helpers
+
+
 def gloo_message(text: str) -> str:
     """gloo's first error sentence without its source path and peer address (they vary by machine)."""
     line = (text.strip().splitlines() or [""])[0]

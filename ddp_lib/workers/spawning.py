@@ -30,16 +30,6 @@ def record_args(i: int, world_size: int, out_dir: str) -> None:
         json.dump(call, f)
 
 
-def read_calls(out_dir: str) -> list[dict]:
-    """The calls ``record_args`` wrote to ``out_dir``, sorted by the process index ``i``."""
-    calls = []
-    for name in os.listdir(out_dir):
-        if name.startswith("call-") and name.endswith(".json"):
-            with open(os.path.join(out_dir, name)) as f:
-                calls.append(json.load(f))
-    return sorted(calls, key=lambda call: call["i"])
-
-
 def hello(rank: int, world_size: int) -> str:
     """Return a greeting naming this rank: the worker a notebook cannot define for itself."""
     return f"hello from rank {rank} of {world_size}"
@@ -118,6 +108,19 @@ def step_fails_on_rank(rank: int, world_size: int, init_method: str, bad_rank: i
         dist.barrier()  # success path only: a barrier in `finally` would keep the failed rank waiting
     finally:
         dist.destroy_process_group()  # error or not; no collective here
+
+
+# ---- helpers
+
+
+def read_calls(out_dir: str) -> list[dict]:
+    """The calls ``record_args`` wrote to ``out_dir``, sorted by the process index ``i``."""
+    calls = []
+    for name in os.listdir(out_dir):
+        if name.startswith("call-") and name.endswith(".json"):
+            with open(os.path.join(out_dir, name)) as f:
+                calls.append(json.load(f))
+    return sorted(calls, key=lambda call: call["i"])
 
 
 def hang(rank: int, seconds: float = 3600.0) -> None:

@@ -52,28 +52,6 @@ def torch_sync_batchnorm(rank: int, world_size: int) -> str:
         return f"DDP accepted nn.SyncBatchNorm on {device.type}"
 
 
-class CollectiveLog(TorchDispatchMode):
-    """While active, counts the c10d operators this process runs (every collective reaches one,
-    DDP's and Join's included), under the label last put in ``phase``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.phase = ""
-        self.counts: dict[str, dict[str, int]] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if name.startswith("c10d::"):
-            counts = self.counts.setdefault(self.phase, {})
-            op = name.removeprefix("c10d::")
-            counts[op] = counts.get(op, 0) + 1
-        return func(*args, **(kwargs or {}))
-
-
-def gradient_norm(model: nn.Module) -> float:
-    return torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
-
-
 def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_initial_world_size: bool = True,
                    batch_size: int = 16, seed: int = 0) -> dict:
     """Rank r trains on 2 + 2*r batches (uneven on purpose), inside ``Join`` when use_join is 1.
@@ -172,3 +150,28 @@ def stop_together(rank: int, world_size: int, agree: bool = True, target_loss: f
             if stop.item():
                 break
         return {"rank": rank, "steps": step}
+
+
+# ---- helpers
+
+
+class CollectiveLog(TorchDispatchMode):
+    """While active, counts the c10d operators this process runs (every collective reaches one,
+    DDP's and Join's included), under the label last put in ``phase``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.phase = ""
+        self.counts: dict[str, dict[str, int]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        if name.startswith("c10d::"):
+            counts = self.counts.setdefault(self.phase, {})
+            op = name.removeprefix("c10d::")
+            counts[op] = counts.get(op, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def gradient_norm(model: nn.Module) -> float:
+    return torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()

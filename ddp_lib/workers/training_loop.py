@@ -4,6 +4,11 @@
     run_ranks(evaluate_padded, 2, kwargs=dict(n_eval=11, fix="count_real"))
     run_ranks(seeds_and_logging, 2)
 
+``train_loop`` comes first: autocast, a GradScaler, clipping, torch.compile, an exact evaluation and
+logging on rank 0. Then the lesson's smaller workers in the lesson's order, then the helpers. The
+lesson's measured runs of the same loop (the dtypes sent, gradient norms, step times, the wrong
+clipping) are ``ddp_lib/demos/loop_runs.py``.
+
 Copyable: needs only torch, ``process_group`` and ``shared`` (from ddp_lib, or process_group.py and
 shared.py beside it).
 """
@@ -11,9 +16,7 @@ shared.py beside it).
 import logging
 import math
 import os
-import statistics
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import timedelta
 from typing import Literal
@@ -24,7 +27,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import device_ids_for, process_group
@@ -36,74 +39,9 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py an
 EVAL_SEED = 99  # the held-out set: same generator as the training data, another seed
 
 
-class LoopNet(nn.Module):
-    """Lesson 05's MoonsNet shape, Linear(2, hidden) -> ReLU -> Dropout -> Linear(hidden, 2); with the
-    same seed it starts from the same weights (dropout has none).
-
-    A class of its own, not an nn.Sequential, so that torch.compile sees its forward: under DDP,
-    dynamo meets the model's forward as a frame of its own, and skips the frames of torch.nn's
-    own modules (see compiled.py).
-    """
-
-    def __init__(self, hidden: int = 32, dropout: float = 0.0) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(2, hidden)
-        self.relu = nn.ReLU()
-        self.dropout = nn.Dropout(dropout)
-        self.fc2 = nn.Linear(hidden, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.dropout(self.relu(self.fc1(x))))
-
-
-def recording_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """torch's own ``allreduce_hook`` (average the bucket), after noting the dtype it sends."""
-    state["sent"].add(str(bucket.buffer().dtype).removeprefix("torch."))
-    return default_hooks.allreduce_hook(None, bucket)
-
-
-def bf16_compress(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Average the bucket in bfloat16, then copy the result back into the float32 bucket: the same
-    computation as torch's ``bf16_compress_hook``, which DDP refuses (by the hook's name) unless
-    torch was built for CUDA or ROCm with NCCL 2.10+, or an XPU with XCCL is available."""
-    buffer = bucket.buffer()
-    compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())  # half the bytes on the wire
-    state["sent"].add(str(compressed.dtype).removeprefix("torch."))
-
-    def decompress(fut: torch.futures.Future) -> torch.Tensor:
-        return buffer.copy_(fut.value()[0])
-
-    return dist.all_reduce(compressed, async_op=True).get_future().then(decompress)
-
-
-def accuracy_counts(model: nn.Module, dataset: TensorDataset, rank: int, world_size: int,
-                    device: torch.device) -> torch.Tensor:
-    """(correct, counted) over every sample of ``dataset`` exactly once, summed over all ranks.
-
-    DistributedSampler pads the index list to a multiple of world_size by repeating its first
-    indices; rank r reads positions r, r + world_size, ... of the padded list, so a position at or
-    past len(dataset) is a duplicate and is not counted.
-    """
-    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
-    counts = torch.zeros(2, dtype=torch.float64, device=device)
-    model.eval()
-    with torch.no_grad():
-        for i, index in enumerate(sampler):
-            if rank + i * world_size >= len(dataset):
-                continue  # a padding duplicate
-            x, y = dataset[index]
-            counts[0] += (model(x.to(device).unsqueeze(0)).argmax(1) == y.to(device)).sum()
-            counts[1] += 1
-    model.train()
-    dist.all_reduce(counts)  # every rank calls it: a collective only some ranks reach hangs
-    return counts
-
-
 def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16, lr: float = 0.1,
-               seed: int = 0, precision: Literal["fp32", "bf16", "fp16"] = "fp32",
-               comm_hook: Literal["none", "allreduce", "bf16_compress"] = "none",
-               max_norm: float | None = None, clip: Literal["after_sync", "before_sync"] = "after_sync",
-               compile: bool = False, compile_backend: str = "inductor", hidden: int = 32) -> dict:
+               seed: int = 0, precision: Literal["fp32", "bf16", "fp16"] = "fp32", max_norm: float | None = None,
+               compile: bool = False, compile_backend: str = "inductor") -> dict:
     """Lesson 05's training job with the parts a loop has today: autocast, gradient clipping,
     an exact evaluation, torch.compile and logging on rank 0.
 
@@ -115,22 +53,14 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         lr: learning rate of SGD with momentum 0.9.
         seed: seed of the initial weights (the same on every rank) and of the shuffle.
         precision: "fp32", or autocast to "bf16" or "fp16" (fp16 with a GradScaler).
-        comm_hook: "none" (DDP's built-in all-reduce), "allreduce" (torch's allreduce_hook, recording
-            the dtype it sends) or "bf16_compress" (averaged in bfloat16, see ``bf16_compress``).
-        max_norm: clip the gradient norm to this (None: no clipping).
-        clip: "after_sync" clips the averaged gradient; "before_sync" (wrong) clips each rank's own
-            gradient inside no_sync, then averages by hand.
+        max_norm: clip the averaged gradient's norm to this (None: no clipping).
         compile: wrap the DDP model in torch.compile.
         compile_backend: torch.compile's backend: "inductor" (generates fused C++ or GPU kernels;
             needs a C++ compiler on a CPU), "aot_eager" (traces forward and backward, runs them op
             by op) or "eager" (runs the graphs dynamo captured as they are).
-        hidden: width of the hidden layer.
 
-    Returns {"rank", "losses" (per epoch, mean over all ranks' samples), "grad_norms" (this rank's
-    norm before clipping, per step), "dtypes" (of parameters, logits, loss, gradients, and what the
-    comm hook sent), "step_seconds" (per step), "accuracy" (held-out, exact), "scale" (the
-    GradScaler's final scale, or None), "params" (flattened), "compiled_graphs" (graphs handed to
-    the compile backend: with DDP, one per piece DDPOptimizer cut; 0 without compile)}.
+    Returns {"rank", "losses" (per epoch, mean over all ranks' samples), "accuracy" (held-out,
+    exact), "scale" (the GradScaler's final scale, or None), "params" (flattened)}.
     """
     with process_group(rank, world_size) as device:
         log = logging.getLogger("train_loop")
@@ -139,82 +69,64 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         dataset = make_moons()
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
-        model = LoopNet(hidden).to(device)
+        model = LoopNet().to(device)
         ddp_model = DDP(model, device_ids=device_ids_for(device))
-        hook_state: dict = {"sent": set()}
-        if comm_hook == "allreduce":
-            ddp_model.register_comm_hook(hook_state, recording_allreduce)
-        elif comm_hook == "bf16_compress":
-            ddp_model.register_comm_hook(hook_state, bf16_compress)
-        compiled_graphs: list[torch.fx.GraphModule] = []
-        if compile:
-            backend = counting_backend(compile_backend, compiled_graphs)
-            step_model = torch.compile(ddp_model, backend=backend)
-        else:
-            step_model = ddp_model
+        step_model = torch.compile(ddp_model, backend=compile_backend) if compile else ddp_model
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled.
         scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
         loss_fn = nn.CrossEntropyLoss()
 
-        losses, grad_norms, step_seconds, dtypes = [], [], [], {}
+        losses = []
         for epoch in range(epochs):
             sampler.set_epoch(epoch)
-            totals = torch.zeros(2, dtype=torch.float64, device=device)
+            totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, samples
             for x, y in loader:
-                start = time.perf_counter()
                 x, y = x.to(device), y.to(device)
                 optimizer.zero_grad(set_to_none=True)
-                clip_alone = max_norm is not None and clip == "before_sync"
-                # no_sync must cover the forward: DDP decides there whether backward all-reduces.
-                with ddp_model.no_sync() if clip_alone else nullcontext():
-                    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                        logits = step_model(x)
-                        loss = loss_fn(logits, y)
-                    scaler.scale(loss).backward()  # DDP averages the gradients here, unless in no_sync
-                if clip_alone:  # wrong: each rank clips its own gradient, by its own factor
-                    scaler.unscale_(optimizer)
-                    grad_norms.append(nn.utils.clip_grad_norm_(model.parameters(), max_norm).item())
-                    for p in model.parameters():  # averaged only now, after each rank clipped alone
-                        dist.all_reduce(p.grad)
-                        p.grad /= world_size
-                else:
-                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                    norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
-                    if max_norm is not None:
-                        nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
-                    grad_norms.append(norm.item())
-                dtypes.setdefault("parameters", str(next(model.parameters()).dtype).removeprefix("torch."))
-                dtypes.setdefault("logits", str(logits.dtype).removeprefix("torch."))
-                dtypes.setdefault("loss", str(loss.dtype).removeprefix("torch."))
-                dtypes.setdefault("gradients", str(next(model.parameters()).grad.dtype).removeprefix("torch."))
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    loss = loss_fn(step_model(x), y)
+                scaler.scale(loss).backward()  # DDP averages the gradients here
+                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                if max_norm is not None:
+                    nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # the averaged gradient, on every rank
                 scaler.step(optimizer)  # skips the step if a gradient is inf/nan (fp16 overflow)
                 scaler.update()
-                step_seconds.append(time.perf_counter() - start)
                 totals[0] += loss.detach().double() * len(y)
                 totals[1] += len(y)
             dist.all_reduce(totals)
             losses.append(round((totals[0] / totals[1]).item(), 6))
             log.info("epoch %d/%d loss %.4f", epoch + 1, epochs, losses[-1])
 
-        counts = accuracy_counts(model, make_moons(101, seed=EVAL_SEED), rank, world_size, device)
-        dtypes["all_reduced"] = sorted(hook_state["sent"])
-        return {"rank": rank, "losses": losses, "grad_norms": [round(n, 6) for n in grad_norms],
-                "dtypes": dtypes, "step_seconds": step_seconds, "accuracy": (counts[0] / counts[1]).item(),
+        accuracy, _ = evaluate(model, make_moons(101, seed=EVAL_SEED), rank, world_size, device)
+        return {"rank": rank, "losses": losses, "accuracy": accuracy,
                 "scale": scaler.get_scale() if scaler.is_enabled() else None,
-                "params": torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().tolist(),
-                "compiled_graphs": len(compiled_graphs)}
+                "params": torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().tolist()}
 
 
-def train_loops(rank: int, world_size: int, runs: dict[str, dict]) -> dict:
-    """``train_loop`` once per entry of ``runs`` (a name -> its keyword arguments), one after the
-    other in one job: one launch instead of one per run, the same results.
+def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
+             device: torch.device) -> tuple[float, int]:
+    """Accuracy over every sample of ``dataset`` exactly once, summed over all ranks, and how many
+    were counted.
 
-    Returns {name: train_loop's result on this rank}.
+    DistributedSampler pads the index list to a multiple of world_size by repeating its first
+    indices; rank r reads positions r, r + world_size, ... of the padded list, so a position at or
+    past len(dataset) is a duplicate and is not counted.
     """
-    with process_group(rank, world_size):  # each train_loop joins this group instead of creating one
-        return {name: train_loop(rank, world_size, **kwargs) for name, kwargs in runs.items()}
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, samples
+    model.eval()
+    with torch.no_grad():
+        for i, index in enumerate(sampler):
+            if rank + i * world_size >= len(dataset):
+                continue  # a padding duplicate
+            x, y = dataset[index]
+            counts[0] += (model(x.to(device).unsqueeze(0)).argmax(1) == y.to(device)).sum()
+            counts[1] += 1
+    model.train()
+    dist.all_reduce(counts)  # every rank calls it: a collective only some ranks reach hangs
+    return (counts[0] / counts[1]).item(), int(counts[1].item())
 
 
 def scaler_overflow(rank: int, world_size: int, steps: int = 7, overflow_step: int = 2,
@@ -263,21 +175,50 @@ def scaler_overflow(rank: int, world_size: int, steps: int = 7, overflow_step: i
         return {"rank": rank, "steps": record}
 
 
-def counting_backend(name: str, graphs: list[torch.fx.GraphModule]) -> Callable:
-    """torch.compile's backend ``name`` ("inductor", "aot_eager", ...), appending each graph dynamo
-    hands it to ``graphs``: with DDP and optimize_ddp, one graph per gradient bucket."""
-    compile_graph = torch._dynamo.lookup_backend(name)  # an unknown name: torch's InvalidBackend
+def accumulate_and_clip(rank: int, world_size: int, steps: int = 3, micro_batches: int = 2, micro_size: int = 8,
+                        max_norm: float = 0.5, lr: float = 0.5, seed: int = 0) -> dict:
+    """Gradient accumulation under DDP done right: each step runs ``micro_batches`` forwards and
+    backwards, all but the last inside ``no_sync()``, each loss divided by the number of micro-batches,
+    then clips the synchronised gradient and steps. Beside it, one process without DDP steps on each
+    step's global batch (every rank's micro-batches at once), from the same weights.
 
-    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable:
-        graphs.append(gm)
-        return compile_graph(gm, example_inputs)
+    Returns {"rank", "all_reduces" (DDP's, counted by a comm hook), "steps", "max_diff" (largest
+    parameter difference from the one process after the last step)}.
+    """
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(seed)
+        model = LoopNet().to(device)
+        reference = LoopNet().to(device)
+        reference.load_state_dict(model.state_dict())
+        ddp_model = DDP(model, device_ids=device_ids_for(device))
+        counts = {"all_reduces": 0}
+        ddp_model.register_comm_hook(counts, counting_allreduce)
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+        x_all, y_all = (t.to(device) for t in make_moons().tensors)
+        per_rank = micro_batches * micro_size
+        for step in range(steps):
+            start = step * per_rank * world_size  # this step's global batch: every rank's part in turn
+            x_global, y_global = x_all[start:start + per_rank * world_size], y_all[start:start + per_rank * world_size]
+            x_mine = x_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
+            y_mine = y_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
 
-    return backend
+            optimizer.zero_grad(set_to_none=True)  # once per step, not per micro-batch
+            for i, (x, y) in enumerate(zip(x_mine, y_mine)):
+                last = i == micro_batches - 1
+                # no_sync must cover the forward too: DDP decides there whether backward all-reduces.
+                with nullcontext() if last else ddp_model.no_sync():
+                    loss = nn.functional.cross_entropy(ddp_model(x), y) / micro_batches
+                    loss.backward()  # adds to .grad; the last backward all-reduces the sum
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # on the synchronised gradient
+            optimizer.step()
 
-
-def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
-    """The first step (where torch.compile compiles) and the median of the steps after ``warmup``."""
-    return {"first_step_s": step_seconds[0], "steady_step_s": statistics.median(step_seconds[warmup:])}
+            reference_optimizer.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(reference(x_global), y_global).backward()
+            nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
+            reference_optimizer.step()
+        max_diff = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
+        return {"rank": rank, "all_reduces": counts["all_reduces"], "steps": steps, "max_diff": max_diff}
 
 
 def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
@@ -364,59 +305,18 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
         return {"rank": rank, "accuracy": accuracy, "checksum": checksum}
 
 
-class RankFilter(logging.Filter):
-    """Adds ``record.rank`` so that a format can say which rank logged the line."""
+def mismatched_collectives(rank: int, world_size: int) -> dict:
+    """Rank 0 all-reduces an "accuracy" while every other rank all-reduces a "loss" of the same shape.
+    Collectives pair by the order each rank calls them, not by what they mean, so both calls finish
+    and every rank gets the sum of the two unrelated numbers.
 
-    def __init__(self, rank: int) -> None:
-        super().__init__()
-        self.rank = rank
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.rank = self.rank
-        return True
-
-
-def setup_logging(rank: int, name: str = "train_loop") -> logging.Logger:
-    """A logger that prints INFO and above on rank 0 and WARNING and above on the other ranks, each
-    line prefixed with its rank (no timestamps, so that runs compare line by line)."""
-    handler = logging.StreamHandler()  # stderr
-    handler.addFilter(RankFilter(rank))
-    handler.setFormatter(logging.Formatter("[rank %(rank)d] %(levelname)s %(message)s"))
-    logger = logging.getLogger(name)
-    logger.handlers[:] = [handler]
-    logger.propagate = False
-    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
-    return logger
-
-
-def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 11) -> dict:
-    """One seed for what must agree (the initial weights), seed + rank for what must differ
-    (dropout masks, augmentation), and logging that is quiet on every rank but 0 except for warnings.
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes.
-        seed: the base seed.
-        n_eval: held-out samples; a rank whose shard holds a padding duplicate logs a warning.
-
-    Returns {"rank", "init_checksum" (the same on every rank), "dropout_mask" (this rank's first
-    dropout mask, as 0/1 ints: different on each rank)}.
+    Returns {"rank", "sent", "received"}.
     """
     with process_group(rank, world_size):
-        log = setup_logging(rank)
-        torch.manual_seed(seed)  # the same initial weights on every rank
-        model = LoopNet(hidden=8, dropout=0.5)
-        init_checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
-        torch.manual_seed(seed + rank)  # from here on, random streams differ between ranks
-        mask = (model.dropout(torch.ones(1, 8)) != 0).int().flatten().tolist()
-        log.info("model with %d parameters, seed %d, world size %d", sum(p.numel() for p in model.parameters()),
-                 seed, world_size)
-        padded = len(range(rank, math.ceil(n_eval / world_size) * world_size, world_size)) - len(
-            range(rank, n_eval, world_size))
-        if padded:
-            log.warning("my evaluation shard holds %d padding duplicate(s)", padded)
-        log.info("done")
-        return {"rank": rank, "init_checksum": init_checksum, "dropout_mask": mask}
+        sent = 100.0 if rank == 0 else 0.5  # rank 0: accuracy in percent; the others: a loss
+        value = torch.tensor([sent])
+        dist.all_reduce(value)
+        return {"rank": rank, "sent": sent, "received": value.item()}
 
 
 def rank0_saves(rank: int, world_size: int, directory: str, work_s: float = 0.5, timeout_s: float = 60.0) -> dict:
@@ -452,18 +352,56 @@ def rank0_saves(rank: int, world_size: int, directory: str, work_s: float = 0.5,
         return {"rank": rank, "found": found, "waited_s": waited_s}
 
 
-def mismatched_collectives(rank: int, world_size: int) -> dict:
-    """Rank 0 all-reduces an "accuracy" while every other rank all-reduces a "loss" of the same shape.
-    Collectives pair by the order each rank calls them, not by what they mean, so both calls finish
-    and every rank gets the sum of the two unrelated numbers.
+def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 11) -> dict:
+    """One seed for what must agree (the initial weights), seed + rank for what must differ
+    (dropout masks, augmentation), and logging that is quiet on every rank but 0 except for warnings.
 
-    Returns {"rank", "sent", "received"}.
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        seed: the base seed.
+        n_eval: held-out samples; a rank whose shard holds a padding duplicate logs a warning.
+
+    Returns {"rank", "init_checksum" (the same on every rank), "dropout_mask" (this rank's first
+    dropout mask, as 0/1 ints: different on each rank)}.
     """
     with process_group(rank, world_size):
-        sent = 100.0 if rank == 0 else 0.5  # rank 0: accuracy in percent; the others: a loss
-        value = torch.tensor([sent])
-        dist.all_reduce(value)
-        return {"rank": rank, "sent": sent, "received": value.item()}
+        log = setup_logging(rank)
+        torch.manual_seed(seed)  # the same initial weights on every rank
+        model = LoopNet(hidden=8, dropout=0.5)
+        init_checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
+        torch.manual_seed(seed + rank)  # from here on, random streams differ between ranks
+        mask = (model.dropout(torch.ones(1, 8)) != 0).int().flatten().tolist()
+        log.info("model with %d parameters, seed %d, world size %d", sum(p.numel() for p in model.parameters()),
+                 seed, world_size)
+        padded = len(range(rank, math.ceil(n_eval / world_size) * world_size, world_size)) - len(
+            range(rank, n_eval, world_size))
+        if padded:
+            log.warning("my evaluation shard holds %d padding duplicate(s)", padded)
+        log.info("done")
+        return {"rank": rank, "init_checksum": init_checksum, "dropout_mask": mask}
+
+
+# ---- helpers
+
+class LoopNet(nn.Module):
+    """Lesson 05's MoonsNet shape, Linear(2, hidden) -> ReLU -> Dropout -> Linear(hidden, 2); with the
+    same seed it starts from the same weights (dropout has none).
+
+    A class of its own, not an nn.Sequential, so that torch.compile sees its forward: under DDP,
+    dynamo meets the model's forward as a frame of its own, and skips the frames of torch.nn's
+    own modules (see compiled.py).
+    """
+
+    def __init__(self, hidden: int = 32, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2, hidden)
+        self.relu = nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(hidden, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.dropout(self.relu(self.fc1(x))))
 
 
 def counting_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -472,47 +410,26 @@ def counting_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.Fu
     return default_hooks.allreduce_hook(None, bucket)
 
 
-def accumulate_and_clip(rank: int, world_size: int, steps: int = 3, micro_batches: int = 2, micro_size: int = 8,
-                        max_norm: float = 0.5, lr: float = 0.5, seed: int = 0) -> dict:
-    """Gradient accumulation under DDP done right: each step runs ``micro_batches`` forwards and
-    backwards, all but the last inside ``no_sync()``, each loss divided by the number of micro-batches,
-    then clips the synchronised gradient and steps. Beside it, one process without DDP steps on each
-    step's global batch (every rank's micro-batches at once), from the same weights.
+class RankFilter(logging.Filter):
+    """Adds ``record.rank`` so that a format can say which rank logged the line."""
 
-    Returns {"rank", "all_reduces" (DDP's, counted by a comm hook), "steps", "max_diff" (largest
-    parameter difference from the one process after the last step)}.
-    """
-    with process_group(rank, world_size) as device:
-        torch.manual_seed(seed)
-        model = LoopNet().to(device)
-        reference = LoopNet().to(device)
-        reference.load_state_dict(model.state_dict())
-        ddp_model = DDP(model, device_ids=device_ids_for(device))
-        counts = {"all_reduces": 0}
-        ddp_model.register_comm_hook(counts, counting_allreduce)
-        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-        reference_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
-        x_all, y_all = (t.to(device) for t in make_moons().tensors)
-        per_rank = micro_batches * micro_size
-        for step in range(steps):
-            start = step * per_rank * world_size  # this step's global batch: every rank's part in turn
-            x_global, y_global = x_all[start:start + per_rank * world_size], y_all[start:start + per_rank * world_size]
-            x_mine = x_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
-            y_mine = y_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
 
-            optimizer.zero_grad(set_to_none=True)  # once per step, not per micro-batch
-            for i, (x, y) in enumerate(zip(x_mine, y_mine)):
-                last = i == micro_batches - 1
-                # no_sync must cover the forward too: DDP decides there whether backward all-reduces.
-                with nullcontext() if last else ddp_model.no_sync():
-                    loss = nn.functional.cross_entropy(ddp_model(x), y) / micro_batches
-                    loss.backward()  # adds to .grad; the last backward all-reduces the sum
-            nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # on the synchronised gradient
-            optimizer.step()
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.rank = self.rank
+        return True
 
-            reference_optimizer.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(reference(x_global), y_global).backward()
-            nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
-            reference_optimizer.step()
-        max_diff = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
-        return {"rank": rank, "all_reduces": counts["all_reduces"], "steps": steps, "max_diff": max_diff}
+
+def setup_logging(rank: int, name: str = "train_loop") -> logging.Logger:
+    """A logger that prints INFO and above on rank 0 and WARNING and above on the other ranks, each
+    line prefixed with its rank (no timestamps, so that runs compare line by line)."""
+    handler = logging.StreamHandler()  # stderr
+    handler.addFilter(RankFilter(rank))
+    handler.setFormatter(logging.Formatter("[rank %(rank)d] %(levelname)s %(message)s"))
+    logger = logging.getLogger(name)
+    logger.handlers[:] = [handler]
+    logger.propagate = False
+    logger.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+    return logger

@@ -1,0 +1,180 @@
+"""Lesson 09's measured runs of ``ddp_lib/workers/training_loop.py``'s ``train_loop``: the same loop,
+recording what the lesson plots (the dtypes autocast gives and DDP sends, each step's gradient norm
+and time, the graphs torch.compile makes), with the comm hooks the lesson compares and the wrong
+clipping it shows (``clip="before_sync"``). With the defaults it computes what ``train_loop``
+computes (tests/test_lesson09.py).
+
+    run_ranks(train_loops, 2, kwargs=dict(runs={"bf16": dict(precision="bf16", comm_hook="allreduce")}))
+"""
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from ddp_lib.process_group import device_ids_for, process_group
+from ddp_lib.workers.shared import make_moons
+from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, evaluate
+
+
+def train_loops(rank: int, world_size: int, runs: dict[str, dict]) -> dict:
+    """``train_loop_measured`` once per entry of ``runs`` (a name -> its keyword arguments), one after
+    the other in one job: one launch instead of one per run, the same results.
+
+    Returns {name: train_loop_measured's result on this rank}.
+    """
+    with process_group(rank, world_size):  # each run joins this group instead of creating one
+        return {name: train_loop_measured(rank, world_size, **kwargs) for name, kwargs in runs.items()}
+
+
+def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16, lr: float = 0.1,
+               seed: int = 0, precision: Literal["fp32", "bf16", "fp16"] = "fp32",
+               comm_hook: Literal["none", "allreduce", "bf16_compress"] = "none",
+               max_norm: float | None = None, clip: Literal["after_sync", "before_sync"] = "after_sync",
+               compile: bool = False, compile_backend: str = "inductor", hidden: int = 32) -> dict:
+    """``ddp_lib.workers.training_loop.train_loop``, measured, with a comm hook and a wrong clipping to choose.
+
+    Args:
+        rank: this process's rank.
+        world_size: number of processes.
+        epochs: epochs over the 512 training samples.
+        batch_size: samples per rank per step (global batch = world_size x batch_size).
+        lr: learning rate of SGD with momentum 0.9.
+        seed: seed of the initial weights (the same on every rank) and of the shuffle.
+        precision: "fp32", or autocast to "bf16" or "fp16" (fp16 with a GradScaler).
+        comm_hook: "none" (DDP's built-in all-reduce), "allreduce" (torch's allreduce_hook, recording
+            the dtype it sends) or "bf16_compress" (averaged in bfloat16, see ``bf16_compress``).
+        max_norm: clip the gradient norm to this (None: no clipping).
+        clip: "after_sync" clips the averaged gradient; "before_sync" (wrong) clips each rank's own
+            gradient inside no_sync, then averages by hand.
+        compile: wrap the DDP model in torch.compile.
+        compile_backend: torch.compile's backend: "inductor" (generates fused C++ or GPU kernels;
+            needs a C++ compiler on a CPU), "aot_eager" (traces forward and backward, runs them op
+            by op) or "eager" (runs the graphs dynamo captured as they are).
+        hidden: width of the hidden layer.
+
+    Returns {"rank", "losses" (per epoch, mean over all ranks' samples), "grad_norms" (this rank's
+    norm before clipping, per step), "dtypes" (of parameters, logits, loss, gradients, and what the
+    comm hook sent), "step_seconds" (per step), "accuracy" (held-out, exact), "scale" (the
+    GradScaler's final scale, or None), "params" (flattened), "compiled_graphs" (graphs handed to
+    the compile backend: with DDP, one per piece DDPOptimizer cut; 0 without compile)}.
+    """
+    with process_group(rank, world_size) as device:
+        log = logging.getLogger("train_loop")
+        log.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+        torch.manual_seed(seed)
+        dataset = make_moons()
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
+        model = LoopNet(hidden).to(device)
+        ddp_model = DDP(model, device_ids=device_ids_for(device))
+        hook_state: dict = {"sent": set()}
+        if comm_hook == "allreduce":
+            ddp_model.register_comm_hook(hook_state, recording_allreduce)
+        elif comm_hook == "bf16_compress":
+            ddp_model.register_comm_hook(hook_state, bf16_compress)
+        compiled_graphs: list[torch.fx.GraphModule] = []
+        if compile:
+            backend = counting_backend(compile_backend, compiled_graphs)
+            step_model = torch.compile(ddp_model, backend=backend)
+        else:
+            step_model = ddp_model
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+        amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled.
+        scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+        loss_fn = nn.CrossEntropyLoss()
+
+        losses, grad_norms, step_seconds, dtypes = [], [], [], {}
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            totals = torch.zeros(2, dtype=torch.float64, device=device)
+            for x, y in loader:
+                start = time.perf_counter()
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad(set_to_none=True)
+                clip_alone = max_norm is not None and clip == "before_sync"
+                # no_sync must cover the forward: DDP decides there whether backward all-reduces.
+                with ddp_model.no_sync() if clip_alone else nullcontext():
+                    with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                        logits = step_model(x)
+                        loss = loss_fn(logits, y)
+                    scaler.scale(loss).backward()  # DDP averages the gradients here, unless in no_sync
+                if clip_alone:  # wrong: each rank clips its own gradient, by its own factor
+                    scaler.unscale_(optimizer)
+                    grad_norms.append(nn.utils.clip_grad_norm_(model.parameters(), max_norm).item())
+                    for p in model.parameters():  # averaged only now, after each rank clipped alone
+                        dist.all_reduce(p.grad)
+                        p.grad /= world_size
+                else:
+                    scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                    norm = nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])
+                    if max_norm is not None:
+                        nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, norm)
+                    grad_norms.append(norm.item())
+                dtypes.setdefault("parameters", str(next(model.parameters()).dtype).removeprefix("torch."))
+                dtypes.setdefault("logits", str(logits.dtype).removeprefix("torch."))
+                dtypes.setdefault("loss", str(loss.dtype).removeprefix("torch."))
+                dtypes.setdefault("gradients", str(next(model.parameters()).grad.dtype).removeprefix("torch."))
+                scaler.step(optimizer)  # skips the step if a gradient is inf/nan (fp16 overflow)
+                scaler.update()
+                step_seconds.append(time.perf_counter() - start)
+                totals[0] += loss.detach().double() * len(y)
+                totals[1] += len(y)
+            dist.all_reduce(totals)
+            losses.append(round((totals[0] / totals[1]).item(), 6))
+            log.info("epoch %d/%d loss %.4f", epoch + 1, epochs, losses[-1])
+
+        accuracy, _ = evaluate(model, make_moons(101, seed=EVAL_SEED), rank, world_size, device)
+        dtypes["all_reduced"] = sorted(hook_state["sent"])
+        return {"rank": rank, "losses": losses, "grad_norms": [round(n, 6) for n in grad_norms],
+                "dtypes": dtypes, "step_seconds": step_seconds, "accuracy": accuracy,
+                "scale": scaler.get_scale() if scaler.is_enabled() else None,
+                "params": torch.cat([p.detach().flatten() for p in model.parameters()]).cpu().tolist(),
+                "compiled_graphs": len(compiled_graphs)}
+
+
+def recording_allreduce(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """torch's own ``allreduce_hook`` (average the bucket), after noting the dtype it sends."""
+    state["sent"].add(str(bucket.buffer().dtype).removeprefix("torch."))
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def bf16_compress(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average the bucket in bfloat16, then copy the result back into the float32 bucket: the same
+    computation as torch's ``bf16_compress_hook``, which DDP refuses (by the hook's name) unless
+    torch was built for CUDA or ROCm with NCCL 2.10+, or an XPU with XCCL is available."""
+    buffer = bucket.buffer()
+    compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())  # half the bytes on the wire
+    state["sent"].add(str(compressed.dtype).removeprefix("torch."))
+
+    def decompress(fut: torch.futures.Future) -> torch.Tensor:
+        return buffer.copy_(fut.value()[0])
+
+    return dist.all_reduce(compressed, async_op=True).get_future().then(decompress)
+
+
+def counting_backend(name: str, graphs: list[torch.fx.GraphModule]) -> Callable:
+    """torch.compile's backend ``name`` ("inductor", "aot_eager", ...), appending each graph dynamo
+    hands it to ``graphs``: with DDP and optimize_ddp, one graph per gradient bucket."""
+    compile_graph = torch._dynamo.lookup_backend(name)  # an unknown name: torch's InvalidBackend
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable:
+        graphs.append(gm)
+        return compile_graph(gm, example_inputs)
+
+    return backend
+
+
+def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
+    """The first step (where torch.compile compiles) and the median of the steps after ``warmup``."""
+    return {"first_step_s": step_seconds[0], "steady_step_s": statistics.median(step_seconds[warmup:])}
