@@ -18,8 +18,8 @@ from ddp_lib.demos.training_runs import (
     load_latest_checkpoint,
     read_checkpoint,
     save_epoch_checkpoint,
-    train,
 )
+from ddp_lib.demos.training_runs import train_with_switches as train
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import launch, run_ranks
 from ddp_lib.workers.train import latest_checkpoint, list_checkpoints, save_checkpoint

@@ -8,7 +8,7 @@ import inspect
 import re
 import typing
 
-from ddp_lib.demos.training_runs import train
+from ddp_lib.demos.training_runs import train_with_switches as train
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.buckets import WAYS, Way
 from ddp_lib.workers.collectives import COLLECTIVES, Collective

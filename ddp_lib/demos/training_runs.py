@@ -1,10 +1,10 @@
 """Lesson 05's experiments on the training job of ``ddp_lib/workers/train.py``: the same loop, built
 from that file's parts, with the switches a lesson turns on one at a time and the guards a shared
-checkpoint directory needs. ``python -m ddp_lib run train`` starts this ``train``.
+checkpoint directory needs. ``python -m ddp_lib run train`` starts :func:`train_with_switches`.
 
-    run_ranks(train, 2, kwargs=dict(epochs=8, checkpoint_dir=d, fail_at_epoch=5))   # a crash on purpose
-    run_ranks(train, 2, kwargs=dict(epochs=3, set_epoch=False))                    # the same order each epoch
-    python -m ddp_lib run train --world-size 2 --epochs 200 --progress              # a tqdm bar
+    run_ranks(train_with_switches, 2, kwargs=dict(epochs=8, checkpoint_dir=d, fail_at_epoch=5))  # a crash on purpose
+    run_ranks(train_with_switches, 2, kwargs=dict(epochs=3, set_epoch=False))  # the same order each epoch
+    python -m ddp_lib run train --world-size 2 --epochs 200 --progress  # a tqdm bar
 
 What it adds to the copied job: ``fail_at_epoch`` (a crash on a first attempt), ``set_epoch=False``
 (the mistake, to see it), ``order`` and ``attempt`` in the result (for plots and tests), a tqdm bar
@@ -34,7 +34,7 @@ from ddp_lib.workers.train import Norm, checkpoint_path, list_checkpoints, make_
 ORDER_SHOWN = 6  # how many sample indices per epoch the result reports (enough to see a pattern)
 
 
-def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr: float = 0.1,
+def train_with_switches(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr: float = 0.1,
           seed: int = 0, checkpoint_dir: str | None = None, resume: bool = False, set_epoch: bool = True,
           norm: Norm = "none", fail_at_epoch: int = 0, keep_last: int | None = None, progress: bool = False,
           warmup_steps: int = 0) -> dict:

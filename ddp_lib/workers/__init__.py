@@ -78,7 +78,7 @@ WORKERS: dict[str, Worker] = {
         "raise ValueError on one rank, to see how a worker's error reaches the caller"),
     "chatty": Worker("ddp_lib.workers.spawning:chatty",
         "print a few lines per rank; the launcher shows them afterwards in rank order"),
-    "train": Worker("ddp_lib.demos.training_runs:train",
+    "train": Worker("ddp_lib.demos.training_runs:train_with_switches",
         "train a small classifier with DistributedSampler, averaged losses, checkpoints and resume"),
     "template": Worker("ddp_lib.workers.template:train",
         "a template for your own job: your model and data, then the DDP loop, evaluation, checkpoint, resume"),

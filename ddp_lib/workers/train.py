@@ -7,7 +7,7 @@ the loss averaged over every rank, a checkpoint per epoch on rank 0, and a resum
 It needs this file, ``process_group.py`` and ``shared.py``: copy the three into a project. ``train``
 comes first, then its parts: one epoch of steps, the checkpoints, the model. The lesson's own
 switches (a crash on purpose, no set_epoch, a tqdm bar, keep_last) wrap these parts in
-``ddp_lib/demos/training_runs.py``, the ``train`` that ``python -m ddp_lib run train`` starts.
+``ddp_lib/demos/training_runs.py`` (``train_with_switches``, which ``python -m ddp_lib run train`` starts).
 """
 
 from __future__ import annotations
