@@ -33,7 +33,7 @@ SHARED_UNITS = {
 }
 
 # Seconds each unit takes on the 2-core machine at a load of about 2.5, from the sources noted: only
-# their order and rough sizes matter. Units under 4 s are left out (the rule's guess will do).
+# their order and rough sizes matter. Most units under 4 s are left out (the rule's guess will do).
 # `pytest -n 2 --dist loadfile tests notebooks --nbval ... --unit-seconds` prints them from a run.
 UNIT_SECONDS = {
     # the notebooks: each lesson's Run All at load 2.5, which its time under nbval follows
