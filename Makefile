@@ -17,7 +17,8 @@ LAB_ARGS := --notebook-dir=notebooks --LabApp.default_url=/lab/tree/00_start_her
 LINTED := ddp_lib tests tools notebooks
 
 # Tests run on $(JOBS) processes (pytest-xdist); conftest.py keeps each file and each notebook on one
-# of them, in order, and keeps apart the files that share a port or the machine's network namespaces.
+# of them, in order, keeps apart the files that share a port or the machine's network namespaces, and
+# starts the longest first (add --unit-seconds to print what each took).
 JOBS ?= 2
 PARALLEL := -n $(JOBS) --dist loadfile
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg

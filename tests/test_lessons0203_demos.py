@@ -76,14 +76,6 @@ def test_the_pictures_draw():
     assert len(plot_start_method_trees(nprocs=2).axes) == 3
 
 
-def test_a_child_process_sees_cuda_visible_devices_and_counts_its_gpus():
-    # Lesson 03: the variable reaches the child; torch's count is that of the listed GPUs present.
-    listed = placement_demos.gpus_seen_by_a_child("2,3")
-    absent = placement_demos.gpus_seen_by_a_child(None)
-    assert listed["CUDA_VISIBLE_DEVICES"] == "2,3" and absent["CUDA_VISIBLE_DEVICES"] == "(not set)"
-    assert listed["device_count"] <= 2 and absent["device_count"] == torch.cuda.device_count()
-
-
 def test_torch_parses_cuda_visible_devices_up_to_the_first_invalid_entry(monkeypatch):
     # Lesson 03's Deeper section.
     for listed, parsed in (("2,3", [2, 3]), ("1,0", [1, 0]), ("0,-1,2", [0])):
