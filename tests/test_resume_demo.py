@@ -11,6 +11,8 @@ def test_resumed_losses_continue_the_unbroken_run(tmp_path):
     for r in results:
         assert r["resumed"] == r["unbroken"]
         assert len(r["unbroken"]) == 6
+        assert r["weights_only"][:4] == r["unbroken"][:4]  # the first loss after loading precedes any update
+        assert r["weights_only"][4:] != r["unbroken"][4:]  # without Adam's state the curve departs
     assert results[0]["unbroken"] == results[1]["unbroken"]  # the global mean, the same on every rank
     contents = results[0]["contents"]
     assert sorted(contents) == ["model", "next_step", "optimizer", "scaler"]

@@ -69,7 +69,8 @@ def load_checkpoint(path: str, ddp_model: DDP, optimizer: torch.optim.Optimizer,
 
 
 def train_then_resume(rank: int, world_size: int, directory: str, steps: int = 6, save_at: int = 3) -> dict:
-    """Returns {"rank", "unbroken" and "resumed" (the losses of each run, step by step),
+    """Returns {"rank", "unbroken", "resumed" and "weights_only" (the losses of each run, step by
+    step; "weights_only" resumed with the model's weights alone, Adam's state left empty),
     "contents" (the checkpoint's parts and their keys), "wrapper_key" and "module_key" (the first
     state_dict key of the DDP wrapper and of its module)}."""
     if not 0 < save_at < steps:
@@ -86,9 +87,14 @@ def train_then_resume(rank: int, world_size: int, directory: str, steps: int = 6
         next_step = load_checkpoint(path, ddp_model, optimizer, scaler)
         after = train_steps(ddp_model, optimizer, scaler, range(next_step, steps))
 
+        ddp_model, optimizer, scaler = make_parts(seed=1)  # the same, but only the weights loaded
+        ddp_model.module.load_state_dict(torch.load(path, map_location="cpu", weights_only=True)["model"])
+        weights_only = train_steps(ddp_model, optimizer, scaler, range(next_step, steps))
+
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
         contents = {part: sorted(value) if isinstance(value, dict) else value for part, value in checkpoint.items()}
         dist.barrier()  # no rank leaves while another still reads the file
-        return {"rank": rank, "unbroken": unbroken, "resumed": before + after, "contents": contents,
+        return {"rank": rank, "unbroken": unbroken, "resumed": before + after,
+                "weights_only": before + weights_only, "contents": contents,
                 "wrapper_key": next(iter(ddp_model.state_dict())),
                 "module_key": next(iter(ddp_model.module.state_dict()))}
