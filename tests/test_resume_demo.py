@@ -11,9 +11,12 @@ def test_resumed_losses_continue_the_unbroken_run(tmp_path):
     for r in results:
         assert r["resumed"] == r["unbroken"]
         assert len(r["unbroken"]) == 6
+        assert r["no_optimizer_state"][:4] == r["unbroken"][:4]  # the first loss after loading precedes any update
+        assert r["no_optimizer_state"][4:] != r["unbroken"][4:]  # without Adam's state the curve departs
+        assert r["lrs"] == [0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01]  # warm-up to 0.005 * 32 / 16, resumed
     assert results[0]["unbroken"] == results[1]["unbroken"]  # the global mean, the same on every rank
     contents = results[0]["contents"]
-    assert sorted(contents) == ["model", "next_step", "optimizer", "scaler"]
+    assert sorted(contents) == ["model", "next_step", "optimizer", "scaler", "scheduler"]
     assert contents["optimizer"] == ["param_groups", "state"]
     assert contents["next_step"] == 3
     assert results[0]["wrapper_key"] == "module." + results[0]["module_key"]

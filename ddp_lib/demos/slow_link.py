@@ -1,9 +1,9 @@
 """Lesson 08's overlap control: DDP steps whose communication waits on a slow link, not on the CPU.
 
 A comm hook all-reduces each bucket, then hands it to a "link" thread. The link passes the buckets
-one after another and sleeps ``bytes / link_bytes_per_s`` for each, as a slow network would. A
-sleeping thread leaves the cores free, so this wait can run beside backward the way nccl's runs on a
-GPU stream. Small buckets and one bucket are stepped in turn, round by round.
+one after another and sleeps ``bytes / link_bytes_per_s`` for each, as a slow network would. The
+real all-reduce still runs on the cores; only the added sleep uses none, so that wait can run beside
+backward the way nccl's runs on a GPU stream. Small buckets and one bucket are stepped in turn, round by round.
 
     python -m ddp_lib.demos.slow_link > ddp_lib/demos/recorded/slow_link.json   # a new kept run
 """

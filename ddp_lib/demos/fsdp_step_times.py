@@ -1,0 +1,73 @@
+"""Lesson 10's kept step times: DDP, ZeRO-1 and FSDP2 stepped in turn on 2 ranks, three runs in a row,
+each with the load average sampled while it ran.
+
+    python -m ddp_lib.demos.fsdp_step_times > ddp_lib/demos/recorded/fsdp_step_times.json   # new kept runs
+"""
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+KEPT_RUNS = Path(__file__).with_name("recorded") / "fsdp_step_times.json"
+STRATEGIES = "ddp,ddp_view,zero1,fsdp,fsdp_no_reshard"
+
+
+class LoadSampler:
+    """Reads the one-minute load average every ``every_s`` seconds while the ``with`` block runs."""
+
+    def __init__(self, every_s: float = 1.0):
+        self.every_s, self.samples, self._stop = every_s, [], threading.Event()
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while True:
+            self.samples.append(os.getloadavg()[0])
+            if self._stop.wait(self.every_s):
+                return
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mean(self) -> float:
+        return round(sum(self.samples) / len(self.samples), 1)
+
+
+def record_run(timed_steps: int = 21) -> dict:
+    """One run of compare_strategies on 2 ranks: {"step_ms": rank 0's step times per strategy,
+    "collectives": rank 0's c10d collectives per step, per strategy, "load_average": the mean of the
+    samples taken while it ran}."""
+    from ddp_lib.launch import run_ranks
+    from ddp_lib.workers.beyond_ddp import compare_strategies
+
+    with LoadSampler() as load:
+        results = run_ranks(compare_strategies, 2,
+                            kwargs=dict(strategies=STRATEGIES, timed_steps=timed_steps), show_output=False)
+    rank0 = results[0]
+    return {"step_ms": {s: [round(ms, 3) for ms in r["step_ms"]] for s, r in rank0.items()},
+            "collectives": {s: sum(n for name, n in r["collectives"].items() if name.startswith("c10d::"))
+                            for s, r in rank0.items()},
+            "load_average": load.mean()}
+
+
+def kept_runs() -> dict:
+    """The kept runs: {"runs": [record_run() ...], "cpu_count", "torch"}."""
+    return json.loads(KEPT_RUNS.read_text())
+
+
+def main(runs: int = 3) -> int:
+    print(json.dumps({"runs": [record_run() for _ in range(runs)], "cpu_count": os.cpu_count(),
+                      "torch": torch.__version__}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
