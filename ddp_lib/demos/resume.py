@@ -60,7 +60,7 @@ def train_steps(ddp_model: DDP, optimizer: torch.optim.Optimizer, scheduler: tor
     return losses, lrs
 
 
-def save_checkpoint(path: str, ddp_model: DDP, optimizer: torch.optim.Optimizer,
+def save_training_state(path: str, ddp_model: DDP, optimizer: torch.optim.Optimizer,
                     scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler,
                     next_step: int) -> None:
     """Rank 0 saves; every rank waits at the barrier until the file is complete."""
@@ -73,7 +73,7 @@ def save_checkpoint(path: str, ddp_model: DDP, optimizer: torch.optim.Optimizer,
     dist.barrier()
 
 
-def load_checkpoint(path: str, ddp_model: DDP, optimizer: torch.optim.Optimizer,
+def load_training_state(path: str, ddp_model: DDP, optimizer: torch.optim.Optimizer,
                     scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> int:
     """Every rank loads the same file; returns the step to go on from."""
     checkpoint = torch.load(path, map_location="cpu", weights_only=True)  # on a GPU: the rank's device
@@ -98,14 +98,14 @@ def train_then_resume(rank: int, world_size: int, directory: str, steps: int = 6
 
         parts = make_parts(seed=0)
         before, lrs_before = train_steps(*parts, range(save_at))
-        save_checkpoint(path, *parts, next_step=save_at)
+        save_training_state(path, *parts, next_step=save_at)
 
         parts = make_parts(seed=1)  # a restarted job: other weights, no state
-        next_step = load_checkpoint(path, *parts)
+        next_step = load_training_state(path, *parts)
         after, lrs_after = train_steps(*parts, range(next_step, steps))
 
         fresh = make_parts(seed=1)  # the same, then Adam's moments and step counts dropped
-        load_checkpoint(path, *fresh)
+        load_training_state(path, *fresh)
         fresh[1].state.clear()  # the learning rate, in the optimizer's param_groups, stays
         no_optimizer_state, _ = train_steps(*fresh, range(next_step, steps))
 
