@@ -49,18 +49,13 @@ def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]
         ddp_model = DDP(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
         counts = []
         for kind in kinds:
-            if kind == "no_grad":
-                with torch.no_grad():
-                    counts.append((kind, _buffer_broadcasts(lambda: ddp_model(x))))
-            elif kind == "no_sync":
-                with ddp_model.no_sync():
-                    out = []
-                    counts.append((kind, _buffer_broadcasts(lambda: out.append(ddp_model(x)))))
-                    out[0].sum().backward()
-            else:
-                out = []
-                counts.append((kind, _buffer_broadcasts(lambda: out.append(ddp_model(x)))))
-                out[0].sum().backward()
+            grad_mode = torch.no_grad() if kind == "no_grad" else contextlib.nullcontext()
+            sync_mode = ddp_model.no_sync() if kind == "no_sync" else contextlib.nullcontext()
+            with grad_mode, sync_mode:
+                outputs = []
+                counts.append((kind, _buffer_broadcasts(lambda outputs=outputs: outputs.append(ddp_model(x)))))
+                if kind != "no_grad":
+                    outputs[0].sum().backward()
         return counts
 
 
