@@ -20,3 +20,9 @@ def test_an_unknown_kind_is_refused():
 
 def test_a_forward_through_module_skips_the_allreduce():
     assert sync_checks.allreduces_per_backward(steps=2) == {"ddp_model(x)": [1, 1], "ddp_model.module(x)": [0, 0]}
+
+
+def test_the_last_layers_bucket_goes_first_from_step_1():
+    step0, step1 = sync_checks.bucket_layouts(layers=4, width=256, bucket_cap_mb=0.3, steps=2)
+    assert len(step0) == 1 and len(step0[0]) == 8
+    assert step1 == [["2.bias", "2.weight", "3.bias", "3.weight"], ["0.bias", "0.weight", "1.bias", "1.weight"]]

@@ -1,7 +1,7 @@
-"""Lesson 04's two counts on a one-process group (gloo, in-memory store), run in the notebook's own
+"""Lesson 04's counts on a one-process group (gloo, in-memory store), run in the notebook's own
 process: which forwards of a model with a buffer start with DDP's buffer broadcast, and how many
 gradient all-reduces a backward runs after a forward through ``ddp_model`` and after one through
-``ddp_model.module``."""
+``ddp_model.module``; and which parameters each bucket holds, in the order the buckets are sent."""
 
 from __future__ import annotations
 
@@ -81,3 +81,30 @@ def allreduces_per_backward(steps: int = 2) -> dict[str, list[int]]:
                 forward(x).sum().backward()
                 counts[name].append(calls[0])
         return counts
+
+
+def bucket_layouts(layers: int = 4, width: int = 256, bucket_cap_mb: float = 0.3,
+                   steps: int = 2) -> list[list[list[str]]]:
+    """Wrap ``layers`` layers ``Linear(width, width)`` in DDP with ``bucket_cap_mb`` and run ``steps``
+    forward and backward passes. Returns, per step, the buckets in the order their all-reduces
+    started, each as the names of its parameters ("0.weight" is the first layer's weight)."""
+    names: dict[int, str] = {}
+    sent: list[list[str]] = []
+
+    def recording_allreduce(state, bucket):
+        sent.append(sorted(names[id(p)] for p in bucket.parameters()))
+        return default_hooks.allreduce_hook(state, bucket)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, width)
+    with one_process_group():
+        model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers)))
+        names.update({id(p): name for name, p in model.named_parameters()})
+        ddp_model = DDP(model, bucket_cap_mb=bucket_cap_mb)
+        ddp_model.register_comm_hook(state=None, hook=recording_allreduce)
+        layouts = []
+        for _ in range(steps):
+            sent.clear()
+            ddp_model(x).sum().backward()
+            layouts.append([list(bucket) for bucket in sent])
+        return layouts
