@@ -30,3 +30,9 @@ def test_own_allreduce_inside_join_times_out_and_throw_stops_every_rank():
 def test_an_interrupted_atomic_save_leaves_the_old_checkpoint(tmp_path):
     assert training_checks.interrupted_save(template.save_checkpoint, str(tmp_path)) == {
         "atomic save": "epoch 1", "plain torch.save": "RuntimeError"}
+
+
+def test_weights_only_refuses_a_file_that_names_code(tmp_path):
+    assert training_checks.weights_only_refusal(str(tmp_path)) == {
+        "weights_only=True": "refused: UnpicklingError",
+        "weights_only=False": "loaded; ['a function the file named ran']"}

@@ -112,3 +112,35 @@ def interrupted_save(save, directory: str) -> dict:
         for leftover in os.listdir(directory):
             os.remove(os.path.join(directory, leftover))
     return outcome
+
+
+CODE_RUNS: list[str] = []
+
+
+def _run_on_load(message: str) -> str:
+    """The function a crafted checkpoint names: loading it calls this, which leaves a trace."""
+    CODE_RUNS.append(message)
+    return message
+
+
+class _NamesCode:
+    """An object whose pickle says "call ``_run_on_load`` when loaded"."""
+
+    def __reduce__(self):
+        return (_run_on_load, ("a function the file named ran",))
+
+
+def weights_only_refusal(directory: str) -> dict:
+    """Save a checkpoint that names a function to call, then load it with ``weights_only=True`` and
+    with ``weights_only=False``. Returns, for each, the error's type, or the traces the call left."""
+    path = os.path.join(directory, "crafted.pt")
+    torch.save({"epoch": 1, "extra": _NamesCode()}, path)
+    outcome = {}
+    for weights_only in (True, False):
+        CODE_RUNS.clear()
+        try:
+            torch.load(path, weights_only=weights_only)
+            outcome[f"weights_only={weights_only}"] = f"loaded; {CODE_RUNS or 'no code ran'}"
+        except Exception as e:  # noqa: BLE001 - the refusal's type is the point
+            outcome[f"weights_only={weights_only}"] = f"refused: {type(e).__name__}"
+    return outcome
