@@ -1,19 +1,28 @@
-"""Lesson 03's source verdicts: DDP's constructor tests device_ids only for being None, empty or
-longer than one, and torch.distributed never calls set_device."""
+"""Lesson 03's verdicts: DDP's constructor tests device_ids only for being None, empty or longer than
+one (never an entry), DDP reads output_device only while it is built, and the module defining
+init_process_group never calls set_device."""
 
 from ddp_lib.demos import device_checks
 
 
-def test_ddp_never_compares_device_ids_with_the_module_device():
-    tests, reads_module_device = device_checks.device_ids_tests()
+def test_ddp_never_reads_an_entry_of_device_ids_in_a_test():
+    tests, reads_an_entry = device_checks.device_ids_tests()
     assert any("len(device_ids)" in t for t in tests)
-    assert not reads_module_device
+    assert any("self.device_type" in t for t in tests)  # the type is read, the index is not
+    assert not reads_an_entry
 
 
-def test_the_check_notices_a_test_that_reads_the_module_device(monkeypatch):
-    source = "def __init__(self, device_ids):\n    if device_ids[0] != self.device :\n        pass\n"
-    monkeypatch.setattr(device_checks.inspect, "getsource", lambda _: source)
-    assert device_checks.device_ids_tests()[1]
+def test_the_check_notices_a_test_that_reads_an_entry(monkeypatch):
+    for condition in ("device_ids[0] != self.device", "self.device.index not in device_ids"):
+        source = f"def __init__(self, device_ids):\n    if {condition}:\n        pass\n"
+        monkeypatch.setattr(device_checks.inspect, "getsource", lambda _, source=source: source)
+        assert device_checks.device_ids_tests()[1], condition
+
+
+def test_ddp_reads_output_device_only_while_it_is_built():
+    built, in_passes = device_checks.output_device_reads(steps=2)
+    assert built >= 1
+    assert in_passes == 0
 
 
 def test_init_process_group_calls_no_set_device():

@@ -63,7 +63,7 @@ QUOTES: dict[str, Quote] = {
         ("CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4",
          "CUDA_VISIBLE_DEVICES=2,3        -> torch.cuda.device_count() = 2"),
         "CUDA's documented meaning of CUDA_VISIBLE_DEVICES, on a machine with 4 GPUs; "
-        "torch.cuda.device_count applies it in torch/cuda/__init__.py",
+        "torch.cuda.device_count applies it itself",
         "cuda/__init__.py",
         ('var = os.getenv("CUDA_VISIBLE_DEVICES")',),
         gpus=4),
@@ -73,7 +73,7 @@ QUOTES: dict[str, Quote] = {
          "  Last error:",
          "  Duplicate GPU detected : rank 1 and rank 0 both on CUDA device <bus id>",
          "with set_device, current device per rank: [0, 1]"),
-        "nccl's own check when it forms a communicator (nccl's source, init.cc), raised by torch as DistBackendError",
+        "nccl's own check when it forms a communicator (in nccl's source), raised by torch as DistBackendError",
         unchecked_why="the words are nccl's, and this CPU build of torch has no nccl",
         recorded_words=("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
                         "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device")),

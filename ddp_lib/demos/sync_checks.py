@@ -1,0 +1,110 @@
+"""Lesson 04's counts on a one-process group (gloo, in-memory store), run in the notebook's own
+process: which forwards of a model with a buffer start with DDP's buffer broadcast, and how many
+gradient all-reduces a backward runs after a forward through ``ddp_model`` and after one through
+``ddp_model.module``; and which parameters each bucket holds, in the order the buckets are sent."""
+
+from __future__ import annotations
+
+import contextlib
+from unittest import mock
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+@contextlib.contextmanager
+def one_process_group():
+    """A group of one process (rank 0 of 1) whose store lives in this process's memory."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def _buffer_broadcasts(run) -> int:
+    """How many times ``run()`` calls the function DDP broadcasts its buffers with (one call sends
+    them all; DDP's bucket rebuild, which also broadcasts, does not go through it)."""
+    with mock.patch.object(dist, "_broadcast_coalesced", wraps=dist._broadcast_coalesced) as spy:
+        run()
+    return spy.call_count
+
+
+FORWARDS = ("training", "training", "no_grad", "no_grad", "training", "no_sync", "training")
+
+
+def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]]:
+    """Wrap ``Linear(4, 4)`` then ``BatchNorm1d(4)`` (two buffers: running mean and variance) in DDP
+    and run one forward per entry of ``kinds``: "training" (gradients on, then backward),
+    "no_grad" (under ``torch.no_grad()``), "no_sync" (forward and backward inside ``no_sync()``).
+    Returns ``(kind, buffer broadcasts during that forward)`` for each."""
+    if unknown := set(kinds) - {"training", "no_grad", "no_sync"}:
+        raise ValueError(f"kinds: {sorted(unknown)} unknown; accepted: training, no_grad, no_sync")
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    with one_process_group():
+        ddp_model = DDP(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+        counts = []
+        for kind in kinds:
+            grad_mode = torch.no_grad() if kind == "no_grad" else contextlib.nullcontext()
+            sync_mode = ddp_model.no_sync() if kind == "no_sync" else contextlib.nullcontext()
+            with grad_mode, sync_mode:
+                outputs = []
+                counts.append((kind, _buffer_broadcasts(lambda outputs=outputs: outputs.append(ddp_model(x)))))
+                if kind != "no_grad":
+                    outputs[0].sum().backward()
+        return counts
+
+
+def allreduces_per_backward(steps: int = 2) -> dict[str, list[int]]:
+    """Count DDP's gradient all-reduces (calls of its communication hook) in each of ``steps``
+    backward passes, first after forwards through ``ddp_model``, then through ``ddp_model.module``."""
+    calls = [0]
+
+    def counting_allreduce(state, bucket):
+        calls[0] += 1
+        return default_hooks.allreduce_hook(state, bucket)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    with one_process_group():
+        ddp_model = DDP(nn.Linear(4, 1))
+        ddp_model.register_comm_hook(state=None, hook=counting_allreduce)
+        counts = {}
+        for name, forward in (("ddp_model(x)", ddp_model), ("ddp_model.module(x)", ddp_model.module)):
+            counts[name] = []
+            for _ in range(steps):
+                calls[0] = 0
+                forward(x).sum().backward()
+                counts[name].append(calls[0])
+        return counts
+
+
+def bucket_layouts(layers: int = 4, width: int = 256, bucket_cap_mb: float = 0.3,
+                   steps: int = 2) -> list[list[list[str]]]:
+    """Wrap ``layers`` layers ``Linear(width, width)`` in DDP with ``bucket_cap_mb`` and run ``steps``
+    forward and backward passes. Returns, per step, the buckets in the order their all-reduces
+    started, each as the names of its parameters ("0.weight" is the first layer's weight)."""
+    names: dict[int, str] = {}
+    sent: list[list[str]] = []
+
+    def recording_allreduce(state, bucket):
+        sent.append(sorted(names[id(p)] for p in bucket.parameters()))
+        return default_hooks.allreduce_hook(state, bucket)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, width)
+    with one_process_group():
+        model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers)))
+        names.update({id(p): name for name, p in model.named_parameters()})
+        ddp_model = DDP(model, bucket_cap_mb=bucket_cap_mb)
+        ddp_model.register_comm_hook(state=None, hook=recording_allreduce)
+        layouts = []
+        for _ in range(steps):
+            sent.clear()
+            ddp_model(x).sum().backward()
+            layouts.append([list(bucket) for bucket in sent])
+        return layouts

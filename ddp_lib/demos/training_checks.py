@@ -1,0 +1,146 @@
+"""Lesson 05's checks: batch norm statistics per rank, evaluation on rank 0 through the wrapper with
+the buffer sync off, your own collective inside ``Join``, and a save that fails half-way."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.join import Join
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddp_lib.process_group import device_ids_for, process_group
+from ddp_lib.workers.shared import make_moons
+
+
+def _batchnorm_net() -> nn.Module:
+    """Linear(2, 8) -> BatchNorm1d(8) -> ReLU -> Linear(8, 2), seeded alike on every rank."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def batchnorm_statistics(rank: int, world_size: int, steps: int = 4, batch_size: int = 16) -> dict:
+    """Train the batch norm net ``steps`` steps under DDP, rank ``r`` on samples ``r, r + N, ...``.
+    Returns this rank's running mean (first 3 of 8 entries, 4 places) after training, and again
+    after one evaluation forward through ``ddp_model`` under ``torch.no_grad()``."""
+    with process_group(rank, world_size) as device:
+        ddp_model = DDP(_batchnorm_net().to(device), device_ids=device_ids_for(device))
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        x, y = (t[rank::world_size].to(device) for t in make_moons().tensors)
+        for step in range(steps):
+            rows = slice(step * batch_size, (step + 1) * batch_size)
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(ddp_model(x[rows]), y[rows]).backward()
+            optimizer.step()
+        batchnorm = ddp_model.module[1]
+        after_training = [round(v, 4) for v in batchnorm.running_mean[:3].tolist()]
+        ddp_model.eval()
+        with torch.no_grad():
+            ddp_model(x[:batch_size])  # its first forward after training broadcasts rank 0's buffers
+        after_wrapper_eval = [round(v, 4) for v in batchnorm.running_mean[:3].tolist()]
+        return {"after_training": after_training, "after_wrapper_eval": after_wrapper_eval}
+
+
+def rank0_eval_without_buffer_sync(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
+    """One training step of the batch norm net under ``DDP(..., forward_sync_buffers=False)``,
+    then rank 0 alone evaluates through ``ddp_model`` while the others wait at a barrier. DDP's
+    group has a ``timeout_s`` timeout, so a hang would end in an error. Returns {"rank", "accuracy"}."""
+    with process_group(rank, world_size) as device:
+        group = dist.new_group(timeout=timedelta(seconds=timeout_s))
+        x, y = (t.to(device) for t in make_moons().tensors)
+        ddp_model = DDP(_batchnorm_net().to(device), device_ids=device_ids_for(device),
+                        process_group=group, forward_sync_buffers=False)
+        nn.functional.cross_entropy(ddp_model(x[:32]), y[:32]).backward()
+        accuracy = None
+        if rank == 0:
+            ddp_model.eval()
+            with torch.no_grad():
+                accuracy = round((ddp_model(x).argmax(1) == y).float().mean().item(), 4)
+        dist.barrier()
+        return {"rank": rank, "accuracy": accuracy}
+
+
+def own_allreduce_in_join(rank: int, world_size: int, throw_on_early_termination: bool = False,
+                          timeout_s: float = 2.0) -> dict:
+    """Rank ``r`` trains ``2 + 2r`` steps inside ``with Join([ddp_model], ...)`` and all-reduces its
+    own loss after each step, a collective ``Join`` does not know of. DDP's group has a ``timeout_s``
+    timeout. Returns {"rank", "steps" done, "error": None, "timed out", or the error's first line}."""
+    with process_group(rank, world_size) as device:
+        group = dist.new_group(timeout=timedelta(seconds=timeout_s))
+        ddp_model = DDP(nn.Linear(2, 1).to(device), device_ids=device_ids_for(device), process_group=group)
+        x = torch.ones(4, 2, device=device)
+        steps, error = 0, None
+        try:
+            with Join([ddp_model], throw_on_early_termination=throw_on_early_termination):
+                for _ in range(2 + 2 * rank):
+                    loss = ddp_model(x).sum()
+                    loss.backward()
+                    dist.all_reduce(loss.detach(), group=group)  # a per-step loss average: your own collective
+                    steps += 1
+        except RuntimeError as e:
+            error = "timed out" if "Timed out" in str(e) else str(e).splitlines()[0]
+        return {"rank": rank, "steps": steps, "error": error}
+
+
+class _FailsWhenSaved:
+    """An object whose pickling raises: ``torch.save`` stops after writing part of the file."""
+
+    def __reduce__(self):
+        raise RuntimeError("the save failed half-way")
+
+
+def interrupted_save(save, directory: str) -> dict:
+    """Write a checkpoint {"epoch": 1} to ``directory/last.pt``, then try to overwrite it with
+    {"epoch": 2, ...} whose save fails half-way: once with ``save(path, state)`` (the atomic write
+    under test) and once with a plain ``torch.save(state, path)``. Returns, for each, what loading
+    ``last.pt`` then gives: "epoch N", or the error's type."""
+    path = os.path.join(directory, "last.pt")
+    outcome = {}
+    for name, write in (("atomic save", save), ("plain torch.save", lambda p, s: torch.save(s, p))):
+        save(path, {"epoch": 1, "weights": torch.ones(1000)})
+        try:
+            write(path, {"epoch": 2, "weights": torch.zeros(1000), "extra": _FailsWhenSaved()})
+        except RuntimeError:
+            pass
+        try:
+            outcome[name] = f"epoch {torch.load(path, weights_only=True)['epoch']}"
+        except Exception as e:  # noqa: BLE001 - the point is which error a half file gives
+            outcome[name] = type(e).__name__
+        for leftover in os.listdir(directory):
+            os.remove(os.path.join(directory, leftover))
+    return outcome
+
+
+CODE_RUNS: list[str] = []
+
+
+def _run_on_load(message: str) -> str:
+    """The function a crafted checkpoint names: loading it calls this, which leaves a trace."""
+    CODE_RUNS.append(message)
+    return message
+
+
+class _NamesCode:
+    """An object whose pickle says "call ``_run_on_load`` when loaded"."""
+
+    def __reduce__(self):
+        return (_run_on_load, ("a function the file named ran",))
+
+
+def weights_only_refusal(directory: str) -> dict:
+    """Save a checkpoint that names a function to call, then load it with ``weights_only=True`` and
+    with ``weights_only=False``. Returns, for each, the error's type, or the traces the call left."""
+    path = os.path.join(directory, "crafted.pt")
+    torch.save({"epoch": 1, "extra": _NamesCode()}, path)
+    outcome = {}
+    for weights_only in (True, False):
+        CODE_RUNS.clear()
+        try:
+            torch.load(path, weights_only=weights_only)
+            outcome[f"weights_only={weights_only}"] = f"loaded; {CODE_RUNS or 'no code ran'}"
+        except Exception as e:  # noqa: BLE001 - the refusal's type is the point
+            outcome[f"weights_only={weights_only}"] = f"refused: {type(e).__name__}"
+    return outcome

@@ -1,0 +1,28 @@
+"""Lesson 04's counts in a one-process group: DDP broadcasts its buffers at the first forward and at a
+forward after a training forward; a forward through ``ddp_model.module`` leaves backward without an
+all-reduce."""
+
+import pytest
+
+from ddp_lib.demos import sync_checks
+
+
+def test_buffers_are_broadcast_after_a_training_forward_only():
+    counts = sync_checks.buffer_broadcasts(("training", "training", "no_grad", "no_grad", "training", "no_sync",
+                                            "training"))
+    assert [b for _, b in counts] == [1, 1, 1, 0, 0, 1, 0]
+
+
+def test_an_unknown_kind_is_refused():
+    with pytest.raises(ValueError, match="eval"):
+        sync_checks.buffer_broadcasts(("eval",))
+
+
+def test_a_forward_through_module_skips_the_allreduce():
+    assert sync_checks.allreduces_per_backward(steps=2) == {"ddp_model(x)": [1, 1], "ddp_model.module(x)": [0, 0]}
+
+
+def test_the_last_layers_bucket_goes_first_from_step_1():
+    step0, step1 = sync_checks.bucket_layouts(layers=4, width=256, bucket_cap_mb=0.3, steps=2)
+    assert len(step0) == 1 and len(step0[0]) == 8
+    assert step1 == [["2.bias", "2.weight", "3.bias", "3.weight"], ["0.bias", "0.weight", "1.bias", "1.weight"]]

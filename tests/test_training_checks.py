@@ -1,0 +1,38 @@
+"""Lesson 05's checks, on real ranks: per-rank batch norm statistics and the wrapper's re-sync, rank 0's
+evaluation with the buffer sync off, your own all-reduce inside Join, and a save that fails half-way."""
+
+from ddp_lib.demos import training_checks
+from ddp_lib.launch import run_ranks
+from ddp_lib.workers import template
+
+
+def test_batchnorm_statistics_differ_until_an_evaluation_through_the_wrapper():
+    r0, r1 = run_ranks(training_checks.batchnorm_statistics, 2, show_output=False)
+    assert r0["after_training"] != r1["after_training"]
+    assert r0["after_wrapper_eval"] == r1["after_wrapper_eval"] == r0["after_training"]
+
+
+def test_rank0_evaluates_through_the_wrapper_without_the_buffer_sync():
+    results = run_ranks(training_checks.rank0_eval_without_buffer_sync, 2, show_output=False)
+    assert results[0]["accuracy"] is not None and results[1]["accuracy"] is None
+
+
+def test_own_allreduce_inside_join_times_out_and_throw_stops_every_rank():
+    hung = run_ranks(training_checks.own_allreduce_in_join, 2, show_output=False)
+    assert [r["error"] for r in hung] == ["timed out", "timed out"]
+    thrown = run_ranks(training_checks.own_allreduce_in_join, 2, kwargs=dict(throw_on_early_termination=True),
+                       show_output=False)
+    assert thrown[0]["error"] == "Rank 0 exhausted all inputs."
+    assert thrown[1]["error"].startswith("Detected at least one rank that exhausted inputs")
+    assert [r["steps"] for r in thrown] == [2, 2]
+
+
+def test_an_interrupted_atomic_save_leaves_the_old_checkpoint(tmp_path):
+    assert training_checks.interrupted_save(template.save_checkpoint, str(tmp_path)) == {
+        "atomic save": "epoch 1", "plain torch.save": "RuntimeError"}
+
+
+def test_weights_only_refuses_a_file_that_names_code(tmp_path):
+    assert training_checks.weights_only_refusal(str(tmp_path)) == {
+        "weights_only=True": "refused: UnpicklingError",
+        "weights_only=False": "loaded; ['a function the file named ran']"}
