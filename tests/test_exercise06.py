@@ -1,5 +1,6 @@
 """Lesson 06's checker, under real torchrun on three layouts of local nodes (1 then 2 processes,
-2 then 1, and 1, 1 and 2 on three nodes): right answers written differently pass (the lesson's stub
+2 then 1, and 1, 1 and 2 on three nodes; the worked solution on the first two, another right
+answer on the third, and the solution's values on all three in this process): right answers pass (the lesson's stub
 is refused in notebooks/06_torchrun.ipynb, whose FAIL line nbval compares under make test). Answers
 whose mistake is in what they compute (a layout guessed from ``rank``, a world size written in,
 numbers of the wrong type) are judged by the same :func:`find_problems` on what they return under
@@ -20,14 +21,17 @@ def _write(tmp_path, name: str, body: str) -> str:
     return f"{name}:launch_info"
 
 
-def test_the_worked_solution_passes():
+def test_the_worked_solution_passes(tmp_path, monkeypatch):
     from ddp_lib.exercises.solutions.lesson06 import launch_info
 
-    report = check_launch_info(launch_info)
+    # Under torchrun on the two two-node layouts (one report, a line per job); the three-node job
+    # runs in test_a_right_answer_written_differently_passes. The solution's values on every layout:
+    assert _problems_on_each_layout(tmp_path, monkeypatch, "ddp_lib.exercises.solutions.lesson06:launch_info") == {
+        layout: [] for layout in LAYOUTS}
+    report = check_launch_info(launch_info, layouts=LAYOUTS[:2])
     assert report.passed, str(report)
     assert [line.split(",")[0] for line in report.lines] == [
-        "PASS on nodes of 1 and 2 processes", "PASS on nodes of 2 and 1 processes",
-        "PASS on nodes of 1 and 1 and 2 processes"]
+        "PASS on nodes of 1 and 2 processes", "PASS on nodes of 2 and 1 processes"]
 
 
 def test_a_right_answer_written_differently_passes(tmp_path):
@@ -181,7 +185,8 @@ def test_unconverted_strings_and_node_rank_are_named_under_torchrun(tmp_path):
     target = _write(tmp_path, "ex06_strings", """
         return {"world_size": os.environ["WORLD_SIZE"], "local_rank": os.environ["LOCAL_RANK"],
                 "local_world_size": os.environ["LOCAL_WORLD_SIZE"], "node_rank": os.environ.get("NODE_RANK", "0")}""")
-    report = check_launch_info(target, directory=str(tmp_path), layouts=((1, 1, 2),))
+    # Two nodes are enough: rank 1 is node 1's first process, and NODE_RANK's "0" is wrong there.
+    report = check_launch_info(target, directory=str(tmp_path), layouts=((1, 2),))
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 2, str(report)
     assert "environment variables are strings; convert each with int()" in fails[0]
