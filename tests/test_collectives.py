@@ -47,20 +47,19 @@ def test_the_plain_torch_worker_joins_and_sums_the_ranks():
 
 def test_the_launcher_serves_the_store_and_under_torchs_convention_rank_0_does(monkeypatch):
     # Each rank looks for the process listening on MASTER_PORT while every rank is still in the group
-    # (store_workers: a barrier after the look). Without it, under mp.spawn a rank 0 that looked first
-    # and left closed the store it serves, and a slower rank 1 found nobody (store_pid None).
+    # (the worker waits at a barrier after its look). Without it, under mp.spawn a rank 0 that looked
+    # first and left closed the store it serves, and a slower rank 1 found nobody (store_pid None).
     import os
 
-    import store_workers
-
     import ddp_lib.mp
+    from ddp_lib.demos.store_server import who_serves_the_store
     from ddp_lib.process_group import free_port
 
-    under_launcher = run_ranks(store_workers.who_serves_the_store_then_waits, 2)
+    under_launcher = run_ranks(who_serves_the_store, 2)
     assert {r["store_pid"] for r in under_launcher} == {os.getpid()}
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    under_torch = ddp_lib.mp.spawn(store_workers.who_serves_the_store_then_waits, args=(2,), nprocs=2)
+    under_torch = ddp_lib.mp.spawn(who_serves_the_store, args=(2,), nprocs=2)
     rank0_pid = next(r["pid"] for r in under_torch if r["rank"] == 0)
     assert {r["store_pid"] for r in under_torch} == {rank0_pid} and rank0_pid != os.getpid()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 
+import torch.distributed as dist
+
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import process_group
 
@@ -14,5 +16,8 @@ def who_serves_the_store(rank: int, world_size: int) -> dict:
     listens on MASTER_PORT: the store's server (found through /proc on Linux, else lsof; None if unknown)."""
     with process_group(rank, world_size, init_method="env://"):
         holder = port_holder(int(os.environ["MASTER_PORT"]))  # "process PID (command line)"
+        # Every rank looks before any leaves: under torch's convention rank 0 serves the store, and a
+        # rank 0 that left first would close it before a slower rank had looked.
+        dist.barrier()
         found = re.match(r"process (\d+)", holder or "")
         return {"rank": rank, "pid": os.getpid(), "store_pid": int(found.group(1)) if found else None}
