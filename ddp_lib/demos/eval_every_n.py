@@ -1,0 +1,39 @@
+"""The common form of the stray metric (lesson 07): rank 0 alone all-reduces an evaluation metric
+every few steps, while the other ranks go on to the next step, whose backward runs DDP's gradient
+all-reduce. The two calls are the same operation with different sizes: gloo on rank 0 receives
+more bytes than its one-number metric holds, and aborts the process (SIGABRT).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+
+def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: int = 4,
+                           timeout_s: float = 3.0) -> list[float]:
+    """A DDP loop on a 9-parameter model. After step ``every - 1`` (and every ``every`` steps), rank 0
+    all-reduces its loss alone, as an evaluation guarded by ``if rank == 0:`` would; the other ranks
+    meet it with the next step's gradient all-reduce. Returns the losses, if it ever gets there."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ddp_lib.process_group import process_group
+
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
+        torch.manual_seed(0)
+        ddp = DDP(torch.nn.Linear(8, 1))  # 9 parameters: one bucket of 9 gradients
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        inputs = torch.randn(16, 8)
+        targets = inputs.sum(dim=1, keepdim=True)
+        losses = []
+        for step in range(steps):
+            loss = torch.nn.functional.mse_loss(ddp(inputs), targets)
+            optimizer.zero_grad()
+            loss.backward()  # DDP's gradient all-reduce runs in here
+            optimizer.step()
+            losses.append(loss.item())
+            if rank == 0 and step % every == every - 1:  # the bug: only rank 0 evaluates
+                metric = loss.detach().reshape(1)
+                dist.all_reduce(metric)
+        return losses

@@ -1,0 +1,18 @@
+"""ddp_lib.demos.eval_every_n, as lesson 07 runs it: with real ranks."""
+
+import re
+
+import pytest
+
+from ddp_lib.demos import eval_every_n
+from ddp_lib.errors import WorkerError
+from ddp_lib.launch import run_ranks
+
+
+def test_rank_0s_lone_metric_meets_the_gradient_all_reduce_and_aborts_in_gloo():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_every_n_steps, 2, show_output=False)
+    failures = caught.value.failures
+    assert "SIGABRT" in failures[0]
+    assert re.search(r"Connection (closed|reset) by peer", failures[1])
+    assert "Is there a distributed collective mismatch" in caught.value.outputs[0][1]
