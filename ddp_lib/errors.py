@@ -1,16 +1,16 @@
-"""The exceptions the launcher raises in the calling process, and how to tell a rank that
-failed on its own from one whose collective broke because a peer failed."""
+"""The exceptions the launcher raises in the calling process, a failed rank's record
+(:class:`Failure`), and how to tell a rank that failed on its own from one whose collective broke
+because a peer failed (from the exception's type and where it was raised, never its words)."""
 
 from __future__ import annotations
 
 import os
 import re
 import sysconfig
+import time
+import traceback
 from dataclasses import dataclass
-
-# How gloo reports that a peer went away or never came: the failure of a rank whose partner
-# failed first, or left it waiting in a collective until the group's timeout.
-_PEER_FAILED = re.compile(r"Connection closed|Connection reset|Broken pipe|Read error|Timed out|monitoredBarrier")
+from typing import NamedTuple
 
 
 def first_line(text: str, if_blank: str = "") -> str:
@@ -19,21 +19,87 @@ def first_line(text: str, if_blank: str = "") -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), if_blank)
 
 
-def is_peer_failure(exc_type: str, message: str) -> bool:
-    """Whether a rank's failure (exception type name and message) is the echo of a peer's:
-    one of torch's Dist*Error (DistNetworkError, ...), or a RuntimeError (as gloo's errors
-    reach Python) saying a connection was closed or reset, or a collective timed out waiting
-    for a peer. Another exception with such words (a TimeoutError, a ValueError) is the
+class Failure(NamedTuple):
+    """A failed rank as its record says it (written by the rank itself, whichever way it was started)."""
+
+    exc_type: str  # the exception's type name; "" for a rank that ended without raising (killed, exited)
+    message: str
+    traceback: str = ""
+    # Raised inside torch's communication (a Dist*Error, or a RuntimeError from torch.distributed, DDP or
+    # autograd): possibly the echo of a peer's failure (:func:`may_be_echo`).
+    echo: bool = False
+    time: float | None = None  # when the rank failed (time.time()), as torch's elastic error files say it
+    port: int | None = None  # the rank's MASTER_PORT when it raised a DistNetworkError (a port taken?)
+
+
+# Where torch waits for other ranks: a collective, DDP's own calls, a backward that runs DDP's hooks.
+_COMMUNICATING = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
+
+
+def may_be_echo(exc: BaseException) -> bool:
+    """Whether ``exc`` may be the echo of a peer's failure, from its type and where it was raised
+    (never from its words): one of torch's DistError (DistBackendError, DistNetworkError, ...), or a
+    RuntimeError (as gloo's errors reach Python) raised inside torch.distributed, DDP or autograd.
+    Another exception (a TimeoutError, a ValueError, a RuntimeError raised by one's own code) is the
     worker's own failure."""
-    return exc_type.startswith("Dist") or (exc_type == "RuntimeError" and bool(_PEER_FAILED.search(message)))
+    if any(cls.__name__ == "DistError" for cls in type(exc).__mro__):
+        return True
+    if type(exc) is not RuntimeError:
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    path = frames[-1].filename
+    return installed(path) and any(area in path.replace("\\", "/") for area in _COMMUNICATING)
+
+
+def failure_of(exc: BaseException, message: str, traceback_text: str) -> Failure:
+    """The record of a rank that raised ``exc`` (its message and traceback text made by the caller)."""
+    port = None
+    if any(cls.__name__ == "DistNetworkError" for cls in type(exc).__mro__):
+        port = _whole_number(os.environ.get("MASTER_PORT", ""))
+    return Failure(type(exc).__qualname__, message, traceback_text, may_be_echo(exc), time.time(), port)
+
+
+def _whole_number(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def is_peer_failure(failure: tuple) -> bool:
+    """Whether a rank's failure may be the echo of a peer's (see :func:`may_be_echo`); a plain
+    ``(type, message, traceback)`` without that record is the rank's own."""
+    return bool(getattr(failure, "echo", False))
 
 
 def blamed_rank(failures: dict[int, tuple]) -> int:
-    """The rank to blame among ``failures`` (``{rank: (exc_type, message, ...)}``): the lowest one
-    that failed on its own, rather than because a peer's failure broke a collective (a closed or
-    reset connection, torch's Dist*Error); the lowest of all when every one is such an echo."""
-    own = [rank for rank, (exc_type, message, *_) in failures.items() if not is_peer_failure(exc_type, message)]
-    return min(own or failures)
+    """The rank to blame among ``failures`` (``{rank: Failure}``): the lowest one that failed on its
+    own, rather than because a peer's failure broke a collective; when every one may be such an
+    echo, the one that failed first (by the times the ranks wrote, as torch's elastic agent blames),
+    the lowest of those that wrote none."""
+    own = [rank for rank, failure in failures.items() if not is_peer_failure(failure)]
+    if own:
+        return min(own)
+    return min(failures, key=lambda rank: (_time(failures[rank]), rank))
+
+
+def _time(failure: tuple) -> float:
+    when = getattr(failure, "time", None)
+    return float("inf") if when is None else when
+
+
+def with_silent_ranks(failures: dict[int, tuple], silent: list[int], *, ended: str | None = None
+                      ) -> tuple[dict[int, tuple], str]:
+    """The one place for ranks that never reported (``silent``), when every failure heard may be a
+    peer's echo: the rank that failed first is then among them. ``ended``: they have ended without a
+    record (torchrun's folders: killed by a signal, or stopped by torchrun), and each becomes a failure
+    with that message, to be blamed; else (the launcher stopped them while they ran) the failures
+    stay, and the hint returned names them. Returns (failures, hint)."""
+    if not silent or any(not is_peer_failure(f) for f in failures.values()):
+        return failures, ""
+    if ended is not None:
+        return {**{rank: Failure("", ended) for rank in silent}, **failures}, ""
+    ranks = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
+    return failures, f" (launcher: {ranks} had not reported when the job was stopped; see their output)"
 
 
 class RemoteTraceback(Exception):
@@ -75,6 +141,7 @@ class WorkerError(RuntimeError):
         self.failures = failures or {}
         self.outputs = outputs or {}
         self.full_message = message  # the launcher sets it to every line of the worker's message
+        self.echo = False  # the blamed failure may be a peer's echo (every failure was; see Failure.echo)
         if exc_type and message:
             summary = f"rank {rank} raised {exc_type}: {message}"
         elif exc_type:  # e.g. a bare KeyboardInterrupt: no ": " with nothing after it
@@ -95,13 +162,14 @@ class WorkerError(RuntimeError):
         that is kept rather than raised (nothing shows its traceback, where the rest is).
         ``details``: ``pid``, ``exit_code``."""
         rank = blamed_rank(failures)
-        exc_type, message, tb = failures[rank]
+        exc_type, message, tb, *_ = failures[rank]
         message = without_build_paths(message)
         described = {r: f"{t}: {first_line(without_build_paths(m))}" if t else first_line(m)
-                     for r, (t, m, _) in sorted(failures.items())}
+                     for r, (t, m, *_) in sorted(failures.items())}
         shown = message.strip() if whole else first_line(message)
         error = cls(rank, exc_type, shown + hint, tb, described, outputs, **details)
         error.full_message = message.strip() + hint  # every line of it, for the command line
+        error.echo = is_peer_failure(failures[rank])
         return error
 
 
@@ -170,8 +238,6 @@ class Stopped:
     outer: str = ""  # the outermost line of one's own code, when it is not ``line``: the call that led there
 
 
-# Where torch waits for other ranks: a collective, DDP's own calls, a backward that runs DDP's hooks.
-_COMMUNICATING = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 

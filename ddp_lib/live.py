@@ -18,7 +18,7 @@ Underneath, for scripts and tests::
     ranks.get("x")                  # [0, 2, 4, 6]
     ranks.stop()
 
-Each rank is started by the launcher's machinery (:mod:`ddp_lib._job`, :mod:`ddp_lib._child`) and
+Each rank is started by the launcher's machinery (:mod:`ddp_lib.launch._job`, :mod:`ddp_lib.launch._child`) and
 runs :func:`ddp_lib._live_rank.serve`. Its output goes to its own files; this process prints rank
 0's as it comes and the others' when the cell ends, labelled and in rank order, so a notebook's
 stored output is the same on every run. Nothing is left running: a rank ends when this process
@@ -37,9 +37,10 @@ import signal
 import sys
 import time
 
-from ddp_lib._child import RankSpec
-from ddp_lib._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job, exit_text
-from ddp_lib._output import (
+from ddp_lib.errors import Failure, WorkerError, first_line, stopped_at
+from ddp_lib.launch._child import RankSpec
+from ddp_lib.launch._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job, exit_text
+from ddp_lib.launch._output import (
     GrowingFile,
     LiveOutput,
     RankOutput,
@@ -48,8 +49,7 @@ from ddp_lib._output import (
     print_other_ranks,
     sweep_orphaned_logdirs,
 )
-from ddp_lib._processes import stop_to_the_end
-from ddp_lib.errors import WorkerError, first_line, stopped_at
+from ddp_lib.launch._processes import stop_to_the_end
 
 # A cell still running after this is stopped, with where each rank was. Below the 60 s that ranks
 # started with --init give a collective (ddp_lib.process_group.COLLECTIVE_TIMEOUT): a cell stuck in
@@ -158,14 +158,14 @@ class LiveRanks:
         every rank has a GPU) and gets ``device``. Raises RanksError if ranks run already,
         LaunchInputError for a world size or backend this machine cannot run."""
         # Imported here: they import torch, which a kernel that only loads the extension need not.
-        from ddp_lib import device, launch
-        from ddp_lib.launch_checks import check_start_method, check_world_size
+        from ddp_lib import launch
+        from ddp_lib.launch._checks import check_start_method, check_world_size, launch_backend
         from ddp_lib.process_group import free_port
 
         if self.running:
             raise RanksError(f"{self.world_size} ranks are running already: stop them first (%ranks stop)")
         world_size = check_world_size(world_size)
-        backend = device.check_backend(backend, world_size) if backend else device.default_backend(world_size)
+        backend = launch_backend(backend or None, world_size)
         sweep_orphaned_logdirs()
         self._files = contextlib.ExitStack()
         logdir = self._files.enter_context(output_dir())
@@ -413,8 +413,9 @@ class LiveRanks:
 
     def _cell_error(self, failures: dict[int, tuple], state: str) -> RankCellError:
         """The error naming the rank to blame, its learner's line, and what state survives."""
-        blamed = WorkerError.blaming({r: f[:3] for r, f in failures.items()}, {})
-        exc_type, message, tb, where = failures[blamed.rank]
+        # Each failure as the rank reported it: type, message, traceback, where, and whether it may be a peer's echo.
+        blamed = WorkerError.blaming({r: Failure(*f[:3], echo=bool(f[4:5] and f[4])) for r, f in failures.items()}, {})
+        exc_type, message, tb, where, *_ = failures[blamed.rank]
         others = sorted(set(failures) - {blamed.rank})
         also = f"; {_ranks_text(others)} raised too" if others else ""
         at = f" (at {where})" if where else ""

@@ -5,7 +5,7 @@ carriage returns, a progress bar, is one line in its last state), the other rank
 rank order (:func:`print_other_ranks`). Under torchrun, whose ranks write their own files,
 :class:`FollowedFiles` prints them as they grow.
 
-The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib._job.Job`
+The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib.launch._job.Job`
 polls the live view and reads the files; :mod:`ddp_lib.launch` first removes the directories of
 killed launches (:func:`sweep_orphaned_logdirs`), then makes its own (:func:`output_dir`) and shows
 the rest.
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from ddp_lib._processes import pid_alive, start_time
+from ddp_lib.launch._processes import pid_alive, start_time
 
 
 def _label(rank: int) -> str:

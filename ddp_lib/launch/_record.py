@@ -9,7 +9,8 @@ node joined keeps N (torchrun deletes that attempt's old folder first). ``--redi
 put ``stdout.log`` and ``stderr.log`` there, and the rank's ``TORCHELASTIC_ERROR_FILE`` names
 ``error.json`` there, where ``@record`` writes an Exception that ends the rank. A rank run by
 ``ddp_lib`` writes where it stands in the job first, in ``rank.json``, and what it returns, in
-``result.json``.
+``result.pkl`` (:func:`dump_result`, the serialisation the launcher's ranks use too: a tensor comes
+back a tensor however the ranks were started).
 
 Imports no torch: a rank that only reads its environment starts and fails in a fraction of a second.
 """
@@ -19,15 +20,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
+import pickle
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddp_lib._output import output_text
-from ddp_lib.errors import WorkerError, is_peer_failure
+from ddp_lib.errors import Failure, WorkerError, failure_of, with_silent_ranks
+from ddp_lib.launch._output import output_text
 
-RESULT_FILE = "result.json"
+RESULT_FILE = "result.pkl"  # pickle of {"rank": ..., "result": ...}: what the rank returned, tensors as tensors
 RANK_FILE = "rank.json"
 ERROR_FILE = "error.json"
 # Where a torchrun run by ddp_lib writes its own exception (its main is wrapped in @record), e.g. a
@@ -71,16 +72,38 @@ def json_line(record: object) -> str:
     return json.dumps(nan_as_null(record)[0], default=repr, allow_nan=False)
 
 
-def _write_whole(name: str, record: dict) -> bool:
-    """Write ``record`` as JSON (:func:`json_line`) to this rank's file ``name``, whole or not at
-    all: a temporary file, then renamed. False when this process has no rank folder (not under torchrun)."""
+def _write_whole(name: str, data: bytes) -> bool:
+    """Write ``data`` to this rank's file ``name``, whole or not at all: a temporary file, then
+    renamed. False when this process has no rank folder (not under torchrun)."""
     folder = this_rank_dir()
     if folder is None:
         return False
     partial = folder / f".{name}.{os.getpid()}"
-    partial.write_text(json_line(record))
+    partial.write_bytes(data)
     os.replace(partial, folder / name)
     return True
+
+
+class ResultNotSent(Exception):
+    """What a worker returned cannot be sent back (pickled); the message is the one line a rank's error says."""
+
+
+def dump_result(value: object) -> bytes:
+    """``value`` as the launcher's ranks and torchrun's send it back (the one serialisation of a
+    result: pickle, so a tensor comes back a tensor, a dict a dict); ResultNotSent, with the
+    reason in one line, for a value that cannot be pickled."""
+    try:
+        return pickle.dumps(value)
+    except Exception as exc:
+        # Not "raised ...": the worker returned; what failed is sending its value back.
+        raise ResultNotSent(f"returned a value that cannot be pickled, so it cannot be sent back "
+                            f"({type(exc).__qualname__}: {exc}); return plain data (numbers, strings, lists, "
+                            "dicts, tensors)") from exc
+
+
+def load_result(blob: bytes) -> object:
+    """A result :func:`dump_result` made, in the launching process; the exception unpickling raised if it fails."""
+    return pickle.loads(blob)
 
 
 # What rank.json holds: where this rank stands in the job, as torchrun set it (-1 where unset).
@@ -90,29 +113,67 @@ PLACE_VARIABLES = {"rank": "RANK", "group_rank": "GROUP_RANK", "local_rank": "LO
 
 def write_rank() -> bool:
     """Write this rank's place in the job (global rank, node's group rank, local rank, world size,
-    ranks on its node) to its ``rank.json``, before it runs anything: a rank that then dies without a
+    ranks on its node) and its process id to its ``rank.json``, before it runs anything: a rank that then dies without a
     word is still read back under its own global rank (c10d numbers the nodes itself; folders do not
     say which is which), and a reader of the folder sees where it ran."""
-    return _write_whole(RANK_FILE, {key: int(os.environ.get(name, -1)) for key, name in PLACE_VARIABLES.items()})
+    place = {key: int(os.environ.get(name, -1)) for key, name in PLACE_VARIABLES.items()}
+    # Its process, so that a supervisor can ask this rank, and no other process, for its stack.
+    return _write_whole(RANK_FILE, json_line({**place, "pid": os.getpid()}).encode())
+
+
+def rank_pids(runs: list[Path]) -> list[int]:
+    """The process id each rank of these run folders wrote in its ``rank.json`` (every attempt)."""
+    pids = (_load(folder / RANK_FILE).get("pid") for run in runs for folder in run.glob("attempt_*/*"))
+    return [pid for pid in pids if isinstance(pid, int)]
 
 
 def write_result(rank: int, result: object) -> bool:
-    """Write ``{"rank": rank, "result": result}`` to this rank's ``result.json``, whole or not at all."""
-    return _write_whole(RESULT_FILE, {"rank": rank, "result": result})
+    """Write ``{"rank": rank, "result": result}`` (:func:`dump_result`) to this rank's ``result.pkl``,
+    whole or not at all. ResultNotSent for a result that cannot be pickled."""
+    return _write_whole(RESULT_FILE, dump_result({"rank": rank, "result": result}))
 
 
 def write_error(exc: BaseException) -> None:
     """Write ``exc`` (being handled) to ``TORCHELASTIC_ERROR_FILE`` as torch's
     ``ErrorHandler.record_exception`` does (``elastic/multiprocessing/errors/error_handler.py``), the
-    JSON torchrun's agent reads back for its failure summary. Written here rather than through
-    torch's handler: importing it imports torch, a second or more."""
+    JSON torchrun's agent reads back for its failure summary, with the rank's record of it added
+    (``extraInfo.ddp_lib``: type, message, and whether it may be a peer's echo, as
+    :class:`ddp_lib.errors.Failure` holds them). Written here rather than through torch's handler:
+    importing it imports torch, a second or more."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
+    failure = failure_of(exc, str(exc), traceback.format_exc())
     data = {"message": {"message": f"{type(exc).__name__}: {exc}",
-                        "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))}}}
+                        "extraInfo": {"py_callstack": failure.traceback, "timestamp": str(int(failure.time)),
+                                      "ddp_lib": {"type": failure.exc_type, "message": failure.message,
+                                                  "echo": failure.echo, "time": failure.time,
+                                                  "port": failure.port}}}}
     with open(path, "w") as f:
         json.dump(data, f)
+
+
+def read_failure(path: Path | str) -> Failure | None:
+    """The failure in an error file in torch's format (written by :func:`write_error`, or by torch's
+    own ``@record``: then its type is the part of torch's "Type: message" before the first ": ",
+    and its time torch's timestamp), or None if there is none."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    message = data.get("message", "")
+    if not isinstance(message, dict):
+        return Failure("", str(message))
+    info = message.get("extraInfo", {}) if isinstance(message.get("extraInfo"), dict) else {}
+    tb = str(info.get("py_callstack", ""))
+    own = info.get("ddp_lib")
+    if isinstance(own, dict):
+        return Failure(str(own.get("type", "")), str(own.get("message", "")), tb, bool(own.get("echo")),
+                       own.get("time"), own.get("port"))
+    exc_type, _, text = str(message.get("message", "")).partition(": ")
+    stamp = str(info.get("timestamp", ""))
+    # Without ddp_lib's record, only the type says it: torch's Dist*Error may be a peer's echo.
+    return Failure(exc_type, text, tb, exc_type.startswith("Dist"), float(stamp) if stamp.isdigit() else None)
 
 
 def read_error(path: Path | str) -> tuple[str, str] | None:
@@ -158,10 +219,11 @@ class RankFiles:
 
     rank: int  # its global rank; UNKNOWN (-1) if neither it nor a rank of its node wrote one
     folder: Path
-    finished: bool  # it wrote result.json
+    finished: bool  # it wrote result.pkl
     result: object = None
     error: str = ""  # "Type: message", from error.json
     traceback: str = ""
+    failure: Failure | None = None  # the failure its error.json records, if any
     stdout: str = ""
     stderr: str = ""
 
@@ -219,18 +281,35 @@ def _load(path: Path) -> dict:
     return record if isinstance(record, dict) else {}
 
 
+def _load_result(path: Path) -> tuple[dict, str]:
+    """The record in ``result.pkl`` ({} if none), and why it could not be read back ("" if it could)."""
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return {}, ""
+    try:
+        record = load_result(blob)
+    except Exception as exc:
+        return {}, f"{type(exc).__qualname__}: its return value cannot be unpickled in the launching process: {exc}"
+    return (record, "") if isinstance(record, dict) else ({}, "")
+
+
 def _rank_files(folder: Path) -> RankFiles:
-    record, place = _load(folder / RESULT_FILE), _load(folder / RANK_FILE)
-    error, tb = read_error(folder / ERROR_FILE) or ("", "")
+    (record, unreadable), place = _load_result(folder / RESULT_FILE), _load(folder / RANK_FILE)
+    failure = read_failure(folder / ERROR_FILE)
+    if failure is None and unreadable:
+        failure = Failure(*unreadable.split(": ", 1))
+    error = (f"{failure.exc_type}: {failure.message}" if failure.exc_type else failure.message) if failure else ""
     rank = place.get("rank", record.get("rank", UNKNOWN))
     return RankFiles(rank if isinstance(rank, int) else UNKNOWN, folder, bool(record), record.get("result"),
-                     error, tb, _read(folder / "stdout.log"), _read(folder / "stderr.log"))
+                     error, failure.traceback if failure else "", failure, _read(folder / "stdout.log"),
+                     _read(folder / "stderr.log"))
 
 
 def read_ranks(folders: list[Path | str], attempt: int | None = None) -> list[RankFiles]:
     """Every rank's files in these folders (each a torchrun's ``--log-dir`` holding one run, or a run
     folder), in global-rank order: each run folder is one node, its last attempt (or ``attempt``)
-    read. A rank's global rank is the one it wrote in ``rank.json`` (or ``result.json``); a rank
+    read. A rank's global rank is the one it wrote in ``rank.json`` (or ``result.pkl``); a rank
     that wrote neither takes it from a rank of its node that did (a node's ranks are consecutive,
     ``_assign_worker_ranks`` in ``elastic/agent/server/api.py``), or from its local rank when the
     job had one node. Otherwise it is unknown (-1), and listed last: never guessed from folder order."""
@@ -270,11 +349,9 @@ def failure(ranks: list[RankFiles]) -> WorkerError | None:
     and its peers' collectives then break."""
     if all(r.finished for r in ranks):
         return None
-    raised = {r.rank: (*r.error.partition(": ")[::2], r.traceback) for r in ranks if r.error}
-    silent = {r.rank: ("", NO_FILES, "") for r in reversed(ranks) if not r.finished and not r.error}
-    echoes_only = not any(not is_peer_failure(t, m) for t, m, _ in raised.values())
-    # A silent rank's failure is not a peer's echo: blamed_rank picks the lowest of them then.
-    failures = {**silent, **raised} if echoes_only else raised
+    raised = {r.rank: r.failure or Failure(*r.error.partition(": ")[::2], r.traceback) for r in ranks if r.error}
+    silent = [r.rank for r in ranks if not r.finished and not r.error]
+    failures, _ = with_silent_ranks(raised, silent, ended=NO_FILES)
     return WorkerError.blaming(failures, {r.rank: (r.stdout, r.stderr) for r in ranks}, whole=True)
 
 
