@@ -128,6 +128,7 @@ def _error(exc: BaseException, cell_files: set[str]) -> tuple:
         message = str(exc)
     except Exception:
         message = "(its message could not be made)"
+    # Display only: the traceback's package paths shortened for the learner.
     text = re.sub(r'File "([^"]+)"', _package_path, "".join(traceback.format_exception(type(exc), exc, tb)))
     return ("error", type(exc).__qualname__, message, text, where, may_be_echo(exc))
 

@@ -176,6 +176,7 @@ class WorkerError(RuntimeError):
 # Where torch's C++ says it was built and what called what: "[/__w/pytorch/pytorch/.../pair.cc:534] ",
 # "Exception raised from recvBytes at /__w/...Utils.hpp:671 (most recent call first):" and the
 # "frame #3: ..." lines after it. Nothing in them is the learner's to act on.
+# Display only (these regular expressions never decide a result, a blame or a stack).
 _CPP_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")
 _CPP_FRAMES = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+: .*)\n?", re.M)
 
@@ -206,14 +207,16 @@ class LaunchStartError(RuntimeError):
 class LaunchTimeout(TimeoutError):
     """The job passed its deadline; every rank was stopped. ``running`` lists the ranks
     that had not finished; ``stacks`` maps each to the Python stack it was in when stopped
-    (its threads' frames, as faulthandler writes them), shown as the error's cause."""
+    (its threads' frames, written by the rank as data, ``stack_frames``, and shown in faulthandler's
+    layout), shown as the error's cause."""
 
     def __init__(self, timeout: float, running: list[int], outputs: dict | None = None,
-                 stacks: dict[int, str] | None = None):
+                 stacks: dict[int, str] | None = None, stack_frames: dict[int, list] | None = None):
         self.timeout = timeout
         self.running = running
         self.outputs = outputs or {}
         self.stacks = stacks or {}
+        self.stack_frames = stack_frames or {}  # rank -> its threads' stacks as data (errors.stopped_at reads them)
         ranks = ", ".join(str(r) for r in running)
         stopped = f"rank {ranks} still running was stopped" if len(running) == 1 else \
             f"ranks {ranks} still running were stopped"
@@ -222,9 +225,6 @@ class LaunchTimeout(TimeoutError):
                         for rank, text in sorted(self.stacks.items()) if text.strip())
         if where:
             self.__cause__ = RemoteTraceback(where)
-
-
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 
 
 @dataclass(frozen=True)
@@ -239,22 +239,25 @@ class Stopped:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The calls inside which a rank runs its worker: the launcher's child and torchrun's rank side.
+_WORKER_CALLS = ("_call_keeping_locals", "run_this_rank")
 
 
-def stopped_at(stack: str) -> Stopped:
-    """Where a rank was when stopped, from its stack as faulthandler writes it (most recent call
-    first; the worker's thread is the one that holds the launcher's call of the worker)."""
-    threads = re.split(r"\n\s*\n", stack)
-    text = next((t for t in threads if "in _call_keeping_locals" in t), None)
-    in_worker = text is not None
-    if not in_worker:  # no worker running: the thread that took the signal
-        text = next((t for t in threads if "Current thread" in t), "")
-    frames = _FRAME.findall(text)
-    worker = frames[:[f[2] for f in frames].index("_call_keeping_locals")] if in_worker else []
-    # faulthandler cuts a deep stack ("  ..."): the worker's call may be in the part left out.
-    outside_worker = not in_worker and bool(frames) and not re.search(r"^\s*\.\.\.\s*$", text, re.M)
+def stopped_at(threads: list[dict]) -> Stopped:
+    """Where a rank was when stopped, from its threads' stacks as the rank wrote them
+    (:mod:`ddp_lib.launch._stacks`: frames innermost first, ``[path, line, function]``); the worker's
+    thread is the one inside the launcher's (or torchrun's rank side's) call of the worker."""
+    if not isinstance(threads, list) or not threads:
+        return Stopped()
+    worker_thread = next((t for t in threads if any(f[2] in _WORKER_CALLS for f in t["frames"])), None)
+    in_worker = worker_thread is not None
+    # No worker running: the main thread (where it would run).
+    thread = worker_thread or next((t for t in threads if t.get("main")), threads[0])
+    frames = [(str(path), int(line), str(function)) for path, line, function in thread["frames"]]
     if not frames:
         return Stopped()
+    cut = next((i for i, f in enumerate(frames) if f[2] in _WORKER_CALLS), 0)
+    worker = frames[:cut]  # the worker's frames, inside the call that runs it
     own = [(p, n) for p, n, _ in worker if not installed(p)]
     # The learner's own line rather than this package's helpers, when there is one.
     own = [f for f in own if not _in_package(f[0])] or own
@@ -264,7 +267,7 @@ def stopped_at(stack: str) -> Stopped:
                         if installed(p))
     line = f"{os.path.basename(own[0][0])} line {own[0][1]}" if own else ""
     outer = f"{os.path.basename(own[-1][0])} line {own[-1][1]}" if len(own) > 1 else ""
-    return Stopped(call, line, communicating, outside_worker, "" if outer == line else outer)
+    return Stopped(call, line, communicating, not in_worker, "" if outer == line else outer)
 
 
 def installed(path: str) -> bool:
@@ -294,6 +297,7 @@ def short_path(path: str) -> str:
     return os.path.basename(path)
 
 
+# Display only: a message made stable for a person and a stored lesson output.
 _PEER_PORT = re.compile(r"(\[[0-9a-fA-F.:]+\]):\d+")
 _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -309,6 +313,7 @@ def readable(message: str, limit: int | None = None) -> str:
     return text
 
 
+# Display only: the line of one's own code shown beside a failure (a checker's sentence).
 _TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in \S+\n(?P<code>[^\n]*)', re.M)
 
 

@@ -299,14 +299,14 @@ class LiveRanks:
         failures = {r: reply[1:] for r, reply in replies.items()
                     if reply[0] == "error" and not (r in interrupted and reply[1] == "KeyboardInterrupt")}
         if dead or pending:
-            stacks = dict(self._job.stacks)
+            stacks, frames = dict(self._job.stacks), dict(self._job.stack_frames)
             restart = self._restart
             self._stop_quietly()
             lost = f"every rank was stopped, so no variable survives: start them again ({restart})"
             if dead:
                 rank = min(dead)
                 raise RanksError(f"rank {rank} {exit_text(dead[rank])} during the {what}; {lost}")
-            where = {r: self._where(stacks.get(r, "")) for r in pending}
+            where = {r: self._where(frames.get(r, [])) for r in pending}
             if failures:
                 raise self._cell_error(failures, f"; {_ranks_text(pending)} still ran {FAILURE_GRACE_S:g} s "
                                                  f"later and did not leave the cell when interrupted (waiting in "
@@ -382,7 +382,7 @@ class LiveRanks:
         if not stuck and not dead:
             raise RanksInterrupted(f"interrupted: {_ranks_text(targets)} left the cell; every rank keeps its variables")
         restart = self._restart
-        where = "; ".join(f"rank {r} at {self._where(self._job.stacks.get(r, ''))}" for r in stuck)
+        where = "; ".join(f"rank {r} at {self._where(self._job.stack_frames.get(r, []))}" for r in stuck)
         self._stop_quietly()
         if dead:
             rank = min(dead)
@@ -393,23 +393,18 @@ class LiveRanks:
                                f"survives: start them again ({restart})")
 
     def _show_output(self) -> None:
-        """Rank 0's output up to now (it was shown as it came), then the other ranks', in rank order;
-        never a stack written at a deadline (it goes in the error)."""
-        starts = self._job.stack_starts
-        self._live.stop_stderr_at(starts.get(0))
+        """Rank 0's output up to now (it was shown as it came), then the other ranks', in rank order
+        (a stack asked for at a deadline is in its own file, and goes in the error)."""
         self._live.poll(final=True, keep_open=True)
         outputs = {}
         for rank, (out, err) in self._others.items():
             texts = []
-            for file, limit in ((out, None), (err, starts.get(rank))):
+            for file in (out, err):
                 data = file.unread()
-                if limit is not None:
-                    data = data[:max(0, limit - file.offset)]
                 file.offset += len(data)
                 texts.append(output_text(data))
             outputs[rank] = tuple(texts)
         print_other_ranks(outputs, True)
-        starts.clear()
 
     def _cell_error(self, failures: dict[int, tuple], state: str) -> RankCellError:
         """The error naming the rank to blame, its learner's line, and what state survives."""
@@ -424,10 +419,11 @@ class LiveRanks:
         error.where = where
         return error
 
-    def _where(self, stack: str) -> str:
+    def _where(self, stack: list) -> str:
         """The learner's line a rank was at, from its stack: "cell 5 line 2: dist.all_reduce(t), in
         all_reduce (torch/distributed/distributed_c10d.py)", then, when that line is in a function an
-        earlier cell defined, the running cell's line that called it ("; called from cell 6 line 1: wait()")."""
+        earlier cell defined, the running cell's line that called it ("; called from cell 6 line 1: wait()").
+        ``stack``: the rank's threads as it wrote them (errors.stopped_at)."""
         place = stopped_at(stack) if stack else None
         if place is None or not (place.line or place.call):
             return "an unknown place (no stack was written)"

@@ -95,7 +95,7 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
     kill what is still running then. ``env``: extra variables for every command.
     ``others_start_when``: start the first command alone, the others once this returns True."""
     start = time.monotonic()
-    stack_offsets = None
+    stacks = None
     with ExitStack() as stack:
         run_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lib-hosts-"))
         placed = [with_log_dir(cmd, os.path.join(run_dir, f"node{i}")) for i, (_, cmd) in enumerate(runs)]
@@ -116,7 +116,7 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
                 time.sleep(0.05)
             if len(ended) < len(procs):  # the deadline: where each rank still running was, as torchrun's runner asks
                 runs = [run for _, log_dir in placed for run in rank_files.runs_in(log_dir)]
-                stack_offsets = ask_for_stacks(procs, runs)
+                stacks = ask_for_stacks(runs)
         finally:
             # At the deadline, on an error or Ctrl-C: nothing may outlive the call. SIGTERM first
             # (torchrun then stops its ranks), then whatever still runs on the hosts is killed.
@@ -144,7 +144,7 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
         # c10d numbers the nodes itself: each rank wrote its global rank in its folder (rank.json).
         run = rank_files.read_run([log_dir for _, log_dir in placed])
         runs = [run for _, log_dir in placed for run in rank_files.runs_in(log_dir)]
-        hung = timeout_error(timeout, runs, stack_offsets) if stack_offsets is not None else None
+        hung = timeout_error(timeout, runs, stacks) if stacks is not None else None
     if hung and hung.running:  # stopped at the deadline, not failed: the ranks' silence is the hang's
         return HostsJob(nodes, run.results, run.lines, None, hung)
     return HostsJob(nodes, run.results, run.lines, run.error)

@@ -129,7 +129,7 @@ def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
 
 def hang_report(exc: LaunchTimeout) -> str:
     """Where the ranks still running were when stopped (from their stacks), and what that suggests."""
-    places = {rank: stopped_at(exc.stacks[rank]) for rank in exc.running if rank in exc.stacks}
+    places = {rank: stopped_at(exc.stack_frames[rank]) for rank in exc.running if rank in exc.stack_frames}
     said = [f"rank {rank} was in {p.call}, called at {p.line}" if p.call and p.line else
             f"rank {rank} was at {p.line}" if p.line else
             f"rank {rank} was in {p.call}" + (", outside its worker" if p.outside_worker else "")

@@ -25,12 +25,13 @@ from ddp_lib.errors import Failure, failure_of
 from ddp_lib.launch._output import RankOutput, remove_if_left_by_the_dead
 from ddp_lib.launch._processes import descendants, kill_all
 from ddp_lib.launch._record import ResultNotSent, dump_result
+from ddp_lib.launch._stacks import answer_requests
 
 # How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone, and takes
 # a reference to the process groups it has created.
 WATCH_POLL_S = 0.02
-# The signal on which a rank writes every thread's Python stack to its stderr file: the
-# launcher sends it to ranks still running at the deadline, so the error can say where they were.
+# The signal on which a rank writes every thread's Python stack to its stderr file, for a person
+# (`kill -USR1 PID`); the launcher asks for the stacks as data instead (ddp_lib.launch._stacks).
 STACK_DUMP_SIGNAL = signal.SIGUSR1 if hasattr(signal, "SIGUSR1") else None
 
 
@@ -238,7 +239,8 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
     if not spec.output.capture():  # the output directory is gone: the launcher died while this rank started
         os._exit(1)
-    write_stacks_on_signal()
+    write_stacks_on_signal()  # for a person's `kill -USR1`; the launcher asks through answer_requests
+    answer_requests(*spec.output.stack_files())
     _own_process_group()
     if inherited_lifeline_fd is not None:
         os.close(inherited_lifeline_fd)  # under fork every child inherits the write end

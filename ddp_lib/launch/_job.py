@@ -18,7 +18,7 @@ import time
 from multiprocessing.connection import wait
 
 from ddp_lib.errors import Failure, LaunchStartError, blamed_rank
-from ddp_lib.launch import _child
+from ddp_lib.launch import _child, _stacks
 from ddp_lib.launch._forkserver import _forkserver_running, start_deaf_to_ctrl_c
 from ddp_lib.launch._output import LiveOutput
 from ddp_lib.launch._processes import OwnProcess, children, ctrl_c_held, parent
@@ -28,7 +28,6 @@ STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 KILLED_WAIT_S = 10.0  # for a rank to end after SIGKILL (one in uninterruptible sleep may not)
 EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it is stopped
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
-STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
 BELOW_POLL_S = 0.1  # how often the processes below each rank are noted while the job runs
 
@@ -78,8 +77,8 @@ class Job:
         # through their result pipes alone, so the deadline still holds.
         self.sentinel_lost: set[int] = set()
         self.running: list[int] = []
-        self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline
-        self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
+        self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline, as text
+        self.stack_frames: dict[int, list] = {}  # rank -> the same, as the rank wrote it (data)
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
         self.stopped = False
         self.below: dict[int, OwnProcess] = {}  # every living process seen below a rank, by id
@@ -192,26 +191,13 @@ class Job:
         return True
 
     def dump_stacks(self, ranks: list[int]) -> None:
-        """Ask ``ranks`` (still running) to write their Python stacks (faulthandler) into
-        ``stacks``, to name where each was in the timeout error."""
-        if _child.STACK_DUMP_SIGNAL is None:
-            return
-        for rank in ranks:
-            size = self.specs[rank].output.stderr_size()
-            if size is None:
-                continue  # not started yet: it has no stack to show, and no handler for the signal
-            self.stack_starts[rank] = size
-            self.own[rank].signal(_child.STACK_DUMP_SIGNAL)
-        if not self.stack_starts:
-            return
-        time.sleep(STACK_DUMP_WAIT_S)
-        for rank in ranks:
-            start = self.stack_starts.get(rank)
-            if start is None:
-                continue
-            stack = self.specs[rank].output.stderr_since(start)
-            if stack is not None:
-                self.stacks[rank] = stack
+        """Ask ``ranks`` (still running) for their Python stacks, which each writes as data
+        (:mod:`ddp_lib.launch._stacks`), into ``stack_frames`` and, as text, ``stacks``, to name where
+        each was in the timeout error. A rank that has not started has none."""
+        asked = {rank: self.specs[rank].output.stack_files() for rank in ranks if self.specs[rank].output.started()}
+        for rank, threads in _stacks.ask(asked).items():
+            self.stack_frames[rank] = threads
+            self.stacks[rank] = _stacks.as_text(threads)
 
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
@@ -286,10 +272,7 @@ class Job:
                     conn.close()
                 if self.lifeline is not None:
                     self.lifeline.close()
-                if self.live:
-                    # The rest of rank 0's output, up to any stacks written at the deadline (they go in
-                    # the error); its files are closed.
-                    self.live.stop_stderr_at(self.stack_starts.get(0))
+                if self.live:  # the rest of rank 0's output; its files are closed
                     self.live.poll(final=True)
             self.stopped = True
 
@@ -335,9 +318,8 @@ class Job:
                 proc.close()
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
-        # A stack written at the deadline goes in the error, not in the rank's stderr: it
-        # holds thread addresses that change from run to run.
-        return {s.rank: s.output.read(stderr_limit=self.stack_starts.get(s.rank)) for s in self.specs}
+        # The stacks asked for at the deadline are in their own files (dump_stacks), not the rank's stderr.
+        return {s.rank: s.output.read() for s in self.specs}
 
 
 def signal_name(number: int) -> str:

@@ -26,6 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddp_lib.launch._processes import pid_alive, start_time
 
@@ -156,6 +157,12 @@ class RankOutput:
     @property
     def stderr_path(self) -> str:
         return os.path.join(self.logdir, f"rank{self.rank}.err")
+
+    def stack_files(self) -> tuple[Path, Path]:
+        """Where the launcher asks this rank for its stacks, and where the rank writes them
+        (:mod:`ddp_lib.launch._stacks`)."""
+        return (Path(self.logdir, f"rank{self.rank}.stacks.request"),
+                Path(self.logdir, f"rank{self.rank}.stacks.json"))
 
     def capture(self) -> bool:
         """In the child: send this process's stdout and stderr (file descriptors 1 and 2, so what

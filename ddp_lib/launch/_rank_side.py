@@ -18,6 +18,7 @@ import threading
 from ddp_lib.errors import LaunchTimeout
 from ddp_lib.launch import _record as rank_files
 from ddp_lib.launch._child import write_stacks_on_signal
+from ddp_lib.launch._stacks import answer_requests
 
 
 def watch_this_rank(timeout: float | None = None) -> None:
@@ -62,6 +63,9 @@ def run_this_rank(fn, kwargs: dict | None = None, *, timeout: float | None = Non
     exception is raised again (exit code 1). ``sys.exit(0)`` ends the rank as finished, as under
     ``@record``. Returns 0."""
     rank_files.write_rank()  # first: a rank that dies without a word is still read back as itself
+    folder = rank_files.this_rank_dir()
+    if folder is not None:  # where it was, written as data when its supervisor asks (a deadline)
+        answer_requests(*rank_files.stack_files(folder))
     watch_this_rank(timeout)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:

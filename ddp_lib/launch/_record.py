@@ -31,6 +31,8 @@ from ddp_lib.launch._output import output_text
 RESULT_FILE = "result.pkl"  # pickle of {"rank": ..., "result": ...}: what the rank returned, tensors as tensors
 RANK_FILE = "rank.json"
 ERROR_FILE = "error.json"
+# Where a supervisor asks a rank for its stacks, and where the rank writes them (ddp_lib.launch._stacks).
+STACKS_REQUEST, STACKS_FILE = "stacks.request", "stacks.json"
 # Where a torchrun run by ddp_lib writes its own exception (its main is wrapped in @record), e.g. a
 # RendezvousTimeoutError; set as that torchrun's TORCHELASTIC_ERROR_FILE (its ranks get their own).
 AGENT_ERROR_FILE = "torchrun_error.json"
@@ -117,14 +119,13 @@ def write_rank() -> bool:
     word is still read back under its own global rank (c10d numbers the nodes itself; folders do not
     say which is which), and a reader of the folder sees where it ran."""
     place = {key: int(os.environ.get(name, -1)) for key, name in PLACE_VARIABLES.items()}
-    # Its process, so that a supervisor can ask this rank, and no other process, for its stack.
+    # Its process, for a person who wants its stack at once (kill -USR1: ddp_lib's ranks print it to stderr).
     return _write_whole(RANK_FILE, json_line({**place, "pid": os.getpid()}).encode())
 
 
-def rank_pids(runs: list[Path]) -> list[int]:
-    """The process id each rank of these run folders wrote in its ``rank.json`` (every attempt)."""
-    pids = (_load(folder / RANK_FILE).get("pid") for run in runs for folder in run.glob("attempt_*/*"))
-    return [pid for pid in pids if isinstance(pid, int)]
+def stack_files(folder: Path) -> tuple[Path, Path]:
+    """Where a rank with this folder is asked for its stacks, and where it answers."""
+    return folder / STACKS_REQUEST, folder / STACKS_FILE
 
 
 def write_result(rank: int, result: object) -> bool:

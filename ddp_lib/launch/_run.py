@@ -134,7 +134,7 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         raise WorkerError.blaming(failures, outputs, _port_hint(failures[rank]) or hint, pid=job.pids[rank],
                                   exit_code=job.exit_codes.get(rank))
     if job.running:
-        raise LaunchTimeout(timeout, job.running, outputs, job.stacks)
+        raise LaunchTimeout(timeout, job.running, outputs, job.stacks, job.stack_frames)
     return LaunchResult([job.results[r] for r in range(world_size)],
                         [outputs[r][0] for r in range(world_size)], [outputs[r][1] for r in range(world_size)])
 

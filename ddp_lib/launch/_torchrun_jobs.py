@@ -5,7 +5,6 @@ failure, and read the ranks' records (:mod:`ddp_lib.launch._record`). The public
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import tempfile
@@ -16,10 +15,10 @@ from pathlib import Path
 
 from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError
 from ddp_lib.launch import _record as rank_files
+from ddp_lib.launch import _stacks
 from ddp_lib.launch._checks import check_timeout
-from ddp_lib.launch._child import STACK_DUMP_SIGNAL
 from ddp_lib.launch._output import FollowedFiles
-from ddp_lib.launch._processes import OwnProcess, ctrl_c_held, descendants, kill_all, stop_to_the_end
+from ddp_lib.launch._processes import ctrl_c_held, descendants, kill_all, stop_to_the_end
 from ddp_lib.launch._torchrun_command import agent_env, clean_env, command_text, node_commands, with_log_dir
 
 
@@ -70,48 +69,31 @@ def stop_torchruns(procs: list[subprocess.Popen]) -> None:
         raise KeyboardInterrupt
 
 
-STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 
 
 class _PastDeadline(Exception):
-    """The deadline passed; ``offsets``: where each rank's stderr.log ended before it was asked for its stack."""
+    """The deadline passed; ``stacks``: what each rank still running wrote when asked (:func:`ask_for_stacks`)."""
 
-    def __init__(self, offsets: dict[Path, int]):
-        self.offsets = offsets
-
-
-def ask_for_stacks(procs: list[subprocess.Popen], runs: list[Path]) -> dict[Path, int]:
-    """Ask every rank of these run folders to write its Python stack to its stderr (ddp_lib's rank
-    side has faulthandler write it on STACK_DUMP_SIGNAL): each rank that wrote its process id in its
-    record (``rank.json``) and still runs below one of ``procs`` (torchrun, or the command that
-    started it on another host); no other process is signalled. Returns where each stderr.log ended
-    before."""
-    offsets = {}
-    for path in (p for run in runs for p in run.glob("attempt_*/*/stderr.log")):
-        with contextlib.suppress(OSError):
-            offsets[path] = path.stat().st_size
-    if STACK_DUMP_SIGNAL is None:
-        return offsets
-    below = {pid for proc in procs for pid in descendants(proc.pid)}
-    pids = [pid for pid in rank_files.rank_pids(runs) if pid in below]
-    for pid in pids:
-        OwnProcess(pid).signal(STACK_DUMP_SIGNAL)
-    if pids:
-        time.sleep(STACK_DUMP_WAIT_S)
-    return offsets
+    def __init__(self, stacks: dict[Path, list[dict]]):
+        self.stacks = stacks
 
 
-def timeout_error(timeout: float, runs: list[Path], offsets: dict[Path, int]) -> LaunchTimeout:
+def ask_for_stacks(runs: list[Path]) -> dict[Path, list[dict]]:
+    """Ask every rank of these run folders that has neither finished nor failed for its Python
+    stacks, which it writes as data in its folder (:mod:`ddp_lib.launch._stacks`): ``{rank folder:
+    threads}`` for those that answered. The same request on one machine and on several hosts."""
+    ranks = rank_files.read_ranks(runs) if runs else []
+    return _stacks.ask({r.folder: rank_files.stack_files(r.folder) for r in ranks if not r.finished and not r.error})
+
+
+def timeout_error(timeout: float, runs: list[Path], stacks: dict[Path, list[dict]]) -> LaunchTimeout:
     """The ranks of these run folders that had neither finished nor failed at the deadline, with
-    what each wrote to its stderr after it was asked for its stack."""
+    the stacks each wrote when asked (:func:`ask_for_stacks`)."""
     ranks = rank_files.read_ranks(runs) if runs else []
     running = [r for r in ranks if not r.finished and not r.error]
-    stacks = {}
-    for r in running:
-        path = r.folder / "stderr.log"
-        with contextlib.suppress(OSError):
-            stacks[r.rank] = path.read_bytes()[offsets.get(path, 0):].decode("utf-8", errors="replace")
-    return LaunchTimeout(timeout, [r.rank for r in running], {r.rank: (r.stdout, r.stderr) for r in ranks}, stacks)
+    frames = {r.rank: stacks[r.folder] for r in running if r.folder in stacks}
+    return LaunchTimeout(timeout, [r.rank for r in running], {r.rank: (r.stdout, r.stderr) for r in ranks},
+                         {rank: _stacks.as_text(threads) for rank, threads in frames.items()}, frames)
 
 
 def _check_run_input(cmds: list[object], timeout: object) -> float:
@@ -170,7 +152,7 @@ def _run_all(cmds: list[list[str]], log_dirs: list[str], before: list[set[Path]]
                     if proc.poll() is None:
                         _kill_tree(proc)
             if time.monotonic() > deadline:
-                raise _PastDeadline(ask_for_stacks(procs, _runs_since(log_dirs, before)))
+                raise _PastDeadline(ask_for_stacks(_runs_since(log_dirs, before)))
             if follow:
                 follow.poll()
             time.sleep(0.05)
@@ -236,7 +218,7 @@ def run_together(cmds: list[list[str]], timeout: float = 120, env: dict[str, str
         try:
             done = _run_all(placed, log_dirs, before, timeout, env, show, labels)
         except _PastDeadline as past:
-            raise timeout_error(timeout, _runs_since(log_dirs, before), past.offsets) from None
+            raise timeout_error(timeout, _runs_since(log_dirs, before), past.stacks) from None
         return [read_job(code, _new_runs(log_dir, old), [log_dir], err)
                 for (code, err), log_dir, old in zip(done, log_dirs, before)]
 
@@ -261,7 +243,7 @@ def run_nodes(program: list[str], *, nnodes: int = 2, nproc_per_node: int | list
             done = _run_all(placed, log_dirs, before, timeout, env, show,
                             [f" torchrun {i + 1} of {nnodes}" for i in range(nnodes)], stop_on_failure=True)
         except _PastDeadline as past:
-            raise timeout_error(timeout, _runs_since(log_dirs, before), past.offsets) from None
+            raise timeout_error(timeout, _runs_since(log_dirs, before), past.stacks) from None
         # Each rank wrote its global rank (rank.json): the nodes' folders may come in any order.
         runs = _runs_since(log_dirs, before)
         return read_job(job_exit_code([code for code, _ in done]), runs, log_dirs, "\n".join(err for _, err in done))
