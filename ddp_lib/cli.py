@@ -197,7 +197,7 @@ def _run_this_rank(fn, kwargs: dict, as_json: bool, timeout: float | None = None
     from ddp_lib.launch._record import stdout_in_folder
 
     def report(rank: int, result: object, written: bool) -> None:
-        # The result is in this rank's folder under torchrun's --log-dir (result.pkl), with or without
+        # The result is in this rank's folder under torchrun's --log-dir (result.json), with or without
         # --json. With --json also printed, unless the rank's stdout goes to that folder too
         # (--redirects), where the file says it already.
         if not as_json or not written or not stdout_in_folder():

@@ -4,6 +4,7 @@ read back (a real job, and hand-made folders for the corner cases)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -23,7 +24,6 @@ from ddp_lib.launch._record import (
     RESULT_FILE,
     UNKNOWN,
     agent_error,
-    dump_result,
     load_result,
     read_run,
     runs_in,
@@ -192,7 +192,7 @@ def _rank_folder(root: Path, local_rank: int, attempt: int = 0, run: str = "job_
         (folder / "error.json").write_text(json.dumps(
             {"message": {"message": error, "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "0"}}}))
     if result is not None:
-        (folder / RESULT_FILE).write_bytes(dump_result({"rank": local_rank if rank is None else rank,
+        (folder / "result.json").write_text(json.dumps({"rank": local_rank if rank is None else rank,
                                                         "result": result}))
 
 
@@ -297,7 +297,8 @@ def test_a_rank_run_by_the_command_line_writes_its_result_without_json(tmp_path,
     assert json.loads((folder / "rank.json").read_text()) == {"rank": 1, "group_rank": 1, "local_rank": 0,
                                                               "world_size": 2, "local_world_size": -1,
                                                               "pid": os.getpid()}
-    assert load_result((folder / RESULT_FILE).read_bytes()) == {"rank": 1, "result": 10}
+    written = json.loads((folder / RESULT_FILE).read_text())
+    assert load_result(base64.b64decode(written.pop("pickle"))) == 10 and written == {"rank": 1, "result": 10}
     assert capsys.readouterr().out == "rank 1 returned 10\n"
 
 

@@ -115,8 +115,7 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
                         ended[i] = time.monotonic() - start
                 time.sleep(0.05)
             if len(ended) < len(procs):  # the deadline: where each rank still running was, as torchrun's runner asks
-                runs = [run for _, log_dir in placed for run in rank_files.runs_in(log_dir)]
-                stacks = ask_for_stacks(runs)
+                stacks = ask_for_stacks([folder for _, log_dir in placed for folder in rank_files.runs_in(log_dir)])
         finally:
             # At the deadline, on an error or Ctrl-C: nothing may outlive the call. SIGTERM first
             # (torchrun then stops its ranks), then whatever still runs on the hosts is killed.
@@ -143,8 +142,8 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
                                  raised))
         # c10d numbers the nodes itself: each rank wrote its global rank in its folder (rank.json).
         run = rank_files.read_run([log_dir for _, log_dir in placed])
-        runs = [run for _, log_dir in placed for run in rank_files.runs_in(log_dir)]
-        hung = timeout_error(timeout, runs, stacks) if stacks is not None else None
+        folders = [folder for _, log_dir in placed for folder in rank_files.runs_in(log_dir)]
+        hung = timeout_error(timeout, folders, stacks) if stacks is not None else None
     if hung and hung.running:  # stopped at the deadline, not failed: the ranks' silence is the hang's
         return HostsJob(nodes, run.results, run.lines, None, hung)
     return HostsJob(nodes, run.results, run.lines, run.error)

@@ -9,6 +9,7 @@ fraction of a second.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -55,7 +56,7 @@ def watch_this_rank(timeout: float | None = None) -> None:
 def run_this_rank(fn, kwargs: dict | None = None, *, timeout: float | None = None, report=None) -> int:
     """Under torchrun: write this rank's place to its ``rank.json``, watch for a request for its
     stack (and its own deadline, ``timeout``: :func:`watch_this_rank`), call
-    ``fn(RANK, WORLD_SIZE, **kwargs)``, write what it returns to its ``result.pkl``
+    ``fn(RANK, WORLD_SIZE, **kwargs)``, write what it returns to its ``result.json``
     (:func:`ddp_lib.launch._record.dump_result`), then ``report(rank, result, written)`` (by default,
     the result printed as one JSON line unless the rank's stdout goes to its folder, ``--redirects``).
     What it raises, or a result that cannot be pickled, goes as under ``@record`` to the error file
@@ -67,6 +68,8 @@ def run_this_rank(fn, kwargs: dict | None = None, *, timeout: float | None = Non
     if folder is not None:  # where it was, written as data when its supervisor asks (a deadline)
         answer_requests(*rank_files.stack_files(folder))
     watch_this_rank(timeout)
+    with contextlib.suppress(ValueError, OSError):  # as torch's @record does: a crash in C++ prints the stacks
+        faulthandler.enable(all_threads=True)
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     try:
         try:
@@ -87,7 +90,7 @@ def run_this_rank(fn, kwargs: dict | None = None, *, timeout: float | None = Non
 
 
 def _print_result(rank: int, result: object, written: bool) -> None:
-    # Printed unless this rank's stdout goes to its folder too (--redirects), where result.pkl says it.
+    # Printed unless this rank's stdout goes to its folder too (--redirects), where result.json says it.
     if not written or not rank_files.stdout_in_folder():
         print(rank_files.json_line({"rank": rank, "result": result}), flush=True)
 

@@ -9,14 +9,15 @@ node joined keeps N (torchrun deletes that attempt's old folder first). ``--redi
 put ``stdout.log`` and ``stderr.log`` there, and the rank's ``TORCHELASTIC_ERROR_FILE`` names
 ``error.json`` there, where ``@record`` writes an Exception that ends the rank. A rank run by
 ``ddp_lib`` writes where it stands in the job first, in ``rank.json``, and what it returns, in
-``result.pkl`` (:func:`dump_result`, the serialisation the launcher's ranks use too: a tensor comes
-back a tensor however the ranks were started).
+``result.json`` (read back from its pickle, :func:`dump_result`, the serialisation the launcher's
+ranks use too: a tensor comes back a tensor however the ranks were started).
 
 Imports no torch: a rank that only reads its environment starts and fails in a fraction of a second.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -28,7 +29,9 @@ from pathlib import Path
 from ddp_lib.errors import Failure, WorkerError, failure_of, with_silent_ranks
 from ddp_lib.launch._output import output_text
 
-RESULT_FILE = "result.pkl"  # pickle of {"rank": ..., "result": ...}: what the rank returned, tensors as tensors
+# {"rank": r, "result": what it returned as JSON shows it (for a person), "pickle": the same value
+# pickled (dump_result, base64), which is what the reader gives back: a tensor comes back a tensor.
+RESULT_FILE = "result.json"
 RANK_FILE = "rank.json"
 ERROR_FILE = "error.json"
 # Where a supervisor asks a rank for its stacks, and where the rank writes them (ddp_lib.launch._stacks).
@@ -129,9 +132,12 @@ def stack_files(folder: Path) -> tuple[Path, Path]:
 
 
 def write_result(rank: int, result: object) -> bool:
-    """Write ``{"rank": rank, "result": result}`` (:func:`dump_result`) to this rank's ``result.pkl``,
-    whole or not at all. ResultNotSent for a result that cannot be pickled."""
-    return _write_whole(RESULT_FILE, dump_result({"rank": rank, "result": result}))
+    """Write ``{"rank": rank, "result": result, "pickle": ...}`` to this rank's ``result.json``, whole
+    or not at all: ``result`` as JSON shows it (:func:`json_line`, for a person), ``pickle`` the value
+    as :func:`dump_result` makes it (base64), which :func:`read_ranks` gives back. ResultNotSent for a
+    result that cannot be pickled."""
+    blob = base64.b64encode(dump_result(result)).decode("ascii")
+    return _write_whole(RESULT_FILE, json_line({"rank": rank, "result": result, "pickle": blob}).encode())
 
 
 def write_error(exc: BaseException) -> None:
@@ -220,7 +226,7 @@ class RankFiles:
 
     rank: int  # its global rank; UNKNOWN (-1) if neither it nor a rank of its node wrote one
     folder: Path
-    finished: bool  # it wrote result.pkl
+    finished: bool  # it wrote result.json
     result: object = None
     error: str = ""  # "Type: message", from error.json
     traceback: str = ""
@@ -283,16 +289,16 @@ def _load(path: Path) -> dict:
 
 
 def _load_result(path: Path) -> tuple[dict, str]:
-    """The record in ``result.pkl`` ({} if none), and why it could not be read back ("" if it could)."""
+    """The record in ``result.json`` ({} if none), its ``result`` the value :func:`write_result`
+    pickled (a record without one keeps its JSON value), and why it could not be read back ("" if it could)."""
+    record = _load(path)
+    if "pickle" not in record:
+        return record, ""
     try:
-        blob = path.read_bytes()
-    except OSError:
-        return {}, ""
-    try:
-        record = load_result(blob)
+        record["result"] = load_result(base64.b64decode(record.pop("pickle")))
     except Exception as exc:
         return {}, f"{type(exc).__qualname__}: its return value cannot be unpickled in the launching process: {exc}"
-    return (record, "") if isinstance(record, dict) else ({}, "")
+    return record, ""
 
 
 def _rank_files(folder: Path) -> RankFiles:
@@ -310,7 +316,7 @@ def _rank_files(folder: Path) -> RankFiles:
 def read_ranks(folders: list[Path | str], attempt: int | None = None) -> list[RankFiles]:
     """Every rank's files in these folders (each a torchrun's ``--log-dir`` holding one run, or a run
     folder), in global-rank order: each run folder is one node, its last attempt (or ``attempt``)
-    read. A rank's global rank is the one it wrote in ``rank.json`` (or ``result.pkl``); a rank
+    read. A rank's global rank is the one it wrote in ``rank.json`` (or ``result.json``); a rank
     that wrote neither takes it from a rank of its node that did (a node's ranks are consecutive,
     ``_assign_worker_ranks`` in ``elastic/agent/server/api.py``), or from its local rank when the
     job had one node. Otherwise it is unknown (-1), and listed last: never guessed from folder order."""
