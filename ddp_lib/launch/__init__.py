@@ -14,7 +14,9 @@ The launcher's parts are private modules of this folder:
 - ``_job``, ``_forkserver``, ``_processes``: the rank processes, started, watched and stopped;
 - ``_child``: what runs first in each rank the launcher starts;
 - ``_output``: each rank's stdout and stderr files, shown live and afterwards;
-- ``_record``: each rank's record (place, result, error, stacks), written by the rank, read by one reader;
+- ``_record``: a rank's record under torchrun (place, result, error), written by the rank, read by
+  one reader; ``dump_result``, the one serialisation of a result, also used by the launcher's ranks;
+- ``_stacks``: where a rank's threads are, written by the rank as data when asked (a deadline);
 - ``_rank_side``: a rank under torchrun (``python -m ddp_lib.torchrun module:function``);
 - ``_torchrun_command``, ``_torchrun_jobs``, ``_torchrun_display``: torchrun run from Python
   (``ddp_lib.torchrun``): its command line, its supervision, its summary shown.
