@@ -13,7 +13,8 @@ import tempfile
 
 import pytest
 
-from ddp_lib.launch import _output, launch
+from ddp_lib import launch
+from ddp_lib.launch import _output
 
 
 def _made_by_a_process_that_ended(tmp_path) -> str:
