@@ -42,7 +42,7 @@ def test_the_package_root_holds_only_what_a_user_imports_and_the_launcher_is_a_f
     root = Path(ddp_lib.__file__).parent
     modules = sorted(p.stem for p in root.glob("*.py"))
     assert modules == ["__init__", "__main__", "_live_magic", "_live_rank", "cli", "device", "errors", "forkserver",
-                       "lab_contents", "live", "mp", "ports", "process_group", "torchrun"]
+                       "lab_contents", "live", "mp", "ports", "process_group", "rank_files", "torchrun"]
     launcher = sorted(p.stem for p in (root / "launch").glob("*.py"))
     assert all(name.startswith("_") for name in launcher), launcher  # its internals are private
     assert run_fresh("""
