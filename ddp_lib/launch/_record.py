@@ -179,10 +179,9 @@ def read_failure(path: Path | str) -> Failure | None:
                        own.get("time"), own.get("port"))
     exc_type, _, text = str(message.get("message", "")).partition(": ")
     stamp = str(info.get("timestamp", ""))
-    # Without ddp_lib's record (torch's own @record wrote it), only the type says it: a Dist*Error, or a
-    # RuntimeError (as gloo's errors reach Python), may be a peer's echo; where it was raised is not recorded.
-    echo = exc_type.startswith("Dist") or exc_type == "RuntimeError"
-    return Failure(exc_type, text, tb, echo, float(stamp) if stamp.isdigit() else None)
+    # Without ddp_lib's record (torch's own @record wrote it), only the type says it: a Dist*Error may be a
+    # peer's echo; a RuntimeError is the rank's own (where it was raised is not recorded).
+    return Failure(exc_type, text, tb, exc_type.startswith("Dist"), float(stamp) if stamp.isdigit() else None)
 
 
 def read_error(path: Path | str) -> tuple[str, str] | None:
