@@ -74,12 +74,18 @@ def is_peer_failure(failure: tuple) -> bool:
 def blamed_rank(failures: dict[int, tuple]) -> int:
     """The rank to blame among ``failures`` (``{rank: Failure}``): the lowest one that failed on its
     own, rather than because a peer's failure broke a collective; when every one may be such an
-    echo, the one that failed first (by the times the ranks wrote, as torch's elastic agent blames),
-    the lowest of those that wrote none."""
+    echo, the one that failed first (by the times the ranks wrote, as torch's elastic agent blames;
+    the lowest of those that failed within SAME_MOMENT_S of the first, or of all without times)."""
     own = [rank for rank, failure in failures.items() if not is_peer_failure(failure)]
     if own:
         return min(own)
-    return min(failures, key=lambda rank: (_time(failures[rank]), rank))
+    first = min(_time(failure) for failure in failures.values())
+    # Ranks that failed together (the same error raised by every rank's collective) are told
+    # apart by rank, not by which clock tick came first: the same rank is named on every run.
+    return min(rank for rank, failure in failures.items() if _time(failure) <= first + SAME_MOMENT_S)
+
+
+SAME_MOMENT_S = 1.0  # failures this close to the first count as at the same moment
 
 
 def _time(failure: tuple) -> float:

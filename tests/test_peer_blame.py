@@ -46,8 +46,10 @@ def test_a_peer_failure_is_told_by_the_type_and_where_it_was_raised_never_by_the
 
 
 def test_when_every_failure_may_be_an_echo_the_first_to_fail_is_blamed_as_torch_elastic_does():
-    failures = {0: Failure("RuntimeError", "reset", echo=True, time=12.5),
+    failures = {0: Failure("RuntimeError", "reset", echo=True, time=17.5),
                 1: Failure("RuntimeError", "mismatch", echo=True, time=12.0),
                 2: Failure("DistBackendError", "closed", echo=True)}
     assert blamed_rank(failures) == 1
+    # Failing at the same moment (every rank's collective raising the same error): the lowest rank, every run.
+    assert blamed_rank({0: failures[0], 1: failures[1]._replace(time=17.2)}) == 0
     assert blamed_rank({**failures, 3: Failure("ValueError", "own", time=99.0)}) == 3
