@@ -3,7 +3,7 @@ kernel, runs them in a namespace kept between cells, and answers with the last e
 as text, a value asked for, or the error and the learner's line that raised it. Each command comes
 with a number and its answer carries it back, so that an answer can never be taken for another's.
 
-It is a worker like any other, started by the launcher's :func:`ddp_lib._child.run_rank`: its
+It is a worker like any other, started by the launcher's :func:`ddp_lib.launch._child.run_rank`: its
 output goes to the rank's files, its watchdog ends it when the kernel dies, and its stack can be
 dumped at a deadline. Messages are pickled with :mod:`pickle`, not sent as objects: a tensor sent
 through multiprocessing's pickler would travel as shared memory. A value asked for is pickled on its
@@ -23,7 +23,7 @@ import traceback
 
 import torch
 
-from ddp_lib.errors import installed, short_path
+from ddp_lib.errors import installed, may_be_echo, short_path
 
 GET_FILE = "ranks.get"  # how errors and stacks name the expression of a get
 
@@ -112,7 +112,7 @@ def _unsendable(value: object, exc: Exception) -> str:
 
 def _error(exc: BaseException, cell_files: set[str]) -> tuple:
     """("error", type name, message, traceback from the learner's first cell frame on, the learner's
-    innermost line as "cell 5 line 3: print(y)")."""
+    innermost line as "cell 5 line 3: print(y)", whether it may be a peer's echo: errors.may_be_echo)."""
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename not in cell_files:
         tb = tb.tb_next  # this loop's own frames are nothing the learner wrote
@@ -128,8 +128,9 @@ def _error(exc: BaseException, cell_files: set[str]) -> tuple:
         message = str(exc)
     except Exception:
         message = "(its message could not be made)"
+    # Display only: the traceback's package paths shortened for the learner.
     text = re.sub(r'File "([^"]+)"', _package_path, "".join(traceback.format_exception(type(exc), exc, tb)))
-    return ("error", type(exc).__qualname__, message, text, where)
+    return ("error", type(exc).__qualname__, message, text, where, may_be_echo(exc))
 
 
 def _package_path(found: re.Match) -> str:

@@ -20,7 +20,7 @@ import signal
 import sys
 
 from ddp_lib.errors import LaunchInputError, LaunchStartError, LaunchTimeout, WorkerError
-from ddp_lib.launch_checks import (
+from ddp_lib.launch._checks import (
     MAX_TIMEOUT,
     check_environment,
     check_launch,
@@ -30,8 +30,8 @@ from ddp_lib.launch_checks import (
     torchrun_mode,
     whole_number,
 )
-from ddp_lib.rank_files import json_line, nan_as_null
-from ddp_lib.worker_params import Param, worker_params
+from ddp_lib.launch._record import json_line, nan_as_null
+from ddp_lib.launch._worker_params import Param, worker_params
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a job stopped by Ctrl-C
 # Signals that end the command as Ctrl-C does (a scheduler's or `kill`'s SIGTERM, a closed
@@ -148,7 +148,7 @@ def _load(name: str):
     """A registered worker's (function, summary), or any ``module:function``."""
     import pkgutil
 
-    from ddp_lib.worker_params import summary
+    from ddp_lib.launch._worker_params import summary
     from ddp_lib.workers import WORKERS
 
     if name in WORKERS:
@@ -193,25 +193,19 @@ def _run(name: str, argv: list[str]) -> int:
 
 
 def _run_this_rank(fn, kwargs: dict, as_json: bool, timeout: float | None = None) -> int:
-    from ddp_lib.rank_files import stdout_in_folder, write_rank, write_result
-    from ddp_lib.torchrun import watch_this_rank
+    from ddp_lib.launch._rank_side import run_this_rank
+    from ddp_lib.launch._record import stdout_in_folder
 
-    write_rank()  # first, to this rank's folder: a rank that dies without a word is still read back as itself
-    from torch.distributed.elastic.multiprocessing.errors import record
+    def report(rank: int, result: object, written: bool) -> None:
+        # The result is in this rank's folder under torchrun's --log-dir (result.json), with or without
+        # --json. With --json also printed, unless the rank's stdout goes to that folder too
+        # (--redirects), where the file says it already.
+        if not as_json or not written or not stdout_in_folder():
+            _report({rank: result}, {"rank": rank, "result": result}, as_json)
+        else:
+            _report({rank: result}, None, as_json, quiet=True)  # only the line about numbers that are not finite
 
-    watch_this_rank(timeout)  # the deadline counts from here: importing torch can take seconds on a busy machine
-
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    result = record(fn)(rank, world_size, **kwargs)  # torchrun's error summary then shows the cause
-    # To this rank's folder under torchrun's --log-dir, beside torch's error.json, with or without
-    # --json. With --json also printed, unless the rank's stdout goes to that folder too (--redirects),
-    # where the file says it already.
-    written = write_result(rank, result)
-    if not as_json or not written or not stdout_in_folder():
-        _report({rank: result}, {"rank": rank, "result": result}, as_json)
-    else:
-        _report({rank: result}, None, as_json, quiet=True)  # only the line about numbers that are not finite
-    return 0
+    return run_this_rank(fn, kwargs, timeout=timeout, report=report)
 
 
 def _report(by_rank: dict[int, object], payload: object, as_json: bool, quiet: bool = False) -> None:

@@ -1,5 +1,6 @@
 """The launching process's side of the device and backend rule: the backend a launch gets by
-default, a chosen backend checked with the launcher's error, and what this machine offers.
+default, and what this machine offers (a chosen backend is checked by
+``ddp_lib.process_group.check_backend``, the one check, which the launcher's input checks call).
 
 The rule itself (``local_device``, ``backend_for``, ``threads_per_rank``) is in
 ``ddp_lib.process_group``, which a copied worker takes along, so the parent and the ranks apply one rule.
@@ -11,7 +12,6 @@ import torch
 import torch.distributed as dist
 
 from ddp_lib import process_group
-from ddp_lib.errors import LaunchInputError
 
 
 def default_backend(world_size: int) -> str:
@@ -19,15 +19,6 @@ def default_backend(world_size: int) -> str:
     else gloo."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return process_group.backend_for(process_group.local_device(0)) if gpus >= max(world_size, 1) else "gloo"
-
-
-def check_backend(backend: object, world_size: int) -> str:
-    """Return ``backend`` if this machine can run it with ``world_size`` local ranks, else
-    raise LaunchInputError with a one-line reason."""
-    try:
-        return process_group.check_backend(backend, world_size)
-    except ValueError as e:
-        raise LaunchInputError(str(e)) from None
 
 
 def machine_report() -> dict:

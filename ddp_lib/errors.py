@@ -1,16 +1,16 @@
-"""The exceptions the launcher raises in the calling process, and how to tell a rank that
-failed on its own from one whose collective broke because a peer failed."""
+"""The exceptions the launcher raises in the calling process, a failed rank's record
+(:class:`Failure`), and how to tell a rank that failed on its own from one whose collective broke
+because a peer failed (from the exception's type and where it was raised, never its words)."""
 
 from __future__ import annotations
 
 import os
 import re
 import sysconfig
+import time
+import traceback
 from dataclasses import dataclass
-
-# How gloo reports that a peer went away or never came: the failure of a rank whose partner
-# failed first, or left it waiting in a collective until the group's timeout.
-_PEER_FAILED = re.compile(r"Connection closed|Connection reset|Broken pipe|Read error|Timed out|monitoredBarrier")
+from typing import NamedTuple
 
 
 def first_line(text: str, if_blank: str = "") -> str:
@@ -19,21 +19,93 @@ def first_line(text: str, if_blank: str = "") -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), if_blank)
 
 
-def is_peer_failure(exc_type: str, message: str) -> bool:
-    """Whether a rank's failure (exception type name and message) is the echo of a peer's:
-    one of torch's Dist*Error (DistNetworkError, ...), or a RuntimeError (as gloo's errors
-    reach Python) saying a connection was closed or reset, or a collective timed out waiting
-    for a peer. Another exception with such words (a TimeoutError, a ValueError) is the
+class Failure(NamedTuple):
+    """A failed rank as its record says it (written by the rank itself, whichever way it was started)."""
+
+    exc_type: str  # the exception's type name; "" for a rank that ended without raising (killed, exited)
+    message: str
+    traceback: str = ""
+    # Raised inside torch's communication (a Dist*Error, or a RuntimeError from torch.distributed, DDP or
+    # autograd): possibly the echo of a peer's failure (:func:`may_be_echo`).
+    echo: bool = False
+    time: float | None = None  # when the rank failed (time.time()), as torch's elastic error files say it
+    port: int | None = None  # the rank's MASTER_PORT when it raised a DistNetworkError (a port taken?)
+
+
+# Where torch waits for other ranks: a collective, DDP's own calls, a backward that runs DDP's hooks.
+_COMMUNICATING = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
+
+
+def may_be_echo(exc: BaseException) -> bool:
+    """Whether ``exc`` may be the echo of a peer's failure, from its type and where it was raised
+    (never from its words): one of torch's DistError (DistBackendError, DistNetworkError, ...), or a
+    RuntimeError (as gloo's errors reach Python) raised inside torch.distributed, DDP or autograd.
+    Another exception (a TimeoutError, a ValueError, a RuntimeError raised by one's own code) is the
     worker's own failure."""
-    return exc_type.startswith("Dist") or (exc_type == "RuntimeError" and bool(_PEER_FAILED.search(message)))
+    if any(cls.__name__ == "DistError" for cls in type(exc).__mro__):
+        return True
+    if type(exc) is not RuntimeError:
+        return False
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return False
+    path = frames[-1].filename
+    return installed(path) and any(area in path.replace("\\", "/") for area in _COMMUNICATING)
+
+
+def failure_of(exc: BaseException, message: str, traceback_text: str) -> Failure:
+    """The record of a rank that raised ``exc`` (its message and traceback text made by the caller)."""
+    port = None
+    if any(cls.__name__ == "DistNetworkError" for cls in type(exc).__mro__):
+        port = _whole_number(os.environ.get("MASTER_PORT", ""))
+    return Failure(type(exc).__qualname__, message, traceback_text, may_be_echo(exc), time.time(), port)
+
+
+def _whole_number(text: str) -> int | None:
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def is_peer_failure(failure: tuple) -> bool:
+    """Whether a rank's failure may be the echo of a peer's (see :func:`may_be_echo`); a plain
+    ``(type, message, traceback)`` without that record is the rank's own."""
+    return bool(getattr(failure, "echo", False))
 
 
 def blamed_rank(failures: dict[int, tuple]) -> int:
-    """The rank to blame among ``failures`` (``{rank: (exc_type, message, ...)}``): the lowest one
-    that failed on its own, rather than because a peer's failure broke a collective (a closed or
-    reset connection, torch's Dist*Error); the lowest of all when every one is such an echo."""
-    own = [rank for rank, (exc_type, message, *_) in failures.items() if not is_peer_failure(exc_type, message)]
-    return min(own or failures)
+    """The rank to blame among ``failures`` (``{rank: Failure}``): the lowest one that failed on its
+    own, rather than because a peer's failure broke a collective; when every one may be such an
+    echo, the one that failed first (by the times the ranks wrote, as torch's elastic agent blames;
+    the lowest of those that failed within SAME_MOMENT_S of the first, or of all without times)."""
+    own = [rank for rank, failure in failures.items() if not is_peer_failure(failure)]
+    if own:
+        return min(own)
+    first = min(_time(failure) for failure in failures.values())
+    # Ranks that failed together (the same error raised by every rank's collective) are told
+    # apart by rank, not by which clock tick came first: the same rank is named on every run.
+    return min(rank for rank, failure in failures.items() if _time(failure) <= first + SAME_MOMENT_S)
+
+
+SAME_MOMENT_S = 1.0  # failures this close to the first count as at the same moment
+
+
+def _time(failure: tuple) -> float:
+    when = getattr(failure, "time", None)
+    return float("inf") if when is None else when
+
+
+def with_silent_ranks(failures: dict[int, tuple], silent: list[int], *, ended: str | None = None
+                      ) -> tuple[dict[int, tuple], str]:
+    """The one place for ranks that never reported (``silent``), when every failure heard may be a
+    peer's echo: the rank that failed first is then among them. ``ended``: they have ended without a
+    record (torchrun's folders: killed by a signal, or stopped by torchrun), and each becomes a failure
+    with that message, to be blamed; else (the launcher stopped them while they ran) the failures
+    stay, and the hint returned names them. Returns (failures, hint)."""
+    if not silent or any(not is_peer_failure(f) for f in failures.values()):
+        return failures, ""
+    if ended is not None:
+        return {**{rank: Failure("", ended) for rank in silent}, **failures}, ""
+    ranks = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
+    return failures, f" (launcher: {ranks} had not reported when the job was stopped; see their output)"
 
 
 class RemoteTraceback(Exception):
@@ -75,6 +147,7 @@ class WorkerError(RuntimeError):
         self.failures = failures or {}
         self.outputs = outputs or {}
         self.full_message = message  # the launcher sets it to every line of the worker's message
+        self.echo = False  # the blamed failure may be a peer's echo (every failure was; see Failure.echo)
         if exc_type and message:
             summary = f"rank {rank} raised {exc_type}: {message}"
         elif exc_type:  # e.g. a bare KeyboardInterrupt: no ": " with nothing after it
@@ -95,19 +168,21 @@ class WorkerError(RuntimeError):
         that is kept rather than raised (nothing shows its traceback, where the rest is).
         ``details``: ``pid``, ``exit_code``."""
         rank = blamed_rank(failures)
-        exc_type, message, tb = failures[rank]
+        exc_type, message, tb, *_ = failures[rank]
         message = without_build_paths(message)
         described = {r: f"{t}: {first_line(without_build_paths(m))}" if t else first_line(m)
-                     for r, (t, m, _) in sorted(failures.items())}
+                     for r, (t, m, *_) in sorted(failures.items())}
         shown = message.strip() if whole else first_line(message)
         error = cls(rank, exc_type, shown + hint, tb, described, outputs, **details)
         error.full_message = message.strip() + hint  # every line of it, for the command line
+        error.echo = is_peer_failure(failures[rank])
         return error
 
 
 # Where torch's C++ says it was built and what called what: "[/__w/pytorch/pytorch/.../pair.cc:534] ",
 # "Exception raised from recvBytes at /__w/...Utils.hpp:671 (most recent call first):" and the
 # "frame #3: ..." lines after it. Nothing in them is the learner's to act on.
+# Display only (these regular expressions never decide a result, a blame or a stack).
 _CPP_LOCATION = re.compile(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp|cu):\d+\]\s*")
 _CPP_FRAMES = re.compile(r"^(?:Exception raised from .*\(most recent call first\):|frame #\d+: .*)\n?", re.M)
 
@@ -138,14 +213,16 @@ class LaunchStartError(RuntimeError):
 class LaunchTimeout(TimeoutError):
     """The job passed its deadline; every rank was stopped. ``running`` lists the ranks
     that had not finished; ``stacks`` maps each to the Python stack it was in when stopped
-    (its threads' frames, as faulthandler writes them), shown as the error's cause."""
+    (its threads' frames, written by the rank as data, ``stack_frames``, and shown in faulthandler's
+    layout), shown as the error's cause."""
 
     def __init__(self, timeout: float, running: list[int], outputs: dict | None = None,
-                 stacks: dict[int, str] | None = None):
+                 stacks: dict[int, str] | None = None, stack_frames: dict[int, list] | None = None):
         self.timeout = timeout
         self.running = running
         self.outputs = outputs or {}
         self.stacks = stacks or {}
+        self.stack_frames = stack_frames or {}  # rank -> its threads' stacks as data (errors.stopped_at reads them)
         ranks = ", ".join(str(r) for r in running)
         stopped = f"rank {ranks} still running was stopped" if len(running) == 1 else \
             f"ranks {ranks} still running were stopped"
@@ -154,9 +231,6 @@ class LaunchTimeout(TimeoutError):
                         for rank, text in sorted(self.stacks.items()) if text.strip())
         if where:
             self.__cause__ = RemoteTraceback(where)
-
-
-_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<function>\S+)', re.M)
 
 
 @dataclass(frozen=True)
@@ -170,25 +244,26 @@ class Stopped:
     outer: str = ""  # the outermost line of one's own code, when it is not ``line``: the call that led there
 
 
-# Where torch waits for other ranks: a collective, DDP's own calls, a backward that runs DDP's hooks.
-_COMMUNICATING = ("torch/distributed/", "torch/nn/parallel/", "torch/autograd/")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The calls inside which a rank runs its worker: the launcher's child and torchrun's rank side.
+_WORKER_CALLS = ("_call_keeping_locals", "run_this_rank")
 
 
-def stopped_at(stack: str) -> Stopped:
-    """Where a rank was when stopped, from its stack as faulthandler writes it (most recent call
-    first; the worker's thread is the one that holds the launcher's call of the worker)."""
-    threads = re.split(r"\n\s*\n", stack)
-    text = next((t for t in threads if "in _call_keeping_locals" in t), None)
-    in_worker = text is not None
-    if not in_worker:  # no worker running: the thread that took the signal
-        text = next((t for t in threads if "Current thread" in t), "")
-    frames = _FRAME.findall(text)
-    worker = frames[:[f[2] for f in frames].index("_call_keeping_locals")] if in_worker else []
-    # faulthandler cuts a deep stack ("  ..."): the worker's call may be in the part left out.
-    outside_worker = not in_worker and bool(frames) and not re.search(r"^\s*\.\.\.\s*$", text, re.M)
+def stopped_at(threads: list[dict]) -> Stopped:
+    """Where a rank was when stopped, from its threads' stacks as the rank wrote them
+    (:mod:`ddp_lib.launch._stacks`: frames innermost first, ``[path, line, function]``); the worker's
+    thread is the one inside the launcher's (or torchrun's rank side's) call of the worker."""
+    if not isinstance(threads, list) or not threads:
+        return Stopped()
+    worker_thread = next((t for t in threads if any(f[2] in _WORKER_CALLS for f in t["frames"])), None)
+    in_worker = worker_thread is not None
+    # No worker running: the main thread (where it would run).
+    thread = worker_thread or next((t for t in threads if t.get("main")), threads[0])
+    frames = [(str(path), int(line), str(function)) for path, line, function in thread["frames"]]
     if not frames:
         return Stopped()
+    cut = next((i for i, f in enumerate(frames) if f[2] in _WORKER_CALLS), 0)
+    worker = frames[:cut]  # the worker's frames, inside the call that runs it
     own = [(p, n) for p, n, _ in worker if not installed(p)]
     # The learner's own line rather than this package's helpers, when there is one.
     own = [f for f in own if not _in_package(f[0])] or own
@@ -198,7 +273,7 @@ def stopped_at(stack: str) -> Stopped:
                         if installed(p))
     line = f"{os.path.basename(own[0][0])} line {own[0][1]}" if own else ""
     outer = f"{os.path.basename(own[-1][0])} line {own[-1][1]}" if len(own) > 1 else ""
-    return Stopped(call, line, communicating, outside_worker, "" if outer == line else outer)
+    return Stopped(call, line, communicating, not in_worker, "" if outer == line else outer)
 
 
 def installed(path: str) -> bool:
@@ -228,6 +303,7 @@ def short_path(path: str) -> str:
     return os.path.basename(path)
 
 
+# Display only: a message made stable for a person and a stored lesson output.
 _PEER_PORT = re.compile(r"(\[[0-9a-fA-F.:]+\]):\d+")
 _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -243,6 +319,7 @@ def readable(message: str, limit: int | None = None) -> str:
     return text
 
 
+# Display only: the line of one's own code shown beside a failure (a checker's sentence).
 _TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+), in \S+\n(?P<code>[^\n]*)', re.M)
 
 

@@ -18,7 +18,7 @@ Underneath, for scripts and tests::
     ranks.get("x")                  # [0, 2, 4, 6]
     ranks.stop()
 
-Each rank is started by the launcher's machinery (:mod:`ddp_lib._job`, :mod:`ddp_lib._child`) and
+Each rank is started by the launcher's machinery (:mod:`ddp_lib.launch._job`, :mod:`ddp_lib.launch._child`) and
 runs :func:`ddp_lib._live_rank.serve`. Its output goes to its own files; this process prints rank
 0's as it comes and the others' when the cell ends, labelled and in rank order, so a notebook's
 stored output is the same on every run. Nothing is left running: a rank ends when this process
@@ -37,9 +37,10 @@ import signal
 import sys
 import time
 
-from ddp_lib._child import RankSpec
-from ddp_lib._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job, exit_text
-from ddp_lib._output import (
+from ddp_lib.errors import Failure, WorkerError, first_line, stopped_at
+from ddp_lib.launch._child import RankSpec
+from ddp_lib.launch._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job, exit_text
+from ddp_lib.launch._output import (
     GrowingFile,
     LiveOutput,
     RankOutput,
@@ -48,8 +49,7 @@ from ddp_lib._output import (
     print_other_ranks,
     sweep_orphaned_logdirs,
 )
-from ddp_lib._processes import stop_to_the_end
-from ddp_lib.errors import WorkerError, first_line, stopped_at
+from ddp_lib.launch._processes import stop_to_the_end
 
 # A cell still running after this is stopped, with where each rank was. Below the 60 s that ranks
 # started with --init give a collective (ddp_lib.process_group.COLLECTIVE_TIMEOUT): a cell stuck in
@@ -158,14 +158,14 @@ class LiveRanks:
         every rank has a GPU) and gets ``device``. Raises RanksError if ranks run already,
         LaunchInputError for a world size or backend this machine cannot run."""
         # Imported here: they import torch, which a kernel that only loads the extension need not.
-        from ddp_lib import device, launch
-        from ddp_lib.launch_checks import check_start_method, check_world_size
+        from ddp_lib import launch
+        from ddp_lib.launch._checks import check_start_method, check_world_size, launch_backend
         from ddp_lib.process_group import free_port
 
         if self.running:
             raise RanksError(f"{self.world_size} ranks are running already: stop them first (%ranks stop)")
         world_size = check_world_size(world_size)
-        backend = device.check_backend(backend, world_size) if backend else device.default_backend(world_size)
+        backend = launch_backend(backend or None, world_size)
         sweep_orphaned_logdirs()
         self._files = contextlib.ExitStack()
         logdir = self._files.enter_context(output_dir())
@@ -299,14 +299,14 @@ class LiveRanks:
         failures = {r: reply[1:] for r, reply in replies.items()
                     if reply[0] == "error" and not (r in interrupted and reply[1] == "KeyboardInterrupt")}
         if dead or pending:
-            stacks = dict(self._job.stacks)
+            stacks, frames = dict(self._job.stacks), dict(self._job.stack_frames)
             restart = self._restart
             self._stop_quietly()
             lost = f"every rank was stopped, so no variable survives: start them again ({restart})"
             if dead:
                 rank = min(dead)
                 raise RanksError(f"rank {rank} {exit_text(dead[rank])} during the {what}; {lost}")
-            where = {r: self._where(stacks.get(r, "")) for r in pending}
+            where = {r: self._where(frames.get(r, [])) for r in pending}
             if failures:
                 raise self._cell_error(failures, f"; {_ranks_text(pending)} still ran {FAILURE_GRACE_S:g} s "
                                                  f"later and did not leave the cell when interrupted (waiting in "
@@ -382,7 +382,7 @@ class LiveRanks:
         if not stuck and not dead:
             raise RanksInterrupted(f"interrupted: {_ranks_text(targets)} left the cell; every rank keeps its variables")
         restart = self._restart
-        where = "; ".join(f"rank {r} at {self._where(self._job.stacks.get(r, ''))}" for r in stuck)
+        where = "; ".join(f"rank {r} at {self._where(self._job.stack_frames.get(r, []))}" for r in stuck)
         self._stop_quietly()
         if dead:
             rank = min(dead)
@@ -393,28 +393,24 @@ class LiveRanks:
                                f"survives: start them again ({restart})")
 
     def _show_output(self) -> None:
-        """Rank 0's output up to now (it was shown as it came), then the other ranks', in rank order;
-        never a stack written at a deadline (it goes in the error)."""
-        starts = self._job.stack_starts
-        self._live.stop_stderr_at(starts.get(0))
+        """Rank 0's output up to now (it was shown as it came), then the other ranks', in rank order
+        (a stack asked for at a deadline is in its own file, and goes in the error)."""
         self._live.poll(final=True, keep_open=True)
         outputs = {}
         for rank, (out, err) in self._others.items():
             texts = []
-            for file, limit in ((out, None), (err, starts.get(rank))):
+            for file in (out, err):
                 data = file.unread()
-                if limit is not None:
-                    data = data[:max(0, limit - file.offset)]
                 file.offset += len(data)
                 texts.append(output_text(data))
             outputs[rank] = tuple(texts)
         print_other_ranks(outputs, True)
-        starts.clear()
 
     def _cell_error(self, failures: dict[int, tuple], state: str) -> RankCellError:
         """The error naming the rank to blame, its learner's line, and what state survives."""
-        blamed = WorkerError.blaming({r: f[:3] for r, f in failures.items()}, {})
-        exc_type, message, tb, where = failures[blamed.rank]
+        # Each failure as the rank reported it: type, message, traceback, where, and whether it may be a peer's echo.
+        blamed = WorkerError.blaming({r: Failure(*f[:3], echo=bool(f[4:5] and f[4])) for r, f in failures.items()}, {})
+        exc_type, message, tb, where, *_ = failures[blamed.rank]
         others = sorted(set(failures) - {blamed.rank})
         also = f"; {_ranks_text(others)} raised too" if others else ""
         at = f" (at {where})" if where else ""
@@ -423,10 +419,11 @@ class LiveRanks:
         error.where = where
         return error
 
-    def _where(self, stack: str) -> str:
+    def _where(self, stack: list) -> str:
         """The learner's line a rank was at, from its stack: "cell 5 line 2: dist.all_reduce(t), in
         all_reduce (torch/distributed/distributed_c10d.py)", then, when that line is in a function an
-        earlier cell defined, the running cell's line that called it ("; called from cell 6 line 1: wait()")."""
+        earlier cell defined, the running cell's line that called it ("; called from cell 6 line 1: wait()").
+        ``stack``: the rank's threads as it wrote them (errors.stopped_at)."""
         place = stopped_at(stack) if stack else None
         if place is None or not (place.line or place.call):
             return "an unknown place (no stack was written)"

@@ -53,10 +53,10 @@ from collections.abc import Iterable
 
 from torch.multiprocessing import ProcessExitedException, ProcessRaisedException
 
-from ddp_lib._job import signal_name
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import LAUNCH_TIMEOUT_S, rank_environments, run_job
-from ddp_lib.launch_checks import check_launch
+from ddp_lib.launch._checks import check_launch
+from ddp_lib.launch._job import signal_name
 
 __all__ = ["RankExitedError", "RankRaisedError", "spawn"]
 

@@ -191,8 +191,10 @@ def report_named_env(rank, world_size, names):
 def echo_a_peer_failure(rank, world_size):
     """Rank 0 fails as gloo reports a peer that went away; the others never report (they sleep)."""
     if rank == 0:
-        raise RuntimeError("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] "
-                           "Connection closed by peer [127.0.0.1]:41234")
+        import torch.distributed as dist
+
+        raise dist.DistBackendError("Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/"
+                                    "pair.cc:144] Connection closed by peer [127.0.0.1]:41234")
     time.sleep(3600)
 
 

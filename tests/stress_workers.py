@@ -110,7 +110,7 @@ def _churn_ids(stop: threading.Event, counter: list[int]) -> None:
 
 def _launch_loop(kind: str, end: float, tally: Tally, lock: threading.Lock, tmp: str) -> None:
     from ddp_lib import launch
-    from ddp_lib._processes import pid_alive
+    from ddp_lib.launch._processes import pid_alive
     from ddp_lib.workers.ring import ring_check
 
     while time.monotonic() < end:
@@ -188,7 +188,9 @@ def peer_failure_then_own(rank: int, world_size: int, how: str) -> None:
     "sigterm" is killed by SIGTERM from another process, as by another job's stale clean-up);
     the others wait to be stopped."""
     if rank == 0:
-        raise RuntimeError(GLOO_PEER_GONE)
+        import torch.distributed as dist
+
+        raise dist.DistBackendError(GLOO_PEER_GONE)  # as torch raises a collective's broken connection
     if rank == 1:
         time.sleep(0.3)
         if how == "timeout":

@@ -10,7 +10,7 @@ import pytest
 
 from ddp_lib import cli
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.worker_params import docstring_args, worker_params
+from ddp_lib.launch._worker_params import docstring_args, worker_params
 from ddp_lib.workers import WORKERS
 
 
@@ -114,7 +114,7 @@ def test_worker_values_are_checked_before_any_process_starts(args, message, cli_
 def test_a_users_worker_is_held_to_its_own_signature_not_to_ddp_libs_parameter_names():
     from cli_workers import configured
 
-    from ddp_lib.launch_checks import check_worker_arguments
+    from ddp_lib.launch._checks import check_worker_arguments
 
     check_worker_arguments(configured, (), {"batch_size": 0, "epochs": 0, "lr": float("nan")})  # its own to check
     with pytest.raises(LaunchInputError, match=r"^--norm must be one of 'none', 'batch', 'sync', got 'layer'$"):

@@ -8,7 +8,7 @@ import pytest
 from test_cli import one_line_refusal
 
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch_checks import check_env, whole_number
+from ddp_lib.launch._checks import check_env, whole_number
 
 
 @pytest.mark.parametrize("text, value", [("3", 3), (" 12 ", 12), ("1_0", None), ("٣", None), ("²", None),

@@ -162,3 +162,22 @@ def test_mismatched_nnodes_completes_only_when_the_smaller_count_joins_second(mi
     assert max(node.seconds for node in stuck.nodes) < 60 + SLACK
     errors = [e for node in stuck.nodes for e in node.errors()]
     assert any(e.endswith("RendezvousTimeoutError") for e in errors), stuck.summary()
+
+
+def test_a_tensor_an_error_and_a_hang_read_the_same_on_two_hosts_as_through_the_launcher():
+    from record_workers import expect_same_record
+
+    from conftest import pythonpath_with_tests
+
+    def on_two_hosts(name: str, timeout: float):
+        program = ["-m", "ddp_lib.torchrun", f"record_workers:{name}"]
+        with two_hosts() as (node0, node1):
+            job = run_on_hosts([(node0, node_command(program)), (node1, node_command(program))],
+                               env={"PYTHONPATH": pythonpath_with_tests()}, timeout=timeout)
+        if job.error:
+            raise job.error
+        if job.timeout:
+            raise job.timeout
+        return job.results
+
+    expect_same_record(on_two_hosts, hang_timeout=30)

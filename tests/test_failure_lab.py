@@ -264,16 +264,14 @@ def test_checker_says_when_no_rank_waits_in_a_collective(solution):
     assert line.endswith("No rank was in torch.distributed: does the work take longer than the deadline?")
 
 
-def _stack(*frames: tuple[str, int, str], current: bool = True, cut: bool = False) -> str:
-    """A thread's stack as faulthandler writes it, most recent call first."""
-    lines = [f'  File "{path}", line {line} in {function}' for path, line, function in frames]
-    head = "Current thread 0x2 (most recent call first):" if current else "Thread 0x3 (most recent call first):"
-    return "\n".join(['Thread 0x1 (most recent call first):', '  File "/x/ddp_lib/_child.py", line 158 in _watch', "",
-                      head, *lines, *(["  ..."] if cut else [])]) + "\n"
+def _stack(*frames: tuple[str, int, str], main: bool = True) -> list[dict]:
+    """A rank's threads as it writes them when asked (ddp_lib.launch._stacks), frames innermost first."""
+    watcher = {"name": "ddp_lib-stacks", "main": False, "frames": [["/x/ddp_lib/launch/_stacks.py", 50, "serve"]]}
+    return [{"name": "MainThread", "main": main, "frames": [list(f) for f in frames]}, watcher]
 
 
 TORCH = os.path.join(sysconfig.get_paths()["purelib"], "torch")
-CHILD = os.path.join(os.path.dirname(ddp_lib.__file__), "_child.py")
+CHILD = os.path.join(os.path.dirname(ddp_lib.__file__), "launch", "_child.py")
 PROCESS_GROUP = os.path.join(os.path.dirname(ddp_lib.__file__), "process_group.py")
 
 
@@ -284,9 +282,7 @@ def test_where_a_rank_stopped_outside_its_worker():
     place = stopped_at(stack)
     assert place.call == "destroy_process_group (torch/distributed/distributed_c10d.py)" and place.line == ""
     assert place.outside_worker and place.communicating
-    assert stopped_at("") == stopped_at("garbage") == Stopped()
-    # faulthandler cuts a deep stack: whether the worker was running is then unknown.
-    assert not stopped_at(_stack((f"{TORCH}/distributed/distributed_c10d.py", 2, "barrier"), cut=True)).outside_worker
+    assert stopped_at([]) == stopped_at("garbage") == Stopped()
 
 
 def test_where_a_rank_stopped_names_the_learners_line_and_ddps_waits():
@@ -298,7 +294,8 @@ def test_where_a_rank_stopped_names_the_learners_line_and_ddps_waits():
     assert place == Stopped("_distributed_broadcast_coalesced (torch/nn/parallel/distributed.py)", "answer.py line 7",
                             communicating=True)
     # torch installed elsewhere than this environment's site-packages (a distribution's dist-packages)
-    elsewhere = stack.replace(TORCH, "/usr/lib/python3/dist-packages/torch")
+    elsewhere = [{**thread, "frames": [[path.replace(TORCH, "/usr/lib/python3/dist-packages/torch"), line, name]
+                                       for path, line, name in thread["frames"]]} for thread in stack]
     assert stopped_at(elsewhere).call == "_distributed_broadcast_coalesced (torch/nn/parallel/distributed.py)"
     # a learner's own slow loop: not communicating
     busy = _stack(("/home/me/my_work/answer.py", 9, "one_step"), (CHILD, 183, "_call_keeping_locals"))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pythonpath_with_tests
-from ddp_lib import _job
+from ddp_lib.launch import _forkserver
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,7 @@ def test_a_kernel_is_told_once_before_its_first_launch_starts_the_forkserver():
                           env={**os.environ, "PYTHONPATH": pythonpath_with_tests()}, timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        _job.FORKSERVER_NOTICE,  # before anything the ranks print
+        _forkserver.FORKSERVER_NOTICE,  # before anything the ranks print
         "[rank 0] line 0 from rank 0", "[rank 1] line 0 from rank 1", "first: [0, 10]",
         "[rank 0] line 0 from rank 0", "[rank 1] line 0 from rank 1", "second: [0, 10]",
     ]
@@ -45,7 +45,7 @@ def test_a_kernel_is_told_once_before_its_first_launch_starts_the_forkserver():
 @pytest.fixture
 def no_forkserver_started(monkeypatch):
     """The forkserver reported as not running, and nothing started for real."""
-    monkeypatch.setattr(_job, "_forkserver_running", lambda: False)
+    monkeypatch.setattr(_forkserver, "_forkserver_running", lambda: False)
     monkeypatch.setattr(forkserver, "ensure_running", lambda: None)
 
 
@@ -55,21 +55,21 @@ def as_a_kernel(monkeypatch):
 
 
 def test_the_command_line_and_a_terminal_ipython_are_not_told(no_forkserver_started, monkeypatch, capsys):
-    _job._start_forkserver_deaf_to_ctrl_c()  # a script, or python -m ddp_lib: no IPython shell
+    _forkserver.start_deaf_to_ctrl_c()  # a script, or python -m ddp_lib: no IPython shell
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: types.SimpleNamespace()))
-    _job._start_forkserver_deaf_to_ctrl_c()  # a terminal IPython: a shell without a kernel
+    _forkserver.start_deaf_to_ctrl_c()  # a terminal IPython: a shell without a kernel
     assert capsys.readouterr() == ("", "")
 
 
 def test_a_kernel_whose_forkserver_runs_is_not_told(monkeypatch, capsys):
     as_a_kernel(monkeypatch)
-    monkeypatch.setattr(_job, "_forkserver_running", lambda: True)
+    monkeypatch.setattr(_forkserver, "_forkserver_running", lambda: True)
     monkeypatch.setattr(forkserver, "ensure_running", lambda: None)
-    _job._start_forkserver_deaf_to_ctrl_c()
+    _forkserver.start_deaf_to_ctrl_c()
     assert capsys.readouterr() == ("", "")
-    monkeypatch.setattr(_job, "_forkserver_running", lambda: False)
-    _job._start_forkserver_deaf_to_ctrl_c()
-    assert capsys.readouterr() == (_job.FORKSERVER_NOTICE + "\n", "")
+    monkeypatch.setattr(_forkserver, "_forkserver_running", lambda: False)
+    _forkserver.start_deaf_to_ctrl_c()
+    assert capsys.readouterr() == (_forkserver.FORKSERVER_NOTICE + "\n", "")
 
 
 def test_a_forkserver_that_exited_counts_as_not_running_and_is_left_for_multiprocessing_to_reap(monkeypatch):
@@ -78,14 +78,14 @@ def test_a_forkserver_that_exited_counts_as_not_running_and_is_left_for_multipro
     exited = os.spawnv(os.P_NOWAIT, "/bin/true", ["true"])
     try:
         monkeypatch.setattr(server, "_forkserver_pid", sleeper)
-        assert _job._forkserver_running()
+        assert _forkserver._forkserver_running()
         monkeypatch.setattr(server, "_forkserver_pid", exited)
         deadline = time.monotonic() + 10
-        while _job._forkserver_running() and time.monotonic() < deadline:
+        while _forkserver._forkserver_running() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _job._forkserver_running()
+        assert not _forkserver._forkserver_running()
         monkeypatch.setattr(server, "_forkserver_pid", None)
-        assert not _job._forkserver_running()
+        assert not _forkserver._forkserver_running()
     finally:
         os.kill(sleeper, 9)
         os.waitpid(sleeper, 0)

@@ -236,7 +236,7 @@ def test_a_second_ctrl_c_while_the_ranks_are_being_stopped_waits_until_they_are(
 def test_ctrl_c_while_the_ranks_are_starting_stops_every_rank_started(pid_dir, monkeypatch):
     # Ctrl-C lands after rank 1 has started and before the launcher has taken its OwnProcess
     # (a window a loaded machine widens): stopping must still find it.
-    from ddp_lib import _job
+    from ddp_lib.launch import _job
 
     taken = []
 
@@ -266,7 +266,7 @@ def test_ctrl_c_that_lands_just_before_the_stop_holds_presses_stops_every_rank_a
     # The stop is interrupted before it can hold Ctrl-C back (here: as it begins); it runs again.
     import contextlib
 
-    from ddp_lib import _job
+    from ddp_lib.launch import _job
 
     entered = []
 
@@ -289,7 +289,7 @@ def test_ctrl_c_that_lands_just_before_the_stop_holds_presses_stops_every_rank_a
 @pytest.mark.skipif(signal.getsignal(signal.SIGINT) is not signal.default_int_handler,
                     reason="Python's own Ctrl-C handler is not installed in this process")
 def test_ctrl_c_held_raises_a_press_once_the_block_ends_but_never_hides_an_error():
-    from ddp_lib._processes import ctrl_c_held
+    from ddp_lib.launch._processes import ctrl_c_held
 
     done = []
     with pytest.raises(KeyboardInterrupt):

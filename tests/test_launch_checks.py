@@ -4,9 +4,8 @@ import threading
 
 import pytest
 
-from ddp_lib import _job
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.launch import run_ranks
+from ddp_lib.launch import _job, run_ranks
 from ddp_lib.workers.basic import demo_basic
 
 
@@ -113,7 +112,7 @@ def test_a_choice_outside_the_workers_literal_is_refused():
 
 
 def test_arguments_that_do_not_fit_the_signature_are_left_to_the_worker(monkeypatch):
-    from ddp_lib.launch_checks import check_worker_arguments
+    from ddp_lib.launch._checks import check_worker_arguments
     from ddp_lib.workers.train import train
 
     check_worker_arguments(train, (), {"no_such_option": 1})  # the worker's own TypeError names the rank
@@ -129,7 +128,7 @@ TORCHRUN_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_
 
 
 def test_torchrun_is_recognised_only_from_every_variable_it_sets():
-    from ddp_lib.launch_checks import TORCHRUN_VARS, torchrun_mode
+    from ddp_lib.launch._checks import TORCHRUN_VARS, torchrun_mode
 
     assert set(TORCHRUN_ENV) >= set(TORCHRUN_VARS)
     assert torchrun_mode(TORCHRUN_ENV) is True
@@ -148,7 +147,7 @@ def test_torchrun_is_recognised_only_from_every_variable_it_sets():
 @pytest.mark.parametrize("name", ["WORLD_SIZE", "RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK",
                                   "LOCAL_WORLD_SIZE"])
 def test_env_may_not_override_what_the_launcher_sets(name):
-    from ddp_lib.launch_checks import check_env, check_launch
+    from ddp_lib.launch._checks import check_env, check_launch
 
     with pytest.raises(LaunchInputError, match=f"^env may not set {name}: the launcher sets") as info:
         check_env({name: "1", "OMP_NUM_THREADS": "1"}, 2)
@@ -161,7 +160,7 @@ def test_env_may_not_override_what_the_launcher_sets(name):
 
 
 def test_env_per_rank_is_a_list_of_one_dict_per_rank():
-    from ddp_lib.launch_checks import check_env
+    from ddp_lib.launch._checks import check_env
 
     assert check_env([{"A": 1}, {"A": "x"}], 2) == [{"A": "1"}, {"A": "x"}]
     assert check_env(None, 3) == [{}] * 3
@@ -172,7 +171,7 @@ def test_env_per_rank_is_a_list_of_one_dict_per_rank():
 
 
 def test_world_size_beyond_one_machine_is_refused_with_the_way_out(monkeypatch):
-    from ddp_lib.launch_checks import MAX_WORLD_SIZE, check_world_size
+    from ddp_lib.launch._checks import MAX_WORLD_SIZE, check_world_size
 
     monkeypatch.delenv("DDP_LIB_MAX_WORLD_SIZE", raising=False)
     message = refused("world_size 1000000000 is more processes than one machine should run", demo_basic,
@@ -204,7 +203,7 @@ def test_timeouts_that_would_fail_after_the_ranks_start_are_refused(timeout):
                                          "got 'bogus'"),
 ])
 def test_bad_environment_values_are_refused_naming_the_variable(monkeypatch, name, value, accepted):
-    from ddp_lib.launch_checks import check_env
+    from ddp_lib.launch._checks import check_env
 
     with pytest.raises(LaunchInputError) as info:
         check_env({name: value}, 2)  # env= of a launch
@@ -214,7 +213,7 @@ def test_bad_environment_values_are_refused_naming_the_variable(monkeypatch, nam
 
 
 def test_good_environment_values_pass(monkeypatch):
-    from ddp_lib.launch_checks import check_env
+    from ddp_lib.launch._checks import check_env
 
     assert check_env({"OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}, 1) == [{
         "OMP_NUM_THREADS": "3", "TORCH_DISTRIBUTED_DEBUG": "detail"}]

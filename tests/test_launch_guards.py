@@ -16,9 +16,9 @@ import launcher_workers
 import pytest
 
 from conftest import pythonpath_with_tests, recorded_pids, screen, wait_until_gone
-from ddp_lib._output import LiveOutput
 from ddp_lib.errors import LaunchTimeout, WorkerError
 from ddp_lib.launch import launch, run_ranks
+from ddp_lib.launch._output import LiveOutput
 from ddp_lib.workers import faulty_ranks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

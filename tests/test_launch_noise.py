@@ -55,5 +55,5 @@ def test_a_peer_failure_with_silent_ranks_names_them():
     with pytest.raises(WorkerError) as info:
         run_ranks(launcher_workers.echo_a_peer_failure, 3, show_output=False)
     assert str(info.value) == (
-        "rank 0 raised RuntimeError: Gloo connectFullMesh failed with Connection closed by peer [127.0.0.1]:41234 "
+        "rank 0 raised DistBackendError: Gloo connectFullMesh failed with Connection closed by peer [127.0.0.1]:41234 "
         "(launcher: ranks 1, 2 had not reported when the job was stopped; see their output)")

@@ -5,9 +5,9 @@ import functools
 
 import pytest
 
-from ddp_lib import _job, mp
+from ddp_lib import mp
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.launch import run_ranks
+from ddp_lib.launch import _job, run_ranks
 from ddp_lib.workers.faulty_ranks import raise_on_rank
 
 

@@ -11,8 +11,8 @@ from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
 from ddp_lib.launch import launch, run_ranks
+from ddp_lib.launch._worker_params import COMPILE_BACKENDS
 from ddp_lib.process_group import in_one_job
-from ddp_lib.worker_params import COMPILE_BACKENDS
 from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for, small_bucket_error
 from ddp_lib.workers.training_loop import (
     accumulate_and_clip,

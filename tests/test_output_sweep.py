@@ -13,12 +13,14 @@ import tempfile
 
 import pytest
 
-from ddp_lib import _output, launch
+from ddp_lib import launch
+from ddp_lib.launch import _output
 
 
 def _made_by_a_process_that_ended(tmp_path) -> str:
     """A folder made by the launcher's own function in a process that has since exited."""
-    made = subprocess.run([sys.executable, "-c", "from ddp_lib._output import owned_folder; print(owned_folder())"],
+    code = "from ddp_lib.launch._output import owned_folder; print(owned_folder())"
+    made = subprocess.run([sys.executable, "-c", code],
                           capture_output=True, text=True, env={**os.environ, "TMPDIR": str(tmp_path)}, check=True)
     return made.stdout.strip()
 

@@ -32,3 +32,22 @@ def test_the_readme_import_line_gives_run_ranks_and_the_package_names_only_modul
                 print(dist.get_world_size(), device)
     """)
     assert out.splitlines() == ["['hello from rank 0 of 2', 'hello from rank 1 of 2']"] * 2 + ["1 cpu"]
+
+
+def test_the_package_root_holds_only_what_a_user_imports_and_the_launcher_is_a_folder():
+    from pathlib import Path
+
+    import ddp_lib
+
+    root = Path(ddp_lib.__file__).parent
+    modules = sorted(p.stem for p in root.glob("*.py"))
+    assert modules == ["__init__", "__main__", "_live_magic", "_live_rank", "cli", "device", "errors", "forkserver",
+                       "lab_contents", "live", "mp", "ports", "process_group", "rank_files", "torchrun"]
+    launcher = sorted(p.stem for p in (root / "launch").glob("*.py"))
+    assert all(name.startswith("_") for name in launcher), launcher  # its internals are private
+    assert run_fresh("""
+        import sys
+        from ddp_lib.launch import _record, _rank_side
+        import ddp_lib.torchrun
+        print('torch' in sys.modules)
+    """) == "False\n"  # a rank under torchrun that never needs torch does not import it

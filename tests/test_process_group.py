@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp_lib.device import check_backend, default_backend
+from ddp_lib.device import default_backend
 from ddp_lib.errors import LaunchInputError
+from ddp_lib.launch._checks import launch_backend
 from ddp_lib.process_group import (
     DEFAULT_MASTER_PORT,
     backend_for,
@@ -72,7 +73,7 @@ def test_an_explicit_backend_is_validated(clean_env):
     with pytest.raises(ValueError, match="unknown backend 'smoke-signals'"):
         setup(0, 1, backend="smoke-signals")
     with pytest.raises(LaunchInputError, match="unknown backend 'smoke-signals'"):  # the launcher's check
-        check_backend("smoke-signals", 1)
+        launch_backend("smoke-signals", 1)
 
 
 def test_without_master_port_the_ranks_meet_on_the_tutorials_default(clean_env, monkeypatch):
@@ -107,7 +108,7 @@ def test_device_and_backend_choice_on_this_machine():
     else:
         assert device_for(0) == torch.device("cpu") and default_backend(4) == "gloo"
     assert backend_for(torch.device("cpu")) == "gloo" and backend_for(torch.device("cuda", 1)) == "nccl"
-    assert check_backend("GLOO", 2) == "gloo"
+    assert launch_backend("GLOO", 2) == "gloo"
 
 
 @pytest.mark.parametrize("gpus, local_rank, expected", [

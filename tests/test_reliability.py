@@ -8,8 +8,8 @@ import time
 import pytest
 
 from conftest import recorded_pids, start_kernel, wait_until_gone
-from ddp_lib._processes import pid_alive
 from ddp_lib.launch import run_ranks
+from ddp_lib.launch._processes import pid_alive
 from ddp_lib.workers.basic import demo_basic
 
 jupyter_client = pytest.importorskip("jupyter_client")

@@ -29,7 +29,8 @@ from ddp_lib.demos.spawning import (
     time_start_methods,
 )
 from ddp_lib.errors import LaunchInputError, WorkerError
-from ddp_lib.launch import FORKSERVER_PRELOAD, launch, run_ranks
+from ddp_lib.forkserver import FORKSERVER_PRELOAD
+from ddp_lib.launch import launch, run_ranks
 from ddp_lib.process_group import free_port
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import (

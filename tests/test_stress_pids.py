@@ -15,7 +15,7 @@ import pytest
 import stress_workers
 
 from ddp_lib import launch
-from ddp_lib._processes import OwnProcess
+from ddp_lib.launch._processes import OwnProcess
 
 needs_chosen_pids = pytest.mark.skipif(not stress_workers.can_choose_pids(),
                                        reason="choosing the next process id needs root on Linux")

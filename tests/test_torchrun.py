@@ -4,7 +4,9 @@ read back (a real job, and hand-made folders for the corner cases)."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import traceback
 import uuid
@@ -16,7 +18,16 @@ import torch
 from conftest import pythonpath_with_tests
 from ddp_lib.errors import LaunchInputError, LaunchTimeout
 from ddp_lib.launch import run_ranks
-from ddp_lib.rank_files import AGENT_ERROR_FILE, NO_FILES, UNKNOWN, agent_error, read_run, runs_in
+from ddp_lib.launch._record import (
+    AGENT_ERROR_FILE,
+    NO_FILES,
+    RESULT_FILE,
+    UNKNOWN,
+    agent_error,
+    load_result,
+    read_run,
+    runs_in,
+)
 from ddp_lib.torchrun import job_exit_code, read_job, run_nodes, run_torchrun, torchrun_command, with_log_dir
 from ddp_lib.workers.train import train
 
@@ -186,7 +197,8 @@ def _rank_folder(root: Path, local_rank: int, attempt: int = 0, run: str = "job_
 
 
 def test_a_rank_that_failed_as_a_peers_echo_is_not_blamed(tmp_path):
-    _rank_folder(tmp_path, 0, error="RuntimeError: [pair.cc:534] Connection closed by peer [10.0.0.2]:4211")
+    # As torch's @record writes it: only its type, a Dist*Error, says it may be a peer's echo.
+    _rank_folder(tmp_path, 0, error="DistBackendError: [pair.cc:534] Connection closed by peer [10.0.0.2]:4211")
     _rank_folder(tmp_path, 1, error="ValueError: bad batch")
     _rank_folder(tmp_path, 2)  # killed by a signal: no file but its output
     error = read_run([tmp_path]).error
@@ -258,7 +270,7 @@ def test_an_attempt_that_a_node_does_not_have_is_refused(tmp_path):
 
 
 def test_a_rank_killed_without_files_is_blamed_when_every_error_is_an_echo(tmp_path):
-    echo = "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4211"
+    echo = "DistBackendError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:4211"
     _rank_folder(tmp_path, 0, place=0, error=echo)
     _rank_folder(tmp_path, 1, place=1)  # killed by the out-of-memory killer: no error file
     _rank_folder(tmp_path, 2, place=2, error=echo.replace("closed", "reset"))
@@ -284,8 +296,10 @@ def test_a_rank_run_by_the_command_line_writes_its_result_without_json(tmp_path,
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert _run_this_rank(lambda rank, world_size: rank * 10, {}, as_json=False) == 0
     assert json.loads((folder / "rank.json").read_text()) == {"rank": 1, "group_rank": 1, "local_rank": 0,
-                                                              "world_size": 2, "local_world_size": -1}
-    assert json.loads((folder / "result.json").read_text()) == {"rank": 1, "result": 10}
+                                                              "world_size": 2, "local_world_size": -1,
+                                                              "pid": os.getpid()}
+    written = json.loads((folder / RESULT_FILE).read_text())
+    assert load_result(base64.b64decode(written.pop("pickle"))) == 10 and written == {"rank": 1, "result": 10}
     assert capsys.readouterr().out == "rank 1 returned 10\n"
 
 
@@ -367,7 +381,7 @@ def test_a_command_is_shown_without_what_changes_between_runs():
 
 def _rank_file_followed_once(log_dir, text: str):
     """A rank folder of ``log_dir`` whose stdout.log holds ``text``, and a follower that has printed it."""
-    from ddp_lib._output import FollowedFiles
+    from ddp_lib.launch._output import FollowedFiles
 
     folder = log_dir / "job_x1" / "attempt_0" / "0"
     folder.mkdir(parents=True)
@@ -420,7 +434,7 @@ def test_ctrl_c_during_run_torchrun_stops_torchrun_and_its_ranks_even_if_pressed
     from test_launch import communicate_or_show_stacks
 
     from conftest import pythonpath_with_tests, wait_until_gone
-    from ddp_lib._processes import descendants
+    from ddp_lib.launch._processes import descendants
 
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
@@ -449,7 +463,7 @@ def test_ctrl_c_during_run_torchrun_stops_torchrun_and_its_ranks_even_if_pressed
 
 def test_a_rank_folders_failure_reads_as_the_launchers_does(tmp_path):
     # One WorkerError for both: torch's build paths left out, redrawn lines in their last state.
-    from ddp_lib.rank_files import RankFiles, failure
+    from ddp_lib.launch._record import RankFiles, failure
 
     ok = RankFiles(0, tmp_path, finished=True, result=1)
     bad = RankFiles(1, tmp_path, finished=False, traceback="Traceback ...",
@@ -459,13 +473,13 @@ def test_a_rank_folders_failure_reads_as_the_launchers_does(tmp_path):
     assert error.failures == {1: "RuntimeError: Connection refused"}
     (tmp_path / "0").mkdir()
     (tmp_path / "0" / "stdout.log").write_bytes(b"epoch 1\r epoch 2\r epoch 3\ndone\n")
-    from ddp_lib.rank_files import _read
+    from ddp_lib.launch._record import _read
     assert _read(tmp_path / "0" / "stdout.log") == " epoch 3\ndone\n"
 
 
 def test_a_rank_folders_failure_keeps_every_line_of_the_workers_message(tmp_path):
     # Kept in TorchrunJob.error, never raised: no traceback shows the lines after the first.
-    from ddp_lib.rank_files import RankFiles, failure
+    from ddp_lib.launch._record import RankFiles, failure
 
     message = "RuntimeError: Error(s) in loading state_dict for MoonsNet:\n\tMissing key(s): \"fc1.weight\""
     bad = RankFiles(0, tmp_path, finished=False, traceback="Traceback ...", error=message)
@@ -476,21 +490,21 @@ def test_a_rank_folders_failure_keeps_every_line_of_the_workers_message(tmp_path
 
 
 def test_a_result_that_is_not_finite_is_written_as_valid_json():
-    from ddp_lib.rank_files import json_line
+    from ddp_lib.launch._record import json_line
 
     line = json_line({"rank": 0, "result": {"loss": float("nan"), "steps": [1.0, float("inf")]}})
     assert json.loads(line) == {"rank": 0, "result": {"loss": None, "steps": [1.0, None]}}
 
 
 def test_a_rank_killed_by_a_signal_without_a_name_is_described_not_a_crash():
-    from ddp_lib._job import _describe_exit
+    from ddp_lib.launch._job import _describe_exit
 
     assert _describe_exit(-9) == "was killed by SIGKILL before returning a result"
     assert _describe_exit(-40) == "was killed by <Unknown signal 40> before returning a result"
 
 
 def test_node_commands_give_every_node_one_meeting_place():
-    from ddp_lib.torchrun import _option, node_commands
+    from ddp_lib.launch._torchrun_command import _option, node_commands
 
     c10d = node_commands(TRAIN, nnodes=2, nproc_per_node=1, options=("--log-dir=/x",))
     assert c10d[0] == c10d[1] and _option(c10d[0], "rdzv-endpoint").startswith("127.0.0.1:")
@@ -499,3 +513,21 @@ def test_node_commands_give_every_node_one_meeting_place():
     assert [_option(cmd, "node-rank") for cmd in static] == ["0", "1"]
     assert [_option(cmd, "nproc-per-node") for cmd in static] == ["2", "1"]
     assert _option(static[0], "master-port") == _option(static[1], "master-port")
+
+
+def test_a_tensor_an_error_and_a_hang_read_the_same_through_the_launcher_and_torchrun():
+    from record_workers import expect_same_record
+
+    def through_torchrun(name: str, timeout: float = 120):
+        cmd = torchrun_command(["-m", "ddp_lib.torchrun", f"record_workers:{name}"], nproc_per_node=2)
+        job = run_torchrun(cmd, env={"PYTHONPATH": pythonpath_with_tests()}, timeout=timeout)
+        if job.error:
+            raise job.error
+        return job.results
+
+    def through_launcher(name: str, timeout: float = 120):
+        import record_workers
+
+        return run_ranks(getattr(record_workers, name), 2, timeout=timeout, show_output=False)
+
+    expect_same_record(through_launcher, through_torchrun)

@@ -47,7 +47,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_lab  # noqa: E402  (tools/ is not a package)
 
-from ddp_lib._job import FORKSERVER_NOTICE  # noqa: E402
+from ddp_lib.launch._forkserver import FORKSERVER_NOTICE  # noqa: E402
 
 ROOT = check_lab.ROOT
 LESSONS = ROOT / "notebooks"

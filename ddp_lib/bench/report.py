@@ -49,7 +49,7 @@ def run_main(argv: list[str], prog: str, doc: str, measure: Callable[..., dict],
              columns: list[tuple[str, str, str]], notes: Callable[[dict], str] | None = None) -> int:
     """Parse --quick/--repeats/--json, measure, then print a table (and notes) or JSON."""
     from ddp_lib.cli import OneLineParser
-    from ddp_lib.launch_checks import whole_number
+    from ddp_lib.launch._checks import whole_number
 
     def at_least_one(text: str) -> int:
         number = whole_number(text)

@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ddp_lib._processes import pid_alive
 from ddp_lib.errors import first_line
+from ddp_lib.launch._processes import pid_alive
 
 PREFIX = "ddpl"  # every namespace and link made here starts with it, then the owner's pid in hex
 SUBNET = "10.200.0"  # a private test range, used only inside the namespaces made here

@@ -18,10 +18,11 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from ddp_lib import rank_files
-from ddp_lib._processes import ctrl_c_held
 from ddp_lib.cluster.hosts import Host, kill_everything_in
-from ddp_lib.errors import WorkerError
+from ddp_lib.errors import LaunchTimeout, WorkerError
+from ddp_lib.launch import _record as rank_files
+from ddp_lib.launch._processes import ctrl_c_held
+from ddp_lib.launch._torchrun_jobs import ask_for_stacks, timeout_error
 from ddp_lib.torchrun import agent_env, clean_env, torchrun_command, with_log_dir
 
 RDZV_PORT = 29400  # torchrun's usual c10d rendezvous port
@@ -72,6 +73,8 @@ class HostsJob:
     results: list = field(default_factory=list)  # every finished rank's result, in rank order
     lines: list[str] = field(default_factory=list)  # what the ranks printed on stdout, in rank order
     error: WorkerError | None = None  # the failed rank, blamed as the launcher blames
+    # Ranks still running at the deadline, with where each was (as the launcher and torchrun's runner raise it).
+    timeout: LaunchTimeout | None = None
 
     @property
     def ok(self) -> bool:
@@ -92,6 +95,7 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
     kill what is still running then. ``env``: extra variables for every command.
     ``others_start_when``: start the first command alone, the others once this returns True."""
     start = time.monotonic()
+    stacks = None
     with ExitStack() as stack:
         run_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lib-hosts-"))
         placed = [with_log_dir(cmd, os.path.join(run_dir, f"node{i}")) for i, (_, cmd) in enumerate(runs)]
@@ -110,6 +114,8 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
                     if i not in ended and proc.poll() is not None:
                         ended[i] = time.monotonic() - start
                 time.sleep(0.05)
+            if len(ended) < len(procs):  # the deadline: where each rank still running was, as torchrun's runner asks
+                stacks = ask_for_stacks([folder for _, log_dir in placed for folder in rank_files.runs_in(log_dir)])
         finally:
             # At the deadline, on an error or Ctrl-C: nothing may outlive the call. SIGTERM first
             # (torchrun then stops its ranks), then whatever still runs on the hosts is killed.
@@ -136,4 +142,8 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
                                  raised))
         # c10d numbers the nodes itself: each rank wrote its global rank in its folder (rank.json).
         run = rank_files.read_run([log_dir for _, log_dir in placed])
+        folders = [folder for _, log_dir in placed for folder in rank_files.runs_in(log_dir)]
+        hung = timeout_error(timeout, folders, stacks) if stacks is not None else None
+    if hung and hung.running:  # stopped at the deadline, not failed: the ranks' silence is the hang's
+        return HostsJob(nodes, run.results, run.lines, None, hung)
     return HostsJob(nodes, run.results, run.lines, run.error)

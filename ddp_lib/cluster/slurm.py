@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from ddp_lib import rank_files
 from ddp_lib.cluster.hosts import Host, two_hosts
 from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
 from ddp_lib.errors import WorkerError
+from ddp_lib.launch import _record as rank_files
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "srun", "scontrol", "sinfo")

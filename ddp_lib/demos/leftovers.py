@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from ddp_lib._processes import pid_alive
+from ddp_lib.launch._processes import pid_alive
 
 
 def still_running(pid_dir: str) -> list[int]:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.multiprocessing as mp
 
-from ddp_lib.launch import FORKSERVER_PRELOAD
+from ddp_lib.forkserver import FORKSERVER_PRELOAD
 from ddp_lib.torchrun import stop_torchruns
 
 # The lines of torch/multiprocessing/spawn.py that make fn(i, *args) happen, as in torch 2.13, in

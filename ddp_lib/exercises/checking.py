@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from unittest import mock
 
-from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, is_peer_failure, own_line, readable, stopped_at
-from ddp_lib.launch_checks import check_worker
+from ddp_lib.errors import LaunchInputError, LaunchTimeout, WorkerError, own_line, readable, stopped_at
+from ddp_lib.launch._checks import check_worker
 
 COLLECTIVES = ("all_reduce", "reduce", "all_gather", "all_gather_object", "gather", "gather_object", "broadcast",
                "broadcast_object_list", "all_to_all")
@@ -109,7 +109,7 @@ def check_on_ranks(run: Callable, world_sizes, judge: Callable, args: tuple | Ca
 
 def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
     """One sentence for a failed rank: a broken collective, a kill (with its stderr's end) or an exception."""
-    if is_peer_failure(exc.exc_type, exc.message):  # its words depend on timing: say what happened
+    if exc.echo:  # raised inside a collective: its words depend on timing, say what happened
         return (f"rank {exc.rank}'s collective broke because another rank left it or never joined "
                 f"({exc.exc_type}); {COLLECTIVE_HINT}")
     if not exc.exc_type:  # it died: "was killed by SIGABRT before returning a result"
@@ -129,7 +129,7 @@ def failure(exc: WorkerError, hints: tuple[tuple[str, str], ...] = ()) -> str:
 
 def hang_report(exc: LaunchTimeout) -> str:
     """Where the ranks still running were when stopped (from their stacks), and what that suggests."""
-    places = {rank: stopped_at(exc.stacks[rank]) for rank in exc.running if rank in exc.stacks}
+    places = {rank: stopped_at(exc.stack_frames[rank]) for rank in exc.running if rank in exc.stack_frames}
     said = [f"rank {rank} was in {p.call}, called at {p.line}" if p.call and p.line else
             f"rank {rank} was at {p.line}" if p.line else
             f"rank {rank} was in {p.call}" + (", outside its worker" if p.outside_worker else "")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ddp_lib._job import FAILURE_GRACE_S
+from ddp_lib.launch._job import FAILURE_GRACE_S
 
 
 def hang_timeline(world_size: int = 3, timeout_s: float = 3.0, stop_s: float = FAILURE_GRACE_S) -> Figure:

@@ -6,7 +6,7 @@ has three parameters after ``rank`` and ``world_size``; :func:`worker_params` de
 ``Args:`` block). The command line builds its options from them, and :data:`RULES` declares,
 once, the values a parameter of a given name must have in ddp_lib's own workers (``epochs`` 1 or
 more, ``lr`` finite and above 0, ...), checked before any process starts by
-``ddp_lib.launch_checks.check_launch``. A worker of your own is checked against its ``Literal``
+``ddp_lib.launch._checks.check_launch``. A worker of your own is checked against its ``Literal``
 choices only: its ``lr`` or ``epochs`` are its own to check.
 """
 

@@ -3,7 +3,7 @@ process group too).
 
 ``ddp_lib.launch.run_job`` drives a :class:`Job`; this module knows nothing of stores (it only
 holds ``store`` so that it lives as long as the job) or environments, only of ranks and their
-pipes. Their output files are :mod:`ddp_lib._output`'s: a Job polls the live view of rank 0 while
+pipes. Their output files are :mod:`ddp_lib.launch._output`'s: a Job polls the live view of rank 0 while
 it waits and reads the files when it is done.
 """
 
@@ -12,79 +12,24 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import pickle
 import signal
 import sys
-import threading
 import time
 from multiprocessing.connection import wait
 
-from ddp_lib import _child
-from ddp_lib._output import LiveOutput
-from ddp_lib._processes import OwnProcess, children, ctrl_c_held, parent, pid_alive
-from ddp_lib.errors import LaunchStartError, blamed_rank
+from ddp_lib.errors import Failure, LaunchStartError, blamed_rank
+from ddp_lib.launch import _child, _stacks
+from ddp_lib.launch._forkserver import _forkserver_running, start_deaf_to_ctrl_c
+from ddp_lib.launch._output import LiveOutput
+from ddp_lib.launch._processes import OwnProcess, children, ctrl_c_held, parent
+from ddp_lib.launch._record import load_result
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 KILLED_WAIT_S = 10.0  # for a rank to end after SIGKILL (one in uninterruptible sleep may not)
 EXIT_GRACE_S = 10.0  # a rank that has returned gets this long to exit before it is stopped
 FAILURE_GRACE_S = 2.0  # to hear from other ranks after the first failure
-STACK_DUMP_WAIT_S = 0.5  # for ranks still running at the deadline to write their stacks
 OUTPUT_POLL_S = 0.1  # how often rank 0's new output is printed (and its progress bar redrawn) while the job runs
 BELOW_POLL_S = 0.1  # how often the processes below each rank are noted while the job runs
-
-
-# Printed when a notebook kernel starts its forkserver: the first launch's cell would otherwise
-# stay blank while the server imports torch. Fixed text, so that stored and fresh outputs match.
-FORKSERVER_NOTICE = ("starting the forkserver, the process that starts each rank: "
-                     "it imports torch once per kernel (5 to 20 s)")
-
-
-def _in_notebook_kernel() -> bool:
-    """Whether this process is a Jupyter kernel (JupyterLab, nbclient, Colab), not a script, the
-    command line or a terminal IPython. IPython is never imported here for the question."""
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
-    return getattr(shell, "kernel", None) is not None
-
-
-def _forkserver_running() -> bool:
-    """Whether this process's forkserver has been started and has not exited (not reaped here:
-    multiprocessing reaps it, and restarts it, in ensure_running)."""
-    from multiprocessing import forkserver
-
-    server = forkserver._forkserver
-    if not hasattr(server, "_forkserver_pid"):
-        return True  # internals of another Python version: say nothing rather than at every launch
-    pid = server._forkserver_pid
-    if pid is None:
-        return False
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
-    except (AttributeError, OSError):
-        return pid_alive(pid)
-
-
-def _start_forkserver_deaf_to_ctrl_c() -> None:
-    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored.
-
-    Jupyter's stop button sends SIGINT to the kernel's whole process group, the forkserver
-    included; multiprocessing ignores SIGINT in the forkserver only once it has imported its
-    preloaded modules, so a press during a kernel's first launch (torch being imported) killed
-    it. An ignored signal stays ignored across exec, and Python then installs no handler."""
-    from multiprocessing import forkserver
-
-    # Only in a notebook: a kernel starts one forkserver for all its launches, while each command
-    # line run starts its own, where the line would be noise printed every time.
-    if _in_notebook_kernel() and not _forkserver_running():
-        print(FORKSERVER_NOTICE, flush=True)
-    if threading.current_thread() is not threading.main_thread():
-        forkserver.ensure_running()  # signal handlers can only be changed from the main thread
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager
@@ -125,22 +70,22 @@ class Job:
         self.own: list[OwnProcess] = []
         self.conns: dict = {}  # reading end of each rank's result pipe, until heard from
         self.results: dict[int, object] = {}
-        self.failures: dict[int, tuple[str, str, str]] = {}
+        self.failures: dict[int, Failure] = {}
         self.exit_codes: dict[int, int | None] = {}  # rank -> exit code, for a rank that ended without a message
         # Ranks whose process sentinel reported an end while the rank still runs: a killed
         # forkserver reports every child it started as ended (exit code 255). They are watched
         # through their result pipes alone, so the deadline still holds.
         self.sentinel_lost: set[int] = set()
         self.running: list[int] = []
-        self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline
-        self.stack_starts: dict[int, int] = {}  # rank -> where that stack begins in its stderr file
+        self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline, as text
+        self.stack_frames: dict[int, list] = {}  # rank -> the same, as the rank wrote it (data)
         self.lifeline = None  # write end; closing it (or dying) ends every rank still alive
         self.stopped = False
         self.below: dict[int, OwnProcess] = {}  # every living process seen below a rank, by id
 
     def start(self) -> None:
         if self.ctx.get_start_method() == "forkserver":
-            _start_forkserver_deaf_to_ctrl_c()
+            start_deaf_to_ctrl_c()
         with _main_file_hidden_unless_real():
             self._start()
 
@@ -246,26 +191,13 @@ class Job:
         return True
 
     def dump_stacks(self, ranks: list[int]) -> None:
-        """Ask ``ranks`` (still running) to write their Python stacks (faulthandler) into
-        ``stacks``, to name where each was in the timeout error."""
-        if _child.STACK_DUMP_SIGNAL is None:
-            return
-        for rank in ranks:
-            size = self.specs[rank].output.stderr_size()
-            if size is None:
-                continue  # not started yet: it has no stack to show, and no handler for the signal
-            self.stack_starts[rank] = size
-            self.own[rank].signal(_child.STACK_DUMP_SIGNAL)
-        if not self.stack_starts:
-            return
-        time.sleep(STACK_DUMP_WAIT_S)
-        for rank in ranks:
-            start = self.stack_starts.get(rank)
-            if start is None:
-                continue
-            stack = self.specs[rank].output.stderr_since(start)
-            if stack is not None:
-                self.stacks[rank] = stack
+        """Ask ``ranks`` (still running) for their Python stacks, which each writes as data
+        (:mod:`ddp_lib.launch._stacks`), into ``stack_frames`` and, as text, ``stacks``, to name where
+        each was in the timeout error. A rank that has not started has none."""
+        asked = {rank: self.specs[rank].output.stack_files() for rank in ranks if self.specs[rank].output.started()}
+        for rank, threads in _stacks.ask(asked).items():
+            self.stack_frames[rank] = threads
+            self.stacks[rank] = _stacks.as_text(threads)
 
     def first_failure(self) -> int:
         """The rank to blame: the lowest one that failed on its own, rather than because a
@@ -289,18 +221,18 @@ class Job:
             if proc.exitcode == 0 and self.specs[rank].exit_like_torch:
                 self.results[rank] = None  # sys.exit(0) or os._exit(0): finished, as under torch
             else:
-                self.failures[rank] = ("", _describe_exit(proc.exitcode, self.specs[rank].output.started()), "")
+                self.failures[rank] = Failure("", _describe_exit(proc.exitcode, self.specs[rank].output.started()))
         else:
             try:
-                message = pickle.loads(blob)
+                message = load_result(blob)
             except Exception as exc:
-                self.failures[rank] = (type(exc).__qualname__,
-                                       f"its return value cannot be unpickled in the launching process: {exc}", "")
+                self.failures[rank] = Failure(type(exc).__qualname__,
+                                              f"its return value cannot be unpickled in the launching process: {exc}")
             else:
                 if message[0] == "ok":
                     self.results[rank] = message[1]
                 else:
-                    self.failures[rank] = message[1:]
+                    self.failures[rank] = Failure(*message[1:])
         del self.conns[rank]
         conn.close()
 
@@ -340,10 +272,7 @@ class Job:
                     conn.close()
                 if self.lifeline is not None:
                     self.lifeline.close()
-                if self.live:
-                    # The rest of rank 0's output, up to any stacks written at the deadline (they go in
-                    # the error); its files are closed.
-                    self.live.stop_stderr_at(self.stack_starts.get(0))
+                if self.live:  # the rest of rank 0's output; its files are closed
                     self.live.poll(final=True)
             self.stopped = True
 
@@ -389,9 +318,8 @@ class Job:
                 proc.close()
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
-        # A stack written at the deadline goes in the error, not in the rank's stderr: it
-        # holds thread addresses that change from run to run.
-        return {s.rank: s.output.read(stderr_limit=self.stack_starts.get(s.rank)) for s in self.specs}
+        # The stacks asked for at the deadline are in their own files (dump_stacks), not the rank's stderr.
+        return {s.rank: s.output.read() for s in self.specs}
 
 
 def signal_name(number: int) -> str:

@@ -5,7 +5,7 @@ carriage returns, a progress bar, is one line in its last state), the other rank
 rank order (:func:`print_other_ranks`). Under torchrun, whose ranks write their own files,
 :class:`FollowedFiles` prints them as they grow.
 
-The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib._job.Job`
+The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib.launch._job.Job`
 polls the live view and reads the files; :mod:`ddp_lib.launch` first removes the directories of
 killed launches (:func:`sweep_orphaned_logdirs`), then makes its own (:func:`output_dir`) and shows
 the rest.
@@ -26,8 +26,9 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-from ddp_lib._processes import pid_alive, start_time
+from ddp_lib.launch._processes import pid_alive, start_time
 
 
 def _label(rank: int) -> str:
@@ -157,6 +158,12 @@ class RankOutput:
     def stderr_path(self) -> str:
         return os.path.join(self.logdir, f"rank{self.rank}.err")
 
+    def stack_files(self) -> tuple[Path, Path]:
+        """Where the launcher asks this rank for its stacks, and where the rank writes them
+        (:mod:`ddp_lib.launch._stacks`)."""
+        return (Path(self.logdir, f"rank{self.rank}.stacks.request"),
+                Path(self.logdir, f"rank{self.rank}.stacks.json"))
+
     def capture(self) -> bool:
         """In the child: send this process's stdout and stderr (file descriptors 1 and 2, so what
         C code and subprocesses write too) to the rank's files, line by line. False when the output
@@ -178,25 +185,9 @@ class RankOutput:
         """Whether the rank got as far as capturing its output (the child's first act creates the files)."""
         return os.path.exists(self.stdout_path)
 
-    def stderr_size(self) -> int | None:
-        """Bytes in the rank's stderr file so far (None before the rank has created it)."""
-        try:
-            return os.path.getsize(self.stderr_path)
-        except OSError:
-            return None
-
-    def stderr_since(self, start: int) -> str | None:
-        """The rank's stderr from byte ``start`` on, as written (None if it cannot be read)."""
-        try:
-            with open(self.stderr_path, "rb") as f:
-                f.seek(start)
-                return f.read().decode("utf-8", errors="replace")
-        except OSError:
-            return None
-
-    def read(self, stderr_limit: int | None = None) -> tuple[str, str]:
-        """(stdout, stderr) as they stay on screen; only stderr's first ``stderr_limit`` bytes if given."""
-        return _read(self.stdout_path), _read(self.stderr_path, stderr_limit)
+    def read(self) -> tuple[str, str]:
+        """(stdout, stderr) as they stay on screen."""
+        return _read(self.stdout_path), _read(self.stderr_path)
 
 
 _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
@@ -231,11 +222,11 @@ def _redirect(fd: int, path: str) -> None:
     os.close(target)
 
 
-def _read(path: str, limit: int | None = None) -> str:
-    """The text of ``path``, its first ``limit`` bytes if given ("" if it does not exist)."""
+def _read(path: str) -> str:
+    """The text of ``path`` ("" if it does not exist)."""
     try:
         with open(path, "rb") as f:
-            data = f.read() if limit is None else f.read(limit)
+            data = f.read()
     except FileNotFoundError:
         return ""
     return output_text(data)
@@ -342,14 +333,11 @@ class _LiveStream:
         self.file = GrowingFile(path)
         self.target = target
         self.status = ""  # the unfinished line being redrawn (a progress bar), as on screen now
-        self.limit: int | None = None  # bytes past this are not shown (stacks written at the deadline)
 
     def take(self, final: bool) -> tuple[list[str], str]:
         """The lines finished since the last call (each in its last state), and the unfinished
         line if it is being redrawn ("" if none). ``final``: an unfinished line counts as finished."""
         data = self.file.unread()
-        if self.limit is not None:
-            data = data[:max(0, self.limit - self.file.offset)]
         cut = len(data) if final else data.rfind(b"\n") + 1
         self.file.offset += cut
         parts = _decode(data[:cut]).split("\n")
@@ -392,11 +380,6 @@ class LiveOutput:
                 self._show(stream, lines, status)
             if final and not keep_open:
                 stream.file.close()
-
-    def stop_stderr_at(self, limit: int | None) -> None:
-        """Show none of rank 0's stderr past byte ``limit`` (where stacks written at the deadline begin)."""
-        if len(self.streams) > 1:
-            self.streams[1].limit = limit
 
     def _show(self, stream: _LiveStream, lines: list[str], status: str) -> None:
         others = [s for s in self.streams if s is not stream and s.status] if self.shared_screen else []

@@ -1,8 +1,8 @@
 """What runs first in each child process that ddp_lib's launcher starts.
 
-It points the rank's stdout/stderr at its own files (:mod:`ddp_lib._output`), sets the rank's environment, imports the
-worker by name (so an edited module takes effect on the next launch), runs it and sends back
-its return value or its exception through a pipe. A watchdog ends the process, and every
+It points the rank's stdout/stderr at its own files (:mod:`ddp_lib.launch._output`), sets the
+rank's environment, imports the worker by name (so an edited module takes effect on the next
+launch), runs it and sends back its return value or its exception through a pipe. A watchdog ends the process, and every
 process it started, if the launching process dies, so a killed notebook kernel leaves nothing
 behind.
 """
@@ -21,14 +21,17 @@ import time
 import traceback
 from dataclasses import dataclass
 
-from ddp_lib._output import RankOutput, remove_if_left_by_the_dead
-from ddp_lib._processes import descendants, kill_all
+from ddp_lib.errors import Failure, failure_of
+from ddp_lib.launch._output import RankOutput, remove_if_left_by_the_dead
+from ddp_lib.launch._processes import descendants, kill_all
+from ddp_lib.launch._record import ResultNotSent, dump_result
+from ddp_lib.launch._stacks import answer_requests
 
 # How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone, and takes
 # a reference to the process groups it has created.
 WATCH_POLL_S = 0.02
-# The signal on which a rank writes every thread's Python stack to its stderr file: the
-# launcher sends it to ranks still running at the deadline, so the error can say where they were.
+# The signal on which a rank writes every thread's Python stack to its stderr file, for a person
+# (`kill -USR1 PID`); the launcher asks for the stacks as data instead (ddp_lib.launch._stacks).
 STACK_DUMP_SIGNAL = signal.SIGUSR1 if hasattr(signal, "SIGUSR1") else None
 
 
@@ -107,16 +110,15 @@ class _Reporter:
         self._lock = threading.Lock()
 
     def finish(self, code: int, message: tuple) -> None:
-        """Send ``message``, flush the streams and end the process at once (never returns)."""
+        """Send ``message`` (("ok", value) or ("error", *Failure)), flush the streams and end the
+        process at once (never returns). A value is sent as torchrun's ranks write theirs
+        (:func:`ddp_lib.launch._record.dump_result`)."""
         with self._lock:  # held until the process ends: nothing else is sent
             try:
-                blob = pickle.dumps(message)
-            except Exception as exc:
+                blob = dump_result(message)
+            except ResultNotSent as exc:
                 code = 1
-                # Not "raised ...": the worker returned; what failed is sending its value back.
-                blob = pickle.dumps(("error", "", f"returned a value that cannot be pickled, so it cannot be sent "
-                                     f"back ({type(exc).__qualname__}: {exc}); return plain data (numbers, "
-                                     "strings, lists, dicts, tensors)", traceback.format_exc()))
+                blob = dump_result(("error", *Failure("", str(exc), traceback.format_exc(), time=time.time())))
             _flush_streams()
             self._conn.send_bytes(blob)
             _leave(code)
@@ -178,7 +180,7 @@ def _watch(store_env: dict[str, str] | None, reporter: _Reporter, kept: set) -> 
         _keep_process_groups(kept)
         problem = _store_env_changed(store_env) if store_env else None
         if problem:
-            reporter.finish(1, ("error", "", problem, ""))
+            reporter.finish(1, ("error", *Failure("", problem, time=time.time())))
 
 
 def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
@@ -204,8 +206,8 @@ def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
         sys.setprofile(None)
 
 
-def _describe(exc: BaseException) -> tuple[str, str, str]:
-    """(type name, message, traceback text) of ``exc``, even when its ``__str__`` raises."""
+def _describe(exc: BaseException) -> Failure:
+    """The record of ``exc`` (:class:`ddp_lib.errors.Failure`), even when its ``__str__`` raises."""
     try:
         message = str(exc)
     except Exception as str_error:
@@ -219,7 +221,7 @@ def _describe(exc: BaseException) -> tuple[str, str, str]:
             tb = "".join(traceback.format_exception(exc))
     except Exception:
         tb = "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__qualname__}: {message}\n"
-    return type(exc).__qualname__, message, tb
+    return failure_of(exc, message, tb)
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -237,7 +239,8 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
     """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
     if not spec.output.capture():  # the output directory is gone: the launcher died while this rank started
         os._exit(1)
-    write_stacks_on_signal()
+    write_stacks_on_signal()  # for a person's `kill -USR1`; the launcher asks through answer_requests
+    answer_requests(*spec.output.stack_files())
     _own_process_group()
     if inherited_lifeline_fd is not None:
         os.close(inherited_lifeline_fd)  # under fork every child inherits the write end

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ddp_lib.errors import LaunchInputError
-from ddp_lib.worker_params import NEEDS, is_ddp_lib_worker, value_problem, worker_params
+from ddp_lib.launch._worker_params import NEEDS, is_ddp_lib_worker, value_problem, worker_params
 
 # Nothing here imports torch at module level (the backend checks import it when called), so that
 # ``python -m ddp_lib`` can check the environment before torch reads it at import.
@@ -202,9 +202,9 @@ def check_timeout(timeout: object) -> float | None:
 def check_worker_arguments(fn: Callable, args: tuple, kwargs: dict, *, passes_world_size: bool = True,
                            as_flags: bool = False) -> None:
     """Refuse a value the worker's signature rules out: a choice outside its ``Literal[...]``, or, for
-    ddp_lib's own workers, one that :data:`ddp_lib.worker_params.RULES` declares wrong for a parameter
+    ddp_lib's own workers, one that :data:`ddp_lib.launch._worker_params.RULES` declares wrong for a parameter
     of that name (``epochs=0``, ``lr=float("nan")``), or a parameter given without the one it needs
-    (:data:`ddp_lib.worker_params.NEEDS`: ``resume`` without ``checkpoint_dir``). Arguments that do
+    (:data:`ddp_lib.launch._worker_params.NEEDS`: ``resume`` without ``checkpoint_dir``). Arguments that do
     not fit the signature at all are left to the worker, whose TypeError then names the rank.
     ``passes_world_size``: the worker is called as fn(rank, world_size, ...) (else fn(i, ...), as by
     torch.multiprocessing); ``as_flags``: name the value as the command line's option (``--epochs``)."""
@@ -335,6 +335,21 @@ def check_takes_rank_first(name: str, fn) -> None:
         "WORLD_SIZE from the environment, runs with torchrun instead)")
 
 
+def launch_backend(backend: object, world_size: int) -> str:
+    """The backend of a launch of ``world_size`` ranks: the device rule's default for None, else
+    ``backend`` checked by ``ddp_lib.process_group.check_backend`` (the one check, also run by each
+    rank), its ValueError raised as LaunchInputError."""
+    from ddp_lib.device import default_backend  # imports torch
+    from ddp_lib.process_group import check_backend
+
+    if backend is None:
+        return default_backend(world_size)
+    try:
+        return check_backend(backend, world_size)
+    except ValueError as e:
+        raise LaunchInputError(str(e)) from None
+
+
 def check_launch(fn: Callable, world_size: object, args: object = (), kwargs: object = None, *,
                  backend: object = None, start_method: object = None, timeout: object = None, env: object = None,
                  show_output: object = True, passes_world_size: bool = True, as_flags: bool = False) -> Launch:
@@ -342,8 +357,6 @@ def check_launch(fn: Callable, world_size: object, args: object = (), kwargs: ob
     the children) and its arguments (picklable, values its signature allows), ``env`` together with
     the environment the ranks inherit, the backend (default: the device rule's), the start method,
     the timeout and ``show_output``. ``passes_world_size`` and ``as_flags``: see :func:`check_worker_arguments`."""
-    from ddp_lib.device import check_backend, default_backend  # imports torch
-
     world_size = check_world_size(world_size)
     if not (show_output is True or show_output is False or show_output == "stdout"):
         raise LaunchInputError(f"show_output must be True, False or 'stdout', got {show_output!r}")
@@ -352,6 +365,6 @@ def check_launch(fn: Callable, world_size: object, args: object = (), kwargs: ob
     fn_ref = check_worker(fn)
     check_worker_arguments(fn, args, kwargs, passes_world_size=passes_world_size, as_flags=as_flags)
     env = check_env(env, world_size)
-    backend = default_backend(world_size) if backend is None else check_backend(backend, world_size)
+    backend = launch_backend(backend, world_size)
     return Launch(fn_ref, world_size, args, kwargs, backend, check_start_method(start_method),
                   check_timeout(timeout), env)

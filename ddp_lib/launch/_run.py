@@ -18,19 +18,20 @@ terminal.
 
 from __future__ import annotations
 
-import multiprocessing
+import errno
 import os
 import pickle
-import re
 import socket
 import sys
 from dataclasses import dataclass, field
 
 import torch.distributed as dist
 
-from ddp_lib import _child
-from ddp_lib._job import Job
-from ddp_lib._output import (
+from ddp_lib.errors import Failure, LaunchInterrupted, LaunchTimeout, WorkerError, with_silent_ranks
+from ddp_lib.launch import _child
+from ddp_lib.launch._checks import Launch, check_launch
+from ddp_lib.launch._job import Job
+from ddp_lib.launch._output import (
     RankOutput,
     live_view,
     output_dir,
@@ -38,22 +39,12 @@ from ddp_lib._output import (
     print_other_ranks,
     sweep_orphaned_logdirs,
 )
-from ddp_lib._processes import stop_to_the_end
-from ddp_lib.errors import (
-    LaunchInterrupted,
-    LaunchTimeout,
-    WorkerError,
-    is_peer_failure,
-)
-from ddp_lib.forkserver import FORKSERVER_PRELOAD
-from ddp_lib.launch_checks import Launch, check_launch
+from ddp_lib.launch._processes import stop_to_the_end
 from ddp_lib.ports import port_holder
 from ddp_lib.process_group import BACKEND_ENV, threads_per_rank
 
 LAUNCH_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never ends
 
-_PORT_IN_USE = re.compile(r"(?:EADDRINUSE|address already in use|failed to listen).*?port: (\d+)|"
-                          r"port: (\d+).*?(?:EADDRINUSE|address already in use)", re.I | re.S)
 
 
 @dataclass
@@ -93,7 +84,7 @@ def launch(fn, world_size: int, args: tuple = (), kwargs: dict | None = None, *,
 
 
 def start(checked: Launch, show_output: bool | str = True) -> LaunchResult:
-    """Run a launch that :func:`ddp_lib.launch_checks.check_launch` has checked (as :func:`launch` does)."""
+    """Run a launch that :func:`ddp_lib.launch._checks.check_launch` has checked (as :func:`launch` does)."""
     with _loopback_store() as store:
         envs = rank_environments(checked.world_size, checked.backend, checked.env, store_port=store.port)
         return run_job(checked.fn_ref, checked.world_size, (checked.args, checked.kwargs), envs,
@@ -137,36 +128,35 @@ def run_job(fn_ref: str, world_size: int, args_kwargs: tuple[tuple, dict], envs:
         outputs = job.read_outputs()
     print_other_ranks(outputs, show_output)
     if job.failures:
+        silent = [r for r in range(world_size) if r not in job.failures and r not in job.results]
+        failures, hint = with_silent_ranks(job.failures, silent)
         rank = job.first_failure()
-        exc_type, message, tb = job.failures[rank]
-        hint = _hint(exc_type, message, tb) or _peer_hint(job, rank)
-        raise WorkerError.blaming(job.failures, outputs, hint, pid=job.pids[rank], exit_code=job.exit_codes.get(rank))
+        raise WorkerError.blaming(failures, outputs, _port_hint(failures[rank]) or hint, pid=job.pids[rank],
+                                  exit_code=job.exit_codes.get(rank))
     if job.running:
-        raise LaunchTimeout(timeout, job.running, outputs, job.stacks)
+        raise LaunchTimeout(timeout, job.running, outputs, job.stacks, job.stack_frames)
     return LaunchResult([job.results[r] for r in range(world_size)],
                         [outputs[r][0] for r in range(world_size)], [outputs[r][1] for r in range(world_size)])
 
 
-def _peer_hint(job: Job, rank: int) -> str:
-    """When the rank blamed failed only because a peer did (every failure heard is of that kind)
-    while other ranks never reported, name those: the one that failed first is among them."""
-    exc_type, message, _ = job.failures[rank]
-    silent = [r for r in range(job.world_size) if r not in job.failures and r not in job.results]
-    if not silent or not is_peer_failure(exc_type, message):
+def _port_hint(failure: Failure) -> str:
+    """What to do when the rank could not listen on its MASTER_PORT (a DistNetworkError, whose
+    record keeps the port) because another process holds it: found by binding the port here
+    (errno EADDRINUSE), not from the error's words."""
+    if failure.port is None or not _port_taken(failure.port):
         return ""
-    ranks = f"rank {silent[0]}" if len(silent) == 1 else f"ranks {', '.join(map(str, silent))}"
-    return f" (launcher: {ranks} had not reported when the job was stopped; see their output)"
+    holder = port_holder(failure.port)
+    return (f" (port {failure.port} is already taken{f' by {holder}' if holder else ''}: stop it, or set "
+            "MASTER_PORT to a free port)")
 
 
-def _hint(exc_type: str, message: str, tb: str) -> str:
-    """What to do about a few failures whose own message does not say."""
-    found = _PORT_IN_USE.search(message) or _PORT_IN_USE.search(tb)
-    if found:
-        port = int(found.group(1) or found.group(2))
-        holder = port_holder(port)
-        return (f" (port {port} is already taken{f' by {holder}' if holder else ''}: stop it, or set "
-                "MASTER_PORT to a free port)")
-    return ""
+def _port_taken(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("", port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 class _loopback_store:
@@ -229,11 +219,3 @@ def rank_environments(world_size: int, backend: str, extra: list[dict[str, str]]
         base.setdefault("GLOO_SOCKET_IFNAME", loopback)
     extra = extra or [{}] * world_size
     return [{**base, **extra[r], "RANK": str(r), "LOCAL_RANK": str(r)} for r in range(world_size)]
-
-
-# Set on import, not at the first launch: the forkserver is one per process and keeps the
-# preload it started with, so a raw mp.start_processes(..., "forkserver") run first would
-# otherwise leave every later launch importing torch afresh.
-if "forkserver" in multiprocessing.get_all_start_methods():
-    multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
-

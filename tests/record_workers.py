@@ -1,0 +1,47 @@
+"""Workers that return a tensor, raise, or hang: the same record whichever way their ranks start
+(the launcher, torchrun, the two hosts). Imports torch only when returning a tensor."""
+
+import time
+
+
+def tensor(rank, world_size):
+    import torch
+
+    return torch.arange(3) * (rank + 1)
+
+
+def fails(rank, world_size):
+    if rank == 1:
+        raise ValueError(f"rank {rank} of {world_size} cannot go on")
+    return rank
+
+
+def hangs(rank, world_size):
+    while True:
+        time.sleep(0.05)  # the line each rank's stack names
+
+
+HANG_LINE = 'record_workers.py", line 21 in hangs'  # faulthandler's line for the sleep in hangs()
+
+
+def expect_same_record(*runners, hang_timeout: float = 15) -> None:
+    """Each runner (``run(name, timeout)``: the workers above on 2 ranks, its results returned or its
+    error raised) gives the same tensors, the same WorkerError text and the same stack at a hang."""
+    import pytest
+    import torch
+
+    from ddp_lib.errors import LaunchTimeout, WorkerError
+
+    for run in runners:
+        results = run("tensor", 120)
+        assert all(isinstance(r, torch.Tensor) for r in results), results
+        assert [r.tolist() for r in results] == [[0, 1, 2], [0, 2, 4]]
+        with pytest.raises(WorkerError) as failed:
+            run("fails", 120)
+        assert str(failed.value) == "rank 1 raised ValueError: rank 1 of 2 cannot go on"
+        assert failed.value.failures == {1: "ValueError: rank 1 of 2 cannot go on"}
+        with pytest.raises(LaunchTimeout) as hung:
+            run("hangs", hang_timeout)
+        assert hung.value.running == [0, 1]
+        for rank in (0, 1):
+            assert HANG_LINE in hung.value.stacks[rank], hung.value.stacks
