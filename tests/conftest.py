@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp_lib._processes import pid_alive
+from ddp_lib.launch._processes import pid_alive
 
 TESTS = str(Path(__file__).parent)  # the test workers' modules (launcher_workers, cli_workers, ...)
 
@@ -87,7 +87,7 @@ def cli_in_process(monkeypatch, capsys):
 
         out = cli_in_process("run", "hello", "--world-size", "0", env={"OMP_NUM_THREADS": "2"})
     """
-    from ddp_lib import _job
+    from ddp_lib.launch import _job
 
     def no_process(*args, **kwargs):
         raise AssertionError("a rank was started: the input should have been refused first")

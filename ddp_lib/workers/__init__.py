@@ -3,7 +3,7 @@
 ``WORKERS`` names the ones ``python -m ddp_lib run NAME`` can start: where each function lives
 and one line on what it shows. Their command-line options are not listed here: the command
 line reads them from each function's signature, annotations and docstring
-(:mod:`ddp_lib.worker_params`), so they cannot drift apart. Modules are imported only when a
+(:mod:`ddp_lib.launch._worker_params`), so they cannot drift apart. Modules are imported only when a
 worker is run or its options are asked for.
 """
 
