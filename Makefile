@@ -20,7 +20,7 @@ LINTED := ddp_lib tests tools notebooks
 # of them, in order, keeps apart the files that share a port or the machine's network namespaces, and
 # starts the longest first (add --unit-seconds to print what each took).
 JOBS ?= 2
-PARALLEL := -n $(JOBS) --dist loadfile
+PARALLEL := -n $(JOBS) --dist loadfile --durations=25
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 .PHONY: install test test-browser test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book book-serve clean

@@ -1,6 +1,5 @@
 """ddp_lib.demos.torchrun_view under a real torchrun, and ddp_lib.demos.finally_barrier's hidden root error."""
 
-import re
 import subprocess
 import sys
 
@@ -27,7 +26,9 @@ def test_a_barrier_in_finally_hides_the_root_error():
                            nprocs=2, start_method="forkserver")
     except mp.ProcessRaisedException as failure:
         last = failure.msg.strip().splitlines()[-1]
-        assert re.search("Timed out|Connection (closed|reset)", last), last
-        assert not last.startswith("ValueError")
+        # gloo words the peer's failure several ways (a timeout, a closed connection, "Application
+        # timeout caused pair closure"); what matters is that the group's RuntimeError is reported,
+        # not rank 1's own ValueError.
+        assert last.startswith("RuntimeError"), last
     else:
         raise AssertionError("the job should fail")
