@@ -14,6 +14,8 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ddp_lib.process_group import teardown
+
 
 @contextlib.contextmanager
 def one_process_group():
@@ -22,7 +24,7 @@ def one_process_group():
     try:
         yield
     finally:
-        dist.destroy_process_group()
+        teardown()  # not destroy_process_group alone: the pause there avoids gloo's shutdown deadlock
 
 
 def _buffer_broadcasts(run) -> int:
