@@ -87,7 +87,7 @@ JOBS = [
 # Each worker module is imported from its own directory, which holds only the files the README
 # names for it. ddp_lib is made unimportable first, in this process and in its children.
 RUNNER = textwrap.dedent('''
-    import importlib, os, sys, time
+    import importlib, os, socket, sys, time
     sys.modules["ddp_lib"] = None  # the package is installed in this environment: hide it
     import torch
     import torch.multiprocessing as mp
@@ -104,7 +104,21 @@ RUNNER = textwrap.dedent('''
             if port:
                 # A group after the first needs a store of its own: torch names the default
                 # group's keys the same each time, so a reused store hands out the last group's
-                # addresses (torchrun's store lives as long as the job).
+                # addresses (torchrun's store lives as long as the job). Rank 0 picks the port
+                # just before the group binds it: one picked at the start can be taken meanwhile
+                # by any connection's ephemeral port (the OS hands them out from the same range).
+                port_file = os.path.join(root, f"port.{sys.argv[1]}.{job}")
+                if rank == 0:
+                    with socket.socket() as s:
+                        s.bind(("127.0.0.1", 0))
+                        port = s.getsockname()[1]
+                    with open(port_file + ".tmp", "w") as f:
+                        f.write(str(port))
+                    os.replace(port_file + ".tmp", port_file)
+                while not os.path.exists(port_file):
+                    time.sleep(0.01)
+                with open(port_file) as f:
+                    port = int(f.read())
                 os.environ["MASTER_PORT"] = str(port)
                 os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
             sys.path.insert(0, os.path.join(root, module))
@@ -232,11 +246,11 @@ def copied(tmp_path_factory):
 
 
 def _jobs(root: pathlib.Path, tag: str) -> list:
-    """JOBS with paths filled in and, after the first (which uses the launch's own settings), a
-    free port for each."""
+    """JOBS with paths filled in and, after the first (which uses the launch's own settings), True:
+    that job's group gets a port of its own, picked by rank 0 when the job starts."""
     (root / tag).mkdir()
     return [(m, n, {k: v.replace("{tmp}", str(root / tag)) if isinstance(v, str) else v for k, v in kw.items()},
-             free_port() if i else None)
+             bool(i))
             for i, (m, n, kw) in enumerate(JOBS)]
 
 
