@@ -72,7 +72,17 @@ def test_the_minimal_script_runs_under_mp_spawn(script):
         port = sock.getsockname()[1]
     (script / "launch.py").write_text(launcher.replace('"29500"', f'"{port}"'))
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR")}
-    done = subprocess.run([sys.executable, "launch.py"], cwd=script, capture_output=True, text=True, timeout=180,
-                          env=env)
+    for attempt in range(2):
+        done = subprocess.run([sys.executable, "launch.py"], cwd=script, capture_output=True, text=True,
+                              timeout=180, env=env)
+        # torch's own abort at exit (about 1 run in 15 on two cores; lesson 02, "Deeper: the rare abort
+        # at exit"): a rank's training and save are done, then, while Python shuts down, a gloo thread
+        # still freeing DDP's last all-reduce is ended by the interpreter and C++ calls std::terminate.
+        # That run is tried once more; any other failure, or the abort twice, fails the test.
+        aborted_at_exit = ("terminate called without an active exception" in done.stderr
+                           and "terminated with signal SIGABRT" in done.stderr and (script / "model.pt").is_file())
+        if not (aborted_at_exit and attempt == 0):
+            break
+        (script / "model.pt").unlink()
     assert done.returncode == 0, done.stderr[-3000:]
     assert (script / "model.pt").is_file()

@@ -15,6 +15,7 @@ from ddp_lib.demos import hung_ranks, leftovers, monitored
 from ddp_lib.errors import LaunchInputError, Stopped, WorkerError, readable, stopped_at
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import run_ranks
+from ddp_lib.torchrun import torchrun_command
 from ddp_lib.workers import failure_lab as lab
 from ddp_lib.workers import faulty_ranks
 
@@ -331,25 +332,14 @@ def test_a_rank_killed_in_a_collective_is_noticed_by_every_survivor_within_the_t
     assert all(0 <= r["failed_at"] - died_at < 5.0 for r in records.values())
 
 
-def test_root_cause_lines_keep_the_root_cause_and_the_stopped_ranks():
-    stderr = """Failures:
-[1]:
-  time      : 2026-12-01_21:54:39
-  rank      : 0 (local_rank: 0)
-  exitcode  : -15 (pid: 25225)  (SIGTERM)
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-12-01_21:54:37
-  rank      : 1 (local_rank: 1)
-  exitcode  : 1 (pid: 25226)
-  traceback : Traceback (most recent call last):
-      raise ValueError("rank 1 read a corrupt batch")
-  ValueError: rank 1 read a corrupt batch
-
-============================================================
-"""
-    assert hung_ranks.root_cause_lines(stderr) == [
-        "root cause: rank 1, exit code 1, ValueError: rank 1 read a corrupt batch",
-        "stopped by torchrun: rank 0, exit code -15"]
-    assert hung_ranks.root_cause_lines("") == ["no failure summary"]
+def test_a_torchrun_crash_is_read_from_the_error_files():
+    # The crash demo of lesson 07 under real torchrun: rank 1 raises. (Lesson 07's hang cell, compared
+    # by nbval, checks the stacks the ranks dump while they wait.)
+    crash = hung_ranks.run_and_dump_stacks(
+        torchrun_command(["-m", "ddp_lib.demos.torchrun_failures", "crash"], nproc_per_node=2), world_size=2)
+    assert crash.returncode == 1
+    assert set(crash.errors) == {1} and crash.errors[1]["message"] == "ValueError: rank 1 read a corrupt batch"
+    assert hung_ranks.root_cause_lines(crash.errors, 2) == [
+        "root cause (earliest error file): rank 1, ValueError: rank 1 read a corrupt batch",
+        "rank 0: no error file (it did not raise)"]
+    assert hung_ranks.root_cause_lines({}, 2) == ["no error file: no rank raised"]
