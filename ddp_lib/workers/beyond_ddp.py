@@ -272,8 +272,7 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
     Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks of this rank's groups),
     "placements", "local_shapes" (of each parameter), "collectives" (the step's c10d operators and
     what gloo ran for them, by name), "grad_checksum" (of this rank's gradient shards), "loss",
-    "global_batch_gap" (largest
-    difference of the gradient from one process's on all 4 ranks' batches)}.
+    "global_batch_gap" (largest difference of the gradient from one process's on all 4 ranks' batches)}.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
