@@ -270,9 +270,9 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
         seed: seed of the weights and the data.
 
     Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks of this rank's groups),
-    "placements", "local_shapes" (of each parameter), "collectives" (the step's c10d operators, by
-    name), "grad_checksum" (of this rank's gradient shards), "loss", "global_batch_gap" (largest
-    difference of the gradient from one process's on all 4 ranks' batches)}.
+    "placements", "local_shapes" (of each parameter), "collectives" (the step's c10d operators and
+    what gloo ran for them, by name), "grad_checksum" (of this rank's gradient shards), "loss",
+    "global_batch_gap" (largest difference of the gradient from one process's on all 4 ranks' batches)}.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -290,7 +290,7 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
         with profile(activities=[ProfilerActivity.CPU]) as trace:
             loss = nn.functional.mse_loss(model(x), y)
             loss.backward()
-        counts = Counter(e.name for e in trace.events() if e.name.startswith("c10d::"))
+        counts = Counter(e.name for e in trace.events() if e.name.startswith(("c10d::", "gloo:")))  # asked, ran
         # One process on all 4 ranks' batches: HSDP's gradient must be that one's average.
         reference = make_deep_mlp(width=width, layers=1, seed=seed)
         everything = [batch(0, r, batch_size, width, seed) for r in range(world_size)]

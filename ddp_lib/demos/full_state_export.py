@@ -1,0 +1,38 @@
+"""Lesson 10: export an FSDP2 model as one ordinary state dict, on rank 0, for a single-process user.
+
+``get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))``
+all-gathers every sharded parameter; with ``cpu_offload`` only rank 0 keeps the result, in CPU
+memory, and every other rank gets an empty dict.
+"""
+
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn import Linear
+
+from ddp_lib.process_group import process_group
+from ddp_lib.workers.beyond_ddp import make_deep_mlp
+
+
+def full_state_export(rank: int, world_size: int, width: int = 256, layers: int = 4, seed: int = 0) -> dict:
+    """Shard ``make_deep_mlp`` with FSDP2 (each Linear a unit), export its full state dict and load
+    it into a plain copy. Returns {"rank", "entries" (how many this rank got), "plain_tensors" (none
+    of them a DTensor), "loads_into_plain_model" (rank 0: the export loads into an unsharded model
+    with equal weights; other ranks: None)}."""
+    with process_group(rank, world_size):
+        model = make_deep_mlp(width=width, layers=layers, seed=seed)
+        for layer in model:
+            if isinstance(layer, Linear):
+                fully_shard(layer)
+        fully_shard(model)
+        full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        loads = None
+        if full:
+            plain = make_deep_mlp(width=width, layers=layers, seed=seed + 1)  # other weights, then the export
+            plain.load_state_dict(full)
+            reference = make_deep_mlp(width=width, layers=layers, seed=seed)
+            loads = all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(), reference.state_dict().values()))
+        return {"rank": rank, "entries": len(full),
+                "plain_tensors": not any(isinstance(t, DTensor) for t in full.values()),
+                "loads_into_plain_model": loads}
