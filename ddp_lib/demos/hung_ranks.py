@@ -81,8 +81,14 @@ def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, t
         errors = error_files(log_dir)
     dumps = {}
     for (rank, start), (_, end) in zip(stacks_at, stacks_at[1:] + [(None, len(stderr))]):
-        # What the rank wrote to stderr after its signal, up to the first blank line: the dump.
-        dumps[rank] = stderr[start:end].split("\n\n")[0].strip()
+        # For display: the lines of faulthandler's format that the rank wrote to stderr after its
+        # signal, up to the first other line (torchrun's log, another rank's traceback).
+        lines = []
+        for line in stderr[start:end].splitlines():
+            if not line.startswith(("Current thread ", "Thread 0x", "  File ")):
+                break
+            lines.append(line)
+        dumps[rank] = "\n".join(lines)
     return Finished(proc.returncode, stdout, stderr, dumps, errors)
 
 
