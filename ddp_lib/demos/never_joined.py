@@ -1,0 +1,40 @@
+"""Lesson 01: a rank that never joins. Two ranks start, but each says the world has three ranks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+
+def join_without_last_rank(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
+    """Call ``init_process_group`` on gloo with ``world_size`` ranks and a ``timeout_s`` timeout. Launch
+    it with ``nprocs=world_size - 1``: the last rank is never started. Returns this rank's error as
+    "Type: first line" ("joined" if none came) and the seconds it waited."""
+    start = time.monotonic()
+    try:
+        with _c_stderr_closed():  # torch's C++ also logs its socket timeouts, with addresses and times
+            dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                                    timeout=timedelta(seconds=timeout_s))
+    except Exception as error:  # noqa: BLE001 - the error is what this demo reports
+        return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}",
+                "waited": time.monotonic() - start}
+    dist.destroy_process_group()
+    return {"error": "joined", "waited": time.monotonic() - start}
+
+
+@contextlib.contextmanager
+def _c_stderr_closed():
+    """Send file descriptor 2 to /dev/null for the block, then restore it."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(devnull)
+        os.close(saved)
