@@ -64,9 +64,9 @@ def test_a_cuda_only_group_given_a_cpu_tensor_raises_torchs_error():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the checkpoint loads onto cuda:0")
 def test_the_committed_gpu_checkpoint_needs_map_location_here():
-    assert placement_demos.load_checkpoint(str(CHECKPOINT)).startswith(
+    assert placement_demos.load_and_report(str(CHECKPOINT)).startswith(
         "RuntimeError: Attempting to deserialize object on a CUDA device")
-    assert placement_demos.load_checkpoint(str(CHECKPOINT), map_location="cpu") == "loaded; tensors on cpu"
+    assert placement_demos.load_and_report(str(CHECKPOINT), map_location="cpu") == "loaded; tensors on cpu"
 
 
 def test_the_pictures_draw():

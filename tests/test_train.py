@@ -22,7 +22,7 @@ from ddp_lib.demos.training_runs import (
 from ddp_lib.demos.training_runs import train_with_switches as train
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import launch, run_ranks
-from ddp_lib.workers.train import latest_checkpoint, list_checkpoints, save_checkpoint
+from ddp_lib.workers.train import latest_checkpoint, list_checkpoints, save_epoch_file
 from ddp_lib.workers.train import train as copied_train  # the file a learner copies; train: the lesson's, around it
 from ddp_lib.workers.train_pitfalls import state_dict_keys, train_runs, uneven_batches
 
@@ -93,7 +93,7 @@ def test_a_crash_while_saving_leaves_the_previous_checkpoint_intact(tmp_path, mo
 
 def test_the_copied_save_leaves_the_previous_checkpoint_whole_when_it_crashes(tmp_path, monkeypatch):
     first, second = (os.path.join(str(tmp_path), f"epoch_00{e}.pt") for e in (1, 2))
-    save_checkpoint(first, {"epoch": 1, "w": torch.ones(3)})
+    save_epoch_file(first, {"epoch": 1, "w": torch.ones(3)})
 
     def crash(obj, f, *args, **kwargs):
         f.write(b"half a checkpoint")
@@ -101,7 +101,7 @@ def test_the_copied_save_leaves_the_previous_checkpoint_whole_when_it_crashes(tm
 
     monkeypatch.setattr(torch, "save", crash)
     with pytest.raises(KeyboardInterrupt):
-        save_checkpoint(second, {"epoch": 2, "w": torch.zeros(3)})
+        save_epoch_file(second, {"epoch": 2, "w": torch.zeros(3)})
     assert not os.path.exists(second)
     assert list_checkpoints(str(tmp_path)) == ["epoch_001.pt"]  # its .tmp file is no checkpoint
     assert latest_checkpoint(str(tmp_path)) == first and read_checkpoint(first)["epoch"] == 1
@@ -123,7 +123,7 @@ def test_resume_after_epoch_1000_continues_from_1000(tmp_path):
     run_ranks(copied_train, 2, kwargs=dict(epochs=2, checkpoint_dir=ckpt), show_output=False)
     state = read_checkpoint(latest_checkpoint(ckpt))
     for epoch in (999, 1000):  # as if the job had run that long
-        save_checkpoint(os.path.join(ckpt, f"epoch_{epoch:03d}.pt"), {**state, "epoch": epoch, "losses": [0.5] * epoch})
+        save_epoch_file(os.path.join(ckpt, f"epoch_{epoch:03d}.pt"), {**state, "epoch": epoch, "losses": [0.5] * epoch})
     resumed = run_ranks(copied_train, 2, kwargs=dict(epochs=1001, checkpoint_dir=ckpt, resume=True), show_output=False)
     assert [r["start_epoch"] for r in resumed] == [1000, 1000]
     assert len(resumed[0]["losses"]) == 1001

@@ -76,7 +76,7 @@ def _cases():
         return ok, f"without map_location {plain}, with map_location=device {mapped}"
 
     def committed_checkpoint_loads_on_cuda0():
-        seen = placement_demos.load_checkpoint(str(CHECKPOINT))
+        seen = placement_demos.load_and_report(str(CHECKPOINT))
         return seen == "loaded; tensors on cuda:0", seen
 
     return [(f.__name__, f) for f in (device_ids_move_inputs, no_device_ids_cpu_input_fails, nccl_refuses_cpu_tensors,

@@ -147,7 +147,7 @@ def cuda_only_group_with_cpu_tensor() -> str:
         destroy_group_quietly()
 
 
-def load_checkpoint(path: str, map_location=None) -> str:
+def load_and_report(path: str, map_location=None) -> str:
     """``torch.load(path, map_location=...)``; return where its tensors landed, or torch's error as
     "Type: message"."""
     try:

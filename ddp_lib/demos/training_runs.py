@@ -157,7 +157,7 @@ _NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a 
 
 
 def save_epoch_checkpoint(directory: str, epoch: int, state: dict, keep_last: int | None = None) -> str:
-    """``workers.train.save_checkpoint`` for ``epoch``, guarded, and its path. Removes temporary files
+    """``workers.train.save_epoch_file`` for ``epoch``, guarded, and its path. Removes temporary files
     a crashed save left behind (never those of a live process's save in progress: two jobs share the
     directory, and a warning says so), names the file when the disk is full, fsyncs the directory,
     warns when the directory holds a later epoch (another run's), and with ``keep_last`` removes all
@@ -252,7 +252,7 @@ def read_checkpoint(path: str, map_location: torch.device | str = "cpu") -> dict
             # weights_only=False, would run whatever code the file carries).
             raise RuntimeError(f"checkpoint {path} holds objects other than tensors and plain data, so it was "
                                "not loaded: loading them would call whatever functions the file names "
-                               "(save_checkpoint never writes such objects)") from e
+                               "(save_epoch_file never writes such objects)") from e
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise RuntimeError(f"checkpoint {path} is truncated or unreadable: {reason}") from e
 
@@ -275,7 +275,7 @@ def load_latest_checkpoint(directory: str | None,
         epoch = state.get("epoch") if isinstance(state, dict) else None
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise RuntimeError(f"checkpoint {path} holds epoch {epoch!r}, not a whole number of epochs: "
-                               "not a checkpoint save_checkpoint wrote")
+                               "not a checkpoint save_epoch_file wrote")
         return path, state
     if skipped:
         raise RuntimeError(f"no checkpoint in {directory} loads; unreadable: {', '.join(skipped)}")

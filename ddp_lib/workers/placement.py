@@ -42,8 +42,8 @@ def input_placement(rank: int, world_size: int, pass_device_ids: bool = False,
 
 
 def nccl_cpu_tensor(rank: int, world_size: int) -> dict:
-    """GPU only: join an nccl group, then all-reduce a CPU tensor (the group has a backend for CUDA
-    tensors only: Backend.backend_capability["nccl"] == ["cuda"])."""
+    """GPU only: join an nccl group, then all-reduce a CUDA tensor and a CPU one. An nccl group has a
+    backend for CUDA tensors only, so the CPU tensor finds none."""
     with process_group(rank, world_size, backend="nccl") as device:
         on_gpu = torch.ones(1, device=device)
         dist.all_reduce(on_gpu)  # fine

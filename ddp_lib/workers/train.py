@@ -65,7 +65,7 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
                 print(progress_line(epoch + 1, epochs, losses[-1]), flush=True)
                 if checkpoint_dir:
                     # The unwrapped module: keys without "module.", loadable with or without DDP.
-                    save_checkpoint(checkpoint_path(checkpoint_dir, epoch + 1), {
+                    save_epoch_file(checkpoint_path(checkpoint_dir, epoch + 1), {
                         "epoch": epoch + 1, "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(), "losses": losses})
             if checkpoint_dir:
@@ -128,7 +128,7 @@ def checkpoint_path(directory: str, epoch: int) -> str:
     return os.path.join(directory, f"epoch_{epoch:03d}.pt")
 
 
-def save_checkpoint(path: str, state: dict) -> None:
+def save_epoch_file(path: str, state: dict) -> None:
     """Write ``state`` so that ``path`` always holds a whole checkpoint, or none."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"  # in the same folder: os.replace is then a rename on one filesystem
@@ -153,7 +153,7 @@ def latest_checkpoint(directory: str | None) -> str | None:
     return os.path.join(directory, names[-1]) if names else None
 
 
-def load_checkpoint(path: str, parts: dict, device: torch.device) -> tuple[int, list]:
+def load_epoch_file(path: str, parts: dict, device: torch.device) -> tuple[int, list]:
     """Load ``path`` into each of ``parts`` (model, optimizer); return (epochs done, losses)."""
     # map_location: tensors saved from rank 0's device land on this rank's; weights_only: tensors
     # and plain data only, never code the file names.
@@ -172,7 +172,7 @@ def resume_from(directory: str, model: nn.Module, optimizer: torch.optim.Optimiz
         if rank == 0:
             print("no checkpoint to resume from yet: starting at epoch 1", flush=True)
         return 0, []
-    start_epoch, losses = load_checkpoint(path, {"model": model, "optimizer": optimizer}, device)
+    start_epoch, losses = load_epoch_file(path, {"model": model, "optimizer": optimizer}, device)
     if rank == 0:
         print(f"resumed from the checkpoint of epoch {start_epoch}", flush=True)
     return start_epoch, losses
