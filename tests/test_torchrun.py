@@ -530,4 +530,5 @@ def test_a_tensor_an_error_and_a_hang_read_the_same_through_the_launcher_and_tor
 
         return run_ranks(getattr(record_workers, name), 2, timeout=timeout, show_output=False)
 
+    through_launcher.hang_timeout = 6  # its ranks start from the forkserver within a second
     expect_same_record(through_launcher, through_torchrun)
