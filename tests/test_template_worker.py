@@ -150,7 +150,7 @@ def test_the_epoch_loss_weights_each_batch_by_its_size(tmp_path):
     # A rate too small to move the weights: the epoch's loss is then the initial model's mean over all
     # 1000 samples. 500 per rank in batches of 32 end in a short batch of 20, which a plain mean of
     # the batch losses would count as much as a batch of 32.
-    result = run_ranks(template.train, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
+    result = run_ranks(template.train_job, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
     torch.manual_seed(0)
     train_set, model, loss_fn = template.make_datasets()[0], template.make_model(), template.make_loss()
     x, y = train_set.tensors
@@ -178,7 +178,7 @@ def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_
     with pytest.raises(WorkerError, match=r"--epochs 3\).*Rerun with the checkpoint's settings"):
         run_ranks(template_workers.train_with_cosine, 2,
                   kwargs=dict(epochs=epochs + 1, checkpoint_dir=str(tmp_path / "straight"), **settings))
-    no_warmup = run_ranks(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
+    no_warmup = run_ranks(template.train_job, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
                                                      batch_size=50, lr=lr))[0]
     assert no_warmup["history"][0]["loss"] != pytest.approx(straight["history"][0]["loss"], abs=1e-4)
 
