@@ -10,14 +10,14 @@ from ddp_lib.workers.gradients import c10d_ops
 
 
 def train_counting_allreduces(rank: int, world_size: int, **kwargs) -> dict:
-    """template.train(rank, world_size, **kwargs), plus "allreduces": how many all-reduces it ran."""
+    """template.train_job(rank, world_size, **kwargs), plus "allreduces": how many all-reduces it ran."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        result = template.train(rank, world_size, **kwargs)
+        result = template.train_job(rank, world_size, **kwargs)
     return {**result, "allreduces": c10d_ops(prof).get("allreduce_", 0)}
 
 
 def train_with_cosine(rank: int, world_size: int, crash_after_epoch: int = 0, **kwargs) -> dict:
-    """template.train(rank, world_size, **kwargs) with a learner's schedule filled in: cosine decay
+    """template.train_job(rank, world_size, **kwargs) with a learner's schedule filled in: cosine decay
     over the steps the template gives it (the run's, less the warm-up's). With
     crash_after_epoch, rank 0 raises once it has saved that epoch's checkpoint."""
     template.make_scheduler = lambda optimizer, steps: CosineAnnealingLR(optimizer, T_max=steps)
@@ -29,4 +29,4 @@ def train_with_cosine(rank: int, world_size: int, crash_after_epoch: int = 0, **
             raise RuntimeError(f"stopped after epoch {crash_after_epoch}")
 
     template.save_checkpoint = save_then_crash
-    return template.train(rank, world_size, **kwargs)
+    return template.train_job(rank, world_size, **kwargs)

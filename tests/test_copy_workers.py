@@ -71,7 +71,7 @@ JOBS = [
     ("spawning", "fail_on_rank", {"bad_rank": -1}),
     ("spawning", "chatty", {"lines": 1}),
     ("train", "train", {"epochs": 1, "checkpoint_dir": "{tmp}/ckpt"}),  # one epoch, with its checkpoint
-    ("template", "train", {"epochs": 1, "checkpoint_dir": "{tmp}/template"}),
+    ("template", "train_job", {"epochs": 1, "checkpoint_dir": "{tmp}/template"}),
     ("torchrun_env", "torchrun_env", {}),
     ("collective_extras", "objects_and_single_tensors", {}),
     ("point_to_point", "send_recv", {}),

@@ -26,3 +26,13 @@ def test_the_last_layers_bucket_goes_first_from_step_1():
     step0, step1 = sync_checks.bucket_layouts(layers=4, width=256, bucket_cap_mb=0.3, steps=2)
     assert len(step0) == 1 and len(step0[0]) == 8
     assert step1 == [["2.bias", "2.weight", "3.bias", "3.weight"], ["0.bias", "0.weight", "1.bias", "1.weight"]]
+
+
+def test_each_construction_checks_and_sends_what_torch_says():
+    found = sync_checks.construction_syncs()
+    assert found["DDP(model)"] == {"shape_check": True, "parameters_sent": 4, "buffers_sent": 3, "warnings": []}
+    assert found["init_sync=False"]["shape_check"] is False
+    assert found["init_sync=False"]["parameters_sent"] + found["init_sync=False"]["buffers_sent"] == 0
+    assert found["broadcast_buffers=False"]["buffers_sent"] == 0
+    assert found["broadcast_buffers=False"]["warnings"] == ["FutureWarning"]
+    assert found["forward_sync_buffers=False"]["buffers_sent"] == 3

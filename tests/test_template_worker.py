@@ -1,6 +1,6 @@
 """The template worker (ddp_lib/workers/template.py), copied alone into an empty directory where
 ddp_lib cannot be imported by it, runs as a learner runs it: ``python template.py`` (mp.spawn),
-``torchrun template.py``, and ddp_lib's launcher (``python -m ddp_lib run mine:train`` runs the
+``torchrun template.py``, and ddp_lib's launcher (``python -m ddp_lib run mine:train_job`` runs the
 edited copy mine.py, not ddp_lib's template). A job stopped after 1 epoch and resumed under another
 launcher ends where an uninterrupted one does; a resume with other settings or nothing left says so."""
 
@@ -60,7 +60,7 @@ def test_the_template_runs_and_resumes_under_mp_spawn_torchrun_and_ddp_lib(proje
     edited = (project / "template.py").read_text().replace('print(f"epoch {', 'print(f"edited copy, epoch {')
     assert "edited copy" in edited
     (project / "mine.py").write_text(edited)
-    launched = _run([sys.executable, "-m", "ddp_lib", "run", "mine:train", "--world-size", "2", "--epochs", "1",
+    launched = _run([sys.executable, "-m", "ddp_lib", "run", "mine:train_job", "--world-size", "2", "--epochs", "1",
                      "--checkpoint-dir", "resumed"], project)
     assert "edited copy, epoch 1/1" in launched, launched
     assert _state(project / "resumed" / "last.pt")["epoch"] == 1
@@ -85,7 +85,7 @@ def test_the_template_runs_and_resumes_under_mp_spawn_torchrun_and_ddp_lib(proje
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     with pytest.warns(UserWarning, match="was written with") as warned:
-        again = template.train(0, 1, epochs=2, lr=0.1, checkpoint_dir=str(project / "resumed"))
+        again = template.train_job(0, 1, epochs=2, lr=0.1, checkpoint_dir=str(project / "resumed"))
     # The settings warning, not another one raised meanwhile (a ResourceWarning for an unclosed file, say).
     message = next(str(w.message) for w in warned if "was written with" in str(w.message))
     assert "'lr': 0.05" in message.split("this run has")[0] and "'lr': 0.1" in message.split("this run has")[1]
@@ -150,7 +150,7 @@ def test_the_epoch_loss_weights_each_batch_by_its_size(tmp_path):
     # A rate too small to move the weights: the epoch's loss is then the initial model's mean over all
     # 1000 samples. 500 per rank in batches of 32 end in a short batch of 20, which a plain mean of
     # the batch losses would count as much as a batch of 32.
-    result = run_ranks(template.train, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
+    result = run_ranks(template.train_job, 2, kwargs=dict(epochs=1, lr=1e-12, checkpoint_dir=str(tmp_path)))[0]
     torch.manual_seed(0)
     train_set, model, loss_fn = template.make_datasets()[0], template.make_model(), template.make_loss()
     x, y = train_set.tensors
@@ -178,7 +178,7 @@ def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_
     with pytest.raises(WorkerError, match=r"--epochs 3\).*Rerun with the checkpoint's settings"):
         run_ranks(template_workers.train_with_cosine, 2,
                   kwargs=dict(epochs=epochs + 1, checkpoint_dir=str(tmp_path / "straight"), **settings))
-    no_warmup = run_ranks(template.train, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
+    no_warmup = run_ranks(template.train_job, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
                                                      batch_size=50, lr=lr))[0]
     assert no_warmup["history"][0]["loss"] != pytest.approx(straight["history"][0]["loss"], abs=1e-4)
 

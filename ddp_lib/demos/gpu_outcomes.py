@@ -128,8 +128,7 @@ def recording_check(key: str) -> str:
 
 def quote(key: str) -> str:
     """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, the
-    quoted lines, where they come from, and two checks in one line: whether a recording on a GPU
-    holds them, and, where torch's files hold the fixed words, whether this torch has them."""
+    quoted lines, and where they come from (``checks`` says how far to trust them)."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
     # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
@@ -138,11 +137,17 @@ def quote(key: str) -> str:
     text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print:"]
     text += ["  " + line for line in q.lines]
     text.append(f"Source: {q.source}.")
-    checks = [recording_check(key)]
+    return "\n".join(text)
+
+
+def checks(key: str) -> str:
+    """How far to trust the quote of ``key``, in one line: whether a recording on a GPU holds its words,
+    and, where torch's files hold the fixed words, whether this torch has them."""
+    q = QUOTES[key]
+    lines = [recording_check(key)]
     if q.torch_file:
         found = "yes" if words_in_torch(q) else "NO (this torch words it differently)"
-        checks.append(f"the installed torch holds torch's words: {found}")
+        lines.append(f"the installed torch holds torch's words: {found}")
     elif q.unchecked_why:
-        checks.append(f"not checked here: {q.unchecked_why}")
-    text.append("Checks: " + "; ".join(checks) + ".")
-    return "\n".join(text)
+        lines.append(f"not checked here: {q.unchecked_why}")
+    return "Checks: " + "; ".join(lines) + "."

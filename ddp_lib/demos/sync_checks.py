@@ -35,6 +35,38 @@ def _buffer_broadcasts(run) -> int:
     return spy.call_count
 
 
+CONSTRUCTIONS = {"DDP(model)": {}, "init_sync=False": {"init_sync": False},
+                 "broadcast_buffers=False": {"broadcast_buffers": False},
+                 "forward_sync_buffers=False": {"forward_sync_buffers": False}}
+
+
+def construction_syncs() -> dict[str, dict]:
+    """Build DDP around ``Linear(4, 4)`` then ``BatchNorm1d(4)`` (4 parameters, 3 buffers) once per
+    entry of ``CONSTRUCTIONS``. For each: whether the shape check ran, how many parameters and buffers
+    the construction broadcast sent, and the categories of the warnings it gave."""
+    import warnings
+
+    import torch.nn.parallel.distributed as ddp_module
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    params = {p.data_ptr() for p in model.parameters()}
+    results = {}
+    with one_process_group():
+        for name, kwargs in CONSTRUCTIONS.items():
+            check = mock.patch.object(ddp_module, "_verify_param_shape_across_processes",
+                                      wraps=ddp_module._verify_param_shape_across_processes)
+            send = mock.patch.object(dist, "_broadcast_coalesced", wraps=dist._broadcast_coalesced)
+            with check as checked, send as sent, warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                DDP(model, **kwargs)
+            tensors = [t for call in sent.call_args_list for t in call.args[1]]
+            results[name] = {"shape_check": checked.call_count > 0,
+                             "parameters_sent": sum(t.data_ptr() in params for t in tensors),
+                             "buffers_sent": sum(t.data_ptr() not in params for t in tensors),
+                             "warnings": sorted({w.category.__name__ for w in caught})}
+    return results
+
+
 FORWARDS = ("training", "training", "no_grad", "no_grad", "training", "no_sync", "training")
 
 

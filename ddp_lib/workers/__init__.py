@@ -80,7 +80,7 @@ WORKERS: dict[str, Worker] = {
         "print a few lines per rank; the launcher shows them afterwards in rank order"),
     "train": Worker("ddp_lib.demos.training_runs:train_with_switches",
         "train a small classifier with DistributedSampler, averaged losses, checkpoints and resume"),
-    "template": Worker("ddp_lib.workers.template:train",
+    "template": Worker("ddp_lib.workers.template:train_job",
         "a template for your own job: your model and data, then the DDP loop, evaluation, checkpoint, resume"),
     "torchrun_env": Worker("ddp_lib.workers.torchrun_env:torchrun_env",
         "report the launch environment variables each rank sees (ports and addresses only as set/unset)"),

@@ -3,11 +3,11 @@ your data, model, loss and optimizer in the four functions under "YOUR JOB", and
 
     python template.py --epochs 5                        # 2 processes (or one per GPU) via mp.spawn
     torchrun --nproc-per-node 2 template.py --epochs 5   # torchrun starts the processes
-    python -m ddp_lib run template:train --world-size 2 --epochs 5   # ddp_lib's launcher
+    python -m ddp_lib run template:train_job --world-size 2 --epochs 5   # ddp_lib's launcher
 
-Run each from this file's directory. With ddp_lib's launcher, "template:train" means the function
-train in the file template.py found there (a copy you renamed to mine.py is "mine:train"); "run
-template" without ":train" runs ddp_lib's own unedited template instead, not your copy.
+Run each from this file's directory. With ddp_lib's launcher, "template:train_job" means the function
+train_job in the file template.py found there (a copy you renamed to mine.py is "mine:train_job"); "run
+template" without ":train_job" runs ddp_lib's own unedited template instead, not your copy.
 
 Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoint-dir continues
 from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
@@ -74,7 +74,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.
 # (except evaluate(), which assumes a classifier: see its line marked YOUR JOB)
 
 
-def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
+def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
           seed: int = 0, checkpoint_dir: str = "checkpoints", warmup_steps: int = 0, accumulate: int = 1) -> dict:
     """Train under DDP, evaluate after every epoch, checkpoint on rank 0, resume from the checkpoint
     that rank 0 finds (it sends its contents to the other ranks).
@@ -91,7 +91,7 @@ def train(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr:
 
     Returns {"rank", "start_epoch", "history" (per epoch: loss, accuracy, samples evaluated, lr)}.
     """
-    device = setup(rank, world_size)
+    device = setup_job(rank, world_size)
     try:
         torch.manual_seed(seed)  # the same initial weights on every rank (DDP would broadcast rank 0's anyway)
         train_set, eval_set = make_datasets()
@@ -267,7 +267,7 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
     return state["epoch"], state["history"]
 
 
-def setup(rank: int, world_size: int) -> torch.device:
+def setup_job(rank: int, world_size: int) -> torch.device:
     """Join the process group; return this rank's device (its own GPU, or the CPU)."""
     # torchrun and ddp_lib's launcher set these; mp.spawn does not, so give the tutorial's defaults.
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -298,10 +298,10 @@ if __name__ == "__main__":
     args = parser.parse_args()
     if torch.cuda.is_available() and "RANK" not in os.environ and args.world_size > torch.cuda.device_count():
         parser.error(f"--world-size {args.world_size} needs as many GPUs; this machine has {torch.cuda.device_count()}")
-    # In train's order: mp.spawn passes arguments by position, after the rank.
+    # In train_job's order: mp.spawn passes arguments by position, after the rank.
     settings = (args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint_dir, args.warmup_steps,
                 args.accumulate)
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
-        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *settings)
-    else:  # started by python: start the ranks here, train(rank, world_size, *settings) in each
-        mp.spawn(train, args=(args.world_size, *settings), nprocs=args.world_size)
+        train_job(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *settings)
+    else:  # started by python: start the ranks here, train_job(rank, world_size, *settings) in each
+        mp.spawn(train_job, args=(args.world_size, *settings), nprocs=args.world_size)
