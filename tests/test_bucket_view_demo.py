@@ -18,3 +18,10 @@ def test_kept_run_has_paired_rounds():
     assert kept["views"] == {"DDP, copies": False, "DDP, views": True}
     assert len({len(times) for times in kept["step_ms"].values()}) == 1
     assert len(kept["step_ms"]["local"]) >= 9
+
+
+def test_views_skip_the_copy_in_only_when_zero_grad_keeps_them():
+    counts = bucket_view.copies_in_backward()
+    assert counts == {"copies": {"into the bucket": 4, "back to p.grad": 4},
+                      "views, zero_grad()": {"into the bucket": 4, "back to p.grad": 0},
+                      "views, zero_grad(set_to_none=False)": {"into the bucket": 0, "back to p.grad": 0}}

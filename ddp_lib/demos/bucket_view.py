@@ -2,7 +2,10 @@
 
 By default DDP copies each gradient into its bucket before the all-reduce, and the averaged bucket
 back into ``p.grad`` after it. With ``gradient_as_bucket_view=True`` each ``p.grad`` is a view into
-its bucket from the second step on, so both copies go. Three copies of the same MLP are stepped in
+its bucket from the second step on, so the copy back goes. The copy in goes too only when
+``zero_grad(set_to_none=False)`` keeps those views: the default ``zero_grad()`` sets ``p.grad`` to
+None, backward makes a new gradient, and DDP copies it into the bucket again
+(``copies_in_backward`` counts them). Three copies of the same MLP are stepped in
 turn, round by round, after a barrier each: no DDP ("local"), DDP with copies, DDP with views.
 
     python -m ddp_lib.demos.bucket_view > ddp_lib/demos/recorded/bucket_view.json   # a new kept run
@@ -61,6 +64,38 @@ def bucket_view_steps(rank: int, world_size: int, rounds: int = 15, seed: int = 
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)  # each round's slowest rank
         return {"step_ms": {way: [round(t, 2) for t in row] for way, row in zip(WAYS, slowest.tolist())},
                 "views": {way: grads_are_views(models[way]) for way in WAYS[1:]}}
+
+
+def copies_in_backward(steps: int = 3) -> dict:
+    """Returns {setting: {"into the bucket": n, "back to p.grad": n}}: the gradient copies DDP made
+    in the last backward, counted by the profiler, for DDP with copies, with views and the default
+    ``zero_grad()``, and with views and ``zero_grad(set_to_none=False)``. The Reducer labels its
+    copy in (the gradient times 1/world_size, written into the bucket) ``reducer::mul_out`` and its
+    copy back ``reducer::copy_bucket_to_grad``. A 1-rank gloo group in this process (a HashStore:
+    no port, no child process); a small MLP with 4 parameters."""
+    from torch.profiler import ProfilerActivity, profile
+
+    if dist.is_initialized():
+        raise RuntimeError("copies_in_backward needs a process with no process group yet")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    counts = {}
+    try:
+        for setting, as_view, set_to_none in (("copies", False, True), ("views, zero_grad()", True, True),
+                                              ("views, zero_grad(set_to_none=False)", True, False)):
+            model = DDP(make_mlp(0, (16, 32, 4)), gradient_as_bucket_view=as_view)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            x = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+            for _ in range(steps):  # DDP rebuilds its buckets after step 1: count the last step
+                optimizer.zero_grad(set_to_none=set_to_none)
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    model(x).sum().backward()
+                optimizer.step()
+            calls = {e.key: e.count for e in prof.key_averages()}
+            counts[setting] = {"into the bucket": calls.get("torch::distributed::reducer::mul_out", 0),
+                               "back to p.grad": calls.get("torch.distributed.ddp.reducer::copy_bucket_to_grad", 0)}
+    finally:
+        dist.destroy_process_group()
+    return counts
 
 
 def kept_run() -> dict:
