@@ -21,7 +21,7 @@ def test_kept_run_has_paired_rounds():
 
 
 def test_views_skip_the_copy_in_only_when_zero_grad_keeps_them():
-    counts = bucket_view.copies_in_backward()
+    counts = run_ranks(bucket_view.copies_in_backward, 1, show_output=False)[0]
     assert counts == {"copies": {"into the bucket": 4, "back to p.grad": 4},
                       "views, zero_grad()": {"into the bucket": 4, "back to p.grad": 0},
                       "views, zero_grad(set_to_none=False)": {"into the bucket": 0, "back to p.grad": 0}}

@@ -66,20 +66,17 @@ def bucket_view_steps(rank: int, world_size: int, rounds: int = 15, seed: int = 
                 "views": {way: grads_are_views(models[way]) for way in WAYS[1:]}}
 
 
-def copies_in_backward(steps: int = 3) -> dict:
+def copies_in_backward(rank: int, world_size: int, steps: int = 3) -> dict:
     """Returns {setting: {"into the bucket": n, "back to p.grad": n}}: the gradient copies DDP made
     in the last backward, counted by the profiler, for DDP with copies, with views and the default
     ``zero_grad()``, and with views and ``zero_grad(set_to_none=False)``. The Reducer labels its
     copy in (the gradient times 1/world_size, written into the bucket) ``reducer::mul_out`` and its
-    copy back ``reducer::copy_bucket_to_grad``. A 1-rank gloo group in this process (a HashStore:
-    no port, no child process); a small MLP with 4 parameters."""
+    copy back ``reducer::copy_bucket_to_grad``. Meant for 1 rank (``run_ranks(copies_in_backward, 1)``):
+    the profiler's own log lines then stay in the rank's output. A small MLP with 4 parameters."""
     from torch.profiler import ProfilerActivity, profile
 
-    if dist.is_initialized():
-        raise RuntimeError("copies_in_backward needs a process with no process group yet")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     counts = {}
-    try:
+    with process_group(rank, world_size):
         for setting, as_view, set_to_none in (("copies", False, True), ("views, zero_grad()", True, True),
                                               ("views, zero_grad(set_to_none=False)", True, False)):
             model = DDP(make_mlp(0, (16, 32, 4)), gradient_as_bucket_view=as_view)
@@ -93,8 +90,6 @@ def copies_in_backward(steps: int = 3) -> dict:
             calls = {e.key: e.count for e in prof.key_averages()}
             counts[setting] = {"into the bucket": calls.get("torch::distributed::reducer::mul_out", 0),
                                "back to p.grad": calls.get("torch.distributed.ddp.reducer::copy_bucket_to_grad", 0)}
-    finally:
-        dist.destroy_process_group()
     return counts
 
 
