@@ -5,8 +5,9 @@ back into ``p.grad`` after it. With ``gradient_as_bucket_view=True`` each ``p.gr
 its bucket from the second step on, so the copy back goes. The copy in goes too only when
 ``zero_grad(set_to_none=False)`` keeps those views: the default ``zero_grad()`` sets ``p.grad`` to
 None, backward makes a new gradient, and DDP copies it into the bucket again
-(``copies_in_backward`` counts them). Three copies of the same MLP are stepped in
-turn, round by round, after a barrier each: no DDP ("local"), DDP with copies, DDP with views.
+(``copies_in_backward`` counts them). Four copies of the same MLP are stepped in
+turn, round by round, after a barrier each: no DDP ("local"), DDP with copies, DDP with views and the
+default ``zero_grad()``, and DDP with views and ``zero_grad(set_to_none=False)``.
 
     python -m ddp_lib.demos.bucket_view > ddp_lib/demos/recorded/bucket_view.json   # a new kept run
 """
@@ -27,7 +28,8 @@ from ddp_lib.process_group import process_group
 from ddp_lib.workers.shared import make_mlp
 
 KEPT_RUN = Path(__file__).with_name("recorded") / "bucket_view.json"
-WAYS = ("local", "DDP, copies", "DDP, views")
+WAYS = ("local", "DDP, copies", "DDP, views", "DDP, views kept")
+SET_TO_NONE = {"local": True, "DDP, copies": True, "DDP, views": True, "DDP, views kept": False}
 
 
 def grads_are_views(model: nn.Module) -> bool:
@@ -44,18 +46,20 @@ def bucket_view_steps(rank: int, world_size: int, rounds: int = 15, seed: int = 
     the lesson's DDP step benchmark."""
     with process_group(rank, world_size):
         models = {"local": make_mlp(seed, DDP_WIDTHS)}
-        for way, as_view in (("DDP, copies", False), ("DDP, views", True)):
+        for way, as_view in (("DDP, copies", False), ("DDP, views", True), ("DDP, views kept", True)):
             models[way] = DDP(make_mlp(seed, DDP_WIDTHS), bucket_cap_mb=25, gradient_as_bucket_view=as_view)
         optimizers = {way: torch.optim.SGD(m.parameters(), lr=0.01) for way, m in models.items()}
         g = torch.Generator().manual_seed(seed + rank)
         x, y = torch.randn(DDP_BATCH, DDP_WIDTHS[0], generator=g), torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g)
         step_ms: dict[str, list[float]] = {way: [] for way in WAYS}
+        order_gen = torch.Generator().manual_seed(seed)  # the same orders on every rank
         for round_ in range(rounds + 2):  # two warm-up rounds: DDP rebuilds its buckets after step 1
-            order = WAYS[round_ % 3:] + WAYS[:round_ % 3]  # rotate who goes first
+            # A new random order each round, so that no way always follows the same other way.
+            order = [WAYS[i] for i in torch.randperm(len(WAYS), generator=order_gen).tolist()]
             for way in order:
                 dist.barrier()
                 start = time.perf_counter()
-                optimizers[way].zero_grad()
+                optimizers[way].zero_grad(set_to_none=SET_TO_NONE[way])
                 nn.functional.mse_loss(models[way](x), y).backward()
                 optimizers[way].step()
                 if round_ >= 2:
