@@ -16,6 +16,7 @@ def test_mismatched_shapes_pass_silently_on_one_rank_without_detail():
     rank0, rank1 = ddp_lib.mp.spawn(disagreeing_ranks.mismatched_shapes, args=(2,), nprocs=2)
     assert rank0["error"] == "" and rank0["after"] == [2.0, 4.0, 6.0]
     assert "by peer" in rank1["error"]
+    assert rank1["done_at"] > rank0["done_at"]  # rank 1 failed once rank 0 had finished
 
 
 def test_detail_names_the_mismatch_on_every_rank_before_data_moves():

@@ -33,7 +33,8 @@ def peer_exits(rank: int, world_size: int, delay: float = 0.5) -> dict | None:
 
 def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
     """Rank r all-reduces ``[1, 2, ..., 3 + r]``: the ranks disagree on the shape. With ``detail``,
-    the group is built as under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, and the error is returned whole."""
+    the group is built as under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, and the error is returned whole.
+    ``done_at`` is when this rank's all_reduce returned or raised, on the machine's monotonic clock."""
     if detail:
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         dist.set_debug_level_from_env()  # torch read the variable when this process imported it
@@ -44,4 +45,5 @@ def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
             error = ""
         except RuntimeError as exc:
             error = str(exc) if detail else gloo_message(str(exc))
-        return {"rank": rank, "numel": mine.numel(), "after": mine.tolist(), "error": error}
+        done_at = time.monotonic()  # one clock for every process of this machine
+        return {"rank": rank, "numel": mine.numel(), "after": mine.tolist(), "error": error, "done_at": done_at}

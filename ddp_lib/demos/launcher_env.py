@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 
-import torch
-
 # The variables a launcher may set for its ranks (torch's mp.spawn sets none of them).
 LAUNCHER_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                  "OMP_NUM_THREADS", "GLOO_SOCKET_IFNAME", "TORCH_DIST_INIT_BARRIER")
+
+
+def launcher_env() -> dict:
+    """This process's ``LAUNCHER_VARS``, None where unset."""
+    return {name: os.environ.get(name) for name in LAUNCHER_VARS}
 
 
 def launcher_view(rank: int, world_size: int, results=None) -> dict:
@@ -20,7 +23,9 @@ def launcher_view(rank: int, world_size: int, results=None) -> dict:
 
     Returns them as ``{"env": {...}, "threads": n}``; with ``results`` (a queue), also puts
     ``(rank, view)`` there, for a launcher that returns nothing."""
-    view = {"env": {name: os.environ.get(name) for name in LAUNCHER_VARS}, "threads": torch.get_num_threads()}
+    import torch  # here, so that a module that needs only LAUNCHER_VARS starts without torch
+
+    view = {"env": launcher_env(), "threads": torch.get_num_threads()}
     if results is not None:
         results.put((rank, view))
     return view
