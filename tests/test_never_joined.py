@@ -13,4 +13,6 @@ def test_started_ranks_fail_after_the_timeout(monkeypatch):
     results = ddp_lib.mp.spawn(join_without_last_rank, args=(3,), nprocs=2)
     assert all(r["error"] != "joined" for r in results)
     assert "2/3 clients joined" in results[0]["error"]
+    # rank 1 ends by its own timeout, not by finding the store gone
+    assert results[1]["error"].startswith("DistStoreError: wait timeout"), results[1]
     assert all(r["waited"] < 60 for r in results)

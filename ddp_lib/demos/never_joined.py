@@ -20,8 +20,12 @@ def join_without_last_rank(rank: int, world_size: int, timeout_s: float = 2.0) -
             dist.init_process_group("gloo", rank=rank, world_size=world_size,
                                     timeout=timedelta(seconds=timeout_s))
     except Exception as error:  # noqa: BLE001 - the error is what this demo reports
-        return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}",
-                "waited": time.monotonic() - start}
+        waited = time.monotonic() - start
+        if rank == 0:
+            # Rank 0 hosts the store: it stays up one more timeout, so that the other ranks end
+            # their wait by their own timeout, never by finding the store gone.
+            time.sleep(timeout_s)
+        return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}", "waited": waited}
     dist.destroy_process_group()
     return {"error": "joined", "waited": time.monotonic() - start}
 
