@@ -68,7 +68,7 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
     # The partner of the lone node would have run --rdzv-id=job-a: leaving it out saves a torchrun.
     wrong_id = [arg if arg != "--rdzv-id=ddp-lib" else "--rdzv-id=job-b" for arg in node_commands(
         PROGRAM, nnodes=2, nproc_per_node=1,
-        options=(logs("wrong_id"), "--rdzv-conf=join_timeout=3,close_timeout=1"))[0]]
+        options=(logs("wrong_id"), "--rdzv-conf=join_timeout=1,close_timeout=1"))[0]]
     return {
         "log_dir": [_plain(logs("log_dir"))],
         "local_addr": [_plain("--local-addr=127.0.0.1")],  # no --log-dir: run_together then gives it a temporary one
