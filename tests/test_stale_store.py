@@ -11,4 +11,4 @@ def test_stale_key_makes_the_new_rank_0_fail_and_a_fresh_store_makes_it_wait():
     lines = run.stdout.splitlines()
     assert lines[0] == "keys attempt 0 left in the shared store: 2, one per rank"
     assert lines[1].endswith("old address and failed to connect: Gloo connectFullMesh failed")
-    assert lines[2].startswith("attempt 1, fresh store: rank 0 waited for rank 1 until its 1-s timeout: True")
+    assert lines[2].startswith("attempt 1, fresh store: rank 0 waited for rank 1 until its 0.5-s timeout: True")

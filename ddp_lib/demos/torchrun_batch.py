@@ -1,0 +1,131 @@
+"""Lesson 06's small torchrun jobs, started side by side in one call, and the reading of its
+restart log.
+
+    batch = run_lesson_jobs()        # prints each job's command as typed, then runs them all
+    batch["c10d"].results            # what the ranks of the job named "c10d" returned
+
+Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
+all its small jobs at once and each section reads its own job by name. The ranks run
+``launch_vars``, which reads the environment only. Imports no torch.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together
+
+PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
+# The jobs, in the order of the lesson's sections, and what each shows.
+JOBS = {
+    "log_dir": "a plain job, with --log-dir: the port, the rank folders, the environment",
+    "local_addr": "a plain job beside it, given --local-addr=127.0.0.1: two jobs at once, MASTER_ADDR",
+    "taken_port": "a job given a --master-port that another process holds",
+    "c10d": "two nodes meeting with the c10d rendezvous",
+    "wrong_id": "one node of a two-node job, its partner sent to another --rdzv-id by mistake",
+    "static": "two nodes with the static rendezvous (--node-rank)",
+    "failing": "rank 0 raises: torchrun's failure summary",
+}
+
+
+def _plain(*options: str) -> list[str]:
+    """torchrun OPTIONS --nproc-per-node=2 PROGRAM, as a list."""
+    return [sys.executable, "-m", "torch.distributed.run", *options, "--nproc-per-node=2", *PROGRAM]
+
+
+@dataclass
+class LessonJobs:
+    """The commands of each named job (one per node), what each job gave back (``jobs``: its first
+    node's view; ``node_jobs``: every node's), and the folder
+    that holds the ranks' folders (kept until this object goes)."""
+
+    commands: dict[str, list[list[str]]]
+    jobs: dict[str, TorchrunJob]
+    node_jobs: dict[str, list[TorchrunJob]]
+    folder: Path
+    _tmp: tempfile.TemporaryDirectory = field(repr=False)
+
+    def __getitem__(self, name: str) -> TorchrunJob:
+        if name not in self.jobs:
+            raise KeyError(f"no job named {name!r}; the jobs are {', '.join(self.jobs)}")
+        return self.jobs[name]
+
+    def log_dir(self, name: str) -> Path:
+        """The --log-dir of the job ``name``: one folder per job, shared by its nodes."""
+        return self.folder / name
+
+
+def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]:
+    """Each job's torchrun commands, one per node; the ranks' folders go under ``folder``."""
+    def logs(name: str) -> str:
+        return f"--log-dir={folder / name}"
+
+    # The partner of the lone node would have run --rdzv-id=job-a: leaving it out saves a torchrun.
+    wrong_id = [arg if arg != "--rdzv-id=ddp-lib" else "--rdzv-id=job-b" for arg in node_commands(
+        PROGRAM, nnodes=2, nproc_per_node=1,
+        options=(logs("wrong_id"), "--rdzv-conf=join_timeout=1,close_timeout=1"))[0]]
+    return {
+        "log_dir": [_plain(logs("log_dir"))],
+        "local_addr": [_plain("--local-addr=127.0.0.1")],  # no --log-dir: run_together then gives it a temporary one
+        "taken_port": [_plain(f"--master-port={taken_port}")],
+        "c10d": node_commands(PROGRAM, nnodes=2, nproc_per_node=1,
+                              options=(logs("c10d"), "--rdzv-conf=close_timeout=1")),
+        "wrong_id": [wrong_id],
+        "static": node_commands(PROGRAM, nnodes=2, nproc_per_node=[2, 1], static=True, options=(logs("static"),)),
+        "failing": [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                     logs("failing"), "--tee=3", "-m", "ddp_lib.workers.torchrun_failure"]],
+    }
+
+
+def run_lesson_jobs(timeout: float = 300) -> LessonJobs:
+    """Start every job of :data:`JOBS` side by side, printing each command as typed; wait for all.
+    A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
+    tmp = tempfile.TemporaryDirectory(prefix="lesson06-jobs-")
+    folder = Path(tmp.name)
+    with socket.socket() as held:  # stands for another job's store, on the port given to "taken_port"
+        held.bind(("", 0))
+        held.listen()
+        commands = lesson_commands(folder, held.getsockname()[1])
+        flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
+        print(f"starting {len(flat)} torchruns side by side: about 6 s on an idle machine", flush=True)
+        for name, node_cmds in commands.items():
+            for node, command in enumerate(node_cmds):
+                where = f" node {node}" if len(node_cmds) > 1 else ""
+                print(f"{name}{where}: {command_text(command)}", flush=True)
+        done = run_together([command for _, command in flat], timeout=timeout)
+    node_jobs: dict[str, list[TorchrunJob]] = {}
+    for (name, _), job in zip(flat, done):
+        node_jobs.setdefault(name, []).append(job)
+    return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, folder, tmp)
+
+
+# Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
+RANK0_LINE = re.compile(r"attempt \d+: starting at epoch \d+|epoch \d+: last loss [\d.]+")
+LOST_PEER = re.compile(r"Connection (closed|reset) by peer")  # gloo's words when the other end died
+
+
+def restart_report(restart_log: str, first_log: str) -> dict:
+    """What the restart job's log says: rank 0's lines, rank 1's error, torchrun's exit code, whether
+    attempt 1 trained to the last epoch, rank 0's lost-connection line (port and source location
+    masked), and whether the losses equal those of the run without failure (``first_log``)."""
+    lines = RANK0_LINE.findall(restart_log)
+    exit_code = int(re.search(r"torchrun's exit code: (\d+)", restart_log)[1])
+    resumed = next((i for i, line in enumerate(lines) if line.startswith("attempt 1:")), len(lines))
+    lost = next((line for line in restart_log.splitlines()
+                 if line.startswith("[rank0]") and LOST_PEER.search(line)), "")
+    losses = [line for line in lines if line.startswith("epoch")]
+    return {
+        "rank 0's lines": lines,
+        "rank 1's error": re.search(r"RuntimeError: rank 1 fails in epoch \d+", restart_log)[0],
+        "exit code": exit_code,
+        "attempt 1 trained to the last epoch": exit_code == 0 and any(
+            line.startswith("epoch 4:") for line in lines[resumed:]),
+        "rank 0's lost connection": re.sub(r"\[/[^\]]*\] ", "", re.sub(r"\]:\d+", "]:PORT", lost))[:160],
+        "same losses as without the failure": losses == [
+            line for line in RANK0_LINE.findall(first_log) if line.startswith("epoch")],
+    }
