@@ -1,6 +1,4 @@
-"""ddp_lib.demos.torchrun_batch (lesson 06): its jobs, run for real, and its reading of a restart log."""
-
-import pytest
+"""ddp_lib.demos.torchrun_batch (lesson 06): its reading of a restart log."""
 
 from ddp_lib.demos import torchrun_batch
 
@@ -29,16 +27,6 @@ def test_restart_report_reads_the_verdicts():
     assert not other["same losses as without the failure"]
 
 
-def test_the_lesson_jobs_give_each_section_its_verdict():
-    batch = torchrun_batch.run_lesson_jobs()
-    assert list(batch.jobs) == list(torchrun_batch.JOBS)
-    assert sum(len(commands) for commands in batch.commands.values()) == 9
-    assert batch["log_dir"].returncode == batch["local_addr"].returncode == 0
-    assert {r["ids"]["MASTER_ADDR"] for r in batch["local_addr"].results} == {"127.0.0.1"}
-    assert batch["taken_port"].returncode == 1 and "EADDRINUSE" in batch["taken_port"].agent_error
-    assert [job.returncode for job in batch.node_jobs["c10d"] + batch.node_jobs["static"]] == [0, 0, 0, 0]
-    assert len(batch["static"].results) == 3
-    assert batch["wrong_id"].agent_error.startswith("RendezvousTimeoutError") and not batch["wrong_id"].results
-    assert batch["failing"].returncode == 1 and any(batch.log_dir("failing").rglob("error.json"))
-    with pytest.raises(KeyError, match="no job named 'nope'"):
-        batch["nope"]
+# The jobs themselves run in lesson 06 (its cell `batch = torchrun_batch.run_lesson_jobs()`), and the
+# cells after it print every verdict this file would check (exit codes, MASTER_ADDR, EADDRINUSE, the
+# nodes, the wrong --rdzv-id, the error files): nbval compares them, so they are not run twice here.
