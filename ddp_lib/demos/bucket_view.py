@@ -2,7 +2,8 @@
 
 By default DDP copies each gradient into its bucket before the all-reduce, and the averaged bucket
 back into ``p.grad`` after it. With ``gradient_as_bucket_view=True`` each ``p.grad`` is a view into
-its bucket from the second step on, so the copy back goes. The copy in goes too only when
+its bucket from the first backward on, so the copy back goes, and the peak memory, from
+backward to ``optimizer.step()``, drops by about one copy of the gradients. The copy in goes too only when
 ``zero_grad(set_to_none=False)`` keeps those views: the default ``zero_grad()`` sets ``p.grad`` to
 None, backward makes a new gradient, and DDP copies it into the bucket again
 (``copies_in_backward`` counts them). Four copies of the same MLP are stepped in

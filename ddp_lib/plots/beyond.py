@@ -44,7 +44,7 @@ def plot_who_holds_what(world_size: int = 2):
     ax.set_xlim(-0.1, world_size * rank_width)
     ax.set_ylim(-0.6, len(SHARDED) - 0.2)
     ax.set_xticks([])
-    ax.set_title(f"held between steps on {world_size} ranks (dotted: a whole copy)")
+    ax.set_title(f"held after backward on {world_size} ranks (dotted: a whole copy)")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=PART_COLOURS[p], edgecolor="black") for p in widths]
     ax.legend(handles, list(widths), fontsize="small", loc="lower center", bbox_to_anchor=(0.5, -0.22), ncol=3)
     fig.tight_layout()
