@@ -84,6 +84,12 @@ QUOTES: dict[str, Quote] = {
         "distributed/distributed_c10d.py",
         ("pg.bound_device_id = device_id",),
         recorded_words=("device_id given: False  bound device: None", "device_id given: True  bound device: cuda:0")),
+    "nccl_cpu_tensor": Quote(
+        ("RuntimeError: No backend type associated with device type cpu",),
+        "the process group's lookup of the backend for a tensor's device type, the same lookup the stand-in "
+        "in the next Deeper section reaches",
+        "lib/libtorch_cpu.so",
+        ("No backend type associated with device type ",)),
     "checkpoint_on_gpus": Quote(
         ("rank 0: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:0",
          "rank 1: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:1"),
