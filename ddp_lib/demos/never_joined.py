@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from datetime import timedelta
 
 import torch.distributed as dist
+
+from ddp_lib.demos.missing_rank import _c_stderr_closed  # the same silencing of torch's C++ log lines
 
 
 def join_without_last_rank(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
@@ -28,17 +28,3 @@ def join_without_last_rank(rank: int, world_size: int, timeout_s: float = 2.0) -
         return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[0]}", "waited": waited}
     dist.destroy_process_group()
     return {"error": "joined", "waited": time.monotonic() - start}
-
-
-@contextlib.contextmanager
-def _c_stderr_closed():
-    """Send file descriptor 2 to /dev/null for the block, then restore it."""
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(devnull)
-        os.close(saved)
