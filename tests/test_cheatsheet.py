@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import torch_aborted_at_exit
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "cheatsheet.md").read_text()
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", PAGE, re.DOTALL)
@@ -75,13 +77,9 @@ def test_the_minimal_script_runs_under_mp_spawn(script):
     for attempt in range(2):
         done = subprocess.run([sys.executable, "launch.py"], cwd=script, capture_output=True, text=True,
                               timeout=180, env=env)
-        # torch's own abort at exit (about 1 run in 15 on two cores; lesson 02, "Deeper: the rare abort
-        # at exit"): a rank's training and save are done, then, while Python shuts down, a gloo thread
-        # still freeing DDP's last all-reduce is ended by the interpreter and C++ calls std::terminate.
-        # That run is tried once more; any other failure, or the abort twice, fails the test.
-        aborted_at_exit = ("terminate called without an active exception" in done.stderr
-                           and "terminated with signal SIGABRT" in done.stderr and (script / "model.pt").is_file())
-        if not (aborted_at_exit and attempt == 0):
+        # torch's own abort at exit, once the model is saved, is tried once more; any other failure,
+        # or the abort twice, fails the test.
+        if not (torch_aborted_at_exit(done.stderr) and (script / "model.pt").is_file() and attempt == 0):
             break
         (script / "model.pt").unlink()
     assert done.returncode == 0, done.stderr[-3000:]
