@@ -124,6 +124,15 @@ def test_fsdp_checkpoint_resumes_to_the_same_result(tmp_path):
     assert resumed["checksum"] == straight["checksum"]
 
 
+def test_a_2_rank_checkpoint_loads_on_4_ranks_with_the_same_parameters(tmp_path):
+    ckpt = dict(save_at=2, checkpoint_dir=str(tmp_path), width=64)
+    saved = run_ranks(fsdp_checkpoint, 2, kwargs=dict(steps=2, **ckpt), show_output=False)[0]["checksum"]
+    loaded = {n: run_ranks(fsdp_checkpoint, n, kwargs=dict(steps=2, resume=True, **ckpt), show_output=False)
+              for n in (2, 4)}  # steps=2 after save_at=2: load, train none
+    assert {r["checksum"] for r in loaded[2] + loaded[4]} == {saved}
+    assert all(r["start_step"] == 2 and r["losses"] == [] for r in loaded[4])
+
+
 def test_mesh_2x2_groups():
     ranks = run_ranks(mesh_2x2, 4, show_output=False)
     assert [r["coordinate"] for r in ranks] == [(0, 0), (0, 1), (1, 0), (1, 1)]
