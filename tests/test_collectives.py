@@ -206,13 +206,13 @@ def test_the_broadcast_tree_reaches_every_rank_once_in_log2_rounds():
 def test_the_schematic_pictures_draw():
     import matplotlib.pyplot as plt
 
-    from ddp_lib.plots.collective_sketches import plot_async_timeline, plot_subgroups
+    from ddp_lib.plots.collective_sketches import plot_async_timeline, plot_subgroups, plot_when_ranks_disagree
     from ddp_lib.plots.collectives import plot_barrier_plan, plot_broadcast_tree, plot_send_deadlock
     from ddp_lib.plots.spawning import plot_fork_with_lock
     from ddp_lib.plots.store import plot_store_exchange, plot_store_port
 
     for fig in (plot_broadcast_tree(4, 0, late=3), plot_broadcast_tree(3, 1), plot_send_deadlock(),
                 plot_barrier_plan(4, 0.1), plot_store_exchange(3), plot_store_port(12355), plot_fork_with_lock(),
-                plot_async_timeline(), plot_subgroups(4)):
+                plot_async_timeline(), plot_subgroups(4), plot_when_ranks_disagree()):
         assert fig.axes[0].texts
         plt.close(fig)

@@ -18,6 +18,8 @@ def test_torchrun_sets_the_rank_variables():
     assert [view["env"]["RANK"] for view in views] == ["0", "1"]
     assert {view["env"]["WORLD_SIZE"] for view in views} == {"2"}
     assert {view["env"]["MASTER_PORT"] for view in views} == {"set"}
+    # torchrun's agent, the ranks' parent, serves the store on MASTER_PORT; no rank does
+    assert [view["store"] for view in views] == [{"agent": True, "rank": False}] * 2
 
 
 def test_a_barrier_in_finally_hides_the_root_error():

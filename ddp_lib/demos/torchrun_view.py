@@ -1,6 +1,7 @@
 """Lesson 02: ``launcher_view`` under torchrun. Run ``torchrun --nproc-per-node 2 -m
-ddp_lib.demos.torchrun_view``: each rank prints what it finds as one JSON line. The ranks do not
-import torch, so the job costs one import of torch, in torchrun's own process."""
+ddp_lib.demos.torchrun_view``: each rank prints what it finds as one JSON line, with which process
+listens on ``MASTER_PORT``: this rank, or its parent, torchrun's agent. The ranks do not import
+torch, so the job costs one import of torch, in torchrun's own process."""
 
 from __future__ import annotations
 
@@ -8,13 +9,25 @@ import json
 import os
 
 from ddp_lib.demos.launcher_env import launcher_env
+from ddp_lib.ports import _listening_inodes
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` here (Linux's /proc)."""
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") in wanted for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
 
 
 def main() -> None:
-    """Print this rank's launcher variables as ``{"rank": r, "view": {"env": {...}}}``, its address and
-    port as "set"."""
+    """Print this rank's launcher variables as ``{"rank": r, "view": {"env": {...}, "store": {...}}}``,
+    its address and port as "set", and whether this rank or its parent listens on ``MASTER_PORT``."""
     rank = int(os.environ["RANK"])
-    view = {"env": launcher_env()}
+    port = int(os.environ["MASTER_PORT"])
+    view = {"env": launcher_env(),
+            "store": {"agent": listens_on(os.getppid(), port), "rank": listens_on(os.getpid(), port)}}
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # they change from run to run
         if view["env"][name] is not None:
             view["env"][name] = "set"

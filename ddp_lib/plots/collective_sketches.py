@@ -57,3 +57,60 @@ def plot_subgroups(world_size: int = 4) -> Figure:
     ax.set_title(f"{world_size} ranks, two subgroups: a collective with group= stays inside one", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# What each rank does when the ranks disagree, as lesson 01's section "When ranks disagree" shows
+# it: (case, ((rank, outcome, label), ...)). Outcomes: "timeout" (waits until the group's timeout,
+# then raises), "error" (raises at once), "late error" (waits, raises when its peer leaves),
+# "wrong" (returns at once with a wrong result), "goes on" (does not call it), "exits", "absent".
+WHEN_RANKS_DISAGREE = (
+    ("only rank 0 calls all_reduce", ((0, "timeout", "waits, then times out"),
+                                      (1, "goes on", "never calls it: goes on"))),
+    ("a peer exits", ((0, "error", "error at once: connection closed"),
+                      (1, "exits", "exits"))),
+    ("a rank never joins (world size 3)", ((0, "timeout", "waits for rank 2, then times out"),
+                                            (1, "timeout", "waits for rank 0's key, then times out"),
+                                            (2, "absent", "never starts"))),
+    ("the shapes differ (3 and 4 elements)", ((0, "wrong", "returns a wrong sum, no error"),
+                                           (1, "late error", "errors when rank 0 leaves"))),
+    ("the calls come in different orders", ((0, "timeout", "waits, then times out"),
+                                    (1, "timeout", "waits, then times out"))),
+)
+
+
+def plot_when_ranks_disagree(cases=WHEN_RANKS_DISAGREE, timeout: float = 8.0) -> Figure:
+    """One row per rank in each case: how long it stays in the call, and how the call ends."""
+    ends = {"timeout": timeout, "error": 0.6, "late error": 2.2, "wrong": 0.6, "goes on": 0.0, "exits": 0.0,
+            "absent": 0.0}
+    marks = {"timeout": ("✗", "#d62728"), "error": ("✗", "#d62728"), "late error": ("✗", "#d62728"),
+             "wrong": ("!", "#d62728"), "goes on": ("→", "black"), "exits": ("■", "black"), "absent": ("", "black")}
+    rows = sum(len(ranks) for _, ranks in cases) + len(cases)
+    fig, ax = plt.subplots(figsize=(9, 0.36 * rows + 1.0))
+    y, ticks, labels = rows - 1, [], []
+    for case, ranks in cases:
+        ax.text(-0.1, y, case, ha="left", va="center", fontsize=9.5, weight="bold")  # a heading row
+        y -= 1
+        for rank, outcome, label in ranks:
+            end = ends[outcome]
+            if end:
+                colour = "#fdd0a2" if end > 1 else RANK_COLOURS[rank]
+                ax.add_patch(Rectangle((0, y - 0.3), end, 0.6, facecolor=colour, edgecolor="black"))
+            mark, mark_colour = marks[outcome]
+            ax.text(end + 0.15, y, mark, ha="left", va="center", fontsize=12, color=mark_colour, weight="bold")
+            ax.text(end + 0.6, y, label, ha="left", va="center", fontsize=9,
+                    color="#d62728" if outcome == "wrong" else "black")
+            ticks.append(y)
+            labels.append(f"rank {rank}")
+            y -= 1
+    ax.axvline(timeout, color="grey", linestyle="--", linewidth=1)
+    ax.text(timeout, rows - 0.4, "the group's timeout", ha="center", va="bottom", fontsize=8.5, color="grey")
+    ax.set_xlim(-0.2, timeout + 6.5)
+    ax.set_ylim(-0.7, rows + 0.3)
+    ax.set_yticks(ticks, labels, fontsize=8.5)
+    ax.set_xticks([0], ["the call"])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlabel("time →  (bar: the rank is inside the call;  ✗ error;  ! wrong result)")
+    ax.set_title("When ranks disagree: who waits, who errors, who goes on with a wrong result", fontsize=10)
+    fig.tight_layout()
+    return fig
