@@ -1,10 +1,18 @@
 import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
 from ddp_lib.launch._processes import pid_alive
+
+# A shell without job control (a script's `cmd &`, some CI runners) starts background commands with
+# SIGINT ignored, and an ignored signal stays ignored in every process started from this one: the
+# tests that press Ctrl-C on a launcher, torchrun or live ranks would then wait in vain. Python's own
+# handler here makes those processes start with SIGINT's default, as under a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TESTS = str(Path(__file__).parent)  # the test workers' modules (launcher_workers, cli_workers, ...)
 

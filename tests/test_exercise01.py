@@ -93,3 +93,12 @@ def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
     report = check_mean_across_ranks(answer, world_sizes=(3,) if "3" in refusal else (2,))
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and fails[0].startswith(refusal) and hint in fails[0], str(report)
+
+
+def test_the_drawn_values_never_have_a_whole_mean():
+    # floor division passed the checker on 58.4 and 41.6 (mean 50): the draw now avoids whole means
+    from ddp_lib.exercises.lesson01 import _values_with_fractional_means
+
+    for _ in range(2000):
+        values = _values_with_fractional_means((2, 3))
+        assert not any((sum(values[:n]) / n).is_integer() for n in (2, 3))

@@ -48,10 +48,19 @@ def diagnose(runs: list[dict], values: list[float]) -> str | None:
     return next((said for seen, said in mistakes if seen), f"{returned}, expected the mean {mean:g}")
 
 
+def _values_with_fractional_means(world_sizes: tuple[int, ...]) -> list[float]:
+    """Values drawn now, with tenths, whose mean over each world size checked is not a whole number:
+    integer arithmetic (``//``, an integer tensor) then always shows. 58.4 and 41.6, whose mean is
+    50, would let ``//`` pass."""
+    while True:
+        values = [random.randint(1, 99) + random.randint(1, 9) / 10 for _ in range(max(world_sizes))]
+        if not any((sum(values[:n]) / n).is_integer() for n in world_sizes):
+            return values
+
+
 def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), timeout: float = 30.0):
     """A report on ``fn(rank, world_size, x)`` on each world size: one line per world size."""
-    # Values with a fractional part, drawn now: integer arithmetic shows.
-    values = [random.randint(1, 99) + random.randint(1, 9) / 10 for _ in range(max(world_sizes))]
+    values = _values_with_fractional_means(world_sizes)
     return check_on_ranks(run_counted, world_sizes, lambda runs: diagnose(runs, values),
                           (worker_name(fn), COLLECTIVES, values), timeout=timeout,
                           passed=lambda runs: f"every rank returned the mean {sum(values[:len(runs)]) / len(runs):g}",
