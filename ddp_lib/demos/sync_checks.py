@@ -73,16 +73,18 @@ FORWARDS = ("training", "training", "no_grad", "no_grad", "training", "no_sync",
 def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]]:
     """Wrap ``Linear(4, 4)`` then ``BatchNorm1d(4)`` (two buffers: running mean and variance) in DDP
     and run one forward per entry of ``kinds``: "training" (gradients on, then backward),
-    "no_grad" (under ``torch.no_grad()``), "no_sync" (forward and backward inside ``no_sync()``).
+    "no_grad" (under ``torch.no_grad()``), "no_sync" (forward and backward inside ``no_sync()``),
+    "eval_mode" (after ``ddp_model.eval()``, gradients on, then backward; ``train()`` again after).
     Returns ``(kind, buffer broadcasts during that forward)`` for each."""
-    if unknown := set(kinds) - {"training", "no_grad", "no_sync"}:
-        raise ValueError(f"kinds: {sorted(unknown)} unknown; accepted: training, no_grad, no_sync")
+    if unknown := set(kinds) - {"training", "no_grad", "no_sync", "eval_mode"}:
+        raise ValueError(f"kinds: {sorted(unknown)} unknown; accepted: training, no_grad, no_sync, eval_mode")
     torch.manual_seed(0)
     x = torch.randn(8, 4)
     with one_process_group():
         ddp_model = DDP(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
         counts = []
         for kind in kinds:
+            ddp_model.train(kind != "eval_mode")
             grad_mode = torch.no_grad() if kind == "no_grad" else contextlib.nullcontext()
             sync_mode = ddp_model.no_sync() if kind == "no_sync" else contextlib.nullcontext()
             with grad_mode, sync_mode:
@@ -90,7 +92,21 @@ def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]
                 counts.append((kind, _buffer_broadcasts(lambda outputs=outputs: outputs.append(ddp_model(x)))))
                 if kind != "no_grad":
                     outputs[0].sum().backward()
+        ddp_model.train()
         return counts
+
+
+def second_hook_error() -> str:
+    """Register a communication hook twice on one DDP model; return the error the second call raises,
+    as "ExceptionType: message" (or "no error")."""
+    with one_process_group():
+        ddp_model = DDP(nn.Linear(4, 4))
+        ddp_model.register_comm_hook(state=None, hook=default_hooks.allreduce_hook)
+        try:
+            ddp_model.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
+        except RuntimeError as e:
+            return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+        return "no error"
 
 
 def allreduces_per_backward(steps: int = 2) -> dict[str, list[int]]:
