@@ -1,7 +1,8 @@
 """Lesson 04's counts on a one-process group (gloo, in-memory store), run in the notebook's own
 process: which forwards of a model with a buffer start with DDP's buffer broadcast, and how many
 gradient all-reduces a backward runs after a forward through ``ddp_model`` and after one through
-``ddp_model.module``; and which parameters each bucket holds, in the order the buckets are sent."""
+``ddp_model.module``; which parameters each bucket holds, in the order the buckets are sent; and which
+communication hooks DDP refuses."""
 
 from __future__ import annotations
 
@@ -96,17 +97,27 @@ def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]
         return counts
 
 
-def second_hook_error() -> str:
-    """Register a communication hook twice on one DDP model; return the error the second call raises,
-    as "ExceptionType: message" (or "no error")."""
+def hook_refusals() -> dict[str, str]:
+    """What DDP says, on this one-process gloo group, to a second communication hook on one model and to
+    ``bf16_compress_hook``: for each, "ExceptionType: first line of the message", or "accepted"."""
+    def first_line(e: Exception) -> str:
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+
+    results = {}
     with one_process_group():
         ddp_model = DDP(nn.Linear(4, 4))
         ddp_model.register_comm_hook(state=None, hook=default_hooks.allreduce_hook)
         try:
             ddp_model.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
+            results["a second hook"] = "accepted"
         except RuntimeError as e:
-            return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
-        return "no error"
+            results["a second hook"] = first_line(e)
+        try:
+            DDP(nn.Linear(4, 4)).register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
+            results["bf16_compress_hook on gloo"] = "accepted"
+        except (RuntimeError, TypeError) as e:
+            results["bf16_compress_hook on gloo"] = first_line(e)
+    return results
 
 
 def allreduces_per_backward(steps: int = 2) -> dict[str, list[int]]:
