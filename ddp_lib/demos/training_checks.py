@@ -144,3 +144,9 @@ def weights_only_refusal(directory: str) -> dict:
         except Exception as e:  # noqa: BLE001 - the refusal's type is the point
             outcome[f"weights_only={weights_only}"] = f"refused: {type(e).__name__}"
     return outcome
+
+
+def failed_in_buffer_sync(error) -> bool:
+    """For a ``WorkerError`` from a rank-0 evaluation: True when rank 0 failed inside DDP's broadcast of
+    the buffers at the start of a forward (its traceback passes through DDP's ``_sync_buffers``)."""
+    return error.rank == 0 and "_sync_buffers" in error.worker_traceback
