@@ -14,6 +14,9 @@ def test_batchnorm_statistics_differ_until_an_evaluation_through_the_wrapper():
     r0, r1 = run_ranks(training_checks.batchnorm_statistics, 2, show_output=False)
     assert r0["after_training"] != r1["after_training"]
     assert r0["after_wrapper_eval"] == r1["after_wrapper_eval"] == r0["after_training"]
+    assert r0["averaged"] == r1["averaged"]
+    pairs = zip(r0["averaged"], r0["after_training"], r1["after_training"])
+    assert all(abs(m - (a + b) / 2) < 2e-4 for m, a, b in pairs)
 
 
 def test_rank0_evaluates_through_the_wrapper_without_the_buffer_sync():
