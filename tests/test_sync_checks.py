@@ -13,6 +13,18 @@ def test_buffers_are_broadcast_after_a_training_forward_only():
     assert [b for _, b in counts] == [1, 1, 1, 0, 0, 1, 0]
 
 
+def test_eval_mode_does_not_stop_the_buffer_broadcast():
+    counts = sync_checks.buffer_broadcasts(("training", "eval_mode", "eval_mode"))
+    assert [b for _, b in counts] == [1, 1, 1]
+
+
+def test_a_second_comm_hook_and_bf16_on_gloo_are_refused():
+    refusals = sync_checks.hook_refusals()
+    assert refusals["a second hook"] == (
+        "RuntimeError: register_comm_hook or register_builtin_comm_hook can only be called once.")
+    assert refusals["bf16_compress_hook on gloo"].startswith("TypeError: BF16 all reduce communication hook")
+
+
 def test_an_unknown_kind_is_refused():
     with pytest.raises(ValueError, match="eval"):
         sync_checks.buffer_broadcasts(("eval",))

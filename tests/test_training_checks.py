@@ -1,20 +1,33 @@
 """Lesson 05's checks, on real ranks: per-rank batch norm statistics and the wrapper's re-sync, rank 0's
 evaluation with the buffer sync off, your own all-reduce inside Join, and a save that fails half-way."""
 
+import pytest
+
 from ddp_lib.demos import training_checks
+from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers import template
+from ddp_lib.workers.train_pitfalls import rank0_evaluation
 
 
 def test_batchnorm_statistics_differ_until_an_evaluation_through_the_wrapper():
     r0, r1 = run_ranks(training_checks.batchnorm_statistics, 2, show_output=False)
     assert r0["after_training"] != r1["after_training"]
     assert r0["after_wrapper_eval"] == r1["after_wrapper_eval"] == r0["after_training"]
+    assert r0["averaged"] == r1["averaged"]
+    pairs = zip(r0["averaged"], r0["after_training"], r1["after_training"])
+    assert all(abs(m - (a + b) / 2) < 2e-4 for m, a, b in pairs)
 
 
 def test_rank0_evaluates_through_the_wrapper_without_the_buffer_sync():
     results = run_ranks(training_checks.rank0_eval_without_buffer_sync, 2, show_output=False)
     assert results[0]["accuracy"] is not None and results[1]["accuracy"] is None
+
+
+def test_rank0_through_the_wrapper_fails_in_the_buffer_sync():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(rank0_evaluation, 2, kwargs=dict(through="wrapper", timeout_s=2.0), show_output=False)
+    assert training_checks.failed_in_buffer_sync(caught.value)
 
 
 def test_own_allreduce_inside_join_times_out_and_throw_stops_every_rank():

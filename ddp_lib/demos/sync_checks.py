@@ -1,7 +1,8 @@
 """Lesson 04's counts on a one-process group (gloo, in-memory store), run in the notebook's own
 process: which forwards of a model with a buffer start with DDP's buffer broadcast, and how many
 gradient all-reduces a backward runs after a forward through ``ddp_model`` and after one through
-``ddp_model.module``; and which parameters each bucket holds, in the order the buckets are sent."""
+``ddp_model.module``; which parameters each bucket holds, in the order the buckets are sent; and which
+communication hooks DDP refuses."""
 
 from __future__ import annotations
 
@@ -73,16 +74,18 @@ FORWARDS = ("training", "training", "no_grad", "no_grad", "training", "no_sync",
 def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]]:
     """Wrap ``Linear(4, 4)`` then ``BatchNorm1d(4)`` (two buffers: running mean and variance) in DDP
     and run one forward per entry of ``kinds``: "training" (gradients on, then backward),
-    "no_grad" (under ``torch.no_grad()``), "no_sync" (forward and backward inside ``no_sync()``).
+    "no_grad" (under ``torch.no_grad()``), "no_sync" (forward and backward inside ``no_sync()``),
+    "eval_mode" (after ``ddp_model.eval()``, gradients on, then backward; ``train()`` again after).
     Returns ``(kind, buffer broadcasts during that forward)`` for each."""
-    if unknown := set(kinds) - {"training", "no_grad", "no_sync"}:
-        raise ValueError(f"kinds: {sorted(unknown)} unknown; accepted: training, no_grad, no_sync")
+    if unknown := set(kinds) - {"training", "no_grad", "no_sync", "eval_mode"}:
+        raise ValueError(f"kinds: {sorted(unknown)} unknown; accepted: training, no_grad, no_sync, eval_mode")
     torch.manual_seed(0)
     x = torch.randn(8, 4)
     with one_process_group():
         ddp_model = DDP(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
         counts = []
         for kind in kinds:
+            ddp_model.train(kind != "eval_mode")
             grad_mode = torch.no_grad() if kind == "no_grad" else contextlib.nullcontext()
             sync_mode = ddp_model.no_sync() if kind == "no_sync" else contextlib.nullcontext()
             with grad_mode, sync_mode:
@@ -90,7 +93,31 @@ def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]
                 counts.append((kind, _buffer_broadcasts(lambda outputs=outputs: outputs.append(ddp_model(x)))))
                 if kind != "no_grad":
                     outputs[0].sum().backward()
+        ddp_model.train()
         return counts
+
+
+def hook_refusals() -> dict[str, str]:
+    """What DDP says, on this one-process gloo group, to a second communication hook on one model and to
+    ``bf16_compress_hook``: for each, "ExceptionType: first line of the message", or "accepted"."""
+    def first_line(e: Exception) -> str:
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+
+    results = {}
+    with one_process_group():
+        ddp_model = DDP(nn.Linear(4, 4))
+        ddp_model.register_comm_hook(state=None, hook=default_hooks.allreduce_hook)
+        try:
+            ddp_model.register_comm_hook(state=None, hook=default_hooks.fp16_compress_hook)
+            results["a second hook"] = "accepted"
+        except RuntimeError as e:
+            results["a second hook"] = first_line(e)
+        try:
+            DDP(nn.Linear(4, 4)).register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
+            results["bf16_compress_hook on gloo"] = "accepted"
+        except (RuntimeError, TypeError) as e:
+            results["bf16_compress_hook on gloo"] = first_line(e)
+    return results
 
 
 def allreduces_per_backward(steps: int = 2) -> dict[str, list[int]]:

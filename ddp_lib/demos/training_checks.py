@@ -24,8 +24,9 @@ def _batchnorm_net() -> nn.Module:
 
 def batchnorm_statistics(rank: int, world_size: int, steps: int = 4, batch_size: int = 16) -> dict:
     """Train the batch norm net ``steps`` steps under DDP, rank ``r`` on samples ``r, r + N, ...``.
-    Returns this rank's running mean (first 3 of 8 entries, 4 places) after training, and again
-    after one evaluation forward through ``ddp_model`` under ``torch.no_grad()``."""
+    Returns this rank's running mean (first 3 of 8 entries, 4 places) after training; the ranks' mean
+    of it, all-reduced on a copy and divided by the world size; and this rank's running mean again after
+    one evaluation forward through ``ddp_model`` under ``torch.no_grad()``."""
     with process_group(rank, world_size) as device:
         ddp_model = DDP(_batchnorm_net().to(device), device_ids=device_ids_for(device))
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
@@ -37,11 +38,15 @@ def batchnorm_statistics(rank: int, world_size: int, steps: int = 4, batch_size:
             optimizer.step()
         batchnorm = ddp_model.module[1]
         after_training = [round(v, 4) for v in batchnorm.running_mean[:3].tolist()]
+        averaged = batchnorm.running_mean.clone()
+        dist.all_reduce(averaged)
+        averaged /= world_size
         ddp_model.eval()
         with torch.no_grad():
             ddp_model(x[:batch_size])  # its first forward after training broadcasts rank 0's buffers
         after_wrapper_eval = [round(v, 4) for v in batchnorm.running_mean[:3].tolist()]
-        return {"after_training": after_training, "after_wrapper_eval": after_wrapper_eval}
+        return {"after_training": after_training, "after_wrapper_eval": after_wrapper_eval,
+                "averaged": [round(v, 4) for v in averaged[:3].tolist()]}
 
 
 def rank0_eval_without_buffer_sync(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
@@ -144,3 +149,9 @@ def weights_only_refusal(directory: str) -> dict:
         except Exception as e:  # noqa: BLE001 - the refusal's type is the point
             outcome[f"weights_only={weights_only}"] = f"refused: {type(e).__name__}"
     return outcome
+
+
+def failed_in_buffer_sync(error) -> bool:
+    """For a ``WorkerError`` from a rank-0 evaluation: True when rank 0 failed inside DDP's broadcast of
+    the buffers at the start of a forward (its traceback passes through DDP's ``_sync_buffers``)."""
+    return error.rank == 0 and "_sync_buffers" in error.worker_traceback
