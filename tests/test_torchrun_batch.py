@@ -1,5 +1,7 @@
 """ddp_lib.demos.torchrun_batch (lesson 06): its reading of a restart log."""
 
+import pytest
+
 from ddp_lib.demos import torchrun_batch
 
 RESTART_LOG = """attempt 0: starting at epoch 0
@@ -26,6 +28,15 @@ def test_restart_report_reads_the_verdicts():
     other = torchrun_batch.restart_report(RESTART_LOG, "epoch 0: last loss 0.9\n")
     assert not other["same losses as without the failure"]
 
+
+
+def test_restart_report_names_what_is_missing_and_shows_the_log_tail():
+    # attempt 0 failed before the injected fault (say, its store port was taken): no rank 1 error
+    started_late = RESTART_LOG.replace("[rank1]: RuntimeError: rank 1 fails in epoch 2\n", "")
+    with pytest.raises(ValueError, match=r"no rank 1's injected error .*\n(.*\n)*torchrun's exit code: 0"):
+        torchrun_batch.restart_report(started_late, FIRST_LOG)
+    with pytest.raises(ValueError, match="no torchrun's exit code"):
+        torchrun_batch.restart_report(RESTART_LOG.replace("torchrun's exit code: 0", ""), FIRST_LOG)
 
 # The jobs themselves run in lesson 06 (its cell `batch = torchrun_batch.run_lesson_jobs()`), and the
 # cells after it print every verdict this file would check (exit codes, MASTER_ADDR, EADDRINUSE, the

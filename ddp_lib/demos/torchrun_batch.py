@@ -106,22 +106,36 @@ def run_lesson_jobs(timeout: float = 300) -> LessonJobs:
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
 RANK0_LINE = re.compile(r"attempt \d+: starting at epoch \d+|epoch \d+: last loss [\d.]+")
-LOST_PEER = re.compile(r"Connection (closed|reset) by peer")  # gloo's words when the other end died
+LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo's words when the other end died
+
+
+def _found(pattern: str, log: str, what: str, meaning: str) -> re.Match:
+    """The first match of ``pattern`` in ``log``; else a ValueError naming ``what`` is missing, what
+    that means, and the log's last lines, which show what happened instead."""
+    match = re.search(pattern, log)
+    if match is None:
+        tail = "\n".join(log.splitlines()[-25:])
+        raise ValueError(f"the restart log has no {what} ({pattern!r}): {meaning}. Its last lines:\n{tail}")
+    return match
 
 
 def restart_report(restart_log: str, first_log: str) -> dict:
     """What the restart job's log says: rank 0's lines, rank 1's error, torchrun's exit code, whether
     attempt 1 trained to the last epoch, rank 0's lost-connection line (port and source location
     masked), and whether the losses equal those of the run without failure (``first_log``)."""
+    exit_found = _found(r"torchrun's exit code: (\d+)", restart_log, "torchrun's exit code",
+                        "the command did not run to its end")
+    error_found = _found(r"RuntimeError: rank 1 fails in epoch \d+", restart_log, "rank 1's injected error",
+                         "attempt 0 did not reach the fault: it failed earlier or never started")
     lines = RANK0_LINE.findall(restart_log)
-    exit_code = int(re.search(r"torchrun's exit code: (\d+)", restart_log)[1])
+    exit_code = int(exit_found[1])
     resumed = next((i for i, line in enumerate(lines) if line.startswith("attempt 1:")), len(lines))
     lost = next((line for line in restart_log.splitlines()
                  if line.startswith("[rank0]") and LOST_PEER.search(line)), "")
     losses = [line for line in lines if line.startswith("epoch")]
     return {
         "rank 0's lines": lines,
-        "rank 1's error": re.search(r"RuntimeError: rank 1 fails in epoch \d+", restart_log)[0],
+        "rank 1's error": error_found[0],
         "exit code": exit_code,
         "attempt 1 trained to the last epoch": exit_code == 0 and any(
             line.startswith("epoch 4:") for line in lines[resumed:]),
