@@ -21,7 +21,7 @@ from ddp_lib.cluster.hosts import (
     unavailable,
 )
 from ddp_lib.cluster.jobs import RDZV_PORT, node_command, run_on_hosts
-from ddp_lib.cluster.mistakes import run_mistakes
+from ddp_lib.cluster.mistakes import MISTAKES, NAME_UNKNOWN, master_addr, run_mistakes, unresolved
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
 
@@ -112,8 +112,9 @@ def test_training_on_two_hosts_gives_the_one_machine_result(reference):
 
 @pytest.fixture(scope="module")
 def mistakes():
-    """Every mistake at once, each on its own pair of hosts: most of the time is waiting."""
-    return run_mistakes()
+    """Every mistake at once, the fifth and its fix too, each on its own pair of hosts: most of the
+    time is waiting."""
+    return run_mistakes(tuple(MISTAKES) + tuple(NAME_UNKNOWN))
 
 
 # Start-up of torchrun and its ranks, on top of the configured waits: several mistakes run at once,
@@ -128,6 +129,10 @@ def test_node1_given_127_0_0_1_waits_alone_until_the_join_timeout(mistakes):
         assert node.returncode == 1
         assert node.error() == "RendezvousTimeoutError"  # from the agent's own error file
         assert 10 <= node.seconds < 10 + SLACK
+        # The join deadline counts from the rendezvous's start, which torchrun logs at INFO: the
+        # node ended at least join_timeout after it, whatever start-up took before.
+        assert node.rendezvous_at is not None and 10 <= node.seconds - node.rendezvous_at < 10 + SLACK
+    assert "its rendezvous began at" in job.summary(rendezvous=True)
 
 
 def test_gloo_on_the_loopback_interface_cannot_reach_the_other_host(mistakes):
@@ -148,6 +153,19 @@ def test_a_blocked_rendezvous_port_fails_the_connection_within_read_timeout(mist
         in "\n".join(node1.errors()), node1.stderr[-2000:]
     assert node1.seconds < 10 + SLACK
     assert node0.error() == "RendezvousTimeoutError"
+
+
+def test_a_host_name_unknown_to_node1_fails_its_ranks_and_local_addr_fixes_it(mistakes):
+    bad, fixed = mistakes["name_unknown"], mistakes["name_unknown_fixed"]
+    # node1 joined by address, but its ranks were given node0's name, which node1 cannot look up.
+    assert not bad.ok and not bad.results, bad.summary()
+    assert master_addr(bad.nodes[1]) == "node0"
+    assert (unresolved(bad.nodes[1]) or "").startswith("node0 ("), bad.nodes[1].stderr[-2000:]
+    assert max(node.seconds for node in bad.nodes) < 20 + 10 + SLACK  # join, then the group's 10 s timeout
+    # Every node gives its own address: MASTER_ADDR is node0's address, and the job runs.
+    assert fixed.ok, fixed.summary()
+    assert [master_addr(node) for node in fixed.nodes] == ["10.200.0.1"] * 2
+    assert [r["hosts"] for r in fixed.results] == [["node0", "node1"]] * 2
 
 
 def test_mismatched_nnodes_completes_only_when_the_smaller_count_joins_second(mistakes):

@@ -17,7 +17,7 @@ import torch
 
 from ddp_lib.cluster.hosts import left_behind
 from ddp_lib.cluster.hosts import unavailable as hosts_unavailable
-from ddp_lib.cluster.slurm import CLIENTS, DAEMONS, PACKAGES, slurm_cluster, unavailable
+from ddp_lib.cluster.slurm import CLIENTS, DAEMONS, FAILING_JOB, PACKAGES, root_causes, slurm_cluster, unavailable
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
 
@@ -113,3 +113,54 @@ def test_the_sbatch_script_trains_on_two_slurm_nodes_like_one_machine(slurm):
     assert ours & daemon_pids() == set()
     assert left_behind(os.getpid()) == []
     assert os.path.exists(MACHINE_MUNGE_KEY) == key_before
+
+
+SUMMARIES = """\
+1: ============================================================
+1: ddp_lib.torchrun FAILED
+1: Root Cause (first observed failure):
+1: [0]:
+1:   time      : 2026-01-31_12:00:03
+1:   host      : node1
+1:   rank      : 1 (local_rank: 0)
+1:   exitcode  : 1 (pid: 42)
+1:   traceback : Traceback (most recent call last):
+1:     File "probe.py", line 51, in fail_on_rank1
+1:   ValueError: rank 1 was told to fail
+1:
+1: ============================================================
+srun: error: node1: task 1: Exited with exit code 1
+0: Root Cause (first observed failure):
+0: [0]:
+0:   time      : 2026-01-31_12:00:05
+0:   host      : node0
+0:   rank      : 0 (local_rank: 0)
+0:   traceback : Traceback (most recent call last):
+0:   RuntimeError: Connection closed by peer
+0: ============================================================
+"""
+
+
+def test_root_causes_reads_each_labelled_summary_in_the_order_printed():
+    causes = root_causes(SUMMARIES)
+    assert [(c.label, c.host, c.rank, c.time) for c in causes] == [
+        ("1", "node1", "1 (local_rank: 0)", "2026-01-31_12:00:03"),
+        ("0", "node0", "0 (local_rank: 0)", "2026-01-31_12:00:05")]
+    assert [c.error for c in causes] == ["ValueError: rank 1 was told to fail",
+                                         "RuntimeError: Connection closed by peer"]
+    assert causes[0].lines == ["1:   time      : 2026-01-31_12:00:03", "1:   host      : node1",
+                               "1:   rank      : 1 (local_rank: 0)", "1:   ValueError: rank 1 was told to fail"]
+
+
+@needs_root_on_linux
+def test_a_failing_rank_gives_one_labelled_summary_per_node_the_earliest_its_own(slurm, tmp_path):
+    with slurm_cluster() as cluster:
+        script = Path(cluster.workdir) / "fail.sbatch"
+        script.write_text(FAILING_JOB)
+        job = cluster.sbatch(str(script), env={"PYTHON": sys.executable})
+    assert job.returncode != 0
+    causes = root_causes(job.output)
+    assert sorted((c.label, c.host) for c in causes) == [("0", "node0"), ("1", "node1")], job.output[-3000:]
+    first = min(causes, key=lambda c: c.time)
+    assert (first.host, first.error) == ("node1", "ValueError: rank 1 was told to fail")
+    assert "Connection closed by peer" in next(c.error for c in causes if c.host == "node0")

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from ddp_lib.cluster.hosts import Host, kill_everything_in
-from ddp_lib.errors import LaunchTimeout, WorkerError
+from ddp_lib.errors import LaunchTimeout, WorkerError, readable
 from ddp_lib.launch import _record as rank_files
 from ddp_lib.launch._processes import ctrl_c_held
 from ddp_lib.launch._torchrun_jobs import ask_for_stacks, timeout_error
@@ -31,14 +33,37 @@ RDZV_PORT = 29400  # torchrun's usual c10d rendezvous port
 # 60 s). last_call_timeout only matters when --nnodes is a range.
 RDZV_CONF = "join_timeout=20,read_timeout=10,last_call_timeout=1,close_timeout=5"
 HELLO = ["-m", "ddp_lib.torchrun", "ddp_lib.cluster.probe:hello"]
+# torchrun's agent logs, at INFO (LOGLEVEL=INFO, which run_on_hosts sets), when it starts its
+# rendezvous, with the time: "I1205 00:33:39.833000 PID ...] [default] Rendezvous'ing worker group"
+# (elastic/agent/server/api.py, _initialize_workers, just before next_rendezvous starts the join
+# deadline). A node that fails while it connects to the rendezvous store never logs it.
+_JOIN_LOG = re.compile(r"^I(\d\d)(\d\d) (\d\d):(\d\d):(\d\d\.\d+) .*\] \[\S+\] Rendezvous'ing worker group", re.M)
 
 
 def node_command(program: list[str], *, endpoint: str = f"node0:{RDZV_PORT}", nnodes: int = 2,
-                 nproc_per_node: int = 1, rdzv_conf: str = RDZV_CONF, run_id: str = "two-hosts") -> list[str]:
+                 nproc_per_node: int = 1, rdzv_conf: str = RDZV_CONF, run_id: str = "two-hosts",
+                 local_addr: str | None = None) -> list[str]:
     """torchrun for one node of a multi-node job: c10d rendezvous at ``endpoint``, every
-    rendezvous wait bounded by ``rdzv_conf``."""
+    rendezvous wait bounded by ``rdzv_conf``; ``local_addr``: the address this node gives for
+    itself (``--local-addr``; by default torch uses its host name)."""
+    options = (f"--rdzv-conf={rdzv_conf}", "--monitor-interval=0.1") + \
+        ((f"--local-addr={local_addr}",) if local_addr else ())
     return torchrun_command(program, nproc_per_node=nproc_per_node, nnodes=nnodes, rdzv_endpoint=endpoint,
-                            run_id=run_id, options=(f"--rdzv-conf={rdzv_conf}", "--monitor-interval=0.1"))
+                            run_id=run_id, options=options)
+
+
+def rendezvous_began(stderr: str, started: float) -> float | None:
+    """Seconds from ``started`` (a ``time.time()``) to the first rendezvous start logged in a
+    torchrun's ``stderr`` (at INFO), or None where none is logged."""
+    found = _JOIN_LOG.search(stderr)
+    if found is None:
+        return None
+    month, day, hour, minute, second = found.groups()
+    start = datetime.fromtimestamp(started)
+    logged = start.replace(month=int(month), day=int(day), hour=int(hour), minute=int(minute), second=0,
+                           microsecond=0) + timedelta(seconds=float(second))
+    seconds = (logged - start).total_seconds()
+    return seconds if 0 <= seconds < 86400 else None  # not across a new year
 
 
 @dataclass
@@ -51,6 +76,7 @@ class NodeRun:
     stderr: str  # torchrun's own log, and its ranks' stderr (--tee=2)
     agent_error: str = ""  # what this torchrun raised itself, "Type: message", from its own error file
     rank_errors: list[str] = field(default_factory=list)  # what its ranks raised, from their error files
+    rendezvous_at: float | None = None  # seconds from the job's start to this torchrun's rendezvous start
 
     def errors(self) -> list[str]:
         """What this node's torchrun raised, then what its ranks raised (``Type: message``),
@@ -80,21 +106,29 @@ class HostsJob:
     def ok(self) -> bool:
         return all(node.returncode == 0 for node in self.nodes)
 
-    def summary(self, width: int = 200) -> str:
-        """One line per node: how it ended, after how many seconds, and its first error."""
+    def summary(self, width: int = 200, rendezvous: bool = False) -> str:
+        """One line per node: how it ended, after how many seconds, and its first error (without
+        torch's C++ source paths or peer ports); with ``rendezvous``, also when its rendezvous
+        began (seconds from the job's start)."""
         lines = []
         for node in self.nodes:
-            ended = "succeeded" if node.returncode == 0 else f"failed ({node.error()[:width]})"
-            lines.append(f"{node.host}: {ended} after {node.seconds:.0f} s")
+            ended = "succeeded" if node.returncode == 0 else f"failed ({readable(node.error())[:width]})"
+            began = ""
+            if rendezvous:
+                began = " (no rendezvous start logged)" if node.rendezvous_at is None else \
+                    f" (its rendezvous began at {node.rendezvous_at:.0f} s)"
+            lines.append(f"{node.host}: {ended} after {node.seconds:.0f} s{began}")
         return "\n".join(lines)
 
 
 def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | None = None,
                  timeout: float = 120, others_start_when: Callable[[], bool] | None = None) -> HostsJob:
     """Start each ``(host, command)`` at once; wait for all, up to ``timeout`` seconds in all;
-    kill what is still running then. ``env``: extra variables for every command.
-    ``others_start_when``: start the first command alone, the others once this returns True."""
-    start = time.monotonic()
+    kill what is still running then. ``env``: extra variables for every command (torchrun logs
+    at INFO unless ``env`` sets ``LOGLEVEL``). ``others_start_when``: start the first command alone,
+    the others once this returns True."""
+    env = {"LOGLEVEL": "INFO", **(env or {})}
+    start, started = time.monotonic(), time.time()
     stacks = None
     with ExitStack() as stack:
         run_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="ddp_lib-hosts-"))
@@ -138,8 +172,9 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
             err.seek(0)
             code = procs[i].returncode if i in ended else None
             raised = [r.error for r in rank_files.read_ranks([log_dir]) if r.error]
-            nodes.append(NodeRun(host.name, code, ended.get(i, timeout), err.read(), rank_files.agent_error(log_dir),
-                                 raised))
+            stderr = err.read()
+            nodes.append(NodeRun(host.name, code, ended.get(i, timeout), stderr, rank_files.agent_error(log_dir),
+                                 raised, rendezvous_began(stderr, started)))
         # c10d numbers the nodes itself: each rank wrote its global rank in its folder (rank.json).
         run = rank_files.read_run([log_dir for _, log_dir in placed])
         folders = [folder for _, log_dir in placed for folder in rank_files.runs_in(log_dir)]

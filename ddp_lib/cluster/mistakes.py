@@ -8,11 +8,12 @@ join and 30 minutes for a gloo collective).
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from ddp_lib.cluster.hosts import firewall_unavailable, listening, port_blocked, two_hosts
-from ddp_lib.cluster.jobs import HELLO, RDZV_PORT, HostsJob, node_command, run_on_hosts
+from ddp_lib.cluster.jobs import HELLO, RDZV_PORT, HostsJob, NodeRun, node_command, run_on_hosts
 
 # Jobs that are meant to fail at the rendezvous wait 10 s for their peers, not 20.
 SHORT_JOIN = "join_timeout=10,read_timeout=10,last_call_timeout=1,close_timeout=5"
@@ -63,6 +64,37 @@ def nnodes_mismatch(first: int, second: int) -> HostsJob:
                             timeout=DEADLINE, others_start_when=lambda: listening(node0, RDZV_PORT))
 
 
+def name_unknown(fixed: bool = False) -> HostsJob:
+    """node1's /etc/hosts lacks node0, as in containers whose names only they know. node1 reaches
+    the rendezvous by node0's address, but its ranks are given node0's name as MASTER_ADDR.
+    ``fixed``: every node's torchrun gives its own address with ``--local-addr``."""
+    with two_hosts() as (node0, node1):
+        node1.write_hosts({node1.name: node1.addr})
+        endpoint = f"{node0.addr}:{RDZV_PORT}"
+        return run_on_hosts([(host, node_command(HELLO, endpoint=endpoint, rdzv_conf=SHORT_JOIN,
+                                                 local_addr=host.addr if fixed else None))
+                             for host in (node0, node1)], timeout=DEADLINE)
+
+
+# What a rank's TCPStore client logs while it cannot look a host name up (getaddrinfo, "gai"):
+# "The IPv6 network addresses of (node0, 42749) cannot be retrieved (gai error: -3 - ...)."
+_UNRESOLVED = re.compile(r"The (?:IPv\d )?network addresses of \((\S+), \d+\) cannot be retrieved "
+                         r"\(gai error: ([^)]*)\)")
+_MASTER_ADDR = re.compile(r"\]\s+master_addr=(\S+)")  # the agent's INFO log once its rendezvous completes
+
+
+def unresolved(node: NodeRun) -> str | None:
+    """The first name lookup that failed on this node (``"node0: gai error ..."``), or None."""
+    found = _UNRESOLVED.search(node.stderr)
+    return f"{found[1]} ({found[2]})" if found else None
+
+
+def master_addr(node: NodeRun) -> str | None:
+    """The MASTER_ADDR this node's torchrun gave its ranks, from its log; None if it never did."""
+    found = _MASTER_ADDR.search(node.stderr)
+    return found[1] if found else None
+
+
 MISTAKES = {"rdzv_on_loopback": rdzv_on_loopback, "gloo_on_loopback": gloo_on_loopback,
             "gloo_on_eth0": gloo_on_eth0, "port_closed": port_closed,
             # A round closes only when a node's own --nnodes is reached by its own arrival
@@ -70,10 +102,15 @@ MISTAKES = {"rdzv_on_loopback": rdzv_on_loopback, "gloo_on_loopback": gloo_on_lo
             "nnodes_3_then_2": partial(nnodes_mismatch, 3, 2), "nnodes_2_then_3": partial(nnodes_mismatch, 2, 3)}
 
 
+# The fifth mistake, run in a cell of its own: node0's name unknown to node1, and its fix.
+NAME_UNKNOWN = {"name_unknown": name_unknown, "name_unknown_fixed": partial(name_unknown, True)}
+
+
 def run_mistakes(names: tuple[str, ...] = tuple(MISTAKES)) -> dict[str, HostsJob]:
-    """Run the named cases at the same time, each on its own two hosts; ``port_closed`` is left
-    out where no firewall can be set (see :func:`firewall_unavailable`)."""
+    """Run the named cases (of ``MISTAKES`` and ``NAME_UNKNOWN``) at the same time, each on its own
+    two hosts; ``port_closed`` is left out where no firewall can be set (see :func:`firewall_unavailable`)."""
     names = tuple(n for n in names if n != "port_closed" or firewall_unavailable() is None)
+    cases = {**MISTAKES, **NAME_UNKNOWN}
     with ThreadPoolExecutor(len(names)) as pool:
-        futures = {name: pool.submit(MISTAKES[name]) for name in names}
+        futures = {name: pool.submit(cases[name]) for name in names}
         return {name: future.result() for name, future in futures.items()}

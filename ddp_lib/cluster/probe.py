@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -39,3 +40,14 @@ def agent_listening_and_store(rank: int, world_size: int) -> dict:
     """:func:`agent_listening`, and the address of the ranks' store that torchrun gave this rank
     (``MASTER_ADDR``)."""
     return {"listening": agent_listening(rank, world_size), "MASTER_ADDR": os.environ["MASTER_ADDR"]}
+
+
+def fail_on_rank1(rank: int, world_size: int) -> None:
+    """Rank 1 raises once every rank has joined the group; the others find it gone in a barrier
+    2 s later. On two nodes, each node's torchrun then prints a failure summary, node1's first."""
+    with process_group(rank, world_size, timeout=TIMEOUT):
+        dist.barrier()  # every rank has joined
+        if rank == 1:
+            raise ValueError("rank 1 was told to fail")
+        time.sleep(2)
+        dist.barrier()

@@ -14,6 +14,7 @@ Everything is stopped and removed on the way out (daemons, namespaces, files).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,57 @@ MessageTimeout=10
 {nodes}
 PartitionName=debug Nodes={names} Default=YES MaxTime=30 State=UP
 """
+
+
+# A two-node job whose rank 1 raises once the group is up (rank 0 then finds it gone): each node's
+# torchrun prints a failure summary of its own, and srun --label puts the task's number before
+# each line. Written to a file and given to SlurmCluster.sbatch.
+FAILING_JOB = """\
+#!/bin/bash
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=1
+#SBATCH --cpus-per-task=2
+head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+srun --label --cpus-per-task="$SLURM_CPUS_PER_TASK" "$PYTHON" -m torch.distributed.run \\
+    --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint="$head:29400" --rdzv-id="$SLURM_JOB_ID" \\
+    --rdzv-conf=join_timeout=60,read_timeout=30 --max-restarts=0 --log-dir="$RUN_DIR" \\
+    -m ddp_lib.torchrun ddp_lib.cluster.probe:fail_on_rank1
+"""
+
+_LABELLED = re.compile(r"^(\d+): (.*)$")
+_FIELD = re.compile(r"^  (time|host|rank) +: (.*)$")
+
+
+@dataclass
+class RootCause:
+    """The "Root Cause" of one torchrun's failure summary, in a job's output under ``srun --label``."""
+
+    label: str  # srun's task number: which node's torchrun printed it
+    time: str  # as torchrun prints it, 2026-01-31_12:00:00: sorts as text
+    host: str
+    rank: str  # "1 (local_rank: 0)"
+    error: str  # the last line of the failed rank's traceback
+    lines: list[str]  # the labelled lines it was read from: time, host, rank, error
+
+
+def root_causes(output: str) -> list[RootCause]:
+    """Every torchrun failure summary's root cause in ``output`` (``srun --label``), in the order printed."""
+    by_label: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        found = _LABELLED.match(line)
+        if found:
+            by_label.setdefault(found[1], []).append(found[2])
+    causes = []
+    for label, lines in by_label.items():
+        for start in [i for i, line in enumerate(lines) if line.startswith("Root Cause (first observed failure)")]:
+            block = lines[start + 1:]
+            block = block[:next((i for i, line in enumerate(block) if line.startswith("=====")), len(block))]
+            fields = {m[1]: m[2].strip() for m in map(_FIELD.match, block) if m}
+            error = next((line.strip() for line in reversed(block) if line.strip()), "")
+            shown = [f"{label}: {line}" for line in block if _FIELD.match(line)]
+            causes.append(RootCause(label, fields.get("time", ""), fields.get("host", ""), fields.get("rank", ""),
+                                    error, shown + [f"{label}:   {error}"]))
+    return sorted(causes, key=lambda c: output.index(c.lines[0]) if c.lines else 0)
 
 
 def unavailable() -> str | None:
