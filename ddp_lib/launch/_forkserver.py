@@ -15,7 +15,7 @@ from ddp_lib.launch._processes import pid_alive
 # Printed when a notebook kernel starts its forkserver: the first launch's cell would otherwise
 # stay blank while the server imports torch. Fixed text, so that stored and fresh outputs match.
 FORKSERVER_NOTICE = ("starting the forkserver, the process that starts each rank: "
-                     "it imports torch once per kernel (5 to 20 s)")
+                     "it imports torch once per kernel (a few seconds; up to 20 s on a busy machine)")
 
 
 def _in_notebook_kernel() -> bool:
