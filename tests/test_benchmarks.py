@@ -245,6 +245,9 @@ def test_the_kept_pinned_run_has_both_placements_and_messages_from_gloos_ring():
 def test_a_sign_test_calls_a_way_shorter_only_past_chance():
     assert wide.sign_test_wins(15) == 12  # 12 of 15 by chance: 576 / 32768, under 5%; 11 of 15: 5.9%
     assert wide.sign_test_wins(4) == 5  # 4 rounds can never reach 5%: no verdict
+    assert wide.sign_test_p(12, 15) == 576 / 32768
+    assert wide.sign_test_wins(15, tests=3) == 13  # 12 of 15 (1.76%) misses 5% / 3; 13 of 15: 0.37%
+    assert wide.sign_test_wins(15, tests=4) == 13
 
 
 def test_the_kept_wide_run_pairs_its_ways_round_by_round():

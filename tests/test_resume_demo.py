@@ -13,7 +13,8 @@ def test_resumed_losses_continue_the_unbroken_run(tmp_path):
         assert len(r["unbroken"]) == 6
         assert r["no_optimizer_state"][:4] == r["unbroken"][:4]  # the first loss after loading precedes any update
         assert r["no_optimizer_state"][4:] != r["unbroken"][4:]  # without Adam's state the curve departs
-        assert r["lrs"] == [0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01]  # warm-up to 0.005 * 32 / 16, resumed
+        # warm-up to 0.005 * sqrt(32 / 16), the square-root rule for Adam, resumed
+        assert r["lrs"] == [0.001768, 0.003536, 0.005303, 0.007071, 0.007071, 0.007071]
     assert results[0]["unbroken"] == results[1]["unbroken"]  # the global mean, the same on every rank
     contents = results[0]["contents"]
     assert sorted(contents) == ["model", "next_step", "optimizer", "scaler", "scheduler"]

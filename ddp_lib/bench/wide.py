@@ -98,12 +98,20 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
             "torch": torch.__version__, "load_average": round(os.getloadavg()[0], 1)}
 
 
-def sign_test_wins(rounds: int, level: float = SIGN_TEST_LEVEL) -> int:
+def sign_test_p(wins: int, rounds: int) -> float:
+    """The chance of at least ``wins`` shorter rounds out of ``rounds`` if each round were a coin toss."""
+    return sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2**rounds
+
+
+def sign_test_wins(rounds: int, tests: int = 1, level: float = SIGN_TEST_LEVEL) -> int:
     """The fewest rounds out of ``rounds`` in which one way must be shorter for a sign test to call
-    it shorter: if each round were a coin toss, at least that many wins would come with probability
-    under ``level``."""
+    it shorter, in a family of ``tests`` such tests: if each round were a coin toss, at least that many
+    wins would come with probability under ``level / tests`` (Bonferroni's rule), so that all the
+    family's tests together give a false "shorter" with probability under ``level``."""
+    if tests < 1:
+        raise ValueError(f"tests={tests!r}: a family holds at least 1 test")
     for wins in range(rounds + 1):
-        if sum(math.comb(rounds, k) for k in range(wins, rounds + 1)) / 2**rounds < level:
+        if sign_test_p(wins, rounds) < level / tests:
             return wins
     return rounds + 1
 

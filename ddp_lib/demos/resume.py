@@ -3,9 +3,10 @@
 ``train_then_resume`` trains a small DDP model without a break, then trains it again from the same
 seed, saves a checkpoint on rank 0 part-way, builds everything afresh as a restarted job would,
 loads the checkpoint on every rank and trains on. Each loss is the mean over all ranks' batches.
-The learning rate follows the linear scaling rule with a warm-up, from an LR scheduler that the
-checkpoint saves too."""
+The learning rate follows the square-root scaling rule, the one suggested for Adam, with a warm-up
+from an LR scheduler that the checkpoint saves too."""
 
+import math
 import os
 
 import torch
@@ -23,12 +24,13 @@ WARMUP_STEPS = 4
 def make_parts(seed: int) -> tuple[DDP, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler,
                                    torch.amp.GradScaler]:
     """A small classifier wrapped in DDP, its Adam optimizer, a warm-up scheduler and a GradScaler
-    (which only float16 training needs; it is saved here to show its state). The linear scaling rule:
-    the learning rate grows with the global batch, BASE_LR * global batch / BASE_BATCH; the scheduler
-    raises it to that over the first WARMUP_STEPS steps."""
+    (which only float16 training needs; it is saved here to show its state). The square-root scaling
+    rule, for Adam: the learning rate grows with the square root of the global batch's growth,
+    BASE_LR * sqrt(global batch / BASE_BATCH); the scheduler raises it to that over the first
+    WARMUP_STEPS steps."""
     torch.manual_seed(seed)
     ddp_model = DDP(nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2)))
-    lr = BASE_LR * BATCH * dist.get_world_size() / BASE_BATCH
+    lr = BASE_LR * math.sqrt(BATCH * dist.get_world_size() / BASE_BATCH)
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     return ddp_model, optimizer, scheduler, torch.amp.GradScaler("cpu")
