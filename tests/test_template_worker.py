@@ -181,6 +181,10 @@ def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_
     no_warmup = run_ranks(template.train_job, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path / "none"),
                                                      batch_size=50, lr=lr))[0]
     assert no_warmup["history"][0]["loss"] != pytest.approx(straight["history"][0]["loss"], abs=1e-4)
+    # A schedule added on a checkpoint written without one (the model or the job changed): another job.
+    with pytest.raises(WorkerError, match="with no learning-rate schedule, this run has a schedule.*--checkpoint-dir"):
+        run_ranks(template_workers.train_with_cosine, 2,
+                  kwargs=dict(epochs=epochs, checkpoint_dir=str(tmp_path / "none"), **settings))
 
     # Stopped after epoch 1, in the middle of the warm-up, and resumed: the schedule continues where it was.
     resumed_dir = str(tmp_path / "resumed")

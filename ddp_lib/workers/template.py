@@ -239,7 +239,12 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
         if others(saved) != others(settings):
             warnings.warn(f"{path} was written with {saved}, this run has {settings}; the optimizer "
                           "continues with its saved learning rate", stacklevel=2)
-        if saved.get("schedule_steps") != settings["schedule_steps"]:
+        if None in (saved.get("schedule_steps"), settings["schedule_steps"]) and (
+                saved.get("schedule_steps") != settings["schedule_steps"]):
+            had, has = ("a", "no") if settings["schedule_steps"] is None else ("no", "a")
+            refusal = (f"{path} was written by a run with {had} learning-rate schedule, this run has {has} "
+                       "schedule: it is another job. Start it with another --checkpoint-dir.")
+        elif saved.get("schedule_steps") != settings["schedule_steps"]:
             refusal = (f"{path} holds a schedule of {saved.get('schedule_steps')} steps "
                        f"(--epochs {saved.get('epochs')}), this run's settings give {settings['schedule_steps']} "
                        f"(--epochs {settings['epochs']}): resumed, the saved schedule would not end at this run's "
