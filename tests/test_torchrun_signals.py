@@ -13,3 +13,4 @@ def test_only_listed_signals_reach_the_ranks():
     assert plain["torchrun_exit"] == 1 and not plain["rank_alive"] and not plain["rank_saved"]
     handled = results["SIGUSR1, listed, rank with a handler"]
     assert handled["torchrun_exit"] == 1 and not handled["rank_alive"] and handled["rank_saved"]
+    assert all(r["rank_own_session"] for r in results.values())  # start_new_session=True in torch

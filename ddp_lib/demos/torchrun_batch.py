@@ -82,9 +82,10 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
     }
 
 
-def run_lesson_jobs(timeout: float = 300) -> LessonJobs:
-    """Start every job of :data:`JOBS` side by side, printing each command as typed; wait for all.
-    A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
+def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -> LessonJobs:
+    """Start every job of :data:`JOBS` side by side; wait for all. Print each command of the jobs named
+    in ``show`` (every job when None) as typed, and only the names of the others, whose sections print
+    them. A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
     tmp = tempfile.TemporaryDirectory(prefix="lesson06-jobs-")
     folder = Path(tmp.name)
     with socket.socket() as held:  # stands for another job's store, on the port given to "taken_port"
@@ -93,10 +94,16 @@ def run_lesson_jobs(timeout: float = 300) -> LessonJobs:
         commands = lesson_commands(folder, held.getsockname()[1])
         flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
         print(f"starting {len(flat)} torchruns side by side: about 6 s on an idle machine", flush=True)
+        later = []  # the jobs whose commands their own sections print
         for name, node_cmds in commands.items():
+            if show is not None and name not in show:
+                later.append(name + (f" ({len(node_cmds)} nodes)" if len(node_cmds) > 1 else ""))
+                continue
             for node, command in enumerate(node_cmds):
                 where = f" node {node}" if len(node_cmds) > 1 else ""
                 print(f"{name}{where}: {command_text(command)}", flush=True)
+        if later:
+            print("and, each printed in its own section:", ", ".join(later), flush=True)
         done = run_together([command for _, command in flat], timeout=timeout)
     node_jobs: dict[str, list[TorchrunJob]] = {}
     for (name, _), job in zip(flat, done):

@@ -55,14 +55,16 @@ def _start(folder: Path, job: str, signals: str, handlers: tuple[bool, ...]) -> 
 
 def send_to_torchrun(timeout: float = 120.0) -> dict[str, dict]:
     """Run the torchruns of ``JOBS`` at once, and send each its signal once all its ranks run. For each
-    case of ``CASES``: torchrun's exit code, whether the rank still ran after torchrun ended, and
-    whether the rank's SIGUSR1 handler saved its file."""
+    case of ``CASES``: torchrun's exit code, whether the rank ran in a session of its own (not
+    torchrun's) before the signal, whether it still ran after torchrun ended, and whether its SIGUSR1
+    handler saved its file."""
     results = {}
     with tempfile.TemporaryDirectory(prefix="torchrun-signals-") as tmp:
         folder = Path(tmp)
         procs = {job: _start(folder, job, signals, handlers) for job, (_, signals, handlers) in JOBS.items()}
         deadline = time.monotonic() + timeout
         rank_pids = {}  # (job, local rank) -> pid
+        own_session = {}  # (job, local rank) -> whether the rank runs in a session other than torchrun's
         try:
             for job, (sig, _, handlers) in JOBS.items():
                 for local_rank in range(len(handlers)):
@@ -73,12 +75,17 @@ def send_to_torchrun(timeout: float = 120.0) -> dict[str, dict]:
                                                + (folder / f"{job}.err").read_text()[-2000:])
                         time.sleep(0.05)
                     rank_pids[job, local_rank] = int(pid_file.read_text())
+                    # a session of its own: the rank leads its session, and torchrun is in another one
+                    rank_sid = os.getsid(rank_pids[job, local_rank])
+                    own_session[job, local_rank] = (rank_sid == rank_pids[job, local_rank]
+                                                    and rank_sid != os.getsid(procs[job].pid))
                 os.kill(procs[job].pid, signal.Signals[sig])  # torchrun's process only
             codes = {job: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for job, proc in procs.items()}
             time.sleep(0.2)  # a rank that the signal ended has exited by now
             for name, (job, local_rank) in CASES.items():
                 results[name] = {"torchrun_exit": codes[job], "rank_alive": _alive(rank_pids[job, local_rank]),
-                                 "rank_saved": (folder / f"{job}.{local_rank}.saved").exists()}
+                                 "rank_saved": (folder / f"{job}.{local_rank}.saved").exists(),
+                                 "rank_own_session": own_session[job, local_rank]}
         finally:
             for proc in procs.values():
                 if proc.poll() is None:
