@@ -3,7 +3,7 @@
 ``train_then_resume`` trains a small DDP model without a break, then trains it again from the same
 seed, saves a checkpoint on rank 0 part-way, builds everything afresh as a restarted job would,
 loads the checkpoint on every rank and trains on. Each loss is the mean over all ranks' batches.
-The learning rate follows the square-root scaling rule, the one suggested for Adam, with a warm-up
+The learning rate follows the square-root scaling rule, the one suggested for Adam, with a learning-rate warm-up
 from an LR scheduler that the checkpoint saves too."""
 
 import math
@@ -23,7 +23,7 @@ WARMUP_STEPS = 4
 
 def make_parts(seed: int) -> tuple[DDP, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler,
                                    torch.amp.GradScaler]:
-    """A small classifier wrapped in DDP, its Adam optimizer, a warm-up scheduler and a GradScaler
+    """A small classifier wrapped in DDP, its Adam optimizer, a learning-rate warm-up scheduler and a GradScaler
     (which only float16 training needs; it is saved here to show its state). The square-root scaling
     rule, for Adam: the learning rate grows with the square root of the global batch's growth,
     BASE_LR * sqrt(global batch / BASE_BATCH); the scheduler raises it to that over the first
@@ -69,7 +69,7 @@ def save_training_state(path: str, ddp_model: DDP, optimizer: torch.optim.Optimi
     if dist.get_rank() == 0:
         torch.save({"model": ddp_model.module.state_dict(),  # .module: keys without "module."
                     "optimizer": optimizer.state_dict(),  # Adam's moments and step counts
-                    "scheduler": scheduler.state_dict(),  # where the warm-up stands
+                    "scheduler": scheduler.state_dict(),  # where the learning-rate warm-up stands
                     "scaler": scaler.state_dict(),  # the loss scale and its growth tracker
                     "next_step": next_step}, path)
     dist.barrier()
