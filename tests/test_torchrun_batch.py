@@ -41,3 +41,14 @@ def test_restart_report_names_what_is_missing_and_shows_the_log_tail():
 # The jobs themselves run in lesson 06 (its cell `batch = torchrun_batch.run_lesson_jobs()`), and the
 # cells after it print every verdict this file would check (exit codes, MASTER_ADDR, EADDRINUSE, the
 # nodes, the wrong --rdzv-id, the error files): nbval compares them, so they are not run twice here.
+
+
+def test_a_long_lost_connection_line_is_cut_after_a_whole_sentence():
+    long = ("[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:4242. This is typically caused by a "
+            "remote worker crashing. Check the logs of the remote worker before reading this rank's error.")
+    report = torchrun_batch.restart_report(RESTART_LOG.replace(
+        "[rank0]: RuntimeError: [/src/gloo/pair.cc:1] Read error [127.0.0.1]:4242: Connection reset by peer", long),
+        FIRST_LOG)
+    assert report["rank 0's lost connection"] == (
+        "[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:PORT. "
+        "This is typically caused by a remote worker crashing.")

@@ -126,6 +126,17 @@ def _found(pattern: str, log: str, what: str, meaning: str) -> re.Match:
     return match
 
 
+def _whole_sentences(line: str, limit: int = 160) -> str:
+    """``line`` cut after its last whole sentence that ends within ``limit`` characters (else at a
+    word, with " ..."), so that a long error line is never printed cut in mid-word."""
+    if len(line) <= limit:
+        return line
+    end = line.rfind(". ", 0, limit)
+    if end > 0:
+        return line[:end + 1]
+    return line[:line.rfind(" ", 0, limit)] + " ..."
+
+
 def restart_report(restart_log: str, first_log: str) -> dict:
     """What the restart job's log says: rank 0's lines, rank 1's error, torchrun's exit code, whether
     attempt 1 trained to the last epoch, rank 0's lost-connection line (port and source location
@@ -146,7 +157,7 @@ def restart_report(restart_log: str, first_log: str) -> dict:
         "exit code": exit_code,
         "attempt 1 trained to the last epoch": exit_code == 0 and any(
             line.startswith("epoch 4:") for line in lines[resumed:]),
-        "rank 0's lost connection": re.sub(r"\[/[^\]]*\] ", "", re.sub(r"\]:\d+", "]:PORT", lost))[:160],
+        "rank 0's lost connection": _whole_sentences(re.sub(r"\[/[^\]]*\] ", "", re.sub(r"\]:\d+", "]:PORT", lost))),
         "same losses as without the failure": losses == [
             line for line in RANK0_LINE.findall(first_log) if line.startswith("epoch")],
     }
