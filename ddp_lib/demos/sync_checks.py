@@ -99,7 +99,8 @@ def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]
 
 def hook_refusals() -> dict[str, str]:
     """What DDP says, on this one-process gloo group, to a second communication hook on one model and to
-    ``bf16_compress_hook``: for each, "ExceptionType: first line of the message", or "accepted"."""
+    ``bf16_compress_hook`` (DDP checks that hook against the build of torch, not the group's backend):
+    for each, "ExceptionType: first line of the message", or "accepted"."""
     def first_line(e: Exception) -> str:
         return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
 
@@ -114,9 +115,9 @@ def hook_refusals() -> dict[str, str]:
             results["a second hook"] = first_line(e)
         try:
             DDP(nn.Linear(4, 4)).register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
-            results["bf16_compress_hook on gloo"] = "accepted"
+            results["bf16_compress_hook on this build of torch"] = "accepted"
         except (RuntimeError, TypeError) as e:
-            results["bf16_compress_hook on gloo"] = first_line(e)
+            results["bf16_compress_hook on this build of torch"] = first_line(e)
     return results
 
 
