@@ -49,3 +49,8 @@ def test_each_construction_checks_and_sends_what_torch_says():
     assert found["broadcast_buffers=False"]["buffers_sent"] == 0
     assert found["broadcast_buffers=False"]["warnings"] == ["FutureWarning"]
     assert found["forward_sync_buffers=False"]["buffers_sent"] == 3
+
+
+def test_parameters_of_two_dtypes_go_to_separate_buckets():
+    assert sync_checks.bucket_dtypes() == [("torch.float64", ["b.bias", "b.weight"]),
+                                           ("torch.float32", ["a.bias", "a.weight"])]
