@@ -41,7 +41,7 @@ def test_torchs_words_for_each_checkable_quote_are_in_the_installed_torch(key):
     if "Error:" in quoted:  # a quoted message holds the fixed words it is checked by
         assert all(" ".join(words.split()) in quoted for words in quote.fixed_words)
     assert gpu_outcomes.words_in_torch(quote)
-    assert gpu_outcomes.checks(key).endswith("the installed torch holds torch's words: yes.")
+    assert gpu_outcomes.checks(key).endswith(f"the installed torch holds {quote.words_are}: yes.")
 
 
 def test_the_check_notices_words_torch_does_not_have():

@@ -18,11 +18,12 @@ def test_eval_mode_does_not_stop_the_buffer_broadcast():
     assert [b for _, b in counts] == [1, 1, 1]
 
 
-def test_a_second_comm_hook_and_bf16_on_gloo_are_refused():
+def test_a_second_comm_hook_and_bf16_on_a_cpu_build_are_refused():
     refusals = sync_checks.hook_refusals()
     assert refusals["a second hook"] == (
         "RuntimeError: register_comm_hook or register_builtin_comm_hook can only be called once.")
-    assert refusals["bf16_compress_hook on gloo"].startswith("TypeError: BF16 all reduce communication hook")
+    assert refusals["bf16_compress_hook on this build of torch"].startswith(
+        "TypeError: BF16 all reduce communication hook")
 
 
 def test_an_unknown_kind_is_refused():
@@ -48,3 +49,8 @@ def test_each_construction_checks_and_sends_what_torch_says():
     assert found["broadcast_buffers=False"]["buffers_sent"] == 0
     assert found["broadcast_buffers=False"]["warnings"] == ["FutureWarning"]
     assert found["forward_sync_buffers=False"]["buffers_sent"] == 3
+
+
+def test_parameters_of_two_dtypes_go_to_separate_buckets():
+    assert sync_checks.bucket_dtypes() == [("torch.float64", ["b.bias", "b.weight"]),
+                                           ("torch.float32", ["a.bias", "a.weight"])]

@@ -23,6 +23,7 @@ class Quote(NamedTuple):
     unchecked_why: str = ""          # for a quote with no torch file: why it cannot be checked here
     recorded_words: tuple[str, ...] = ()  # what a recording on a GPU must hold (default: fixed_words)
     gpus: int = 2                    # how many GPUs the quoted machine has
+    words_are: str = "torch's words"  # what fixed_words are: a message torch prints, or a rule its docs state
 
 
 QUOTES: dict[str, Quote] = {
@@ -95,7 +96,8 @@ QUOTES: dict[str, Quote] = {
          "rank 1: saved on ['cuda:0']; loaded without map_location -> cuda:0; with map_location=device -> cuda:1"),
         "torch.load's documentation: without map_location, tensors go back to the device they were saved from",
         "serialization.py",
-        ("are then moved to the device they were saved from",)),
+        ("are then moved to the device they were saved from",),
+        words_are="the documented rule these lines are built from"),
 }
 
 
@@ -143,6 +145,10 @@ def quote(key: str) -> str:
     text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print:"]
     text += ["  " + line for line in q.lines]
     text.append(f"Source: {q.source}.")
+    recorded_gpus = json.loads(RECORDED.read_text())["gpus"]
+    if q.gpus > recorded_gpus and len(q.lines) > 1:
+        text.append(f"Only what {recorded_gpus} GPU can show was checked on a GPU machine: "
+                    "the lines that need more GPUs are unverified.")
     return "\n".join(text)
 
 
@@ -153,7 +159,7 @@ def checks(key: str) -> str:
     lines = [recording_check(key)]
     if q.torch_file:
         found = "yes" if words_in_torch(q) else "NO (this torch words it differently)"
-        lines.append(f"the installed torch holds torch's words: {found}")
+        lines.append(f"the installed torch holds {q.words_are}: {found}")
     elif q.unchecked_why:
         lines.append(f"not checked here: {q.unchecked_why}")
     return "Checks: " + "; ".join(lines) + "."

@@ -1,8 +1,8 @@
 """Lesson 04's counts on a one-process group (gloo, in-memory store), run in the notebook's own
 process: which forwards of a model with a buffer start with DDP's buffer broadcast, and how many
 gradient all-reduces a backward runs after a forward through ``ddp_model`` and after one through
-``ddp_model.module``; which parameters each bucket holds, in the order the buckets are sent; and which
-communication hooks DDP refuses."""
+``ddp_model.module``; which parameters each bucket holds, in the order the buckets are sent; that
+parameters of two dtypes go to separate buckets; and which communication hooks DDP refuses."""
 
 from __future__ import annotations
 
@@ -99,7 +99,8 @@ def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]
 
 def hook_refusals() -> dict[str, str]:
     """What DDP says, on this one-process gloo group, to a second communication hook on one model and to
-    ``bf16_compress_hook``: for each, "ExceptionType: first line of the message", or "accepted"."""
+    ``bf16_compress_hook`` (DDP checks that hook against the build of torch, not the group's backend):
+    for each, "ExceptionType: first line of the message", or "accepted"."""
     def first_line(e: Exception) -> str:
         return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
 
@@ -114,9 +115,9 @@ def hook_refusals() -> dict[str, str]:
             results["a second hook"] = first_line(e)
         try:
             DDP(nn.Linear(4, 4)).register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook)
-            results["bf16_compress_hook on gloo"] = "accepted"
+            results["bf16_compress_hook on this build of torch"] = "accepted"
         except (RuntimeError, TypeError) as e:
-            results["bf16_compress_hook on gloo"] = first_line(e)
+            results["bf16_compress_hook on this build of torch"] = first_line(e)
     return results
 
 
@@ -169,3 +170,36 @@ def bucket_layouts(layers: int = 4, width: int = 256, bucket_cap_mb: float = 0.3
             ddp_model(x).sum().backward()
             layouts.append([list(bucket) for bucket in sent])
         return layouts
+
+
+class _TwoDtypes(nn.Module):
+    """One float32 layer, then one float64 layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4).double()
+
+    def forward(self, x):
+        return self.b(self.a(x).double())
+
+
+def bucket_dtypes() -> list[tuple[str, list[str]]]:
+    """Wrap a model with a float32 layer and a float64 layer in DDP (default bucket cap) and run one
+    backward. Returns the buckets in the order their all-reduces started, each as its dtype and the
+    names of its parameters."""
+    names: dict[int, str] = {}
+    sent: list[tuple[str, list[str]]] = []
+
+    def recording_allreduce(state, bucket):
+        sent.append((str(bucket.buffer().dtype), sorted(names[id(p)] for p in bucket.parameters())))
+        return default_hooks.allreduce_hook(state, bucket)
+
+    torch.manual_seed(0)
+    with one_process_group():
+        model = _TwoDtypes()
+        names.update({id(p): name for name, p in model.named_parameters()})
+        ddp_model = DDP(model)
+        ddp_model.register_comm_hook(state=None, hook=recording_allreduce)
+        ddp_model(torch.randn(8, 4)).sum().backward()
+        return list(sent)
