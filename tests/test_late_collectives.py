@@ -17,11 +17,19 @@ def test_the_data_decides_who_waits_for_a_late_rank():
     assert waited["gather"] == [0] and waited["scatter"] == [0]
 
 
-def test_collectives_in_different_orders_time_out_on_every_rank():
+def test_collectives_in_different_orders_end_every_rank_after_the_timeout():
+    errors = []
     for r in ddp_lib.mp.spawn(late_collectives.wrong_order, args=(2, 1.0), nprocs=2):
-        name, outcome = r["calls"][0]
+        (name, outcome), = r["calls"]  # the first call raised
         assert name == ("all_reduce" if r["rank"] == 0 else "broadcast")
-        assert "Timed out" in outcome and r["seconds"] >= 1.0
+        assert r["seconds"] >= 1.0
+        errors.append(outcome)
+    # The rank that gives up first says it timed out; as it leaves, the other may see its connection
+    # close first instead (lesson 01 prints the same verdicts). Neither says that the order differed.
+    assert any(error.startswith("Timed out") for error in errors), errors
+    peer_gone = ("Connection closed by peer", "Connection reset by peer", "Application timeout caused pair closure")
+    assert all(error.startswith("Timed out") or any(w in error for w in peer_gone) for error in errors), errors
+    assert not any("order" in error for error in errors)
 
 
 def test_an_unknown_collective_is_named():
