@@ -39,20 +39,27 @@ def _process_name(pid: int) -> str:
     return " ".join(" ".join(words).split())[:120] or "?"
 
 
+def _holds(pid: int | str, sockets: set[str]) -> bool:
+    """Whether process ``pid`` has one of ``sockets`` ("socket:[inode]") open; False if it cannot be read."""
+    try:
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}") in sockets for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a socket listening on TCP ``port`` here (Linux's /proc)."""
+    return _holds(pid, {f"socket:[{inode}]" for inode in _listening_inodes(port)})
+
+
 def _holder_from_proc(port: int) -> str | None:
     inodes = _listening_inodes(port)
     if not inodes:
         return None
     wanted = {f"socket:[{inode}]" for inode in inodes}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fds = os.listdir(f"/proc/{entry}/fd")
-            if any(os.readlink(f"/proc/{entry}/fd/{fd}") in wanted for fd in fds):
-                return f"process {entry} ({_process_name(int(entry))})"
-        except OSError:
-            continue
+        if entry.isdigit() and _holds(entry, wanted):
+            return f"process {entry} ({_process_name(int(entry))})"
     return "a process this user cannot see"
 
 

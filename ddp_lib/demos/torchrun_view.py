@@ -9,16 +9,7 @@ import json
 import os
 
 from ddp_lib.demos.launcher_env import launcher_env
-from ddp_lib.ports import _listening_inodes
-
-
-def listens_on(pid: int, port: int) -> bool:
-    """Whether process ``pid`` holds a socket listening on TCP ``port`` here (Linux's /proc)."""
-    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
-    try:
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}") in wanted for fd in os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return False
+from ddp_lib.ports import listens_on
 
 
 def main() -> None:
