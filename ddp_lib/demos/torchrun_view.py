@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 from ddp_lib.demos.launcher_env import launcher_env
 from ddp_lib.ports import listens_on
@@ -22,7 +23,10 @@ def main() -> None:
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # they change from run to run
         if view["env"][name] is not None:
             view["env"][name] = "set"
-    print(json.dumps({"rank": rank, "view": view}), flush=True)
+    # One write of the whole line: the ranks share torchrun's stdout, and a print's text and its newline
+    # can go out as two writes (unbuffered output), between which the other rank's line lands.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (json.dumps({"rank": rank, "view": view}) + "\n").encode())
 
 
 def views_from(printed: str) -> list[dict]:
