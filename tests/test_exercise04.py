@@ -1,10 +1,11 @@
-"""Lesson 04's checker on real ranks: two right answers written differently from the solution
-pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
+"""Lesson 04's checkers. Exercise 1, on real ranks: two right answers written differently from the solution
+pass on 2 and 3 ranks; each mistake learners make is refused with its fix named. Exercise 2, in this process:
+the same for the parameters a backward would not reach."""
 
 import pytest
-from answer_files import load_answer
+from answer_files import load_answer, notebook_stub
 
-from ddp_lib.exercises.lesson04 import check_average_gradients
+from ddp_lib.exercises.lesson04 import check_average_gradients, check_unreached_parameters
 from ddp_lib.exercises.solutions import lesson04 as solution
 
 HEAD = """
@@ -73,3 +74,88 @@ def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
     report = check_average_gradients(answer, world_sizes=(3,) if "3" in refusal else (2,))
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and fails[0].startswith(refusal) and hint in fails[0], str(report)
+
+
+# Exercise 2's graph walk, checked in this process: the parameters a backward from the output would not reach.
+
+UNREACHED_HEAD = """
+import torch
+
+def unreached_parameters(output, parameters):
+"""
+UNREACHED_RIGHT = {
+    "recursive_walk": """
+    reached, seen = set(), set()
+
+    def visit(node):
+        if node is None or node in seen:
+            return
+        seen.add(node)
+        if type(node).__name__ == "AccumulateGrad":
+            reached.add(node.variable)
+        for child, _ in node.next_functions:
+            visit(child)
+
+    visit(output.grad_fn)
+    return {p for p in parameters if p not in reached}
+""",
+    "autograd_grad_allow_unused": """
+    grads = torch.autograd.grad(output.sum(), parameters, allow_unused=True, retain_graph=True)
+    return [p for p, g in zip(parameters, grads) if g is None]
+""",
+}
+UNREACHED_WRONG = {
+    "reads_grad_before_backward": ("""
+    return [p for p in parameters if p.grad is None]
+""", "before backward every .grad is None"),
+    "first_level_only": ("""
+    reached = {id(node.variable) for node, _ in output.grad_fn.next_functions if hasattr(node, "variable")}
+    return [p for p in parameters if id(p) not in reached]
+""", "keep walking the next_functions of every node you meet"),
+    "no_none_check": ("""
+    reached, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if hasattr(node, "variable"):
+            reached.add(id(node.variable))
+        stack.extend(child for child, _ in node.next_functions)
+    return [p for p in parameters if id(p) not in reached]
+""", "skip a None node"),
+    "returns_the_reached": ("""
+    reached, stack = set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None:
+            if hasattr(node, "variable"):
+                reached.add(id(node.variable))
+            stack.extend(child for child, _ in node.next_functions)
+    return [p for p in parameters if id(p) in reached]
+""", "return the others, those NOT reached"),
+    "returns_names": ("""
+    return [str(i) for i, p in enumerate(parameters)]
+""", "return the parameter tensors themselves"),
+}
+
+
+def test_unreached_solution_passes_and_stub_fails(tmp_path, monkeypatch):
+    assert check_unreached_parameters(solution.unreached_parameters).passed
+    stub = load_answer(tmp_path, monkeypatch, "stub04_unreached",
+                       notebook_stub("04_gradient_sync.ipynb", "my_work/lesson04_unreached.py"), "unreached_parameters")
+    report = check_unreached_parameters(stub)
+    assert not report.passed and "NotImplementedError" in str(report), str(report)
+
+
+@pytest.mark.parametrize("case", sorted(UNREACHED_RIGHT))
+def test_unreached_right_answers_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"right04u_{case}", UNREACHED_HEAD + UNREACHED_RIGHT[case],
+                         "unreached_parameters")
+    report = check_unreached_parameters(answer)
+    assert report.passed and len(report.lines) == 4, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(UNREACHED_WRONG))
+def test_unreached_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, hint = UNREACHED_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"wrong04u_{case}", UNREACHED_HEAD + body, "unreached_parameters")
+    report = check_unreached_parameters(answer)
+    assert not report.passed and hint in str(report), str(report)

@@ -1,13 +1,22 @@
-"""Checker for lesson 04's exercise: ``average_gradients(model)`` leaves each .grad's mean over the ranks."""
+"""Checkers for lesson 04's exercises: ``average_gradients(model)`` leaves each .grad's mean over the
+ranks (exercise 1, on real ranks); ``unreached_parameters(output, parameters)`` names the parameters a
+backward from ``output`` would not reach (exercise 2, in this process: it needs no ranks)."""
 
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from ddp_lib.exercises.checking import MISSING_WAIT, check_on_ranks, counting_collectives, load_worker, worker_name
+from ddp_lib.exercises.checking import (
+    MISSING_WAIT,
+    Report,
+    check_on_ranks,
+    counting_collectives,
+    load_worker,
+    worker_name,
+)
 from ddp_lib.process_group import process_group
-from ddp_lib.workers.gradients import make_mlp
+from ddp_lib.workers.gradients import TwoHeads, make_mlp
 
 ATOL = 1e-6
 
@@ -65,3 +74,85 @@ def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3),
     return check_on_ranks(_run_learner, world_sizes, diagnose, (worker_name(fn),), stop=True, timeout=timeout,
                           passed=lambda runs: f"on every rank, all {len(runs[0]['grads'])} gradients are the mean "
                           f"over the ranks (within {ATOL:g})")
+
+
+class _DetachedHead(TwoHeads):
+    """Both heads run in the forward, but head ``b``'s output is detached: no gradient reaches it."""
+
+    def forward(self, x: torch.Tensor, use_b: bool = True) -> torch.Tensor:
+        h = torch.tanh(self.trunk(x))
+        return self.a(h) + self.b(h).detach()
+
+
+def _unreached_cases() -> list[tuple[str, nn.Module, torch.Tensor]]:
+    """(what the case is, a model, its output): each a forward whose backward has not run."""
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    two_heads, detached, mlp = TwoHeads(), _DetachedHead(), make_mlp(0)
+    return [("TwoHeads, head b unused", two_heads, two_heads(x, use_b=False)),
+            ("TwoHeads, both heads used", two_heads, two_heads(x, use_b=True)),
+            ("head b's output detached", detached, detached(x)),
+            ("an MLP of three layers, every one used", mlp, mlp(x))]
+
+
+def _reached(output: torch.Tensor) -> set[int]:
+    """The ids of the parameters a backward from ``output`` reaches: its graph's AccumulateGrad nodes."""
+    reached, stack, seen = set(), [output.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):
+            reached.add(id(node.variable))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return reached
+
+
+def _names(model: nn.Module, ids: set[int]) -> str:
+    return ", ".join(n for n, p in model.named_parameters() if id(p) in ids) or "none"
+
+
+def _judge_unreached(model: nn.Module, output: torch.Tensor, answer: object) -> str | None:
+    """What is wrong with ``answer`` for this case, with its fix (None: right)."""
+    every, reached = {id(p) for p in model.parameters()}, _reached(output)
+    expected = every - reached
+    try:
+        items = list(answer)
+    except TypeError:
+        return f"it returned {type(answer).__name__}: return a list (or set) of the parameters not reached"
+    if not all(isinstance(t, torch.Tensor) for t in items):
+        kinds = sorted({type(t).__name__ for t in items if not isinstance(t, torch.Tensor)})
+        return f"it returned {', '.join(kinds)} items: return the parameter tensors themselves, not names or ids"
+    got = {id(t) for t in items}
+    if got == expected:
+        return None
+    if got - every:
+        return "it returned tensors that are not the model's parameters (copies?): return those passed in"
+    if got == every:
+        return ("it returned every parameter: before backward every .grad is None, so .grad cannot tell; "
+                "walk the graph from output.grad_fn through next_functions instead")
+    if got == reached:
+        return "it returned the parameters reached: return the others, those NOT reached"
+    if got > expected:
+        return (f"{_names(model, got - expected)} are reached through earlier nodes: keep walking the "
+                "next_functions of every node you meet, not only those of output.grad_fn")
+    return f"expected {_names(model, expected)}; got {_names(model, got)}"
+
+
+def check_unreached_parameters(fn: Callable) -> Report:
+    """A report on ``fn(output, parameters)``: one line per case, each a forward whose backward has not run."""
+    report = Report()
+    for case, model, output in _unreached_cases():
+        try:
+            problem = _judge_unreached(model, output, fn(output, list(model.parameters())))
+        except Exception as e:  # the learner's code: any error is reported, with a hint where one fits
+            hint = ("; next_functions holds (None, 0) where an input needs no gradient: skip a None node"
+                    if isinstance(e, AttributeError) and "NoneType" in str(e) else "")
+            report.fail(f"{case}: it raised {type(e).__name__}: {e}{hint}")
+            continue
+        if problem:
+            report.fail(f"{case}: {problem}")
+        else:
+            report.ok(f"{case}: not reached: {_names(model, {id(p) for p in model.parameters()} - _reached(output))}")
+    return report
