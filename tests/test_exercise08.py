@@ -132,3 +132,67 @@ def test_busbw_checker_names_the_one_phase_factor_however_large_the_world_size()
 def test_busbw_checker_accepts_a_numpy_or_torch_number():
     import torch
     assert check_busbw(lambda algbw, n: torch.tensor(algbw) * 2 * (n - 1) / n).passed
+
+
+def test_bucket_counts_checker_accepts_the_counts_however_written():
+    import numpy as np
+    import torch
+
+    from ddp_lib.exercises.lesson08 import check_bucket_counts
+    assert check_bucket_counts(3, 1, 2).passed
+    assert check_bucket_counts(3.0, np.int64(1), torch.tensor(2)).passed
+
+
+def test_bucket_counts_checker_names_each_honest_mistake():
+    from ddp_lib.exercises.lesson08 import check_bucket_counts
+    report = str(check_bucket_counts(2, 2, 3))  # the two rules swapped, and the first step like the others
+    assert "that is torch's rule; BucketedOverlapDDP closes a bucket *before*" in report
+    assert "DDP's first step is special: it puts every gradient in one bucket" in report
+    assert "that is lesson 04's rule; torch's DDP closes a bucket once it has *reached* the cap" in report
+    report = str(check_bucket_counts(7, 10, 4))  # the lesson's own 1 MiB cap; one per parameter
+    assert report.count("the count at the lesson's 1 MiB cap") == 2 and "one all-reduce per parameter" in report
+    assert "only the first step puts every gradient in one bucket" in str(check_bucket_counts(3, 1, 1))
+    assert "give a number of all-reduces, not a str" in str(check_bucket_counts("three", 1, 2))
+
+
+def test_bucket_count_rules_agree_with_torchs_assignment():
+    import random
+
+    import torch
+    import torch.distributed as dist
+
+    from ddp_lib.exercises.lesson08 import gradient_bytes, scratch_bucket_count, torch_bucket_count
+    rng = random.Random(8)
+    cases = [(gradient_bytes(), cap) for cap in (2**20, 2 * 2**20)]
+    cases += [([4 * rng.randrange(1, 1 << 18) for _ in range(rng.randrange(1, 20))], 4 * rng.randrange(1, 1 << 19))
+              for _ in range(20)]
+    for sizes, cap in cases:
+        # torch's DDP's own bucket assignment (private, so this test follows it across versions).
+        buckets, _ = dist._compute_bucket_assignment_by_size([torch.empty(n // 4) for n in sizes], [cap])
+        assert torch_bucket_count(sizes, cap) == len(buckets), (sizes, cap)
+    # Lesson 04's class, at the exercise's cap, as its own rule computes it.
+    assert scratch_bucket_count(gradient_bytes(), 2 * 2**20) == 3
+
+
+def test_halved_bytes_checker_accepts_the_fit_exact_or_rounded():
+    import torch
+
+    from ddp_lib.exercises.lesson08 import check_halved_bytes, gradient_bytes, kept_fit
+    alpha, beta = kept_fit(2)
+    nbytes = sum(gradient_bytes())
+    assert check_halved_bytes((alpha + nbytes / beta) * 1e3, (alpha + nbytes / 2 / beta) * 1e3).passed
+    assert check_halved_bytes(3.75, torch.tensor(2.03)).passed  # worked by hand with the fit's rounded numbers
+
+
+def test_halved_bytes_checker_names_each_honest_mistake():
+    from ddp_lib.exercises.lesson08 import check_halved_bytes, gradient_bytes, kept_fit
+    (alpha, beta), (alpha4, beta4) = kept_fit(2), kept_fit(4)
+    nbytes = sum(gradient_bytes())
+    full = (alpha + nbytes / beta) * 1e3
+    halved_alpha_too = str(check_halved_bytes(full, full / 2))
+    assert "only the bytes halve; the hook still sends one message, so α stays" in halved_alpha_too
+    assert "so the bytes halve" in str(check_halved_bytes(full, full))
+    assert "add α" in str(check_halved_bytes(nbytes / beta * 1e3, full))
+    assert "give milliseconds" in str(check_halved_bytes(full / 1e3, full))
+    assert "that is the 4-rank fit" in str(check_halved_bytes((alpha4 + nbytes / beta4) * 1e3, full))
+    assert "give the time in ms as a number, not a str" in str(check_halved_bytes("3.75 ms", full))

@@ -1,4 +1,5 @@
-"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)``, and a measured all-reduce's bandwidth."""
+"""Checkers for lesson 08's exercises: ``busbw(algbw, world_size)``, a measured all-reduce's bandwidth, the
+all-reduces per step at ``bucket_cap_mb=2`` (exercise 3), and the alpha-beta model with halved bytes (exercise 6)."""
 
 import itertools
 import math
@@ -86,3 +87,128 @@ def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), 
                           timeout=timeout, passed=lambda runs: f"every rank timed its all-reduce of a float32 tensor "
                           f"of {nbytes[len(runs)]} bytes; algbw = bytes / seconds and busbw = algbw x "
                           f"{bus_factor(len(runs)):g} (2(N-1)/N)")
+
+
+# Exercise 3: how many all-reduces per step, lesson 04's BucketedOverlapDDP against torch's DDP.
+COUNT_CAP_MB, LESSON_CAP_MB = 2, 1
+
+
+def gradient_bytes() -> list[int]:
+    """The DDP benchmark MLP's gradients in bytes, in the order backward produces them (last layer first)."""
+    from ddp_lib.bench.ranks import DDP_WIDTHS
+    from ddp_lib.workers.shared import make_mlp
+    return [p.numel() * p.element_size() for p in reversed(list(make_mlp(0, DDP_WIDTHS).parameters()))]
+
+
+def scratch_bucket_count(sizes: list[int], cap_bytes: int) -> int:
+    """Lesson 04's BucketedOverlapDDP: a bucket closes *before* a gradient would take it past the cap."""
+    count, filled = 1, 0
+    for nbytes in sizes:
+        if filled and filled + nbytes > cap_bytes:
+            count, filled = count + 1, 0
+        filled += nbytes
+    return count
+
+
+def torch_bucket_count(sizes: list[int], cap_bytes: int) -> int:
+    """torch's DDP from its second step on (one dtype, one device, an explicit cap): a bucket closes once it
+    has *reached* the cap, so it may pass it."""
+    count, filled = 0, 0
+    for nbytes in sizes:
+        filled += nbytes
+        if filled >= cap_bytes:
+            count, filled = count + 1, 0
+    return count + (filled > 0)
+
+
+def _count_mistake(name: str, got: float, others: dict[float, str]) -> str:
+    """The FAIL line for one wrong count: the likeliest mistake, or what to do."""
+    hint = others.get(got, "list the gradients in backward's order (last layer first) and fill buckets in turn")
+    return f"{name}: you said {got:g}, which is not right: {hint}"
+
+
+def check_bucket_counts(scratch: object, torch_first: object, torch_later: object) -> Report:
+    """A report on the three counts of exercise 3, at ``bucket_cap_mb=2``: all-reduces per step of
+    ``BucketedOverlapDDP``, and of torch's DDP on its first step and on later steps."""
+    sizes, cap, report = gradient_bytes(), COUNT_CAP_MB * 2**20, Report()
+    right = {"scratch": scratch_bucket_count(sizes, cap), "first": 1, "later": torch_bucket_count(sizes, cap)}
+    one_per_parameter = {float(len(sizes)): "that is one all-reduce per parameter; buckets group the gradients"}
+    at_lesson_cap = f"that is the count at the lesson's {LESSON_CAP_MB} MiB cap; the exercise asks for bucket_cap_mb=2"
+    lesson = LESSON_CAP_MB * 2**20
+    hints = {
+        "scratch": {**one_per_parameter,
+                    float(right["later"]): "that is torch's rule; BucketedOverlapDDP closes a bucket *before* a "
+                                           "gradient would take it past the cap",
+                    float(scratch_bucket_count(sizes, lesson)): at_lesson_cap},
+        "first": {**one_per_parameter,
+                  float(right["later"]): "DDP's first step is special: it puts every gradient in one bucket, "
+                                         "so the first step has one all-reduce"},
+        "later": {**one_per_parameter,
+                  float(right["scratch"]): "that is lesson 04's rule; torch's DDP closes a bucket once it has "
+                                           "*reached* the cap, so a bucket may pass it",
+                  1.0: "only the first step puts every gradient in one bucket; from the second step on, DDP cuts "
+                       "buckets by the cap",
+                  float(torch_bucket_count(sizes, lesson)): at_lesson_cap},
+    }
+    names = {"scratch": "BucketedOverlapDDP, per step", "first": "torch's DDP, first step",
+             "later": "torch's DDP, later steps"}
+    for key, value in (("scratch", scratch), ("first", torch_first), ("later", torch_later)):
+        got = as_number(value)
+        if isinstance(got, str):
+            report.fail(f"{names[key]}: give a number of all-reduces, not {got}")
+        elif got != right[key]:
+            report.fail(_count_mistake(names[key], got, hints[key]))
+        else:
+            report.ok(f"{names[key]}: {right[key]} all-reduce{'s' * (right[key] != 1)}")
+    return report
+
+
+# Exercise 6: one all-reduce of the gradients in float32 and in 16 bits, from the kept 2-rank fit.
+HALVED_REL_TOL = 0.02
+
+
+def kept_fit(world_size: int) -> tuple[float, float]:
+    """(alpha in seconds, beta in bytes per second) of the kept full run's fit for ``world_size``."""
+    from ddp_lib.bench import allreduce
+    model = next(m for m in allreduce.full_run()["models"] if m["world_size"] == world_size)
+    return model["alpha_us"] * 1e-6, model["beta_gbs"] * 1e9
+
+
+def _halved_mistake(got: float, alpha: float, beta: float, nbytes: float, other_fit: tuple[float, float]) -> str:
+    """What a wrong prediction (ms) of one all-reduce of ``nbytes`` most likely means."""
+    def near(ms: float) -> bool:
+        return math.isclose(got, ms, rel_tol=HALVED_REL_TOL)
+    right = (alpha + nbytes / beta) * 1e3
+    if near(right * 1e-3) or near(right * 1e3):
+        return "give milliseconds: the fit's α is in µs and β in GB/s"
+    if near(nbytes / beta * 1e3):
+        return "add α: every all-reduce pays it once, whatever its size"
+    if near((other_fit[0] + nbytes / other_fit[1]) * 1e3):
+        return "that is the 4-rank fit; the exercise takes the 2-rank fit"
+    return "the model is t = α + S / β, with S in bytes, β in bytes per second, and the answer in ms"
+
+
+def check_halved_bytes(float32_ms: object, half_ms: object) -> Report:
+    """A report on exercise 6: one all-reduce of the DDP benchmark's gradients, predicted in ms with the kept
+    2-rank fit, in float32 and with a 16-bit compress hook."""
+    (alpha, beta), other, report = kept_fit(2), kept_fit(4), Report()
+    nbytes = sum(gradient_bytes())
+    full, half = (alpha + nbytes / beta) * 1e3, (alpha + nbytes / 2 / beta) * 1e3
+    for name, value, right, sent in (("float32", float32_ms, full, nbytes), ("16 bits", half_ms, half, nbytes / 2)):
+        got = as_number(value)
+        if isinstance(got, str):
+            report.fail(f"{name}: give the time in ms as a number, not {got}")
+        elif math.isclose(got, right, rel_tol=HALVED_REL_TOL):
+            report.ok(f"{name}: {right:.2f} ms = α {alpha * 1e3:.3f} ms + {sent:,.0f} B / β")
+        elif name == "16 bits" and math.isclose(got, full / 2, rel_tol=HALVED_REL_TOL):
+            report.fail(f"{name}: you said {got:.3g} ms, half the float32 time: only the bytes halve; the hook still "
+                        "sends one message, so α stays")
+        elif name == "16 bits" and math.isclose(got, full, rel_tol=HALVED_REL_TOL):
+            report.fail(f"{name}: you said {got:.3g} ms, the float32 time: a 16-bit hook sends 2 bytes per "
+                        "gradient element instead of 4, so the bytes halve")
+        else:
+            report.fail(f"{name}: you said {got:.3g} ms, which is not right: "
+                        f"{_halved_mistake(got, alpha, beta, sent, other)}")
+    if report.passed:
+        report.ok("the bytes' term S / β halved; α, paid once per message, stayed")
+    return report
