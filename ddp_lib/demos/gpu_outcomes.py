@@ -145,10 +145,14 @@ def quote(key: str) -> str:
     text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print:"]
     text += ["  " + line for line in q.lines]
     text.append(f"Source: {q.source}.")
-    recorded_gpus = json.loads(RECORDED.read_text())["gpus"]
-    if q.gpus > recorded_gpus and len(q.lines) > 1:
-        text.append(f"Only what {recorded_gpus} GPU can show was checked on a GPU machine: "
-                    "the lines that need more GPUs are unverified.")
+    record = json.loads(RECORDED.read_text())
+    machine = f"torch {record['torch'].split('+')[0]} on {record['gpus']} GPU" + "s" * (record["gpus"] > 1)
+    if key not in record["cases"]:
+        text.append("Recording: none; these lines are built from the source above, not run on a GPU.")
+    elif q.gpus > record["gpus"] and len(q.lines) > 1:
+        text.append(f"Recording: {machine}. The lines that need {q.gpus} GPUs were not run there.")
+    else:
+        text.append(f"Recording: {machine}.")
     return "\n".join(text)
 
 
