@@ -1,8 +1,9 @@
 """What lesson 03's GPU-only cells would give on a GPU machine, for readers without one: torch's and
 nccl's messages quoted word for word, each with where it comes from. Where torch's own files hold the
-fixed words of a message, ``quote`` checks that they are there in the installed torch, so a quote that
+fixed words of a message, ``checks`` tests that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
-(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``); ``quote`` says whether the
+(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` names that recording
+(torch version and GPU count) under each box, or says there is none; ``checks`` says whether the
 recorded words hold the quoted ones."""
 
 from __future__ import annotations
