@@ -77,3 +77,33 @@ def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
     report = check_epoch_indices(answer, plan=[(2, 3)], seed=7)
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and mistake in fails[0] and fix in fails[0], str(report)
+
+
+# Exercise 2: a prediction, checked by running the resumes.
+def test_the_resume_prediction_is_judged_on_real_runs():
+    from ddp_lib.exercises.lesson05 import check_resume_prediction
+
+    report = check_resume_prediction(True, True, epochs=3, fail_at_epoch=2)  # 4 x 16 does not continue the run
+    assert [line[:4] for line in report.lines] == ["PASS", "FAIL"] and not report.passed
+    assert "the global batch becomes 64" in report.lines[1]
+
+
+@pytest.mark.parametrize("predictions, verdicts", [
+    ((True, False), ["PASS", "PASS"]),  # the right answer
+    ((False, False), ["FAIL", "PASS"]),  # "another world size changes the run": not when the global batch stays
+    ((True, True), ["PASS", "FAIL"]),  # "a resume always continues": not with a larger global batch
+])
+def test_each_prediction_gets_its_reason(predictions, verdicts):
+    from ddp_lib.exercises.lesson05 import judge_resume
+
+    lines = judge_resume(dict(zip(("matches_4x8", "matches_4x16"), predictions)),
+                         {"matches_4x8": 1.8e-7, "matches_4x16": 0.29})
+    assert [line[:4] for line in lines] == verdicts
+    assert "global batch is still 32" in lines[0] and "global batch becomes 64" in lines[1]
+
+
+def test_a_prediction_that_is_not_a_bool_is_refused_in_one_line():
+    from ddp_lib.exercises.lesson05 import check_resume_prediction
+
+    with pytest.raises(ValueError, match=r"matches_4x8='yes': pass True"):
+        check_resume_prediction("yes", False)

@@ -2,6 +2,7 @@
 words for it are still in the installed torch wherever a torch file is named, and the helpers that read
 CUDA_VISIBLE_DEVICES and torch's documentation return what torch says."""
 
+import json
 import re
 
 import pytest
@@ -89,3 +90,16 @@ def test_the_quote_label_says_it_is_quoted_on_every_machine_where_a_gpu_is_prese
     monkeypatch.setattr(gpu_outcomes.torch.cuda, "device_count", lambda: 1)
     assert gpu_outcomes.quote("barrier_warning").startswith("Quoted, not run here: quoted on every machine "
                                                             "(this one has 1 GPU).")
+
+
+@pytest.mark.parametrize("key", sorted(QUOTES))
+def test_each_quote_names_its_recording_or_says_there_is_none(key):
+    record = json.loads(gpu_outcomes.RECORDED.read_text())
+    last = gpu_outcomes.quote(key).splitlines()[-1]
+    if key not in record["cases"]:
+        assert last == "Recording: none; these lines are built from the source above, not run on a GPU."
+    else:
+        torch_version = record["torch"].split("+")[0]
+        assert last.startswith(f"Recording: torch {torch_version} on {record['gpus']} GPU")
+        needs_more = QUOTES[key].gpus > record["gpus"] and len(QUOTES[key].lines) > 1
+        assert last.endswith("were not run there.") == needs_more

@@ -1,8 +1,9 @@
 """What lesson 03's GPU-only cells would give on a GPU machine, for readers without one: torch's and
 nccl's messages quoted word for word, each with where it comes from. Where torch's own files hold the
-fixed words of a message, ``quote`` checks that they are there in the installed torch, so a quote that
+fixed words of a message, ``checks`` tests that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
-(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``); ``quote`` says whether the
+(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` names that recording
+(torch version and GPU count) under each box, or says there is none; ``checks`` says whether the
 recorded words hold the quoted ones."""
 
 from __future__ import annotations
@@ -145,10 +146,14 @@ def quote(key: str) -> str:
     text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print:"]
     text += ["  " + line for line in q.lines]
     text.append(f"Source: {q.source}.")
-    recorded_gpus = json.loads(RECORDED.read_text())["gpus"]
-    if q.gpus > recorded_gpus and len(q.lines) > 1:
-        text.append(f"Only what {recorded_gpus} GPU can show was checked on a GPU machine: "
-                    "the lines that need more GPUs are unverified.")
+    record = json.loads(RECORDED.read_text())
+    machine = f"torch {record['torch'].split('+')[0]} on {record['gpus']} GPU" + "s" * (record["gpus"] > 1)
+    if key not in record["cases"]:
+        text.append("Recording: none; these lines are built from the source above, not run on a GPU.")
+    elif q.gpus > record["gpus"] and len(q.lines) > 1:
+        text.append(f"Recording: {machine}. The lines that need {q.gpus} GPUs were not run there.")
+    else:
+        text.append(f"Recording: {machine}.")
     return "\n".join(text)
 
 

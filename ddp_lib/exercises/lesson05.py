@@ -65,3 +65,58 @@ def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None,
                           where=lambda runs: f"world_size {len(runs)}, {epochs[len(runs)]} epochs",
                           passed=f"with seed {seed}, in every epoch every rank reads DistributedSampler's share for "
                           "that seed and epoch")
+
+
+# Exercise 2: predict whether a resume on 4 ranks continues the 2-rank run, then let the checker run it.
+RESUMES = {"matches_4x8": (4, 8), "matches_4x16": (4, 16)}  # prediction's name -> (world size, batch per rank)
+SAME = 1e-5  # a parameter difference below this is float rounding: the same run
+WHY = {True: "the global batch is still 32, and the sampler's permutation depends on seed + epoch only, so each "
+             "step reads the same 32 samples; only the order of float additions changes",
+       False: "the global batch becomes 64: half the steps per epoch, with the same learning rate"}
+
+
+def judge_resume(predictions: dict[str, object], differences: dict[str, float]) -> list[str]:
+    """PASS/FAIL lines: each prediction (a bool) against the measured largest parameter difference."""
+    lines = []
+    for name, (world_size, batch) in RESUMES.items():
+        predicted, diff = predictions[name], differences[name]
+        same = diff < SAME
+        said = f"{world_size} ranks x {batch}: max parameter difference {diff:.2g} from the uninterrupted run"
+        if predicted is same:
+            lines.append(f"PASS {said}; you predicted {'the same' if same else 'a different'} run: {WHY[same]}")
+        else:
+            lines.append(f"FAIL {said}; you predicted {'the same' if predicted else 'a different'} run, but it is "
+                         f"{'the same' if same else 'different'}: {WHY[same]}")
+    return lines
+
+
+def check_resume_prediction(matches_4x8: bool, matches_4x16: bool, epochs: int = 8, fail_at_epoch: int = 5):
+    """Exercise 2: crash a 2 x 16 run at ``fail_at_epoch``, resume it on 4 x 8 and on 4 x 16, and compare each
+    final model with the uninterrupted 2 x 16 run; report on the two predictions (True: the same run)."""
+    import tempfile
+
+    import torch
+
+    from ddp_lib.demos.training_runs import train_with_switches
+    from ddp_lib.errors import WorkerError
+    from ddp_lib.exercises.checking import Report
+    from ddp_lib.launch import run_ranks
+
+    predictions = {"matches_4x8": matches_4x8, "matches_4x16": matches_4x16}
+    for name, value in predictions.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name}={value!r}: pass True (the resumed run ends with the same parameters) or False")
+    quiet = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
+    straight = run_ranks(train_with_switches, 2, kwargs=dict(epochs=epochs, batch_size=16), **quiet)[0]["params"]
+    differences = {}
+    for name, (world_size, batch) in RESUMES.items():
+        with tempfile.TemporaryDirectory(prefix="lesson05-resume-") as folder:
+            try:
+                run_ranks(train_with_switches, 2, kwargs=dict(epochs=epochs, batch_size=16, checkpoint_dir=folder,
+                                                              fail_at_epoch=fail_at_epoch), **quiet)
+            except WorkerError:
+                pass  # the crash on purpose
+            resumed = run_ranks(train_with_switches, world_size, kwargs=dict(
+                epochs=epochs, batch_size=batch, checkpoint_dir=folder, resume=True), **quiet)[0]["params"]
+        differences[name] = (torch.tensor(resumed) - torch.tensor(straight)).abs().max().item()
+    return Report(judge_resume(predictions, differences))

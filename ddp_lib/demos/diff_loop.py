@@ -1,0 +1,47 @@
+"""Lesson 05's plain-torch loop under DDP, as its diff writes it: the one-process loop plus the lines marked ``+``.
+
+Only torch, the half-moons data, ``MoonsNet`` and the template's ``setup_job`` (``set_device`` and
+``init_process_group``). It runs under any launcher that passes ``rank`` and ``world_size``.
+"""
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from ddp_lib.workers.shared import make_moons
+from ddp_lib.workers.template import setup_job
+from ddp_lib.workers.train import MoonsNet
+
+
+def diff_loop(rank: int, world_size: int, epochs: int = 3, checkpoint: str = "last.pt") -> list[float]:
+    """The diff's loop: each epoch's loss over all ranks, printed by rank 0, which saves ``checkpoint``."""
+    device = setup_job(rank, world_size)
+    torch.manual_seed(0)  # the same first weights on every rank (DDP would broadcast rank 0's anyway)
+    dataset = make_moons()
+    model = MoonsNet().to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sampler = DistributedSampler(dataset, seed=0)  # rank and world size from the group
+    loader = DataLoader(dataset, batch_size=16, sampler=sampler)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    losses = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        totals = torch.zeros(2, dtype=torch.float64, device=device)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(ddp_model(x), y)
+            loss.backward()
+            optimizer.step()
+            totals[0] += loss.detach().double() * len(y)
+            totals[1] += len(y)
+        dist.all_reduce(totals)
+        losses.append((totals[0] / totals[1]).item())
+        if dist.get_rank() == 0:
+            print(f"epoch {epoch + 1}: loss {losses[-1]:.4f}")
+            torch.save(model.state_dict(), checkpoint)
+        dist.barrier()
+    dist.destroy_process_group()
+    return losses
