@@ -156,3 +156,8 @@ def test_loss_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch, fre
     report = check_loss_runs(answer)
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and fails[0].startswith(refusal) and hint in fails[0], str(report)
+
+
+def test_the_loss_solution_passes(free_master_port):
+    report = check_loss_runs(solution.demo_basic)
+    assert report.passed, str(report)
