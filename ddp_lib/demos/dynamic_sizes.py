@@ -7,12 +7,18 @@ fixed size takes tensors only. A graph whose batch size is dynamic also takes th
 
 import torch
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ddp_lib.workers.training_loop import LoopNet
 
 
 def compiles_per_batch_size(rank: int, world_size: int, sizes: tuple[int, ...] = (16, 16, 12, 8),
-                            width: int = 4) -> dict:
+                            width: int = 4, ddp: bool = False) -> dict:
     """Run a compiled ``nn.Linear`` forward and backward on batches of ``sizes`` rows, one after the
-    other, with a backend that notes each graph it is handed. Needs no process group.
+    other, with a backend that notes each graph it is handed. Needs no process group, unless ``ddp``:
+    then the model is lesson 09's ``LoopNet`` (2 inputs; ``width`` is ignored), wrapped in DDP in the
+    caller's group, and the DDP model is compiled. (A bare ``nn.Linear`` under DDP would compile
+    nothing: dynamo skips torch.nn's own frames, as compiled.py explains.)
 
     Returns {"sizes", "compiles" (one dict per graph: "at_size", the batch size that compiled it,
     and "size_is_input", whether the graph takes the batch size as an input)}."""
@@ -24,9 +30,11 @@ def compiles_per_batch_size(rank: int, world_size: int, sizes: tuple[int, ...] =
                          "size_is_input": any(isinstance(x, torch.SymInt) for x in example_inputs)})
         return gm.forward  # run the traced graph as it is
 
+    if ddp:  # lesson 09's job compiled LoopNet before: forget those graphs and the sizes they saw
+        torch._dynamo.reset()
     torch.manual_seed(0)
-    model = torch.compile(nn.Linear(width, 1), backend=noting_backend)
+    model = torch.compile(DDP(LoopNet()) if ddp else nn.Linear(width, 1), backend=noting_backend)
     for size in sizes:
         size_now[0] = size
-        model(torch.ones(size, width)).sum().backward()
+        model(torch.ones(size, 2 if ddp else width)).sum().backward()
     return {"sizes": list(sizes), "compiles": compiles}

@@ -1,5 +1,7 @@
-"""Checkers for lesson 09's exercises: an exact ``evaluate`` although the sampler pads, and ``train_step``."""
+"""Checkers for lesson 09's exercises: an exact ``evaluate`` although the sampler pads, ``train_step``, and
+``scaled_step``, the order of a GradScaler's calls."""
 
+import math
 import secrets
 from collections.abc import Callable
 
@@ -9,7 +11,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler, TensorDataset
 
-from ddp_lib.exercises.checking import as_number, check_on_ranks
+from ddp_lib.exercises.checking import Report, as_number, check_on_ranks
 from ddp_lib.process_group import process_group
 from ddp_lib.workers.training_loop import LoopNet, make_moons
 
@@ -148,3 +150,116 @@ def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_
     return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, picks[len(runs)]),
                           lambda size: (train_step, picks[size]), stop=True, timeout=120,
                           passed="the parameters equal one process on the global batch, with one all-reduce per step")
+
+
+# Exercise 3: one process, no DDP (the order of the scaler's calls is the same under DDP).
+SCALE, SCALED_LR, SCALED_MAX_NORM = 1024.0, 0.1, 1.0
+SCALED_ORDER = ("scaler.scale(loss).backward(), scaler.unscale_(optimizer), clip_grad_norm_(model.parameters(), "
+                "max_norm), scaler.step(optimizer), scaler.update()")
+
+
+def _scaled_steps(scaled_step: Callable) -> dict:
+    """Two steps of ``scaled_step`` on a small model: one whose gradients overflow, then a clean one.
+    Returns {"after_overflow": (parameters, scale), "after_clean": (parameters, scale)}, or {"error": text}."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=SCALED_LR)
+    scaler = torch.amp.GradScaler("cpu", init_scale=SCALE)
+    x, y = torch.randn(8, 4), torch.full((8, 1), 10.0)  # far from the target: a gradient norm far above 1
+
+    def params() -> torch.Tensor:
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    result = {}
+    for name, factor in (("after_overflow", math.inf), ("after_clean", 1.0)):  # an inf loss: every gradient inf
+        optimizer.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y) * factor
+        try:
+            scaled_step(loss, model, optimizer, scaler, SCALED_MAX_NORM)
+        except Exception as exc:  # a learner's mistake can raise anything; report it
+            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", "at": name}
+        result[name] = (params(), scaler.get_scale())
+    return result
+
+
+def _right(loss, model, optimizer, scaler, max_norm):
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def _clip_scaled(loss, model, optimizer, scaler, max_norm):  # clips before unscaling
+    scaler.scale(loss).backward()
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def _not_clipped(loss, model, optimizer, scaler, max_norm):
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+
+
+def _loss_not_scaled(loss, model, optimizer, scaler, max_norm):
+    loss.backward()
+    _after_backward(model, optimizer, scaler, max_norm)
+
+
+def _after_backward(model, optimizer, scaler, max_norm):
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+
+
+# A step that differs from the right one: what the learner's weights match, and the fix.
+SCALED_MISTAKES = (
+    (_clip_scaled, "the step is about 1/scale of the right one: clip_grad_norm_ saw the scaled gradients. "
+                   "Call scaler.unscale_(optimizer) before clip_grad_norm_"),
+    (_not_clipped, "the step is the unclipped one: call clip_grad_norm_(model.parameters(), max_norm) after "
+                   "scaler.unscale_(optimizer)"),
+    (_loss_not_scaled, "the gradients were divided by the scale but never multiplied by it: backward on "
+                       "scaler.scale(loss), not on loss"),
+)
+
+
+def diagnose_scaled_step(scaled_step: Callable) -> list[str]:
+    """Problems with the learner's ``scaled_step`` (empty: all right)."""
+    got, right = _scaled_steps(scaled_step), _scaled_steps(_right)
+    start = _scaled_steps(lambda *args: None)["after_clean"][0]  # the parameters before any step
+    if "error" in got:
+        fix = (": call scaler.update() at the end of every step, and unscale_ once per step"
+               if "already been called" in got["error"] else f"; the right order is {SCALED_ORDER}")
+        return [f"the {got['at'].removeprefix('after_')} step raised {got['error']}{fix}"]
+    problems = []
+    weights, scale = got["after_overflow"]
+    if not torch.equal(weights, start):
+        problems.append("the step whose gradients overflowed changed the weights: step with "
+                        "scaler.step(optimizer), which skips such a step, not optimizer.step()")
+    elif scale != SCALE / 2:
+        problems.append(f"the scale is {scale:g} after a step that overflowed, expected {SCALE / 2:g}: "
+                        "call scaler.update() after scaler.step(optimizer)")
+    if problems:
+        return problems
+    weights = got["after_clean"][0]
+    if torch.allclose(weights, right["after_clean"][0], atol=1e-6):
+        return []
+    for mistake, fix in SCALED_MISTAKES:
+        if torch.allclose(weights, _scaled_steps(mistake)["after_clean"][0], atol=1e-6):
+            return [fix]
+    return [f"the weights after the clean step differ from the right order's: {SCALED_ORDER}"]
+
+
+def check_scaled_step(scaled_step: Callable) -> Report:
+    """A report on the learner's ``scaled_step``: an overflowed step, then a clean one, on one process."""
+    report = Report()
+    if problems := diagnose_scaled_step(scaled_step):
+        for problem in problems:
+            report.fail(problem)
+    else:
+        report.ok("the overflowed step was skipped and halved the scale; the clean step unscaled, clipped "
+                  "and stepped as the right order does")
+    return report
