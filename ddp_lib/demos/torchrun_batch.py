@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import socket
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -40,6 +41,9 @@ WATCHED = {
     "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
 }
 HANG_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
+# Not a torchrun: the shared-store demonstration of the lesson's Deeper section, run beside the jobs
+# so that its torch import and its short waits cost no time of their own.
+BESIDE = [sys.executable, "-m", "ddp_lib.demos.stale_store"]
 
 
 def _plain(*options: str) -> list[str]:
@@ -53,13 +57,15 @@ class LessonJobs:
     node's view; ``node_jobs``: every node's), the folder
     that holds the ranks' folders (kept until this object goes), and the watched jobs of
     :data:`WATCHED`: their commands as typed (``watched_commands``) and what
-    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"hang"`` and ``"cases"``)."""
+    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"hang"`` and ``"cases"``); and what
+    ``python -m ddp_lib.demos.stale_store``, run beside them, printed (``stale_store_output``)."""
 
     commands: dict[str, list[list[str]]]
     jobs: dict[str, TorchrunJob]
     node_jobs: dict[str, list[TorchrunJob]]
     watched_commands: dict[str, str]
     watched: dict[str, dict]
+    stale_store_output: str
     folder: Path
     _tmp: tempfile.TemporaryDirectory = field(repr=False)
 
@@ -108,6 +114,7 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
         commands = lesson_commands(folder, held.getsockname()[1])
         flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
         print(f"starting {len(flat) + len(WATCHED)} torchruns side by side: about 8 s on an idle machine", flush=True)
+        beside = subprocess.Popen(BESIDE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         later = []  # the jobs whose commands their own sections print
         for name, node_cmds in commands.items():
             if show is not None and name not in show:
@@ -130,11 +137,14 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
             done = run_together([command for _, command in flat], timeout=timeout)
         finally:  # ends the watched jobs whatever happened to the others
             watched = torchrun_signals.finish(watch, timeout)
+            stale_store_output, _ = beside.communicate(timeout=timeout)
+    if beside.returncode != 0:
+        raise RuntimeError(f"{' '.join(BESIDE[1:])} failed with exit code {beside.returncode}: run it alone to see why")
     node_jobs: dict[str, list[TorchrunJob]] = {}
     for (name, _), job in zip(flat, done):
         node_jobs.setdefault(name, []).append(job)
     return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, watched_commands,
-                      watched, folder, tmp)
+                      watched, stale_store_output, folder, tmp)
 
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
