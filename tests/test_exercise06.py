@@ -191,3 +191,26 @@ def test_unconverted_strings_and_node_rank_are_named_under_torchrun(tmp_path):
     assert len(fails) == 2, str(report)
     assert "environment variables are strings; convert each with int()" in fails[0]
     assert "node_rank is '0', expected 1: read GROUP_RANK" in fails[1] and "sets no NODE_RANK" in fails[1]
+
+
+def test_the_stub_is_refused_without_starting_torchrun(tmp_path, monkeypatch):
+    import ddp_lib.exercises.lesson06 as lesson06
+
+    def stub(rank, world_size):
+        raise NotImplementedError("write launch_info")
+
+    def no_torchrun(*args, **kwargs):
+        raise AssertionError("the stub must be refused before any torchrun starts")
+
+    monkeypatch.setattr(lesson06, "run_nodes", no_torchrun)
+    report = check_launch_info(stub)
+    assert not report.passed
+    assert report.lines == ["FAIL launch_info is not written yet: it raises NotImplementedError. Replace the raise "
+                            "with your code; the check then starts its torchrun jobs"]
+
+
+def test_an_answer_that_needs_torchrun_variables_is_not_taken_for_the_stub():
+    from ddp_lib.exercises.lesson06 import unwritten
+    from ddp_lib.exercises.solutions.lesson06 import launch_info
+
+    assert not unwritten(launch_info)  # a KeyError here, outside torchrun: the jobs judge it

@@ -6,18 +6,21 @@ restart log.
 
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
 all its small jobs at once and each section reads its own job by name. The ranks run
-``launch_vars``, which reads the environment only. Imports no torch.
+``launch_vars``, which reads the environment only; the two jobs of :data:`WATCHED` (a rank that
+hangs, and signals sent to torchrun) run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
 """
 
 from __future__ import annotations
 
 import re
 import socket
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddp_lib.demos import torchrun_signals
 from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together
 
 PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
@@ -31,6 +34,16 @@ JOBS = {
     "static": "two nodes with the static rendezvous (--node-rank)",
     "failing": "rank 0 raises: torchrun's failure summary",
 }
+# Started beside them and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
+WATCHED = {
+    "hang": "one rank that sleeps, as a hung rank would, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
+            "then torchrun alone is sent SIGUSR1, which it does not handle",
+    "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
+}
+HANG_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
+# Not a torchrun: the shared-store demonstration of the lesson's Deeper section, run beside the jobs
+# so that its torch import and its short waits cost no time of their own.
+BESIDE = [sys.executable, "-m", "ddp_lib.demos.stale_store"]
 
 
 def _plain(*options: str) -> list[str]:
@@ -41,12 +54,18 @@ def _plain(*options: str) -> list[str]:
 @dataclass
 class LessonJobs:
     """The commands of each named job (one per node), what each job gave back (``jobs``: its first
-    node's view; ``node_jobs``: every node's), and the folder
-    that holds the ranks' folders (kept until this object goes)."""
+    node's view; ``node_jobs``: every node's), the folder
+    that holds the ranks' folders (kept until this object goes), and the watched jobs of
+    :data:`WATCHED`: their commands as typed (``watched_commands``) and what
+    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"hang"`` and ``"cases"``); and what
+    ``python -m ddp_lib.demos.stale_store``, run beside them, printed (``stale_store_output``)."""
 
     commands: dict[str, list[list[str]]]
     jobs: dict[str, TorchrunJob]
     node_jobs: dict[str, list[TorchrunJob]]
+    watched_commands: dict[str, str]
+    watched: dict[str, dict]
+    stale_store_output: str
     folder: Path
     _tmp: tempfile.TemporaryDirectory = field(repr=False)
 
@@ -83,7 +102,8 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
 
 
 def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -> LessonJobs:
-    """Start every job of :data:`JOBS` side by side; wait for all. Print each command of the jobs named
+    """Start every job of :data:`JOBS` and :data:`WATCHED` side by side; wait for all, and signal the
+    watched ones once the rank of ``hang`` has slept a while. Print each command of the jobs named
     in ``show`` (every job when None) as typed, and only the names of the others, whose sections print
     them. A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
     tmp = tempfile.TemporaryDirectory(prefix="lesson06-jobs-")
@@ -93,7 +113,8 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
         held.listen()
         commands = lesson_commands(folder, held.getsockname()[1])
         flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
-        print(f"starting {len(flat)} torchruns side by side: about 6 s on an idle machine", flush=True)
+        print(f"starting {len(flat) + len(WATCHED)} torchruns side by side: about 8 s on an idle machine", flush=True)
+        beside = subprocess.Popen(BESIDE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         later = []  # the jobs whose commands their own sections print
         for name, node_cmds in commands.items():
             if show is not None and name not in show:
@@ -102,13 +123,28 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
             for node, command in enumerate(node_cmds):
                 where = f" node {node}" if len(node_cmds) > 1 else ""
                 print(f"{name}{where}: {command_text(command)}", flush=True)
+        watch = torchrun_signals.start(HANG_ENV)
+        watched_commands = {name: command_text(command) for name, command in watch.commands.items()}
+        watched_commands["hang"] = " ".join(f"{k}={v}" for k, v in HANG_ENV.items()) + " " + watched_commands["hang"]
+        for name, command in watched_commands.items():
+            if show is not None and name not in show:
+                later.append(name)
+            else:
+                print(f"{name}: {command}", flush=True)
         if later:
             print("and, each printed in its own section:", ", ".join(later), flush=True)
-        done = run_together([command for _, command in flat], timeout=timeout)
+        try:
+            done = run_together([command for _, command in flat], timeout=timeout)
+        finally:  # ends the watched jobs whatever happened to the others
+            watched = torchrun_signals.finish(watch, timeout)
+            stale_store_output, _ = beside.communicate(timeout=timeout)
+    if beside.returncode != 0:
+        raise RuntimeError(f"{' '.join(BESIDE[1:])} failed with exit code {beside.returncode}: run it alone to see why")
     node_jobs: dict[str, list[TorchrunJob]] = {}
     for (name, _), job in zip(flat, done):
         node_jobs.setdefault(name, []).append(job)
-    return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, folder, tmp)
+    return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, watched_commands,
+                      watched, stale_store_output, folder, tmp)
 
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.

@@ -1,36 +1,41 @@
-"""A signal sent to torchrun itself (lesson 06): which signals reach its ranks.
+"""A rank that hangs, and a signal sent to torchrun itself (lesson 06): what torchrun does about each.
 
-Two torchruns, side by side: one with the default ``--signals-to-handle`` and one rank, one with
-SIGUSR1 listed and two ranks, the second of which handles SIGUSR1. Each rank writes its process id
-and sleeps. Each torchrun's process alone is sent SIGUSR1; once torchrun ends, the module asks
-whether each rank still runs (and ends it if so). The ranks import no torch, so the whole takes
-about as long as torchrun's own start.
+Two torchruns, side by side: ``hang``, with the default ``--signals-to-handle`` and one rank, and
+``listed``, with SIGUSR1 listed and two ranks, the second of which handles SIGUSR1. Each rank writes
+its process id and sleeps. ``hang`` is first watched for ``HANG_S`` seconds: its agent leaves a rank
+that has not ended alone. Then each torchrun's process alone is sent SIGUSR1; once torchrun ends, the
+module asks whether each rank still runs (and ends it if so). The ranks import no torch, so the whole
+takes about as long as torchrun's own start, plus ``HANG_S``. Lesson 06 starts the two jobs beside its
+other small jobs (:mod:`ddp_lib.demos.torchrun_batch`) with :func:`start`, and ends them with :func:`finish`.
 
     python -m ddp_lib.demos.torchrun_signals
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # --signals-to-handle's default in torch's run.py
 WITH_USR1 = DEFAULT_SIGNALS + ",SIGUSR1"
+HANG_S = 3.0  # how long the job "hang" is watched with its rank asleep, before any signal
 
 # The torchruns: name -> (the signal sent to torchrun, its --signals-to-handle, whether each local rank
 # handles SIGUSR1). Two jobs, for three cases: the listed job's two ranks differ only by the handler.
 JOBS = {
-    "unlisted": ("SIGUSR1", DEFAULT_SIGNALS, (False,)),
+    "hang": ("SIGUSR1", DEFAULT_SIGNALS, (False,)),  # first watched as a rank that hangs, then signalled
     "listed": ("SIGUSR1", WITH_USR1, (False, True)),
 }
 # case name -> (job, local rank)
 CASES = {
-    "SIGUSR1, not listed": ("unlisted", 0),
+    "SIGUSR1, not listed": ("hang", 0),
     "SIGUSR1, listed, rank without a handler": ("listed", 0),
     "SIGUSR1, listed, rank with a handler": ("listed", 1),
 }
@@ -45,77 +50,120 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _start(folder: Path, job: str, signals: str, handlers: tuple[bool, ...]) -> subprocess.Popen:
+def _command(folder: Path, job: str) -> list[str]:
+    """The torchrun command of ``job``: its ``--signals-to-handle`` and one rank per entry of its handlers."""
+    _, signals, handlers = JOBS[job]
     modes = ",".join("handle" if handler else "plain" for handler in handlers)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={len(handlers)}",
-           f"--signals-to-handle={signals}", "-m", "ddp_lib.demos.torchrun_signals", str(folder / job), modes]
+    listed = [] if signals == DEFAULT_SIGNALS else [f"--signals-to-handle={signals}"]  # the default goes unsaid
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={len(handlers)}",
+            *listed, "-m", "ddp_lib.demos.torchrun_signals", str(folder / job), modes]
+
+
+@dataclass
+class Watch:
+    """The torchruns of :data:`JOBS`, started and not yet signalled: their commands, their processes,
+    the variables the job ``hang`` was given on top of this process's environment, and their folder."""
+
+    commands: dict[str, list[str]]
+    procs: dict[str, subprocess.Popen]
+    hang_env: dict[str, str]
+    folder: Path
+    _tmp: tempfile.TemporaryDirectory = field(repr=False)
+
+
+def start(hang_env: dict[str, str] | None = None) -> Watch:
+    """Start the torchruns of :data:`JOBS` side by side, the job ``hang`` with ``hang_env`` added to its
+    environment, and return at once: :func:`finish` watches them and sends the signals."""
+    tmp = tempfile.TemporaryDirectory(prefix="torchrun-signals-")
+    folder = Path(tmp.name)
+    hang_env = dict(hang_env or {})
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(folder / f"{job}.err", "w"), env=env)
+    commands = {job: _command(folder, job) for job in JOBS}
+    procs = {job: subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(folder / f"{job}.err", "w"),
+                                   env={**env, **hang_env} if job == "hang" else env)
+             for job, command in commands.items()}
+    return Watch(commands, procs, hang_env, folder, tmp)
 
 
-def send_to_torchrun(timeout: float = 120.0) -> dict[str, dict]:
-    """Run the torchruns of ``JOBS`` at once, and send each its signal once all its ranks run. For each
-    case of ``CASES``: torchrun's exit code, whether the rank ran in a session of its own (not
+def _rank_file(watch: Watch, job: str, local_rank: int, deadline: float) -> dict:
+    """What local rank ``local_rank`` of ``job`` wrote once it ran, its handler (if any) installed;
+    waits for it, and raises if the job ends first or ``deadline`` passes."""
+    path = watch.folder / f"{job}.{local_rank}.json"
+    while not path.exists():
+        if time.monotonic() > deadline or watch.procs[job].poll() is not None:
+            raise RuntimeError(f"job {job!r}: local rank {local_rank} never started; torchrun said:\n"
+                               + (watch.folder / f"{job}.err").read_text()[-2000:])
+        time.sleep(0.05)
+    return {**json.loads(path.read_text()), "written": path.stat().st_mtime}
+
+
+def finish(watch: Watch, timeout: float = 120.0) -> dict:
+    """Watch the torchruns that :func:`start` started, then signal them. First the job ``hang``: once
+    its rank has slept ``HANG_S`` seconds, whether its torchrun and its rank still run, whether the
+    rank is still the first one (no restart), and the rank's restart count and
+    ``TORCHELASTIC_USE_AGENT_STORE``. Then each torchrun's process alone gets its signal. For each case
+    of :data:`CASES`: torchrun's exit code, whether the rank ran in a session of its own (not
     torchrun's) before the signal, whether it still ran after torchrun ended, and whether its SIGUSR1
-    handler saved its file."""
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="torchrun-signals-") as tmp:
-        folder = Path(tmp)
-        procs = {job: _start(folder, job, signals, handlers) for job, (_, signals, handlers) in JOBS.items()}
-        deadline = time.monotonic() + timeout
-        rank_pids = {}  # (job, local rank) -> pid
-        own_session = {}  # (job, local rank) -> whether the rank runs in a session other than torchrun's
-        try:
-            for job, (sig, _, handlers) in JOBS.items():
-                for local_rank in range(len(handlers)):
-                    pid_file = folder / f"{job}.{local_rank}.pid"
-                    while not pid_file.exists():  # the rank is running, its handler (if any) installed
-                        if time.monotonic() > deadline or procs[job].poll() is not None:
-                            raise RuntimeError(f"job {job!r}: local rank {local_rank} never started; torchrun said:\n"
-                                               + (folder / f"{job}.err").read_text()[-2000:])
-                        time.sleep(0.05)
-                    rank_pids[job, local_rank] = int(pid_file.read_text())
-                    # a session of its own: the rank leads its session, and torchrun is in another one
-                    rank_sid = os.getsid(rank_pids[job, local_rank])
-                    own_session[job, local_rank] = (rank_sid == rank_pids[job, local_rank]
-                                                    and rank_sid != os.getsid(procs[job].pid))
-                os.kill(procs[job].pid, signal.Signals[sig])  # torchrun's process only
-            codes = {job: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for job, proc in procs.items()}
-            time.sleep(0.2)  # a rank that the signal ended has exited by now
-            for name, (job, local_rank) in CASES.items():
-                results[name] = {"torchrun_exit": codes[job], "rank_alive": _alive(rank_pids[job, local_rank]),
-                                 "rank_saved": (folder / f"{job}.{local_rank}.saved").exists(),
-                                 "rank_own_session": own_session[job, local_rank]}
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-            for pid in rank_pids.values():  # a rank left running by its torchrun
-                if _alive(pid):
-                    os.kill(pid, signal.SIGKILL)
-    return results
+    handler saved its file. Every process is ended before this returns."""
+    procs = watch.procs
+    deadline = time.monotonic() + timeout
+    ranks = {}  # (job, local rank) -> what the rank wrote
+    own_session = {}  # (job, local rank) -> whether the rank runs in a session other than torchrun's
+    try:
+        for job, (_, _, handlers) in JOBS.items():
+            for local_rank in range(len(handlers)):
+                ranks[job, local_rank] = rank = _rank_file(watch, job, local_rank, deadline)
+                # a session of its own: the rank leads its session, and torchrun is in another one
+                rank_sid = os.getsid(rank["pid"])
+                own_session[job, local_rank] = rank_sid == rank["pid"] and rank_sid != os.getsid(procs[job].pid)
+        hung = ranks["hang", 0]
+        time.sleep(max(0.0, hung["written"] + HANG_S - time.time()))  # the rank has slept HANG_S seconds by now
+        hang = {"slept_s": HANG_S, "torchrun_alive": procs["hang"].poll() is None, "rank_alive": _alive(hung["pid"]),
+                "same_rank": json.loads((watch.folder / "hang.0.json").read_text())["pid"] == hung["pid"],
+                "restart_count": hung["restart_count"], "use_agent_store": hung["use_agent_store"]}
+        for job, (sig, _, _) in JOBS.items():
+            os.kill(procs[job].pid, signal.Signals[sig])  # torchrun's process only
+        codes = {job: proc.wait(timeout=max(1.0, deadline - time.monotonic())) for job, proc in procs.items()}
+        time.sleep(0.2)  # a rank that the signal ended has exited by now
+        cases = {name: {"torchrun_exit": codes[job], "rank_alive": _alive(ranks[job, local_rank]["pid"]),
+                        "rank_saved": (watch.folder / f"{job}.{local_rank}.saved").exists(),
+                        "rank_own_session": own_session[job, local_rank]}
+                 for name, (job, local_rank) in CASES.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for rank in ranks.values():  # a rank left running by its torchrun
+            if _alive(rank["pid"]):
+                os.kill(rank["pid"], signal.SIGKILL)
+        watch._tmp.cleanup()
+    return {"hang": hang, "cases": cases}
 
 
 def _rank(prefix: str, modes: str) -> None:
     """torchrun's program: this local rank's mode (``modes``, one per local rank) says whether it
-    handles SIGUSR1 by "saving" (writing ``PREFIX.N.saved``) and exiting. It then announces its process
-    id in ``PREFIX.N.pid`` (written whole) and sleeps."""
+    handles SIGUSR1 by "saving" (writing ``PREFIX.N.saved``) and exiting. It then writes its process
+    id, restart count and ``TORCHELASTIC_USE_AGENT_STORE`` to ``PREFIX.N.json`` (whole) and sleeps:
+    to its agent, a rank that sleeps is a rank that hangs, a process that has not ended."""
     local_rank = int(os.environ["LOCAL_RANK"])
     if modes.split(",")[local_rank] == "handle":
         def save_and_exit(signum, frame):
             Path(f"{prefix}.{local_rank}.saved").write_text("snapshot")
             sys.exit(0)
         signal.signal(signal.SIGUSR1, save_and_exit)
-    pid_file = f"{prefix}.{local_rank}.pid"
-    Path(pid_file + ".tmp").write_text(str(os.getpid()))
-    os.replace(pid_file + ".tmp", pid_file)
-    time.sleep(60)
+    seen = {"pid": os.getpid(), "restart_count": os.environ["TORCHELASTIC_RESTART_COUNT"],
+            "use_agent_store": os.environ["TORCHELASTIC_USE_AGENT_STORE"]}
+    Path(f"{prefix}.{local_rank}.json.tmp").write_text(json.dumps(seen))
+    os.replace(f"{prefix}.{local_rank}.json.tmp", f"{prefix}.{local_rank}.json")  # whole or not at all
+    time.sleep(600)  # ended by the signal, or by finish()
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3:
         _rank(*sys.argv[1:])
     else:
-        for case, result in send_to_torchrun().items():
+        results = finish(start())
+        print("hang:", results["hang"])
+        for case, result in results["cases"].items():
             print(f"{case}: {result}")
