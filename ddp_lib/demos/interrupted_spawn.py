@@ -1,0 +1,73 @@
+"""What an interrupted ``mp.spawn`` leaves behind (lesson 02).
+
+A parent script starts 3 processes with torch's ``mp.spawn``. Ranks 0 and 1 join a group, then each
+waits to receive from the other: a job that hangs inside torch. Process 2 only sleeps, in Python.
+``interrupt_spawn`` then does what a notebook's stop button does, SIGINT to the parent's whole
+process group, and reports what the parent sees: the processes still alive after the interrupt,
+and their exit codes once it stops them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+PARENT = """
+import multiprocessing, sys, time
+import torch.multiprocessing as mp
+from ddp_lib.demos.interrupted_spawn import wait_for_each_other
+
+if __name__ == "__main__":
+    try:
+        # ranks 0 and 1 wait inside a collective; process 2 sleeps in Python
+        mp.spawn(wait_for_each_other, args=(2, sys.argv[1], sys.argv[2]), nprocs=3)
+    except KeyboardInterrupt:
+        print("the parent got KeyboardInterrupt", flush=True)
+    time.sleep(1.0)  # give the children a second to react to SIGINT too
+    alive = multiprocessing.active_children()  # the children this process started, still alive
+    print("processes still alive 1 s after the interrupt:", len(alive), "of 3", flush=True)
+    for child in alive:  # the clean-up: the parent stops what it started
+        child.terminate()
+        child.join()
+    print("their exit codes after terminate():", [child.exitcode for child in alive], flush=True)
+"""
+
+
+def wait_for_each_other(rank: int, world_size: int, init_method: str, ready_dir: str) -> None:
+    """Ranks below ``world_size``: join a gloo group, say so with a file in ``ready_dir``, then wait
+    to receive from the next rank, which waits too: a hang that only the group's timeout (120 s
+    here) would end. Any other process: say so, then sleep in Python, outside the group."""
+    import torch
+    import torch.distributed as dist
+
+    if rank >= world_size:
+        open(os.path.join(ready_dir, f"rank{rank}"), "w").close()
+        time.sleep(120)
+        return
+
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=120))
+    waiting = dist.irecv(torch.zeros(1), src=(rank + 1) % world_size)  # no rank sends: never arrives
+    open(os.path.join(ready_dir, f"rank{rank}"), "w").close()
+    waiting.wait()  # every rank waits here, inside torch's C++ code
+
+
+def interrupt_spawn(init_method: str, timeout: float = 300.0) -> str:
+    """Run ``PARENT`` in its own process group; once its 3 children wait, send SIGINT to the group, as
+    Jupyter's stop button does to the kernel's group. Returns what the parent printed."""
+    with tempfile.TemporaryDirectory() as ready_dir:
+        parent = subprocess.Popen([sys.executable, "-c", PARENT, init_method, ready_dir],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                  start_new_session=True)  # its own group, as a kernel has
+        deadline = time.monotonic() + timeout
+        while len(os.listdir(ready_dir)) < 3 and time.monotonic() < deadline and parent.poll() is None:
+            time.sleep(0.05)
+        time.sleep(1.0)  # each process has written its file: let it reach its wait
+        os.killpg(parent.pid, signal.SIGINT)  # the stop button: the parent and every rank get SIGINT
+        printed, _ = parent.communicate(timeout=timeout)
+    return printed
