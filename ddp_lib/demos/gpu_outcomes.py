@@ -135,6 +135,12 @@ def recording_check(key: str) -> str:
             + ("yes" if held else "NO"))
 
 
+def recorded_in_full(key: str, record: dict) -> bool:
+    """Whether the recording on a GPU machine ran every line of the quote of ``key``."""
+    q = QUOTES[key]
+    return key in record["cases"] and not (q.gpus > record["gpus"] and len(q.lines) > 1)
+
+
 def quote(key: str) -> str:
     """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, the
     quoted lines, and where they come from (``checks`` says how far to trust them)."""
@@ -143,10 +149,13 @@ def quote(key: str) -> str:
     # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
     gpus = f"{gpus_here} GPU" + "s" * (gpus_here > 1)
     why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {gpus})"
-    text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell would print:"]
+    record = json.loads(RECORDED.read_text())
+    # A box a GPU machine printed in full says "would print";
+    # one built from the source, in whole or in part, says "is expected to print".
+    verb = "would print" if recorded_in_full(key, record) else "is expected to print"
+    text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell {verb}:"]
     text += ["  " + line for line in q.lines]
     text.append(f"Source: {q.source}.")
-    record = json.loads(RECORDED.read_text())
     machine = f"torch {record['torch'].split('+')[0]} on {record['gpus']} GPU" + "s" * (record["gpus"] > 1)
     if key not in record["cases"]:
         text.append("Recording: none; these lines are built from the source above, not run on a GPU.")
