@@ -56,7 +56,7 @@ def test_the_restart_sketch_numbers_epochs_from_0_as_train_py_prints_them():
     assert "raises in epoch 2" in shown
     per_rank = [t for t in shown if t.isdigit()]
     assert per_rank == ["0", "1", "2", "3", "4"] * 2  # attempt 0: epochs 0-1; attempt 1: epochs 2-4; two ranks
-    assert "attempt 1, from the snapshot of epoch 1" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "attempt 1, from the checkpoint of epoch 1" in [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
 
 
 def test_the_lesson_07_and_cluster_sketches_name_what_goes_wrong():

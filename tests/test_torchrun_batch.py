@@ -52,3 +52,21 @@ def test_a_long_lost_connection_line_is_cut_after_a_whole_sentence():
     assert report["rank 0's lost connection"] == (
         "[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:PORT. "
         "This is typically caused by a remote worker crashing.")
+
+
+def test_checkpoint_epoch_reads_the_saved_epoch(tmp_path):
+    torch = pytest.importorskip("torch")
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    path = tmp_path / "checkpoint.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 4}, path)
+    assert torchrun_batch.checkpoint_epoch(path) == 4
+    torch.save({"epoch": 0, "weights": [torch.zeros(2)]}, path)  # written differently: still read
+    assert torchrun_batch.checkpoint_epoch(path) == 0
+    torch.save({"model": model.state_dict()}, path)
+    with pytest.raises(ValueError, match="no integer 'epoch'"):
+        torchrun_batch.checkpoint_epoch(path)
+    path.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip file
+    with pytest.raises(ValueError, match="not a torch.save file"):
+        torchrun_batch.checkpoint_epoch(path)
+

@@ -12,11 +12,13 @@ hangs, and signals sent to torchrun) run :mod:`ddp_lib.demos.torchrun_signals`. 
 
 from __future__ import annotations
 
+import pickle
 import re
 import socket
 import subprocess
 import sys
 import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,3 +199,30 @@ def restart_report(restart_log: str, first_log: str) -> dict:
         "same losses as without the failure": losses == [
             line for line in RANK0_LINE.findall(first_log) if line.startswith("epoch")],
     }
+
+
+class _SkimTorch(pickle.Unpickler):
+    """Unpickles a ``torch.save`` file's plain values; every tensor and torch object becomes ``None``."""
+
+    def find_class(self, module: str, name: str):
+        if module == "torch" or module.startswith("torch."):
+            return lambda *args, **kwargs: None
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid):  # a tensor's storage: not needed for a plain value
+        return None
+
+
+def checkpoint_epoch(path: str | Path) -> int:
+    """The ``"epoch"`` that ``train.py`` saved in the checkpoint at ``path``, read without importing torch.
+
+    ``torch.save`` writes a zip file whose ``data.pkl`` is a pickle; tensors sit in other entries."""
+    with zipfile.ZipFile(path) as archive:
+        name = next((n for n in archive.namelist() if n.endswith("/data.pkl")), None)
+        if name is None:
+            raise ValueError(f"{path} is not a torch.save file: it has no data.pkl")
+        with archive.open(name) as pickled:
+            state = _SkimTorch(pickled).load()
+    if not isinstance(state, dict) or not isinstance(state.get("epoch"), int):
+        raise ValueError(f"{path} holds no integer 'epoch'; train.py saves one")
+    return state["epoch"]

@@ -47,7 +47,7 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
 def plot_restart_timeline(epochs: int, fail_in_epoch: int, world_size: int = 2) -> Figure:
     """Each rank's epochs, counted from 0 as ``train.py`` counts them, across two attempts: the last
     rank raises in epoch ``fail_in_epoch``, torchrun stops the others and starts every rank again;
-    the new attempt loads the snapshot of the epoch before and trains from ``fail_in_epoch`` on."""
+    the new attempt loads the checkpoint of the epoch before and trains from ``fail_in_epoch`` on."""
     fig, ax = plt.subplots(figsize=(8, 1.4 + 0.7 * world_size))
     restart_gap = 1.2  # drawn width of stop + new rendezvous + start, in epochs
     resumed_at = fail_in_epoch + restart_gap  # where attempt 1's first epoch is drawn
@@ -67,7 +67,7 @@ def plot_restart_timeline(epochs: int, fail_in_epoch: int, world_size: int = 2) 
                         textcoords="offset points", ha="center", fontsize=8)
         for i, epoch in enumerate(range(fail_in_epoch, epochs)):
             ax.barh(rank, 0.95, left=resumed_at + i, color="tab:green", alpha=0.7,
-                    label=f"attempt 1, from the snapshot of epoch {fail_in_epoch - 1}"
+                    label=f"attempt 1, from the checkpoint of epoch {fail_in_epoch - 1}"
                     if rank == 0 and i == 0 else None)
             ax.text(resumed_at + i + 0.47, rank, str(epoch), ha="center", va="center", fontsize=8)
     ax.axvspan(fail_in_epoch + 0.5, resumed_at - 0.05, color="grey", alpha=0.2)
