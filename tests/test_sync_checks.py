@@ -57,7 +57,8 @@ def test_parameters_of_two_dtypes_go_to_separate_buckets():
 
 
 def test_forward_sync_buffers_false_sends_no_buffer_in_any_forward():
-    counts = sync_checks.buffer_broadcasts(("training", "training", "eval_mode", "training"), forward_sync_buffers=False)
+    counts = sync_checks.buffer_broadcasts(("training", "training", "eval_mode", "training"),
+                                           forward_sync_buffers=False)
     assert [n for _, n in counts] == [0, 0, 0, 0]
 
 
