@@ -54,3 +54,18 @@ def test_each_construction_checks_and_sends_what_torch_says():
 def test_parameters_of_two_dtypes_go_to_separate_buckets():
     assert sync_checks.bucket_dtypes() == [("torch.float64", ["b.bias", "b.weight"]),
                                            ("torch.float32", ["a.bias", "a.weight"])]
+
+
+def test_forward_sync_buffers_false_sends_no_buffer_in_any_forward():
+    counts = sync_checks.buffer_broadcasts(("training", "training", "eval_mode", "training"),
+                                           forward_sync_buffers=False)
+    assert [n for _, n in counts] == [0, 0, 0, 0]
+
+
+def test_autograd_grad_and_late_parameters_are_not_averaged():
+    found = sync_checks.outside_the_averaging()
+    assert found["torch.autograd.grad"] == {"allreduces": 0, "averaged": False, "next_forward": "runs"}
+    assert found["a parameter added after DDP()"] == {"allreduces": 1, "averaged": False, "next_forward": "runs"}
+    replaced = found["the weight replaced after DDP()"]
+    assert (replaced["allreduces"], replaced["averaged"]) == (0, False)
+    assert replaced["next_forward"].startswith("RuntimeError: Expected to have finished reduction")

@@ -71,18 +71,19 @@ def construction_syncs() -> dict[str, dict]:
 FORWARDS = ("training", "training", "no_grad", "no_grad", "training", "no_sync", "training")
 
 
-def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS) -> list[tuple[str, int]]:
+def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS, forward_sync_buffers: bool = True) -> list[tuple[str, int]]:
     """Wrap ``Linear(4, 4)`` then ``BatchNorm1d(4)`` (two buffers: running mean and variance) in DDP
     and run one forward per entry of ``kinds``: "training" (gradients on, then backward),
     "no_grad" (under ``torch.no_grad()``), "no_sync" (forward and backward inside ``no_sync()``),
     "eval_mode" (after ``ddp_model.eval()``, gradients on, then backward; ``train()`` again after).
-    Returns ``(kind, buffer broadcasts during that forward)`` for each."""
+    ``forward_sync_buffers`` is passed to ``DDP``. Returns ``(kind, buffer broadcasts during that forward)``
+    for each."""
     if unknown := set(kinds) - {"training", "no_grad", "no_sync", "eval_mode"}:
         raise ValueError(f"kinds: {sorted(unknown)} unknown; accepted: training, no_grad, no_sync, eval_mode")
     torch.manual_seed(0)
     x = torch.randn(8, 4)
     with one_process_group():
-        ddp_model = DDP(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)))
+        ddp_model = DDP(nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)), forward_sync_buffers=forward_sync_buffers)
         counts = []
         for kind in kinds:
             ddp_model.train(kind != "eval_mode")
@@ -143,6 +144,47 @@ def allreduces_per_backward(steps: int = 2) -> dict[str, list[int]]:
                 forward(x).sum().backward()
                 counts[name].append(calls[0])
         return counts
+
+
+def outside_the_averaging() -> dict[str, dict]:
+    """Three ways around DDP's averaging, each on a fresh ``DDP(nn.Linear(4, 1))``: gradients taken with
+    ``torch.autograd.grad``, a parameter added to the module after ``DDP(...)``, and the weight replaced
+    after ``DDP(...)``. For each: the all-reduces of that backward, whether the gradient of the parameter
+    in question (the weight for ``autograd.grad``) went out in a bucket, and what the next forward does."""
+    sent: list[set[int]] = []
+
+    def recording_allreduce(state, bucket):
+        sent.append({id(p) for p in bucket.parameters()})
+        return default_hooks.allreduce_hook(state, bucket)
+
+    def first_sentence(e: Exception) -> str:
+        return f"{type(e).__name__}: {str(e).split('. ')[0]}"
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    results = {}
+    with one_process_group():
+        for case in ("torch.autograd.grad", "a parameter added after DDP()", "the weight replaced after DDP()"):
+            ddp_model = DDP(nn.Linear(4, 1))
+            ddp_model.register_comm_hook(state=None, hook=recording_allreduce)
+            sent.clear()
+            watched = ddp_model.module.weight
+            if case == "torch.autograd.grad":
+                torch.autograd.grad(ddp_model(x).sum(), list(ddp_model.parameters()))
+            elif case == "a parameter added after DDP()":
+                ddp_model.module.scale = watched = nn.Parameter(torch.ones(1))
+                (ddp_model(x).sum() * ddp_model.module.scale).backward()
+            else:
+                ddp_model.module.weight = watched = nn.Parameter(torch.ones(1, 4))
+                ddp_model(x).sum().backward()
+            result = {"allreduces": len(sent), "averaged": any(id(watched) in ids for ids in sent)}
+            try:
+                ddp_model(x)
+                result["next_forward"] = "runs"
+            except RuntimeError as e:
+                result["next_forward"] = first_sentence(e)
+            results[case] = result
+    return results
 
 
 def bucket_layouts(layers: int = 4, width: int = 256, bucket_cap_mb: float = 0.3,
