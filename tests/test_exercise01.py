@@ -4,7 +4,7 @@ pass on 2 and 3 ranks; each mistake learners make is refused with its fix named.
 import pytest
 from answer_files import load_answer
 
-from ddp_lib.exercises.lesson01 import check_mean_across_ranks
+from ddp_lib.exercises.lesson01 import check_mean_across_ranks, check_waiting_at_3
 
 HEAD = """
 import torch
@@ -102,3 +102,38 @@ def test_the_drawn_values_never_have_a_whole_mean():
     for _ in range(2000):
         values = _values_with_fractional_means((2, 3))
         assert not any((sum(values[:n]) / n).is_integer() for n in (2, 3))
+
+
+# Exercise 5: who waits in a broadcast on 3 ranks when rank 2 is late. Records shaped as late_in_each's.
+def _run(waiting: list[int], world_size: int = 3, delay: float = 0.2) -> list[dict]:
+    return [{"rank": r, "waited": {"broadcast": delay if r in waiting else 0.001}} for r in range(world_size)]
+
+
+@pytest.mark.parametrize("answer", [[0], (0,), {0}, 0])
+def test_exercise5_right_answers_written_differently_pass(answer):
+    assert check_waiting_at_3(answer, _run([0]), 0.2).startswith("Right")
+
+
+@pytest.mark.parametrize(("answer", "run", "said"), [
+    (None, _run([0]), "set waiting_at_3"),
+    ("rank 0", _run([0]), "expected a list of rank numbers"),
+    ([0], None, "set run_at_3"),
+    ([0], _run([1], world_size=4), "launch late_in_each with args=(3, delay) and nprocs=3"),
+    ([0, 2], _run([0]), "rank 2 is the late one"),
+    ([1], _run([0]), "the answer on 4 ranks"),
+    ([0, 1], _run([0]), "sends nothing to rank 2"),
+    ([], _run([0]), "a rank waits if it sends to rank 2"),
+    ([0], _run([0, 1]), "run it again"),
+])
+def test_exercise5_mistakes_get_their_fix(answer, run, said):
+    report = check_waiting_at_3(answer, run, 0.2)
+    assert said in report and not report.startswith("Right")
+
+
+def test_exercise5_reads_a_real_run():
+    import ddp_lib.mp
+    from ddp_lib.demos import late_collectives
+
+    run = ddp_lib.mp.spawn(late_collectives.late_in_each, args=(3, 0.3), nprocs=3)
+    report = check_waiting_at_3([0], run, 0.3)
+    assert report.startswith("Right") or "run it again" in report  # a busy machine can blur a run

@@ -22,7 +22,7 @@ def one_rank_missing(rank: int, world_size: int, missing: int | None = None, tim
             time.sleep(timeout_s + 1.0)
             return "did not call monitored_barrier"
         try:
-            with _c_stderr_closed():  # torch's C++ logs the same line again, with a timestamp
+            with torch_cpp_logs_hidden():  # torch's C++ logs the same line again, with a timestamp
                 dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
         except RuntimeError as error:
             return str(error).strip().splitlines()[0]
@@ -30,8 +30,8 @@ def one_rank_missing(rank: int, world_size: int, missing: int | None = None, tim
 
 
 @contextlib.contextmanager
-def _c_stderr_closed():
-    """Send file descriptor 2 to /dev/null for the block, then restore it."""
+def torch_cpp_logs_hidden():
+    """Hide what torch's C++ code writes to standard error (file descriptor 2) for the block, then restore it."""
     saved = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from ddp_lib.demos.missing_rank import _c_stderr_closed  # the same silencing of torch's C++ log lines
+from ddp_lib.demos.missing_rank import torch_cpp_logs_hidden  # the same silencing of torch's C++ log lines
 
 
 def join_without_last_rank(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
@@ -16,7 +16,7 @@ def join_without_last_rank(rank: int, world_size: int, timeout_s: float = 2.0) -
     "Type: first line" ("joined" if none came) and the seconds it waited."""
     start = time.monotonic()
     try:
-        with _c_stderr_closed():  # torch's C++ also logs its socket timeouts, with addresses and times
+        with torch_cpp_logs_hidden():  # torch's C++ also logs its socket timeouts, with addresses and times
             dist.init_process_group("gloo", rank=rank, world_size=world_size,
                                     timeout=timedelta(seconds=timeout_s))
     except Exception as error:  # noqa: BLE001 - the error is what this demo reports

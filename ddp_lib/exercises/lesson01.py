@@ -65,3 +65,63 @@ def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3),
                           (worker_name(fn), COLLECTIVES, values), timeout=timeout,
                           passed=lambda runs: f"every rank returned the mean {sum(values[:len(runs)]) / len(runs):g}",
                           where=lambda runs: f"world_size {len(runs)}, values {values[:len(runs)]}")
+
+
+# Exercise 5: who waits in a broadcast on 3 ranks, when rank 2 comes late.
+
+def _late_rank_waiters(world_size: int, late: int) -> list[int]:
+    """The on-time ranks that wait for ``late`` in gloo's binomial-tree broadcast from rank 0: those
+    that send to it (gloo waits for each send to finish), and those whose data comes through it."""
+    from ddp_lib.plots.collectives import binomial_broadcast_sends
+
+    sends = sorted(binomial_broadcast_sends(world_size))  # (round, sender, receiver), round by round
+    below = {late}
+    for _, sender, receiver in sends:
+        if sender in below:
+            below.add(receiver)
+    return sorted({sender for _, sender, receiver in sends if receiver == late} | (below - {late}))
+
+
+def _ranks(answer) -> list[int] | None:
+    """The answer as a sorted list of ranks, or None if it is not a collection of whole numbers."""
+    if isinstance(answer, int) and not isinstance(answer, bool):
+        answer = [answer]
+    try:
+        ranks = sorted(set(answer))
+    except TypeError:
+        return None
+    return ranks if all(isinstance(r, int) and not isinstance(r, bool) for r in ranks) else None
+
+
+def check_waiting_at_3(answer, run: list[dict] | None, delay: float) -> str:
+    """Exercise 5: ``answer``, the on-time ranks that wait in the broadcast when rank 2 of 3 is late,
+    against gloo's tree and against ``run``, what ``late_in_each`` returned on 3 ranks with ``delay``."""
+    if answer is None:
+        return "Not yet: set waiting_at_3 to your answer, a list of ranks such as [0, 1]."
+    ranks = _ranks(answer)
+    if ranks is None:
+        return f"waiting_at_3 = {answer!r}: expected a list of rank numbers, such as [0, 1]."
+    if not run:
+        return ("Not yet: set run_at_3 to what ddp_lib.mp.spawn(late_collectives.late_in_each, "
+                "args=(3, delay), nprocs=3) returns.")
+    if len(run) != 3:
+        return f"run_at_3 holds {len(run)} ranks: launch late_in_each with args=(3, delay) and nprocs=3."
+    late = len(run) - 1
+    measured = [r["rank"] for r in run[:-1] if r["waited"]["broadcast"] > delay / 2]
+    expected = _late_rank_waiters(3, late)
+    seen = f"your run measured {measured} waiting"
+    if ranks == expected:
+        if measured == expected:
+            return f"Right: rank 0 sends to rank 2 itself, in the second round, and {seen}."
+        return (f"Your answer follows gloo's tree, but {seen}. A busy machine can blur a run: "
+                "run it again, with a larger delay such as 0.5.")
+    if late in ranks:
+        return f"waiting_at_3 = {ranks}: rank {late} is the late one. List only the on-time ranks that wait for it."
+    if ranks == [1]:
+        return (f"[1] is the answer on 4 ranks, where rank 1 sends to rank 3; {seen}. On 3 ranks, "
+                "follow binomial_broadcast_sends(3): which rank sends to rank 2?")
+    if ranks == [0, 1]:
+        return (f"waiting_at_3 = [0, 1]; {seen}. Rank 1 gets its data from rank 0 in the first round "
+                "and sends nothing to rank 2, so it has no reason to wait.")
+    return (f"waiting_at_3 = {ranks}; {seen}. Follow binomial_broadcast_sends(3): a rank waits if it sends "
+            "to rank 2, or if its data comes through rank 2.")
