@@ -1,0 +1,62 @@
+"""Lesson 10's FSDP2 loop as one plain script, torch only: run it with
+``torchrun --nproc-per-node 2 ddp_lib/demos/plain_fsdp2.py`` (or ``python -m ddp_lib.torchrun ...``)."""
+
+import os
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict
+from torch.distributed.fsdp import fully_shard
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+EPOCHS, BATCH, LR, SEED = 3, 16, 1e-3, 0
+CHECKPOINT = "fsdp2_checkpoint"  # a directory: every rank writes its own shards there
+
+
+def train(rank: int, world_size: int, device: torch.device) -> None:
+    torch.manual_seed(SEED)  # the same data and the same initial weights on every rank
+    x = torch.randn(512, 16)
+    y = x.sum(dim=1, keepdim=True)
+    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world_size, rank=rank, seed=SEED)
+    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, sampler=sampler, drop_last=True)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+    for layer in model:
+        if isinstance(layer, nn.Linear):
+            fully_shard(layer)  # each Linear a unit: gathered in one all-gather, freed together
+    fully_shard(model)  # then the root, the outermost module
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)  # after fully_shard: it holds the shards
+    loss_fn = nn.MSELoss()
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)
+        sums = torch.zeros(2, device=device)  # loss times samples, samples
+        for xb, yb in loader:
+            xb, yb = xb.to(device), yb.to(device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)  # each unit's forward all-gathers its parameters
+            loss.backward()  # each unit's gradients are reduce-scattered: every rank keeps its shard
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the global norm, over all shards
+            optimizer.step()
+            sums += torch.stack([loss.detach() * len(yb), torch.tensor(float(len(yb)), device=device)])
+        dist.all_reduce(sums)  # every rank evaluates: each forward needs all ranks
+        if rank == 0:
+            print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=CHECKPOINT)  # on every rank
+
+
+def main() -> None:
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if torch.cuda.is_available() else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    try:
+        train(rank, world_size, device)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
