@@ -109,5 +109,13 @@ def test_each_quote_names_its_recording_or_says_there_is_none(key):
 @pytest.mark.parametrize("key", sorted(QUOTES))
 def test_a_box_says_expected_unless_a_gpu_machine_printed_all_its_lines(key):
     record = json.loads(gpu_outcomes.RECORDED.read_text())
-    full = key in record["cases"] and not (QUOTES[key].gpus > record["gpus"] and len(QUOTES[key].lines) > 1)
+    seen = "\n".join(record["cases"].get(key, ()))
+    full = key in record["cases"] and all(line.strip() in seen for line in QUOTES[key].lines)
     assert ("the cell would print:" if full else "the cell is expected to print:") in gpu_outcomes.quote(key)
+    if key in record["cases"]:
+        assert gpu_outcomes.quote(key).splitlines()[-1].count("word for word") == 1
+
+
+def test_the_out_of_range_box_is_expected_not_recorded():
+    # The recording ran on 1 GPU with cuda:1; the box quotes cuda:2 on a node with 2 GPUs.
+    assert "the cell is expected to print:" in gpu_outcomes.quote("device_id_out_of_range")

@@ -136,9 +136,11 @@ def recording_check(key: str) -> str:
 
 
 def recorded_in_full(key: str, record: dict) -> bool:
-    """Whether the recording on a GPU machine ran every line of the quote of ``key``."""
-    q = QUOTES[key]
-    return key in record["cases"] and not (q.gpus > record["gpus"] and len(q.lines) > 1)
+    """Whether a GPU machine printed every line of the quote of ``key`` word for word."""
+    if key not in record["cases"]:
+        return False
+    seen = "\n".join(record["cases"][key])
+    return all(line.strip() in seen for line in QUOTES[key].lines)
 
 
 def quote(key: str) -> str:
@@ -159,10 +161,12 @@ def quote(key: str) -> str:
     machine = f"torch {record['torch'].split('+')[0]} on {record['gpus']} GPU" + "s" * (record["gpus"] > 1)
     if key not in record["cases"]:
         text.append("Recording: none; these lines are built from the source above, not run on a GPU.")
-    elif q.gpus > record["gpus"] and len(q.lines) > 1:
-        text.append(f"Recording: {machine}. The lines that need {q.gpus} GPUs were not run there.")
-    else:
-        text.append(f"Recording: {machine}.")
+        return "\n".join(text)
+    words = ("it printed these lines word for word." if recorded_in_full(key, record)
+             else "it printed the quoted words, not these lines word for word.")
+    if q.gpus > record["gpus"] and len(q.lines) > 1:
+        words += f" The lines that need {q.gpus} GPUs were not run there."
+    text.append(f"Recording: {machine}; {words}")
     return "\n".join(text)
 
 

@@ -120,3 +120,54 @@ def check_resume_prediction(matches_4x8: bool, matches_4x16: bool, epochs: int =
                 epochs=epochs, batch_size=batch, checkpoint_dir=folder, resume=True), **quiet)[0]["params"]
         differences[name] = (torch.tensor(resumed) - torch.tensor(straight)).abs().max().item()
     return Report(judge_resume(predictions, differences))
+
+
+# Exercise 3: whose data the running statistics in the final checkpoint describe, with norm="batch" and "sync".
+WHOSE = {  # an answer, written any of these ways (lower case, without a trailing "'s data"), -> its meaning
+    "rank 0": ("rank 0", "rank0", "rank 0 only", "rank 0's", "0"),
+    "all ranks": ("all ranks", "all", "every rank", "all ranks'", "the global batch", "global", "all the data"),
+    "each rank": ("each rank", "each rank its own", "its own rank", "own", "the saving rank's own"),
+}
+BATCHNORM_ANSWERS = {"batch": "rank 0", "sync": "all ranks"}
+BATCHNORM_WHY = {
+    ("batch", "rank 0"): "at the start of a forward DDP copies rank 0's buffers to every rank, so rank 0's are never "
+                         "overwritten and only ever see rank 0's batches; rank 0 saves the checkpoint",
+    ("batch", "all ranks"): "DDP averages gradients, not buffers: it broadcasts rank 0's buffers, so the "
+                            "checkpoint holds rank 0's statistics. To describe all ranks, all-reduce the buffers "
+                            "and divide by the world size before saving",
+    ("batch", "each rank"): "only rank 0 saves, and the other ranks' updates are overwritten by rank 0's buffers "
+                            "at their next forward: the checkpoint describes rank 0's data",
+    ("sync", "all ranks"): "each forward normalises with the mean and variance of the global batch and updates the "
+                           "running statistics from them, so they are equal on every rank and describe all ranks' data",
+    ("sync", "rank 0"): "DDP still broadcasts rank 0's buffers, but with norm=\"sync\" every rank's running "
+                        "statistics come from the global batch: rank 0's describe all ranks' data",
+    ("sync", "each rank"): "with norm=\"sync\" no rank keeps statistics of its own batches: each forward uses the "
+                           "global batch's mean and variance, the same on every rank",
+}
+
+
+def read_whose(name: str, value: object) -> str:
+    """The meaning of one answer (a key of WHOSE), however it is written; one clear line if it is none."""
+    text = " ".join(str(value).lower().split()) if isinstance(value, str) else None
+    for ending in ("'s data", " data", "’s data"):
+        if text and text.endswith(ending):
+            text = text[:-len(ending)].strip()
+    for meaning, spellings in WHOSE.items():
+        if text in spellings:
+            return meaning
+    raise ValueError(f"{name}={value!r}: pass 'rank 0', 'all ranks' or 'each rank'")
+
+
+def check_batchnorm_prediction(batch: str, sync: str):
+    """Exercise 3: judge whose data the checkpoint's running statistics describe, for norm="batch" and "sync"."""
+    from ddp_lib.exercises.checking import Report
+
+    answers = {"batch": read_whose("batch", batch), "sync": read_whose("sync", sync)}
+    report = Report()
+    for norm, said in answers.items():
+        right = BATCHNORM_ANSWERS[norm]
+        if said == right:
+            report.ok(f'norm="{norm}": {right}\'s data: {BATCHNORM_WHY[norm, said]}')
+        else:
+            report.fail(f'norm="{norm}": you said {said}, but it is {right}\'s data: {BATCHNORM_WHY[norm, said]}')
+    return report
