@@ -2,9 +2,9 @@
 pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
 
 import pytest
-from answer_files import load_answer
+from answer_files import load_answer, notebook_stub
 
-from ddp_lib.exercises.lesson02 import check_reassemble
+from ddp_lib.exercises.lesson02 import check_plan_launch, check_reassemble
 
 HEAD = """
 import torch
@@ -73,3 +73,86 @@ def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and fails[0].startswith(refusal), str(report)
     assert mistake in fails[0] and fix in fails[0], str(report)
+
+
+# Exercise 2: plan_launch(world_size, out_dir), the keyword arguments of mp.spawn; no process starts.
+PLAN_HEAD = """
+import functools
+from ddp_lib.workers.spawning import record_args
+
+"""
+PLAN_RIGHT = {
+    "tuple": """
+def plan_launch(world_size, out_dir):
+    return dict(fn=record_args, args=(world_size, out_dir), nprocs=world_size)
+""",
+    "partial_and_a_list": """
+def plan_launch(world_size, out_dir):
+    return {"nprocs": world_size, "args": [world_size], "fn": functools.partial(record_args, out_dir=out_dir)}
+""",
+}
+PLAN_WRONG = {
+    "the_stub": (None, "args is the int 2", "write (x, ...)"),
+    "nested_worker": ("""
+def plan_launch(world_size, out_dir):
+    def worker(rank, world_size, out_dir):
+        record_args(rank, world_size, out_dir)
+    return dict(fn=worker, args=(world_size, out_dir), nprocs=world_size)
+""", "fn does not pickle", "a function defined inside another"),
+    "lambda_in_args": ("""
+def plan_launch(world_size, out_dir):
+    return dict(fn=record_args, args=(world_size, lambda: out_dir), nprocs=world_size)
+""", "args does not pickle", "a lambda"),
+    "rank_in_args": ("""
+def plan_launch(world_size, out_dir):
+    return dict(fn=record_args, args=(0, world_size, out_dir), nprocs=world_size)
+""", "child 0 would call fn(0, *args) and get TypeError", "args holds only what comes after the rank"),
+    "out_dir_missing": ("""
+def plan_launch(world_size, out_dir):
+    return dict(fn=record_args, args=(world_size,), nprocs=world_size)
+""", "missing a required argument: 'out_dir'", "args holds only"),
+    "swapped": ("""
+def plan_launch(world_size, out_dir):
+    return dict(fn=record_args, args=(out_dir, world_size), nprocs=world_size)
+""", "record_args(i=0, world_size='my_work/lesson02-calls'", "it should get i=0, world_size=2"),
+    "a_string": ("""
+def plan_launch(world_size, out_dir):
+    return dict(fn=record_args, args=out_dir, nprocs=world_size)
+""", "args is the str", "put the values in a tuple"),
+    "fixed_nprocs": ("""
+def plan_launch(world_size, out_dir):
+    return dict(fn=record_args, args=(world_size, out_dir), nprocs=2)
+""", "FAIL world_size 3: nprocs is 2", "nprocs=world_size"),
+    "positional_call": ("""
+def plan_launch(world_size, out_dir):
+    return (record_args, (world_size, out_dir), world_size)
+""", "plan_launch returned (", "dict(fn=..., args=..., nprocs=...)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_RIGHT))
+def test_right_launch_plans_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"plan02_{case}", PLAN_HEAD + PLAN_RIGHT[case], "plan_launch")
+    report = check_plan_launch(answer)
+    assert report.passed and len(report.lines) == 2, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(PLAN_WRONG))
+def test_launch_plan_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, mistake, fix = PLAN_WRONG[case]
+    source = notebook_stub("02_spawn.ipynb", "my_work/lesson02_launch.py") if body is None else PLAN_HEAD + body
+    answer = load_answer(tmp_path, monkeypatch, f"planwrong02_{case}", source, "plan_launch")
+    report = check_plan_launch(answer)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert fails and not report.passed, str(report)
+    assert mistake in "\n".join(fails) and fix in fails[0], str(report)
+
+
+def test_a_notebook_worker_is_refused_before_it_is_pickled():
+    def worker(rank, world_size, out_dir):
+        pass
+
+    worker.__module__ = "__main__"  # as a function defined in a notebook cell
+    report = check_plan_launch(lambda world_size, out_dir: dict(fn=worker, args=(world_size, out_dir),
+                                                                nprocs=world_size), world_sizes=(2,))
+    assert report.lines[0].startswith("FAIL world_size 2: fn is ") and "defined in the notebook" in report.lines[0]

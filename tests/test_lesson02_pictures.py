@@ -33,3 +33,20 @@ def test_the_error_picture_matches_torchs_launcher():
     assert "pickle.dump(traceback.format_exc(), fh)" in wrap  # the traceback goes to the error file as text
     assert "raise ProcessRaisedException(msg, error_index, failed_process.pid)" in inspect.getsource(
         torch_spawn.ProcessContext.join)
+
+
+def test_the_pickled_worker_picture_marks_the_lookup_that_fails():
+    from ddp_lib.plots.spawning import plot_pickled_worker
+
+    assert not any("fails" in text for text in texts(plot_pickled_worker("ddp_lib.workers.spawning", "record_args")))
+    shown = texts(plot_pickled_worker("__main__", "hello", nprocs=2, fails=True))
+    failing = [text for text in shown if "fails" in text]
+    assert len(failing) == 2 and all("fn = __main__.hello   <- fails" in text for text in failing)
+
+
+def test_the_finally_timeline_has_each_rank_wait_in_a_different_collective():
+    from ddp_lib.plots.finally_timeline import plot_collective_in_finally
+
+    shown = texts(plot_collective_in_finally())
+    assert "backward: all-reduce, waits for rank 1's gradients" in shown
+    assert "finally: barrier, waits for rank 0" in shown

@@ -1,9 +1,17 @@
-"""Checker for lesson 02's exercise: ``reassemble(rank, world_size, share)``, the round-robin list rebuilt."""
+"""Checkers for lesson 02's exercises: ``reassemble(rank, world_size, share)``, the round-robin list
+rebuilt; ``plan_launch(world_size, out_dir)``, the arguments of ``mp.spawn``, checked as each child
+would use them, without starting a process."""
 
+import functools
+import inspect
+import pickle
 import random
+import re
 from collections.abc import Callable, Sequence
 
-from ddp_lib.exercises.checking import COLLECTIVES, check_on_ranks, run_counted, worker_name
+from ddp_lib.exercises.checking import COLLECTIVES, Report, check_on_ranks, run_counted, worker_name
+
+PLAN_OUT_DIR = "my_work/lesson02-calls"  # handed to plan_launch; nothing is written there
 
 HINTS = ((r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
          (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "
@@ -42,3 +50,66 @@ def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout:
         _diagnose(rank, run["result"], shares[len(runs)], run["called"]) for rank, run in enumerate(runs))), None),
         lambda size: (worker_name(fn), COLLECTIVES, shares[size]), "every rank returned the whole list in order",
         where=lambda runs: f"world_size {len(runs)}, n {n}", timeout=timeout, hints=HINTS)
+
+
+def _plan_problem(plan: object, world_size: int, out_dir: str) -> str | None:
+    """Why ``mp.spawn(**plan)`` would not run ``record_args(i, world_size, out_dir)`` in child i (None: it would)."""
+    if not isinstance(plan, dict) or not {"fn", "args", "nprocs"} <= set(plan):
+        return (f"plan_launch returned {plan!r:.60}; return the keyword arguments of mp.spawn: "
+                "dict(fn=..., args=..., nprocs=...)")
+    fn, args, nprocs = plan["fn"], plan["args"], plan["nprocs"]
+    if nprocs != world_size:
+        return f"nprocs is {nprocs!r}: mp.spawn starts nprocs children, one per rank, so nprocs=world_size"
+    if isinstance(args, (str, dict)):
+        return (f"args is the {type(args).__name__} {args!r}: * unpacks a string into its characters and a dict "
+                "into its keys; put the values in a tuple")
+    try:
+        args = tuple(args)
+    except TypeError:
+        return (f"args is the {type(args).__name__} {args!r}, not an iterable: each child runs fn(i, *args), "
+                "and (x) is just x in Python: write (x, ...)")
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    name = getattr(target, "__qualname__", repr(target))
+    if getattr(target, "__module__", None) == "__main__":
+        return (f"fn is {name}, defined in the notebook: a spawned child's __main__ has no such function; "
+                "import the worker from a module, as record_args is")
+    for what, value in (("fn", fn), ("args", args)):
+        try:
+            pickle.dumps(value)
+        except Exception as e:  # PicklingError, TypeError, AttributeError: each names the object
+            shown = re.sub(r" at 0x[0-9a-f]+", "", str(e))
+            return (f"{what} does not pickle ({type(e).__name__}: {shown}); mp.spawn pickles fn and args for "
+                    "each child: a lambda, a function defined inside another, or an open file cannot go")
+    if (getattr(target, "__module__", None), name) != ("ddp_lib.workers.spawning", "record_args"):
+        return f"fn is {name}; the worker to start is record_args, itself or in a functools.partial"
+    for i in range(nprocs):
+        try:
+            bound = inspect.signature(fn).bind(i, *args)
+        except TypeError as e:
+            return (f"child {i} would call fn({i}, *args) and get TypeError: {e}; mp.spawn puts the index i "
+                    "first, so args holds only what comes after the rank")
+        bound.apply_defaults()
+        got = dict(bound.arguments)
+        expected = {"i": i, "world_size": world_size, "out_dir": out_dir}
+        if got != expected:
+            called = ", ".join(f"{k}={v!r}" for k, v in got.items())
+            return f"child {i} would run record_args({called}); it should get i={i}, world_size={world_size}, " \
+                   f"out_dir={out_dir!r}"
+    return None
+
+
+def check_plan_launch(plan_launch: Callable, world_sizes: Sequence[int] = (2, 3)) -> Report:
+    """A report on ``plan_launch(world_size, out_dir)``, the keyword arguments of ``mp.spawn`` that start
+    ``world_size`` ranks of ``record_args``: for each world size, what each child would unpickle and call."""
+    report = Report()
+    for world_size in world_sizes:
+        where = f"world_size {world_size}"
+        try:
+            problem = _plan_problem(plan_launch(world_size, PLAN_OUT_DIR), world_size, PLAN_OUT_DIR)
+        except Exception as e:  # the learner's code raised: say what and where
+            problem = f"plan_launch raised {type(e).__name__}: {e}"
+        if problem:
+            report.fail(f"{where}: {problem}")
+        else:
+            report.ok(f"{where}: fn and args pickle, and each child i would run record_args(i, {world_size}, out_dir)")
+    return report

@@ -28,25 +28,32 @@ def plot_start_times(times: dict[str, list[float]], nprocs: int = 2) -> Figure:
     return fig
 
 
-def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hello", nprocs: int = 2) -> Figure:
+def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hello", nprocs: int = 2,
+                        fails: bool = False) -> Figure:
     """The parent sends each child the worker as (module, name) from a loop over the ranks; each
-    child imports the module and looks the name up before calling fn(i, *args)."""
+    child imports the module and looks the name up before calling fn(i, *args). With ``fails``,
+    the lookup is drawn as the step that fails (a notebook's ``__main__`` worker in a fresh Python)."""
     fig, ax = plt.subplots(figsize=(8, 1.2 + 1.1 * nprocs))
     ax.set_xlim(0, 10)
     ax.set_ylim(-0.6, nprocs - 0.2)
     ax.axis("off")
     box = dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor="tab:blue")
     middle = (nprocs - 1) / 2
-    ax.text(1.6, middle, "parent (the notebook)\n\nfor i in range(nprocs):\n  start child i with\n"
+    ax.text(3.3, middle, "parent (the notebook)\n\nfor i in range(nprocs):\n  start child i with\n"
             f"  pickle.dumps(fn) =\n  ('{module}', '{name}')",
-            ha="center", va="center", multialignment="left", family="monospace", fontsize=8.5, bbox=box)
+            ha="right", va="center", multialignment="left", family="monospace", fontsize=8.5, bbox=box)
+    colour = "tab:red" if fails else "tab:green"
     for i in range(nprocs):
         y = nprocs - 1 - i
-        ax.annotate("", xy=(5.3, y), xytext=(3.4, middle), arrowprops=dict(arrowstyle="->", color="tab:blue"))
+        ax.annotate("", xy=(5.35, y), xytext=(3.4, middle), arrowprops=dict(arrowstyle="->", color="tab:blue"))
         ax.text(4.35, (y + middle) / 2 + 0.12, f"i = {i}", ha="center", fontsize=8.5, color="tab:blue")
-        ax.text(7.6, y, f"child {i} (a fresh Python)\nimport {module}\nfn = {module}.{name}\nfn({i}, *args)",
-                ha="center", va="center", multialignment="left", family="monospace", fontsize=8.5,
-                bbox=dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor="tab:green"))
+        lookup = f"fn = {module}.{name}" + ("   <- fails: no such name" if fails else "")
+        run = f"fn({i}, *args)" + ("   never runs" if fails else "")
+        child = ax.text(5.45, y, f"child {i} (a fresh Python)\nimport {module}\n{lookup}\n{run}",
+                        ha="left", va="center", multialignment="left", family="monospace", fontsize=8.5,
+                        bbox=dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor=colour))
+        if fails:
+            child.set_color("tab:red")
     ax.text(5, nprocs - 0.45, "a function travels as its module and name, not its code: "
             "each child must be able to import it", ha="center", fontsize=9)
     fig.tight_layout()
