@@ -69,3 +69,18 @@ def test_autograd_grad_and_late_parameters_are_not_averaged():
     replaced = found["the weight replaced after DDP()"]
     assert (replaced["allreduces"], replaced["averaged"]) == (0, False)
     assert replaced["next_forward"].startswith("RuntimeError: Expected to have finished reduction")
+
+
+def test_frozen_parameters_are_broadcast_but_not_shape_checked():
+    assert sync_checks.frozen_parameters() == {"parameters": 4, "frozen": 2, "broadcast at construction": 4,
+                                               "shape-checked": 2}
+
+
+def test_unused_parameter_detected_at_any_forward_with_gradients_on():
+    assert sync_checks.unused_parameter_detection() == [("training", "raises"), ("no_sync", "raises"),
+                                                        ("eval_mode", "raises"), ("no_grad", "runs")]
+
+
+def test_unused_parameter_detection_names_unknown_kinds():
+    with pytest.raises(ValueError, match="unknown"):
+        sync_checks.unused_parameter_detection(("inference",))

@@ -2,7 +2,8 @@
 process: which forwards of a model with a buffer start with DDP's buffer broadcast, and how many
 gradient all-reduces a backward runs after a forward through ``ddp_model`` and after one through
 ``ddp_model.module``; which parameters each bucket holds, in the order the buckets are sent; that
-parameters of two dtypes go to separate buckets; and which communication hooks DDP refuses."""
+parameters of two dtypes go to separate buckets; which communication hooks DDP refuses; that frozen
+parameters are broadcast but not shape-checked; and which forwards detect an unused parameter."""
 
 from __future__ import annotations
 
@@ -72,8 +73,9 @@ FORWARDS = ("training", "training", "no_grad", "no_grad", "training", "no_sync",
 
 
 def buffer_broadcasts(kinds: tuple[str, ...] = FORWARDS, forward_sync_buffers: bool = True) -> list[tuple[str, int]]:
-    """Wrap ``Linear(4, 4)`` then ``BatchNorm1d(4)`` (two buffers: running mean and variance) in DDP
-    and run one forward per entry of ``kinds``: "training" (gradients on, then backward),
+    """Wrap ``Linear(4, 4)`` then ``BatchNorm1d(4)`` (three buffers: running mean, running variance and
+    ``num_batches_tracked``) in DDP and run one forward per entry of ``kinds``: "training" (gradients on, then
+    backward),
     "no_grad" (under ``torch.no_grad()``), "no_sync" (forward and backward inside ``no_sync()``),
     "eval_mode" (after ``ddp_model.eval()``, gradients on, then backward; ``train()`` again after).
     ``forward_sync_buffers`` is passed to ``DDP``. Returns ``(kind, buffer broadcasts during that forward)``
@@ -245,3 +247,58 @@ def bucket_dtypes() -> list[tuple[str, list[str]]]:
         ddp_model.register_comm_hook(state=None, hook=recording_allreduce)
         ddp_model(torch.randn(8, 4)).sum().backward()
         return list(sent)
+
+
+def frozen_parameters() -> dict[str, int]:
+    """Build DDP around ``Linear(4, 4)`` with ``requires_grad=False`` then a trainable ``Linear(4, 4)``
+    (4 parameters, 2 of them frozen). Returns how many parameters the model has, how many the
+    construction broadcast sent, and how many the shape check received."""
+    import torch.nn.parallel.distributed as ddp_module
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model[0].requires_grad_(False)
+    params = {p.data_ptr() for p in model.parameters()}
+    with one_process_group():
+        check = mock.patch.object(ddp_module, "_verify_param_shape_across_processes",
+                                  wraps=ddp_module._verify_param_shape_across_processes)
+        send = mock.patch.object(dist, "_broadcast_coalesced", wraps=dist._broadcast_coalesced)
+        with check as checked, send as sent:
+            DDP(model)
+    return {"parameters": len(params),
+            "frozen": sum(not p.requires_grad for p in model.parameters()),
+            "broadcast at construction": sum(t.data_ptr() in params
+                                             for call in sent.call_args_list for t in call.args[1]),
+            "shape-checked": sum(len(call.args[1]) for call in checked.call_args_list)}
+
+
+NEXT_FORWARDS = ("training", "no_sync", "eval_mode", "no_grad")
+
+
+def unused_parameter_detection(kinds: tuple[str, ...] = NEXT_FORWARDS) -> list[tuple[str, str]]:
+    """For each entry of ``kinds``, a fresh ``DDP(TwoHeads())`` (without ``find_unused_parameters``)
+    runs one step that leaves head ``b`` unused, then one more forward of that kind: "training"
+    (gradients on), "no_sync" (inside ``no_sync()``), "eval_mode" (after ``ddp_model.eval()``),
+    "no_grad" (under ``torch.no_grad()``). Returns ``(kind, "raises" or "runs")`` for each."""
+    from ddp_lib.workers.gradients import TwoHeads
+
+    if unknown := set(kinds) - set(NEXT_FORWARDS):
+        raise ValueError(f"kinds: {sorted(unknown)} unknown; accepted: {', '.join(NEXT_FORWARDS)}")
+    torch.manual_seed(0)
+    x = torch.randn(8, 8)
+    results = []
+    with one_process_group():
+        for kind in kinds:
+            ddp_model = DDP(TwoHeads())
+            ddp_model(x).sum().backward()  # head b gets no gradient
+            ddp_model.train(kind != "eval_mode")
+            grad_mode = torch.no_grad() if kind == "no_grad" else contextlib.nullcontext()
+            sync_mode = ddp_model.no_sync() if kind == "no_sync" else contextlib.nullcontext()
+            try:
+                with grad_mode, sync_mode:
+                    ddp_model(x)
+                results.append((kind, "runs"))
+            except RuntimeError as e:
+                if "Expected to have finished reduction" not in str(e):
+                    raise
+                results.append((kind, "raises"))
+    return results
