@@ -14,3 +14,4 @@ def test_meta_model_is_sharded_then_filled_on_cpu():
         assert r["in_bounds"]
         assert r["halves_equal"]  # one seed on every rank: on CPU each rank draws the same numbers
         assert not r["halves_equal_seed_per_rank"]
+        assert r["rng_warnings"] == ["DTensor random operators may not have complete support on cpu device mesh"]

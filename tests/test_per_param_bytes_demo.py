@@ -1,0 +1,15 @@
+"""Lesson 10's two per-parameter costs: Adam's foreach temporary and autocast's saved bfloat16 weights."""
+
+import pytest
+
+from ddp_lib.demos.per_param_bytes import per_parameter_costs
+
+
+def test_the_two_costs_are_the_tables_4_and_2_bytes():
+    assert per_parameter_costs() == {"adam_step": 4.0, "saved_copies": 2.0, "first_layer_saved": False}
+    assert per_parameter_costs(width=64, layers=2)["saved_copies"] == 2.0
+
+
+def test_bad_sizes_are_refused_in_one_line():
+    with pytest.raises(ValueError, match="layers at least 2"):
+        per_parameter_costs(layers=1)
