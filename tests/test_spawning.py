@@ -203,7 +203,7 @@ def test_fork_copies_a_held_lock_but_not_its_thread():
 
 
 def test_fork_after_a_single_threaded_pool_is_fine():
-    assert fork_after_threads(threads=1, wait=30) == "finished"
+    assert fork_after_threads(threads=1, wait=30) == "finished on 1 thread"
 
 
 def test_time_start_methods_and_table():

@@ -212,16 +212,20 @@ def _matmul() -> float:
 
 
 def _matmul_in_child(answer) -> None:
-    answer.put(_matmul())
+    _matmul()
+    answer.put(torch.get_num_threads())
 
 
-def fork_after_threads(threads: int = 2, wait: float = 2.0) -> str:
-    """Use torch's intra-op thread pool (``threads`` threads) in this process, then fork a child
-    that multiplies two matrices. Returns "finished" or "hung" (the child is then killed)."""
+def fork_after_threads(threads: int = 2, wait: float = 2.0, parent_computes: bool = True) -> str:
+    """Set ``threads`` threads for torch in this process and, if ``parent_computes``, multiply two
+    matrices here (that starts the thread pool), then fork a child that multiplies two matrices.
+    Returns "finished on N threads" (the child's torch thread count) or "hung" (the child is then
+    killed). The control, ``parent_computes=False``, is valid only in a process with no pool yet."""
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        _matmul()  # starts the thread pool in this process
+        if parent_computes:
+            _matmul()  # starts the thread pool in this process
         ctx = multiprocessing.get_context("fork")
         answer = ctx.SimpleQueue()
         child = ctx.Process(target=_matmul_in_child, args=(answer,))
@@ -231,7 +235,10 @@ def fork_after_threads(threads: int = 2, wait: float = 2.0) -> str:
             child.kill()
             child.join()
             return "hung"
-        return "finished" if child.exitcode == 0 else f"exited with code {child.exitcode}"
+        if child.exitcode != 0:
+            return f"exited with code {child.exitcode}"
+        used = answer.get()
+        return f"finished on {used} thread{'s' if used != 1 else ''}"
     finally:
         torch.set_num_threads(old)
 
