@@ -1,6 +1,6 @@
 """Lesson 07's reading of rank 1's faulthandler dumps."""
 
-from ddp_lib.demos.collision_stack import last_dump_frames
+from ddp_lib.demos.collision_stack import last_dump_frames, recorded_collectives
 
 DUMPS = """Timeout (0:00:00.250000)!
 Thread 0x00007f0000000001 (most recent call first):
@@ -27,3 +27,10 @@ def test_the_last_dump_of_the_workers_thread_innermost_first():
 
 def test_no_dump_gives_no_frames():
     assert last_dump_frames("RuntimeError: Timed out\n") == []
+
+
+def test_the_flight_recorder_lines_without_their_mark():
+    stderr = ("RuntimeError: Timed out\nflight recorder: seq 4 gloo:all_reduce sizes [[5]]\n"
+              "flight recorder: seq 5 gloo:broadcast sizes [[3]]\n")
+    assert recorded_collectives(stderr) == ["seq 4 gloo:all_reduce sizes [[5]]", "seq 5 gloo:broadcast sizes [[3]]"]
+    assert recorded_collectives("no record\n") == []
