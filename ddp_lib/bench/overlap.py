@@ -41,7 +41,7 @@ COLUMNS = [("lane", "lane", "s"), ("name", "event", "s"), ("start_ms", "start (m
 
 
 def _labelled_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
-    """The benchmark's training step, each part marked for the profiler. DDP's backward() returns
+    """The benchmark's training step, each part marked for the profiler. With gloo, DDP's backward() returns
     only once every bucket's all-reduce is done, so its label spans the wait too."""
     with record_function("zero_grad"):
         optimizer.zero_grad()
