@@ -39,7 +39,7 @@ def train(rank: int, world_size: int, device: torch.device) -> None:
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the global norm, over all shards
             optimizer.step()
             sums += torch.stack([loss.detach() * len(yb), torch.tensor(float(len(yb)), device=device)])
-        dist.all_reduce(sums)  # every rank evaluates: each forward needs all ranks
+        dist.all_reduce(sums)  # sum every rank's training loss totals: the mean over all samples
         if rank == 0:
             print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
     model_state, optim_state = get_state_dict(model, optimizer)
