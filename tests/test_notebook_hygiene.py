@@ -2,6 +2,7 @@
 no unexpected errors, no widget state, a Summary and Exercises, and a first cell of imports only."""
 
 import ast
+import builtins
 import re
 from pathlib import Path
 
@@ -242,3 +243,68 @@ def test_the_internals_check_sees_what_it_should():
     ])
     assert [f.split(":", 1)[1].split(" in ")[0].strip() for f in internals_named(nb)] == [
         "'`_sync_module_states'", "'torch/nn/parallel/distributed.py'", "'torch._C'"]
+
+
+# A learner may read the main line only, skipping every folded Deeper section: a main-line code cell
+# must not use a name that only a Deeper section's cells define. Cells that run on the ranks (%%ranks)
+# or write files are skipped; shell (!) and magic (%) lines are dropped before parsing.
+NOT_PARSED = ("%%ranks", "%%writefile", "%%bash", "%%exercise")
+ALWAYS_DEFINED = set(dir(builtins)) | {"get_ipython", "display", "In", "Out"}  # what IPython provides
+
+
+def names_in(source: str) -> tuple[set[str], set[str]]:
+    """(names the code binds, names it reads) in ``source``."""
+    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+    bound, read = set(), set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return bound, read
+
+
+def names_only_deeper_defines(nb: nbformat.NotebookNode) -> list[str]:
+    found, deeper_level = [], None
+    main_line, deeper = set(ALWAYS_DEFINED), {}
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            for level, text, _ in headings_of(cell):
+                if deeper_level is not None and level <= deeper_level:
+                    deeper_level = None
+                if deeper_level is None and text.startswith(DEEPER):
+                    deeper_level = level
+            continue
+        if cell.cell_type != "code" or cell.source.lstrip().startswith(NOT_PARSED):
+            continue
+        bound, read = names_in(cell.source)
+        if deeper_level is not None:
+            for name in bound:
+                deeper.setdefault(name, index)
+            continue
+        found += [f"code cell {index} uses {name!r}, defined only in the Deeper cell {deeper[name]}"
+                  for name in sorted(read - main_line - bound) if name in deeper]
+        main_line |= bound
+    return found
+
+
+def test_the_main_line_runs_without_the_deeper_sections(nb):
+    found = names_only_deeper_defines(nb)
+    assert found == [], "define these on the main line too:\n" + "\n".join(found)
+
+
+def test_the_deeper_names_check_sees_what_it_should():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        code("import torch\nshared = 1"),
+        md("### Deeper: a measurement"), code("kept = torch.zeros(1)\nshared = 2"),
+        md("### Back on the main line"), code("print(kept, shared, len([]))\n!ls"),
+        code("%%ranks\nprint(kept)"),
+    ])
+    assert names_only_deeper_defines(nb) == ["code cell 4 uses 'kept', defined only in the Deeper cell 2"]

@@ -606,3 +606,17 @@ def forward_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[t
         loss = nn.functional.mse_loss(model(x), y)
     timeline = live_bytes(trace)
     return loss, timeline[-1][1] if timeline else 0
+
+
+def collectives_asked(result: dict) -> int:
+    """How many collectives torch was asked for in one traced step of ``result`` (c10d's ops)."""
+    return sum(count for name, count in result["collectives"].items() if name.startswith("c10d::"))
+
+
+def in_words(collectives: dict[str, int]) -> str:
+    """A traced step's collectives in words: what torch asked for (c10d's names), then what gloo ran."""
+    words = {name: name.removeprefix("c10d::").strip("_").removesuffix("_base") for name in collectives}
+    asked = {words[name].replace("allgather", "all_gather").replace("allreduce", "all_reduce"): n
+             for name, n in collectives.items() if name.startswith("c10d::")}
+    ran = {name.removeprefix("gloo:"): n for name, n in collectives.items() if name.startswith("gloo:")}
+    return f"asked {asked}; gloo ran {ran}"
