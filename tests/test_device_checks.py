@@ -1,5 +1,5 @@
 """Lesson 03's verdicts: DDP's constructor tests device_ids only for being None, empty or longer than
-one (never an entry), DDP reads output_device only while it is built, and the module defining
+one (never an entry), DDP uses self.output_device only while it is built, and the module defining
 init_process_group never calls set_device."""
 
 from ddp_lib.demos import device_checks
@@ -19,10 +19,11 @@ def test_the_check_notices_a_test_that_reads_an_entry(monkeypatch):
         assert device_checks.device_ids_tests()[1], condition
 
 
-def test_ddp_reads_output_device_only_while_it_is_built():
-    built, in_passes = device_checks.output_device_reads(steps=2)
-    assert built >= 1
-    assert in_passes == 0
+def test_ddp_uses_output_device_only_while_it_is_built():
+    uses = device_checks.output_device_uses()
+    assert ("__init__", "sets", "self.output_device = None") in uses
+    assert any(kind == "reads" for _, kind, _ in uses)
+    assert {function for function, _, _ in uses} <= {"__init__", "_ddp_init_helper"}
 
 
 def test_init_process_group_calls_no_set_device():

@@ -1,6 +1,6 @@
 """Lesson 03's verdicts about the installed torch: which tests DDP's constructor makes on
-``device_ids`` (none reads an entry, so none compares the index with the module's device), how often
-DDP reads ``output_device`` (only while it is built), and whether the Python module that defines
+``device_ids`` (none reads an entry, so none compares the index with the module's device), where
+DDP uses ``self.output_device`` (only while it is built), and whether the Python module that defines
 ``init_process_group`` calls ``set_device`` (it does not; its C++ code is not searched)."""
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import textwrap
 
 import torch.distributed.distributed_c10d as c10d
 from torch.nn.parallel import DistributedDataParallel
-
-from ddp_lib.process_group import teardown
 
 
 def device_ids_tests() -> tuple[list[str], bool]:
@@ -41,34 +39,25 @@ def device_ids_tests() -> tuple[list[str], bool]:
     return [ast.unparse(c) for c in conditions], any(reads_an_entry(c) for c in conditions)
 
 
-def output_device_reads(steps: int = 3) -> tuple[int, int]:
-    """Count the reads of ``ddp_model.output_device`` on a CPU ``nn.Linear`` wrapped in DDP (a
-    one-process gloo group, in-memory store): while DDP is built, and during ``steps`` forward and
-    backward passes. Returns ``(reads while built, reads in the passes)``."""
-    import torch
-    import torch.distributed as dist
+def output_device_uses() -> list[tuple[str, str, str]]:
+    """Every use of ``self.output_device`` in the installed ``torch/nn/parallel/distributed.py``:
+    ``(function, "sets" or "reads", the source line)``, found with ``ast`` in the file itself. A
+    use inside ``forward`` (or a function it calls) would show as a line in such a function."""
+    import torch.nn.parallel.distributed as ddp_module
 
-    class CountingDDP(DistributedDataParallel):
-        reads = 0
+    source = inspect.getsource(ddp_module)
+    lines = source.splitlines()
+    functions = [node for node in ast.walk(ast.parse(source))
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
-        @property
-        def output_device(self):
-            CountingDDP.reads += 1
-            return self.__dict__["counted_output_device"]
+    def enclosing(lineno: int) -> str:
+        inside = [f for f in functions if f.lineno <= lineno <= f.end_lineno]
+        return max(inside, key=lambda f: f.lineno).name if inside else "(module)"
 
-        @output_device.setter
-        def output_device(self, value):
-            self.__dict__["counted_output_device"] = value
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        ddp_model = CountingDDP(torch.nn.Linear(2, 2))
-        built = CountingDDP.reads
-        for _ in range(steps):
-            ddp_model(torch.randn(4, 2)).sum().backward()
-        return built, CountingDDP.reads - built
-    finally:
-        teardown()  # not destroy_process_group alone: the pause there avoids gloo's shutdown deadlock
+    uses = sorted({(node.lineno, isinstance(node.ctx, ast.Store)) for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Attribute) and node.attr == "output_device"
+                  and isinstance(node.value, ast.Name) and node.value.id == "self"})
+    return [(enclosing(n), "sets" if store else "reads", lines[n - 1].strip()) for n, store in uses]
 
 
 def set_device_calls() -> list[str]:
