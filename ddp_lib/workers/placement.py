@@ -114,8 +114,8 @@ def set_device_after_init(rank: int, world_size: int) -> dict:
 
 
 def with_set_device(rank: int, world_size: int) -> dict:
-    """GPU only: process_group calls torch.cuda.set_device(local_rank) before init; "cuda" then
-    means this rank's own GPU."""
+    """GPU only: process_group calls torch.cuda.set_device(local_rank) before init and passes
+    device_id= to it; set_device is what makes "cuda" mean this rank's own GPU."""
     with process_group(rank, world_size, backend="nccl"):
         tensor = torch.ones(1, device="cuda")
         dist.all_reduce(tensor)
