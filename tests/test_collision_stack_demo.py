@@ -1,6 +1,6 @@
 """Lesson 07's reading of rank 1's faulthandler dumps."""
 
-from ddp_lib.demos.collision_stack import last_dump_frames, recorded_collectives
+from ddp_lib.demos.collision_stack import last_dump_frames, recorded_collectives, where_waited
 
 DUMPS = """Timeout (0:00:00.250000)!
 Thread 0x00007f0000000001 (most recent call first):
@@ -34,3 +34,9 @@ def test_the_flight_recorder_lines_without_their_mark():
               "flight recorder: seq 5 gloo:broadcast sizes [[3]]\n")
     assert recorded_collectives(stderr) == ["seq 4 gloo:all_reduce sizes [[5]]", "seq 5 gloo:broadcast sizes [[3]]"]
     assert recorded_collectives("no record\n") == []
+
+
+def test_where_waited_in_plain_words():
+    assert where_waited(last_dump_frames(DUMPS, 2)) == "DDP's forward, before the model ran"
+    assert where_waited(["wait (threading.py)"]) == "wait (threading.py)"
+    assert where_waited([]) == "no stack dump found"

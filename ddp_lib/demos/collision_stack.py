@@ -20,6 +20,8 @@ from ddp_lib.workers.failure_lab import SHORT, metric_on_rank0_in_ddp_loop
 
 DUMP_HEADER = "Timeout ("  # faulthandler's first line of each timed dump
 RECORDER_MARK = "flight recorder: "  # the first words of each line print_last_collectives writes
+# DDP's forward calls this method first; on the first step after step 0 it runs the bucket rebuild's broadcasts.
+DDP_PRE_FORWARD = "_pre_forward (distributed.py)"
 
 
 def print_last_collectives(last: int = 2) -> None:
@@ -61,3 +63,13 @@ def last_dump_frames(stderr: str, frames: int = 3) -> list[str]:
         return []
     found = re.findall(r'File "(?:[^"]*/)?([^"/]+)", line \d+ in (\S+)', threads[0])
     return [f"{function} ({file})" for file, function in found[:frames]]
+
+
+def where_waited(frames: list[str]) -> str:
+    """In plain words, where the innermost of ``frames`` (from :func:`last_dump_frames`) waited:
+    "DDP's forward, before the model ran" for DDP's ``_pre_forward``, else the frame as it is."""
+    if not frames:
+        return "no stack dump found"
+    if frames[0] == DDP_PRE_FORWARD:
+        return "DDP's forward, before the model ran"
+    return frames[0]
