@@ -70,3 +70,17 @@ def test_checkpoint_epoch_reads_the_saved_epoch(tmp_path):
     with pytest.raises(ValueError, match="not a torch.save file"):
         torchrun_batch.checkpoint_epoch(path)
 
+
+
+def test_the_lessons_recorded_restart_run_says_what_its_prose_says():
+    """Lesson 06's prose after the restart run says the job succeeded. Its recorded outputs must agree:
+    a re-execution whose restart run failed must not be committed under that prose."""
+    import json
+    from pathlib import Path
+
+    lesson = json.loads((Path(__file__).parents[1] / "notebooks" / "06_torchrun.ipynb").read_text())
+    cells = lesson["cells"]
+    at = next(i for i, cell in enumerate(cells) if 'print("verdict:"' in "".join(cell["source"]))
+    printed = "".join("".join(out.get("text", "")) for out in cells[at]["outputs"])
+    assert "verdict: the job succeeded, and attempt 1 trained to the last epoch" in printed, printed[-400:]
+    assert "the job succeeded, as the verdict line says" in "".join(cells[at + 1]["source"])
