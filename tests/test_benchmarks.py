@@ -88,6 +88,9 @@ def test_ddp_rows_and_all_reduce_counts():
     # The bare all-reduce timed beside the steps carries as many bytes as the gradients.
     params = sum(p.numel() for p in make_mlp(0, ddp.DDP_WIDTHS).parameters())
     assert result["gradient_bytes"] == 4 * params and result["all_reduce_ms"] > 0
+    # DDP's extra time per round, as a middle half (first quartile, third quartile), on 1 and 2 ranks.
+    assert set(result["extra_quartiles_ms"]) == {"1", "2"}
+    assert all(q1 <= q3 for q1, q3 in result["extra_quartiles_ms"].values())
 
 
 def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
