@@ -17,7 +17,7 @@ MIB = 2**20
 def plan(params: int, n: int, alpha: float, busbw: float, backward_ms: float,
          bucket_cap_mb: float = 25.0, first_bucket_mb: float = 1.0, bytes_per_param: int = 4) -> dict:
     """The estimate for ``params`` parameters on ``n`` ranks, from an all-reduce's fixed cost
-    ``alpha`` (seconds), its busbw (bytes per second, as nccl-tests prints it) and one backward's
+    ``alpha`` (seconds), its busbw (bytes per second: nccl-tests prints GB/s, so 150 GB/s is 150e9) and one backward's
     time in one process (ms). DDP's default buckets: a first one of ``first_bucket_mb`` MiB, then
     ``bucket_cap_mb`` MiB each. Returns the gradients' bytes B, the buckets k, beta (the algbw),
     the communication k*alpha + B/beta (ms), its ratio to backward, and, with no overlap and
