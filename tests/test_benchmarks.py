@@ -5,6 +5,8 @@ asserted: only that times are positive and that derived figures follow from them
 import json
 import math
 
+import pytest
+
 from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, pinned, ring, scaling, startup, stats, wide
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
 from ddp_lib.workers.shared import make_mlp
@@ -88,6 +90,9 @@ def test_ddp_rows_and_all_reduce_counts():
     # The bare all-reduce timed beside the steps carries as many bytes as the gradients.
     params = sum(p.numel() for p in make_mlp(0, ddp.DDP_WIDTHS).parameters())
     assert result["gradient_bytes"] == 4 * params and result["all_reduce_ms"] > 0
+    # DDP's extra time per round, as a middle half (first quartile, third quartile), on 1 and 2 ranks.
+    assert set(result["extra_quartiles_ms"]) == {"1", "2"}
+    assert all(q1 <= q3 for q1, q3 in result["extra_quartiles_ms"].values())
 
 
 def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
@@ -256,3 +261,20 @@ def test_the_kept_wide_run_pairs_its_ways_round_by_round():
     assert all(len(r["rounds_ms"]) == kept["repeats"] for r in kept["rows"])
     assert kept["rows"][0]["speedup"] == 1.0 and kept["cpu_count"] >= 1
     assert "one process, 2 threads" in wide.WAYS  # the one-process baseline may use both cores too
+
+
+def test_the_plan_reproduces_the_lessons_worked_gpu_plan():
+    from ddp_lib.bench.plan import format_plan, plan
+    # 1 billion float32 parameters on 8 GPUs: 4 GB, a 1 MiB first bucket then 25 MiB ones.
+    p = plan(params=1_000_000_000, n=8, alpha=20e-6, busbw=150e9, backward_ms=30)
+    assert p["gradient_bytes"] == 4_000_000_000 and p["buckets"] == 154
+    assert math.isclose(p["beta"], 150e9 * 8 / 14)
+    assert math.isclose(p["comm_ms"], 154 * 20e-3 + 4e9 / p["beta"] * 1e3)
+    assert round(p["speedup"], 1) == 3.0 and p["ratio"] > 1
+    assert round(plan(1_000_000_000, 8, 20e-6, 150e9, 300)["ratio"], 2) == 0.17
+    assert "154 buckets" in format_plan(p)
+    # A model smaller than the first bucket still sends one bucket.
+    assert plan(1000, 2, 1e-4, 1e9, 5)["buckets"] == 1
+    for bad in ({"n": 1}, {"busbw": 0}, {"backward_ms": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            plan(**{"params": 10, "n": 2, "alpha": 1e-5, "busbw": 1e9, "backward_ms": 1, **bad})

@@ -196,3 +196,45 @@ def test_halved_bytes_checker_names_each_honest_mistake():
     assert "give milliseconds" in str(check_halved_bytes(full / 1e3, full))
     assert "that is the 4-rank fit" in str(check_halved_bytes((alpha4 + nbytes / beta4) * 1e3, full))
     assert "give the time in ms as a number, not a str" in str(check_halved_bytes("3.75 ms", full))
+
+
+def test_model_at_work_checker_accepts_the_fit_exact_or_rounded():
+    import torch
+
+    from ddp_lib.exercises.lesson08 import check_model_at_work, gradient_bytes, kept_fit
+    alpha, beta = kept_fit(4)
+    nbytes = sum(gradient_bytes())
+    assert check_model_at_work((alpha + nbytes / beta) * 1e3, (4 * alpha + nbytes / beta) * 1e3).passed
+    assert check_model_at_work(10.1, torch.tensor(13.7)).passed  # worked by hand, as docs/answers.md does
+
+
+def test_model_at_work_checker_names_each_honest_mistake():
+    from ddp_lib.exercises.lesson08 import check_model_at_work, gradient_bytes, kept_fit
+    (alpha, beta), (alpha2, beta2) = kept_fit(4), kept_fit(2)
+    nbytes = sum(gradient_bytes())
+    one, four = (alpha + nbytes / beta) * 1e3, (4 * alpha + nbytes / beta) * 1e3
+    assert "counted the bytes four times" in str(check_model_at_work(one, 4 * one))
+    assert "each all-reduce pays α once" in str(check_model_at_work(one, one))
+    assert "add α" in str(check_model_at_work(nbytes / beta * 1e3, four))
+    assert "give milliseconds" in str(check_model_at_work(one / 1e3, four))
+    assert "that is the 2-rank fit" in str(check_model_at_work((alpha2 + nbytes / beta2) * 1e3, four))
+    assert "give the time in ms as a number, not a NoneType" in str(check_model_at_work(None, four))
+    assert not check_model_at_work(one, 99.0).passed
+
+
+def test_two_rows_checker_accepts_the_hand_solution_exact_or_rounded():
+    from ddp_lib.exercises.lesson08 import check_two_rows, two_rows
+    assert check_two_rows(*two_rows()).passed
+    assert check_two_rows(254.5, 1.092, 1215).passed  # worked by hand, as docs/answers.md does
+
+
+def test_two_rows_checker_names_each_honest_mistake():
+    from ddp_lib.exercises.lesson08 import check_two_rows, two_rows
+    alpha, beta, at_1_mib = two_rows()
+    # At 64 MiB α is under 1% of the time, so the row's algbw, S / t, passes as β within the tolerance.
+    assert "give GB/s" in str(check_two_rows(alpha, beta * 1e9, at_1_mib))
+    assert "give microseconds" in str(check_two_rows(alpha * 1e-6, beta, at_1_mib))
+    assert "add α" in str(check_two_rows(alpha, beta, at_1_mib - alpha))
+    assert "not 10⁶" in str(check_two_rows(alpha, beta, alpha + 1e6 / (beta * 1e3)))
+    assert "give a number, not a NoneType" in str(check_two_rows(None, beta, at_1_mib))
+    assert "solve t = α + S / β" in str(check_two_rows(alpha, 0.5, at_1_mib))

@@ -28,15 +28,19 @@ COLUMNS = [("world_size", "ranks", "d"), ("way", "way", "s"), ("step_ms", "step 
 
 def measure(quick: bool = False, repeats: int | None = None) -> dict:
     """{"rows": DDP vs local on 1 and 2 ranks, then each scratch way vs torch on 2 ranks;
-    "all_reduce_ms": one bare all-reduce of the gradients' bytes on 2 ranks, timed beside them}."""
+    "all_reduce_ms": one bare all-reduce of the gradients' bytes on 2 ranks, timed beside them;
+    "extra_quartiles_ms": {"1", "2" ranks: the first and third quartiles of DDP's step minus the
+    local step, round by round}}."""
     repeats = repeats or (5 if quick else 30)
     load_before = os.getloadavg()[0]
     rows = []
+    extra_quartiles_ms = {}  # DDP minus local, per round (the two share each round's load): its middle half
     for world_size in (1, 2):
         ways = ["local", "torch"] + (SCRATCH + ["all_reduce"] if world_size == 2 else [])
         result = run_ranks(ddp_steps, world_size, args=(ways, repeats), show_output=False,
                            env={"OMP_NUM_THREADS": "1"})[0]
         step = result["step_s"]
+        extra_quartiles_ms[str(world_size)] = [round(q * 1e3, 3) for q in result["extra_quartiles_s"]]
         rows.append({"world_size": world_size, "way": "local", "step_ms": round(step["local"] * 1e3, 3),
                      "baseline": None, "ratio": None, "allreduces": None})
         rows.append({"world_size": world_size, "way": "torch", "step_ms": round(step["torch"] * 1e3, 3),
@@ -51,6 +55,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
     return {"rows": rows, "model_widths": list(DDP_WIDTHS), "batch_per_rank": DDP_BATCH, "repeats": repeats,
             # One bare all-reduce of the gradients' bytes on 2 ranks, timed in the same rotation.
             "all_reduce_ms": all_reduce_ms,
+            "extra_quartiles_ms": extra_quartiles_ms,
             "gradient_bytes": 4 * sum(a * b + b for a, b in zip(DDP_WIDTHS, DDP_WIDTHS[1:])),
             "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
 

@@ -78,7 +78,8 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
     """Median seconds of one SGD step of the same MLP for each way: "local" (no wrapper), or a
     way of writing DDP ("after_backward", "per_parameter_hooks", "buckets", "torch"), taken in turn;
     "all_reduce" times one bare all-reduce of as many floats as the model has parameters.
-    Returns {"step_s": {way: seconds}, "allreduces": {way: per step, scratch ways only}}."""
+    Returns {"step_s": {way: seconds}, "allreduces": {way: per step, scratch ways only}}, and, when
+    both "local" and "torch" run, "extra_quartiles_s": the quartiles of torch minus local per round."""
     with process_group(rank, world_size) as device:
         models = {}
         for way in ways:
@@ -123,7 +124,11 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
                 counter[0] = 0
                 _train_step(counted, spare, x, y)
                 calls[way] = counter[0]
-        return {"step_s": {way: median(_slowest(t)) for way, t in times.items()}, "allreduces": calls}
+        rounds = {way: _slowest(t) for way, t in times.items()}
+        result = {"step_s": {way: median(t) for way, t in rounds.items()}, "allreduces": calls}
+        if "local" in rounds and "torch" in rounds:  # DDP's extra time, round by round: both shared its load
+            result["extra_quartiles_s"] = quartiles([d - loc for d, loc in zip(rounds["torch"], rounds["local"])])
+        return result
 
 
 def _counting_hook(counter: list[int]):

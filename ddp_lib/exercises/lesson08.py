@@ -212,3 +212,106 @@ def check_halved_bytes(float32_ms: object, half_ms: object) -> Report:
     if report.passed:
         report.ok("the bytes' term S / β halved; α, paid once per message, stayed")
     return report
+
+
+# Exercise 5: the gradients in one bucket and in the four buckets of bucket_cap_mb=1, from the kept 4-rank fit.
+BUCKETS_AT_1_MIB = 4
+
+
+def check_model_at_work(one_bucket_ms: object, four_buckets_ms: object) -> Report:
+    """A report on exercise 5: all-reducing the DDP benchmark's gradients on 4 ranks, predicted in ms with the
+    kept 4-rank fit, in one bucket and in four, overlap left out."""
+    (alpha, beta), (alpha2, beta2), report = kept_fit(4), kept_fit(2), Report()
+    nbytes = sum(gradient_bytes())
+    one, four = (alpha + nbytes / beta) * 1e3, (BUCKETS_AT_1_MIB * alpha + nbytes / beta) * 1e3
+    got = {}
+    for name, value in (("one bucket", one_bucket_ms), ("four buckets", four_buckets_ms)):
+        got[name] = as_number(value)
+        if isinstance(got[name], str):
+            report.fail(f"{name}: give the time in ms as a number, not {got[name]}")
+    if report.lines:
+        return report
+    g1, g4 = got["one bucket"], got["four buckets"]
+
+    def near(a: float, b: float) -> bool:
+        return math.isclose(a, b, rel_tol=HALVED_REL_TOL)
+    if near(g1, one):
+        report.ok(f"one bucket: {one:.2f} ms = α {alpha * 1e3:.3f} ms + {nbytes:,} B / β")
+    elif near(g1, one * 1e-3) or near(g1, one * 1e3):
+        report.fail("one bucket: give milliseconds: the fit's α is in µs and β in GB/s")
+    elif near(g1, (alpha2 + nbytes / beta2) * 1e3):
+        report.fail("one bucket: that is the 2-rank fit; the exercise takes the 4-rank fit")
+    elif near(g1, nbytes / beta * 1e3):
+        report.fail("one bucket: add α: every all-reduce pays it once, whatever its size")
+    else:
+        report.fail(f"one bucket: you said {g1:.3g} ms, which is not right: the model is t = α + S / β, "
+                    "with S in bytes, β in bytes per second, and the answer in ms")
+    if near(g4, four):
+        report.ok(f"four buckets: {four:.2f} ms = 4 α + the same bytes / β")
+    elif near(g4, BUCKETS_AT_1_MIB * one):
+        report.fail("four buckets: you counted the bytes four times: the four buckets carry the same gradients, "
+                    "so only α is paid four times")
+    elif near(g4, one):
+        report.fail("four buckets: each bucket is one all-reduce, and each all-reduce pays α once")
+    elif near(g4, (BUCKETS_AT_1_MIB * alpha2 + nbytes / beta2) * 1e3):
+        report.fail("four buckets: that is the 2-rank fit; the exercise takes the 4-rank fit")
+    else:
+        report.fail(f"four buckets: you said {g4:.3g} ms, which is not right: four all-reduces of a quarter "
+                    "of the bytes each, each paying α")
+    if report.passed:
+        report.ok(f"four buckets cost 3 α = {3 * alpha * 1e3:.2f} ms more; overlap must hide more than that to pay")
+    return report
+
+
+# Exercise 4: α and β by hand from the kept run's 4 B and 64 MiB rows on 2 ranks, then the time at 1 MiB.
+TWO_ROWS_REL_TOL = 0.02
+
+
+def two_rows() -> tuple[float, float, float]:
+    """(α in µs, β in GB/s, the prediction at 1 MiB in µs) solved from the kept 2-rank rows of 4 B and 64 MiB."""
+    from ddp_lib.bench import allreduce
+    times = {r["bytes"]: r["time_us"] for r in allreduce.full_run()["rows"] if r["world_size"] == 2}
+    small, large = 4, 64 * 2**20
+    beta_bytes_per_us = (large - small) / (times[large] - times[small])
+    alpha_us = times[small] - small / beta_bytes_per_us
+    return alpha_us, beta_bytes_per_us * 1e-3, alpha_us + 2**20 / beta_bytes_per_us
+
+
+def check_two_rows(alpha_us: object, beta_gbs: object, at_1_mib_us: object) -> Report:
+    """A report on exercise 4: α (µs), β (GB/s) and the time at 1 MiB (µs), solved by hand from two rows."""
+    alpha, beta, at_1_mib = two_rows()
+    report = Report()
+    got = {}
+    for name, value in (("α", alpha_us), ("β", beta_gbs), ("1 MiB", at_1_mib_us)):
+        got[name] = as_number(value)
+        if isinstance(got[name], str):
+            report.fail(f"{name}: give a number, not {got[name]}")
+    if report.lines:
+        return report
+
+    def near(a: float, b: float) -> bool:
+        return math.isclose(a, b, rel_tol=TWO_ROWS_REL_TOL)
+    if near(got["α"], alpha):
+        report.ok(f"α ≈ {alpha:.1f} µs: the 4 B row, whose bytes cost almost nothing")
+    elif near(got["α"], alpha * 1e-6):
+        report.fail("α: give microseconds, as the table prints the times")
+    else:
+        report.fail(f"α: you said {got['α']:.4g} µs: take the 4 B row's time; its 4 bytes cost almost nothing")
+    if near(got["β"], beta):
+        report.ok(f"β ≈ {beta:.3f} GB/s: (64 MiB - 4 B) over the two rows' difference in time")
+    elif near(got["β"], beta * 1e9) or near(got["β"], beta * 2**30 / 1e9):
+        report.fail("β: give GB/s, with GB = 10⁹ bytes")
+    else:
+        report.fail(f"β: you said {got['β']:.4g} GB/s: solve t = α + S / β with the 64 MiB row, "
+                    "S = 67,108,864 B")
+    if near(got["1 MiB"], at_1_mib):
+        report.ok(f"1 MiB: α + 1,048,576 B / β ≈ {at_1_mib:.0f} µs")
+    elif near(got["1 MiB"], at_1_mib - alpha):
+        report.fail("1 MiB: add α: every all-reduce pays it once, whatever its size")
+    elif near(got["1 MiB"], alpha + 1e6 / (beta * 1e3)):
+        report.fail("1 MiB: 1 MiB is 1,048,576 bytes (2²⁰), not 10⁶")
+    else:
+        report.fail(f"1 MiB: you said {got['1 MiB']:.4g} µs: the model is t = α + S / β with your α and β")
+    if report.passed:
+        report.ok("the smallest row decides α, the largest β; compare the 1 MiB time with the table's row")
+    return report
