@@ -95,6 +95,33 @@ def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
     assert len(fails) == 1 and fails[0].startswith(refusal) and hint in fails[0], str(report)
 
 
+# The exercise accepts a plain torch worker too, as the tutorial writes one, without the project's helper.
+PLAIN = """
+import torch
+import torch.distributed as dist
+
+def mean_across_ranks(rank, world_size, x):
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    t = torch.tensor([float(x)])
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return t.item() / world_size
+"""
+
+
+def test_a_plain_init_process_group_worker_passes(tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, "right01_plain", PLAIN, "mean_across_ranks")
+    report = check_mean_across_ranks(answer)
+    assert report.passed and len(report.lines) == 2, str(report)
+
+
+def test_a_plain_worker_that_sets_master_addr_is_told_to_leave_it(tmp_path, monkeypatch):
+    sets_addr = '    import os\n    os.environ["MASTER_ADDR"] = "localhost"\n'  # as the tutorial's setup() does
+    setup = PLAIN.replace('    dist.init_process_group(', sets_addr + '    dist.init_process_group(')
+    answer = load_answer(tmp_path, monkeypatch, "wrong01_sets_master_addr", setup, "mean_across_ranks")
+    report = check_mean_across_ranks(answer, world_sizes=(2,))
+    assert not report.passed and "leave MASTER_ADDR/MASTER_PORT alone" in str(report), str(report)
+
 def test_the_drawn_values_never_have_a_whole_mean():
     # floor division passed the checker on 58.4 and 41.6 (mean 50): the draw now avoids whole means
     from ddp_lib.exercises.lesson01 import _values_with_fractional_means

@@ -125,8 +125,9 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
         rank, world_size = dist.get_rank(), dist.get_world_size()
         mine = list(range(rank % 2, world_size, 2))
         if local:
-            # Only the members call new_group: the group is named by a hash of its ranks, not by
-            # the counter below, so the other ranks need not take part.
+            # Only the members call new_group: the group is named by a hash of its ranks and of how
+            # many groups this process holds, not by the counter below. So the other ranks need not
+            # take part, as long as every member holds as many groups as its peers.
             group = dist.new_group(mine, use_local_synchronization=True)
         else:
             # Every rank calls new_group for every subgroup, in the same order, even for the groups
