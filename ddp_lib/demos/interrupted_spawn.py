@@ -4,7 +4,7 @@ A parent script starts 3 processes with torch's ``mp.spawn``. Ranks 0 and 1 join
 waits to receive from the other: a job that hangs inside torch. Process 2 only sleeps, in Python.
 ``interrupt_spawn`` then does what a notebook's stop button does, SIGINT to the parent's whole
 process group, and reports what the parent sees: the processes still alive after the interrupt
-(once one has ended, or after 30 s, then 1 s more), and their exit codes once it stops them.
+(once one has ended, or after 30 s, then half a second more), and their exit codes once it stops them.
 
 ``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.spawn``, in the
 notebook's own process: SIGINT to the kernel while its ranks wait in the same collective.
@@ -35,7 +35,7 @@ if __name__ == "__main__":
     deadline = time.monotonic() + 30.0  # a busy machine can take seconds to act on SIGINT
     while len(multiprocessing.active_children()) == 3 and time.monotonic() < deadline:
         time.sleep(0.1)  # wait until one child has ended, or 30 s
-    time.sleep(1.0)  # then one more second for the others to react too
+    time.sleep(0.5)  # then half a second more for the others to react too
     alive = multiprocessing.active_children()  # the children this process started, still alive
     print("processes still alive after the interrupt:", len(alive), "of 3", flush=True)
     for child in alive:  # the clean-up: the parent stops what it started
