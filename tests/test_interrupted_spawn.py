@@ -1,14 +1,18 @@
 """Lesson 02: an interrupted mp.spawn. SIGINT to the parent's process group, as Jupyter's stop
 button sends it, leaves the ranks that wait inside a collective alive; the parent then stops them.
-Real processes: a parent script, 2 spawned ranks on gloo and a third process that sleeps."""
+Real processes: a parent script, 2 spawned ranks on gloo and a third process that sleeps.
+Under ddp_lib.mp.spawn, the launcher stops such ranks itself."""
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 
 import pytest
 
-from ddp_lib.demos.interrupted_spawn import interrupt_spawn
+import ddp_lib.mp
+from ddp_lib.demos.interrupted_spawn import interrupt_spawn, interrupt_when_ready, still_running, wait_for_each_other
 from ddp_lib.process_group import free_port
 
 
@@ -20,3 +24,13 @@ def test_ranks_waiting_in_a_collective_outlive_the_interrupt_and_a_sleeping_proc
         "processes still alive after the interrupt: 2 of 3",
         "their exit codes after terminate(): [-15, -15]",
     ]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to this process is POSIX only here")
+def test_ddp_lib_mp_spawn_stops_its_ranks_waiting_in_a_collective_when_interrupted():
+    ready_dir = tempfile.mkdtemp(prefix="interrupted-")
+    interrupt_when_ready(ready_dir, count=2)
+    with pytest.raises(KeyboardInterrupt, match="ranks 0-1 stopped"):
+        ddp_lib.mp.spawn(wait_for_each_other, args=(2, f"tcp://127.0.0.1:{free_port()}", ready_dir), nprocs=2)
+    assert len(os.listdir(ready_dir)) == 2  # both ranks had said they were ready
+    assert still_running(ready_dir) == []
