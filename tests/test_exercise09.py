@@ -2,6 +2,7 @@
 
 import textwrap
 
+import pytest
 from answer_files import notebook_stub
 
 from ddp_lib.exercises import lesson09
@@ -53,31 +54,18 @@ def test_the_stub_clips_before_unscaling(tmp_path, monkeypatch):
     assert report.startswith("FAIL") and "unscale_(optimizer) before clip_grad_norm_" in report, report
 
 
-def test_no_unscale_at_all_is_named_as_clipping_scaled_gradients(tmp_path, monkeypatch):
-    source = RIGHT.replace("    scaler.unscale_(optimizer)\n", "")
-    report = _check(tmp_path, monkeypatch, "nounscale09", source)
-    assert "unscale_(optimizer) before clip_grad_norm_" in report, report
+MISTAKES = {  # name: (the line of RIGHT changed, what it becomes, what the report must name)
+    "no_unscale": ("    scaler.unscale_(optimizer)\n", "", "unscale_(optimizer) before clip_grad_norm_"),
+    "optimizer_step": ("scaler.step(optimizer)", "optimizer.step()", "scaler.step(optimizer)"),
+    "no_update": ("    scaler.update()\n", "", "scaler.update()"),
+    "no_clip": ("    nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n", "", "unclipped"),
+    "unscaled_backward": ("scaler.scale(loss).backward()", "loss.backward()", "scaler.scale(loss)"),
+}
 
 
-def test_optimizer_step_is_named(tmp_path, monkeypatch):
-    source = RIGHT.replace("scaler.step(optimizer)", "optimizer.step()")
-    report = _check(tmp_path, monkeypatch, "optstep09", source)
-    assert report.startswith("FAIL") and "scaler.step(optimizer)" in report, report
-
-
-def test_a_missing_update_is_named(tmp_path, monkeypatch):
-    source = RIGHT.replace("    scaler.update()\n", "")
-    report = _check(tmp_path, monkeypatch, "noupdate09", source)
-    assert report.startswith("FAIL") and "scaler.update()" in report, report
-
-
-def test_a_missing_clip_is_named(tmp_path, monkeypatch):
-    source = RIGHT.replace("    nn.utils.clip_grad_norm_(model.parameters(), max_norm)\n", "")
-    report = _check(tmp_path, monkeypatch, "noclip09", source)
-    assert report.startswith("FAIL") and "unclipped" in report, report
-
-
-def test_an_unscaled_backward_is_named(tmp_path, monkeypatch):
-    source = RIGHT.replace("scaler.scale(loss).backward()", "loss.backward()")
-    report = _check(tmp_path, monkeypatch, "unscaled09", source)
-    assert report.startswith("FAIL") and "scaler.scale(loss)" in report, report
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_each_mistake_fails_and_is_named(mistake, tmp_path, monkeypatch):
+    old, new, named = MISTAKES[mistake]
+    assert old in RIGHT
+    report = _check(tmp_path, monkeypatch, f"mistake09_{mistake}", RIGHT.replace(old, new))
+    assert report.startswith("FAIL") and named in report, report

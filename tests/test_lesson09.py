@@ -6,6 +6,7 @@ import pytest
 import torch
 from answer_files import notebook_stub
 
+from ddp_lib.demos.early_stop import early_stop
 from ddp_lib.demos.loop_runs import train_loop_measured, train_loops
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
@@ -523,3 +524,11 @@ def test_train_loops_in_one_job_equal_separate_launches():
     together = run_ranks(train_loops, 2, kwargs=dict(runs=runs), show_output=False)[0]
     assert list(together) == ["fp32", "bf16"]
     assert together["bf16"]["params"] == alone["params"] and together["bf16"]["losses"] == alone["losses"]
+
+
+def test_an_early_stop_agreed_by_all_reduce_stops_every_rank_together_and_one_rank_alone_fails():
+    ranks = run_ranks(early_stop, 2, show_output=False)
+    assert [r["stopped_after_step"] for r in ranks] == [2, 2]
+    with pytest.raises(WorkerError) as failure:
+        run_ranks(early_stop, 2, kwargs=dict(agree=False), show_output=False)
+    assert sorted(failure.value.failures) == [0]  # rank 1 left the loop; rank 0's all-reduce had no partner

@@ -6,6 +6,8 @@ import re
 import pytest
 from answer_files import notebook_stub
 
+from ddp_lib.demos.fsdp_rank0_eval import rank0_evaluation
+from ddp_lib.errors import WorkerError
 from ddp_lib.exercises import lesson10
 from ddp_lib.exercises.solutions import lesson10 as solutions
 from ddp_lib.launch import run_ranks
@@ -370,3 +372,10 @@ def test_the_mesh_schematic_draws_four_ranks_two_rows_and_two_columns():
     from ddp_lib.plots.beyond import plot_mesh_2x2
 
     assert len(plot_mesh_2x2().axes[0].patches) == 4 + 2 + 2
+
+
+def test_rank0_only_evaluation_of_a_sharded_model_fails_at_the_timeout():
+    with pytest.raises(WorkerError) as failure:
+        run_ranks(rank0_evaluation, 2, show_output=False)
+    assert sorted(failure.value.failures) == [0, 1]
+    assert any("Timed out" in line for line in failure.value.failures.values())

@@ -61,7 +61,7 @@ def plot_compiled_backward(buckets: int = 3):
             ax.text(ar_start + 0.4, y - 0.35, f"all-reduce\nbucket {b}", ha="center", va="center", fontsize=7)
         if not split:
             ax.add_patch(plt.Rectangle((0, y), buckets * 1.0, 0.5, facecolor="0.85", edgecolor="black"))
-            ax.text(buckets / 2, y + 0.25, "backward of the one graph: every gradient ready only at its end",
+            ax.text(buckets / 2, y + 0.25, "backward of the one graph: DDP's hooks fire only at its end",
                     ha="center", va="center", fontsize=7)
     ax.set_yticks([2.0, 0.4], list(rows))
     ax.set_xlim(0, buckets * 1.8 + 0.3)
