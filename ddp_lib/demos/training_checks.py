@@ -1,5 +1,5 @@
 """Lesson 05's checks: batch norm statistics per rank, evaluation on rank 0 through the wrapper with
-the buffer sync off, your own collective inside ``Join``, and a save that fails half-way."""
+the buffer sync off and with one process group, your own collective inside ``Join``, and a save that fails half-way."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_lib.process_group import device_ids_for, process_group
 from ddp_lib.workers.shared import make_moons
+from ddp_lib.workers.train import MoonsNet
 
 
 def _batchnorm_net() -> nn.Module:
@@ -155,3 +156,31 @@ def failed_in_buffer_sync(error) -> bool:
     """For a ``WorkerError`` from a rank-0 evaluation: True when rank 0 failed inside DDP's broadcast of
     the buffers at the start of a forward (its traceback passes through DDP's ``_sync_buffers``)."""
     return error.rank == 0 and "_sync_buffers" in error.worker_traceback
+
+
+def rank0_eval_one_group(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
+    """A real job's mistake: one process group (here with a ``timeout_s`` timeout), one training forward
+    and backward of MoonsNet with batch norm, then rank 0 evaluates through ``ddp_model`` itself while the
+    other ranks wait at a barrier. Rank 0's forward broadcasts the buffers, the others' barrier never
+    matches it, and on gloo the group's timeout ends both waits with an error on every rank."""
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
+        torch.manual_seed(0)
+        x, y = make_moons().tensors
+        ddp_model = DDP(MoonsNet(norm="batch").to(device), device_ids=device_ids_for(device))
+        nn.functional.cross_entropy(ddp_model(x[:32].to(device)), y[:32].to(device)).backward()
+        accuracy = None
+        if rank == 0:
+            ddp_model.eval()
+            with torch.no_grad():
+                accuracy = (ddp_model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
+        dist.barrier()
+        return {"rank": rank, "accuracy": accuracy}
+
+
+def one_group_failure(error) -> dict:
+    """What a ``WorkerError`` from :func:`rank0_eval_one_group` tells a reader: whether rank 0 raised inside
+    DDP's buffer broadcast, and whether any rank's error message names what went wrong: the buffers, the
+    broadcast, the barrier or the evaluation."""
+    words = ("buffer", "broadcast", "barrier", "eval")
+    return {"rank 0 in the buffer sync": failed_in_buffer_sync(error),
+            "a message names the cause": any(w in m.lower() for m in error.failures.values() for w in words)}
