@@ -1,5 +1,6 @@
 """Lesson 05's checks: batch norm statistics per rank, evaluation on rank 0 through the wrapper with
-the buffer sync off and with one process group, your own collective inside ``Join``, and a save that fails half-way."""
+the buffer sync off and with one process group, the template with a crash on purpose, your own collective
+inside ``Join``, and a save that fails half-way."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
 
 from ddp_lib.process_group import device_ids_for, process_group
+from ddp_lib.workers import template
 from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.train import MoonsNet
 
@@ -184,3 +187,22 @@ def one_group_failure(error) -> dict:
     words = ("buffer", "broadcast", "barrier", "eval")
     return {"rank 0 in the buffer sync": failed_in_buffer_sync(error),
             "a message names the cause": any(w in m.lower() for m in error.failures.values() for w in words)}
+
+
+def template_with_crash(rank: int, world_size: int, crash_at_epoch: int, **kwargs) -> dict:
+    """``template.train_job(rank, world_size, **kwargs)``, except that rank 1 raises when it reaches
+    epoch ``crash_at_epoch`` (counting from 1), before that epoch's first batch: its sampler's
+    ``set_epoch`` raises. The template's own code is unchanged."""
+
+    class CrashingSampler(DistributedSampler):
+        def set_epoch(self, epoch: int) -> None:
+            if rank == 1 and epoch + 1 == crash_at_epoch:
+                raise RuntimeError(f"injected failure at epoch {crash_at_epoch} on rank 1")
+            super().set_epoch(epoch)
+
+    original = template.DistributedSampler
+    template.DistributedSampler = CrashingSampler
+    try:
+        return template.train_job(rank, world_size, **kwargs)
+    finally:
+        template.DistributedSampler = original
