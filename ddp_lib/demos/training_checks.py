@@ -76,7 +76,8 @@ def own_allreduce_in_join(rank: int, world_size: int, throw_on_early_termination
                           timeout_s: float = 2.0) -> dict:
     """Rank ``r`` trains ``2 + 2r`` steps inside ``with Join([ddp_model], ...)`` and all-reduces its
     own loss after each step, a collective ``Join`` does not know of. DDP's group has a ``timeout_s``
-    timeout. Returns {"rank", "steps" done, "error": None, "timed out", or the error's first line}."""
+    timeout. Returns {"rank", "steps" done, "error": None, "timed out" (this rank's timeout or its peer's ended
+    the wait), or the error's first line}."""
     with process_group(rank, world_size) as device:
         group = dist.new_group(timeout=timedelta(seconds=timeout_s))
         ddp_model = DDP(nn.Linear(2, 1).to(device), device_ids=device_ids_for(device), process_group=group)
@@ -90,7 +91,9 @@ def own_allreduce_in_join(rank: int, world_size: int, throw_on_early_termination
                     dist.all_reduce(loss.detach(), group=group)  # a per-step loss average: your own collective
                     steps += 1
         except RuntimeError as e:
-            error = "timed out" if "Timed out" in str(e) else str(e).splitlines()[0]
+            # The rank whose timeout ends first closes its connections, so the other may see that instead.
+            ended = ("Timed out", "timeout", "GLOO_PEER_FAILURE", "Connection closed by peer")
+            error = "timed out" if any(word in str(e) for word in ended) else str(e).splitlines()[0]
         return {"rank": rank, "steps": steps, "error": error}
 
 
