@@ -30,11 +30,11 @@ TORCHRUN = pathlib.Path(sys.executable).with_name("torchrun")
 EVAL_SAMPLES = 201  # the template's evaluation set: odd, so 2 ranks cannot split it evenly
 
 
-def _run(command: list[str], cwd: pathlib.Path, env: dict | None = None) -> str:
+def _run(command: list[str], cwd: pathlib.Path, env: dict | None = None, returncode: int = 0) -> str:
     base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}
     proc = subprocess.run(command, cwd=cwd, env={**base, "MASTER_PORT": str(free_port()), **(env or {})},
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == returncode, proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 
 
@@ -197,3 +197,22 @@ def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_
     assert resumed["history"] == straight["history"]
     for name, tensor in _final_model(tmp_path / "straight").items():
         assert torch.equal(_final_model(tmp_path / "resumed")[name], tensor), name
+
+
+def test_a_refused_resume_prints_one_line_and_every_rank_exits_2_without_a_traceback(tmp_path):
+    # A learner's copy with a schedule, trained 1 epoch, then asked for 2: the saved schedule would end early.
+    source = TEMPLATE.read_text()
+    assert source.count("    return None\n") == 1  # make_scheduler's body
+    cosine = "    return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)\n"
+    (tmp_path / "mine.py").write_text(source.replace("    return None\n", cosine))
+    _run([sys.executable, "-I", "mine.py", "--epochs", "1", "--checkpoint-dir", "c"], tmp_path)
+    more = ["mine.py", "--epochs", "2", "--checkpoint-dir", "c"]
+    spawned = _run([sys.executable, "-I", *more], tmp_path, returncode=2)  # mp.spawn: the ranks' exit code
+    # torchrun exits 1 when a rank fails; its summary lists each rank's exit code.
+    torchrun = _run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", *more], tmp_path, returncode=1)
+    assert len(re.findall(r"exitcode\s*: 2 ", torchrun)) == 2, torchrun
+    for out in (spawned, torchrun):
+        reasons = [line for line in out.splitlines() if line.startswith("error: ")]
+        assert len(reasons) == 1 and "Rerun with the checkpoint's settings" in reasons[0], out
+        assert 'mine.py", line' not in out, out  # no rank's traceback
+    assert "Traceback" not in spawned, spawned

@@ -49,3 +49,24 @@ def test_weights_only_refuses_a_file_that_names_code(tmp_path):
     assert training_checks.weights_only_refusal(str(tmp_path)) == {
         "weights_only=True": "refused: UnpicklingError",
         "weights_only=False": "loaded; ['a function the file named ran']"}
+
+
+def test_rank0_through_the_wrapper_with_one_group_fails_on_every_rank_without_naming_the_cause():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(training_checks.rank0_eval_one_group, 2, kwargs=dict(timeout_s=2.0), show_output=False)
+    assert sorted(caught.value.failures) == [0, 1]
+    assert training_checks.one_group_failure(caught.value) == {"rank 0 in the buffer sync": True,
+                                                               "a message names the cause": False}
+
+
+def test_the_template_crashed_on_purpose_resumes_to_the_uninterrupted_run(tmp_path):
+    crashed = str(tmp_path / "crashed")
+    with pytest.raises(WorkerError, match="injected failure at epoch 3 on rank 1"):
+        run_ranks(training_checks.template_with_crash, 2,
+                  kwargs=dict(epochs=4, checkpoint_dir=crashed, crash_at_epoch=3), show_output=False)
+    resumed = run_ranks(template.train_job, 2, kwargs=dict(epochs=4, checkpoint_dir=crashed), show_output=False)
+    straight = run_ranks(template.train_job, 2, kwargs=dict(epochs=4, checkpoint_dir=str(tmp_path / "straight")),
+                         show_output=False)
+    assert resumed[0]["start_epoch"] == 2
+    assert resumed[0]["history"] == straight[0]["history"]
+    assert template.DistributedSampler.__name__ == "DistributedSampler"  # this process's template is untouched

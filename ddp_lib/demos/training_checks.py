@@ -1,5 +1,6 @@
 """Lesson 05's checks: batch norm statistics per rank, evaluation on rank 0 through the wrapper with
-the buffer sync off, your own collective inside ``Join``, and a save that fails half-way."""
+the buffer sync off and with one process group, the template with a crash on purpose, your own collective
+inside ``Join``, and a save that fails half-way."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DistributedSampler
 
 from ddp_lib.process_group import device_ids_for, process_group
+from ddp_lib.workers import template
 from ddp_lib.workers.shared import make_moons
+from ddp_lib.workers.train import MoonsNet
 
 
 def _batchnorm_net() -> nn.Module:
@@ -72,7 +76,8 @@ def own_allreduce_in_join(rank: int, world_size: int, throw_on_early_termination
                           timeout_s: float = 2.0) -> dict:
     """Rank ``r`` trains ``2 + 2r`` steps inside ``with Join([ddp_model], ...)`` and all-reduces its
     own loss after each step, a collective ``Join`` does not know of. DDP's group has a ``timeout_s``
-    timeout. Returns {"rank", "steps" done, "error": None, "timed out", or the error's first line}."""
+    timeout. Returns {"rank", "steps" done, "error": None, "timed out" (this rank's timeout or its peer's ended
+    the wait), or the error's first line}."""
     with process_group(rank, world_size) as device:
         group = dist.new_group(timeout=timedelta(seconds=timeout_s))
         ddp_model = DDP(nn.Linear(2, 1).to(device), device_ids=device_ids_for(device), process_group=group)
@@ -86,7 +91,9 @@ def own_allreduce_in_join(rank: int, world_size: int, throw_on_early_termination
                     dist.all_reduce(loss.detach(), group=group)  # a per-step loss average: your own collective
                     steps += 1
         except RuntimeError as e:
-            error = "timed out" if "Timed out" in str(e) else str(e).splitlines()[0]
+            # The rank whose timeout ends first closes its connections, so the other may see that instead.
+            ended = ("Timed out", "timeout", "GLOO_PEER_FAILURE", "Connection closed by peer")
+            error = "timed out" if any(word in str(e) for word in ended) else str(e).splitlines()[0]
         return {"rank": rank, "steps": steps, "error": error}
 
 
@@ -155,3 +162,50 @@ def failed_in_buffer_sync(error) -> bool:
     """For a ``WorkerError`` from a rank-0 evaluation: True when rank 0 failed inside DDP's broadcast of
     the buffers at the start of a forward (its traceback passes through DDP's ``_sync_buffers``)."""
     return error.rank == 0 and "_sync_buffers" in error.worker_traceback
+
+
+def rank0_eval_one_group(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
+    """A real job's mistake: one process group (here with a ``timeout_s`` timeout), one training forward
+    and backward of MoonsNet with batch norm, then rank 0 evaluates through ``ddp_model`` itself while the
+    other ranks wait at a barrier. Rank 0's forward broadcasts the buffers, the others' barrier never
+    matches it, and on gloo the group's timeout ends both waits with an error on every rank."""
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
+        torch.manual_seed(0)
+        x, y = make_moons().tensors
+        ddp_model = DDP(MoonsNet(norm="batch").to(device), device_ids=device_ids_for(device))
+        nn.functional.cross_entropy(ddp_model(x[:32].to(device)), y[:32].to(device)).backward()
+        accuracy = None
+        if rank == 0:
+            ddp_model.eval()
+            with torch.no_grad():
+                accuracy = (ddp_model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
+        dist.barrier()
+        return {"rank": rank, "accuracy": accuracy}
+
+
+def one_group_failure(error) -> dict:
+    """What a ``WorkerError`` from :func:`rank0_eval_one_group` tells a reader: whether rank 0 raised inside
+    DDP's buffer broadcast, and whether any rank's error message names what went wrong: the buffers, the
+    broadcast, the barrier or the evaluation."""
+    words = ("buffer", "broadcast", "barrier", "eval")
+    return {"rank 0 in the buffer sync": failed_in_buffer_sync(error),
+            "a message names the cause": any(w in m.lower() for m in error.failures.values() for w in words)}
+
+
+def template_with_crash(rank: int, world_size: int, crash_at_epoch: int, **kwargs) -> dict:
+    """``template.train_job(rank, world_size, **kwargs)``, except that rank 1 raises when it reaches
+    epoch ``crash_at_epoch`` (counting from 1), before that epoch's first batch: its sampler's
+    ``set_epoch`` raises. The template's own code is unchanged."""
+
+    class CrashingSampler(DistributedSampler):
+        def set_epoch(self, epoch: int) -> None:
+            if rank == 1 and epoch + 1 == crash_at_epoch:
+                raise RuntimeError(f"injected failure at epoch {crash_at_epoch} on rank 1")
+            super().set_epoch(epoch)
+
+    original = template.DistributedSampler
+    template.DistributedSampler = CrashingSampler
+    try:
+        return template.train_job(rank, world_size, **kwargs)
+    finally:
+        template.DistributedSampler = original

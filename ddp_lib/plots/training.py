@@ -121,7 +121,8 @@ def plot_join_timeline():
 
 def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
     """Schematic: a job saves a checkpoint after every epoch (rank 0 writes, then a barrier, in
-    orange), rank 1 crashes in ``crash_epoch``; a second job loads the last checkpoint and trains the rest."""
+    orange), rank 1 crashes in ``crash_epoch``; in a second job rank 0 reads the last checkpoint and
+    sends it to rank 1 (a broadcast, in orange), and both train the rest."""
     rows = {"job 1, rank 0": [], "job 1, rank 1": [], "job 2, rank 0": [], "job 2, rank 1": []}
     for epoch in range(1, crash_epoch):
         x = (epoch - 1) * 1.3
@@ -131,12 +132,13 @@ def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
     rows["job 1, rank 0"].append((f"e{crash_epoch}...", x, 1.0, "stuck"))
     rows["job 1, rank 1"].append(("crash", x, 0.8, "stuck"))
     start = x + 1.2
+    rows["job 2, rank 0"].append(("read", start, 0.6, "work"))
     for rank in (0, 1):
-        rows[f"job 2, rank {rank}"].append((f"load e{crash_epoch - 1}", start, 1.0, "waits"))
+        rows[f"job 2, rank {rank}"].append(("send" if rank == 0 else "receive", start + 0.7, 0.9, "collective"))
         for k, epoch in enumerate(range(crash_epoch, epochs + 1)):
-            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 1.1 + 1.1 * k, 1.0, "work"))
-    return plot_rank_timeline(rows, f"e = epoch; orange = barrier. A crash in epoch {crash_epoch}, "
-                                    f"then job 2 resumes from epoch {crash_epoch - 1}'s checkpoint")
+            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 1.7 + 1.1 * k, 1.0, "work"))
+    return plot_rank_timeline(rows, f"e = epoch; orange = collective. Rank 1 crashes in epoch {crash_epoch}.\n"
+                                    f"In job 2, rank 0 reads epoch {crash_epoch - 1}'s checkpoint, sends it to rank 1")
 
 
 def plot_sync_batchnorm():

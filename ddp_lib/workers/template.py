@@ -14,7 +14,8 @@ from it and says so (torchrun --max-restarts 3 restarts a crashed job, which the
 Only rank 0 reads and writes the checkpoint, so on several machines the directory need not be shared.
 Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
 A resume with a schedule (make_scheduler) must keep the settings that set its length (--epochs,
-batch size, world size, --accumulate, --warmup-steps): otherwise it stops with what to do.
+batch size, world size, --accumulate, --warmup-steps): otherwise rank 0 says what to do, and every
+rank exits with code 2.
 --warmup-steps N raises the learning rate linearly over the first N optimizer steps, before the
 schedule make_scheduler returns (if any); --accumulate K
 adds up the gradients of K batches per rank before each optimizer step and all-reduces them once,
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import sys
 import warnings
 
 import torch
@@ -252,13 +254,15 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
                        "--checkpoint-dir.")
         else:
             print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
+        if refusal is not None:
+            print(f"error: {refusal}", file=sys.stderr, flush=True)  # once, before any rank leaves
     # Only rank 0 has read the file, so it sends what it found (or None) to every rank: pickled
     # Python objects, on the CPU, so only for checkpoints that fit in memory.
     box = [state, refusal]
     dist.broadcast_object_list(box, src=0)
     state, refusal = box
     if refusal is not None:
-        raise RuntimeError(refusal)  # on every rank, so none waits for the others
+        raise ResumeRefused(refusal)  # on every rank, so none waits for the others
     if state is None:
         return 0, []
     for name, part in parts.items():
@@ -270,6 +274,10 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
             raise RuntimeError(f"{path} does not fit this job's {name} (written by another one?): delete it or "
                                f"choose another --checkpoint-dir. {exc}") from None
     return state["epoch"], state["history"]
+
+
+class ResumeRefused(RuntimeError):
+    """The checkpoint belongs to a run with other settings; rank 0 has printed why and what to do."""
 
 
 def setup_job(rank: int, world_size: int) -> torch.device:
@@ -287,6 +295,22 @@ def setup_job(rank: int, world_size: int) -> torch.device:
         device = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
     return device
+
+
+def run_rank(rank: int, world_size: int, *settings) -> None:
+    """One rank started from the command line: train_job, then leave with exit code 0, or 2 for a
+    refused resume (rank 0 has printed the reason; no rank prints a traceback)."""
+    try:
+        train_job(rank, world_size, *settings)
+        code = 0
+    except ResumeRefused:
+        code = 2
+    # Now and then a rank aborts in Python's teardown after its work is done ("terminate called without
+    # an active exception", lesson 02's "Deeper: the rare abort at exit"), and torchrun counts that as a
+    # failure. The checkpoint is saved and every line printed: leave without the teardown.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
@@ -307,6 +331,11 @@ if __name__ == "__main__":
     settings = (args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint_dir, args.warmup_steps,
                 args.accumulate)
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
-        train_job(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *settings)
-    else:  # started by python: start the ranks here, train_job(rank, world_size, *settings) in each
-        mp.spawn(train_job, args=(args.world_size, *settings), nprocs=args.world_size)
+        run_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *settings)
+    else:  # started by python: start the ranks here, run_rank(rank, world_size, *settings) in each
+        try:
+            mp.spawn(run_rank, args=(args.world_size, *settings), nprocs=args.world_size)
+        except mp.ProcessExitedException as e:
+            if e.exit_code != 2:
+                raise
+            sys.exit(2)  # a refused resume: rank 0 has printed why
