@@ -315,15 +315,21 @@ def run_rank(rank: int, world_size: int, *settings) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Train under DDP (see the top of this file).")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--checkpoint-dir", default="checkpoints")
+    parser.add_argument("--epochs", type=int, default=5,
+                        help="epochs to reach, counting those a resumed checkpoint holds (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per batch (default: %(default)s)")
+    parser.add_argument("--lr", type=float, default=0.05,
+                        help="learning rate, chosen for make_optimizer's SGD (default: %(default)s)")
+    parser.add_argument("--checkpoint-dir", default="checkpoints",
+                        help="where last.pt is saved; a last.pt already there is resumed (default: %(default)s)")
     parser.add_argument("--world-size", type=int, default=torch.cuda.device_count() or 2,
                         help="processes to start without torchrun (default: one per GPU, or 2)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--warmup-steps", type=int, default=0, help="optimizer steps of linear warm-up")
-    parser.add_argument("--accumulate", type=int, default=1, help="batches per optimizer step (no_sync)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the weights and the data order (default: %(default)s)")
+    parser.add_argument("--warmup-steps", type=int, default=0,
+                        help="optimizer steps of linear warm-up (default: %(default)s)")
+    parser.add_argument("--accumulate", type=int, default=1,
+                        help="batches per optimizer step, no_sync between (default: %(default)s)")
     args = parser.parse_args()
     if torch.cuda.is_available() and "RANK" not in os.environ and args.world_size > torch.cuda.device_count():
         parser.error(f"--world-size {args.world_size} needs as many GPUs; this machine has {torch.cuda.device_count()}")
