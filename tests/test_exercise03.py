@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-from ddp_lib.exercises.lesson03 import check_device_worker
+from ddp_lib.exercises.lesson03 import check_device_worker, check_load_on_device
 
 GOOD = '''
 import os, torch
@@ -123,5 +123,44 @@ def test_wrong_answers_are_refused_with_the_reason(case, tmp_path, monkeypatch):
     if case == "device_ids_on_cpu" and torch.cuda.is_available():
         pytest.skip("device_ids=[local_rank] is right on GPUs")
     report = check_device_worker(_write(tmp_path, monkeypatch, f"wrong03_{case}", source))
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and message in fails[0], str(report)
+
+
+# Exercise 4: load_on_device(path, device), two right answers and the mistakes a learner makes.
+LOAD_GOOD = {
+    "map_location_device": "def load_on_device(path, device):\n    return torch.load(path, map_location=device)\n",
+    "map_location_string": ("def load_on_device(path, device):\n"
+                            "    state = torch.load(path, map_location=str(device), weights_only=True)\n"
+                            "    return dict(state)\n"),
+}
+LOAD_WRONG = {
+    "no_map_location": ("def load_on_device(path, device):\n    return torch.load(path)\n",
+                        "pass map_location=device to torch.load"),
+    "cpu_written_in": ("def load_on_device(path, device):\n    return torch.load(path, map_location='cpu')\n",
+                       "left tensors on cpu: pass map_location=device"),
+    "model_not_state": ("def load_on_device(path, device):\n    torch.load(path, map_location=device)\n",
+                        "returned NoneType: return the dict torch.load gives"),
+}
+
+
+def _load_fn(source):
+    namespace = {"torch": torch}
+    exec(source, namespace)
+    return namespace["load_on_device"]
+
+
+@pytest.mark.parametrize("case", sorted(LOAD_GOOD))
+def test_load_on_device_right_answers_pass(case):
+    report = check_load_on_device(_load_fn(LOAD_GOOD[case]))
+    assert report.passed and len(report.lines) == 2, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(LOAD_WRONG))
+def test_load_on_device_mistakes_are_refused_with_the_fix(case):
+    source, message = LOAD_WRONG[case]
+    if case == "no_map_location" and torch.cuda.is_available():
+        message = "left tensors on cuda:0: pass map_location=device"
+    report = check_load_on_device(_load_fn(source))
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and message in fails[0], str(report)

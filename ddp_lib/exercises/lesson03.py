@@ -1,12 +1,13 @@
-"""Checker for lesson 03's exercise: ``one_step(rank, world_size)`` uses LOCAL_RANK's device for one DDP step."""
+"""Checkers for lesson 03's exercises: ``one_step`` uses LOCAL_RANK's device; ``load_on_device`` uses map_location."""
 
 import os
+import pathlib
 from collections.abc import Callable
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from ddp_lib.exercises.checking import check_on_ranks, load_worker, worker_name
+from ddp_lib.exercises.checking import Report, check_on_ranks, load_worker, worker_name
 from ddp_lib.workers.placement import expected_device, simulate_nodes
 from ddp_lib.workers.shared import ToyModel, param_checksum
 
@@ -90,3 +91,37 @@ def check_device_worker(fn: Callable, timeout: float = 120):
                           passed=lambda runs: f"every rank used its LOCAL_RANK's device "
                           f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
                           "of all ranks' gradients to the same parameters")
+
+
+# Exercise 4: a checkpoint saved on cuda:0, loaded onto the rank's own device.
+CUDA_CHECKPOINT = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "data" / "saved_on_cuda0.pt"
+# cpu, then meta: a second device that every machine has, so a device written into the code shows.
+LOAD_DEVICES = (torch.device("cpu"), torch.device("meta"))
+
+
+def check_load_on_device(fn: Callable, path: str | pathlib.Path = CUDA_CHECKPOINT) -> Report:
+    """A report on ``fn(path, device)``: every tensor of a cuda:0 checkpoint must come back on ``device``."""
+    report = Report()
+    saved = torch.load(path, map_location="cpu")
+    for device in LOAD_DEVICES:
+        try:
+            state = fn(str(path), device)
+        except Exception as error:  # the learner's own error, reported in one line
+            fix = (": pass map_location=device to torch.load" if "CUDA device" in str(error)
+                   else "")
+            report.fail(f"loading onto {device} raised {type(error).__name__}: {str(error).splitlines()[0][:120]}{fix}")
+            return report
+        if not isinstance(state, dict) or set(state) != set(saved):
+            report.fail(f"loading onto {device} returned {type(state).__name__}: return the dict torch.load gives, "
+                        f"with keys {sorted(saved)}")
+            return report
+        wrong = sorted({str(tensor.device) for tensor in state.values() if tensor.device != device})
+        if wrong:
+            report.fail(f"loading onto {device} left tensors on {', '.join(wrong)}: pass map_location=device, "
+                        "the function's argument, not a device written in the code")
+            return report
+        if device.type != "meta" and not all(torch.equal(state[key], saved[key]) for key in saved):
+            report.fail(f"loading onto {device} changed the values: return what torch.load gives, unchanged")
+            return report
+        report.ok(f"every tensor of the cuda:0 checkpoint came back on {device}")
+    return report
