@@ -166,8 +166,9 @@ def check_batchnorm_prediction(batch: str, sync: str):
     report = Report()
     for norm, said in answers.items():
         right = BATCHNORM_ANSWERS[norm]
+        whose = right + ("'" if right.endswith("s") else "'s")  # "rank 0's", "all ranks'"
         if said == right:
-            report.ok(f'norm="{norm}": {right}\'s data: {BATCHNORM_WHY[norm, said]}')
+            report.ok(f'norm="{norm}": {whose} data: {BATCHNORM_WHY[norm, said]}')
         else:
-            report.fail(f'norm="{norm}": you said {said}, but it is {right}\'s data: {BATCHNORM_WHY[norm, said]}')
+            report.fail(f'norm="{norm}": you said {said}, but it is {whose} data: {BATCHNORM_WHY[norm, said]}')
     return report
