@@ -137,3 +137,43 @@ def test_a_batchnorm_answer_outside_the_choices_is_refused_in_one_line():
 
     with pytest.raises(ValueError, match=r"batch='the model': pass 'rank 0', 'all ranks' or 'each rank'"):
         check_batchnorm_prediction(batch="the model", sync="all ranks")
+
+
+# Exercise 5: the metric split. Plain functions: the checker starts no process.
+def metric_blocks(rank, world_size, n):  # contiguous blocks, written differently from range(rank, n, world_size)
+    size = -(-n // world_size)
+    return list(range(rank * size, min(n, (rank + 1) * size)))
+
+
+@pytest.mark.parametrize("fn", [lambda rank, world_size, n: range(rank, n, world_size), metric_blocks,
+                                lambda rank, world_size, n: __import__("torch").arange(n)[rank::world_size]])
+def test_metric_split_right_answers_pass(fn):
+    from ddp_lib.exercises.lesson05 import check_metric_split
+
+    report = check_metric_split(fn)
+    assert report.passed, str(report)
+
+
+def metric_padded(rank, world_size, n):
+    from torch.utils.data import DistributedSampler
+    return list(DistributedSampler(range(n), num_replicas=world_size, rank=rank, shuffle=False))
+
+
+def metric_stub(rank, world_size, n):
+    raise NotImplementedError("write metric_indices")
+
+
+@pytest.mark.parametrize("fn, says", [
+    (metric_padded, "DistributedSampler pads this way"),
+    (lambda rank, world_size, n: range(rank * (n // world_size), (rank + 1) * (n // world_size)),
+     "drops the remainder"),
+    (lambda rank, world_size, n: range(n), "every rank reads all 201 samples"),
+    (lambda rank, world_size, n: range(rank, n + 1, world_size), "numbered 0 to 200"),
+    (lambda rank, world_size, n: None, "expected a list (or range)"),
+    (metric_stub, "raised NotImplementedError: write metric_indices"),
+])
+def test_metric_split_mistakes_name_the_fix(fn, says):
+    from ddp_lib.exercises.lesson05 import check_metric_split
+
+    report = check_metric_split(fn)
+    assert not report.passed and says in str(report), str(report)

@@ -166,8 +166,63 @@ def check_batchnorm_prediction(batch: str, sync: str):
     report = Report()
     for norm, said in answers.items():
         right = BATCHNORM_ANSWERS[norm]
+        whose = right + ("'" if right.endswith("s") else "'s")  # "rank 0's", "all ranks'"
         if said == right:
-            report.ok(f'norm="{norm}": {right}\'s data: {BATCHNORM_WHY[norm, said]}')
+            report.ok(f'norm="{norm}": {whose} data: {BATCHNORM_WHY[norm, said]}')
         else:
-            report.fail(f'norm="{norm}": you said {said}, but it is {right}\'s data: {BATCHNORM_WHY[norm, said]}')
+            report.fail(f'norm="{norm}": you said {said}, but it is {whose} data: {BATCHNORM_WHY[norm, said]}')
+    return report
+
+
+# Exercise 5: the metric split, each evaluation sample on exactly one rank.
+# 201 on 2 ranks and 10 on 4 do not divide; 3 samples on 5 ranks leave two ranks with none.
+METRIC_CASES = ((2, 201), (4, 10), (3, 512), (5, 3), (1, 7))
+
+
+def read_shard(value: object, n: int) -> list[int] | str:
+    """One rank's answer as a list of ints in range(n), or one line saying why it is not."""
+    try:
+        indices = [int(i) for i in value]  # a list, a range or a 1-D tensor of ints
+    except (TypeError, ValueError):
+        return f"returned {type(value).__name__} {str(value)[:60]}; expected a list (or range) of sample indices"
+    if (bad := next((i for i in indices if not 0 <= i < n), None)) is not None:
+        return f"returned index {bad}, but the {n} samples are numbered 0 to {n - 1}"
+    return indices
+
+
+def check_metric_split(fn: Callable):
+    """Exercise 5: ``fn(rank, world_size, n)`` gives the evaluation samples of one rank; together, each once."""
+    from ddp_lib.exercises.checking import Report
+
+    report = Report()
+    for world_size, n in METRIC_CASES:
+        where = f"world_size {world_size}, {n} samples"
+        shards = []
+        for rank in range(world_size):
+            try:
+                shard = read_shard(fn(rank, world_size, n), n)
+            except Exception as e:  # the learner's code: report it, do not stop
+                shard = f"raised {type(e).__name__}: {e}"
+            if isinstance(shard, str):
+                report.fail(f"{where}: rank {rank} {shard}")
+                return report
+            shards.append(shard)
+        reads = Counter(i for shard in shards for i in shard)
+        if world_size > 1 and all(len(shard) == n for shard in shards):
+            report.fail(f"{where}: every rank reads all {n} samples, so the all-reduce counts each "
+                        f"{world_size} times. Split by rank: range(rank, n, world_size)")
+            return report
+        if twice := sorted(i for i, count in reads.items() if count > 1):
+            readers = [r for r, shard in enumerate(shards) if twice[0] in shard]
+            who = f"rank {readers[0]} reads it twice" if len(readers) == 1 else f"ranks {readers} read it"
+            report.fail(f"{where}: sample {twice[0]} counts twice ({who}; {len(twice)} sample(s) in all). "
+                        "DistributedSampler pads this way. Give rank r the samples r, r + world_size, ...: "
+                        "range(rank, n, world_size)")
+            return report
+        if missing := sorted(set(range(n)) - set(reads)):
+            report.fail(f"{where}: {len(missing)} sample(s) read by no rank, the first {missing[0]}. "
+                        "n // world_size samples per rank, or drop_last=True, drops the remainder. "
+                        "Give rank r the samples range(rank, n, world_size)")
+            return report
+        report.ok(f"{where}: each sample on exactly one rank (ranks read {[len(s) for s in shards]})")
     return report
