@@ -2,9 +2,10 @@
 pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
 
 import pytest
+import torch
 from answer_files import load_answer
 
-from ddp_lib.exercises.lesson01 import check_mean_across_ranks, check_waiting_at_3
+from ddp_lib.exercises.lesson01 import check_mean_across_ranks, check_reduce_max_to_2, check_waiting_at_3
 
 HEAD = """
 import torch
@@ -164,3 +165,56 @@ def test_exercise5_reads_a_real_run():
     run = ddp_lib.mp.spawn(late_collectives.late_in_each, args=(3, 0.3), nprocs=3)
     report = check_waiting_at_3([0], run, 0.3)
     assert report.startswith("Right") or "run it again" in report  # a busy machine can blur a run
+
+
+# Exercise 2: reduce with MAX to rank 2 on 4 ranks. Records as a worker returning mine.tolist() gives them.
+_MAX = [31, 32, 33, 34]
+_SCRATCH_RUN = [[31, 32, 3, 4], _MAX, _MAX, _MAX]  # what gloo left on this machine's run
+
+
+@pytest.mark.parametrize(("answer", "run"), [
+    ([2], _SCRATCH_RUN),
+    (2, [[float(v) for v in t] for t in _SCRATCH_RUN]),  # one int, and float lists
+    ((2,), [torch.tensor(t) for t in _SCRATCH_RUN]),  # a tuple, and tensors returned as they are
+])
+def test_exercise2_right_answers_written_differently_pass(answer, run):
+    assert check_reduce_max_to_2(answer, run).startswith("Right")
+
+
+@pytest.mark.parametrize(("answer", "run", "said"), [
+    (None, _SCRATCH_RUN, "set trusted_ranks"),
+    ("rank 2", _SCRATCH_RUN, "expected a list of rank numbers"),
+    ([2], None, "set run_max"),
+    ([2], _SCRATCH_RUN[:3], "run your worker on 4 ranks"),
+    ([2], [{"rank": r} for r in range(4)], "return mine.tolist()"),
+    ([2], [[1, 2, 3, 4], [11, 12, 13, 14], [64, 68, 72, 76], [31, 32, 33, 34]], "Pass op=dist.ReduceOp.MAX"),
+    ([2], [_MAX, [11, 12, 13, 14], [21, 22, 23, 24], _MAX], "Pass dst=2"),
+    ([2], [[1, 2, 3, 4]] * 4, "not the maximum"),
+    ([1, 2, 3], _SCRATCH_RUN, "only by chance"),
+    ([0, 2], _SCRATCH_RUN, "which is not the maximum"),
+    ([3], _SCRATCH_RUN, "rank 2 is dst"),
+])
+def test_exercise2_mistakes_get_their_fix(answer, run, said):
+    report = check_reduce_max_to_2(answer, run)
+    assert said in report and not report.startswith("Right"), report
+
+
+REDUCE_MAX = """
+import torch.distributed as dist
+from ddp_lib.process_group import process_group
+from ddp_lib.workers.shared import start_tensor
+
+def reduce_max_to_2(rank, world_size):
+    with process_group(rank, world_size) as device:
+        mine = start_tensor(rank, world_size, device)
+        dist.reduce(mine, dst=2, op=dist.ReduceOp.MAX)
+        return mine.tolist()
+"""
+
+
+def test_exercise2_reads_a_real_run(tmp_path, monkeypatch):
+    import ddp_lib.mp
+
+    worker = load_answer(tmp_path, monkeypatch, "right01_reduce_max", REDUCE_MAX, "reduce_max_to_2")
+    run = ddp_lib.mp.spawn(worker, args=(4,), nprocs=4)
+    assert check_reduce_max_to_2([2], run).startswith("Right")

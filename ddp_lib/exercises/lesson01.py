@@ -125,3 +125,47 @@ def check_waiting_at_3(answer, run: list[dict] | None, delay: float) -> str:
                 "and sends nothing to rank 2, so it has no reason to wait.")
     return (f"waiting_at_3 = {ranks}; {seen}. Follow binomial_broadcast_sends(3): a rank waits if it sends "
             "to rank 2, or if its data comes through rank 2.")
+
+
+# Exercise 2: reduce with MAX to rank 2, on 4 ranks whose tensors are start_tensor's [10r+1, ..., 10r+4].
+
+_REDUCE_WORLD, _REDUCE_DST = 4, 2
+_MAX = [float(10 * (_REDUCE_WORLD - 1) + i) for i in range(1, _REDUCE_WORLD + 1)]  # rank 3's tensor
+_SUM = [float(sum(10 * r + i for r in range(_REDUCE_WORLD))) for i in range(1, _REDUCE_WORLD + 1)]
+
+
+def check_reduce_max_to_2(answer, run: list | None) -> str:
+    """Exercise 2: ``answer``, the ranks whose result a learner trusts after ``dist.reduce(mine, dst=2,
+    op=dist.ReduceOp.MAX)``, and ``run``, each rank's tensor as a list, in rank order, from 4 ranks."""
+    if answer is None:
+        return "Not yet: set trusted_ranks to your answer, a list of ranks such as [0, 1]."
+    ranks = _ranks(answer)
+    if ranks is None:
+        return f"trusted_ranks = {answer!r}: expected a list of rank numbers, such as [0, 1]."
+    if not run:
+        return "Not yet: set run_max to what ddp_lib.mp.spawn(your_worker, args=(4,), nprocs=4) returns."
+    if len(run) != _REDUCE_WORLD:
+        return f"run_max holds {len(run)} ranks: run your worker on 4 ranks, with args=(4,) and nprocs=4."
+    try:
+        tensors = [[float(v) for v in r] for r in run]
+    except (TypeError, ValueError):
+        return "run_max should hold each rank's tensor as a list: end your worker with return mine.tolist()."
+    if (summed := next((r for r, t in enumerate(tensors) if t == _SUM), None)) is not None:
+        return (f"rank {summed} holds {_SUM}, the sum: reduce's default op is SUM. "
+                "Pass op=dist.ReduceOp.MAX.")
+    if tensors[_REDUCE_DST] != _MAX:
+        if tensors[0] == _MAX:
+            return f"rank 2 holds {tensors[2]}, and rank 0 the maximum: is dst=0? Pass dst=2."
+        return (f"rank 2 holds {tensors[2]}, not the maximum {_MAX}: every rank calls "
+                "dist.reduce(mine, dst=2, op=dist.ReduceOp.MAX) on start_tensor(rank, world_size, device).")
+    if ranks == [_REDUCE_DST]:
+        others = ", ".join(f"rank {r} {tensors[r]}" for r in range(_REDUCE_WORLD) if r != _REDUCE_DST)
+        return f"Right: only rank 2, dst, is promised the maximum {_MAX}. Your run left {others}."
+    if _REDUCE_DST not in ranks:
+        return f"trusted_ranks = {ranks}: rank 2 is dst, the one rank whose result reduce promises."
+    other = next(r for r in ranks if r != _REDUCE_DST)
+    if tensors[other] == _MAX:
+        return (f"trusted_ranks = {ranks}: rank {other} holds the maximum in your run, but only by chance. "
+                "reduce promises the result on dst only; gloo uses the other ranks' tensors as scratch space.")
+    return (f"trusted_ranks = {ranks}: rank {other} holds {tensors[other]}, which is not the maximum. "
+            "Only dst's result is promised.")
