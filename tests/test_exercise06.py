@@ -11,7 +11,13 @@ from __future__ import annotations
 import pkgutil
 import textwrap
 
-from ddp_lib.exercises.lesson06 import LAYOUTS, check_launch_info, expected_layout, find_problems
+from ddp_lib.exercises.lesson06 import (
+    LAYOUTS,
+    check_launch_info,
+    check_two_node_restart,
+    expected_layout,
+    find_problems,
+)
 from ddp_lib.torchrun import run_nodes
 
 
@@ -214,3 +220,54 @@ def test_an_answer_that_needs_torchrun_variables_is_not_taken_for_the_stub():
     from ddp_lib.exercises.solutions.lesson06 import launch_info
 
     assert not unwritten(launch_info)  # a KeyError here, outside torchrun: the jobs judge it
+
+
+# Exercise 3 (a restart on two nodes): its checker reads the files the exercise's cell leaves.
+# The logs below follow what train.py prints; the folders follow torchrun's --log-dir layout.
+_EPOCHS = "".join(f"epoch {e}: last loss 0.{9 - e}000\n" for e in range(5))
+
+
+def _ex3(tmp_path, rank0_log: str, attempts: tuple[tuple[str, ...], tuple[str, ...]] = (("attempt_0",),) * 2,
+         names: tuple[str, str] = ("ex3_node0.log", "ex3_node1.log"), rank0_on: int = 0):
+    for n, (name, folders) in enumerate(zip(names, attempts)):
+        (tmp_path / name).write_text(rank0_log if n == rank0_on else "[rank1]: RuntimeError: rank 1 fails in epoch 2\n")
+        for folder in folders:
+            (tmp_path / f"ex3_node{n}" / "ex3_abc" / folder / "0").mkdir(parents=True)
+    return check_two_node_restart(tmp_path)
+
+
+RESUMED = "attempt 0: starting at epoch 0\n" + _EPOCHS[:2 * 26] + "attempt {}: starting at epoch 2\n" + _EPOCHS[2 * 26:]
+
+
+def test_ex3_only_the_failed_node_spending_a_restart_passes(tmp_path):
+    report = _ex3(tmp_path, RESUMED.format(0), attempts=(("attempt_0",), ("attempt_0", "attempt_1")))
+    assert report.passed, str(report)
+    assert "n=1 spent a restart" in str(report) and "the other restarted for the new round" in str(report)
+
+
+def test_ex3_both_nodes_spending_a_restart_passes_with_rank_0_on_the_other_torchrun(tmp_path):
+    report = _ex3(tmp_path, RESUMED.format(1), attempts=(("attempt_0", "attempt_1"),) * 2, rank0_on=1)
+    assert report.passed, str(report)
+    assert "ex3_node1.log" in str(report) and "both nodes counted a failure" in str(report)
+
+
+def test_ex3_a_plain_dollar_n_with_a_python_n_is_named(tmp_path):
+    report = _ex3(tmp_path, RESUMED.format(0), names=("ex3_node5.log", "ex3_node5.log"))
+    assert not report.passed and "`$$n`" in str(report)
+
+
+def test_ex3_a_kept_checkpoint_is_named(tmp_path):
+    report = _ex3(tmp_path, "attempt 0: starting at epoch 5\n")
+    assert not report.passed and "delete my_work/checkpoint.pt" in str(report)
+
+
+def test_ex3_no_failing_epoch_and_no_restart_are_named(tmp_path):
+    assert "second number" in str(_ex3(tmp_path, "attempt 0: starting at epoch 0\n" + _EPOCHS))
+    (tmp_path / "again").mkdir()
+    report = _ex3(tmp_path / "again", "attempt 0: starting at epoch 0\n" + _EPOCHS[:2 * 26])
+    assert not report.passed and "--max-restarts 1" in str(report)
+
+
+def test_ex3_not_run_yet_is_said(tmp_path):
+    report = check_two_node_restart(tmp_path)
+    assert not report.passed and "run exercise 3's cell first" in str(report)

@@ -84,3 +84,14 @@ def test_the_lessons_recorded_restart_run_says_what_its_prose_says():
     printed = "".join("".join(out.get("text", "")) for out in cells[at]["outputs"])
     assert "verdict: the job succeeded, and attempt 1 trained to the last epoch" in printed, printed[-400:]
     assert "the job succeeded, as the verdict line says" in "".join(cells[at + 1]["source"])
+
+
+def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
+    """The launch cell prints the commands that run: the helper's run_together adds nothing more."""
+    from ddp_lib.torchrun import command_text, with_log_dir
+
+    for name, node_cmds in torchrun_batch.lesson_commands(tmp_path, 1234).items():
+        for command in node_cmds:
+            assert with_log_dir(command, str(tmp_path / "other"))[0] == command, name
+            shown = command_text(command)
+            assert "--log-dir=" in shown and "--tee=" in shown, shown

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib.demos import torchrun_signals
-from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together
+from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together, with_log_dir
 
 PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
 # The jobs, in the order of the lesson's sections, and what each shows.
@@ -82,7 +82,9 @@ class LessonJobs:
 
 
 def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]:
-    """Each job's torchrun commands, one per node; the ranks' folders go under ``folder``."""
+    """Each job's torchrun commands, one per node, exactly as they run: the ranks' folders go under
+    ``folder``, and each command already carries what ``run_together`` would add (``--log-dir``, and
+    ``--redirects=3 --tee=2`` unless it sets ``--tee``), so that a printed command is the one that ran."""
     def logs(name: str) -> str:
         return f"--log-dir={folder / name}"
 
@@ -90,9 +92,9 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
     wrong_id = [arg if arg != "--rdzv-id=ddp-lib" else "--rdzv-id=job-b" for arg in node_commands(
         PROGRAM, nnodes=2, nproc_per_node=1,
         options=(logs("wrong_id"), "--rdzv-conf=join_timeout=1,close_timeout=1"))[0]]
-    return {
+    jobs = {
         "log_dir": [_plain(logs("log_dir"))],
-        "local_addr": [_plain("--local-addr=127.0.0.1")],  # no --log-dir: run_together then gives it a temporary one
+        "local_addr": [_plain("--local-addr=127.0.0.1")],
         "taken_port": [_plain(f"--master-port={taken_port}")],
         "c10d": node_commands(PROGRAM, nnodes=2, nproc_per_node=1,
                               options=(logs("c10d"), "--rdzv-conf=close_timeout=1")),
@@ -101,6 +103,8 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
         "failing": [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                      logs("failing"), "--tee=3", "-m", "ddp_lib.workers.torchrun_failure"]],
     }
+    return {name: [with_log_dir(command, str(folder / name))[0] for command in node_cmds]
+            for name, node_cmds in jobs.items()}
 
 
 def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -> LessonJobs:

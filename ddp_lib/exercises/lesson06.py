@@ -2,7 +2,9 @@
 
 import os
 import random
+import re
 from collections.abc import Callable
+from pathlib import Path
 
 from ddp_lib.errors import WorkerError
 from ddp_lib.exercises.checking import Report, worker_name
@@ -99,4 +101,69 @@ def check_launch_info(launch_info: Callable | str, directory: str | None = None,
             report.fail(f"{where}: {problem}")
         if not problems:
             report.ok(f"{where}, every rank knows its node, its place on the node and the size of the job")
+    return report
+
+
+# Exercise 3: a restart on two nodes, read from the files its cell leaves in ``folder``.
+_START = re.compile(r"attempt (\d+): starting at epoch (\d+)")
+
+
+def _attempt_folders(log_dir: Path) -> list[str]:
+    """The ``attempt_<N>`` folders torchrun left under ``log_dir`` (any run folder), sorted."""
+    return sorted({p.name for p in log_dir.glob("*/attempt_*") if p.is_dir()})
+
+
+def check_two_node_restart(folder: str | Path = "my_work") -> Report:
+    """Exercise 3: read ``ex3_node0.log``/``ex3_node1.log`` and the two ``--log-dir`` folders in ``folder``.
+    Passes when rank 0's log shows attempt 0 from epoch 0, then a restart that resumed at epoch 2 and
+    trained to epoch 4; then says which node spent a restart (both outcomes are right)."""
+    folder, report = Path(folder), Report()
+    logs = [folder / f"ex3_node{n}.log" for n in (0, 1)]
+    if not all(log.is_file() for log in logs):
+        others = sorted(p.name for p in folder.glob("ex3_node*.log") if p not in logs)
+        if others:
+            report.fail(f"found {', '.join(others)}, not ex3_node0.log and ex3_node1.log: in a `!` line write "
+                        "the shell's variable as `$$n`; a plain `$n` takes a Python variable `n` if one exists")
+        else:
+            report.fail(f"{folder / 'ex3_node0.log'} is missing: run exercise 3's cell first")
+        return report
+    texts = [log.read_text(errors="replace") for log in logs]
+    printed = [n for n, text in enumerate(texts) if _START.search(text)]
+    if not printed:
+        report.fail("neither log has an `attempt N: starting at epoch E` line: no rank 0 started. "
+                    "Read the logs' last lines; is the port free, and was the checkpoint deleted?")
+        return report
+    n = printed[0]
+    text = texts[n]
+    starts = [(int(a), int(e)) for a, e in _START.findall(text)]
+    if starts[0][1] != 0:
+        report.fail(f"the first attempt started at epoch {starts[0][1]}, not 0: "
+                    "delete my_work/checkpoint.pt before the run (`!rm -f my_work/checkpoint.pt`)")
+        return report
+    if len(starts) == 1:
+        if "epoch 4: last loss" in text:
+            report.fail("rank 1 never failed: run `train.py 5 2`, whose second number is the epoch that fails")
+        else:
+            report.fail("the job ended without a restart: give `--max-restarts 1`, and set "
+                        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the restart cell's %env) before the run")
+        return report
+    resumed = starts[1][1]
+    after = text[text.rindex("starting at epoch"):]
+    if resumed != 2 or "epoch 4: last loss" not in after:
+        report.fail(f"the restart started at epoch {resumed} and {'reached' if 'epoch 4' in after else 'did not reach'}"
+                    " epoch 4: expected a resume at epoch 2, trained to epoch 4. Read the log's end")
+        return report
+    report.ok(f"node 0's rank 0 (ex3_node{n}.log): attempt {starts[0][0]} from epoch 0, "
+              f"then attempt {starts[1][0]} resumed at epoch 2 and trained to epoch 4")
+    spent = []
+    for m in (0, 1):
+        attempts = _attempt_folders(folder / f"ex3_node{m}")
+        if not attempts:
+            report.fail(f"{folder / f'ex3_node{m}'} holds no attempt folder: give `--log-dir my_work/ex3_node$$n`")
+            return report
+        if "attempt_1" in attempts:
+            spent.append(m)
+    which = " and ".join(f"the torchrun started with n={m}" for m in spent) or "neither torchrun"
+    report.ok(f"{which} spent a restart (an attempt_1 folder); "
+              f"{'both nodes counted a failure' if len(spent) == 2 else 'the other restarted for the new round'}")
     return report
