@@ -1,10 +1,16 @@
-"""Lesson 07's exercise 4 checker: a reading of the 3-rank shape mismatch under DETAIL (no process: the
-run itself is in docs/answers.md). Right answers written differently pass; each honest mistake gets a line
+"""Lesson 07's reading checkers: exercise 4 (the 3-rank shape mismatch under DETAIL), exercises 1 and 3 (the
+ranks rank 0's error names) and exercise 5 (the stray collective's function and step). No process: the runs
+themselves are in docs/answers.md. Right answers written differently pass; each honest mistake gets a line
 naming the fix."""
 
 import torch
 
-from ddp_lib.exercises.lesson07 import check_mismatch_reading
+from ddp_lib.exercises.lesson07 import (
+    check_barrier_reading,
+    check_diagnosis,
+    check_mismatch_reading,
+    check_missing_reading,
+)
 
 
 def test_right_answers_written_differently_pass():
@@ -43,3 +49,53 @@ def test_a_rank_outside_the_run_and_a_bad_pair():
     text = str(check_mismatch_reading({0: "[2] vs [3]", 1: ([3], [2]), 2: ([4], [2]), 3: ([5], [2])}))
     assert "FAIL rank 3: the run has ranks 0, 1 and 2 only" in text
     assert "FAIL rank 0: give a pair of shapes" in text
+
+
+# Exercises 1, 3 and 5: readings of runs shown in docs/answers.md (no process here either).
+
+def test_barrier_reading_right_answers_written_differently_pass():
+    for named in ({1, 2, 3}, [3, 2, 1], range(1, 4), (torch.tensor(1), 2.0, 3)):
+        report = check_barrier_reading(named)
+        assert report.passed, str(report)
+
+
+def test_barrier_reading_mistakes_are_named():
+    assert "FAIL write your reading" in str(check_barrier_reading(None))
+    assert "FAIL write your reading" in str(check_barrier_reading("Ranks 1, 2, 3"))
+    assert "the 3-rank run's message: run the cell with 4 ranks" in str(check_barrier_reading({1, 2}))
+    assert "wait_all_ranks=True" in str(check_barrier_reading([1]))
+    assert "rank 0 wrote the message" in str(check_barrier_reading({0, 1, 2, 3}))
+    assert "rank 4: the run has ranks 0 to 3 only" in str(check_barrier_reading({1, 2, 3, 4}))
+
+
+def test_missing_reading_right_answers_and_mistakes():
+    for named in ({1, 2}, (2, 1), [1.0, 2.0]):
+        assert check_missing_reading(named).passed
+    assert "the 2-rank run's message: run it with 3 ranks" in str(check_missing_reading({1}))
+    assert "rank 0 wrote the message" in str(check_missing_reading({0, 1, 2}))
+    assert "rank 3: the run has ranks 0 to 2 only" in str(check_missing_reading({1, 2, 3}))
+    assert "FAIL write your reading" in str(check_missing_reading(None))
+
+
+def test_diagnosis_right_answers_written_differently_pass():
+    for function, step in (("_best_so_far", 2), ("stray_report._best_so_far()", torch.tensor(2)),
+                           ("best_so_far", 2.0)):
+        report = check_diagnosis(function, step)
+        assert report.passed, str(report)
+        assert len(report.lines) == 2
+
+
+def test_diagnosis_unfilled_gives_one_line():
+    report = check_diagnosis(None, None)
+    assert [line for line in report.lines if line.startswith("FAIL")] == report.lines
+    assert len(report.lines) == 1 and "_best_so_far" not in str(report)
+
+
+def test_diagnosis_mistakes_are_named():
+    assert "torch's function, not the script's" in str(check_diagnosis("all_reduce", 2))
+    assert "_report calls the function that calls the collective" in str(check_diagnosis("_report", 2))
+    assert "train's all_reduce runs on every rank" in str(check_diagnosis("train", 2))
+    assert "is not the function the traceback names" in str(check_diagnosis("evaluate", 2))
+    assert "steps count from 0" in str(check_diagnosis("_best_so_far", 3))
+    assert "not step 0" in str(check_diagnosis("_best_so_far", 0))
+    assert "write the step as an int" in str(check_diagnosis("_best_so_far", "last"))

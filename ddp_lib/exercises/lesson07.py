@@ -1,5 +1,6 @@
 """Checkers for lesson 07: exercise 2, ``evaluate(rank, world_size, metric)``, the mean on every rank, no hang;
-exercise 4, the reading of a shape mismatch on 3 ranks under DETAIL."""
+exercise 4, the reading of a shape mismatch on 3 ranks under DETAIL; exercises 1 and 3, the ranks rank 0's
+error names; exercise 5, the diagnosis of ``stray_report``'s failure (the function and the step)."""
 
 import math
 import random
@@ -73,4 +74,97 @@ def check_mismatch_reading(reading: object) -> Report:
         else:
             report.fail(f"rank {rank}: its error does not compare it with {shapes[1]}; read which rank's TensorShape "
                         f"its message names beside its own (e.failures[{rank}])")
+    return report
+
+
+def _ranks(value: object) -> set[int] | None:
+    """The ranks written as a set, list, tuple or range of whole numbers (None: not that)."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__iter__"):
+        return None
+    try:
+        ranks = list(value)
+        return set(int(rank) for rank in ranks) if ranks and all(float(r) == int(r) for r in ranks) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _check_named(named: object, world_size: int, form: str, wrong: Callable[[set[int]], str | None]) -> Report:
+    """A report on the ranks a reading says rank 0's error names, on ``world_size`` ranks; ``wrong`` names the
+    mistake particular to the exercise (None: the reading is right)."""
+    report, ranks = Report(), _ranks(named)
+    if ranks is None:
+        report.fail(f"write your reading: {form}, such as {{1}}; got {named!r}")
+    elif outside := sorted(ranks - set(range(world_size))):
+        report.fail(f"rank {outside[0]}: the run has ranks 0 to {world_size - 1} only")
+    elif 0 in ranks:
+        report.fail("rank 0 wrote the message: it names the ranks that did not come, never itself")
+    elif problem := wrong(ranks):
+        report.fail(problem)
+    else:
+        report.ok(f"rank 0's error names ranks {', '.join(map(str, sorted(ranks)))}")
+    return report
+
+
+def check_barrier_reading(named: object) -> Report:
+    """Exercise 1: the ranks that rank 0's monitored-barrier message names on 4 ranks (1, 2 and 3)."""
+    def wrong(ranks: set[int]) -> str | None:
+        if ranks == {1, 2}:
+            return "that is the 3-rank run's message: run the cell with 4 ranks (run_ranks(..., 4))"
+        if len(ranks) == 1:
+            return ("wait_all_ranks=True makes rank 0 wait for every rank and name all that did not come, "
+                    "not the first only: read the whole message")
+        return None if ranks == {1, 2, 3} else "read the ranks the message lists after [Rank 0]: Ranks"
+    return _check_named(named, 4, "the ranks rank 0's message names, as a set of ints", wrong)
+
+
+def check_missing_reading(named: object) -> Report:
+    """Exercise 3: the ranks that rank 0's error names on 3 ranks under DETAIL (1 and 2; the reason is in
+    docs/answers.md)."""
+    def wrong(ranks: set[int]) -> str | None:
+        if ranks == {1}:
+            return "that is the 2-rank run's message: run it with 3 ranks (run_ranks(..., 3, env=...))"
+        return None if ranks == {1, 2} else "read the ranks the message lists after [Rank 0]: Ranks"
+    return _check_named(named, 3, "the ranks rank 0's error names, as a set of ints", wrong)
+
+
+# Exercise 5: stray_report.train on 3 ranks; the stray all_reduce is in _best_so_far, at the last step (2).
+STRAY_FUNCTION, STRAY_STEP, STRAY_STEPS = "_best_so_far", 2, 3
+DIAGNOSIS_FORM = "the script's function that called the stray collective (a str) and the step (an int)"
+
+
+def check_diagnosis(function: object, step: object) -> Report:
+    """A report on exercise 5's answer: the function of ``stray_report`` that calls the stray collective, and
+    the step it does so at; one line each."""
+    report = Report()
+    name = function.strip().removesuffix("()").rsplit(".", 1)[-1] if isinstance(function, str) else None
+    if function is None and step is None:
+        report.fail(f"write your reading: {DIAGNOSIS_FORM}; got None for both")
+        return report
+    if not name:
+        report.fail(f"write the function's name as a str, such as \"my_function\"; got function={function!r}")
+    elif name.lstrip("_") == STRAY_FUNCTION.lstrip("_"):
+        report.ok(f"{STRAY_FUNCTION} calls the stray all_reduce, on rank 0 only")
+    elif name in ("all_reduce", "_all_reduce", "wrapper", "reduce"):
+        report.fail(f"{name} is torch's function, not the script's: read up from the bottom of the traceback, "
+                    "past torch's frames, to the first frame in stray_report.py")
+    elif name == "_report":
+        report.fail("_report calls the function that calls the collective: the last frame of stray_report.py "
+                    "in the traceback is one below it")
+    elif name == "train":
+        report.fail("train's all_reduce runs on every rank; the stray one is deeper: read the traceback from "
+                    "the bottom up to the last frame of stray_report.py")
+    else:
+        report.fail(f"{name} is not the function the traceback names: read it from the bottom up to the first "
+                    "frame in stray_report.py")
+    number = as_number(step)
+    if isinstance(number, str) or number != int(number):
+        report.fail(f"write the step as an int, as range(steps) counts it; got step={step!r}")
+    elif number == STRAY_STEP:
+        report.ok(f"step {STRAY_STEP}, the last of {STRAY_STEPS} (step == steps - 1)")
+    elif number == STRAY_STEPS:
+        report.fail(f"steps count from 0: the loop runs range({STRAY_STEPS}), so its last step is not "
+                    f"{STRAY_STEPS}")
+    else:
+        report.fail(f"not step {int(number)}: read the condition in the frame of _report (which step does it "
+                    "let through?)")
     return report
