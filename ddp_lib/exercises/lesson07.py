@@ -165,6 +165,6 @@ def check_diagnosis(function: object, step: object) -> Report:
         report.fail(f"steps count from 0: the loop runs range({STRAY_STEPS}), so its last step is not "
                     f"{STRAY_STEPS}")
     else:
-        report.fail(f"not step {int(number)}: read the condition in the frame of _report (which step does it "
-                    "let through?)")
+        report.fail(f"not step {int(number)}: open stray_report.py and read the condition in _report that lets "
+                    "rank 0 through (which step is it?)")
     return report
