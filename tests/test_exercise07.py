@@ -79,7 +79,7 @@ def test_missing_reading_right_answers_and_mistakes():
 
 def test_diagnosis_right_answers_written_differently_pass():
     for function, step in (("_best_so_far", 2), ("stray_report._best_so_far()", torch.tensor(2)),
-                           ("best_so_far", 2.0)):
+                           ("best_so_far", 2.0), (" _best_so_far(total)", 2)):
         report = check_diagnosis(function, step)
         assert report.passed, str(report)
         assert len(report.lines) == 2

@@ -136,7 +136,7 @@ def check_diagnosis(function: object, step: object) -> Report:
     """A report on exercise 5's answer: the function of ``stray_report`` that calls the stray collective, and
     the step it does so at; one line each."""
     report = Report()
-    name = function.strip().removesuffix("()").rsplit(".", 1)[-1] if isinstance(function, str) else None
+    name = function.strip().split("(")[0].rsplit(".", 1)[-1] if isinstance(function, str) else None
     if function is None and step is None:
         report.fail(f"write your reading: {DIAGNOSIS_FORM}; got None for both")
         return report
