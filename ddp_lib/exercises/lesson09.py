@@ -263,3 +263,77 @@ def check_scaled_step(scaled_step: Callable) -> Report:
         report.ok("the overflowed step was skipped and halved the scale; the clean step unscaled, clipped "
                   "and stepped as the right order does")
     return report
+
+
+# Exercise 4: the mean of the ranks' accuracies, as each rank's DistributedSampler(shuffle=False) splits the set.
+# (samples, ranks) per held-out set: 11 on 4 as the exercise says, and others that pad or divide evenly.
+MEAN_SIZES = ((11, 4), (7, 3), (10, 4), (5, 2), (9, 3))
+MEAN_DRAWS = 6  # per size; drawn from a fixed seed, so that the report reads the same on every run
+
+
+def _shards(n: int, world_size: int, **sampler) -> list[list[int]]:
+    """Each rank's sample indices, as DistributedSampler(range(n), ..., shuffle=False, **sampler) gives them."""
+    return [list(DistributedSampler(range(n), world_size, rank, shuffle=False, **sampler))
+            for rank in range(world_size)]
+
+
+def _blocks(n: int, world_size: int) -> list[list[int]]:
+    """Consecutive blocks of ceil(n / world_size) samples, the last one shorter: not the sampler's split."""
+    size = -(-n // world_size)
+    return [list(range(n))[rank * size:(rank + 1) * size] for rank in range(world_size)]
+
+
+def _mean(right: torch.Tensor, shards: list[list[int]]) -> float:
+    return sum(right[shard].double().mean().item() for shard in shards) / len(shards)
+
+
+# (what the learner's value matches, given (right, world_size), and its fix): the usual mistakes.
+MEAN_MISTAKES = (
+    (lambda right, ws: right.double().mean().item(), "it is the exact accuracy over all samples: compute each "
+     "rank's accuracy on its own shard, then take the mean of those world_size numbers"),
+    (lambda right, ws: _mean(right, [list(range(rank, len(right), ws)) for rank in range(ws)]),
+     "it leaves out the padding: DistributedSampler repeats the first samples until every rank holds "
+     "ceil(n / world_size); take each rank's indices from DistributedSampler(..., shuffle=False)"),
+    (lambda right, ws: _mean(right, _shards(len(right), ws, drop_last=True)), "it drops the last samples: the "
+     "sampler's default is drop_last=False, which pads instead"),
+    (lambda right, ws: _mean(right, _blocks(len(right), ws)),
+     "it splits the samples into consecutive blocks: DistributedSampler deals them out, rank r gets r, "
+     "r + world_size, ... (then the padding)"),
+)
+
+
+def _mean_draws() -> list[tuple[torch.Tensor, int]]:
+    """The held-out sets checked: per-sample correctness (1 right, 0 wrong) and a number of ranks."""
+    g = torch.Generator().manual_seed(9)
+    return [(torch.randint(0, 2, (n,), generator=g), ws) for n, ws in MEAN_SIZES for _ in range(MEAN_DRAWS)]
+
+
+def check_rank_mean(rank_mean: Callable) -> Report:
+    """A report on the learner's ``rank_mean(right, world_size)``: the mean of the ranks' accuracies."""
+    report, draws = Report(), _mean_draws()
+    try:
+        got = [as_number(rank_mean(right.clone(), ws)) for right, ws in draws]
+    except NotImplementedError as exc:
+        report.fail(str(exc) or "rank_mean is not written yet")
+        return report
+    except Exception as exc:  # a learner's mistake can raise anything; report it
+        report.fail(f"rank_mean raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return report
+    if bad := next((value for value in got if isinstance(value, str)), None):
+        report.fail(f"rank_mean returned {bad}; return the mean accuracy as a float")
+        return report
+    expected = [_mean(right, _shards(len(right), ws)) for right, ws in draws]
+    if not (wrong := [i for i, (value, exact) in enumerate(zip(got, expected)) if abs(value - exact) >= TOL]):
+        gap = max(abs(value - right.double().mean().item()) for value, (right, _) in zip(got, draws))
+        report.ok(f"the mean of the ranks' accuracies, padding included, on {len(draws)} held-out sets; "
+                  f"it was up to {gap:.3f} from the exact accuracy")
+        return report
+    right, ws = draws[wrong[0]]
+    said = f"{len(right)} samples on {ws} ranks: returned {got[wrong[0]]:.4f}, expected {expected[wrong[0]]:.4f}"
+    # By chance one draw can match another mistake: the one said must match every wrong draw.
+    fix = next((fix for value_of, fix in MEAN_MISTAKES
+                if all(abs(got[i] - value_of(*draws[i])) < TOL for i in wrong)),
+               "compute each rank's accuracy on the indices DistributedSampler(range(n), world_size, rank, "
+               "shuffle=False) gives it, then average the world_size accuracies")
+    report.fail(f"{said}; {fix}")
+    return report

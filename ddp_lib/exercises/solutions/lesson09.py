@@ -1,4 +1,5 @@
-"""Lesson 09, exercises 1 and 2: an exact distributed evaluation, and a step that accumulates and clips."""
+"""Lesson 09, exercises 1, 2 and 4: an exact distributed evaluation, a step that accumulates and clips, and
+the mean of the ranks' accuracies (the shortcut that exercise 1 replaces)."""
 
 from contextlib import nullcontext
 
@@ -31,3 +32,11 @@ def train_step(ddp_model: nn.Module, optimizer: torch.optim.Optimizer,
             loss.backward()
     nn.utils.clip_grad_norm_(ddp_model.parameters(), max_norm)
     optimizer.step()
+
+
+def rank_mean(right: torch.Tensor, world_size: int) -> float:
+    accuracies = []
+    for rank in range(world_size):  # each rank's shard, padding included, as its sampler gives it
+        shard = list(DistributedSampler(range(len(right)), num_replicas=world_size, rank=rank, shuffle=False))
+        accuracies.append(right[shard].double().mean().item())
+    return sum(accuracies) / world_size
