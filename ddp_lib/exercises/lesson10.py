@@ -113,7 +113,8 @@ def check_sgd_prediction(predicted: dict) -> Report:
         report.fail(f"predicted_sgd must give an int (bytes on rank 0) for each of {', '.join(map(repr, SGD_KEYS))}, "
                     f"got {predicted!r}")
         return report
-    right, n = sgd_bytes(), sgd_bytes()["n"]
+    right = sgd_bytes()
+    n = right["n"]
     state, momentum = predicted["state"], n * 4
     if state != 0:
         why = ("a momentum_buffer per parameter, which SGD keeps only when momentum is not 0"
