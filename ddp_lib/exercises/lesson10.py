@@ -1,4 +1,4 @@
-"""Checker for lesson 10's exercise: ``state_bytes(optimizer)`` under DDP, ZeRO-1 and FSDP2; the predictions."""
+"""Checkers for lesson 10's exercises: ``state_bytes(optimizer)`` under DDP, ZeRO-1 and FSDP2; the predictions."""
 
 from collections.abc import Callable
 
@@ -87,4 +87,99 @@ def check_state_bytes(state_bytes: Callable, predicted: dict, world_size: int = 
         report.fail(problem)
     if not any(problems):
         report.ok(f"on {world_size} ranks state_bytes is exact under DDP, ZeRO-1 and FSDP2")
+    return report
+
+
+# Exercise 2: plain SGD's bytes on rank 0, on 2 ranks, as the lesson's bars count them.
+SGD_KEYS = ("state", "ddp", "zero1", "fsdp")
+
+
+def sgd_bytes(world_size: int = 2) -> dict[str, int]:
+    """Rank 0's bytes for the lesson's model under plain SGD: state, and the total under each strategy."""
+    shapes = [p.shape for p in make_deep_mlp(width=256, layers=4).parameters()]
+    n = sum(s.numel() for s in shapes)
+    rank0 = sum(-(-s[0] // world_size) * s[1:].numel() for s in shapes)  # FSDP2 cuts rows, rank 0 gets ceil
+    return {"state": 0, "ddp": 3 * n * 4, "zero1": 3 * n * 4, "fsdp": 2 * rank0 * 4, "n": n, "rank0": rank0}
+
+
+def _near(value: int, target: int) -> bool:
+    return abs(value - target) <= PREDICTION_TOLERANCE * max(target, 1)
+
+
+def check_sgd_prediction(predicted: dict) -> Report:
+    """A report on ``predicted``: plain SGD's state bytes and each strategy's total bytes on rank 0, on 2 ranks."""
+    report = Report()
+    if not isinstance(predicted, dict) or any(type(predicted.get(k)) is not int for k in SGD_KEYS):
+        report.fail(f"predicted_sgd must give an int (bytes on rank 0) for each of {', '.join(map(repr, SGD_KEYS))}, "
+                    f"got {predicted!r}")
+        return report
+    right = sgd_bytes()
+    n = right["n"]
+    state, momentum = predicted["state"], n * 4
+    if state != 0:
+        why = ("a momentum_buffer per parameter, which SGD keeps only when momentum is not 0"
+               if _near(state, momentum) else "state, but plain SGD stores nothing in optimizer.state")
+        report.fail(f"state: you predicted {state:,} bytes, {why}: predict 0")
+    else:
+        report.ok("state: 0 bytes, plain SGD keeps no state")
+    mistakes = {  # strategy: ((a wrong total, why), ...)
+        "ddp": ((2 * n * 4, "that leaves out DDP's bucket copy of the gradients (parameters, gradients, bucket)"),
+                (4 * n * 4, "that counts a state as large as the parameters; plain SGD has none")),
+        "zero1": ((3 * n * 2, "ZeRO-1 shards only the optimizer state, and there is none: the same bytes as DDP"),
+                  (2 * n * 4, "that leaves out the plain DDP's bucket copy: ZeRO-1 wraps the optimizer, not the "
+                              "model")),
+        "fsdp": ((3 * right["rank0"] * 4, "FSDP2 has no DDP bucket: count rank 0's shard of parameters and gradients"),
+                 (2 * n * 4, "FSDP2 shards the parameters and gradients: rank 0 holds about half of each tensor"))}
+    for strategy in ("ddp", "zero1", "fsdp"):
+        guess, held = predicted[strategy], right[strategy]
+        line = f"{strategy}: you predicted {guess:,} bytes on rank 0"
+        if _near(guess, held):
+            report.ok(f"{line}, the bars show {held:,}")
+        elif why := next((why for wrong, why in mistakes[strategy] if _near(guess, wrong)), None):
+            report.fail(f"{line}; {why}")
+        else:
+            report.fail(f"{line}: too {'high' if guess > held else 'low'}, by more than {PREDICTION_TOLERANCE:.0%}")
+    return report
+
+
+# Exercise 3: reshard_after_forward=2 on 4 ranks, against True and False.
+FORWARD_WORDS = ("like True", "between", "like False")
+
+
+def check_reshard_prediction(predicted: dict) -> Report:
+    """A report on ``predicted``: all-gathers per step with ``reshard_after_forward=2`` on 4 ranks, and where
+    the forward's bytes lie against ``True`` (10 all-gathers) and ``False`` (5)."""
+    report = Report()
+    gathers, forward = (predicted.get(k) if isinstance(predicted, dict) else None for k in ("all_gathers", "forward"))
+    if type(gathers) is not int or forward not in FORWARD_WORDS:
+        report.fail(f"predicted_reshard must give 'all_gathers' an int and 'forward' one of "
+                    f"{', '.join(map(repr, FORWARD_WORDS))}, got {predicted!r}")
+        return report
+    if gathers == 10:
+        report.ok("all_gathers: 10 per step, as with True: backward gathers each layer again, from 2 ranks")
+    elif gathers == 5:
+        report.fail("all_gathers: 5 is False's count, where the forward keeps each full weight; with 2 the forward "
+                    "still reshards (to halves), so backward all-gathers each of the 5 layers again")
+    else:
+        report.fail(f"all_gathers: {gathers} per step; count one all-gather per layer (5) in forward, and one more "
+                    "per layer in backward when the forward resharded")
+    if forward == "between":
+        report.ok("forward: between, each rank keeps half of each weight, more than True's quarter, less than False")
+    else:
+        report.fail(f"forward: {forward!r}; after each layer's forward a rank keeps its weight sharded over 2 ranks, "
+                    "a half: more than True's quarter, less than False's full weight")
+    return report
+
+
+# Exercise 4: a checkpoint of 2 ranks resumed on 4, against a straight 4-rank run.
+def check_resume_prediction(losses_match: object) -> Report:
+    """A report on ``losses_match``: do the resumed steps' losses equal those of a straight 4-rank run?"""
+    report = Report()
+    if type(losses_match) is not bool:
+        report.fail(f"losses_match must be True or False, got {losses_match!r}")
+    elif losses_match:
+        report.fail("losses_match: True; each rank reads a batch of its own, so the first two steps, on 2 ranks, "
+                    "trained on 32 samples each, the straight run's on 64: the weights differ when the 4 ranks load")
+    else:
+        report.ok("losses_match: False, the load works but the saved weights come from 2 ranks' data")
     return report
