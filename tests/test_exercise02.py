@@ -169,7 +169,7 @@ CLI_LINE = "ddp_lib: rank 2 raised ValueError: rank 2 of 3 was told to fail"
 @pytest.mark.parametrize("answer, error", [(0, RAN_0), (0, ValueError(RAN_0)), (int("0"), RuntimeError(RAN_0))],
                          ids=["text", "exception", "another_exception_type"])
 def test_partial_bad_rank_right_answers_pass(answer, error):
-    assert check_partial_bad_rank(answer, error).startswith("Right")
+    assert check_partial_bad_rank(answer, error).passed
 
 
 @pytest.mark.parametrize("answer, error, fix", [
@@ -184,14 +184,14 @@ def test_partial_bad_rank_right_answers_pass(answer, error):
      "not fail_on_rank's ValueError"),
 ], ids=["unset", "a_word", "no_run", "the_default", "world_size", "keyword_lost", "rank_by_keyword", "other_error"])
 def test_partial_bad_rank_mistakes_are_named(answer, error, fix):
-    said = check_partial_bad_rank(answer, error)
-    assert not said.startswith("Right") and fix in said, said
+    report = check_partial_bad_rank(answer, error)
+    assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report
 
 
 @pytest.mark.parametrize("code, line", [(1, CLI_LINE), (int("1"), CLI_LINE + "\n"), (1, "\n" + CLI_LINE)],
                          ids=["as_printed", "with_newline", "after_blank_line"])
 def test_cli_bad_rank_right_answers_pass(code, line):
-    assert check_cli_bad_rank(code, line).startswith("Right")
+    assert check_cli_bad_rank(code, line).passed
 
 
 @pytest.mark.parametrize("code, line, fix", [
@@ -206,5 +206,5 @@ def test_cli_bad_rank_right_answers_pass(code, line):
 ], ids=["unset", "a_string", "the_bad_rank", "echo_after_another_command", "bad_input", "no_line", "traceback_line",
         "line_made_up"])
 def test_cli_bad_rank_mistakes_are_named(code, line, fix):
-    said = check_cli_bad_rank(code, line)
-    assert not said.startswith("Right") and fix in said, said
+    report = check_cli_bad_rank(code, line)
+    assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report

@@ -122,9 +122,8 @@ def _rank_answer(answer) -> int | None:
     return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
 
 
-def check_partial_bad_rank(answer, error) -> str:
-    """Exercise 3: ``answer``, the rank the error names, and ``error``, the exception (or its text) that
-    ``ddp_lib.mp.spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised."""
+def _partial_said(answer, error) -> str:
+    """Exercise 3's verdict, a sentence: "Right: ..." or what to fix."""
     if answer is None:
         return "Not yet: set named_rank to your answer, the rank number the error names, such as 1."
     rank = _rank_answer(answer)
@@ -158,9 +157,8 @@ _CLI_EXIT_CODES = {0: "success", 2: "bad input (no process started)", 130: "an i
                    143: "SIGTERM", 129: "SIGHUP"}
 
 
-def check_cli_bad_rank(exit_code, line) -> str:
-    """Exercise 5: ``exit_code`` and ``line``, the one line on stderr, of
-    ``python -m ddp_lib run fail_on_rank --world-size 3 --bad-rank 2``."""
+def _cli_said(exit_code, line) -> str:
+    """Exercise 5's verdict, a sentence: "Right: ..." or what to fix."""
     if exit_code is None:
         return "Not yet: set exit_code to the exit code the command ended with (echo $? right after it)."
     code = _rank_answer(exit_code)
@@ -186,6 +184,28 @@ def check_cli_bad_rank(exit_code, line) -> str:
         return (f"cli_line = {said!r}: the line ddp_lib writes names {', '.join(missing)}. "
                 "Copy the line that starts with 'ddp_lib:' from stderr.")
     return "Right: exit code 1, a worker failed, and the line names rank 2, ValueError and its message."
+
+
+def _as_report(said: str) -> Report:
+    """One PASS line for a "Right: ..." sentence, else one FAIL line, as the lesson's other checkers print."""
+    report = Report()
+    if said.startswith("Right: "):
+        report.ok(said.removeprefix("Right: "))
+    else:
+        report.fail(said.removeprefix("Not yet: "))
+    return report
+
+
+def check_partial_bad_rank(answer, error) -> Report:
+    """Exercise 3: ``answer``, the rank the error names, and ``error``, the exception (or its text) that
+    ``ddp_lib.mp.spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised."""
+    return _as_report(_partial_said(answer, error))
+
+
+def check_cli_bad_rank(exit_code, line) -> Report:
+    """Exercise 5: ``exit_code`` and ``line``, the one line on stderr, of
+    ``python -m ddp_lib run fail_on_rank --world-size 3 --bad-rank 2``."""
+    return _as_report(_cli_said(exit_code, line))
 
 
 def readable_line(text: str, limit: int = 160) -> str:
