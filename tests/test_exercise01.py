@@ -5,7 +5,12 @@ import pytest
 import torch
 from answer_files import load_answer
 
-from ddp_lib.exercises.lesson01 import check_mean_across_ranks, check_reduce_max_to_2, check_waiting_at_3
+from ddp_lib.exercises.lesson01 import (
+    check_batch_swap,
+    check_mean_across_ranks,
+    check_reduce_max_to_2,
+    check_waiting_at_3,
+)
 
 HEAD = """
 import torch
@@ -218,3 +223,76 @@ def test_exercise2_reads_a_real_run(tmp_path, monkeypatch):
     worker = load_answer(tmp_path, monkeypatch, "right01_reduce_max", REDUCE_MAX, "reduce_max_to_2")
     run = ddp_lib.mp.spawn(worker, args=(4,), nprocs=4)
     assert check_reduce_max_to_2([2], run).startswith("Right")
+
+
+# Exercise 3: the swap with batch_isend_irecv, on 2 real ranks.
+SWAP_HEAD = """
+import torch
+import torch.distributed as dist
+from ddp_lib.process_group import process_group
+
+def swap_batched(rank, world_size, numel):
+    with process_group(rank, world_size) as device:
+        mine = torch.full((numel,), float(rank), device=device)
+        received = torch.empty_like(mine)
+"""
+SWAP_RIGHT = {
+    "waits_in_a_loop": """
+        peer = 1 - rank
+        ops = [dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, received, peer)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        return received
+""",
+    "receive_listed_first_returns_a_list": """
+        from torch.distributed import P2POp, batch_isend_irecv, irecv, isend
+        requests = batch_isend_irecv([P2POp(irecv, received, (rank + 1) % 2), P2POp(isend, mine, (rank + 1) % 2)])
+        [r.wait() for r in requests]
+        return received.tolist()
+""",
+}
+SWAP_WRONG = {
+    "isend_and_recv": ("""
+        request = dist.isend(mine, 1 - rank)
+        dist.recv(received, 1 - rank)
+        request.wait()
+        return received
+""", "the ranks used isend, recv; the exercise is one dist.batch_isend_irecv"),
+    "returns_its_own": ("""
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
+                                         dist.P2POp(dist.irecv, received, 1 - rank)]):
+            r.wait()
+        return mine
+""", "returned its own values: return the tensor that irecv filled"),
+    "sends_to_itself": ("""
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, rank),
+                                         dist.P2POp(dist.irecv, received, rank)]):
+            r.wait()
+        return received
+""", "not itself"),
+    "returns_nothing": ("""
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
+                                         dist.P2POp(dist.irecv, received, 1 - rank)]):
+            r.wait()
+""", "returned a NoneType"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SWAP_RIGHT))
+def test_batch_swap_right_answers_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"swap01_{case}", SWAP_HEAD + SWAP_RIGHT[case], "swap_batched")
+    report = check_batch_swap(answer)
+    assert report.passed and len(report.lines) == 1, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(SWAP_WRONG))
+def test_batch_swap_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, hint = SWAP_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"swapwrong01_{case}", SWAP_HEAD + body, "swap_batched")
+    report = check_batch_swap(answer, timeout=10)
+    assert not report.passed and len(report.lines) == 1 and hint in report.lines[0], str(report)
+
+
+def test_batch_swap_unset_is_one_fail_line():
+    report = check_batch_swap(None)
+    assert not report.passed and len(report.lines) == 1 and "set swap_worker" in report.lines[0]

@@ -2,10 +2,19 @@
 
 import math
 import random
+import re
 from collections.abc import Callable
 from functools import partial
 
-from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, as_number, check_on_ranks, run_counted, worker_name
+from ddp_lib.exercises.checking import (
+    COLLECTIVES,
+    MISSING_WAIT,
+    Report,
+    as_number,
+    check_on_ranks,
+    run_counted,
+    worker_name,
+)
 
 _close = partial(math.isclose, rel_tol=1e-5, abs_tol=1e-6)
 
@@ -169,3 +178,58 @@ def check_reduce_max_to_2(answer, run: list | None) -> str:
                 "reduce promises the result on dst only; gloo uses the other ranks' tensors as scratch space.")
     return (f"trusted_ranks = {ranks}: rank {other} holds {tensors[other]}, which is not the maximum. "
             "Only dst's result is promised.")
+
+
+# Exercise 3: section 7's swap on 2 ranks, written with dist.batch_isend_irecv.
+
+_P2P = ("batch_isend_irecv", "isend", "irecv", "send", "recv")
+# gloo has no connection from a rank to itself: "Pair is not connected" is a send to, or receive from, oneself.
+SWAP_HINTS = ((r"Pair is not connected|same as the rank of the current process|Invalid (destination|source) rank",
+               "each rank sends to and receives from its peer, 1 - rank, not itself"),)
+
+
+def _swap_problem(runs: list[dict]) -> str | None:
+    """Why these two ranks' answers are not a swap (None: they are), the mistake named with its fix."""
+    called = list(dict.fromkeys(name for run in runs for name in run["called"]))
+    if "batch_isend_irecv" not in called:
+        used = ", ".join(called) or "no point-to-point call"
+        return (f"the ranks used {used}; the exercise is one dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, "
+                "peer), dist.P2POp(dist.irecv, received, peer)]) on each rank")
+    if (rank := next((r for r, run in enumerate(runs) if run.get("self_peer")), None)) is not None:
+        return f"rank {rank} named itself as the peer: {SWAP_HINTS[0][1]}"
+    for rank, run in enumerate(runs):
+        got = run["result"]
+        got = got.tolist() if hasattr(got, "tolist") else got
+        numel, peer = run["numel"], 1 - rank
+        if not isinstance(got, list):
+            return f"rank {rank} returned a {type(got).__name__}: return the tensor irecv filled"
+        if len(got) != numel:
+            return f"rank {rank} returned {len(got)} values, expected {numel}: receive into torch.empty_like(mine)"
+        if all(v == rank for v in got):
+            return f"rank {rank} returned its own values: return the tensor that irecv filled, not mine"
+        if not all(v == peer for v in got):
+            return (f"rank {rank}'s received tensor does not hold rank {peer}'s values: call .wait() on every "
+                    "request batch_isend_irecv returns before reading it")
+    return None
+
+
+def run_swap(rank: int, world_size: int, target: str, numel: int) -> dict:
+    """In a rank: the learner's ``target(rank, world_size, numel)``, and the point-to-point calls it made."""
+    try:
+        run = run_counted(rank, world_size, target, _P2P, [numel] * world_size)
+    except (RuntimeError, ValueError) as exc:  # a peer that is the rank itself: said here, whatever the timing
+        if not re.search(SWAP_HINTS[0][0], str(exc)):
+            raise
+        return {"result": None, "calls": [], "called": ["batch_isend_irecv"], "numel": numel, "self_peer": str(exc)}
+    return {**run, "numel": numel}
+
+
+def check_batch_swap(fn: Callable | None, numel: int = 1000, timeout: float = 30.0):
+    """Exercise 3: a report on ``fn(rank, world_size, numel)`` on 2 ranks: each rank fills
+    ``torch.full((numel,), float(rank))``, swaps it with ``batch_isend_irecv`` and returns what it received."""
+    if fn is None:
+        report = Report()
+        report.fail("set swap_worker to your worker, swap_batched(rank, world_size, numel), imported from my_work")
+        return report
+    return check_on_ranks(run_swap, (2,), _swap_problem, (worker_name(fn), numel), timeout=timeout, hints=SWAP_HINTS,
+                          passed=f"both ranks received the other's {numel} values through batch_isend_irecv")
