@@ -9,6 +9,7 @@ from ddp_lib.exercises.lesson01 import (
     check_batch_swap,
     check_mean_across_ranks,
     check_reduce_max_to_2,
+    check_ring_all_gather,
     check_waiting_at_3,
 )
 
@@ -296,3 +297,87 @@ def test_batch_swap_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatc
 def test_batch_swap_unset_is_one_fail_line():
     report = check_batch_swap(None)
     assert not report.passed and len(report.lines) == 1 and "set swap_worker" in report.lines[0]
+
+
+# Exercise 4: ring_all_gather from isend/recv on 3 real ranks, and the bytes one rank sends.
+RING_HEAD = """
+import torch
+import torch.distributed as dist
+
+def ring_all_gather(tensor):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [torch.empty_like(tensor) for _ in range(world_size)]
+    chunks[rank].copy_(tensor)
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+"""
+RING_RIGHT = {
+    "isend_then_recv": """
+    for step in range(world_size - 1):
+        request = dist.isend(chunks[(rank - step) % world_size], right)
+        dist.recv(chunks[(rank - step - 1) % world_size], left)
+        request.wait()
+    return chunks
+""",
+    "even_ranks_send_first_tuple": """
+    for step in range(world_size - 1):
+        out, into = chunks[(rank - step) % world_size], chunks[(rank - step - 1) % world_size]
+        if rank % 2 == 0:
+            dist.send(out, right)
+            dist.recv(into, left)
+        else:
+            received = torch.empty_like(tensor)
+            dist.recv(received, left)
+            dist.send(out, right)
+            into.copy_(received)
+    return tuple(chunks)
+""",
+}
+RING_WRONG = {
+    "all_reduce_start": ("""
+    for step in range(world_size - 1):
+        request = dist.isend(chunks[(rank + 1 - step) % world_size], right)
+        dist.recv(chunks[(rank - step) % world_size], left)
+        request.wait()
+    return chunks
+""", "differ from dist.all_gather's: rank r starts owning chunk r"),
+    "built_in": ("""
+    dist.all_gather(chunks, tensor)
+    return chunks
+""", "called dist.all_gather; build it from dist.isend and dist.recv only"),
+    "returns_one_tensor": ("""
+    return torch.cat(chunks)
+""", "returned a Tensor: return the list of world_size chunks"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RING_RIGHT))
+def test_ring_all_gather_right_answers_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"ring01_{case}", RING_HEAD + RING_RIGHT[case], "ring_all_gather")
+    report = check_ring_all_gather(answer, 8000 if case == "isend_then_recv" else 8e3)
+    assert report.passed and len(report.lines) == 2, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(RING_WRONG))
+def test_ring_all_gather_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, hint = RING_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"ringwrong01_{case}", RING_HEAD + body, "ring_all_gather")
+    report = check_ring_all_gather(answer, 8000)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and hint in fails[0], str(report)
+
+
+@pytest.mark.parametrize("bytes_each, hint", [
+    (None, "set bytes_each"), ("8000 bytes", "not a number"), (12000, "own chunk too"), (4000, "one step"),
+    (16000 / 3, "all-reduce's figure"), (64000, "counts bits"), (2000, "each of the 2 steps"),
+], ids=["unset", "a_string", "own_chunk", "one_step", "all_reduce", "bits", "other"])
+def test_ring_all_gather_byte_mistakes_are_named(bytes_each, hint, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, "ringbytes01", RING_HEAD + RING_RIGHT["isend_then_recv"],
+                         "ring_all_gather")
+    report = check_ring_all_gather(answer, bytes_each)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and hint in fails[0], str(report)
+
+
+def test_ring_all_gather_unset_is_one_fail_line():
+    report = check_ring_all_gather(None, None)
+    assert not report.passed and len(report.lines) == 1 and "set ring_worker" in report.lines[0]
