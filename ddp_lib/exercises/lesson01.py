@@ -1,4 +1,6 @@
-"""Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)``, the mean on every rank."""
+"""Checkers for lesson 01's exercises: ``mean_across_ranks(rank, world_size, x)``, the mean on every rank;
+reduce's result trusted on dst only; a swap with ``batch_isend_irecv``; ``ring_all_gather(tensor)`` and its
+bytes; who waits for a late rank in a broadcast."""
 
 import math
 import random

@@ -1,6 +1,7 @@
 """Checkers for lesson 02's exercises: ``reassemble(rank, world_size, share)``, the round-robin list
 rebuilt; ``plan_launch(world_size, out_dir)``, the arguments of ``mp.spawn``, checked as each child
-would use them, without starting a process."""
+would use them, without starting a process; the rank a ``functools.partial`` failure names, and the command
+line's exit code and line."""
 
 import functools
 import inspect
