@@ -5,7 +5,13 @@ import pytest
 import torch
 from answer_files import load_answer
 
-from ddp_lib.exercises.lesson01 import check_mean_across_ranks, check_reduce_max_to_2, check_waiting_at_3
+from ddp_lib.exercises.lesson01 import (
+    check_batch_swap,
+    check_mean_across_ranks,
+    check_reduce_max_to_2,
+    check_ring_all_gather,
+    check_waiting_at_3,
+)
 
 HEAD = """
 import torch
@@ -218,3 +224,160 @@ def test_exercise2_reads_a_real_run(tmp_path, monkeypatch):
     worker = load_answer(tmp_path, monkeypatch, "right01_reduce_max", REDUCE_MAX, "reduce_max_to_2")
     run = ddp_lib.mp.spawn(worker, args=(4,), nprocs=4)
     assert check_reduce_max_to_2([2], run).startswith("Right")
+
+
+# Exercise 3: the swap with batch_isend_irecv, on 2 real ranks.
+SWAP_HEAD = """
+import torch
+import torch.distributed as dist
+from ddp_lib.process_group import process_group
+
+def swap_batched(rank, world_size, numel):
+    with process_group(rank, world_size) as device:
+        mine = torch.full((numel,), float(rank), device=device)
+        received = torch.empty_like(mine)
+"""
+SWAP_RIGHT = {
+    "waits_in_a_loop": """
+        peer = 1 - rank
+        ops = [dist.P2POp(dist.isend, mine, peer), dist.P2POp(dist.irecv, received, peer)]
+        for request in dist.batch_isend_irecv(ops):
+            request.wait()
+        return received
+""",
+    "receive_listed_first_returns_a_list": """
+        from torch.distributed import P2POp, batch_isend_irecv, irecv, isend
+        requests = batch_isend_irecv([P2POp(irecv, received, (rank + 1) % 2), P2POp(isend, mine, (rank + 1) % 2)])
+        [r.wait() for r in requests]
+        return received.tolist()
+""",
+}
+SWAP_WRONG = {
+    "isend_and_recv": ("""
+        request = dist.isend(mine, 1 - rank)
+        dist.recv(received, 1 - rank)
+        request.wait()
+        return received
+""", "the ranks used isend, recv; the exercise is one dist.batch_isend_irecv"),
+    "returns_its_own": ("""
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
+                                         dist.P2POp(dist.irecv, received, 1 - rank)]):
+            r.wait()
+        return mine
+""", "returned its own values: return the tensor that irecv filled"),
+    "sends_to_itself": ("""
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, rank),
+                                         dist.P2POp(dist.irecv, received, rank)]):
+            r.wait()
+        return received
+""", "not itself"),
+    "returns_nothing": ("""
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
+                                         dist.P2POp(dist.irecv, received, 1 - rank)]):
+            r.wait()
+""", "returned a NoneType"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SWAP_RIGHT))
+def test_batch_swap_right_answers_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"swap01_{case}", SWAP_HEAD + SWAP_RIGHT[case], "swap_batched")
+    report = check_batch_swap(answer)
+    assert report.passed and len(report.lines) == 1, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(SWAP_WRONG))
+def test_batch_swap_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, hint = SWAP_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"swapwrong01_{case}", SWAP_HEAD + body, "swap_batched")
+    report = check_batch_swap(answer, timeout=10)
+    assert not report.passed and len(report.lines) == 1 and hint in report.lines[0], str(report)
+
+
+def test_batch_swap_unset_is_one_fail_line():
+    report = check_batch_swap(None)
+    assert not report.passed and len(report.lines) == 1 and "set swap_worker" in report.lines[0]
+
+
+# Exercise 4: ring_all_gather from isend/recv on 3 real ranks, and the bytes one rank sends.
+RING_HEAD = """
+import torch
+import torch.distributed as dist
+
+def ring_all_gather(tensor):
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    chunks = [torch.empty_like(tensor) for _ in range(world_size)]
+    chunks[rank].copy_(tensor)
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size
+"""
+RING_RIGHT = {
+    "isend_then_recv": """
+    for step in range(world_size - 1):
+        request = dist.isend(chunks[(rank - step) % world_size], right)
+        dist.recv(chunks[(rank - step - 1) % world_size], left)
+        request.wait()
+    return chunks
+""",
+    "even_ranks_send_first_tuple": """
+    for step in range(world_size - 1):
+        out, into = chunks[(rank - step) % world_size], chunks[(rank - step - 1) % world_size]
+        if rank % 2 == 0:
+            dist.send(out, right)
+            dist.recv(into, left)
+        else:
+            received = torch.empty_like(tensor)
+            dist.recv(received, left)
+            dist.send(out, right)
+            into.copy_(received)
+    return tuple(chunks)
+""",
+}
+RING_WRONG = {
+    "all_reduce_start": ("""
+    for step in range(world_size - 1):
+        request = dist.isend(chunks[(rank + 1 - step) % world_size], right)
+        dist.recv(chunks[(rank - step) % world_size], left)
+        request.wait()
+    return chunks
+""", "differ from dist.all_gather's: rank r starts owning chunk r"),
+    "built_in": ("""
+    dist.all_gather(chunks, tensor)
+    return chunks
+""", "called dist.all_gather; build it from dist.isend and dist.recv only"),
+    "returns_one_tensor": ("""
+    return torch.cat(chunks)
+""", "returned a Tensor: return the list of world_size chunks"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RING_RIGHT))
+def test_ring_all_gather_right_answers_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"ring01_{case}", RING_HEAD + RING_RIGHT[case], "ring_all_gather")
+    report = check_ring_all_gather(answer, 8000 if case == "isend_then_recv" else 8e3)
+    assert report.passed and len(report.lines) == 2, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(RING_WRONG))
+def test_ring_all_gather_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, hint = RING_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"ringwrong01_{case}", RING_HEAD + body, "ring_all_gather")
+    report = check_ring_all_gather(answer, 8000)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and hint in fails[0], str(report)
+
+
+@pytest.mark.parametrize("bytes_each, hint", [
+    (None, "set bytes_each"), ("8000 bytes", "not a number"), (12000, "own chunk too"), (4000, "one step"),
+    (16000 / 3, "all-reduce's figure"), (64000, "counts bits"), (2000, "each of the 2 steps"),
+], ids=["unset", "a_string", "own_chunk", "one_step", "all_reduce", "bits", "other"])
+def test_ring_all_gather_byte_mistakes_are_named(bytes_each, hint, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, "ringbytes01", RING_HEAD + RING_RIGHT["isend_then_recv"],
+                         "ring_all_gather")
+    report = check_ring_all_gather(answer, bytes_each)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and hint in fails[0], str(report)
+
+
+def test_ring_all_gather_unset_is_one_fail_line():
+    report = check_ring_all_gather(None, None)
+    assert not report.passed and len(report.lines) == 1 and "set ring_worker" in report.lines[0]

@@ -4,7 +4,7 @@ pass on 2 and 3 ranks; each mistake learners make is refused with its fix named.
 import pytest
 from answer_files import load_answer, notebook_stub
 
-from ddp_lib.exercises.lesson02 import check_plan_launch, check_reassemble
+from ddp_lib.exercises.lesson02 import check_cli_bad_rank, check_partial_bad_rank, check_plan_launch, check_reassemble
 
 HEAD = """
 import torch
@@ -156,3 +156,55 @@ def test_a_notebook_worker_is_refused_before_it_is_pickled():
     report = check_plan_launch(lambda world_size, out_dir: dict(fn=worker, args=(world_size, out_dir),
                                                                 nprocs=world_size), world_sizes=(2,))
     assert report.lines[0].startswith("FAIL world_size 2: fn is ") and "defined in the notebook" in report.lines[0]
+
+
+# Exercises 3 and 5: answers checked against what the learner's run printed, as the runs print it.
+RAN_0 = "Process 0 terminated with the following error (rank 0): ValueError: rank 0 of 2 was told to fail"
+RAN_1 = "Process 1 terminated with the following error (rank 1): ValueError: rank 1 of 2 was told to fail"
+TWICE = ("Process 0 terminated with the following error (rank 0): TypeError: fail_on_rank() got multiple "
+         "values for argument 'rank'")
+CLI_LINE = "ddp_lib: rank 2 raised ValueError: rank 2 of 3 was told to fail"
+
+
+@pytest.mark.parametrize("answer, error", [(0, RAN_0), (0, ValueError(RAN_0)), (int("0"), RuntimeError(RAN_0))],
+                         ids=["text", "exception", "another_exception_type"])
+def test_partial_bad_rank_right_answers_pass(answer, error):
+    assert check_partial_bad_rank(answer, error).passed
+
+
+@pytest.mark.parametrize("answer, error, fix", [
+    (None, None, "set named_rank"),
+    ("zero", RAN_0, "expected one rank number"),
+    (0, None, "set partial_error"),
+    (1, RAN_0, "default bad_rank, but your run says rank 0"),
+    (2, RAN_0, "read your run's error again"),
+    (0, RAN_1, "Pass fn=functools.partial(fail_on_rank, bad_rank=0)"),
+    (0, TWICE, "give only bad_rank by keyword"),
+    (0, "Process 0 terminated with the following error (rank 0): NameError: name 'x' is not defined",
+     "not fail_on_rank's ValueError"),
+], ids=["unset", "a_word", "no_run", "the_default", "world_size", "keyword_lost", "rank_by_keyword", "other_error"])
+def test_partial_bad_rank_mistakes_are_named(answer, error, fix):
+    report = check_partial_bad_rank(answer, error)
+    assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report
+
+
+@pytest.mark.parametrize("code, line", [(1, CLI_LINE), (int("1"), CLI_LINE + "\n"), (1, "\n" + CLI_LINE)],
+                         ids=["as_printed", "with_newline", "after_blank_line"])
+def test_cli_bad_rank_right_answers_pass(code, line):
+    assert check_cli_bad_rank(code, line).passed
+
+
+@pytest.mark.parametrize("code, line, fix", [
+    (None, None, "set exit_code"),
+    ("1", CLI_LINE, "expected a whole number"),
+    (2, None, "the rank told to fail, not the exit code"),
+    (0, CLI_LINE, "success"),
+    (2, CLI_LINE, "bad input"),
+    (1, None, "set cli_line"),
+    (1, "ValueError: rank 2 of 3 was told to fail", "starts with 'ddp_lib:'"),
+    (1, "ddp_lib: rank 2 failed", "ValueError"),
+], ids=["unset", "a_string", "the_bad_rank", "echo_after_another_command", "bad_input", "no_line", "traceback_line",
+        "line_made_up"])
+def test_cli_bad_rank_mistakes_are_named(code, line, fix):
+    report = check_cli_bad_rank(code, line)
+    assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report

@@ -1,11 +1,22 @@
-"""Checker for lesson 01's exercise: ``mean_across_ranks(rank, world_size, x)``, the mean on every rank."""
+"""Checkers for lesson 01's exercises: ``mean_across_ranks(rank, world_size, x)``, the mean on every rank;
+reduce's result trusted on dst only; a swap with ``batch_isend_irecv``; ``ring_all_gather(tensor)`` and its
+bytes; who waits for a late rank in a broadcast."""
 
 import math
 import random
+import re
 from collections.abc import Callable
 from functools import partial
 
-from ddp_lib.exercises.checking import COLLECTIVES, MISSING_WAIT, as_number, check_on_ranks, run_counted, worker_name
+from ddp_lib.exercises.checking import (
+    COLLECTIVES,
+    MISSING_WAIT,
+    Report,
+    as_number,
+    check_on_ranks,
+    run_counted,
+    worker_name,
+)
 
 _close = partial(math.isclose, rel_tol=1e-5, abs_tol=1e-6)
 
@@ -169,3 +180,133 @@ def check_reduce_max_to_2(answer, run: list | None) -> str:
                 "reduce promises the result on dst only; gloo uses the other ranks' tensors as scratch space.")
     return (f"trusted_ranks = {ranks}: rank {other} holds {tensors[other]}, which is not the maximum. "
             "Only dst's result is promised.")
+
+
+# Exercise 3: section 7's swap on 2 ranks, written with dist.batch_isend_irecv.
+
+_P2P = ("batch_isend_irecv", "isend", "irecv", "send", "recv")
+# gloo has no connection from a rank to itself: "Pair is not connected" is a send to, or receive from, oneself.
+SWAP_HINTS = ((r"Pair is not connected|same as the rank of the current process|Invalid (destination|source) rank",
+               "each rank sends to and receives from its peer, 1 - rank, not itself"),)
+
+
+def _swap_problem(runs: list[dict]) -> str | None:
+    """Why these two ranks' answers are not a swap (None: they are), the mistake named with its fix."""
+    called = list(dict.fromkeys(name for run in runs for name in run["called"]))
+    if "batch_isend_irecv" not in called:
+        used = ", ".join(called) or "no point-to-point call"
+        return (f"the ranks used {used}; the exercise is one dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, "
+                "peer), dist.P2POp(dist.irecv, received, peer)]) on each rank")
+    if (rank := next((r for r, run in enumerate(runs) if run.get("self_peer")), None)) is not None:
+        return f"rank {rank} named itself as the peer: {SWAP_HINTS[0][1]}"
+    for rank, run in enumerate(runs):
+        got = run["result"]
+        got = got.tolist() if hasattr(got, "tolist") else got
+        numel, peer = run["numel"], 1 - rank
+        if not isinstance(got, list):
+            return f"rank {rank} returned a {type(got).__name__}: return the tensor irecv filled"
+        if len(got) != numel:
+            return f"rank {rank} returned {len(got)} values, expected {numel}: receive into torch.empty_like(mine)"
+        if all(v == rank for v in got):
+            return f"rank {rank} returned its own values: return the tensor that irecv filled, not mine"
+        if not all(v == peer for v in got):
+            return (f"rank {rank}'s received tensor does not hold rank {peer}'s values: call .wait() on every "
+                    "request batch_isend_irecv returns before reading it")
+    return None
+
+
+def run_swap(rank: int, world_size: int, target: str, numel: int) -> dict:
+    """In a rank: the learner's ``target(rank, world_size, numel)``, and the point-to-point calls it made."""
+    try:
+        run = run_counted(rank, world_size, target, _P2P, [numel] * world_size)
+    except (RuntimeError, ValueError) as exc:  # a peer that is the rank itself: said here, whatever the timing
+        if not re.search(SWAP_HINTS[0][0], str(exc)):
+            raise
+        return {"result": None, "calls": [], "called": ["batch_isend_irecv"], "numel": numel, "self_peer": str(exc)}
+    return {**run, "numel": numel}
+
+
+def check_batch_swap(fn: Callable | None, numel: int = 1000, timeout: float = 30.0):
+    """Exercise 3: a report on ``fn(rank, world_size, numel)`` on 2 ranks: each rank fills
+    ``torch.full((numel,), float(rank))``, swaps it with ``batch_isend_irecv`` and returns what it received."""
+    if fn is None:
+        report = Report()
+        report.fail("set swap_worker to your worker, swap_batched(rank, world_size, numel), imported from my_work")
+        return report
+    return check_on_ranks(run_swap, (2,), _swap_problem, (worker_name(fn), numel), timeout=timeout, hints=SWAP_HINTS,
+                          passed=f"both ranks received the other's {numel} values through batch_isend_irecv")
+
+
+# Exercise 4: ring_all_gather(tensor) from isend/recv on 3 ranks, and the bytes each rank sends.
+
+_RING_WORLD, _RING_NUMEL = 3, 1000
+
+
+def run_ring(rank: int, world_size: int, target: str, numel: int) -> dict:
+    """In a rank: ``dist.all_gather``'s chunks, then the learner's ``target(tensor)`` and the calls it made."""
+    import torch
+    import torch.distributed as dist
+
+    from ddp_lib.exercises.checking import counting_collectives, load_worker
+    from ddp_lib.process_group import process_group
+
+    with process_group(rank, world_size) as device:
+        tensor = torch.arange(numel, dtype=torch.float32, device=device) + 10_000 * rank
+        expected = [torch.empty_like(tensor) for _ in range(world_size)]
+        dist.all_gather(expected, tensor)
+        with counting_collectives(*COLLECTIVES, "isend", "send", "irecv", "recv") as calls:
+            result = load_worker(target)(tensor.clone())
+        if isinstance(result, (list, tuple)) and all(hasattr(c, "tolist") for c in result):
+            result = [c.tolist() for c in result]
+        else:
+            result = f"a {type(result).__name__}"
+        return {"result": result, "expected": [e.tolist() for e in expected],
+                "called": list(dict.fromkeys(call["name"] for call in calls))}
+
+
+def _ring_problem(runs: list[dict]) -> str | None:
+    """Why these ranks' chunks are not all_gather's (None: they are), the mistake named with its fix."""
+    called = list(dict.fromkeys(name for run in runs for name in run["called"]))
+    if built_in := [name for name in called if name in COLLECTIVES]:
+        return f"ring_all_gather called dist.{built_in[0]}; build it from dist.isend and dist.recv only"
+    for rank, run in enumerate(runs):
+        got, expected = run["result"], run["expected"]
+        if isinstance(got, str):
+            return f"rank {rank}'s ring_all_gather returned {got}: return the list of world_size chunks"
+        if len(got) != len(expected):
+            return f"rank {rank} returned {len(got)} chunks: return one per rank, {len(expected)} here"
+        if wrong := [i for i, (a, b) in enumerate(zip(got, expected)) if a != b]:
+            return (f"rank {rank}'s chunk(s) {wrong} differ from dist.all_gather's: rank r starts owning chunk r, so "
+                    "at step s it sends chunk (rank - s) % world_size, receives (rank - s - 1) % world_size")
+    return None
+
+
+def check_ring_all_gather(fn: Callable | None, bytes_each, timeout: float = 30.0) -> Report:
+    """Exercise 4: a report on ``fn(tensor)``, a ring all-gather returning the world_size chunks, on 3 ranks
+    with 1000 float32 each, and on ``bytes_each``, the learner's count of the bytes one rank sends."""
+    if fn is None:
+        report = Report()
+        report.fail("set ring_worker to your ring_all_gather(tensor), imported from my_work")
+        return report
+    report = check_on_ranks(run_ring, (_RING_WORLD,), _ring_problem, (worker_name(fn), _RING_NUMEL), timeout=timeout,
+                            passed="every rank's chunks equal dist.all_gather's", where=lambda runs:
+                            f"world_size {len(runs)}, {_RING_NUMEL} float32 per rank")
+    size, n = _RING_NUMEL * 4, _RING_WORLD
+    expected = (n - 1) * size
+    mistakes = {n * size: "that counts a rank's own chunk too: it never sends that one back to itself",
+                size: "that is one step; the ring takes world_size - 1 steps",
+                2 * (n - 1) / n * size: "that is a ring all-reduce's figure, 2 (N - 1)/N; an all-gather has no "
+                                        "reduce-scatter half",
+                8 * expected: "that counts bits: a float32 is 4 bytes"}
+    number = as_number(bytes_each) if bytes_each is not None else None
+    if number is None:
+        report.fail(f"set bytes_each to the bytes one rank sends, for {_RING_NUMEL} float32 on {n} ranks")
+    elif isinstance(number, str):
+        report.fail(f"bytes_each is {number}, not a number of bytes")
+    elif _close(number, expected):
+        report.ok(f"bytes_each {expected}: (world_size - 1) steps of {size} bytes")
+    else:
+        hint = next((said for value, said in mistakes.items() if _close(number, value)),
+                    f"each of the {n - 1} steps sends one chunk of {_RING_NUMEL} float32")
+        report.fail(f"bytes_each = {number:g}: {hint}")
+    return report

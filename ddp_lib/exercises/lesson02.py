@@ -1,6 +1,7 @@
 """Checkers for lesson 02's exercises: ``reassemble(rank, world_size, share)``, the round-robin list
 rebuilt; ``plan_launch(world_size, out_dir)``, the arguments of ``mp.spawn``, checked as each child
-would use them, without starting a process."""
+would use them, without starting a process; the rank a ``functools.partial`` failure names, and the command
+line's exit code and line."""
 
 import functools
 import inspect
@@ -113,3 +114,103 @@ def check_plan_launch(plan_launch: Callable, world_sizes: Sequence[int] = (2, 3)
         else:
             report.ok(f"{where}: fn and args pickle, and each child i would run record_args(i, {world_size}, out_dir)")
     return report
+
+
+# Exercise 3: bad_rank=0 through functools.partial, started with ddp_lib.mp.spawn on 2 ranks.
+
+def _rank_answer(answer) -> int | None:
+    """The answer as one rank number, or None if it is not a whole number."""
+    return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
+
+
+def _partial_said(answer, error) -> str:
+    """Exercise 3's verdict, a sentence: "Right: ..." or what to fix."""
+    if answer is None:
+        return "Not yet: set named_rank to your answer, the rank number the error names, such as 1."
+    rank = _rank_answer(answer)
+    if rank is None:
+        return f"named_rank = {answer!r}: expected one rank number, such as 1."
+    if error is None:
+        return ("Not yet: set partial_error to the exception that ddp_lib.mp.spawn(functools.partial(fail_on_rank, "
+                "bad_rank=0), args=(2,), nprocs=2) raised (except Exception as e: partial_error = e).")
+    said = str(error)
+    if "multiple values for argument" in said:
+        return (f"your run raised: {readable_line(said)}. The launcher passes the rank first, by position: "
+                "give only bad_rank by keyword, functools.partial(fail_on_rank, bad_rank=0).")
+    if "was told to fail" not in said:
+        return (f"partial_error says {readable_line(said)!r}, not fail_on_rank's ValueError: run "
+                "functools.partial(fail_on_rank, bad_rank=0) with args=(2,) and nprocs=2.")
+    failed = int(re.search(r"rank (\d+) of \d+ was told to fail", said).group(1))
+    if failed != 0:
+        return (f"your run failed on rank {failed}, fail_on_rank's default bad_rank: the keyword did not reach it. "
+                "Pass fn=functools.partial(fail_on_rank, bad_rank=0), not fail_on_rank itself.")
+    if rank == 0:
+        return "Right: the error names rank 0. The partial pickles with bad_rank=0, and each child gets it."
+    if rank == 1:
+        return (f"named_rank = {rank}: 1 is fail_on_rank's default bad_rank, but your run says rank 0. "
+                "The partial carries bad_rank=0 to every child.")
+    return f"named_rank = {rank}: read your run's error again; it names the rank in 'rank N of 2 was told to fail'."
+
+
+# Exercise 5: python -m ddp_lib run fail_on_rank --world-size 3 --bad-rank 2, its exit code and its line.
+
+_CLI_EXIT_CODES = {0: "success", 2: "bad input (no process started)", 130: "an interrupt (Ctrl-C)",
+                   143: "SIGTERM", 129: "SIGHUP"}
+
+
+def _cli_said(exit_code, line) -> str:
+    """Exercise 5's verdict, a sentence: "Right: ..." or what to fix."""
+    if exit_code is None:
+        return "Not yet: set exit_code to the exit code the command ended with (echo $? right after it)."
+    code = _rank_answer(exit_code)
+    if code is None:
+        return f"exit_code = {exit_code!r}: expected a whole number, such as 0."
+    if code == 2 and not line:
+        return ("exit_code = 2: that is the rank told to fail, not the exit code. Run the command, then "
+                "echo $? at once: $? is the exit code of the last command.")
+    if code != 1:
+        meaning = _CLI_EXIT_CODES.get(code, "not one of ddp_lib's exit codes")
+        return (f"exit_code = {code}, which ddp_lib uses for {meaning}. Check the command as written "
+                "(--world-size 3 --bad-rank 2), and read $? right after it, before any other command.")
+    if not line:
+        return "Not yet: set cli_line to the one line the command wrote on stderr, as a string."
+    said = readable_line(str(line))
+    named = (("the rank, rank 2", r"\brank 2\b"), ("the exception type, ValueError", r"ValueError"),
+             ("its message, 'was told to fail'", r"was told to fail"))
+    missing = [what for what, pattern in named if not re.search(pattern, said)]
+    if not missing and not said.startswith("ddp_lib:"):
+        return (f"cli_line = {said!r}: that is the error's own text. The command writes one line of its own, "
+                "on stderr: copy the line that starts with 'ddp_lib:'.")
+    if missing:
+        return (f"cli_line = {said!r}: the line ddp_lib writes names {', '.join(missing)}. "
+                "Copy the line that starts with 'ddp_lib:' from stderr.")
+    return "Right: exit code 1, a worker failed, and the line names rank 2, ValueError and its message."
+
+
+def _as_report(said: str) -> Report:
+    """One PASS line for a "Right: ..." sentence, else one FAIL line, as the lesson's other checkers print."""
+    report = Report()
+    if said.startswith("Right: "):
+        report.ok(said.removeprefix("Right: "))
+    else:
+        report.fail(said.removeprefix("Not yet: "))
+    return report
+
+
+def check_partial_bad_rank(answer, error) -> Report:
+    """Exercise 3: ``answer``, the rank the error names, and ``error``, the exception (or its text) that
+    ``ddp_lib.mp.spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised."""
+    return _as_report(_partial_said(answer, error))
+
+
+def check_cli_bad_rank(exit_code, line) -> Report:
+    """Exercise 5: ``exit_code`` and ``line``, the one line on stderr, of
+    ``python -m ddp_lib run fail_on_rank --world-size 3 --bad-rank 2``."""
+    return _as_report(_cli_said(exit_code, line))
+
+
+def readable_line(text: str, limit: int = 160) -> str:
+    """``text``'s last non-empty line, cut to ``limit`` characters."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= limit else last[:limit - 3] + "..."
