@@ -23,7 +23,7 @@ JOBS ?= 2
 PARALLEL := -n $(JOBS) --dist loadfile --durations=25
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test test-browser test-cluster lint unit nbtest lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book book-serve clean
+.PHONY: install test test-lessons test-browser test-cluster lint lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book book-serve clean
 
 install: $(INSTALLED)
 
@@ -35,8 +35,13 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 # (minutes, root on Linux): they run in make test-cluster, which .ci/run runs after make test.
 CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py notebooks/06b_cluster_lab.ipynb
 
-test: $(INSTALLED) lint  ## lint, then unit tests, multi-process tests and every lesson but the cluster lab under nbval
-	$(PY) -m pytest $(PARALLEL) tests notebooks $(addprefix --ignore=,$(CLUSTER_TESTS)) $(NBVAL)
+# make test is the quick check while working (lint and the library's tests, about 4 minutes on two
+# cores); make test-lessons runs every lesson under nbval (about 5 minutes). .ci/run runs both.
+test: $(INSTALLED) lint  ## lint, then the library's tests: unit tests and multi-process tests on real ranks
+	$(PY) -m pytest $(PARALLEL) tests $(addprefix --ignore=,$(CLUSTER_TESTS))
+
+test-lessons: $(INSTALLED)  ## every lesson but the cluster lab under nbval, each cell's output compared with the stored one
+	$(PY) -m pytest $(PARALLEL) notebooks $(addprefix --ignore=,$(CLUSTER_TESTS)) $(NBVAL)
 
 test-browser: $(INSTALLED)  ## every lesson in JupyterLab in Chromium: errors, cell times, lessons opened as modified, the stop button
 	$(PY) tools/browser_check.py --install $(LESSONS)
@@ -46,12 +51,6 @@ test-cluster: $(INSTALLED)  ## the multi-host tests and the cluster lab: two hos
 
 lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the notebooks' code cells
 	$(VENV)/bin/ruff check $(LINTED)
-
-unit: $(INSTALLED)  ## only the library's tests
-	$(PY) -m pytest $(PARALLEL) tests
-
-nbtest: $(INSTALLED)  ## only the notebooks under nbval
-	$(PY) -m pytest $(PARALLEL) notebooks $(NBVAL)
 
 # LAB_IP=0.0.0.0 (set by the Dockerfile) listens on every interface instead, so that a container's
 # published port reaches the lab.

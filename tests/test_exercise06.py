@@ -1,7 +1,7 @@
 """Lesson 06's checker, under real torchrun on three layouts of local nodes (1 then 2 processes,
 2 then 1, and 1, 1 and 2 on three nodes; the worked solution on the first two, another right
 answer on the third, and the solution's values on all three in this process): right answers pass (the lesson's stub
-is refused in notebooks/06_torchrun.ipynb, whose FAIL line nbval compares under make test). Answers
+is refused in notebooks/06_torchrun.ipynb, whose FAIL line nbval compares under make test-lessons). Answers
 whose mistake is in what they compute (a layout guessed from ``rank``, a world size written in,
 numbers of the wrong type) are judged by the same :func:`find_problems` on what they return under
 each layout's torchrun variables, without a torchrun job each."""

@@ -1,6 +1,6 @@
 """Lesson 02: how processes are started. Real processes on gloo; raw torch.multiprocessing
 launches use forkserver (warm, fast). The spawn start method's failure on a function defined in
-__main__ is lesson 02's own cell (notebooks/02_spawn.ipynb, its output compared by nbval under make test)."""
+__main__ is lesson 02's own cell (notebooks/02_spawn.ipynb, its output compared by nbval under make test-lessons)."""
 
 from __future__ import annotations
 

@@ -8,8 +8,8 @@ seconds split by what each cell does, judged from its source: cells that run tor
 that start ranks (a launch, a checker, ``mp.spawn``), cells that draw a plot, and the rest
 (kernel start, imports and compute). Goal: at most 30 s per lesson.
 
-Suite: the notebook tests as `make test` runs them (pytest with nbval, a fresh kernel each, on
-``--jobs`` processes as ``make test``'s JOBS) against the import-only notebook run the same way,
+Suite: the notebook tests as `make test-lessons` runs them (pytest with nbval, a fresh kernel each, on
+``--jobs`` processes as ``make test-lessons``'s JOBS) against the import-only notebook run the same way,
 timed side by side. Goal: at most 12x.
 """
 
@@ -88,7 +88,7 @@ def import_only_notebook(folder: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=1, help="suite and baseline runs, median taken")
-    parser.add_argument("--jobs", type=int, default=2, help="pytest processes for the suite, as make test (default 2)")
+    parser.add_argument("--jobs", type=int, default=2, help="pytest processes, as make test-lessons (default 2)")
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: every lesson")
     opts = parser.parse_args()
     lessons = opts.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
