@@ -10,35 +10,56 @@ from ddp_lib.exercises.lesson03 import check_device_worker, check_load_on_device
 
 GOOD = '''
 import os, torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_lib.workers.shared import ToyModel, param_checksum
-from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
     local_rank = int(os.environ["LOCAL_RANK"])
-    with process_group(rank, world_size):
-        use_gpu = torch.cuda.is_available()
-        device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_gpu else torch.device("cpu")
+    use_gpu = torch.cuda.is_available()
+    device = torch.device("cuda", local_rank % torch.cuda.device_count()) if use_gpu else torch.device("cpu")
+    if use_gpu:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if use_gpu else "gloo", rank=rank, world_size=world_size,
+                            device_id=device if use_gpu else None)
+    try:
         model = ToyModel().to(device)
         ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
         ddp(torch.randn(20, 10).to(device)).sum().backward()
         torch.optim.SGD(ddp.parameters(), lr=0.01).step()
         return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
+    finally:
+        dist.destroy_process_group()
 '''
+SET_DEVICE_FIRST = """    if use_gpu:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if use_gpu else "gloo", rank=rank, world_size=world_size,
+                            device_id=device if use_gpu else None)
+"""
+SET_DEVICE_LATE = """    dist.init_process_group("nccl" if use_gpu else "gloo", rank=rank, world_size=world_size,
+                            device_id=device if use_gpu else None)
+    if use_gpu:
+        torch.cuda.set_device(device)
+"""
 
-# The same work in the tutorial's own words: init_process_group by hand, the long names.
+# The same work in the tutorial's own words: names imported from torch, a device from a string, another loss.
 GOOD_BY_HAND = '''
 import os
 import torch
-import torch.distributed
 import torch.nn.parallel
+from torch.cuda import set_device
+from torch.distributed import destroy_process_group, init_process_group
 from ddp_lib.workers.shared import ToyModel, param_checksum
 
 def one_step(rank, world_size):
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     cuda = torch.cuda.is_available()
     device = torch.device(f"cuda:{local_rank % torch.cuda.device_count()}" if cuda else "cpu")
-    torch.distributed.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world_size)
+    if cuda:
+        set_device(device)
+        init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+    else:
+        init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         model = ToyModel().to(device)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
@@ -48,7 +69,7 @@ def one_step(rank, world_size):
         optimizer.step()
         return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
     finally:
-        torch.distributed.destroy_process_group()
+        destroy_process_group()
 '''
 
 # No DDP wrapper: the same two collectives written by hand, through other routes (a ProcessGroup
@@ -59,11 +80,17 @@ import torch.distributed as dist
 from torch.distributed import all_reduce
 from torch.distributed.distributed_c10d import ReduceOp
 from ddp_lib.workers.shared import ToyModel, param_checksum
-from ddp_lib.process_group import process_group
 
 def one_step(rank, world_size):
     local_rank = int(os.environ["LOCAL_RANK"])
-    with process_group(rank, world_size) as device:
+    if torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.accelerator.set_device_index(device)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
         model = ToyModel().to(device)
         for p in model.parameters():
             dist.group.WORLD.broadcast(p.data, 0).wait()
@@ -73,17 +100,33 @@ def one_step(rank, world_size):
             p.grad /= dist.get_world_size()
         torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9).step()
         return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
+    finally:
+        dist.destroy_process_group()
 '''
 
 # Answers that must be refused, with the words the report must contain.
 WRONG = {
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
                   "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
+    "set_device_after_init": (GOOD.replace(SET_DEVICE_FIRST, SET_DEVICE_LATE),
+                              "did not call torch.cuda.set_device before init_process_group (it came after"),
+    "no_set_device": (GOOD.replace("        torch.cuda.set_device(device)\n", "        pass\n"),
+                      "did not call torch.cuda.set_device before init_process_group: call it first"),
+    "set_device_of_rank": (GOOD.replace("torch.cuda.set_device(device)", "torch.cuda.set_device(rank)"),
+                           "called set_device(3) (that is RANK: use LOCAL_RANK)"),
+    "no_device_id": (GOOD.replace("device_id=device if use_gpu else None", "device_id=None"),
+                     "passed device_id=None to init_process_group: pass device_id=device"),
+    "gloo_on_gpus": (GOOD.replace('"nccl" if use_gpu else "gloo"', '"gloo"'),
+                     "joined with backend 'gloo': use \"nccl\" for CUDA GPUs"),
+    "model_before_the_group": (GOOD.replace("    if use_gpu:\n        torch.cuda.set_device(device)\n",
+                                            "    ToyModel().to(device)\n"
+                                            "    if use_gpu:\n        torch.cuda.set_device(device)\n"),
+                               "build the model after init_process_group"),
     "device_ids_on_cpu": (GOOD.replace('[device.index] if device.type == "cuda" else None', "[local_rank]"),
                           "with a CPU model pass device_ids=None"),
     "made_up_dict": ('import os\ndef one_step(rank, world_size):\n'
                      '    return {"local_rank": int(os.environ["LOCAL_RANK"]), "device": "cpu", "checksum": 1.0}\n',
-                     "never called a ToyModel"),
+                     "never called dist.init_process_group"),
     "no_ddp": (GOOD.replace('ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)',
                             "ddp = model"), "fed its batch to weights that differ from rank 0's"),
     "ddp_without_a_backward": (GOOD.replace(".sum().backward()", ".sum()"),
@@ -110,11 +153,14 @@ def _write(tmp_path, monkeypatch, name, source):
     return importlib.import_module(name).one_step
 
 
-@pytest.mark.parametrize("name, source", [("good03_by_hand", GOOD_BY_HAND), ("good03_without_ddp", GOOD_WITHOUT_DDP)])
+@pytest.mark.parametrize("name, source", [("good03", GOOD), ("good03_by_hand", GOOD_BY_HAND),
+                                          ("good03_without_ddp", GOOD_WITHOUT_DDP)])
 def test_right_answers_pass_on_both_layouts(name, source, tmp_path, monkeypatch):
     report = check_device_worker(_write(tmp_path, monkeypatch, name, source))
-    assert report.passed and len(report.lines) == 2, str(report)
-    assert report.lines[0].startswith("PASS 2 nodes x 2 ranks") and report.lines[1].startswith("PASS 1 node x 3 ranks")
+    assert report.passed and len(report.lines) == 3, str(report)
+    assert report.lines[0].startswith("PASS on a node with 2 GPUs (faked)")
+    assert report.lines[1].startswith("PASS 2 nodes x 2 ranks") and report.lines[2].startswith("PASS 1 node x 3 ranks")
+
 
 
 @pytest.mark.parametrize("case", sorted(WRONG))
@@ -127,7 +173,7 @@ def test_wrong_answers_are_refused_with_the_reason(case, tmp_path, monkeypatch):
     assert len(fails) == 1 and message in fails[0], str(report)
 
 
-# Exercise 4: load_on_device(path, device), two right answers and the mistakes a learner makes.
+# Exercise 3: load_on_device(path, device), two right answers and the mistakes a learner makes.
 LOAD_GOOD = {
     "map_location_device": "def load_on_device(path, device):\n    return torch.load(path, map_location=device)\n",
     "map_location_string": ("def load_on_device(path, device):\n"

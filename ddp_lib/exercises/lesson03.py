@@ -1,8 +1,12 @@
-"""Checkers for lesson 03's exercises: ``one_step`` uses LOCAL_RANK's device; ``load_on_device`` uses map_location."""
+"""Checkers for lesson 03's exercises: ``one_step`` uses LOCAL_RANK's device and calls ``set_device`` before
+``init_process_group``; ``load_on_device`` uses map_location."""
 
+import contextlib
 import os
 import pathlib
+import pkgutil
 from collections.abc import Callable
+from unittest import mock
 
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
@@ -84,16 +88,90 @@ def diagnose(runs: list[dict]) -> str | None:
     return None
 
 
+def gpu_order(fn: Callable) -> str | None:
+    """Run ``fn(3, 4)`` in this process as rank 3, LOCAL_RANK 1, on a node said to have 2 CUDA GPUs, up to its
+    ``init_process_group`` and the first error after it (its model cannot go to a GPU this machine lacks).
+    ``torch.cuda.is_available``, ``device_count``, ``set_device`` and ``dist.init_process_group`` are
+    stand-ins that record their calls, so no GPU is needed. Returns the first mistake in the GPU lines
+    (set_device first, on cuda:1; then nccl with device_id=cuda:1), or None."""
+    calls: list[tuple] = []
+
+    def set_device(device) -> None:
+        index = device if isinstance(device, int) else torch.device(device).index
+        calls.append(("set_device", index))
+
+    def init_process_group(backend=None, *args, **kwargs):
+        device_id = kwargs.get("device_id")
+        calls.append(("init_process_group", backend,
+                      device_id if isinstance(device_id, int) or device_id is None else torch.device(device_id).index))
+
+    stand_ins = {"torch.cuda.is_available": lambda: True, "torch.cuda.device_count": lambda: 2,
+                 "torch.cuda.set_device": set_device, "torch.accelerator.set_device_index": set_device,
+                 "torch.distributed.init_process_group": init_process_group,
+                 "torch.distributed.distributed_c10d.init_process_group": init_process_group,
+                 # a group this process may really be in is left alone
+                 "torch.distributed.destroy_process_group": lambda *args, **kwargs: None,
+                 "torch.distributed.distributed_c10d.destroy_process_group": lambda *args, **kwargs: None}
+    originals = {name: pkgutil.resolve_name(name) for name in stand_ins}
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}
+    with mock.patch.dict(os.environ, env):
+        with contextlib.ExitStack() as stack:
+            for name, stand_in in stand_ins.items():
+                stack.enter_context(mock.patch(name, stand_in))
+            for global_name, value in list(fn.__globals__.items()):  # from torch.cuda import set_device, ...
+                for name, original in originals.items():
+                    if value is original:
+                        stack.enter_context(mock.patch.dict(fn.__globals__, {global_name: stand_ins[name]}))
+            try:
+                fn(3, 4)
+            except Exception as error:  # after the join: the faked GPU cannot hold a model. Before it: theirs
+                if not any(call[0] == "init_process_group" for call in calls):
+                    said = str(error).splitlines()[0][:120] if str(error) else ""
+                    if isinstance(error, NotImplementedError):  # the stub: its message says what to write
+                        return f"rank 3 raised NotImplementedError: {said}"
+                    return (f"on a node with 2 GPUs (faked), rank 3 raised {type(error).__name__}: {said}; only "
+                            "torch.cuda.is_available, device_count, set_device and dist.init_process_group are "
+                            "faked: call those yourself, and build the model after init_process_group")
+    joins = [i for i, call in enumerate(calls) if call[0] == "init_process_group"]
+    if not joins:
+        return "on a node with 2 GPUs (faked), rank 3 never called dist.init_process_group: join the group yourself"
+    _, backend, device_id = calls[joins[0]]
+    devices = [call[1] for call in calls[:joins[0]] if call[0] == "set_device"]
+    if not devices:
+        later = " (it came after init_process_group)" if any(call[0] == "set_device" for call in calls) else ""
+        return (f"on a node with 2 GPUs (faked), rank 3 did not call torch.cuda.set_device before "
+                f"init_process_group{later}: call it first, with the rank's device")
+    if devices[-1] != 1:
+        hint = " (that is RANK: use LOCAL_RANK)" if devices[-1] == 3 else ""
+        return (f"on a node with 2 GPUs (faked), rank 3 (LOCAL_RANK 1) called set_device({devices[-1]}){hint}: "
+                "expected cuda:1")
+    if backend is not None and "nccl" not in str(backend):
+        return f"on a node with 2 GPUs (faked), rank 3 joined with backend {backend!r}: use \"nccl\" for CUDA GPUs"
+    if device_id != 1:
+        return (f"on a node with 2 GPUs (faked), rank 3 passed device_id={device_id} to init_process_group: "
+                "pass device_id=device, the rank's GPU (cuda:1)")
+    return None
+
+
 def check_device_worker(fn: Callable, timeout: float = 120):
-    """A report on ``fn(rank, world_size)`` on 2 simulated nodes x 2 ranks, then 1 node x 3; stops at a failure."""
-    return check_on_ranks(_run_learner, tuple(LAYOUTS), diagnose, (worker_name(fn),), stop=True,
+    """A report on ``fn(rank, world_size)``: first its GPU lines on a faked GPU node (``gpu_order``), then
+    real runs on 2 simulated nodes x 2 ranks and 1 node x 3; stops at a failure."""
+    problem = gpu_order(fn)
+    if problem is not None:
+        report = Report()
+        report.fail(problem)
+        return report
+    report = check_on_ranks(_run_learner, tuple(LAYOUTS), diagnose, (worker_name(fn),), stop=True,
                           where=lambda runs: LAYOUTS[len(runs)][1], timeout=timeout, hints=HINTS,
                           passed=lambda runs: f"every rank used its LOCAL_RANK's device "
                           f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
                           "of all ranks' gradients to the same parameters")
+    report.lines.insert(0, "PASS on a node with 2 GPUs (faked): set_device(cuda:1), then init_process_group(\"nccl\", "
+                           "device_id=cuda:1)")
+    return report
 
 
-# Exercise 4: a checkpoint saved on cuda:0, loaded onto the rank's own device.
+# Exercise 3: a checkpoint saved on cuda:0, loaded onto the rank's own device.
 CUDA_CHECKPOINT = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "data" / "saved_on_cuda0.pt"
 # cpu, then meta: a second device that every machine has, so a device written into the code shows.
 LOAD_DEVICES = (torch.device("cpu"), torch.device("meta"))
