@@ -1,12 +1,14 @@
-"""Lesson 05's evaluation-shard schematic: what it draws follows DistributedSampler's padding."""
+"""Lesson 05's plots: the evaluation-shard schematic follows DistributedSampler's padding; loss curves shade
+the bands they are given."""
 
 import matplotlib
 
 matplotlib.use("Agg")
 
+import matplotlib.pyplot as plt  # noqa: E402
 from torch.utils.data import DistributedSampler  # noqa: E402
 
-from ddp_lib.plots.training import plot_padded_vs_strided  # noqa: E402
+from ddp_lib.plots.training import plot_loss_curves, plot_padded_vs_strided  # noqa: E402
 
 
 def test_the_padded_panel_draws_what_distributed_sampler_reads_and_the_strided_one_each_sample_once():
@@ -17,3 +19,9 @@ def test_the_padded_panel_draws_what_distributed_sampler_reads_and_the_strided_o
     assert sorted(strided) == list(range(10))
     hatched = [p for p in fig.axes[0].patches if p.get_hatch()]
     assert len(hatched) == 4 and not [p for p in fig.axes[1].patches if p.get_hatch()]
+
+
+def test_loss_curves_shade_a_band_only_for_the_labels_given():
+    ax = plot_loss_curves({"a": [3.0, 2.0, 1.0], "b": [2.0, 1.5, 1.0]}, bands={"a": ([2.5, 1.5, 0.5], [3.5, 2.5, 1.5])})
+    assert len(ax.lines) == 2 and len(ax.collections) == 1
+    plt.close(ax.figure)

@@ -1,4 +1,5 @@
-"""Lesson 05's checks, on real ranks: per-rank batch norm statistics and the wrapper's re-sync, rank 0's
+"""Lesson 05's checks, on real ranks: per-rank batch norm statistics and the wrapper's re-sync, whose data
+they describe with and without the forward buffer sync, a metric counted two ways, rank 0's
 evaluation with the buffer sync off, your own all-reduce inside Join, and a save that fails half-way."""
 
 import pytest
@@ -18,6 +19,21 @@ def test_batchnorm_statistics_differ_until_an_evaluation_through_the_wrapper():
     pairs = zip(r0["averaged"], r0["after_training"], r1["after_training"])
     assert all(abs(m - (a + b) / 2) < 2e-4 for m, a, b in pairs)
 
+
+
+def test_batchnorm_statistics_are_rank_0s_unless_the_forward_sync_is_off():
+    synced = run_ranks(training_checks.batchnorm_data_sources, 2, show_output=False)
+    assert abs(synced[0]["own"]) < 1 and abs(synced[0]["averaged"]) < 1  # rank 0's data, near 0
+    assert synced[0]["global"] > 4  # the global batches' means, near 5
+    assert abs(synced[1]["own"] - synced[0]["own"]) < 1.5  # one update of rank 1's away
+    apart = run_ranks(training_checks.batchnorm_data_sources, 2, kwargs=dict(forward_sync_buffers=False),
+                      show_output=False)
+    assert abs(apart[0]["averaged"] - apart[0]["global"]) < 0.02
+
+
+def test_strided_split_counts_each_sample_once_and_the_sampler_pads():
+    counted = run_ranks(training_checks.accuracy_two_ways, 4, show_output=False)[0]
+    assert counted == {"strided": (6, 10), "DistributedSampler": (7, 12), "true": (6, 10)}
 
 def test_rank0_evaluates_through_the_wrapper_without_the_buffer_sync():
     results = run_ranks(training_checks.rank0_eval_without_buffer_sync, 2, show_output=False)

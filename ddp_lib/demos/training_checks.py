@@ -1,6 +1,6 @@
-"""Lesson 05's checks: batch norm statistics per rank, evaluation on rank 0 through the wrapper with
-the buffer sync off and with one process group, the template with a crash on purpose, your own collective
-inside ``Join``, and a save that fails half-way."""
+"""Lesson 05's checks: a metric counted two ways; batch norm statistics per rank, and whose data they
+describe; evaluation on rank 0 through the wrapper with the buffer sync off and with one process group;
+the template with a crash on purpose; your own collective inside ``Join``; and a save that fails half-way."""
 
 from __future__ import annotations
 
@@ -51,6 +51,52 @@ def batchnorm_statistics(rank: int, world_size: int, steps: int = 4, batch_size:
         after_wrapper_eval = [round(v, 4) for v in batchnorm.running_mean[:3].tolist()]
         return {"after_training": after_training, "after_wrapper_eval": after_wrapper_eval,
                 "averaged": [round(v, 4) for v in averaged[:3].tolist()]}
+
+
+def accuracy_two_ways(rank: int, world_size: int, n: int = 10) -> dict:
+    """Samples ``0 .. n-1``, and a model that is right on every sample not divisible by 3. Each rank
+    counts its correct samples and its samples in two splits, and one all-reduce adds up each pair:
+    the strided split ``r, r + N, ...`` (each sample once) and ``DistributedSampler``'s, which pads.
+    Returns {"strided": (correct, counted), "DistributedSampler": (correct, counted), "true": (correct, n)}."""
+    with process_group(rank, world_size) as device:
+        def right(i: int) -> bool:
+            return i % 3 != 0
+
+        splits = {"strided": list(range(rank, n, world_size)),
+                  "DistributedSampler": list(DistributedSampler(range(n), shuffle=False))}
+        counts = {}
+        for name, mine in splits.items():
+            totals = torch.tensor([sum(right(i) for i in mine), len(mine)], dtype=torch.float64, device=device)
+            dist.all_reduce(totals)  # sums over the ranks
+            counts[name] = (int(totals[0]), int(totals[1]))
+        counts["true"] = (sum(right(i) for i in range(n)), n)
+        return counts
+
+
+def batchnorm_data_sources(rank: int, world_size: int, forward_sync_buffers: bool = True, steps: int = 20,
+                           batch_size: int = 16) -> dict:
+    """A ``BatchNorm1d(1)`` under ``DDP(..., forward_sync_buffers=...)`` trains ``steps`` steps, rank ``r``
+    on batches of one feature around ``10·r``. Returns this rank's running mean after training, its
+    average over the ranks (an all-reduce divided by the world size), and the running mean one process
+    would keep over the global batches (the moving average of their means, with the layer's momentum)."""
+    with process_group(rank, world_size) as device:
+        def batch(step: int, r: int) -> torch.Tensor:
+            noise = torch.randn(batch_size, 1, generator=torch.Generator().manual_seed(1000 * step + r))
+            return noise + 10.0 * r
+
+        layer = nn.BatchNorm1d(1)
+        ddp_model = DDP(layer.to(device), device_ids=device_ids_for(device),
+                        forward_sync_buffers=forward_sync_buffers)
+        global_ema = 0.0  # the running mean starts at 0
+        for step in range(steps):
+            ddp_model(batch(step, rank).to(device)).square().mean().backward()
+            global_mean = torch.cat([batch(step, r) for r in range(world_size)]).mean().item()
+            global_ema = (1 - layer.momentum) * global_ema + layer.momentum * global_mean
+        averaged = layer.running_mean.clone()
+        dist.all_reduce(averaged)
+        averaged /= world_size
+        return {"own": round(layer.running_mean.item(), 2), "averaged": round(averaged.item(), 2),
+                "global": round(global_ema, 2)}
 
 
 def rank0_eval_without_buffer_sync(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:

@@ -5,13 +5,19 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 
-def plot_loss_curves(curves: dict[str, list[float]], title: str = "training loss", ax=None):
+def plot_loss_curves(curves: dict[str, list[float]], title: str = "training loss", ax=None,
+                     bands: dict[str, tuple[list[float], list[float]]] | None = None):
     """One line per run: ``curves`` maps a label (e.g. "2 ranks") to its per-epoch losses.
-    Returns the matplotlib Axes."""
+    ``bands`` optionally maps a label to per-epoch (lowest, highest) losses, shaded in the line's colour
+    (e.g. the range over several seeds). Returns the matplotlib Axes."""
     if ax is None:
         _, ax = plt.subplots(figsize=(5.5, 3.5))
     for label, losses in curves.items():
-        ax.plot(range(1, len(losses) + 1), losses, marker="o", markersize=3, label=label)
+        epochs = range(1, len(losses) + 1)
+        (line,) = ax.plot(epochs, losses, marker="o", markersize=3, label=label)
+        if bands and label in bands:
+            low, high = bands[label]
+            ax.fill_between(epochs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("epoch")
     ax.set_ylabel("loss (mean over all ranks' samples)")
     ax.set_title(title)

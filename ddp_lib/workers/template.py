@@ -11,7 +11,10 @@ template" without ":train_job" runs ddp_lib's own unedited template instead, not
 
 Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoint-dir continues
 from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
-Only rank 0 reads and writes the checkpoint, so on several machines the directory need not be shared.
+Only rank 0 reads and writes the checkpoint, so the directory need not be shared while rank 0 runs on
+the machine that wrote it: one machine, or torchrun --node-rank (static rendezvous). Under torchrun's
+c10d rendezvous a restart can make another machine rank 0, which then finds no checkpoint and starts
+from epoch 1: there, use a shared directory.
 Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
 A resume with a schedule (make_scheduler) must keep the settings that set its length (--epochs,
 batch size, world size, --accumulate, --warmup-steps): otherwise rank 0 says what to do, and every
