@@ -161,3 +161,10 @@ def test_no_sync_needs_the_forward_inside_it():
     for inside, expected in ((True, [0, 1]), (False, [1, 1])):
         r = run_ranks(gradients.no_sync_run, 2, kwargs=dict(forward_inside_no_sync=inside), show_output=False)[0]
         assert r["allreduces_per_micro_batch"] == expected
+
+
+def test_epoch_end_leftover_micro_batches_must_be_synced():
+    for rule, equal in (("step_once_more", False), ("synced", True)):
+        r0, r1 = run_ranks(gradients.epoch_end_accumulation, 2, kwargs=dict(last_group=rule), show_output=False)
+        assert torch.equal(r0["params"], r1["params"]) is equal
+        assert torch.allclose(r0["params"], r0["one_process"], rtol=0, atol=1e-6) is equal

@@ -55,12 +55,12 @@ def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_bat
         per_rank_batch: batch per rank.
     """
     with process_group(rank, world_size) as device:
-        model = wrap_ddp(make_mlp(seed).to(device), device)
-        alone = copy.deepcopy(model.module)  # same weights, no DDP: what this rank computes by itself
+        ddp_model = wrap_ddp(make_mlp(seed).to(device), device)
+        alone = copy.deepcopy(ddp_model.module)  # same weights, no DDP: what this rank computes by itself
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, seed))
         nn.functional.mse_loss(alone(x), y).backward()
-        nn.functional.mse_loss(model(x), y).backward()  # the all-reduce happens inside this call
-        local, synced = flat_grads(alone).to(device), flat_grads(model)
+        nn.functional.mse_loss(ddp_model(x), y).backward()  # the all-reduce happens inside this call
+        local, synced = flat_grads(alone).to(device), flat_grads(ddp_model)
         mean_of_local = sum(gather_flat(local)) / world_size
         everyone = gather_flat(synced.to(device))
         return {
@@ -93,13 +93,13 @@ def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) ->
         result = {"n": n, "entries_that_differ": int((multiplied != divided).sum())}
         for way in ("built_in", "allreduce_hook", "bucket_view"):
             layer = nn.Linear(n, 1, bias=False)  # the gradient of its weight for input g is exactly g
-            model = wrap_ddp(layer.to(device), device, gradient_as_bucket_view=way == "bucket_view")
+            ddp_model = wrap_ddp(layer.to(device), device, gradient_as_bucket_view=way == "bucket_view")
             if way == "allreduce_hook":
-                model.register_comm_hook(None, default_hooks.allreduce_hook)
+                ddp_model.register_comm_hook(None, default_hooks.allreduce_hook)
             if way == "bucket_view":  # a first backward makes .grad a view into the bucket; zero it in place
-                model(g.to(device)).sum().backward()
+                ddp_model(g.to(device)).sum().backward()
                 layer.weight.grad.zero_()
-            model(g.to(device)).sum().backward()
+            ddp_model(g.to(device)).sum().backward()
             grad = layer.weight.grad.cpu()
             result[way] = next((name for name, s in sums.items() if torch.equal(grad, s)), "neither")
         return result
@@ -117,8 +117,8 @@ def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5,
         lr: SGD learning rate.
     """
     with process_group(rank, world_size) as device:
-        model = wrap_ddp(make_mlp(seed + rank).to(device), device)
-        return _train(model, lambda step: rank_batch(step, rank, world_size, per_rank_batch, seed),
+        ddp_model = wrap_ddp(make_mlp(seed + rank).to(device), device)
+        return _train(ddp_model, lambda step: rank_batch(step, rank, world_size, per_rank_batch, seed),
                       steps, reduction, device, lr)
 
 
@@ -137,8 +137,8 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
             torch's docstring of no_sync warns about: the backward then synchronises anyway.
     """
     with process_group(rank, world_size) as device:
-        model = wrap_ddp(make_mlp(seed).to(device), device)
-        optimizer = torch.optim.SGD(model.parameters(), lr=LR)
+        ddp_model = wrap_ddp(make_mlp(seed).to(device), device)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR)
         micro = per_rank_batch // grad_accum_steps
         allreduces_per_micro_batch = []
         for step in range(steps):
@@ -149,18 +149,67 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
                 last = i == grad_accum_steps - 1
                 # Inside no_sync, backward only accumulates into .grad; the next synced backward
                 # all-reduces the accumulated sum.
-                skip_sync = nullcontext() if last else model.no_sync()
+                skip_sync = nullcontext() if last else ddp_model.no_sync()
                 with profile(activities=[ProfilerActivity.CPU]) as prof:
                     if not forward_inside_no_sync:
-                        loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
+                        loss = nn.functional.mse_loss(ddp_model(x[rows]), y[rows]) / grad_accum_steps
                     with skip_sync:
                         if forward_inside_no_sync:
-                            loss = nn.functional.mse_loss(model(x[rows]), y[rows]) / grad_accum_steps
+                            loss = nn.functional.mse_loss(ddp_model(x[rows]), y[rows]) / grad_accum_steps
                         loss.backward()
                 if step == 0:
                     allreduces_per_micro_batch.append(c10d_ops(prof).get("allreduce_", 0))
             optimizer.step()
-        return {"params": flat_params(model), "allreduces_per_micro_batch": allreduces_per_micro_batch}
+        return {"params": flat_params(ddp_model), "allreduces_per_micro_batch": allreduces_per_micro_batch}
+
+
+def epoch_end_accumulation(rank: int, world_size: int, micro_batches: int = 5, grad_accum_steps: int = 2,
+                           last_group: Literal["step_once_more", "synced"] = "synced",
+                           per_rank_batch: int = 2, seed: int = 0) -> dict:
+    """One epoch of gradient accumulation whose micro-batch count is not a multiple of
+    ``grad_accum_steps`` (K). Returns this rank's final parameters, and those of one process
+    without DDP that steps once per group of K global batches (fewer in the last group).
+
+    Args:
+        micro_batches: micro-batches in the epoch, per rank.
+        grad_accum_steps: micro-batches per optimizer step (K).
+        last_group: "step_once_more" syncs every K-th micro-batch and divides each loss by K, then
+            steps once more after the loop: the leftover micro-batches ran inside no_sync(), so
+            that step uses this rank's own gradient. "synced" also syncs the epoch's last
+            micro-batch and divides each loss by its group's real size.
+        per_rank_batch: rows per micro-batch per rank.
+        seed: seed of the model and data.
+    """
+    n, K = micro_batches, grad_accum_steps
+    with process_group(rank, world_size) as device:
+        ddp_model = wrap_ddp(make_mlp(seed).to(device), device)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR)
+        for i in range(n):
+            x, y = (t.to(device) for t in rank_batch(i, rank, world_size, per_rank_batch, seed))
+            if last_group == "synced":
+                last = (i + 1) % K == 0 or i == n - 1
+                group = min(K, n - i // K * K)  # K, or fewer in the epoch's last group
+            else:
+                last, group = (i + 1) % K == 0, K
+            with nullcontext() if last else ddp_model.no_sync():
+                loss = nn.functional.mse_loss(ddp_model(x), y) / group
+                loss.backward()
+            if last:
+                optimizer.step()
+                optimizer.zero_grad()
+        if last_group == "step_once_more" and n % K:
+            optimizer.step()  # on gradients that were never all-reduced
+            optimizer.zero_grad()
+    one = make_mlp(seed)  # the reference: one process, the global batches, no DDP
+    one_optimizer = torch.optim.SGD(one.parameters(), lr=LR)
+    for first in range(0, n, K):
+        group = range(first, min(first + K, n))
+        for i in group:
+            x, y = global_batch(i, world_size * per_rank_batch, seed)
+            (nn.functional.mse_loss(one(x), y) / len(group)).backward()
+        one_optimizer.step()
+        one_optimizer.zero_grad()
+    return {"params": flat_params(ddp_model), "one_process": flat_params(one)}
 
 
 def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 3,
@@ -176,15 +225,15 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
     """
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
-        model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
+        ddp_model = wrap_ddp(TwoHeads().to(device), device, find_unused_parameters=find_unused_parameters)
         x, y = torch.randn(4, 8, device=device), torch.randn(4, 4, device=device)
         per_step = []
         for _ in range(steps):
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                nn.functional.mse_loss(model(x, use_b), y).backward()
+                nn.functional.mse_loss(ddp_model(x, use_b), y).backward()
             per_step.append(c10d_ops(prof))
         collectives = {name: sum(step.get(name, 0) for step in per_step) for name in sorted(set().union(*per_step))}
-        return {"b_weight_grad": model.module.b.weight.grad, "steps": steps, "collectives": collectives,
+        return {"b_weight_grad": ddp_model.module.b.weight.grad, "steps": steps, "collectives": collectives,
                 "collectives_per_step": per_step}
 
 
@@ -205,9 +254,9 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
         alone = copy.deepcopy(plain.module)  # same weights, no DDP: this rank's own gradient
         nn.functional.mse_loss(alone(x), y).backward()
         result = {"own": flat_grads(alone)}
-        for name, model in (("plain", plain), ("fp16", fp16)):
-            nn.functional.mse_loss(model(x), y).backward()
-            result[name] = flat_grads(model)
+        for name, ddp_model in (("plain", plain), ("fp16", fp16)):
+            nn.functional.mse_loss(ddp_model(x), y).backward()
+            result[name] = flat_grads(ddp_model)
         return result
 
 
@@ -220,9 +269,9 @@ def fp16_tiny_gradients(rank: int, world_size: int, steps_of_2_24: tuple[float, 
     with process_group(rank, world_size) as device:
         g = torch.tensor([steps_of_2_24], dtype=torch.float32) * step  # exact in float32
         layer = nn.Linear(g.numel(), 1, bias=False)  # the gradient of its weight for input g is exactly g
-        model = wrap_ddp(layer.to(device), device)
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
-        model(g.to(device)).sum().backward()
+        ddp_model = wrap_ddp(layer.to(device), device)
+        ddp_model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        ddp_model(g.to(device)).sum().backward()
         return {"sent": list(steps_of_2_24), "averaged": [v / step for v in layer.weight.grad.cpu()[0].tolist()]}
 
 
