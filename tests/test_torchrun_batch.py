@@ -95,3 +95,16 @@ def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
             assert with_log_dir(command, str(tmp_path / "other"))[0] == command, name
             shown = command_text(command)
             assert "--log-dir=" in shown and "--tee=" in shown, shown
+
+
+def test_typed_leaves_out_what_the_helper_adds(tmp_path):
+    commands = torchrun_batch.lesson_commands(tmp_path, taken_port=4242)
+    assert "static" not in commands  # the lesson runs its static rendezvous as a plain cell
+    c10d = torchrun_batch.typed("c10d", commands["c10d"][0])
+    assert c10d.startswith("torchrun --nproc-per-node=1 --nnodes=2 --rdzv-backend=c10d")
+    for added in ("--redirects", "--tee", "--log-dir", "--max-restarts"):
+        assert added not in c10d
+    # the sections that read a job's rank folders show its --log-dir; the job failing keeps its own --tee=3
+    assert "--log-dir=DIR" in torchrun_batch.typed("log_dir", commands["log_dir"][0])
+    failing = torchrun_batch.typed("failing", commands["failing"][0])
+    assert "--log-dir=DIR --tee=3" in failing and "--redirects" not in failing

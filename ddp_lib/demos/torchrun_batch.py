@@ -33,7 +33,6 @@ JOBS = {
     "taken_port": "a job given a --master-port that another process holds",
     "c10d": "two nodes meeting with the c10d rendezvous",
     "wrong_id": "one node of a two-node job, its partner sent to another --rdzv-id by mistake",
-    "static": "two nodes with the static rendezvous (--node-rank)",
     "failing": "rank 0 raises: torchrun's failure summary",
 }
 # Started beside them and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
@@ -46,6 +45,17 @@ HANG_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's
 # Not a torchrun: the shared-store demonstration of the lesson's Deeper section, run beside the jobs
 # so that its torch import and its short waits cost no time of their own.
 BESIDE = [sys.executable, "-m", "ddp_lib.demos.stale_store"]
+# What run_together and node_commands add to a command, left out of the command as typed (see typed()).
+ADDED = ("--redirects=3", "--tee=2", "--max-restarts=0")
+READS_LOG_DIR = ("log_dir", "failing")  # the jobs whose sections read their rank folders: --log-dir is shown
+
+
+def typed(name: str, command: list[str]) -> str:
+    """The command of the job ``name`` as a learner would type it: without the options that only keep
+    each rank's output for the lesson to read back (:data:`ADDED`, and ``--log-dir`` unless the job's
+    section reads its folders), as :func:`command_text` shows it."""
+    return command_text([arg for arg in command if arg not in ADDED
+                         and not (arg.startswith("--log-dir=") and name not in READS_LOG_DIR)])
 
 
 def _plain(*options: str) -> list[str]:
@@ -76,6 +86,10 @@ class LessonJobs:
             raise KeyError(f"no job named {name!r}; the jobs are {', '.join(self.jobs)}")
         return self.jobs[name]
 
+    def typed(self, name: str) -> list[str]:
+        """The commands of the job ``name``, one per node, as typed (:func:`typed`)."""
+        return [typed(name, command) for command in self.commands[name]]
+
     def log_dir(self, name: str) -> Path:
         """The --log-dir of the job ``name``: one folder per job, shared by its nodes."""
         return self.folder / name
@@ -99,7 +113,6 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
         "c10d": node_commands(PROGRAM, nnodes=2, nproc_per_node=1,
                               options=(logs("c10d"), "--rdzv-conf=close_timeout=1")),
         "wrong_id": [wrong_id],
-        "static": node_commands(PROGRAM, nnodes=2, nproc_per_node=[2, 1], static=True, options=(logs("static"),)),
         "failing": [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                      logs("failing"), "--tee=3", "-m", "ddp_lib.workers.torchrun_failure"]],
     }
@@ -110,8 +123,8 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
 def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -> LessonJobs:
     """Start every job of :data:`JOBS` and :data:`WATCHED` side by side; wait for all, and signal the
     watched ones once the rank of ``hang`` has slept a while. Print each command of the jobs named
-    in ``show`` (every job when None) as typed, and only the names of the others, whose sections print
-    them. A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
+    in ``show`` (every job when None) as typed (:func:`typed`), and only the names of the others, whose
+    sections print them. A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
     tmp = tempfile.TemporaryDirectory(prefix="lesson06-jobs-")
     folder = Path(tmp.name)
     with socket.socket() as held:  # stands for another job's store, on the port given to "taken_port"
@@ -128,7 +141,7 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
                 continue
             for node, command in enumerate(node_cmds):
                 where = f" node {node}" if len(node_cmds) > 1 else ""
-                print(f"{name}{where}: {command_text(command)}", flush=True)
+                print(f"{name}{where}: {typed(name, command)}", flush=True)
         watch = torchrun_signals.start(HANG_ENV)
         watched_commands = {name: command_text(command) for name, command in watch.commands.items()}
         watched_commands["hang"] = " ".join(f"{k}={v}" for k, v in HANG_ENV.items()) + " " + watched_commands["hang"]
