@@ -196,5 +196,27 @@ def spread(result: dict, cap_mb: float, part: str) -> tuple[float, float, float]
     return (median(values), *quartiles(values))
 
 
+# Four comparisons of the profile (the step, the all-reduces, the wait, backward's computation), each asked both
+# ways: eight tests, which share the 5% error budget (Bonferroni's rule).
+PROFILE_TESTS = 8
+
+
+def paired_verdict(result: dict, part: str, tests: int = PROFILE_TESTS) -> str:
+    """The sign test on one part of step_summary() over the profile's paired rounds, small buckets against
+    one bucket: "lower" or "higher" (small buckets' part against one bucket's) or "undecided", with the
+    wins each way, p and the cut for ``tests`` tests."""
+    from ddp_lib.bench.wide import sign_test_p, sign_test_wins
+
+    rounds = list(zip(result["steps"][f"{result['bucket_cap_mb']:g}"],
+                      result["steps"][f"{result['one_bucket_cap_mb']:g}"]))
+    cut = sign_test_wins(len(rounds), tests=tests)
+    small_wins = sum(s[part] < o[part] for s, o in rounds)
+    one_wins = sum(o[part] < s[part] for s, o in rounds)
+    wins = max(small_wins, one_wins)
+    verdict = "undecided" if wins < cut else ("lower" if small_wins > one_wins else "higher")
+    return (f"{verdict}: small buckets shorter in {small_wins} of {len(rounds)} rounds, one bucket in {one_wins}; "
+            f"p = {sign_test_p(wins, len(rounds)):.2g}, a verdict needs {cut}")
+
+
 def main(argv: list[str]) -> int:
     return run_main(argv, "overlap", __doc__, measure, COLUMNS)

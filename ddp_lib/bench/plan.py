@@ -48,5 +48,6 @@ def format_plan(p: dict) -> str:
         f"against a backward of {p['backward_ms']:g} ms: ratio {p['ratio']:.2f} "
         + ("(well below 1: DDP adds little)" if p["ratio"] < 0.5 else
            "(near 1 or above: bound by communication)" if p["ratio"] >= 0.8 else "(a large share)"),
-        f"with no overlap: {p['n']} ranks step about {p['speedup']:.1f}x one rank's throughput, not {p['n']}x",
+        f"with no overlap, counting backward alone: {p['n']} ranks step about {p['speedup']:.1f}x one rank's "
+        f"throughput, not {p['n']}x",
     ])
