@@ -1,7 +1,8 @@
-"""A write that finds no room: the launcher's own output capture is named as such, and a checkpoint
-that cannot be written names its path. The room runs out for real: the kernel's file size limit
-(RLIMIT_FSIZE, with SIGXFSZ ignored, so a write fails with EFBIG as a full disk fails with ENOSPC),
-set in a fresh interpreter whose forkserver, and so whose ranks, inherit it."""
+"""A write that finds no room: the launcher's own output capture is named as such, so is a rank's
+result that its folder has no room for, and a checkpoint that cannot be written names its path.
+The room runs out for real: the kernel's file size limit (RLIMIT_FSIZE, with SIGXFSZ ignored, so a
+write fails with EFBIG as a full disk fails with ENOSPC), set in a fresh interpreter whose
+forkserver, and so whose ranks, inherit it."""
 
 from __future__ import annotations
 
@@ -55,7 +56,26 @@ def test_a_rank_whose_output_capture_finds_no_room_names_the_launchers_file(shor
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith(f"rank 0 raised OSError: [Errno 27] File too large: writing to {tmp_path}/"), \
         out.stdout
-    assert "rank0.out, the file where ddp_lib's launcher captures this rank's output" in out.stdout
+    assert "/0/stdout.log, the file where ddp_lib's launcher captures this rank's output" in out.stdout
+
+
+def test_a_result_that_finds_no_room_in_the_ranks_folder_is_one_line_naming_the_rank(short_tmp):
+    tmp_path = short_tmp
+    out = _run_limited("""
+        from ddp_lib.errors import WorkerError
+        from ddp_lib.launch import run_ranks
+        from launcher_workers import big_result
+        if __name__ == "__main__":
+            try:
+                run_ranks(big_result, 2, kwargs={"n": 100_000}, show_output=False)  # 400 kB each, pickled
+            except WorkerError as e:
+                print(e)
+    """, tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith(f"rank 0 returned, but its result could not be written to {tmp_path}/"), out.stdout
+    assert "/0/result.json, where ddp_lib's launcher reads it (File too large): make room there, or set TMPDIR" \
+        in out.stdout
+    assert len(out.stdout.splitlines()) == 1, out.stdout
 
 
 def test_a_checkpoint_that_finds_no_room_names_its_path(tmp_path):
