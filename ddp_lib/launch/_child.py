@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ddp_lib.errors import Failure, failure_of
 from ddp_lib.launch import _record
-from ddp_lib.launch._output import RankOutput, remove_if_left_by_the_dead
+from ddp_lib.launch._output import NO_ROOM, RankOutput, remove_if_left_by_the_dead
 from ddp_lib.launch._processes import descendants, kill_all
 from ddp_lib.launch._stacks import answer_requests
 
@@ -150,12 +150,13 @@ def _write_record(rank: int, outcome: tuple) -> bool:
             return True
         except _record.ResultNotSent as exc:
             failure = Failure("", str(exc), traceback.format_exc(), time=time.time())
-        except OSError as exc:  # a full disk, a quota, a file size limit
-            _record.discard_partial(_record.RESULT_FILE)
+        except OSError as exc:  # a full disk, a quota, a file size limit, most likely
+            with contextlib.suppress(OSError):
+                _record.discard_partial(_record.RESULT_FILE)
             path = _record.this_rank_dir() / _record.RESULT_FILE
+            fix = ": make room there, or set TMPDIR to a folder with room" if exc.errno in NO_ROOM else ""
             failure = Failure("", f"returned, but its result could not be written to {path}, where ddp_lib's launcher "
-                              f"reads it ({exc.strerror or exc}): make room there, or set TMPDIR to a folder with room",
-                              traceback.format_exc(), time=time.time())
+                              f"reads it ({exc.strerror or exc}){fix}", traceback.format_exc(), time=time.time())
     with contextlib.suppress(OSError):
         _record.write_failure(failure)
     return False

@@ -217,9 +217,11 @@ class Job:
         """Read ``rank``'s record from its folder once its pipe says it is written (an empty
         message) or the rank has ended (end of file, or its sentinel); never block on the pipe."""
         conn = self.conns[rank]
+        woken = False  # the rank said it had written its record (it tried to, at least)
         try:
             if conn.poll():
                 conn.recv_bytes()  # the rank's word that its record is written; it carries nothing
+                woken = True
             elif not self.ended(rank):
                 return
         except (EOFError, OSError):  # ended: it closed its end of the pipe
@@ -238,6 +240,10 @@ class Job:
             self.exit_codes[rank] = proc.exitcode
             if proc.exitcode == 0 and spec.exit_like_torch:
                 self.results[rank] = None  # sys.exit(0) or os._exit(0): finished, as under torch
+            elif woken:  # it wrote its record, but nothing of it is there: its folder had no room
+                self.failures[rank] = Failure("", f"{exit_text(proc.exitcode)}, and its record (its result or its "
+                                              f"error) could not be written to {spec.output.folder}: make room "
+                                              "there, or set TMPDIR to a folder with room")
             else:
                 self.failures[rank] = Failure("", _describe_exit(proc.exitcode, spec.output.started()))
 

@@ -194,7 +194,7 @@ class RankOutput:
         return os.path.exists(self.stdout_path)
 
 
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
 
 
 class _CaptureFile(io.FileIO):
@@ -205,7 +205,7 @@ class _CaptureFile(io.FileIO):
         try:
             return super().write(data)
         except OSError as e:
-            if e.errno not in _NO_ROOM:
+            if e.errno not in NO_ROOM:
                 raise
             raise OSError(e.errno, f"{e.strerror}: writing to {self.name}, the file where ddp_lib's launcher "
                           "captures this rank's output (make room there, or set TMPDIR to a folder with room)"
