@@ -78,10 +78,10 @@ class Job:
         self.conns: dict = {}  # reading end of each rank's wake-up pipe, until heard from
         self.results: dict[int, object] = {}
         self.failures: dict[int, Failure] = {}
-        self.exit_codes: dict[int, int | None] = {}  # rank -> exit code, for a rank that ended without a message
+        self.exit_codes: dict[int, int | None] = {}  # rank -> exit code, for a rank that ended without a record
         # Ranks whose process sentinel reported an end while the rank still runs: a killed
         # forkserver reports every child it started as ended (exit code 255). They are watched
-        # through their result pipes alone, so the deadline still holds.
+        # through their pipes alone, so the deadline still holds.
         self.sentinel_lost: set[int] = set()
         self.running: list[int] = []
         self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline, as text
