@@ -28,6 +28,11 @@ def talk(rank, world_size, lines=2, delay=0.0):
     return rank * 10
 
 
+def big_result(rank, world_size, n=100_000):
+    """Print nothing and return ``n`` ones (a tensor of 4 * n bytes)."""
+    return torch.ones(n)
+
+
 def report_env(rank, world_size):
     """The launch variables this rank sees, and its thread count."""
     names = ("MASTER_ADDR", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS")

@@ -24,6 +24,20 @@ def hangs(rank, world_size):
 HANG_LINE = 'record_workers.py", line 21 in hangs'  # faulthandler's line for the sleep in hangs()
 
 
+def returns_or_fails(rank, world_size):
+    """Rank 0 prints a line and returns; rank 1 raises once rank 0's result is in its folder, which it
+    finds beside its own: ``<parent>/<rank>/`` under the launcher and under torchrun alike."""
+    from ddp_lib.launch._record import RESULT_FILE, this_rank_dir
+
+    if rank == 0:
+        print("rank 0 returns", flush=True)
+        return {"rank": rank, "value": 0.5}
+    end = time.monotonic() + 60
+    while not (this_rank_dir().parent / "0" / RESULT_FILE).exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    raise ValueError(f"rank {rank} of {world_size} cannot go on")
+
+
 def expect_same_record(*runners, hang_timeout: float = 15) -> None:
     """Each runner (``run(name, timeout)``: the workers above on 2 ranks, its results returned or its
     error raised) gives the same tensors, the same WorkerError text and the same stack at a hang. A

@@ -532,3 +532,40 @@ def test_a_tensor_an_error_and_a_hang_read_the_same_through_the_launcher_and_tor
 
     through_launcher.hang_timeout = 6  # its ranks start from the forkserver within a second
     expect_same_record(through_launcher, through_torchrun)
+
+
+def test_a_launcher_ranks_folder_holds_a_torchrun_ranks_files_and_reads_back_the_same(tmp_path, monkeypatch):
+    import contextlib
+
+    import record_workers
+
+    from ddp_lib.errors import WorkerError
+    from ddp_lib.launch import _run
+    from ddp_lib.launch._record import read_rank
+
+    kept = tmp_path / "launcher"
+
+    @contextlib.contextmanager
+    def kept_output_dir():  # the launch's folder, left in place to be read here
+        kept.mkdir()
+        yield str(kept)
+
+    monkeypatch.setattr(_run, "output_dir", kept_output_dir)
+    with pytest.raises(WorkerError) as launched:
+        run_ranks(record_workers.returns_or_fails, 2, show_output=False)
+    logs = tmp_path / "torchrun"
+    job = run_torchrun(torchrun_command(["-m", "ddp_lib.torchrun", "record_workers:returns_or_fails"],
+                                        nproc_per_node=2, options=(f"--log-dir={logs}",)),
+                       env={"PYTHONPATH": pythonpath_with_tests()})
+    (run,) = runs_in(logs)
+    for rank, files in ((0, ["rank.json", "result.json", "stderr.log", "stdout.log"]),
+                        (1, ["error.json", "rank.json", "stderr.log", "stdout.log"])):
+        ours, theirs = kept / str(rank), run / "attempt_0" / str(rank)
+        assert sorted(p.name for p in ours.iterdir()) == sorted(p.name for p in theirs.iterdir()) == files
+        mine, torchruns = read_rank(ours), read_rank(theirs)  # the one reader of a rank's folder
+        assert (mine.rank, mine.finished, mine.result, mine.error, mine.stdout) == \
+            (torchruns.rank, torchruns.finished, torchruns.result, torchruns.error, torchruns.stdout)
+        assert mine.failure[:2] == torchruns.failure[:2] if rank else mine.failure is torchruns.failure is None
+    assert read_rank(kept / "0").result == {"rank": 0, "value": 0.5}
+    assert read_rank(kept / "0").stdout == "rank 0 returns\n"
+    assert str(launched.value) == str(job.error) == "rank 1 raised ValueError: rank 1 of 2 cannot go on"

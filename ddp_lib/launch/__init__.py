@@ -13,9 +13,10 @@ The launcher's parts are private modules of this folder:
 - ``_checks``, ``_worker_params``: the input refused, in one line, before anything starts;
 - ``_job``, ``_forkserver``, ``_processes``: the rank processes, started, watched and stopped;
 - ``_child``: what runs first in each rank the launcher starts;
-- ``_output``: each rank's stdout and stderr files, shown live and afterwards;
-- ``_record``: a rank's record under torchrun (place, result, error), written by the rank, read by
-  one reader; ``dump_result``, the one serialisation of a result, also used by the launcher's ranks;
+- ``_output``: each rank's folder and its stdout and stderr files, shown live and afterwards;
+- ``_record``: a rank's record in its folder (place, result, error, output), the same whether the
+  launcher or torchrun started the rank, written by the rank, read by one reader; ``dump_result``,
+  the one serialisation of a result;
 - ``_stacks``: where a rank's threads are, written by the rank as data when asked (a deadline);
 - ``_rank_side``: a rank under torchrun (``python -m ddp_lib.torchrun module:function``);
 - ``_torchrun_command``, ``_torchrun_jobs``, ``_torchrun_display``: torchrun run from Python

@@ -1,10 +1,15 @@
 """What runs first in each child process that ddp_lib's launcher starts.
 
-It points the rank's stdout/stderr at its own files (:mod:`ddp_lib.launch._output`), sets the
-rank's environment, imports the worker by name (so an edited module takes effect on the next
-launch), runs it and sends back its return value or its exception through a pipe. A watchdog ends the process, and every
-process it started, if the launching process dies, so a killed notebook kernel leaves nothing
-behind.
+It points the rank's stdout/stderr at ``stdout.log``/``stderr.log`` in its own folder
+(:mod:`ddp_lib.launch._output`), sets the rank's environment, imports the worker by name (so an
+edited module takes effect on the next launch) and runs it. Its record goes to that folder as a
+torchrun rank's does, with the same writers (:mod:`ddp_lib.launch._record`): ``rank.json`` before
+the worker runs, then ``result.json`` (its return value, pickled) or ``error.json`` (its exception),
+each written whole; the rank answers a request for its stacks there too. Then it sends an empty
+message on its pipe to the launcher, which carries no record: it only wakes the launcher to read
+the folder (the pipe's end of file, when the rank ends, does the same for a rank that wrote
+nothing). A watchdog ends the process, and every process it started, if the launching process
+dies, so a killed notebook kernel leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddp_lib.errors import Failure, failure_of
-from ddp_lib.launch._output import RankOutput, remove_if_left_by_the_dead
+from ddp_lib.launch import _record
+from ddp_lib.launch._output import NO_ROOM, RankOutput, remove_if_left_by_the_dead
 from ddp_lib.launch._processes import descendants, kill_all
-from ddp_lib.launch._record import ResultNotSent, dump_result
 from ddp_lib.launch._stacks import answer_requests
 
 # How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone, and takes
@@ -103,24 +109,24 @@ def _watch_lifeline(lifeline, output: RankOutput, launcher_folder: str | None) -
 
 
 class _Reporter:
-    """Sends the rank's one message to the launcher, from whichever thread has something to say first."""
+    """Writes the rank's record to its folder and wakes the launcher, from whichever thread has
+    something to say first; then the process ends."""
 
-    def __init__(self, conn):
+    def __init__(self, rank: int, conn):
+        self._rank = rank
         self._conn = conn
         self._lock = threading.Lock()
 
-    def finish(self, code: int, message: tuple) -> None:
-        """Send ``message`` (("ok", value) or ("error", *Failure)), flush the streams and end the
-        process at once (never returns). A value is sent as torchrun's ranks write theirs
-        (:func:`ddp_lib.launch._record.dump_result`)."""
-        with self._lock:  # held until the process ends: nothing else is sent
-            try:
-                blob = dump_result(message)
-            except ResultNotSent as exc:
-                code = 1
-                blob = dump_result(("error", *Failure("", str(exc), traceback.format_exc(), time=time.time())))
+    def finish(self, code: int, outcome: tuple) -> None:
+        """Write ``outcome`` (("ok", value) or ("error", Failure)) as torchrun's ranks write theirs
+        (``result.json`` or ``error.json``, :mod:`ddp_lib.launch._record`), flush the streams, wake the
+        launcher and end the process at once (never returns)."""
+        with self._lock:  # held until the process ends: nothing else is written
             _flush_streams()
-            self._conn.send_bytes(blob)
+            if not _write_record(self._rank, outcome):
+                code = 1
+            with contextlib.suppress(OSError):  # a launcher that has gone: the watchdog ends this rank
+                self._conn.send_bytes(b"")  # "read my folder": the record itself is there
             _leave(code)
 
     def exit_without_result(self, code: int) -> None:
@@ -129,6 +135,31 @@ class _Reporter:
         with self._lock:
             _flush_streams()
             _leave(code)
+
+
+def _write_record(rank: int, outcome: tuple) -> bool:
+    """Write this rank's result (``("ok", value)``) or failure (``("error", Failure)``) to its folder;
+    False if what it wrote is a failure: the worker's, a value that cannot be pickled, or a result
+    that found no room. A failure that finds no room either leaves nothing: the launcher then says
+    how the rank ended."""
+    kind, payload = outcome
+    failure = payload
+    if kind == "ok":
+        try:
+            _record.write_result(rank, payload)
+            return True
+        except _record.ResultNotSent as exc:
+            failure = Failure("", str(exc), traceback.format_exc(), time=time.time())
+        except OSError as exc:  # a full disk, a quota, a file size limit, most likely
+            with contextlib.suppress(OSError):
+                _record.discard_partial(_record.RESULT_FILE)
+            path = _record.this_rank_dir() / _record.RESULT_FILE
+            fix = ": make room there, or set TMPDIR to a folder with room" if exc.errno in NO_ROOM else ""
+            failure = Failure("", f"returned, but its result could not be written to {path}, where ddp_lib's launcher "
+                              f"reads it ({exc.strerror or exc}){fix}", traceback.format_exc(), time=time.time())
+    with contextlib.suppress(OSError):
+        _record.write_failure(failure)
+    return False
 
 
 def _flush_streams() -> None:
@@ -180,7 +211,7 @@ def _watch(store_env: dict[str, str] | None, reporter: _Reporter, kept: set) -> 
         _keep_process_groups(kept)
         problem = _store_env_changed(store_env) if store_env else None
         if problem:
-            reporter.finish(1, ("error", *Failure("", problem, time=time.time())))
+            reporter.finish(1, ("error", Failure("", problem, time=time.time())))
 
 
 def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
@@ -235,19 +266,23 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
-def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int | None) -> None:
-    """Run one rank of a launch; the parent reads ("ok", value) or ("error", ...) from ``result_conn``."""
+def run_rank(spec: RankSpec, wake_conn, lifeline, inherited_lifeline_fd: int | None) -> None:
+    """Run one rank of a launch; its record goes to its folder (``spec.output.folder``), and an empty
+    message on ``wake_conn`` tells the parent to read it."""
     if not spec.output.capture():  # the output directory is gone: the launcher died while this rank started
         os._exit(1)
+    _record.use_rank_dir(spec.output.folder)
     write_stacks_on_signal()  # for a person's `kill -USR1`; the launcher asks through answer_requests
-    answer_requests(*spec.output.stack_files())
+    answer_requests(*_record.stack_files(Path(spec.output.folder)))
     _own_process_group()
     if inherited_lifeline_fd is not None:
         os.close(inherited_lifeline_fd)  # under fork every child inherits the write end
     threading.Thread(target=_watch_lifeline, args=(lifeline, spec.output, spec.launcher_folder), daemon=True).start()
-    reporter = _Reporter(result_conn)
+    reporter = _Reporter(spec.rank, wake_conn)
     os.environ.clear()
     os.environ.update(spec.env)
+    with contextlib.suppress(OSError):  # where it stands in the job, as a torchrun rank writes it first
+        _record.write_rank()
     sys.path[:] = spec.sys_path
     os.chdir(spec.cwd)
     groups: set = set()  # every process group seen: never freed, see _keep_process_groups
@@ -276,12 +311,12 @@ def run_rank(spec: RankSpec, result_conn, lifeline, inherited_lifeline_fd: int |
     except SystemExit as exc:
         kept.append(exc)
         if not spec.exit_like_torch:
-            reporter.finish(1, ("error", *_describe(exc)))
+            reporter.finish(1, ("error", _describe(exc)))
         code = _exit_code(exc)
         if code == 0:
             reporter.finish(0, ("ok", None))
         reporter.exit_without_result(code)
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
         kept.append(exc)  # its traceback holds the worker's frames: keep them too
-        reporter.finish(1, ("error", *_describe(exc)))
+        reporter.finish(1, ("error", _describe(exc)))
     reporter.finish(0, ("ok", value))

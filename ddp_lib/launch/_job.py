@@ -2,9 +2,15 @@
 process group too).
 
 ``ddp_lib.launch.run_job`` drives a :class:`Job`; this module knows nothing of stores (it only
-holds ``store`` so that it lives as long as the job) or environments, only of ranks and their
-pipes. Their output files are :mod:`ddp_lib.launch._output`'s: a Job polls the live view of rank 0 while
-it waits and reads the files when it is done.
+holds ``store`` so that it lives as long as the job) or environments, only of ranks, their folders
+and their pipes. Each rank has a folder (:class:`ddp_lib.launch._output.RankOutput`) where it leaves
+its record as a torchrun rank leaves its own (``rank.json``, ``result.json`` or ``error.json``,
+``stdout.log``, ``stderr.log``, stacks when asked), and a Job reads it with the reader of torchrun's
+rank folders (:func:`ddp_lib.launch._record.read_rank`). A rank's pipe carries no record: the
+launcher waits on the pipes and the ranks' process sentinels (``multiprocessing.connection.wait``),
+and a pipe wakes it when its rank has written its record (an empty message) or has ended (end of
+file). A Job polls the live view of rank 0 while it waits and reads every rank's output files when
+it is done.
 """
 
 from __future__ import annotations
@@ -16,13 +22,14 @@ import signal
 import sys
 import time
 from multiprocessing.connection import wait
+from pathlib import Path
 
 from ddp_lib.errors import Failure, LaunchStartError, blamed_rank
 from ddp_lib.launch import _child, _stacks
 from ddp_lib.launch._forkserver import _forkserver_running, start_deaf_to_ctrl_c
 from ddp_lib.launch._output import LiveOutput
 from ddp_lib.launch._processes import OwnProcess, children, ctrl_c_held, parent
-from ddp_lib.launch._record import load_result
+from ddp_lib.launch._record import read_output, read_rank, stack_files
 
 STOP_GRACE_S = 3.0  # between SIGTERM and SIGKILL when stopping ranks
 KILLED_WAIT_S = 10.0  # for a rank to end after SIGKILL (one in uninterruptible sleep may not)
@@ -68,13 +75,13 @@ class Job:
         # Each rank as a process, not an id: under forkserver a rank that ends is reaped at once
         # and its id may go to another job's process, which no signal of ours may reach.
         self.own: list[OwnProcess] = []
-        self.conns: dict = {}  # reading end of each rank's result pipe, until heard from
+        self.conns: dict = {}  # reading end of each rank's wake-up pipe, until heard from
         self.results: dict[int, object] = {}
         self.failures: dict[int, Failure] = {}
-        self.exit_codes: dict[int, int | None] = {}  # rank -> exit code, for a rank that ended without a message
+        self.exit_codes: dict[int, int | None] = {}  # rank -> exit code, for a rank that ended without a record
         # Ranks whose process sentinel reported an end while the rank still runs: a killed
         # forkserver reports every child it started as ended (exit code 255). They are watched
-        # through their result pipes alone, so the deadline still holds.
+        # through their pipes alone, so the deadline still holds.
         self.sentinel_lost: set[int] = set()
         self.running: list[int] = []
         self.stacks: dict[int, str] = {}  # rank -> its Python stack at the deadline, as text
@@ -93,6 +100,7 @@ class Job:
         lifeline, self.lifeline = self.ctx.Pipe(duplex=False)
         inherited = self.lifeline.fileno() if self.ctx.get_start_method() == "fork" else None
         for spec in self.specs:
+            spec.output.make_folder()
             reader, writer = self.ctx.Pipe(duplex=False)
             proc = self.ctx.Process(target=_child.run_rank, name=f"ddp_lib-rank{spec.rank}", daemon=False,
                                     args=(spec, writer, lifeline, inherited))
@@ -194,7 +202,8 @@ class Job:
         """Ask ``ranks`` (still running) for their Python stacks, which each writes as data
         (:mod:`ddp_lib.launch._stacks`), into ``stack_frames`` and, as text, ``stacks``, to name where
         each was in the timeout error. A rank that has not started has none."""
-        asked = {rank: self.specs[rank].output.stack_files() for rank in ranks if self.specs[rank].output.started()}
+        asked = {rank: stack_files(Path(self.specs[rank].output.folder))
+                 for rank in ranks if self.specs[rank].output.started()}
         for rank, threads in _stacks.ask(asked).items():
             self.stack_frames[rank] = threads
             self.stacks[rank] = _stacks.as_text(threads)
@@ -205,36 +214,38 @@ class Job:
         return blamed_rank(self.failures)
 
     def _receive(self, rank: int) -> None:
+        """Read ``rank``'s record from its folder once its pipe says it is written (an empty
+        message) or the rank has ended (end of file, or its sentinel); never block on the pipe."""
         conn = self.conns[rank]
-        proc = self.procs[rank]
+        woken = False  # the rank said it had written its record (it tried to, at least)
         try:
-            if not conn.poll():
-                # A process that has ended has closed its end of the pipe (EOF is readable). Never
-                # block on the pipe.
-                if not self.ended(rank):
-                    return
-                raise EOFError
-            blob = conn.recv_bytes()
-        except (EOFError, OSError):
-            proc.join(1)
-            self.exit_codes[rank] = proc.exitcode
-            if proc.exitcode == 0 and self.specs[rank].exit_like_torch:
-                self.results[rank] = None  # sys.exit(0) or os._exit(0): finished, as under torch
-            else:
-                self.failures[rank] = Failure("", _describe_exit(proc.exitcode, self.specs[rank].output.started()))
-        else:
-            try:
-                message = load_result(blob)
-            except Exception as exc:
-                self.failures[rank] = Failure(type(exc).__qualname__,
-                                              f"its return value cannot be unpickled in the launching process: {exc}")
-            else:
-                if message[0] == "ok":
-                    self.results[rank] = message[1]
-                else:
-                    self.failures[rank] = Failure(*message[1:])
+            if conn.poll():
+                conn.recv_bytes()  # the rank's word that its record is written; it carries nothing
+                woken = True
+            elif not self.ended(rank):
+                return
+        except (EOFError, OSError):  # ended: it closed its end of the pipe
+            pass
         del self.conns[rank]
         conn.close()
+        spec = self.specs[rank]
+        record = read_rank(spec.output.folder, output=False)  # the reader of torchrun's rank folders
+        if record.finished:
+            self.results[rank] = record.result
+        elif record.failure is not None:  # what it raised, or a result that cannot be unpickled here
+            self.failures[rank] = record.failure
+        else:  # it wrote nothing: how it ended says what happened
+            proc = self.procs[rank]
+            proc.join(1)
+            self.exit_codes[rank] = proc.exitcode
+            if proc.exitcode == 0 and spec.exit_like_torch:
+                self.results[rank] = None  # sys.exit(0) or os._exit(0): finished, as under torch
+            elif woken:  # it wrote its record, but nothing of it is there: its folder had no room
+                self.failures[rank] = Failure("", f"{exit_text(proc.exitcode)}, and its record (its result or its "
+                                              f"error) could not be written to {spec.output.folder}: make room "
+                                              "there, or set TMPDIR to a folder with room")
+            else:
+                self.failures[rank] = Failure("", _describe_exit(proc.exitcode, spec.output.started()))
 
     def _join_finished(self) -> None:
         end = time.monotonic() + EXIT_GRACE_S
@@ -318,8 +329,10 @@ class Job:
                 proc.close()
 
     def read_outputs(self) -> dict[int, tuple[str, str]]:
-        # The stacks asked for at the deadline are in their own files (dump_stacks), not the rank's stderr.
-        return {s.rank: s.output.read() for s in self.specs}
+        """Every rank's (stdout, stderr) from its folder, as they stay on screen (the reader of
+        torchrun's rank folders). The stacks asked for at the deadline are in their own file
+        (dump_stacks), not the rank's stderr."""
+        return {s.rank: read_output(s.output.folder) for s in self.specs}
 
 
 def signal_name(number: int) -> str:

@@ -1,14 +1,16 @@
-"""Where each rank's stdout and stderr go, and how they come back: one file each in a temporary
-directory per launch (:class:`RankOutput`), rank 0's shown while the job runs (:class:`LiveOutput`),
-every rank's read once it is done as it stays on screen (:func:`output_text`: a line redrawn with
-carriage returns, a progress bar, is one line in its last state), the other ranks' printed in
-rank order (:func:`print_other_ranks`). Under torchrun, whose ranks write their own files,
-:class:`FollowedFiles` prints them as they grow.
+"""Where each rank's stdout and stderr go, and how they come back: ``stdout.log`` and
+``stderr.log`` in the rank's own folder, named as torchrun's ``--redirects`` names them, in a
+temporary directory per launch (:class:`RankOutput`: ``<directory>/<rank>/``, the folder that holds
+the rank's whole record, :mod:`ddp_lib.launch._record`); rank 0's shown while the job runs
+(:class:`LiveOutput`), every rank's read once it is done as it stays on screen (:func:`output_text`:
+a line redrawn with carriage returns, a progress bar, is one line in its last state), the other
+ranks' printed in rank order (:func:`print_other_ranks`). Under torchrun, whose ranks write their
+own files, :class:`FollowedFiles` prints them as they grow.
 
 The child points its stdout/stderr at its files (:meth:`RankOutput.capture`); :class:`ddp_lib.launch._job.Job`
-polls the live view and reads the files; :mod:`ddp_lib.launch` first removes the directories of
-killed launches (:func:`sweep_orphaned_logdirs`), then makes its own (:func:`output_dir`) and shows
-the rest.
+makes each rank's folder, polls the live view and reads the files (``_record.read_output``, the reader
+of torchrun's rank folders); :mod:`ddp_lib.launch` first removes the directories of killed launches
+(:func:`sweep_orphaned_logdirs`), then makes its own (:func:`output_dir`) and shows the rest.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from ddp_lib.launch._processes import pid_alive, start_time
 
@@ -40,6 +41,9 @@ _PREFIX = _label(0)
 # the forkserver's socket lives in one, and a Unix socket's path may not exceed about 100 bytes.
 _FOLDER_PREFIX = "ddp_lib-"
 OWNER_FILE = ".ddp_lib-owner.json"
+# A rank's output files in its folder, as torchrun's --redirects names them (DefaultLogsSpecs.reify,
+# torch/distributed/elastic/multiprocessing/api.py), whoever started the rank.
+STDOUT_FILE, STDERR_FILE = "stdout.log", "stderr.log"
 
 
 def _machine() -> dict[str, str] | None:
@@ -145,24 +149,28 @@ def sweep_orphaned_logdirs() -> None:
 
 @dataclass(frozen=True)
 class RankOutput:
-    """One rank's stdout and stderr files in its launch's output directory (pickled into the child)."""
+    """One rank's folder in its launch's output directory, ``<logdir>/<rank>/``, and its stdout and
+    stderr files there (pickled into the child). The folder holds the rank's record too, as a
+    torchrun rank's folder does (:mod:`ddp_lib.launch._record`)."""
 
     logdir: str
     rank: int
 
     @property
+    def folder(self) -> str:
+        return os.path.join(self.logdir, str(self.rank))
+
+    @property
     def stdout_path(self) -> str:
-        return os.path.join(self.logdir, f"rank{self.rank}.out")
+        return os.path.join(self.folder, STDOUT_FILE)
 
     @property
     def stderr_path(self) -> str:
-        return os.path.join(self.logdir, f"rank{self.rank}.err")
+        return os.path.join(self.folder, STDERR_FILE)
 
-    def stack_files(self) -> tuple[Path, Path]:
-        """Where the launcher asks this rank for its stacks, and where the rank writes them
-        (:mod:`ddp_lib.launch._stacks`)."""
-        return (Path(self.logdir, f"rank{self.rank}.stacks.request"),
-                Path(self.logdir, f"rank{self.rank}.stacks.json"))
+    def make_folder(self) -> None:
+        """In the launcher, before the rank starts: make its folder (as torchrun's agent makes its ranks')."""
+        os.makedirs(self.folder, exist_ok=True)
 
     def capture(self) -> bool:
         """In the child: send this process's stdout and stderr (file descriptors 1 and 2, so what
@@ -185,12 +193,8 @@ class RankOutput:
         """Whether the rank got as far as capturing its output (the child's first act creates the files)."""
         return os.path.exists(self.stdout_path)
 
-    def read(self) -> tuple[str, str]:
-        """(stdout, stderr) as they stay on screen."""
-        return _read(self.stdout_path), _read(self.stderr_path)
 
-
-_NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # a full disk, a quota, a file size limit
 
 
 class _CaptureFile(io.FileIO):
@@ -201,7 +205,7 @@ class _CaptureFile(io.FileIO):
         try:
             return super().write(data)
         except OSError as e:
-            if e.errno not in _NO_ROOM:
+            if e.errno not in NO_ROOM:
                 raise
             raise OSError(e.errno, f"{e.strerror}: writing to {self.name}, the file where ddp_lib's launcher "
                           "captures this rank's output (make room there, or set TMPDIR to a folder with room)"
@@ -220,16 +224,6 @@ def _redirect(fd: int, path: str) -> None:
     target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     os.dup2(target, fd)
     os.close(target)
-
-
-def _read(path: str) -> str:
-    """The text of ``path`` ("" if it does not exist)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return ""
-    return output_text(data)
 
 
 def live_view(rank0: RankOutput, show_output: bool | str) -> LiveOutput | None:

@@ -1,5 +1,6 @@
-"""Each rank's result, output and error, written to one folder per rank and read back in rank order:
-the one channel of every job run by torchrun, on one machine, on several hosts or under SLURM.
+"""Each rank's result, output and error, written to one folder per rank and read back: the one
+channel of every job, whether its ranks were started by ddp_lib's launcher (``run_ranks``,
+``ddp_lib.mp.spawn``, ``ddp_lib.live``) or by torchrun, on one machine, on several hosts or under SLURM.
 
 torchrun gives each local rank of each node a folder of its own,
 ``<log dir>/<run id>_<random>/attempt_<N>/<local rank>/`` (``DefaultLogsSpecs.reify``,
@@ -9,8 +10,15 @@ node joined keeps N (torchrun deletes that attempt's old folder first). ``--redi
 put ``stdout.log`` and ``stderr.log`` there, and the rank's ``TORCHELASTIC_ERROR_FILE`` names
 ``error.json`` there, where ``@record`` writes an Exception that ends the rank. A rank run by
 ``ddp_lib`` writes where it stands in the job first, in ``rank.json``, and what it returns, in
-``result.json`` (read back from its pickle, :func:`dump_result`, the serialisation the launcher's
-ranks use too: a tensor comes back a tensor however the ranks were started).
+``result.json`` (read back from its pickle, :func:`dump_result`: a tensor comes back a tensor).
+
+A rank of ddp_lib's launcher writes the same files, with the same writers, in a folder the launcher
+makes for it, ``<its launch's folder>/<rank>/`` (:class:`ddp_lib.launch._output.RankOutput`): its
+output is ``stdout.log`` and ``stderr.log`` there, and its child process (:mod:`ddp_lib.launch._child`)
+names the folder with :func:`use_rank_dir`. The launcher reads each folder with :func:`read_rank`,
+the reader :func:`read_ranks` calls for each of torchrun's; a rank's pipe to the launcher carries
+no record, it only wakes the launcher (:mod:`ddp_lib.launch._job`). Stacks are asked for and answered in the same folder
+(:func:`stack_files`).
 
 Imports no torch: a rank that only reads its environment starts and fails in a fraction of a second.
 """
@@ -22,12 +30,13 @@ import json
 import math
 import os
 import pickle
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib.errors import Failure, WorkerError, failure_of, with_silent_ranks
-from ddp_lib.launch._output import output_text
+from ddp_lib.launch._output import STDERR_FILE, STDOUT_FILE, output_text
 
 # {"rank": r, "result": what it returned as JSON shows it (for a person), "pickle": the same value
 # pickled (dump_result, base64), which is what the reader gives back: a tensor comes back a tensor.
@@ -43,17 +52,40 @@ UNKNOWN = -1  # the global rank of a rank that wrote nothing, on a node where no
 NO_FILES = "ended without a result or an error (stopped by a signal, or by torchrun when another rank failed)"
 
 
+# A rank of ddp_lib's launcher: the folder its launcher made for it (use_rank_dir). Not an environment
+# variable, which the worker would see: ddp_lib.mp's ranks get none that torch.multiprocessing does not set.
+_launcher_rank_dir: Path | None = None
+
+
+def use_rank_dir(folder: str | os.PathLike) -> None:
+    """In a rank of ddp_lib's launcher, before anything is written: this process's rank folder."""
+    global _launcher_rank_dir
+    _launcher_rank_dir = Path(folder)
+
+
 def this_rank_dir() -> Path | None:
-    """This rank's folder under torchrun (the folder of ``TORCHELASTIC_ERROR_FILE``), or None."""
+    """This rank's folder: the one ddp_lib's launcher made for it (:func:`use_rank_dir`), else under
+    torchrun the folder of ``TORCHELASTIC_ERROR_FILE``; None for a process that has neither."""
+    if _launcher_rank_dir is not None:
+        return _launcher_rank_dir
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     return Path(path).parent if path else None
+
+
+def error_file() -> Path | None:
+    """Where this rank writes its error: ``error.json`` in its launcher's folder, else torchrun's
+    ``TORCHELASTIC_ERROR_FILE``; None for a process that has neither."""
+    if _launcher_rank_dir is not None:
+        return _launcher_rank_dir / ERROR_FILE
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    return Path(path) if path else None
 
 
 def stdout_in_folder() -> bool:
     """Whether this rank's stdout is its folder's ``stdout.log`` (torchrun's ``--redirects=1`` or ``3``)."""
     folder = this_rank_dir()
     try:
-        here, there = os.fstat(1), os.stat(folder / "stdout.log") if folder else None
+        here, there = os.fstat(1), os.stat(folder / STDOUT_FILE) if folder else None
     except OSError:
         return False
     return there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
@@ -65,7 +97,9 @@ def nan_as_null(value, path: str = "") -> tuple[object, list[tuple[str, float]]]
         return (value, []) if math.isfinite(value) else (None, [(path, value)])
     if isinstance(value, dict):
         pairs = [(k, nan_as_null(v, f"{path}[{k!r}]")) for k, v in value.items()]
-        return {k: v for k, (v, _) in pairs}, [b for _, (_, bad) in pairs for b in bad]
+        # A key JSON cannot hold (a tuple) as its repr: pickled, the value keeps it.
+        return ({k if k is None or isinstance(k, (str, int, float)) else repr(k): v for k, (v, _) in pairs},
+                [b for _, (_, bad) in pairs for b in bad])
     if isinstance(value, (list, tuple)):
         items = [nan_as_null(v, f"{path}[{i}]") for i, v in enumerate(value)]
         return [v for v, _ in items], [b for _, bad in items for b in bad]
@@ -87,6 +121,13 @@ def _write_whole(name: str, data: bytes) -> bool:
     partial.write_bytes(data)
     os.replace(partial, folder / name)
     return True
+
+
+def discard_partial(name: str) -> None:
+    """Remove what :func:`_write_whole` left of ``name`` when its write failed (no room): its temporary file."""
+    folder = this_rank_dir()
+    if folder is not None:
+        (folder / f".{name}.{os.getpid()}").unlink(missing_ok=True)
 
 
 class ResultNotSent(Exception):
@@ -137,27 +178,46 @@ def write_result(rank: int, result: object) -> bool:
     as :func:`dump_result` makes it (base64), which :func:`read_ranks` gives back. ResultNotSent for a
     result that cannot be pickled."""
     blob = base64.b64encode(dump_result(result)).decode("ascii")
-    return _write_whole(RESULT_FILE, json_line({"rank": rank, "result": result, "pickle": blob}).encode())
+    try:
+        line = json_line({"rank": rank, "result": result, "pickle": blob})
+    except Exception:  # no JSON view (a value that holds itself, a repr that raises): the pickle still has it
+        line = json_line({"rank": rank, "result": f"<{type(result).__qualname__}, not shown as JSON>", "pickle": blob})
+    return _write_whole(RESULT_FILE, line.encode())
 
 
 def write_error(exc: BaseException) -> None:
-    """Write ``exc`` (being handled) to ``TORCHELASTIC_ERROR_FILE`` as torch's
+    """Write ``exc`` (being handled) to this rank's error file (:func:`write_failure`), as torch's
+    ``@record`` would, with its type name and message."""
+    write_failure(failure_of(exc, str(exc), traceback.format_exc()), f"{type(exc).__name__}: {exc}")
+
+
+def write_failure(failure: Failure, summary: str | None = None) -> bool:
+    """Write ``failure`` to this rank's error file (:func:`error_file`), whole or not at all, as torch's
     ``ErrorHandler.record_exception`` does (``elastic/multiprocessing/errors/error_handler.py``), the
-    JSON torchrun's agent reads back for its failure summary, with the rank's record of it added
-    (``extraInfo.ddp_lib``: type, message, and whether it may be a peer's echo, as
-    :class:`ddp_lib.errors.Failure` holds them). Written here rather than through torch's handler:
-    importing it imports torch, a second or more."""
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if not path:
-        return
-    failure = failure_of(exc, str(exc), traceback.format_exc())
-    data = {"message": {"message": f"{type(exc).__name__}: {exc}",
-                        "extraInfo": {"py_callstack": failure.traceback, "timestamp": str(int(failure.time)),
+    JSON torchrun's agent reads back for its failure summary (``summary``, "Type: message", by default
+    made from the failure), with the rank's record of it added (``extraInfo.ddp_lib``: type, message,
+    and whether it may be a peer's echo, as :class:`ddp_lib.errors.Failure` holds them, which
+    :func:`read_failure` gives back as it was). Written here rather than through torch's handler:
+    importing it imports torch, a second or more. False for a process without an error file."""
+    path = error_file()
+    if path is None:
+        return False
+    if summary is None:
+        summary = f"{failure.exc_type}: {failure.message}" if failure.exc_type else failure.message
+    stamp = failure.time if failure.time is not None else time.time()
+    data = {"message": {"message": summary,
+                        "extraInfo": {"py_callstack": failure.traceback, "timestamp": str(int(stamp)),
                                       "ddp_lib": {"type": failure.exc_type, "message": failure.message,
                                                   "echo": failure.echo, "time": failure.time,
                                                   "port": failure.port}}}}
-    with open(path, "w") as f:
-        json.dump(data, f)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        partial.write_text(json.dumps(data))
+        os.replace(partial, path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    return True
 
 
 def read_failure(path: Path | str) -> Failure | None:
@@ -302,16 +362,25 @@ def _load_result(path: Path) -> tuple[dict, str]:
     return record, ""
 
 
-def _rank_files(folder: Path) -> RankFiles:
+def read_output(folder: Path | str) -> tuple[str, str]:
+    """A rank's (stdout, stderr) from its folder, as they stay on screen ("" for a file it has not)."""
+    return _read(Path(folder) / STDOUT_FILE), _read(Path(folder) / STDERR_FILE)
+
+
+def read_rank(folder: Path | str, output: bool = True) -> RankFiles:
+    """What one rank left in its folder, a torchrun's rank's or one of ddp_lib's launcher: its place,
+    its result (unpickled) or its error as the :class:`ddp_lib.errors.Failure` it wrote (a result that
+    cannot be unpickled here is its failure too, in one line), and with ``output`` its stdout and stderr."""
+    folder = Path(folder)
     (record, unreadable), place = _load_result(folder / RESULT_FILE), _load(folder / RANK_FILE)
     failure = read_failure(folder / ERROR_FILE)
     if failure is None and unreadable:
         failure = Failure(*unreadable.split(": ", 1))
     error = (f"{failure.exc_type}: {failure.message}" if failure.exc_type else failure.message) if failure else ""
     rank = place.get("rank", record.get("rank", UNKNOWN))
+    stdout, stderr = read_output(folder) if output else ("", "")
     return RankFiles(rank if isinstance(rank, int) else UNKNOWN, folder, bool(record), record.get("result"),
-                     error, failure.traceback if failure else "", failure, _read(folder / "stdout.log"),
-                     _read(folder / "stderr.log"))
+                     error, failure.traceback if failure else "", failure, stdout, stderr)
 
 
 def read_ranks(folders: list[Path | str], attempt: int | None = None) -> list[RankFiles]:
@@ -326,7 +395,7 @@ def read_ranks(folders: list[Path | str], attempt: int | None = None) -> list[Ra
              for run in runs if (attempt_dir := _attempt_dir(run, attempt)) is not None]
     ranks = []
     for folders_of_node in nodes:
-        node = [_rank_files(folder) for folder in folders_of_node]
+        node = [read_rank(folder) for folder in folders_of_node]
         known = [r.rank - int(r.folder.name) for r in node if r.rank != UNKNOWN]
         first = known[0] if known else 0 if len(nodes) == 1 else None
         for r in node:

@@ -10,10 +10,11 @@ loopback, on a port the OS picks and the launcher holds), so workers must not ov
 MASTER_ADDR or MASTER_PORT (a rank that does fails at once, saying so). ``ddp_lib.mp.spawn``
 is the drop-in for ``torch.multiprocessing.spawn`` that leaves the store to the worker.
 
-Each rank's stdout and stderr go to files. Rank 0's are printed as they come (a progress bar
-redrawn with carriage returns as one line updated in place), the other ranks' afterwards, from
-this process, in rank order, labelled ``[rank N]``: the same in JupyterLab, under nbval and in a
-terminal.
+Each rank's stdout and stderr go to files in its own folder, beside its record (its result or its
+error, written as a rank under torchrun writes them: :mod:`ddp_lib.launch._record`). Rank 0's are
+printed as they come (a progress bar redrawn with carriage returns as one line updated in place),
+the other ranks' afterwards, from this process, in rank order, labelled ``[rank N]``: the same in
+JupyterLab, under nbval and in a terminal.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ A thread in each rank waits for a request file; when one appears, it writes ever
 stack (``sys._current_frames()`` through ``traceback.extract_stack``) as JSON, whole, beside it.
 A thread, not a signal handler: Python runs a signal handler only in the main thread, between two
 bytecodes, so not while that thread waits in torch's C++ (a collective that never completes), which
-releases the interpreter to other threads. The same request works for the launcher's ranks (files
-beside their output), torchrun's (in each rank's folder) and on other hosts (a shared folder).
+releases the interpreter to other threads. The same request works for the launcher's ranks and torchrun's
+(``stacks.request`` and ``stacks.json`` in each rank's folder) and on other hosts (a shared folder).
 
 Imports no torch.
 """
