@@ -74,6 +74,7 @@ def test_store_by_hand_then_process_group(tmp_path):
     for r in results:
         assert r["seen"] == ["rank 0 is here", "rank 1 is here", "rank 2 is here"]
         assert r["arrival_in_range"] and r["sum_of_ranks"] == 3.0
+    assert sorted(r["arrival"] for r in results) == [1, 2, 3]  # add() numbers the arrivals 1..3
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])

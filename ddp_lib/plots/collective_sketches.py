@@ -66,7 +66,7 @@ def plot_subgroups(world_size: int = 4) -> Figure:
 WHEN_RANKS_DISAGREE = (
     ("only rank 0 calls all_reduce", ((0, "timeout", "waits, then times out"),
                                       (1, "goes on", "never calls it: goes on"))),
-    ("a peer exits", ((0, "error", "error at once: connection closed"),
+    ("a peer exits (a folded section)", ((0, "error", "error at once: connection closed"),
                       (1, "exits", "exits"))),
     ("a rank never joins (world size 3)", ((0, "timeout", "waits for rank 2, then times out"),
                                             (1, "timeout", "waits for rank 0's key, then times out"),

@@ -134,7 +134,7 @@ def plot_ring_bytes(measured: dict[int, float], numel: int, element_size: int = 
 def plot_late_arrival(results: list[dict], delay: float) -> Figure:
     """Seconds each rank spent inside each collective when the last rank came ``delay`` s late."""
     names = list(results[0]["waited"])
-    fig, ax = plt.subplots(figsize=(7, 2.8))
+    fig, ax = plt.subplots(figsize=(7, 3.4))
     width = 0.8 / len(results)
     for r in results:
         xs = [i + (r["rank"] - (len(results) - 1) / 2) * width for i in range(len(names))]
@@ -142,11 +142,11 @@ def plot_late_arrival(results: list[dict], delay: float) -> Figure:
                edgecolor="black", label=f"rank {r['rank']}" + (" (late)" if r["rank"] == len(results) - 1 else ""))
     ax.axhline(delay, color="grey", linestyle="dashed", linewidth=1)
     ax.text(len(names) - 0.5, delay, f" the late rank's delay ({delay:g} s)", va="bottom", ha="right", fontsize=8)
-    ax.set_xticks(range(len(names)), names)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8.5)  # long names: tilted
     ax.set_ylabel("seconds inside the call")
     ax.set_ylim(0, delay * 1.35)
     ax.set_title("Who waits for a late rank")
-    ax.legend(fontsize=8, ncol=len(results), loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+    ax.legend(fontsize=8, ncol=len(results), loc="upper center", bbox_to_anchor=(0.5, -0.38), frameon=False)
     fig.tight_layout()
     return fig
 

@@ -74,7 +74,7 @@ def store_demo(rank: int, world_size: int, path: str) -> dict:
     try:
         total = torch.tensor([float(rank)])
         dist.all_reduce(total)
-        return {"rank": rank, "seen": seen, "arrival_in_range": 1 <= arrival <= world_size,
+        return {"rank": rank, "seen": seen, "arrival": arrival, "arrival_in_range": 1 <= arrival <= world_size,
                 "sum_of_ranks": total.item()}
     finally:
         dist.destroy_process_group()
