@@ -7,7 +7,7 @@ process group, and reports what the parent sees: the processes still alive after
 (once one has ended, or after 30 s, then half a second more), and their exit codes once it stops them.
 
 ``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.spawn``, in the
-notebook's own process: SIGINT to the kernel while its ranks wait in the same collective.
+notebook's own process: SIGINT to the kernel while its ranks wait in the same receive.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ddp_lib.demos.interrupted_spawn import wait_for_each_other
 
 if __name__ == "__main__":
     try:
-        # ranks 0 and 1 wait inside a collective; process 2 sleeps in Python
+        # ranks 0 and 1 wait to receive from each other; process 2 sleeps in Python
         mp.spawn(wait_for_each_other, args=(2, sys.argv[1], sys.argv[2]), nprocs=3)
     except KeyboardInterrupt:
         print("the parent got KeyboardInterrupt", flush=True)

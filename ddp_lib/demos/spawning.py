@@ -206,6 +206,16 @@ def fork_while_lock_held(wait: float = 0.5) -> dict[str, bool]:
     return {"child took the lock": child_got_it, "parent took the lock": parent_got_it}
 
 
+# Set once fork_after_threads has computed in this process: its thread pool may exist from then on.
+_parent_computed = False
+
+
+def parent_has_computed() -> bool:
+    """Whether ``fork_after_threads`` has computed in this process already. Its control,
+    ``parent_computes=False``, is then no longer a control: the thread pool may exist."""
+    return _parent_computed
+
+
 def _matmul() -> float:
     a = torch.ones(256, 256)
     return float((a @ a)[0, 0])
@@ -221,10 +231,12 @@ def fork_after_threads(threads: int = 2, wait: float = 2.0, parent_computes: boo
     matrices here (that starts the thread pool), then fork a child that multiplies two matrices.
     Returns "finished on N threads" (the child's torch thread count) or "hung" (the child is then
     killed). The control, ``parent_computes=False``, is valid only in a process with no pool yet."""
+    global _parent_computed
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         if parent_computes:
+            _parent_computed = True
             _matmul()  # starts the thread pool in this process
         ctx = multiprocessing.get_context("fork")
         answer = ctx.SimpleQueue()

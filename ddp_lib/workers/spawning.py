@@ -126,3 +126,14 @@ def read_calls(out_dir: str) -> list[dict]:
 def hang(rank: int, seconds: float = 3600.0) -> None:
     """Sleep ``seconds``: a rank that does not finish, for a launcher's deadline to stop."""
     time.sleep(seconds)
+
+
+def add_one(rank: int, tensor: torch.Tensor) -> None:
+    """Add 1 in place to ``tensor``, which came in ``args``: on CPU, every rank's is the parent's."""
+    tensor.add_(1)
+
+
+def hello_to_queue(rank: int, world_size: int, results) -> None:
+    """Put ``(rank, hello(rank, world_size))`` in ``results``, a queue: a launcher that drops
+    return values (torch's ``mp.spawn``) still gets the value back."""
+    results.put((rank, hello(rank, world_size)))
