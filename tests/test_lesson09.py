@@ -92,6 +92,17 @@ def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
     assert called == {0: "allreduce, allreduce", 1: "allreduce, broadcast"}
 
 
+def test_a_stray_all_reduce_after_a_later_step_meets_the_gradient_all_reduce_and_gloo_aborts():
+    with pytest.raises(WorkerError) as failed:
+        run_ranks(rank0_evaluation, 2, kwargs=dict(collective_in_eval=True, eval_after_step=1, timeout_s=2.0),
+                  show_output=False)
+    failures = failed.value.failures
+    assert "SIGABRT" in failures[0]  # gloo's size check throws in a thread of its own: the process aborts
+    assert "Received data size doesn't match" in failed.value.outputs[0][1]
+    assert failures[1].split("from the first step on: ")[-1] == "allreduce, broadcast, broadcast, allreduce, allreduce"
+    assert not any("Timed out" in line for line in failures.values())
+
+
 def test_accumulation_with_no_sync_all_reduces_once_per_step_and_equals_one_process():
     for r in run_ranks(accumulate_and_clip, 2, kwargs=dict(steps=2), show_output=False):
         assert r["all_reduces"] == r["steps"] == 2

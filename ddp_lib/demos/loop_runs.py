@@ -56,7 +56,7 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
         max_norm: clip the gradient norm to this (None: no clipping).
         clip: "after_sync" clips the averaged gradient; "before_sync" (wrong) clips each rank's own
             gradient inside no_sync, then averages by hand.
-        compile: wrap the DDP model in torch.compile.
+        compile: compile the model with torch.compile, then wrap it in DDP.
         compile_backend: torch.compile's backend: "inductor" (generates fused C++ or GPU kernels;
             needs a C++ compiler on a CPU), "aot_eager" (traces forward and backward, runs them op
             by op) or "eager" (runs the graphs dynamo captured as they are).
@@ -76,18 +76,17 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
         model = LoopNet(hidden).to(device)
-        ddp_model = DDP(model, device_ids=device_ids_for(device))
+        compiled_graphs: list[torch.fx.GraphModule] = []
+        if compile:  # compile the module, then wrap it, as train_loop does
+            step_module = torch.compile(model, backend=counting_backend(compile_backend, compiled_graphs))
+        else:
+            step_module = model
+        ddp_model = DDP(step_module, device_ids=device_ids_for(device))
         hook_state: dict = {"sent": set()}
         if comm_hook == "allreduce":
             ddp_model.register_comm_hook(hook_state, recording_allreduce)
         elif comm_hook == "bf16_compress":
             ddp_model.register_comm_hook(hook_state, bf16_compress)
-        compiled_graphs: list[torch.fx.GraphModule] = []
-        if compile:
-            backend = counting_backend(compile_backend, compiled_graphs)
-            step_model = torch.compile(ddp_model, backend=backend)
-        else:
-            step_model = ddp_model
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled.
@@ -106,7 +105,7 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
                 # no_sync must cover the forward: DDP decides there whether backward all-reduces.
                 with ddp_model.no_sync() if clip_alone else nullcontext():
                     with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                        logits = step_model(x)
+                        logits = ddp_model(x)
                         loss = loss_fn(logits, y)
                     scaler.scale(loss).backward()  # DDP averages the gradients here, unless in no_sync
                 if clip_alone:  # wrong: each rank clips its own gradient, by its own factor

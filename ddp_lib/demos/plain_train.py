@@ -52,7 +52,10 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        # device_id: this rank's GPU for nccl's collectives, dist.barrier() included
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        dist.init_process_group("gloo")
     try:
         train(rank, world_size, device)  # DDP's model is freed on return, while the group still exists
     finally:

@@ -92,14 +92,14 @@ def _arrow(ax, start: tuple[float, float], end: tuple[float, float], text: str =
 def plot_dtype_flow():
     """A schematic of one autocast step under DDP: which tensors are 16-bit (bf16 or fp16) and which
     float32. Forward: the float32 weights are cast to 16-bit copies for the matrix multiplications,
-    whose outputs are 16-bit; the loss (nll_loss) runs in float32. Backward: the gradients reach the
+    whose outputs are 16-bit; the loss (cross_entropy) comes out float32. Backward: the gradients reach the
     float32 weights as float32, and DDP all-reduces float32; the optimizer updates the float32
     weights, which are the master weights. Returns the Figure."""
     fig, ax = plt.subplots(figsize=(10, 2.8))
     _box(ax, 0, 2, "weights (float32)", "float32")
     _box(ax, 2.6, 2, "16-bit copy\nof the weights", "16-bit")
     _box(ax, 5.2, 2, "matmul outputs,\nlogits (16-bit)", "16-bit")
-    _box(ax, 7.8, 2, "loss: nll_loss\nin float32", "float32")
+    _box(ax, 7.8, 2, "loss: cross_entropy\nin float32", "float32")
     _arrow(ax, (1.9, 2), (2.6, 2), "cast")
     _arrow(ax, (4.5, 2), (5.2, 2), "matmul")
     _arrow(ax, (7.1, 2), (7.8, 2))

@@ -54,7 +54,7 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         seed: seed of the initial weights (the same on every rank) and of the shuffle.
         precision: "fp32", or autocast to "bf16" or "fp16" (fp16 with a GradScaler).
         max_norm: clip the averaged gradient's norm to this (None: no clipping).
-        compile: wrap the DDP model in torch.compile.
+        compile: compile the model with torch.compile, then wrap it in DDP.
         compile_backend: torch.compile's backend: "inductor" (generates fused C++ or GPU kernels;
             needs a C++ compiler on a CPU), "aot_eager" (traces forward and backward, runs them op
             by op) or "eager" (runs the graphs dynamo captured as they are).
@@ -70,8 +70,10 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
         model = LoopNet().to(device)
-        ddp_model = DDP(model, device_ids=device_ids_for(device))
-        step_model = torch.compile(ddp_model, backend=compile_backend) if compile else ddp_model
+        # Compile the module, then wrap it. torch.compile(model), not model.compile(): in torch 2.13
+        # model.compile() captures nothing for an nn.Sequential (pytorch/pytorch#150915).
+        step_module = torch.compile(model, backend=compile_backend) if compile else model
+        ddp_model = DDP(step_module, device_ids=device_ids_for(device))
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
         amp_dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         # fp16 has a narrow exponent range: small gradients underflow unless the loss is scaled.
@@ -86,7 +88,7 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
                 x, y = x.to(device), y.to(device)
                 optimizer.zero_grad(set_to_none=True)
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    loss = loss_fn(step_model(x), y)
+                    loss = loss_fn(ddp_model(x), y)
                 scaler.scale(loss).backward()  # DDP averages the gradients here
                 scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
                 if max_norm is not None:
@@ -257,18 +259,21 @@ def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
                 "accuracy": (counts[0] / counts[1]).item(), "reference": right.double().mean().item()}
 
 
-def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = False, timeout_s: float = 3.0) -> dict:
+def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = False, timeout_s: float = 3.0,
+                     eval_after_step: int = 0) -> dict:
     """Rank 0 alone evaluates the model after a training step, the others go on to the next step.
 
     Args:
         rank: this process's rank.
         world_size: number of processes.
         collective_in_eval: True makes rank 0's evaluation all-reduce its metric, a collective the
-            other ranks never call: their next collective is the first of the two broadcasts DDP's
-            second forward makes to agree on its rebuilt buckets, and the two pair.
+            other ranks never call. It pairs with their next collective: after step 0, the first of
+            the two broadcasts DDP's second forward makes (once) to agree on its rebuilt buckets;
+            after a later step, the next backward's all-reduce of the gradients, of another size.
         timeout_s: the process group's timeout, after which a collective nobody matches fails.
+        eval_after_step: the step after which rank 0 evaluates; the loop runs one more step after it.
 
-    Returns {"rank", "accuracy" (rank 0 only, else None), "checksum" (of the parameters after two steps)}.
+    Returns {"rank", "accuracy" (rank 0 only, else None), "checksum" (of the parameters after the steps)}.
     """
     with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
         torch.manual_seed(0)
@@ -282,11 +287,11 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
         tracing = profile(activities=[ProfilerActivity.CPU]) if collective_in_eval else nullcontext()
         try:
             with tracing:
-                for step in range(2):
+                for step in range(eval_after_step + 2):
                     optimizer.zero_grad()
                     nn.functional.cross_entropy(ddp_model(x), y).backward()
                     optimizer.step()
-                    if step == 0 and rank == 0:
+                    if step == eval_after_step and rank == 0:
                         with torch.no_grad():  # the unwrapped module: DDP's forward may call collectives
                             model.eval()
                             hits = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double().sum()
@@ -353,8 +358,9 @@ def rank0_saves(rank: int, world_size: int, directory: str, work_s: float = 0.5,
 
 
 def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 11) -> dict:
-    """One seed for what must agree (the initial weights), seed + rank for what must differ
-    (dropout masks, augmentation), and logging that is quiet on every rank but 0 except for warnings.
+    """One seed on every rank for the initial weights (DDP copies rank 0's anyway; the seed makes the run
+    reproducible), seed + rank for what must differ (dropout masks, augmentation), and logging that is
+    quiet on every rank but 0 except for warnings.
 
     Args:
         rank: this process's rank.
@@ -367,7 +373,7 @@ def seeds_and_logging(rank: int, world_size: int, seed: int = 0, n_eval: int = 1
     """
     with process_group(rank, world_size):
         log = setup_logging(rank)
-        torch.manual_seed(seed)  # the same initial weights on every rank
+        torch.manual_seed(seed)  # the same initial weights on every rank, run after run
         model = LoopNet(hidden=8, dropout=0.5)
         init_checksum = round(sum(p.detach().sum().item() for p in model.parameters()), 4)
         torch.manual_seed(seed + rank)  # from here on, random streams differ between ranks
