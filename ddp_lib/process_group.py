@@ -31,6 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # (gloo's own default).
 COLLECTIVE_TIMEOUT = timedelta(seconds=60)
 
+# teardown()'s pause before destroying a group, in which gloo's threads finish releasing their work.
 GLOO_SETTLE_SECONDS = 0.02
 
 # The launcher passes a backend chosen in the parent (e.g. ``--backend gloo``) through this.
@@ -213,10 +214,14 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
 def teardown() -> None:
     """Leave the process group, if this process is in one."""
     if dist.is_initialized():
-        # gloo's worker threads may still be releasing finished work, which takes the GIL.
-        # If the group is then destroyed from a thread holding the GIL (DDP's reducer often
-        # drops the last reference when the worker returns), the destructor's join deadlocks.
-        # Sleeping releases the GIL so those threads finish first.
+        # destroy_process_group() only drops torch's references (gloo has no shutdown); a DDP
+        # model still alive holds the group, and when it is freed (as its function returns) its
+        # reducer, freed with the GIL held, destroys the group, whose destructor joins gloo's
+        # threads. One of them may still be releasing the last backward's all-reduce, which needs
+        # the GIL: a deadlock. Sleeping releases the GIL so those threads finish first. Under
+        # ddp_lib's launcher (run_ranks, ddp_lib.mp) the rank's child code already keeps every group
+        # alive; this pause is for ranks started otherwise (torchrun, torch.multiprocessing, a copy).
+        # torch 2.13 (tools/gloo_shutdown_check.py): destroy-return 9 of 27 hung; teardown --unkept both 0 of 200.
         time.sleep(GLOO_SETTLE_SECONDS)
         dist.destroy_process_group()
 
