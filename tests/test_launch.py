@@ -79,8 +79,9 @@ def test_demo_basic_gives_every_rank_the_same_parameters():
 
 
 def test_many_launches_in_a_row_never_hang_on_teardown():
-    # With torch 2.13 + gloo, destroying a group while gloo threads release work deadlocked
-    # in about 1 run in 4 before teardown() let those threads finish.
+    # With torch 2.13 + gloo, a group freed while gloo threads release work can deadlock
+    # (docs/launcher.md counts it per ending); the launcher's child keeps every group alive
+    # until it leaves with os._exit, so no launch may hang.
     for _ in range(20):
         run_ranks(demo_basic, 2, timeout=20, show_output=False)
 
