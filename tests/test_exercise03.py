@@ -140,6 +140,13 @@ WRONG = {
     # Right on 4 ranks only: the gradients summed, then divided by a hard-coded 4.
     "world_size_hard_coded": (GOOD_WITHOUT_DDP.replace("p.grad /= dist.get_world_size()", "p.grad /= 4"),
                               "divided by 4, a constant: divide by the world size"),
+    # The "What to type" line copied into both branches: gloo with device_id=cpu, which torch refuses.
+    "device_id_on_cpu": (GOOD.replace("device_id=device if use_gpu else None", "device_id=device"),
+                         "device_id= is for a GPU: pass it only where CUDA is available"),
+    # A GPU device picked without asking whether CUDA is there: the hint is about this exercise, not process_group.
+    "cuda_without_checking": (GOOD.replace("use_gpu = torch.cuda.is_available()", "use_gpu = True").replace(
+                                  "local_rank % torch.cuda.device_count()", "local_rank"),
+                              "this machine has no GPU: where torch.cuda.is_available() is False"),
     "bad_return": (GOOD.replace('return {"local_rank"', 'return {"rank"'),
                    "return a dict with keys 'local_rank', 'device' and 'checksum'"),
 }
@@ -166,11 +173,12 @@ def test_right_answers_pass_on_both_layouts(name, source, tmp_path, monkeypatch)
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_wrong_answers_are_refused_with_the_reason(case, tmp_path, monkeypatch):
     source, message = WRONG[case]
-    if case == "device_ids_on_cpu" and torch.cuda.is_available():
-        pytest.skip("device_ids=[local_rank] is right on GPUs")
+    if case in ("device_ids_on_cpu", "cuda_without_checking") and torch.cuda.is_available():
+        pytest.skip("right on GPUs")
     report = check_device_worker(_write(tmp_path, monkeypatch, f"wrong03_{case}", source))
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and message in fails[0], str(report)
+    assert "with process_group(" not in fails[0] and ".to(rank)" not in fails[0], str(report)  # lesson 01's hint
 
 
 # Exercise 3: load_on_device(path, device), two right answers and the mistakes a learner makes.
@@ -182,7 +190,7 @@ LOAD_GOOD = {
 }
 LOAD_WRONG = {
     "no_map_location": ("def load_on_device(path, device):\n    return torch.load(path)\n",
-                        "pass map_location=device to torch.load"),
+                        "is_available() is False; pass map_location=device to torch.load"),
     "cpu_written_in": ("def load_on_device(path, device):\n    return torch.load(path, map_location='cpu')\n",
                        "left tensors on cpu: pass map_location=device"),
     "model_not_state": ("def load_on_device(path, device):\n    torch.load(path, map_location=device)\n",

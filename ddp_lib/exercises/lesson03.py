@@ -11,13 +11,20 @@ from unittest import mock
 import torch
 from torch.nn.modules.module import register_module_forward_pre_hook
 
+from ddp_lib.errors import readable
 from ddp_lib.exercises.checking import Report, check_on_ranks, load_worker, worker_name
 from ddp_lib.workers.placement import expected_device, simulate_nodes
 from ddp_lib.workers.shared import ToyModel, param_checksum
 
 LAYOUTS = {4: (2, "2 nodes x 2 ranks"), 3: (3, "1 node x 3 ranks")}  # world size: (processes per node, said)
 LR = 0.01  # the exercise's learning rate
-HINTS = ((r"device_ids", "device_ids is for a model on one GPU; with a CPU model pass device_ids=None"),)
+# Tried before checking.SHARED_HINTS, whose GPU hint is about process_group, which this exercise does not use.
+HINTS = ((r"device_id parameter must be an accelerator|device_id .* does not match the current compilation",
+          "device_id= is for a GPU: pass it only where CUDA is available, and call "
+          "init_process_group(\"gloo\", rank=rank, world_size=world_size) without it on the CPU"),
+         (r"device_ids", "device_ids is for a model on one GPU; with a CPU model pass device_ids=None"),
+         (r"accelerator|CUDA|cuda", "this machine has no GPU: where torch.cuda.is_available() is False, use "
+          "device cpu and \"gloo\", with no set_device and no device_id="))
 
 
 def _flat(tensors) -> torch.Tensor:
@@ -185,9 +192,9 @@ def check_load_on_device(fn: Callable, path: str | pathlib.Path = CUDA_CHECKPOIN
         try:
             state = fn(str(path), device)
         except Exception as error:  # the learner's own error, reported in one line
-            fix = (": pass map_location=device to torch.load" if "CUDA device" in str(error)
-                   else "")
-            report.fail(f"loading onto {device} raised {type(error).__name__}: {str(error).splitlines()[0][:120]}{fix}")
+            fix = "; pass map_location=device to torch.load" if "CUDA device" in str(error) else ""
+            said = readable(str(error).splitlines()[0].split(". ")[0] if str(error) else "", 120)  # one sentence
+            report.fail(f"loading onto {device} raised {type(error).__name__}: {said}{fix}")
             return report
         if not isinstance(state, dict) or set(state) != set(saved):
             report.fail(f"loading onto {device} returned {type(state).__name__}: return the dict torch.load gives, "
