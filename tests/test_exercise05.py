@@ -14,18 +14,12 @@ def epoch_indices(rank, world_size, epochs, seed):
 """
 RIGHT = {
     "rank_from_the_process_group": """
-    import torch.distributed as dist
-    dist.init_process_group("gloo")  # the launcher sets RANK, WORLD_SIZE and the rendezvous address
-    try:
-        sampler = DistributedSampler(make_moons(), seed=seed)  # num_replicas and rank from the group
-        out = []
-        for epoch in range(epochs):
-            sampler.set_epoch(epoch)
-            out.append(list(sampler))
-        dist.barrier()  # no rank leaves while another still connects (gloo's connectFullMesh)
-        return out
-    finally:
-        dist.destroy_process_group()
+    sampler = DistributedSampler(make_moons(), seed=seed)  # as the lesson writes it: rank and world size from the group
+    out = []
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        out.append(list(sampler))
+    return out
 """,
     "data_loader_batches": """
     from torch.utils.data import DataLoader
@@ -40,10 +34,12 @@ RIGHT = {
 """,
 }
 WRONG = {
-    "no_process_group": ("""
+    "joins_the_group_itself": ("""
+    import torch.distributed as dist
+    dist.init_process_group("gloo")  # the checker has joined the group already
     sampler = DistributedSampler(make_moons(), seed=seed)
     return [list(sampler) for _ in range(epochs)]
-""", "raised ValueError: Default process group has not been initialized", "pass num_replicas=world_size and rank=rank"),
+""", "raised ValueError: trying to initialize the default process group twice", "leave out init_process_group"),
     "epochs_from_one": ("""
     sampler = DistributedSampler(make_moons(), num_replicas=world_size, rank=rank, seed=seed)
     out = []

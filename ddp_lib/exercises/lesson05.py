@@ -5,15 +5,25 @@ import random
 from collections import Counter
 from collections.abc import Callable
 
-from ddp_lib.exercises.checking import check_on_ranks
+from ddp_lib.exercises.checking import check_on_ranks, load_worker, worker_name
 from ddp_lib.exercises.solutions.lesson05 import epoch_indices
 from ddp_lib.workers.shared import make_moons
 
 # 512 samples divide by 2 (nothing read twice) but by neither 3 nor 5 (the sampler pads 1 or 3).
 PADDED_WORLD_SIZES = (3, 5)
 EPOCH_CHOICES = range(2, 6)  # drawn without repeats: a fixed number of epochs matches one run at most
-HINTS = ((r"Default process group has not been initialized",
-          "this worker joins no process group: pass num_replicas=world_size and rank=rank"),)
+HINTS = ((r"default process group twice",
+          "the checker has joined the process group already, as a training job would before building its "
+          "sampler: leave out init_process_group"),)
+
+
+def _run_learner(rank: int, world_size: int, target: str, epochs: int, seed: int) -> list:
+    """In each rank, inside a gloo group (as in a training job): the learner's ``epoch_indices``. So
+    ``DistributedSampler(dataset, seed=seed)`` reads rank and world size from the group, as the lesson writes it."""
+    from ddp_lib.process_group import process_group
+
+    with process_group(rank, world_size):
+        return load_worker(target)(rank, world_size, epochs, seed)
 
 
 def diagnose(results: list, epochs: int, seed: int) -> str | None:
@@ -37,8 +47,8 @@ def diagnose(results: list, epochs: int, seed: int) -> str | None:
             ranks = [r for r, per_epoch in enumerate(results) if sample in per_epoch[epoch]]
             return (f"epoch {epoch}: ranks {ranks[0]} and {ranks[1]} both read sample {sample}"
                     + (f" ({twice} repeats where padding makes {padding})" if padding else "")
-                    + "; give DistributedSampler num_replicas=world_size and rank=rank, and the same seed on "
-                      "every rank")
+                    + "; use the same seed on every rank, so that the ranks split one permutation (and, if you "
+                      "pass them, num_replicas=world_size and rank=rank)")
     # The solution's orders, one epoch more: set_epoch(epoch + 1) gives the next epoch's.
     reference = [epoch_indices(rank, world_size, epochs + 1, seed) for rank in range(world_size)]
     for rank, per_epoch in enumerate(results):
@@ -60,8 +70,9 @@ def check_epoch_indices(fn: Callable, plan: list[tuple[int, int]] | None = None,
     """A report on ``fn(rank, world_size, epochs, seed)`` per (world_size, epochs) of ``plan``; unset ones drawn now."""
     seed = random.randint(1, 9999) if seed is None else seed
     epochs = dict(plan or zip((2, random.choice(PADDED_WORLD_SIZES)), random.sample(EPOCH_CHOICES, 2)))
-    return check_on_ranks(fn, tuple(epochs), lambda runs: diagnose(runs, epochs[len(runs)], seed),
-                          lambda world_size: (epochs[world_size], seed), stop=True, timeout=120, hints=HINTS,
+    return check_on_ranks(_run_learner, tuple(epochs), lambda runs: diagnose(runs, epochs[len(runs)], seed),
+                          lambda world_size: (worker_name(fn), epochs[world_size], seed), stop=True, timeout=120,
+                          hints=HINTS,
                           where=lambda runs: f"world_size {len(runs)}, {epochs[len(runs)]} epochs",
                           passed=f"with seed {seed}, in every epoch every rank reads DistributedSampler's share for "
                           "that seed and epoch")
