@@ -100,6 +100,7 @@ def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
     assert r["clip"]["ddp_norm"] == r["clip"]["fsdp_norm"] and r["clip"]["max_grad_diff"] < 1e-6
     assert r["clip"]["norm_placements"] == ["Replicate()"]  # combined across ranks inside clip_grad_norm_
     assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
+    assert r["mixed"]["output_dtype"] == "bfloat16"  # no output_dtype in the policy: the output stays bfloat16
     assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
     assert r["checkpointing"]["max_grad_diff"] == 0
     # An optimizer created before fully_shard holds the replaced parameters: its step changes nothing.
