@@ -100,6 +100,7 @@ def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
     assert r["clip"]["ddp_norm"] == r["clip"]["fsdp_norm"] and r["clip"]["max_grad_diff"] < 1e-6
     assert r["clip"]["norm_placements"] == ["Replicate()"]  # combined across ranks inside clip_grad_norm_
     assert r["mixed"]["compute_dtype"] == "bfloat16" and r["mixed"]["grad_dtype"] == "float32"
+    assert r["mixed"]["output_dtype"] == "bfloat16"  # no output_dtype in the policy: the output stays bfloat16
     assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
     assert r["checkpointing"]["max_grad_diff"] == 0
     # An optimizer created before fully_shard holds the replaced parameters: its step changes nothing.
@@ -339,12 +340,14 @@ def test_the_step_schematic_sends_what_the_ring_factors_say():
     from ddp_lib.plots.beyond import SEND_FACTOR, step_schedules
 
     def sent(boxes):  # in units of one layer's bytes, 3 layers, 2 ranks
-        return sum(SEND_FACTOR[kind] * (3 if label in ("AR", "BC") else 1)
+        return sum(SEND_FACTOR[kind] * (3 if label == "AR" else 1)
                    for label, kind in boxes if kind != "compute")
 
     schedules = step_schedules(3)
     assert {name: sent(boxes) for name, boxes in schedules.items()} == {
         "DDP": 3, "ZeRO-1 (torch)": 4.5, "FSDP2": 4.5, "FSDP2, no reshard": 3}
+    # torch's ZeRO-1 broadcasts each parameter tensor apart: one box, and one fixed cost, per layer
+    assert [kind for _, kind in schedules["ZeRO-1 (torch)"]].count("broadcast") == 3
 
 
 def test_the_step_schematic_draws_only_the_rows_asked_for():

@@ -80,7 +80,8 @@ COLOURS = {"compute": "0.85", "all-reduce": "tab:red", "all-gather": "tab:blue",
 def step_schedules(layers: int = 3) -> dict[str, list[tuple[str, str]]]:
     """What one training step runs under each strategy, in order: (label, kind) per box, kind being
     "compute" or a collective. Each collective carries one layer's weights or gradients, or all of
-    them for DDP's all-reduce and ZeRO-1's broadcasts."""
+    them for DDP's all-reduce. ZeRO-1 broadcasts each layer's updated weights apart, as torch sends
+    one broadcast per parameter tensor (the biases' broadcasts, a few bytes each, are not drawn)."""
     forward = [(f"F{i}", "compute") for i in range(1, layers + 1)]
     backward = [(f"B{i}", "compute") for i in range(layers, 0, -1)]
     def prefetch(i):  # the next layer's all-gather, started before layer i's backward
@@ -89,7 +90,8 @@ def step_schedules(layers: int = 3) -> dict[str, list[tuple[str, str]]]:
     gathered = [box for i in range(1, layers + 1) for box in ((f"AG{i}", "all-gather"), (f"F{i}", "compute"))]
     return {
         "DDP": forward + backward + [("AR", "all-reduce"), ("opt", "compute")],
-        "ZeRO-1 (torch)": forward + backward + [("AR", "all-reduce"), ("opt", "compute"), ("BC", "broadcast")],
+        "ZeRO-1 (torch)": forward + backward + [("AR", "all-reduce"), ("opt", "compute")]
+                          + [(f"BC{i}", "broadcast") for i in range(1, layers + 1)],
         # In backward each layer's all-gather is started before the layer after it is reduce-scattered
         # (prefetching): the order the traced collectives show.
         "FSDP2": gathered + [(f"AG{layers}", "all-gather")]
@@ -114,7 +116,7 @@ def plot_step_schedules(layers: int = 3, strategies: tuple[str, ...] | None = No
     for row, boxes in enumerate(schedules.values()):
         y, x, sent = len(schedules) - 1 - row, 0.0, 0.0
         for label, kind in boxes:
-            whole = label in ("AR", "BC")  # DDP's all-reduce and ZeRO-1's broadcasts carry every layer
+            whole = label == "AR"  # DDP's all-reduce carries every layer
             carried = 0 if kind == "compute" else SEND_FACTOR[kind] * (layers if whole else 1)
             width = 0.6 if kind == "compute" else fixed_cost + carried
             sent += carried

@@ -327,9 +327,9 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     Returns {"rank", "clip" ({"ddp_norm", "fsdp_norm", "norm_type" (of FSDP2's returned norm),
     "norm_placements" (its DTensor placements), "max_grad_diff" (clipped gradients, FSDP2's gathered
     against DDP's)}), "mixed" ({"compute_dtype", "param_dtype", "grad_dtype" (of the sharded gradient),
-    "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes", "forward_bytes_checkpointed",
-    "max_grad_diff"}), "order" ({"optimizer_holds_model_params", "model_changed"}: an Adam made
-    before fully_shard, after one step)}.
+    "output_dtype" (of the model's output), "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes",
+    "forward_bytes_checkpointed", "max_grad_diff"}), "order" ({"optimizer_holds_model_params",
+    "model_changed"}: an Adam made before fully_shard, after one step)}.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
@@ -362,12 +362,14 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
             if isinstance(layer, nn.Linear):
                 fully_shard(layer, mp_policy=policy)
         fully_shard(mixed_model, mp_policy=policy)
-        loss_bf16 = nn.functional.mse_loss(mixed_model(x).float(), y)
+        output = mixed_model(x)  # bfloat16: the policy sets no output_dtype, so nothing casts it back
+        loss_bf16 = nn.functional.mse_loss(output.float(), y)
         loss_bf16.backward()
         first = next(mixed_model.parameters())
         mixed = {"compute_dtype": str(seen[0]).removeprefix("torch."),
                  "param_dtype": str(first.dtype).removeprefix("torch."),
                  "grad_dtype": str(first.grad.dtype).removeprefix("torch."),
+                 "output_dtype": str(output.dtype).removeprefix("torch."),
                  "loss_bf16": round(loss_bf16.item(), 6),
                  "loss_fp32": round(nn.functional.mse_loss(make_deep_mlp(width, layers, seed)(x), y).item(), 6)}
 
