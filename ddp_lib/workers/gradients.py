@@ -188,7 +188,8 @@ def epoch_end_accumulation(rank: int, world_size: int, micro_batches: int = 5, g
             x, y = (t.to(device) for t in rank_batch(i, rank, world_size, per_rank_batch, seed))
             if last_group == "synced":
                 last = (i + 1) % K == 0 or i == n - 1
-                group = min(K, n - i // K * K)  # K, or fewer in the epoch's last group
+                start = i - i % K  # the first micro-batch of this group
+                group = min(K, n - start)  # K, or fewer in the epoch's last group
             else:
                 last, group = (i + 1) % K == 0, K
             with nullcontext() if last else ddp_model.no_sync():
