@@ -23,7 +23,7 @@ JOBS ?= 2
 PARALLEL := -n $(JOBS) --dist loadfile --durations=25
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=600 --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: install test test-lessons test-browser test-cluster lint lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book book-serve clean
+.PHONY: install test test-slow test-lessons test-browser test-cluster lint lab lab-args check-lab demo notebooks bench bench-notebooks reliability setup-git book book-serve clean
 
 install: $(INSTALLED)
 
@@ -35,10 +35,21 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 # (minutes, root on Linux): they run in make test-cluster, which .ci/run runs after make test.
 CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py notebooks/06b_cluster_lab.ipynb
 
-# make test is the quick check while working (lint and the library's tests, about 4 minutes on two
-# cores); make test-lessons runs every lesson under nbval (about 5 minutes). .ci/run runs both.
-test: $(INSTALLED) lint  ## lint, then the library's tests: unit tests and multi-process tests on real ranks
-	$(PY) -m pytest $(PARALLEL) tests $(addprefix --ignore=,$(CLUSTER_TESTS))
+# The library's tests whose every case is a whole job or a wait: torchrun jobs, killed and interrupted
+# ranks, deadlines, the template under three launchers, full disks, the install resolved for each
+# platform, JupyterLab and Colab. They run in make test-slow, which .ci/run runs after make test.
+SLOW_TESTS := $(addprefix tests/test_,$(addsuffix .py,torchrun torchrun_signals torchrun_view launch_guards \
+	launch_deadlines interrupted_spawn stress_pids stale_store driver_stdin reliability no_room template_worker \
+	plain_train plain_fsdp2 install colab_cell lab lab_contents))
+
+# make test is the quick check while working (lint and the library's other tests, about 4 minutes on
+# two cores); make test-slow the long tests above, make test-lessons every lesson under nbval (about
+# 5 minutes each). .ci/run runs all three.
+test: $(INSTALLED) lint  ## lint, then the library's tests (unit tests and multi-process tests on real ranks), but the slow ones
+	$(PY) -m pytest $(PARALLEL) tests $(addprefix --ignore=,$(CLUSTER_TESTS) $(SLOW_TESTS))
+
+test-slow: $(INSTALLED)  ## the library's slow tests: torchrun jobs, kills, deadlines, the template, the install
+	$(PY) -m pytest $(PARALLEL) $(SLOW_TESTS)
 
 test-lessons: $(INSTALLED)  ## every lesson but the cluster lab under nbval, each cell's output compared with the stored one
 	$(PY) -m pytest $(PARALLEL) notebooks $(addprefix --ignore=,$(CLUSTER_TESTS)) $(NBVAL)

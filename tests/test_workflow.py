@@ -104,7 +104,7 @@ def test_the_install_is_the_makefiles_own(job):
 
 def test_runs_every_target_ci_run_runs(job):
     targets = re.findall(r"^make ([\w-]+)\s*$", (ROOT / ".ci" / "run").read_text(), re.MULTILINE)
-    assert {"book", "test", "test-lessons", "test-browser", "test-cluster"} <= set(targets)
+    assert {"book", "test", "test-slow", "test-lessons", "test-browser", "test-cluster"} <= set(targets)
     runs = "\n".join(s.get("run", "") for s in job["steps"])
     for target in targets:
         assert re.search(rf"(^|\s)make {re.escape(target)}\s*$", runs, re.MULTILINE), target
