@@ -1,10 +1,15 @@
 """Lesson 02's checker on real ranks: two right answers written differently from the solution
 pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
 
+import functools
+
 import pytest
+import torch.multiprocessing as mp
 from answer_files import load_answer, notebook_stub
 
+import ddp_lib.mp
 from ddp_lib.exercises.lesson02 import check_cli_bad_rank, check_partial_bad_rank, check_plan_launch, check_reassemble
+from ddp_lib.workers.spawning import fail_on_rank
 
 HEAD = """
 import torch
@@ -166,10 +171,46 @@ TWICE = ("Process 0 terminated with the following error (rank 0): TypeError: fai
 CLI_LINE = "ddp_lib: rank 2 raised ValueError: rank 2 of 3 was told to fail"
 
 
-@pytest.mark.parametrize("answer, error", [(0, RAN_0), (0, ValueError(RAN_0)), (int("0"), RuntimeError(RAN_0))],
-                         ids=["text", "exception", "another_exception_type"])
-def test_partial_bad_rank_right_answers_pass(answer, error):
-    assert check_partial_bad_rank(answer, error).passed
+def raised_by(launch, fn, args):
+    """The exception ``launch(fn, args=args, nprocs=2)`` raised, as the lesson's cell keeps it."""
+    try:
+        launch(fn, args=args, nprocs=2)
+    except Exception as e:
+        return e
+    raise AssertionError("the launch raised nothing")
+
+
+def start_from_forkserver(fn, args, nprocs):
+    return mp.start_processes(fn, args=args, nprocs=nprocs, start_method="forkserver")
+
+
+# Right answers written differently: each launch binds bad_rank=0 with functools.partial.
+PARTIAL_RUNS = {
+    "as_the_answers": (ddp_lib.mp.spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)),
+    "world_size_bound_too": (ddp_lib.mp.spawn, functools.partial(fail_on_rank, world_size=2, bad_rank=0), []),
+    "torch_start_processes": (start_from_forkserver, functools.partial(fail_on_rank, bad_rank=0), (2,)),
+}
+
+
+@pytest.mark.parametrize("run", PARTIAL_RUNS)
+def test_partial_bad_rank_right_answers_pass(run):
+    report = check_partial_bad_rank(0, raised_by(*PARTIAL_RUNS[run]))
+    assert report.passed, report
+
+
+def test_partial_bad_rank_needs_the_partial():
+    """The honest shortcut, bad_rank by position in args, raises the same error: the launch tells it apart."""
+    report = check_partial_bad_rank(0, raised_by(ddp_lib.mp.spawn, fail_on_rank, (2, 0)))
+    assert not report.passed and "did not go through a partial" in report.lines[0], report
+    assert "args=(2, 0)" in report.lines[0], report
+
+
+@pytest.mark.parametrize("error", [RAN_0, ValueError(RAN_0), "from_a_run"], ids=["text", "made_anew", "run_as_text"])
+def test_partial_bad_rank_wants_the_exception_itself(error):
+    if error == "from_a_run":
+        error = str(raised_by(ddp_lib.mp.spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)))
+    report = check_partial_bad_rank(0, error)
+    assert not report.passed and "partial_error = e" in report.lines[0], report
 
 
 @pytest.mark.parametrize("answer, error, fix", [

@@ -123,6 +123,24 @@ def _rank_answer(answer) -> int | None:
     return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
 
 
+_LAUNCHERS = {("ddp_lib.mp", "spawn"), ("torch.multiprocessing.spawn", "spawn"),
+              ("torch.multiprocessing.spawn", "start_processes")}  # (module, function) whose fn and args are read
+
+
+def _launched(error) -> tuple[object, object] | None:
+    """The ``fn`` and ``args`` that the launch which raised ``error`` was given, read from the frame of
+    ``ddp_lib.mp.spawn`` (or torch's ``spawn``, ``start_processes``) that the exception's traceback keeps;
+    None for text, or an exception that no launch raised."""
+    tb = getattr(error, "__traceback__", None)
+    while tb is not None:
+        frame = tb.tb_frame
+        launcher = (frame.f_globals.get("__name__"), frame.f_code.co_name)
+        if launcher in _LAUNCHERS and {"fn", "args"} <= set(frame.f_locals):
+            return frame.f_locals["fn"], frame.f_locals["args"]
+        tb = tb.tb_next
+    return None
+
+
 def _partial_said(answer, error) -> str:
     """Exercise 3's verdict, a sentence: "Right: ..." or what to fix."""
     if answer is None:
@@ -144,12 +162,22 @@ def _partial_said(answer, error) -> str:
     if failed != 0:
         return (f"your run failed on rank {failed}, fail_on_rank's default bad_rank: the keyword did not reach it. "
                 "Pass fn=functools.partial(fail_on_rank, bad_rank=0), not fail_on_rank itself.")
-    if rank == 0:
-        return "Right: the error names rank 0. The partial pickles with bad_rank=0, and each child gets it."
     if rank == 1:
         return (f"named_rank = {rank}: 1 is fail_on_rank's default bad_rank, but your run says rank 0. "
                 "The partial carries bad_rank=0 to every child.")
-    return f"named_rank = {rank}: read your run's error again; it names the rank in 'rank N of 2 was told to fail'."
+    if rank != 0:
+        return f"named_rank = {rank}: read your run's error again; it names the rank in 'rank N of 2 was told to fail'."
+    launched = _launched(error)
+    if launched is None:
+        return ("partial_error is not the exception that ddp_lib.mp.spawn raised (its text, or an exception made "
+                "anew): the check reads from that exception what you launched. Keep it as it is: "
+                "except Exception as e: partial_error = e.")
+    fn, args = launched
+    if not (isinstance(fn, functools.partial) and fn.keywords.get("bad_rank") == 0):
+        shown = getattr(fn, "__qualname__", None) or repr(fn)
+        return (f"your run launched {shown:.60} with args={args!r:.40}: rank 0 failed, but bad_rank=0 did not "
+                "go through a partial. Launch fn=functools.partial(fail_on_rank, bad_rank=0) with args=(2,).")
+    return "Right: the error names rank 0. The partial pickles with bad_rank=0, and each child gets it."
 
 
 # Exercise 5: python -m ddp_lib run fail_on_rank --world-size 3 --bad-rank 2, its exit code and its line.
@@ -198,8 +226,10 @@ def _as_report(said: str) -> Report:
 
 
 def check_partial_bad_rank(answer, error) -> Report:
-    """Exercise 3: ``answer``, the rank the error names, and ``error``, the exception (or its text) that
-    ``ddp_lib.mp.spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised."""
+    """Exercise 3: ``answer``, the rank the error names, and ``error``, the exception that
+    ``ddp_lib.mp.spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised. Its
+    traceback keeps the launch's ``fn`` and ``args``: the check reads them to see that a partial carried
+    ``bad_rank=0``."""
     return _as_report(_partial_said(answer, error))
 
 
