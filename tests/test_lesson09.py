@@ -337,7 +337,7 @@ def test_train_step_checker_refuses_clipping_inside_the_accumulation_loop(tmp_pa
 
 
 SPLIT_SETTINGS = {"split": dict(optimize_ddp=True), "whole": dict(optimize_ddp=False),
-                  "sequential": dict(model="sequential"), "cap_2mb": dict(bucket_cap_mb=2.0)}
+                  "sequential": dict(model="sequential", wrap_first=True), "cap_2mb": dict(bucket_cap_mb=2.0)}
 
 
 @pytest.fixture(scope="module")

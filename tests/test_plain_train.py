@@ -1,5 +1,5 @@
 """Lesson 09's plain train.py runs under torchrun on 2 CPU ranks, logs one global loss per epoch
-from rank 0, and leaves rank 0's checkpoint."""
+and the held-out accuracy from rank 0, leaves rank 0's checkpoint, and resumes from it exactly."""
 
 import subprocess
 import sys
@@ -10,17 +10,33 @@ from conftest import torch_aborted_at_exit
 SCRIPT = Path(__file__).resolve().parent.parent / "ddp_lib" / "demos" / "plain_train.py"
 
 
-def test_plain_train_runs_under_torchrun(tmp_path):
+def _run(cwd: Path, *options: str) -> subprocess.CompletedProcess:
     torchrun = Path(sys.executable).with_name("torchrun")
     for attempt in range(2):
-        done = subprocess.run([str(torchrun), "--nproc-per-node", "2", str(SCRIPT)], cwd=tmp_path,
+        done = subprocess.run([str(torchrun), "--nproc-per-node", "2", str(SCRIPT), *options], cwd=cwd,
                               capture_output=True, text=True, timeout=180)
         # torch's own abort at exit, once the checkpoint is saved, is tried once more; any other
         # failure, or the abort twice, fails the test.
-        if not (torch_aborted_at_exit(done.stderr) and (tmp_path / "checkpoint.pt").exists() and attempt == 0):
+        if not (torch_aborted_at_exit(done.stderr) and (cwd / "checkpoint.pt").exists() and attempt == 0):
             break
-        (tmp_path / "checkpoint.pt").unlink()
+        (cwd / "checkpoint.pt").unlink()
     assert done.returncode == 0, done.stderr[-2000:]
-    epochs = [line for line in done.stdout.splitlines() if line.startswith("epoch ")]
-    assert [line.split(":")[0] for line in epochs] == ["epoch 0", "epoch 1", "epoch 2"]
-    assert (tmp_path / "checkpoint.pt").exists()
+    return done
+
+
+def _lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stdout.splitlines() if line.startswith(("epoch ", "held-out accuracy"))]
+
+
+def test_plain_train_runs_under_torchrun_and_resumes_exactly(tmp_path):
+    unbroken, broken = tmp_path / "unbroken", tmp_path / "broken"
+    unbroken.mkdir()
+    broken.mkdir()
+    lines = _lines(_run(unbroken))
+    assert [line.split(":")[0] for line in lines[:3]] == ["epoch 0", "epoch 1", "epoch 2"]
+    assert lines[3].startswith("held-out accuracy ") and len(lines) == 4
+    assert (unbroken / "checkpoint.pt").exists()
+    first = _lines(_run(broken, "--epochs", "2"))
+    resumed = _lines(_run(broken, "--resume"))
+    assert first[:2] == lines[:2]
+    assert resumed == lines[2:]  # epoch 2 and the accuracy, as in the unbroken run

@@ -20,7 +20,6 @@ from ddp_lib.workers.compiled import DeepNet
 def _one_setting(rank: int, device: torch.device, optimize_ddp: bool, steps: int, seed: int) -> dict:
     torch._dynamo.reset()
     torch.manual_seed(seed)
-    ddp_model = DDP(DeepNet().to(device), device_ids=device_ids_for(device), bucket_cap_mb=1.0)
     events: list[str] = []
 
     def logging_allreduce(_state: None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -39,9 +38,11 @@ def _one_setting(rank: int, device: torch.device, optimize_ddp: bool, steps: int
         logged._boxed_call = True  # AOTAutograd passes the inputs as one list
         return logged
 
-    ddp_model.register_comm_hook(None, logging_allreduce)
     backend = aot_autograd(fw_compiler=boxed_nop, bw_compiler=logging_backward)
-    compiled = torch.compile(ddp_model, backend=backend)
+    # Compile the module, then wrap it: the order lesson 09 recommends.
+    compiled = DDP(torch.compile(DeepNet().to(device), backend=backend), device_ids=device_ids_for(device),
+                   bucket_cap_mb=1.0)
+    compiled.register_comm_hook(None, logging_allreduce)
     g = torch.Generator().manual_seed(seed + rank)
     with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
         for _ in range(steps):  # the last step runs with DDP's rebuilt buckets

@@ -17,8 +17,9 @@ def compiles_per_batch_size(rank: int, world_size: int, sizes: tuple[int, ...] =
     """Run a compiled ``nn.Linear`` forward and backward on batches of ``sizes`` rows, one after the
     other, with a backend that notes each graph it is handed. Needs no process group, unless ``ddp``:
     then the model is lesson 09's ``LoopNet`` (2 inputs; ``width`` is ignored), wrapped in DDP in the
-    caller's group, and the DDP model is compiled. (A bare ``nn.Linear`` under DDP would compile
-    nothing: dynamo skips torch.nn's own frames, as compiled.py explains.)
+    caller's group after it is compiled, ``DDP(torch.compile(LoopNet()))``. (Wrapped first,
+    ``torch.compile(DDP(nn.Linear(...)))`` would compile nothing: dynamo skips torch.nn's own frames,
+    as compiled.py explains.)
 
     Returns {"sizes", "compiles" (one dict per graph: "at_size", the batch size that compiled it,
     and "size_is_input", whether the graph takes the batch size as an input)}."""
@@ -33,7 +34,8 @@ def compiles_per_batch_size(rank: int, world_size: int, sizes: tuple[int, ...] =
     if ddp:  # lesson 09's job compiled LoopNet before: forget those graphs and the sizes they saw
         torch._dynamo.reset()
     torch.manual_seed(0)
-    model = torch.compile(DDP(LoopNet()) if ddp else nn.Linear(width, 1), backend=noting_backend)
+    model = DDP(torch.compile(LoopNet(), backend=noting_backend)) if ddp else torch.compile(
+        nn.Linear(width, 1), backend=noting_backend)
     for size in sizes:
         size_now[0] = size
         model(torch.ones(size, 2 if ddp else width)).sum().backward()

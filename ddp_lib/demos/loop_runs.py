@@ -7,7 +7,6 @@ computes (tests/test_lesson09.py).
     run_ranks(train_loops, 2, kwargs=dict(runs={"bf16": dict(precision="bf16", comm_hook="allreduce")}))
 """
 
-import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ddp_lib.process_group import device_ids_for, process_group
 from ddp_lib.workers.shared import make_moons
-from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, evaluate
+from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, evaluate, setup_logging
 
 
 def train_loops(rank: int, world_size: int, runs: dict[str, dict]) -> dict:
@@ -69,8 +68,7 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
     the compile backend: with DDP, one per piece DDPOptimizer cut; 0 without compile)}.
     """
     with process_group(rank, world_size) as device:
-        log = logging.getLogger("train_loop")
-        log.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+        log = setup_logging(rank)
         torch.manual_seed(seed)
         dataset = make_moons()
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)

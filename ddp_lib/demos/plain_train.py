@@ -1,6 +1,8 @@
 """Lesson 09's loop as one plain script, torch only: run it with
-``torchrun --nproc-per-node 2 ddp_lib/demos/plain_train.py`` (or ``python -m ddp_lib.torchrun ...``)."""
+``torchrun --nproc-per-node 2 ddp_lib/demos/plain_train.py`` (or ``python -m ddp_lib.torchrun ...``).
+Add ``--resume`` to go on from the checkpoint a run left, ``--epochs N`` to stop after epoch N."""
 
+import argparse
 import os
 
 import torch
@@ -9,23 +11,35 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-EPOCHS, BATCH, LR, MAX_NORM, SEED = 3, 16, 0.1, 1.0, 0
+EPOCHS, BATCH, LR, MAX_NORM, SEED, WARMUP_STEPS = 3, 16, 0.1, 1.0, 0, 10
 AMP_DTYPE = None  # torch.bfloat16 for bf16 autocast; torch.float16 also turns the GradScaler on
 CHECKPOINT = "checkpoint.pt"  # written by rank 0, in the directory torchrun was started from
 
 
-def train(rank: int, world_size: int, device: torch.device) -> None:
+def train(rank: int, world_size: int, device: torch.device, epochs: int, resume: bool) -> None:
     torch.manual_seed(SEED)  # the same data and the same initial weights on every rank
-    x = torch.randn(512, 2)
+    x = torch.randn(512 + 101, 2)
     y = (x[:, 0] * x[:, 1] > 0).long()  # two classes, by quadrant
+    held_out = TensorDataset(x[512:], y[512:])  # 101 samples: not a multiple of the ranks
+    x, y = x[:512], y[:512]
     sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world_size, rank=rank, seed=SEED)
     loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, sampler=sampler, drop_last=True)
     model = nn.Sequential(nn.Linear(2, 32), nn.Tanh(), nn.Linear(32, 2)).to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    torch.manual_seed(SEED + rank)  # from here on (dropout, augmentation), each rank draws its own numbers
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     scaler = torch.amp.GradScaler(device.type, enabled=AMP_DTYPE == torch.float16)
     loss_fn = nn.CrossEntropyLoss()
-    for epoch in range(EPOCHS):
+    start_epoch = 0
+    if resume:  # every rank loads the file rank 0 wrote
+        state = torch.load(CHECKPOINT, map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        scaler.load_state_dict(state["scaler"])
+        start_epoch = state["next_epoch"]
+    for epoch in range(start_epoch, epochs):
         sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
         sums = torch.zeros(2, device=device)  # loss times samples, samples
         for xb, yb in loader:
@@ -38,16 +52,43 @@ def train(rank: int, world_size: int, device: torch.device) -> None:
             nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
             scaler.step(optimizer)  # skipped on every rank if any gradient overflowed
             scaler.update()
+            scheduler.step()  # the warm-up
             sums += torch.stack([loss.detach().float() * len(yb), torch.tensor(float(len(yb)), device=device)])
         dist.all_reduce(sums)  # the mean over all ranks' samples, not rank 0's shard only
         if rank == 0:
             print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
+        if rank == 0:  # everything the next step depends on, not only the weights
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                        "next_epoch": epoch + 1}, CHECKPOINT)
+        dist.barrier()  # no rank reads the checkpoint before rank 0 has written it
+    accuracy = evaluate(model, held_out, rank, world_size, device)  # every rank calls it: it all-reduces
     if rank == 0:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, CHECKPOINT)
-    dist.barrier()  # no rank reads the checkpoint before rank 0 has written it
+        print(f"held-out accuracy {accuracy:.4f}", flush=True)
+
+
+def evaluate(model: nn.Module, dataset: TensorDataset, rank: int, world_size: int, device: torch.device) -> float:
+    """Accuracy over every sample once: skip the sampler's padding, then sum (correct, counted) over ranks."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    counts = torch.zeros(2, device=device)  # correct, counted
+    model.eval()
+    with torch.no_grad():
+        for i, index in enumerate(sampler):
+            if rank + i * world_size >= len(dataset):
+                continue  # a padding duplicate: the sampler repeats the first indices
+            x, y = dataset[index]
+            counts += torch.stack([(model(x.to(device)[None]).argmax(1) == y.to(device)).float().sum(),
+                                   torch.ones((), device=device)])
+    model.train()
+    dist.all_reduce(counts)
+    return (counts[0] / counts[1]).item()
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--resume", action="store_true", help=f"go on from {CHECKPOINT}")
+    options = parser.parse_args()
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":
@@ -57,7 +98,8 @@ def main() -> None:
     else:
         dist.init_process_group("gloo")
     try:
-        train(rank, world_size, device)  # DDP's model is freed on return, while the group still exists
+        # DDP's model is freed on return, while the group still exists
+        train(rank, world_size, device, options.epochs, options.resume)
     finally:
         dist.destroy_process_group()
 

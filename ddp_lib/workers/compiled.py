@@ -29,7 +29,8 @@ FIRST_BUCKET_MB = 1.0
 
 
 def compiled_graphs(rank: int, world_size: int, bucket_cap_mb: float | None = 1.0, optimize_ddp: bool = True,
-                    model: Literal["deep_net", "sequential"] = "deep_net", steps: int = 2, seed: int = 0) -> dict:
+                    model: Literal["deep_net", "sequential"] = "deep_net", steps: int = 2, seed: int = 0,
+                    wrap_first: bool = False) -> dict:
     """Compile a DDP model with a backend that records every graph dynamo hands it and runs it as
     it is (no C++ compiler needed), train it ``steps`` steps next to an uncompiled twin, and
     report the graphs against the buckets DDP all-reduced.
@@ -44,6 +45,8 @@ def compiled_graphs(rank: int, world_size: int, bucket_cap_mb: float | None = 1.
         steps: SGD steps, on random data of 16 samples per rank (from the second step on, DDP
             all-reduces the buckets it rebuilt in the order the gradients became ready).
         seed: seed of the weights (the same on every rank) and of the data (+ rank).
+        wrap_first: False compiles the module, then wraps it, ``DDP(torch.compile(module))``, the
+            order lesson 09 recommends; True wraps first, ``torch.compile(DDP(module))``.
 
     Returns {"rank", "graphs" (per graph the backend got, in the order it got them: "parameters"
     and "bytes" of the parameters it uses), "buckets" (bytes of each all-reduce in the last step,
@@ -62,7 +65,15 @@ def compiled_graphs(rank: int, world_size: int, bucket_cap_mb: float | None = 1.
         net = DeepNet()
         module = (net.as_sequential() if model == "sequential" else net).to(device)
         twin = copy.deepcopy(module)
-        ddp_model = DDP(module, device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
+        graphs: list[dict] = []
+
+        def recording_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
+            params = [t for t in example_inputs if isinstance(t, nn.Parameter)]
+            graphs.append({"parameters": len(params), "bytes": sum(p.numel() * p.element_size() for p in params)})
+            return gm.forward  # run the graph as traced: eager, so no C++ compiler is needed
+
+        inner = module if wrap_first else torch.compile(module, backend=recording_backend)
+        ddp_model = DDP(inner, device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
         eager_model = DDP(twin, device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
         sent: list[int] = []  # bytes of each all-reduce ddp_model starts
 
@@ -71,14 +82,7 @@ def compiled_graphs(rank: int, world_size: int, bucket_cap_mb: float | None = 1.
             return default_hooks.allreduce_hook(None, bucket)
 
         ddp_model.register_comm_hook(None, recording_allreduce)
-        graphs: list[dict] = []
-
-        def recording_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-            params = [t for t in example_inputs if isinstance(t, nn.Parameter)]
-            graphs.append({"parameters": len(params), "bytes": sum(p.numel() * p.element_size() for p in params)})
-            return gm.forward  # run the graph as traced: eager, so no C++ compiler is needed
-
-        compiled = torch.compile(ddp_model, backend=recording_backend)
+        compiled = torch.compile(ddp_model, backend=recording_backend) if wrap_first else ddp_model
         optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (module, twin)]
         g = torch.Generator().manual_seed(seed + rank)
         allreduces_per_step = []
@@ -156,7 +160,7 @@ def sequential_graphs(rank: int, world_size: int, bucket_cap_mb: float = 1.0, se
 
 
 def small_bucket_error(rank: int, world_size: int, bucket_cap_mb: float = 0.5, seed: int = 0) -> dict:
-    """Compile ``DDP(DeepNet(), bucket_cap_mb=...)`` with a cap below DDPOptimizer's 1 MiB first
+    """Compile ``DeepNet()``, wrap it in ``DDP(..., bucket_cap_mb=...)`` with a cap below DDPOptimizer's 1 MiB first
     bucket and run one forward, where dynamo compiles; report what torch raised.
 
     Returns {"rank", "error": "ExceptionType: first line of its message", or None if nothing was raised}.
@@ -164,8 +168,8 @@ def small_bucket_error(rank: int, world_size: int, bucket_cap_mb: float = 0.5, s
     with process_group(rank, world_size) as device:
         torch._dynamo.reset()
         torch.manual_seed(seed)
-        ddp_model = DDP(DeepNet().to(device), device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
-        compiled = torch.compile(ddp_model, backend=lambda gm, example_inputs: gm.forward)
+        compiled = DDP(torch.compile(DeepNet().to(device), backend=lambda gm, example_inputs: gm.forward),
+                       device_ids=device_ids_for(device), bucket_cap_mb=bucket_cap_mb)
         try:
             compiled(torch.randn(16, 2, device=device))
         except Exception as e:  # what the learner would see: the type and the first line

@@ -63,8 +63,7 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
     exact), "scale" (the GradScaler's final scale, or None), "params" (flattened)}.
     """
     with process_group(rank, world_size) as device:
-        log = logging.getLogger("train_loop")
-        log.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+        log = setup_logging(rank)  # a handler, and INFO on rank 0 only: see setup_logging below
         torch.manual_seed(seed)
         dataset = make_moons()
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
