@@ -12,3 +12,32 @@ def test_a_wrong_index_or_no_move_meets_the_device_check():
     assert "Expected all tensors to be on the same device" in wrong and "cuda:0 and cuda:1" in wrong
     assert "cpu and cuda:1" in forward_on_fake_gpu(1, None)
     assert forward_on_fake_gpu(1, None, move_input=True) == "input arrived on cuda:1, output on cuda:1"
+
+
+def test_cuda_without_an_index_is_cuda0_on_every_rank_until_set_device():
+    from ddp_lib.demos.fake_gpus import where_cuda_lands
+
+    for local_rank in (0, 1):
+        assert where_cuda_lands(local_rank, False) == {"cuda": "cuda:0", "own": f"cuda:{local_rank}"}
+        assert where_cuda_lands(local_rank, True) == {"cuda": f"cuda:{local_rank}", "own": f"cuda:{local_rank}"}
+    assert where_cuda_lands(1, False)["cuda"] == "cuda:0"  # an earlier call leaves nothing behind
+
+
+def test_call_order_records_the_current_device_at_the_join():
+    import torch
+
+    from ddp_lib.demos.fake_gpus import call_order, setup_set_device_first, setup_set_device_late
+
+    assert call_order(setup_set_device_first) == [
+        "set_device(1)", "init_process_group('nccl') while the current device is cuda:1"]
+    assert call_order(setup_set_device_late) == [
+        "init_process_group('nccl') while the current device is cuda:0", "set_device(1)"]
+    assert not torch.distributed.is_initialized()
+
+
+def test_a_model_on_two_gpus_needs_its_input_on_the_first_layers_gpu():
+    from ddp_lib.demos.fake_gpus import forward_on_two_fake_gpus
+
+    assert "cpu and cuda:0" in forward_on_two_fake_gpus(None)
+    assert forward_on_two_fake_gpus("cuda:0") == "input arrived on cuda:0, output on cuda:1"
+    assert "cuda:1 and cuda:0" in forward_on_two_fake_gpus("cuda:1")

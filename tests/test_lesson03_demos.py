@@ -96,14 +96,17 @@ def test_the_quote_label_says_it_is_quoted_on_every_machine_where_a_gpu_is_prese
 @pytest.mark.parametrize("key", sorted(QUOTES))
 def test_each_quote_names_its_recording_or_says_there_is_none(key):
     record = json.loads(gpu_outcomes.RECORDED.read_text())
-    last = gpu_outcomes.quote(key).splitlines()[-1]
+    lines = gpu_outcomes.quote(key).splitlines()
+    source = next(i for i, line in enumerate(lines) if line.startswith("Source: "))
+    after = lines[source + 1:]
     if key not in record["cases"]:
-        assert last == "Recording: none; these lines are built from the source above, not run on a GPU."
+        assert after == ["Not recorded on a GPU: built from the source above."]
     else:
         torch_version = record["torch"].split("+")[0]
-        assert last.startswith(f"Recording: torch {torch_version} on {record['gpus']} GPU")
+        assert after[0].startswith(f"Recorded on {record['gpus']} GPU (torch {torch_version}): ")
+        assert not after[0].endswith("): .")  # it names what was recorded
         needs_more = QUOTES[key].gpus > record["gpus"] and len(QUOTES[key].lines) > 1
-        assert last.endswith("were not run there.") == needs_more
+        assert after[1:] == ([f"Not recorded: the lines that need {QUOTES[key].gpus} GPUs."] if needs_more else [])
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))
@@ -113,7 +116,9 @@ def test_a_box_says_expected_unless_a_gpu_machine_printed_all_its_lines(key):
     full = key in record["cases"] and all(line.strip() in seen for line in QUOTES[key].lines)
     assert ("the cell would print:" if full else "the cell is expected to print:") in gpu_outcomes.quote(key)
     if key in record["cases"]:
-        assert gpu_outcomes.quote(key).splitlines()[-1].count("word for word") == 1
+        recorded = next(line for line in gpu_outcomes.quote(key).splitlines() if line.startswith("Recorded on "))
+        assert recorded.endswith(": every line above.") == full
+        assert full or QUOTES[key].recorded_part, "a box recorded in part says which part"
 
 
 def test_the_out_of_range_box_is_expected_not_recorded():

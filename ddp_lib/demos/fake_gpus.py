@@ -8,7 +8,12 @@ and computes nothing. The input is moved by the function DDP's forward calls wit
 
 from __future__ import annotations
 
+import contextlib
+import os
+from unittest import mock
+
 import torch
+import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parallel.distributed import _to_kwargs
 
@@ -39,6 +44,119 @@ def forward_on_fake_gpu(model_gpu: int, device_ids: list[int] | None, move_input
         try:
             with torch.no_grad():
                 output = model(inputs)
+        except RuntimeError as e:
+            return f"{type(e).__name__}: {e}"
+        return f"input arrived on {inputs.device}, output on {output.device}"
+
+
+# Section 3: what "cuda" means in a rank, and when set_device runs.
+
+class _CurrentDevice:
+    """A stand-in for CUDA's current device on a CPU build: ``set_device`` records an index and
+    ``current_device`` returns it. Before any ``set_device``, CUDA counts as not started, so torch
+    falls back to ``cuda:0``, the current device of every fresh process."""
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.calls: list[str] = []
+
+    def set_device(self, device) -> None:
+        self.index = device if isinstance(device, int) else torch.device(device).index
+        self.calls.append(f"set_device({self.index})")
+
+    def current_device(self) -> int:
+        return 0 if self.index is None else self.index
+
+    def is_initialized(self) -> bool:
+        return self.index is not None
+
+    def init_process_group(self, backend=None, *args, **kwargs) -> None:
+        self.calls.append(f"init_process_group({backend!r}) while the current device is cuda:{self.current_device()}")
+
+    def patches(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        for name, stand_in in (("torch.cuda.set_device", self.set_device),
+                               ("torch.cuda.current_device", self.current_device),
+                               ("torch.cuda.is_initialized", self.is_initialized),
+                               ("torch.distributed.init_process_group", self.init_process_group)):
+            stack.enter_context(mock.patch(name, stand_in))
+        stack.enter_context(mock.patch.dict(os.environ, {"MASTER_ADDR": "localhost", "MASTER_PORT": "12355"}))
+        return stack
+
+
+def where_cuda_lands(local_rank: int, set_device_first: bool) -> dict:
+    """In a process playing the rank with this LOCAL_RANK, where fake tensors made with ``"cuda"`` and
+    with ``f"cuda:{local_rank}"`` land. torch gives ``"cuda"``, which has no index, the current device;
+    fake tensors ask ``torch.cuda.current_device()`` for it once CUDA has started, and use ``cuda:0``
+    before. The current device is stood in (``_CurrentDevice``), as this build has no CUDA.
+
+    Args:
+        set_device_first: call ``torch.cuda.set_device(local_rank)`` first.
+    """
+    current = _CurrentDevice()
+    with current.patches():
+        if set_device_first:
+            torch.cuda.set_device(local_rank)
+        mode = FakeTensorMode()
+        mode.cache_enabled = False  # its cache would hand back the device of an earlier call's "cuda"
+        with mode:
+            return {"cuda": str(torch.empty(1, device="cuda").device),
+                    "own": str(torch.empty(1, device=f"cuda:{local_rank}").device)}
+
+
+def setup_set_device_first(rank: int, world_size: int) -> None:
+    """The tutorial's setup(), with this lesson's set_device line first."""
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+
+
+def setup_set_device_late(rank: int, world_size: int) -> None:
+    """The same lines, with set_device after init_process_group."""
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    torch.cuda.set_device(rank)
+
+
+def call_order(setup, rank: int = 1, world_size: int = 2) -> list[str]:
+    """Run ``setup(rank, world_size)`` in this process with ``torch.cuda.set_device`` and
+    ``dist.init_process_group`` stood in, and return the calls in the order they came, each
+    ``init_process_group`` with the current device at that moment. No group is made."""
+    current = _CurrentDevice()
+    with current.patches():
+        setup(rank, world_size)
+    return current.calls
+
+
+class TwoGPUToyModel(torch.nn.Module):
+    """ToyModel's layers spread over two GPUs: ``net1`` on cuda:0, ``net2`` on cuda:1. Its forward moves
+    the activation from the first GPU to the second, as a model spread over devices must."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net1, self.relu, self.net2 = torch.nn.Linear(10, 10), torch.nn.ReLU(), torch.nn.Linear(10, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net2(self.relu(self.net1(x)).to("cuda:1"))
+
+
+def forward_on_two_fake_gpus(move_input_to: str | None = None) -> str:
+    """The classic example's forward on ``TwoGPUToyModel``, with fake tensors. Such a model takes
+    ``device_ids=None``, so DDP moves nothing: the input arrives as you pass it.
+
+    Args:
+        move_input_to: a device to move the CPU input to first (None: leave it on the CPU).
+    Returns where the input arrived and where the output is, or torch's error as "Type: message".
+    """
+    shapes_only = TwoGPUToyModel().to("meta")
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        shapes_only.net1.to_empty(device="cuda:0")
+        shapes_only.net2.to_empty(device="cuda:1")
+        shapes_only.requires_grad_(False)
+        inputs = torch.randn(20, 10)
+        if move_input_to is not None:
+            inputs = inputs.to(move_input_to)
+        try:
+            with torch.no_grad():
+                output = shapes_only(inputs)
         except RuntimeError as e:
             return f"{type(e).__name__}: {e}"
         return f"input arrived on {inputs.device}, output on {output.device}"

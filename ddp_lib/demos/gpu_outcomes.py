@@ -24,7 +24,8 @@ class Quote(NamedTuple):
     unchecked_why: str = ""          # for a quote with no torch file: why it cannot be checked here
     recorded_words: tuple[str, ...] = ()  # what a recording on a GPU must hold (default: fixed_words)
     gpus: int = 2                    # how many GPUs the quoted machine has
-    words_are: str = "torch's words"  # what fixed_words are: a message torch prints, or a rule its docs state
+    words_are: str = "torch's words"  # what fixed_words are: a message, a source line or a documented rule
+    recorded_part: str = ""          # what a recording on fewer GPUs, or in other lines, printed of it
 
 
 QUOTES: dict[str, Quote] = {
@@ -34,7 +35,9 @@ QUOTES: dict[str, Quote] = {
         "DDP's forward, which moves the inputs of a module on one GPU to device_ids[0] before calling it",
         "nn/parallel/distributed.py",
         ("moved_inputs, moved_kwargs = _to_kwargs(",),
-        recorded_words=("input arrived on cuda:0",)),
+        recorded_words=("input arrived on cuda:0",),
+        words_are="the source line these lines are built from",
+        recorded_part="rank 0's line"),
     "input_not_moved": Quote(
         ("input not moved: RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu,",
          "  different from other tensors on cuda:<rank> (when checking argument in method wrapper_CUDA_addmm)",
@@ -42,13 +45,15 @@ QUOTES: dict[str, Quote] = {
         "the device check torch runs before an operator's GPU kernel",
         "lib/libtorch_cpu.so",
         ("Expected all tensors to be on the same device, but got ", ", different from other tensors on ",
-         " (when checking argument in method ")),
+         " (when checking argument in method "),
+        recorded_part="the error, on cuda:0"),
     "device_id_out_of_range": Quote(
         ("ValueError: device_id cuda:2 is out of range. Please use a device index less than the number of "
          "accelerators available: 2.",),
         "init_process_group's check of device_id, on a node with 2 GPUs",
         "distributed/distributed_c10d.py",
-        ("is out of range. Please use a device index less than ", "the number of accelerators available: ")),
+        ("is out of range. Please use a device index less than ", "the number of accelerators available: "),
+        recorded_part="the same error, for cuda:1 on 1 GPU"),
     "barrier_warning": Quote(
         ("UserWarning: barrier(): using the device under current context. You can specify `device_id` in "
          "`init_process_group` to mute this warning.",),
@@ -60,7 +65,8 @@ QUOTES: dict[str, Quote] = {
         ('init_process_group(device_id=torch.device("cuda")): ValueError: Please use a device_id with index.',),
         "init_process_group's check of device_id, on a machine with CUDA",
         "distributed/distributed_c10d.py",
-        ("Please use a device_id with index.",)),
+        ("Please use a device_id with index.",),
+        recorded_part="the error message"),
     "visible_devices": Quote(
         ("CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4",
          "CUDA_VISIBLE_DEVICES=2,3        -> torch.cuda.device_count() = 2"),
@@ -68,9 +74,9 @@ QUOTES: dict[str, Quote] = {
         "torch.cuda.device_count applies it itself",
         "cuda/__init__.py",
         ('var = os.getenv("CUDA_VISIBLE_DEVICES")',),
-        gpus=4),
+        gpus=4, words_are="the source line these lines are built from"),
     "duplicate_gpu": Quote(
-        ("without set_device: torch.distributed.DistBackendError: NCCL error in: ..., invalid usage ...",
+        ("without set_device: DistBackendError: NCCL error in: ..., invalid usage ...",
          "  ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
          "  Last error:",
          "  Duplicate GPU detected : rank 1 and rank 0 both on CUDA device <bus id>",
@@ -78,14 +84,17 @@ QUOTES: dict[str, Quote] = {
         "nccl's own check when it forms a communicator (in nccl's source), raised by torch as DistBackendError",
         unchecked_why="the words are nccl's, and this CPU build of torch has no nccl",
         recorded_words=("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
-                        "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device")),
+                        "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device"),
+        recorded_part="the error, with 2 ranks on 1 GPU"),
     "bound_device": Quote(
         ("device_id given: False  bound device per rank: [None, None]  all-reduce sums: [2.0, 2.0]",
          "device_id given: True   bound device per rank: ['cuda:0', 'cuda:1']  all-reduce sums: [2.0, 2.0]"),
         "init_process_group, which sets bound_device_id from device_id and nothing else",
         "distributed/distributed_c10d.py",
         ("pg.bound_device_id = device_id",),
-        recorded_words=("device_id given: False  bound device: None", "device_id given: True  bound device: cuda:0")),
+        words_are="the source line these lines are built from",
+        recorded_words=("device_id given: False  bound device: None", "device_id given: True  bound device: cuda:0"),
+        recorded_part="rank 0's two answers, in shorter lines"),
     "nccl_cpu_tensor": Quote(
         ("RuntimeError: No backend type associated with device type cpu",),
         "the process group's lookup of the backend for a tensor's device type, the same lookup the stand-in "
@@ -129,7 +138,7 @@ def recording_check(key: str) -> str:
     """A few words on the recording of ``key`` on a GPU machine, for the quote's last line."""
     record = json.loads(RECORDED.read_text())
     if key not in record["cases"]:
-        return f"not recorded (the recording machine had {record['gpus']} GPU)"
+        return "not recorded on a GPU"
     held = recorded_line(key).endswith(": yes")
     return (f"a recording on {record['gpus']} GPU with torch {record['torch'].split('+')[0]} holds these words: "
             + ("yes" if held else "NO"))
@@ -158,15 +167,14 @@ def quote(key: str) -> str:
     text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell {verb}:"]
     text += ["  " + line for line in q.lines]
     text.append(f"Source: {q.source}.")
-    machine = f"torch {record['torch'].split('+')[0]} on {record['gpus']} GPU" + "s" * (record["gpus"] > 1)
+    gpus_there = f"{record['gpus']} GPU" + "s" * (record["gpus"] > 1)
     if key not in record["cases"]:
-        text.append("Recording: none; these lines are built from the source above, not run on a GPU.")
+        text.append("Not recorded on a GPU: built from the source above.")
         return "\n".join(text)
-    words = ("it printed these lines word for word." if recorded_in_full(key, record)
-             else "it printed the quoted words, not these lines word for word.")
+    what = "every line above" if recorded_in_full(key, record) else q.recorded_part
+    text.append(f"Recorded on {gpus_there} (torch {record['torch'].split('+')[0]}): {what}.")
     if q.gpus > record["gpus"] and len(q.lines) > 1:
-        words += f" The lines that need {q.gpus} GPUs were not run there."
-    text.append(f"Recording: {machine}; {words}")
+        text.append(f"Not recorded: the lines that need {q.gpus} GPUs.")
     return "\n".join(text)
 
 
