@@ -19,6 +19,7 @@ from ddp_lib.workers.beyond_ddp import (
     hsdp_step,
     memory_run,
     mesh_2x2,
+    seeded_by_rank,
     zero_prediction,
 )
 
@@ -39,6 +40,8 @@ def test_compare_strategies_runs_each_in_one_job():
         view, ddp = r["zero1_view"], r["ddp"]
         assert 0.4 < view["bytes"]["optimizer state"] / ddp["bytes"]["optimizer state"] < 0.6
         assert view["layout"]["gradients_inside_buckets"] and not ddp["layout"]["gradients_inside_buckets"]
+        # parameters_as_bucket_view=True: one broadcast per rank, not one per parameter tensor.
+        assert [kind for kind, _ in view["payloads"]].count("broadcast") == 2
 
 
 def test_the_strategies_train_to_the_same_losses(runs):
@@ -134,6 +137,13 @@ def test_a_2_rank_checkpoint_loads_on_4_ranks_with_the_same_parameters(tmp_path)
               for n in (2, 4)}  # steps=2 after save_at=2: load, train none
     assert {r["checksum"] for r in loaded[2] + loaded[4]} == {saved}
     assert all(r["start_step"] == 2 and r["losses"] == [] for r in loaded[4])
+
+
+def test_fsdp2_keeps_each_ranks_own_initial_rows_where_ddp_broadcasts_rank_0s():
+    for r in run_ranks(seeded_by_rank, 4, show_output=False):
+        assert r["ddp"] == {"same_on_every_rank": True, "rank0s_weights": True}
+        assert r["fsdp"] == {"same_on_every_rank": True, "rank0s_weights": False} and r["own_rows"]
+        assert r["hsdp"] == {"same_on_every_rank": False, "rank0s_weights": False}
 
 
 def test_mesh_2x2_groups():

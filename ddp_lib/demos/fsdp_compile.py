@@ -60,7 +60,7 @@ def compiled_graphs(rank: int, world_size: int, blocks: int = 3, width: int = 64
                 count[0] += 1
                 return gm.forward
 
-            torch.manual_seed(seed)
+            torch.manual_seed(seed)  # the same on every rank: fully_shard broadcasts no initial weights
             model = Blocks(blocks, width)
             if way == "each block compiled":
                 for name, block in model.layers.named_children():

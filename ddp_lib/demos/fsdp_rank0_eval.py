@@ -23,7 +23,7 @@ def rank0_evaluation(rank: int, world_size: int, timeout_s: float = 2.0) -> dict
     from ddp_lib.process_group import process_group
 
     with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
-        torch.manual_seed(0)
+        torch.manual_seed(0)  # the same on every rank: fully_shard broadcasts no initial weights
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
         fully_shard(model)  # parameters now sharded: each forward all-gathers them
         x = torch.randn(4, 8)

@@ -17,7 +17,7 @@ def overflow_in_one_shard(rank: int, world_size: int, width: int = 8, seed: int 
     rank's gradient shards all finite before the step), "stepped" (this rank's parameters changed),
     "scale_before", "scale_after"}."""
     with process_group(rank, world_size):
-        torch.manual_seed(seed)
+        torch.manual_seed(seed)  # the same seed on every rank: fully_shard broadcasts no initial weights
         model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
         for layer in (model[0], model[2]):
             fully_shard(layer)

@@ -17,7 +17,9 @@ CHECKPOINT = "fsdp2_checkpoint"  # a directory: every rank writes its own shards
 
 
 def train(rank: int, world_size: int, device: torch.device) -> None:
-    torch.manual_seed(SEED)  # the same data and the same initial weights on every rank
+    # The same seed on every rank, for the same data and the same initial weights. DDP would broadcast
+    # rank 0's weights; fully_shard broadcasts nothing, and each rank keeps its rows of the weights it built.
+    torch.manual_seed(SEED)
     x = torch.randn(512, 16)
     y = x.sum(dim=1, keepdim=True)
     sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world_size, rank=rank, seed=SEED)

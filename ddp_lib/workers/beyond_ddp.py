@@ -47,7 +47,8 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
         rank: this process's rank.
         world_size: number of processes.
         strategy: "ddp", "ddp_view" (gradient_as_bucket_view=True), "zero1" (DDP +
-            ZeroRedundancyOptimizer), "zero1_view" (the same with gradient_as_bucket_view=True),
+            ZeroRedundancyOptimizer), "zero1_view" (the same with gradient_as_bucket_view=True and
+            parameters_as_bucket_view=True),
             "fsdp" (FSDP2 fully_shard) or
             "fsdp_no_reshard" (fully_shard with reshard_after_forward=False).
         steps: training steps (the last one's collectives are counted).
@@ -404,12 +405,80 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
         return {"rank": rank, "clip": clip, "mixed": mixed, "checkpointing": checkpointing, "order": order}
 
 
+def seeded_by_rank(rank: int, world_size: int, width: int = 8) -> dict:
+    """Each rank builds the model with its own rank as the seed, then wraps it three ways: DDP, FSDP2
+    over all ranks, and HSDP on a 2x2 DeviceMesh (4 ranks). DDP broadcasts rank 0's weights; FSDP2
+    broadcasts nothing, so each rank keeps its rows of the weights it built.
+
+    Returns {"rank", and for "ddp", "fsdp", "hsdp": {"same_on_every_rank" (the full weights, gathered
+    on every rank, agree), "rank0s_weights" (they are rank 0's initial ones)}, "own_rows" (under FSDP2
+    this rank's shard holds the rows of its own initial weights)}.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if world_size != 4:
+        raise ValueError(f"seeded_by_rank needs world_size 4, got {world_size}")
+    with process_group(rank, world_size) as device:
+        rank0s = torch.cat([p.detach().flatten() for p in make_deep_mlp(width, 1, seed=0).parameters()])
+
+        def full(model: nn.Module) -> torch.Tensor:  # full_tensor all-gathers a DTensor: every rank calls it
+            return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().flatten()
+                              for p in model.parameters()])
+
+        def summary(weights: torch.Tensor) -> dict:
+            everyone = [torch.empty_like(weights) for _ in range(world_size)]
+            dist.all_gather(everyone, weights)
+            return {"same_on_every_rank": all(torch.equal(w, everyone[0]) for w in everyone),
+                    "rank0s_weights": torch.equal(weights, rank0s)}
+
+        mine = make_deep_mlp(width, 1, seed=rank)
+        own_first = mine[0].weight.detach().clone()
+        result = {"rank": rank, "ddp": summary(full(DDP(mine)))}
+        sharded = make_deep_mlp(width, 1, seed=rank)
+        fully_shard(sharded)
+        rows = width // world_size
+        result["own_rows"] = torch.equal(sharded[0].weight.to_local(), own_first[rank * rows:(rank + 1) * rows])
+        result["fsdp"] = summary(full(sharded))
+        mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
+        hybrid = make_deep_mlp(width, 1, seed=rank)
+        fully_shard(hybrid, mesh=mesh)
+        result["hsdp"] = summary(full(hybrid))
+        return result
+
+
+def cuda_peaks(rank: int, world_size: int, strategies: str = "ddp,ddp_view,zero1_view,fsdp,fsdp_no_reshard",
+               steps: int = 3) -> dict:
+    """On GPUs only (nccl, one GPU per rank): each strategy in turn trains ``steps`` Adam steps of the
+    lesson's model, and torch.cuda.max_memory_allocated() measures its peak.
+
+    Returns {strategy: the most bytes this rank's tensors held at once, above what was held before}.
+    """
+    with process_group(rank, world_size) as device:
+        if device.type != "cuda":
+            raise RuntimeError("cuda_peaks needs one GPU per rank")
+        peaks = {}
+        for strategy in strategies.split(","):
+            gc.collect()  # the previous strategy's model, optimizer and DDP reducer
+            torch.cuda.reset_peak_memory_stats(device)
+            before = torch.cuda.memory_allocated(device)
+            model, optimizer = wrap(make_deep_mlp().to(device), strategy, 1e-3)
+            for step in range(steps):
+                x, y = batch(step, rank, 16, 256)
+                train_step(model, optimizer, x.to(device), y.to(device))
+            peaks[strategy] = torch.cuda.max_memory_allocated(device) - before
+            del model, optimizer
+        return peaks
+
+
 # ---- helpers
 
 
 def make_deep_mlp(width: int = 256, layers: int = 4, seed: int = 0) -> nn.Sequential:
     """``layers`` blocks of Linear(width, width) -> ReLU, then Linear(width, 1); the same weights
     for the same seed on every rank."""
+    # The same seed on every rank: DDP would broadcast rank 0's weights anyway, but FSDP2 broadcasts
+    # nothing, and each rank keeps its rows of the weights it built (seeded_by_rank shows it).
     torch.manual_seed(seed)
     blocks = [m for _ in range(layers) for m in (nn.Linear(width, width), nn.ReLU())]
     return nn.Sequential(*blocks, nn.Linear(width, 1))
@@ -476,7 +545,7 @@ def activation_bytes(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> int:
 def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, torch.optim.Optimizer]:
     """The model and optimizer (Adam) for a strategy: DDP (``ddp_view``: with
     gradient_as_bucket_view=True); DDP + ZeroRedundancyOptimizer (ZeRO-1; ``zero1_view``: its DDP
-    with gradient_as_bucket_view=True);
+    with gradient_as_bucket_view=True and the optimizer with parameters_as_bucket_view=True);
     FSDP2 with each Linear its own unit (ZeRO-3-style); the same with reshard_after_forward=False
     (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2")."""
     from torch.distributed.fsdp import fully_shard
@@ -485,9 +554,15 @@ def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, to
     if strategy in ("ddp", "ddp_view"):  # ddp_view: the gradients are views into DDP's buckets
         return DDP(model, gradient_as_bucket_view=strategy == "ddp_view"), torch.optim.Adam(model.parameters(), lr=lr)
     if strategy in ("zero1", "zero1_view"):
-        ddp = DDP(model, gradient_as_bucket_view=strategy == "zero1_view")
-        return ddp, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr)
+        view = strategy == "zero1_view"
+        ddp = DDP(model, gradient_as_bucket_view=view)
+        # parameters_as_bucket_view=True: each rank's parameters become views into one flat tensor, so
+        # the step ends in one broadcast per rank instead of one per parameter tensor; the same bytes.
+        return ddp, ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.Adam, lr=lr,
+                                            parameters_as_bucket_view=view)
     if strategy in ("fsdp", "fsdp_no_reshard"):
+        # fully_shard broadcasts nothing, unlike DDP: each rank keeps its rows of the weights it built.
+        # So every rank must build the same ones: make_deep_mlp seeds them alike on every rank.
         for layer in model:
             if isinstance(layer, nn.Linear):  # all-gathered just before its forward
                 fully_shard(layer, reshard_after_forward=strategy == "fsdp")  # True: freed again after it
