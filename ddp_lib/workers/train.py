@@ -1,10 +1,11 @@
-"""Lesson 05's training job under DDP, to copy: generated data, a small classifier, sharded batches,
-the loss averaged over every rank, a checkpoint per epoch on rank 0, and a resume from the newest.
+"""Lesson 05's training loop under DDP (for your own model, copy ``template.py`` instead): generated data,
+a small classifier, sharded batches, the loss averaged over every rank, a checkpoint per epoch on rank 0,
+and a resume from the newest.
 
     run_ranks(train, 2, kwargs=dict(epochs=8, batch_size=16, lr=0.1, seed=0))
     torchrun --nproc-per-node 2 -m ddp_lib run train --epochs 8 --json
 
-It needs this file, ``process_group.py`` and ``shared.py``: copy the three into a project. ``train``
+It needs this file, ``process_group.py`` and ``shared.py``. ``train``
 comes first, then its parts: one epoch of steps, the checkpoints, the model. The lesson's own
 switches (a crash on purpose, no set_epoch, a tqdm bar, keep_last) wrap these parts in
 ``ddp_lib/demos/training_runs.py`` (``train_with_switches``, which ``python -m ddp_lib run train`` starts).

@@ -1,0 +1,89 @@
+"""Lesson 05's batch-size and learning-rate runs: the jobs of "The same job on 1, 2 and 4 ranks" and
+"The learning rate for a bigger global batch", and the numbers the lesson quotes from them.
+
+    runs = same_global_batch(two_rank_job.results[0])   # three jobs on 1, 2 and 4 ranks
+    scaling = lr_scaling(runs["one_rank_losses"])       # one job: 15 trainings on 4 ranks
+
+The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as ``train_with_switches`` with its
+switches off. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ddp_lib.launch import run_ranks
+from ddp_lib.workers.train import train
+from ddp_lib.workers.train_pitfalls import train_runs
+
+SEEDS = range(5)
+SETTINGS = {"lr 0.1": dict(lr=0.1), "lr 0.4": dict(lr=0.4), "lr 0.4, warm-up": dict(lr=0.4, warmup_steps=8)}
+ONE_RANK = "1 rank, lr 0.1 (global batch 16)"
+FOUR_RANKS = {"lr 0.1": "4 ranks, lr 0.1 (global batch 64)", "lr 0.4": "4 ranks, lr 0.4 (global batch 64)"}
+
+
+def _max_gap(curves: list[list[float]]) -> float:
+    return max(abs(a - b) for other in curves[1:] for a, b in zip(curves[0], other))
+
+
+def same_global_batch(two_ranks_16: dict, epochs: int = 8) -> dict:
+    """Train at batch 16 per rank on 1 and 4 ranks, and at a global batch of 64 on 1, 2 and 4 ranks
+    (lr 0.1, seed 0). ``two_ranks_16`` is a 2-rank, batch-16 result already trained (rank 0's).
+
+    Returns {"per_rank_16": {label: losses}, "global_64": {label: losses}, "losses_equal" and
+    "params_equal" (the global-batch-64 runs within 1e-5), and "one_rank_losses": 1 rank at batch 16,
+    seeds 0 to 4 (the learning-rate runs compare with them)}."""
+    # One thread: on a busy two-core machine, a second thread made this tiny model's job many times slower.
+    # The 1-rank job also trains seeds 1 to 4 at batch 16, for the learning-rate comparison.
+    one_rank = run_ranks(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=b, lr=0.1) for b in (16, 64)]
+                                                   + [dict(epochs=epochs, batch_size=16, lr=0.1, seed=s)
+                                                      for s in SEEDS[1:]]),
+                         show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
+    four_16 = run_ranks(train, 4, kwargs=dict(epochs=epochs, batch_size=16, lr=0.1), show_output=False)[0]
+    two_32 = run_ranks(train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), show_output=False)[0]
+    per_rank_16 = {f"{n} rank(s), global batch {16 * n}": r["losses"]
+                   for n, r in {1: one_rank[0], 2: two_ranks_16, 4: four_16}.items()}
+    global_64 = {"1 rank(s) x batch 64": one_rank[1], "2 rank(s) x batch 32": two_32, "4 rank(s) x batch 16": four_16}
+    params = [torch.tensor(r["params"]) for r in global_64.values()]
+    return {"per_rank_16": per_rank_16,
+            "global_64": {label: r["losses"] for label, r in global_64.items()},
+            "losses_equal": _max_gap([r["losses"] for r in global_64.values()]) < 1e-5,
+            "params_equal": max((p - params[0]).abs().max().item() for p in params[1:]) < 1e-5,
+            "one_rank_losses": [r["losses"] for r in (one_rank[0], *one_rank[2:])]}
+
+
+def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: list[list[float]]) -> dict:
+    """The numbers the lesson quotes. ``losses`` maps "lr 0.1" and "lr 0.4" (4 ranks) to one loss curve
+    per seed; ``one_rank_losses`` holds 1 rank's curves at lr 0.1 on the same seeds.
+
+    Returns {"means" and "ranges" (per label: the seeds' mean curve, and their (lowest, highest) curves),
+    "closer_every_seed" (lr 0.4 ends nearer 1 rank's final loss than lr 0.1, on each seed), "gaps"
+    (mean distance of each setting's final loss from 1 rank's), "closed" (the share of lr 0.1's gap that
+    lr 0.4 closes), "band" (10% of 1 rank's mean final loss), "near" (seeds where lr 0.4 ends within 10%
+    of 1 rank), "epoch_means" (each setting's mean loss per epoch)}."""
+    per_seed = {ONE_RANK: torch.tensor(one_rank_losses), **{FOUR_RANKS[k]: torch.tensor(losses[k]) for k in FOUR_RANKS}}
+    one_final = [curve[-1] for curve in one_rank_losses]
+    finals = {k: [curve[-1] for curve in losses[k]] for k in FOUR_RANKS}
+    n = len(one_final)
+    gaps = {k: sum(abs(f - o) for f, o in zip(finals[k], one_final)) / n for k in FOUR_RANKS}
+    return {"means": {label: t.mean(0).tolist() for label, t in per_seed.items()},
+            "ranges": {label: (t.min(0).values.tolist(), t.max(0).values.tolist()) for label, t in per_seed.items()},
+            "closer_every_seed": all(abs(s - o) < abs(u - o)
+                                     for s, u, o in zip(finals["lr 0.4"], finals["lr 0.1"], one_final)),
+            "gaps": gaps,
+            "closed": 1 - gaps["lr 0.4"] / gaps["lr 0.1"],
+            "band": 0.1 * sum(one_final) / n,
+            "near": sum(abs(s - o) < 0.1 * o for s, o in zip(finals["lr 0.4"], one_final)),
+            "epoch_means": {k: torch.tensor(losses[k]).mean(0).tolist() for k in FOUR_RANKS}}
+
+
+def lr_scaling(one_rank_losses: list[list[float]], epochs: int = 8) -> dict:
+    """One job on 4 ranks at batch 16: seeds 0 to 4 of each of ``SETTINGS`` (lr 0.1, lr 0.4, and lr 0.4
+    with a warm-up over the first epoch). Returns :func:`summarize_lr_scaling`'s numbers plus "losses":
+    {setting: one loss curve per seed}, the warm-up's included."""
+    results = run_ranks(train_runs, 4, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, seed=seed, **s)
+                                                         for seed in SEEDS for s in SETTINGS.values()]),
+                        show_output=False)[0]
+    losses = {name: [results[len(SETTINGS) * seed + j]["losses"] for seed in SEEDS]  # per seed, per epoch
+              for j, name in enumerate(SETTINGS)}
+    return {"losses": losses, **summarize_lr_scaling(losses, one_rank_losses)}

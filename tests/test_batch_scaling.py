@@ -1,0 +1,39 @@
+"""ddp_lib.demos.batch_scaling: the numbers lesson 05 quotes from its batch-size and learning-rate runs."""
+
+import pytest
+
+from ddp_lib.demos.batch_scaling import FOUR_RANKS, ONE_RANK, same_global_batch, summarize_lr_scaling
+from ddp_lib.launch import run_ranks
+from ddp_lib.workers.train import train
+
+
+def test_summary_by_hand():
+    one_rank = [[0.5, 0.10], [0.5, 0.20]]
+    losses = {"lr 0.1": [[0.6, 0.30], [0.6, 0.40]], "lr 0.4": [[0.4, 0.105], [0.4, 0.25]]}
+    s = summarize_lr_scaling(losses, one_rank)
+    assert s["closer_every_seed"] is True
+    assert s["gaps"]["lr 0.1"] == pytest.approx(0.2)
+    assert s["gaps"]["lr 0.4"] == pytest.approx(0.0275)
+    assert s["closed"] == pytest.approx(1 - 0.0275 / 0.2)
+    assert s["band"] == pytest.approx(0.015)
+    assert s["near"] == 1  # 0.105 is within 10% of 0.10; 0.25 is not within 10% of 0.20
+    assert s["epoch_means"]["lr 0.4"] == pytest.approx([0.4, 0.1775])
+    assert set(s["means"]) == {ONE_RANK, *FOUR_RANKS.values()}
+    low, high = s["ranges"][ONE_RANK]
+    assert low == pytest.approx([0.5, 0.10]) and high == pytest.approx([0.5, 0.20])
+
+
+def test_summary_when_the_scaled_rate_is_not_closer():
+    one_rank = [[0.1], [0.1]]
+    s = summarize_lr_scaling({"lr 0.1": [[0.2], [0.12]], "lr 0.4": [[0.15], [0.3]]}, one_rank)
+    assert s["closer_every_seed"] is False
+    assert s["near"] == 0
+
+
+def test_same_global_batch_runs_agree():
+    two_ranks = run_ranks(train, 2, kwargs=dict(epochs=1, batch_size=16, lr=0.1), show_output=False)[0]
+    runs = same_global_batch(two_ranks, epochs=1)
+    assert runs["losses_equal"] and runs["params_equal"]
+    assert len(runs["global_64"]) == 3 and len(runs["per_rank_16"]) == 3
+    assert runs["per_rank_16"]["2 rank(s), global batch 32"] == two_ranks["losses"]
+    assert len(runs["one_rank_losses"]) == 5 and all(len(c) == 1 for c in runs["one_rank_losses"])
