@@ -45,6 +45,17 @@ def test_the_plain_torch_worker_joins_and_sums_the_ranks():
         (0, 3, "gloo", 3.0), (1, 3, "gloo", 3.0), (2, 3, "gloo", 3.0)]
 
 
+@pytest.mark.parametrize("method", ["env", "tcp", "file"])
+def test_the_plain_worker_joins_through_each_init_method(method, tmp_path, monkeypatch):
+    import ddp_lib.mp
+    from ddp_lib.process_group import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    url = collectives.init_method_url(method, str(tmp_path / "store"))
+    assert ddp_lib.mp.spawn(collectives.join_with_url, args=(3, url), nprocs=3) == [3.0, 3.0, 3.0]
+
+
 def test_the_launcher_serves_the_store_and_under_torchs_convention_rank_0_does(monkeypatch):
     # Each rank looks for the process listening on MASTER_PORT while every rank is still in the group
     # (the worker waits at a barrier after its look). Without it, under mp.spawn a rank 0 that looked

@@ -14,7 +14,7 @@ from matplotlib.patches import Rectangle
 
 RANK_COLOURS = ("#8dd3c7", "#fdb462", "#bebada", "#fb8072", "#80b1d3", "#b3de69", "#fccde5", "#ffffb3", "#bc80bd")
 SUM_COLOUR = "#d9d9d9"
-DONE_COLOUR = "#66c2a5"
+DONE_COLOUR = "#31a354"
 # Collectives whose results are sums; the others only move values around.
 SUMMING = ("all_reduce", "reduce", "reduce_scatter")
 

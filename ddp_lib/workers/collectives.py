@@ -42,6 +42,15 @@ def join_and_sum(rank: int, world_size: int) -> dict:
         dist.destroy_process_group()
 
 
+def join_with_url(rank: int, world_size: int, url: str) -> float:
+    """Plain torch: join the group through the init method ``url``, all-reduce the ranks, leave."""
+    dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world_size)
+    total = torch.tensor([float(rank)])
+    dist.all_reduce(total)  # every rank receives the sum over all ranks
+    dist.destroy_process_group()
+    return total.item()
+
+
 def whoami(rank: int | None = None, world_size: int | None = None, method: InitMethod = "env",
            path: str | None = None) -> dict:
     """Join the group with init method ``method``; return this rank's view of it: rank, world
