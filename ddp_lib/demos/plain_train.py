@@ -52,7 +52,7 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
             nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
             scaler.step(optimizer)  # skipped on every rank if any gradient overflowed
             scaler.update()
-            scheduler.step()  # the warm-up
+            scheduler.step()  # the warm-up: after scaler.step; a skipped fp16 step still counts
             sums += torch.stack([loss.detach().float() * len(yb), torch.tensor(float(len(yb)), device=device)])
         dist.all_reduce(sums)  # the mean over all ranks' samples, not rank 0's shard only
         if rank == 0:
