@@ -41,8 +41,8 @@ def end_with_the_kernel() -> None:
     ipykernel, asked to shut down, signals its children (SIGTERM, then SIGKILL) and waits until it
     has none before it exits, for up to 29 s: it counts a child that has ended but was not reaped,
     and the resource tracker ignores SIGTERM (it ends when every holder of its pipe has closed it).
-    Jupyter stops waiting after a few seconds and ends the kernel by a signal, so its atexit
-    handlers (a TemporaryDirectory's removal among them) never ran."""
+    Jupyter stops waiting first (jupyter_client: after 2.5 s by default) and ends the kernel with
+    SIGTERM, so its atexit handlers (a TemporaryDirectory's removal among them) never ran."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
     do_shutdown = getattr(getattr(shell, "kernel", None), "do_shutdown", None)
@@ -75,7 +75,7 @@ def unregister_at_kernel_shutdown(stop: Callable[[], None]) -> None:
 
 
 def _end_multiprocessing_helpers() -> None:
-    """Close this process's ends of the forkserver's and the resource tracker's pipes, so that
+    """Let go of this process's ends of the forkserver's and the resource tracker's pipes, so that
     each ends (the tracker once the server and every rank have too), and reap them in the
     background. Their file descriptors are pointed at /dev/null rather than closed: a later
     launch or registration then fails or goes nowhere instead of starting them again, and the
