@@ -38,6 +38,7 @@ import sys
 import time
 
 from ddp_lib.errors import Failure, WorkerError, first_line, stopped_at
+from ddp_lib.forkserver import register_at_kernel_shutdown, unregister_at_kernel_shutdown
 from ddp_lib.launch._child import RankSpec
 from ddp_lib.launch._job import FAILURE_GRACE_S, OUTPUT_POLL_S, Job, exit_text
 from ddp_lib.launch._output import (
@@ -192,6 +193,7 @@ class LiveRanks:
         self._others = {s.rank: (GrowingFile(s.output.stdout_path), GrowingFile(s.output.stderr_path))
                         for s in specs[1:]}
         atexit.register(self._stop_quietly)
+        register_at_kernel_shutdown(self._stop_quietly)  # a kernel's shutdown waits for the ranks' end
         try:
             self._job.start()
             for _, theirs in pipes:
@@ -238,6 +240,7 @@ class LiveRanks:
 
     def _stop_quietly(self) -> None:
         atexit.unregister(self._stop_quietly)
+        unregister_at_kernel_shutdown(self._stop_quietly)
         job, self._job = self._job, None
         if job is None:
             return

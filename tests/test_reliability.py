@@ -1,9 +1,11 @@
 """Reliability with real processes: many launches, launches at once, and a notebook kernel
-interrupted or restarted while a job runs. (tools/reliability.py runs the longer checks.)"""
+interrupted, restarted or shut down. (tools/reliability.py runs the longer checks.)"""
 
+import json
 import queue
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -150,6 +152,56 @@ def test_restarting_the_kernel_mid_launch_leaves_no_rank_behind(kernel, pid_dir)
     assert all(pid_alive(p) for p in pids)
     km.restart_kernel(now=True)  # kills the kernel: no clean-up code runs in it
     assert wait_until_gone(pids, seconds=15) == []
+
+
+# What a lesson's cell may leave to the kernel's end: a TemporaryDirectory, removed by its finalizer,
+# and an atexit handler. Both run only if the kernel exits by itself, not ended by a signal.
+LEFT_TO_THE_END = """import atexit, json, tempfile
+import multiprocessing.forkserver as f, multiprocessing.resource_tracker as t
+folder = tempfile.TemporaryDirectory()
+atexit.register(lambda: open({marker!r}, "w").close())
+print(json.dumps([folder.name, f._forkserver._forkserver_pid, t._resource_tracker._pid]))"""
+
+def _printed(client, code: str) -> str:
+    out = []
+    client.execute_interactive(code, timeout=60, output_hook=lambda msg: out.append(
+        msg["content"]["text"] if msg["msg_type"] == "stream" else ""))
+    return "".join(out)
+
+
+FIRST_LAUNCH = {
+    "a launch": "from launcher_workers import talk\nassert run_ranks(talk, 2, show_output=False) == [0, 10]",
+    "live ranks": "%load_ext ddp_lib.live\n%ranks 2\nrank_pids = ranks.get('__import__(\"os\").getpid()')",
+}
+
+
+@pytest.mark.parametrize("first", FIRST_LAUNCH)
+def test_a_kernel_that_launched_shuts_down_by_itself_in_seconds_and_runs_its_atexit_handlers(tmp_path, first):
+    # ipykernel's shutdown waits until the kernel has no child left, up to 29 s: the forkserver and
+    # multiprocessing's resource tracker (which ignores SIGTERM) once kept it waiting that long, and
+    # Jupyter ended the kernel by a signal first. Live ranks still up hold the tracker's pipe open.
+    km, client = start_kernel(tmp_path)
+    try:
+        code = "from ddp_lib.launch import run_ranks\n" + FIRST_LAUNCH[first]
+        assert _run_in_kernel(client, code)["content"]["status"] == "ok"
+        marker = tmp_path / "atexit ran"
+        folder, *helpers = json.loads(_printed(client, LEFT_TO_THE_END.format(marker=str(marker))))
+        if first == "live ranks":
+            helpers += json.loads(_printed(client, "print(json.dumps(rank_pids))"))
+        assert all(helpers) and all(pid_alive(pid) for pid in helpers)
+        kernel = km.provisioner.process
+        client.stop_channels()
+        km.shutdown_wait_time = 20.0  # Jupyter's default is 5: it sends SIGTERM after half of it
+        start = time.monotonic()
+        km.shutdown_kernel()
+        took = time.monotonic() - start
+    finally:
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
+    assert kernel.returncode == 0, f"the kernel was ended by signal {-kernel.returncode} after {took:.1f} s"
+    assert took < 10  # ipykernel's own wait and torch's teardown: a second or two, more on a busy machine
+    assert marker.exists() and not Path(folder).exists()
+    assert wait_until_gone(helpers) == []
 
 
 def test_the_tutorials_own_setup_and_cleanup_never_hang_on_teardown():

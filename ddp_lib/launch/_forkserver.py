@@ -9,7 +9,7 @@ import signal
 import sys
 import threading
 
-from ddp_lib.forkserver import FORKSERVER_PRELOAD
+from ddp_lib.forkserver import FORKSERVER_PRELOAD, end_with_the_kernel
 from ddp_lib.launch._processes import pid_alive
 
 # Printed when a notebook kernel starts its forkserver: the first launch's cell would otherwise
@@ -56,6 +56,7 @@ def start_deaf_to_ctrl_c() -> None:
     # line run starts its own, where the line would be noise printed every time.
     if _in_notebook_kernel() and not _forkserver_running():
         print(FORKSERVER_NOTICE, flush=True)
+    end_with_the_kernel()
     if threading.current_thread() is not threading.main_thread():
         forkserver.ensure_running()  # signal handlers can only be changed from the main thread
         return
