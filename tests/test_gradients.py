@@ -132,6 +132,13 @@ def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not(
             assert len(r["synced_ms_each"]) == 3 and r["synced_ms_each"][-1] == r["synced_ms"], r["synced_ms_each"]
 
 
+
+def test_scratch_sync_times_times_both_ways_in_one_job():
+    # Lesson 04's verdict on the scratch ways: both ways' passes, in turn, in one job.
+    for r in run_ranks(buckets.scratch_sync_times, 2, kwargs=dict(warmup=1, repeats=3), show_output=False):
+        assert sorted(r["synced_ms_each"]) == ["after_backward", "buckets"]
+        assert all(len(ts) == 3 and all(t > 0 for t in ts) for ts in r["synced_ms_each"].values())
+
 def test_fp16_compress_hook_divides_in_float16_after_the_cast():
     # Lesson 04: one step of 2**-24 is flushed to 0 on 2 ranks; on 3 ranks 2 steps come back as 3.
     expected = {2: [0.0, 2.0, 4.0, 4.0], 3: [0.0, 3.0, 3.0, 3.0]}

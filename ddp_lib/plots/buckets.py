@@ -49,7 +49,7 @@ def plot_slow_wire_times(ms: dict[str, list[float]]) -> Figure:
         ax.plot(times, [row] * len(times), "o", color=WAY_COLOURS.get(way, "gray"), markeredgecolor="black")
         median = sorted(times)[len(times) // 2]
         ax.plot([median, median], [row - 0.3, row + 0.3], color="black")
-    labels = {"no_sync": "backward alone (no_sync)", "overlap": "overlap", "after_backward": "after backward"}
+    labels = {"no_sync": "backward with no communication", "overlap": "overlap", "after_backward": "after backward"}
     ax.set_yticks(range(len(ms)), [labels.get(way, way) for way in ms])
     ax.set_xlabel("ms from backward() called to backward() returned (bar: median)")
     ax.set_title("Rank 0: each pass of each way")

@@ -326,6 +326,38 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
         }
 
 
+def scratch_sync_times(rank: int, world_size: int, bucket_cap_mb: float = 0.6, warmup: int = 2,
+                       repeats: int = 15, per_rank_batch: int = 256) -> dict:
+    """Time the scratch "after_backward" and "buckets" ways in one job, the two in turn, so that a
+    change of load on the machine falls on both alike. Each pass runs backward and
+    finish_gradient_sync after a barrier; returns, per way, the ms of each timed pass until every
+    gradient was averaged.
+
+    Args:
+        bucket_cap_mb: bucket size in MiB (buckets).
+        warmup: passes of each way before the timed ones.
+        repeats: timed passes of each way.
+        per_rank_batch: batch per rank.
+    """
+    with process_group(rank, world_size) as device:
+        models = {way: make(way, make_mlp(0, TIMELINE_WIDTHS).to(device),
+                            **({"bucket_cap_mb": bucket_cap_mb} if way == "buckets" else {}))
+                  for way in ("after_backward", "buckets")}
+        x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, widths=TIMELINE_WIDTHS))
+        times: dict[str, list[float]] = {way: [] for way in models}
+        for i in range(warmup + repeats):
+            for way, model in models.items():  # the two ways in turn
+                model.zero_grad()
+                loss = nn.functional.mse_loss(model(x), y)
+                dist.barrier()
+                start = time.perf_counter()
+                loss.backward()
+                model.finish_gradient_sync()
+                if i >= warmup:
+                    times[way].append(round(1000 * (time.perf_counter() - start), 3))
+        return {"synced_ms_each": times}
+
+
 BUCKET_VIEW_SETTINGS = (("copy", False, True), ("view", True, True), ("view", True, False))
 
 
