@@ -3,7 +3,7 @@ every image stored in it, its math typeset, copy buttons, a download of its note
 worked solutions, and every page of docs/.
 
 Needs the `book` extra (Sphinx, myst-nb): `make book` installs it into .venv, and .ci/run runs
-`make book` before `make test`, so there this test runs; where the extra is not installed it skips.
+`make book` before `make test-slow`, so there this test runs; where the extra is not installed it skips.
 It builds the book itself, into a temporary directory, from the files as they are now (about 15 s).
 """
 
