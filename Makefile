@@ -36,11 +36,12 @@ $(INSTALLED): pyproject.toml constraints.txt tools/install.py tools/jupyterlab_o
 CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/test_cluster_listen.py notebooks/06b_cluster_lab.ipynb
 
 # The library's tests whose every case is a whole job or a wait: torchrun jobs, killed and interrupted
-# ranks, deadlines, the template under three launchers, full disks, the install resolved for each
+# ranks, deadlines, the template under three launchers, the copied workers and the cheat sheet's
+# script under torch's mp.spawn and torchrun, full disks, the install resolved for each
 # platform, JupyterLab and Colab, the book built (where `make book` installed its tools). They run in make test-slow, which .ci/run runs after make test.
 SLOW_TESTS := $(addprefix tests/test_,$(addsuffix .py,torchrun torchrun_signals torchrun_view launch_guards \
 	launch_deadlines interrupted_spawn stress_pids stale_store driver_stdin reliability no_room template_worker \
-	plain_train plain_fsdp2 install colab_cell lab lab_contents book published_book))
+	plain_train plain_fsdp2 copy_workers cheatsheet install colab_cell lab lab_contents book published_book))
 
 # make test is the quick check while working (lint and the library's other tests, about 4 minutes on
 # two cores); make test-slow the long tests above, make test-lessons every lesson under nbval (about
