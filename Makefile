@@ -37,8 +37,9 @@ CLUSTER_TESTS := tests/test_cluster_hosts.py tests/test_cluster_slurm.py tests/t
 
 # The library's tests whose every case is a whole job or a wait: torchrun jobs, killed and interrupted
 # ranks, deadlines, the template under three launchers, the copied workers and the cheat sheet's
-# script under torch's mp.spawn and torchrun, full disks, the install resolved for each
-# platform, JupyterLab and Colab, the book built (where `make book` installed its tools). They run in make test-slow, which .ci/run runs after make test.
+# script under torch's mp.spawn and torchrun, full disks, the install resolved for each platform,
+# JupyterLab and Colab, the book built (where `make book` installed its tools). They run in
+# make test-slow, which .ci/run runs after make test.
 SLOW_TESTS := $(addprefix tests/test_,$(addsuffix .py,torchrun torchrun_signals torchrun_view launch_guards \
 	launch_deadlines interrupted_spawn stress_pids stale_store driver_stdin reliability no_room template_worker \
 	plain_train plain_fsdp2 copy_workers cheatsheet install colab_cell lab lab_contents book published_book))
