@@ -45,8 +45,8 @@ SLOW_TESTS := $(addprefix tests/test_,$(addsuffix .py,torchrun torchrun_signals 
 	plain_train plain_fsdp2 copy_workers cheatsheet install colab_cell lab lab_contents book published_book))
 
 # make test is the quick check while working (lint and the library's other tests, about 4 minutes on
-# two cores); make test-slow the long tests above, make test-lessons every lesson under nbval (about
-# 5 minutes each). .ci/run runs all three.
+# two cores); make test-slow the long tests above, make test-lessons every lesson under nbval (3 to 4
+# minutes each). .ci/run runs all three.
 test: $(INSTALLED) lint  ## lint, then the library's tests (unit tests and multi-process tests on real ranks), but the slow ones
 	$(PY) -m pytest $(PARALLEL) tests $(addprefix --ignore=,$(CLUSTER_TESTS) $(SLOW_TESTS))
 
