@@ -20,6 +20,16 @@ from torch.nn.parallel.distributed import _to_kwargs
 from ddp_lib.workers.shared import ToyModel
 
 
+def _forward_report(model: torch.nn.Module, inputs: torch.Tensor) -> str:
+    """Run ``model(inputs)`` without gradients: where the input and the output were, or the error."""
+    try:
+        with torch.no_grad():
+            output = model(inputs)
+    except RuntimeError as e:
+        return f"{type(e).__name__}: {e}"
+    return f"input arrived on {inputs.device}, output on {output.device}"
+
+
 def forward_on_fake_gpu(model_gpu: int, device_ids: list[int] | None, move_input: bool = False) -> str:
     """The classic example's forward on a model placed on ``cuda:<model_gpu>``, with fake tensors.
 
@@ -41,12 +51,7 @@ def forward_on_fake_gpu(model_gpu: int, device_ids: list[int] | None, move_input
         if device_ids:  # DDP's forward, with device_ids=[i]: move the inputs to cuda:i
             moved_args, _ = _to_kwargs((inputs,), {}, torch.device("cuda", device_ids[0]), True)
             inputs = moved_args[0][0]
-        try:
-            with torch.no_grad():
-                output = model(inputs)
-        except RuntimeError as e:
-            return f"{type(e).__name__}: {e}"
-        return f"input arrived on {inputs.device}, output on {output.device}"
+        return _forward_report(model, inputs)
 
 
 # Section 3: what "cuda" means in a rank, and when set_device runs.
@@ -154,9 +159,4 @@ def forward_on_two_fake_gpus(move_input_to: str | None = None) -> str:
         inputs = torch.randn(20, 10)
         if move_input_to is not None:
             inputs = inputs.to(move_input_to)
-        try:
-            with torch.no_grad():
-                output = shapes_only(inputs)
-        except RuntimeError as e:
-            return f"{type(e).__name__}: {e}"
-        return f"input arrived on {inputs.device}, output on {output.device}"
+        return _forward_report(shapes_only, inputs)
