@@ -45,6 +45,12 @@ def test_the_plain_torch_worker_joins_and_sums_the_ranks():
         (0, 3, "gloo", 3.0), (1, 3, "gloo", 3.0), (2, 3, "gloo", 3.0)]
 
 
+def test_the_plain_torch_broadcast_gives_every_rank_rank_0s_tensor():
+    results = run_ranks(collectives.broadcast_from_0, 3)
+    assert [r["before"] for r in results] == [start(r, 3) for r in range(3)]
+    assert [r["after"] for r in results] == expected("broadcast", 3)
+
+
 @pytest.mark.parametrize("method", ["env", "tcp", "file"])
 def test_the_plain_worker_joins_through_each_init_method(method, tmp_path, monkeypatch):
     import ddp_lib.mp

@@ -51,6 +51,18 @@ def join_with_url(rank: int, world_size: int, url: str) -> float:
     return total.item()
 
 
+def broadcast_from_0(rank: int, world_size: int) -> dict:
+    """Plain torch, as a learner writes it: join the group, broadcast rank 0's tensor, leave."""
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)  # reads MASTER_ADDR, MASTER_PORT
+    try:
+        mine = torch.arange(1.0, world_size + 1) + 10 * rank  # rank r: [10r + 1, ..., 10r + world_size]
+        before = mine.tolist()
+        dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
+        return {"rank": rank, "before": before, "after": mine.tolist()}
+    finally:
+        dist.destroy_process_group()
+
+
 def whoami(rank: int | None = None, world_size: int | None = None, method: InitMethod = "env",
            path: str | None = None) -> dict:
     """Join the group with init method ``method``; return this rank's view of it: rank, world

@@ -28,7 +28,7 @@ def send_recv(rank: int | None = None, world_size: int | None = None) -> dict:
         mine = start_tensor(rank, world_size, device)
         before = mine.tolist()
         if rank == 0:
-            dist.send(mine, dst=1)  # returns once rank 1 has taken the data
+            dist.send(mine, dst=1)  # on gloo over TCP: returns once rank 1 is receiving
         elif rank == 1:
             dist.recv(mine, src=0)  # overwrites mine in place
         return {"name": "send/recv (rank 0 -> rank 1)", "rank": rank, "before": before,
