@@ -23,18 +23,6 @@ def test_cuda_without_an_index_is_cuda0_on_every_rank_until_set_device():
     assert where_cuda_lands(1, False)["cuda"] == "cuda:0"  # an earlier call leaves nothing behind
 
 
-def test_call_order_records_the_current_device_at_the_join():
-    import torch
-
-    from ddp_lib.demos.fake_gpus import call_order, setup_set_device_first, setup_set_device_late
-
-    assert call_order(setup_set_device_first) == [
-        "set_device(1)", "init_process_group('nccl') while the current device is cuda:1"]
-    assert call_order(setup_set_device_late) == [
-        "init_process_group('nccl') while the current device is cuda:0", "set_device(1)"]
-    assert not torch.distributed.is_initialized()
-
-
 def test_a_model_on_two_gpus_needs_its_input_on_the_first_layers_gpu():
     from ddp_lib.demos.fake_gpus import forward_on_two_fake_gpus
 

@@ -16,15 +16,16 @@ from ddp_lib.demos.gpu_outcomes import QUOTES, Quote
 def test_each_quote_is_labelled_and_names_its_source(key):
     text = gpu_outcomes.quote(key)
     assert text.startswith("Quoted, not run here: this machine has no GPU.")
-    assert f"Source: {QUOTES[key].source}." in text
-    assert all(line in text for line in QUOTES[key].lines)
+    assert text.splitlines()[1:] == ["  " + line for line in QUOTES[key].lines]  # the box holds nothing else
+    assert gpu_outcomes.provenance(key).startswith(f"Source: {QUOTES[key].source}.")
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))
 def test_each_quote_names_the_gpu_count_of_its_own_machine(key):
     quote = QUOTES[key]
     text = gpu_outcomes.quote(key)
-    assert re.search(f"On a machine with {quote.gpus} GPUs the cell (would|is expected to) print", text)
+    gpus = f"{quote.gpus} GPU" + "s" * (quote.gpus != 1)
+    assert re.search(f"On a machine with {gpus} the cell (would|is expected to) print", text)
     assert all(int(n) == quote.gpus for n in re.findall(r"with (\d+) GPUs", quote.source)), quote.source
 
 
@@ -96,7 +97,7 @@ def test_the_quote_label_says_it_is_quoted_on_every_machine_where_a_gpu_is_prese
 @pytest.mark.parametrize("key", sorted(QUOTES))
 def test_each_quote_names_its_recording_or_says_there_is_none(key):
     record = json.loads(gpu_outcomes.RECORDED.read_text())
-    lines = gpu_outcomes.quote(key).splitlines()
+    lines = gpu_outcomes.provenance(key).splitlines()
     source = next(i for i, line in enumerate(lines) if line.startswith("Source: "))
     after = lines[source + 1:]
     if key not in record["cases"]:
@@ -107,6 +108,7 @@ def test_each_quote_names_its_recording_or_says_there_is_none(key):
         assert not after[0].endswith("): .")  # it names what was recorded
         needs_more = QUOTES[key].gpus > record["gpus"] and len(QUOTES[key].lines) > 1
         assert after[1:] == ([f"Not recorded: the lines that need {QUOTES[key].gpus} GPUs."] if needs_more else [])
+    assert gpu_outcomes.quote(key).count("Source:") == 0  # the box itself carries no provenance
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))
@@ -116,8 +118,8 @@ def test_a_box_says_expected_unless_a_gpu_machine_printed_all_its_lines(key):
     full = key in record["cases"] and all(line.strip() in seen for line in QUOTES[key].lines)
     assert ("the cell would print:" if full else "the cell is expected to print:") in gpu_outcomes.quote(key)
     if key in record["cases"]:
-        recorded = next(line for line in gpu_outcomes.quote(key).splitlines() if line.startswith("Recorded on "))
-        assert recorded.endswith(": every line above.") == full
+        recorded = next(line for line in gpu_outcomes.provenance(key).splitlines() if line.startswith("Recorded on "))
+        assert recorded.endswith(": every line of the box.") == full
         assert full or QUOTES[key].recorded_part, "a box recorded in part says which part"
 
 

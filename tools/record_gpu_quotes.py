@@ -58,6 +58,11 @@ def device_id_out_of_range() -> list[str]:
     return [_error(lambda: _one_process_group(device_id=torch.device("cuda", beyond)))]
 
 
+def set_device_out_of_range() -> list[str]:
+    beyond = torch.cuda.device_count()  # one past the last GPU this process sees
+    return [f"rank {beyond}: torch.cuda.set_device({beyond}): " + _error(lambda: torch.cuda.set_device(beyond))]
+
+
 def device_id_without_index() -> list[str]:
     return [_error(lambda: _one_process_group(device_id=torch.device("cuda")))]
 
@@ -108,7 +113,8 @@ def duplicate_gpu() -> list[str]:
 
 
 CASES = {f.__name__: f for f in (input_not_moved, input_moved_by_ddp, device_id_out_of_range,
-                                   device_id_without_index, barrier_warning, bound_device, duplicate_gpu)}
+                                   set_device_out_of_range, device_id_without_index, barrier_warning,
+                                   bound_device, duplicate_gpu)}
 
 
 def main() -> None:

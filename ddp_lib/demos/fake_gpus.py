@@ -9,11 +9,9 @@ and computes nothing. The input is moved by the function DDP's forward calls wit
 from __future__ import annotations
 
 import contextlib
-import os
 from unittest import mock
 
 import torch
-import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parallel.distributed import _to_kwargs
 
@@ -54,7 +52,7 @@ def forward_on_fake_gpu(model_gpu: int, device_ids: list[int] | None, move_input
         return _forward_report(model, inputs)
 
 
-# Section 3: what "cuda" means in a rank, and when set_device runs.
+# Section 3: what "cuda" means in a rank, before and after set_device.
 
 class _CurrentDevice:
     """A stand-in for CUDA's current device on a CPU build: ``set_device`` records an index and
@@ -63,11 +61,9 @@ class _CurrentDevice:
 
     def __init__(self) -> None:
         self.index: int | None = None
-        self.calls: list[str] = []
 
     def set_device(self, device) -> None:
         self.index = device if isinstance(device, int) else torch.device(device).index
-        self.calls.append(f"set_device({self.index})")
 
     def current_device(self) -> int:
         return 0 if self.index is None else self.index
@@ -75,17 +71,12 @@ class _CurrentDevice:
     def is_initialized(self) -> bool:
         return self.index is not None
 
-    def init_process_group(self, backend=None, *args, **kwargs) -> None:
-        self.calls.append(f"init_process_group({backend!r}) while the current device is cuda:{self.current_device()}")
-
     def patches(self) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
         for name, stand_in in (("torch.cuda.set_device", self.set_device),
                                ("torch.cuda.current_device", self.current_device),
-                               ("torch.cuda.is_initialized", self.is_initialized),
-                               ("torch.distributed.init_process_group", self.init_process_group)):
+                               ("torch.cuda.is_initialized", self.is_initialized)):
             stack.enter_context(mock.patch(name, stand_in))
-        stack.enter_context(mock.patch.dict(os.environ, {"MASTER_ADDR": "localhost", "MASTER_PORT": "12355"}))
         return stack
 
 
@@ -107,28 +98,6 @@ def where_cuda_lands(local_rank: int, set_device_first: bool) -> dict:
         with mode:
             return {"cuda": str(torch.empty(1, device="cuda").device),
                     "own": str(torch.empty(1, device=f"cuda:{local_rank}").device)}
-
-
-def setup_set_device_first(rank: int, world_size: int) -> None:
-    """The tutorial's setup(), with this lesson's set_device line first."""
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world_size)
-
-
-def setup_set_device_late(rank: int, world_size: int) -> None:
-    """The same lines, with set_device after init_process_group."""
-    dist.init_process_group("nccl", rank=rank, world_size=world_size)
-    torch.cuda.set_device(rank)
-
-
-def call_order(setup, rank: int = 1, world_size: int = 2) -> list[str]:
-    """Run ``setup(rank, world_size)`` in this process with ``torch.cuda.set_device`` and
-    ``dist.init_process_group`` stood in, and return the calls in the order they came, each
-    ``init_process_group`` with the current device at that moment. No group is made."""
-    current = _CurrentDevice()
-    with current.patches():
-        setup(rank, world_size)
-    return current.calls
 
 
 class TwoGPUToyModel(torch.nn.Module):

@@ -2,9 +2,9 @@
 nccl's messages quoted word for word, each with where it comes from. Where torch's own files hold the
 fixed words of a message, ``checks`` tests that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
-(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` names that recording
-(torch version and GPU count) under each box, or says there is none; ``checks`` says whether the
-recorded words hold the quoted ones."""
+(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` gives the box alone;
+``provenance`` names its source and that recording (torch version and GPU count), or says there is none;
+``checks`` says whether the recorded words hold the quoted ones."""
 
 from __future__ import annotations
 
@@ -60,13 +60,21 @@ QUOTES: dict[str, Quote] = {
         "torch.distributed.barrier, on rank 0 of an nccl group given neither device_id= nor device_ids=",
         "distributed/distributed_c10d.py",
         ("barrier(): using the device under current context. ",
-         "You can specify `device_id` in `init_process_group` to mute this warning.")),
+         "You can specify `device_id` in `init_process_group` to mute this warning."),
+        gpus=1),  # rank 0's warning, the same on any number of GPUs
     "device_id_without_index": Quote(
         ('init_process_group(device_id=torch.device("cuda")): ValueError: Please use a device_id with index.',),
         "init_process_group's check of device_id, on a machine with CUDA",
         "distributed/distributed_c10d.py",
         ("Please use a device_id with index.",),
         recorded_part="the error message"),
+    "set_device_out_of_range": Quote(
+        ("rank 1: torch.cuda.set_device(1): AcceleratorError: CUDA error: invalid device ordinal",),
+        "CUDA's error for a GPU index the process does not see, on a node with 2 GPUs where each rank's "
+        "CUDA_VISIBLE_DEVICES lists only its own GPU",
+        "testing/_internal/distributed/nn/api/remote_module_test.py",
+        ("CUDA error: invalid device ordinal",),
+        words_are="the words torch's own tests expect for a GPU index beyond the GPUs seen"),
     "visible_devices": Quote(
         ("CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4",
          "CUDA_VISIBLE_DEVICES=2,3        -> torch.cuda.device_count() = 2"),
@@ -97,8 +105,8 @@ QUOTES: dict[str, Quote] = {
         recorded_part="rank 0's two answers, in shorter lines"),
     "nccl_cpu_tensor": Quote(
         ("RuntimeError: No backend type associated with device type cpu",),
-        "the process group's lookup of the backend for a tensor's device type, the same lookup the stand-in "
-        "in the next Deeper section reaches",
+        "the process group's lookup of the backend for a tensor's device type, the same lookup that "
+        "section 1's stand-in for nccl reaches",
         "lib/libtorch_cpu.so",
         ("No backend type associated with device type ",)),
     "checkpoint_on_gpus": Quote(
@@ -152,29 +160,38 @@ def recorded_in_full(key: str, record: dict) -> bool:
     return all(line.strip() in seen for line in QUOTES[key].lines)
 
 
+def _gpus(n: int) -> str:
+    return f"{n} GPU" + "s" * (n != 1)
+
+
 def quote(key: str) -> str:
-    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, the
-    quoted lines, and where they come from (``checks`` says how far to trust them)."""
+    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, then the
+    quoted lines. ``provenance`` says where they come from, ``checks`` how far to trust them."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
     # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
-    gpus = f"{gpus_here} GPU" + "s" * (gpus_here > 1)
-    why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {gpus})"
+    why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {_gpus(gpus_here)})"
     record = json.loads(RECORDED.read_text())
     # A box a GPU machine printed in full says "would print";
     # one built from the source, in whole or in part, says "is expected to print".
     verb = "would print" if recorded_in_full(key, record) else "is expected to print"
-    text = [f"Quoted, not run here: {why}. On a machine with {q.gpus} GPUs the cell {verb}:"]
+    text = [f"Quoted, not run here: {why}. On a machine with {_gpus(q.gpus)} the cell {verb}:"]
     text += ["  " + line for line in q.lines]
-    text.append(f"Source: {q.source}.")
-    gpus_there = f"{record['gpus']} GPU" + "s" * (record["gpus"] > 1)
+    return "\n".join(text)
+
+
+def provenance(key: str) -> str:
+    """Where the quote of ``key`` comes from, and what a GPU machine recorded of it, in two or three lines."""
+    q = QUOTES[key]
+    record = json.loads(RECORDED.read_text())
+    text = [f"Source: {q.source}."]
     if key not in record["cases"]:
         text.append("Not recorded on a GPU: built from the source above.")
         return "\n".join(text)
-    what = "every line above" if recorded_in_full(key, record) else q.recorded_part
-    text.append(f"Recorded on {gpus_there} (torch {record['torch'].split('+')[0]}): {what}.")
+    what = "every line of the box" if recorded_in_full(key, record) else q.recorded_part
+    text.append(f"Recorded on {_gpus(record['gpus'])} (torch {record['torch'].split('+')[0]}): {what}.")
     if q.gpus > record["gpus"] and len(q.lines) > 1:
-        text.append(f"Not recorded: the lines that need {q.gpus} GPUs.")
+        text.append(f"Not recorded: the lines that need {_gpus(q.gpus)}.")
     return "\n".join(text)
 
 
