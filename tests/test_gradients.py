@@ -70,6 +70,9 @@ def test_fp16_compression_changes_gradients_only_within_fp16_precision():
     each_rank = sum(2 * u * q["own"].abs() / 2 for q in results)
     assert (diff <= (1 + u) * each_rank + u * r["plain"].abs() + 3 * 2.0 ** -25).all()
     assert diff.norm() / r["plain"].norm() < 1e-3
+    # What the hook sent, recorded: its float32 bucket, all-reduced as float16 in half the bytes.
+    assert r["sent"] == [{"bucket": ("torch.float32", 4 * r["plain"].numel()),
+                          "all_reduce": ("torch.float16", 2 * r["plain"].numel())}]
 
 
 def test_bucket_cap_mb_sets_the_number_of_allreduces():

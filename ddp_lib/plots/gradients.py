@@ -117,7 +117,7 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
             y = y_backward + 0.8 + 0.45 * ev["bucket"]
             ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38,
                     color=COMM_COLOURS[ev["bucket"] % 2], edgecolor="black",
-                    label="an all-reduce (b0 is sent first)" if row == 0 and ev["bucket"] == 0 else None)
+                    label="an all-reduce, start to end (b0 starts first)" if row == 0 and ev["bucket"] == 0 else None)
             ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=7)
         labels += [f"{names[row]}: backward", f"{names[row]}: {len(tl['allreduces'])} all-reduces"]
         ticks += [y_backward, y_backward + 0.8 + 0.45 * (lanes - 1) / 2]

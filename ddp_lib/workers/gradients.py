@@ -9,8 +9,10 @@ from __future__ import annotations
 import copy
 from contextlib import nullcontext
 from typing import Literal
+from unittest import mock
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.profiler import ProfilerActivity, profile
@@ -240,7 +242,9 @@ def unused_parameters(rank: int, world_size: int, find_unused_parameters: bool =
 
 def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """Same weights and data through DDP with the default hook and with fp16_compress_hook.
-    Returns the gradients of both and this rank's own gradient before averaging (flat CPU tensors).
+    Returns the gradients of both and this rank's own gradient before averaging (flat CPU tensors),
+    and, for each bucket of the fp16 model, the dtype and bytes of the bucket and of the tensor the
+    hook handed to ``dist.all_reduce``.
 
     Args:
         seed: seed of the model and data.
@@ -249,16 +253,26 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
     with process_group(rank, world_size) as device:
         plain = wrap_ddp(make_mlp(seed).to(device), device)
         fp16 = wrap_ddp(make_mlp(seed).to(device), device)
+        sent: list[dict] = []  # per bucket: the bucket the hook receives, the tensor it all-reduces
+        all_reduce = dist.all_reduce
+
+        def recording_fp16_hook(state, bucket):  # fp16_compress_hook, noting the bucket it receives
+            sent.append({"bucket": (str(bucket.buffer().dtype), bucket.buffer().nbytes)})
+            return default_hooks.fp16_compress_hook(state, bucket)
+
+        def recording_all_reduce(tensor, *args, **kwargs):  # dist.all_reduce, noting what it sends
+            sent[-1]["all_reduce"] = (str(tensor.dtype), tensor.nbytes)
+            return all_reduce(tensor, *args, **kwargs)
+
         # Each bucket is cast to float16 before the all-reduce (half the bytes) and back after.
-        fp16.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        fp16.register_comm_hook(None, recording_fp16_hook)
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, seed))
         alone = copy.deepcopy(plain.module)  # same weights, no DDP: this rank's own gradient
         nn.functional.mse_loss(alone(x), y).backward()
-        result = {"own": flat_grads(alone)}
-        for name, ddp_model in (("plain", plain), ("fp16", fp16)):
-            nn.functional.mse_loss(ddp_model(x), y).backward()
-            result[name] = flat_grads(ddp_model)
-        return result
+        nn.functional.mse_loss(plain(x), y).backward()
+        with mock.patch.object(dist, "all_reduce", recording_all_reduce):  # the hook calls dist.all_reduce
+            nn.functional.mse_loss(fp16(x), y).backward()
+        return {"own": flat_grads(alone), "plain": flat_grads(plain), "fp16": flat_grads(fp16), "sent": sent}
 
 
 def fp16_tiny_gradients(rank: int, world_size: int, steps_of_2_24: tuple[float, ...] = (1, 2, 3, 4)) -> dict:
