@@ -109,6 +109,13 @@ def test_accumulation_with_no_sync_all_reduces_once_per_step_and_equals_one_proc
         assert r["max_diff"] < 1e-6
 
 
+def test_accumulation_under_fp16_scales_every_backward_and_steps_once():
+    for r in run_ranks(accumulate_and_clip, 2, kwargs=dict(steps=2, precision="fp16"), show_output=False):
+        assert r["all_reduces"] == r["steps"] == 2
+        assert r["skipped"] == 0
+        assert r["max_diff"] < 1e-3  # float16 activations against one process in float32
+
+
 def test_mismatched_collectives_of_one_shape_finish_with_the_wrong_sum():
     ranks = run_ranks(mismatched_collectives, 2, show_output=False)
     assert [r["received"] for r in ranks] == [100.5, 100.5]

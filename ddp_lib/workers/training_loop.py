@@ -158,15 +158,15 @@ def scaler_overflow(rank: int, world_size: int, steps: int = 7, overflow_step: i
         for step in range(steps):
             x = x_all[rank::world_size][16 * step:16 * (step + 1)].clone()
             y = y_all[rank::world_size][16 * step:16 * (step + 1)]
+            scale = scaler.get_scale()  # recorded: the scale this step's backward uses
             if step == overflow_step and rank == 0:
                 x[0] *= 1e6  # float16's largest value is 65504
             optimizer.zero_grad(set_to_none=True)
             with torch.autocast(device.type, dtype=torch.float16):
                 loss = nn.functional.cross_entropy(ddp_model(x.to(device)), y.to(device))
-            scale = scaler.get_scale()
             scaler.scale(loss).backward()  # DDP averages: one rank's inf reaches every rank
-            grads = torch.cat([p.grad.flatten() for p in model.parameters()])
-            before = torch.cat([p.detach().flatten() for p in model.parameters()])
+            grads = torch.cat([p.grad.flatten() for p in model.parameters()])  # recorded: after the all-reduce
+            before = torch.cat([p.detach().flatten() for p in model.parameters()])  # recorded: did step() move them?
             scaler.step(optimizer)  # unscales, then skips the step if a gradient is inf or nan
             scaler.update()  # halves the scale after a skipped step, doubles it after growth_interval good ones
             after = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -177,14 +177,19 @@ def scaler_overflow(rank: int, world_size: int, steps: int = 7, overflow_step: i
 
 
 def accumulate_and_clip(rank: int, world_size: int, steps: int = 3, micro_batches: int = 2, micro_size: int = 8,
-                        max_norm: float = 0.5, lr: float = 0.5, seed: int = 0) -> dict:
+                        max_norm: float = 0.5, lr: float = 0.5, seed: int = 0,
+                        precision: Literal["fp32", "fp16"] = "fp32") -> dict:
     """Gradient accumulation under DDP done right: each step runs ``micro_batches`` forwards and
     backwards, all but the last inside ``no_sync()``, each loss divided by the number of micro-batches,
     then clips the synchronised gradient and steps. Beside it, one process without DDP steps on each
-    step's global batch (every rank's micro-batches at once), from the same weights.
+    step's global batch (every rank's micro-batches at once), from the same weights, in float32.
 
-    Returns {"rank", "all_reduces" (DDP's, counted by a comm hook), "steps", "max_diff" (largest
-    parameter difference from the one process after the last step)}.
+    ``precision="fp16"`` runs each forward under float16 autocast with a GradScaler: every backward
+    is scaled, and ``unscale_``, the clipping, ``step`` and ``update`` come once per step. With "fp32"
+    the scaler is disabled, and its calls do nothing more than the plain loop.
+
+    Returns {"rank", "all_reduces" (DDP's, counted by a comm hook), "steps", "skipped" (steps the
+    scaler skipped), "max_diff" (largest parameter difference from the one process after the last step)}.
     """
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
@@ -196,30 +201,39 @@ def accumulate_and_clip(rank: int, world_size: int, steps: int = 3, micro_batche
         ddp_model.register_comm_hook(counts, counting_allreduce)
         optimizer = torch.optim.SGD(model.parameters(), lr=lr)
         reference_optimizer = torch.optim.SGD(reference.parameters(), lr=lr)
+        fp16 = precision == "fp16"
+        scaler = torch.amp.GradScaler(device.type, enabled=fp16)  # disabled: each call does nothing extra
         x_all, y_all = (t.to(device) for t in make_moons().tensors)
         per_rank = micro_batches * micro_size
+        skipped = 0
         for step in range(steps):
             start = step * per_rank * world_size  # this step's global batch: every rank's part in turn
             x_global, y_global = x_all[start:start + per_rank * world_size], y_all[start:start + per_rank * world_size]
             x_mine = x_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
             y_mine = y_global[rank * per_rank:(rank + 1) * per_rank].split(micro_size)
 
+            scale = scaler.get_scale()  # the scale drops only after a skipped step
             optimizer.zero_grad(set_to_none=True)  # once per step, not per micro-batch
             for i, (x, y) in enumerate(zip(x_mine, y_mine)):
                 last = i == micro_batches - 1
                 # no_sync must cover the forward too: DDP decides there whether backward all-reduces.
                 with nullcontext() if last else ddp_model.no_sync():
-                    loss = nn.functional.cross_entropy(ddp_model(x), y) / micro_batches
-                    loss.backward()  # adds to .grad; the last backward all-reduces the sum
+                    with torch.autocast(device.type, dtype=torch.float16, enabled=fp16):
+                        loss = nn.functional.cross_entropy(ddp_model(x), y) / micro_batches
+                    scaler.scale(loss).backward()  # adds to .grad; the last backward all-reduces the sum
+            scaler.unscale_(optimizer)  # once, after the last backward
             nn.utils.clip_grad_norm_(model.parameters(), max_norm)  # on the synchronised gradient
-            optimizer.step()
+            scaler.step(optimizer)  # skips the step if a gradient is inf or nan
+            scaler.update()
+            skipped += scaler.get_scale() < scale
 
             reference_optimizer.zero_grad(set_to_none=True)
             nn.functional.cross_entropy(reference(x_global), y_global).backward()
             nn.utils.clip_grad_norm_(reference.parameters(), max_norm)
             reference_optimizer.step()
         max_diff = max((p - q).abs().max().item() for p, q in zip(model.parameters(), reference.parameters()))
-        return {"rank": rank, "all_reduces": counts["all_reduces"], "steps": steps, "max_diff": max_diff}
+        return {"rank": rank, "all_reduces": counts["all_reduces"], "steps": steps, "skipped": int(skipped),
+                "max_diff": max_diff}
 
 
 def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
