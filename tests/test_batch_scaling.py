@@ -2,7 +2,13 @@
 
 import pytest
 
-from ddp_lib.demos.batch_scaling import FOUR_RANKS, ONE_RANK, same_global_batch, summarize_lr_scaling
+from ddp_lib.demos.batch_scaling import (
+    FOUR_RANKS,
+    ONE_RANK,
+    batch_norm_against_one_rank,
+    same_global_batch,
+    summarize_lr_scaling,
+)
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
 
@@ -37,3 +43,10 @@ def test_same_global_batch_runs_agree():
     assert len(runs["global_64"]) == 3 and len(runs["per_rank_16"]) == 3
     assert runs["per_rank_16"]["2 rank(s), global batch 32"] == two_ranks["losses"]
     assert len(runs["one_rank_losses"]) == 5 and all(len(c) == 1 for c in runs["one_rank_losses"])
+
+
+def test_synchronised_batch_norm_matches_one_rank_and_per_rank_does_not():
+    # Lesson 05's batch-norm cell: 2 ranks x 16 against 1 rank x 32.
+    runs = batch_norm_against_one_rank(epochs=2)
+    assert runs["sync"]["difference"] < 1e-4
+    assert runs["batch"]["difference"] > 1e-2

@@ -3,6 +3,7 @@
 
     runs = same_global_batch(two_rank_job.results[0])   # three jobs on 1, 2 and 4 ranks
     scaling = lr_scaling(runs["one_rank_losses"])       # one job: 15 trainings on 4 ranks
+    norms = batch_norm_against_one_rank()               # two jobs: batch norm per rank and synchronised
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as ``train_with_switches`` with its
 switches off. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
@@ -87,3 +88,17 @@ def lr_scaling(one_rank_losses: list[list[float]], epochs: int = 8) -> dict:
     losses = {name: [results[len(SETTINGS) * seed + j]["losses"] for seed in SEEDS]  # per seed, per epoch
               for j, name in enumerate(SETTINGS)}
     return {"losses": losses, **summarize_lr_scaling(losses, one_rank_losses)}
+
+
+def batch_norm_against_one_rank(epochs: int = 4) -> dict:
+    """Batch norm with per-rank statistics (``norm="batch"``) and with the global batch's (``norm="sync"``):
+    2 ranks x 16 against 1 rank x 32, seed 0. Returns {norm: {"difference" (largest parameter difference
+    from 1 rank), "final_loss"}} for "batch" and "sync"."""
+    reference = run_ranks(train, 1, kwargs=dict(epochs=epochs, batch_size=32, norm="batch"), show_output=False,
+                          env={"OMP_NUM_THREADS": "1"})[0]  # one thread, as in same_global_batch
+    norms = ("batch", "sync")
+    two_ranks = run_ranks(train_runs, 2, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, norm=n) for n in norms]),
+                          show_output=False)[0]
+    return {norm: {"difference": (torch.tensor(run["params"]) - torch.tensor(reference["params"])).abs().max().item(),
+                   "final_loss": run["losses"][-1]}
+            for norm, run in zip(norms, two_ranks)}

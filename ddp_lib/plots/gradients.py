@@ -130,9 +130,10 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
     return fig
 
 
-def plot_batch_split(world_size: int = 2, per_rank_batch: int = 4) -> Figure:
+def plot_batch_split(world_size: int = 2, per_rank_batch: int = 4, strided: bool = False) -> Figure:
     """Schematic: one global batch of world_size * per_rank_batch rows; rank r takes rows
-    r*B to (r+1)*B, computes its gradient on them, and the all-reduce averages the ranks' gradients,
+    r*B to (r+1)*B (strided=True: rows r, r + N, r + 2N, ..., as DistributedSampler deals them),
+    computes its gradient on them, and the all-reduce averages the ranks' gradients,
     which for a mean loss is the gradient of the whole batch."""
     rows = world_size * per_rank_batch
     fig, ax = plt.subplots(figsize=(9, 0.8 + 0.32 * rows))
@@ -141,19 +142,27 @@ def plot_batch_split(world_size: int = 2, per_rank_batch: int = 4) -> Figure:
     ax.axis("off")
     ax.text(0.6, -0.5, "global batch", ha="center", fontsize=9)
     for row in range(rows):
-        rank = row // per_rank_batch
+        rank = row % world_size if strided else row // per_rank_batch
         ax.add_patch(Rectangle((0, row), 1.2, 0.9, facecolor=RANK_COLOURS[rank % len(RANK_COLOURS)],
                                edgecolor="black"))
         ax.text(0.6, row + 0.45, f"row {row}", ha="center", va="center", fontsize=7.5)
+        if strided:  # one arrow per row, to its rank
+            middle = rank * per_rank_batch + per_rank_batch / 2
+            ax.add_patch(FancyArrowPatch((1.3, row + 0.45), (3.0, middle), arrowstyle="-|>", mutation_scale=9,
+                                         color=RANK_COLOURS[rank % len(RANK_COLOURS)]))
     for rank in range(world_size):
         middle = rank * per_rank_batch + per_rank_batch / 2
-        ax.add_patch(FancyArrowPatch((1.3, middle), (3.0, middle), arrowstyle="-|>", mutation_scale=12))
-        ax.text(3.1, middle, f"rank {rank}: rows {rank * per_rank_batch}-{(rank + 1) * per_rank_batch - 1}"
-                f" -> its own gradient", va="center", fontsize=9)
+        if strided:
+            taken = ", ".join(str(row) for row in range(rank, rows, world_size))
+        else:
+            taken = f"{rank * per_rank_batch}-{(rank + 1) * per_rank_batch - 1}"
+            ax.add_patch(FancyArrowPatch((1.3, middle), (3.0, middle), arrowstyle="-|>", mutation_scale=12))
+        ax.text(3.1, middle, f"rank {rank}: rows {taken} -> its own gradient", va="center", fontsize=9)
         ax.add_patch(FancyArrowPatch((7.3, middle), (8.1, rows / 2), arrowstyle="-|>", mutation_scale=12))
     ax.text(8.2, rows / 2, "mean of the\nranks' gradients\n= gradient of\nthe whole batch", va="center",
             fontsize=9)
-    fig.suptitle(f"{world_size} ranks x batch {per_rank_batch}: each rank takes its rows of one global batch "
+    dealt = "its rows, dealt in turn," if strided else "its rows"
+    fig.suptitle(f"{world_size} ranks x batch {per_rank_batch}: each rank takes {dealt} of one global batch "
                  f"of {rows}", fontsize=10)
     fig.tight_layout()
     return fig
