@@ -108,3 +108,17 @@ def test_typed_leaves_out_what_the_helper_adds(tmp_path):
     assert "--log-dir=DIR" in torchrun_batch.typed("log_dir", commands["log_dir"][0])
     failing = torchrun_batch.typed("failing", commands["failing"][0])
     assert "--log-dir=DIR --tee=3" in failing and "--redirects" not in failing
+
+
+def test_typed_and_exit_codes_read_every_kind_of_job(tmp_path):
+    """The lesson reads every job through batch[name], batch.typed(name) and batch.exit_codes(name):
+    a watched job's command comes back as typed, and a job of two nodes gives one exit code per node."""
+    from ddp_lib.torchrun import TorchrunJob
+
+    commands = torchrun_batch.lesson_commands(tmp_path, taken_port=4242)
+    nodes = [TorchrunJob(0, []), TorchrunJob(1, [])]
+    batch = torchrun_batch.LessonJobs(commands, {"c10d": nodes[0]}, {"c10d": nodes},
+                                      {"hang": "ENV=1 torchrun --standalone PROGRAM"}, {}, "", tmp_path, None)
+    assert batch.exit_codes("c10d") == [0, 1]
+    assert batch.typed("hang") == ["ENV=1 torchrun --standalone PROGRAM"]
+    assert len(batch.typed("c10d")) == 2 and batch["c10d"] is nodes[0]

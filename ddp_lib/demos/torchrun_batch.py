@@ -87,8 +87,15 @@ class LessonJobs:
         return self.jobs[name]
 
     def typed(self, name: str) -> list[str]:
-        """The commands of the job ``name``, one per node, as typed (:func:`typed`)."""
+        """The commands of the job ``name``, one per node, as typed (:func:`typed`); for a job of
+        :data:`WATCHED`, its one command, with the environment it ran with."""
+        if name in self.watched_commands:
+            return [self.watched_commands[name]]
         return [typed(name, command) for command in self.commands[name]]
+
+    def exit_codes(self, name: str) -> list[int]:
+        """torchrun's exit code on each node of the job ``name``, in node order."""
+        return [job.returncode for job in self.node_jobs[name]]
 
     def log_dir(self, name: str) -> Path:
         """The --log-dir of the job ``name``: one folder per job, shared by its nodes."""
