@@ -110,6 +110,20 @@ def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
     assert set(steps) == {"1", "25"} and len(steps["1"]) == len(steps["25"]) == overlap.QUICK_STEPS
     assert sorted(s["step"] for s in steps["1"])[overlap.QUICK_STEPS // 2] == overlap.step_ms(result)
     assert all(s["hidden"] == 0 for s in steps["25"])  # one bucket starts only when backward is done
+    # Both ranks' threads during backward: the training thread computed, and gloo's threads ran.
+    assert all(s["training cpu"] > 0 and s["gloo cpu"] > 0 and s["training wait"] >= 0
+               for cap in steps for s in steps[cap])
+    assert 0 <= result["small_first"] <= overlap.QUICK_STEPS  # the order is drawn each round
+    # The ranks begin backward within one step of each other: they met at a barrier just before.
+    assert all(abs(s["rank skew"]) < s["step"] for cap in steps for s in steps[cap])
+
+
+def test_the_profiled_rounds_draw_the_same_order_on_every_rank():
+    from ddp_lib.launch import run_ranks
+
+    ranks = run_ranks(overlap.profile_ddp_steps, 2, args=((1.0, 25.0), 9), show_output=False,
+                      env={"OMP_NUM_THREADS": "1"})
+    assert ranks[0]["first"] == ranks[1]["first"] and set(ranks[0]["first"]) == {1.0, 25.0}
 
 
 def test_the_step_breakdown_splits_backward_at_its_last_operator():
@@ -218,6 +232,9 @@ def test_the_kept_overlap_run_summarises_every_step_of_both_caps():
     assert median_step == round(overlap.step_ms(kept), 3)
     low, high = overlap.spread(kept, 1, "communication not hidden")[1:]
     assert low <= high
+    assert 0 < kept["small_first"] < overlap.PROFILED_STEPS  # neither cap always went first
+    assert all({"training cpu", "training wait", "gloo cpu", "rank skew"} <= set(step)
+               for step in steps["1"] + steps["25"])
 
 
 def test_pinning_reaches_every_thread_of_the_process():
@@ -261,6 +278,15 @@ def test_the_kept_wide_run_pairs_its_ways_round_by_round():
     assert all(len(r["rounds_ms"]) == kept["repeats"] for r in kept["rows"])
     assert kept["rows"][0]["speedup"] == 1.0 and kept["cpu_count"] >= 1
     assert "one process, 2 threads" in wide.WAYS  # the one-process baseline may use both cores too
+
+
+def test_the_wide_steps_add_up_every_ranks_cpu_time():
+    from ddp_lib.launch import run_ranks
+
+    result = run_ranks(wide.wide_steps, 2, args=(1,), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
+    assert set(result) == {"step", "cpu"} and all(len(result["cpu"][way]) == 1 for way in wide.WAYS)
+    # The DDP ways compute on both ranks: their CPU time, added up, exceeds one rank's wall time here.
+    assert all(result["cpu"][way][0] > 0 for way in wide.WAYS)
 
 
 def test_the_plan_reproduces_the_lessons_worked_gpu_plan():

@@ -11,6 +11,7 @@ def test_slow_link_steps_counts_buckets_and_times_each_round():
     for r in results:
         assert r["buckets"] == {"small buckets": 4, "one bucket": 1}
         assert all(len(times) == 2 for times in r["step_ms"].values())
+        assert r["first"] == {"small buckets": 1, "one bucket": 1}  # the order alternates
 
 
 def test_kept_run_has_paired_rounds():
@@ -18,3 +19,4 @@ def test_kept_run_has_paired_rounds():
     small, one = kept["step_ms"]["small buckets"], kept["step_ms"]["one bucket"]
     assert len(small) == len(one) >= 9
     assert kept["buckets"] == {"small buckets": 4, "one bucket": 1}
+    assert abs(kept["first"]["small buckets"] - kept["first"]["one bucket"]) <= 1

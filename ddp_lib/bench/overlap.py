@@ -1,8 +1,10 @@
-"""torch DDP steps profiled on rank 0 (2 ranks), small buckets and one bucket in turn: when each
-step's phases and backward's operators ran on the training thread, and when gloo's all-reduces ran
-on the process group's worker threads. This shows whether communication overlaps backward, measured
-rather than asserted, and splits each step into forward, backward's computation, the communication
-backward waited for, and the optimizer.
+"""torch DDP steps profiled on rank 0 (2 ranks), small buckets and one bucket in paired rounds, in a
+random order each round: when each step's phases and backward's operators ran on the training
+thread, and when gloo's all-reduces ran on the process group's worker threads. This shows whether
+communication overlaps backward, measured rather than asserted, and splits each step into forward,
+backward's computation, the communication backward waited for, and the optimizer. During each
+backward, every rank also reads its threads' CPU time and their wait for a core from the kernel
+(``/proc/self/task/<id>/schedstat``): the training thread's, and gloo's threads' together.
 
     python -m ddp_lib bench overlap [--json]
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 import torch
@@ -34,21 +38,26 @@ ONE_BUCKET_CAP_MB = 25.0  # all gradients in one bucket: it is ready only when b
 BACKWARD_PREFIX = "autograd::engine::evaluate_function: "  # how the profiler names a backward operator
 ALLREDUCE_NAME = "gloo:all_reduce"  # gloo's own record of one all-reduce, on gloo's worker thread
 PHASES = ("zero_grad", "forward", "backward", "optimizer")  # the profiled step's labelled parts
+GLOO_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop")  # gloo's worker threads and its socket loop, by name
 PROFILED_STEPS = 21  # per cap, odd: the kept timeline is the step of median length
 QUICK_STEPS = 5
 COLUMNS = [("lane", "lane", "s"), ("name", "event", "s"), ("start_ms", "start (ms)", ".3f"),
            ("end_ms", "end (ms)", ".3f")]
 
 
-def _labelled_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+def _labelled_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                   read_threads=lambda: None) -> None:
     """The benchmark's training step, each part marked for the profiler. With gloo, DDP's backward() returns
-    only once every bucket's all-reduce is done, so its label spans the wait too."""
+    only once every bucket's all-reduce is done, so its label spans the wait too. ``read_threads`` is
+    called as backward's label opens and just before it closes."""
     with record_function("zero_grad"):
         optimizer.zero_grad()
     with record_function("forward"):
         loss = nn.functional.mse_loss(model(x), y)
     with record_function("backward"):
+        read_threads()
         loss.backward()
+        read_threads()
     with record_function("optimizer"):
         optimizer.step()
 
@@ -70,13 +79,33 @@ def _rows(events, origin: float) -> list[dict]:
     return sorted(rows, key=lambda r: r["start_ms"])
 
 
+def _thread_ids() -> dict[str, list[int]]:
+    """This process's training thread (the caller) and gloo's threads, by their kernel thread ids."""
+    gloo = [int(tid) for tid in os.listdir("/proc/self/task")
+            if Path(f"/proc/self/task/{tid}/comm").read_text().strip() in GLOO_THREADS]
+    return {"training": [threading.get_native_id()], "gloo": gloo}
+
+
+def _cpu_and_wait_ns(tids: list[int]) -> tuple[int, int]:
+    """The threads' CPU time and their time waiting for a core, summed, in ns since each started: the
+    first two fields of the kernel's schedstat."""
+    cpu = wait = 0
+    for tid in tids:
+        run_ns, queued_ns = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()[:2]
+        cpu, wait = cpu + int(run_ns), wait + int(queued_ns)
+    return cpu, wait
+
+
 def profile_ddp_steps(rank: int, world_size: int, caps_mb: tuple[float, ...] = (BUCKET_CAP_MB, ONE_BUCKET_CAP_MB),
-                      steps: int = PROFILED_STEPS, seed: int = 0) -> dict[float, list[list[dict]]]:
-    """Profile ``steps`` SGD steps of torch's DDP for each bucket cap, the caps taken in turn (one
-    model per cap, same weights and batch), each step after a barrier and three warm-up steps per
-    model. Taken in turn, the caps share whatever else the machine does. Returns, per cap, rank 0's
-    phases, backward operators and all-reduces of every profiled step, as {"lane", "name",
-    "start_ms", "end_ms"}, times from that step's start."""
+                      steps: int = PROFILED_STEPS, seed: int = 0) -> dict:
+    """Profile ``steps`` SGD steps of torch's DDP for each bucket cap, in paired rounds (one model per
+    cap, same weights and batch), each step after a barrier and three warm-up steps per model. Each
+    round takes the caps in a random order, the same on every rank, so neither always goes first.
+    Returns {"rows": per cap, this rank's phases, backward operators and all-reduces of every profiled
+    step, as {"lane", "name", "start_ms", "end_ms"}, times from that step's start; "threads": per cap
+    and step, the CPU time and the wait for a core of the training thread and of gloo's threads during
+    backward, ms, and when backward began on the machine's monotonic clock, which every process shares
+    ("backward start ns"); "first": the cap taken first in each round}."""
     with process_group(rank, world_size) as device:
         models = {cap: wrap_ddp(make_mlp(seed, DDP_WIDTHS).to(device), device, bucket_cap_mb=cap) for cap in caps_mb}
         optimizers = {cap: torch.optim.SGD(m.parameters(), lr=0.01) for cap, m in models.items()}
@@ -86,16 +115,26 @@ def profile_ddp_steps(rank: int, world_size: int, caps_mb: tuple[float, ...] = (
         for _ in range(3):  # DDP rebuilds its buckets after the first step; the rest warm up
             for cap in caps_mb:
                 _train_step(models[cap], optimizers[cap], x, y)
-        profiled: dict[float, list[list[dict]]] = {cap: [] for cap in caps_mb}
+        order = torch.Generator().manual_seed(seed)  # the same seed on every rank: the same order
+        tids = _thread_ids()
+        result: dict = {"rows": {cap: [] for cap in caps_mb}, "threads": {cap: [] for cap in caps_mb}, "first": []}
         for _ in range(steps):
-            for cap in caps_mb:
+            caps = [caps_mb[i] for i in torch.randperm(len(caps_mb), generator=order).tolist()]
+            result["first"].append(caps[0])
+            for cap in caps:
                 torch.distributed.barrier()
+                reads: list[dict] = []
                 with profile(activities=[ProfilerActivity.CPU]) as prof:
-                    _labelled_step(models[cap], optimizers[cap], x, y)
+                    _labelled_step(models[cap], optimizers[cap], x, y, lambda out=reads: out.append(
+                        {"clock": time.monotonic_ns(), **{k: _cpu_and_wait_ns(v) for k, v in tids.items()}}))
                 events = prof.events()
                 origin = min(e.time_range.start for e in events if e.name in PHASES)
-                profiled[cap].append(_rows(events, origin))
-        return profiled
+                result["rows"][cap].append(_rows(events, origin))
+                before, after = reads
+                times = {f"{k} {what}": (after[k][i] - before[k][i]) / 1e6
+                         for k in tids for i, what in enumerate(("cpu", "wait"))}
+                result["threads"][cap].append({**times, "backward start ns": before["clock"]})
+        return result
 
 
 def median_step(steps: list[list[dict]]) -> list[dict]:
@@ -116,16 +155,31 @@ def step_summary(rows: list[dict]) -> dict[str, float]:
 def measure(quick: bool = False, repeats: int | None = None) -> dict:
     """{"rows": rank 0's phases, backward operators and all-reduces of the median profiled step
     with BUCKET_CAP_MB, "one_bucket": the same for ONE_BUCKET_CAP_MB, where nothing can overlap,
-    "steps": each cap's step_summary() of every profiled step}. The caps are profiled in turn."""
+    "steps": each cap's step_summary() of every profiled step, with both ranks' thread times during
+    backward added up ("training cpu", "training wait", "gloo cpu", "gloo wait", ms) and how much later
+    rank 1 began backward than rank 0 ("rank skew", ms), "small_first": the rounds that took
+    BUCKET_CAP_MB first}. The caps are profiled in paired rounds, in a random order."""
     count = repeats or (QUICK_STEPS if quick else PROFILED_STEPS)
     count += 1 - count % 2  # odd, so the median is one step
     env = {"OMP_NUM_THREADS": "1"}
     caps = (BUCKET_CAP_MB, ONE_BUCKET_CAP_MB)
-    profiled = run_ranks(profile_ddp_steps, 2, args=(caps, count), show_output=False, env=env)[0]
+    ranks = run_ranks(profile_ddp_steps, 2, args=(caps, count), show_output=False, env=env)
+    profiled = ranks[0]["rows"]
+    steps = {}
+    for cap in caps:
+        steps[f"{cap:g}"] = []
+        for i, rows in enumerate(profiled[cap]):
+            summary = step_summary(rows)
+            per_rank = [r["threads"][cap][i] for r in ranks]
+            for key in per_rank[0]:
+                if key != "backward start ns":
+                    summary[key] = round(sum(times[key] for times in per_rank), 3)
+            summary["rank skew"] = round((per_rank[1]["backward start ns"] - per_rank[0]["backward start ns"]) / 1e6, 3)
+            steps[f"{cap:g}"].append(summary)
     return {"rows": median_step(profiled[BUCKET_CAP_MB]), "bucket_cap_mb": BUCKET_CAP_MB,
             "one_bucket": median_step(profiled[ONE_BUCKET_CAP_MB]), "one_bucket_cap_mb": ONE_BUCKET_CAP_MB,
-            "steps": {f"{cap:g}": [step_summary(rows) for rows in profiled[cap]] for cap in caps},
-            "torch": torch.__version__, "load_average": round(os.getloadavg()[0], 1)}
+            "steps": steps, "small_first": sum(first == BUCKET_CAP_MB for first in ranks[0]["first"]),
+            "torch": torch.__version__, "cpu_count": os.cpu_count(), "load_average": round(os.getloadavg()[0], 1)}
 
 
 def full_run() -> dict:
@@ -199,6 +253,9 @@ def spread(result: dict, cap_mb: float, part: str) -> tuple[float, float, float]
 # Four comparisons of the profile (the step, the all-reduces, the wait, backward's computation), each asked both
 # ways: eight tests, which share the 5% error budget (Bonferroni's rule).
 PROFILE_TESTS = 8
+# Three comparisons of the threads' times during backward (the training threads' CPU time and wait for a core,
+# gloo's threads' CPU time), each asked both ways: six tests, with a 5% budget of their own.
+THREAD_TESTS = 6
 
 
 def paired_verdict(result: dict, part: str, tests: int = PROFILE_TESTS) -> str:

@@ -38,8 +38,9 @@ COLUMNS = [("way", "way", "s"), ("step_ms", "step (ms)", ".1f"), ("middle_half",
            ("samples_per_s", "samples/s", ".0f"), ("speedup", "vs one process", ".2f")]
 
 
-def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[str, list[float]]:
-    """Seconds per step of each way, one list per way, the ways taken in turn (who goes first
+def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[str, dict[str, list[float]]]:
+    """{"step": seconds per step of each way, one list per way, "cpu": the CPU seconds of every rank's
+    process in that step, added up}, the ways taken in turn (who goes first
     rotates from round to round) after one warm-up round (DDP rebuilds its buckets after its first
     step). "one process": rank 0 alone steps a plain copy on the whole global batch while the other
     ranks wait at a barrier; "one process, 2 threads" does the same with two threads, so that one
@@ -57,12 +58,13 @@ def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[
         y = torch.randn(BATCH_PER_RANK * world_size, WIDE_WIDTHS[-1], generator=g)
         share = slice(rank * BATCH_PER_RANK, (rank + 1) * BATCH_PER_RANK)
         times: dict[str, list[float]] = {way: [] for way in WAYS}
+        cpu: dict[str, list[float]] = {way: [] for way in WAYS}
         for repeat in range(repeats + 1):  # the first round warms up
             # Rotate who goes first, so no way always follows the same neighbour.
             order = WAYS[repeat % len(WAYS):] + WAYS[:repeat % len(WAYS)]
             for way in order:
                 dist.barrier()
-                start = time.perf_counter()
+                start, cpu_start = time.perf_counter(), time.process_time()
                 if way in ALONE_THREADS:
                     if rank == 0:
                         torch.set_num_threads(ALONE_THREADS[way])
@@ -73,16 +75,26 @@ def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[
                 seconds = time.perf_counter() - start
                 if repeat:
                     times[way].append(seconds)
-        return {way: _slowest(seconds) for way, seconds in times.items()}
+                    cpu[way].append(time.process_time() - cpu_start)
+        cpu_sums = {}
+        for way, seconds in cpu.items():  # every rank's CPU time added up, per round
+            t = torch.tensor(seconds, dtype=torch.float64)
+            dist.all_reduce(t)
+            cpu_sums[way] = t.tolist()
+        return {"step": {way: _slowest(seconds) for way, seconds in times.items()}, "cpu": cpu_sums}
 
 
 def measure(quick: bool = False, repeats: int | None = None) -> dict:
     """{"rows": per way, the median step time over the repeats, its quartiles, samples per second of
-    the global batch, the speed-up over one process and each round's time ("rounds_ms": the ways
-    took turns within a round, so rounds pair them)}, 2 ranks of one thread each."""
+    the global batch, the speed-up over one process, each round's time ("rounds_ms": the ways
+    took turns within a round, so rounds pair them), the median CPU time of a step, every rank's
+    process added up ("cpu_ms", all its threads, from ``time.process_time()``), and the median of
+    CPU time over wall time per round ("cores_busy": how many cores the way kept busy on average)},
+    2 ranks of one thread each."""
     repeats = repeats or (5 if quick else 15)
     world_size = 2
-    seconds = run_ranks(wide_steps, world_size, args=(repeats,), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
+    result = run_ranks(wide_steps, world_size, args=(repeats,), show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
+    seconds = result["step"]
     samples = BATCH_PER_RANK * world_size
     alone_s = median(seconds["one process"])
     rows = []
@@ -91,7 +103,9 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
         low, high = quartiles(ms)
         rows.append({"way": way, "step_ms": round(median(ms), 2), "quartiles_ms": [round(low, 2), round(high, 2)],
                      "middle_half": f"{low:.0f}-{high:.0f}", "samples_per_s": round(samples / (median(ms) / 1e3), 1),
-                     "speedup": round(alone_s / median(seconds[way]), 3), "rounds_ms": [round(t, 2) for t in ms]})
+                     "speedup": round(alone_s / median(seconds[way]), 3), "rounds_ms": [round(t, 2) for t in ms],
+                     "cpu_ms": round(median(result["cpu"][way]) * 1e3, 2),
+                     "cores_busy": round(median([c / s for c, s in zip(result["cpu"][way], seconds[way])]), 2)})
     gradient_bytes = 4 * sum(p.numel() for p in make_mlp(0, WIDE_WIDTHS).parameters())
     return {"rows": rows, "world_size": world_size, "widths": list(WIDE_WIDTHS), "batch_per_rank": BATCH_PER_RANK,
             "gradient_bytes": gradient_bytes, "repeats": repeats, "cpu_count": os.cpu_count(),

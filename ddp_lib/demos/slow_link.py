@@ -3,7 +3,8 @@
 A comm hook all-reduces each bucket, then hands it to a "link" thread. The link passes the buckets
 one after another and sleeps ``bytes / link_bytes_per_s`` for each, as a slow network would. The
 real all-reduce still runs on the cores; only the added sleep uses none, so that wait can run beside
-backward the way nccl's runs on a GPU stream. Small buckets and one bucket are stepped in turn, round by round.
+backward the way nccl's runs on a GPU stream. Small buckets and one bucket, each its own copy of the
+same model, are stepped in paired rounds; the order alternates from round to round.
 
     python -m ddp_lib.demos.slow_link > ddp_lib/demos/recorded/slow_link.json   # a new kept run
 """
@@ -54,13 +55,15 @@ class SlowLink:
 
 def slow_link_steps(rank: int, world_size: int, rounds: int = 15, link_bytes_per_s: float = LINK_BYTES_PER_S) -> dict:
     """Returns {"rank", "step_ms" ({cap label: step times in ms, one per round}), "buckets"
-    ({cap label: all-reduces per step})}. Each round steps both copies, after a barrier."""
+    ({cap label: all-reduces per step}), "first" ({cap label: rounds it went first})}. Each cap steps
+    its own copy of the model, with the same initial weights. Each round steps both copies, each
+    after a barrier, in an order that alternates from round to round."""
     with process_group(rank, world_size):
-        torch.manual_seed(0)
-        layers = [m for _ in range(LAYERS) for m in (nn.Linear(WIDTH, WIDTH), nn.ReLU())]
         link = SlowLink(link_bytes_per_s)
         models, counts = {}, {}
         for label, cap in CAPS_MB.items():
+            torch.manual_seed(0)  # the same weights in both copies; no layer is shared between them
+            layers = [m for _ in range(LAYERS) for m in (nn.Linear(WIDTH, WIDTH), nn.ReLU())]
             model = DDP(nn.Sequential(*layers, nn.Linear(WIDTH, 1)), bucket_cap_mb=cap)
             counts[label] = [0]
 
@@ -72,8 +75,13 @@ def slow_link_steps(rank: int, world_size: int, rounds: int = 15, link_bytes_per
             models[label] = (model, torch.optim.SGD(model.parameters(), lr=1e-3))
         x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(rank))
         step_ms = {label: [] for label in models}
+        first = {label: 0 for label in models}
         for round_ in range(rounds + 2):  # two warm-up rounds: DDP rebuilds its buckets after step 1
-            for label, (model, optimizer) in models.items():
+            order = list(models) if round_ % 2 == 0 else list(reversed(models))
+            if round_ >= 2:
+                first[order[0]] += 1
+            for label in order:
+                model, optimizer = models[label]
                 counts[label][0] = 0
                 dist.barrier()
                 start = time.perf_counter()
@@ -82,7 +90,8 @@ def slow_link_steps(rank: int, world_size: int, rounds: int = 15, link_bytes_per
                 optimizer.step()
                 if round_ >= 2:
                     step_ms[label].append(round((time.perf_counter() - start) * 1e3, 2))
-        return {"rank": rank, "step_ms": step_ms, "buckets": {label: c[0] for label, c in counts.items()}}
+        return {"rank": rank, "step_ms": step_ms, "buckets": {label: c[0] for label, c in counts.items()},
+                "first": first, "gradient_bytes": 4 * sum(p.numel() for p in models["one bucket"][0].parameters())}
 
 
 def kept_run() -> dict:
@@ -94,7 +103,8 @@ def main() -> int:
 
     results = run_ranks(slow_link_steps, 2, show_output=False)
     rank0 = results[0]
-    print(json.dumps({"step_ms": rank0["step_ms"], "buckets": rank0["buckets"], "cpu_count": os.cpu_count(),
+    print(json.dumps({"step_ms": rank0["step_ms"], "buckets": rank0["buckets"], "first": rank0["first"],
+                      "gradient_bytes": rank0["gradient_bytes"], "cpu_count": os.cpu_count(),
                       "load_average": round(os.getloadavg()[0], 1),
                       "link_bytes_per_s": LINK_BYTES_PER_S}, indent=1))
     return 0
