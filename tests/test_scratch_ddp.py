@@ -44,7 +44,8 @@ def test_buckets_fill_from_the_last_layer(monkeypatch):
 
 def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
     # Lesson 04: without the option every .grad has its own memory; with it, one block per bucket.
-    # With zero_grad()'s default set_to_none=True the view is lost each step: a copy per parameter again.
+    # With zero_grad()'s default set_to_none=True the view is lost each step: a copy in per parameter
+    # again, but never a copy back out (copy_bucket_to_grad runs only without the option).
     result = run_ranks(buckets.grads_in_buckets, 2)[0]
     copy, view_lost, view_kept = (result[k] for k in ("copy, set_to_none=True", "view, set_to_none=True",
                                                        "view, set_to_none=False"))
@@ -52,6 +53,7 @@ def test_gradient_as_bucket_view_puts_each_grad_inside_its_bucket():
     assert view_lost["memory_blocks"] == view_lost["buckets"] > 1 and view_lost["copies_into_bucket"] == 10
     assert view_kept["memory_blocks"] == view_kept["buckets"] and view_kept["copies_into_bucket"] == 0
     assert view_kept["divisions_in_place"] == 10 and result["detach_ error"].startswith("Can't detach views")
+    assert copy["copies_back"] == 10 and view_lost["copies_back"] == view_kept["copies_back"] == 0
 
 
 def test_gradient_as_bucket_view_saves_one_full_set_of_gradients_in_bytes():
@@ -84,3 +86,19 @@ def test_the_timeline_of_many_all_reduces_has_no_colour_bar():
     fig = plot_timeline([timeline])
     bars = [patch for patch in fig.axes[0].patches if patch.get_height() < 0.5]
     assert len(fig.axes) == 1 and len(bars) == 14 and min(bar.get_height() for bar in bars) > 0.3
+
+
+def test_the_timeline_shades_the_wait_for_the_other_rank():
+    # Lesson 04, section 4: a bar is pale from its rank's start until the last rank started that all-reduce.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_timeline
+
+    def timeline(start: float) -> dict:
+        return {"backward_ms": 20.0, "grad_ready": [("w", 1.0)],
+                "allreduces": [{"bucket": 0, "start": start, "end": 15.0}]}
+    fig = plot_timeline([timeline(2.0), timeline(9.0)], shade_waits=True)
+    pale = sorted(patch.get_width() for patch in fig.axes[0].patches
+                  if patch.get_height() < 0.5 and patch.get_facecolor()[:3] == (1.0, 1.0, 1.0))
+    assert pale == [0.0, 7.0]  # rank 0 waited 2 -> 9 ms; rank 1 started last and waited for no one

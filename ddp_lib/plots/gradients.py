@@ -96,12 +96,18 @@ def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
 
 
 def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces",
-                  names: list[str] | None = None) -> Figure:
+                  names: list[str] | None = None, shade_waits: bool = False) -> Figure:
     """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
     below it one bar per all-reduce. ``timelines`` are backward_timeline's results in rank order;
-    ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank)."""
+    ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank).
+    ``shade_waits`` (rows that are the ranks of one job): each bar is pale until the last rank has
+    started that all-reduce, the part a rank can only wait, as the clocks started together."""
     names = names or [f"rank {rank}" for rank in range(len(timelines))]
     lanes = max((ev["bucket"] for tl in timelines for ev in tl["allreduces"]), default=0) + 1
+    last_start: dict[int, float] = {}  # bucket -> when the last rank started its all-reduce
+    for tl in timelines:
+        for ev in tl["allreduces"]:
+            last_start[ev["bucket"]] = max(last_start.get(ev["bucket"], ev["start"]), ev["start"])
     block = 1.2 + 0.45 * lanes  # one block per row: backward, then one lane per all-reduce
     fig, ax = plt.subplots(figsize=(10, 0.8 + 0.4 * block * len(timelines)))
     labels, ticks = [], []
@@ -115,9 +121,14 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
         for ev in tl["allreduces"]:
             # Each all-reduce in a lane of its own, so two in flight at once stay apart.
             y = y_backward + 0.8 + 0.45 * ev["bucket"]
-            ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38,
-                    color=COMM_COLOURS[ev["bucket"] % 2], edgecolor="black",
+            colour = COMM_COLOURS[ev["bucket"] % 2]
+            ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38, color=colour, edgecolor="black",
                     label="an all-reduce, start to end (b0 starts first)" if row == 0 and ev["bucket"] == 0 else None)
+            if shade_waits:  # pale over the bar's first part, until the last rank started it
+                waited = min(max(last_start[ev["bucket"]], ev["start"]), ev["end"]) - ev["start"]
+                label = "pale: waiting for the other rank to start it" if row == 0 and ev["bucket"] == 0 else None
+                ax.barh(y, waited, left=ev["start"], height=0.38, color="white", alpha=0.65, edgecolor="black",
+                        label=label)
             ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=7)
         labels += [f"{names[row]}: backward", f"{names[row]}: {len(tl['allreduces'])} all-reduces"]
         ticks += [y_backward, y_backward + 0.8 + 0.45 * (lanes - 1) / 2]
@@ -132,7 +143,7 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
 
 def plot_batch_split(world_size: int = 2, per_rank_batch: int = 4, strided: bool = False) -> Figure:
     """Schematic: one global batch of world_size * per_rank_batch rows; rank r takes rows
-    r*B to (r+1)*B (strided=True: rows r, r + N, r + 2N, ..., as DistributedSampler deals them),
+    r*B to (r+1)*B - 1 (strided=True: rows r, r + N, r + 2N, ..., as DistributedSampler deals them),
     computes its gradient on them, and the all-reduce averages the ranks' gradients,
     which for a mean loss is the gradient of the whole batch."""
     rows = world_size * per_rank_batch

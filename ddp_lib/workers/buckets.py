@@ -367,7 +367,8 @@ def grads_in_buckets(rank: int, world_size: int, steps: int = 3) -> dict:
     default); and with ``zero_grad(set_to_none=False)``. For each, return how many separate memory
     blocks hold the ``.grad`` tensors after the last backward (one per parameter, or one per bucket),
     the buckets, and the operators the reducer ran in that backward: ``aten::mul`` copies a gradient
-    into its bucket scaled by 1/world_size, ``aten::div_`` divides it in place inside the bucket.
+    into its bucket scaled by 1/world_size, ``aten::div_`` divides it in place inside the bucket, and
+    ``copy_bucket_to_grad`` (the reducer's own profiler label) copies the mean back out into ``.grad``.
     Also the error of ``detach_()`` on a ``.grad`` that is a view into a bucket. No communication hook:
     with one, the reducer copies without scaling and leaves the division to the hook."""
     result = {}
@@ -388,7 +389,8 @@ def grads_in_buckets(rank: int, world_size: int, steps: int = 3) -> dict:
             result[f"{name}, set_to_none={set_to_none}"] = {
                 "parameters": len(list(ddp.parameters())), "memory_blocks": len(blocks),
                 "buckets": ops.get("c10d::allreduce_", 0), "copies_into_bucket": ops.get("aten::mul", 0),
-                "divisions_in_place": ops.get("aten::div_", 0)}
+                "divisions_in_place": ops.get("aten::div_", 0),
+                "copies_back": ops.get("torch.distributed.ddp.reducer::copy_bucket_to_grad", 0)}
         try:
             next(ddp.parameters()).grad.detach_()
             result["detach_ error"] = "no error"

@@ -61,7 +61,7 @@ def global_batch(step: int, size: int, seed: int = 0,
 
 def rank_batch(step: int, rank: int, world_size: int, per_rank_batch: int, seed: int = 0,
                widths: tuple[int, ...] = WIDTHS) -> tuple[torch.Tensor, torch.Tensor]:
-    """This rank's slice (rows rank*B to (rank+1)*B) of the global batch of ``step``."""
+    """This rank's slice, rows rank*B to (rank+1)*B - 1 (``x[rank*B:(rank+1)*B]``), of the global batch of ``step``."""
     x, y = global_batch(step, world_size * per_rank_batch, seed, widths)
     rows = slice(rank * per_rank_batch, (rank + 1) * per_rank_batch)
     return x[rows], y[rows]

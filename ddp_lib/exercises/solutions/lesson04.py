@@ -8,6 +8,9 @@ def average_gradients(model) -> None:
     world_size = dist.get_world_size()
     for p in model.parameters():
         if p.grad is None:  # a parameter this backward did not reach
+            # Safe only if it is unused on every rank: where other ranks have its gradient, they
+            # all-reduce it and this rank does not, and the ranks' all-reduces no longer pair up
+            # (a mismatch or a hang; lesson 04, "Deeper: a parameter unused on some ranks only").
             continue
         # Scale first, then sum, as DDP does (its reducer multiplies by a float32 1/world_size while
         # copying into its buckets; torch's Python allreduce_hook divides, as here).
