@@ -45,6 +45,19 @@ def test_the_plain_torch_worker_joins_and_sums_the_ranks():
         (0, 3, "gloo", 3.0), (1, 3, "gloo", 3.0), (2, 3, "gloo", 3.0)]
 
 
+def test_the_plain_torch_worker_reports_through_a_queue_under_torchs_spawn(monkeypatch):
+    import torch.multiprocessing as mp
+
+    from ddp_lib.process_group import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    queue = mp.get_context("spawn").SimpleQueue()
+    assert mp.spawn(collectives.join_and_put, args=(2, queue), nprocs=2) is None  # torch drops return values
+    results = sorted((queue.get() for _ in range(2)), key=lambda r: r["rank"])
+    assert [(r["rank"], r["world_size"], r["sum_of_ranks"]) for r in results] == [(0, 2, 1.0), (1, 2, 1.0)]
+
+
 def test_the_plain_torch_broadcast_gives_every_rank_rank_0s_tensor():
     results = run_ranks(collectives.broadcast_from_0, 3)
     assert [r["before"] for r in results] == [start(r, 3) for r in range(3)]

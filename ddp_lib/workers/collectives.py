@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from datetime import timedelta
+from multiprocessing.queues import SimpleQueue
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -40,6 +41,12 @@ def join_and_sum(rank: int, world_size: int) -> dict:
                 "sum_of_ranks": total.item()}
     finally:
         dist.destroy_process_group()
+
+
+def join_and_put(rank: int, world_size: int, results: SimpleQueue) -> None:
+    """For torch's mp.spawn, which drops what a worker returns: run join_and_sum and put its
+    result in ``results``, a queue that the launching process reads."""
+    results.put(join_and_sum(rank, world_size))
 
 
 def join_with_url(rank: int, world_size: int, url: str) -> float:
