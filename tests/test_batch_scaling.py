@@ -38,10 +38,10 @@ def test_summary_when_the_scaled_rate_is_not_closer():
 
 def test_same_global_batch_runs_agree():
     two_ranks = run_ranks(train, 2, kwargs=dict(epochs=1, batch_size=16, lr=0.1), show_output=False)[0]
-    runs = same_global_batch(two_ranks, epochs=1)
+    runs = same_global_batch(two_ranks["losses"], epochs=1)
     assert runs["losses_equal"] and runs["params_equal"]
     assert len(runs["global_64"]) == 3 and len(runs["per_rank_16"]) == 3
-    assert runs["per_rank_16"]["2 rank(s), global batch 32"] == two_ranks["losses"]
+    assert runs["per_rank_16"]["2 ranks, global batch 32"] == two_ranks["losses"]
     assert len(runs["one_rank_losses"]) == 5 and all(len(c) == 1 for c in runs["one_rank_losses"])
 
 

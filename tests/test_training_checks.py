@@ -5,6 +5,7 @@ evaluation with the buffer sync off, your own all-reduce inside Join, and a save
 import pytest
 
 from ddp_lib.demos import training_checks
+from ddp_lib.demos.diff_loop import diff_loop
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers import template
@@ -67,6 +68,12 @@ def test_weights_only_refuses_a_file_that_names_code(tmp_path):
         "weights_only=False": "loaded; ['a function the file named ran']"}
 
 
+def test_rank0_through_the_module_with_one_group_passes_the_barrier():
+    results = run_ranks(training_checks.rank0_eval_one_group, 2, kwargs=dict(through="module", timeout_s=2.0),
+                        show_output=False)
+    assert results[0]["accuracy"] is not None and results[1]["accuracy"] is None
+
+
 def test_rank0_through_the_wrapper_with_one_group_fails_on_every_rank_without_naming_the_cause():
     with pytest.raises(WorkerError) as caught:
         run_ranks(training_checks.rank0_eval_one_group, 2, kwargs=dict(timeout_s=2.0), show_output=False)
@@ -75,14 +82,20 @@ def test_rank0_through_the_wrapper_with_one_group_fails_on_every_rank_without_na
                                                                "a message names the cause": False}
 
 
-def test_the_template_crashed_on_purpose_resumes_to_the_uninterrupted_run(tmp_path):
+def test_the_template_on_moons_crashed_on_purpose_resumes_to_the_uninterrupted_run(tmp_path):
     crashed = str(tmp_path / "crashed")
+    moons = dict(epochs=4, batch_size=16, lr=0.1)
     with pytest.raises(WorkerError, match="injected failure at epoch 3 on rank 1"):
-        run_ranks(training_checks.template_with_crash, 2,
-                  kwargs=dict(epochs=4, checkpoint_dir=crashed, crash_at_epoch=3), show_output=False)
-    resumed = run_ranks(template.train_job, 2, kwargs=dict(epochs=4, checkpoint_dir=crashed), show_output=False)
-    straight = run_ranks(template.train_job, 2, kwargs=dict(epochs=4, checkpoint_dir=str(tmp_path / "straight")),
-                         show_output=False)
+        run_ranks(training_checks.template_on_moons, 2,
+                  kwargs=dict(checkpoint_dir=crashed, crash_at_epoch=3, **moons), show_output=False)
+    resumed = run_ranks(training_checks.template_on_moons, 2, kwargs=dict(checkpoint_dir=crashed, **moons),
+                        show_output=False)
+    straight = run_ranks(training_checks.template_on_moons, 2,
+                         kwargs=dict(checkpoint_dir=str(tmp_path / "straight"), **moons), show_output=False)
     assert resumed[0]["start_epoch"] == 2
     assert resumed[0]["history"] == straight[0]["history"]
-    assert template.DistributedSampler.__name__ == "DistributedSampler"  # this process's template is untouched
+    assert straight[0]["history"][-1]["evaluated"] == 201
+    # The diff's loop on the same task gives the same losses.
+    plain = run_ranks(diff_loop, 2, kwargs=dict(epochs=4, checkpoint=str(tmp_path / "plain.pt")), show_output=False)[0]
+    assert all(abs(h["loss"] - p) < 1e-5 for h, p in zip(straight[0]["history"], plain, strict=True))
+    assert template.make_model.__name__ == "make_model"  # this process's template is untouched

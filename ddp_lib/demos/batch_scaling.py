@@ -1,12 +1,12 @@
 """Lesson 05's batch-size and learning-rate runs: the jobs of "The same job on 1, 2 and 4 ranks" and
 "The learning rate for a bigger global batch", and the numbers the lesson quotes from them.
 
-    runs = same_global_batch(two_rank_job.results[0])   # three jobs on 1, 2 and 4 ranks
+    runs = same_global_batch(two_rank_losses)            # three jobs on 1, 2 and 4 ranks
     scaling = lr_scaling(runs["one_rank_losses"])       # one job: 15 trainings on 4 ranks
     norms = batch_norm_against_one_rank()               # two jobs: batch norm per rank and synchronised
 
-The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as ``train_with_switches`` with its
-switches off. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
+The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
+losses within 1e-5. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ def _max_gap(curves: list[list[float]]) -> float:
     return max(abs(a - b) for other in curves[1:] for a, b in zip(curves[0], other))
 
 
-def same_global_batch(two_ranks_16: dict, epochs: int = 8) -> dict:
+def same_global_batch(two_ranks_16: list[float], epochs: int = 8) -> dict:
     """Train at batch 16 per rank on 1 and 4 ranks, and at a global batch of 64 on 1, 2 and 4 ranks
-    (lr 0.1, seed 0). ``two_ranks_16`` is a 2-rank, batch-16 result already trained (rank 0's).
+    (lr 0.1, seed 0). ``two_ranks_16`` holds the losses of a 2-rank, batch-16 run already trained.
 
     Returns {"per_rank_16": {label: losses}, "global_64": {label: losses}, "losses_equal" and
     "params_equal" (the global-batch-64 runs within 1e-5), and "one_rank_losses": 1 rank at batch 16,
@@ -42,9 +42,9 @@ def same_global_batch(two_ranks_16: dict, epochs: int = 8) -> dict:
                          show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
     four_16 = run_ranks(train, 4, kwargs=dict(epochs=epochs, batch_size=16, lr=0.1), show_output=False)[0]
     two_32 = run_ranks(train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), show_output=False)[0]
-    per_rank_16 = {f"{n} rank(s), global batch {16 * n}": r["losses"]
-                   for n, r in {1: one_rank[0], 2: two_ranks_16, 4: four_16}.items()}
-    global_64 = {"1 rank(s) x batch 64": one_rank[1], "2 rank(s) x batch 32": two_32, "4 rank(s) x batch 16": four_16}
+    per_rank_16 = {f"{n} rank{'s' if n > 1 else ''}, global batch {16 * n}": losses
+                   for n, losses in {1: one_rank[0]["losses"], 2: two_ranks_16, 4: four_16["losses"]}.items()}
+    global_64 = {"1 rank x batch 64": one_rank[1], "2 ranks x batch 32": two_32, "4 ranks x batch 16": four_16}
     params = [torch.tensor(r["params"]) for r in global_64.values()]
     return {"per_rank_16": per_rank_16,
             "global_64": {label: r["losses"] for label, r in global_64.items()},

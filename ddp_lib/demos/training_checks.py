@@ -1,11 +1,13 @@
 """Lesson 05's checks: a metric counted two ways; batch norm statistics per rank, and whose data they
 describe; evaluation on rank 0 through the wrapper with the buffer sync off and with one process group;
-the template with a crash on purpose; your own collective inside ``Join``; and a save that fails half-way."""
+the template on the half-moons, with a crash on purpose; your own collective inside ``Join``; and a
+save that fails half-way."""
 
 from __future__ import annotations
 
 import os
 from datetime import timedelta
+from typing import Literal
 
 import torch
 import torch.distributed as dist
@@ -16,7 +18,7 @@ from torch.utils.data import DistributedSampler
 
 from ddp_lib.process_group import device_ids_for, process_group
 from ddp_lib.workers import template
-from ddp_lib.workers.shared import make_moons
+from ddp_lib.workers.shared import DATA_SEED, make_moons
 from ddp_lib.workers.train import MoonsNet
 
 
@@ -210,11 +212,13 @@ def failed_in_buffer_sync(error) -> bool:
     return error.rank == 0 and "_sync_buffers" in error.worker_traceback
 
 
-def rank0_eval_one_group(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
-    """A real job's mistake: one process group (here with a ``timeout_s`` timeout), one training forward
-    and backward of MoonsNet with batch norm, then rank 0 evaluates through ``ddp_model`` itself while the
-    other ranks wait at a barrier. Rank 0's forward broadcasts the buffers, the others' barrier never
-    matches it, and on gloo the group's timeout ends both waits with an error on every rank."""
+def rank0_eval_one_group(rank: int, world_size: int, through: Literal["module", "wrapper"] = "wrapper",
+                         timeout_s: float = 2.0) -> dict:
+    """A real job's layout: one process group (here with a ``timeout_s`` timeout), one training forward
+    and backward of MoonsNet with batch norm, then rank 0 evaluates while the other ranks wait at a
+    barrier: through ``ddp_model.module`` (works) or through ``ddp_model`` itself (a mistake). Rank 0's
+    forward through the wrapper broadcasts the buffers, the others' barrier never matches it, and on
+    gloo the group's timeout ends both waits with an error on every rank. Returns {"rank", "accuracy"}."""
     with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
         torch.manual_seed(0)
         x, y = make_moons().tensors
@@ -222,9 +226,10 @@ def rank0_eval_one_group(rank: int, world_size: int, timeout_s: float = 2.0) -> 
         nn.functional.cross_entropy(ddp_model(x[:32].to(device)), y[:32].to(device)).backward()
         accuracy = None
         if rank == 0:
-            ddp_model.eval()
+            model = ddp_model.module if through == "module" else ddp_model
+            model.eval()
             with torch.no_grad():
-                accuracy = (ddp_model(x.to(device)).argmax(1).cpu() == y).float().mean().item()
+                accuracy = round((model(x.to(device)).argmax(1).cpu() == y).float().mean().item(), 4)
         dist.barrier()
         return {"rank": rank, "accuracy": accuracy}
 
@@ -238,10 +243,11 @@ def one_group_failure(error) -> dict:
             "a message names the cause": any(w in m.lower() for m in error.failures.values() for w in words)}
 
 
-def template_with_crash(rank: int, world_size: int, crash_at_epoch: int, **kwargs) -> dict:
-    """``template.train_job(rank, world_size, **kwargs)``, except that rank 1 raises when it reaches
-    epoch ``crash_at_epoch`` (counting from 1), before that epoch's first batch: its sampler's
-    ``set_epoch`` raises. The template's own code is unchanged."""
+def template_on_moons(rank: int, world_size: int, crash_at_epoch: int | None = None, **kwargs) -> dict:
+    """``template.train_job(rank, world_size, **kwargs)`` on the lesson's task: the half-moons (512 to
+    train, 201 others to evaluate) and ``MoonsNet``. With ``crash_at_epoch``, rank 1 raises when it
+    reaches that epoch (counting from 1), between epochs: its sampler's ``set_epoch`` raises, before
+    the epoch's first batch. The template's own loop is unchanged."""
 
     class CrashingSampler(DistributedSampler):
         def set_epoch(self, epoch: int) -> None:
@@ -249,9 +255,13 @@ def template_with_crash(rank: int, world_size: int, crash_at_epoch: int, **kwarg
                 raise RuntimeError(f"injected failure at epoch {crash_at_epoch} on rank 1")
             super().set_epoch(epoch)
 
-    original = template.DistributedSampler
-    template.DistributedSampler = CrashingSampler
+    swapped = {"make_datasets": lambda: (make_moons(), make_moons(n_samples=201, seed=DATA_SEED + 1)),
+               "make_model": MoonsNet, "DistributedSampler": CrashingSampler}
+    original = {name: getattr(template, name) for name in swapped}
+    for name, value in swapped.items():
+        setattr(template, name, value)
     try:
         return template.train_job(rank, world_size, **kwargs)
     finally:
-        template.DistributedSampler = original
+        for name, value in original.items():
+            setattr(template, name, value)

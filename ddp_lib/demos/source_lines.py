@@ -1,0 +1,25 @@
+"""The few lines of a function's source behind a verdict a lesson prints, shown beside it.
+
+    display(source_lines(batch_scaling.same_global_batch, "one_rank = run_ranks", "two_32 = run_ranks"))
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+from IPython.display import Code
+
+
+def source_lines(function: Callable, first: str, last: str) -> Code:
+    """``function``'s source from the line starting with ``first`` to the next line starting with
+    ``last`` (leading spaces ignored), dedented, under a comment naming the function."""
+    lines = inspect.getsource(function).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.strip().startswith(first)), None)
+    end = next((i for i in range(start or 0, len(lines)) if lines[i].strip().startswith(last)), None)
+    if start is None or end is None:
+        raise ValueError(f"{function.__qualname__} has no lines from {first!r} to {last!r}")
+    shown = lines[start:end + 1]
+    indent = min(len(line) - len(line.lstrip()) for line in shown if line.strip())
+    text = "\n".join(line[indent:] for line in shown)
+    return Code(f"# from {function.__qualname__}\n{text}", language="python")
