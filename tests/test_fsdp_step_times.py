@@ -1,17 +1,29 @@
-"""Lesson 10's kept step times: three runs of every strategy, each with the load sampled while it ran."""
+"""Lesson 10's kept runs: five runs of every strategy, each with the load sampled while it ran, the
+step times (wall clock and the main thread's CPU time) and the memory the profiler measured."""
 
 import time
 
-from ddp_lib.demos.fsdp_step_times import STRATEGIES, LoadSampler, kept_runs
+from ddp_lib.demos.fsdp_step_times import STRATEGIES, LoadSampler, best, kept_runs
 
 
 def test_kept_runs_hold_every_strategy_and_a_load():
     kept = kept_runs()
-    assert len(kept["runs"]) == 3 and kept["cpu_count"] >= 1
+    assert len(kept["runs"]) == 5 and kept["cpu_count"] >= 1
+    names = sorted(STRATEGIES.split(","))
     for run in kept["runs"]:
-        assert sorted(run["step_ms"]) == sorted(STRATEGIES.split(","))
-        assert all(len(times) == 21 for times in run["step_ms"].values())
+        for key in ("step_ms", "step_cpu_ms"):
+            assert sorted(run[key]) == names
+            assert all(len(times) == 21 and min(times) > 0 for times in run[key].values())
+        assert sorted(run["measured"]) == names
+        assert all(len(m["between steps"]) == len(m["peak"]) == 2 for m in run["measured"].values())
         assert run["collectives"]["ddp"] == 1 and run["load_average"] >= 0
+
+
+def test_best_takes_the_least_over_the_runs():
+    kept = {"runs": [{"step_ms": {"ddp": [3.0, 2.0]}, "measured": {"ddp": {"peak": [7, 5]}}},
+                     {"step_ms": {"ddp": [1.5, 4.0]}, "measured": {"ddp": {"peak": [6, 1]}}}]}
+    assert best(kept, "step_ms") == {"ddp": 1.5}
+    assert best(kept, "peak") == {"ddp": 6}  # rank 0's
 
 
 def test_load_sampler_samples_while_the_block_runs():

@@ -320,6 +320,7 @@ def test_bytes_sent_per_step_from_the_traced_collectives():
         gathered = sum(size for kind, size in r["fsdp_no_reshard"]["payloads"] if kind == "all_gather")
         assert kept["fsdp_no_reshard"] - kept["ddp"] == gathered
         assert all(len(r[s]["step_ms"]) == 21 and min(r[s]["step_ms"]) > 0 for s in r)
+        assert all(len(r[s]["step_cpu_ms"]) == 21 and min(r[s]["step_cpu_ms"]) >= 0 for s in r)
 
 
 def test_the_activation_checkpointing_schematic_keeps_one_input_and_recomputes():

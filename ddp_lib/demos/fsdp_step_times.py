@@ -1,5 +1,6 @@
-"""Lesson 10's kept step times: DDP, ZeRO-1 and FSDP2 stepped in turn on 2 ranks, three runs in a row,
-each with the load average sampled while it ran.
+"""Lesson 10's kept runs of every strategy on 2 ranks, five runs in a row, each with the load average
+sampled while it ran: the step times (the strategies stepped in a shuffled turn, wall clock and the
+main thread's CPU time), and the memory torch.profiler measured between steps and at the peak.
 
     python -m ddp_lib.demos.fsdp_step_times > ddp_lib/demos/recorded/fsdp_step_times.json   # new kept runs
 """
@@ -13,7 +14,7 @@ from pathlib import Path
 import torch
 
 KEPT_RUNS = Path(__file__).with_name("recorded") / "fsdp_step_times.json"
-STRATEGIES = "ddp,ddp_view,zero1,fsdp,fsdp_no_reshard"
+STRATEGIES = "ddp,ddp_view,zero1,zero1_view,fsdp,fsdp_no_reshard"
 
 
 class LoadSampler:
@@ -42,9 +43,10 @@ class LoadSampler:
 
 
 def record_run(timed_steps: int = 21) -> dict:
-    """One run of compare_strategies on 2 ranks: {"step_ms": rank 0's step times per strategy,
-    "collectives": rank 0's c10d collectives per step, per strategy, "load_average": the mean of the
-    samples taken while it ran}."""
+    """One run of compare_strategies on 2 ranks: {"step_ms", "step_cpu_ms": rank 0's step times per
+    strategy (wall clock; CPU time of its main thread), "measured": {strategy: {"between steps",
+    "peak": bytes per rank, as memory_run measured them}}, "collectives": rank 0's c10d collectives
+    per step, per strategy, "load_average": the mean of the samples taken while it ran}."""
     from ddp_lib.launch import run_ranks
     from ddp_lib.workers.beyond_ddp import compare_strategies
 
@@ -53,9 +55,23 @@ def record_run(timed_steps: int = 21) -> dict:
                             kwargs=dict(strategies=STRATEGIES, timed_steps=timed_steps), show_output=False)
     rank0 = results[0]
     return {"step_ms": {s: [round(ms, 3) for ms in r["step_ms"]] for s, r in rank0.items()},
+            "step_cpu_ms": {s: [round(ms, 3) for ms in r["step_cpu_ms"]] for s, r in rank0.items()},
+            "measured": {s: {m: [r[s]["measured"][m] for r in results] for m in ("between steps", "peak")}
+                         for s in rank0},
             "collectives": {s: sum(n for name, n in r["collectives"].items() if name.startswith("c10d::"))
                             for s, r in rank0.items()},
             "load_average": load.mean()}
+
+
+def best(kept: dict, key: str) -> dict[str, float]:
+    """The least of a kind over all kept runs, per strategy: "step_ms" or "step_cpu_ms" (rank 0's
+    fastest step), or "between steps" or "peak" (rank 0's bytes). On a shared
+    machine other work only adds time, and a rank's measured memory moves between runs: the least
+    is the most repeatable figure."""
+    runs = kept["runs"]
+    if key in ("step_ms", "step_cpu_ms"):
+        return {s: min(min(run[key][s]) for run in runs) for s in runs[0][key]}
+    return {s: min(run["measured"][s][key][0] for run in runs) for s in runs[0]["measured"]}
 
 
 def kept_runs() -> dict:
@@ -63,7 +79,7 @@ def kept_runs() -> dict:
     return json.loads(KEPT_RUNS.read_text())
 
 
-def main(runs: int = 3) -> int:
+def main(runs: int = 5) -> int:
     print(json.dumps({"runs": [record_run() for _ in range(runs)], "cpu_count": os.cpu_count(),
                       "torch": torch.__version__}, indent=1))
     return 0

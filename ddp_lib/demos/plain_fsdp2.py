@@ -1,5 +1,6 @@
 """Lesson 10's FSDP2 loop as one plain script, torch only: run it with
-``torchrun --nproc-per-node 2 ddp_lib/demos/plain_fsdp2.py`` (or ``python -m ddp_lib.torchrun ...``)."""
+``torchrun --nproc-per-node 2 ddp_lib/demos/plain_fsdp2.py [checkpoint directory]``
+(or ``python -m ddp_lib.torchrun ...``)."""
 
 import os
 import sys
@@ -9,11 +10,12 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 EPOCHS, BATCH, LR, SEED = 3, 16, 1e-3, 0
-CHECKPOINT = "fsdp2_checkpoint"  # a directory: every rank writes its own shards there
+# A directory: every rank writes its own shards there.
+CHECKPOINT = sys.argv[1] if len(sys.argv) > 1 else "fsdp2_checkpoint"
 
 
 def train(rank: int, world_size: int, device: torch.device) -> None:
@@ -25,10 +27,12 @@ def train(rank: int, world_size: int, device: torch.device) -> None:
     sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world_size, rank=rank, seed=SEED)
     loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, sampler=sampler, drop_last=True)
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
+    # Compute in bfloat16, reduce-scatter the gradients in float32; the shards stay float32.
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model:
         if isinstance(layer, nn.Linear):
-            fully_shard(layer)  # each Linear a unit: gathered in one all-gather, freed together
-    fully_shard(model)  # then the root, the outermost module
+            fully_shard(layer, mp_policy=mp)  # each Linear a unit: gathered in one all-gather, freed together
+    fully_shard(model, mp_policy=mp)  # then the root, the outermost module
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)  # after fully_shard: it holds the shards
     loss_fn = nn.MSELoss()
     for epoch in range(EPOCHS):
@@ -37,7 +41,8 @@ def train(rank: int, world_size: int, device: torch.device) -> None:
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)  # each unit's forward all-gathers its parameters
+            # Each unit's forward all-gathers its parameters; .float(): the loss in float32, not bfloat16.
+            loss = loss_fn(model(xb).float(), yb)
             loss.backward()  # each unit's gradients are reduce-scattered: every rank keeps its shard
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the global norm, over all shards
             optimizer.step()

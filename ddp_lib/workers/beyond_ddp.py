@@ -10,6 +10,7 @@ Copyable: needs only torch and ``process_group`` (from ddp_lib, or a process_gro
 """
 
 import gc
+import random
 import time
 from collections import Counter
 from typing import Literal
@@ -173,15 +174,16 @@ def compare_strategies(rank: int, world_size: int, strategies: str = "ddp,ddp_vi
         steps: training steps per strategy.
         timed_steps: steps of each strategy timed afterwards, the strategies in turn (0: none).
 
-    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads) and
-    "step_ms" (step_times_in_turn's times)}.
+    Returns {strategy: memory_run's result on this rank, with "payloads" (step_payloads), and
+    "step_ms" and "step_cpu_ms" (step_times_in_turn's wall and CPU times)}.
     """
     with process_group(rank, world_size):  # memory_run joins this group instead of creating one
         names = strategies.split(",")
         runs = {s: {**memory_run(rank, world_size, s, steps), "payloads": step_payloads(rank, world_size, s)}
                 for s in names}
         times = step_times_in_turn(rank, names, timed_steps) if timed_steps else {}
-        return {s: {**runs[s], "step_ms": times.get(s, [])} for s in names}
+        return {s: {**runs[s], "step_ms": times.get(s, {}).get("wall_ms", []),
+                    "step_cpu_ms": times.get(s, {}).get("cpu_ms", [])} for s in names}
 
 
 def fsdp_checkpoint(rank: int, world_size: int, checkpoint_dir: str = "", steps: int = 4, save_at: int = 0,
@@ -622,21 +624,31 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tens
 
 
 def step_times_in_turn(rank: int, strategies: list[str], rounds: int = 21, width: int = 256, layers: int = 4,
-                       batch_size: int = 16, seed: int = 0) -> dict[str, list[float]]:
-    """Wall time in ms of one training step of each strategy, taken in turn, for ``rounds`` rounds
-    after two untimed ones: taken in turn, the strategies share whatever else the machine is doing.
-    Each step starts on every rank at once, after a barrier, and ends with ``train_step``'s loss
-    all-reduce. Outside the profiler, which slows every operation it records."""
+                       batch_size: int = 16, seed: int = 0) -> dict[str, dict[str, list[float]]]:
+    """Times in ms of one training step of each strategy, for ``rounds`` rounds after two untimed
+    ones: in each round every strategy steps once, in an order shuffled afresh (the same order on
+    every rank), so the strategies share whatever else the machine is doing. Each step starts on
+    every rank at once, after a barrier, and ends with ``train_step``'s loss all-reduce. Outside the
+    profiler, which slows every operation it records.
+
+    Returns {strategy: {"wall_ms": wall-clock times, "cpu_ms": CPU time of this rank's main thread
+    (time.thread_time: the Python, the hooks and the arithmetic, not the waits, not gloo's threads)}}.
+    """
     built = {s: wrap(make_deep_mlp(width, layers, seed), s, 1e-3) for s in strategies}
-    times: dict[str, list[float]] = {s: [] for s in strategies}
+    times = {s: {"wall_ms": [], "cpu_ms": []} for s in strategies}
+    order = list(built)
     for round_ in range(rounds + 2):
-        for strategy, (model, optimizer) in built.items():
+        random.Random(seed + round_).shuffle(order)  # seeded alike: every rank steps the same strategy
+        for strategy in order:
+            model, optimizer = built[strategy]
             x, y = batch(100 + round_, rank, batch_size, width, seed)
             dist.barrier()
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.thread_time()
             train_step(model, optimizer, x, y)
+            wall, cpu = time.perf_counter() - start, time.thread_time() - start_cpu
             if round_ >= 2:  # the first two rounds warm up
-                times[strategy].append(round((time.perf_counter() - start) * 1000, 3))
+                times[strategy]["wall_ms"].append(round(wall * 1000, 3))
+                times[strategy]["cpu_ms"].append(round(cpu * 1000, 3))
     return times
 
 
