@@ -550,3 +550,15 @@ def test_an_early_stop_agreed_by_all_reduce_stops_every_rank_together_and_one_ra
     with pytest.raises(WorkerError) as failure:
         run_ranks(early_stop, 2, kwargs=dict(agree=False), show_output=False)
     assert sorted(failure.value.failures) == [0]  # rank 1 left the loop; rank 0's all-reduce had no partner
+
+
+def test_the_kept_inductor_run_holds_the_three_backends_it_names():
+    from ddp_lib.demos.inductor_timing import TIMED, kept_run
+
+    kept = kept_run()
+    assert list(kept["runs"]) == list(TIMED) == ["eager", "aot_eager", "inductor"]
+    for name, run in kept["runs"].items():
+        assert run["steps"] == 64 and run["first_step_s"] > 0 and run["steady_step_s"] > 0, name
+        assert run["compiled_graphs"] == (0 if name == "eager" else 1), name
+    assert kept["runs"]["inductor"]["first_step_s"] > 10 * kept["runs"]["aot_eager"]["first_step_s"]
+    assert kept["machine"]["cpus"] >= 1 and kept["torch"].startswith("2.")

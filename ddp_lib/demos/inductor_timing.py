@@ -1,0 +1,64 @@
+"""Lesson 09's kept run of the compiled loop with inductor: ``LoopNet(hidden=256)`` for 4 epochs (64
+steps) on 2 gloo ranks, eager, then compiled with ``aot_eager``, then with ``inductor`` from an empty
+cache.
+Inductor's first step generates C++ and compiles it, about a minute on a 2-core machine: too long
+for the lesson's Run All, so the lesson reads this file. It needs a C++ compiler.
+
+    python -m ddp_lib.demos.inductor_timing > ddp_lib/demos/recorded/inductor_timing.json   # a new kept run
+"""
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from ddp_lib.demos.loop_runs import compile_timing
+
+KEPT_RUN = Path(__file__).with_name("recorded") / "inductor_timing.json"
+WIDE = dict(epochs=4, hidden=256)  # the lesson's timed runs run 1 epoch: 4 give a steadier median
+TIMED = {"eager": WIDE, "aot_eager": dict(WIDE, compile=True, compile_backend="aot_eager"),
+         "inductor": dict(WIDE, compile=True, compile_backend="inductor")}
+
+
+def kept_run() -> dict:
+    """The run kept in the repository: {"runs": {backend: rank 0's timings}, "machine", "torch", "recorded"}."""
+    return json.loads(KEPT_RUN.read_text())
+
+
+def record() -> dict:
+    """Run the three loops in one job on 2 ranks, inductor's cache in a new empty folder."""
+    from ddp_lib.demos.loop_runs import train_loops
+    from ddp_lib.launch import run_ranks
+
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as cache:
+        ranks = run_ranks(train_loops, 2, kwargs=dict(runs=TIMED), show_output=False, timeout=1800,
+                          env={"TORCHINDUCTOR_CACHE_DIR": cache})  # empty: the first step compiles
+    eager = ranks[0]["eager"]
+    runs = {}
+    for name, run in ranks[0].items():
+        timing = compile_timing(run["step_seconds"])
+        max_diff = max(abs(a - b) for a, b in zip(run["params"], eager["params"]))
+        runs[name] = {"first_step_s": round(timing["first_step_s"], 4),
+                      "steady_step_s": round(timing["steady_step_s"], 6),
+                      "steps": len(run["step_seconds"]), "compiled_graphs": run["compiled_graphs"],
+                      "params_max_diff_from_eager": max_diff,
+                      "loss_gap_from_eager": max(abs(a - b) for a, b in zip(run["losses"], eager["losses"]))}
+    return {"runs": runs,
+            "machine": {"cpus": os.cpu_count(), "load_average_before": round(load_before, 2),
+                        "processor": platform.processor() or platform.machine()},
+            "torch": torch.__version__, "recorded": time.strftime("%Y-%m-%d", time.gmtime())}
+
+
+def main() -> int:
+    print(json.dumps(record(), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
