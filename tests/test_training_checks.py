@@ -99,3 +99,24 @@ def test_the_template_on_moons_crashed_on_purpose_resumes_to_the_uninterrupted_r
     plain = run_ranks(diff_loop, 2, kwargs=dict(epochs=4, checkpoint=str(tmp_path / "plain.pt")), show_output=False)[0]
     assert all(abs(h["loss"] - p) < 1e-5 for h, p in zip(straight[0]["history"], plain, strict=True))
     assert template.make_model.__name__ == "make_model"  # this process's template is untouched
+
+
+def test_error_lines_keep_each_ranks_first_line_without_gloos_address_and_advice():
+    error = WorkerError(1, "RuntimeError", "x", failures={
+        1: "RuntimeError: Connection closed by peer [127.0.0.1]:1203. This is typically caused by a remote worker "
+           "crashing. Check the logs of the remote worker before reporting an error.\nsecond line",
+        0: "RuntimeError: Timed out waiting 2000ms for send operation to complete"})
+    assert training_checks.error_lines(error) == {
+        0: "RuntimeError: Timed out waiting 2000ms for send operation to complete",
+        1: "RuntimeError: Connection closed by peer"}
+
+
+def test_template_core_view_marks_the_ddp_lines_and_keeps_the_make_calls():
+    view = training_checks.template_core_view().splitlines()
+    assert view[0].startswith(">> ") and "setup_job" in view[0]
+    marked = {line.strip() for line in view if line.startswith(">> ")}
+    assert any("totals = torch.zeros" in line and "device=device" in line for line in marked)
+    assert any("ddp_model = DDP(" in line for line in marked)
+    for call in ("make_datasets()", "make_model()", "make_optimizer(", "make_loss()"):
+        assert any(call in line for line in view), call
+    assert not any("  # " in line for line in view)  # comments dropped

@@ -5,7 +5,9 @@ save that fails half-way."""
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 from datetime import timedelta
 from typing import Literal
 
@@ -265,3 +267,44 @@ def template_on_moons(rank: int, world_size: int, crash_at_epoch: int | None = N
     finally:
         for name, value in original.items():
             setattr(template, name, value)
+
+
+def error_lines(error) -> dict[int, str]:
+    """Each failed rank's real error from a ``WorkerError``: the first line of its message, without gloo's
+    peer address (``[127.0.0.1]:port``, which changes from run to run) and the advice gloo adds after it."""
+    lines = {}
+    for rank, line in sorted(error.failures.items()):
+        line = re.sub(r" ?\[[0-9a-fA-F.:]+\]:\d+", "", line.splitlines()[0])
+        lines[rank] = line.split(". This is typically")[0]
+    return lines
+
+
+_TEMPLATE_KEEP = (
+    "device = setup_job", "try:", "torch.manual_seed", "train_set, eval_set = make_datasets", "model = make_model",
+    "sampler = DistributedSampler", "loader = DataLoader", "optimizer = make_optimizer", "loss_fn = make_loss",
+    "start_epoch, history = load_checkpoint", "ddp_model = DDP", "for epoch in", "sampler.set_epoch",
+    "totals = torch.zeros", "for i, (x, y) in", "x, y = x.to(device)", "with contextlib", "loss = loss_fn",
+    "(loss / batches).backward()", "if step_now:", "optimizer.step()", "optimizer.zero_grad()", "totals[",
+    "dist.all_reduce(totals)", "accuracy, evaluated = evaluate", "if rank == 0:",
+    "save_checkpoint(", "dist.barrier()", "return {", "finally:", "dist.destroy_process_group()")
+_DDP_MARKS = ("setup_job(", "seed + rank", "DistributedSampler(", "sampler=sampler", ".to(device)", "load_checkpoint(",
+              "DDP(", "set_epoch", "no_sync", "ddp_model(x)", "dist.", "evaluate(", "rank == 0", "save_checkpoint(",
+              "device=device")
+
+
+def template_core_view() -> str:
+    """``template.train_job``'s source trimmed to the four ``make_...`` calls and the lines DDP adds around
+    them, each of those marked ``>>``; ``...`` stands for the lines left out, comments dropped."""
+    source = inspect.getsource(template.train_job)
+    view, gap = [], None  # gap: the indent of the lines left out since the last line shown
+    for line in source[source.index("    device = setup_job"):].splitlines():
+        code = line.split("  # ")[0].rstrip()  # without its comment
+        indent = len(code) - len(code.lstrip())
+        if code.lstrip().startswith(_TEMPLATE_KEEP):
+            if gap is not None:
+                view.append("   " + " " * gap + "...")
+            view.append((">> " if any(m in code for m in _DDP_MARKS) else "   ") + code)
+            gap = None
+        elif code.strip() and not code.lstrip().startswith("#") and gap is None:
+            gap = indent
+    return "\n".join(view)

@@ -132,18 +132,19 @@ def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
     rows = {"job 1, rank 0": [], "job 1, rank 1": [], "job 2, rank 0": [], "job 2, rank 1": []}
     for epoch in range(1, crash_epoch):
         x = (epoch - 1) * 1.3
-        rows["job 1, rank 0"] += [(f"e{epoch}, save", x, 1.0, "work"), ("", x + 1.0, 0.25, "collective")]
+        rows["job 1, rank 0"] += [(f"e{epoch}", x, 1.0, "work"), ("", x + 1.0, 0.25, "collective")]
         rows["job 1, rank 1"] += [(f"e{epoch}", x, 1.0, "work"), ("", x + 1.0, 0.25, "collective")]
     x = (crash_epoch - 1) * 1.3
     rows["job 1, rank 0"].append((f"e{crash_epoch}...", x, 1.0, "stuck"))
-    rows["job 1, rank 1"].append(("crash", x, 0.8, "stuck"))
+    rows["job 1, rank 1"].append(("crash", x, 1.0, "stuck"))
     start = x + 1.2
-    rows["job 2, rank 0"].append(("read", start, 0.6, "work"))
+    rows["job 2, rank 0"].append(("read", start, 0.65, "work"))
     for rank in (0, 1):
-        rows[f"job 2, rank {rank}"].append(("send" if rank == 0 else "receive", start + 0.7, 0.9, "collective"))
+        rows[f"job 2, rank {rank}"].append(("send" if rank == 0 else "receive", start + 0.7, 1.2, "collective"))
         for k, epoch in enumerate(range(crash_epoch, epochs + 1)):
-            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 1.7 + 1.1 * k, 1.0, "work"))
-    return plot_rank_timeline(rows, f"e = epoch; orange = collective. Rank 1 crashes in epoch {crash_epoch}.\n"
+            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 2.0 + 1.1 * k, 1.0, "work"))
+    return plot_rank_timeline(rows, f"e = epoch, then rank 0 saves; orange = collective. "
+                                    f"Rank 1 crashes in epoch {crash_epoch}.\n"
                                     f"In job 2, rank 0 reads epoch {crash_epoch - 1}'s checkpoint, sends it to rank 1")
 
 
