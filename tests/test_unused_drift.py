@@ -8,3 +8,10 @@ def test_unused_head_leaves_gradients_unaveraged_and_ranks_apart():
     r0, r1 = run_ranks(unused_drift.first_step_unaveraged, 2)
     assert not torch.equal(r0["trunk_grad"], r1["trunk_grad"])
     assert not torch.equal(r0["trunk_weight"], r1["trunk_weight"])
+
+
+def test_later_step_sends_the_buckets_before_the_unused_one_yet_leaves_grad_unaveraged():
+    r0, r1 = run_ranks(unused_drift.later_step_unaveraged, 2, show_output=False)
+    assert r0["allreduces_used"] == 3 and r0["allreduces_unused"] == 2
+    assert not torch.equal(r0["trunk_grad"], r1["trunk_grad"])
+    assert all(torch.equal(r["trunk_grad"], r["own_trunk_grad"]) for r in (r0, r1))
