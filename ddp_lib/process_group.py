@@ -129,7 +129,8 @@ def check_backend(backend: object, world_size: int) -> str:
 
 
 def usable_cores() -> int:
-    """CPU cores this process may run on (respects affinity masks and containers)."""
+    """CPU cores this process may run on: its affinity mask, so a CPU set (taskset, SLURM,
+    ``docker --cpuset-cpus``) counts, but a CPU quota (``docker --cpus``, Kubernetes limits) does not."""
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)

@@ -34,7 +34,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
     width = 1.6 * world_size
     _box(ax, width / 2 - 1.4, 4.3, 2.8, 0.55, "notebook (Jupyter kernel)", "#f0f0f0")
     _box(ax, width / 2 - 1.4, 3.3, 2.8, 0.55, "launcher: mp.spawn, ddp_lib, torchrun", "#f0f0f0")
-    _arrow(ax, (width / 2, 4.3), (width / 2, 3.85), "spawn(fn, args=(world_size,), nprocs=world_size)")
+    _arrow(ax, (width / 2, 4.3), (width / 2, 3.85), "mp.spawn(fn, args=(world_size,), nprocs=world_size)")
     centres = []
     for rank in range(world_size):
         x = 0.1 + 1.6 * rank
@@ -42,7 +42,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
         _box(ax, x, 2.1, 1.4, 0.65, f"process\nrank {rank}: fn({rank}, {world_size})", RANK_COLOURS[rank])
         _arrow(ax, (width / 2, 3.3), (x + 0.7, 2.75))
     # env:// makes rank 0 serve the store unless the launcher serves it (torch/distributed/rendezvous.py,
-    # _create_c10d_store: TORCHELASTIC_USE_AGENT_STORE, which torchrun and ddp_lib.launch set).
+    # _create_c10d_store: TORCHELASTIC_USE_AGENT_STORE, which torchrun sets).
     _box(ax, width / 2 - 1.9, 0.95, 3.8, 0.65,
          "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(mp.spawn: rank 0 serves it; torchrun: the launcher)", "#ffffcc")
     for centre in centres:
