@@ -1,6 +1,6 @@
-"""Lesson 02: an interrupted mp.spawn. SIGINT to the parent's process group, as Jupyter's stop
-button sends it, leaves the ranks that wait inside a collective alive; the parent then stops them.
-Real processes: a parent script, 2 spawned ranks on gloo and a third process that sleeps.
+"""Lesson 02: an interrupted launch of torch's. SIGINT to each process, as Jupyter's stop button sends
+it to the kernel's process group, leaves the ranks that wait inside a collective alive; terminate()
+then stops them. Real processes: 2 ranks on gloo and a third process that sleeps.
 Under ddp_lib.mp.spawn, the launcher stops such ranks itself."""
 
 from __future__ import annotations
@@ -12,16 +12,19 @@ import tempfile
 import pytest
 
 import ddp_lib.mp
-from ddp_lib.demos.interrupted_spawn import interrupt_spawn, interrupt_when_ready, still_running, wait_for_each_other
+from ddp_lib.demos.interrupted_spawn import (
+    interrupt_waiting_ranks,
+    interrupt_when_ready,
+    still_running,
+    wait_for_each_other,
+)
 from ddp_lib.process_group import free_port
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a process group is POSIX only")
 def test_ranks_waiting_in_a_collective_outlive_the_interrupt_and_a_sleeping_process_does_not():
-    printed = interrupt_spawn(f"tcp://127.0.0.1:{free_port()}")
-    assert printed.splitlines() == [
-        "the parent got KeyboardInterrupt",
-        "processes still alive after the interrupt: 2 of 3",
+    assert interrupt_waiting_ranks(f"tcp://127.0.0.1:{free_port()}") == [
+        "processes still alive after SIGINT: 2 of 3",
         "their exit codes after terminate(): [-15, -15]",
     ]
 

@@ -1,10 +1,10 @@
 """What an interrupted ``mp.spawn`` leaves behind (lesson 02).
 
-A parent script starts 3 processes with torch's ``mp.spawn``. Ranks 0 and 1 join a group, then each
-waits to receive from the other: a job that hangs inside torch. Process 2 only sleeps, in Python.
-``interrupt_spawn`` then does what a notebook's stop button does, SIGINT to the parent's whole
-process group, and reports what the parent sees: the processes still alive after the interrupt
-(once one has ended, or after 30 s, then half a second more), and their exit codes once it stops them.
+``interrupt_waiting_ranks`` starts 3 processes with torch's launcher. Ranks 0 and 1 join a group, then
+each waits to receive from the other: a job that hangs inside torch. Process 2 only sleeps, in Python.
+It then does to each what a notebook's stop button does to every process of the kernel's process
+group, SIGINT, and reports the processes still alive after the interrupt (once one has ended, or
+after 30 s, then 0.3 s more), and their exit codes once it stops them.
 
 ``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.spawn``, in the
 notebook's own process: SIGINT to the kernel while its ranks wait in the same receive.
@@ -14,35 +14,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from datetime import timedelta
-
-PARENT = """
-import multiprocessing, sys, time
-import torch.multiprocessing as mp
-from ddp_lib.demos.interrupted_spawn import wait_for_each_other
-
-if __name__ == "__main__":
-    try:
-        # ranks 0 and 1 wait to receive from each other; process 2 sleeps in Python
-        mp.spawn(wait_for_each_other, args=(2, sys.argv[1], sys.argv[2]), nprocs=3)
-    except KeyboardInterrupt:
-        print("the parent got KeyboardInterrupt", flush=True)
-    deadline = time.monotonic() + 30.0  # a busy machine can take seconds to act on SIGINT
-    while len(multiprocessing.active_children()) == 3 and time.monotonic() < deadline:
-        time.sleep(0.1)  # wait until one child has ended, or 30 s
-    time.sleep(0.5)  # then half a second more for the others to react too
-    alive = multiprocessing.active_children()  # the children this process started, still alive
-    print("processes still alive after the interrupt:", len(alive), "of 3", flush=True)
-    for child in alive:  # the clean-up: the parent stops what it started
-        child.terminate()
-        child.join()
-    print("their exit codes after terminate():", [child.exitcode for child in alive], flush=True)
-"""
 
 
 def _say_ready(ready_dir: str, rank: int) -> None:
@@ -103,17 +78,35 @@ def wait_for_each_other(rank: int, world_size: int, init_method: str, ready_dir:
     waiting.wait()  # every rank waits here, inside torch's C++ code
 
 
-def interrupt_spawn(init_method: str, timeout: float = 300.0) -> str:
-    """Run ``PARENT`` in its own process group; once its 3 children wait, send SIGINT to the group, as
-    Jupyter's stop button does to the kernel's group. Returns what the parent printed."""
+def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[str]:
+    """Do to 3 processes of torch's launcher what Jupyter's stop button does to the kernel's, and
+    report what is left. POSIX only.
+
+    ``start_processes`` starts them from the forkserver, so that none imports torch again, and
+    returns at once (``join=False``). Ranks 0 and 1 wait to receive from each other; process 2
+    sleeps in Python. Once all 3 wait, each gets SIGINT, as every process in the kernel's process
+    group does. The processes still alive are counted once one has ended (or after 30 s), and
+    0.3 s later; then ``terminate()`` stops them. Returns the two lines to print."""
+    import torch.multiprocessing as mp
+
     with tempfile.TemporaryDirectory() as ready_dir:
-        parent = subprocess.Popen([sys.executable, "-c", PARENT, init_method, ready_dir],
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                  start_new_session=True)  # its own group, as a kernel has
+        context = mp.start_processes(wait_for_each_other, args=(2, init_method, ready_dir), nprocs=3,
+                                     join=False, start_method="forkserver")
+        processes = context.processes
         deadline = time.monotonic() + timeout
-        while len(os.listdir(ready_dir)) < 3 and time.monotonic() < deadline and parent.poll() is None:
-            time.sleep(0.05)
-        time.sleep(1.0)  # each process has written its file: let it reach its wait
-        os.killpg(parent.pid, signal.SIGINT)  # the stop button: the parent and every rank get SIGINT
-        printed, _ = parent.communicate(timeout=timeout)
-    return printed
+        while len(_ready_pids(ready_dir)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # each has written its file: let it reach its wait
+        for process in processes:
+            os.kill(process.pid, signal.SIGINT)  # what the stop button sends each process of the group
+        deadline = time.monotonic() + 30.0  # a busy machine can take seconds to act on SIGINT
+        while all(process.is_alive() for process in processes) and time.monotonic() < deadline:
+            time.sleep(0.05)  # wait until one has ended, or 30 s
+        time.sleep(0.3)  # then a little more for the others to react too
+        alive = [process for process in processes if process.is_alive()]
+        for process in alive:  # the clean-up: stop what was started, all at once
+            process.terminate()
+        for process in processes:
+            process.join()
+    return [f"processes still alive after SIGINT: {len(alive)} of 3",
+            f"their exit codes after terminate(): {[process.exitcode for process in alive]}"]
