@@ -247,3 +247,13 @@ def test_the_schematic_pictures_draw():
                 plot_async_timeline(), plot_subgroups(4), plot_when_ranks_disagree()):
         assert fig.axes[0].texts
         plt.close(fig)
+
+
+def test_call_source_shows_the_lines_that_run_each_collective():
+    for name in collectives.COLLECTIVES:
+        lines = collectives.call_source(name).splitlines()
+        assert any(line.startswith(f"dist.{name}(") for line in lines), name
+        assert all(not line.startswith((" ", "elif", "if name")) for line in lines), name
+    assert "gather_list=pieces" in collectives.call_source("gather")
+    with pytest.raises(ValueError, match="unknown collective"):
+        collectives.call_source("all_reduce_coalesced")

@@ -7,7 +7,9 @@ slot (its last digit).
 
 from __future__ import annotations
 
+import inspect
 import os
+import textwrap
 import time
 from datetime import timedelta
 from multiprocessing.queues import SimpleQueue
@@ -206,29 +208,47 @@ def _collective(name: str, rank: int, world_size: int, device: torch.device) -> 
         # Only dst gets the sum; gloo uses the others' tensors as scratch space.
         after, defined = mine.tolist(), rank == 0
     elif name == "all_gather":
-        pieces = [torch.empty_like(mine) for _ in range(world_size)]
+        pieces = [torch.empty_like(mine) for _ in range(world_size)]  # made beforehand: one per rank, filled
         dist.all_gather(pieces, mine)
         after = torch.cat(pieces).tolist()
     elif name == "gather":
-        pieces = [torch.empty_like(mine) for _ in range(world_size)] if rank == 0 else None
+        pieces = [torch.empty_like(mine) for _ in range(world_size)] if rank == 0 else None  # None off dst
         dist.gather(mine, gather_list=pieces, dst=0)
         after = torch.cat(pieces).tolist() if rank == 0 else None
     elif name == "scatter":
         # Rank 0 deals out its tensor, one slot to each rank; the others only receive.
         before = mine.tolist() if rank == 0 else None
         pieces = list(mine.chunk(world_size)) if rank == 0 else None
-        received = torch.empty(1, device=device)
+        received = torch.empty(1, device=device)  # made beforehand, on every rank
         dist.scatter(received, scatter_list=pieces, src=0)
         after = received.tolist()
     elif name == "reduce_scatter":
-        received = torch.empty(1, device=device)
+        received = torch.empty(1, device=device)  # made beforehand: this rank's piece of the sum
         dist.reduce_scatter(received, list(mine.chunk(world_size)), op=dist.ReduceOp.SUM)
         after = received.tolist()
     elif name == "all_to_all":
-        received = [torch.empty(1, device=device) for _ in range(world_size)]
+        received = [torch.empty(1, device=device) for _ in range(world_size)]  # one piece from each rank
         dist.all_to_all(received, list(mine.chunk(world_size)))
         after = torch.cat(received).tolist()
     return {"name": name, "rank": rank, "before": before, "after": after, "defined": defined}
+
+
+def call_source(name: Collective) -> str:
+    """The lines of ``_collective`` that run the collective ``name``, dedented: the plain-torch call,
+    with the tensors or lists it fills. ``mine`` is the rank's start tensor; ``after`` is what the
+    lesson prints."""
+    if name not in COLLECTIVES:
+        raise ValueError(f"unknown collective {name!r}; accepted: {', '.join(COLLECTIVES)}")
+    lines = inspect.getsource(_collective).splitlines()
+    heads = (f'if name == "{name}":', f'elif name == "{name}":')
+    start = next(i for i, line in enumerate(lines) if line.strip() in heads)
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    body = []
+    for line in lines[start + 1:]:
+        if line.strip() and len(line) - len(line.lstrip()) <= indent:
+            break
+        body.append(line)
+    return textwrap.dedent("\n".join(body)).strip("\n")
 
 
 def _fmt(values: list | None) -> str:
