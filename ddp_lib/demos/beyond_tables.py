@@ -1,0 +1,134 @@
+"""Lesson 10's tables: the bytes each strategy sends in a step and the choice between the strategies,
+from ``compare_strategies``' results; and what a large model needs per GPU under each strategy.
+
+Each ``runs`` argument maps a strategy to its results, one per rank, as the lesson's ``by_strategy``
+returns them; the tables read rank 0's.
+"""
+
+from ddp_lib.workers.beyond_ddp import bytes_sent, collectives_asked, zero_prediction
+
+PARTS = ("parameters", "gradients", "optimizer state")
+
+
+def held(r: dict) -> int:
+    """Bytes a rank holds after backward: parameters, gradients, optimizer state, and DDP's bucket
+    copy where the gradients lie outside the buckets (the memory bars' height)."""
+    layout = r["layout"]
+    copy = layout["bucket_bytes"] if layout and not layout["gradients_inside_buckets"] else 0
+    return sum(r["bytes"][part] for part in PARTS) + copy
+
+
+def carried(payloads: list[tuple[str, int]]) -> str:
+    """The collectives of one step in words: how many of each kind, and the MB of their full tensors."""
+    kinds: dict[str, tuple[int, int]] = {}
+    for kind, size in payloads:
+        count, total = kinds.get(kind, (0, 0))
+        kinds[kind] = (count + 1, total + size)
+    return ", ".join(f"{count} {kind} ({total / 1e6:.2f} MB)" for kind, (count, total) in kinds.items())
+
+
+def paper_bytes(stage: int, param_bytes: int, world_size: int) -> float:
+    """Bytes a rank sends per step under ZeRO as the paper has it: stages 1 and 2 reduce-scatter the
+    gradients and all-gather the updated parameters; stage 3 all-gathers them twice, before forward
+    and again in backward."""
+    gathers = 2 if stage == 3 else 1
+    return bytes_sent([("reduce_scatter", param_bytes)] + [("all_gather", param_bytes)] * gathers, world_size)
+
+
+def bytes_table(runs2: dict, runs4: dict) -> dict:
+    """Print the MB each strategy sends per rank per step, on 2 and 4 ranks, against DDP, with the
+    paper's three stages below; return {world_size: {strategy: bytes sent}}."""
+    param_bytes = runs2["ddp"][0]["n_params"] * 4  # every parameter (or gradient) once, in float32
+    sent = {n: {s: bytes_sent(runs[s][0]["payloads"], n) for s in runs} for n, runs in ((2, runs2), (4, runs4))}
+    print(f"{'MB sent per rank per step':<26}{'2 ranks':>8}{'x DDP':>7}{'4 ranks':>9}{'x DDP':>7}"
+          "  collectives (2 ranks)")
+    for s in runs2:
+        two = f"{sent[2][s] / 1e6:>8.2f}{sent[2][s] / sent[2]['ddp']:>7.2f}"
+        four = f"{sent[4][s] / 1e6:>9.2f}{sent[4][s] / sent[4]['ddp']:>7.2f}" if s in sent[4] else f"{'-':>9}{'-':>7}"
+        print(f"{s:<26}{two}{four}  {carried(runs2[s][0]['payloads'])}")
+    for stage in (1, 2, 3):
+        two, four = paper_bytes(stage, param_bytes, 2), paper_bytes(stage, param_bytes, 4)
+        print(f"{'ZeRO-' + str(stage) + ', the paper':<26}{two / 1e6:>8.2f}{two / sent[2]['ddp']:>7.2f}"
+              f"{four / 1e6:>9.2f}{four / sent[4]['ddp']:>7.2f}")
+    return sent
+
+
+def choice_table(runs2: dict, runs4: dict) -> dict:
+    """Print, for each strategy on rank 0, the MB held on 2 and 4 ranks, an estimated peak, the bytes
+    sent against DDP's, and the number that argues for it. ``runs2`` includes ``zero1_view``.
+    Returns {strategy: {"held": bytes, "peak": bytes, "sent": x DDP}}."""
+    r2 = {s: ranks[0] for s, ranks in runs2.items()}
+    ddp_held = held(r2["ddp"])
+    state = {s: r["bytes"]["optimizer state"] for s, r in r2.items()}
+    # FSDP2 without reshard keeps every gathered weight until backward: counted, as what its forward
+    # leaves held beyond DDP's; with reshard, estimated as the two largest units gathered at once
+    kept_weights = r2["fsdp_no_reshard"]["bytes"]["activations"] - r2["ddp"]["bytes"]["activations"]
+    units = sorted(size for kind, size in r2["fsdp"]["payloads"] if kind == "all_gather")
+    gathered = {"fsdp": sum(units[-2:]), "fsdp_no_reshard": kept_weights}
+    advice = {
+        "ddp": f"simplest: {collectives_asked(r2['ddp'])} collective a step; holds the same on any number of ranks",
+        "ddp_view": f"{(ddp_held - held(r2['ddp_view'])) / 1e6:.2f} MB less than DDP, the same bytes sent",
+        "zero1": f"Adam's state {state['zero1'] / state['ddp']:.2f} of DDP's, but the bucket copy stays; "
+                 f"{(held(r2['zero1']) - held(r2['ddp_view'])) / 1e6:+.2f} MB against ddp_view on 2 ranks",
+        "zero1_view": f"{(held(r2['ddp_view']) - held(r2['zero1_view'])) / 1e6:.2f} MB less than ddp_view on 2 "
+                      "ranks: the state halved, no bucket copy, "
+                      f"{collectives_asked(r2['zero1_view'])} collectives a step",
+        "fsdp": f"the least memory: {held(runs4['fsdp'][0]) / ddp_held:.2f} of DDP's on 4 ranks; "
+                f"{collectives_asked(r2['fsdp'])} collectives a step on this model",
+        "fsdp_no_reshard": f"DDP's bytes sent, for {kept_weights / 1e6:.2f} MB of gathered weights kept until backward",
+    }
+    sent_ddp = bytes_sent(r2["ddp"]["payloads"], 2)
+    rows = {}
+    print(f"{'strategy':<16}{'held MB, 2':>11}{'peak, est.':>11}{'held MB, 4':>11}{'sent, x DDP':>12}"
+          "  the number that argues for it")
+    for s, why in advice.items():
+        rows[s] = {"held": held(r2[s]), "peak": held(r2[s]) + gathered.get(s, 0),
+                   "sent": bytes_sent(r2[s]["payloads"], 2) / sent_ddp}
+        mb4 = f"{held(runs4[s][0]) / 1e6:.2f}" if s in runs4 else "-"
+        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['peak'] / 1e6:>11.2f}{mb4:>11}"
+              f"{rows[s]['sent']:>12.2f}  {why}")
+    print("peak, est.: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard every")
+    print("gathered weight (counted)")
+    return rows
+
+
+def sizing(big: float = 7e9, gpus: int = 8, blocks: int = 32) -> list[dict]:
+    """GB per GPU for a model of ``big`` parameters trained with Adam on ``gpus`` GPUs, under each
+    strategy, before activations. Each row: "name", "stage", "parts" (parameters, gradients, state and
+    DDP's bucket copy, bytes per parameter), "after_backward" (bytes), "bwd" and "step" (bytes per
+    parameter that backward and Adam's step add for a while; "bwd" is None for the paper's rows) and "at_peak"
+    (bytes: after backward plus the larger of the two)."""
+    torch_amp = (4, 4, 8)  # bytes per parameter (parameters, gradients, state): autocast keeps float32 parameters
+    paper_amp = (2, 2, 12)  # the paper's mixed precision: 16-bit parameters and gradients, float32 master weights
+    # FSDP2 wraps each of the equal blocks as one unit: the unit computing, one gathered ahead and one unit's
+    # gradients, in bfloat16, and that unit's float32 reduce-scatter buffer (reduce_dtype=torch.float32)
+    fsdp_units = (3 * 2 + 4) / blocks
+    # without reshard, every block's bfloat16 weights stay gathered from forward to backward (2 bytes per
+    # parameter), plus one unit's bfloat16 gradients and its float32 reduce-scatter buffer
+    no_reshard_units = 2 + (2 + 4) / blocks
+    # (name, ZeRO stage, bytes per parameter, DDP's bucket copy per parameter, what backward adds per parameter:
+    #  the bfloat16 copies of the weights that autograd saves from forward to backward, or FSDP2's unsharded units)
+    table = [
+        ("DDP, autocast", 0, torch_amp, 4, 2),
+        ("  with gradient_as_bucket_view", 0, torch_amp, 0, 2),
+        ("DDP + ZeroRedundancyOptimizer", 1, torch_amp, 4, 2),
+        ("  with gradient_as_bucket_view", 1, torch_amp, 0, 2),
+        ("FSDP2, MixedPrecisionPolicy", 3, torch_amp, 0, fsdp_units),
+        ("  reshard_after_forward=False", 3, torch_amp, 0, no_reshard_units),
+        ("ZeRO-1, the paper", 1, paper_amp, 0, None),
+        ("ZeRO-2, the paper", 2, paper_amp, 0, None),
+        ("ZeRO-3, the paper", 3, paper_amp, 0, None),
+    ]
+    rows = []
+    for name, stage, (p, g, s), copy, bwd in table:
+        shards = (gpus if stage >= 3 else 1, gpus if stage >= 2 else 1, gpus if stage >= 1 else 1)
+        parts = (p / shards[0], g / shards[1], s / shards[2], copy)
+        after_backward = zero_prediction(big, gpus, stage, (p, g, s)) + copy * big
+        assert abs(sum(parts) * big - after_backward) < 1, name  # the parts add up to the formula's total
+        # Adam's default foreach step on CUDA makes one float32 temporary per parameter it steps: 4 bytes,
+        # sharded from ZeRO-1 on
+        step = 4 / (gpus if stage >= 1 else 1)
+        at_peak = after_backward + max(bwd or 0, step) * big
+        rows.append({"name": name, "stage": stage, "parts": parts, "after_backward": after_backward,
+                     "bwd": bwd, "step": step, "at_peak": at_peak})
+    return rows

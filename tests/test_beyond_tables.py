@@ -1,0 +1,67 @@
+"""Lesson 10's tables, on made-up results: the bytes sent per step and the choice table."""
+
+from ddp_lib.demos.beyond_tables import bytes_table, carried, choice_table, held, paper_bytes, sizing
+
+N = 1000  # parameters of the made-up model
+
+
+def result(strategy, payloads, state, activations=100, inside=True, bucket=4 * N, world_size=2):
+    shard = 1 if strategy.startswith("fsdp") else world_size
+    layout = None if strategy.startswith("fsdp") else {"bucket_bytes": bucket, "gradients_inside_buckets": inside}
+    return [{"n_params": N, "payloads": payloads, "layout": layout,
+             "collectives": {"c10d::x": len(payloads)},
+             "bytes": {"parameters": 4 * N // shard, "gradients": 4 * N,
+                       "optimizer state": state, "activations": activations}}]
+
+
+def runs(world_size):
+    p = 4 * N
+    ddp = [("all_reduce", p)]
+    zero = ddp + [("broadcast", p)]
+    fsdp = [("all_gather", p // 2), ("all_gather", p // 2)] * 2 + [("reduce_scatter", p)]
+    out = {"ddp": result("ddp", ddp, 8 * N, inside=False), "ddp_view": result("ddp_view", ddp, 8 * N),
+           "zero1": result("zero1", zero, 4 * N, inside=False), "fsdp": result("fsdp", fsdp, 4 * N),
+           "fsdp_no_reshard": result("fsdp_no_reshard", fsdp[:2] + fsdp[4:], 4 * N, activations=100 + p)}
+    if world_size == 2:
+        out["zero1_view"] = result("zero1_view", zero, 4 * N)
+    return out
+
+
+def test_held_adds_the_bucket_copy_only_outside_the_buckets():
+    assert held(runs(2)["ddp"][0]) == held(runs(2)["ddp_view"][0]) + 4 * N
+
+
+def test_carried_counts_each_kind():
+    assert carried([("all_gather", 2e6), ("all_gather", 1e6), ("reduce_scatter", 3e6)]) == \
+        "2 all_gather (3.00 MB), 1 reduce_scatter (3.00 MB)"
+
+
+def test_paper_stages_1_and_2_send_an_all_reduce_and_stage_3_one_half_more():
+    all_reduce = 2 * (4 - 1) / 4 * 4 * N
+    assert paper_bytes(1, 4 * N, 4) == paper_bytes(2, 4 * N, 4) == all_reduce
+    assert paper_bytes(3, 4 * N, 4) == 1.5 * all_reduce
+
+
+def test_bytes_table_returns_what_each_strategy_sends(capsys):
+    sent = bytes_table(runs(2), runs(4))
+    assert sent[2]["ddp"] == 4 * N and sent[4]["zero1"] == 1.5 * 4 * N * 3 / 4 * 2
+    assert "ZeRO-3, the paper" in capsys.readouterr().out
+
+
+def test_choice_table_rows(capsys):
+    rows = choice_table(runs(2), runs(4))
+    assert list(rows) == ["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"]
+    assert rows["ddp"]["sent"] == 1 and rows["zero1"]["sent"] == 1.5
+    assert rows["fsdp_no_reshard"]["peak"] == rows["fsdp_no_reshard"]["held"] + 4 * N
+    assert rows["fsdp"]["peak"] == rows["fsdp"]["held"] + 4 * N  # the two largest all-gathers
+    assert "the number that argues for it" in capsys.readouterr().out
+
+
+def test_sizing_a_7b_model_on_8_gpus():
+    rows = {(r["name"], r["stage"]): r for r in sizing()}
+    gb = {key: r["at_peak"] / 1e9 for key, r in rows.items()}
+    assert round(gb[("DDP, autocast", 0)], 1) == 168.0  # 16 + 4 (bucket copy) + 4 (Adam's step) bytes
+    assert round(gb[("  with gradient_as_bucket_view", 0)], 1) == 140.0
+    assert round(gb[("  with gradient_as_bucket_view", 1)], 1) == 77.0  # 9 bytes + 2 saved in backward
+    assert round(gb[("FSDP2, MixedPrecisionPolicy", 3)], 1) == 17.5  # 2 bytes + Adam's 0.5
+    assert round(rows[("FSDP2, MixedPrecisionPolicy", 3)]["after_backward"] / 1e9, 1) == 14.0
