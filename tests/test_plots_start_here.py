@@ -41,7 +41,7 @@ def test_ddp_collectives_shows_broadcast_then_all_reduce_per_rank():
 
 def test_busy_port_names_the_port_and_job_map_the_spawn_call():
     fig = plot_busy_port(12399)
-    assert "port 12399" in texts(fig)
+    assert "port 12399" in texts(fig) and "a new job joins an old store" in texts(fig)
     plt.close(fig)
     fig = plot_job_map(world_size=2)
     assert "args=(world_size,)" in texts(fig) and "fn(1, 2)" in texts(fig)

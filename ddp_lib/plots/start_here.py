@@ -110,19 +110,23 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
 
 
 def plot_busy_port(port: int = 12355) -> Figure:
-    """A leftover rank 0 still listens on the port, so the new rank 0 cannot listen there."""
-    fig, ax = plt.subplots(figsize=(9, 2.8))
+    """A leftover rank 0 still listens on the port, so the new rank 0 cannot listen there, and the
+    new rank 1, a client, connects to the leftover's store and writes keys there."""
+    fig, ax = plt.subplots(figsize=(9, 3.6))
     _box(ax, 0.0, 1.3, 2.6, 0.8, "leftover rank 0\n(an earlier run, still alive)", "#dddddd")
-    _box(ax, 3.4, 1.3, 1.6, 0.8, f"port {port}\nlistening", "#ffffcc")
+    _box(ax, 3.4, 1.3, 1.6, 0.8, f"port {port}\nthe leftover's\nstore listens", "#ffffcc")
     _box(ax, 5.8, 1.3, 2.6, 0.8, "new rank 0\nwants to serve the store", RANK_COLOURS[0])
+    _box(ax, 5.8, 2.4, 2.6, 0.7, "new rank 1\na client of the store", RANK_COLOURS[1])
     _arrow(ax, (2.6, 1.7), (3.4, 1.7))
     _arrow(ax, (5.8, 1.7), (5.0, 1.7))
+    _arrow(ax, (5.8, 2.75), (4.2, 2.1))
     ax.text(3.0, 1.85, "holds", ha="center", fontsize=8)
     ax.text(5.4, 1.85, "refused", ha="center", fontsize=8)
+    ax.text(3.3, 2.75, "connects and writes\n(a new job joins an old store)", ha="center", fontsize=8)
     ax.text(4.2, 0.7, "EADDRINUSE: one listener per port. Stop the leftover, or use another port.",
             ha="center", fontsize=9)
     ax.set_xlim(-0.1, 8.5)
-    ax.set_ylim(0.4, 2.4)
+    ax.set_ylim(0.4, 3.3)
     ax.axis("off")
     ax.set_title("Address already in use")
     fig.tight_layout()
