@@ -2,7 +2,7 @@
 "The learning rate for a bigger global batch", and the numbers the lesson quotes from them.
 
     runs = same_global_batch(two_rank_losses)            # three jobs on 1, 2 and 4 ranks
-    scaling = lr_scaling(runs["one_rank_losses"])       # one job: 15 trainings on 4 ranks
+    scaling = lr_scaling(runs["one_rank_losses"])       # one job: 10 trainings on 4 ranks
     norms = batch_norm_against_one_rank()               # two jobs: batch norm per rank and synchronised
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
@@ -18,7 +18,7 @@ from ddp_lib.workers.train import train
 from ddp_lib.workers.train_pitfalls import train_runs
 
 SEEDS = range(5)
-SETTINGS = {"lr 0.1": dict(lr=0.1), "lr 0.4": dict(lr=0.4), "lr 0.4, warm-up": dict(lr=0.4, warmup_steps=8)}
+SETTINGS = {"lr 0.1": dict(lr=0.1), "lr 0.4": dict(lr=0.4)}
 ONE_RANK = "1 rank, lr 0.1 (global batch 16)"
 FOUR_RANKS = {"lr 0.1": "4 ranks, lr 0.1 (global batch 64)", "lr 0.4": "4 ranks, lr 0.4 (global batch 64)"}
 
@@ -79,9 +79,8 @@ def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: 
 
 
 def lr_scaling(one_rank_losses: list[list[float]], epochs: int = 8) -> dict:
-    """One job on 4 ranks at batch 16: seeds 0 to 4 of each of ``SETTINGS`` (lr 0.1, lr 0.4, and lr 0.4
-    with a warm-up over the first epoch). Returns :func:`summarize_lr_scaling`'s numbers plus "losses":
-    {setting: one loss curve per seed}, the warm-up's included."""
+    """One job on 4 ranks at batch 16: seeds 0 to 4 of each of ``SETTINGS`` (lr 0.1 and lr 0.4).
+    Returns :func:`summarize_lr_scaling`'s numbers plus "losses": {setting: one loss curve per seed}."""
     results = run_ranks(train_runs, 4, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, seed=seed, **s)
                                                          for seed in SEEDS for s in SETTINGS.values()]),
                         show_output=False)[0]
