@@ -7,7 +7,7 @@ import torch
 from answer_files import notebook_stub
 
 from ddp_lib.demos.early_stop import early_stop
-from ddp_lib.demos.loop_runs import train_loop_measured, train_loops
+from ddp_lib.demos.loop_runs import measured_runs, train_loop_measured
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
@@ -395,6 +395,17 @@ def test_in_one_job_runs_each_worker_in_the_same_group_in_order():
     assert [ranks[0][way]["counted"] for way in calls] == [12, 11]
 
 
+def test_the_lesson_s_one_job_helpers_run_each_way_in_order():
+    from ddp_lib.demos.loop_runs import accumulate_fp32_and_fp16, evaluate_three_ways
+
+    counting = run_ranks(evaluate_three_ways, 2, kwargs=dict(n_eval=11), show_output=False)
+    assert [list(r) for r in counting] == [["none", "drop_last", "count_real"]] * 2
+    assert [counting[0][way]["counted"] for way in ("none", "drop_last", "count_real")] == [12, 10, 11]
+    accumulated = run_ranks(accumulate_fp32_and_fp16, 2, show_output=False)
+    assert [list(r) for r in accumulated] == [["fp32", "fp16"]] * 2
+    assert all(r[p]["all_reduces"] == r[p]["steps"] for r in accumulated for p in ("fp32", "fp16"))
+
+
 def test_a_bucket_below_1_mib_is_refused_by_torch_and_by_the_worker():
     from torch._dynamo.backends.distributed import DDPOptimizer
 
@@ -536,10 +547,10 @@ def test_train_step_checker_names_a_forward_outside_no_sync(tmp_path, monkeypatc
     assert "no forward ran inside it; put the forward inside no_sync too" in line, str(report)
 
 
-def test_train_loops_in_one_job_equal_separate_launches():
+def test_measured_runs_in_one_job_equal_separate_launches():
     alone = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=1, precision="bf16"), show_output=False)[0]
     runs = {"fp32": dict(epochs=1), "bf16": dict(epochs=1, precision="bf16")}
-    together = run_ranks(train_loops, 2, kwargs=dict(runs=runs), show_output=False)[0]
+    together = run_ranks(measured_runs, 2, kwargs=dict(runs=runs), show_output=False)[0]
     assert list(together) == ["fp32", "bf16"]
     assert together["bf16"]["params"] == alone["params"] and together["bf16"]["losses"] == alone["losses"]
 

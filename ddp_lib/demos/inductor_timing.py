@@ -32,12 +32,12 @@ def kept_run() -> dict:
 
 def record() -> dict:
     """Run the three loops in one job on 2 ranks, inductor's cache in a new empty folder."""
-    from ddp_lib.demos.loop_runs import train_loops
+    from ddp_lib.demos.loop_runs import measured_runs
     from ddp_lib.launch import run_ranks
 
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as cache:
-        ranks = run_ranks(train_loops, 2, kwargs=dict(runs=TIMED), show_output=False, timeout=1800,
+        ranks = run_ranks(measured_runs, 2, kwargs=dict(runs=TIMED), show_output=False, timeout=1800,
                           env={"TORCHINDUCTOR_CACHE_DIR": cache})  # empty: the first step compiles
     eager = ranks[0]["eager"]
     runs = {}

@@ -4,7 +4,7 @@ and time, the graphs torch.compile makes), with the comm hooks the lesson compar
 clipping it shows (``clip="before_sync"``). With the defaults it computes what ``train_loop``
 computes (tests/test_lesson09.py).
 
-    run_ranks(train_loops, 2, kwargs=dict(runs={"bf16": dict(precision="bf16", comm_hook="allreduce")}))
+    run_ranks(measured_runs, 2, kwargs=dict(runs={"bf16": dict(precision="bf16", comm_hook="allreduce")}))
 """
 
 import inspect
@@ -27,7 +27,7 @@ from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, evaluate, setup_logging
 
 
-def train_loops(rank: int, world_size: int, runs: dict[str, dict]) -> dict:
+def measured_runs(rank: int, world_size: int, runs: dict[str, dict]) -> dict:
     """``train_loop_measured`` once per entry of ``runs`` (a name -> its keyword arguments), one after
     the other in one job: one launch instead of one per run, the same results.
 
@@ -186,3 +186,35 @@ def excerpt(fn: Callable, first: str, last: str) -> str:
 def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
     """The first step (where torch.compile compiles) and the median of the steps after ``warmup``."""
     return {"first_step_s": step_seconds[0], "steady_step_s": statistics.median(step_seconds[warmup:])}
+
+
+def accumulate_fp32_and_fp16(rank: int, world_size: int) -> dict:
+    """``accumulate_and_clip`` in float32, then in fp16 with a GradScaler, in one job.
+    Returns {"fp32": its result on this rank, "fp16": ...}."""
+    from ddp_lib.workers.training_loop import accumulate_and_clip
+
+    with process_group(rank, world_size):  # each run joins this group instead of creating one
+        return {precision: accumulate_and_clip(rank, world_size, precision=precision)
+                for precision in ("fp32", "fp16")}
+
+
+def evaluate_three_ways(rank: int, world_size: int, n_eval: int = 11) -> dict:
+    """``evaluate_padded`` once per way of counting ("none", "drop_last", "count_real"), in one job.
+    Returns {fix: its result on this rank}."""
+    from ddp_lib.workers.training_loop import evaluate_padded
+
+    with process_group(rank, world_size):
+        return {fix: evaluate_padded(rank, world_size, n_eval=n_eval, fix=fix)
+                for fix in ("none", "drop_last", "count_real")}
+
+
+def compile_jobs(rank: int, world_size: int, settings: list[dict], timed: dict[str, dict]) -> dict:
+    """The compile section's main-line runs, in one job: ``compiled_graphs_for(settings)`` ("graphs"),
+    ``measured_runs(timed)`` ("timed") and ``allreduces_during_backward`` ("overlap")."""
+    from ddp_lib.demos.compiled_overlap import allreduces_during_backward
+    from ddp_lib.workers.compiled import compiled_graphs_for
+
+    with process_group(rank, world_size):
+        return {"graphs": compiled_graphs_for(rank, world_size, settings=settings),
+                "timed": measured_runs(rank, world_size, runs=timed),
+                "overlap": allreduces_during_backward(rank, world_size)}

@@ -134,7 +134,8 @@ def diagnose_train_step(results: list[dict], picks: torch.Tensor) -> list[str]:
     if not torch.allclose(params[0], reference_params(picks), atol=TOL):
         problems.append(f"the parameters differ from one process on the global batch: {STEP_FIX}")
     if first["all_reduces"] != STEPS:  # this model fits in one bucket: one all-reduce per step
-        said = f"DDP all-reduced {first['all_reduces']} times in {STEPS} steps, expected {STEPS}: "
+        said = (f"DDP all-reduced {first['all_reduces']} times in {STEPS} steps, expected {STEPS} "
+                "(one per bucket per step, and this model fits in one bucket): ")
         forward_outside = first["no_syncs"] and not any(inside for _, inside in first["forwards"])
         problems.append(said + ("no_sync was entered, but no forward ran inside it; put the forward inside no_sync "
                                 "too: DDP decides in the forward" if forward_outside else
@@ -149,7 +150,8 @@ def check_train_step(train_step: Callable, world_sizes: tuple[int, ...] = WORLD_
         :size * STEPS * MICRO_BATCHES * MICRO_BATCH_SIZE].view(size, STEPS, MICRO_BATCHES, -1) for size in world_sizes}
     return check_on_ranks(_run_train_step, world_sizes, lambda runs: diagnose_train_step(runs, picks[len(runs)]),
                           lambda size: (train_step, picks[size]), stop=True, timeout=120,
-                          passed="the parameters equal one process on the global batch, with one all-reduce per step")
+                          passed="the parameters equal one process on the global batch, with one all-reduce per step "
+                                 "(this model fits in one bucket)")
 
 
 # Exercise 3: one process, no DDP (the order of the scaler's calls is the same under DDP).

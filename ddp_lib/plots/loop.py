@@ -48,11 +48,10 @@ def plot_compiled_backward(buckets: int = 3):
     for row, split in enumerate(rows.values()):
         y = 2.2 - 1.6 * row  # a compute lane above a communication lane
         for b in range(buckets):
-            piece = buckets - b  # backward runs from the output back: the last piece first
             start = b * 1.0
             if split:
                 ax.add_patch(plt.Rectangle((start, y), 1.0, 0.5, facecolor="0.85", edgecolor="black"))
-                ax.text(start + 0.5, y + 0.25, f"backward of piece {piece}", ha="center", va="center", fontsize=7)
+                ax.text(start + 0.5, y + 0.25, f"backward of\npiece {b}", ha="center", va="center", fontsize=7)
                 ar_start = start + 1.0
             else:
                 ar_start = buckets * 1.0 + b * 0.8
@@ -67,7 +66,7 @@ def plot_compiled_backward(buckets: int = 3):
     ax.set_xlim(0, buckets * 1.8 + 0.3)
     ax.set_ylim(-0.3, 2.9)
     ax.set_xticks([])
-    ax.set_xlabel("time (schematic) →")
+    ax.set_xlabel("time (schematic) →   pieces and buckets numbered from the output: piece 0 holds bucket 0's layers")
     ax.set_title("a compiled DDP backward: grey computes, red all-reduces", fontsize=10)
     fig.tight_layout()
     return fig
