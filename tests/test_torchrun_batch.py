@@ -100,10 +100,10 @@ def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
 def test_typed_leaves_out_what_the_helper_adds(tmp_path):
     commands = torchrun_batch.lesson_commands(tmp_path, taken_port=4242)
     assert "static" not in commands  # the lesson runs its static rendezvous as a plain cell
-    c10d = torchrun_batch.typed("c10d", commands["c10d"][0])
-    assert c10d.startswith("torchrun --nproc-per-node=1 --nnodes=2 --rdzv-backend=c10d")
+    node = torchrun_batch.typed("wrong_id", commands["wrong_id"][0])
+    assert node.startswith("torchrun --nproc-per-node=1 --nnodes=2 --rdzv-backend=c10d")
     for added in ("--redirects", "--tee", "--log-dir", "--max-restarts"):
-        assert added not in c10d
+        assert added not in node
     # the sections that read a job's rank folders show its --log-dir; the job failing keeps its own --tee=3
     assert "--log-dir=DIR" in torchrun_batch.typed("log_dir", commands["log_dir"][0])
     failing = torchrun_batch.typed("failing", commands["failing"][0])
@@ -113,12 +113,53 @@ def test_typed_leaves_out_what_the_helper_adds(tmp_path):
 def test_typed_and_exit_codes_read_every_kind_of_job(tmp_path):
     """The lesson reads every job through batch[name], batch.typed(name) and batch.exit_codes(name):
     a watched job's command comes back as typed, and a job of two nodes gives one exit code per node."""
-    from ddp_lib.torchrun import TorchrunJob
+    from ddp_lib.torchrun import TorchrunJob, node_commands
 
-    commands = torchrun_batch.lesson_commands(tmp_path, taken_port=4242)
+    commands = {"c10d": node_commands(torchrun_batch.PROGRAM, nnodes=2, nproc_per_node=1)}
     nodes = [TorchrunJob(0, []), TorchrunJob(1, [])]
     batch = torchrun_batch.LessonJobs(commands, {"c10d": nodes[0]}, {"c10d": nodes},
                                       {"hang": "ENV=1 torchrun --standalone PROGRAM"}, {}, "", tmp_path, None)
     assert batch.exit_codes("c10d") == [0, 1]
     assert batch.typed("hang") == ["ENV=1 torchrun --standalone PROGRAM"]
     assert len(batch.typed("c10d")) == 2 and batch["c10d"] is nodes[0]
+
+
+def test_restart_tally_counts_the_recorded_runs(tmp_path):
+    from pathlib import Path
+
+    recorded = torchrun_batch.restart_tally(Path(__file__).parents[1] / "notebooks" / "data")
+    assert set(recorded) == {"shared", "fresh"}
+    assert all(0 <= failed <= runs and runs > 0 for failed, runs in recorded.values())
+    first, second = torchrun_batch.STORE_TALLIES
+    (tmp_path / first).write_text("# store limit_s exit trained error\nshared 45 1 no refused\nfresh 45 0 yes -\n")
+    (tmp_path / second).write_text("shared 60 0 yes - 0.4\n\nfresh 60 124 yes stopped 9.8\n")
+    assert torchrun_batch.restart_tally(tmp_path) == {"shared": (1, 2), "fresh": (0, 2)}
+
+
+@pytest.mark.parametrize(("how", "code", "teardown_ran"), [
+    ("pass", 0, False), ("sys.exit(0)", 0, False), ("sys.exit(3)", 3, True),
+    ("sys.exit('message')", 1, True), ("raise RuntimeError('boom')", 1, True)])
+def test_skip_rank_teardown_ends_only_a_rank_that_ended_normally(tmp_path, monkeypatch, how, code, teardown_ran):
+    """The lesson's sitecustomize skips the teardown (an object's __del__ at exit, here) of a torchrun
+    rank that ended normally, runs every other atexit handler first, and keeps a failure's exit code."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "rank.py"
+    script.write_text("import atexit, sys\n"
+                      "class Late:\n    def __del__(self): print('teardown ran', flush=True)\n"
+                      "late = Late()\n"
+                      "atexit.register(lambda: print('atexit ran', flush=True))\n" + how + "\n")
+    monkeypatch.setenv("PYTHONPATH", "")
+    torchrun_batch.skip_rank_teardown()
+    torchrun_batch.skip_rank_teardown()  # a second call adds nothing
+    assert os.environ["PYTHONPATH"] == str(torchrun_batch.TEARDOWN_SKIP)
+    rank_env = {**os.environ, "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "test"}
+    done = subprocess.run([sys.executable, str(script)], env=rank_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == code, done.stderr
+    assert "atexit ran" in done.stdout
+    assert ("teardown ran" in done.stdout) == teardown_ran, done.stdout
+    not_a_rank = subprocess.run([sys.executable, str(script)], env=dict(os.environ), capture_output=True, text=True,
+                                timeout=60)
+    assert "teardown ran" in not_a_rank.stdout and not_a_rank.returncode == code

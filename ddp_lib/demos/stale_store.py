@@ -66,9 +66,9 @@ def main() -> None:
     shared = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     attempt_0(shared)
     print(f"keys attempt 0 left in the shared store: {len(shared.list_keys())}, one per rank")
-    # gloo makes the rank with the higher address dial and the other wait to be dialled: so rank 0 either
-    # dials rank 1's old port and is refused at once, or waits for the dead rank 1 until a connect timeout
-    # (a few times timeout_s). Which one depends on the two port numbers, so only the failure is printed.
+    # In each pair, gloo compares the two addresses and one side dials; which one is decided in gloo's own
+    # source, not shipped with torch, so it is not checked here. If rank 0 dials, rank 1's old port refuses at
+    # once; if it waits to be dialled, it should fail after a connect timeout. Only the failure is printed.
     _, error = rank_0_of_attempt_1(shared, timeout_s=0.5)
     print("attempt 1, same store: rank 0 found rank 1's old address and failed to connect:", error)
     fresh = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)

@@ -2,16 +2,18 @@
 restart log.
 
     batch = run_lesson_jobs()        # prints each job's command as typed, then runs them all
-    batch["c10d"].results            # what the ranks of the job named "c10d" returned
+    batch["log_dir"].results         # what the ranks of the job named "log_dir" returned
 
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
 all its small jobs at once and each section reads its own job by name. The ranks run
 ``launch_vars``, which reads the environment only; the two jobs of :data:`WATCHED` (a rank that
-hangs, and signals sent to torchrun) run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
+hangs, and signals sent to torchrun) run :mod:`ddp_lib.demos.torchrun_signals`; the job of
+:data:`TIMEOUT_JOB` runs :mod:`ddp_lib.workers.torchrun_hang`. Imports no torch.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 import socket
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib.demos import torchrun_signals
-from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together, with_log_dir
+from ddp_lib.torchrun import TorchrunJob, clean_env, command_text, node_commands, run_together, with_log_dir
 
 PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
 # The jobs, in the order of the lesson's sections, and what each shows.
@@ -31,7 +33,6 @@ JOBS = {
     "log_dir": "a plain job, with --log-dir: the port, the rank folders, the environment",
     "local_addr": "a plain job beside it, given --local-addr=127.0.0.1: two jobs at once, MASTER_ADDR",
     "taken_port": "a job given a --master-port that another process holds",
-    "c10d": "two nodes meeting with the c10d rendezvous",
     "wrong_id": "one node of a two-node job, its partner sent to another --rdzv-id by mistake",
     "failing": "rank 0 raises: torchrun's failure summary",
 }
@@ -42,6 +43,20 @@ WATCHED = {
     "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
 }
 HANG_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
+# A rank that hangs, ended by its group's 1-s timeout, then one restart (the lesson's hang section).
+# Its ranks' stdout comes through torchrun's: rank 0 prints one line per attempt.
+TIMEOUT_JOB = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=1",
+               "-m", "ddp_lib.workers.torchrun_hang"]
+# The folder whose sitecustomize.py ends a torchrun rank without Python's teardown (skip_rank_teardown).
+TEARDOWN_SKIP = Path(__file__).with_name("teardown_skip")
+
+
+def skip_rank_teardown() -> None:
+    """Put :data:`TEARDOWN_SKIP` first on this process's ``PYTHONPATH``, which every Python it starts
+    inherits: a rank that torchrun starts then ends with ``os._exit(0)`` once its script has ended
+    normally (``teardown_skip/sitecustomize.py`` says how, and why). The script itself is unchanged."""
+    paths = [str(TEARDOWN_SKIP), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
 # Not a torchrun: the shared-store demonstration of the lesson's Deeper section, run beside the jobs
 # so that its torch import and its short waits cost no time of their own.
 BESIDE = [sys.executable, "-m", "ddp_lib.demos.stale_store"]
@@ -80,6 +95,7 @@ class LessonJobs:
     stale_store_output: str
     folder: Path
     _tmp: tempfile.TemporaryDirectory = field(repr=False)
+    timeout_run: dict = field(default_factory=dict)  # the job of TIMEOUT_JOB: command, output, exit_code
 
     def __getitem__(self, name: str) -> TorchrunJob:
         if name not in self.jobs:
@@ -117,8 +133,6 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
         "log_dir": [_plain(logs("log_dir"))],
         "local_addr": [_plain("--local-addr=127.0.0.1")],
         "taken_port": [_plain(f"--master-port={taken_port}")],
-        "c10d": node_commands(PROGRAM, nnodes=2, nproc_per_node=1,
-                              options=(logs("c10d"), "--rdzv-conf=close_timeout=1")),
         "wrong_id": [wrong_id],
         "failing": [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
                      logs("failing"), "--tee=3", "-m", "ddp_lib.workers.torchrun_failure"]],
@@ -139,7 +153,11 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
         held.listen()
         commands = lesson_commands(folder, held.getsockname()[1])
         flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
-        print(f"starting {len(flat) + len(WATCHED)} torchruns side by side: about 8 s on an idle machine", flush=True)
+        starts = len(flat) + len(WATCHED) + 1  # and the job of TIMEOUT_JOB
+        print(f"starting {starts} torchruns side by side: about 8 s on an idle machine", flush=True)
+        # the job with the longest path first: a torchrun, its ranks, a timeout, then a second attempt
+        timed = subprocess.Popen(TIMEOUT_JOB, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                 env=clean_env(HANG_ENV))
         beside = subprocess.Popen(BESIDE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         later = []  # the jobs whose commands their own sections print
         for name, node_cmds in commands.items():
@@ -164,13 +182,16 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
         finally:  # ends the watched jobs whatever happened to the others
             watched = torchrun_signals.finish(watch, timeout)
             stale_store_output, _ = beside.communicate(timeout=timeout)
+            timeout_output, _ = timed.communicate(timeout=timeout)
     if beside.returncode != 0:
         raise RuntimeError(f"{' '.join(BESIDE[1:])} failed with exit code {beside.returncode}: run it alone to see why")
     node_jobs: dict[str, list[TorchrunJob]] = {}
     for (name, _), job in zip(flat, done):
         node_jobs.setdefault(name, []).append(job)
+    timeout_run = {"command": " ".join(f"{k}={v}" for k, v in HANG_ENV.items()) + " " + command_text(TIMEOUT_JOB),
+                   "output": timeout_output, "exit_code": timed.returncode}
     return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, watched_commands,
-                      watched, stale_store_output, folder, tmp)
+                      watched, stale_store_output, folder, tmp, timeout_run)
 
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
@@ -223,6 +244,20 @@ def restart_report(restart_log: str, first_log: str) -> dict:
         "same losses as without the failure": losses == [
             line for line in RANK0_LINE.findall(first_log) if line.startswith("epoch")],
     }
+
+
+# The recorded runs of the restart job, one a line: store ("shared" or "fresh"), limit_s, exit, trained, error[, load].
+STORE_TALLIES = ("restart_store_runs.txt", "restart_store_runs_load.txt")
+
+
+def restart_tally(folder: str | Path = "data") -> dict[str, tuple[int, int]]:
+    """For each store of the recorded restart runs in ``folder`` (:data:`STORE_TALLIES`), ``"shared"``
+    (without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``) and ``"fresh"`` (with it): in how many runs attempt 1
+    did not train to the last epoch, and of how many runs."""
+    runs = [line.split() for name in STORE_TALLIES for line in Path(folder, name).read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return {store: (sum(run[3] == "no" for run in runs if run[0] == store), sum(run[0] == store for run in runs))
+            for store in ("shared", "fresh")}
 
 
 class _SkimTorch(pickle.Unpickler):

@@ -25,7 +25,7 @@ from pathlib import Path
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # --signals-to-handle's default in torch's run.py
 WITH_USR1 = DEFAULT_SIGNALS + ",SIGUSR1"
-HANG_S = 3.0  # how long the job "hang" is watched with its rank asleep, before any signal
+HANG_S = 1.0  # how long the job "hang" is watched with its rank asleep, before any signal
 
 # The torchruns: name -> (the signal sent to torchrun, its --signals-to-handle, whether each local rank
 # handles SIGUSR1). Two jobs, for three cases: the listed job's two ranks differ only by the handler.
