@@ -142,6 +142,16 @@ def test_scratch_sync_times_times_both_ways_in_one_job():
         assert sorted(r["synced_ms_each"]) == ["after_backward", "buckets"]
         assert all(len(ts) == 3 and all(t > 0 for t in ts) for ts in r["synced_ms_each"].values())
 
+def test_fp16_hook_halves_the_bytes_and_the_time_on_a_slow_wire():
+    # Lesson 04: the wire waits in proportion to the bytes, so half the bytes take less time.
+    for r in run_ranks(gradients.fp16_on_slow_wire, 2, kwargs=dict(ms_per_mib=40.0, repeats=2), show_output=False):
+        assert r["sent_bytes"]["float16"] * 2 == r["sent_bytes"]["float32"] == 4 * sum(
+            p.numel() for p in gradients.make_mlp(0, (256,) * 8).parameters())
+        assert len(r["ms"]["float32"]) == len(r["ms"]["float16"]) == 2
+        assert min(r["ms"]["float32"]) >= 40.0 * r["sent_bytes"]["float32"] / 2**20  # backward waited for the wire
+        assert sum(r["ms"]["float16"]) < sum(r["ms"]["float32"])
+
+
 def test_fp16_compress_hook_divides_in_float16_after_the_cast():
     # Lesson 04: one step of 2**-24 is flushed to 0 on 2 ranks; on 3 ranks 2 steps come back as 3.
     expected = {2: [0.0, 2.0, 4.0, 4.0], 3: [0.0, 3.0, 3.0, 3.0]}

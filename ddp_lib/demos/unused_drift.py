@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
@@ -66,6 +67,9 @@ def later_step_unaveraged(rank: int, world_size: int, used_steps: int = 2, bucke
             nn.functional.mse_loss(alone(x, use_b), y).backward()
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 nn.functional.mse_loss(model(x, use_b), y).backward()
+                # Without b, nothing waits for the buckets that started. gloo's barrier waits for all earlier
+                # work, so the profiler stops after their all-reduces: stopped during one, it broke memory now and then.
+                dist.barrier()
             allreduces.append(c10d_ops(prof).get("allreduce_", 0))
             if use_b:
                 optimizer.step()

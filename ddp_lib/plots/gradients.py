@@ -77,7 +77,7 @@ def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
     ax.text(-0.1, 0, "backward\ncomputes", ha="right", va="center", fontsize=9)
     ax.text(-0.1, 1.3, "all-reduces\n(on the wire)", ha="right", va="center", fontsize=9)
     for step in range(layers):
-        layer = layers - step  # the last layer's gradient is computed first
+        layer = layers - 1 - step  # the last layer's gradient is computed first; layers 0 to layers - 1
         bucket = step // per_bucket
         ax.add_patch(Rectangle((step, -0.3), 1, 0.6, facecolor=RANK_COLOURS[bucket + 2], edgecolor="black"))
         ax.text(step + 0.5, 0, f"grad of\nlayer {layer}", ha="center", va="center", fontsize=8)
@@ -89,7 +89,7 @@ def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
                                      mutation_scale=12))
     ax.annotate("", xy=(layers + 1.6, -0.65), xytext=(0, -0.65), arrowprops=dict(arrowstyle="->", color="gray"))
     ax.text(layers / 2, -0.75, "time", ha="center", fontsize=9, color="gray")
-    fig.suptitle("Gradients fill buckets last layer first; bucket 0 is sent while layers 2 and 1 "
+    fig.suptitle("Gradients fill buckets last layer first; bucket 0 is sent while layers 1 and 0 "
                  "are still computed", fontsize=10)
     fig.tight_layout()
     return fig

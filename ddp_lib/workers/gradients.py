@@ -7,6 +7,7 @@ with the whole global batch (:func:`single_process_run`) can replay exactly what
 from __future__ import annotations
 
 import copy
+import time
 from contextlib import nullcontext
 from typing import Literal
 from unittest import mock
@@ -273,6 +274,52 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
         with mock.patch.object(dist, "all_reduce", recording_all_reduce):  # the hook calls dist.all_reduce
             nn.functional.mse_loss(fp16(x), y).backward()
         return {"own": flat_grads(alone), "plain": flat_grads(plain), "fp16": flat_grads(fp16), "sent": sent}
+
+
+def fp16_on_slow_wire(rank: int, world_size: int, ms_per_mib: float = 100.0, repeats: int = 3,
+                      per_rank_batch: int = 16) -> dict:
+    """Time backward under DDP over a slow wire, whose time grows with the bytes: each all-reduce a
+    hook starts first sleeps ``ms_per_mib`` per MiB of its tensor. Two DDP copies of one MLP of seven
+    256x256 weights (1.75 MiB of float32 gradients): one with ``allreduce_hook`` (float32, as DDP
+    sends without a hook), one with ``fp16_compress_hook``, timed in turn after one untimed pass
+    each. Returns each way's backward times and the bytes its all-reduces sent per pass.
+
+    Args:
+        ms_per_mib: the wire's time per MiB sent.
+        repeats: timed passes of each way.
+        per_rank_batch: batch per rank (small: computing should be a small part of backward).
+    """
+    widths = (256,) * 8
+    with process_group(rank, world_size) as device:
+        hooks = {"float32": default_hooks.allreduce_hook, "float16": default_hooks.fp16_compress_hook}
+        models = {}
+        for name, hook in hooks.items():
+            models[name] = wrap_ddp(make_mlp(0, widths).to(device), device)
+            models[name].register_comm_hook(None, hook)
+        x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, widths=widths))
+        all_reduce = dist.all_reduce
+        sent = [0]
+
+        def slow_all_reduce(tensor, *args, **kwargs):  # the wire: a wait that grows with the bytes
+            sent[0] += tensor.nbytes
+            time.sleep(tensor.nbytes / 2**20 * ms_per_mib / 1000)
+            return all_reduce(tensor, *args, **kwargs)
+
+        times: dict[str, list[float]] = {name: [] for name in models}
+        sent_bytes: dict[str, int] = {}
+        with mock.patch.object(dist, "all_reduce", slow_all_reduce):  # both hooks call dist.all_reduce
+            for i in range(1 + repeats):  # the first pass of each way is not timed
+                for name, model in models.items():
+                    model.zero_grad()
+                    loss = nn.functional.mse_loss(model(x), y)
+                    dist.barrier()
+                    sent[0] = 0
+                    start = time.perf_counter()
+                    loss.backward()  # returns once every bucket's all-reduce is done
+                    if i > 0:
+                        times[name].append(round(1000 * (time.perf_counter() - start), 1))
+                    sent_bytes[name] = sent[0]
+        return {"ms": times, "sent_bytes": sent_bytes, "ms_per_mib": ms_per_mib}
 
 
 def fp16_tiny_gradients(rank: int, world_size: int, steps_of_2_24: tuple[float, ...] = (1, 2, 3, 4)) -> dict:
