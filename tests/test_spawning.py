@@ -31,6 +31,7 @@ from ddp_lib.demos.spawning import (
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.forkserver import FORKSERVER_PRELOAD
 from ddp_lib.launch import launch, run_ranks
+from ddp_lib.mp import spawn as ddp_spawn
 from ddp_lib.process_group import free_port
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import (
@@ -39,7 +40,9 @@ from ddp_lib.workers.spawning import (
     fail_on_rank,
     hang,
     hello,
+    log_then_fail,
     noop,
+    rank_from_environment,
     read_calls,
     record_args,
     step_fails_on_rank,
@@ -151,6 +154,24 @@ def test_raw_torch_reports_a_traceback_in_text():
     assert str(info.value).strip().splitlines()[0] == "-- Process 1 terminated with the following error:"
     assert last_line(str(info.value)) == "ValueError: rank 1 of 2 was told to fail"
     assert "Terminating process" not in err.text  # the logger was quietened, not just redirected
+
+
+def test_rank_from_environment_works_under_ddp_lib_and_fails_under_raw_torch():
+    assert ddp_spawn(rank_from_environment, nprocs=2) == [0, 1]
+    with capture_stderr(), pytest.raises(mp.ProcessRaisedException) as info:
+        mp.start_processes(rank_from_environment, nprocs=2, start_method="forkserver")
+    assert last_line(info.value.msg) == "KeyError: 'RANK'"
+
+
+def test_raw_torch_stops_a_waiting_rank_and_its_unflushed_line_is_lost(tmp_path):
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    context = mp.start_processes(log_then_fail, args=(2, init_method, str(tmp_path)), nprocs=2,
+                                 start_method="forkserver", join=False)
+    with capture_stderr(), pytest.raises(mp.ProcessRaisedException) as info:
+        context.join()
+    assert info.value.error_index == 1
+    assert [process.exitcode for process in context.processes] == [-15, 1]
+    assert (tmp_path / "rank0.log").read_text().splitlines() == ["rank 0: line 1, flushed"]
 
 
 def test_a_rank_failing_mid_step_is_reported_at_once_with_no_collective_in_finally():

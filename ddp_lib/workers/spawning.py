@@ -137,3 +137,24 @@ def hello_to_queue(rank: int, world_size: int, results) -> None:
     """Put ``(rank, hello(rank, world_size))`` in ``results``, a queue: a launcher that drops
     return values (torch's ``mp.spawn``) still gets the value back."""
     results.put((rank, hello(rank, world_size)))
+
+
+def rank_from_environment(rank: int) -> int:
+    """Return ``int(os.environ["RANK"])``, as code written for torchrun reads its rank: a
+    ``KeyError`` under a launcher that does not set ``RANK`` (torch's ``mp.spawn``)."""
+    return int(os.environ["RANK"])
+
+
+def log_then_fail(rank: int, world_size: int, init_method: str, log_dir: str) -> None:
+    """Rank 0 writes two lines to ``log_dir/rank0.log``, only the first flushed, then waits for the
+    other ranks in ``init_process_group``. Every other rank raises once rank 0's first line is in
+    the file, before it reaches ``init_process_group``: rank 0 waits until its launcher stops it."""
+    log_path = os.path.join(log_dir, "rank0.log")
+    if rank != 0:
+        while not (os.path.exists(log_path) and os.path.getsize(log_path) > 0):  # rank 0 has logged
+            time.sleep(0.01)
+        raise ValueError(f"rank {rank} failed before init_process_group")
+    with open(log_path, "w") as log:  # a job's log: a file
+        print("rank 0: line 1, flushed", file=log, flush=True)
+        print("rank 0: line 2, not flushed", file=log)  # held in this process until a flush
+        dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)  # waits
