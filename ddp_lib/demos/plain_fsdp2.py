@@ -41,7 +41,8 @@ def train(rank: int, world_size: int, device: torch.device) -> None:
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
             optimizer.zero_grad(set_to_none=True)
-            # Each unit's forward all-gathers its parameters; .float(): the loss in float32, not bfloat16.
+            # Each unit's forward all-gathers its parameters. MSELoss against float32 targets promotes to
+            # float32 by itself; .float() keeps the loss in float32 for bfloat16 or integer targets too.
             loss = loss_fn(model(xb).float(), yb)
             loss.backward()  # each unit's gradients are reduce-scattered: every rank keeps its shard
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the global norm, over all shards

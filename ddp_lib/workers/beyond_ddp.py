@@ -62,12 +62,15 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
     Returns {"rank", "strategy", "losses", "n_params", "bytes" (counted: "parameters", "gradients",
     "optimizer state", and "activations" saved for backward by the wrapped model), "measured" (bytes
     allocated and live: "between steps" before the last step, "peak" over the whole run, "forward"
-    added by the last forward), "collectives" (profiler events of the last step, by name),
+    added by the last forward; "live tensors": ``live_tensor_bytes`` at the same moment as "between
+    steps", less what it found before the model was built), "collectives" (profiler events of the last step, by name),
     "placements" and "local_shape"/"global_shape" (of the first weight)}.
     """
     from torch.distributed.tensor import DTensor
 
     with process_group(rank, world_size):
+        gc.collect()
+        before = live_tensor_bytes()  # what earlier runs in this process left: subtracted below
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
             model = make_deep_mlp(width, layers, seed)
             n_params = sum(p.numel() for p in model.parameters())
@@ -84,13 +87,15 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
                     # quiet a moment as a rank can make it.
                     dist.barrier()
                     gc.collect()
+                    walked = live_tensor_bytes() - before
                 with record_function("last step" if step == steps - 1 else "step"):
                     losses.append(train_step(model, optimizer, *batch(step, rank, batch_size, width, seed)))
         timeline = live_bytes(trace)
         step_start, step_end = phase(trace, "last step")
         forward_start, forward_end = phase(trace, "forward")
         measured = {"between steps": live_at(timeline, step_start), "peak": max(live for _, live in timeline),
-                    "forward": live_at(timeline, forward_end) - live_at(timeline, forward_start)}
+                    "forward": live_at(timeline, forward_end) - live_at(timeline, forward_start),
+                    "live tensors": walked}
         # The last all_reduce in train_step is the loss average, not part of the strategy: left out.
         counts = Counter(e.name() for e in trace.profiler.kineto_results.events()
                          if e.name().startswith(COLLECTIVE_PREFIXES) and step_start <= e.start_ns() <= step_end)
@@ -604,6 +609,25 @@ def phase(trace: profile, name: str) -> tuple[int, int]:
     ranges = [(e.start_ns(), e.start_ns() + e.duration_ns()) for e in trace.profiler.kineto_results.events()
               if e.name() == name]
     return ranges[-1]
+
+
+def live_tensor_bytes() -> int:
+    """Bytes of the storages that the live tensors of this process point at, each storage once: every
+    tensor Python's garbage collector tracks (a DTensor's local shard among them; not the tensors only
+    C++ holds, such as DDP's buckets), deduplicated by the storage's address. A storage resized to 0,
+    as FSDP2 leaves a freed gathered weight, counts 0."""
+    storages: dict[int, int] = {}
+    for obj in gc.get_objects():
+        if not isinstance(obj, torch.Tensor) or obj.device.type != "cpu" or obj.layout != torch.strided:
+            continue
+        try:
+            storage = obj.untyped_storage()
+            address = storage.data_ptr()
+        except (RuntimeError, NotImplementedError):  # a wrapper such as DTensor: its local shard is counted
+            continue
+        if address:
+            storages[address] = max(storages.get(address, 0), storage.nbytes())
+    return sum(storages.values())
 
 
 def live_at(timeline: list[tuple[int, int]], t: int) -> int:
