@@ -46,7 +46,7 @@ def join_and_sum(rank: int, world_size: int) -> dict:
 
 
 def join_and_put(rank: int, world_size: int, results: SimpleQueue) -> None:
-    """For torch's mp.spawn, which drops what a worker returns: run join_and_sum and put its
+    """For torch.multiprocessing.spawn, which drops what a worker returns: run join_and_sum and put its
     result in ``results``, a queue that the launching process reads."""
     results.put(join_and_sum(rank, world_size))
 
