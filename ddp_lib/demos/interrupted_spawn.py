@@ -4,7 +4,8 @@
 each waits to receive from the other: a job that hangs inside torch. Process 2 only sleeps, in Python.
 It then does to each what a notebook's stop button does to every process of the kernel's process
 group, SIGINT, and reports the processes still alive after the interrupt (once one has ended, or
-after 30 s, then 0.3 s more), and their exit codes once it stops them.
+after 30 s, then 0.3 s more), what rank 0 of a rerun meets on the same port while they live, and
+their exit codes once it stops them.
 
 ``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.spawn``, in the
 notebook's own process: SIGINT to the kernel while its ranks wait in the same receive.
@@ -13,6 +14,7 @@ notebook's own process: SIGINT to the kernel while its ranks wait in the same re
 from __future__ import annotations
 
 import os
+import re
 import signal
 import tempfile
 import threading
@@ -86,7 +88,8 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
     returns at once (``join=False``). Ranks 0 and 1 wait to receive from each other; process 2
     sleeps in Python. Once all 3 wait, each gets SIGINT, as every process in the kernel's process
     group does. The processes still alive are counted once one has ended (or after 30 s), and
-    0.3 s later; then ``terminate()`` stops them. Returns the two lines to print."""
+    0.3 s later. While they live, rank 0 of a rerun tries the same port, in this process, as a
+    rerun of the cell would. Then ``terminate()`` stops them. Returns the three lines to print."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as ready_dir:
@@ -104,9 +107,26 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
             time.sleep(0.05)  # wait until one has ended, or 30 s
         time.sleep(0.3)  # then a little more for the others to react too
         alive = [process for process in processes if process.is_alive()]
+        rerun = _rerun_rank_0(init_method)  # while the ranks live: rank 0 still serves the store
         for process in alive:  # the clean-up: stop what was started, all at once
             process.terminate()
         for process in processes:
             process.join()
     return [f"processes still alive after SIGINT: {len(alive)} of 3",
+            f"a rerun's rank 0 on the same port: {rerun}",
             f"their exit codes after terminate(): {[process.exitcode for process in alive]}"]
+
+
+def _rerun_rank_0(init_method: str) -> str:
+    """What a rerun of the cell meets: rank 0's ``init_process_group`` on ``init_method``, here in
+    this process. Returns the error's name, or "joined" if the port was free."""
+    import torch.distributed as dist
+
+    try:
+        dist.init_process_group("gloo", init_method=init_method, rank=0, world_size=2,
+                                timeout=timedelta(seconds=10))
+    except dist.DistError as e:
+        found = re.search(r"name: (\w+), message: ([^,\n]+)", str(e))
+        return f"{type(e).__name__}, {found[1]}: {found[2]}" if found else f"{type(e).__name__}: {e}"
+    dist.destroy_process_group()
+    return "joined"
