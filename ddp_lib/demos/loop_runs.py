@@ -4,7 +4,7 @@ and time, the graphs torch.compile makes), with the comm hooks the lesson compar
 clipping it shows (``clip="before_sync"``). With the defaults it computes what ``train_loop``
 computes (tests/test_lesson09.py).
 
-    run_ranks(measured_runs, 2, kwargs=dict(runs={"bf16": dict(precision="bf16", comm_hook="allreduce")}))
+    run_ranks(measured_runs, 2, kwargs=dict(runs={"bf16": dict(precision="bf16")}))
 """
 
 import inspect
@@ -39,7 +39,7 @@ def measured_runs(rank: int, world_size: int, runs: dict[str, dict]) -> dict:
 
 def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16, lr: float = 0.1,
                seed: int = 0, precision: Literal["fp32", "bf16", "fp16"] = "fp32",
-               comm_hook: Literal["none", "allreduce", "bf16_compress"] = "none",
+               comm_hook: Literal["none", "allreduce", "bf16_compress"] = "allreduce",
                max_norm: float | None = None, clip: Literal["after_sync", "before_sync"] = "after_sync",
                compile: bool = False, compile_backend: str = "inductor", hidden: int = 32) -> dict:
     """``ddp_lib.workers.training_loop.train_loop``, measured, with a comm hook and a wrong clipping to choose.
@@ -52,8 +52,9 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
         lr: learning rate of SGD with momentum 0.9.
         seed: seed of the initial weights (the same on every rank) and of the shuffle.
         precision: "fp32", or autocast to "bf16" or "fp16" (fp16 with a GradScaler).
-        comm_hook: "none" (DDP's built-in all-reduce), "allreduce" (torch's allreduce_hook, recording
-            the dtype it sends) or "bf16_compress" (averaged in bfloat16, see ``bf16_compress``).
+        comm_hook: "allreduce" (the default: torch's allreduce_hook, recording the dtype it sends),
+            "none" (DDP's built-in all-reduce, the same sums) or "bf16_compress" (averaged in bfloat16,
+            see ``bf16_compress``).
         max_norm: clip the gradient norm to this (None: no clipping).
         clip: "after_sync" clips the averaged gradient; "before_sync" (wrong) clips each rank's own
             gradient inside no_sync, then averages by hand.
@@ -164,7 +165,7 @@ def bf16_compress(state: dict, bucket: dist.GradBucket) -> torch.futures.Future[
 
 def counting_backend(name: str, graphs: list[torch.fx.GraphModule]) -> Callable:
     """torch.compile's backend ``name`` ("inductor", "aot_eager", ...), appending each graph dynamo
-    hands it to ``graphs``: with DDP and optimize_ddp, one graph per gradient bucket."""
+    hands it to ``graphs``: with DDP and optimize_ddp, one graph per piece DDPOptimizer cuts."""
     compile_graph = torch._dynamo.lookup_backend(name)  # an unknown name: torch's InvalidBackend
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable:

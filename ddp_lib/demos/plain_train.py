@@ -61,7 +61,7 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                         "next_epoch": epoch + 1}, CHECKPOINT)
-        dist.barrier()  # no rank reads the checkpoint before rank 0 has written it
+        dist.barrier()  # every rank leaves the epoch only once the file is complete
     accuracy = evaluate(model, held_out, rank, world_size, device)  # every rank calls it: it all-reduces
     if rank == 0:
         print(f"held-out accuracy {accuracy:.4f}", flush=True)

@@ -291,8 +291,9 @@ def _mean(right: torch.Tensor, shards: list[list[int]]) -> float:
 
 # (what the learner's value matches, given (right, world_size), and its fix): the usual mistakes.
 MEAN_MISTAKES = (
-    (lambda right, ws: right.double().mean().item(), "it is the exact accuracy over all samples: compute each "
-     "rank's accuracy on its own shard, then take the mean of those world_size numbers"),
+    (lambda right, ws: right.double().mean().item(), "you returned the exact accuracy over all samples; this exercise "
+     "wants the mean of the ranks' accuracies: each rank's accuracy on its own shard, then the mean of those "
+     "world_size numbers"),
     (lambda right, ws: _mean(right, [list(range(rank, len(right), ws)) for rank in range(ws)]),
      "it leaves out the padding: DistributedSampler repeats the first samples until every rank holds "
      "ceil(n / world_size); take each rank's indices from DistributedSampler(..., shuffle=False)"),
