@@ -13,3 +13,11 @@ def test_diff_loop_runs_prints_on_rank_0_saves_and_matches_train(tmp_path):
     assert (tmp_path / "last.pt").exists()
     reference = launch(train, 2, kwargs=dict(epochs=2, batch_size=16, lr=0.1), show_output=False).results[0]
     assert all(abs(a - b) < 1e-5 for a, b in zip(job.results[0], reference["losses"]))
+
+
+def test_diff_loop_progress_bar_on_rank_0_only_changes_nothing(tmp_path):
+    plain = launch(diff_loop, 2, kwargs=dict(epochs=1, checkpoint=str(tmp_path / "a.pt")), show_output=False)
+    bar = launch(diff_loop, 2, kwargs=dict(epochs=1, checkpoint=str(tmp_path / "b.pt"), progress=True),
+                 show_output=False)
+    assert "16/16" in bar.stderr[0] and bar.stderr[1] == ""  # 256 samples per rank, 16 per batch
+    assert bar.results == plain.results

@@ -119,4 +119,7 @@ def test_template_core_view_marks_the_ddp_lines_and_keeps_the_make_calls():
     assert any("ddp_model = DDP(" in line for line in marked)
     for call in ("make_datasets()", "make_model()", "make_optimizer(", "make_loss()"):
         assert any(call in line for line in view), call
-    assert not any("  # " in line for line in view)  # comments dropped
+    assert not any("  # " in line for line in view if not line.strip().startswith("#"))  # end-of-line comments dropped
+    seeded = next(i for i, line in enumerate(view) if "torch.manual_seed(seed + rank)" in line)
+    assert view[seeded - 1].strip().startswith("#")  # the one comment kept: why each rank seeds differently
+    assert sum(line.strip().startswith("#") for line in view) == 2

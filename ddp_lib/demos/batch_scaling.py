@@ -1,7 +1,7 @@
 """Lesson 05's batch-size and learning-rate runs: the jobs of "The same job on 1, 2 and 4 ranks" and
 "The learning rate for a bigger global batch", and the numbers the lesson quotes from them.
 
-    runs = same_global_batch(two_rank_losses)            # three jobs on 1, 2 and 4 ranks
+    runs = same_global_batch(two_rank_losses)            # three jobs on 1, 2 and 4 ranks, then one on 1 rank
     scaling = lr_scaling(runs["one_rank_losses"])       # one job: 10 trainings on 4 ranks
     norms = batch_norm_against_one_rank()               # two jobs: batch norm per rank and synchronised
 
@@ -28,29 +28,38 @@ def _max_gap(curves: list[list[float]]) -> float:
 
 
 def same_global_batch(two_ranks_16: list[float], epochs: int = 8) -> dict:
-    """Train at batch 16 per rank on 1 and 4 ranks, and at a global batch of 64 on 1, 2 and 4 ranks
-    (lr 0.1, seed 0). ``two_ranks_16`` holds the losses of a 2-rank, batch-16 run already trained.
+    """Train at a global batch of 64 on 1, 2 and 4 ranks (lr 0.1, seed 0), then :func:`global_batch_curves`.
+    ``two_ranks_16`` holds the losses of a 2-rank, batch-16 run already trained. Lesson 05 runs the three
+    jobs in its cell, as literal ``run_ranks`` calls, and calls :func:`global_batch_curves` itself."""
+    one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
+    global_64 = {f"{n} rank{'s' if n > 1 else ''} x batch {64 // n}":
+                 run_ranks(train, n, kwargs=dict(epochs=epochs, batch_size=64 // n, lr=0.1), **one_thread)
+                 for n in (1, 2, 4)}
+    return global_batch_curves(two_ranks_16, global_64, epochs=epochs)
+
+
+def global_batch_curves(two_ranks_16: list[float], global_64: dict[str, list[dict]], epochs: int = 8) -> dict:
+    """Compare the global-batch-64 jobs ``global_64`` ({label: run_ranks' results}, the last on 4 ranks
+    x 16) and train 1 rank at batch 16, seeds 0 to 4 (one job), for the batch-16-per-rank curves.
+    ``two_ranks_16`` holds the losses of a 2-rank, batch-16 run already trained.
 
     Returns {"per_rank_16": {label: losses}, "global_64": {label: losses}, "losses_equal" and
     "params_equal" (the global-batch-64 runs within 1e-5), and "one_rank_losses": 1 rank at batch 16,
     seeds 0 to 4 (the learning-rate runs compare with them)}."""
     # One thread: on a busy two-core machine, a second thread made this tiny model's job many times slower.
-    # The 1-rank job also trains seeds 1 to 4 at batch 16, for the learning-rate comparison.
-    one_rank = run_ranks(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=b, lr=0.1) for b in (16, 64)]
-                                                   + [dict(epochs=epochs, batch_size=16, lr=0.1, seed=s)
-                                                      for s in SEEDS[1:]]),
+    one_rank = run_ranks(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, lr=0.1, seed=s)
+                                                           for s in SEEDS]),
                          show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
-    four_16 = run_ranks(train, 4, kwargs=dict(epochs=epochs, batch_size=16, lr=0.1), show_output=False)[0]
-    two_32 = run_ranks(train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), show_output=False)[0]
+    runs = {label: results[0] for label, results in global_64.items()}  # rank 0's results
+    four_16 = list(runs.values())[-1]
     per_rank_16 = {f"{n} rank{'s' if n > 1 else ''}, global batch {16 * n}": losses
                    for n, losses in {1: one_rank[0]["losses"], 2: two_ranks_16, 4: four_16["losses"]}.items()}
-    global_64 = {"1 rank x batch 64": one_rank[1], "2 ranks x batch 32": two_32, "4 ranks x batch 16": four_16}
-    params = [torch.tensor(r["params"]) for r in global_64.values()]
+    params = [torch.tensor(r["params"]) for r in runs.values()]
     return {"per_rank_16": per_rank_16,
-            "global_64": {label: r["losses"] for label, r in global_64.items()},
-            "losses_equal": _max_gap([r["losses"] for r in global_64.values()]) < 1e-5,
+            "global_64": {label: r["losses"] for label, r in runs.items()},
+            "losses_equal": _max_gap([r["losses"] for r in runs.values()]) < 1e-5,
             "params_equal": max((p - params[0]).abs().max().item() for p in params[1:]) < 1e-5,
-            "one_rank_losses": [r["losses"] for r in (one_rank[0], *one_rank[2:])]}
+            "one_rank_losses": [r["losses"] for r in one_rank]}
 
 
 def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: list[list[float]]) -> dict:

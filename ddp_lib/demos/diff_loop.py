@@ -9,14 +9,17 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
+from tqdm import tqdm
 
 from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.template import setup_job
 from ddp_lib.workers.train import MoonsNet
 
 
-def diff_loop(rank: int, world_size: int, epochs: int = 3, checkpoint: str = "last.pt") -> list[float]:
-    """The diff's loop: each epoch's loss over all ranks, printed by rank 0, which saves ``checkpoint``."""
+def diff_loop(rank: int, world_size: int, epochs: int = 3, checkpoint: str = "last.pt",
+              progress: bool = False) -> list[float]:
+    """The diff's loop: each epoch's loss over all ranks, printed by rank 0, which saves ``checkpoint``.
+    With ``progress``, rank 0 alone also draws a tqdm bar over each epoch's batches."""
     device = setup_job(rank, world_size)
     torch.manual_seed(0)  # the same first weights on every rank (DDP would broadcast rank 0's anyway)
     dataset = make_moons()
@@ -29,7 +32,7 @@ def diff_loop(rank: int, world_size: int, epochs: int = 3, checkpoint: str = "la
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         totals = torch.zeros(2, dtype=torch.float64, device=device)
-        for x, y in loader:
+        for x, y in tqdm(loader, disable=not progress or dist.get_rank() != 0):  # the other ranks draw nothing
             x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             loss = F.cross_entropy(ddp_model(x), y)

@@ -1,6 +1,6 @@
 """The few lines of a function's source behind a verdict a lesson prints, shown beside it.
 
-    display(source_lines(batch_scaling.same_global_batch, "one_rank = run_ranks", "two_32 = run_ranks"))
+    display(source_lines(batch_scaling.global_batch_curves, "one_rank = run_ranks", "runs = {"))
 """
 
 from __future__ import annotations

@@ -292,19 +292,29 @@ _DDP_MARKS = ("setup_job(", "seed + rank", "DistributedSampler(", "sampler=sampl
               "device=device")
 
 
+_TEMPLATE_COMMENTED = "torch.manual_seed(seed + rank)"  # why each rank seeds differently
+
+
 def template_core_view() -> str:
     """``template.train_job``'s source trimmed to the four ``make_...`` calls and the lines DDP adds around
-    them, each of those marked ``>>``; ``...`` stands for the lines left out, comments dropped."""
+    them, each of those marked ``>>``; ``...`` stands for the lines left out, comments dropped but the one
+    above ``torch.manual_seed(seed + rank)``."""
     source = inspect.getsource(template.train_job)
-    view, gap = [], None  # gap: the indent of the lines left out since the last line shown
+    view, gap, comments = [], None, []  # gap: the indent of the lines left out since the last line shown
     for line in source[source.index("    device = setup_job"):].splitlines():
         code = line.split("  # ")[0].rstrip()  # without its comment
         indent = len(code) - len(code.lstrip())
+        if line.lstrip().startswith("#"):
+            comments.append(line.rstrip())
+            continue
         if code.lstrip().startswith(_TEMPLATE_KEEP):
             if gap is not None:
                 view.append("   " + " " * gap + "...")
+            if code.strip() == _TEMPLATE_COMMENTED:  # the one comment the trimmed view keeps
+                view.extend("   " + c for c in comments)
             view.append((">> " if any(m in code for m in _DDP_MARKS) else "   ") + code)
             gap = None
-        elif code.strip() and not code.lstrip().startswith("#") and gap is None:
+        elif code.strip() and gap is None:
             gap = indent
+        comments = []
     return "\n".join(view)
