@@ -1,11 +1,12 @@
 """Lesson 04's checkers. Exercise 1, on real ranks: two right answers written differently from the solution
-pass on 2 and 3 ranks; each mistake learners make is refused with its fix named. Exercise 2, in this process:
-the same for the parameters a backward would not reach."""
+pass on 2 and 3 ranks; each mistake learners make is refused with its fix named. Exercise 2, on real ranks:
+the same for gradient accumulation with no_sync(). Exercise 3, in this process: the same for the parameters
+a backward would not reach."""
 
 import pytest
 from answer_files import load_answer, notebook_stub
 
-from ddp_lib.exercises.lesson04 import check_average_gradients, check_unreached_parameters
+from ddp_lib.exercises.lesson04 import check_accumulate_step, check_average_gradients, check_unreached_parameters
 from ddp_lib.exercises.solutions import lesson04 as solution
 
 HEAD = """
@@ -76,7 +77,99 @@ def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
     assert len(fails) == 1 and fails[0].startswith(refusal) and hint in fails[0], str(report)
 
 
-# Exercise 2's graph walk, checked in this process: the parameters a backward from the output would not reach.
+# Exercise 2's accumulation, on 2 ranks: one all-reduce per optimizer step, parameters equal to one process.
+
+ACCUMULATE_HEAD = """
+import contextlib
+from torch import nn
+
+def accumulate_step(ddp_model, optimizer, micro_batches):
+"""
+ACCUMULATE_RIGHT = {
+    "early_ones_in_one_no_sync_block": """
+    *early, (x_last, y_last) = micro_batches
+    optimizer.zero_grad()
+    with ddp_model.no_sync():
+        for x, y in early:
+            (nn.functional.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    (nn.functional.mse_loss(ddp_model(x_last), y_last) / len(micro_batches)).backward()
+    optimizer.step()
+""",
+    "summed_loss_over_every_entry": """
+    total = sum(y.numel() for _, y in micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        skip = ddp_model.no_sync() if i < len(micro_batches) - 1 else contextlib.nullcontext()
+        with skip:
+            nn.functional.mse_loss(ddp_model(x), y, reduction="sum").div(total).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=False)
+""",
+}
+ACCUMULATE_WRONG = {
+    "forward_before_no_sync": ("""
+    for i, (x, y) in enumerate(micro_batches):
+        loss = nn.functional.mse_loss(ddp_model(x), y) / len(micro_batches)
+        with contextlib.nullcontext() if i == len(micro_batches) - 1 else ddp_model.no_sync():
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""", "run the forward inside no_sync() too"),
+    "loss_not_divided": ("""
+    for i, (x, y) in enumerate(micro_batches):
+        with contextlib.nullcontext() if i == len(micro_batches) - 1 else ddp_model.no_sync():
+            nn.functional.mse_loss(ddp_model(x), y).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""", "divide each micro-batch's loss by the number of micro-batches"),
+    "every_one_in_no_sync": ("""
+    with ddp_model.no_sync():
+        for x, y in micro_batches:
+            (nn.functional.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+""", "run the last micro-batch outside no_sync()"),
+    "no_zero_grad": ("""
+    for i, (x, y) in enumerate(micro_batches):
+        with contextlib.nullcontext() if i == len(micro_batches) - 1 else ddp_model.no_sync():
+            (nn.functional.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+    optimizer.step()
+""", "call optimizer.zero_grad()"),
+    "step_after_each": ("""
+    for i, (x, y) in enumerate(micro_batches):
+        with contextlib.nullcontext() if i == len(micro_batches) - 1 else ddp_model.no_sync():
+            (nn.functional.mse_loss(ddp_model(x), y) / len(micro_batches)).backward()
+        optimizer.step()
+    optimizer.zero_grad()
+""", "call optimizer.step() once"),
+}
+
+
+def test_accumulate_solution_passes_and_stub_fails(tmp_path, monkeypatch):
+    assert check_accumulate_step(solution.accumulate_step).passed
+    stub = load_answer(tmp_path, monkeypatch, "stub04_accumulate",
+                       notebook_stub("04_gradient_sync.ipynb", "my_work/lesson04_accumulate.py"), "accumulate_step")
+    report = check_accumulate_step(stub)
+    assert not report.passed and "NotImplementedError" in str(report), str(report)
+
+
+@pytest.mark.parametrize("case", sorted(ACCUMULATE_RIGHT))
+def test_accumulate_right_answers_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"right04a_{case}", ACCUMULATE_HEAD + ACCUMULATE_RIGHT[case],
+                         "accumulate_step")
+    report = check_accumulate_step(answer)
+    assert report.passed and len(report.lines) == 1, str(report)
+
+
+@pytest.mark.parametrize("case", sorted(ACCUMULATE_WRONG))
+def test_accumulate_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, hint = ACCUMULATE_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"wrong04a_{case}", ACCUMULATE_HEAD + body, "accumulate_step")
+    report = check_accumulate_step(answer)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(fails) == 1 and hint in fails[0], str(report)
+
+
+# Exercise 3's graph walk, checked in this process: the parameters a backward from the output would not reach.
 
 UNREACHED_HEAD = """
 import torch

@@ -1,6 +1,7 @@
 """Checkers for lesson 04's exercises: ``average_gradients(model)`` leaves each .grad's mean over the
-ranks (exercise 1, on real ranks); ``unreached_parameters(output, parameters)`` names the parameters a
-backward from ``output`` would not reach (exercise 2, in this process: it needs no ranks)."""
+ranks (exercise 1, on real ranks); ``accumulate_step(ddp_model, optimizer, micro_batches)`` steps once
+with one all-reduce (exercise 2, on real ranks); ``unreached_parameters(output, parameters)`` names the
+parameters a backward from ``output`` would not reach (exercise 3, in this process: it needs no ranks)."""
 
 from collections.abc import Callable
 
@@ -15,8 +16,9 @@ from ddp_lib.exercises.checking import (
     load_worker,
     worker_name,
 )
-from ddp_lib.process_group import process_group
-from ddp_lib.workers.gradients import TwoHeads, make_mlp
+from ddp_lib.process_group import process_group, wrap_ddp
+from ddp_lib.workers.gradients import TwoHeads, c10d_ops, make_mlp, single_process_run
+from ddp_lib.workers.shared import LR, flat_params, rank_batch
 
 ATOL = 1e-6
 
@@ -74,6 +76,65 @@ def check_average_gradients(fn: Callable, world_sizes: tuple[int, ...] = (2, 3),
     return check_on_ranks(_run_learner, world_sizes, diagnose, (worker_name(fn),), stop=True, timeout=timeout,
                           passed=lambda runs: f"on every rank, all {len(runs[0]['grads'])} gradients are the mean "
                           f"over the ranks (within {ATOL:g})")
+
+
+ACCUMULATE_STEPS, MICRO_BATCHES, MICRO_ROWS = 2, 2, 2  # optimizer steps checked; micro-batches per step; rows each
+
+
+def _run_accumulate(rank: int, world_size: int, target: str) -> dict:
+    """In each rank: two calls of the learner's ``accumulate_step`` on a DDP model with SGD, each on this
+    rank's rows of one global batch, split into micro-batches; the parameters and all-reduces after each."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with process_group(rank, world_size) as device:
+        ddp_model = wrap_ddp(make_mlp(0).to(device), device)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR)
+        accumulate_step, params, allreduces = load_worker(target), [flat_params(ddp_model)], []
+        for step in range(ACCUMULATE_STEPS):
+            x, y = (t.to(device) for t in rank_batch(step, rank, world_size, MICRO_BATCHES * MICRO_ROWS))
+            micro_batches = list(zip(x.split(MICRO_ROWS), y.split(MICRO_ROWS), strict=True))
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                accumulate_step(ddp_model, optimizer, micro_batches)
+            allreduces.append(c10d_ops(prof).get("allreduce_", 0))
+            params.append(flat_params(ddp_model))
+        return {"params": params, "allreduces": allreduces}
+
+
+def diagnose_accumulate(results: list[dict]) -> str | None:
+    """The mistake the ranks' all-reduces and parameters show, named with its fix (None: right)."""
+    k, start = MICRO_BATCHES, results[0]["params"][0]
+    batch = len(results) * k * MICRO_ROWS
+    want = [single_process_run(batch, steps=s)["params"] for s in range(1, ACCUMULATE_STEPS + 1)]
+    allreduces = results[0]["allreduces"][0]
+    if allreduces == 0:
+        return ("no all-reduce ran, so each rank kept its own gradient: run the last micro-batch outside "
+                "no_sync(), so that its backward averages the sum")
+    if allreduces == k:
+        return (f"each of the {k} micro-batches was all-reduced: run the forward inside no_sync() too, as "
+                "DDP decides at the forward whether the coming backward synchronises")
+    if allreduces != 1:
+        return f"{allreduces} all-reduces ran for {k} micro-batches: one is enough, in the last micro-batch's backward"
+    first = [r["params"][1] for r in results]
+    if all(torch.equal(p, start) for p in first):
+        return "the parameters did not change: call optimizer.step() once, after the last micro-batch"
+    moved, want_moved = first[0] - start, want[0] - start
+    if torch.allclose(moved, want_moved * k, atol=ATOL):
+        return (f"the step is {k} times too large: divide each micro-batch's loss by the number of "
+                f"micro-batches ({k}), so that the sum of their gradients is a mean")
+    if not all(torch.allclose(p, want[0], atol=ATOL) for p in first):
+        return ("after the first call the parameters differ from one process on the whole batch: call "
+                "optimizer.step() once, after the last micro-batch's backward")
+    if not all(torch.allclose(r["params"][2], want[1], atol=ATOL) for r in results):
+        return ("the first step is right, the second is not: its gradients still hold the first step's; "
+                "call optimizer.zero_grad() after optimizer.step() (or before the first micro-batch)")
+    return None
+
+
+def check_accumulate_step(fn: Callable, world_sizes: tuple[int, ...] = (2,), timeout: float = 90) -> Report:
+    """A report on ``fn(ddp_model, optimizer, micro_batches)``: two optimizer steps on each world size."""
+    return check_on_ranks(_run_accumulate, world_sizes, diagnose_accumulate, (worker_name(fn),), stop=True,
+                          timeout=timeout, passed=f"one all-reduce per step, and after {ACCUMULATE_STEPS} steps "
+                          f"the parameters equal one process on the whole batch (within {ATOL:g})")
 
 
 class _DetachedHead(TwoHeads):

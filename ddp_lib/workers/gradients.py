@@ -150,16 +150,18 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
             for i in range(grad_accum_steps):
                 rows = slice(i * micro, (i + 1) * micro)
                 last = i == grad_accum_steps - 1
-                # Inside no_sync, backward only accumulates into .grad; the next synced backward
-                # all-reduces the accumulated sum.
-                skip_sync = nullcontext() if last else ddp_model.no_sync()
                 with profile(activities=[ProfilerActivity.CPU]) as prof:
-                    if not forward_inside_no_sync:
-                        loss = nn.functional.mse_loss(ddp_model(x[rows]), y[rows]) / grad_accum_steps
-                    with skip_sync:
-                        if forward_inside_no_sync:
+                    if forward_inside_no_sync:
+                        # Inside no_sync, backward only accumulates into .grad; the next synced
+                        # backward all-reduces the accumulated sum.
+                        skip_sync = nullcontext() if last else ddp_model.no_sync()
+                        with skip_sync:  # the forward and the backward
                             loss = nn.functional.mse_loss(ddp_model(x[rows]), y[rows]) / grad_accum_steps
-                        loss.backward()
+                            loss.backward()
+                    else:  # the mistake: the forward runs before no_sync()
+                        loss = nn.functional.mse_loss(ddp_model(x[rows]), y[rows]) / grad_accum_steps
+                        with nullcontext() if last else ddp_model.no_sync():
+                            loss.backward()
                 if step == 0:
                     allreduces_per_micro_batch.append(c10d_ops(prof).get("allreduce_", 0))
             optimizer.step()
@@ -257,13 +259,13 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
         sent: list[dict] = []  # per bucket: the bucket the hook receives, the tensor it all-reduces
         all_reduce = dist.all_reduce
 
-        def recording_fp16_hook(state, bucket):  # fp16_compress_hook, noting the bucket it receives
-            sent.append({"bucket": (str(bucket.buffer().dtype), bucket.buffer().nbytes)})
-            return default_hooks.fp16_compress_hook(state, bucket)
-
         def recording_all_reduce(tensor, *args, **kwargs):  # dist.all_reduce, noting what it sends
             sent[-1]["all_reduce"] = (str(tensor.dtype), tensor.nbytes)
             return all_reduce(tensor, *args, **kwargs)
+
+        def recording_fp16_hook(state, bucket):  # fp16_compress_hook, noting the bucket it receives
+            sent.append({"bucket": (str(bucket.buffer().dtype), bucket.buffer().nbytes)})
+            return default_hooks.fp16_compress_hook(state, bucket)
 
         # Each bucket is cast to float16 before the all-reduce (half the bytes) and back after.
         fp16.register_comm_hook(None, recording_fp16_hook)

@@ -1,7 +1,10 @@
-"""Lesson 04, exercise 1: average the gradients by hand, as DDP does. Exercise 2: find the parameters
-a backward would not reach."""
+"""Lesson 04, exercise 1: average the gradients by hand, as DDP does. Exercise 2: accumulate gradients
+over micro-batches with no_sync(). Exercise 3: find the parameters a backward would not reach."""
+
+import contextlib
 
 import torch.distributed as dist
+from torch import nn
 
 
 def average_gradients(model) -> None:
@@ -16,6 +19,18 @@ def average_gradients(model) -> None:
         # copying into its buckets; torch's Python allreduce_hook divides, as here).
         p.grad /= world_size
         dist.all_reduce(p.grad)
+
+
+def accumulate_step(ddp_model, optimizer, micro_batches) -> None:
+    """One optimizer step over ``micro_batches``, a list of (x, y): one all-reduce, in the last backward."""
+    k = len(micro_batches)
+    for i, (x, y) in enumerate(micro_batches):
+        last = i == k - 1
+        with contextlib.nullcontext() if last else ddp_model.no_sync():  # the forward inside too
+            loss = nn.functional.mse_loss(ddp_model(x), y) / k  # the sum of k means / k is a mean
+            loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
 
 
 def unreached_parameters(output, parameters) -> list:
