@@ -8,6 +8,18 @@ returns them; the tables read rank 0's.
 from ddp_lib.workers.beyond_ddp import bytes_sent, collectives_asked, zero_prediction
 
 PARTS = ("parameters", "gradients", "optimizer state")
+STAGE = {"ddp": 0, "ddp_view": 0, "zero1": 1, "zero1_view": 1, "fsdp": 3, "fsdp_no_reshard": 3}  # ZeRO stage
+
+
+def counted(r: dict) -> int:
+    """Bytes of parameters, gradients and optimizer state a rank holds, from its tensors' sizes."""
+    return sum(r["bytes"][part] for part in PARTS)
+
+
+def formula_gap(runs: dict, world_size: int) -> int:
+    """The largest gap, in bytes, between a rank's count and the ZeRO formula, over every strategy and rank."""
+    return max(abs(counted(r) - zero_prediction(r["n_params"], world_size, STAGE[s]))
+               for s, ranks in runs.items() for r in ranks)
 
 
 def held(r: dict) -> int:
@@ -15,7 +27,7 @@ def held(r: dict) -> int:
     copy where the gradients lie outside the buckets (the memory bars' height)."""
     layout = r["layout"]
     copy = layout["bucket_bytes"] if layout and not layout["gradients_inside_buckets"] else 0
-    return sum(r["bytes"][part] for part in PARTS) + copy
+    return counted(r) + copy
 
 
 def carried(payloads: list[tuple[str, int]]) -> str:
