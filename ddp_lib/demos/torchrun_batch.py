@@ -30,8 +30,7 @@ from ddp_lib.torchrun import TorchrunJob, clean_env, command_text, node_commands
 PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
 # The jobs, in the order of the lesson's sections, and what each shows.
 JOBS = {
-    "log_dir": "a plain job, with --log-dir: the port, the rank folders, the environment",
-    "local_addr": "a plain job beside it, given --local-addr=127.0.0.1: two jobs at once, MASTER_ADDR",
+    "log_dir": "a plain job, with --log-dir: the rank folders",
     "taken_port": "a job given a --master-port that another process holds",
     "wrong_id": "one node of a two-node job, its partner sent to another --rdzv-id by mistake",
     "failing": "rank 0 raises: torchrun's failure summary",
@@ -131,7 +130,6 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
         options=(logs("wrong_id"), "--rdzv-conf=join_timeout=1,close_timeout=1"))[0]]
     jobs = {
         "log_dir": [_plain(logs("log_dir"))],
-        "local_addr": [_plain("--local-addr=127.0.0.1")],
         "taken_port": [_plain(f"--master-port={taken_port}")],
         "wrong_id": [wrong_id],
         "failing": [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
