@@ -8,7 +8,7 @@ Each torchrun start costs a second or two of CPU (its agent imports torch), so t
 all its small jobs at once and each section reads its own job by name. The ranks run
 ``launch_vars``, which reads the environment only; the two jobs of :data:`WATCHED` (a rank that
 hangs, and signals sent to torchrun) run :mod:`ddp_lib.demos.torchrun_signals`; the job of
-:data:`TIMEOUT_JOB` runs :mod:`ddp_lib.workers.torchrun_hang`. Imports no torch.
+:data:`TIMEOUT_JOB` runs :mod:`ddp_lib.demos.torchrun_hang`. Imports no torch.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ HANG_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's
 # A rank that hangs, ended by its group's 1-s timeout, then one restart (the lesson's hang section).
 # Its ranks' stdout comes through torchrun's: rank 0 prints one line per attempt.
 TIMEOUT_JOB = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=1",
-               "-m", "ddp_lib.workers.torchrun_hang"]
+               "-m", "ddp_lib.demos.torchrun_hang"]
 # The folder whose sitecustomize.py ends a torchrun rank without Python's teardown (skip_rank_teardown).
 TEARDOWN_SKIP = Path(__file__).with_name("teardown_skip")
 

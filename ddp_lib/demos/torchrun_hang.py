@@ -1,7 +1,7 @@
 """A rank that hangs, and the group's timeout that ends the wait (lesson 06). Run it under torchrun,
 with one restart allowed:
 
-    torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m ddp_lib.workers.torchrun_hang
+    torchrun --standalone --nproc-per-node 2 --max-restarts 1 -m ddp_lib.demos.torchrun_hang
 
 On attempt 0, rank 1 sleeps instead of reaching the barrier, as a hung rank would. torchrun sees
 two running ranks and does nothing. Rank 0's barrier fails when the group's timeout, 1 s here,
