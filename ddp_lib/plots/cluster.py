@@ -46,7 +46,7 @@ def plot_two_hosts(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
 def plot_first_mistakes(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
     """Two of the lab's mistakes side by side, as a sketch: left, node1 given 127.0.0.1 as the
     rendezvous endpoint dials its own loopback and hosts a store of its own; right, gloo bound to
-    loopback tells the other host an address it cannot reach."""
+    loopback tells the other host an address it cannot reach (whichever rank gloo picks to dial)."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
     for ax in axes:
         ax.set_xlim(0, 10)
@@ -62,8 +62,9 @@ def plot_first_mistakes(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Fig
     left.set_title("endpoint 127.0.0.1 on node1: two rendezvous, both time out", fontsize=9)
     box(right, 0.3, 2.2, 4.0, 1.2, "rank 0 on node0\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
     box(right, 5.7, 2.2, 4.0, 1.2, "rank 1 on node1\ngloo bound to 127.0.0.1", "#fdb462")
-    arrow(right, (5.7, 2.5), (4.3, 2.5), "red")
-    right.text(5.0, 1.6, "dials 127.0.0.1, the address rank 0 announced:\nits own loopback, where rank 0 is not",
+    arrow(right, (5.7, 2.7), (4.3, 2.7), "red", style="<|-|>")
+    right.text(5.0, 1.8, "one of the two dials (gloo picks which, run by run):\nit dials 127.0.0.1, "
+               "the address its peer announced:\nits own loopback, where the peer is not",
                ha="center", va="top", fontsize=8, color="red")
     right.set_title("gloo on loopback: the rendezvous works, connectFullMesh fails", fontsize=9)
     fig.tight_layout()

@@ -34,10 +34,13 @@ def plot_closed_port(rdzv_port: int = 29400) -> Figure:
 
 def plot_nnodes_mismatch() -> Figure:
     """Two nodes given different ``--nnodes``, in both orders. A node that joins closes the round when
-    the participants reach its own count: 3 then 2 closes a round of 2; 2 then 3 never closes."""
+    the participants reach its own count: 3 then 2 closes a round of 2. In 2 then 3, node1's count is
+    not reached and node0, which joined first, does not re-check its own: node0 times out, and node1
+    finds the rendezvous closed or its store gone."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.0))
     cases = [(3, 2, "a round of 2 nodes: the job runs", "green"),
-             (2, 3, "nobody's count is reached: both time out", "red")]
+             (2, 3, "node1's count (3) is not reached; node0 never re-checks its own:\n"
+                        "node0 times out, node1 finds the rendezvous closed or its store gone", "red")]
     for ax, (first, second, verdict, colour) in zip(axes, cases):
         ax.set_xlim(0, 10)
         ax.set_ylim(0, 3.4)

@@ -1,0 +1,51 @@
+"""Lesson 06b's exercise 4 checker: right readings pass however they are written; honest mistakes get a
+FAIL line that says what to look at."""
+
+from __future__ import annotations
+
+import pytest
+from torch.distributed import DistNetworkError
+from torch.distributed.elastic.rendezvous.api import RendezvousClosedError, RendezvousTimeoutError
+
+from ddp_lib.exercises.lesson06b import check_nnodes_reading
+
+RIGHT = dict(completes=(3, 2), world_size=2, first_error="RendezvousTimeoutError",
+             second_error="RendezvousClosedError")
+
+
+@pytest.mark.parametrize("reading", [
+    RIGHT,
+    dict(completes="3 then 2", world_size="2", first_error=RendezvousTimeoutError,
+         second_error="torch.distributed.DistNetworkError: Failed to recv, got 0 bytes"),
+    dict(completes="nnodes_3_then_2", world_size=2.0, first_error=RendezvousTimeoutError("deadline"),
+         second_error=RendezvousClosedError()),
+    dict(completes=[3, 2], world_size=2, first_error="torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+         second_error="RendezvousConnectionError: The connection to the C10d store has failed. See inner exception "
+                      "for details. (DistNetworkError inside)"),
+    dict(completes=(3, 2), world_size=2, first_error=RendezvousTimeoutError, second_error=DistNetworkError),
+])
+def test_right_readings_pass_however_written(reading):
+    report = check_nnodes_reading(**reading)
+    assert report.passed, str(report)
+    assert len(report.lines) == 4
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(completes=(2, 3)), "the node that joins has 3"),
+    (dict(world_size=3), "world comes from the round"),
+    (dict(first_error="RendezvousClosedError"), "join deadline passes first"),
+    (dict(second_error="RendezvousTimeoutError"), "ends the store it hosts"),
+    (dict(completes="whichever"), "such as (3, 2)"),
+    (dict(world_size=True), "as an int"),
+    (dict(second_error="it hung"), "give the name of the error"),
+])
+def test_each_honest_mistake_fails_with_its_own_line(change, says):
+    report = check_nnodes_reading(**{**RIGHT, **change})
+    assert not report.passed
+    failed = [line for line in report.lines if line.startswith("FAIL")]
+    assert len(failed) == 1 and says in failed[0], str(report)
+
+
+def test_an_empty_reading_says_what_to_write():
+    report = check_nnodes_reading()
+    assert not report.passed and "check_nnodes_reading(completes=" in str(report)
