@@ -74,5 +74,5 @@ def test_the_agent_sketch_names_the_rank_that_fails():
 def test_the_cluster_sketches_say_what_each_mistake_gives():
     assert any("read_timeout" in t for t in texts(plot_closed_port()))
     mismatch = texts(plot_nnodes_mismatch())
-    assert any("the job runs" in t for t in mismatch) and any("both time out" in t for t in mismatch)
+    assert any("the job runs" in t for t in mismatch) and any("node0 times out" in t for t in mismatch)
     assert any("listens on nothing" in t for t in texts(plot_what_listens_where()))
