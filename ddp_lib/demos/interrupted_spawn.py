@@ -69,6 +69,10 @@ def wait_for_each_other(rank: int, world_size: int, init_method: str, ready_dir:
     import torch.distributed as dist
 
     if rank >= world_size:
+        # As in a kernel's children: Ctrl-C raises KeyboardInterrupt. A forkserver started by a process
+        # that ignores or blocks SIGINT (a test runner's worker, say) passes that on through its exec.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         _say_ready(ready_dir, rank)
         time.sleep(120)
         return
