@@ -7,9 +7,7 @@ computes (tests/test_lesson09.py).
     run_ranks(measured_runs, 2, kwargs=dict(runs={"bf16": dict(precision="bf16")}))
 """
 
-import inspect
 import statistics
-import textwrap
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -173,15 +171,6 @@ def counting_backend(name: str, graphs: list[torch.fx.GraphModule]) -> Callable:
         return compile_graph(gm, example_inputs)
 
     return backend
-
-
-def excerpt(fn: Callable, first: str, last: str) -> str:
-    """The lines of ``fn``'s source from the first one containing ``first`` to the next one containing
-    ``last``, dedented: the lines of a worker that make the lesson's point."""
-    lines = inspect.getsource(fn).splitlines()
-    start = next(i for i, line in enumerate(lines) if first in line)
-    stop = next(i for i in range(start, len(lines)) if last in lines[i])
-    return textwrap.dedent("\n".join(lines[start:stop + 1]))
 
 
 def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:

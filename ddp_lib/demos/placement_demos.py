@@ -14,6 +14,8 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ddp_lib.demos.source_lines import source_text
+
 
 def bound_device(rank: int, world_size: int, use_device_id: bool) -> dict:
     """Join an nccl group after ``set_device(local_rank)``, with or without ``device_id``; return
@@ -57,14 +59,12 @@ def destroy_group_quietly() -> None:
 def _source_lines(fn, first: str, last: str) -> str:
     """The lines of ``fn``'s source from the first line starting with ``first`` to the next one
     starting with ``last``, dedented, under a comment naming where they come from."""
-    lines = inspect.getsource(fn).splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip().startswith(first)), None)
-    end = next((i for i in range(start or 0, len(lines)) if lines[i].strip().startswith(last)), None)
-    if start is None or end is None:
-        raise RuntimeError(f"torch {torch.__version__} changed {fn.__qualname__}: {first!r} ... {last!r} not found")
-    shown = lines[start:end + 1]
-    indent = min(len(line) - len(line.lstrip()) for line in shown if line.strip())
-    return f"# {fn.__module__}.{fn.__qualname__}\n" + "\n".join(line[indent:] for line in shown)
+    try:
+        text = source_text(fn, first, last)
+    except ValueError:
+        raise RuntimeError(f"torch {torch.__version__} changed {fn.__qualname__}: "
+                           f"{first!r} ... {last!r} not found") from None
+    return f"# {fn.__module__}.{fn.__qualname__}\n{text}"
 
 
 def ddp_moves_inputs_source() -> str:
