@@ -1,16 +1,17 @@
 """ddp_lib.demos.batch_scaling: the numbers lesson 05 quotes from its batch-size and learning-rate runs."""
 
 import pytest
+import torch
 
 from ddp_lib.demos.batch_scaling import (
     FOUR_RANKS,
     ONE_RANK,
-    batch_norm_against_one_rank,
-    same_global_batch,
+    global_batch_curves,
     summarize_lr_scaling,
 )
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
+from ddp_lib.workers.train_pitfalls import train_runs
 
 
 def test_summary_by_hand():
@@ -38,7 +39,11 @@ def test_summary_when_the_scaled_rate_is_not_closer():
 
 def test_same_global_batch_runs_agree():
     two_ranks = run_ranks(train, 2, kwargs=dict(epochs=1, batch_size=16, lr=0.1), show_output=False)[0]
-    runs = same_global_batch(two_ranks["losses"], epochs=1)
+    one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
+    global_64 = {f"{n} rank{'s' if n > 1 else ''} x batch {64 // n}":  # lesson 05's three jobs, one epoch
+                 run_ranks(train, n, kwargs=dict(epochs=1, batch_size=64 // n, lr=0.1), **one_thread)
+                 for n in (1, 2, 4)}
+    runs = global_batch_curves(two_ranks["losses"], global_64, epochs=1)
     assert runs["losses_equal"] and runs["params_equal"]
     assert len(runs["global_64"]) == 3 and len(runs["per_rank_16"]) == 3
     assert runs["per_rank_16"]["2 ranks, global batch 32"] == two_ranks["losses"]
@@ -46,7 +51,12 @@ def test_same_global_batch_runs_agree():
 
 
 def test_synchronised_batch_norm_matches_one_rank_and_per_rank_does_not():
-    # Lesson 05's batch-norm cell: 2 ranks x 16 against 1 rank x 32.
-    runs = batch_norm_against_one_rank(epochs=2)
+    # Lesson 05's batch-norm cell, as it runs it: 2 ranks x 16 against 1 rank x 32.
+    one_rank = run_ranks(train, 1, kwargs=dict(epochs=2, batch_size=32, norm="batch"), show_output=False)[0]
+    norms = ("batch", "sync")
+    two_ranks = run_ranks(train_runs, 2, kwargs=dict(runs=[dict(epochs=2, batch_size=16, norm=n) for n in norms]),
+                          show_output=False)[0]
+    runs = {norm: {"difference": (torch.tensor(run["params"]) - torch.tensor(one_rank["params"])).abs().max().item()}
+            for norm, run in zip(norms, two_ranks)}
     assert runs["sync"]["difference"] < 1e-4
     assert runs["batch"]["difference"] > 1e-2

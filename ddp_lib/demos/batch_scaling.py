@@ -1,9 +1,8 @@
 """Lesson 05's batch-size and learning-rate runs: the jobs of "The same job on 1, 2 and 4 ranks" and
 "The learning rate for a bigger global batch", and the numbers the lesson quotes from them.
 
-    runs = same_global_batch(two_rank_losses)            # three jobs on 1, 2 and 4 ranks, then one on 1 rank
-    scaling = lr_scaling(runs["one_rank_losses"])       # one job: 10 trainings on 4 ranks
-    norms = batch_norm_against_one_rank()               # two jobs: batch norm per rank and synchronised
+    runs = global_batch_curves(two_rank_losses, global_64)  # global_64: the lesson's three jobs on 1, 2, 4 ranks
+    scaling = lr_scaling(runs["one_rank_losses"])           # one job: 10 trainings on 4 ranks
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
 losses within 1e-5. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
@@ -14,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from ddp_lib.launch import run_ranks
-from ddp_lib.workers.train import train
 from ddp_lib.workers.train_pitfalls import train_runs
 
 SEEDS = range(5)
@@ -25,17 +23,6 @@ FOUR_RANKS = {"lr 0.1": "4 ranks, lr 0.1 (global batch 64)", "lr 0.4": "4 ranks,
 
 def _max_gap(curves: list[list[float]]) -> float:
     return max(abs(a - b) for other in curves[1:] for a, b in zip(curves[0], other))
-
-
-def same_global_batch(two_ranks_16: list[float], epochs: int = 8) -> dict:
-    """Train at a global batch of 64 on 1, 2 and 4 ranks (lr 0.1, seed 0), then :func:`global_batch_curves`.
-    ``two_ranks_16`` holds the losses of a 2-rank, batch-16 run already trained. Lesson 05 runs the three
-    jobs in its cell, as literal ``run_ranks`` calls, and calls :func:`global_batch_curves` itself."""
-    one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
-    global_64 = {f"{n} rank{'s' if n > 1 else ''} x batch {64 // n}":
-                 run_ranks(train, n, kwargs=dict(epochs=epochs, batch_size=64 // n, lr=0.1), **one_thread)
-                 for n in (1, 2, 4)}
-    return global_batch_curves(two_ranks_16, global_64, epochs=epochs)
 
 
 def global_batch_curves(two_ranks_16: list[float], global_64: dict[str, list[dict]], epochs: int = 8) -> dict:
@@ -96,17 +83,3 @@ def lr_scaling(one_rank_losses: list[list[float]], epochs: int = 8) -> dict:
     losses = {name: [results[len(SETTINGS) * seed + j]["losses"] for seed in SEEDS]  # per seed, per epoch
               for j, name in enumerate(SETTINGS)}
     return {"losses": losses, **summarize_lr_scaling(losses, one_rank_losses)}
-
-
-def batch_norm_against_one_rank(epochs: int = 4) -> dict:
-    """Batch norm with per-rank statistics (``norm="batch"``) and with the global batch's (``norm="sync"``):
-    2 ranks x 16 against 1 rank x 32, seed 0. Returns {norm: {"difference" (largest parameter difference
-    from 1 rank), "final_loss"}} for "batch" and "sync"."""
-    reference = run_ranks(train, 1, kwargs=dict(epochs=epochs, batch_size=32, norm="batch"), show_output=False,
-                          env={"OMP_NUM_THREADS": "1"})[0]  # one thread, as in same_global_batch
-    norms = ("batch", "sync")
-    two_ranks = run_ranks(train_runs, 2, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, norm=n) for n in norms]),
-                          show_output=False)[0]
-    return {norm: {"difference": (torch.tensor(run["params"]) - torch.tensor(reference["params"])).abs().max().item(),
-                   "final_loss": run["losses"][-1]}
-            for norm, run in zip(norms, two_ranks)}
