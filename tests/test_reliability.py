@@ -217,3 +217,14 @@ def test_the_tutorials_own_setup_and_cleanup_never_hang_on_teardown():
         except Exception as exc:  # counted: the assertion below reports them
             failures.append(f"launch {i}: {exc!r}")
     assert failures == []
+
+
+def test_a_group_destroyed_inside_a_function_the_worker_calls_is_held_from_its_creation():
+    # An exercise checker calls the learner's function, whose model dies as it returns, right
+    # after its cleanup(): the group must already be held then, however short the function
+    # (a poll that looked for groups every 20 ms lost that race on a busy machine).
+    import tutorial_workers
+
+    for _ in range(10):
+        held = run_ranks(tutorial_workers.basic_inside_a_function, 3, timeout=30, show_output=False)
+        assert held == [1, 1, 1]

@@ -44,3 +44,14 @@ def demo_basic(rank, world_size):
     loss_fn(outputs, labels).backward()
     optimizer.step()
     cleanup()
+
+
+
+def basic_inside_a_function(rank, world_size):
+    """demo_basic called from the worker, as an exercise checker calls a learner's function: its
+    DDP model is freed as demo_basic returns, after cleanup(), before the worker returns.
+    Returns how many process groups the launcher's rank holds (its registry's ``kept``) by then."""
+    from torch.distributed import distributed_c10d
+
+    demo_basic(rank, world_size)
+    return len(getattr(distributed_c10d._pg_map, "kept", ()))

@@ -71,19 +71,23 @@ def _train(rank: int):
 
 def _drop_launcher_references(what: str) -> None:
     """Undo what the launcher's child keeps alive, if it keeps anything: the worker's frame
-    (``kept`` of ``_call_keeping_locals``) and every process group (``groups`` of ``run_rank``,
-    filled by ``_keep_process_groups``), so the worker's locals are freed as it returns."""
+    (``kept`` of ``_call_keeping_locals``) and every process group (the list that torch's group
+    registry fills, ``_keep_process_groups``), so the worker's locals are freed as it returns."""
+    from torch.distributed import distributed_c10d
+
     child = sys.modules.get("ddp_lib.launch._child")
-    names = {"frame": ("kept",), "groups": ("groups",), "both": ("kept", "groups")}[what]
-    if child is not None and hasattr(child, "_keep_process_groups") and "groups" in names:
-        child._keep_process_groups = lambda kept: None  # the watch thread looks it up on every poll
-    frame = sys._getframe(1)
-    while frame is not None:
-        for name in names:
-            held = frame.f_locals.get(name) if frame.f_code.co_filename == getattr(child, "__file__", None) else None
-            if isinstance(held, (list, set)):
+    if what in ("groups", "both"):
+        groups = getattr(distributed_c10d._pg_map, "kept", None)  # ddp_lib.launch._child._RegistryThatKeeps
+        if isinstance(groups, list):
+            groups.clear()
+            distributed_c10d._pg_map = dict(distributed_c10d._pg_map)  # groups created from here on: not kept
+    if what in ("frame", "both"):
+        frame = sys._getframe(1)
+        while frame is not None:
+            held = frame.f_locals.get("kept") if frame.f_code.co_filename == getattr(child, "__file__", None) else None
+            if isinstance(held, list):
                 held.clear()
-        frame = frame.f_back
+            frame = frame.f_back
 
 
 def launcher_worker(rank: int, world_size: int, ending: str, hang_s: float, unkept: str) -> str:

@@ -33,8 +33,7 @@ from ddp_lib.launch._output import NO_ROOM, RankOutput, remove_if_left_by_the_de
 from ddp_lib.launch._processes import descendants, kill_all
 from ddp_lib.launch._stacks import answer_requests
 
-# How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone, and takes
-# a reference to the process groups it has created.
+# How often the rank checks that the worker left MASTER_ADDR/MASTER_PORT alone.
 WATCH_POLL_S = 0.02
 # The signal on which a rank writes every thread's Python stack to its stderr file, for a person
 # (`kill -USR1 PID`); the launcher asks for the stacks as data instead (ddp_lib.launch._stacks).
@@ -195,23 +194,37 @@ def _store_env_changed(expected: dict[str, str]) -> str | None:
     return None
 
 
-def _keep_process_groups(kept: set) -> None:
-    """Hold a reference to every process group the worker has created, so that none is
-    destroyed before the process ends, even by a DDP model freed inside a function the worker
-    calls (see _call_keeping_locals for why that can deadlock).
+class _RegistryThatKeeps(dict):
+    """torch's registry of live process groups (``distributed_c10d._pg_map``), which also appends
+    every group registered in it to ``kept``, so that no group is ever destroyed before the process
+    ends: not by ``destroy_process_group()`` with a DDP model still alive, nor by that model when it
+    is freed later, inside a function the worker calls (see _call_keeping_locals for why that can
+    deadlock). Held from the moment the group is created, not found later by a poll, which a short
+    worker on a busy machine can outrun.
     torch 2.13 (tools/gloo_shutdown_check.py): inner-cleanup --unkept groups 15 of 52 hung, --unkept frame 0 of 200."""
-    c10d = sys.modules.get("torch.distributed.distributed_c10d")  # never import from this thread
-    try:
-        kept.update(list(c10d._world.pg_map))
-    except (AttributeError, RuntimeError):  # not imported yet, or a torch without this registry
-        pass
+
+    def __init__(self, registry: dict, kept: list) -> None:
+        super().__init__(registry)
+        self.kept = kept
+        kept.extend(registry)
+
+    def __setitem__(self, group, value) -> None:  # torch registers a new group with pg_map[pg] = ...
+        self.kept.append(group)
+        super().__setitem__(group, value)
 
 
-def _watch(store_env: dict[str, str] | None, reporter: _Reporter, kept: set) -> None:
+def _keep_process_groups(kept: list) -> None:
+    """Have every process group this rank creates appended to ``kept`` (see _RegistryThatKeeps)."""
+    from torch.distributed import distributed_c10d
+
+    if isinstance(getattr(distributed_c10d, "_pg_map", None), dict):  # torch's global, read through _world.pg_map
+        distributed_c10d._pg_map = _RegistryThatKeeps(distributed_c10d._pg_map, kept)
+
+
+def _watch(store_env: dict[str, str], reporter: _Reporter) -> None:
     while True:
         time.sleep(WATCH_POLL_S)
-        _keep_process_groups(kept)
-        problem = _store_env_changed(store_env) if store_env else None
+        problem = _store_env_changed(store_env)
         if problem:
             reporter.finish(1, ("error", Failure("", problem, time=time.time())))
 
@@ -228,8 +241,8 @@ def _call_keeping_locals(fn, args: tuple, kwargs: dict, kept: list):
     threads, and one of them may be waiting for the GIL to free the last finished work of a
     backward pass (that work holds a Python object: the contextvars context that autograd stashes
     in thread-local state): a deadlock. Held here, they are never freed: the process ends with
-    os._exit. This covers the worker's own frame at once; _keep_process_groups covers groups whose
-    last user dies in a function the worker calls, from its next poll (WATCH_POLL_S) on.
+    os._exit. This covers the worker's own frame; _keep_process_groups covers groups whose last
+    user dies in a function the worker calls.
     torch 2.13 (tools/gloo_shutdown_check.py): cleanup-returned --unkept both 17 of 49 hung, kept 0 of 200.
     """
     def note_first_frame(frame, event, arg):
@@ -292,8 +305,9 @@ def run_rank(spec: RankSpec, wake_conn, lifeline, inherited_lifeline_fd: int | N
         _record.write_rank()
     sys.path[:] = spec.sys_path
     os.chdir(spec.cwd)
-    groups: set = set()  # every process group seen: never freed, see _keep_process_groups
-    threading.Thread(target=_watch, args=(spec.store_env, reporter, groups), daemon=True).start()
+    if spec.store_env:
+        threading.Thread(target=_watch, args=(spec.store_env, reporter), daemon=True).start()
+    groups: list = []  # every process group created: never freed, see _keep_process_groups
     kept: list = []  # the worker's frame or exception: never freed, see _call_keeping_locals
     try:
         import torch
@@ -309,6 +323,7 @@ def run_rank(spec: RankSpec, wake_conn, lifeline, inherited_lifeline_fd: int | N
         import torch.distributed as dist
 
         dist.set_debug_level_from_env()
+        _keep_process_groups(groups)
         fn = pkgutil.resolve_name(spec.fn_ref)
         args, kwargs = pickle.loads(spec.args_blob)
         leading = (spec.rank, spec.world_size) if spec.pass_world_size else (spec.rank,)
