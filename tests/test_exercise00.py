@@ -130,6 +130,13 @@ LOSS_WRONG = {
     dist.destroy_process_group()
     return total.item() / world_size, parameters.tolist()
 """, "FAIL world_size 2: rank 0 returned the loss", "the mean of the ranks' losses"),
+    "parameters_before_step": ("""
+    grads = torch.cat([p.grad.flatten() for p in ddp_model.module.parameters()])
+    before = parameters + 0.001 * grads  # undoes the SGD step: the parameters as they were before it
+    dist.destroy_process_group()
+    return round(loss.item(), 4), before.tolist()
+""", "FAIL world_size 1: rank 0 returned the parameters as they were before optimizer.step()",
+        "return them after optimizer.step()"),
 }
 
 

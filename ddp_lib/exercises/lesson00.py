@@ -24,11 +24,19 @@ PARAMETERS = 10 * 10 + 10 + 5 * 10 + 5  # ToyModel: net1 (10 -> 10) and net2 (10
 RETURN_HINT = "return the loss and the parameters, for example: return round(loss.item(), 4), parameters"
 
 
+def toy_model() -> torch.nn.Module:
+    """ToyModel's layers, drawn in the same order, so one seed gives the same weights."""
+    return torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.ReLU(), torch.nn.Linear(10, 5))
+
+
+def start_parameters() -> torch.Tensor:
+    """Rank 0's parameters before any step (its seed, 0), which DDP broadcasts to every rank, flattened."""
+    torch.manual_seed(0)
+    return torch.cat([p.detach().flatten() for p in toy_model().parameters()])
+
+
 def own_losses(world_size: int) -> list[float]:
     """Each rank's loss in the fixed file: rank 0's weights (DDP's broadcast), each rank's batch from its seed."""
-    def toy_model():  # ToyModel's layers, drawn in the same order
-        return torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.ReLU(), torch.nn.Linear(10, 5))
-
     torch.manual_seed(0)
     start = toy_model()
     losses = []
@@ -97,6 +105,11 @@ def check_loss_runs(fn: Callable, timeout: float = 120.0) -> Report:
         report.ok(f"world_size {world_size}: each rank's loss, "
                   + ", ".join(f"rank {rank} {loss:.4f}" for rank, (loss, _, _) in enumerate(parts)))
     first, second = torch.tensor(runs[1][0][1]), torch.tensor(runs[2][0][1])
+    # One SGD step moves some parameter by about 1e-4 here; parameters taken before the step moved by none.
+    if (first - start_parameters()).abs().max().item() < 1e-6:
+        report.fail("world_size 1: rank 0 returned the parameters as they were before optimizer.step(); "
+                    "return them after optimizer.step(), as the fixed file does")
+        return report
     if not all(torch.equal(torch.tensor(parameters), second) for _, parameters, _ in runs[2]):
         report.fail("world_size 2: the ranks returned different parameters; return the model's parameters "
                     "after optimizer.step(), as the fixed file does")
