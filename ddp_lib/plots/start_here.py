@@ -77,7 +77,7 @@ def plot_live_ranks(world_size: int = 4) -> Figure:
         _box(ax, x, 0.9, 1.4, 0.8, f"rank {rank}\nruns the text;\nkeeps its variables", RANK_COLOURS[rank])
         _arrow(ax, (width / 2, 2.5), (x + 0.7, 1.7))
     ax.text(width / 2, 0.45, "the processes stay up between cells, until %ranks stop", ha="center", fontsize=9)
-    ax.text(width / 2, 0.05, "source text is sent, not a function object: no function is pickled", ha="center",
+    ax.text(width / 2, 0.05, "only the cell's text is sent: no file needed, unlike mp.spawn", ha="center",
             fontsize=9)
     ax.set_xlim(-0.1, width)
     ax.set_ylim(-0.2, 3.3)
