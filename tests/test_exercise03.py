@@ -106,14 +106,21 @@ def one_step(rank, world_size):
 
 # Answers that must be refused, with the words the report must contain.
 WRONG = {
+    # RANK % GPUs would equal LOCAL_RANK on a node with as many GPUs as ranks: the faked node has 4 GPUs, 2 ranks.
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
-                  "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
+                  "called set_device(3) (that is RANK: read LOCAL_RANK instead)"),
+    # The tutorial's mp.spawn habit, its rank taken as the local rank: the same mistake under torchrun.
+    "spawn_rank_as_local_rank": (GOOD.replace('int(os.environ["LOCAL_RANK"])', "rank"),
+                                 "called set_device(3) (that is RANK: read LOCAL_RANK instead)"),
+    # The GPU branch right, the CPU branch's reported local rank taken from RANK: the simulated nodes catch it.
+    "reports_rank": (GOOD.replace('return {"local_rank": local_rank', 'return {"local_rank": rank'),
+                     "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
     "set_device_after_init": (GOOD.replace(SET_DEVICE_FIRST, SET_DEVICE_LATE),
                               "did not call torch.cuda.set_device before init_process_group (it came after"),
     "no_set_device": (GOOD.replace("        torch.cuda.set_device(device)\n", "        pass\n"),
                       "did not call torch.cuda.set_device before init_process_group: call it first"),
     "set_device_of_rank": (GOOD.replace("torch.cuda.set_device(device)", "torch.cuda.set_device(rank)"),
-                           "called set_device(3) (that is RANK: use LOCAL_RANK)"),
+                           "called set_device(3) (that is RANK: read LOCAL_RANK instead)"),
     "no_device_id": (GOOD.replace("device_id=device if use_gpu else None", "device_id=None"),
                      "passed device_id=None to init_process_group: pass device_id=device"),
     "gloo_on_gpus": (GOOD.replace('"nccl" if use_gpu else "gloo"', '"gloo"'),
@@ -165,7 +172,7 @@ def _write(tmp_path, monkeypatch, name, source):
 def test_right_answers_pass_on_both_layouts(name, source, tmp_path, monkeypatch):
     report = check_device_worker(_write(tmp_path, monkeypatch, name, source))
     assert report.passed and len(report.lines) == 3, str(report)
-    assert report.lines[0].startswith("PASS on a node with 2 GPUs (faked)")
+    assert report.lines[0].startswith("PASS on a node with 4 GPUs and 2 ranks (faked)")
     assert report.lines[1].startswith("PASS 2 nodes x 2 ranks") and report.lines[2].startswith("PASS 1 node x 3 ranks")
 
 

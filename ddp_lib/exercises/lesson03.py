@@ -18,6 +18,7 @@ from ddp_lib.workers.shared import ToyModel, param_checksum
 
 LAYOUTS = {4: (2, "2 nodes x 2 ranks"), 3: (3, "1 node x 3 ranks")}  # world size: (processes per node, said)
 LR = 0.01  # the exercise's learning rate
+NODE = "on a node with 4 GPUs and 2 ranks (faked)"  # gpu_order's node: RANK % 4 differs from LOCAL_RANK % 4
 # Tried before checking.SHARED_HINTS, whose GPU hint is about process_group, which this exercise does not use.
 HINTS = ((r"device_id parameter must be an accelerator|device_id .* does not match the current compilation",
           "device_id= is for a GPU: pass it only where CUDA is available, and call "
@@ -96,11 +97,13 @@ def diagnose(runs: list[dict]) -> str | None:
 
 
 def gpu_order(fn: Callable) -> str | None:
-    """Run ``fn(3, 4)`` in this process as rank 3, LOCAL_RANK 1, on a node said to have 2 CUDA GPUs, up to its
+    """Run ``fn(3, 4)`` in this process as rank 3, LOCAL_RANK 1, on a node said to have 4 CUDA GPUs, up to its
     ``init_process_group`` and the first error after it (its model cannot go to a GPU this machine lacks).
     ``torch.cuda.is_available``, ``device_count``, ``set_device`` and ``dist.init_process_group`` are
     stand-ins that record their calls, so no GPU is needed. Returns the first mistake in the GPU lines
-    (set_device first, on cuda:1; then nccl with device_id=cuda:1), or None."""
+    (set_device first, on cuda:1; then nccl with device_id=cuda:1), or None. The node runs 2 ranks on 4 GPUs,
+    so RANK % 4 = 3 differs from LOCAL_RANK % 4 = 1: with as many GPUs as ranks per node, RANK % GPUs would
+    equal LOCAL_RANK, and an answer that reads RANK would pass here."""
     calls: list[tuple] = []
 
     def set_device(device) -> None:
@@ -112,7 +115,7 @@ def gpu_order(fn: Callable) -> str | None:
         calls.append(("init_process_group", backend,
                       device_id if isinstance(device_id, int) or device_id is None else torch.device(device_id).index))
 
-    stand_ins = {"torch.cuda.is_available": lambda: True, "torch.cuda.device_count": lambda: 2,
+    stand_ins = {"torch.cuda.is_available": lambda: True, "torch.cuda.device_count": lambda: 4,
                  "torch.cuda.set_device": set_device, "torch.accelerator.set_device_index": set_device,
                  "torch.distributed.init_process_group": init_process_group,
                  "torch.distributed.distributed_c10d.init_process_group": init_process_group,
@@ -136,26 +139,26 @@ def gpu_order(fn: Callable) -> str | None:
                     said = str(error).splitlines()[0][:120] if str(error) else ""
                     if isinstance(error, NotImplementedError):  # the stub: its message says what to write
                         return f"rank 3 raised NotImplementedError: {said}"
-                    return (f"on a node with 2 GPUs (faked), rank 3 raised {type(error).__name__}: {said}; only "
+                    return (f"{NODE}, rank 3 raised {type(error).__name__}: {said}; only "
                             "torch.cuda.is_available, device_count, set_device and dist.init_process_group are "
                             "faked: call those yourself, and build the model after init_process_group")
     joins = [i for i, call in enumerate(calls) if call[0] == "init_process_group"]
     if not joins:
-        return "on a node with 2 GPUs (faked), rank 3 never called dist.init_process_group: join the group yourself"
+        return f"{NODE}, rank 3 never called dist.init_process_group: join the group yourself"
     _, backend, device_id = calls[joins[0]]
     devices = [call[1] for call in calls[:joins[0]] if call[0] == "set_device"]
     if not devices:
         later = " (it came after init_process_group)" if any(call[0] == "set_device" for call in calls) else ""
-        return (f"on a node with 2 GPUs (faked), rank 3 did not call torch.cuda.set_device before "
+        return (f"{NODE}, rank 3 did not call torch.cuda.set_device before "
                 f"init_process_group{later}: call it first, with the rank's device")
     if devices[-1] != 1:
-        hint = " (that is RANK: use LOCAL_RANK)" if devices[-1] == 3 else ""
-        return (f"on a node with 2 GPUs (faked), rank 3 (LOCAL_RANK 1) called set_device({devices[-1]}){hint}: "
+        hint = " (that is RANK: read LOCAL_RANK instead)" if devices[-1] == 3 else ""
+        return (f"{NODE}, rank 3 (LOCAL_RANK 1) called set_device({devices[-1]}){hint}: "
                 "expected cuda:1")
     if backend is not None and "nccl" not in str(backend):
-        return f"on a node with 2 GPUs (faked), rank 3 joined with backend {backend!r}: use \"nccl\" for CUDA GPUs"
+        return f"{NODE}, rank 3 joined with backend {backend!r}: use \"nccl\" for CUDA GPUs"
     if device_id != 1:
-        return (f"on a node with 2 GPUs (faked), rank 3 passed device_id={device_id} to init_process_group: "
+        return (f"{NODE}, rank 3 passed device_id={device_id} to init_process_group: "
                 "pass device_id=device, the rank's GPU (cuda:1)")
     return None
 
@@ -173,7 +176,7 @@ def check_device_worker(fn: Callable, timeout: float = 120):
                           passed=lambda runs: f"every rank used its LOCAL_RANK's device "
                           f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
                           "of all ranks' gradients to the same parameters")
-    report.lines.insert(0, "PASS on a node with 2 GPUs (faked): set_device(cuda:1), then init_process_group(\"nccl\", "
+    report.lines.insert(0, f"PASS {NODE}: set_device(cuda:1), then init_process_group(\"nccl\", "
                            "device_id=cuda:1)")
     return report
 
