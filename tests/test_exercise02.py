@@ -223,10 +223,15 @@ def test_partial_bad_rank_wants_the_exception_itself(error):
     (0, TWICE, "give only bad_rank by keyword"),
     (0, "Process 0 terminated with the following error (rank 0): NameError: name 'x' is not defined",
      "not fail_on_rank's ValueError"),
-], ids=["unset", "a_word", "no_run", "the_default", "world_size", "keyword_lost", "rank_by_keyword", "other_error"])
+    (0, "positional", "bind bad_rank by name"),
+], ids=["unset", "a_word", "no_run", "the_default", "world_size", "keyword_lost", "rank_by_keyword", "other_error",
+        "bound_by_position"])
 def test_partial_bad_rank_mistakes_are_named(answer, error, fix):
+    if error == "positional":  # functools.partial(fail_on_rank, 0): the launcher refuses it before any rank starts
+        error = raised_by(ddp_lib.mp.spawn, functools.partial(fail_on_rank, 0), (2,))
     report = check_partial_bad_rank(answer, error)
     assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report
+    assert "bad_rank=0" not in report.lines[0] or fix != "bind bad_rank by name", report  # a hint, not the answer
 
 
 @pytest.mark.parametrize("code, line", [(1, CLI_LINE), (int("1"), CLI_LINE + "\n"), (1, "\n" + CLI_LINE)],
@@ -240,12 +245,12 @@ def test_cli_bad_rank_right_answers_pass(code, line):
     ("1", CLI_LINE, "expected a whole number"),
     (2, None, "the rank told to fail, not the exit code"),
     (0, CLI_LINE, "success"),
-    (2, CLI_LINE, "bad input"),
+    (2, CLI_LINE, "the rank told to fail, not the exit code"),
     (1, None, "set cli_line"),
     (1, "ValueError: rank 2 of 3 was told to fail", "starts with 'ddp_lib:'"),
     (1, "ddp_lib: rank 2 failed", "ValueError"),
-], ids=["unset", "a_string", "the_bad_rank", "echo_after_another_command", "bad_input", "no_line", "traceback_line",
-        "line_made_up"])
+], ids=["unset", "a_string", "the_bad_rank", "echo_after_another_command", "the_bad_rank_with_line", "no_line",
+        "traceback_line", "line_made_up"])
 def test_cli_bad_rank_mistakes_are_named(code, line, fix):
     report = check_cli_bad_rank(code, line)
     assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report

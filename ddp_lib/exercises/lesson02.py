@@ -152,6 +152,9 @@ def _partial_said(answer, error) -> str:
         return ("Not yet: set partial_error to the exception that ddp_lib.mp.spawn(functools.partial(fail_on_rank, "
                 "bad_rank=0), args=(2,), nprocs=2) raised (except Exception as e: partial_error = e).")
     said = str(error)
+    if "binds positional arguments" in said:
+        return ("your partial binds its value by position, and the launcher would pass the rank after it: "
+                "bind bad_rank by name in the partial.")
     if "multiple values for argument" in said:
         return (f"your run raised: {readable_line(said)}. The launcher passes the rank first, by position: "
                 "give only bad_rank by keyword, functools.partial(fail_on_rank, bad_rank=0).")
@@ -193,9 +196,10 @@ def _cli_said(exit_code, line) -> str:
     code = _rank_answer(exit_code)
     if code is None:
         return f"exit_code = {exit_code!r}: expected a whole number, such as 0."
-    if code == 2 and not line:
-        return ("exit_code = 2: that is the rank told to fail, not the exit code. Run the command, then "
-                "echo $? at once: $? is the exit code of the last command.")
+    if code == 2:  # --bad-rank 2 is the likelier source; ddp_lib's own 2 (bad input) starts no rank
+        return ("exit_code = 2: the 2 of --bad-rank 2 is the rank told to fail, not the exit code. Run the command, "
+                "then echo $? at once: $? is the exit code of the last command. If $? really is 2, ddp_lib "
+                "refused the command as bad input: check it as written.")
     if code != 1:
         meaning = _CLI_EXIT_CODES.get(code, "not one of ddp_lib's exit codes")
         return (f"exit_code = {code}, which ddp_lib uses for {meaning}. Check the command as written "
