@@ -192,6 +192,16 @@ UNREACHED_RIGHT = {
     visit(output.grad_fn)
     return {p for p in parameters if p not in reached}
 """,
+    "list_compared_with_is": """
+    reached, stack = [], [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None:
+            if hasattr(node, "variable"):
+                reached.append(node.variable)
+            stack.extend(child for child, _ in node.next_functions)
+    return [p for p in parameters if not any(p is r for r in reached)]
+""",
     "autograd_grad_allow_unused": """
     grads = torch.autograd.grad(output.sum(), parameters, allow_unused=True, retain_graph=True)
     return [p for p, g in zip(parameters, grads) if g is None]
@@ -224,6 +234,16 @@ UNREACHED_WRONG = {
             stack.extend(child for child, _ in node.next_functions)
     return [p for p in parameters if id(p) in reached]
 """, "return the others, those NOT reached"),
+    "tensor_in_a_list": ("""
+    reached, stack = [], [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is not None:
+            if hasattr(node, "variable"):
+                reached.append(node.variable)
+            stack.extend(child for child, _ in node.next_functions)
+    return [p for p in parameters if p not in reached]
+""", "compare parameters by identity"),
     "returns_names": ("""
     return [str(i) for i, p in enumerate(parameters)]
 """, "return the parameter tensors themselves"),

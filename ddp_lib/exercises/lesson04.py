@@ -201,6 +201,20 @@ def _judge_unreached(model: nn.Module, output: torch.Tensor, answer: object) -> 
     return f"expected {_names(model, expected)}; got {_names(model, got)}"
 
 
+# What `p in a_list_of_tensors` raises: `in` compares with ==, value by value, and asks bool() of the result.
+_TENSOR_IN_LIST_ERRORS = ("must match the size", "more than one value is ambiguous")
+
+
+def _raised_hint(e: Exception) -> str:
+    """The fix for an error that names a common mistake ("" when none fits)."""
+    if isinstance(e, AttributeError) and "NoneType" in str(e):
+        return "; next_functions holds (None, 0) where an input needs no gradient: skip a None node"
+    if isinstance(e, RuntimeError) and any(m in str(e) for m in _TENSOR_IN_LIST_ERRORS):
+        return ("; `p in a_list` compares tensors with ==, value by value: compare parameters by identity, "
+                "with a set of id(node.variable), or a set of the tensors themselves (hashed by identity)")
+    return ""
+
+
 def check_unreached_parameters(fn: Callable) -> Report:
     """A report on ``fn(output, parameters)``: one line per case, each a forward whose backward has not run."""
     report = Report()
@@ -208,9 +222,7 @@ def check_unreached_parameters(fn: Callable) -> Report:
         try:
             problem = _judge_unreached(model, output, fn(output, list(model.parameters())))
         except Exception as e:  # the learner's code: any error is reported, with a hint where one fits
-            hint = ("; next_functions holds (None, 0) where an input needs no gradient: skip a None node"
-                    if isinstance(e, AttributeError) and "NoneType" in str(e) else "")
-            report.fail(f"{case}: it raised {type(e).__name__}: {e}{hint}")
+            report.fail(f"{case}: it raised {type(e).__name__}: {e}{_raised_hint(e)}")
             continue
         if problem:
             report.fail(f"{case}: {problem}")
