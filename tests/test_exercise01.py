@@ -251,6 +251,13 @@ SWAP_RIGHT = {
         [r.wait() for r in requests]
         return received.tolist()
 """,
+    "waits_last_first": """
+        requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
+                                           dist.P2POp(dist.irecv, received, 1 - rank)])
+        while requests:
+            requests.pop().wait()
+        return received
+""",
 }
 SWAP_WRONG = {
     "isend_and_recv": ("""
@@ -271,6 +278,29 @@ SWAP_WRONG = {
             r.wait()
         return received
 """, "not itself"),
+    # No wait(): the data may still arrive before the checker reads it, so the missing wait itself is refused.
+    "never_waits": ("""
+        dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank), dist.P2POp(dist.irecv, received, 1 - rank)])
+        return received
+""", "never waited on 2 of the 2 requests batch_isend_irecv returned: call .wait()"),
+    # Rank 0's own values are zeros, as this unfilled buffer is: the fix is the wait, not "return received".
+    "copies_before_any_wait": ("""
+        received = torch.zeros_like(mine)
+        dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank), dist.P2POp(dist.irecv, received, 1 - rank)])
+        return received.clone()
+""", "call .wait() on every one"),
+    "waits_only_on_the_receive": ("""
+        requests = dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
+                                           dist.P2POp(dist.irecv, received, 1 - rank)])
+        requests[1].wait()
+        return received
+""", "never waited on 1 of the 2 requests"),
+    "returns_another_tensor": ("""
+        for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
+                                         dist.P2POp(dist.irecv, received, 1 - rank)]):
+            r.wait()
+        return torch.zeros_like(mine)
+""", "return the tensor you passed to dist.irecv"),
     "returns_nothing": ("""
         for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, 1 - rank),
                                          dist.P2POp(dist.irecv, received, 1 - rank)]):
@@ -368,8 +398,10 @@ def test_ring_all_gather_mistakes_are_named_with_their_fix(case, tmp_path, monke
 
 @pytest.mark.parametrize("bytes_each, hint", [
     (None, "set bytes_each"), ("8000 bytes", "not a number"), (12000, "own chunk too"), (4000, "one step"),
-    (16000 / 3, "all-reduce's figure"), (64000, "counts bits"), (2000, "each of the 2 steps"),
-], ids=["unset", "a_string", "own_chunk", "one_step", "all_reduce", "bits", "other"])
+    (16000 / 3, "all-reduce's figure"), (5333, "all-reduce's figure"), (5334, "all-reduce's figure"),
+    (64000, "counts bits"), (2000, "each of the 2 steps"),
+], ids=["unset", "a_string", "own_chunk", "one_step", "all_reduce", "all_reduce_rounded_down",
+        "all_reduce_rounded_up", "bits", "other"])
 def test_ring_all_gather_byte_mistakes_are_named(bytes_each, hint, tmp_path, monkeypatch):
     answer = load_answer(tmp_path, monkeypatch, "ringbytes01", RING_HEAD + RING_RIGHT["isend_then_recv"],
                          "ring_all_gather")

@@ -174,6 +174,9 @@ def counting_collectives(*names: str) -> Iterator[list[dict]]:
             inside[0], start = True, time.perf_counter()
             work = original(*args, **kwargs)  # a call that raises ends the worker: nothing more to count
             inside[0], record["seconds"] = False, time.perf_counter() - start
+            if name == "batch_isend_irecv" and isinstance(work, list):  # one request per P2POp, each to wait on
+                record["requests"] = [{"waited": False} for _ in work]
+                return [_WatchedWork(request, seen) for request, seen in zip(work, record["requests"])]
             return _WatchedWork(work, record) if record["async_op"] and work is not None else work
         return call
 

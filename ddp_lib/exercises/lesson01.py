@@ -200,18 +200,26 @@ def _swap_problem(runs: list[dict]) -> str | None:
     if (rank := next((r for r, run in enumerate(runs) if run.get("self_peer")), None)) is not None:
         return f"rank {rank} named itself as the peer: {SWAP_HINTS[0][1]}"
     for rank, run in enumerate(runs):
+        requests = [seen for call in run["calls"] for seen in call.get("requests", [])]
+        if unwaited := sum(not seen["waited"] for seen in requests):
+            return (f"rank {rank} never waited on {unwaited} of the {len(requests)} requests batch_isend_irecv "
+                    "returned: call .wait() on every one before reading the received tensor")
+    got_each = []
+    for rank, run in enumerate(runs):
         got = run["result"]
         got = got.tolist() if hasattr(got, "tolist") else got
-        numel, peer = run["numel"], 1 - rank
         if not isinstance(got, list):
             return f"rank {rank} returned a {type(got).__name__}: return the tensor irecv filled"
-        if len(got) != numel:
+        if len(got) != (numel := run["numel"]):
             return f"rank {rank} returned {len(got)} values, expected {numel}: receive into torch.empty_like(mine)"
-        if all(v == rank for v in got):
-            return f"rank {rank} returned its own values: return the tensor that irecv filled, not mine"
-        if not all(v == peer for v in got):
-            return (f"rank {rank}'s received tensor does not hold rank {peer}'s values: call .wait() on every "
-                    "request batch_isend_irecv returns before reading it")
+        got_each.append(got)
+    # Rank 0's own values are zeros, as an unfilled buffer may be: "its own values" only when every rank's are.
+    if all(all(v == rank for v in got) for rank, got in enumerate(got_each)):
+        return "each rank returned its own values: return the tensor that irecv filled, not mine"
+    for rank, got in enumerate(got_each):
+        if not all(v == 1 - rank for v in got):
+            return (f"rank {rank}'s returned tensor does not hold rank {1 - rank}'s values: return the tensor you "
+                    "passed to dist.irecv, and read it only after every request's .wait()")
     return None
 
 
@@ -305,8 +313,8 @@ def check_ring_all_gather(fn: Callable | None, bytes_each, timeout: float = 30.0
         report.fail(f"bytes_each is {number}, not a number of bytes")
     elif _close(number, expected):
         report.ok(f"bytes_each {expected}: (world_size - 1) steps of {size} bytes")
-    else:
-        hint = next((said for value, said in mistakes.items() if _close(number, value)),
+    else:  # a mistake's figure rounded to whole bytes (5333 for 5333.33) is still that mistake
+        hint = next((said for value, said in mistakes.items() if abs(number - value) < 1),
                     f"each of the {n - 1} steps sends one chunk of {_RING_NUMEL} float32")
         report.fail(f"bytes_each = {number:g}: {hint}")
     return report

@@ -54,10 +54,12 @@ def join_and_put(rank: int, world_size: int, results: SimpleQueue) -> None:
 def join_with_url(rank: int, world_size: int, url: str) -> float:
     """Plain torch: join the group through the init method ``url``, all-reduce the ranks, leave."""
     dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world_size)
-    total = torch.tensor([float(rank)])
-    dist.all_reduce(total)  # every rank receives the sum over all ranks
-    dist.destroy_process_group()
-    return total.item()
+    try:
+        total = torch.tensor([float(rank)])
+        dist.all_reduce(total)  # every rank receives the sum over all ranks
+        return total.item()
+    finally:
+        dist.destroy_process_group()
 
 
 def broadcast_from_0(rank: int, world_size: int) -> dict:
