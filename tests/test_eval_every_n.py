@@ -16,3 +16,12 @@ def test_rank_0s_lone_metric_meets_the_gradient_all_reduce_and_aborts_in_gloo():
     assert "SIGABRT" in failures[0]
     assert re.search(r"Connection (closed|reset) by peer", failures[1])
     assert "Is there a distributed collective mismatch" in caught.value.outputs[0][1]
+
+
+def test_with_batchnorm_the_metric_meets_ddps_buffer_broadcast_and_both_ranks_time_out():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_every_n_steps, 2, kwargs=dict(batchnorm=True), show_output=False)
+    failures = caught.value.failures
+    assert sorted(failures) == [0, 1]
+    assert "Timed out waiting 3000ms" in failures[0]
+    assert not any("SIGABRT" in message for message in failures.values())

@@ -10,10 +10,13 @@ from datetime import timedelta
 
 
 def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: int = 4,
-                           timeout_s: float = 3.0) -> list[float]:
+                           timeout_s: float = 3.0, batchnorm: bool = False) -> list[float]:
     """A DDP loop on a 9-parameter model. After step ``every - 1`` (and every ``every`` steps), rank 0
     all-reduces its loss alone, as an evaluation guarded by ``if rank == 0:`` would; the other ranks
-    meet it with the next step's gradient all-reduce. Returns the losses, if it ever gets there."""
+    meet it with the next step's gradient all-reduce. With ``batchnorm=True`` a ``BatchNorm1d`` comes
+    first: its buffers make DDP broadcast them at the start of every forward (``broadcast_buffers=True``,
+    the default), so the other ranks meet the metric with that broadcast instead, and both sides wait
+    until the timeout. Returns the losses, if it ever gets there."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -22,7 +25,8 @@ def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: in
 
     with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
         torch.manual_seed(0)
-        ddp = DDP(torch.nn.Linear(8, 1))  # 9 parameters: one bucket of 9 gradients
+        linear = torch.nn.Linear(8, 1)  # 9 parameters: one bucket of 9 gradients
+        ddp = DDP(torch.nn.Sequential(torch.nn.BatchNorm1d(8), linear) if batchnorm else linear)
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
         inputs = torch.randn(16, 8)
         targets = inputs.sum(dim=1, keepdim=True)
