@@ -29,6 +29,12 @@ def test_restart_report_reads_the_verdicts():
     assert not other["same losses as without the failure"]
 
 
+def test_restart_report_reads_a_log_that_tee_prefixed():
+    teed = "".join(("" if line.startswith("torchrun's") else f"[default{line.startswith('[rank1]'):d}]:") + line + "\n"
+                   for line in RESTART_LOG.splitlines())
+    assert torchrun_batch.restart_report(teed, FIRST_LOG) == torchrun_batch.restart_report(RESTART_LOG, FIRST_LOG)
+
+
 
 def test_restart_report_names_what_is_missing_and_shows_the_log_tail():
     # attempt 0 failed before the injected fault (say, its store port was taken): no rank 1 error

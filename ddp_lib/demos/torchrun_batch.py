@@ -194,6 +194,7 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
 RANK0_LINE = re.compile(r"attempt \d+: starting at epoch \d+|epoch \d+: last loss [\d.]+")
+TEE_PREFIX = re.compile(r"^\[default\d+\]:", re.M)  # what --tee puts before a rank's console line (role default)
 LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo's words when the other end died
 
 
@@ -221,7 +222,9 @@ def _whole_sentences(line: str, limit: int = 160) -> str:
 def restart_report(restart_log: str, first_log: str) -> dict:
     """What the restart job's log says: rank 0's lines, rank 1's error, torchrun's exit code, whether
     attempt 1 trained to the last epoch, rank 0's lost-connection line (port and source location
-    masked), and whether the losses equal those of the run without failure (``first_log``)."""
+    masked), and whether the losses equal those of the run without failure (``first_log``).
+    ``--tee``'s ``[default<local rank>]:`` line prefixes are ignored."""
+    restart_log = TEE_PREFIX.sub("", restart_log)
     exit_found = _found(r"torchrun's exit code: (\d+)", restart_log, "torchrun's exit code",
                         "the command did not run to its end")
     error_found = _found(r"RuntimeError: rank 1 fails in epoch \d+", restart_log, "rank 1's injected error",
