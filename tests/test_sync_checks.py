@@ -84,3 +84,11 @@ def test_unused_parameter_detected_at_any_forward_with_gradients_on():
 def test_unused_parameter_detection_names_unknown_kinds():
     with pytest.raises(ValueError, match="unknown"):
         sync_checks.unused_parameter_detection(("inference",))
+
+
+def test_torchs_buckets_of_the_lessons_mlp_pass_the_cap():
+    from ddp_lib.workers.shared import make_mlp
+
+    step0, step1 = sync_checks.bucket_layouts(width=8, bucket_cap_mb=0.001, steps=2, model=make_mlp(0))
+    assert len(step0) == 1
+    assert step1 == [["2.bias", "2.weight", "4.bias", "4.weight"], ["0.bias", "0.weight"]]

@@ -190,10 +190,11 @@ def outside_the_averaging() -> dict[str, dict]:
 
 
 def bucket_layouts(layers: int = 4, width: int = 256, bucket_cap_mb: float = 0.3,
-                   steps: int = 2) -> list[list[list[str]]]:
-    """Wrap ``layers`` layers ``Linear(width, width)`` in DDP with ``bucket_cap_mb`` and run ``steps``
-    forward and backward passes. Returns, per step, the buckets in the order their all-reduces
-    started, each as the names of its parameters ("0.weight" is the first layer's weight)."""
+                   steps: int = 2, model: nn.Module | None = None) -> list[list[list[str]]]:
+    """Wrap ``layers`` layers ``Linear(width, width)`` (or ``model``, whose input has ``width``
+    features) in DDP with ``bucket_cap_mb`` and run ``steps`` forward and backward passes. Returns,
+    per step, the buckets in the order their all-reduces started, each as the names of its
+    parameters ("0.weight" is the first layer's weight)."""
     names: dict[int, str] = {}
     sent: list[list[str]] = []
 
@@ -204,7 +205,8 @@ def bucket_layouts(layers: int = 4, width: int = 256, bucket_cap_mb: float = 0.3
     torch.manual_seed(0)
     x = torch.randn(8, width)
     with one_process_group():
-        model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers)))
+        if model is None:
+            model = nn.Sequential(*(nn.Linear(width, width) for _ in range(layers)))
         names.update({id(p): name for name, p in model.named_parameters()})
         ddp_model = DDP(model, bucket_cap_mb=bucket_cap_mb)
         ddp_model.register_comm_hook(state=None, hook=recording_allreduce)

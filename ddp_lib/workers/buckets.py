@@ -46,7 +46,7 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py an
     from shared import LR, flat_grads, flat_params, gather_flat, make_mlp, rank_batch
 
 
-class _ScratchDDP(nn.Module):
+class ScratchDDP(nn.Module):
     """What the three ways share: the wrapped module, the group, and the broadcast at construction."""
 
     def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None) -> None:
@@ -74,7 +74,7 @@ class _ScratchDDP(nn.Module):
         raise NotImplementedError
 
 
-class AllReduceAfterBackward(_ScratchDDP):
+class AllReduceAfterBackward(ScratchDDP):
     """The simplest DDP: wait for backward to finish, then all-reduce each gradient in turn."""
 
     def finish_gradient_sync(self) -> None:
@@ -82,7 +82,7 @@ class AllReduceAfterBackward(_ScratchDDP):
             self._allreduce(p.grad, async_op=False)
 
 
-class PerParameterHooksDDP(_ScratchDDP):
+class PerParameterHooksDDP(ScratchDDP):
     """One asynchronous all-reduce per parameter, started by a hook as its gradient is ready."""
 
     def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None) -> None:
@@ -101,7 +101,7 @@ class PerParameterHooksDDP(_ScratchDDP):
         self._pending.clear()
 
 
-class BucketedOverlapDDP(_ScratchDDP):
+class BucketedOverlapDDP(ScratchDDP):
     """Gradients packed into buckets of at most ``bucket_cap_mb`` (a gradient larger than the cap gets
     a bucket of its own; torch's DDP instead closes a bucket once it has reached the cap); one
     asynchronous all-reduce per bucket, started when the bucket is full, in bucket order on every rank."""
@@ -528,7 +528,7 @@ def _recording_hook(events: list[tuple], clock):
     return hook
 
 
-def _recording_scratch_allreduce(model: _ScratchDDP, events: list[tuple], clock) -> None:
+def _recording_scratch_allreduce(model: ScratchDDP, events: list[tuple], clock) -> None:
     """Make a scratch DDP record (call index, bytes, start, end) for each of its all-reduces."""
     real = model._allreduce
     calls = [0]
