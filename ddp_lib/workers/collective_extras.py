@@ -77,7 +77,7 @@ def async_all_reduce(rank: int | None = None, world_size: int | None = None, num
         total = torch.full((numel,), float(rank), device=device)
         dist.barrier()  # start together, so that neither rank waits for the other below
         work = dist.all_reduce(total, async_op=True)  # returns a Work; the transfer runs in the background
-        done_at_return = work.is_completed()  # 4 MB cannot have moved yet
+        done_at_return = work.is_completed()  # usually False: 4 MB takes longer to move than this call
         deadline = time.perf_counter() + patience
         while not work.is_completed() and time.perf_counter() < deadline:
             time.sleep(0.001)  # other work: neither wait() nor the tensor is touched
