@@ -100,12 +100,18 @@ def plot_rank_timeline(rows: dict[str, list[tuple[str, float, float, str]]], tit
 
 
 def plot_rank0_evaluation():
-    """Schematic: rank 0 evaluates through the DDP wrapper, whose forward starts a buffer broadcast;
-    rank 1 waits in the barrier, so the two collectives never match and both ranks hang."""
+    """Schematic: rank 0 evaluates while rank 1 waits in a barrier. Through the DDP wrapper (top rows),
+    rank 0's forward starts a buffer broadcast that rank 1's barrier never matches, and both ranks wait
+    until the timeout; through ``ddp_model.module`` (bottom rows), rank 0 starts no collective and both
+    pass the barrier."""
+    train = ("train", 0, 2, "work")
     return plot_rank_timeline({
-        "rank 0": [("train", 0, 2, "work"), ("ddp_model(x): broadcast buffers...", 2.1, 4.4, "stuck")],
-        "rank 1": [("train", 0, 2, "work"), ("dist.barrier()...", 2.1, 4.4, "stuck")],
-    }, "evaluation on rank 0 through ddp_model: each rank waits in another collective until the timeout")
+        "wrapper, rank 0": [train, ("ddp_model(x): broadcast buffers...", 2.1, 4.4, "stuck")],
+        "rank 1": [train, ("dist.barrier()...", 2.1, 4.4, "stuck")],
+        ".module, rank 0": [train, ("ddp_model.module(x)", 2.1, 2.6, "work"), ("barrier", 4.8, 1.2, "collective")],
+        "rank 1 ": [train, ("in the barrier: waits", 2.1, 2.6, "waits"), ("barrier", 4.8, 1.2, "collective")],
+    }, "evaluation on rank 0: through ddp_model, each rank waits in another collective until the timeout;\n"
+       "through ddp_model.module, no collective starts and both ranks pass the barrier")
 
 
 def plot_join_timeline():
