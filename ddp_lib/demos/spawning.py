@@ -89,9 +89,11 @@ class Captured:
 
 
 @contextlib.contextmanager
-def capture_stderr() -> Iterator[Captured]:
-    """Send file descriptor 2 (inherited by child processes), ``sys.stderr`` and torch's
-    "Terminating process" warnings into a ``Captured`` object instead of the screen.
+def capture_stderr(torch_log: bool = False) -> Iterator[Captured]:
+    """Send file descriptor 2 (inherited by child processes) and ``sys.stderr`` into a ``Captured``
+    object instead of the screen. torch's "Terminating process N via signal SIGTERM" warning is
+    dropped, or, with ``torch_log``, left to torch's own log handler: it writes to the stderr that
+    existed when torch set it up, in a notebook the cell's, and is flushed as the block ends.
 
     A child's stderr goes wherever fd 2 of its parent points: in JupyterLab into the cell, under
     nbval to /dev/null. Capturing it makes a notebook's output the same in both.
@@ -103,7 +105,8 @@ def capture_stderr() -> Iterator[Captured]:
     saved_fd = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as tmp, contextlib.redirect_stderr(io.StringIO()) as py_err:
         os.dup2(tmp.fileno(), 2)
-        spawn_log.setLevel(logging.ERROR)  # its warning carries a PID and a timestamp, and races
+        if not torch_log:
+            spawn_log.setLevel(logging.ERROR)  # its warning carries a PID and a timestamp, and races
         try:
             yield captured
         finally:
@@ -114,6 +117,7 @@ def capture_stderr() -> Iterator[Captured]:
             # Python 3.13 colours a child's traceback when the kernel's environment asks for colour.
             text = tmp.read().decode(errors="replace") + py_err.getvalue()
             captured.text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    sys.stderr.flush()  # torch's log line, if kept, before whatever the caller prints next
 
 
 def last_line(text: str) -> str:
