@@ -123,6 +123,7 @@ def test_a_real_jobs_folders_give_each_ranks_output_and_the_failure(tmp_path):
         read_run([logs])
 
 
+DEADLINE_S = 25
 SLEEPING = """
 import time
 from pathlib import Path
@@ -145,15 +146,17 @@ def _processes_running(marker: str) -> int:
 
 
 def test_no_rank_outlives_a_job_stopped_at_its_deadline(tmp_path):
+    # Long enough for torchrun and both ranks to start on a loaded machine (12 s was not, once).
     name = f"sleeping_{uuid.uuid4().hex[:8]}"  # only this test's ranks have it in their command line
     (tmp_path / f"{name}.py").write_text(SLEEPING)
     with pytest.raises(LaunchTimeout) as caught:
         run_torchrun(torchrun_command(["-m", "ddp_lib.torchrun", f"{name}:work"], nproc_per_node=2),
-                     env={"PYTHONPATH": str(tmp_path)}, timeout=12)
+                     env={"PYTHONPATH": str(tmp_path)}, timeout=DEADLINE_S)
     assert sorted(p.name for p in tmp_path.glob("started*")) == ["started0", "started1"]  # they did run
     assert _processes_running(f"{name}:work") == 0
     # Where each rank was, as the launcher's own timeout says it.
-    assert str(caught.value) == "the job did not finish within its 12 s deadline; ranks 0, 1 still running were stopped"
+    assert str(caught.value) == (f"the job did not finish within its {DEADLINE_S} s deadline; "
+                                 "ranks 0, 1 still running were stopped")
     for rank in (0, 1):
         assert f"{name}.py\", line 8 in work" in caught.value.stacks[rank], caught.value.stacks
 
