@@ -150,7 +150,9 @@ def gpu_order(fn: Callable) -> str | None:
     if not devices:
         later = " (it came after init_process_group)" if any(call[0] == "set_device" for call in calls) else ""
         return (f"{NODE}, rank 3 did not call torch.cuda.set_device before "
-                f"init_process_group{later}: call it first, with the rank's device")
+                f"init_process_group{later}: call it first, with the rank's device. That order is this "
+                "lesson's convention, which this exercise checks; torch itself needs set_device only before "
+                "the first work that uses the current device")
     if devices[-1] != 1:
         hint = " (that is RANK: read LOCAL_RANK instead)" if devices[-1] == 3 else ""
         return (f"{NODE}, rank 3 (LOCAL_RANK 1) called set_device({devices[-1]}){hint}: "
