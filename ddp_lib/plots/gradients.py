@@ -275,7 +275,7 @@ def plot_no_sync(grad_accum_steps: int = 2) -> Figure:
 def plot_unused_head() -> Figure:
     """Schematic of TwoHeads with head b unused: its gradient never arrives, so its bucket is never
     all-reduced and DDP cannot finish; find_unused_parameters=True walks the graph from the output
-    after forward and marks b ready at once."""
+    after forward, finds b, and backward then counts b as ready."""
     fig, ax = plt.subplots(figsize=(9, 2.4))
     ax.set_xlim(0, 10)
     ax.set_ylim(2.4, 0)
@@ -292,7 +292,7 @@ def plot_unused_head() -> Figure:
                                  linestyle="--"))
     ax.text(8.0, 0.6, "backward reaches\ntrunk and a only", ha="left", va="center", fontsize=8)
     ax.text(5.9, 1.8, "no gradient: its bucket never fills, and DDP stops at the next forward\n"
-            "find_unused_parameters=True: marked ready after forward", ha="left", va="center", fontsize=8,
+            "find_unused_parameters=True: found after forward, ready in backward", ha="left", va="center", fontsize=8,
             color="tab:red")
     fig.suptitle("A parameter that gets no gradient: DDP waits for it unless told to look", fontsize=10)
     fig.tight_layout()
