@@ -15,6 +15,7 @@ from datetime import timedelta
 from unittest import mock
 
 import pytest
+import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -46,6 +47,7 @@ from ddp_lib.workers.spawning import (
     read_calls,
     record_args,
     step_fails_on_rank,
+    step_shared_model,
 )
 
 
@@ -195,6 +197,13 @@ def test_a_hung_rank_is_stopped_by_join_timeout_and_terminate():
         process.terminate()
         process.join()
     assert [process.exitcode for process in context.processes] == [-15, -15]
+
+
+def test_a_cpu_model_in_args_is_one_shared_copy_that_every_rank_steps():
+    model = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    mp.start_processes(step_shared_model, args=(model, 0.1), nprocs=2, start_method="forkserver")
+    assert model.weight.item() == pytest.approx(-0.2)
 
 
 def test_results_come_back_from_ddp_lib_not_from_torch():

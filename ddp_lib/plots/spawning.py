@@ -30,7 +30,7 @@ def plot_start_times(times: dict[str, list[float]], nprocs: int = 2) -> Figure:
 
 def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hello", nprocs: int = 2,
                         fails: bool = False) -> Figure:
-    """The parent sends each child the worker as (module, name) from a loop over the ranks; each
+    """The parent sends each child the worker, as (module, name), with i and args, from a loop over the ranks; each
     child imports the module and looks the name up before calling fn(i, *args). With ``fails``,
     the lookup is drawn as the step that fails (a notebook's ``__main__`` worker in a fresh Python)."""
     fig, ax = plt.subplots(figsize=(8, 1.2 + 1.1 * nprocs))
@@ -40,7 +40,7 @@ def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hel
     box = dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor="tab:blue")
     middle = (nprocs - 1) / 2
     ax.text(3.3, middle, "parent (the notebook)\n\nfor i in range(nprocs):\n  start child i with\n"
-            f"  pickle.dumps(fn) =\n  ('{module}', '{name}')",
+            f"  pickle.dumps((fn, i, args)),\n  fn as ('{module}', '{name}')",
             ha="right", va="center", multialignment="left", family="monospace", fontsize=8.5, bbox=box)
     colour = "tab:red" if fails else "tab:green"
     for i in range(nprocs):

@@ -133,6 +133,14 @@ def add_one(rank: int, tensor: torch.Tensor) -> None:
     tensor.add_(1)
 
 
+def step_shared_model(rank: int, model: nn.Module, lr: float) -> None:
+    """One SGD step with every gradient 1 on ``model``, which came in ``args``: on CPU, every
+    rank's model is the parent's, so each rank's step lands on the same weights."""
+    for parameter in model.parameters():
+        parameter.grad = torch.ones_like(parameter)
+    torch.optim.SGD(model.parameters(), lr=lr).step()
+
+
 def hello_to_queue(rank: int, world_size: int, results) -> None:
     """Put ``(rank, hello(rank, world_size))`` in ``results``, a queue: a launcher that drops
     return values (torch's ``mp.spawn``) still gets the value back."""
