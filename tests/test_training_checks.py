@@ -123,3 +123,11 @@ def test_template_core_view_marks_the_ddp_lines_and_keeps_the_make_calls():
     seeded = next(i for i, line in enumerate(view) if "torch.manual_seed(seed + rank)" in line)
     assert view[seeded - 1].strip().startswith("#")  # the one comment kept: why each rank seeds differently
     assert sum(line.strip().startswith("#") for line in view) == 2
+    # at --accumulate 1: no accumulation lines, and the step's lines one level out, as in a plain loop
+    assert not any(word in line for line in view for word in ("no_sync", "batches", "step_now", "first ="))
+    step = [line.strip() for line in view if line.strip() in ("for x, y in loader:", "loss.backward()",
+                                                             "optimizer.step()")]
+    assert step == ["for x, y in loader:", "loss.backward()", "optimizer.step()"]
+    backward = next(line for line in view if line.strip() == "loss.backward()")
+    forward = next(line for line in view if "loss = loss_fn(ddp_model(x), y)" in line)
+    assert backward[3:].index("loss") == forward[3:].index("loss")  # after the 3-wide ">> " or "   " mark

@@ -283,8 +283,8 @@ _TEMPLATE_KEEP = (
     "device = setup_job", "try:", "torch.manual_seed", "train_set, eval_set = make_datasets", "model = make_model",
     "sampler = DistributedSampler", "loader = DataLoader", "optimizer = make_optimizer", "loss_fn = make_loss",
     "start_epoch, history = load_checkpoint", "ddp_model = DDP", "for epoch in", "sampler.set_epoch",
-    "totals = torch.zeros", "for i, (x, y) in", "x, y = x.to(device)", "with contextlib", "loss = loss_fn",
-    "(loss / batches).backward()", "if step_now:", "optimizer.step()", "optimizer.zero_grad()", "totals[",
+    "totals = torch.zeros", "for x, y in loader", "x, y = x.to(device)", "loss = loss_fn",
+    "loss.backward()", "optimizer.step()", "optimizer.zero_grad()", "totals[",
     "dist.all_reduce(totals)", "accuracy, evaluated = evaluate", "if rank == 0:",
     "save_checkpoint(", "dist.barrier()", "return {", "finally:", "dist.destroy_process_group()")
 _DDP_MARKS = ("setup_job(", "seed + rank", "DistributedSampler(", "sampler=sampler", ".to(device)", "load_checkpoint(",
@@ -293,20 +293,39 @@ _DDP_MARKS = ("setup_job(", "seed + rank", "DistributedSampler(", "sampler=sampl
 
 
 _TEMPLATE_COMMENTED = "torch.manual_seed(seed + rank)"  # why each rank seeds differently
+# At --accumulate 1: the lines the view leaves out (a block header's block moves out by one level) and two
+# lines written as they then act.
+_AT_ACCUMULATE_1_DROP = ("first = ", "batches = ", "step_now = ", "with contextlib", "if step_now:")
+_AT_ACCUMULATE_1_PLAIN = {"for i, (x, y) in enumerate(loader):": "for x, y in loader:",
+                          "(loss / batches).backward()": "loss.backward()"}
 
 
 def template_core_view() -> str:
-    """``template.train_job``'s source trimmed to the four ``make_...`` calls and the lines DDP adds around
-    them, each of those marked ``>>``; ``...`` stands for the lines left out, comments dropped but the one
-    above ``torch.manual_seed(seed + rank)``."""
+    """``template.train_job``'s source at the default ``--accumulate 1``, trimmed to the four ``make_...``
+    calls and the lines DDP adds around them, each of those marked ``>>``; ``...`` stands for the lines
+    left out, comments dropped but the one above ``torch.manual_seed(seed + rank)``. At ``--accumulate 1``
+    the ``with`` line is a plain block, ``if step_now:`` always holds and ``batches`` is 1, so the view
+    drops those lines, moves their blocks out by one level and writes the two lines that use them plainly."""
     source = inspect.getsource(template.train_job)
     view, gap, comments = [], None, []  # gap: the indent of the lines left out since the last line shown
+    dropped = []  # the indents of the block headers left out, whose blocks move out by one level
     for line in source[source.index("    device = setup_job"):].splitlines():
         code = line.split("  # ")[0].rstrip()  # without its comment
         indent = len(code) - len(code.lstrip())
         if line.lstrip().startswith("#"):
             comments.append(line.rstrip())
             continue
+        if code.strip():
+            while dropped and indent <= dropped[-1]:  # that block has ended
+                dropped.pop()
+        shift = 4 * len(dropped)
+        if code.lstrip().startswith(_AT_ACCUMULATE_1_DROP):
+            if code.endswith(":"):
+                dropped.append(indent)
+            comments = []
+            continue
+        code = code[shift:]
+        code = code[:len(code) - len(code.lstrip())] + _AT_ACCUMULATE_1_PLAIN.get(code.strip(), code.strip())
         if code.lstrip().startswith(_TEMPLATE_KEEP):
             if gap is not None:
                 view.append("   " + " " * gap + "...")
@@ -315,6 +334,6 @@ def template_core_view() -> str:
             view.append((">> " if any(m in code for m in _DDP_MARKS) else "   ") + code)
             gap = None
         elif code.strip() and gap is None:
-            gap = indent
+            gap = indent - shift
         comments = []
     return "\n".join(view)

@@ -139,7 +139,7 @@ def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32,
                 # The forward must be inside it too: DDP decides during the forward.
                 with contextlib.nullcontext() if step_now else ddp_model.no_sync():
                     loss = loss_fn(ddp_model(x), y)
-                    (loss / batches).backward()  # DDP averages the gradients over all ranks here
+                    (loss / batches).backward()  # DDP averages the gradients in the step's last backward
                 if step_now:
                     optimizer.step()
                     optimizer.zero_grad()
@@ -158,7 +158,7 @@ def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32,
                 # The unwrapped model: keys without "module.", loadable with or without DDP.
                 state = {name: part.state_dict() for name, part in parts.items() if part is not None}
                 save_checkpoint(checkpoint, {**state, "epoch": epoch + 1, "history": history, "settings": settings})
-            dist.barrier()  # no rank goes on (or crashes) while rank 0 is still writing
+            dist.barrier()  # past it, every rank knows this epoch's checkpoint is saved
         return {"rank": rank, "start_epoch": start_epoch, "history": history}
     finally:
         dist.destroy_process_group()
