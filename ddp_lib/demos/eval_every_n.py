@@ -14,9 +14,10 @@ def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: in
     """A DDP loop on a 9-parameter model. After step ``every - 1`` (and every ``every`` steps), rank 0
     all-reduces its loss alone, as an evaluation guarded by ``if rank == 0:`` would; the other ranks
     meet it with the next step's gradient all-reduce. With ``batchnorm=True`` a ``BatchNorm1d`` comes
-    first: its buffers make DDP broadcast them at the start of every forward (``broadcast_buffers=True``,
-    the default), so the other ranks meet the metric with that broadcast instead, and both sides wait
-    until the timeout. Returns the losses, if it ever gets there."""
+    first: its buffers make DDP broadcast them at the start of each forward (``broadcast_buffers=True``,
+    the default; skipped after a forward under ``no_grad`` or ``no_sync``), so the other ranks meet the
+    metric with that broadcast instead, and both sides wait until the timeout. Returns the losses, if
+    it ever gets there."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
