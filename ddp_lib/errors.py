@@ -19,6 +19,12 @@ def first_line(text: str, if_blank: str = "") -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), if_blank)
 
 
+def last_line(text: str, if_blank: str = "") -> str:
+    """The last non-blank line of ``text``, stripped: a Python traceback's error line, ``Type: message``;
+    ``if_blank`` when there is none. ``text`` may be an exception, read as ``str(text)``."""
+    return next((line.strip() for line in reversed(str(text).splitlines()) if line.strip()), if_blank)
+
+
 class Failure(NamedTuple):
     """A failed rank as its record says it (written by the rank itself, whichever way it was started)."""
 

@@ -1,0 +1,45 @@
+"""Run a Python module as a terminal would (``python -m module``), and say how it ended.
+
+Lesson 00 runs the tutorial's fixed file this way, under torch's own ``mp.spawn``; the notebook's
+cell shows only the call and the verdict.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import NamedTuple
+
+from ddp_lib.errors import last_line
+
+# What mp.spawn says when a rank aborted (the rare abort at exit of torch 2.13, lesson 02).
+ABORT = "terminated with signal SIGABRT"
+
+
+class ScriptRun(NamedTuple):
+    """How ``python -m module`` ended: its exit code and what it printed to each stream."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+    def printed(self) -> list[str]:
+        """The lines it printed to standard output, sorted: ranks print in any order."""
+        return sorted(line.strip() for line in self.stdout.splitlines() if line.strip())
+
+    def verdict(self) -> str:
+        """One line: exit code 0, or the last error line, and whether it was the abort at exit."""
+        if self.exit_code == 0:
+            return "exit code: 0 (every rank finished)"
+        said = f"exit code: {self.exit_code}; its last error line: {last_line(self.stderr, '(none)')}"
+        if ABORT in self.stderr:
+            said += "\na known torch abort at exit (lesson 02): run it again"
+        return said
+
+
+def run_module(module: str, *args: str, timeout: float = 300) -> ScriptRun:
+    """Run ``python -m module *args`` with this Python, wait for it (at most ``timeout`` s), and
+    return how it ended. Raises ``subprocess.TimeoutExpired`` past the limit."""
+    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=timeout)
+    return ScriptRun(done.returncode, done.stdout, done.stderr)
