@@ -33,7 +33,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
     fig, ax = plt.subplots(figsize=(9, 5.2))
     width = 1.6 * world_size
     _box(ax, width / 2 - 1.4, 4.3, 2.8, 0.55, "notebook (Jupyter kernel)", "#f0f0f0")
-    _box(ax, width / 2 - 1.4, 3.3, 2.8, 0.55, "launcher: mp.spawn or ddp_lib.mp.spawn", "#f0f0f0")
+    _box(ax, width / 2 - 1.7, 3.3, 3.4, 0.55, "launcher: mp.spawn or ddp_lib.mp.spawn", "#f0f0f0")
     _arrow(ax, (width / 2, 4.3), (width / 2, 3.85), "mp.spawn(fn, args=(world_size,), nprocs=world_size)")
     centres = []
     for rank in range(world_size):
