@@ -62,6 +62,7 @@ def test_the_plain_torch_broadcast_gives_every_rank_rank_0s_tensor():
     results = run_ranks(collectives.broadcast_from_0, 3)
     assert [r["before"] for r in results] == [start(r, 3) for r in range(3)]
     assert [r["after"] for r in results] == expected("broadcast", 3)
+    assert collectives.describe(results).splitlines()[0] == "broadcast"  # the lesson prints and plots it
 
 
 @pytest.mark.parametrize("method", ["env", "tcp", "file"])

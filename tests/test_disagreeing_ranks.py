@@ -24,3 +24,17 @@ def test_detail_names_the_mismatch_on_every_rank_before_data_moves():
         assert r["error"].startswith("Detected mismatch between collectives on ranks")
         assert "shapes" in r["error"]
         assert r["after"] == [float(v) for v in range(1, 4 + r["rank"])]
+        assert r["unchanged"]
+        assert r["mismatch"] == "TensorShape: rank 0 [3], rank 1 [4]"
+
+
+def test_detail_mismatch_names_each_field_that_differs_and_nothing_else():
+    def fingerprint(rank, op, shape):
+        return (f"Rank {rank} is running collective: CollectiveFingerPrint(SequenceNumber=0, OpType={op}, "
+                f"TensorShape={shape}, TensorDtypes=Float, TensorDeviceTypes=TensorOptions(dtype=float (default), "
+                "device=cpu))")
+    error = (f"Detected mismatch between collectives on ranks. {fingerprint(1, 'BROADCAST', '[4, 2]')}, but "
+             f"{fingerprint(0, 'ALLREDUCE', '[3, 2]')}).Collectives differ in the following aspects: ...")
+    assert disagreeing_ranks.detail_mismatch(error) == (
+        "OpType: rank 0 ALLREDUCE, rank 1 BROADCAST; TensorShape: rank 0 [3, 2], rank 1 [4, 2]")
+    assert disagreeing_ranks.detail_mismatch("Connection closed by peer") == ""

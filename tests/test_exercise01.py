@@ -93,6 +93,17 @@ def test_right_answers_pass(case, tmp_path, monkeypatch):
     assert report.passed and len(report.lines) == 2, str(report)
 
 
+def test_a_returned_tensor_passes_with_a_note_and_a_float_without(tmp_path, monkeypatch):
+    tensor = load_answer(tmp_path, monkeypatch, "right01_tensor_note", HEAD + RIGHT["op_avg_returns_a_tensor"],
+                         "mean_across_ranks")
+    report = check_mean_across_ranks(tensor, world_sizes=(2,))
+    assert report.passed and ".item() gives the float" in str(report), str(report)
+    number = load_answer(tmp_path, monkeypatch, "right01_float_no_note", HEAD + RIGHT["waits_on_async"],
+                         "mean_across_ranks")
+    report = check_mean_across_ranks(number, world_sizes=(2,))
+    assert report.passed and ".item()" not in str(report), str(report)
+
+
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
     body, refusal, hint = WRONG[case]

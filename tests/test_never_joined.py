@@ -2,7 +2,7 @@
 counts the clients that joined."""
 
 import ddp_lib.mp
-from ddp_lib.demos.never_joined import join_without_last_rank
+from ddp_lib.demos.never_joined import join_without_last_rank, store_error_parts
 
 
 def test_started_ranks_fail_after_the_timeout(monkeypatch):
@@ -16,3 +16,13 @@ def test_started_ranks_fail_after_the_timeout(monkeypatch):
     # rank 1 ends by its own timeout, not by finding the store gone
     assert results[1]["error"].startswith("DistStoreError: wait timeout"), results[1]
     assert all(r["waited"] < 60 for r in results)
+    assert results[0]["said"] == "DistStoreError: Timed out after N seconds waiting for clients. 2/3 clients joined."
+    assert results[1]["said"] == "DistStoreError: wait timeout after 2000ms"
+    assert results[1]["keys"].endswith("/0")  # rank 0's address, which it never wrote
+
+
+def test_store_error_parts_hides_the_seconds_and_splits_off_the_keys():
+    assert store_error_parts("DistStoreError: Timed out after 12 seconds waiting for clients. 2/3 clients joined.") == {
+        "said": "DistStoreError: Timed out after N seconds waiting for clients. 2/3 clients joined.", "keys": ""}
+    assert store_error_parts("DistStoreError: wait timeout after 1000ms, keys: /default_pg/0//cpu//0/0") == {
+        "said": "DistStoreError: wait timeout after 1000ms", "keys": "/default_pg/0//cpu//0/0"}

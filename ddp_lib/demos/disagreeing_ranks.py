@@ -5,6 +5,7 @@ that change from run to run (source paths, addresses, ports)."""
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import torch
@@ -31,9 +32,26 @@ def peer_exits(rank: int, world_size: int, delay: float = 0.5) -> dict | None:
                 "timeout_s": COLLECTIVE_TIMEOUT.total_seconds()}
 
 
+_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\((.*?)\)[,.)]")
+_FIELDS = ("OpType", "TensorShape", "TensorDtypes")
+
+
+def detail_mismatch(error: str) -> str:
+    """What differs between the ranks, in a ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatch error, read from
+    the ranks' fingerprints that it prints: "TensorShape: rank 0 [3], rank 1 [4]" (fields joined by "; ").
+    "" when ``error`` is not such an error."""
+    ranks = [(int(rank), dict(re.findall(r"(\w+)=(.*?)(?=, \w+=|$)", fingerprint)))
+             for rank, fingerprint in _FINGERPRINT.findall(error)]
+    ranks.sort()
+    differs = [field for field in _FIELDS if len({fields.get(field) for _, fields in ranks}) > 1]
+    return "; ".join(f"{field}: " + ", ".join(f"rank {rank} {fields.get(field)}" for rank, fields in ranks)
+                     for field in differs)
+
+
 def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
     """Rank r all-reduces ``[1, 2, ..., 3 + r]``: the ranks disagree on the shape. With ``detail``,
-    the group is built as under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, and the error is returned whole.
+    the group is built as under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, the error is returned whole, and
+    ``mismatch`` says what differs (``detail_mismatch``). ``unchanged``: the tensor still holds its input.
     ``done_at`` is when this rank's all_reduce returned or raised, on the machine's monotonic clock."""
     if detail:
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
@@ -46,4 +64,5 @@ def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
         except RuntimeError as exc:
             error = str(exc) if detail else gloo_message(str(exc))
         done_at = time.monotonic()  # one clock for every process of this machine
-        return {"rank": rank, "numel": mine.numel(), "after": mine.tolist(), "error": error, "done_at": done_at}
+        return {"rank": rank, "numel": mine.numel(), "after": mine.tolist(), "error": error, "done_at": done_at,
+                "mismatch": detail_mismatch(error), "unchanged": mine.tolist() == list(range(1, 4 + rank))}
