@@ -75,6 +75,18 @@ def test_fp16_compression_changes_gradients_only_within_fp16_precision():
                           "all_reduce": ("torch.float16", 2 * r["plain"].numel())}]
 
 
+def test_fp16_training_follows_float32_within_fp16_precision():
+    results = run_ranks(gradients.fp16_training, 2, kwargs=dict(steps=6), show_output=False)
+    r = results[0]
+    assert results[1]["losses"] == r["losses"]  # the printed loss is the ranks' mean, the same on both
+    f32, f16 = r["losses"]["float32"], r["losses"]["float16"]
+    assert len(f32) == len(f16) == 6
+    assert f32[0] == f16[0]  # same weights, same first batch: the first loss comes before any step
+    assert f32[-1] < f32[0] and f16[-1] < f16[0]  # both train
+    assert 0 < r["max_param_diff"] < 1e-3  # the hook changed the steps, by float16's rounding only
+    assert max(abs(a - b) / a for a, b in zip(f32, f16)) < 1e-3
+
+
 def test_bucket_cap_mb_sets_the_number_of_allreduces():
     # Step 0 uses one bucket for everything; DDP rebuilds buckets from the gradient order after it.
     counts = {cap: run_ranks(buckets.count_allreduces, 2, (cap,), show_output=False)[0] for cap in (25.0, 0.1, 0.05)}

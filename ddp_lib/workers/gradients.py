@@ -278,6 +278,39 @@ def fp16_compression(rank: int, world_size: int, seed: int = 0, per_rank_batch: 
         return {"own": flat_grads(alone), "plain": flat_grads(plain), "fp16": flat_grads(fp16), "sent": sent}
 
 
+def fp16_training(rank: int, world_size: int, steps: int = 20, seed: int = 0, per_rank_batch: int = 4,
+                  lr: float = LR) -> dict:
+    """Train two DDP copies of one MLP on the same batches, ``steps`` SGD steps each: one as DDP
+    sends by default (float32), one with ``fp16_compress_hook``. Returns the training loss of
+    each step, averaged over the ranks, for both, and the largest difference of their final
+    parameters.
+
+    Args:
+        steps: SGD steps.
+        seed: seed of the model and data.
+        per_rank_batch: batch per rank.
+        lr: SGD learning rate.
+    """
+    with process_group(rank, world_size) as device:
+        models = {"float32": wrap_ddp(make_mlp(seed).to(device), device),
+                  "float16": wrap_ddp(make_mlp(seed).to(device), device)}
+        models["float16"].register_comm_hook(None, default_hooks.fp16_compress_hook)
+        losses: dict[str, list[float]] = {name: [] for name in models}
+        for name, model in models.items():
+            optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            for step in range(steps):
+                x, y = (t.to(device) for t in rank_batch(step, rank, world_size, per_rank_batch, seed))
+                optimizer.zero_grad()
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                optimizer.step()
+                mean_loss = loss.detach().clone()
+                dist.all_reduce(mean_loss)  # the ranks' mean loss, for printing only
+                losses[name].append(mean_loss.item() / world_size)
+        param_diff = (flat_params(models["float32"]) - flat_params(models["float16"])).abs().max().item()
+        return {"losses": losses, "max_param_diff": param_diff}
+
+
 def fp16_on_slow_wire(rank: int, world_size: int, ms_per_mib: float = 100.0, repeats: int = 3,
                       per_rank_batch: int = 16) -> dict:
     """Time backward under DDP over a slow wire, whose time grows with the bytes: each all-reduce a
