@@ -22,7 +22,7 @@ from ddp_lib.demos.training_runs import (
 from ddp_lib.demos.training_runs import train_with_switches as train
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.launch import launch, run_ranks
-from ddp_lib.workers.train import latest_checkpoint, list_checkpoints, save_epoch_file
+from ddp_lib.workers.train import latest_checkpoint, list_checkpoints, save_epoch_file, warmup_factor
 from ddp_lib.workers.train import train as copied_train  # the file a learner copies; train: the lesson's, around it
 from ddp_lib.workers.train_pitfalls import state_dict_keys, train_runs, uneven_batches
 
@@ -298,3 +298,16 @@ def test_train_runs_shares_one_group_and_gives_what_separate_jobs_give():
     apart = [run_ranks(copied_train, 2, kwargs=kwargs, show_output=False)[0] for kwargs in runs]
     assert [r["losses"] for r in together] == [r["losses"] for r in apart]
     assert together[0]["losses"] != together[1]["losses"]
+
+
+def test_the_runners_warmup_gives_the_templates_linearlr_rates():
+    lr, warmup_steps = 0.4, 4
+    probe = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    linear = torch.optim.lr_scheduler.LinearLR(probe, start_factor=1 / warmup_steps, total_iters=warmup_steps)
+    rates = []
+    for _ in range(warmup_steps + 3):
+        rates.append(probe.param_groups[0]["lr"])
+        probe.step()
+        linear.step()
+    assert [lr * warmup_factor(k, warmup_steps) for k in range(warmup_steps + 3)] == pytest.approx(rates, abs=1e-12)
+    assert warmup_factor(0, warmup_steps) == 1 / warmup_steps and warmup_factor(warmup_steps, warmup_steps) == 1

@@ -131,3 +131,18 @@ def test_template_core_view_marks_the_ddp_lines_and_keeps_the_make_calls():
     backward = next(line for line in view if line.strip() == "loss.backward()")
     forward = next(line for line in view if "loss = loss_fn(ddp_model(x), y)" in line)
     assert backward[3:].index("loss") == forward[3:].index("loss")  # after the 3-wide ">> " or "   " mark
+
+
+def test_run_rank0_eval_passes_through_the_module_and_fails_in_the_buffer_broadcast_through_the_wrapper():
+    module = training_checks.run_rank0_eval("module", timeout_s=2.0)
+    assert module["finished"] and module["accuracy"] is not None and module["errors"] == {}
+    wrapper = training_checks.run_rank0_eval("wrapper", timeout_s=2.0)
+    assert not wrapper["finished"] and wrapper["accuracy"] is None
+    assert sorted(wrapper["errors"]) == [0, 1]
+    assert wrapper["in_buffer_broadcast"] and not wrapper["names_the_cause"]
+
+
+def test_run_uneven_without_join_reports_the_rank_that_lost_its_peer():
+    outcome = training_checks.run_uneven_without_join()
+    assert outcome["failed_rank"] == 1  # rank 0 ran out of batches and left
+    assert outcome["lost"] and outcome["error"].startswith("RuntimeError")

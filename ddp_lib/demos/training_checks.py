@@ -1,7 +1,8 @@
 """Lesson 05's checks: a metric counted two ways; batch norm statistics per rank, and whose data they
 describe; evaluation on rank 0 through the wrapper with the buffer sync off and with one process group;
-the template on the half-moons, with a crash on purpose; your own collective inside ``Join``; and a
-save that fails half-way."""
+the template on the half-moons, with a crash on purpose; your own collective inside ``Join``; a
+save that fails half-way; and two runners that launch a 2-rank job and return its outcome
+(:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from torch.distributed.algorithms.join import Join
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DistributedSampler
 
+from ddp_lib.errors import WorkerError
+from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import device_ids_for, process_group
 from ddp_lib.workers import template
 from ddp_lib.workers.shared import DATA_SEED, make_moons
 from ddp_lib.workers.train import MoonsNet
+from ddp_lib.workers.train_pitfalls import uneven_batches
 
 
 def _batchnorm_net() -> nn.Module:
@@ -243,6 +247,41 @@ def one_group_failure(error) -> dict:
     words = ("buffer", "broadcast", "barrier", "eval")
     return {"rank 0 in the buffer sync": failed_in_buffer_sync(error),
             "a message names the cause": any(w in m.lower() for m in error.failures.values() for w in words)}
+
+
+def run_rank0_eval(through: Literal["module", "wrapper"], timeout_s: float = 2.0) -> dict:
+    """Run :func:`rank0_eval_one_group` on 2 ranks, rank 0 evaluating ``through`` the module or the wrapper.
+
+    Returns {"finished" (every rank passed the barrier), "accuracy" (rank 0's, or None), "errors" ({rank:
+    the first line of its error}, see :func:`error_lines`), "in_buffer_broadcast" (rank 0 failed inside
+    DDP's broadcast of the buffers, :func:`failed_in_buffer_sync`), "names_the_cause" (an error message
+    names the buffers, the broadcast, the barrier or the evaluation, :func:`one_group_failure`)}."""
+    try:
+        results = run_ranks(rank0_eval_one_group, 2, kwargs=dict(through=through, timeout_s=timeout_s),
+                            show_output=False)
+    except WorkerError as e:
+        return {"finished": False, "accuracy": None, "errors": error_lines(e),
+                "in_buffer_broadcast": failed_in_buffer_sync(e),
+                "names_the_cause": one_group_failure(e)["a message names the cause"]}
+    return {"finished": True, "accuracy": results[0]["accuracy"], "errors": {}, "in_buffer_broadcast": False,
+            "names_the_cause": False}
+
+
+# gloo words a peer that has gone "connection closed", "reset by peer" or "Read error", by timing.
+_PEER_LOST = re.compile(r"closed|reset|read error", re.IGNORECASE)
+
+
+def run_uneven_without_join() -> dict:
+    """Run ``uneven_batches`` (rank r has 2 + 2r batches) on 2 ranks without ``Join``.
+
+    Returns {"failed_rank" (the rank whose error the job reports), "error" (the first line of its error),
+    "lost" (its message says its connection to a peer closed, was reset or could not be read: the
+    peer has left)}; {"failed_rank": None, ...} if the job finished."""
+    try:
+        run_ranks(uneven_batches, 2, kwargs=dict(use_join=False), show_output=False)
+    except WorkerError as e:
+        return {"failed_rank": e.rank, "error": error_lines(e)[e.rank], "lost": bool(_PEER_LOST.search(e.message))}
+    return {"failed_rank": None, "error": "", "lost": False}
 
 
 def template_on_moons(rank: int, world_size: int, crash_at_epoch: int | None = None, **kwargs) -> dict:

@@ -53,7 +53,8 @@ def train_with_switches(rank: int, world_size: int, epochs: int = 8, batch_size:
         fail_at_epoch: the last rank raises on reaching this epoch (1-based), on a first attempt only (0: never).
         keep_last: keep only this many newest checkpoints (None: keep all).
         progress: a tqdm bar over the steps on rank 0's stderr (last epoch, its loss) instead of a line per epoch.
-        warmup_steps: raise the learning rate linearly from lr / warmup_steps to lr over this many steps (0: none).
+        warmup_steps: raise the learning rate linearly from lr / warmup_steps to lr over this many steps
+            (0: none), as the template's ``--warmup-steps`` does.
 
     Returns {"rank", "attempt" (torchrun's restart count), "start_epoch", "losses" (one per epoch
     so far, averaged over all ranks), "order" (the first sample indices this rank read in each

@@ -1,8 +1,8 @@
 """A template for your own training job under DDP. Copy this one file (it needs only torch), put
 your data, model, loss and optimizer in the four functions under "YOUR JOB", and run it with
 
-    python template.py --epochs 5                        # 2 processes (or one per GPU) via mp.spawn
-    torchrun --nproc-per-node 2 template.py --epochs 5   # torchrun starts the processes
+    python template.py --epochs 5                                        # mp.spawn: 2 processes (or one per GPU)
+    torchrun --standalone --nproc-per-node 2 template.py --epochs 5      # torchrun starts the processes
     python -m ddp_lib run template:train_job --world-size 2 --epochs 5   # ddp_lib's launcher
 
 Run each from this file's directory. With ddp_lib's launcher, "template:train_job" means the function

@@ -47,7 +47,8 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
         checkpoint_dir: directory where rank 0 saves a checkpoint after every epoch (None or "": none).
         resume: continue from the newest checkpoint in checkpoint_dir (none yet: say so, start at 1).
         norm: "none", "batch" (BatchNorm1d, this rank's statistics) or "sync" (statistics of the global batch).
-        warmup_steps: raise the learning rate linearly from lr / warmup_steps to lr over this many steps (0: none).
+        warmup_steps: raise the learning rate linearly from lr / warmup_steps to lr over this many steps
+            (0: none), as the template's ``--warmup-steps`` does (:func:`warmup_factor`).
 
     Returns {"rank", "start_epoch", "losses" (one per epoch so far, averaged over all ranks),
     "checksum", "params" (all parameters, flattened)}.
@@ -93,6 +94,15 @@ def make_job(rank: int, world_size: int, device: torch.device, batch_size: int, 
     return model, optimizer, sampler, loader
 
 
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """The share of the full learning rate at optimizer step ``step`` (from 0) of a linear warm-up over
+    ``warmup_steps`` steps: 1 / warmup_steps at step 0, rising linearly to 1 at step ``warmup_steps``.
+    The template's warm-up, torch's ``LinearLR(optimizer, 1 / warmup_steps, total_iters=warmup_steps)``,
+    gives the same rates."""
+    start = 1 / warmup_steps
+    return start + (1 - start) * min(step, warmup_steps) / warmup_steps
+
+
 def train_epoch(ddp_model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer, epoch: int,
                 lr: float, warmup_steps: int = 0) -> float:
     """One epoch of steps; returns its mean loss over every rank's samples."""
@@ -104,7 +114,7 @@ def train_epoch(ddp_model: nn.Module, loader: DataLoader, optimizer: torch.optim
         if warmup_steps:
             # From the global step alone, so a resumed job continues the same schedule.
             for group in optimizer.param_groups:
-                group["lr"] = lr * min(1.0, (step + 1) / warmup_steps)
+                group["lr"] = lr * warmup_factor(step, warmup_steps)
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
         loss = loss_fn(ddp_model(x), y)
