@@ -44,9 +44,9 @@ def test_restart_report_names_what_is_missing_and_shows_the_log_tail():
     with pytest.raises(ValueError, match="no torchrun's exit code"):
         torchrun_batch.restart_report(RESTART_LOG.replace("torchrun's exit code: 0", ""), FIRST_LOG)
 
-# The jobs themselves run in lesson 06 (its cell `batch = torchrun_batch.run_lesson_jobs()`), and the
-# cells after it print every verdict this file would check (exit codes, MASTER_ADDR, EADDRINUSE, the
-# nodes, the wrong --rdzv-id, the error files): nbval compares them, so they are not run twice here.
+# The jobs themselves run in lesson 06's Deeper sections (its cell `batch = torchrun_batch.run_lesson_jobs()`),
+# and the cells after it print every verdict this file would check (exit codes, the wrong --rdzv-id, the
+# rank folders, the signals): nbval compares them, so they are not run twice here.
 
 
 def test_a_long_lost_connection_line_is_cut_after_a_whole_sentence():
@@ -96,7 +96,7 @@ def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
     """The launch cell prints the commands that run: the helper's run_together adds nothing more."""
     from ddp_lib.torchrun import command_text, with_log_dir
 
-    for name, node_cmds in torchrun_batch.lesson_commands(tmp_path, 1234).items():
+    for name, node_cmds in torchrun_batch.lesson_commands(tmp_path).items():
         for command in node_cmds:
             assert with_log_dir(command, str(tmp_path / "other"))[0] == command, name
             shown = command_text(command)
@@ -104,16 +104,15 @@ def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
 
 
 def test_typed_leaves_out_what_the_helper_adds(tmp_path):
-    commands = torchrun_batch.lesson_commands(tmp_path, taken_port=4242)
-    assert "static" not in commands  # the lesson runs its static rendezvous as a plain cell
+    commands = torchrun_batch.lesson_commands(tmp_path)
+    # the lesson runs its static rendezvous, its taken port and its failing job as plain cells
+    assert set(commands) == {"log_dir", "wrong_id"}
     node = torchrun_batch.typed("wrong_id", commands["wrong_id"][0])
     assert node.startswith("torchrun --nproc-per-node=1 --nnodes=2 --rdzv-backend=c10d")
     for added in ("--redirects", "--tee", "--log-dir", "--max-restarts"):
         assert added not in node
-    # the sections that read a job's rank folders show its --log-dir; the job failing keeps its own --tee=3
+    # the section that reads a job's rank folders shows its --log-dir
     assert "--log-dir=DIR" in torchrun_batch.typed("log_dir", commands["log_dir"][0])
-    failing = torchrun_batch.typed("failing", commands["failing"][0])
-    assert "--log-dir=DIR --tee=3" in failing and "--redirects" not in failing
 
 
 def test_typed_and_exit_codes_read_every_kind_of_job(tmp_path):
@@ -124,7 +123,7 @@ def test_typed_and_exit_codes_read_every_kind_of_job(tmp_path):
     commands = {"c10d": node_commands(torchrun_batch.PROGRAM, nnodes=2, nproc_per_node=1)}
     nodes = [TorchrunJob(0, []), TorchrunJob(1, [])]
     batch = torchrun_batch.LessonJobs(commands, {"c10d": nodes[0]}, {"c10d": nodes},
-                                      {"hang": "ENV=1 torchrun --standalone PROGRAM"}, {}, "", tmp_path, None)
+                                      {"hang": "ENV=1 torchrun --standalone PROGRAM"}, {}, tmp_path, None)
     assert batch.exit_codes("c10d") == [0, 1]
     assert batch.typed("hang") == ["ENV=1 torchrun --standalone PROGRAM"]
     assert len(batch.typed("c10d")) == 2 and batch["c10d"] is nodes[0]

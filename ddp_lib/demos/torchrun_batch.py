@@ -1,14 +1,14 @@
-"""Lesson 06's small torchrun jobs, started side by side in one call, and the reading of its
-restart log.
+"""The small torchrun jobs of lesson 06's Deeper sections, started side by side in one call, and the
+reading of the lesson's restart log.
 
     batch = run_lesson_jobs()        # prints each job's command as typed, then runs them all
     batch["log_dir"].results         # what the ranks of the job named "log_dir" returned
 
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
-all its small jobs at once and each section reads its own job by name. The ranks run
-``launch_vars``, which reads the environment only; the two jobs of :data:`WATCHED` (a rank that
-hangs, and signals sent to torchrun) run :mod:`ddp_lib.demos.torchrun_signals`; the job of
-:data:`TIMEOUT_JOB` runs :mod:`ddp_lib.demos.torchrun_hang`. Imports no torch.
+its Deeper sections' small jobs at once and each section reads its own job by name (the main line
+runs its own jobs as literal ``torchrun`` commands). The ranks run ``launch_vars``, which reads the
+environment only; the two jobs of :data:`WATCHED` (a rank that hangs, and signals sent to torchrun)
+run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -25,15 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib.demos import torchrun_signals
-from ddp_lib.torchrun import TorchrunJob, clean_env, command_text, node_commands, run_together, with_log_dir
+from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together, with_log_dir
 
 PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
 # The jobs, in the order of the lesson's sections, and what each shows.
 JOBS = {
     "log_dir": "a plain job, with --log-dir: the rank folders",
-    "taken_port": "a job given a --master-port that another process holds",
     "wrong_id": "one node of a two-node job, its partner sent to another --rdzv-id by mistake",
-    "failing": "rank 0 raises: torchrun's failure summary",
 }
 # Started beside them and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
 WATCHED = {
@@ -42,10 +38,6 @@ WATCHED = {
     "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
 }
 HANG_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
-# A rank that hangs, ended by its group's 1-s timeout, then one restart (the lesson's hang section).
-# Its ranks' stdout comes through torchrun's: rank 0 prints one line per attempt.
-TIMEOUT_JOB = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "--max-restarts=1",
-               "-m", "ddp_lib.demos.torchrun_hang"]
 # The folder whose sitecustomize.py ends a torchrun rank without Python's teardown (skip_rank_teardown).
 TEARDOWN_SKIP = Path(__file__).with_name("teardown_skip")
 
@@ -56,12 +48,9 @@ def skip_rank_teardown() -> None:
     normally (``teardown_skip/sitecustomize.py`` says how, and why). The script itself is unchanged."""
     paths = [str(TEARDOWN_SKIP), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-# Not a torchrun: the shared-store demonstration of the lesson's Deeper section, run beside the jobs
-# so that its torch import and its short waits cost no time of their own.
-BESIDE = [sys.executable, "-m", "ddp_lib.demos.stale_store"]
 # What run_together and node_commands add to a command, left out of the command as typed (see typed()).
 ADDED = ("--redirects=3", "--tee=2", "--max-restarts=0")
-READS_LOG_DIR = ("log_dir", "failing")  # the jobs whose sections read their rank folders: --log-dir is shown
+READS_LOG_DIR = ("log_dir",)  # the jobs whose sections read their rank folders: --log-dir is shown
 
 
 def typed(name: str, command: list[str]) -> str:
@@ -83,18 +72,15 @@ class LessonJobs:
     node's view; ``node_jobs``: every node's), the folder
     that holds the ranks' folders (kept until this object goes), and the watched jobs of
     :data:`WATCHED`: their commands as typed (``watched_commands``) and what
-    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"hang"`` and ``"cases"``); and what
-    ``python -m ddp_lib.demos.stale_store``, run beside them, printed (``stale_store_output``)."""
+    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"hang"`` and ``"cases"``)."""
 
     commands: dict[str, list[list[str]]]
     jobs: dict[str, TorchrunJob]
     node_jobs: dict[str, list[TorchrunJob]]
     watched_commands: dict[str, str]
     watched: dict[str, dict]
-    stale_store_output: str
     folder: Path
     _tmp: tempfile.TemporaryDirectory = field(repr=False)
-    timeout_run: dict = field(default_factory=dict)  # the job of TIMEOUT_JOB: command, output, exit_code
 
     def __getitem__(self, name: str) -> TorchrunJob:
         if name not in self.jobs:
@@ -117,7 +103,7 @@ class LessonJobs:
         return self.folder / name
 
 
-def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]:
+def lesson_commands(folder: Path) -> dict[str, list[list[str]]]:
     """Each job's torchrun commands, one per node, exactly as they run: the ranks' folders go under
     ``folder``, and each command already carries what ``run_together`` would add (``--log-dir``, and
     ``--redirects=3 --tee=2`` unless it sets ``--tee``), so that a printed command is the one that ran."""
@@ -130,10 +116,7 @@ def lesson_commands(folder: Path, taken_port: int) -> dict[str, list[list[str]]]
         options=(logs("wrong_id"), "--rdzv-conf=join_timeout=1,close_timeout=1"))[0]]
     jobs = {
         "log_dir": [_plain(logs("log_dir"))],
-        "taken_port": [_plain(f"--master-port={taken_port}")],
         "wrong_id": [wrong_id],
-        "failing": [[sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                     logs("failing"), "--tee=3", "-m", "ddp_lib.workers.torchrun_failure"]],
     }
     return {name: [with_log_dir(command, str(folder / name))[0] for command in node_cmds]
             for name, node_cmds in jobs.items()}
@@ -146,50 +129,37 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
     sections print them. A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
     tmp = tempfile.TemporaryDirectory(prefix="lesson06-jobs-")
     folder = Path(tmp.name)
-    with socket.socket() as held:  # stands for another job's store, on the port given to "taken_port"
-        held.bind(("", 0))
-        held.listen()
-        commands = lesson_commands(folder, held.getsockname()[1])
-        flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
-        starts = len(flat) + len(WATCHED) + 1  # and the job of TIMEOUT_JOB
-        print(f"starting {starts} torchruns side by side: about 8 s on an idle machine", flush=True)
-        # the job with the longest path first: a torchrun, its ranks, a timeout, then a second attempt
-        timed = subprocess.Popen(TIMEOUT_JOB, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                 env=clean_env(HANG_ENV))
-        beside = subprocess.Popen(BESIDE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        later = []  # the jobs whose commands their own sections print
-        for name, node_cmds in commands.items():
-            if show is not None and name not in show:
-                later.append(name + (f" ({len(node_cmds)} nodes)" if len(node_cmds) > 1 else ""))
-                continue
-            for node, command in enumerate(node_cmds):
-                where = f" node {node}" if len(node_cmds) > 1 else ""
-                print(f"{name}{where}: {typed(name, command)}", flush=True)
-        watch = torchrun_signals.start(HANG_ENV)
-        watched_commands = {name: command_text(command) for name, command in watch.commands.items()}
-        watched_commands["hang"] = " ".join(f"{k}={v}" for k, v in HANG_ENV.items()) + " " + watched_commands["hang"]
-        for name, command in watched_commands.items():
-            if show is not None and name not in show:
-                later.append(name)
-            else:
-                print(f"{name}: {command}", flush=True)
-        if later:
-            print("and, each printed in its own section:", ", ".join(later), flush=True)
-        try:
-            done = run_together([command for _, command in flat], timeout=timeout)
-        finally:  # ends the watched jobs whatever happened to the others
-            watched = torchrun_signals.finish(watch, timeout)
-            stale_store_output, _ = beside.communicate(timeout=timeout)
-            timeout_output, _ = timed.communicate(timeout=timeout)
-    if beside.returncode != 0:
-        raise RuntimeError(f"{' '.join(BESIDE[1:])} failed with exit code {beside.returncode}: run it alone to see why")
+    commands = lesson_commands(folder)
+    flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
+    starts = len(flat) + len(WATCHED)
+    print(f"starting {starts} torchruns side by side: a few seconds on an idle machine", flush=True)
+    later = []  # the jobs whose commands their own sections print
+    for name, node_cmds in commands.items():
+        if show is not None and name not in show:
+            later.append(name + (f" ({len(node_cmds)} nodes)" if len(node_cmds) > 1 else ""))
+            continue
+        for node, command in enumerate(node_cmds):
+            where = f" node {node}" if len(node_cmds) > 1 else ""
+            print(f"{name}{where}: {typed(name, command)}", flush=True)
+    watch = torchrun_signals.start(HANG_ENV)
+    watched_commands = {name: command_text(command) for name, command in watch.commands.items()}
+    watched_commands["hang"] = " ".join(f"{k}={v}" for k, v in HANG_ENV.items()) + " " + watched_commands["hang"]
+    for name, command in watched_commands.items():
+        if show is not None and name not in show:
+            later.append(name)
+        else:
+            print(f"{name}: {command}", flush=True)
+    if later:
+        print("and, each printed in its own section:", ", ".join(later), flush=True)
+    try:
+        done = run_together([command for _, command in flat], timeout=timeout)
+    finally:  # ends the watched jobs whatever happened to the others
+        watched = torchrun_signals.finish(watch, timeout)
     node_jobs: dict[str, list[TorchrunJob]] = {}
     for (name, _), job in zip(flat, done):
         node_jobs.setdefault(name, []).append(job)
-    timeout_run = {"command": " ".join(f"{k}={v}" for k, v in HANG_ENV.items()) + " " + command_text(TIMEOUT_JOB),
-                   "output": timeout_output, "exit_code": timed.returncode}
     return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, watched_commands,
-                      watched, stale_store_output, folder, tmp, timeout_run)
+                      watched, folder, tmp)
 
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
