@@ -25,3 +25,19 @@ def test_with_batchnorm_the_metric_meets_ddps_buffer_broadcast_and_both_ranks_ti
     assert sorted(failures) == [0, 1]
     assert "Timed out waiting 3000ms" in failures[0]
     assert not any("SIGABRT" in message for message in failures.values())
+
+
+def test_rank_0_evaluating_through_ddp_waits_in_the_buffer_broadcast_while_the_others_wait_in_the_barrier():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 2, show_output=False)
+    error = caught.value
+    assert sorted(error.failures) == [0, 1]
+    assert not any("SIGABRT" in message for message in error.failures.values())
+    if error.rank == 0:  # the launcher names the first rank to fail; rank 0's traceback is then at hand
+        assert "_sync_buffers" in error.worker_traceback
+
+
+def test_rank_0_evaluating_ddp_module_runs_no_collective_and_every_epoch_ends():
+    evaluations = run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 2, kwargs=dict(through_module=True),
+                            show_output=False)
+    assert len(evaluations[0]) == 2 and evaluations[1] == []
