@@ -51,3 +51,9 @@ def test_a_busy_port_fails_and_port_0_starts_a_second_store():
     busy, free = everyday_mistakes.busy_port()
     assert busy == "the same port: DistNetworkError, EADDRINUSE"
     assert free.endswith("on another port: True")
+
+
+def test_stack_for_reading_drops_thread_ids_and_folders():
+    dump = 'Current thread 0x00007f3a (most recent call first):\n  File "/a/b/torchrun_failures.py", line 38 in main\n'
+    assert failure_reading.stack_for_reading(dump) == (
+        'Current thread 0x... (most recent call first):\n  File "torchrun_failures.py", line 38 in main\n')

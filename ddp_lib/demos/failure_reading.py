@@ -36,3 +36,9 @@ def detail_mismatch(message: str) -> list[str]:
 def innermost_calls(traceback_text: str, n: int = 3) -> list[str]:
     """The names of the ``n`` innermost functions of a Python traceback, innermost first."""
     return _FRAME.findall(traceback_text)[::-1][:n]
+
+
+def stack_for_reading(dump: str) -> str:
+    """A faulthandler stack dump without what changes from run to run: thread ids become ``0x...``
+    and each file keeps its name only, without its folders."""
+    return re.sub(r'File "[^"]*/', 'File "', re.sub(r"0x[0-9a-f]+", "0x...", dump))
