@@ -1,4 +1,4 @@
-"""ddp_lib.demos.eval_every_n, as lesson 07 runs it: with real ranks."""
+"""ddp_lib.demos.eval_every_n and skipped_backward, as lesson 07 runs them: with real ranks."""
 
 import re
 
@@ -25,3 +25,39 @@ def test_with_batchnorm_the_metric_meets_ddps_buffer_broadcast_and_both_ranks_ti
     assert sorted(failures) == [0, 1]
     assert "Timed out waiting 3000ms" in failures[0]
     assert not any("SIGABRT" in message for message in failures.values())
+
+
+def test_rank_0_evaluating_through_ddp_waits_in_the_buffer_broadcast_while_the_others_wait_in_the_barrier():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 2, show_output=False)
+    error = caught.value
+    assert sorted(error.failures) == [0, 1]
+    assert not any("SIGABRT" in message for message in error.failures.values())
+    if error.rank == 0:  # the launcher names the first rank to fail; rank 0's traceback is then at hand
+        assert "_sync_buffers" in error.worker_traceback
+
+
+def test_rank_0_evaluating_ddp_module_runs_no_collective_and_every_epoch_ends():
+    evaluations = run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 2, kwargs=dict(through_module=True),
+                            show_output=False)
+    assert len(evaluations[0]) == 2 and evaluations[1] == []
+
+
+def test_a_rank_that_skips_backward_finishes_one_all_reduce_early_and_the_other_loses_its_partner():
+    from ddp_lib.demos import skipped_backward
+
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(skipped_backward.train_skipping_backward, 2, show_output=False)
+    error = caught.value
+    assert sorted(error.failures) == [0]
+    assert re.search(r"Connection (closed|reset) by peer|Broken pipe", error.failures[0])
+    assert "rank 1 finished, after 3 backward calls" in error.outputs[1][0]
+
+
+def test_with_buffers_a_skipped_backward_is_a_hang_until_the_timeout():
+    from ddp_lib.demos import skipped_backward
+
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(skipped_backward.train_skipping_backward, 2, kwargs=dict(batchnorm=True), show_output=False)
+    assert sorted(caught.value.failures) == [0, 1]
+    assert all(re.search("timed out|timeout", message, re.I) for message in caught.value.failures.values())

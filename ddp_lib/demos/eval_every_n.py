@@ -42,3 +42,45 @@ def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: in
                 metric = loss.detach().reshape(1)
                 dist.all_reduce(metric)
         return losses
+
+
+def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bool = False, epochs: int = 2,
+                                  timeout_s: float = 3.0) -> list[float]:
+    """The classic form, with no collective in the evaluation: after each epoch rank 0 alone evaluates
+    through the DDP model (``if rank == 0: evaluate(ddp, ...)``), then every rank meets in
+    ``dist.barrier()``, as before saving a checkpoint. The model starts with a ``BatchNorm1d``, so DDP
+    broadcasts its buffers at the start of the first forward after a training step, even under
+    ``no_grad`` (``require_forward_param_sync``): rank 0 waits in that broadcast while the others wait
+    in the barrier, until the timeout. With ``through_module=True`` rank 0 evaluates ``ddp.module``,
+    the plain model, which runs no collective: the fix. Returns rank 0's evaluation loss per epoch
+    (an empty list on the other ranks)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from ddp_lib.process_group import process_group
+
+    def evaluate(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> float:
+        model.eval()
+        with torch.no_grad():
+            loss = torch.nn.functional.mse_loss(model(inputs), targets).item()
+        model.train()
+        return loss
+
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
+        torch.manual_seed(0)
+        ddp = DDP(torch.nn.Sequential(torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1)))
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        inputs = torch.randn(16, 8)
+        targets = inputs.sum(dim=1, keepdim=True)
+        evaluations = []
+        for _epoch in range(epochs):
+            for _step in range(2):
+                loss = torch.nn.functional.mse_loss(ddp(inputs), targets)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            if rank == 0:  # only rank 0 evaluates
+                evaluations.append(round(evaluate(ddp.module if through_module else ddp, inputs, targets), 4))
+            dist.barrier()  # every rank: wait for the evaluation, as before saving a checkpoint
+        return evaluations

@@ -1,0 +1,44 @@
+"""Reading a failed launch's messages (lesson 07): small functions that pick, out of a rank's error,
+stderr or traceback, the lines a person reads first, so a notebook cell shows only the call."""
+
+from __future__ import annotations
+
+import re
+
+_CONNECTION_ERROR = re.compile(r"Connection (closed|reset) by peer|Broken pipe")
+_FINGERPRINT = re.compile(r"(Rank \d+) is running collective: CollectiveFingerPrint\("
+                          r"SequenceNumber=\d+, OpType=(\w+), TensorShape=(\[[\d, ]*\])")
+_FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in (\S+)', re.MULTILINE)
+
+
+def is_connection_error(message: str) -> bool:
+    """Whether ``message`` blames a lost connection, as gloo words it from run to run:
+    "Connection closed by peer", "Connection reset by peer" or "Broken pipe"."""
+    return bool(_CONNECTION_ERROR.search(message))
+
+
+def gloo_abort(stderr: str) -> tuple[str, str]:
+    """What a rank that gloo aborted printed to ``stderr``: gloo's own words after its
+    ``[enforce fail at FILE:LINE]`` prefix, and the C++ runtime's "terminate called ..." line.
+    Either is ``""`` when the stderr has no such line."""
+    lines = stderr.splitlines()
+    enforce = next((line for line in lines if "enforce fail" in line), "")
+    terminate = next((line.strip() for line in lines if "terminate called" in line), "")
+    return re.sub(r".*\[enforce fail at [^\]]*\] ", "", enforce), terminate
+
+
+def detail_mismatch(message: str) -> list[str]:
+    """The collectives a ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatch error compares, one line each,
+    such as ``"Rank 0: ALLREDUCE of shape [2]"``."""
+    return [f"{who}: {op} of shape {shape}" for who, op, shape in _FINGERPRINT.findall(message)]
+
+
+def innermost_calls(traceback_text: str, n: int = 3) -> list[str]:
+    """The names of the ``n`` innermost functions of a Python traceback, innermost first."""
+    return _FRAME.findall(traceback_text)[::-1][:n]
+
+
+def stack_for_reading(dump: str) -> str:
+    """A faulthandler stack dump without what changes from run to run: thread ids become ``0x...``
+    and each file keeps its name only, without its folders."""
+    return re.sub(r'File "[^"]*/', 'File "', re.sub(r"0x[0-9a-f]+", "0x...", dump))

@@ -1,0 +1,59 @@
+"""ddp_lib.demos.failure_reading and ddp_lib.demos.everyday_mistakes (lesson 07)."""
+
+from ddp_lib.demos import everyday_mistakes, failure_reading
+
+
+def test_connection_errors_in_each_of_gloos_wordings():
+    assert failure_reading.is_connection_error("Connection closed by peer [127.0.0.1]:1234")
+    assert failure_reading.is_connection_error("Read error: Connection reset by peer")
+    assert failure_reading.is_connection_error("Write error: Broken pipe")
+    assert not failure_reading.is_connection_error("Timed out waiting 3000ms for recv operation to complete")
+
+
+def test_gloo_abort_keeps_gloos_words_and_the_terminate_line():
+    stderr = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+              "  what():  [enforce fail at /x/gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. "
+              "12 vs 4\n")
+    words, terminate = failure_reading.gloo_abort(stderr)
+    assert words == "op.preamble.length <= op.nbytes. 12 vs 4"
+    assert terminate == "terminate called after throwing an instance of 'gloo::EnforceNotMet'"
+    assert failure_reading.gloo_abort("nothing here") == ("", "")
+
+
+def test_detail_mismatch_names_each_ranks_collective():
+    message = ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
+               "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float), "
+               "but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, "
+               "TensorShape=[3], TensorDtypes=Float).")
+    assert failure_reading.detail_mismatch(message) == ["Rank 0: ALLREDUCE of shape [2]",
+                                                        "Rank 1: ALLREDUCE of shape [3]"]
+
+
+def test_innermost_calls_come_innermost_first():
+    text = ('Traceback (most recent call last):\n  File "a.py", line 1, in main\n    f()\n'
+            '  File "b.py", line 2, in f\n    g()\n  File "c.py", line 3, in g\nRuntimeError: x\n')
+    assert failure_reading.innermost_calls(text, 2) == ["g", "f"]
+
+
+def test_device_ids_on_a_cpu_model_fails_and_leaving_them_out_builds_ddp():
+    wrong, fixed = everyday_mistakes.device_ids_on_cpu()
+    assert wrong.startswith("device_ids=[0]: ValueError")
+    assert fixed == "device_ids=None: DDP built"
+
+
+def test_spawn_args_not_a_tuple_fails_in_the_child_and_a_tuple_runs():
+    wrong, fixed = everyday_mistakes.spawn_args()
+    assert "TypeError" in wrong and "fn(i, *args)" in wrong
+    assert fixed == "args=(2,): the process ran"
+
+
+def test_a_busy_port_fails_and_port_0_starts_a_second_store():
+    busy, free = everyday_mistakes.busy_port()
+    assert busy == "the same port: DistNetworkError, EADDRINUSE"
+    assert free.endswith("on another port: True")
+
+
+def test_stack_for_reading_drops_thread_ids_and_folders():
+    dump = 'Current thread 0x00007f3a (most recent call first):\n  File "/a/b/torchrun_failures.py", line 38 in main\n'
+    assert failure_reading.stack_for_reading(dump) == (
+        'Current thread 0x... (most recent call first):\n  File "torchrun_failures.py", line 38 in main\n')
