@@ -34,6 +34,20 @@ def start_forkserver() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
+def _nothing() -> None:
+    """A forkserver child that does nothing (wait_for_forkserver)."""
+
+
+def wait_for_forkserver() -> None:
+    """Return once this process's forkserver has imported ``FORKSERVER_PRELOAD``: start one
+    process from it that does nothing, and wait for that process to end. The server forks a child
+    only after its imports. Starts the server first if it is not running."""
+    start_forkserver()
+    child = multiprocessing.get_context("forkserver").Process(target=_nothing)
+    child.start()
+    child.join()
+
+
 def end_with_the_kernel() -> None:
     """In a Jupyter kernel, have its shutdown end the forkserver and multiprocessing's resource
     tracker first, and reap both; nothing elsewhere. Called before the forkserver starts.

@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import re
 import socket
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -21,10 +22,13 @@ import torch.multiprocessing as mp
 
 from ddp_lib.cli import main as cli_main
 from ddp_lib.demos.spawning import (
+    _cpu_ticks,
     capture_stderr,
+    exit_verdict,
     fork_after_threads,
     fork_while_lock_held,
     last_line,
+    short_paths,
     spawn_loop_source,
     start_time_table,
     time_start_methods,
@@ -234,6 +238,49 @@ def test_fork_copies_a_held_lock_but_not_its_thread():
 
 def test_fork_after_a_single_threaded_pool_is_fine():
     assert fork_after_threads(threads=1, wait=30) == "finished on 1 thread"
+
+
+def test_fork_after_threads_waits_for_a_child_that_still_computes():
+    # wait=0: the child is still starting at the deadline; it uses CPU, so it is not called hung.
+    assert fork_after_threads(threads=1, wait=0.0) == "finished on 1 thread"
+
+
+def test_cpu_ticks_reads_proc_and_is_none_for_no_process():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads Linux's /proc")
+    assert _cpu_ticks(os.getpid()) >= 0
+    assert _cpu_ticks(2**22 + 1) is None  # above Linux's largest pid
+
+
+def test_short_paths_keeps_a_package_file_from_its_package_and_any_other_by_name():
+    text = ('  File "/x/.venv/lib/python3.11/site-packages/torch/multiprocessing/spawn.py", line 87, in _wrap\n'
+            '  File "/home/me/repo/ddp_lib/workers/spawning.py", line 75, in fail_on_rank\n'
+            'ValueError: rank 1 of 2 was told to fail\n')
+    assert short_paths(text) == ('  File "torch/multiprocessing/spawn.py", line 87, in _wrap\n'
+                                 '  File "spawning.py", line 75, in fail_on_rank\n'
+                                 'ValueError: rank 1 of 2 was told to fail\n')
+
+
+def _run(returncode: int, stdout: str = "", stderr: str = "") -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess(["python", "ddp_basic.py"], returncode, stdout, stderr)
+
+
+DONE = "parameter checksum on each after one step"
+
+
+def test_exit_verdict_tells_the_abort_at_exit_from_a_real_failure():
+    printed = f"group of 2 processes ready\n2 ranks, {DONE}: [1.0, 1.0]\n"
+    assert exit_verdict(_run(0, printed), DONE) == "exit code 0: the job succeeded"
+    spawn_abort = ("terminate called without an active exception\n"
+                   "torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with signal SIGABRT\n")
+    torchrun_abort = ("  exitcode  : -6 (pid: 4242)\n  traceback : Signal 6 (SIGABRT) received by PID 4242\n"
+                      "========================================================\n")
+    for stderr in (spawn_abort, torchrun_abort):
+        assert "torch's abort at exit" in exit_verdict(_run(1, printed, stderr), DONE)
+    # Not every line out, or another error: a real failure, with the last line of stderr.
+    assert exit_verdict(_run(1, "group of 2 processes ready\n", spawn_abort), DONE).startswith(
+        "exit code 1: a real failure; the last line of its error output: torch.multiprocessing")
+    assert exit_verdict(_run(1, printed, "ValueError: boom\n"), DONE).endswith("ValueError: boom")
 
 
 def test_time_start_methods_and_table():

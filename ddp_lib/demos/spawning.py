@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.multiprocessing as mp
 
+from ddp_lib.errors import short_path
 from ddp_lib.forkserver import FORKSERVER_PRELOAD
 from ddp_lib.torchrun import stop_torchruns
 
@@ -123,6 +124,17 @@ def capture_stderr(torch_log: bool = False) -> Iterator[Captured]:
 def last_line(text: str) -> str:
     """The last non-blank line of ``text`` (for a traceback: the exception and its message)."""
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
+
+
+
+_TRACEBACK_FILE = re.compile(r'File "([^"]+)"')
+
+
+def short_paths(traceback_text: str) -> str:
+    """``traceback_text`` with each ``File "..."`` path shortened as ``ddp_lib.errors.short_path``
+    does: an installed package's file from its package down (``torch/multiprocessing/spawn.py``),
+    any other file by its name. The same on every machine, and shorter to read."""
+    return _TRACEBACK_FILE.sub(lambda match: f'File "{short_path(match.group(1))}"', traceback_text)
 
 
 def time_start_methods(fn: Callable, nprocs: int = 2,
@@ -230,11 +242,28 @@ def _matmul_in_child(answer) -> None:
     answer.put(torch.get_num_threads())
 
 
-def fork_after_threads(threads: int = 2, wait: float = 2.0, parent_computes: bool = True) -> str:
+def _cpu_ticks(pid: int) -> int | None:
+    """The user and system CPU time ``pid`` has used so far, in clock ticks, from Linux's
+    ``/proc/<pid>/stat``; None where that cannot be read (another system, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the fields after the command's name
+    except (OSError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12])  # utime and stime, the stat file's 14th and 15th fields
+
+
+def fork_after_threads(threads: int = 2, wait: float = 2.0, parent_computes: bool = True,
+                       give_up: float = 30.0) -> str:
     """Set ``threads`` threads for torch in this process and, if ``parent_computes``, multiply two
     matrices here (that starts the thread pool), then fork a child that multiplies two matrices.
     Returns "finished on N threads" (the child's torch thread count) or "hung" (the child is then
-    killed). The control, ``parent_computes=False``, is valid only in a process with no pool yet."""
+    killed). The control, ``parent_computes=False``, is valid only in a process with no pool yet.
+
+    A child still running after ``wait`` seconds is "hung" only if it used no CPU in the next
+    0.3 s (a deadlocked child sleeps); a child that still computes, slow on a busy machine, gets
+    more time, up to ``give_up`` seconds in all. Without Linux's ``/proc``, alive after ``wait``
+    is "hung"."""
     global _parent_computed
     old = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -244,19 +273,49 @@ def fork_after_threads(threads: int = 2, wait: float = 2.0, parent_computes: boo
             _matmul()  # starts the thread pool in this process
         ctx = multiprocessing.get_context("fork")
         answer = ctx.SimpleQueue()
+        started = time.monotonic()
         child = ctx.Process(target=_matmul_in_child, args=(answer,))
         child.start()
         child.join(wait)
-        if child.is_alive():
-            child.kill()
-            child.join()
-            return "hung"
+        while child.is_alive():
+            before = _cpu_ticks(child.pid)
+            child.join(0.3)
+            after = _cpu_ticks(child.pid)
+            if child.is_alive() and (before is None or after is None or after == before
+                                     or time.monotonic() - started > give_up):
+                child.kill()
+                child.join()
+                return "hung"
         if child.exitcode != 0:
             return f"exited with code {child.exitcode}"
         used = answer.get()
         return f"finished on {used} thread{'s' if used != 1 else ''}"
     finally:
         torch.set_num_threads(old)
+
+
+# --- a DDP script's exit code ------------------------------------------------------------------
+
+# How each launcher words a rank ended by SIGABRT: mp.spawn's ProcessExitedException, and the
+# failure summary of torchrun (torch.distributed.elastic.multiprocessing.errors, ProcessFailure).
+_SIGABRT_WORDINGS = ("terminated with signal SIGABRT", "Signal 6 (SIGABRT)")
+
+
+def exit_verdict(run: subprocess.CompletedProcess, done_line: str) -> str:
+    """One line on how a DDP script run ended, from its exit code, stdout and stderr.
+
+    ``done_line`` is text of the last line the job prints once every rank's work is done. Exit
+    code 0: the job succeeded. A non-zero exit code after that line came out, with a rank ended by
+    SIGABRT (in ``mp.spawn``'s words or torchrun's), is the abort at exit that torch's gloo threads
+    can cause after the work (lesson 02, "Deeper: the rare abort at exit"). Anything else is a
+    real failure, reported with the last line of its stderr."""
+    if run.returncode == 0:
+        return "exit code 0: the job succeeded"
+    if done_line in run.stdout and any(wording in run.stderr for wording in _SIGABRT_WORDINGS):
+        return (f"exit code {run.returncode} after every line came out, with a rank ended by SIGABRT: "
+                "torch's abort at exit, after the work, not a failure of your code")
+    return (f"exit code {run.returncode}: a real failure; the last line of its error output: "
+            f"{last_line(run.stderr)}")
 
 
 # --- torchrun's rendezvous on one node -------------------------------------------------------
