@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 from datetime import timedelta
 
@@ -36,9 +35,10 @@ def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | 
 
 def die_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int = 1,
                       timeout_s: float = 3.0) -> None:
-    """Every rank all-reduces in a loop; ``bad_rank`` is SIGKILLed in the middle of it. Each rank
-    writes to ``record_dir`` when it noticed (``time.monotonic()``, the same clock in every process
-    of a machine): the dead rank just before it dies, a survivor when its collective raised."""
+    """Every rank all-reduces in a loop; ``bad_rank`` is SIGKILLed in the middle of it, while the
+    others wait in an all-reduce for its part. Each rank writes to ``record_dir`` when it noticed
+    (``time.monotonic()``, the same clock in every process of a machine): the dead rank just before
+    it dies, a survivor when its collective raised."""
     # The launcher stops the survivors (SIGTERM) soon after the death; ignore that here so that
     # each survivor's own collective is what tells it, as on a cluster where nobody stops it.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -53,10 +53,15 @@ def die_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int
     with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
         data = torch.zeros(1 << 16)
         dist.all_reduce(data)  # every connection is open before anyone dies
-        if rank == bad_rank:
-            threading.Timer(0.3, _die_now, (record_dir, rank)).start()
+        dies_at = time.monotonic() + 0.3
         try:
             while True:
+                if rank == bad_rank and time.monotonic() >= dies_at:
+                    # Killed between two all-reduces, as the others wait for its part of the next.
+                    # Killed inside one, it could die just as a peer starts sending to it: gloo
+                    # (torch 2.13) wakes that peer only at the group's timeout.
+                    time.sleep(0.1)
+                    _die_now(record_dir, rank)
                 dist.all_reduce(data)
         except RuntimeError as exc:
             _write_record(record_dir, rank, {"failed_at": time.monotonic(), "error": str(exc)})
