@@ -44,7 +44,22 @@ def test_restart_report_names_what_is_missing_and_shows_the_log_tail():
     with pytest.raises(ValueError, match="no torchrun's exit code"):
         torchrun_batch.restart_report(RESTART_LOG.replace("torchrun's exit code: 0", ""), FIRST_LOG)
 
-# The jobs themselves run in lesson 06's Deeper sections (its cell `batch = torchrun_batch.run_lesson_jobs()`),
+def test_lesson_jobs_runs_the_jobs_once_and_keeps_them(monkeypatch, capsys):
+    runs = []
+
+    def fake_run():
+        print("starting")
+        runs.append(object())
+        return runs[-1]
+
+    monkeypatch.setattr(torchrun_batch, "run_lesson_jobs", fake_run)
+    monkeypatch.setattr(torchrun_batch, "_KEPT", [])
+    first = torchrun_batch.lesson_jobs()
+    assert torchrun_batch.lesson_jobs() is first and len(runs) == 1
+    assert capsys.readouterr().out == "starting\n"  # the later call prints nothing
+
+
+# The jobs themselves run in lesson 06's Deeper sections (its cell `batch = torchrun_batch.lesson_jobs()`),
 # and the cells after it print every verdict this file would check (exit codes, the wrong --rdzv-id, the
 # rank folders, the signals): nbval compares them, so they are not run twice here.
 

@@ -1,7 +1,7 @@
 """The small torchrun jobs of lesson 06's Deeper sections, started side by side in one call, and the
 reading of the lesson's restart log.
 
-    batch = run_lesson_jobs()        # prints each job's command as typed, then runs them all
+    batch = lesson_jobs()            # runs them all on the first call (printing each command), then keeps them
     batch["log_dir"].results         # what the ranks of the job named "log_dir" returned
 
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
@@ -160,6 +160,18 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
         node_jobs.setdefault(name, []).append(job)
     return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, watched_commands,
                       watched, folder, tmp)
+
+
+_KEPT: list[LessonJobs] = []  # lesson_jobs()'s result, once it has run
+
+
+def lesson_jobs() -> LessonJobs:
+    """:func:`run_lesson_jobs` on the first call, which prints each command as it starts them; the same
+    result, kept, on every later call, which prints nothing. Each of lesson 06's Deeper cells that
+    reads a job calls it, so a learner who unfolds any one of them first still gets the jobs run."""
+    if not _KEPT:
+        _KEPT.append(run_lesson_jobs())
+    return _KEPT[0]
 
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
