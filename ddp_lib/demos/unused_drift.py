@@ -48,14 +48,21 @@ class InputLayerOptional(nn.Module):
         return self.a(torch.tanh(self.trunk(self.b(x) if use_b else x)))
 
 
-def later_step_unaveraged(rank: int, world_size: int, used_steps: int = 2, bucket_cap_mb: float = 0.0001) -> dict:
+def later_step_unaveraged(rank: int, world_size: int, used_steps: int = 2, bucket_cap_mb: float = 0.0001,
+                          gradient_as_bucket_view: bool = False) -> dict:
     """``used_steps`` SGD steps that use every layer of ``InputLayerOptional`` (DDP rebuilds its buckets
     after the first: one per layer with this cap), then one backward without layer b, on data of this
     rank's own. Returns the bucket all-reduces the last used step and the unused step ran, the trunk's
-    weight gradient DDP leaves after the unused step, and the one this rank computes alone."""
+    weight gradient DDP leaves after the unused step (read after a barrier, so once the buckets that
+    started have finished), and the one this rank computes alone.
+
+    Args:
+        gradient_as_bucket_view: DDP's option; with it, a bucket that started averages its ``.grad`` in place.
+    """
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
-        model = wrap_ddp(InputLayerOptional().to(device), device, bucket_cap_mb=bucket_cap_mb)
+        model = wrap_ddp(InputLayerOptional().to(device), device, bucket_cap_mb=bucket_cap_mb,
+                         gradient_as_bucket_view=gradient_as_bucket_view)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         generator = torch.Generator().manual_seed(rank)  # each rank its own batches
         allreduces = []
