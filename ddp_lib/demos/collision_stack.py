@@ -48,7 +48,7 @@ def metric_collision_with_rank1_stacks(rank: int, world_size: int, every_s: floa
             try:
                 return metric_on_rank0_in_ddp_loop(rank, world_size)
             except Exception:
-                print_last_collectives()
+                print_last_collectives(5)  # all five: the group runs five collectives
                 raise
     finally:
         faulthandler.cancel_dump_traceback_later()

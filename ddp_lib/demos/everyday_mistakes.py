@@ -1,6 +1,6 @@
 """Three everyday mistakes of lesson 07, each run and then fixed, in the calling process: ``device_ids``
-given for a model on the CPU, ``args=(2)`` instead of ``args=(2,)`` for ``mp.spawn``, and a second
-store on a port that an earlier one holds. Each function returns the lines to print."""
+given for a model on the CPU, ``args=(2)`` instead of ``args=(2,)`` for ``mp.spawn``, and
+``init_process_group`` on a port that an earlier run holds. Each function returns the lines to print."""
 
 from __future__ import annotations
 
@@ -46,21 +46,29 @@ def spawn_args() -> list[str]:
 
 
 def busy_port() -> list[str]:
-    """A second store on the port an earlier store holds fails with ``EADDRINUSE``; a second store
-    on port 0, which the operating system replaces by a free port, starts."""
+    """``init_process_group`` on a port that an earlier run's store still holds fails with
+    ``EADDRINUSE`` (torch's message is returned, its port number replaced by ``PORT``); once that run
+    has stopped, the same call on the same port starts. The earlier run is a store in this process;
+    the group is a group of one, which this function destroys again."""
+    from datetime import timedelta
+
     import torch.distributed as dist
 
     lines = []
-    first = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True)  # port 0: any free port
+    earlier_run = dist.TCPStore("127.0.0.1", 0, world_size=1, is_master=True)  # port 0: any free port
+    init_method = f"tcp://127.0.0.1:{earlier_run.port}"  # as MASTER_ADDR=127.0.0.1 MASTER_PORT=<its port>
     try:
-        for port, told in ((first.port, "the same port"), (0, "port 0")):
-            try:
-                second = dist.TCPStore("127.0.0.1", port, world_size=1, is_master=True)
-                lines.append(f"{told}: the second store started, on another port: {second.port != first.port}")
-                del second
-            except dist.DistNetworkError as e:
-                name = re.search(r"name: (\w+)", str(e))
-                lines.append(f"{told}: DistNetworkError, {name.group(1) if name else str(e)[:80]}")
+        dist.init_process_group("gloo", init_method=init_method, rank=0, world_size=1, timeout=timedelta(seconds=10))
+        dist.destroy_process_group()
+        lines.append("the same port: init_process_group started")
+    except dist.DistNetworkError as e:
+        message = re.sub(r"port: \d+", "port: PORT", str(e))  # the port changes from run to run
+        lines.append(f"the same port: DistNetworkError: {message}")
+    del earlier_run  # the earlier run stops: its store closes and frees the port
+    dist.init_process_group("gloo", init_method=init_method, rank=0, world_size=1, timeout=timedelta(seconds=10))
+    try:
+        lines.append("the earlier run stopped, the same port: init_process_group started, "
+                     f"world size {dist.get_world_size()}")
     finally:
-        del first  # closes the first store and frees its port
+        dist.destroy_process_group()
     return lines
