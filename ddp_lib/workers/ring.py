@@ -26,9 +26,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     rank = dist.get_rank(group)
     if world_size == 1:
         return 0
-    right, left = (rank + 1) % world_size, (rank - 1) % world_size
-    if group is not None:  # send/recv take ranks in the default group
-        right, left = dist.get_global_rank(group, right), dist.get_global_rank(group, left)
+    right, left = (rank + 1) % world_size, (rank - 1) % world_size  # ranks in ``group``: group_dst=, group_src=
     flat = tensor.view(-1)  # chunks are views, so results land in ``tensor`` itself
     # tensor_split, unlike chunk, always gives world_size pieces: sizes differ by at most one
     # element, and some are empty when the tensor has fewer elements than there are ranks.
@@ -42,9 +40,9 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
         # the matching recv), so the send is asynchronous and finished after the recv.
         nonlocal bytes_sent
         outgoing = chunks[send_index]
-        request = dist.isend(outgoing, right, group=group) if outgoing.numel() else None
+        request = dist.isend(outgoing, group=group, group_dst=right) if outgoing.numel() else None
         if recv_into.numel():
-            dist.recv(recv_into, left, group=group)
+            dist.recv(recv_into, group=group, group_src=left)
         if request is not None:
             request.wait()
             bytes_sent += outgoing.numel() * outgoing.element_size()
