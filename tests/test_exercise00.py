@@ -168,3 +168,18 @@ def test_loss_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch, fre
 def test_the_loss_solution_passes(free_master_port):
     report = check_loss_runs(solution.demo_basic)
     assert report.passed, str(report)
+
+
+def test_a_busy_port_is_named_as_the_cause_with_the_lesson_section(tmp_path, monkeypatch, free_master_port):
+    import os
+    import socket
+
+    answer = load_answer(tmp_path, monkeypatch, "right00_loss_busy_port", LOSS_HEAD + LOSS_RIGHT["tuple_of_floats"],
+                         "demo_basic")
+    with socket.socket() as holder:  # another process's store, as a leftover job's rank 0 would hold it
+        holder.bind(("127.0.0.1", int(os.environ["MASTER_PORT"])))
+        holder.listen()
+        report = check_loss_runs(answer)
+    fails = [line for line in report.lines if line.startswith("FAIL")]
+    assert fails and "EADDRINUSE" in fails[0] and "another process holds that port" in fails[0], str(report)
+    assert "Address already in use" in fails[0], str(report)

@@ -22,7 +22,10 @@ MISSING_WAIT = "{}(..., async_op=True) returns before the data has arrived: call
 SHARED_HINTS = ((r"accelerator|CUDA|cuda", "this machine has no GPU: put tensors on the `device` the lesson provides "
                  "(with process_group(rank, world_size) as device), not on .to(rank)"),
                 (r"^IndexError", "is a list's length or a number of ranks written in the code? use world_size "
-                 "([None] * world_size)"))
+                 "([None] * world_size)"),
+                (r"EADDRINUSE", "another process holds that port (a job still running, or one you interrupted), "
+                 "not your code: stop it, or wait, and run the check again (lesson 00, section "
+                 "'\"Address already in use\" on a re-run')"))
 # gloo's C++ says where it was built and what it checked: "[enforce fail at /__w/.../pair.cc:456] ".
 _GLOO_WHERE = re.compile(r"^.*?what\(\):\s*|\[enforce fail at [^\]]*\]\s*")
 
