@@ -16,7 +16,7 @@ from ddp_lib.demos.gpu_outcomes import QUOTES, Quote
 def test_each_quote_is_labelled_and_names_its_source(key):
     text = gpu_outcomes.quote(key)
     assert text.startswith("Quoted, not run here: this machine has no GPU.")
-    assert text.splitlines()[1:] == ["  " + line for line in QUOTES[key].lines]  # the box holds nothing else
+    assert text.splitlines()[2:] == ["  " + line for line in QUOTES[key].lines]  # the box holds nothing else
     assert gpu_outcomes.provenance(key).startswith(f"Source: {QUOTES[key].source}.")
 
 
@@ -32,7 +32,8 @@ def test_each_quote_names_the_gpu_count_of_its_own_machine(key):
 def test_the_visible_devices_quote_is_from_a_machine_with_four_gpus():
     # with the variable unset, the child counts every GPU of the machine the quote comes from
     text = gpu_outcomes.quote("visible_devices")
-    assert text.startswith("Quoted, not run here: this machine has no GPU. On a machine with 4 GPUs the cell")
+    assert text.startswith("Quoted, not run here: this machine has no GPU. Built from torch's source")
+    assert text.splitlines()[1].startswith("On a machine with 4 GPUs the cell")
     assert "CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4" in text
 
 
@@ -109,6 +110,21 @@ def test_each_quote_names_its_recording_or_says_there_is_none(key):
         needs_more = QUOTES[key].gpus > record["gpus"] and len(QUOTES[key].lines) > 1
         assert after[1:] == ([f"Not recorded: the lines that need {QUOTES[key].gpus} GPUs."] if needs_more else [])
     assert gpu_outcomes.quote(key).count("Source:") == 0  # the box itself carries no provenance
+
+
+@pytest.mark.parametrize("key", sorted(QUOTES))
+def test_each_box_says_in_its_first_line_what_recorded_it(key):
+    record = json.loads(gpu_outcomes.RECORDED.read_text())
+    first = gpu_outcomes.quote(key).splitlines()[0]
+    if key not in record["cases"]:
+        assert first.endswith("Built from torch's source and documentation, never run on a GPU.")
+        return
+    recorded = f"Recorded on {record['gpus']} GPU, torch {record['torch'].split('+')[0]}"
+    if gpu_outcomes.recorded_in_full(key, record):
+        assert first.endswith(recorded + ".")
+    else:
+        part = QUOTES[key].recorded_part
+        assert first.endswith(f"{recorded}, in part ({part}); the rest is built from torch's source.")
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))

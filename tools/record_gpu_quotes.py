@@ -5,7 +5,7 @@ without a GPU (``ddp_lib/demos/gpu_outcomes.py``), and write them as JSON:
 
 Each case runs in its own process, with torch and nccl only (no ``ddp_lib``), so that it runs on any
 GPU machine's torch. Cases that need two GPUs are left out on a machine with one; "duplicate_gpu"
-is the exception: it puts two ranks on one GPU on purpose. ``gpu_outcomes.quote`` compares the
+is the exception: it puts two ranks on one GPU on purpose. ``gpu_outcomes.recorded_line`` compares the
 recorded words with the quoted ones.
 """
 

@@ -2,9 +2,9 @@
 nccl's messages quoted word for word, each with where it comes from. Where torch's own files hold the
 fixed words of a message, ``checks`` tests that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
-(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` gives the box alone;
-``provenance`` names its source and that recording (torch version and GPU count), or says there is none;
-``checks`` says whether the recorded words hold the quoted ones."""
+(``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` gives the box, whose
+first line says what recorded it; ``provenance`` names its source and that recording (torch version and
+GPU count), or says there is none; ``checks`` says whether the recorded words hold the quoted ones."""
 
 from __future__ import annotations
 
@@ -164,9 +164,22 @@ def _gpus(n: int) -> str:
     return f"{n} GPU" + "s" * (n != 1)
 
 
+def box_origin(key: str) -> str:
+    """One sentence for the box's first line: which GPU machine and torch recorded its text, and how much
+    of it, or that it is built from torch's source alone."""
+    record = json.loads(RECORDED.read_text())
+    if key not in record["cases"]:
+        return "Built from torch's source and documentation, never run on a GPU."
+    where = f"Recorded on {_gpus(record['gpus'])}, torch {record['torch'].split('+')[0]}"
+    if recorded_in_full(key, record):
+        return where + "."
+    return f"{where}, in part ({QUOTES[key].recorded_part}); the rest is built from torch's source."
+
+
 def quote(key: str) -> str:
-    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, then the
-    quoted lines. ``provenance`` says where they come from, ``checks`` how far to trust them."""
+    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and where its
+    text comes from (``box_origin``), then the quoted lines. ``provenance`` names the source in full,
+    ``checks`` how far to trust them."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
     # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
@@ -175,7 +188,7 @@ def quote(key: str) -> str:
     # A box a GPU machine printed in full says "would print";
     # one built from the source, in whole or in part, says "is expected to print".
     verb = "would print" if recorded_in_full(key, record) else "is expected to print"
-    text = [f"Quoted, not run here: {why}. On a machine with {_gpus(q.gpus)} the cell {verb}:"]
+    text = [f"Quoted, not run here: {why}. {box_origin(key)}", f"On a machine with {_gpus(q.gpus)} the cell {verb}:"]
     text += ["  " + line for line in q.lines]
     return "\n".join(text)
 
