@@ -14,15 +14,6 @@ def test_a_wrong_index_or_no_move_meets_the_device_check():
     assert forward_on_fake_gpu(1, None, move_input=True) == "input arrived on cuda:1, output on cuda:1"
 
 
-def test_cuda_without_an_index_is_cuda0_on_every_rank_until_set_device():
-    from ddp_lib.demos.fake_gpus import where_cuda_lands
-
-    for local_rank in (0, 1):
-        assert where_cuda_lands(local_rank, False) == {"cuda": "cuda:0", "own": f"cuda:{local_rank}"}
-        assert where_cuda_lands(local_rank, True) == {"cuda": f"cuda:{local_rank}", "own": f"cuda:{local_rank}"}
-    assert where_cuda_lands(1, False)["cuda"] == "cuda:0"  # an earlier call leaves nothing behind
-
-
 def test_a_model_on_two_gpus_needs_its_input_on_the_first_layers_gpu():
     from ddp_lib.demos.fake_gpus import forward_on_two_fake_gpus
 

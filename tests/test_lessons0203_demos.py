@@ -41,15 +41,6 @@ def test_barriers_python_lines_choose_a_device_warn_and_make_no_tensor():
     assert "torch.empty" not in source and "torch.zeros" not in source
 
 
-@pytest.mark.parametrize("backend, outcome", [
-    ("gloo", "done"), ("cuda:gloo", "RuntimeError: No backend type associated with device type cpu")])
-def test_a_barrier_makes_a_one_element_uint8_tensor_whose_device_picks_the_backend(backend, outcome):
-    made, dispatched, result = placement_demos.barrier_operators(backend)
-    assert made == "aten.empty.memory_format: size [1], dtype torch.uint8, device cpu"
-    assert dispatched == "c10d.barrier.default: a tensor of shape [1], dtype torch.uint8, on cpu"
-    assert result == outcome
-
-
 def test_output_device_zero_is_dropped_on_a_cpu_model_and_other_values_refused():
     assert placement_demos.output_device_on_cpu(0) == "accepted; ddp_model.output_device = None"
     for refused in (1, "cpu"):

@@ -8,9 +8,6 @@ and computes nothing. The input is moved by the function DDP's forward calls wit
 
 from __future__ import annotations
 
-import contextlib
-from unittest import mock
-
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parallel.distributed import _to_kwargs
@@ -50,54 +47,6 @@ def forward_on_fake_gpu(model_gpu: int, device_ids: list[int] | None, move_input
             moved_args, _ = _to_kwargs((inputs,), {}, torch.device("cuda", device_ids[0]), True)
             inputs = moved_args[0][0]
         return _forward_report(model, inputs)
-
-
-# Section 3: what "cuda" means in a rank, before and after set_device.
-
-class _CurrentDevice:
-    """A stand-in for CUDA's current device on a CPU build: ``set_device`` records an index and
-    ``current_device`` returns it. Before any ``set_device``, CUDA counts as not started, so torch
-    falls back to ``cuda:0``, the current device of every fresh process."""
-
-    def __init__(self) -> None:
-        self.index: int | None = None
-
-    def set_device(self, device) -> None:
-        self.index = device if isinstance(device, int) else torch.device(device).index
-
-    def current_device(self) -> int:
-        return 0 if self.index is None else self.index
-
-    def is_initialized(self) -> bool:
-        return self.index is not None
-
-    def patches(self) -> contextlib.ExitStack:
-        stack = contextlib.ExitStack()
-        for name, stand_in in (("torch.cuda.set_device", self.set_device),
-                               ("torch.cuda.current_device", self.current_device),
-                               ("torch.cuda.is_initialized", self.is_initialized)):
-            stack.enter_context(mock.patch(name, stand_in))
-        return stack
-
-
-def where_cuda_lands(local_rank: int, set_device_first: bool) -> dict:
-    """In a process playing the rank with this LOCAL_RANK, where fake tensors made with ``"cuda"`` and
-    with ``f"cuda:{local_rank}"`` land. torch gives ``"cuda"``, which has no index, the current device;
-    fake tensors ask ``torch.cuda.current_device()`` for it once CUDA has started, and use ``cuda:0``
-    before. The current device is stood in (``_CurrentDevice``), as this build has no CUDA.
-
-    Args:
-        set_device_first: call ``torch.cuda.set_device(local_rank)`` first.
-    """
-    current = _CurrentDevice()
-    with current.patches():
-        if set_device_first:
-            torch.cuda.set_device(local_rank)
-        mode = FakeTensorMode()
-        mode.cache_enabled = False  # its cache would hand back the device of an earlier call's "cuda"
-        with mode:
-            return {"cuda": str(torch.empty(1, device="cuda").device),
-                    "own": str(torch.empty(1, device=f"cuda:{local_rank}").device)}
 
 
 class TwoGPUToyModel(torch.nn.Module):

@@ -1,5 +1,5 @@
 """Lesson 03's small demonstrations: DDP's input-moving and barrier lines, ``output_device`` on a CPU
-model, the tensor ``barrier()`` builds, a CUDA-only group, loading a checkpoint, a child process's GPU
+model, a CUDA-only group, loading a checkpoint, a child process's GPU
 count, and what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import sys
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ddp_lib.demos.source_lines import source_text
 
@@ -80,42 +79,6 @@ def barrier_device_source() -> str:
     """The lines of ``torch.distributed.barrier`` that choose the barrier's device and hand it to
     the process group, the warning included: Python chooses a device, it makes no tensor."""
     return _source_lines(dist.barrier, "device = torch._C._get_accelerator()", "work = group.barrier(opts=opts)")
-
-
-class _OpRecorder(TorchDispatchMode):
-    """Records each operator that reaches torch's dispatcher while it is active, with its tensors
-    described by shape, dtype and device (never by value)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[str] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is torch.ops.aten.empty.memory_format:
-            self.calls.append(f"{func}: size {list(args[0])}, dtype {kwargs.get('dtype')}, "
-                              f"device {kwargs.get('device')}")
-        else:
-            tensor = args[0]
-            self.calls.append(f"{func}: a tensor of shape {list(tensor.shape)}, dtype {tensor.dtype}, "
-                              f"on {tensor.device}")
-        return func(*args, **kwargs)
-
-
-def barrier_operators(backend: str = "gloo") -> list[str]:
-    """Join a one-process group with ``backend`` (in-memory store), call ``dist.barrier()`` and return
-    the operators it ran, as seen by a dispatch recorder, then "done" or torch's error."""
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
-    recorder = _OpRecorder()
-    try:
-        with recorder:
-            dist.barrier()
-        outcome = "done"
-    except RuntimeError as e:
-        outcome = f"{type(e).__name__}: {e}"
-    finally:
-        destroy_group_quietly()
-    return recorder.calls + [outcome]
 
 
 def output_device_on_cpu(output_device) -> str:
