@@ -33,7 +33,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
     fig, ax = plt.subplots(figsize=(9, 5.2))
     width = 1.6 * world_size
     _box(ax, width / 2 - 1.4, 4.3, 2.8, 0.55, "notebook (Jupyter kernel)", "#f0f0f0")
-    _box(ax, width / 2 - 1.7, 3.3, 3.4, 0.55, "launcher: mp.spawn or ddp_lib.mp.spawn", "#f0f0f0")
+    _box(ax, width / 2 - 1.7, 3.3, 3.4, 0.55, "launcher: torch's mp.spawn", "#f0f0f0")
     _arrow(ax, (width / 2, 4.3), (width / 2, 3.85), "mp.spawn(fn, args=(world_size,), nprocs=world_size)")
     centres = []
     for rank in range(world_size):
@@ -44,7 +44,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
     # env:// makes rank 0 serve the store unless the launcher serves it (torch/distributed/rendezvous.py,
     # _create_c10d_store: TORCHELASTIC_USE_AGENT_STORE, which torchrun sets).
     _box(ax, width / 2 - 1.9, 0.95, 3.8, 0.65,
-         "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(mp.spawn: rank 0 serves it; torchrun: the launcher)", "#ffffcc")
+         "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(under mp.spawn, rank 0 serves it)", "#ffffcc")
     for centre in centres:
         _arrow(ax, (centre, 2.1), (width / 2, 1.6), linestyle="dashed")
     ax.text(width + 0.1, 1.75, "1. every rank registers\n    and reads the others'\n    addresses", fontsize=8,
@@ -59,7 +59,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
                         arrowprops=dict(arrowstyle="<->", color="grey", connectionstyle="arc3,rad=0.35"))
     ax.text(width + 0.1, 0.2, "2. process group: ranks\n    talk directly (gloo, nccl);\n    collectives run here",
             fontsize=8, va="center")
-    ax.set_xlim(-0.1, width + 2.2)
+    ax.set_xlim(min(-0.1, width / 2 - 2.0), width + 2.2)  # the store's box is wider than 2 ranks
     ax.set_ylim(-1.1, 5.0)
     ax.axis("off")
     ax.set_title(f"What runs where: one notebook, one launcher, {world_size} processes, one group")
@@ -163,7 +163,8 @@ def plot_gradient_average(world_size: int = 4) -> Figure:
         _box(ax, x, 2.3, 1.4, 0.7, f"rank {rank}\nbatch {rank} → g{rank}", RANK_COLOURS[rank])
         _arrow(ax, (x + 0.7, 2.3), (width / 2, 1.75))
     terms = " + ".join(f"g{rank}" for rank in range(world_size))
-    _box(ax, width / 2 - 1.9, 1.15, 3.8, 0.6, f"all-reduce: mean = ({terms}) / {world_size}", "#f0f0f0")
+    _box(ax, width / 2 - 1.9, 1.15, 3.8, 0.6,
+         f"all-reduce, rank to rank, no central process:\nevery rank gets mean = ({terms}) / {world_size}", "#f0f0f0")
     for rank in range(world_size):
         x = 0.1 + 1.6 * rank
         _arrow(ax, (width / 2, 1.15), (x + 0.7, 0.65))
