@@ -36,16 +36,18 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     bytes_sent = 0
 
     def exchange(send_index: int, recv_into: torch.Tensor) -> None:
-        # Every rank sends first. With blocking sends that deadlocks on gloo (a send waits for
-        # the matching recv), so the send is asynchronous and finished after the recv.
+        # Every rank sends and receives at once. Blocking sends would deadlock (a send waits for the
+        # matching recv), so both are posted together in one batch, as NCCL needs, then awaited.
         nonlocal bytes_sent
         outgoing = chunks[send_index]
-        request = dist.isend(outgoing, group=group, group_dst=right) if outgoing.numel() else None
+        ops = []
+        if outgoing.numel():
+            ops.append(dist.P2POp(dist.isend, outgoing, group=group, group_peer=right))
         if recv_into.numel():
-            dist.recv(recv_into, group=group, group_src=left)
-        if request is not None:
+            ops.append(dist.P2POp(dist.irecv, recv_into, group=group, group_peer=left))
+        for request in dist.batch_isend_irecv(ops) if ops else []:
             request.wait()
-            bytes_sent += outgoing.numel() * outgoing.element_size()
+        bytes_sent += outgoing.numel() * outgoing.element_size()
 
     # Reduce-scatter: after N-1 steps rank r holds the full sum of chunk (r + 1) % N.
     for step in range(world_size - 1):
@@ -106,9 +108,9 @@ def ring_steps(rank: int | None = None, world_size: int | None = None) -> dict:
                 send_index = (rank + offset - step) % world_size
                 recv_index = (rank + offset - step - 1) % world_size
                 incoming = torch.empty_like(chunks[recv_index])
-                request = dist.isend(chunks[send_index], right)
-                dist.recv(incoming, left)
-                request.wait()
+                ops = [dist.P2POp(dist.isend, chunks[send_index], right), dist.P2POp(dist.irecv, incoming, left)]
+                for request in dist.batch_isend_irecv(ops):
+                    request.wait()
                 if phase == "reduce-scatter":
                     chunks[recv_index].add_(incoming)
                 else:
