@@ -37,6 +37,15 @@ def test_rank_0_evaluating_through_ddp_waits_in_the_buffer_broadcast_while_the_o
         assert "_sync_buffers" in error.worker_traceback
 
 
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_the_probe_before_evaluate_ddp_names_every_rank_that_skips_the_branch(world_size):
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, world_size, kwargs=dict(probe=True),
+                  show_output=False)
+    missing = ", ".join(str(rank) for rank in range(1, world_size))
+    assert f"Ranks {missing} failed to pass monitoredBarrier in 3000 ms" in caught.value.failures[0]
+
+
 def test_rank_0_evaluating_ddp_module_runs_no_collective_and_every_epoch_ends():
     evaluations = run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 2, kwargs=dict(through_module=True),
                             show_output=False)

@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 
 import ddp_lib
-from ddp_lib.demos import hung_ranks, leftovers, monitored
+from ddp_lib.demos import hung_ranks, leftovers
 from ddp_lib.errors import LaunchInputError, Stopped, WorkerError, readable, stopped_at
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import run_ranks
@@ -33,13 +33,6 @@ def test_the_launcher_stops_the_ranks_still_busy_when_one_raises(tmp_path):
 def test_a_collective_only_rank_0_calls_times_out_within_seconds():
     with pytest.raises(WorkerError, match="Timed out waiting 3000ms"):
         run_ranks(lab.evaluate_on_rank0_only, 2, timeout=60, show_output=False)
-
-
-def test_monitored_barrier_names_the_rank_that_did_not_arrive():
-    with pytest.raises(WorkerError) as info:
-        run_ranks(monitored.evaluate_with_side_group, 3, timeout=60, show_output=False)
-    assert info.value.rank == 0
-    assert info.value.message.startswith("[Rank 0]: Ranks 1, 2 failed to pass monitoredBarrier in 3000 ms")
 
 
 def test_every_rank_evaluating_is_the_fix():
