@@ -6,10 +6,8 @@ import torch
 from ddp_lib.demos.batch_scaling import (
     FOUR_RANKS,
     ONE_RANK,
-    SEEDS,
     global_batch_curves,
     summarize_lr_scaling,
-    warmup_losses,
 )
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
@@ -64,8 +62,8 @@ def test_synchronised_batch_norm_matches_one_rank_and_per_rank_does_not():
     assert runs["batch"]["difference"] > 1e-2
 
 
-def test_warmup_losses_trains_one_curve_per_seed_and_the_warmup_changes_the_first_epoch():
-    warmed = warmup_losses(epochs=1)
-    plain = warmup_losses(epochs=1, warmup_steps=0)
-    assert len(warmed) == len(SEEDS) and all(len(curve) == 1 for curve in warmed)
-    assert all(abs(w[0] - p[0]) > 1e-3 for w, p in zip(warmed, plain))
+def test_train_warmup_steps_changes_the_first_epoch():
+    warmed, plain = run_ranks(train_runs, 2, kwargs=dict(runs=[dict(epochs=1, batch_size=16, lr=0.4, warmup_steps=w)
+                                                                for w in (8, 0)]), show_output=False)[0]
+    assert len(warmed["losses"]) == len(plain["losses"]) == 1
+    assert abs(warmed["losses"][0] - plain["losses"][0]) > 1e-3

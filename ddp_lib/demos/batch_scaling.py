@@ -3,7 +3,6 @@
 
     runs = global_batch_curves(two_rank_losses, global_64)  # global_64: the lesson's three jobs on 1, 2, 4 ranks
     scaling = lr_scaling(runs["one_rank_losses"])           # one job: 10 trainings on 4 ranks
-    warmed = warmup_losses()                                # one job: lr 0.4 with a warm-up, 5 trainings
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
 losses within 1e-5. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
@@ -20,7 +19,6 @@ SEEDS = range(5)
 SETTINGS = {"lr 0.1": dict(lr=0.1), "lr 0.4": dict(lr=0.4)}
 ONE_RANK = "1 rank, lr 0.1 (global batch 16)"
 FOUR_RANKS = {"lr 0.1": "4 ranks, lr 0.1 (global batch 64)", "lr 0.4": "4 ranks, lr 0.4 (global batch 64)"}
-WARMUP_STEPS = 8  # one epoch of 4 ranks x 16 on the 512 samples
 
 
 def _max_gap(curves: list[list[float]]) -> float:
@@ -86,12 +84,3 @@ def lr_scaling(one_rank_losses: list[list[float]], epochs: int = 8) -> dict:
               for j, name in enumerate(SETTINGS)}
     return {"losses": losses, **summarize_lr_scaling(losses, one_rank_losses)}
 
-
-def warmup_losses(epochs: int = 8, warmup_steps: int = WARMUP_STEPS) -> list[list[float]]:
-    """One job on 4 ranks at batch 16: lr 0.4 with a linear warm-up over ``warmup_steps`` optimizer steps
-    (``train``'s ``warmup_steps``, the template's ``--warmup-steps``), seeds 0 to 4. Returns one loss curve
-    per seed, to set beside :func:`lr_scaling`'s "lr 0.4" curves, which have no warm-up."""
-    results = run_ranks(train_runs, 4, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, seed=seed, lr=0.4,
-                                                              warmup_steps=warmup_steps) for seed in SEEDS]),
-                        show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
-    return [r["losses"] for r in results]
