@@ -1,5 +1,7 @@
 """ddp_lib.demos.torchrun_batch (lesson 06): its reading of a restart log."""
 
+import threading
+
 import pytest
 
 from ddp_lib.demos import torchrun_batch
@@ -57,6 +59,40 @@ def test_lesson_jobs_runs_the_jobs_once_and_keeps_them(monkeypatch, capsys):
     first = torchrun_batch.lesson_jobs()
     assert torchrun_batch.lesson_jobs() is first and len(runs) == 1
     assert capsys.readouterr().out == "starting\n"  # the later call prints nothing
+
+
+def test_start_lesson_jobs_returns_once_the_commands_are_printed_and_lesson_jobs_waits(monkeypatch, capsys):
+    release = threading.Event()
+    runs = []
+
+    def fake_run(printed=None):
+        print("the commands")
+        printed.set()
+        release.wait(10)  # the jobs still run after start_lesson_jobs returned
+        runs.append(object())
+        return runs[-1]
+
+    monkeypatch.setattr(torchrun_batch, "run_lesson_jobs", fake_run)
+    monkeypatch.setattr(torchrun_batch, "_KEPT", [])
+    monkeypatch.setattr(torchrun_batch, "_RUNNING", [])
+    torchrun_batch.start_lesson_jobs()
+    assert capsys.readouterr().out == "the commands\n" and not runs
+    torchrun_batch.start_lesson_jobs()  # a second start starts nothing
+    release.set()
+    first = torchrun_batch.lesson_jobs()  # waits for the background run
+    assert first is runs[0] and torchrun_batch.lesson_jobs() is first and len(runs) == 1
+
+
+def test_lesson_jobs_raises_what_the_background_run_raised(monkeypatch):
+    def failing_run(printed=None):
+        raise RuntimeError("a torchrun did not start")
+
+    monkeypatch.setattr(torchrun_batch, "run_lesson_jobs", failing_run)
+    monkeypatch.setattr(torchrun_batch, "_KEPT", [])
+    monkeypatch.setattr(torchrun_batch, "_RUNNING", [])
+    torchrun_batch.start_lesson_jobs()  # returns: the run ended before printing
+    with pytest.raises(RuntimeError, match="did not start"):
+        torchrun_batch.lesson_jobs()
 
 
 # The jobs themselves run in lesson 06's Deeper sections (its cell `batch = torchrun_batch.lesson_jobs()`),

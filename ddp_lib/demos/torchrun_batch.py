@@ -18,7 +18,9 @@ import pickle
 import re
 import sys
 import tempfile
+import threading
 import zipfile
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,11 +124,13 @@ def lesson_commands(folder: Path) -> dict[str, list[list[str]]]:
             for name, node_cmds in jobs.items()}
 
 
-def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -> LessonJobs:
+def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None,
+                    printed: threading.Event | None = None) -> LessonJobs:
     """Start every job of :data:`JOBS` and :data:`WATCHED` side by side; wait for all, and signal the
     watched ones once the rank of ``hang`` has slept a while. Print each command of the jobs named
     in ``show`` (every job when None) as typed (:func:`typed`), and only the names of the others, whose
-    sections print them. A job of two nodes gives back its first node's view, which holds the ranks of both nodes."""
+    sections print them; then set ``printed``, if given. A job of two nodes gives back its first node's
+    view, which holds the ranks of both nodes."""
     tmp = tempfile.TemporaryDirectory(prefix="lesson06-jobs-")
     folder = Path(tmp.name)
     commands = lesson_commands(folder)
@@ -151,6 +155,8 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
             print(f"{name}: {command}", flush=True)
     if later:
         print("and, each printed in its own section:", ", ".join(later), flush=True)
+    if printed is not None:
+        printed.set()
     try:
         done = run_together([command for _, command in flat], timeout=timeout)
     finally:  # ends the watched jobs whatever happened to the others
@@ -163,14 +169,30 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None) -
 
 
 _KEPT: list[LessonJobs] = []  # lesson_jobs()'s result, once it has run
+_RUNNING: list[Future] = []  # run_lesson_jobs() in a background thread, started by start_lesson_jobs()
+
+
+def start_lesson_jobs() -> None:
+    """Start :func:`run_lesson_jobs` in a background thread, once, and return as soon as it has
+    printed its commands (or failed): the jobs then run beside the cells that follow, and
+    :func:`lesson_jobs` waits for them. Does nothing if they have started or run already."""
+    if _KEPT or _RUNNING:
+        return
+    printed = threading.Event()
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lesson06-jobs")
+    _RUNNING.append(pool.submit(run_lesson_jobs, printed=printed))
+    pool.shutdown(wait=False)  # the thread ends with the jobs
+    while not printed.wait(0.05) and not _RUNNING[0].done():
+        pass
 
 
 def lesson_jobs() -> LessonJobs:
     """:func:`run_lesson_jobs` on the first call, which prints each command as it starts them; the same
-    result, kept, on every later call, which prints nothing. Each of lesson 06's Deeper cells that
-    reads a job calls it, so a learner who unfolds any one of them first still gets the jobs run."""
+    result, kept, on every later call, which prints nothing. If :func:`start_lesson_jobs` started them,
+    the first call waits for them instead (and raises what they raised). Each of lesson 06's Deeper
+    cells that reads a job calls it, so a learner who unfolds any one of them first still gets the jobs run."""
     if not _KEPT:
-        _KEPT.append(run_lesson_jobs())
+        _KEPT.append(_RUNNING.pop().result() if _RUNNING else run_lesson_jobs())
     return _KEPT[0]
 
 
