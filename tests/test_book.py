@@ -234,3 +234,15 @@ def test_each_deeper_section_is_folded_in_the_book(site):
     assert sum(page.read_text().count('<details class="deeper">')
                for page in (site / "notebooks").glob("*.html")) == folded
     assert folded >= 1, "no lesson has a Deeper section to fold"
+
+
+def test_every_glossary_link_of_a_lesson_lands_on_its_term(site):
+    # The lessons link docs/glossary.md#term; the book keeps the fragment, and the glossary page has
+    # the term's <a id>. (The page's own navigation links the page without one.)
+    ids = set(re.findall(r'<a id="([^"]+)"></a>', (site / "docs" / "glossary.html").read_text()))
+    assert len(ids) >= 60
+    for notebook in LESSONS:
+        page = (site / "notebooks" / f"{notebook.stem}.html").read_text()
+        fragments = re.findall(r'href="\.\./docs/glossary\.html#([^"]+)"', page)
+        assert fragments, notebook.name
+        assert set(fragments) <= ids, (notebook.name, set(fragments) - ids)

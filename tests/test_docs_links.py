@@ -1,5 +1,6 @@
 """The README stays a short page for learners that links every page of docs/, and no link in the
-README or docs/ points at a file or heading that is not there."""
+README or docs/ points at a file or heading that is not there; every link to a glossary term, from
+the lessons too, lands on an anchor the glossary has."""
 
 import re
 from pathlib import Path
@@ -10,13 +11,19 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 README_LIMIT = 10_500  # bytes: "at most about 10 KB"; the rest belongs in docs/
 
 
+HTML_ANCHOR = re.compile(r'<a id="([^"]+)"></a>')
+GLOSSARY = ROOT / "docs" / "glossary.md"
+
+
 def anchors(page: Path) -> set[str]:
-    """GitHub's and myst's anchor for each heading: lower case, punctuation dropped, spaces to dashes."""
+    """GitHub's and myst's anchor for each heading (lower case, punctuation dropped, spaces to dashes),
+    and each id of an `<a id="...">` (the glossary's terms)."""
     found = set()
     for line in page.read_text().splitlines():
         if line.startswith("#"):
             title = line.lstrip("#").strip().lower()
             found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+        found.update(HTML_ANCHOR.findall(line))
     return found
 
 
@@ -67,3 +74,29 @@ def test_every_lesson_link_in_the_question_map_names_a_heading_that_exists():
         assert notebook.exists(), target
         assert anchor, f"{target}: link a section by its heading, not the whole lesson"
         assert anchor in notebook_anchors(notebook), target
+
+
+def glossary_links() -> list[tuple[str, str, str]]:
+    """(where, link text, target) of every link to the glossary in the README, docs/ and the lessons'
+    markdown cells."""
+    import json
+
+    texts = [(page.name, page.read_text()) for page in PAGES]
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for number, cell in enumerate(json.loads(notebook.read_text())["cells"]):
+            if cell["cell_type"] == "markdown":
+                texts.append((f"{notebook.name} cell {number}", "".join(cell["source"])))
+    link = re.compile(r"\[((?:[^\]\[]|\[[^\]]*\])*)\]\(((?:\.\./)?(?:docs/)?glossary\.md(?:#[^)\s]*)?)\)")
+    return [(where, text, target) for where, body in texts for text, target in link.findall(body)]
+
+
+def test_every_glossary_link_lands_on_its_term():
+    links = glossary_links()
+    assert len(links) >= 300
+    terms = anchors(GLOSSARY)
+    for where, text, target in links:
+        _, _, anchor = target.partition("#")
+        if text.lower() == "glossary":  # a link to the page itself, by its name
+            continue
+        assert anchor, f"{where}: [{text}]({target}) names a term: link its anchor, glossary.md#..."
+        assert anchor in terms, f"{where}: [{text}]({target}): no such anchor in docs/glossary.md"
