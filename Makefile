@@ -13,7 +13,7 @@ WORLD_SIZE ?= 4
 # `make lab` and tools/check_lab.py (tests/test_lab.py, through `make lab-args`) start JupyterLab
 # with these options: the lessons' folder, opening on lesson 00. Jupyter refuses to run as root
 # unless told; containers often run as root.
-LAB_ARGS := --notebook-dir=notebooks --LabApp.default_url=/lab/tree/00_start_here.ipynb --ip=127.0.0.1 $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
+LAB_ARGS := --notebook-dir=. --LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb --ip=127.0.0.1 $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 LINTED := ddp_lib tests tools notebooks
 
 # Tests run on $(JOBS) processes (pytest-xdist); conftest.py keeps each file and each notebook on one
@@ -67,7 +67,7 @@ lint: $(INSTALLED)  ## ruff on the library, the tests, the tools and the noteboo
 
 # LAB_IP=0.0.0.0 (set by the Dockerfile) listens on every interface instead, so that a container's
 # published port reaches the lab.
-lab: $(INSTALLED)  ## JupyterLab on notebooks/
+lab: $(INSTALLED)  ## JupyterLab on the repository, opening lesson 00 (the lessons' links to docs/ work)
 	$(VENV)/bin/jupyter lab $(if $(LAB_IP),$(subst --ip=127.0.0.1,--ip=$(LAB_IP),$(LAB_ARGS)),$(LAB_ARGS))
 
 lab-args:  ## print the options make lab passes to jupyter lab (tools/check_lab.py reads them)

@@ -25,7 +25,8 @@ def test_jupyterlab_serves_the_notebooks_and_stops():
     lessons = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
     assert f"lists the {len(lessons)} lessons: {', '.join(lessons)}" in out.stdout
     assert "GET /lab answers 200" in out.stdout
-    assert "GET / opens 00_start_here.ipynb" in out.stdout
+    assert "GET / opens notebooks/00_start_here.ipynb" in out.stdout
+    assert "GET /api/contents/docs/glossary.md answers 200" in out.stdout
     assert "fetchNews is 'false': no popup about Jupyter news" in out.stdout
     port = int(re.search(r"served on 127\.0\.0\.1:(\d+), then stopped", out.stdout).group(1))
     with socket.socket() as s:  # nothing listens there any more

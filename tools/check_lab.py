@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 120.0  # seconds; a cold start on a busy 2-core machine takes several
 STOP_TIMEOUT = 20.0
-START = "00_start_here.ipynb"
+START = "notebooks/00_start_here.ipynb"  # make lab serves the repository, so lessons link docs/
 NOTIFICATIONS = "@jupyterlab/apputils-extension:notification"
 
 
@@ -126,24 +126,27 @@ def wait_until_ready(server: subprocess.Popen, base: str, token: str) -> None:
 def check(base: str, token: str) -> list[str]:
     """The checks, one line each; raises AssertionError on the first that fails."""
     expected = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
-    status, body = get(f"{base}/api/contents/", token)
-    assert status == 200, f"GET /api/contents/ answered {status}"
+    status, body = get(f"{base}/api/contents/notebooks", token)
+    assert status == 200, f"GET /api/contents/notebooks answered {status}"
     listed = sorted(item["name"] for item in json.loads(body)["content"] if item["type"] == "notebook")
     missing = sorted(set(expected) - set(listed))
     assert expected and not missing, \
-        f"GET /api/contents/ does not list {missing or 'any NN_*.ipynb'}; it lists {listed}"
+        f"GET /api/contents/notebooks does not list {missing or 'any NN_*.ipynb'}; it lists {listed}"
+    status, _ = get(f"{base}/api/contents/docs/glossary.md", token)  # what the lessons' term links open
+    assert status == 200, f"GET /api/contents/docs/glossary.md answered {status}: the lessons' glossary links would open nothing"
     status, body = get(f"{base}/lab", token)
     assert status == 200, f"GET /lab answered {status}"
     assert b"<html" in body.lower() or b"<!doctype html" in body.lower(), "GET /lab did not answer a page"
-    status, _ = get(f"{base}/api/contents/", "wrong-" + token)
-    assert status == 403, f"GET /api/contents/ with a wrong token answered {status}, not 403"
+    status, _ = get(f"{base}/api/contents/notebooks", "wrong-" + token)
+    assert status == 403, f"GET /api/contents/notebooks with a wrong token answered {status}, not 403"
     status, _, landed = fetch(f"{base}/", token)
     assert status == 200 and landed.endswith(f"/lab/tree/{START}"), f"GET / led to {landed} ({status}), not {START}"
     status, body = get(f"{base}/lab/api/settings/{NOTIFICATIONS}", token)
     assert status == 200, f"GET /lab/api/settings/{NOTIFICATIONS} answered {status}"
     news = news_setting(json.loads(body))
     assert news == "false", f"fetchNews is {news!r}: JupyterLab will ask about Jupyter news; expected 'false'"
-    return [f"GET /api/contents/ lists the {len(expected)} lessons: {', '.join(expected)}",
+    return [f"GET /api/contents/notebooks lists the {len(expected)} lessons: {', '.join(expected)}",
+            "GET /api/contents/docs/glossary.md answers 200: the lessons' links to docs/ open",
             "GET /lab answers 200 with the JupyterLab page",
             "a wrong token is refused (403)",
             f"GET / opens {START}",
