@@ -133,7 +133,8 @@ def check(base: str, token: str) -> list[str]:
     assert expected and not missing, \
         f"GET /api/contents/notebooks does not list {missing or 'any NN_*.ipynb'}; it lists {listed}"
     status, _ = get(f"{base}/api/contents/docs/glossary.md", token)  # what the lessons' term links open
-    assert status == 200, f"GET /api/contents/docs/glossary.md answered {status}: the lessons' glossary links would open nothing"
+    assert status == 200, \
+        f"GET /api/contents/docs/glossary.md answered {status}: the lessons' glossary links would open nothing"
     status, body = get(f"{base}/lab", token)
     assert status == 200, f"GET /lab answered {status}"
     assert b"<html" in body.lower() or b"<!doctype html" in body.lower(), "GET /lab did not answer a page"
