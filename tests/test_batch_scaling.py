@@ -22,7 +22,6 @@ def test_summary_by_hand():
     assert s["gaps"]["lr 0.1"] == pytest.approx(0.2)
     assert s["gaps"]["lr 0.4"] == pytest.approx(0.0275)
     assert s["closed"] == pytest.approx(1 - 0.0275 / 0.2)
-    assert s["band"] == pytest.approx(0.015)
     assert s["near"] == 1  # 0.105 is within 10% of 0.10; 0.25 is not within 10% of 0.20
     assert s["epoch_means"]["lr 0.4"] == pytest.approx([0.4, 0.1775])
     assert set(s["means"]) == {ONE_RANK, *FOUR_RANKS.values()}

@@ -56,8 +56,8 @@ def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: 
     Returns {"means" and "ranges" (per label: the seeds' mean curve, and their (lowest, highest) curves),
     "closer_every_seed" (lr 0.4 ends nearer 1 rank's final loss than lr 0.1, on each seed), "gaps"
     (mean distance of each setting's final loss from 1 rank's), "closed" (the share of lr 0.1's gap that
-    lr 0.4 closes), "band" (10% of 1 rank's mean final loss), "near" (seeds where lr 0.4 ends within 10%
-    of 1 rank), "epoch_means" (each setting's mean loss per epoch)}."""
+    lr 0.4 closes), "near" (seeds where lr 0.4 ends within 10% of the same seed's 1-rank final loss),
+    "epoch_means" (each setting's mean loss per epoch)}."""
     per_seed = {ONE_RANK: torch.tensor(one_rank_losses), **{FOUR_RANKS[k]: torch.tensor(losses[k]) for k in FOUR_RANKS}}
     one_final = [curve[-1] for curve in one_rank_losses]
     finals = {k: [curve[-1] for curve in losses[k]] for k in FOUR_RANKS}
@@ -69,7 +69,6 @@ def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: 
                                      for s, u, o in zip(finals["lr 0.4"], finals["lr 0.1"], one_final)),
             "gaps": gaps,
             "closed": 1 - gaps["lr 0.4"] / gaps["lr 0.1"],
-            "band": 0.1 * sum(one_final) / n,
             "near": sum(abs(s - o) < 0.1 * o for s, o in zip(finals["lr 0.4"], one_final)),
             "epoch_means": {k: torch.tensor(losses[k]).mean(0).tolist() for k in FOUR_RANKS}}
 
