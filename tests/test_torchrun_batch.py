@@ -174,9 +174,9 @@ def test_typed_and_exit_codes_read_every_kind_of_job(tmp_path):
     commands = {"c10d": node_commands(torchrun_batch.PROGRAM, nnodes=2, nproc_per_node=1)}
     nodes = [TorchrunJob(0, []), TorchrunJob(1, [])]
     batch = torchrun_batch.LessonJobs(commands, {"c10d": nodes[0]}, {"c10d": nodes},
-                                      {"hang": "ENV=1 torchrun --standalone PROGRAM"}, {}, tmp_path, None)
+                                      {"sleeper": "ENV=1 torchrun --standalone PROGRAM"}, {}, tmp_path, None)
     assert batch.exit_codes("c10d") == [0, 1]
-    assert batch.typed("hang") == ["ENV=1 torchrun --standalone PROGRAM"]
+    assert batch.typed("sleeper") == ["ENV=1 torchrun --standalone PROGRAM"]
     assert len(batch.typed("c10d")) == 2 and batch["c10d"] is nodes[0]
 
 

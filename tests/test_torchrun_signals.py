@@ -8,7 +8,7 @@ from ddp_lib.demos import torchrun_signals
 
 def test_a_hung_rank_is_left_alone_and_only_listed_signals_reach_the_ranks():
     watched = torchrun_signals.finish(torchrun_signals.start({"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}))
-    hang = watched["hang"]  # after HANG_S seconds asleep: nobody stopped or restarted the rank
+    hang = watched["sleeper"]  # after HANG_S seconds asleep: nobody stopped or restarted the rank
     assert hang["torchrun_alive"] and hang["rank_alive"] and hang["same_rank"] and hang["restart_count"] == "0"
     assert hang["use_agent_store"] == "False"  # the variable given to that job alone
     results = watched["cases"]

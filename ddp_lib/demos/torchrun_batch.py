@@ -35,11 +35,11 @@ JOBS = {
 }
 # Started beside them and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
 WATCHED = {
-    "hang": "one rank that sleeps, as a hung rank would, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
+    "sleeper": "one rank that sleeps, as a hung rank would, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
             "then torchrun alone is sent SIGUSR1, which it does not handle",
     "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
 }
-HANG_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
+SLEEPER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
 # The folder whose sitecustomize.py ends a torchrun rank without Python's teardown (skip_rank_teardown).
 TEARDOWN_SKIP = Path(__file__).with_name("teardown_skip")
 
@@ -74,7 +74,7 @@ class LessonJobs:
     node's view; ``node_jobs``: every node's), the folder
     that holds the ranks' folders (kept until this object goes), and the watched jobs of
     :data:`WATCHED`: their commands as typed (``watched_commands``) and what
-    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"hang"`` and ``"cases"``)."""
+    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"sleeper"`` and ``"cases"``)."""
 
     commands: dict[str, list[list[str]]]
     jobs: dict[str, TorchrunJob]
@@ -127,7 +127,7 @@ def lesson_commands(folder: Path) -> dict[str, list[list[str]]]:
 def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None,
                     printed: threading.Event | None = None) -> LessonJobs:
     """Start every job of :data:`JOBS` and :data:`WATCHED` side by side; wait for all, and signal the
-    watched ones once the rank of ``hang`` has slept a while. Print each command of the jobs named
+    watched ones once the rank of ``sleeper`` has slept a while. Print each command of the jobs named
     in ``show`` (every job when None) as typed (:func:`typed`), and only the names of the others, whose
     sections print them; then set ``printed``, if given. A job of two nodes gives back its first node's
     view, which holds the ranks of both nodes."""
@@ -145,9 +145,10 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None,
         for node, command in enumerate(node_cmds):
             where = f" node {node}" if len(node_cmds) > 1 else ""
             print(f"{name}{where}: {typed(name, command)}", flush=True)
-    watch = torchrun_signals.start(HANG_ENV)
+    watch = torchrun_signals.start(SLEEPER_ENV)
     watched_commands = {name: command_text(command) for name, command in watch.commands.items()}
-    watched_commands["hang"] = " ".join(f"{k}={v}" for k, v in HANG_ENV.items()) + " " + watched_commands["hang"]
+    env_text = " ".join(f"{k}={v}" for k, v in SLEEPER_ENV.items())
+    watched_commands["sleeper"] = env_text + " " + watched_commands["sleeper"]
     for name, command in watched_commands.items():
         if show is not None and name not in show:
             later.append(name)

@@ -1,8 +1,8 @@
 """A rank that hangs, and a signal sent to torchrun itself (lesson 06): what torchrun does about each.
 
-Two torchruns, side by side: ``hang``, with the default ``--signals-to-handle`` and one rank, and
+Two torchruns, side by side: ``sleeper``, with the default ``--signals-to-handle`` and one rank, and
 ``listed``, with SIGUSR1 listed and two ranks, the second of which handles SIGUSR1. Each rank writes
-its process id and sleeps. ``hang`` is first watched for ``HANG_S`` seconds: its agent leaves a rank
+its process id and sleeps. ``sleeper`` is first watched for ``HANG_S`` seconds: its agent leaves a rank
 that has not ended alone. Then each torchrun's process alone is sent SIGUSR1; once torchrun ends, the
 module asks whether each rank still runs (and ends it if so). The ranks import no torch, so the whole
 takes about as long as torchrun's own start, plus ``HANG_S``. Lesson 06 starts the two jobs beside its
@@ -25,17 +25,17 @@ from pathlib import Path
 
 DEFAULT_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # --signals-to-handle's default in torch's run.py
 WITH_USR1 = DEFAULT_SIGNALS + ",SIGUSR1"
-HANG_S = 1.0  # how long the job "hang" is watched with its rank asleep, before any signal
+HANG_S = 1.0  # how long the job "sleeper" is watched with its rank asleep, before any signal
 
 # The torchruns: name -> (the signal sent to torchrun, its --signals-to-handle, whether each local rank
 # handles SIGUSR1). Two jobs, for three cases: the listed job's two ranks differ only by the handler.
 JOBS = {
-    "hang": ("SIGUSR1", DEFAULT_SIGNALS, (False,)),  # first watched as a rank that hangs, then signalled
+    "sleeper": ("SIGUSR1", DEFAULT_SIGNALS, (False,)),  # first watched as a rank that hangs, then signalled
     "listed": ("SIGUSR1", WITH_USR1, (False, True)),
 }
 # case name -> (job, local rank)
 CASES = {
-    "SIGUSR1, not listed": ("hang", 0),
+    "SIGUSR1, not listed": ("sleeper", 0),
     "SIGUSR1, listed, rank without a handler": ("listed", 0),
     "SIGUSR1, listed, rank with a handler": ("listed", 1),
 }
@@ -62,27 +62,27 @@ def _command(folder: Path, job: str) -> list[str]:
 @dataclass
 class Watch:
     """The torchruns of :data:`JOBS`, started and not yet signalled: their commands, their processes,
-    the variables the job ``hang`` was given on top of this process's environment, and their folder."""
+    the variables the job ``sleeper`` was given on top of this process's environment, and their folder."""
 
     commands: dict[str, list[str]]
     procs: dict[str, subprocess.Popen]
-    hang_env: dict[str, str]
+    sleeper_env: dict[str, str]
     folder: Path
     _tmp: tempfile.TemporaryDirectory = field(repr=False)
 
 
-def start(hang_env: dict[str, str] | None = None) -> Watch:
-    """Start the torchruns of :data:`JOBS` side by side, the job ``hang`` with ``hang_env`` added to its
+def start(sleeper_env: dict[str, str] | None = None) -> Watch:
+    """Start the torchruns of :data:`JOBS` side by side, the job ``sleeper`` with ``sleeper_env`` added to its
     environment, and return at once: :func:`finish` watches them and sends the signals."""
     tmp = tempfile.TemporaryDirectory(prefix="torchrun-signals-")
     folder = Path(tmp.name)
-    hang_env = dict(hang_env or {})
+    sleeper_env = dict(sleeper_env or {})
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     commands = {job: _command(folder, job) for job in JOBS}
     procs = {job: subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(folder / f"{job}.err", "w"),
-                                   env={**env, **hang_env} if job == "hang" else env)
+                                   env={**env, **sleeper_env} if job == "sleeper" else env)
              for job, command in commands.items()}
-    return Watch(commands, procs, hang_env, folder, tmp)
+    return Watch(commands, procs, sleeper_env, folder, tmp)
 
 
 def _rank_file(watch: Watch, job: str, local_rank: int, deadline: float) -> dict:
@@ -98,7 +98,7 @@ def _rank_file(watch: Watch, job: str, local_rank: int, deadline: float) -> dict
 
 
 def finish(watch: Watch, timeout: float = 120.0) -> dict:
-    """Watch the torchruns that :func:`start` started, then signal them. First the job ``hang``: once
+    """Watch the torchruns that :func:`start` started, then signal them. First the job ``sleeper``: once
     its rank has slept ``HANG_S`` seconds, whether its torchrun and its rank still run, whether the
     rank is still the first one (no restart), and the rank's restart count and
     ``TORCHELASTIC_USE_AGENT_STORE``. Then each torchrun's process alone gets its signal. For each case
@@ -116,10 +116,10 @@ def finish(watch: Watch, timeout: float = 120.0) -> dict:
                 # a session of its own: the rank leads its session, and torchrun is in another one
                 rank_sid = os.getsid(rank["pid"])
                 own_session[job, local_rank] = rank_sid == rank["pid"] and rank_sid != os.getsid(procs[job].pid)
-        hung = ranks["hang", 0]
+        hung = ranks["sleeper", 0]
         time.sleep(max(0.0, hung["written"] + HANG_S - time.time()))  # the rank has slept HANG_S seconds by now
-        hang = {"slept_s": HANG_S, "torchrun_alive": procs["hang"].poll() is None, "rank_alive": _alive(hung["pid"]),
-                "same_rank": json.loads((watch.folder / "hang.0.json").read_text())["pid"] == hung["pid"],
+        hang = {"slept_s": HANG_S, "torchrun_alive": procs["sleeper"].poll() is None, "rank_alive": _alive(hung["pid"]),
+                "same_rank": json.loads((watch.folder / "sleeper.0.json").read_text())["pid"] == hung["pid"],
                 "restart_count": hung["restart_count"], "use_agent_store": hung["use_agent_store"]}
         for job, (sig, _, _) in JOBS.items():
             os.kill(procs[job].pid, signal.Signals[sig])  # torchrun's process only
@@ -138,7 +138,7 @@ def finish(watch: Watch, timeout: float = 120.0) -> dict:
             if _alive(rank["pid"]):
                 os.kill(rank["pid"], signal.SIGKILL)
         watch._tmp.cleanup()
-    return {"hang": hang, "cases": cases}
+    return {"sleeper": hang, "cases": cases}
 
 
 def _rank(prefix: str, modes: str) -> None:
@@ -164,6 +164,6 @@ if __name__ == "__main__":
         _rank(*sys.argv[1:])
     else:
         results = finish(start())
-        print("hang:", results["hang"])
+        print("sleeper:", results["sleeper"])
         for case, result in results["cases"].items():
             print(f"{case}: {result}")
