@@ -10,16 +10,6 @@ def test_connection_errors_in_each_of_gloos_wordings():
     assert not failure_reading.is_connection_error("Timed out waiting 3000ms for recv operation to complete")
 
 
-def test_gloo_abort_keeps_gloos_words_and_the_terminate_line():
-    stderr = ("terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
-              "  what():  [enforce fail at /x/gloo/transport/tcp/pair.cc:446] op.preamble.length <= op.nbytes. "
-              "12 vs 4\n")
-    words, terminate = failure_reading.gloo_abort(stderr)
-    assert words == "op.preamble.length <= op.nbytes. 12 vs 4"
-    assert terminate == "terminate called after throwing an instance of 'gloo::EnforceNotMet'"
-    assert failure_reading.gloo_abort("nothing here") == ("", "")
-
-
 def test_detail_mismatch_names_each_ranks_collective():
     message = ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
                "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float), "

@@ -17,16 +17,6 @@ def is_connection_error(message: str) -> bool:
     return bool(_CONNECTION_ERROR.search(message))
 
 
-def gloo_abort(stderr: str) -> tuple[str, str]:
-    """What a rank that gloo aborted printed to ``stderr``: gloo's own words after its
-    ``[enforce fail at FILE:LINE]`` prefix, and the C++ runtime's "terminate called ..." line.
-    Either is ``""`` when the stderr has no such line."""
-    lines = stderr.splitlines()
-    enforce = next((line for line in lines if "enforce fail" in line), "")
-    terminate = next((line.strip() for line in lines if "terminate called" in line), "")
-    return re.sub(r".*\[enforce fail at [^\]]*\] ", "", enforce), terminate
-
-
 def detail_mismatch(message: str) -> list[str]:
     """The collectives a ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatch error compares, one line each,
     such as ``"Rank 0: ALLREDUCE of shape [2]"``."""

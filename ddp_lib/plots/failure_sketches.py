@@ -41,7 +41,7 @@ def plot_dead_rank(world_size: int = 3) -> Figure:
     ax.set_xlim(0, 9)
     ax.set_xlabel("time (a sketch: the cell below measures it); at the latest, the group's timeout")
     _lanes(ax, [f"rank {r}" for r in range(world_size)])
-    ax.set_title("A rank killed in the middle of a collective: what the others see")
+    ax.set_title("A rank killed while the others wait in a collective: what they see")
     fig.tight_layout()
     return fig
 
