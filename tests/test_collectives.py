@@ -154,6 +154,9 @@ def test_subgroups_reduce_only_within_their_group():
     assert [r["members"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert [r["group_rank"] for r in results] == [0, 0, 1, 1]
     assert [r["sum"] for r in results] == [2.0, 4.0, 2.0, 4.0]
+    # group rank 1 is global rank 2 in the evens, 3 in the odds; it receives from group rank 0
+    assert [r["group_rank_1_is"] for r in results] == [2, 3, 2, 3]
+    assert [r["received_from"] for r in results] == [0, 1, 0, 1]
     # new_group numbers groups in call order on every rank; the default group is "0"
     assert [r["group_name"] for r in results] == ["1", "2", "1", "2"]
 

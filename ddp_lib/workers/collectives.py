@@ -174,12 +174,21 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
             group = evens if rank % 2 == 0 else odds
         total = torch.tensor([float(rank)], device=device)
         dist.all_reduce(total, group=group)
+        # Two numberings of one receiver: group_dst= counts within the group, dst= in the default group.
+        sender = torch.tensor([float(rank)], device=device)
+        pair = dist.get_world_size(group) > 1  # on 2 ranks each group has one member
+        if pair and dist.get_rank(group) == 0:
+            dist.send(sender, group=group, group_dst=1)
+        elif pair and dist.get_rank(group) == 1:
+            dist.recv(sender, group=group, group_src=0)
         # Each group's members meet in the store, which rank 0 serves under mp.spawn: a barrier of the
         # whole group keeps rank 0, done with its own group, from leaving while the others still meet.
         dist.barrier()
         return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds", "group_name": group.group_name,
                 "members": dist.get_process_group_ranks(group), "group_rank": dist.get_rank(group),
-                "group_size": dist.get_world_size(group), "sum": total.item()}
+                "group_size": dist.get_world_size(group), "sum": total.item(),
+                "group_rank_1_is": dist.get_global_rank(group, 1) if pair else None,
+                "received_from": int(sender.item())}
 
 
 # ---- helpers
