@@ -10,10 +10,8 @@ import subprocess
 import sys
 from typing import NamedTuple
 
+from ddp_lib.demos.spawning import SIGABRT_WORDINGS  # a rank ended by SIGABRT, in the launchers' words
 from ddp_lib.errors import last_line
-
-# What mp.spawn says when a rank aborted (the rare abort at exit of torch 2.13, lesson 02).
-ABORT = "terminated with signal SIGABRT"
 
 
 class ScriptRun(NamedTuple):
@@ -32,7 +30,7 @@ class ScriptRun(NamedTuple):
         if self.exit_code == 0:
             return "exit code: 0 (every rank finished)"
         said = f"exit code: {self.exit_code}; its last error line: {last_line(self.stderr, '(none)')}"
-        if ABORT in self.stderr:
+        if any(wording in self.stderr for wording in SIGABRT_WORDINGS):  # the abort at exit
             said += "\na known torch abort at exit (lesson 02): run it again"
         return said
 

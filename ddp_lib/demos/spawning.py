@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.multiprocessing as mp
 
-from ddp_lib.errors import short_path
+from ddp_lib.errors import last_line, short_path  # last_line: a traceback's error line
 from ddp_lib.forkserver import FORKSERVER_PRELOAD
 from ddp_lib.torchrun import stop_torchruns
 
@@ -119,12 +119,6 @@ def capture_stderr(torch_log: bool = False) -> Iterator[Captured]:
             text = tmp.read().decode(errors="replace") + py_err.getvalue()
             captured.text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     sys.stderr.flush()  # torch's log line, if kept, before whatever the caller prints next
-
-
-def last_line(text: str) -> str:
-    """The last non-blank line of ``text`` (for a traceback: the exception and its message)."""
-    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "")
-
 
 
 _TRACEBACK_FILE = re.compile(r'File "([^"]+)"')
@@ -298,7 +292,7 @@ def fork_after_threads(threads: int = 2, wait: float = 2.0, parent_computes: boo
 
 # How each launcher words a rank ended by SIGABRT: mp.spawn's ProcessExitedException, and the
 # failure summary of torchrun (torch.distributed.elastic.multiprocessing.errors, ProcessFailure).
-_SIGABRT_WORDINGS = ("terminated with signal SIGABRT", "Signal 6 (SIGABRT)")
+SIGABRT_WORDINGS = ("terminated with signal SIGABRT", "Signal 6 (SIGABRT)")
 
 
 def exit_verdict(run: subprocess.CompletedProcess, done_line: str) -> str:
@@ -311,7 +305,7 @@ def exit_verdict(run: subprocess.CompletedProcess, done_line: str) -> str:
     real failure, reported with the last line of its stderr."""
     if run.returncode == 0:
         return "exit code 0: the job succeeded"
-    if done_line in run.stdout and any(wording in run.stderr for wording in _SIGABRT_WORDINGS):
+    if done_line in run.stdout and any(wording in run.stderr for wording in SIGABRT_WORDINGS):
         return (f"exit code {run.returncode} after every line came out, with a rank ended by SIGABRT: "
                 "torch's abort at exit, after the work, not a failure of your code")
     return (f"exit code {run.returncode}: a real failure; the last line of its error output: "
