@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-_CONNECTION_ERROR = re.compile(r"Connection (closed|reset) by peer|Broken pipe")
+LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo's words when the other end died
 _FINGERPRINT = re.compile(r"(Rank \d+) is running collective: CollectiveFingerPrint\("
                           r"SequenceNumber=\d+, OpType=(\w+), TensorShape=(\[[\d, ]*\])")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in (\S+)', re.MULTILINE)
@@ -14,7 +14,7 @@ _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in (\S+)', re.MULTILINE)
 def is_connection_error(message: str) -> bool:
     """Whether ``message`` blames a lost connection, as gloo words it from run to run:
     "Connection closed by peer", "Connection reset by peer" or "Broken pipe"."""
-    return bool(_CONNECTION_ERROR.search(message))
+    return bool(LOST_PEER.search(message))
 
 
 def detail_mismatch(message: str) -> list[str]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddp_lib.demos import torchrun_signals
+from ddp_lib.demos.failure_reading import LOST_PEER  # gloo's words when the other end died
 from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together, with_log_dir
 
 PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
@@ -200,7 +201,6 @@ def lesson_jobs() -> LessonJobs:
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
 RANK0_LINE = re.compile(r"attempt \d+: starting at epoch \d+|epoch \d+: last loss [\d.]+")
 TEE_PREFIX = re.compile(r"^\[default\d+\]:", re.M)  # what --tee puts before a rank's console line (role default)
-LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo's words when the other end died
 
 
 def _found(pattern: str, log: str, what: str, meaning: str) -> re.Match:
