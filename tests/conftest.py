@@ -1,5 +1,6 @@
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -24,6 +25,27 @@ def torch_aborted_at_exit(stderr: str) -> bool:
     Tests of such scripts run them once more on exactly this, after checking their work was done."""
     return "terminate called without an active exception" in stderr and (
         "terminated with signal SIGABRT" in stderr or "Signal 6 (SIGABRT)" in stderr)
+
+
+def run_launcher(command: list[str], *, timeout: float, **popen_kwargs) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, capture_output=True, text=True, timeout=timeout)` for a command that
+    starts ranks (torchrun). On timeout it sends SIGTERM first, so torchrun stops its ranks, which run
+    in sessions of their own; `subprocess.run`'s timeout sends SIGKILL, which leaves them running
+    after the test. Then it fails the test, naming the timeout."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          **popen_kwargs) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            try:
+                stdout, stderr = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:  # a rank that ignores SIGTERM still holds the pipes
+                proc.kill()
+                stdout, stderr = "", "(not read: a process it started still held its output)"
+            raise AssertionError(f"{' '.join(map(str, command))} did not finish within {timeout} s; "
+                                 f"stopped. stderr: {stderr[-3000:]}") from None
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 def pythonpath_with_tests() -> str:

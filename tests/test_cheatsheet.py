@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import torch_aborted_at_exit
+from conftest import run_launcher, torch_aborted_at_exit
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = (ROOT / "docs" / "cheatsheet.md").read_text()
@@ -61,8 +61,8 @@ def test_the_minimal_script_runs_under_torchrun(script):
         pytest.skip("torchrun is not installed next to this Python")
     line = block("bash", "torchrun").splitlines()[0].split("#")[0].split()
     assert line == ["torchrun", "--nproc-per-node=2", "train.py"]
-    done = subprocess.run([str(TORCHRUN), *line[1:]], cwd=script, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = run_launcher([str(TORCHRUN), *line[1:]], cwd=script, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert (script / "model.pt").is_file()
 

@@ -10,7 +10,7 @@ import tempfile
 import pytest
 from test_launch import communicate_or_show_stacks
 
-from conftest import pythonpath_with_tests
+from conftest import pythonpath_with_tests, run_launcher
 from ddp_lib.workers import WORKERS
 
 
@@ -86,10 +86,10 @@ def test_a_hung_worker_exits_1_after_the_timeout(cli_with_ranks):
 
 def test_the_same_worker_runs_under_torchrun(cli_with_ranks):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "MASTER_"))}
-    out = subprocess.run(
+    out = run_launcher(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          "-m", "ddp_lib", "run", "demo_basic", "--json"],
-        capture_output=True, text=True, timeout=180, env=env)
+        timeout=180, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     results = sorted(map(json.loads, lines), key=lambda r: r["rank"])

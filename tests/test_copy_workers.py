@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import ddp_lib
+from conftest import run_launcher
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import DEFAULT_MASTER_PORT, free_port, port_in_use
 from ddp_lib.workers import WORKERS
@@ -259,21 +260,8 @@ def _run(root: pathlib.Path, how: str, env: dict) -> list[dict]:
     if how == "torchrun":
         command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(root / "runner.py")]
     env = {**{k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}, **env}
-    proc = subprocess.Popen(command + [how, str(root), repr(_jobs(root, how))], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-        # SIGTERM first: torchrun then stops its ranks, which run in sessions of their own; a SIGKILL
-        # (what subprocess.run's timeout sends) would leave them running after the test.
-        proc.terminate()
-        try:
-            _, stderr = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, stderr = proc.communicate()
-        raise AssertionError(f"{how} did not finish within 300 s; stopped. stderr: {stderr[-3000:]}") from None
-    assert proc.returncode == 0, stderr[-3000:]
+    proc = run_launcher(command + [how, str(root), repr(_jobs(root, how))], cwd=root, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     return [torch.load(root / f"results.{how}.{rank}.pt", weights_only=False) for rank in range(2)]
 
 

@@ -1,17 +1,17 @@
 """Lesson 10's plain FSDP2 script runs under torchrun on 2 CPU ranks, logs one global loss per
 epoch from rank 0, and leaves a DCP checkpoint directory."""
 
-import subprocess
 import sys
 from pathlib import Path
+
+from conftest import run_launcher
 
 SCRIPT = Path(__file__).resolve().parent.parent / "ddp_lib" / "demos" / "plain_fsdp2.py"
 
 
 def test_plain_fsdp2_runs_under_torchrun(tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
-    done = subprocess.run([str(torchrun), "--nproc-per-node", "2", str(SCRIPT)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180)
+    done = run_launcher([str(torchrun), "--nproc-per-node", "2", str(SCRIPT)], cwd=tmp_path, timeout=180)
     assert done.returncode == 0, done.stderr[-2000:]
     epochs = [line for line in done.stdout.splitlines() if line.startswith("epoch ")]
     assert [line.split(":")[0] for line in epochs] == ["epoch 0", "epoch 1", "epoch 2"]

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import torch_aborted_at_exit
+from conftest import run_launcher, torch_aborted_at_exit
 
 SCRIPT = Path(__file__).resolve().parent.parent / "ddp_lib" / "demos" / "plain_train.py"
 
@@ -13,8 +13,8 @@ SCRIPT = Path(__file__).resolve().parent.parent / "ddp_lib" / "demos" / "plain_t
 def _run(cwd: Path, *options: str) -> subprocess.CompletedProcess:
     torchrun = Path(sys.executable).with_name("torchrun")
     for attempt in range(2):
-        done = subprocess.run([str(torchrun), "--nproc-per-node", "2", str(SCRIPT), *options], cwd=cwd,
-                              capture_output=True, text=True, timeout=180)
+        done = run_launcher([str(torchrun), "--nproc-per-node", "2", str(SCRIPT), *options], cwd=cwd,
+                            timeout=180)
         # torch's own abort at exit, once the checkpoint is saved, is tried once more; any other
         # failure, or the abort twice, fails the test.
         if not (torch_aborted_at_exit(done.stderr) and (cwd / "checkpoint.pt").exists() and attempt == 0):

@@ -11,7 +11,6 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -20,6 +19,7 @@ import torch
 from torch.utils.data import DistributedSampler
 
 import ddp_lib
+from conftest import run_launcher
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import free_port
@@ -32,8 +32,8 @@ EVAL_SAMPLES = 201  # the template's evaluation set: odd, so 2 ranks cannot spli
 
 def _run(command: list[str], cwd: pathlib.Path, env: dict | None = None, returncode: int = 0) -> str:
     base = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}
-    proc = subprocess.run(command, cwd=cwd, env={**base, "MASTER_PORT": str(free_port()), **(env or {})},
-                          capture_output=True, text=True, timeout=300)
+    proc = run_launcher(command, cwd=cwd, env={**base, "MASTER_PORT": str(free_port()), **(env or {})},
+                        timeout=300)
     assert proc.returncode == returncode, proc.stderr[-3000:]
     return proc.stdout + proc.stderr
 

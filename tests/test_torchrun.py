@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 import traceback
 import uuid
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import pythonpath_with_tests
+from conftest import pythonpath_with_tests, recorded_pids, run_launcher, wait_until_gone
 from ddp_lib.errors import LaunchInputError, LaunchTimeout
 from ddp_lib.launch import run_ranks
 from ddp_lib.launch._record import (
@@ -572,3 +573,19 @@ def test_a_launcher_ranks_folder_holds_a_torchrun_ranks_files_and_reads_back_the
     assert read_rank(kept / "0").result == {"rank": 0, "value": 0.5}
     assert read_rank(kept / "0").stdout == "rank 0 returns\n"
     assert str(launched.value) == str(job.error) == "rank 1 raised ValueError: rank 1 of 2 cannot go on"
+
+
+def test_run_launcher_stops_torchruns_ranks_when_the_test_times_out(tmp_path, pid_dir):
+    # The tests' way to run a torchrun command: its ranks run in sessions of their own, so a
+    # SIGKILL to torchrun alone (subprocess.run's timeout) would leave them running.
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, pathlib, sys, time\n"
+                      "pathlib.Path(sys.argv[1], f\"rank{os.environ['RANK']}.pid\").write_text(str(os.getpid()))\n"
+                      "time.sleep(600)\n")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               str(script), str(pid_dir)]
+    with pytest.raises(AssertionError, match="did not finish within 25 s; stopped"):
+        run_launcher(command, timeout=25)
+    pids = recorded_pids(pid_dir)
+    assert len(pids) == 2, "both ranks should have started within 25 s"
+    assert wait_until_gone(pids) == []

@@ -1,18 +1,18 @@
 """ddp_lib.demos.torchrun_view under a real torchrun, and ddp_lib.demos.finally_barrier's hidden root error."""
 
-import subprocess
 import sys
 
 import torch.multiprocessing as mp
 
+from conftest import run_launcher
 from ddp_lib.demos.finally_barrier import barrier_in_finally
 from ddp_lib.demos.torchrun_view import views_from
 from ddp_lib.process_group import free_port
 
 
 def test_torchrun_sets_the_rank_variables():
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                           "-m", "ddp_lib.demos.torchrun_view"], capture_output=True, text=True, timeout=300)
+    done = run_launcher([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                         "-m", "ddp_lib.demos.torchrun_view"], timeout=300)
     assert done.returncode == 0, done.stderr
     views = views_from(done.stdout)
     assert [view["env"]["RANK"] for view in views] == ["0", "1"]
