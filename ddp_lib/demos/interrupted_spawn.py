@@ -4,8 +4,8 @@
 each waits to receive from the other: a job that hangs inside torch. Process 2 only sleeps, in Python.
 It then does to each what a notebook's stop button does to every process of the kernel's process
 group, SIGINT, and reports the processes still alive after the interrupt (once one has ended, or
-after 30 s, then 0.3 s more), what rank 0 of a rerun meets on the same port while they live, and
-their exit codes once it stops them.
+after 30 s, then 0.3 s more), the exit codes of those that ended, what rank 0 of a rerun meets on
+the same port while they live, and their exit codes once it stops them.
 
 ``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.spawn``, in the
 notebook's own process: SIGINT to the kernel while its ranks wait in the same receive.
@@ -92,8 +92,9 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
     returns at once (``join=False``). Ranks 0 and 1 wait to receive from each other; process 2
     sleeps in Python. Once all 3 wait, each gets SIGINT, as every process in the kernel's process
     group does. The processes still alive are counted once one has ended (or after 30 s), and
-    0.3 s later. While they live, rank 0 of a rerun tries the same port, in this process, as a
-    rerun of the cell would. Then ``terminate()`` stops them. Returns the three lines to print."""
+    0.3 s later, with the exit codes of those that ended. While they live, rank 0 of a rerun tries
+    the same port, in this process, as a rerun of the cell would. Then ``terminate()`` stops them.
+    Returns the four lines to print."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as ready_dir:
@@ -116,7 +117,9 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
             process.terminate()
         for process in processes:
             process.join()
+    ended = {i: process.exitcode for i, process in enumerate(processes) if process not in alive}
     return [f"processes still alive after SIGINT: {len(alive)} of 3",
+            f"exit codes of those that ended at SIGINT, by process: {ended}",
             f"a rerun's rank 0 on the same port: {rerun}",
             f"their exit codes after terminate(): {[process.exitcode for process in alive]}"]
 

@@ -65,8 +65,8 @@ def plot_start_method_trees(nprocs: int = 2) -> Figure:
     panels = [
         ("spawn", "notebook kernel", None, "a fresh Python:\nimports torch\nand your module"),
         ("fork", "notebook kernel", None, "a copy of the kernel:\nits memory, locks,\nhalf-done work"),
-        ("forkserver", "notebook kernel", "forkserver\n(started once,\nimports torch once)",
-         "a copy of the server:\ntorch already imported,\nthe server's environment"),
+        ("forkserver", "notebook kernel", "forkserver (started once):\nimports torch once,\nif preloaded",
+         "a copy of the server:\nwhat it imported,\nthe server's environment"),
     ]
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
     for ax, (method, parent, server, child) in zip(axes, panels):
