@@ -1,18 +1,25 @@
-"""run_module runs a real ``python -m`` and reports its exit; last_line reads a traceback's error line."""
+"""ScriptRun reads a real ``python -m`` run and reports its exit; last_line reads a traceback's error line."""
 
+import subprocess
 import sys
 
-from ddp_lib.demos.script_run import ScriptRun, run_module
+from ddp_lib.demos.script_run import ScriptRun
 from ddp_lib.errors import last_line, own_line
 
 
-def test_run_module_reports_exit_code_zero_and_sorted_lines():
+def run_module(module: str, *args: str) -> ScriptRun:
+    """Run ``python -m module *args`` as lesson 00's cell does."""
+    return ScriptRun.of(subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                                       timeout=120))
+
+
+def test_a_run_reports_exit_code_zero_and_sorted_lines():
     run = run_module("json.tool", "--help")
     assert run.exit_code == 0 and run.verdict() == "exit code: 0 (every rank finished)"
     assert run.printed() == sorted(run.printed()) and any("usage" in line for line in run.printed())
 
 
-def test_run_module_names_the_last_error_line_of_a_failure():
+def test_a_run_names_the_last_error_line_of_a_failure():
     run = run_module("ddp_lib_no_such_module")
     assert run.exit_code == 1
     assert run.verdict().startswith("exit code: 1; its last error line: ")

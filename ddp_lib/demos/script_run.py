@@ -1,13 +1,12 @@
-"""Run a Python module as a terminal would (``python -m module``), and say how it ended.
+"""Say how a script run as a terminal would (``python -m module``) ended.
 
-Lesson 00 runs the tutorial's fixed file this way, under torch's own ``mp.spawn``; the notebook's
-cell shows only the call and the verdict.
+Lesson 00 runs the tutorial's fixed file with ``subprocess.run`` in its own cell, under torch's own
+``mp.spawn``, and reads the result with ``ScriptRun.of``.
 """
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from typing import NamedTuple
 
 from ddp_lib.demos.spawning import SIGABRT_WORDINGS  # a rank ended by SIGABRT, in the launchers' words
@@ -21,6 +20,11 @@ class ScriptRun(NamedTuple):
     stdout: str
     stderr: str
 
+    @classmethod
+    def of(cls, done: subprocess.CompletedProcess) -> ScriptRun:
+        """Read a finished ``subprocess.run(..., capture_output=True, text=True)``."""
+        return cls(done.returncode, done.stdout, done.stderr)
+
     def printed(self) -> list[str]:
         """The lines it printed to standard output, sorted: ranks print in any order."""
         return sorted(line.strip() for line in self.stdout.splitlines() if line.strip())
@@ -33,11 +37,3 @@ class ScriptRun(NamedTuple):
         if any(wording in self.stderr for wording in SIGABRT_WORDINGS):  # the abort at exit
             said += "\na known torch abort at exit (lesson 02): run it again"
         return said
-
-
-def run_module(module: str, *args: str, timeout: float = 300) -> ScriptRun:
-    """Run ``python -m module *args`` with this Python, wait for it (at most ``timeout`` s), and
-    return how it ended. Raises ``subprocess.TimeoutExpired`` past the limit."""
-    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
-                          timeout=timeout)
-    return ScriptRun(done.returncode, done.stdout, done.stderr)
