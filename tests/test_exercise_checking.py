@@ -33,3 +33,13 @@ def test_the_documented_example_checker_passes_a_right_answer_and_names_a_mistak
     assert report.passed and len(report.lines) == 2, str(report)
     (line,) = example(own, world_sizes=(2,)).lines
     assert line.startswith("FAIL world_size 2: no collective ran") and "op=ReduceOp.MAX" in line, line
+
+
+def test_a_hang_where_no_rank_said_where_it_was_blames_nothing_it_cannot_see():
+    from ddp_lib.errors import LaunchTimeout
+    from ddp_lib.exercises.checking import hang_report
+
+    # A rank busy in C code that holds Python's lock writes no stack: no frames for either rank.
+    said = hang_report(LaunchTimeout(5, [0, 1]))
+    assert said == (". No rank said where it was: does the work take longer than the deadline? "
+                    "Does every rank call the same collectives, in the same order?")

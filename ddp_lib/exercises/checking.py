@@ -137,8 +137,11 @@ def hang_report(exc: LaunchTimeout) -> str:
             f"rank {rank} was at {p.line}" if p.line else
             f"rank {rank} was in {p.call}" + (", outside its worker" if p.outside_worker else "")
             for rank, p in places.items() if p.call or p.line]
-    where = f". {'; '.join(said)}" if said else ""
-    if said and not any(place.communicating for place in places.values()):
+    if not said:  # a rank busy in C code that holds Python's lock cannot write its stack
+        return (". No rank said where it was: does the work take longer than the deadline? "
+                f"{COLLECTIVE_HINT[0].upper()}{COLLECTIVE_HINT[1:]}")
+    where = f". {'; '.join(said)}"
+    if not any(place.communicating for place in places.values()):
         return f"{where}. No rank was in torch.distributed: does the work take longer than the deadline?"
     return f"{where}. A rank waits in a collective that another rank never called: {COLLECTIVE_HINT}"
 
