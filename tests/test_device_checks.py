@@ -1,6 +1,6 @@
 """Lesson 03's verdicts: DDP's constructor tests device_ids only for being None, empty or longer than
 one (never an entry), DDP uses self.output_device only while it is built, and the module defining
-init_process_group never calls set_device."""
+init_process_group never changes the current device."""
 
 from ddp_lib.demos import device_checks
 
@@ -28,3 +28,14 @@ def test_ddp_uses_output_device_only_while_it_is_built():
 
 def test_init_process_group_calls_no_set_device():
     assert device_checks.set_device_calls() == []
+
+
+def test_the_search_notices_each_way_to_change_the_current_device(monkeypatch):
+    for call in ("torch.cuda.set_device(device_id)", "torch.accelerator.set_device_index(device_id)",
+                 "torch.cuda.device(device_id)", "torch.accelerator.device_index(device_id)"):
+        source = f"def init_process_group(device_id):\n    {call}\n"
+        monkeypatch.setattr(device_checks.inspect, "getsource", lambda _, source=source: source)
+        assert device_checks.set_device_calls() == [f"init_process_group: {call}"], call
+    source = "def init_process_group(device_id):\n    torch.device(device_id)\n    torch.cuda.current_device()\n"
+    monkeypatch.setattr(device_checks.inspect, "getsource", lambda _, source=source: source)
+    assert device_checks.set_device_calls() == []  # making a device or reading the current one changes nothing

@@ -1,7 +1,7 @@
 """Lesson 03's verdicts about the installed torch: which tests DDP's constructor makes on
 ``device_ids`` (none reads an entry, so none compares the index with the module's device), where
 DDP uses ``self.output_device`` (only while it is built), and whether the Python module that defines
-``init_process_group`` calls ``set_device`` (it does not; its C++ code is not searched)."""
+``init_process_group`` changes the current device (it does not; its C++ code is not searched)."""
 
 from __future__ import annotations
 
@@ -60,16 +60,23 @@ def output_device_uses() -> list[tuple[str, str, str]]:
     return [(enclosing(n), "sets" if store else "reads", lines[n - 1].strip()) for n, store in uses]
 
 
+# The calls that change the current device: torch.cuda.set_device, torch.accelerator.set_device_index,
+# and the context managers torch.cuda.device(i) and torch.accelerator.device_index(i).
+_DEVICE_SETTERS = ("set_device", "set_device_index", "cuda.device", "accelerator.device_index")
+
+
 def set_device_calls() -> list[str]:
-    """Every call of a function named ``set_device`` in ``torch.distributed.distributed_c10d``, the module
-    that defines ``init_process_group``, as ``function: call`` (the docstrings only mention it)."""
+    """Every call that changes the current device (``set_device``, ``set_device_index``,
+    ``torch.cuda.device(...)``, ``torch.accelerator.device_index(...)``) in
+    ``torch.distributed.distributed_c10d``, the module that defines ``init_process_group``, as
+    ``function: call`` (the docstrings only mention them)."""
     tree = ast.parse(inspect.getsource(c10d))
     calls = []
     for function in ast.walk(tree):
         if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for node in ast.walk(function):
                 if isinstance(node, ast.Call):
-                    name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
-                    if name == "set_device":
+                    name = ast.unparse(node.func)
+                    if any(name == setter or name.endswith("." + setter) for setter in _DEVICE_SETTERS):
                         calls.append(f"{function.name}: {ast.unparse(node)}")
     return calls
