@@ -14,7 +14,7 @@ def time_allreduce(rank: int, world_size: int, port: int, sizes: list[int]) -> l
     times = []
     for nbytes in sizes:
         tensor = torch.ones(nbytes // 4)  # float32: 4 bytes each
-        dist.all_reduce(tensor)  # warm-up: the first call of a size pays for set-up
+        dist.all_reduce(tensor)  # warm-up: one-time costs (cold caches; with nccl, creating its communicator)
         dist.barrier()  # start within about one message latency of each other
         start = time.perf_counter()
         dist.all_reduce(tensor)
