@@ -80,14 +80,16 @@ def choice_table(runs2: dict, runs4: dict) -> dict:
     advice = {
         "ddp": f"simplest: {collectives_asked(r2['ddp'])} collective a step; holds the same on any number of ranks",
         "ddp_view": f"{(ddp_held - held(r2['ddp_view'])) / 1e6:.2f} MB less than DDP, the same bytes sent",
-        "zero1": f"Adam's state {state['zero1'] / state['ddp']:.2f} of DDP's, but the bucket copy stays; "
-                 f"{(held(r2['zero1']) - held(r2['ddp_view'])) / 1e6:+.2f} MB against ddp_view on 2 ranks",
+        "zero1": f"Adam's state {state['zero1'] / state['ddp']:.2f} of DDP's, but the bucket copy stays: "
+                 f"{(held(r2['zero1']) - held(r2['ddp_view'])) / 1e6:+.2f} MB against ddp_view on 2 ranks, "
+                 "no saving until the bucket view is on",
         "zero1_view": f"{(held(r2['ddp_view']) - held(r2['zero1_view'])) / 1e6:.2f} MB less than ddp_view on 2 "
                       "ranks: the state halved, no bucket copy, "
                       f"{collectives_asked(r2['zero1_view'])} collectives a step",
         "fsdp": f"the least memory: {held(runs4['fsdp'][0]) / ddp_held:.2f} of DDP's on 4 ranks; "
                 f"{collectives_asked(r2['fsdp'])} collectives a step on this model",
-        "fsdp_no_reshard": f"DDP's bytes sent, for {kept_weights / 1e6:.2f} MB of gathered weights kept until backward",
+        "fsdp_no_reshard": f"FSDP2's held bytes and DDP's bytes sent, for {kept_weights / 1e6:.2f} MB of gathered "
+                           "weights kept until backward",
     }
     sent_ddp = bytes_sent(r2["ddp"]["payloads"], 2)
     rows = {}

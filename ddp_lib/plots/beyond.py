@@ -10,7 +10,7 @@ import matplotlib.pyplot as plt
 # every bar is a sum of sizes, never a measurement that can fall below them.
 PARTS = ("parameters", "gradients", "optimizer state", "DDP's bucket copy")
 PART_COLOURS = {"parameters": "tab:blue", "gradients": "tab:orange", "optimizer state": "tab:green",
-                "DDP's bucket copy": "tab:red"}
+                "DDP's bucket copy": "tab:red", "activations": "tab:gray"}
 # What each strategy divides between the ranks (the ZeRO stages); a DDP bucket copy where there is one.
 SHARDED = {"DDP": (), "ZeRO-1": ("optimizer state",), "ZeRO-2": ("optimizer state", "gradients"),
            "ZeRO-3 / FSDP2": ("optimizer state", "gradients", "parameters")}
@@ -53,12 +53,12 @@ def plot_who_holds_what(world_size: int = 2):
 
 def plot_memory_bars(panels: dict[str, dict[str, dict[str, int]]]):
     """One panel per entry of ``panels`` (title -> {bar label -> {part -> bytes}}), each bar stacked
-    from the parts in PARTS, in MB. Returns the Figure."""
+    from the parts in PARTS, then "activations" where a bar has them, in MB. Returns the Figure."""
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5), sharey=True, squeeze=False)
     for ax, (title, bars) in zip(axes[0], panels.items()):
         labels = list(bars)
         bottom = [0.0] * len(labels)
-        for part in PARTS:
+        for part in PARTS + ("activations",):
             heights = [bars[label].get(part, 0) / 1e6 for label in labels]
             ax.bar(labels, heights, bottom=bottom, label=part, color=PART_COLOURS[part])
             bottom = [b + h for b, h in zip(bottom, heights)]
