@@ -7,7 +7,7 @@ import torch
 from answer_files import notebook_stub
 
 from ddp_lib.demos.early_stop import early_stop
-from ddp_lib.demos.loop_runs import measured_runs, train_loop_measured
+from ddp_lib.demos.loop_runs import measured_runs, plain_script, train_loop_measured
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
@@ -573,3 +573,18 @@ def test_the_kept_inductor_run_holds_the_three_backends_it_names():
         assert run["compiled_graphs"] == (0 if name == "eager" else 1), name
     assert kept["runs"]["inductor"]["first_step_s"] > 10 * kept["runs"]["aot_eager"]["first_step_s"]
     assert kept["machine"]["cpus"] >= 1 and kept["torch"].startswith("2.")
+
+
+
+def test_plain_script_trains_then_resumes_where_an_unbroken_run_would_be(tmp_path):
+    def run(folder, *options):
+        folder.mkdir(exist_ok=True)
+        job = launch(plain_script, 2, kwargs=dict(directory=str(folder), options=list(options)), show_output=False)
+        assert job.stdout[1] == ""  # only rank 0 prints
+        return job.stdout[0].splitlines()
+
+    first = run(tmp_path / "stopped", "--epochs", "2")
+    assert [line.split(":")[0] for line in first[:2]] == ["epoch 0", "epoch 1"]
+    assert first[2].startswith("held-out accuracy ")
+    resumed = run(tmp_path / "stopped", "--resume", "--epochs", "3")
+    assert resumed == run(tmp_path / "unbroken")[2:]  # epoch 2 and the held-out accuracy

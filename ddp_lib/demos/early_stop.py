@@ -23,17 +23,17 @@ def early_stop(rank: int, world_size: int, agree: bool = True, timeout_s: float 
 
     from ddp_lib.process_group import process_group
 
-    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
         torch.manual_seed(0)
-        ddp = DDP(torch.nn.Linear(4, 1))
+        ddp = DDP(torch.nn.Linear(4, 1).to(device))
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        inputs = torch.randn(8, 4)
+        inputs = torch.randn(8, 4).to(device)
         wants_to_stop_after = 2 if rank == 1 else 4  # this rank's own verdict
         for step in range(6):
             optimizer.zero_grad()
             ddp(inputs).square().mean().backward()  # DDP's all-reduce runs in here
             optimizer.step()
-            stop = torch.tensor([float(step >= wants_to_stop_after)])
+            stop = torch.tensor([float(step >= wants_to_stop_after)], device=device)
             if agree:
                 dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # stop when any rank asks to
             if stop.item():

@@ -7,7 +7,9 @@ computes (tests/test_lesson09.py).
     run_ranks(measured_runs, 2, kwargs=dict(runs={"bf16": dict(precision="bf16")}))
 """
 
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -20,9 +22,19 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
+from ddp_lib.demos import plain_train
 from ddp_lib.process_group import device_ids_for, process_group
 from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.training_loop import EVAL_SEED, LoopNet, evaluate, setup_logging
+
+
+def plain_script(rank: int, world_size: int, directory: str, options: list[str]) -> None:
+    """Run ``plain_train.py`` as torchrun would, in ``directory`` (where it writes its checkpoint),
+    with these command-line ``options``. ``launch`` sets the variables the script reads, RANK,
+    WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, as torchrun does."""
+    os.chdir(directory)
+    sys.argv = ["plain_train.py", *options]
+    plain_train.main()
 
 
 def measured_runs(rank: int, world_size: int, runs: dict[str, dict]) -> dict:

@@ -21,19 +21,19 @@ BASE_LR, BASE_BATCH = 0.005, 16  # a learning rate that suits a batch of 16 samp
 WARMUP_STEPS = 4
 
 
-def make_parts(seed: int) -> tuple[DDP, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler,
-                                   torch.amp.GradScaler]:
+def make_parts(seed: int, device: torch.device) -> tuple[DDP, torch.optim.Optimizer,
+                                                         torch.optim.lr_scheduler.LRScheduler, torch.amp.GradScaler]:
     """A small classifier wrapped in DDP, its Adam optimizer, a learning-rate warm-up scheduler and a GradScaler
     (which only float16 training needs; it is saved here to show its state). The square-root scaling
     rule, for Adam: the learning rate grows with the square root of the global batch's growth,
     BASE_LR * sqrt(global batch / BASE_BATCH); the scheduler raises it to that over the first
     WARMUP_STEPS steps."""
     torch.manual_seed(seed)
-    ddp_model = DDP(nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2)))
+    ddp_model = DDP(nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 2)).to(device))
     lr = BASE_LR * math.sqrt(BATCH * dist.get_world_size() / BASE_BATCH)
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
-    return ddp_model, optimizer, scheduler, torch.amp.GradScaler("cpu")
+    return ddp_model, optimizer, scheduler, torch.amp.GradScaler(device.type)
 
 
 def batch(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,8 +47,9 @@ def train_steps(ddp_model: DDP, optimizer: torch.optim.Optimizer, scheduler: tor
                 scaler: torch.amp.GradScaler, steps: range) -> tuple[list[float], list[float]]:
     """Train the given steps; return each step's loss as the mean over all ranks, and its learning rate."""
     losses, lrs = [], []
+    device = next(ddp_model.parameters()).device
     for step in steps:
-        x, y = batch(step, dist.get_rank())
+        x, y = (t.to(device) for t in batch(step, dist.get_rank()))
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(ddp_model(x), y)
         scaler.scale(loss).backward()  # DDP averages the gradients here
@@ -67,6 +68,7 @@ def save_training_state(path: str, ddp_model: DDP, optimizer: torch.optim.Optimi
                     next_step: int) -> None:
     """Rank 0 saves; every rank waits at the barrier until the file is complete."""
     if dist.get_rank() == 0:
+        # Under DDP(torch.compile(model)), .module's keys start with "_orig_mod.": save model.state_dict().
         torch.save({"model": ddp_model.module.state_dict(),  # .module: keys without "module."
                     "optimizer": optimizer.state_dict(),  # Adam's moments and step counts
                     "scheduler": scheduler.state_dict(),  # where the learning-rate warm-up stands
@@ -78,7 +80,8 @@ def save_training_state(path: str, ddp_model: DDP, optimizer: torch.optim.Optimi
 def load_training_state(path: str, ddp_model: DDP, optimizer: torch.optim.Optimizer,
                     scheduler: torch.optim.lr_scheduler.LRScheduler, scaler: torch.amp.GradScaler) -> int:
     """Every rank loads the same file; returns the step to go on from."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)  # on a GPU: the rank's device
+    device = next(ddp_model.parameters()).device
+    checkpoint = torch.load(path, map_location=device, weights_only=True)  # onto this rank's device
     ddp_model.module.load_state_dict(checkpoint["model"])
     optimizer.load_state_dict(checkpoint["optimizer"])
     scheduler.load_state_dict(checkpoint["scheduler"])
@@ -95,18 +98,18 @@ def train_then_resume(rank: int, world_size: int, directory: str, steps: int = 6
     if not 0 < save_at < steps:
         raise ValueError(f"save_at must lie between 0 and steps={steps} (exclusive), got {save_at}")
     path = os.path.join(directory, "checkpoint.pt")
-    with process_group(rank, world_size):
-        unbroken, _ = train_steps(*make_parts(seed=0), range(steps))
+    with process_group(rank, world_size) as device:
+        unbroken, _ = train_steps(*make_parts(seed=0, device=device), range(steps))
 
-        parts = make_parts(seed=0)
+        parts = make_parts(seed=0, device=device)
         before, lrs_before = train_steps(*parts, range(save_at))
         save_training_state(path, *parts, next_step=save_at)
 
-        parts = make_parts(seed=1)  # a restarted job: other weights, no state
+        parts = make_parts(seed=1, device=device)  # a restarted job: other weights, no state
         next_step = load_training_state(path, *parts)
         after, lrs_after = train_steps(*parts, range(next_step, steps))
 
-        fresh = make_parts(seed=1)  # the same, then Adam's moments and step counts dropped
+        fresh = make_parts(seed=1, device=device)  # the same, then Adam's moments and step counts dropped
         load_training_state(path, *fresh)
         fresh[1].state.clear()  # the learning rate, in the optimizer's param_groups, stays
         no_optimizer_state, _ = train_steps(*fresh, range(next_step, steps))

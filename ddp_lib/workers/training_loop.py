@@ -307,7 +307,8 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
                     if step == eval_after_step and rank == 0:
                         with torch.no_grad():  # the unwrapped module: DDP's forward may call collectives
                             model.eval()
-                            hits = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).double().sum()
+                            inputs, labels = (t.to(device) for t in dataset.tensors)  # where the model is
+                            hits = (model(inputs).argmax(1) == labels).double().sum()
                             model.train()
                         if collective_in_eval:
                             dist.all_reduce(hits)  # only rank 0 gets here
@@ -330,9 +331,9 @@ def mismatched_collectives(rank: int, world_size: int) -> dict:
 
     Returns {"rank", "sent", "received"}.
     """
-    with process_group(rank, world_size):
+    with process_group(rank, world_size) as device:
         sent = 100.0 if rank == 0 else 0.5  # rank 0: accuracy in percent; the others: a loss
-        value = torch.tensor([sent])
+        value = torch.tensor([sent], device=device)
         dist.all_reduce(value)
         return {"rank": rank, "sent": sent, "received": value.item()}
 
