@@ -25,6 +25,15 @@ def test_innermost_calls_come_innermost_first():
     assert failure_reading.innermost_calls(text, 2) == ["g", "f"]
 
 
+def test_in_ddp_buffer_sync_looks_at_the_innermost_calls_only():
+    def tb(*names):
+        frames = "".join(f'  File "x.py", line 1, in {name}\n    pass\n' for name in names)
+        return "Traceback (most recent call last):\n" + frames + "RuntimeError: x\n"
+    assert failure_reading.in_ddp_buffer_sync(tb("main", "_sync_module_buffers", "_default_broadcast_coalesced"))
+    assert not failure_reading.in_ddp_buffer_sync(tb("_sync_module_buffers", "a", "b", "c"))
+    assert not failure_reading.in_ddp_buffer_sync(tb("main", "barrier"))
+
+
 def test_device_ids_on_a_cpu_model_fails_and_leaving_them_out_builds_ddp():
     wrong, fixed = everyday_mistakes.device_ids_on_cpu()
     assert wrong.startswith("device_ids=[0]: ValueError")

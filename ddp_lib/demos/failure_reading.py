@@ -28,6 +28,13 @@ def innermost_calls(traceback_text: str, n: int = 3) -> list[str]:
     return _FRAME.findall(traceback_text)[::-1][:n]
 
 
+def in_ddp_buffer_sync(traceback_text: str, n: int = 3) -> bool:
+    """Whether one of the ``n`` innermost calls of a Python traceback is DDP's buffer broadcast,
+    ``_sync_module_buffers`` in ``torch/nn/parallel/distributed.py`` (a private name, kept out of the
+    lesson's cells)."""
+    return "_sync_module_buffers" in innermost_calls(traceback_text, n)
+
+
 def stack_for_reading(dump: str) -> str:
     """A faulthandler stack dump without what changes from run to run: thread ids become ``0x...``
     and each file keeps its name only, without its folders."""
