@@ -21,7 +21,7 @@ from ddp_lib.cluster.hosts import (
     unavailable,
 )
 from ddp_lib.cluster.jobs import RDZV_PORT, node_command, run_on_hosts
-from ddp_lib.cluster.mistakes import MISTAKES, NAME_UNKNOWN, master_addr, run_mistakes, unresolved
+from ddp_lib.cluster.mistakes import MISTAKES, NAME_UNKNOWN, STORE_PORT, master_addr, run_mistakes, unresolved
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
 
@@ -114,7 +114,7 @@ def test_training_on_two_hosts_gives_the_one_machine_result(reference):
 def mistakes():
     """Every mistake at once, the fifth and its fix too, each on its own pair of hosts: most of the
     time is waiting."""
-    return run_mistakes(tuple(MISTAKES) + tuple(NAME_UNKNOWN))
+    return run_mistakes(tuple(MISTAKES) + tuple(NAME_UNKNOWN) + tuple(STORE_PORT))
 
 
 # Start-up of torchrun and its ranks, on top of the configured waits: several mistakes run at once,
@@ -132,7 +132,7 @@ def test_node1_given_127_0_0_1_waits_alone_until_the_join_timeout(mistakes):
         # The join deadline counts from the rendezvous's start, which torchrun logs at INFO: the
         # node ended at least join_timeout after it, whatever start-up took before.
         assert node.rendezvous_at is not None and 10 <= node.seconds - node.rendezvous_at < 10 + SLACK
-    assert "its rendezvous began at" in job.summary(rendezvous=True)
+    assert "s after its rendezvous began" in job.summary(rendezvous=True)
 
 
 def test_gloo_on_the_loopback_interface_cannot_reach_the_other_host(mistakes):
@@ -153,6 +153,18 @@ def test_a_blocked_rendezvous_port_fails_the_connection_within_read_timeout(mist
         in "\n".join(node1.errors()), node1.stderr[-2000:]
     assert node1.seconds < 10 + SLACK
     assert node0.error() == "RendezvousTimeoutError"
+
+
+def test_only_the_rendezvous_port_open_completes_the_rendezvous_and_fails_at_the_ranks_store(mistakes):
+    if "store_port_closed" not in mistakes:
+        pytest.skip(firewall_unavailable())
+    node0, node1 = mistakes["store_port_closed"].nodes
+    assert master_addr(node1) == "node0"  # logged once the rendezvous completed
+    # node1's rank dials the ranks' store on node0, at a port picked at run time, and is dropped.
+    dialled = [e for e in node1.errors() if "while trying to connect to (node0, " in e]
+    assert dialled and f"(node0, {RDZV_PORT})" not in dialled[0], node1.stderr[-2000:]
+    assert any("DistStoreError: wait timeout" in e for e in node0.errors()), node0.stderr[-2000:]
+    assert max(node.seconds for node in (node0, node1)) < 20 + 10 + SLACK
 
 
 def test_a_host_name_unknown_to_node1_fails_its_ranks_and_local_addr_fixes_it(mistakes):

@@ -252,11 +252,14 @@ def firewall_unavailable() -> str | None:
 
 
 @contextmanager
-def port_blocked(host: Host, port: int) -> Iterator[None]:
+def port_blocked(host: Host, port: int, *, all_others: bool = False) -> Iterator[None]:
     """While inside, ``host`` drops TCP packets that arrive on eth0 for ``port``, as a firewall
-    between machines would (its own loopback still reaches it)."""
+    between machines would (its own loopback still reaches it). ``all_others``: drop new TCP
+    connections on eth0 to every port *but* ``port`` instead (replies to its own calls still pass)."""
+    rule = (f"  iifname {IFNAME} ct state established,related accept\n  iifname {IFNAME} tcp dport != {port} drop\n"
+            if all_others else f"  iifname {IFNAME} tcp dport {port} drop\n")
     rules = (f"table inet ddp_lib_firewall {{\n chain input {{\n  type filter hook input priority 0; policy accept;\n"
-             f"  iifname {IFNAME} tcp dport {port} drop\n }}\n}}\n")
+             f"{rule} }}\n}}\n")
     nft = ["ip", "netns", "exec", host.netns, "nft"]
     subprocess.run(nft + ["-f", "-"], input=rules, text=True, check=True, capture_output=True)
     try:

@@ -108,16 +108,18 @@ class HostsJob:
 
     def summary(self, width: int = 200, rendezvous: bool = False) -> str:
         """One line per node: how it ended, after how many seconds, and its first error (without
-        torch's C++ source paths or peer ports); with ``rendezvous``, also when its rendezvous
-        began (seconds from the job's start)."""
+        torch's C++ source paths or peer ports). The seconds count from the job's start; with
+        ``rendezvous``, from the node's rendezvous start, where its rendezvous's deadlines count from."""
         lines = []
         for node in self.nodes:
             ended = "succeeded" if node.returncode == 0 else f"failed ({readable(node.error())[:width]})"
-            began = ""
-            if rendezvous:
-                began = " (no rendezvous start logged)" if node.rendezvous_at is None else \
-                    f" (its rendezvous began at {node.rendezvous_at:.0f} s)"
-            lines.append(f"{node.host}: {ended} after {node.seconds:.0f} s{began}")
+            if not rendezvous:
+                lines.append(f"{node.host}: {ended} after {node.seconds:.0f} s")
+            elif node.rendezvous_at is None:
+                lines.append(f"{node.host}: {ended} before any rendezvous start was logged")
+            else:
+                since = node.seconds - node.rendezvous_at
+                lines.append(f"{node.host}: {ended} {since:.0f} s after its rendezvous began")
         return "\n".join(lines)
 
 

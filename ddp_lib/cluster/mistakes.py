@@ -55,6 +55,15 @@ def port_closed() -> HostsJob:
                             timeout=DEADLINE)
 
 
+def store_port_closed() -> HostsJob:
+    """node0's firewall lets other hosts reach the rendezvous port only: the rendezvous completes, then
+    node1's rank cannot reach the ranks' store on node0, at a port picked at run time."""
+    with two_hosts() as (node0, node1), port_blocked(node0, RDZV_PORT, all_others=True):
+        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
+                             (node1, node_command(HELLO, rdzv_conf=SHORT_JOIN))],
+                            timeout=DEADLINE)
+
+
 def nnodes_mismatch(first: int, second: int) -> HostsJob:
     """node0 is started with --nnodes ``first`` and joins first (it hosts the rendezvous store;
     node1 starts once that listens); node1 is started with --nnodes ``second``."""
@@ -104,13 +113,17 @@ MISTAKES = {"rdzv_on_loopback": rdzv_on_loopback, "gloo_on_loopback": gloo_on_lo
 
 # The fifth mistake, run in a cell of its own: node0's name unknown to node1, and its fix.
 NAME_UNKNOWN = {"name_unknown": name_unknown, "name_unknown_fixed": partial(name_unknown, True)}
+# Run beside it: the rendezvous port open, the ports picked at run time closed (mistake 3's other half).
+STORE_PORT = {"store_port_closed": store_port_closed}
+FIREWALLED = ("port_closed", "store_port_closed")
 
 
 def run_mistakes(names: tuple[str, ...] = tuple(MISTAKES)) -> dict[str, HostsJob]:
-    """Run the named cases (of ``MISTAKES`` and ``NAME_UNKNOWN``) at the same time, each on its own
-    two hosts; ``port_closed`` is left out where no firewall can be set (see :func:`firewall_unavailable`)."""
-    names = tuple(n for n in names if n != "port_closed" or firewall_unavailable() is None)
-    cases = {**MISTAKES, **NAME_UNKNOWN}
+    """Run the named cases (of ``MISTAKES``, ``NAME_UNKNOWN`` and ``STORE_PORT``) at the same time, each
+    on its own two hosts; those of ``FIREWALLED`` are left out where no firewall can be set (see
+    :func:`firewall_unavailable`)."""
+    names = tuple(n for n in names if n not in FIREWALLED or firewall_unavailable() is None)
+    cases = {**MISTAKES, **NAME_UNKNOWN, **STORE_PORT}
     with ThreadPoolExecutor(len(names)) as pool:
         futures = {name: pool.submit(cases[name]) for name in names}
         return {name: future.result() for name, future in futures.items()}

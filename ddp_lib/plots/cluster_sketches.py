@@ -35,12 +35,15 @@ def plot_closed_port(rdzv_port: int = 29400) -> Figure:
 def plot_nnodes_mismatch() -> Figure:
     """Two nodes given different ``--nnodes``, in both orders. A node that joins closes the round when
     the participants reach its own count: 3 then 2 closes a round of 2. In 2 then 3, node1's count is
-    not reached and node0, which joined first, does not re-check its own: node0 times out, and node1
-    finds the rendezvous closed or its store gone."""
+    not reached; node0, which joined first, checks on every poll but closes a round only after a
+    last-call deadline, and none was set (the count never equalled the joining node's ``min_nodes``):
+    node0 times out, and node1 finds the rendezvous closed or its store gone."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.0))
     cases = [(3, 2, "a round of 2 nodes: the job runs", "green"),
-             (2, 3, "node1's count (3) is not reached; node0 never re-checks its own:\n"
-                        "node0 times out, node1 finds the rendezvous closed or its store gone", "red")]
+             (2, 3, "node1's count (3) is not reached. node0 checks, but no\n"
+                        "last-call deadline was ever set, so the round never closes:\n"
+                        "node0 times out, node1 finds the rendezvous closed\n"
+                        "or its store gone", "red")]
     for ax, (first, second, verdict, colour) in zip(axes, cases):
         ax.set_xlim(0, 10)
         ax.set_ylim(0, 3.4)
@@ -50,7 +53,7 @@ def plot_nnodes_mismatch() -> Figure:
         box(ax, 5.3, 1.9, 4.4, 1.2, f"2nd: node1, --nnodes {second}\nparticipants 2 of {second}:\n{met}",
             STORE if second == 2 else FAILED)
         arrow(ax, (4.3, 2.5), (5.3, 2.5), "black")
-        ax.text(5.0, 1.2, verdict, ha="center", fontsize=9, color=colour)
+        ax.text(5.0, 1.5, verdict, ha="center", va="top", fontsize=9, color=colour)
         ax.set_title(f"node0 --nnodes {first} first, then node1 --nnodes {second}", fontsize=9)
     fig.suptitle("Mismatched --nnodes: the joining node compares the participants with its own count", fontsize=10)
     fig.tight_layout()
