@@ -1,4 +1,6 @@
-"""``%%exercise my_work/FILE.py``: ``%%writefile`` that keeps a file the learner changed (``--reset`` overwrites)."""
+"""``%%exercise my_work/FILE.py``: ``%%writefile`` that keeps a file the learner changed (``--reset`` overwrites),
+and keeps the text it replaces in ``FILE.py.previous`` (an answer typed in the cell is not lost when a
+fresh copy of the lesson runs the cell's stub again)."""
 
 import hashlib
 import json
@@ -25,10 +27,13 @@ def write_stub(line: str, cell: str) -> str:
         return (f"Kept {path}: it was changed outside this cell, so the cell did not overwrite it. "
                 f"To replace it with this cell's text, run the cell as %%exercise --reset {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    previous = path.read_text() if path.exists() else cell
+    if previous != cell:
+        path.with_name(path.name + ".previous").write_text(previous)
     path.write_text(cell)
     record[path.name] = _digest(cell)
     record_path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    return f"Wrote {path}."
+    return f"Wrote {path}." + (f" Its previous text is in {path}.previous." if previous != cell else "")
 
 
 def load_ipython_extension(ipython) -> None:
