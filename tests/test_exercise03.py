@@ -108,19 +108,21 @@ def one_step(rank, world_size):
 WRONG = {
     # RANK % GPUs would equal LOCAL_RANK on a node with as many GPUs as ranks: the faked node has 4 GPUs, 2 ranks.
     "uses_rank": (GOOD.replace('os.environ["LOCAL_RANK"]', 'os.environ["RANK"]'),
-                  "called set_device(3) (that is RANK: read LOCAL_RANK instead)"),
+                  "called set_device(3) (that is the global rank"),
     # The tutorial's mp.spawn habit, its rank taken as the local rank: the same mistake under torchrun.
+    # The report names mp.spawn's rank argument, not only the RANK variable, so this learner sees their own line.
     "spawn_rank_as_local_rank": (GOOD.replace('int(os.environ["LOCAL_RANK"])', "rank"),
-                                 "called set_device(3) (that is RANK: read LOCAL_RANK instead)"),
+                                 "called set_device(3) (that is the global rank, from RANK or from mp.spawn's "
+                                 "rank argument: read LOCAL_RANK instead)"),
     # The GPU branch right, the CPU branch's reported local rank taken from RANK: the simulated nodes catch it.
     "reports_rank": (GOOD.replace('return {"local_rank": local_rank', 'return {"local_rank": rank'),
-                     "rank 2 (node 1) used local_rank 2, expected 0 (that is RANK: read LOCAL_RANK instead)"),
+                     "rank 2 (node 1) used local_rank 2, expected 0 (that is the global rank"),
     "set_device_after_init": (GOOD.replace(SET_DEVICE_FIRST, SET_DEVICE_LATE),
                               "did not call torch.cuda.set_device before init_process_group (it came after"),
     "no_set_device": (GOOD.replace("        torch.cuda.set_device(device)\n", "        pass\n"),
                       "did not call torch.cuda.set_device before init_process_group: call it first"),
     "set_device_of_rank": (GOOD.replace("torch.cuda.set_device(device)", "torch.cuda.set_device(rank)"),
-                           "called set_device(3) (that is RANK: read LOCAL_RANK instead)"),
+                           "called set_device(3) (that is the global rank"),
     "no_device_id": (GOOD.replace("device_id=device if use_gpu else None", "device_id=None"),
                      "passed device_id=None to init_process_group: pass device_id=device"),
     "gloo_on_gpus": (GOOD.replace('"nccl" if use_gpu else "gloo"', '"gloo"'),
@@ -147,7 +149,7 @@ WRONG = {
     # Right on 4 ranks only: the gradients summed, then divided by a hard-coded 4.
     "world_size_hard_coded": (GOOD_WITHOUT_DDP.replace("p.grad /= dist.get_world_size()", "p.grad /= 4"),
                               "divided by 4, a constant: divide by the world size"),
-    # The "What to type" line copied into both branches: gloo with device_id=cpu, which torch refuses.
+    # The opening diff's init_process_group line in both branches: gloo with device_id=cpu, which torch refuses.
     "device_id_on_cpu": (GOOD.replace("device_id=device if use_gpu else None", "device_id=device"),
                          "device_id= is for a GPU: pass it only where CUDA is available"),
     # A GPU device picked without asking whether CUDA is there: the hint is about this exercise, not process_group.

@@ -18,6 +18,9 @@ from ddp_lib.workers.shared import ToyModel, param_checksum
 
 LAYOUTS = {4: (2, "2 nodes x 2 ranks"), 3: (3, "1 node x 3 ranks")}  # world size: (processes per node, said)
 LR = 0.01  # the exercise's learning rate
+# 3 on rank 3 of the faked node, 2 on rank 2 of the simulated ones: the global rank, whichever way it was read.
+GLOBAL_RANK_HINT = (" (that is the global rank, from RANK or from mp.spawn's rank argument: "
+                    "read LOCAL_RANK instead)")
 NODE = "on a node with 4 GPUs and 2 ranks (faked)"  # gpu_order's node: RANK % 4 differs from LOCAL_RANK % 4
 # Tried before checking.SHARED_HINTS, whose GPU hint is about process_group, which this exercise does not use.
 HINTS = ((r"device_id parameter must be an accelerator|device_id .* does not match the current compilation",
@@ -61,7 +64,7 @@ def diagnose(runs: list[dict]) -> str | None:
         if not isinstance(result, dict) or not {"local_rank", "device", "checksum"} <= set(result):
             return f"rank {rank} returned {result!r}; return a dict with keys 'local_rank', 'device' and 'checksum'"
         if result["local_rank"] != local_rank:
-            hint = " (that is RANK: read LOCAL_RANK instead)" if result["local_rank"] == rank else ""
+            hint = GLOBAL_RANK_HINT if result["local_rank"] == rank else ""
             return (f"rank {rank} (node {rank // LAYOUTS[len(runs)][0]}) used local_rank {result['local_rank']}, "
                     f"expected {local_rank}{hint}")
         if str(result["device"]) != expected_device(local_rank):
@@ -154,7 +157,7 @@ def gpu_order(fn: Callable) -> str | None:
                 "lesson's convention, which this exercise checks; torch itself needs set_device only before "
                 "the first work that uses the current device")
     if devices[-1] != 1:
-        hint = " (that is RANK: read LOCAL_RANK instead)" if devices[-1] == 3 else ""
+        hint = GLOBAL_RANK_HINT if devices[-1] == 3 else ""
         return (f"{NODE}, rank 3 (LOCAL_RANK 1) called set_device({devices[-1]}){hint}: "
                 "expected cuda:1")
     if backend is not None and "nccl" not in str(backend):
