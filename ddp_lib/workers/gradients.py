@@ -193,12 +193,12 @@ def epoch_end_accumulation(rank: int, world_size: int, micro_batches: int = 5, g
             x, y = (t.to(device) for t in rank_batch(i, rank, world_size, per_rank_batch, seed))
             if last_group == "synced":
                 last = (i + 1) % K == 0 or i == n - 1
-                start = i - i % K  # the first micro-batch of this group
-                group = min(K, n - start)  # K, or fewer in the epoch's last group
+                start = i - i % K  # the first micro-batch of this step
+                in_step = min(K, n - start)  # micro-batches in this step: K, or fewer at the epoch's end
             else:
-                last, group = (i + 1) % K == 0, K
+                last, in_step = (i + 1) % K == 0, K
             with nullcontext() if last else ddp_model.no_sync():
-                loss = nn.functional.mse_loss(ddp_model(x), y) / group
+                loss = nn.functional.mse_loss(ddp_model(x), y) / in_step
                 loss.backward()
             if last:
                 optimizer.step()
