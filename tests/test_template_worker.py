@@ -216,3 +216,17 @@ def test_a_refused_resume_prints_one_line_and_every_rank_exits_2_without_a_trace
         assert len(reasons) == 1 and "Rerun with the checkpoint's settings" in reasons[0], out
         assert 'mine.py", line' not in out, out  # no rank's traceback
     assert "Traceback" not in spawned, spawned
+
+
+def test_a_checkpoint_of_another_model_is_refused_before_any_resuming_line(tmp_path):
+    # A learner's new model run in the folder of an older job: last.pt holds other shapes.
+    run_ranks(template.train_job, 2, kwargs=dict(epochs=1, checkpoint_dir=str(tmp_path)))
+    state = _state(tmp_path / "last.pt")
+    state["model"] = {name: torch.zeros(3, *t.shape) for name, t in state["model"].items()}
+    torch.save(state, tmp_path / "last.pt")
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(template.train_job, 2, kwargs=dict(epochs=2, checkpoint_dir=str(tmp_path)), show_output=False)
+    assert "does not fit this job's model" in str(caught.value), caught.value
+    assert "delete it or choose another --checkpoint-dir" in str(caught.value), caught.value
+    printed = "".join(caught.value.outputs[0])
+    assert "resuming" not in printed, printed  # no rank resumed, so none says so

@@ -121,8 +121,11 @@ def test_template_core_view_marks_the_ddp_lines_and_keeps_the_make_calls():
         assert any(call in line for line in view), call
     assert not any("  # " in line for line in view if not line.strip().startswith("#"))  # end-of-line comments dropped
     seeded = next(i for i, line in enumerate(view) if "torch.manual_seed(seed + rank)" in line)
-    assert view[seeded - 1].strip().startswith("#")  # the one comment kept: why each rank seeds differently
-    assert sum(line.strip().startswith("#") for line in view) == 2
+    assert view[seeded - 1].strip().startswith("#")  # a comment kept: why each rank seeds differently
+    same = view.index("           torch.manual_seed(seed)")
+    assert "same initial weights" in view[same - 1]  # and why every rank first seeds the same
+    assert view.index(next(line for line in view if "make_model()" in line)) > same
+    assert sum(line.strip().startswith("#") for line in view) == 3
     # at --accumulate 1: no accumulation lines, and the step's lines one level out, as in a plain loop
     assert not any(word in line for line in view for word in ("no_sync", "batches", "step_now", "first ="))
     step = [line.strip() for line in view if line.strip() in ("for x, y in loader:", "loss.backward()",

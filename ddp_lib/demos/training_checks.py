@@ -331,7 +331,7 @@ _DDP_MARKS = ("setup_job(", "seed + rank", "DistributedSampler(", "sampler=sampl
               "device=device")
 
 
-_TEMPLATE_COMMENTED = "torch.manual_seed(seed + rank)"  # why each rank seeds differently
+_TEMPLATE_COMMENTED = ("torch.manual_seed(seed)", "torch.manual_seed(seed + rank)")  # why each seed, before each
 # At --accumulate 1: the lines the view leaves out (a block header's block moves out by one level) and two
 # lines written as they then act.
 _AT_ACCUMULATE_1_DROP = ("first = ", "batches = ", "step_now = ", "with contextlib", "if step_now:")
@@ -342,7 +342,7 @@ _AT_ACCUMULATE_1_PLAIN = {"for i, (x, y) in enumerate(loader):": "for x, y in lo
 def template_core_view() -> str:
     """``template.train_job``'s source at the default ``--accumulate 1``, trimmed to the four ``make_...``
     calls and the lines DDP adds around them, each of those marked ``>>``; ``...`` stands for the lines
-    left out, comments dropped but the one above ``torch.manual_seed(seed + rank)``. At ``--accumulate 1``
+    left out, comments dropped but those above the two ``torch.manual_seed`` lines. At ``--accumulate 1``
     the ``with`` line is a plain block, ``if step_now:`` always holds and ``batches`` is 1, so the view
     drops those lines, moves their blocks out by one level and writes the two lines that use them plainly."""
     source = inspect.getsource(template.train_job)
@@ -368,7 +368,7 @@ def template_core_view() -> str:
         if code.lstrip().startswith(_TEMPLATE_KEEP):
             if gap is not None:
                 view.append("   " + " " * gap + "...")
-            if code.strip() == _TEMPLATE_COMMENTED:  # the one comment the trimmed view keeps
+            if code.strip() in _TEMPLATE_COMMENTED:  # the comments the trimmed view keeps
                 view.extend("   " + c for c in comments)
             view.append((">> " if any(m in code for m in _DDP_MARKS) else "   ") + code)
             gap = None

@@ -98,7 +98,8 @@ def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32,
     """
     device = setup_job(rank, world_size)
     try:
-        torch.manual_seed(seed)  # the same initial weights on every rank (DDP would broadcast rank 0's anyway)
+        # One seed on every rank: the same initial weights (DDP would broadcast rank 0's anyway).
+        torch.manual_seed(seed)
         train_set, eval_set = make_datasets()
         model = make_model().to(device)
         # From here on each rank draws its own random numbers: with one seed, every rank would drop
@@ -255,8 +256,6 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
                        f"(--epochs {settings['epochs']}): resumed, the saved schedule would not end at this run's "
                        f"last step. Rerun with the checkpoint's settings {saved}, or start a new run with another "
                        "--checkpoint-dir.")
-        else:
-            print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
         if refusal is not None:
             print(f"error: {refusal}", file=sys.stderr, flush=True)  # once, before any rank leaves
     # Only rank 0 has read the file, so it sends what it found (or None) to every rank: pickled
@@ -276,6 +275,8 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
         except (RuntimeError, ValueError, KeyError) as exc:
             raise RuntimeError(f"{path} does not fit this job's {name} (written by another one?): delete it or "
                                f"choose another --checkpoint-dir. {exc}") from None
+    if rank == 0:  # only now: a file that does not fit raised above, and no rank resumed
+        print(f"resuming from {path}: {state['epoch']} epochs done", flush=True)
     return state["epoch"], state["history"]
 
 
