@@ -95,7 +95,7 @@ def plot_port_choice() -> Figure:
     left, right = axes
     for i, (job, port) in enumerate((("job A", "port 41873"), ("job B", "port 52219"))):
         box(left, 0.2, 1.7 - i * 1.3, 1.6, 0.8, f"{job}\n(torchrun)", "#fde9c9")
-        box(left, 2.9, 1.7 - i * 1.3, 1.8, 0.8, f"its store\n{port} (free)", "#d9ead3")
+        box(left, 2.9, 1.7 - i * 1.3, 1.8, 0.8, f"its ranks' store\n{port} (free)", "#d9ead3")
         arrow(left, (1.8, 2.1 - i * 1.3), (2.9, 2.1 - i * 1.3), "green")
     box(right, 0.2, 1.7, 1.6, 0.8, "another program", "#eeeeee")
     box(right, 2.9, 1.05, 1.8, 0.8, "port 29500", "#f4cccc")
@@ -111,7 +111,7 @@ def plot_log_dir_tree() -> Figure:
     """The folders torchrun makes under --log-dir: one per run, one per attempt inside it, one per
     local rank inside that, with the files each rank's folder can hold and what writes them."""
     rows = [  # (depth, name, what it is)
-        (0, "<log-dir>/", "--log-dir; without it a new /tmp/torchelastic_* folder"),
+        (0, "<log-dir>/", "--log-dir; without it a new torchelastic_* folder in TMPDIR, else /tmp"),
         (1, "<rdzv-id>_<random>/", "one per run of torchrun"),
         (2, "attempt_0/", "the first start of this node's ranks"),
         (3, "0/", "local rank 0"),
