@@ -39,7 +39,7 @@ def test_the_dead_rank_sketch_has_one_lane_per_rank_and_one_killed_rank():
 
 
 def test_the_collision_and_port_sketches_name_what_goes_wrong():
-    assert "paired as the same collective" in texts(plot_loop_collision())
+    assert "same number (5th), different kinds: not matched, each waits" in texts(plot_loop_collision())
     assert "address already in use" in texts(plot_port_choice())
 
 

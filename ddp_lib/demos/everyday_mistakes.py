@@ -21,7 +21,7 @@ def device_ids_on_cpu() -> list[str]:
                 torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1), device_ids=device_ids)
                 lines.append(f"device_ids={device_ids}: DDP built")
             except ValueError as e:
-                lines.append(f"device_ids={device_ids}: ValueError: {str(e).split(', but')[0]}")
+                lines.append(f"device_ids={device_ids}: ValueError: {e}")
     finally:
         dist.destroy_process_group()
     return lines

@@ -48,8 +48,8 @@ def plot_dead_rank(world_size: int = 3) -> Figure:
 
 def plot_loop_collision() -> Figure:
     """Rank 0's metric all_reduce (1 number) meets rank 1's next collective, DDP's bucket-rebuild
-    broadcast in step 1's forward: gloo pairs them as one collective, and each rank waits for data
-    the other never sends."""
+    broadcast in step 1's forward. Both are the group's 5th collective, but of different kinds, so gloo
+    does not match them: each rank waits for data the other never sends."""
     fig, ax = plt.subplots(figsize=(8, 2.6))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 3)
@@ -59,7 +59,8 @@ def plot_loop_collision() -> Figure:
     box(ax, 0.2, 0.4, 2.6, 0.7, "rank 1: next step's\nforward, backward", SURVIVOR)
     box(ax, 3.4, 0.4, 3.0, 0.7, "DDP's bucket rebuild:\nbroadcast from rank 0", WAITING)
     arrow(ax, (4.9, 1.9), (4.9, 1.1), "red", "<|-|>")
-    ax.text(5.0, 1.5, "paired as the same collective", color="red", fontsize=8, va="center")
+    ax.text(5.0, 1.5, "same number (5th), different kinds: not matched, each waits", color="red", fontsize=8,
+            va="center")
     ax.text(6.7, 2.25, "waits for 1 number", fontsize=8, va="center")
     ax.text(6.7, 0.75, "waits for rank 0's data", fontsize=8, va="center")
     ax.set_title("A metric all_reduce on rank 0 alone, inside a DDP training loop", fontsize=10)
