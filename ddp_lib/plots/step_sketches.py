@@ -33,13 +33,15 @@ def _finish(fig, ax, rows: list[str], title: str):
 
 def draw_ddp_step_sketch(compute: float = 6.0, copy: float = 0.5, alpha: float = 0.6, bytes_time: float = 2.5):
     """Schematic: a local step (compute, optimizer) above one rank's DDP step with one bucket:
-    the same compute, then the copy into the bucket, the all-reduce (α, then the bytes over β),
-    the copy back, and the optimizer. Nothing hides the all-reduce. Returns the Figure."""
+    the same compute, with each gradient's copy into the bucket a thin sliver inside it (the copy
+    runs in the gradient's autograd hook, during backward), then the all-reduce (α, then the bytes
+    over β), the copy back, and the optimizer. Nothing hides the all-reduce. Returns the Figure."""
     fig, ax = plt.subplots(figsize=(9, 2.2))
     _row(ax, 0, [("compute", compute), ("opt.", 0.6)])
     added_from = compute
-    added_to = _row(ax, 1, [("compute", compute), ("copy", copy), ("α", alpha), ("S / β", bytes_time),
-                            ("copy", copy), ("opt.", 0.6)]) - 0.6
+    slivers = 4  # gradients ready during backward, each copied into the bucket at once
+    during = [part for _ in range(slivers) for part in (("compute", compute / slivers), ("copy", copy / slivers))]
+    added_to = _row(ax, 1, during + [("α", alpha), ("S / β", bytes_time), ("copy", copy), ("opt.", 0.6)]) - 0.6
     ax.annotate("", xy=(added_from, 0.6), xytext=(added_to, 0.6),
                 arrowprops={"arrowstyle": "<->", "color": "black"})
     ax.text(added_to + 0.1, 0.6, "what DDP adds: about α + S / β or more", va="center", fontsize=9)
