@@ -35,6 +35,8 @@ def test_plain_train_runs_under_torchrun_and_resumes_exactly(tmp_path):
     lines = _lines(_run(unbroken))
     assert [line.split(":")[0] for line in lines[:3]] == ["epoch 0", "epoch 1", "epoch 2"]
     assert lines[3].startswith("held-out accuracy ") and len(lines) == 4
+    assert float(lines[2].split()[-1]) < float(lines[0].split()[-1])  # the loss falls
+    assert float(lines[3].split()[-1]) > 0.75  # it learns: chance is 0.5
     assert (unbroken / "checkpoint.pt").exists()
     first = _lines(_run(broken, "--epochs", "2"))
     resumed = _lines(_run(broken, "--resume"))

@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-EPOCHS, BATCH, LR, MAX_NORM, SEED, WARMUP_STEPS = 3, 16, 0.1, 1.0, 0, 10
+EPOCHS, BATCH, LR, MOMENTUM, MAX_NORM, SEED, WARMUP_STEPS = 3, 16, 0.3, 0.9, 1.0, 0, 10
 AMP_DTYPE = None  # torch.bfloat16 for bf16 autocast; torch.float16 also turns the GradScaler on
 CHECKPOINT = "checkpoint.pt"  # written by rank 0, in the directory torchrun was started from
 
@@ -27,7 +27,7 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
     model = nn.Sequential(nn.Linear(2, 32), nn.Tanh(), nn.Linear(32, 2)).to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     torch.manual_seed(SEED + rank)  # from here on (dropout, augmentation), each rank draws its own numbers
-    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR, momentum=MOMENTUM)  # buffers: in the checkpoint
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))
     scaler = torch.amp.GradScaler(device.type, enabled=AMP_DTYPE == torch.float16)
     loss_fn = nn.CrossEntropyLoss()
@@ -45,11 +45,12 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
             optimizer.zero_grad(set_to_none=True)
+            # autocast needs a dtype even when off: AMP_DTYPE = None turns it off
             with torch.autocast(device.type, dtype=AMP_DTYPE or torch.bfloat16, enabled=AMP_DTYPE is not None):
                 loss = loss_fn(ddp_model(xb), yb)
             scaler.scale(loss).backward()  # DDP averages the gradients here
             scaler.unscale_(optimizer)  # clip the true, averaged gradients
-            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+            nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)  # inf or nan on an fp16 overflow: step skipped
             scaler.step(optimizer)  # skipped on every rank if any gradient overflowed
             scaler.update()
             scheduler.step()  # the warm-up: after scaler.step; a skipped fp16 step still counts

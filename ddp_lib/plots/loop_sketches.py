@@ -34,7 +34,7 @@ def plot_save_then_barrier():
             _box(ax, 3.3, 1, 1.1, "read: found", "tab:green")
             _box(ax, 3.3, 0, 1.1, "read: found", "tab:green")
             ax.axvline(3.3, color="tab:red", linestyle="--", lw=1)
-            ax.text(3.3, 1.4, "every rank leaves the barrier together", ha="center", fontsize=7, color="tab:red")
+            ax.text(3.3, 1.4, "no rank leaves before every rank has entered", ha="center", fontsize=7, color="tab:red")
         else:
             _box(ax, 0.2, 0, 1.1, "read: missing", "tab:red")
         _rank_labels(ax, 2)
