@@ -106,6 +106,11 @@ def test_fsdp_extras_clip_mixed_precision_and_checkpointing():
     assert r["mixed"]["output_dtype"] == "bfloat16"  # no output_dtype in the policy: the output stays bfloat16
     assert r["checkpointing"]["forward_bytes_checkpointed"] < r["checkpointing"]["forward_bytes"]
     assert r["checkpointing"]["max_grad_diff"] == 0
+    # Each block checkpointed, then sharded: DDP's gradients, and the recompute gathers nothing more
+    # (FSDP2's pre-backward hook has gathered the block's weights before the recompute needs them).
+    assert r["checkpointing"]["sharded_grad_diff"] < 1e-6
+    gathers = r["checkpointing"]["all_gathers"]
+    assert gathers["sharded"] == gathers["sharded_checkpointed"] == 9  # 5 units in forward, 4 again in backward
     # An optimizer created before fully_shard holds the replaced parameters: its step changes nothing.
     assert r["order"] == {"optimizer_holds_model_params": False, "model_changed": False}
 

@@ -320,8 +320,8 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
                 max_norm: float = 0.05, seed: int = 0) -> dict:
     """Four things a sharded training loop adds, each measured against a plain run on this rank:
     clip_grad_norm_ on FSDP2's DTensor gradients against DDP's, FSDP2 with a bfloat16
-    MixedPrecisionPolicy, activation checkpointing of the hidden layers as one segment, and what
-    an optimizer created before fully_shard updates.
+    MixedPrecisionPolicy, activation checkpointing (the hidden layers as one segment on a plain model,
+    then each block checkpointed and sharded), and what an optimizer created before fully_shard updates.
 
     Args:
         rank: this process's rank.
@@ -336,7 +336,9 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     "norm_placements" (its DTensor placements), "max_grad_diff" (clipped gradients, FSDP2's gathered
     against DDP's)}), "mixed" ({"compute_dtype", "param_dtype", "grad_dtype" (of the sharded gradient),
     "output_dtype" (of the model's output), "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes",
-    "forward_bytes_checkpointed", "max_grad_diff"}), "order" ({"optimizer_holds_model_params",
+    "forward_bytes_checkpointed", "max_grad_diff", "sharded_grad_diff" (each block checkpointed, then
+    sharded: gradients gathered against DDP's), "all_gathers" ({"sharded", "sharded_checkpointed"}:
+    c10d all-gathers of one forward and backward)}), "order" ({"optimizer_holds_model_params",
     "model_changed"}: an Adam made before fully_shard, after one step)}.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -347,6 +349,7 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
         # clip_grad_norm_ on DTensor gradients: DTensor's ops combine the shards' norms across ranks.
         ddp, _ = wrap(make_deep_mlp(width, layers, seed), "ddp", 1e-3)
         nn.functional.mse_loss(ddp(x), y).backward()
+        ddp_grads = [q.grad.clone() for q in ddp.parameters()]  # before clipping, for checkpointing below
         ddp_norm = nn.utils.clip_grad_norm_(ddp.parameters(), max_norm)
         fsdp, _ = wrap(make_deep_mlp(width, layers, seed), "fsdp", 1e-3)
         nn.functional.mse_loss(fsdp(x), y).backward()
@@ -394,6 +397,22 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
             grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
         checkpointing = {"forward_bytes": sizes[0], "forward_bytes_checkpointed": sizes[1],
                          "max_grad_diff": (grads[0] - grads[1]).abs().max().item()}
+        # Under FSDP2: checkpoint each block first, then shard each checkpointed block, then the root.
+        all_gathers = {}
+        for name, checkpoint_blocks in (("sharded", False), ("sharded_checkpointed", True)):
+            layers_ = list(make_deep_mlp(width, layers, seed))
+            blocks = [nn.Sequential(*layers_[i:i + 2]) for i in range(0, len(layers_) - 1, 2)]  # Linear, ReLU
+            blocks = [Checkpointed(b) if checkpoint_blocks else b for b in blocks]
+            model = nn.Sequential(*blocks, layers_[-1])
+            for block in blocks:
+                fully_shard(block)
+            fully_shard(model)
+            with profile(activities=[ProfilerActivity.CPU]) as trace:
+                nn.functional.mse_loss(model(x), y).backward()
+            all_gathers[name] = sum(e.name.startswith("c10d::") and "allgather" in e.name for e in trace.events())
+        checkpointing["sharded_grad_diff"] = max((p.grad.full_tensor() - g).abs().max().item()
+                                                 for p, g in zip(model.parameters(), ddp_grads))
+        checkpointing["all_gathers"] = all_gathers
 
         # The optimizer made before fully_shard holds the parameters fully_shard replaced.
         early = make_deep_mlp(width, layers, seed)
