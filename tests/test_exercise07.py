@@ -69,12 +69,23 @@ def test_barrier_reading_mistakes_are_named():
 
 
 def test_missing_reading_right_answers_and_mistakes():
-    for named in ({1, 2}, (2, 1), [1.0, 2.0]):
-        assert check_missing_reading(named).passed
-    assert "the 2-rank run's message: run it with 3 ranks" in str(check_missing_reading({1}))
-    assert "rank 0 wrote the message" in str(check_missing_reading({0, 1, 2}))
-    assert "rank 3: the run has ranks 0 to 2 only" in str(check_missing_reading({1, 2, 3}))
+    for named, kind in (({1, 2}, "broadcast"), ((2, 1), " DDP's Broadcast "), ([1.0, 2.0], "gloo:broadcast")):
+        report = check_missing_reading(named, kind)
+        assert report.passed, str(report)
+    assert "the 2-rank run's message: run it with 3 ranks" in str(check_missing_reading({1}, "broadcast"))
+    assert "rank 0 wrote the message" in str(check_missing_reading({0, 1, 2}, "broadcast"))
+    assert "rank 3: the run has ranks 0 to 2 only" in str(check_missing_reading({1, 2, 3}, "broadcast"))
     assert "FAIL write your reading" in str(check_missing_reading(None))
+
+
+def test_missing_reading_needs_the_why_not_only_the_ranks():
+    # {1, 2} can be guessed from exercise 1's pattern without running anything: the kind of collective
+    # ranks 1 and 2 wait in, the reason both are named, must be read from the run too
+    assert not check_missing_reading({1, 2}).passed
+    assert "the kind of collective ranks 1 and 2 wait in" in str(check_missing_reading({1, 2}))
+    assert "rank 0's stray call" in str(check_missing_reading({1, 2}, "all_reduce"))
+    assert "the check rank 0 waits in" in str(check_missing_reading({1, 2}, "monitored_barrier"))
+    assert "not the collective ranks 1 and 2 wait in" in str(check_missing_reading({1, 2}, "all_gather"))
 
 
 def test_diagnosis_right_answers_written_differently_pass():

@@ -117,14 +117,31 @@ def check_barrier_reading(named: object) -> Report:
     return _check_named(named, 4, "the ranks rank 0's message names, as a set of ints", wrong)
 
 
-def check_missing_reading(named: object) -> Report:
-    """Exercise 3: the ranks that rank 0's error names on 3 ranks under DETAIL (1 and 2; the reason is in
-    docs/answers.md)."""
+def check_missing_reading(named: object, waiting_in: object = None) -> Report:
+    """Exercise 3: the ranks that rank 0's error names on 3 ranks under DETAIL (1 and 2), and the kind of
+    collective they wait in, which is why both are named: DDP's broadcast, on DDP's own group."""
     def wrong(ranks: set[int]) -> str | None:
         if ranks == {1}:
             return "that is the 2-rank run's message: run it with 3 ranks (run_ranks(..., 3, env=...))"
         return None if ranks == {1, 2} else "read the ranks the message lists after [Rank 0]: Ranks"
-    return _check_named(named, 3, "the ranks rank 0's error names, as a set of ints", wrong)
+    report = _check_named(named, 3, "the ranks rank 0's error names, as a set of ints", wrong)
+    kind = waiting_in.strip().lower().replace("-", "_") if isinstance(waiting_in, str) else ""
+    if not kind:
+        report.fail("write the kind of collective ranks 1 and 2 wait in, as a str; "
+                    f"got they_wait_in={waiting_in!r}")
+    elif "broadcast" in kind:
+        report.ok("they wait in DDP's broadcast (step 1's bucket rebuild) on DDP's own group, so neither "
+                  "comes to the check on the default group")
+    elif "monitored" in kind or "barrier" in kind:
+        report.fail("the monitored barrier is the check rank 0 waits in; ranks 1 and 2 never reach it: "
+                    "where are they after step 0? Read the section's last paragraph")
+    elif "all_reduce" in kind or "allreduce" in kind:
+        report.fail("the all-reduce is rank 0's stray call; ranks 1 and 2 went on to step 1's forward: "
+                    "which collective does DDP run there? Read the section's last paragraph")
+    else:
+        report.fail(f"{waiting_in!r} is not the collective ranks 1 and 2 wait in: they are in step 1's forward, "
+                    "inside DDP (the section's last paragraph names it)")
+    return report
 
 
 # Exercise 5: stray_report.train on 3 ranks; the stray all_reduce is in _best_so_far, at the last step (2).
