@@ -12,6 +12,7 @@ import re
 
 import pytest
 import torch
+from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from conftest import screen
 from ddp_lib.demos.training_runs import (
@@ -207,6 +208,10 @@ def test_ddp_state_dict_keys_carry_the_module_prefix():
     assert keys["ddp_keys"] == ["module." + k for k in keys["module_keys"]]
     assert keys["load_error"].startswith("Error(s) in loading state_dict for MoonsNet")
     assert keys["after_strip"] == "<All keys matched successfully>"
+    state = keys["ddp_state"]  # sent back whole, the version of each module included
+    assert list(state) == keys["ddp_keys"] and "module" in state._metadata
+    consume_prefix_in_state_dict_if_present(state, "module.")
+    assert list(state) == keys["module_keys"] and "" in state._metadata
 
 
 def test_cli_runs_the_worker_and_prints_json(cli_with_ranks):

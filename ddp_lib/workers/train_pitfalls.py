@@ -28,7 +28,8 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py, s
 
 def state_dict_keys(rank: int, world_size: int) -> dict:
     """The keys of a DDP model's state_dict and of its ``.module``, what loading the DDP keys
-    into a plain model says, and whether stripping the prefix fixes it."""
+    into a plain model says, and whether stripping the prefix fixes it. ``"ddp_state"`` is
+    ``ddp_model.state_dict()`` itself, prefix and ``_metadata`` included, for the caller to strip."""
     with process_group(rank, world_size) as device:
         ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device))
         wrapped = ddp_model.state_dict()
@@ -41,7 +42,7 @@ def state_dict_keys(rank: int, world_size: int) -> dict:
         consume_prefix_in_state_dict_if_present(wrapped, "module.")  # in place
         fixed = str(plain.load_state_dict(wrapped))
         return {"ddp_keys": list(ddp_model.state_dict()), "module_keys": list(ddp_model.module.state_dict()),
-                "load_error": error, "after_strip": fixed}
+                "load_error": error, "after_strip": fixed, "ddp_state": ddp_model.state_dict()}
 
 
 def torch_sync_batchnorm(rank: int, world_size: int) -> str:
