@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from ddp_lib.demos import gpu_outcomes, placement_demos
@@ -58,6 +59,17 @@ def test_visible_gpus_are_torchs_reading_of_the_variable_in_order():
     assert placement_demos.visible_gpus("2,3") == [2, 3]
     assert placement_demos.visible_gpus("1,0") == [1, 0]
     assert placement_demos.visible_gpus("0,-1,2") == [0]  # a negative number ends the list
+
+
+def test_device_id_check_runs_torchs_own_range_check_and_makes_no_group():
+    assert placement_demos.device_id_check(torch.device("cuda", 1), gpus=2) == "accepted"
+    assert placement_demos.device_id_check(torch.device("cuda", 2), gpus=2) == (
+        "ValueError: device_id cuda:2 is out of range. Please use a device index less than "
+        "the number of accelerators available: 2.")
+    assert placement_demos.device_id_check(torch.device("cuda"), gpus=2) == (
+        "ValueError: Please use a device_id with index.")
+    assert not dist.is_initialized()  # stopped before any group was made
+    assert torch.accelerator.current_accelerator() is None  # the fakes are gone (a CPU build)
 
 
 def test_documented_returns_the_paragraph_torch_documents():

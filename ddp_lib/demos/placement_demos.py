@@ -9,6 +9,7 @@ import inspect
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -108,6 +109,30 @@ def cuda_only_group_with_cpu_tensor() -> str:
         return f"{type(e).__name__}: {e}"
     finally:
         destroy_group_quietly()
+
+
+class _PastTheCheck(Exception):
+    """Raised by the stand-in that ``init_process_group`` calls right after its check of ``device_id``."""
+
+
+def device_id_check(device_id: torch.device, gpus: int) -> str:
+    """Run ``init_process_group``'s own check of ``device_id``, in this process, as on a node with
+    ``gpus`` CUDA GPUs: ``torch.accelerator`` is faked to report them. The call is stopped right after
+    the check (``_get_default_timeout``, the next function it calls, raises), so no group is made.
+    Returns "accepted", or the check's error as "ValueError: ..."."""
+    if dist.is_initialized():  # init_process_group would refuse before the check: "twice"
+        raise RuntimeError("device_id_check needs a process that has no default group")
+    c10d = dist.distributed_c10d
+    with mock.patch("torch.accelerator.current_accelerator", return_value=torch.device("cuda")), \
+            mock.patch("torch.accelerator.device_count", return_value=gpus), \
+            mock.patch.object(c10d, "_get_default_timeout", side_effect=_PastTheCheck):
+        try:
+            dist.init_process_group("nccl", device_id=device_id)
+        except _PastTheCheck:
+            return "accepted"
+        except ValueError as error:
+            return f"ValueError: {error}"
+    raise AssertionError("init_process_group returned without reaching _get_default_timeout")
 
 
 def load_and_report(path: str, map_location=None) -> str:

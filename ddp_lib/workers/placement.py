@@ -63,7 +63,6 @@ def where_am_i(rank: int, world_size: int) -> dict:
             "WORLD_SIZE": env_int("WORLD_SIZE", world_size), "LOCAL_WORLD_SIZE": local_world_size,
             # A node with LOCAL_WORLD_SIZE GPUs numbers them 0..LOCAL_WORLD_SIZE-1, whatever its rank.
             "right_gpu": f"cuda:{local_rank}",
-            "cuda_rank_exists": rank < local_world_size,
         }
 
 
