@@ -1,6 +1,7 @@
-"""ddp_lib.demos.torchrun_batch (lesson 06): its reading of a restart log."""
+"""ddp_lib.demos.torchrun_batch (lesson 06): its reading of a restart log, and its background jobs."""
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +220,14 @@ def test_skip_rank_teardown_ends_only_a_rank_that_ended_normally(tmp_path, monke
     not_a_rank = subprocess.run([sys.executable, str(script)], env=dict(os.environ), capture_output=True, text=True,
                                 timeout=60)
     assert "teardown ran" in not_a_rank.stdout and not_a_rank.returncode == code
+
+
+def test_start_main_jobs_runs_each_command_in_a_shell_and_returns_at_once(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_work" / "failing").mkdir(parents=True)  # an old --log-dir, removed first
+    monkeypatch.setattr(torchrun_batch, "MAIN_JOBS", {"ok": "echo out; echo err >&2", "bad": "exit 3"})
+    running = torchrun_batch.start_main_jobs()
+    assert capsys.readouterr().out == "started in the background: ok, bad\n"
+    assert {name: process.wait(30) for name, process in running.items()} == {"ok": 0, "bad": 3}
+    assert Path("my_work/ok.out").read_text() == "out\n" and Path("my_work/ok.err").read_text() == "err\n"
+    assert not Path("my_work/failing").exists()

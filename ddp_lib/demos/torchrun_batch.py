@@ -6,7 +6,8 @@ reading of the lesson's restart log.
 
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
 its Deeper sections' small jobs at once and each section reads its own job by name (the main line
-runs its own jobs as literal ``torchrun`` commands). The ranks run ``launch_vars``, which reads the
+runs its own jobs as literal ``torchrun`` commands; :func:`start_main_jobs` starts three of them early,
+in the background). The ranks run ``launch_vars``, which reads the
 environment only; the two jobs of :data:`WATCHED` (a rank that hangs, and signals sent to torchrun)
 run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -51,6 +54,27 @@ def skip_rank_teardown() -> None:
     normally (``teardown_skip/sitecustomize.py`` says how, and why). The script itself is unchanged."""
     paths = [str(TEARDOWN_SKIP), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+# The main line's three jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
+MAIN_JOBS = {
+    "hang": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 --max-restarts 1"
+            " -m ddp_lib.demos.torchrun_hang",
+    "failing": "torchrun --standalone --nproc-per-node 2 --tee 3 --log-dir my_work/failing"
+               " -m ddp_lib.workers.torchrun_failure",
+    "stale_store": "python -m ddp_lib.demos.stale_store",
+}
+
+
+def start_main_jobs() -> dict[str, subprocess.Popen]:
+    """Start :data:`MAIN_JOBS` in a shell each, side by side, from the current folder, and return at
+    once: each writes ``my_work/<name>.out`` and ``my_work/<name>.err``, and the section that reads a
+    job waits for its process and prints its command. Removes the failing job's old ``--log-dir`` first."""
+    shutil.rmtree("my_work/failing", ignore_errors=True)
+    running = {name: subprocess.Popen(f"({command}) > my_work/{name}.out 2> my_work/{name}.err", shell=True)
+               for name, command in MAIN_JOBS.items()}
+    print("started in the background:", ", ".join(running))
+    return running
+
+
 # What run_together and node_commands add to a command, left out of the command as typed (see typed()).
 ADDED = ("--redirects=3", "--tee=2", "--max-restarts=0")
 READS_LOG_DIR = ("log_dir",)  # the jobs whose sections read their rank folders: --log-dir is shown
