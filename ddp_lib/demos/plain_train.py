@@ -45,8 +45,8 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
             optimizer.zero_grad(set_to_none=True)
-            # autocast needs a dtype even when off: AMP_DTYPE = None turns it off
-            with torch.autocast(device.type, dtype=AMP_DTYPE or torch.bfloat16, enabled=AMP_DTYPE is not None):
+            # AMP_DTYPE = None turns autocast off
+            with torch.autocast(device.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):
                 loss = loss_fn(ddp_model(xb), yb)
             scaler.scale(loss).backward()  # DDP averages the gradients here
             scaler.unscale_(optimizer)  # clip the true, averaged gradients
