@@ -9,7 +9,6 @@ computes (tests/test_lesson09.py).
 
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -32,9 +31,8 @@ def plain_script(rank: int, world_size: int, directory: str, options: list[str])
     """Run ``plain_train.py`` as torchrun would, in ``directory`` (where it writes its checkpoint),
     with these command-line ``options``. ``launch`` sets the variables the script reads, RANK,
     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT, as torchrun does."""
-    os.chdir(directory)
-    sys.argv = ["plain_train.py", *options]
-    plain_train.main()
+    os.chdir(directory)  # the script writes its checkpoint where it was started from
+    plain_train.main(options)
 
 
 def measured_runs(rank: int, world_size: int, runs: dict[str, dict]) -> dict:

@@ -85,11 +85,11 @@ def evaluate(model: nn.Module, dataset: TensorDataset, rank: int, world_size: in
     return (counts[0] / counts[1]).item()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--resume", action="store_true", help=f"go on from {CHECKPOINT}")
-    options = parser.parse_args()
+    options = parser.parse_args(argv)  # None: the command line
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if torch.cuda.is_available() else torch.device("cpu")
     if device.type == "cuda":

@@ -54,6 +54,8 @@ def skip_rank_teardown() -> None:
     normally (``teardown_skip/sitecustomize.py`` says how, and why). The script itself is unchanged."""
     paths = [str(TEARDOWN_SKIP), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+
+
 # The main line's three jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
 MAIN_JOBS = {
     "hang": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 --max-restarts 1"
