@@ -7,9 +7,9 @@
         ...
 
     if __name__ == "__main__":
-        results = ddp_lib.mp.spawn(main, args=(world_size,), nprocs=world_size, join=True)
+        results = ddp_lib.mp.labelled_spawn(main, args=(world_size,), nprocs=world_size, join=True)
 
-Write ``ddp_lib.mp.spawn`` in full. ``import ddp_lib.mp as mp`` would hide torch's ``mp``, and two
+Write ``ddp_lib.mp.labelled_spawn`` in full. ``import ddp_lib.mp as mp`` would hide torch's ``mp``, and two
 different functions would then share one name.
 
 ``fn(i, *args)`` runs on ``nprocs`` processes, as under torch; the worker picks the address
@@ -58,7 +58,7 @@ from ddp_lib.launch import LAUNCH_TIMEOUT_S, rank_environments, run_job
 from ddp_lib.launch._checks import check_launch
 from ddp_lib.launch._job import signal_name
 
-__all__ = ["RankExitedError", "RankRaisedError", "spawn"]
+__all__ = ["RankExitedError", "RankRaisedError", "labelled_spawn"]
 
 
 class _TorchWorkerError(WorkerError):
@@ -133,7 +133,7 @@ def _iterable_args(args: object) -> tuple:
             f"{type(args).__name__} {args!r}; (x) is just x in Python, write args=({args!r},)") from None
 
 
-def spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
+def labelled_spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
           start_method: str = "spawn", *, timeout: float | None = LAUNCH_TIMEOUT_S) -> list:
     """Run ``fn(i, *args)`` for i in range(nprocs), each in its own process; return the
     results in rank order. Raises RankRaisedError or RankExitedError (torch's
@@ -141,7 +141,7 @@ def spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: b
     after ``timeout`` seconds (None: no deadline), LaunchInputError for bad input."""
     if join is not True:
         raise LaunchInputError(
-            f"join must be True, got {join!r}: ddp_lib.mp.spawn returns when every rank has finished, so that "
+            f"join must be True, got {join!r}: ddp_lib.mp.labelled_spawn returns when every rank has finished, so that "
             "nothing is left running; the ProcessContext that join=False returns hands out the rank processes "
             "themselves (for processes that outlive the call, use torch.multiprocessing)")
     if start_method == "spawn":

@@ -211,7 +211,7 @@ def test_the_plain_torch_timer_hands_every_rank_the_slowest_time():
     from ddp_lib.process_group import free_port
 
     sizes = [4, 4096]
-    per_rank = ddp_lib.mp.spawn(time_allreduce, args=(2, free_port(), sizes), nprocs=2, join=True)
+    per_rank = ddp_lib.mp.labelled_spawn(time_allreduce, args=(2, free_port(), sizes), nprocs=2, join=True)
     assert [nbytes for nbytes, _ in per_rank[0]] == sizes
     assert all(seconds > 0 for _, seconds in per_rank[0])
     assert per_rank[0] == per_rank[1]  # the MAX all-reduce gives both ranks the same time

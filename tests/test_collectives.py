@@ -73,7 +73,7 @@ def test_the_plain_worker_joins_through_each_init_method(method, tmp_path, monke
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
     url = collectives.init_method_url(method, str(tmp_path / "store"))
-    assert ddp_lib.mp.spawn(collectives.join_with_url, args=(3, url), nprocs=3) == [3.0, 3.0, 3.0]
+    assert ddp_lib.mp.labelled_spawn(collectives.join_with_url, args=(3, url), nprocs=3) == [3.0, 3.0, 3.0]
 
 
 def test_the_launcher_serves_the_store_and_under_torchs_convention_rank_0_does(monkeypatch):
@@ -90,7 +90,7 @@ def test_the_launcher_serves_the_store_and_under_torchs_convention_rank_0_does(m
     assert {r["store_pid"] for r in under_launcher} == {os.getpid()}
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    under_torch = ddp_lib.mp.spawn(who_serves_the_store, args=(2,), nprocs=2)
+    under_torch = ddp_lib.mp.labelled_spawn(who_serves_the_store, args=(2,), nprocs=2)
     rank0_pid = next(r["pid"] for r in under_torch if r["rank"] == 0)
     assert {r["store_pid"] for r in under_torch} == {rank0_pid} and rank0_pid != os.getpid()
 
@@ -168,7 +168,7 @@ def test_subgroups_with_local_synchronization_are_created_by_their_members_only(
     # As lesson 01 runs it: rank 0 serves the store, which the odd ranks still need after rank 0's group is made.
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    results = ddp_lib.mp.spawn(collectives.subgroups, args=(4, True), nprocs=4)
+    results = ddp_lib.mp.labelled_spawn(collectives.subgroups, args=(4, True), nprocs=4)
     assert [r["members"] for r in results] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert [r["sum"] for r in results] == [2.0, 4.0, 2.0, 4.0]
     names = [r["group_name"] for r in results]

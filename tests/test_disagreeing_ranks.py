@@ -6,21 +6,21 @@ from ddp_lib.demos import disagreeing_ranks
 
 
 def test_a_peer_that_exits_fails_the_waiting_rank_at_once():
-    rank0, rank1 = ddp_lib.mp.spawn(disagreeing_ranks.peer_exits, args=(2,), nprocs=2)
+    rank0, rank1 = ddp_lib.mp.labelled_spawn(disagreeing_ranks.peer_exits, args=(2,), nprocs=2)
     assert rank1 is None  # exited with code 0: finished, no result
     assert "closed by peer" in rank0["error"] or "reset by peer" in rank0["error"]
     assert rank0["waited_s"] < rank0["timeout_s"] / 10
 
 
 def test_mismatched_shapes_pass_silently_on_one_rank_without_detail():
-    rank0, rank1 = ddp_lib.mp.spawn(disagreeing_ranks.mismatched_shapes, args=(2,), nprocs=2)
+    rank0, rank1 = ddp_lib.mp.labelled_spawn(disagreeing_ranks.mismatched_shapes, args=(2,), nprocs=2)
     assert rank0["error"] == "" and rank0["after"] == [2.0, 4.0, 6.0]
     assert "by peer" in rank1["error"]
     assert rank1["done_at"] > rank0["done_at"]  # rank 1 failed once rank 0 had finished
 
 
 def test_detail_names_the_mismatch_on_every_rank_before_data_moves():
-    for r in ddp_lib.mp.spawn(disagreeing_ranks.mismatched_shapes, args=(2, True), nprocs=2):
+    for r in ddp_lib.mp.labelled_spawn(disagreeing_ranks.mismatched_shapes, args=(2, True), nprocs=2):
         assert r["error"].startswith("Detected mismatch between collectives on ranks")
         assert "shapes" in r["error"]
         assert r["after"] == [float(v) for v in range(1, 4 + r["rank"])]

@@ -14,7 +14,7 @@ import launcher_workers
 import ddp_lib.mp as mp
 from ddp_lib.launch import run_ranks
 
-print(mp.spawn(launcher_workers.mp_rank, args=(10,), nprocs=2))
+print(mp.labelled_spawn(launcher_workers.mp_rank, args=(10,), nprocs=2))
 print(run_ranks(launcher_workers.talk, 2, kwargs=dict(lines=0), start_method="spawn", show_output=False))
 """
 

@@ -179,7 +179,7 @@ def test_exercise5_reads_a_real_run():
     import ddp_lib.mp
     from ddp_lib.demos import late_collectives
 
-    run = ddp_lib.mp.spawn(late_collectives.late_in_each, args=(3, 0.3), nprocs=3)
+    run = ddp_lib.mp.labelled_spawn(late_collectives.late_in_each, args=(3, 0.3), nprocs=3)
     report = check_waiting_at_3([0], run, 0.3)
     assert report.startswith("Right") or "run it again" in report  # a busy machine can blur a run
 
@@ -233,7 +233,7 @@ def test_exercise2_reads_a_real_run(tmp_path, monkeypatch):
     import ddp_lib.mp
 
     worker = load_answer(tmp_path, monkeypatch, "right01_reduce_max", REDUCE_MAX, "reduce_max_to_2")
-    run = ddp_lib.mp.spawn(worker, args=(4,), nprocs=4)
+    run = ddp_lib.mp.labelled_spawn(worker, args=(4,), nprocs=4)
     assert check_reduce_max_to_2([2], run).startswith("Right")
 
 

@@ -186,8 +186,8 @@ def start_from_forkserver(fn, args, nprocs):
 
 # Right answers written differently: each launch binds bad_rank=0 with functools.partial.
 PARTIAL_RUNS = {
-    "as_the_answers": (ddp_lib.mp.spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)),
-    "world_size_bound_too": (ddp_lib.mp.spawn, functools.partial(fail_on_rank, world_size=2, bad_rank=0), []),
+    "as_the_answers": (ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)),
+    "world_size_bound_too": (ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, world_size=2, bad_rank=0), []),
     "torch_start_processes": (start_from_forkserver, functools.partial(fail_on_rank, bad_rank=0), (2,)),
 }
 
@@ -200,7 +200,7 @@ def test_partial_bad_rank_right_answers_pass(run):
 
 def test_partial_bad_rank_needs_the_partial():
     """The honest shortcut, bad_rank by position in args, raises the same error: the launch tells it apart."""
-    report = check_partial_bad_rank(0, raised_by(ddp_lib.mp.spawn, fail_on_rank, (2, 0)))
+    report = check_partial_bad_rank(0, raised_by(ddp_lib.mp.labelled_spawn, fail_on_rank, (2, 0)))
     assert not report.passed and "did not go through a partial" in report.lines[0], report
     assert "args=(2, 0)" in report.lines[0], report
 
@@ -208,7 +208,7 @@ def test_partial_bad_rank_needs_the_partial():
 @pytest.mark.parametrize("error", [RAN_0, ValueError(RAN_0), "from_a_run"], ids=["text", "made_anew", "run_as_text"])
 def test_partial_bad_rank_wants_the_exception_itself(error):
     if error == "from_a_run":
-        error = str(raised_by(ddp_lib.mp.spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)))
+        error = str(raised_by(ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)))
     report = check_partial_bad_rank(0, error)
     assert not report.passed and "partial_error = e" in report.lines[0], report
 
@@ -228,7 +228,7 @@ def test_partial_bad_rank_wants_the_exception_itself(error):
         "bound_by_position"])
 def test_partial_bad_rank_mistakes_are_named(answer, error, fix):
     if error == "positional":  # functools.partial(fail_on_rank, 0): the launcher refuses it before any rank starts
-        error = raised_by(ddp_lib.mp.spawn, functools.partial(fail_on_rank, 0), (2,))
+        error = raised_by(ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, 0), (2,))
     report = check_partial_bad_rank(answer, error)
     assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report
     assert "bad_rank=0" not in report.lines[0] or fix != "bind bad_rank by name", report  # a hint, not the answer

@@ -18,5 +18,5 @@ def test_a_variable_set_after_the_server_started_reaches_only_ddp_lib_ranks(tmp_
     mp.start_processes(read_variable, args=("DDP_LIB_TEST_SET_LATE", str(tmp_path)), nprocs=1,
                        start_method="forkserver")
     assert ast.literal_eval((tmp_path / "0.txt").read_text()) is None
-    assert ddp_lib.mp.spawn(read_variable, args=("DDP_LIB_TEST_SET_LATE",), nprocs=2) == ["late", "late"]
+    assert ddp_lib.mp.labelled_spawn(read_variable, args=("DDP_LIB_TEST_SET_LATE",), nprocs=2) == ["late", "late"]
     assert os.environ["DDP_LIB_TEST_SET_LATE"] == "late"

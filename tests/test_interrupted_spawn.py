@@ -1,7 +1,7 @@
 """Lesson 02: an interrupted launch of torch's. SIGINT to each process, as Jupyter's stop button sends
 it to the kernel's process group, leaves the ranks that wait inside a collective alive; terminate()
 then stops them. Real processes: 2 ranks on gloo and a third process that sleeps.
-Under ddp_lib.mp.spawn, the launcher stops such ranks itself."""
+Under ddp_lib.mp.labelled_spawn, the launcher stops such ranks itself."""
 
 from __future__ import annotations
 
@@ -36,6 +36,6 @@ def test_ddp_lib_mp_spawn_stops_its_ranks_waiting_in_a_collective_when_interrupt
     ready_dir = tempfile.mkdtemp(prefix="interrupted-")
     interrupt_when_ready(ready_dir, count=2)
     with pytest.raises(KeyboardInterrupt, match="ranks 0-1 stopped"):
-        ddp_lib.mp.spawn(wait_for_each_other, args=(2, f"tcp://127.0.0.1:{free_port()}", ready_dir), nprocs=2)
+        ddp_lib.mp.labelled_spawn(wait_for_each_other, args=(2, f"tcp://127.0.0.1:{free_port()}", ready_dir), nprocs=2)
     assert len(os.listdir(ready_dir)) == 2  # both ranks had said they were ready
     assert still_running(ready_dir) == []

@@ -9,7 +9,7 @@ from ddp_lib.demos import late_collectives
 
 def test_the_data_decides_who_waits_for_a_late_rank():
     delay = 0.4
-    results = ddp_lib.mp.spawn(late_collectives.late_in_each, args=(4, delay), nprocs=4)
+    results = ddp_lib.mp.labelled_spawn(late_collectives.late_in_each, args=(4, delay), nprocs=4)
     waited = {name: [r["rank"] for r in results[:-1] if r["waited"][name] > delay / 2]
               for name in late_collectives.COLLECTIVES}
     for name in ("barrier", "all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
@@ -19,7 +19,7 @@ def test_the_data_decides_who_waits_for_a_late_rank():
 
 def test_collectives_in_different_orders_end_every_rank_after_the_timeout():
     errors = []
-    for r in ddp_lib.mp.spawn(late_collectives.wrong_order, args=(2, 1.0), nprocs=2):
+    for r in ddp_lib.mp.labelled_spawn(late_collectives.wrong_order, args=(2, 1.0), nprocs=2):
         (name, outcome), = r["calls"]  # the first call raised
         assert name == ("all_reduce" if r["rank"] == 0 else "broadcast")
         assert r["seconds"] >= 1.0

@@ -29,7 +29,7 @@ def test_a_worker_that_sets_its_own_port_fails_at_once_naming_the_variable():
     start = time.monotonic()
     with pytest.raises(WorkerError) as info:
         run_ranks(launcher_workers.set_own_port, 2, (12399,), timeout=120, show_output=False)
-    assert "set MASTER_PORT='12399'" in str(info.value) and "ddp_lib.mp.spawn" in str(info.value)
+    assert "set MASTER_PORT='12399'" in str(info.value) and "ddp_lib.mp.labelled_spawn" in str(info.value)
     assert time.monotonic() - start < 20
 
 
@@ -56,7 +56,7 @@ def test_a_worker_defined_in_the_script_being_run_works(tmp_path):
 
         if __name__ == "__main__":
             print(run_ranks(work, 2, show_output=False))
-            print(mp.spawn(work, args=(7,), nprocs=2))
+            print(mp.labelled_spawn(work, args=(7,), nprocs=2))
     """)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[0, 100]", "[0, 100]"]

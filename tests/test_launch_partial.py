@@ -11,8 +11,9 @@ from ddp_lib.launch import _job, run_ranks
 from ddp_lib.workers.faulty_ranks import raise_on_rank
 
 
-@pytest.mark.parametrize("launcher", [lambda fn: run_ranks(fn, 2), lambda fn: mp.spawn(fn, args=(2,), nprocs=2)],
-                         ids=["ddp_lib.launch.run_ranks", "ddp_lib.mp.spawn"])
+@pytest.mark.parametrize("launcher", [lambda fn: run_ranks(fn, 2),
+                                      lambda fn: mp.labelled_spawn(fn, args=(2,), nprocs=2)],
+                         ids=["ddp_lib.launch.run_ranks", "ddp_lib.mp.labelled_spawn"])
 def test_a_partial_binding_positional_arguments_is_refused_before_any_process_starts(launcher, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a process was started for bad input")

@@ -1,4 +1,4 @@
-"""Lesson 00: which variables each launcher's ranks find. Real processes: ddp_lib.mp.spawn, and
+"""Lesson 00: which variables each launcher's ranks find. Real processes: ddp_lib.mp.labelled_spawn, and
 torch's start_processes with fork (the launcher code torch's mp.spawn runs)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _torch_views(world_size: int) -> list[dict]:
 def test_torch_sets_none_and_ddp_lib_sets_the_rank_variables(monkeypatch):
     for name in LAUNCHER_VARS:
         monkeypatch.delenv(name, raising=False)
-    ddp_views = ddp_lib.mp.spawn(launcher_view, args=(2,), nprocs=2, join=True)
+    ddp_views = ddp_lib.mp.labelled_spawn(launcher_view, args=(2,), nprocs=2, join=True)
     torch_views = _torch_views(2)
     parent = {name: os.environ.get(name) for name in LAUNCHER_VARS}
     assert all(view["env"] == {name: parent[name] for name in LAUNCHER_VARS} for view in torch_views)
@@ -35,7 +35,7 @@ def test_torch_sets_none_and_ddp_lib_sets_the_rank_variables(monkeypatch):
     assert [view["threads"] for view in ddp_views] == [threads_per_rank(2)] * 2
     assert [view["threads"] for view in torch_views] == [torch.get_num_threads()] * 2
 
-    table = launcher_table({"torch's launcher": torch_views, "ddp_lib.mp.spawn": ddp_views}).splitlines()
+    table = launcher_table({"torch's launcher": torch_views, "ddp_lib.mp.labelled_spawn": ddp_views}).splitlines()
     rows = {line.split()[0]: line.split()[1:] for line in table[1:]}
     assert rows["RANK"] == ["-", "0,", "1"] and rows["MASTER_ADDR"] == ["-", "-"]
     assert rows["OMP_NUM_THREADS"] == ["-", "set"]

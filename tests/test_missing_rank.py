@@ -5,7 +5,7 @@ from ddp_lib.demos.missing_rank import one_rank_missing
 
 
 def test_rank_0_names_the_missing_rank():
-    seen = ddp_lib.mp.spawn(one_rank_missing, args=(3, 1, 1.0), nprocs=3)
+    seen = ddp_lib.mp.labelled_spawn(one_rank_missing, args=(3, 1, 1.0), nprocs=3)
     assert "Rank 1 failed to pass monitoredBarrier" in seen[0]
     assert seen[1] == "did not call monitored_barrier"
     assert "check rank 0 logs" in seen[2]

@@ -27,13 +27,13 @@ def own_port(monkeypatch):
 
 
 def test_the_call_is_fn_i_args_and_the_results_come_back_in_rank_order():
-    assert mp.spawn(launcher_workers.mp_rank, args=(10,), nprocs=3, join=True) == [0, 10, 20]
+    assert mp.labelled_spawn(launcher_workers.mp_rank, args=(10,), nprocs=3, join=True) == [0, 10, 20]
 
 
 def test_the_tutorials_worker_runs_unchanged_with_its_own_port_many_times(own_port):
     # The worker picks the address and port; rank 0 hosts the store there, as under torch.
     for _ in range(10):
-        assert mp.spawn(tutorial_workers.demo_basic, args=(2,), nprocs=2) == [None, None]
+        assert mp.labelled_spawn(tutorial_workers.demo_basic, args=(2,), nprocs=2) == [None, None]
 
 
 def test_a_taken_port_is_named_with_the_process_holding_it(own_port):
@@ -42,7 +42,7 @@ def test_a_taken_port_is_named_with_the_process_holding_it(own_port):
         squatter.listen()
         start = time.monotonic()
         with pytest.raises(WorkerError) as info:
-            mp.spawn(tutorial_workers.demo_basic, args=(2,), nprocs=2, timeout=60)
+            mp.labelled_spawn(tutorial_workers.demo_basic, args=(2,), nprocs=2, timeout=60)
     import os
 
     assert f"port {own_port} is already taken by process {os.getpid()}" in str(info.value)
@@ -51,24 +51,24 @@ def test_a_taken_port_is_named_with_the_process_holding_it(own_port):
 
 def test_join_false_is_refused_in_one_line():
     with pytest.raises(LaunchInputError, match=r"^join must be True, got False: .*ProcessContext"):
-        mp.spawn(launcher_workers.mp_rank, args=(1,), nprocs=2, join=False)
+        mp.labelled_spawn(launcher_workers.mp_rank, args=(1,), nprocs=2, join=False)
 
 
 def test_a_worker_error_names_the_rank():
     with pytest.raises(WorkerError, match=r"\(rank 0\): TypeError: mp_rank\(\) missing 1 required"):
-        mp.spawn(launcher_workers.mp_rank, args=(), nprocs=2)  # mp_rank needs its scale
+        mp.labelled_spawn(launcher_workers.mp_rank, args=(), nprocs=2)  # mp_rank needs its scale
 
 
 @pytest.mark.parametrize("how", ["sys.exit(0)", "exit()", "os._exit(0)"])
 def test_an_early_exit_with_code_0_is_a_finished_rank_as_under_torch(how):
     # torch's _wrap catches Exception only: SystemExit(0) ends the process with code 0, which
     # ProcessContext.join counts as success.
-    assert mp.spawn(launcher_workers.mp_end_early, args=(how,), nprocs=2) == [0, None]
+    assert mp.labelled_spawn(launcher_workers.mp_end_early, args=(how,), nprocs=2) == [0, None]
 
 
 def test_a_raised_error_is_torchs_process_raised_exception_with_its_fields():
     try:
-        mp.spawn(launcher_workers.mp_end_early, args=("raise",), nprocs=2)
+        mp.labelled_spawn(launcher_workers.mp_end_early, args=("raise",), nprocs=2)
     except torch.multiprocessing.ProcessRaisedException as e:  # code written for torch runs unchanged
         assert isinstance(e, WorkerError) and isinstance(e, mp.RankRaisedError)
         assert (e.error_index, e.rank) == (1, 1)
@@ -90,7 +90,7 @@ def test_a_raised_error_is_torchs_process_raised_exception_with_its_fields():
 ])
 def test_an_exit_is_torchs_process_exited_exception_with_its_fields(how, exit_code, signal_name, text):
     with pytest.raises(torch.multiprocessing.ProcessExitedException) as info:
-        mp.spawn(launcher_workers.mp_end_early, args=(how,), nprocs=2)
+        mp.labelled_spawn(launcher_workers.mp_end_early, args=(how,), nprocs=2)
     e = info.value
     assert isinstance(e, WorkerError) and isinstance(e, mp.RankExitedError)
     assert (e.error_index, e.exit_code, e.signal_name) == (1, exit_code, signal_name)

@@ -10,7 +10,7 @@ def test_started_ranks_fail_after_the_timeout(monkeypatch):
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    results = ddp_lib.mp.spawn(join_without_last_rank, args=(3,), nprocs=2)
+    results = ddp_lib.mp.labelled_spawn(join_without_last_rank, args=(3,), nprocs=2)
     assert all(r["error"] != "joined" for r in results)
     assert "2/3 clients joined" in results[0]["error"]
     # rank 1 ends by its own timeout, not by finding the store gone

@@ -36,7 +36,7 @@ from ddp_lib.demos.spawning import (
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.forkserver import FORKSERVER_PRELOAD
 from ddp_lib.launch import launch, run_ranks
-from ddp_lib.mp import spawn as ddp_spawn
+from ddp_lib.mp import labelled_spawn as ddp_spawn
 from ddp_lib.process_group import free_port
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import (

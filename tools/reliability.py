@@ -43,7 +43,7 @@ def teardown(times: int = 100) -> bool:
 
 
 def mp(times: int = 100) -> bool:
-    """The same worker through the drop-in ``ddp_lib.mp.spawn``, where it picks the port itself
+    """The same worker through the drop-in ``ddp_lib.mp.labelled_spawn``, where it picks the port itself
     (a free one here, kept by its setup(), so that other jobs on the machine cannot collide)."""
     import os
 
@@ -57,7 +57,7 @@ def mp(times: int = 100) -> bool:
     for i in range(times):
         os.environ["MASTER_PORT"] = str(free_port())
         try:
-            ddp_lib.mp.spawn(tutorial_workers.demo_basic, args=(2,), nprocs=2, timeout=60)
+            ddp_lib.mp.labelled_spawn(tutorial_workers.demo_basic, args=(2,), nprocs=2, timeout=60)
         except Exception as exc:  # counted and reported below
             failures.append(f"launch {i}: {exc!r}")
     print(f"tutorial worker through ddp_lib.mp {times} times in a row: {times - len(failures)} finished, "

@@ -7,7 +7,7 @@ group, SIGINT, and reports the processes still alive after the interrupt (once o
 after 30 s, then 0.3 s more), the exit codes of those that ended, what rank 0 of a rerun meets on
 the same port while they live, and their exit codes once it stops them.
 
-``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.spawn``, in the
+``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.labelled_spawn``, in the
 notebook's own process: SIGINT to the kernel while its ranks wait in the same receive.
 """
 

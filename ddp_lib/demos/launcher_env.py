@@ -1,6 +1,6 @@
 """What a rank sees of its launcher: the launcher's variables in its environment, and its threads.
 
-Lesson 00 starts the same worker under torch's launcher and under ``ddp_lib.mp.spawn``, and
+Lesson 00 starts the same worker under torch's launcher and under ``ddp_lib.mp.labelled_spawn``, and
 compares what each rank sees with what the notebook's own process has.
 """
 

@@ -66,12 +66,13 @@ def split(result: object) -> tuple[float | None, list | None, str | None]:
 
 
 def run(fn: Callable, world_size: int, report: Report, timeout: float) -> list | None:
-    """``fn``'s results on ``world_size`` ranks under ``ddp_lib.mp.spawn``, or None and a FAIL line that says why."""
+    """``fn``'s results on ``world_size`` ranks under ``ddp_lib.mp.labelled_spawn``, or None and a FAIL line
+    that says why."""
     import ddp_lib.mp
 
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # the ranks' "Running basic DDP example" lines
-            return ddp_lib.mp.spawn(fn, args=(world_size,), nprocs=world_size, join=True, timeout=timeout)
+            return ddp_lib.mp.labelled_spawn(fn, args=(world_size,), nprocs=world_size, join=True, timeout=timeout)
     except LaunchTimeout as exc:
         report.fail(f"world_size {world_size}: rank(s) {', '.join(map(str, exc.running))} still running "
                     f"after {timeout:g} s{hang_report(exc)}")

@@ -121,7 +121,7 @@ def check_waiting_at_3(answer, run: list[dict] | None, delay: float) -> str:
     if ranks is None:
         return f"waiting_at_3 = {answer!r}: expected a list of rank numbers, such as [0, 1]."
     if not run:
-        return ("Not yet: set run_at_3 to what ddp_lib.mp.spawn(late_collectives.late_in_each, "
+        return ("Not yet: set run_at_3 to what ddp_lib.mp.labelled_spawn(late_collectives.late_in_each, "
                 "args=(3, delay), nprocs=3) returns.")
     if len(run) != 3:
         return f"run_at_3 holds {len(run)} ranks: launch late_in_each with args=(3, delay) and nprocs=3."
@@ -162,7 +162,7 @@ def check_reduce_max_to_2(answer, run: list | None) -> str:
     if ranks is None:
         return f"trusted_ranks = {answer!r}: expected a list of rank numbers, such as [0, 1]."
     if not run:
-        return "Not yet: set run_max to what ddp_lib.mp.spawn(your_worker, args=(4,), nprocs=4) returns."
+        return "Not yet: set run_max to what ddp_lib.mp.labelled_spawn(your_worker, args=(4,), nprocs=4) returns."
     if len(run) != _REDUCE_WORLD:
         return f"run_max holds {len(run)} ranks: run your worker on 4 ranks, with args=(4,) and nprocs=4."
     try:

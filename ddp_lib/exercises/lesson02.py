@@ -116,20 +116,20 @@ def check_plan_launch(plan_launch: Callable, world_sizes: Sequence[int] = (2, 3)
     return report
 
 
-# Exercise 3: bad_rank=0 through functools.partial, started with ddp_lib.mp.spawn on 2 ranks.
+# Exercise 3: bad_rank=0 through functools.partial, started with ddp_lib.mp.labelled_spawn on 2 ranks.
 
 def _rank_answer(answer) -> int | None:
     """The answer as one rank number, or None if it is not a whole number."""
     return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
 
 
-_LAUNCHERS = {("ddp_lib.mp", "spawn"), ("torch.multiprocessing.spawn", "spawn"),
+_LAUNCHERS = {("ddp_lib.mp", "labelled_spawn"), ("torch.multiprocessing.spawn", "spawn"),
               ("torch.multiprocessing.spawn", "start_processes")}  # (module, function) whose fn and args are read
 
 
 def _launched(error) -> tuple[object, object] | None:
     """The ``fn`` and ``args`` that the launch which raised ``error`` was given, read from the frame of
-    ``ddp_lib.mp.spawn`` (or torch's ``spawn``, ``start_processes``) that the exception's traceback keeps;
+    ``ddp_lib.mp.labelled_spawn`` (or torch's ``spawn``, ``start_processes``) that the exception's traceback keeps;
     None for text, or an exception that no launch raised."""
     tb = getattr(error, "__traceback__", None)
     while tb is not None:
@@ -149,8 +149,9 @@ def _partial_said(answer, error) -> str:
     if rank is None:
         return f"named_rank = {answer!r}: expected one rank number, such as 1."
     if error is None:
-        return ("Not yet: set partial_error to the exception that ddp_lib.mp.spawn(functools.partial(fail_on_rank, "
-                "bad_rank=0), args=(2,), nprocs=2) raised (except Exception as e: partial_error = e).")
+        return ("Not yet: set partial_error to the exception that ddp_lib.mp.labelled_spawn("
+                "functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2) raised "
+                "(except Exception as e: partial_error = e).")
     said = str(error)
     if "binds positional arguments" in said:
         return ("your partial binds its value by position, and the launcher would pass the rank after it: "
@@ -172,8 +173,8 @@ def _partial_said(answer, error) -> str:
         return f"named_rank = {rank}: read your run's error again; it names the rank in 'rank N of 2 was told to fail'."
     launched = _launched(error)
     if launched is None:
-        return ("partial_error is not the exception that ddp_lib.mp.spawn raised (its text, or an exception made "
-                "anew): the check reads from that exception what you launched. Keep it as it is: "
+        return ("partial_error is not the exception that ddp_lib.mp.labelled_spawn raised (its text, or an "
+                "exception made anew): the check reads from that exception what you launched. Keep it as it is: "
                 "except Exception as e: partial_error = e.")
     fn, args = launched
     if not (isinstance(fn, functools.partial) and fn.keywords.get("bad_rank") == 0):
@@ -231,7 +232,7 @@ def _as_report(said: str) -> Report:
 
 def check_partial_bad_rank(answer, error) -> Report:
     """Exercise 3: ``answer``, the rank the error names, and ``error``, the exception that
-    ``ddp_lib.mp.spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised. Its
+    ``ddp_lib.mp.labelled_spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised. Its
     traceback keeps the launch's ``fn`` and ``args``: the check reads them to see that a partial carried
     ``bad_rank=0``."""
     return _as_report(_partial_said(answer, error))

@@ -4,7 +4,7 @@
     job = launch(demo_basic, world_size=4)             # job.results, job.stdout, job.stderr
 
 ``fn(rank, world_size, *args, **kwargs)`` runs in each child, as in the classic ``mp.spawn``
-example (see :func:`ddp_lib.launch._run.launch` for every option). ``ddp_lib.mp.spawn`` is the
+example (see :func:`ddp_lib.launch._run.launch` for every option). ``ddp_lib.mp.labelled_spawn`` is the
 drop-in for ``torch.multiprocessing.spawn`` that leaves the store to the worker.
 
 The launcher's parts are private modules of this folder:

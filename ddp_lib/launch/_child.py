@@ -190,7 +190,7 @@ def _store_env_changed(expected: dict[str, str]) -> str | None:
             return (f"set {name}={now!r}, but under ddp_lib.launch the launcher hosts the rendezvous store "
                     f"and sets {name}={value!r} itself: leave MASTER_ADDR/MASTER_PORT alone "
                     "(os.environ.setdefault keeps a tutorial's setup() working), or launch with "
-                    "ddp_lib.mp.spawn, which leaves them to the worker")
+                    "ddp_lib.mp.labelled_spawn, which leaves them to the worker")
     return None
 
 

@@ -1,6 +1,6 @@
 """Each rank's result, output and error, written to one folder per rank and read back: the one
 channel of every job, whether its ranks were started by ddp_lib's launcher (``run_ranks``,
-``ddp_lib.mp.spawn``, ``ddp_lib.live``) or by torchrun, on one machine, on several hosts or under SLURM.
+``ddp_lib.mp.labelled_spawn``, ``ddp_lib.live``) or by torchrun, on one machine, on several hosts or under SLURM.
 
 torchrun gives each local rank of each node a folder of its own,
 ``<log dir>/<run id>_<random>/attempt_<N>/<local rank>/`` (``DefaultLogsSpecs.reify``,

@@ -7,7 +7,7 @@ example. Each child gets MASTER_ADDR, MASTER_PORT, RANK, LOCAL_RANK, WORLD_SIZE 
 LOCAL_WORLD_SIZE, so a worker may call ``dist.init_process_group`` itself or use
 ``ddp_lib.process_group``. Like torchrun, the launcher itself hosts the rendezvous store (on
 loopback, on a port the OS picks and the launcher holds), so workers must not overwrite
-MASTER_ADDR or MASTER_PORT (a rank that does fails at once, saying so). ``ddp_lib.mp.spawn``
+MASTER_ADDR or MASTER_PORT (a rank that does fails at once, saying so). ``ddp_lib.mp.labelled_spawn``
 is the drop-in for ``torch.multiprocessing.spawn`` that leaves the store to the worker.
 
 Each rank's stdout and stderr go to files in its own folder, beside its record (its result or its

@@ -150,9 +150,9 @@ def plot_who_serves_the_store(nprocs: int = 2) -> Figure:
 def plot_error_and_return_paths() -> Figure:
     """How a child's exception and its return value reach the parent. Under torch's ``mp.spawn`` the
     child writes its traceback as text to a file, exits with code 1, and the parent reads the file and
-    raises ProcessRaisedException; a return value is dropped. ``ddp_lib.mp.spawn``'s child sends either
+    raises ProcessRaisedException; a return value is dropped. ``ddp_lib.mp.labelled_spawn``'s child sends either
     one back through a pipe."""
-    fig, (torch_ax, ddp_lib_ax) = _two_panels(("torch's mp.spawn", "ddp_lib.mp.spawn"), 4, (10, 3.2), 10)
+    fig, (torch_ax, ddp_lib_ax) = _two_panels(("torch's mp.spawn", "ddp_lib.mp.labelled_spawn"), 4, (10, 3.2), 10)
     box(torch_ax, 0.2, 2.6, 3.0, 1.0, "child i\nfn(i, *args)", "#cfe2f3")
     box(torch_ax, 3.9, 2.6, 2.3, 1.0, "a temporary\nerror file", "#fff3d6")
     box(torch_ax, 6.9, 2.6, 2.9, 1.0, "parent\nraises Process-\nRaisedException", "#fde9c9")
