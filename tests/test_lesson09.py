@@ -588,3 +588,22 @@ def test_plain_script_trains_then_resumes_where_an_unbroken_run_would_be(tmp_pat
     assert first[2].startswith("held-out accuracy ")
     resumed = run(tmp_path / "stopped", "--resume", "--epochs", "3")
     assert resumed == run(tmp_path / "unbroken")[2:]  # epoch 2 and the held-out accuracy
+
+
+def test_compile_split_lines_prints_each_rank_and_the_verdicts():
+    from ddp_lib.demos.loop_runs import compile_split_lines
+
+    def rank(r: int, split_started: int) -> dict:
+        buckets = [300, 200, 10]
+        return {"graphs": [{"rank": r, "graphs": [{"bytes": b} for b in reversed(buckets)], "buckets": buckets,
+                            "max_diff": 0.0},
+                           {"rank": r, "graphs": [{"bytes": 510}], "buckets": buckets, "max_diff": 1e-7}],
+                "overlap": {"optimize_ddp=True": {"started_during_backward": split_started, "allreduces": 3},
+                            "optimize_ddp=False": {"started_during_backward": 0, "allreduces": 3}}}
+
+    lines = compile_split_lines([rank(0, 2), rank(1, 2)])
+    assert lines[0] == ("split at buckets, rank 0: 3 graph(s) of parameter bytes [300, 200, 10]; DDP all-reduced "
+                        "[300, 200, 10]; 2 of 3 all-reduces started before the last backward graph ended")
+    assert len(lines) == 4 + 5 and all(line.endswith("True") for line in lines[4:])
+    late = compile_split_lines([rank(0, 0), rank(1, 2)])  # rank 0's all-reduces all waited
+    assert late[4 + 2].endswith("False") and late[4 + 3].endswith("True")
