@@ -164,7 +164,8 @@ def plot_gradient_average(world_size: int = 4) -> Figure:
         _arrow(ax, (x + 0.7, 2.3), (width / 2, 1.75))
     terms = " + ".join(f"g{rank}" for rank in range(world_size))
     _box(ax, width / 2 - 1.9, 1.15, 3.8, 0.6,
-         f"all-reduce, rank to rank, no central process:\nevery rank gets mean = ({terms}) / {world_size}", "#f0f0f0")
+         f"the all-reduce's result, on every rank: mean = ({terms}) / {world_size}\n"
+         "(the ranks compute it with each other: this box is no process)", "#f0f0f0")
     for rank in range(world_size):
         x = 0.1 + 1.6 * rank
         _arrow(ax, (width / 2, 1.15), (x + 0.7, 0.65))
