@@ -1,7 +1,6 @@
 """Checkers for lesson 02's exercises: ``reassemble(rank, world_size, share)``, the round-robin list
 rebuilt; ``plan_launch(world_size, out_dir)``, the arguments of ``mp.spawn``, checked as each child
-would use them, without starting a process; the rank a ``functools.partial`` failure names, and the command
-line's exit code and line."""
+would use them, without starting a process; and the rank a ``functools.partial`` failure names."""
 
 import functools
 import inspect
@@ -184,42 +183,6 @@ def _partial_said(answer, error) -> str:
     return "Right: the error names rank 0. The partial pickles with bad_rank=0, and each child gets it."
 
 
-# Exercise 5: python -m ddp_lib run fail_on_rank --world-size 3 --bad-rank 2, its exit code and its line.
-
-_CLI_EXIT_CODES = {0: "success", 2: "bad input (no process started)", 130: "an interrupt (Ctrl-C)",
-                   143: "SIGTERM", 129: "SIGHUP"}
-
-
-def _cli_said(exit_code, line) -> str:
-    """Exercise 5's verdict, a sentence: "Right: ..." or what to fix."""
-    if exit_code is None:
-        return "Not yet: set exit_code to the exit code the command ended with (echo $? right after it)."
-    code = _rank_answer(exit_code)
-    if code is None:
-        return f"exit_code = {exit_code!r}: expected a whole number, such as 0."
-    if code == 2:  # --bad-rank 2 is the likelier source; ddp_lib's own 2 (bad input) starts no rank
-        return ("exit_code = 2: the 2 of --bad-rank 2 is the rank told to fail, not the exit code. Run the command, "
-                "then echo $? at once: $? is the exit code of the last command. If $? really is 2, ddp_lib "
-                "refused the command as bad input: check it as written.")
-    if code != 1:
-        meaning = _CLI_EXIT_CODES.get(code, "not one of ddp_lib's exit codes")
-        return (f"exit_code = {code}, which ddp_lib uses for {meaning}. Check the command as written "
-                "(--world-size 3 --bad-rank 2), and read $? right after it, before any other command.")
-    if not line:
-        return "Not yet: set cli_line to the one line the command wrote on stderr, as a string."
-    said = readable_line(str(line))
-    named = (("the rank, rank 2", r"\brank 2\b"), ("the exception type, ValueError", r"ValueError"),
-             ("its message, 'was told to fail'", r"was told to fail"))
-    missing = [what for what, pattern in named if not re.search(pattern, said)]
-    if not missing and not said.startswith("ddp_lib:"):
-        return (f"cli_line = {said!r}: that is the error's own text. The command writes one line of its own, "
-                "on stderr: copy the line that starts with 'ddp_lib:'.")
-    if missing:
-        return (f"cli_line = {said!r}: the line ddp_lib writes names {', '.join(missing)}. "
-                "Copy the line that starts with 'ddp_lib:' from stderr.")
-    return "Right: exit code 1, a worker failed, and the line names rank 2, ValueError and its message."
-
-
 def _as_report(said: str) -> Report:
     """One PASS line for a "Right: ..." sentence, else one FAIL line, as the lesson's other checkers print."""
     report = Report()
@@ -236,12 +199,6 @@ def check_partial_bad_rank(answer, error) -> Report:
     traceback keeps the launch's ``fn`` and ``args``: the check reads them to see that a partial carried
     ``bad_rank=0``."""
     return _as_report(_partial_said(answer, error))
-
-
-def check_cli_bad_rank(exit_code, line) -> Report:
-    """Exercise 5: ``exit_code`` and ``line``, the one line on stderr, of
-    ``python -m ddp_lib run fail_on_rank --world-size 3 --bad-rank 2``."""
-    return _as_report(_cli_said(exit_code, line))
 
 
 def readable_line(text: str, limit: int = 160) -> str:
