@@ -1,11 +1,16 @@
 """Lesson 05's checks, on real ranks: per-rank batch norm statistics and the wrapper's re-sync, whose data
 they describe with and without the forward buffer sync, a metric counted two ways, rank 0's
-evaluation with the buffer sync off, your own all-reduce inside Join, and a save that fails half-way."""
+evaluation with the buffer sync off, your own all-reduce inside Join, a save that fails half-way, and
+the crash and resume of the lesson's runner."""
+
+import os
 
 import pytest
+import torch
 
 from ddp_lib.demos import training_checks
 from ddp_lib.demos.diff_loop import diff_loop
+from ddp_lib.demos.training_runs import train_with_switches
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers import template
@@ -82,23 +87,20 @@ def test_rank0_through_the_wrapper_with_one_group_fails_on_every_rank_without_na
                                                                "a message names the cause": False}
 
 
-def test_the_template_on_moons_crashed_on_purpose_resumes_to_the_uninterrupted_run(tmp_path):
-    crashed = str(tmp_path / "crashed")
-    moons = dict(epochs=4, batch_size=16, lr=0.1)
+def test_the_lessons_crash_at_epoch_3_then_resume_gives_diff_loops_losses_and_parameters(tmp_path):
+    # "A crash, then a resume": the runner's fail_at_epoch, then resume=True, as the lesson's cells run them.
+    settings = dict(epochs=4, batch_size=16, lr=0.1, checkpoint_dir=str(tmp_path / "ckpt"))
     with pytest.raises(WorkerError, match="injected failure at epoch 3 on rank 1"):
-        run_ranks(training_checks.template_on_moons, 2,
-                  kwargs=dict(checkpoint_dir=crashed, crash_at_epoch=3, **moons), show_output=False)
-    resumed = run_ranks(training_checks.template_on_moons, 2, kwargs=dict(checkpoint_dir=crashed, **moons),
-                        show_output=False)
-    straight = run_ranks(training_checks.template_on_moons, 2,
-                         kwargs=dict(checkpoint_dir=str(tmp_path / "straight"), **moons), show_output=False)
-    assert resumed[0]["start_epoch"] == 2
-    assert resumed[0]["history"] == straight[0]["history"]
-    assert straight[0]["history"][-1]["evaluated"] == 201
-    # The diff's loop on the same task gives the same losses.
-    plain = run_ranks(diff_loop, 2, kwargs=dict(epochs=4, checkpoint=str(tmp_path / "plain.pt")), show_output=False)[0]
-    assert all(abs(h["loss"] - p) < 1e-5 for h, p in zip(straight[0]["history"], plain, strict=True))
-    assert template.make_model.__name__ == "make_model"  # this process's template is untouched
+        run_ranks(train_with_switches, 2, kwargs=dict(fail_at_epoch=3, **settings), show_output=False)
+    assert sorted(os.listdir(settings["checkpoint_dir"])) == ["epoch_001.pt", "epoch_002.pt"]
+    resumed = run_ranks(train_with_switches, 2, kwargs=dict(resume=True, **settings), show_output=False)[0]
+    assert resumed["start_epoch"] == 2
+    plain_path = str(tmp_path / "plain.pt")
+    plain = run_ranks(diff_loop, 2, kwargs=dict(epochs=4, checkpoint=plain_path), show_output=False)[0]
+    assert all(abs(a - b) < 1e-5 for a, b in zip(resumed["losses"], plain, strict=True))
+    state = torch.load(os.path.join(settings["checkpoint_dir"], "epoch_004.pt"), map_location="cpu", weights_only=True)
+    saved = torch.load(plain_path, map_location="cpu", weights_only=True)
+    assert max((state["model"][k] - saved[k]).abs().max().item() for k in saved) < 1e-6
 
 
 def test_error_lines_keep_each_ranks_first_line_without_gloos_address_and_advice():

@@ -23,7 +23,7 @@ from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import device_ids_for, process_group
 from ddp_lib.workers import template
-from ddp_lib.workers.shared import DATA_SEED, make_moons
+from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.train import MoonsNet
 from ddp_lib.workers.train_pitfalls import uneven_batches
 
@@ -282,30 +282,6 @@ def run_uneven_without_join() -> dict:
     except WorkerError as e:
         return {"failed_rank": e.rank, "error": error_lines(e)[e.rank], "lost": bool(_PEER_LOST.search(e.message))}
     return {"failed_rank": None, "error": "", "lost": False}
-
-
-def template_on_moons(rank: int, world_size: int, crash_at_epoch: int | None = None, **kwargs) -> dict:
-    """``template.train_job(rank, world_size, **kwargs)`` on the lesson's task: the half-moons (512 to
-    train, 201 others to evaluate) and ``MoonsNet``. With ``crash_at_epoch``, rank 1 raises when it
-    reaches that epoch (counting from 1), between epochs: its sampler's ``set_epoch`` raises, before
-    the epoch's first batch. The template's own loop is unchanged."""
-
-    class CrashingSampler(DistributedSampler):
-        def set_epoch(self, epoch: int) -> None:
-            if rank == 1 and epoch + 1 == crash_at_epoch:
-                raise RuntimeError(f"injected failure at epoch {crash_at_epoch} on rank 1")
-            super().set_epoch(epoch)
-
-    swapped = {"make_datasets": lambda: (make_moons(), make_moons(n_samples=201, seed=DATA_SEED + 1)),
-               "make_model": MoonsNet, "DistributedSampler": CrashingSampler}
-    original = {name: getattr(template, name) for name in swapped}
-    for name, value in swapped.items():
-        setattr(template, name, value)
-    try:
-        return template.train_job(rank, world_size, **kwargs)
-    finally:
-        for name, value in original.items():
-            setattr(template, name, value)
 
 
 def error_lines(error) -> dict[int, str]:
