@@ -1,6 +1,15 @@
 """Lesson 10's tables, on made-up results: the bytes sent per step and the choice table."""
 
-from ddp_lib.demos.beyond_tables import bytes_table, carried, choice_table, held, paper_bytes, sizing
+from ddp_lib.demos.beyond_tables import (
+    bytes_table,
+    carried,
+    choice_table,
+    held,
+    memory_bars,
+    paper_bytes,
+    seven_b_table,
+    sizing,
+)
 
 N = 1000  # parameters of the made-up model
 
@@ -54,7 +63,8 @@ def test_choice_table_rows(capsys):
     assert rows["ddp"]["sent"] == 1 and rows["zero1"]["sent"] == 1.5
     assert rows["fsdp_no_reshard"]["peak"] == rows["fsdp_no_reshard"]["held"] + 4 * N
     assert rows["fsdp"]["peak"] == rows["fsdp"]["held"] + 4 * N  # the two largest all-gathers
-    assert "the number that argues for it" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "why" in out.splitlines()[0] and "state sharded, no bucket copy" in out
 
 
 def test_sizing_a_7b_model_on_8_gpus():
@@ -65,3 +75,20 @@ def test_sizing_a_7b_model_on_8_gpus():
     assert round(gb[("  with gradient_as_bucket_view", 1)], 1) == 77.0  # 9 bytes + 2 saved in backward
     assert round(gb[("FSDP2, MixedPrecisionPolicy", 3)], 1) == 17.5  # 2 bytes + Adam's 0.5
     assert round(rows[("FSDP2, MixedPrecisionPolicy", 3)]["after_backward"] / 1e9, 1) == 14.0
+
+
+def test_memory_bars_add_the_bucket_copy_only_outside_the_buckets():
+    bars = memory_bars({2: runs(2), 4: runs(4)})
+    assert list(bars) == ["2 ranks", "4 ranks"]
+    assert list(bars["2 ranks"]) == ["DDP", "DDP\nbucket view", "ZeRO-1", "FSDP2", "FSDP2\nno reshard"]
+    assert bars["2 ranks"]["DDP"]["DDP's bucket copy"] == 4 * N
+    assert bars["2 ranks"]["DDP\nbucket view"]["DDP's bucket copy"] == 0
+    assert bars["4 ranks"]["FSDP2\nno reshard"]["activations"] == 100 + 4 * N
+
+
+def test_seven_b_table_says_what_fits(capsys):
+    rows = seven_b_table(7e9, 8)
+    out = capsys.readouterr().out
+    assert list(rows) == ["DDP", "ZeRO-1", "FSDP2", "FSDP2 no reshard"]
+    assert "does not fit in 80 GB" in out.splitlines()[1] and "fits, 3.0 GB left" in out.splitlines()[2]
+    assert round(rows["FSDP2"]["at_peak"] / 1e9, 1) == 17.5

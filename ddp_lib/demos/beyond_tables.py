@@ -67,42 +67,36 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
 
 def choice_table(runs2: dict, runs4: dict) -> dict:
     """Print, for each strategy on rank 0, the MB held on 2 and 4 ranks, an estimated peak, the bytes
-    sent against DDP's, and the number that argues for it. ``runs2`` includes ``zero1_view``.
+    sent against DDP's, Adam's state against DDP's, the collectives a step and a short reason.
+    ``runs2`` includes ``zero1_view``.
     Returns {strategy: {"held": bytes, "peak": bytes, "sent": x DDP}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
-    ddp_held = held(r2["ddp"])
     state = {s: r["bytes"]["optimizer state"] for s, r in r2.items()}
     # FSDP2 without reshard keeps every gathered weight until backward: counted, as what its forward
     # leaves held beyond DDP's; with reshard, estimated as the two largest units gathered at once
     kept_weights = r2["fsdp_no_reshard"]["bytes"]["activations"] - r2["ddp"]["bytes"]["activations"]
     units = sorted(size for kind, size in r2["fsdp"]["payloads"] if kind == "all_gather")
     gathered = {"fsdp": sum(units[-2:]), "fsdp_no_reshard": kept_weights}
-    advice = {
-        "ddp": f"simplest: {collectives_asked(r2['ddp'])} collective a step; holds the same on any number of ranks",
-        "ddp_view": f"{(ddp_held - held(r2['ddp_view'])) / 1e6:.2f} MB less than DDP, the same bytes sent",
-        "zero1": f"Adam's state {state['zero1'] / state['ddp']:.2f} of DDP's, but the bucket copy stays: "
-                 f"{(held(r2['zero1']) - held(r2['ddp_view'])) / 1e6:+.2f} MB against ddp_view on 2 ranks, "
-                 "no saving until the bucket view is on",
-        "zero1_view": f"{(held(r2['ddp_view']) - held(r2['zero1_view'])) / 1e6:.2f} MB less than ddp_view on 2 "
-                      "ranks: the state halved, no bucket copy, "
-                      f"{collectives_asked(r2['zero1_view'])} collectives a step",
-        "fsdp": f"the least memory: {held(runs4['fsdp'][0]) / ddp_held:.2f} of DDP's on 4 ranks; "
-                f"{collectives_asked(r2['fsdp'])} collectives a step on this model",
-        "fsdp_no_reshard": f"FSDP2's held bytes and DDP's bytes sent, for {kept_weights / 1e6:.2f} MB of gathered "
-                           "weights kept until backward",
+    advice = {  # one short clause per row; the numbers are in their own columns
+        "ddp": "simplest; holds the same on any number of ranks",
+        "ddp_view": "DDP without its bucket copy",
+        "zero1": "state sharded, but the bucket copy stays",
+        "zero1_view": "state sharded, no bucket copy",
+        "fsdp": "the least memory, the most collectives",
+        "fsdp_no_reshard": "DDP's bytes sent, gathered weights kept",
     }
     sent_ddp = bytes_sent(r2["ddp"]["payloads"], 2)
     rows = {}
-    print(f"{'strategy':<16}{'held MB, 2':>11}{'peak, est.':>11}{'held MB, 4':>11}{'sent, x DDP':>12}"
-          "  the number that argues for it")
+    print(f"{'strategy':<16}{'held MB, 2':>11}{'peak, est.':>11}{'held MB, 4':>11}{'state, x DDP':>13}"
+          f"{'sent, x DDP':>12}{'calls':>6}  why")
     for s, why in advice.items():
         rows[s] = {"held": held(r2[s]), "peak": held(r2[s]) + gathered.get(s, 0),
                    "sent": bytes_sent(r2[s]["payloads"], 2) / sent_ddp}
         mb4 = f"{held(runs4[s][0]) / 1e6:.2f}" if s in runs4 else "-"
         print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['peak'] / 1e6:>11.2f}{mb4:>11}"
-              f"{rows[s]['sent']:>12.2f}  {why}")
+              f"{state[s] / state['ddp']:>13.2f}{rows[s]['sent']:>12.2f}{collectives_asked(r2[s]):>6}  {why}")
     print("peak, est.: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard every")
-    print("gathered weight (counted)")
+    print("gathered weight (counted); state: Adam's state on 2 ranks; calls: collectives asked per step on 2 ranks")
     return rows
 
 
@@ -145,4 +139,39 @@ def sizing(big: float = 7e9, gpus: int = 8, blocks: int = 32) -> list[dict]:
         at_peak = after_backward + max(bwd or 0, step) * big
         rows.append({"name": name, "stage": stage, "parts": parts, "after_backward": after_backward,
                      "bwd": bwd, "step": step, "at_peak": at_peak})
+    return rows
+
+
+BAR_LABELS = {"ddp": "DDP", "ddp_view": "DDP\nbucket view", "zero1": "ZeRO-1", "fsdp": "FSDP2",
+              "fsdp_no_reshard": "FSDP2\nno reshard"}
+
+
+def memory_bars(runs_by_ranks: dict) -> dict:
+    """Rank 0's bars for ``plot_memory_bars``: {"N ranks": {label: {part: bytes}}}, from {N: runs}. The parts
+    are the counted ones, DDP's bucket copy (where the gradients lie outside the buckets) and the
+    activations one forward leaves held until backward."""
+    def bars(r):
+        layout = r["layout"]
+        copy = layout["bucket_bytes"] if layout and not layout["gradients_inside_buckets"] else 0
+        return {**{p: r["bytes"][p] for p in PARTS}, "DDP's bucket copy": copy,
+                "activations": r["bytes"]["activations"]}
+    return {f"{n} ranks": {BAR_LABELS[s]: bars(runs[s][0]) for s in runs if s in BAR_LABELS}
+            for n, runs in runs_by_ranks.items()}
+
+
+def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
+    """Print GB per GPU for DDP, ZeRO-1 (both with the bucket view) and FSDP2 with and without
+    resharding, from ``sizing``'s rows, and whether each fits in 80 GB. Returns {label: row}."""
+    sized = sizing(big, gpus)
+    names = [r["name"].strip() for r in sized]
+    rows = {"DDP": sized[names.index("DDP, autocast") + 1],  # its "with gradient_as_bucket_view" row
+            "ZeRO-1": sized[names.index("DDP + ZeroRedundancyOptimizer") + 1],  # the same
+            "FSDP2": sized[names.index("FSDP2, MixedPrecisionPolicy")],
+            "FSDP2 no reshard": sized[names.index("reshard_after_forward=False")]}
+    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<18}{'GB held':>8}{'+ bwd':>7}{'+ step':>7}{'at peak':>8}")
+    for label, row in rows.items():
+        gb = row["at_peak"] / 1e9
+        verdict = f"fits, {80 - gb:.1f} GB left" if gb < 80 else "does not fit in 80 GB"
+        print(f"{label:<18}{row['after_backward'] / 1e9:>8.1f}{row['bwd'] * big / 1e9:>7.1f}"
+              f"{row['step'] * big / 1e9:>7.1f}{gb:>8.1f}  {verdict}")
     return rows
