@@ -200,3 +200,17 @@ def test_epoch_end_leftover_micro_batches_must_be_synced():
         r0, r1 = run_ranks(gradients.epoch_end_accumulation, 2, kwargs=dict(last_group=rule), show_output=False)
         assert torch.equal(r0["params"], r1["params"]) is equal
         assert torch.allclose(r0["params"], r0["one_process"], rtol=0, atol=1e-6) is equal
+
+
+def test_the_plain_worker_starts_from_rank0s_weights_and_stays_in_step(monkeypatch):
+    # Lesson 04's section 1: the plain-PyTorch worker, started as the lesson starts it.
+    import ddp_lib.mp
+    from ddp_lib.demos import plain_ddp
+    from ddp_lib.process_group import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    results = ddp_lib.mp.labelled_spawn(plain_ddp.worker, args=(2,), nprocs=2)
+    assert results[0]["before"] != results[1]["before"]
+    assert results[0]["after"] == results[1]["after"] == results[0]["before"]
+    assert results[0]["trained"] == results[1]["trained"] != results[0]["after"]
