@@ -48,3 +48,31 @@ def test_an_unknown_benchmark_is_bad_input(capsys):
     expected = ("unknown benchmark 'warp-speed'; "
                 "accepted: allreduce, buckets, ddp, launch, overlap, pinned, ring, scaling, startup, wide")
     assert expected in capsys.readouterr().err
+
+
+def test_fit_verdict_fits_where_the_model_holds_and_names_the_hump():
+    from ddp_lib.bench import allreduce
+    result = allreduce.full_run()
+    alpha, beta = allreduce.held_fit(result, 2)
+    rows = [r for r in result["rows"] if r["world_size"] == 2 and r["bytes"] >= allreduce.HOLDS_FROM_BYTES]
+    errors = [abs((alpha + r["bytes"] / beta) / (r["time_us"] * 1e-6) - 1) for r in rows]
+    assert sorted(errors)[len(errors) // 2] < 0.25  # the median size fits within 25%
+    text = allreduce.fit_verdict(result)
+    assert "8 messages (4 per rank)" in text and "the same at every size: True" in text
+    assert "neither a per-message nor a per-byte cost" in text
+    assert allreduce.loops_per_timing(16) == 20 and allreduce.loops_per_timing(64 << 20) == 1
+
+
+def test_the_lesson_verdicts_read_the_kept_runs():
+    from ddp_lib.bench import allreduce, ddp, overlap, scaling, wide
+    alpha, beta = allreduce.held_fit(allreduce.full_run())
+    text = ddp.model_verdict(ddp.full_run(), alpha, beta)
+    assert "DDP added more than the model's estimate:" in text and "largest:" in text
+    profiled = overlap.full_run()
+    assert "steps with some overlap, of all" in overlap.overlap_verdict(profiled)
+    assert set(overlap.parts_ms(profiled)) == {f"bucket_cap_mb={profiled['bucket_cap_mb']:g}",
+                                               f"bucket_cap_mb={profiled['one_bucket_cap_mb']:g}"}
+    assert "small buckets made the whole step shorter:" in overlap.step_verdict(profiled)
+    assert wide.verdict(wide.full_run()).count("a verdict needs") == 3
+    lines = scaling.verdict(scaling.full_run()).splitlines()
+    assert lines[0].startswith("2 ranks: ") and "oversubscribed" in lines[1]

@@ -166,6 +166,8 @@ def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
     assert all(r["first_step_allreduces"] == 1 and r["first_step_bucket_bytes"] == [whole] for r in rows)
     assert by_cap[None]["bucket_bytes"][0] >= 2**20 > by_cap[None]["bucket_bytes"][0] - 4 * 512 * 512
     assert all(sum(r["bucket_bytes"]) == whole and len(r["bucket_bytes"]) == r["allreduces"] for r in rows)
+    verdict = buckets.bucket_verdict({"rows": rows})
+    assert "step 1 sent one bucket whatever the cap: True" in verdict and "and closed: True" in verdict
 
 
 def test_startup_rows_name_each_launcher():

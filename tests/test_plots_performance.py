@@ -144,3 +144,13 @@ def test_the_step_sketches_draw_one_row_per_lane():
     ring = draw_ring_vs_gloo(world_size=4).axes[0]
     texts = [t.get_text() for t in ring.texts]
     assert texts.count("Python") == 6 + 1 and "6 Python calls" in texts
+
+
+def test_plot_allreduce_labels_oversubscribed_ranks_and_draws_a_given_fit_from_its_size():
+    rows = [{"world_size": n, "bytes": 4**k, "time_us": 100.0 + k} for n in (2, 4) for k in range(1, 6)]
+    fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0, "cpu_count": 2},
+                         fits={2: (1e-4, 1e9)}, fit_from=64)
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert "4 ranks on 2 cores (oversubscribed)" in labels and "2 ranks" in labels
+    dashed = [line for line in fig.axes[0].get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and min(dashed[0].get_xdata()) == 64

@@ -163,3 +163,51 @@ def _notes(result: dict) -> str:
 
 def main(argv: list[str]) -> int:
     return run_main(argv, "allreduce", __doc__, measure, COLUMNS, _notes)
+
+
+# Where the alpha-beta model holds in the kept run: on 2 ranks from 16 KiB up. Below, 16 B to 4 KiB took
+# longer than 16 to 64 KiB, though they send the same messages the same number of times (fit_verdict prints it).
+HOLDS_FROM_BYTES = 16 * 1024
+
+
+def held_fit(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYTES) -> tuple[float, float]:
+    """(alpha in seconds, beta in bytes per second) fitted to ``world_size``'s medians from ``from_bytes`` up."""
+    mine = [r for r in result["rows"] if r["world_size"] == world_size and r["bytes"] >= from_bytes]
+    return fit_alpha_beta([r["bytes"] for r in mine], [r["time_us"] * 1e-6 for r in mine])
+
+
+def loops_per_timing(nbytes: int) -> int:
+    """How many all-reduces ``allreduce_sweep`` times in one loop for a message of ``nbytes``."""
+    return max(1, min(20, (4 << 20) // nbytes))
+
+
+def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYTES) -> str:
+    """The fit where the model holds, its errors there and below, and why the small sizes are left out:
+    gloo's ring sends the same messages, looped as often, from 16 B to 64 KiB, yet the smaller took longer."""
+    from ddp_lib.bench.gloo_ring import ring_sends
+    alpha, beta = held_fit(result, world_size, from_bytes)
+    times = {r["bytes"]: r["time_us"] for r in result["rows"] if r["world_size"] == world_size}
+    fitted = [b for b in times if b >= from_bytes]
+    errors = {b: (alpha + b / beta) / (times[b] * 1e-6) - 1 for b in times}
+    within = sum(abs(errors[b]) < 0.25 for b in fitted)
+    worst = max(fitted, key=lambda b: abs(errors[b]))
+    hump = [b for b in times if 16 <= b <= 4 * 1024]
+    after = [b for b in times if from_bytes <= b <= 64 * 1024]
+    same = {(len(ring_sends(b, world_size)), loops_per_timing(b)) for b in hump + after}
+    messages, loops = next(iter(same))
+    slow, fast = min(times[b] for b in hump), max(times[b] for b in after)
+    return "\n".join([
+        f"{world_size} ranks, fitted from {human_bytes(from_bytes)} to {human_bytes(max(times))}: "
+        f"alpha = {alpha * 1e6:.0f} us, beta = {beta / 1e9:.3f} GB/s, S1/2 = {alpha * beta / 1024:.0f} KiB",
+        f"  within 25% on {within} of {len(fitted)} sizes; worst {errors[worst]:+.0%} (at {human_bytes(worst)})",
+        f"below {human_bytes(from_bytes)}: 16 B to 4 KiB took {slow:.0f}-{max(times[b] for b in hump):.0f} us, "
+        f"the model says {alpha * 1e6:.0f} us; 16 to 64 KiB took {min(times[b] for b in after):.0f}-{fast:.0f} us",
+        f"  16 B to 64 KiB: gloo's ring sends {messages} messages ({messages // world_size} per rank), "
+        f"each timing loops {loops} calls, "
+        f"the same at every size: {len(same) == 1}",
+        f"  yet 16 B to 4 KiB took longer than 16 to 64 KiB: {slow > fast}"
+        + ("; so this hump is neither a per-message nor a per-byte cost" if slow > fast and len(same) == 1 else ""),
+        f"in the model, one 4 KiB message: alpha is {alpha / (alpha + 4096 / beta):.0%} of it; "
+        f"two 2 KiB messages cost {2 * (alpha + 2048 / beta) * 1e6:.0f} us, "
+        f"one 4 KiB {(alpha + 4096 / beta) * 1e6:.0f} us",
+    ])

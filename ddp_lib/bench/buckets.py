@@ -47,3 +47,16 @@ def _notes(result: dict) -> str:
 
 def main(argv: list[str]) -> int:
     return run_main(argv, "buckets", __doc__, measure, COLUMNS, _notes)
+
+
+def bucket_verdict(result: dict) -> str:
+    """Per cap, the all-reduces and bucket sizes of step 1 and of the later steps; whether step 1 sent one
+    bucket whatever the cap, and whether the default's first bucket closed at 1 MiB."""
+    lines = [f"bucket_cap_mb={r['label']:>7}: step 1: {r['first_step_allreduces']} all-reduce(s), buckets of "
+             f"{r['first_step_bucket_bytes']} B; from step 2: {r['allreduces']}, buckets of {r['bucket_bytes']} B"
+             for r in result["rows"]]
+    default = next(r["bucket_bytes"] for r in result["rows"] if r["label"] == "default")
+    one_first = all(r["first_step_allreduces"] == 1 for r in result["rows"])
+    lines += [f"step 1 sent one bucket whatever the cap: {one_first}",
+              f"default, from step 2: the first bucket reached 1 MiB ({2**20} B) and closed: {default[0] >= 2**20}"]
+    return "\n".join(lines)

@@ -277,3 +277,47 @@ def paired_verdict(result: dict, part: str, tests: int = PROFILE_TESTS) -> str:
 
 def main(argv: list[str]) -> int:
     return run_main(argv, "overlap", __doc__, measure, COLUMNS)
+
+
+def overlap_verdict(result: dict) -> str:
+    """In the median step of small buckets: how many all-reduces started before backward's computation
+    ended and how long they ran under it; over all profiled steps, how many had some overlap."""
+    end = computation_end_ms(result)
+    starts = [r["start_ms"] for r in result["rows"] if r["lane"] == "all-reduce"]
+    steps = result["steps"][f"{result['bucket_cap_mb']:g}"]
+    return "\n".join([
+        f"{len(starts)} all-reduces; backward's computation ended at {end:.1f} ms",
+        f"all-reduces that started before it ended: {sum(s < end for s in starts)}, "
+        f"running {overlapped_ms(result):.1f} ms under it",
+        f"steps with some overlap, of all {len(steps)} profiled: {sum(s['hidden'] > 0 for s in steps)} "
+        f"(load average {result['load_average']})",
+    ])
+
+
+def parts_ms(result: dict) -> dict[str, dict[str, float]]:
+    """{"bucket_cap_mb=C": {part: median ms}} for both caps, the parts of breakdown() (plot_step_breakdown's input)."""
+    names = list(breakdown(result))
+    return {f"bucket_cap_mb={cap:g}": {part: spread(result, cap, part)[0] for part in names}
+            for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])}
+
+
+def step_verdict(result: dict) -> str:
+    """The median parts of the step for both caps, and two sign tests, small buckets against one bucket:
+    the all-reduces' summed time and the whole step."""
+    parts, caps = parts_ms(result), (result["bucket_cap_mb"], result["one_bucket_cap_mb"])
+    names = list(next(iter(parts.values())))
+    lines = [f"{'median (ms)':>18}" + "".join(f"{part:>26}" for part in names) + f"{'whole step':>12}"]
+    for (label, values), cap in zip(parts.items(), caps):
+        lines.append(f"{label:>18}" + "".join(f"{ms:26.1f}" for ms in values.values())
+                     + f"{spread(result, cap, 'step')[0]:12.1f}")
+    steps = result["steps"][f"{caps[0]:g}"]
+    summed = [spread(result, cap, "communication")[0] for cap in caps]
+    verdict = paired_verdict(result, "step")
+    gap = max(s["step"] - sum(s[part] for part in names) for cap in caps for s in result["steps"][f"{cap:g}"])
+    lines += [f"{len(steps)} paired rounds, small buckets first in {result['small_first']}; rank 0; in every step "
+              f"the four parts add up to the step but for at most {gap:.1f} ms",
+              f"all-reduce bars summed (two can run at once): {summed[0]:.1f} ms small, {summed[1]:.1f} ms one "
+              f"(medians); small against one: {paired_verdict(result, 'communication')}",
+              f"whole step, small against one: {verdict}",
+              f"small buckets made the whole step shorter: {verdict.startswith('lower')}"]
+    return "\n".join(lines)

@@ -83,3 +83,17 @@ def _notes(result: dict) -> str:
 
 def main(argv: list[str]) -> int:
     return run_main(argv, "scaling", __doc__, measure, COLUMNS, _notes)
+
+
+def verdict(result: dict, policy: str = "one") -> str:
+    """Samples per second on 2 (and 4) ranks against 1 rank, one thread per rank; ranks beyond the cores
+    marked as oversubscribed."""
+    cores = result["cpu_count"]
+    lines = []
+    for r in result["rows"]:
+        if r["policy"] == policy and r["world_size"] > 1:
+            crowded = f" ({r['world_size']} ranks on {cores} cores: oversubscribed)" if r["world_size"] > cores else ""
+            lines.append(f"{r['world_size']} ranks{crowded}: {r['speedup']:.2f}x the 1-rank rate; "
+                         f"faster than 1 rank: {r['speedup'] > 1}")
+    lines.append(f"load average {result['load_average']} while it ran")
+    return "\n".join(lines)

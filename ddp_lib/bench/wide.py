@@ -137,3 +137,25 @@ def full_run() -> dict:
 
 def main(argv: list[str]) -> int:
     return run_main(argv, "wide", __doc__, measure, COLUMNS)
+
+
+def verdict(result: dict, tests: int = 6) -> str:
+    """Sign tests over the paired rounds: DDP on 2 ranks (default buckets) against one process on 1 and
+    on 2 threads, and default buckets against one bucket; ``tests`` sets the cut (Bonferroni's rule)."""
+    rounds = {r["way"]: r["rounds_ms"] for r in result["rows"]}
+    ddp_ms = rounds["DDP, default buckets"]
+    needed = sign_test_wins(len(ddp_ms), tests=tests)
+    lines = []
+    for way, label, name in (("one process", "one process, 1 thread", "one process"),
+                             ("one process, 2 threads", "one process, 2 threads", "one process"),
+                             ("DDP, one bucket", "one bucket", "default buckets")):
+        mine = sum(d < a for d, a in zip(ddp_ms, rounds[way]))
+        theirs = sum(a < d for d, a in zip(ddp_ms, rounds[way]))
+        winner = "DDP" if mine >= needed else label if theirs >= needed else "undecided"
+        if name == "default buckets":
+            winner = "default buckets" if mine >= needed else winner
+        lines.append(f"DDP{'' if name == 'one process' else ', default buckets'} against {label}: shorter in "
+                     f"{mine} of {len(ddp_ms)} rounds, {label} in {theirs}; a verdict needs {needed}; "
+                     f"shorter: {winner}")
+    lines.append(f"load average {result['load_average']} while it ran")
+    return "\n".join(lines)

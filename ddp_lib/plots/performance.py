@@ -15,11 +15,12 @@ def _positive(values: list[float]) -> tuple[list[float], int]:
     return kept, sum(1 for v in values if not v > 0)
 
 
-def plot_allreduce(result: dict):
+def plot_allreduce(result: dict, fits: dict[int, tuple[float, float]] | None = None, fit_from: int = 0):
     """Left: time of one all-reduce against size (the middle half of the repeats as a band, and
-    the fitted alpha-beta model dashed where the result has "models"); right: algbw and busbw
-    against size, with the memory-copy and loopback limits as horizontal lines. At 2 ranks busbw
-    equals algbw, and the legend says so. Returns the Figure."""
+    the fitted alpha-beta model dashed: ``fits`` {world size: (alpha s, beta B/s)} drawn from ``fit_from``
+    bytes up, else the result's "models"); right: algbw and busbw against size, with the memory-copy and
+    loopback limits as horizontal lines. At 2 ranks busbw equals algbw, and the legend says so; more
+    ranks than the result's cores are labelled oversubscribed. Returns the Figure."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     not_drawn = 0
     for world_size in sorted({r["world_size"] for r in result["rows"]}):
@@ -27,14 +28,18 @@ def plot_allreduce(result: dict):
         sizes = [r["bytes"] for r in rows]
         times, missing = _positive([r["time_us"] for r in rows])
         not_drawn += missing
-        line, = left.plot(sizes, times, marker="o", markersize=3, label=f"{world_size} ranks")
+        cores = result.get("cpu_count", world_size)
+        name = f"{world_size} ranks" + (f" on {cores} cores (oversubscribed)" if world_size > cores else "")
+        line, = left.plot(sizes, times, marker="o", markersize=3, label=name)
         if all("q1_us" in r for r in rows):
             left.fill_between(sizes, [r["q1_us"] for r in rows], [r["q3_us"] for r in rows],
                               color=line.get_color(), alpha=0.2, linewidth=0)
-        model = [m for m in result.get("models", []) if m["world_size"] == world_size]
+        model = [(m["alpha_us"], m["beta_gbs"]) for m in result.get("models", []) if m["world_size"] == world_size]
+        if fits is not None:
+            model = [(fits[world_size][0] * 1e6, fits[world_size][1] / 1e9)] if world_size in fits else []
         if model:
-            alpha_us, beta_gbs = model[0]["alpha_us"], model[0]["beta_gbs"]
-            left.plot(sizes, [alpha_us + s / (beta_gbs * 1e3) for s in sizes], linestyle="--",
+            (alpha_us, beta_gbs), fitted = model[0], [s for s in sizes if s >= fit_from]
+            left.plot(fitted, [alpha_us + s / (beta_gbs * 1e3) for s in fitted], linestyle="--",
                       color=line.get_color(), label=f"{alpha_us:.0f} us + size / {beta_gbs:.2f} GB/s")
         # From bytes and time, not the table's rounded GB/s: small messages round to 0.000 there.
         algbw, missing = _positive([r["bytes"] / (r["time_us"] * 1e-6) / 1e9 if r["time_us"] > 0 else 0.0
@@ -47,9 +52,9 @@ def plot_allreduce(result: dict):
                        label="busbw = algbw, 2 ranks")
         else:
             right.plot(sizes, busbw, marker="s", markersize=4, color=line.get_color(),
-                       label=f"busbw, {world_size} ranks")
+                       label=f"busbw, {name}")
             right.plot(sizes, algbw, marker="o", markersize=3, linestyle="--", color=line.get_color(),
-                       label=f"algbw, {world_size} ranks")
+                       label=f"algbw, {name}")
     right.axhline(result["copy_gbs"], color="grey", label="memory copy (1 thread)")
     right.axhline(result["loopback_gbs"], color="black", linestyle=":", label="loopback socket")
     for ax in (left, right):
