@@ -300,7 +300,8 @@ def test_the_plan_reproduces_the_lessons_worked_gpu_plan():
     assert math.isclose(p["comm_ms"], 154 * 20e-3 + 4e9 / p["beta"] * 1e3)
     assert round(p["speedup"], 1) == 3.0 and p["ratio"] > 1
     assert round(plan(1_000_000_000, 8, 20e-6, 150e9, 300)["ratio"], 2) == 0.17
-    assert "154 buckets" in format_plan(p)
+    assert "154 buckets" in format_plan(p) and "bound by communication" in format_plan(p)
+    assert "DDP adds about 17% to the backward" in format_plan(plan(1_000_000_000, 8, 20e-6, 150e9, 300))
     # A model smaller than the first bucket still sends one bucket.
     assert plan(1000, 2, 1e-4, 1e9, 5)["buckets"] == 1
     for bad in ({"n": 1}, {"busbw": 0}, {"backward_ms": -1}):

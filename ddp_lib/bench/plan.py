@@ -46,8 +46,8 @@ def format_plan(p: dict) -> str:
         f"communication per step: k x alpha {p['alpha_ms']:.1f} ms + B / beta {p['bytes_ms']:.1f} ms "
         f"= {p['comm_ms']:.1f} ms",
         f"against a backward of {p['backward_ms']:g} ms: ratio {p['ratio']:.2f} "
-        + ("(well below 1: DDP adds little)" if p["ratio"] < 0.5 else
-           "(near 1 or above: bound by communication)" if p["ratio"] >= 0.8 else "(a large share)"),
+        + ("(near 1 or above: bound by communication)" if p["ratio"] >= 0.8 else
+           f"(without overlap, DDP adds about {p['ratio']:.0%} to the backward)"),
         f"with no overlap, counting backward alone: {p['n']} ranks step about {p['speedup']:.1f}x one rank's "
         f"throughput, not {p['n']}x",
     ])
