@@ -9,7 +9,8 @@ def test_device_ids_moves_the_input_to_the_models_gpu():
 
 def test_a_wrong_index_or_no_move_meets_the_device_check():
     wrong = forward_on_fake_gpu(1, [0])
-    assert "Expected all tensors to be on the same device" in wrong and "cuda:0 and cuda:1" in wrong
+    assert wrong.startswith("RuntimeError: Expected all tensors to be on the same device")
+    assert "cuda:0 and cuda:1" in wrong
     assert "cpu and cuda:1" in forward_on_fake_gpu(1, None)
     assert forward_on_fake_gpu(1, None, move_input=True) == "input arrived on cuda:1, output on cuda:1"
 

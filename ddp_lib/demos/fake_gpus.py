@@ -20,8 +20,8 @@ def _forward_report(model: torch.nn.Module, inputs: torch.Tensor) -> str:
     try:
         with torch.no_grad():
             output = model(inputs)
-    except RuntimeError as e:
-        return f"{type(e).__name__}: {e}"
+    except RuntimeError as e:  # a fake-tensor subclass of RuntimeError; a GPU raises RuntimeError itself
+        return f"RuntimeError: {e}"
     return f"input arrived on {inputs.device}, output on {output.device}"
 
 
@@ -33,7 +33,7 @@ def forward_on_fake_gpu(model_gpu: int, device_ids: list[int] | None, move_input
         device_ids: what ``DDP(model, device_ids=...)`` would get; a list of one index moves the input there,
             ``None`` moves nothing, as in DDP's forward.
         move_input: write ``.to(device)`` yourself first, with the model's device.
-    Returns one line: where the input arrived and where the output is, or torch's error as "Type: message".
+    Returns one line: where the input arrived and where the output is, or torch's error as "RuntimeError: message".
     """
     device = torch.device("cuda", model_gpu)
     shapes_only = ToyModel().to("meta")  # the layers, with no values
@@ -67,7 +67,7 @@ def forward_on_two_fake_gpus(move_input_to: str | None = None) -> str:
 
     Args:
         move_input_to: a device to move the CPU input to first (None: leave it on the CPU).
-    Returns where the input arrived and where the output is, or torch's error as "Type: message".
+    Returns where the input arrived and where the output is, or torch's error as "RuntimeError: message".
     """
     shapes_only = TwoGPUToyModel().to("meta")
     with FakeTensorMode(allow_non_fake_inputs=True):

@@ -164,21 +164,9 @@ def _gpus(n: int) -> str:
     return f"{n} GPU" + "s" * (n != 1)
 
 
-def box_origin(key: str) -> str:
-    """One sentence for the box's first line: which GPU machine and torch recorded its text, and how much
-    of it, or that it is built from torch's source alone."""
-    record = json.loads(RECORDED.read_text())
-    if key not in record["cases"]:
-        return "Built from torch's source and documentation, never run on a GPU."
-    where = f"Recorded on {_gpus(record['gpus'])}, torch {record['torch'].split('+')[0]}"
-    if recorded_in_full(key, record):
-        return where + "."
-    return f"{where}, in part ({QUOTES[key].recorded_part}); the rest is built from torch's source."
-
-
 def quote(key: str) -> str:
-    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted and where its
-    text comes from (``box_origin``), then the quoted lines. ``provenance`` names the source in full,
+    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, then the
+    quoted lines. ``provenance`` names the source in full,
     ``checks`` how far to trust them."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
@@ -188,7 +176,8 @@ def quote(key: str) -> str:
     # A box a GPU machine printed in full says "would print";
     # one built from the source, in whole or in part, says "is expected to print".
     verb = "would print" if recorded_in_full(key, record) else "is expected to print"
-    text = [f"Quoted, not run here: {why}. {box_origin(key)}", f"On a machine with {_gpus(q.gpus)} the cell {verb}:"]
+    # Where the words come from is provenance(key)'s, printed in the lesson's folded note, not the box's.
+    text = [f"Quoted, not run here: {why}.", f"On a machine with {_gpus(q.gpus)} the cell {verb}:"]
     text += ["  " + line for line in q.lines]
     return "\n".join(text)
 

@@ -9,6 +9,7 @@ import inspect
 import os
 import subprocess
 import sys
+import warnings
 from unittest import mock
 
 import torch
@@ -31,6 +32,22 @@ def bound_device(rank: int, world_size: int, use_device_id: bool) -> dict:
         tensor = torch.ones(1, device=device)
         dist.all_reduce(tensor)
         return {"bound_device_id": None if bound is None else str(bound), "sum": tensor.item()}
+    finally:
+        dist.destroy_process_group()
+
+
+def barrier_warnings(rank: int, world_size: int, backend: str = "nccl") -> list[str]:
+    """Join a group after ``set_device`` (on a GPU), without ``device_id=``, and call ``barrier()``;
+    return the warnings it gave, as "Category: message". Under nccl, rank 0 warns that it uses the
+    current device; gloo's barrier runs on the CPU and gives none."""
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            dist.barrier()
+        return [f"{w.category.__name__}: {w.message}" for w in caught]
     finally:
         dist.destroy_process_group()
 

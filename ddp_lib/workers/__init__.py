@@ -51,7 +51,7 @@ WORKERS: dict[str, Worker] = {
     "without_set_device": Worker("ddp_lib.workers.placement:without_set_device",
         "GPU only: nccl without torch.cuda.set_device, every rank on cuda:0 (fails)"),
     "with_set_device": Worker("ddp_lib.workers.placement:with_set_device",
-        "GPU only: torch.cuda.set_device(local_rank) before init; each rank on its own GPU"),
+        "GPU only: torch.cuda.set_device(rank) before init, no device_id=; each rank on its own GPU"),
     "broadcast_at_construction": Worker("ddp_lib.workers.gradients:broadcast_at_construction",
         "ranks start with different weights; DDP() makes them rank 0's"),
     "grads_after_backward": Worker("ddp_lib.workers.gradients:grads_after_backward",

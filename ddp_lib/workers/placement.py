@@ -113,12 +113,16 @@ def set_device_after_init(rank: int, world_size: int) -> dict:
 
 
 def with_set_device(rank: int, world_size: int) -> dict:
-    """GPU only: process_group calls torch.cuda.set_device(local_rank) before init and passes
-    device_id= to it; set_device is what makes "cuda" mean this rank's own GPU."""
-    with process_group(rank, world_size, backend="nccl"):
+    """GPU only: without_set_device plus its one missing line, torch.cuda.set_device(rank) before
+    init (no device_id=): set_device alone makes "cuda" mean this rank's own GPU."""
+    torch.cuda.set_device(rank)  # the fix; on one machine rank is the local rank
+    dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
+    try:
         tensor = torch.ones(1, device="cuda")
         dist.all_reduce(tensor)
         return {"current_device": torch.cuda.current_device(), "sum": tensor.item()}
+    finally:
+        teardown()
 
 
 def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> dict:
