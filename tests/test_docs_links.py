@@ -1,6 +1,7 @@
 """The README stays a short page for learners that links every page of docs/, and no link in the
 README or docs/ points at a file or heading that is not there; every link to a glossary term, from
-the lessons too, lands on an anchor the glossary has."""
+the lessons too, lands on an anchor the glossary has; and every link to a section of a lesson, from
+the README, docs/ or a lesson, names a heading that lesson has."""
 
 import re
 from pathlib import Path
@@ -100,3 +101,33 @@ def test_every_glossary_link_lands_on_its_term():
             continue
         assert anchor, f"{where}: [{text}]({target}) names a term: link its anchor, glossary.md#..."
         assert anchor in terms, f"{where}: [{text}]({target}): no such anchor in docs/glossary.md"
+
+
+def lesson_links() -> list[tuple[str, str, Path]]:
+    """(where, target, destination) of every relative link in the README, docs/ and the lessons'
+    markdown cells whose destination is a lesson, or a section of the same lesson."""
+    import json
+
+    sources = [(page.name, page.read_text(), page) for page in PAGES]
+    for notebook in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(notebook.read_text())["cells"]
+        sources += [(f"{notebook.name} cell {i}", "".join(cell["source"]), notebook)
+                    for i, cell in enumerate(cells) if cell["cell_type"] == "markdown"]
+    found = []
+    for where, text, origin in sources:
+        for target in LINK.findall(text):
+            path, _, anchor = target.partition("#")
+            if re.match(r"^[a-z]+:", target) or not anchor:
+                continue
+            destination = (origin.parent / path).resolve() if path else origin
+            if destination.suffix == ".ipynb":
+                found.append((where, target, destination))
+    return found
+
+
+def test_every_link_to_a_lesson_section_names_a_heading_that_exists():
+    links = lesson_links()
+    assert len(links) >= 20
+    missing = [f"{where}: {target}" for where, target, destination in links
+               if not destination.exists() or target.partition("#")[2] not in notebook_anchors(destination)]
+    assert not missing, missing
