@@ -32,3 +32,13 @@ def test_loopback_endpoint_and_local_addr_do_not_narrow_it():
     job = run_torchrun(cmd)
     assert job.returncode == 0, job.stderr[-2000:]
     assert job.results[0] and set(job.results[0]) <= EVERY_INTERFACE, job.results
+
+
+def test_listening_unavailable_names_what_is_missing(monkeypatch):
+    from ddp_lib.cluster import probe
+
+    monkeypatch.setattr(probe.shutil, "which", lambda tool: None)
+    assert probe.listening_unavailable() == "it needs Linux and ss (iproute2)"
+    monkeypatch.setattr(probe.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(probe.sys, "platform", "linux")
+    assert probe.listening_unavailable() is None

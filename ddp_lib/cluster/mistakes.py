@@ -127,3 +127,38 @@ def run_mistakes(names: tuple[str, ...] = tuple(MISTAKES)) -> dict[str, HostsJob
     with ThreadPoolExecutor(len(names)) as pool:
         futures = {name: pool.submit(cases[name]) for name in names}
         return {name: future.result() for name, future in futures.items()}
+
+
+# What each job of MISTAKES should show, from the mistakes' explanations in lesson 06b:
+# (the prediction in words, a check of it against the job).
+PREDICTED = {
+    "rdzv_on_loopback": ("both nodes RendezvousTimeoutError",
+                         lambda job: all("RendezvousTimeoutError" in n.error() for n in job.nodes)),
+    "gloo_on_loopback": ("a rank's gloo connectFullMesh failed",
+                         lambda job: any("connectFullMesh failed" in e for n in job.nodes for e in n.errors())),
+    "gloo_on_eth0": ("both nodes succeeded", lambda job: job.ok),
+    "port_closed": (f"node1 timed out connecting to (node0, {RDZV_PORT})",
+                    lambda job: f"to connect to (node0, {RDZV_PORT})" in job.nodes[1].error()),
+    "nnodes_3_then_2": ("succeeded, world size 2 though node0 said 3",
+                        lambda job: job.ok and all(len(r["hosts"]) == 2 for r in job.results)),
+    "nnodes_2_then_3": ("failed, a node RendezvousTimeoutError",
+                        lambda job: not job.ok and any("RendezvousTimeoutError" in n.error() for n in job.nodes)),
+}
+
+
+def report_mistakes(jobs: dict[str, HostsJob]) -> bool:
+    """Print each job's nodes (how each ended, its first error, when, from its rendezvous's start),
+    the world each rank that got as far as ``hello``'s all-gather ran in, then each job's
+    prediction from ``PREDICTED`` checked against the run. Returns True when every one held."""
+    for name, job in jobs.items():
+        label = " (the correct job: the control)" if name == "gloo_on_eth0" else ""
+        print(f"== {name}{label}\n{job.summary(rendezvous=True)}")
+        for r in job.results:
+            print(f"   rank {r['rank']} on {r['host']}: world size {len(r['hosts'])}, hosts gathered {r['hosts']}")
+    held = True
+    for name, (predicted, check) in PREDICTED.items():
+        if name in jobs:
+            ok = bool(check(jobs[name]))
+            held = held and ok
+            print(f"{name}: {predicted}, as predicted: {ok}")
+    return held

@@ -7,8 +7,10 @@ rank's host name to every rank. Light enough to show a mistake quickly (no DDP, 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
+import sys
 import time
 from datetime import timedelta
 
@@ -18,6 +20,11 @@ from ddp_lib.process_group import process_group
 
 # A peer that cannot be reached fails the first collective within this, not gloo's 30 minutes.
 TIMEOUT = timedelta(seconds=10)
+
+
+def listening_unavailable() -> str | None:
+    """Why ``agent_listening_and_store`` cannot read its agent's sockets here, or None where it can."""
+    return None if sys.platform.startswith("linux") and shutil.which("ss") else "it needs Linux and ss (iproute2)"
 
 
 def hello(rank: int, world_size: int) -> dict:
