@@ -45,3 +45,9 @@ def test_a_variable_the_parent_has_shows_as_unset():
     views = [{"env": {name: None for name in LAUNCHER_VARS} | {"RANK": "3"}, "threads": 1}]
     rows = launcher_table({"x": views}, parent_env={"RANK": "3"}).splitlines()
     assert rows[1].split() == ["RANK", "-"]
+
+
+def test_a_long_launcher_name_keeps_a_gap_to_the_next_column():
+    views = [{"env": {name: None for name in LAUNCHER_VARS} | {"RANK": "0"}, "threads": 1}]
+    header = launcher_table({"ddp_lib.mp.labelled_spawn": views, "torchrun": views}, parent_env={}).splitlines()[0]
+    assert header.split() == ["ddp_lib.mp.labelled_spawn", "torchrun"]

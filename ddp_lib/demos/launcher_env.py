@@ -37,7 +37,8 @@ def launcher_table(views: dict[str, list[dict]], parent_env: dict[str, str] | No
     ``parent_env`` (default ``os.environ``) holds."""
     parent_env = dict(os.environ) if parent_env is None else parent_env
     width = max(len(name) for name in LAUNCHER_VARS) + 2
-    lines = ["".ljust(width) + "".join(launcher.ljust(20) for launcher in views)]
+    columns = [max(20, len(launcher) + 2) for launcher in views]  # a long launcher name keeps its gap
+    lines = ["".ljust(width) + "".join(launcher.ljust(column) for launcher, column in zip(views, columns))]
     for name in LAUNCHER_VARS:
         cells = []
         for rank_views in views.values():
@@ -48,5 +49,5 @@ def launcher_table(views: dict[str, list[dict]], parent_env: dict[str, str] | No
                 cells.append("set")  # its value depends on the machine
             else:
                 cells.append(", ".join(dict.fromkeys(str(value) for value in values)))
-        lines.append(name.ljust(width) + "".join(cell.ljust(20) for cell in cells))
+        lines.append(name.ljust(width) + "".join(cell.ljust(column) for cell, column in zip(cells, columns)))
     return "\n".join(line.rstrip() for line in lines)
