@@ -2,7 +2,7 @@
 "The learning rate for a bigger global batch", and the numbers the lesson quotes from them.
 
     runs = global_batch_curves(two_rank_losses, global_64)  # global_64: the lesson's three jobs on 1, 2, 4 ranks
-    scaling = lr_scaling(runs["one_rank_losses"])           # one job: 10 trainings on 4 ranks
+    scaling = summarize_lr_scaling(losses, runs["one_rank_losses"])  # losses: the lesson's 4-rank job, per lr
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
 losses within 1e-5. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
@@ -71,15 +71,3 @@ def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: 
             "closed": 1 - gaps["lr 0.4"] / gaps["lr 0.1"],
             "near": sum(abs(s - o) < 0.1 * o for s, o in zip(finals["lr 0.4"], one_final)),
             "epoch_means": {k: torch.tensor(losses[k]).mean(0).tolist() for k in FOUR_RANKS}}
-
-
-def lr_scaling(one_rank_losses: list[list[float]], epochs: int = 8) -> dict:
-    """One job on 4 ranks at batch 16: seeds 0 to 4 of each of ``SETTINGS`` (lr 0.1 and lr 0.4).
-    Returns :func:`summarize_lr_scaling`'s numbers plus "losses": {setting: one loss curve per seed}."""
-    results = run_ranks(train_runs, 4, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, seed=seed, **s)
-                                                         for seed in SEEDS for s in SETTINGS.values()]),
-                        show_output=False)[0]
-    losses = {name: [results[len(SETTINGS) * seed + j]["losses"] for seed in SEEDS]  # per seed, per epoch
-              for j, name in enumerate(SETTINGS)}
-    return {"losses": losses, **summarize_lr_scaling(losses, one_rank_losses)}
-
