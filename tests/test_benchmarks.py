@@ -47,6 +47,16 @@ def test_allreduce_rows_have_nccl_tests_columns_and_the_limits():
     assert result["repeats"] == 1 and [m["world_size"] for m in result["models"]] == [2]
 
 
+def test_every_repeat_of_the_sweep_visits_every_size_in_a_drawn_order():
+    from ddp_lib.bench.ranks import size_order
+    n = len(allreduce.SIZES)
+    orders = [size_order(n, repeat) for repeat in range(allreduce.REPEATS + 1)]
+    assert orders[0] == list(range(n))  # the warm-up
+    assert all(sorted(order) == list(range(n)) for order in orders)
+    assert len({tuple(order) for order in orders[1:]}) == allreduce.REPEATS  # no two repeats alike
+    assert orders == [size_order(n, repeat) for repeat in range(allreduce.REPEATS + 1)]  # same on every rank
+
+
 def test_the_alpha_beta_fit_recovers_a_model_it_was_given():
     sizes = [4**k for k in range(1, 14)]
     alpha, beta = model.fit_alpha_beta(sizes, [model.predict(80e-6, 1.5e9, s) for s in sizes])

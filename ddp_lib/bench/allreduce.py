@@ -167,6 +167,8 @@ def main(argv: list[str]) -> int:
 
 # Where the alpha-beta model holds in the kept run: on 2 ranks from 16 KiB up. Below, 16 B to 4 KiB took
 # longer than 16 to 64 KiB, though they send the same messages the same number of times (fit_verdict prints it).
+# That run timed each size's repeats back to back, so it cannot tell which of those rows load lengthened;
+# allreduce_sweep now draws a new order of sizes each repeat, and a re-recorded run can settle it.
 HOLDS_FROM_BYTES = 16 * 1024
 
 
@@ -206,7 +208,7 @@ def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_
         f"each timing loops {loops} calls, "
         f"the same at every size: {len(same) == 1}",
         f"  yet 16 B to 4 KiB took longer than 16 to 64 KiB: {slow > fast}"
-        + ("; so this hump is neither a per-message nor a per-byte cost" if slow > fast and len(same) == 1 else ""),
+        + ("; the same messages, so not gloo's algorithm" if slow > fast and len(same) == 1 else ""),
         f"in the model, one 4 KiB message: alpha is {alpha / (alpha + 4096 / beta):.0%} of it; "
         f"two 2 KiB messages cost {2 * (alpha + 2048 / beta) * 1e6:.0f} us, "
         f"one 4 KiB {(alpha + 4096 / beta) * 1e6:.0f} us",

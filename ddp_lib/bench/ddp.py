@@ -83,26 +83,32 @@ def main(argv: list[str]) -> int:
 
 
 def model_verdict(result: dict, alpha: float, beta: float) -> str:
-    """The alpha-beta model's one all-reduce of the gradients against DDP's extra time on 2 ranks (DDP step
-    minus local step, medians), and that extra time split into the bare all-reduce, DDP's own work (the
-    1-rank DDP step minus the 1-rank local step: no partner) and the rest."""
+    """The step's prediction against DDP's extra time on 2 ranks (DDP step minus local step, medians): the
+    alpha-beta model's one all-reduce of the gradients plus DDP's own work (the 1-rank DDP step minus the
+    1-rank local step: no partner), and that extra time split into the bare all-reduce, DDP's own work
+    and the rest."""
     steps = {(r["world_size"], r["way"]): r["step_ms"] for r in result["rows"]}
-    predicted_ms = (alpha + result["gradient_bytes"] / beta) * 1e3
+    model_ms = (alpha + result["gradient_bytes"] / beta) * 1e3
+    own_ms = steps[1, "torch"] - steps[1, "local"]
+    predicted_ms = model_ms + own_ms
     extra_ms, bare_ms = steps[2, "torch"] - steps[2, "local"], result["all_reduce_ms"]
-    parts = {"the all-reduce": bare_ms, "DDP's own work": steps[1, "torch"] - steps[1, "local"]}
+    parts = {"the all-reduce": bare_ms, "DDP's own work": own_ms}
     parts["the rest"] = extra_ms - sum(parts.values())
     largest = max(parts, key=parts.get)
     spread = result.get("extra_quartiles_ms")
     return "\n".join([
         f"median steps (ms): 2 ranks, local {steps[2, 'local']:.2f}, DDP {steps[2, 'torch']:.2f}; "
         f"1 rank, local {steps[1, 'local']:.2f}, DDP {steps[1, 'torch']:.2f}",
-        f"model: 1 x {alpha * 1e3:.2f} ms + {result['gradient_bytes'] / 1e6:.2f} MB / {beta / 1e9:.3f} GB/s "
+        f"prediction: the all-reduce 1 x {alpha * 1e3:.2f} ms + {result['gradient_bytes'] / 1e6:.2f} MB / "
+        f"{beta / 1e9:.3f} GB/s = {model_ms:.2f} ms, plus DDP's own work {own_ms:.2f} ms (1 rank) "
         f"= {predicted_ms:.2f} ms",
         f"measured: DDP step - local step = {extra_ms:.2f} ms (a difference of medians"
         + (f"; middle half {spread['2'][0]:.2f} to {spread['2'][1]:.2f} ms" if spread else "")
-        + f"); DDP added more than the model's estimate: {extra_ms > predicted_ms}",
+        + f"); DDP added more than the prediction: {extra_ms > predicted_ms}, "
+        f"{extra_ms - predicted_ms:+.2f} ms",
         "split: " + " + ".join(f"{name} {ms:.2f}" for name, ms in parts.items()) + f" = {extra_ms:.2f} ms; "
         f"largest: {largest}, {parts[largest] / extra_ms:.0%}",
-        f"the bare all-reduce took {bare_ms / predicted_ms:.1f}x the model's time; within 2x: "
-        f"{bare_ms < 2 * predicted_ms} (load average {result['load_average']})",
+        f"the bare all-reduce took {bare_ms / model_ms:.1f}x the model's {model_ms:.2f} ms "
+        f"({bare_ms - model_ms:+.2f} ms); within 2x: "
+        f"{bare_ms < 2 * model_ms} (load average {result['load_average']})",
     ])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 from functools import partial
 
@@ -31,33 +32,45 @@ def _slowest(times: list[float]) -> list[float]:
     return t.tolist()
 
 
+def size_order(n_sizes: int, repeat: int) -> list[int]:
+    """The order in which ``allreduce_sweep`` visits its sizes in one repeat: every size once,
+    shuffled with the repeat as seed, so every rank draws the same order and a moment of load
+    lands on different sizes in different repeats. Repeat 0, the warm-up, goes in order."""
+    order = list(range(n_sizes))
+    if repeat:
+        random.Random(repeat).shuffle(order)
+    return order
+
+
 def allreduce_sweep(rank: int, world_size: int, sizes: list[int], repeats: int = 5,
                     with_ring: bool = False) -> list[dict]:
     """For each message size in bytes, the median seconds of one float32 dist.all_reduce and,
     with_ring, of lesson 01's ring_all_reduce, timed alternately, each with its first and third
-    quartiles over the repeats ("all_reduce_quartiles_s"). Rank 0's list is the result."""
+    quartiles over the repeats ("all_reduce_quartiles_s"). Each repeat visits every size, in the
+    order ``size_order`` draws. Rank 0's list is the result."""
     with process_group(rank, world_size) as device:
         sides = {"all_reduce_s": lambda t: dist.all_reduce(t)}
         if with_ring:
             sides["ring_s"] = ring_all_reduce
-        rows = []
-        for nbytes in sizes:
-            tensor = torch.ones(max(1, nbytes // 4), device=device)
-            # Small messages take microseconds: time a loop and divide, as nccl-tests does.
-            iters = max(1, min(20, (4 << 20) // nbytes))
-            times: dict[str, list[float]] = {name: [] for name in sides}
-            for repeat in range(repeats + 1):  # the first round is warm-up
+        tensors = [torch.ones(max(1, nbytes // 4), device=device) for nbytes in sizes]
+        # Small messages take microseconds: time a loop and divide, as nccl-tests does.
+        iters = [max(1, min(20, (4 << 20) // nbytes)) for nbytes in sizes]
+        times: list[dict[str, list[float]]] = [{name: [] for name in sides} for _ in sizes]
+        for repeat in range(repeats + 1):  # the first round is warm-up
+            for i in size_order(len(sizes), repeat):
                 # Rotate who goes first, so no side always follows the same neighbour.
                 names = list(sides)[repeat % len(sides):] + list(sides)[:repeat % len(sides)]
                 for name in names:
                     dist.barrier()
                     start = time.perf_counter()
-                    for _ in range(iters):
-                        sides[name](tensor)
+                    for _ in range(iters[i]):
+                        sides[name](tensors[i])
                     if repeat:
-                        times[name].append((time.perf_counter() - start) / iters)
+                        times[i][name].append((time.perf_counter() - start) / iters[i])
+        rows = []
+        for nbytes, per_side in zip(sizes, times):
             row = {"bytes": nbytes}
-            for name, t in times.items():
+            for name, t in per_side.items():
                 slowest = _slowest(t)
                 row[name] = median(slowest)
                 row[name.removesuffix("_s") + "_quartiles_s"] = quartiles(slowest)
