@@ -90,5 +90,5 @@ def test_seven_b_table_says_what_fits(capsys):
     rows = seven_b_table(7e9, 8)
     out = capsys.readouterr().out
     assert list(rows) == ["DDP", "ZeRO-1", "FSDP2", "FSDP2 no reshard"]
-    assert "does not fit in 80 GB" in out.splitlines()[1] and "fits, 3.0 GB left" in out.splitlines()[2]
+    assert "does not fit in 80 GB" in out.splitlines()[1] and "3.0 GB left for activations" in out.splitlines()[2]
     assert round(rows["FSDP2"]["at_peak"] / 1e9, 1) == 17.5

@@ -161,7 +161,7 @@ def memory_bars(runs_by_ranks: dict) -> dict:
 
 def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
     """Print GB per GPU for DDP, ZeRO-1 (both with the bucket view) and FSDP2 with and without
-    resharding, from ``sizing``'s rows, and whether each fits in 80 GB. Returns {label: row}."""
+    resharding, from ``sizing``'s rows, and what each leaves of 80 GB for activations. Returns {label: row}."""
     sized = sizing(big, gpus)
     names = [r["name"].strip() for r in sized]
     rows = {"DDP": sized[names.index("DDP, autocast") + 1],  # its "with gradient_as_bucket_view" row
@@ -171,7 +171,7 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
     print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<18}{'GB held':>8}{'+ bwd':>7}{'+ step':>7}{'at peak':>8}")
     for label, row in rows.items():
         gb = row["at_peak"] / 1e9
-        verdict = f"fits, {80 - gb:.1f} GB left" if gb < 80 else "does not fit in 80 GB"
+        verdict = f"{80 - gb:.1f} GB left for activations" if gb < 80 else "does not fit in 80 GB"
         print(f"{label:<18}{row['after_backward'] / 1e9:>8.1f}{row['bwd'] * big / 1e9:>7.1f}"
               f"{row['step'] * big / 1e9:>7.1f}{gb:>8.1f}  {verdict}")
     return rows
