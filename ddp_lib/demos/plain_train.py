@@ -45,20 +45,20 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
         for xb, yb in loader:
             xb, yb = xb.to(device), yb.to(device)
             optimizer.zero_grad(set_to_none=True)
-            # AMP_DTYPE = None turns autocast off
+            # [Mixed precision] AMP_DTYPE = None turns autocast off
             with torch.autocast(device.type, dtype=AMP_DTYPE, enabled=AMP_DTYPE is not None):
                 loss = loss_fn(ddp_model(xb), yb)
             scaler.scale(loss).backward()  # DDP averages the gradients here
-            scaler.unscale_(optimizer)  # clip the true, averaged gradients
+            scaler.unscale_(optimizer)  # [Gradient clipping] clip the true, averaged gradients
             nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)  # inf or nan on an fp16 overflow: step skipped
-            scaler.step(optimizer)  # skipped on every rank if any gradient overflowed
+            scaler.step(optimizer)  # [fp16 and the GradScaler] skipped on every rank on an overflow
             scaler.update()
-            scheduler.step()  # the warm-up: after scaler.step; a skipped fp16 step still counts
+            scheduler.step()  # [folded: the learning rate] warm-up, after scaler.step; a skipped step still counts
             sums += torch.stack([loss.detach().float() * len(yb), torch.tensor(float(len(yb)), device=device)])
-        dist.all_reduce(sums)  # the mean over all ranks' samples, not rank 0's shard only
+        dist.all_reduce(sums)  # [Evaluation done right] the mean over all ranks' samples
         if rank == 0:
             print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
-        if rank == 0:  # everything the next step depends on, not only the weights
+        if rank == 0:  # [folded: saving a checkpoint] all the next step depends on
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                         "next_epoch": epoch + 1}, CHECKPOINT)
