@@ -10,6 +10,24 @@ def test_connection_errors_in_each_of_gloos_wordings():
     assert not failure_reading.is_connection_error("Timed out waiting 3000ms for recv operation to complete")
 
 
+def test_death_noticed_reads_each_survivor_then_the_verdicts():
+    records = {0: {"failed_at": 10.5, "error": "Connection closed by peer [127.0.0.1]:1234"},
+               1: {"died_at": 10.0},
+               2: {"failed_at": 11.0, "error": "Read error: Connection reset by peer"}}
+    assert failure_reading.death_noticed(records, 3, timeout_s=10.0) == [
+        "3 ranks, rank 0: raised  0.50 s after the death: Connection closed by peer [127.0.0.1]:PORT",
+        "3 ranks, rank 2: raised  1.00 s after the death: Read error: Connection reset by peer",
+        "3 ranks: every survivor left a record: True; the first failed within 3 s: True; "
+        "a connection error on every survivor: True; every survivor before the 10-s timeout: True"]
+
+
+def test_death_noticed_says_when_a_survivor_is_missing_or_waited_for_its_timeout():
+    records = {1: {"died_at": 0.0}, 2: {"failed_at": 12.0, "error": "Timed out waiting 10000ms for recv"}}
+    verdicts = failure_reading.death_noticed(records, 3, timeout_s=10.0)[-1]
+    assert verdicts == ("3 ranks: every survivor left a record: False; the first failed within 3 s: False; "
+                        "a connection error on every survivor: False; every survivor before the 10-s timeout: False")
+
+
 def test_detail_mismatch_names_each_ranks_collective():
     message = ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
                "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float), "

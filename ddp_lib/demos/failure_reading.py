@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from ddp_lib.errors import readable
+
 LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo's words when the other end died
 _FINGERPRINT = re.compile(r"(Rank \d+) is running collective: CollectiveFingerPrint\("
                           r"SequenceNumber=\d+, OpType=(\w+), TensorShape=(\[[\d, ]*\])")
@@ -15,6 +17,25 @@ def is_connection_error(message: str) -> bool:
     """Whether ``message`` blames a lost connection, as gloo words it from run to run:
     "Connection closed by peer", "Connection reset by peer" or "Broken pipe"."""
     return bool(LOST_PEER.search(message))
+
+
+def death_noticed(records: dict[int, dict], world_size: int, timeout_s: float,
+                  first_within_s: float = 3.0) -> list[str]:
+    """What ``faulty_ranks.die_in_collective``'s records (``faulty_ranks.read_records``) show, one
+    line per survivor (how long after the death it raised, and its error), then one line of verdicts:
+    every survivor left a record, the first raised within ``first_within_s``, every error blames a
+    lost connection, and every survivor raised before the group's ``timeout_s``."""
+    died_at = next(record["died_at"] for record in records.values() if "died_at" in record)
+    noticed = {rank: (record["failed_at"] - died_at, record["error"])
+               for rank, record in records.items() if "failed_at" in record}
+    lines = [f"{world_size} ranks, rank {rank}: raised {after:5.2f} s after the death: {readable(error, 60)}"
+             for rank, (after, error) in noticed.items()]
+    afters = [after for after, _ in noticed.values()] or [float("inf")]
+    lines.append(f"{world_size} ranks: every survivor left a record: {len(noticed) == world_size - 1}; "
+                 f"the first failed within {first_within_s:.0f} s: {min(afters) < first_within_s}; "
+                 f"a connection error on every survivor: {all(is_connection_error(e) for _, e in noticed.values())}; "
+                 f"every survivor before the {timeout_s:.0f}-s timeout: {max(afters) < timeout_s}")
+    return lines
 
 
 def detail_mismatch(message: str) -> list[str]:
