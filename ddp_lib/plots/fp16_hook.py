@@ -17,7 +17,7 @@ _AFTER = (("cast back:\ncopied into the\nfloat32 bucket", None),)
 
 def plot_fp16_hook(world_size: int = 2) -> Figure:
     """Schematic of fp16_compress_hook on ``world_size`` ranks: each rank casts its float32 bucket to
-    float16 and divides it by N in float16 (where a tiny value can become 0), one all-reduce sums
+    float16 and divides it by N in float16 (either step can turn a tiny value to 0), one all-reduce sums
     the float16 buckets (half the bytes), and each rank copies the sum back into its float32 bucket."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
@@ -46,7 +46,9 @@ def plot_fp16_hook(world_size: int = 2) -> Figure:
     ax.add_patch(Rectangle((allreduce_x, -0.4), step, world_size - 0.2, facecolor=SUM_COLOUR, edgecolor="gray"))
     ax.text(allreduce_x + step / 2, (world_size - 1) / 2, "all-reduce\n(sum)\nof float16:\nhalf the bytes",
             ha="center", va="center", fontsize=8.5)
-    ax.text(step * 2 + width / 2, -0.6, "a tiny value can become 0 here", ha="center", fontsize=8, color="tab:red")
+    # Both float16 steps can flush a tiny value to 0: the cast (below 2**-25) and the division.
+    ax.text(step * 1.5 + width / 2, -0.6, "a tiny value can become 0 in either box below", ha="center", fontsize=8,
+            color="tab:red")
     fig.suptitle(f"fp16_compress_hook, once per bucket, on {world_size} ranks (N = {world_size})", fontsize=10)
     fig.tight_layout()
     return fig
