@@ -26,7 +26,8 @@ def test_each_quote_names_the_gpu_count_of_its_own_machine(key):
     quote = QUOTES[key]
     text = gpu_outcomes.quote(key)
     gpus = f"{quote.gpus} GPU" + "s" * (quote.gpus != 1)
-    assert re.search(f"On a machine with {gpus} the cell (would|is expected to) print", text)
+    assert re.search(f"on a machine with {gpus}( \\(torch [0-9.]+\\), where| the cell is expected to print)",
+                     text.splitlines()[1])
     assert all(int(n) == quote.gpus for n in re.findall(r"with (\d+) GPUs", quote.source)), quote.source
 
 
@@ -34,7 +35,7 @@ def test_the_visible_devices_quote_is_from_a_machine_with_four_gpus():
     # with the variable unset, the child counts every GPU of the machine the quote comes from
     text = gpu_outcomes.quote("visible_devices")
     assert text.startswith("Quoted, not run here: this machine has no GPU.")
-    assert text.splitlines()[1].startswith("On a machine with 4 GPUs the cell")
+    assert text.splitlines()[1].endswith("on a machine with 4 GPUs the cell is expected to print:")
     assert "CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4" in text
 
 
@@ -125,13 +126,19 @@ def test_each_quote_names_its_recording_or_says_there_is_none(key):
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))
-def test_a_box_names_no_recording_its_provenance_does(key):
-    # the box says only that it is quoted; which GPU machine and torch recorded it is provenance's
+def test_a_box_says_plainly_whether_it_was_recorded_or_built_from_source(key):
     record = json.loads(gpu_outcomes.RECORDED.read_text())
-    assert gpu_outcomes.quote(key).splitlines()[0] == "Quoted, not run here: this machine has no GPU."
-    assert "torch " not in gpu_outcomes.quote(key).splitlines()[1]
-    if key in record["cases"]:
-        assert f"(torch {record['torch'].split('+')[0]})" in gpu_outcomes.provenance(key)
+    lines = gpu_outcomes.quote(key).splitlines()
+    assert lines[0] == "Quoted, not run here: this machine has no GPU."
+    torch_version = record["torch"].split("+")[0]
+    if gpu_outcomes.recorded_in_full(key, record):
+        assert lines[1].startswith(f"Recorded on a machine with {record['gpus']} GPU (torch {torch_version})")
+    elif key in record["cases"]:
+        assert lines[1].startswith(f"Built from torch's source and a recording on {record['gpus']} GPU "
+                                   f"(torch {torch_version}) of {QUOTES[key].recorded_part};")
+    else:
+        assert lines[1].startswith("Built from torch's source, never recorded on a GPU;")
+    assert not re.search(r"<[a-z ]+>|\.\.\.", "\n".join(lines[2:])), "no placeholder a learner could take for output"
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))

@@ -54,6 +54,25 @@ def test_map_location_puts_the_checkpoint_on_each_ranks_device(tmp_path):
 
 
 @cpu_only
+def test_a_checkpoint_saved_as_cuda0_fails_to_load_on_cpu_without_map_location(tmp_path):
+    results = run_ranks(placement.checkpoint_devices, 2, (str(tmp_path / "ck.pt"),), kwargs=dict(saved_as="cuda:0"),
+                        show_output=False)
+    for r in results:
+        assert r["saved_on"] == ["cuda:0"]  # every rank reads rank 0's device
+        assert r["loaded_without_map_location"].startswith("RuntimeError: Attempting to deserialize object on a CUDA")
+        assert r["loaded_with_map_location"] == "cpu"
+    assert results[0]["checksum"] == results[1]["checksum"]
+
+
+def test_saving_as_another_device_leaves_torch_save_as_it_was(tmp_path):
+    before = list(torch.serialization._package_registry)
+    placement._save({"t": torch.ones(1)}, str(tmp_path / "a.pt"), "cuda:0")
+    assert torch.serialization._package_registry == before
+    torch.save({"t": torch.ones(1)}, tmp_path / "b.pt")
+    assert torch.load(tmp_path / "b.pt")["t"].device.type == "cpu"
+
+
+@cpu_only
 def test_nccl_is_refused_before_starting_without_gpus():
     with pytest.raises(LaunchInputError, match="backend 'nccl' needs CUDA GPUs"):
         run_ranks(placement.nccl_cpu_tensor, 2, backend="nccl")

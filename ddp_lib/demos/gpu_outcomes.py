@@ -3,8 +3,9 @@ nccl's messages quoted word for word, each with where it comes from. Where torch
 fixed words of a message, ``checks`` tests that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
 (``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` gives the box, whose
-first line says what recorded it; ``provenance`` names its source and that recording (torch version and
-GPU count), or says there is none; ``checks`` says whether the recorded words hold the quoted ones."""
+second line says what it is: a recording (which GPU count and torch), or built from torch's source;
+``provenance`` names its source and that recording (torch version and GPU count), or says there is
+none; ``checks`` says whether the recorded words hold the quoted ones."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import torch
 
 
 class Quote(NamedTuple):
-    lines: tuple[str, ...]           # what the GPU cell prints there; "<rank>" stands for the rank's number
+    lines: tuple[str, ...]           # what the GPU cell prints there, word for word (no placeholders)
     source: str                      # where the words come from, in plain words
     torch_file: str | None = None    # a file of the installed torch that holds the fixed words
     fixed_words: tuple[str, ...] = ()  # the parts of the message that do not vary
@@ -40,7 +41,7 @@ QUOTES: dict[str, Quote] = {
         recorded_part="rank 0's line"),
     "input_not_moved": Quote(
         ("input not moved: RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu,",
-         "  different from other tensors on cuda:<rank> (when checking argument in method wrapper_CUDA_addmm)",
+         "  different from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)",
          "input moved with .to(device): ['cuda:0', 'cuda:1']"),
         "the device check torch runs before an operator's GPU kernel",
         "lib/libtorch_cpu.so",
@@ -84,15 +85,16 @@ QUOTES: dict[str, Quote] = {
         ('var = os.getenv("CUDA_VISIBLE_DEVICES")',),
         gpus=4, words_are="the source line these lines are built from"),
     "duplicate_gpu": Quote(
-        ("without set_device: DistBackendError: NCCL error in: ..., invalid usage ...",
+        ("without set_device: DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93,",
+         "  invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9",
          "  ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
          "  Last error:",
-         "  Duplicate GPU detected : rank 1 and rank 0 both on CUDA device <bus id>",
+         "  Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60",
          "with set_device, current device per rank: [0, 1]"),
         "nccl's own check when it forms a communicator (in nccl's source), raised by torch as DistBackendError",
         unchecked_why="the words are nccl's, and this CPU build of torch has no nccl",
         recorded_words=("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
-                        "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device"),
+                        "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60"),
         recorded_part="the error, with 2 ranks on 1 GPU"),
     "bound_device": Quote(
         ("device_id given: False  bound device per rank: [None, None]  all-reduce sums: [2.0, 2.0]",
@@ -175,9 +177,18 @@ def quote(key: str) -> str:
     record = json.loads(RECORDED.read_text())
     # A box a GPU machine printed in full says "would print";
     # one built from the source, in whole or in part, says "is expected to print".
-    verb = "would print" if recorded_in_full(key, record) else "is expected to print"
-    # Where the words come from is provenance(key)'s, printed in the lesson's folded note, not the box's.
-    text = [f"Quoted, not run here: {why}.", f"On a machine with {_gpus(q.gpus)} the cell {verb}:"]
+    # The second line says plainly what the box is: a recording, or built from torch's source.
+    version = record["torch"].split("+")[0]
+    if recorded_in_full(key, record):
+        what = (f"Recorded on a machine with {_gpus(record['gpus'])} (torch {version}), "
+                f"where the cell would print:")
+    elif key in record["cases"]:
+        what = (f"Built from torch's source and a recording on {_gpus(record['gpus'])} (torch {version}) of "
+                f"{q.recorded_part}; on a machine with {_gpus(q.gpus)} the cell is expected to print:")
+    else:
+        what = (f"Built from torch's source, never recorded on a GPU; "
+                f"on a machine with {_gpus(q.gpus)} the cell is expected to print:")
+    text = [f"Quoted, not run here: {why}.", what]
     text += ["  " + line for line in q.lines]
     return "\n".join(text)
 

@@ -125,12 +125,15 @@ def with_set_device(rank: int, world_size: int) -> dict:
         teardown()
 
 
-def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> dict:
+def checkpoint_devices(rank: int, world_size: int, path: str | None = None, saved_as: str | None = None) -> dict:
     """Rank 0 saves ToyModel's state_dict from its device; every rank then loads it three ways.
-    Returns where the file says the tensors were, and where they land without and with map_location.
+    Returns where the file says the tensors were, and where they land without and with map_location
+    (or torch's error, as "Type: message").
 
     Args:
         path: the checkpoint file (None: ddp_lib_lesson03.pt in the temporary directory).
+        saved_as: write this location (such as "cuda:0") in the file instead of rank 0's device, as
+            a GPU rank 0 would; None: rank 0's own device.
     """
     if path is None:
         path = os.path.join(tempfile.gettempdir(), "ddp_lib_lesson03.pt")
@@ -138,7 +141,7 @@ def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> d
         torch.manual_seed(0)
         model = DDP(ToyModel().to(device), device_ids=device_ids_for(device))
         if rank == 0:
-            torch.save(model.module.state_dict(), path)
+            _save(model.module.state_dict(), path, saved_as)
         dist.barrier()  # nobody reads before rank 0 has written
         saved_on = set()
 
@@ -146,11 +149,30 @@ def checkpoint_devices(rank: int, world_size: int, path: str | None = None) -> d
             saved_on.add(location)  # the device recorded in the file for this tensor
             return storage
         torch.load(path, map_location=record)
-        plain = torch.load(path)  # goes back to the device it was saved from: rank 0's
+        try:
+            plain = str(torch.load(path)["net1.weight"].device)  # back to the device it was saved from: rank 0's
+        except RuntimeError as e:  # that device does not exist here
+            plain = f"{type(e).__name__}: {e}"
         mapped = torch.load(path, map_location=device)  # this rank's own device
         model.module.load_state_dict(mapped)
-        return {"saved_on": sorted(saved_on), "loaded_without_map_location": str(plain["net1.weight"].device),
+        return {"saved_on": sorted(saved_on), "loaded_without_map_location": plain,
                 "loaded_with_map_location": str(mapped["net1.weight"].device), "checksum": param_checksum(model)}
+
+
+def _save(state: dict, path: str, saved_as: str | None) -> None:
+    """``torch.save(state, path)``; with ``saved_as``, every tensor's location in the file reads ``saved_as``.
+    torch.save asks each tagger registered with torch.serialization.register_package for a storage's
+    location, lowest priority first; this one answers first, and is removed again after the save."""
+    if saved_as is None:
+        torch.save(state, path)
+        return
+    registry = torch.serialization._package_registry
+    before = list(registry)
+    torch.serialization.register_package(-100, lambda storage: saved_as, lambda obj, location: None)
+    try:
+        torch.save(state, path)
+    finally:
+        registry[:] = before
 
 
 # ---- helpers
