@@ -3,6 +3,7 @@
 
     runs = global_batch_curves(two_rank_losses, global_64)  # global_64: the lesson's three jobs on 1, 2, 4 ranks
     scaling = summarize_lr_scaling(losses, runs["one_rank_losses"])  # losses: the lesson's 4-rank job, per lr
+    print(lr_scaling_report(scaling))  # the lines the lesson prints
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
 losses within 1e-5. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
@@ -57,7 +58,7 @@ def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: 
     "closer_every_seed" (lr 0.4 ends nearer 1 rank's final loss than lr 0.1, on each seed), "gaps"
     (mean distance of each setting's final loss from 1 rank's), "closed" (the share of lr 0.1's gap that
     lr 0.4 closes), "near" (seeds where lr 0.4 ends within 10% of the same seed's 1-rank final loss),
-    "epoch_means" (each setting's mean loss per epoch)}."""
+    "epoch_means" (each setting's mean loss per epoch), "seeds" (how many)}."""
     per_seed = {ONE_RANK: torch.tensor(one_rank_losses), **{FOUR_RANKS[k]: torch.tensor(losses[k]) for k in FOUR_RANKS}}
     one_final = [curve[-1] for curve in one_rank_losses]
     finals = {k: [curve[-1] for curve in losses[k]] for k in FOUR_RANKS}
@@ -70,4 +71,21 @@ def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: 
             "gaps": gaps,
             "closed": 1 - gaps["lr 0.4"] / gaps["lr 0.1"],
             "near": sum(abs(s - o) < 0.1 * o for s, o in zip(finals["lr 0.4"], one_final)),
-            "epoch_means": {k: torch.tensor(losses[k]).mean(0).tolist() for k in FOUR_RANKS}}
+            "epoch_means": {k: torch.tensor(losses[k]).mean(0).tolist() for k in FOUR_RANKS},
+            "seeds": n}
+
+
+def lr_scaling_report(scaling: dict) -> str:
+    """The lines lesson 05 prints from :func:`summarize_lr_scaling`'s result: each setting's mean final
+    loss with its range over the seeds, whether lr 0.4 ends nearer 1 rank on every seed, and the mean
+    losses after epochs 2 and 3."""
+    lines = []
+    for name, label in {"1 rank, lr 0.1": ONE_RANK, **FOUR_RANKS}.items():
+        low, high = (curve[-1] for curve in scaling["ranges"][label])
+        lines.append(f"{name:>14}: mean final loss {scaling['means'][label][-1]:.3f} "
+                     f"({scaling['seeds']} seeds: {low:.3f} to {high:.3f})")
+    lines.append(f"lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: {scaling['closer_every_seed']}")
+    for epoch in (2, 3):
+        lines.append(f"mean loss after epoch {epoch}: " + ", ".join(
+            f"{name} {curve[epoch - 1]:.3f}" for name, curve in scaling["epoch_means"].items()))
+    return "\n".join(lines)

@@ -10,7 +10,8 @@ train_job in the file template.py found there (a copy you renamed to mine.py is 
 template" without ":train_job" runs ddp_lib's own unedited template instead, not your copy.
 
 Rank 0 saves a checkpoint after every epoch; a new run with the same --checkpoint-dir continues
-from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself).
+from it and says so (torchrun --max-restarts 3 restarts a crashed job, which then resumes by itself;
+on torch 2.13 also set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a restart often fails: lesson 06).
 Only rank 0 reads and writes the checkpoint, so the directory need not be shared while rank 0 runs on
 the machine that wrote it: one machine, or torchrun --node-rank (static rendezvous). Under torchrun's
 c10d rendezvous a restart can make another machine rank 0, which then finds no checkpoint and starts
