@@ -93,12 +93,14 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
     steps = [("1. DDP(model): broadcast", "weights\nW{r}", "weights\nW0", "rank 0's weights copied to all"),
              ("2. loss.backward(): all-reduce", "gradient\ng{r}", "gradient\nmean(g)",
               "every rank gets the mean")]
-    for ax, (title, before, after, note) in zip(axes, steps):
+    for panel, (ax, (title, before, after, note)) in enumerate(zip(axes, steps)):
         for rank in range(world_size):
             y = world_size - 1 - rank
             _box(ax, 0.0, y, 1.3, 0.8, before.format(r=rank), RANK_COLOURS[rank])
             _box(ax, 2.4, y, 1.3, 0.8, after, RANK_COLOURS[rank])
-            _arrow(ax, (1.35, y + 0.4), (2.35, y + 0.4))
+            # the broadcast fans out from rank 0's box (the top row); the all-reduce keeps one arrow per row
+            source_y = world_size - 1 if panel == 0 else y
+            _arrow(ax, (1.35, source_y + 0.4), (2.35, y + 0.4))
         ax.text(1.85, -0.45, note, ha="center", fontsize=9)
         ax.set_xlim(-0.1, 3.8)
         ax.set_ylim(-0.7, world_size)
