@@ -14,7 +14,6 @@ run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
 
 from __future__ import annotations
 
-import os
 import pickle
 import re
 import shutil
@@ -44,18 +43,6 @@ WATCHED = {
     "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
 }
 SLEEPER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
-# The folder whose sitecustomize.py ends a torchrun rank without Python's teardown (skip_rank_teardown).
-TEARDOWN_SKIP = Path(__file__).with_name("teardown_skip")
-
-
-def skip_rank_teardown() -> None:
-    """Put :data:`TEARDOWN_SKIP` first on this process's ``PYTHONPATH``, which every Python it starts
-    inherits: a rank that torchrun starts then ends with ``os._exit(0)`` once its script has ended
-    normally (``teardown_skip/sitecustomize.py`` says how, and why). The script itself is unchanged."""
-    paths = [str(TEARDOWN_SKIP), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-
-
 # The main line's three jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
 MAIN_JOBS = {
     "hang": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 --max-restarts 1"
@@ -73,7 +60,7 @@ def start_main_jobs() -> dict[str, subprocess.Popen]:
     shutil.rmtree("my_work/failing", ignore_errors=True)
     running = {name: subprocess.Popen(f"({command}) > my_work/{name}.out 2> my_work/{name}.err", shell=True)
                for name, command in MAIN_JOBS.items()}
-    print("started in the background:", ", ".join(running))
+    print("started in the background, for later sections:", ", ".join(running))
     return running
 
 
@@ -226,6 +213,8 @@ def lesson_jobs() -> LessonJobs:
 
 # Rank 0's lines of train.py: in a shared log they can arrive glued to another rank's output.
 RANK0_LINE = re.compile(r"attempt \d+: starting at epoch \d+|epoch \d+: last loss [\d.]+")
+# How torchrun names a rank ended by SIGABRT, in its failure line and in its summary.
+SIGABRT_AFTER = re.compile(r"exitcode: -6\b|Signal 6 \(SIGABRT\)")
 TEE_PREFIX = re.compile(r"^\[default\d+\]:", re.M)  # what --tee puts before a rank's console line (role default)
 
 
@@ -252,8 +241,10 @@ def _whole_sentences(line: str, limit: int = 160) -> str:
 
 def restart_report(restart_log: str, first_log: str) -> dict:
     """What the restart job's log says: rank 0's lines, rank 1's error, torchrun's exit code, whether
-    attempt 1 trained to the last epoch, rank 0's lost-connection line (port and source location
-    masked), and whether the losses equal those of the run without failure (``first_log``).
+    attempt 1 trained to the last epoch (whatever the exit code), whether a non-zero exit code came
+    with a rank ended by SIGABRT after that last epoch (torch's rare abort at exit, lesson 02), rank 0's
+    lost-connection line (port and source location masked), and whether the losses equal those of
+    the run without failure (``first_log``).
     ``--tee``'s ``[default<local rank>]:`` line prefixes are ignored."""
     restart_log = TEE_PREFIX.sub("", restart_log)
     exit_found = _found(r"torchrun's exit code: (\d+)", restart_log, "torchrun's exit code",
@@ -266,12 +257,14 @@ def restart_report(restart_log: str, first_log: str) -> dict:
     lost = next((line for line in restart_log.splitlines()
                  if line.startswith("[rank0]") and LOST_PEER.search(line)), "")
     losses = [line for line in lines if line.startswith("epoch")]
+    trained = any(line.startswith("epoch 4:") for line in lines[resumed:])
     return {
         "rank 0's lines": lines,
         "rank 1's error": error_found[0],
         "exit code": exit_code,
-        "attempt 1 trained to the last epoch": exit_code == 0 and any(
-            line.startswith("epoch 4:") for line in lines[resumed:]),
+        "attempt 1 trained to the last epoch": trained,
+        "aborted at exit": exit_code != 0 and trained and SIGABRT_AFTER.search(
+            restart_log[restart_log.rfind("epoch 4: last loss"):]) is not None,
         "rank 0's lost connection": _whole_sentences(re.sub(r"\[/[^\]]*\] ", "", re.sub(r"\]:\d+", "]:PORT", lost))),
         "same losses as without the failure": losses == [
             line for line in RANK0_LINE.findall(first_log) if line.startswith("epoch")],

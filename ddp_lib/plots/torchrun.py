@@ -63,7 +63,7 @@ def plot_restart_timeline(epochs: int, fail_in_epoch: int, world_size: int = 2) 
                         textcoords="offset points", ha="center", fontsize=8, color="red")
         else:
             ax.plot(failed_at, rank, "k|", markersize=14, mew=2)
-            ax.annotate("peer lost: raised, or stopped", (failed_at, rank), xytext=(0, 12),
+            ax.annotate("loses its peer: raises, or is stopped", (failed_at, rank), xytext=(0, 12),
                         textcoords="offset points", ha="center", fontsize=8)
         for i, epoch in enumerate(range(fail_in_epoch, epochs)):
             ax.barh(rank, 0.95, left=resumed_at + i, color="tab:green", alpha=0.7,
