@@ -89,6 +89,6 @@ def test_memory_bars_add_the_bucket_copy_only_outside_the_buckets():
 def test_seven_b_table_says_what_fits(capsys):
     rows = seven_b_table(7e9, 8)
     out = capsys.readouterr().out
-    assert list(rows) == ["DDP", "ZeRO-1", "FSDP2", "FSDP2 no reshard"]
+    assert list(rows) == ["DDP, bucket view", "ZeRO-1, bucket view", "FSDP2", "FSDP2 no reshard"]
     assert "does not fit in 80 GB" in out.splitlines()[1] and "3.0 GB left for activations" in out.splitlines()[2]
     assert round(rows["FSDP2"]["at_peak"] / 1e9, 1) == 17.5

@@ -346,11 +346,11 @@ def test_the_who_holds_what_schematic_draws_every_stage():
 
 
 def test_the_memory_bars_stack_the_activations_on_top_where_given():
-    from ddp_lib.plots.beyond import PARTS, plot_memory_bars
+    from ddp_lib.plots.beyond import LEGEND, PARTS, plot_memory_bars
 
     fig = plot_memory_bars({"2 ranks": {"DDP": {"parameters": 4e6, "activations": 1e6}, "FSDP2": {"parameters": 2e6}}})
     ax = fig.axes[0]
-    assert [c.get_label() for c in ax.containers] == [*PARTS, "activations"]
+    assert [c.get_label() for c in ax.containers] == [*PARTS, LEGEND["activations"]]
     top = ax.containers[-1]  # the activations: 1 MB on DDP's 4, none on FSDP2
     assert [(bar.get_y(), bar.get_height()) for bar in top] == [(4.0, 1.0), (2.0, 0.0)]
 

@@ -164,14 +164,14 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
     resharding, from ``sizing``'s rows, and what each leaves of 80 GB for activations. Returns {label: row}."""
     sized = sizing(big, gpus)
     names = [r["name"].strip() for r in sized]
-    rows = {"DDP": sized[names.index("DDP, autocast") + 1],  # its "with gradient_as_bucket_view" row
-            "ZeRO-1": sized[names.index("DDP + ZeroRedundancyOptimizer") + 1],  # the same
+    rows = {"DDP, bucket view": sized[names.index("DDP, autocast") + 1],  # its "with gradient_as_bucket_view" row
+            "ZeRO-1, bucket view": sized[names.index("DDP + ZeroRedundancyOptimizer") + 1],  # the same
             "FSDP2": sized[names.index("FSDP2, MixedPrecisionPolicy")],
             "FSDP2 no reshard": sized[names.index("reshard_after_forward=False")]}
-    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<18}{'GB held':>8}{'+ bwd':>7}{'+ step':>7}{'at peak':>8}")
+    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<20}{'GB held':>8}{'+ bwd':>7}{'+ step':>7}{'at peak':>8}")
     for label, row in rows.items():
         gb = row["at_peak"] / 1e9
         verdict = f"{80 - gb:.1f} GB left for activations" if gb < 80 else "does not fit in 80 GB"
-        print(f"{label:<18}{row['after_backward'] / 1e9:>8.1f}{row['bwd'] * big / 1e9:>7.1f}"
+        print(f"{label:<20}{row['after_backward'] / 1e9:>8.1f}{row['bwd'] * big / 1e9:>7.1f}"
               f"{row['step'] * big / 1e9:>7.1f}{gb:>8.1f}  {verdict}")
     return rows

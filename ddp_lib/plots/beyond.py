@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt
 PARTS = ("parameters", "gradients", "optimizer state", "DDP's bucket copy")
 PART_COLOURS = {"parameters": "tab:blue", "gradients": "tab:orange", "optimizer state": "tab:green",
                 "DDP's bucket copy": "tab:red", "activations": "tab:gray"}
+# Legend text where it differs from the part's name: without resharding, the forward also keeps the gathered weights.
+LEGEND = {"activations": "held by the forward\n(activations,\ngathered weights)"}
 # What each strategy divides between the ranks (the ZeRO stages); a DDP bucket copy where there is one.
 SHARDED = {"DDP": (), "ZeRO-1": ("optimizer state",), "ZeRO-2": ("optimizer state", "gradients"),
            "ZeRO-3 / FSDP2": ("optimizer state", "gradients", "parameters")}
@@ -60,13 +62,13 @@ def plot_memory_bars(panels: dict[str, dict[str, dict[str, int]]]):
         bottom = [0.0] * len(labels)
         for part in PARTS + ("activations",):
             heights = [bars[label].get(part, 0) / 1e6 for label in labels]
-            ax.bar(labels, heights, bottom=bottom, label=part, color=PART_COLOURS[part])
+            ax.bar(labels, heights, bottom=bottom, label=LEGEND.get(part, part), color=PART_COLOURS[part])
             bottom = [b + h for b, h in zip(bottom, heights)]
         ax.set_title(title)
         ax.set_xlabel("strategy")
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("MB held by rank 0")
-    axes[0][-1].legend(fontsize="small")
+    axes[0][-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the bars
     fig.tight_layout()
     return fig
 
