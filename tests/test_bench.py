@@ -73,6 +73,8 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     assert set(overlap.parts_ms(profiled)) == {f"bucket_cap_mb={profiled['bucket_cap_mb']:g}",
                                                f"bucket_cap_mb={profiled['one_bucket_cap_mb']:g}"}
     assert "small buckets made the whole step shorter:" in overlap.step_verdict(profiled)
+    cost = overlap.bucket_cost_verdict(profiled, alpha)
+    assert cost.startswith("kept profile: 4 buckets ") and "per extra bucket" in cost and "a verdict needs" in cost
     assert wide.verdict(wide.full_run()).count("a verdict needs") == 3
     lines = scaling.verdict(scaling.full_run()).splitlines()
     assert lines[0].startswith("2 ranks: ") and "oversubscribed" in lines[1]

@@ -103,9 +103,10 @@ def model_verdict(result: dict, alpha: float, beta: float) -> str:
         f"{beta / 1e9:.3f} GB/s = {model_ms:.2f} ms, plus DDP's own work {own_ms:.2f} ms (1 rank) "
         f"= {predicted_ms:.2f} ms",
         f"measured: DDP step - local step = {extra_ms:.2f} ms (a difference of medians"
-        + (f"; middle half {spread['2'][0]:.2f} to {spread['2'][1]:.2f} ms" if spread else "")
+        + (f"; per round, middle half {spread['2'][0]:.2f} to {spread['2'][1]:.2f} ms, so DDP's step was longer "
+           f"in at least 3 rounds of 4: {spread['2'][0] > 0}" if spread else "")
         + f"); DDP added more than the prediction: {extra_ms > predicted_ms}, "
-        f"{extra_ms - predicted_ms:+.2f} ms",
+        f"{extra_ms - predicted_ms:+.2f} ms ({(extra_ms - predicted_ms) / predicted_ms:+.0%})",
         "split: " + " + ".join(f"{name} {ms:.2f}" for name, ms in parts.items()) + f" = {extra_ms:.2f} ms; "
         f"largest: {largest}, {parts[largest] / extra_ms:.0%}",
         f"the bare all-reduce took {bare_ms / model_ms:.1f}x the model's {model_ms:.2f} ms "
