@@ -4,6 +4,7 @@ whatever address it is given (torch 2.13). Lesson 06 and docs/cluster.md say so;
 from __future__ import annotations
 
 import shutil
+import socket
 import sys
 
 import pytest
@@ -32,6 +33,15 @@ def test_loopback_endpoint_and_local_addr_do_not_narrow_it():
     job = run_torchrun(cmd)
     assert job.returncode == 0, job.stderr[-2000:]
     assert job.results[0] and set(job.results[0]) <= EVERY_INTERFACE, job.results
+
+
+def test_agent_listening_and_store_names_the_rank_s_host_and_store():
+    listening = ["-m", "ddp_lib.torchrun", "ddp_lib.cluster.probe:agent_listening_and_store"]
+    job = run_torchrun(torchrun_command(listening, nproc_per_node=1))
+    assert job.returncode == 0, job.stderr[-2000:]
+    seen = job.results[0]
+    assert seen["host"] == socket.gethostname() and seen["MASTER_ADDR"], seen
+    assert len(seen["listening"]) == 2 and set(seen["listening"]) <= EVERY_INTERFACE, seen
 
 
 def test_listening_unavailable_names_what_is_missing(monkeypatch):

@@ -44,9 +44,10 @@ def agent_listening(rank: int, world_size: int) -> list[str]:
 
 
 def agent_listening_and_store(rank: int, world_size: int) -> dict:
-    """:func:`agent_listening`, and the address of the ranks' store that torchrun gave this rank
-    (``MASTER_ADDR``)."""
-    return {"listening": agent_listening(rank, world_size), "MASTER_ADDR": os.environ["MASTER_ADDR"]}
+    """:func:`agent_listening`, the address of the ranks' store that torchrun gave this rank
+    (``MASTER_ADDR``), and this rank's host name."""
+    return {"listening": agent_listening(rank, world_size), "MASTER_ADDR": os.environ["MASTER_ADDR"],
+            "host": socket.gethostname()}
 
 
 def fail_on_rank1(rank: int, world_size: int) -> None:
