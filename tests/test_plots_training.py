@@ -1,5 +1,7 @@
 """Lesson 05's plots: the evaluation-shard schematic follows DistributedSampler's padding; loss curves shade
-the bands they are given."""
+the bands they are given; the crash/resume schematic draws the runner's resume (every rank reads, nothing sent)."""
+
+import os
 
 import matplotlib
 
@@ -8,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from torch.utils.data import DistributedSampler  # noqa: E402
 
-from ddp_lib.plots.training import plot_loss_curves, plot_padded_vs_strided  # noqa: E402
+from ddp_lib.plots.training import plot_crash_resume, plot_loss_curves, plot_padded_vs_strided  # noqa: E402
 
 
 def test_the_padded_panel_draws_what_distributed_sampler_reads_and_the_strided_one_each_sample_once():
@@ -25,3 +27,20 @@ def test_loss_curves_shade_a_band_only_for_the_labels_given():
     ax = plot_loss_curves({"a": [3.0, 2.0, 1.0], "b": [2.0, 1.5, 1.0]}, bands={"a": ([2.5, 1.5, 0.5], [3.5, 2.5, 1.5])})
     assert len(ax.lines) == 2 and len(ax.collections) == 1
     plt.close(ax.figure)
+
+
+def test_the_crash_resume_figure_draws_the_runners_resume_every_rank_reads_the_newest_file_nothing_sent(tmp_path):
+    from matplotlib.colors import to_rgba
+
+    from ddp_lib.demos.training_runs import save_epoch_checkpoint
+
+    fig = plot_crash_resume(crash_epoch=5, epochs=8)
+    ax = fig.axes[0]
+    newest = os.path.basename(save_epoch_checkpoint(str(tmp_path), 4, {"epoch": 4}))  # the runner's name for epoch 4
+    job2 = [p for p in ax.patches if p.get_y() < -1.0]  # rows 3 and 4: the resumed job
+    assert job2 and not [p for p in job2 if p.get_facecolor()[:3] == to_rgba("C1")[:3]]  # no collective
+    assert [t.get_text() for t in ax.texts].count(f"read {newest}") == 2
+    assert "every rank reads" in ax.get_title() and "send" not in ax.get_title().replace("is sent", "")
+    bottom = min(p.get_y() for p in ax.patches)
+    assert ax.get_ylim()[0] > bottom - 0.2  # no empty band below the last row
+    plt.close(fig)

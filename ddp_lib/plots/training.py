@@ -93,7 +93,7 @@ def plot_rank_timeline(rows: dict[str, list[tuple[str, float, float, str]]], tit
             ax.text(start + length / 2, y + 0.2, text, ha="center", va="center", fontsize=8)
     end = max(start + length for boxes in rows.values() for _, start, length, _ in boxes)
     ax.set_xlim(-1.3, end + 0.1)
-    ax.set_ylim(-0.6 * len(rows) + 0.1, 0.55)
+    ax.set_ylim(-0.6 * (len(rows) - 1) - 0.1, 0.55)
     ax.axis("off")
     ax.set_title(title)
     return fig
@@ -132,9 +132,9 @@ def plot_join_timeline():
 
 
 def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
-    """Schematic: a job saves a checkpoint after every epoch (rank 0 writes, then a barrier, in
-    orange), rank 1 crashes in ``crash_epoch``; in a second job rank 0 reads the last checkpoint and
-    sends it to rank 1 (a broadcast, in orange), and both train the rest."""
+    """Schematic of the lesson's runner: a job saves one checkpoint file per epoch (rank 0 writes,
+    then a barrier, in orange), rank 1 crashes in ``crash_epoch``; in a second job every rank reads
+    the newest file itself (no collective: the disk is shared), and both train the rest."""
     rows = {"job 1, rank 0": [], "job 1, rank 1": [], "job 2, rank 0": [], "job 2, rank 1": []}
     for epoch in range(1, crash_epoch):
         x = (epoch - 1) * 1.3
@@ -144,14 +144,14 @@ def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
     rows["job 1, rank 0"].append((f"e{crash_epoch}...", x, 1.0, "stuck"))
     rows["job 1, rank 1"].append(("crash", x, 1.0, "stuck"))
     start = x + 1.2
-    rows["job 2, rank 0"].append(("read", start, 0.65, "work"))
+    newest = f"epoch_{crash_epoch - 1:03d}.pt"
     for rank in (0, 1):
-        rows[f"job 2, rank {rank}"].append(("send" if rank == 0 else "receive", start + 0.7, 1.2, "collective"))
+        rows[f"job 2, rank {rank}"].append((f"read {newest}", start, 2.6, "work"))
         for k, epoch in enumerate(range(crash_epoch, epochs + 1)):
-            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 2.0 + 1.1 * k, 1.0, "work"))
+            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 2.7 + 1.1 * k, 1.0, "work"))
     return plot_rank_timeline(rows, f"e = epoch, then rank 0 saves; orange = collective. "
                                     f"Rank 1 crashes in epoch {crash_epoch}.\n"
-                                    f"In job 2, rank 0 reads epoch {crash_epoch - 1}'s checkpoint, sends it to rank 1")
+                                    f"In job 2, every rank reads {newest} itself: nothing is sent")
 
 
 def plot_sync_batchnorm():

@@ -14,8 +14,9 @@ from it and says so (torchrun --max-restarts 3 restarts a crashed job, which the
 on torch 2.13 also set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, or a restart often fails: lesson 06).
 Only rank 0 reads and writes the checkpoint, so the directory need not be shared while rank 0 runs on
 the machine that wrote it: one machine, or torchrun --node-rank (static rendezvous). Under torchrun's
-c10d rendezvous a restart can make another machine rank 0, which then finds no checkpoint and starts
-from epoch 1: there, use a shared directory.
+c10d rendezvous the ranks are dealt again at each restart: when the set of hosts changes (a requeue, a
+node gone), another machine can become rank 0, find no checkpoint and start from epoch 1: there, use a
+shared directory.
 Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
 A resume with a schedule (make_scheduler) must keep the settings that set its length (--epochs,
 batch size, world size, --accumulate, --warmup-steps): otherwise rank 0 says what to do, and every
