@@ -55,7 +55,7 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
             scaler.update()
             scheduler.step()  # [folded: the learning rate] warm-up, after scaler.step; a skipped step still counts
             sums += torch.stack([loss.detach().float() * len(yb), torch.tensor(float(len(yb)), device=device)])
-        dist.all_reduce(sums)  # [Evaluation done right] the mean over all ranks' samples
+        dist.all_reduce(sums)  # [Logging on rank 0] sums of (loss x n, n): the exact mean over all ranks' samples
         if rank == 0:
             print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
         if rank == 0:  # [folded: saving a checkpoint] all the next step depends on

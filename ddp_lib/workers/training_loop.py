@@ -69,8 +69,8 @@ def train_loop(rank: int, world_size: int, epochs: int = 4, batch_size: int = 16
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
         loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
         model = LoopNet().to(device)
-        # Compile the module, then wrap it. torch.compile(model), not model.compile(): in torch 2.13
-        # model.compile() captures nothing for an nn.Sequential (pytorch/pytorch#150915).
+        # Compile the module, then wrap it. LoopNet could use model.compile() too; torch.compile(model) is the
+        # call that also works for an nn.Sequential in torch 2.13 (pytorch/pytorch#150915), so the lessons use it.
         step_module = torch.compile(model, backend=compile_backend) if compile else model
         ddp_model = DDP(step_module, device_ids=device_ids_for(device))
         optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
