@@ -21,6 +21,12 @@ def test_death_noticed_reads_each_survivor_then_the_verdicts():
         "a connection error on every survivor: True; every survivor before the 10-s timeout: True"]
 
 
+def test_death_noticed_without_verdicts_gives_only_the_survivors_lines():
+    records = {0: {"failed_at": 10.5, "error": "Connection closed by peer [127.0.0.1]:1234"}, 1: {"died_at": 10.0}}
+    assert failure_reading.death_noticed(records, 2, timeout_s=10.0, verdicts=False) == [
+        "2 ranks, rank 0: raised  0.50 s after the death: Connection closed by peer [127.0.0.1]:PORT"]
+
+
 def test_death_noticed_says_when_a_survivor_is_missing_or_waited_for_its_timeout():
     records = {1: {"died_at": 0.0}, 2: {"failed_at": 12.0, "error": "Timed out waiting 10000ms for recv"}}
     verdicts = failure_reading.death_noticed(records, 3, timeout_s=10.0)[-1]

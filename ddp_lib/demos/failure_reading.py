@@ -20,16 +20,18 @@ def is_connection_error(message: str) -> bool:
 
 
 def death_noticed(records: dict[int, dict], world_size: int, timeout_s: float,
-                  first_within_s: float = 3.0) -> list[str]:
+                  first_within_s: float = 3.0, verdicts: bool = True) -> list[str]:
     """What ``faulty_ranks.die_in_collective``'s records (``faulty_ranks.read_records``) show, one
-    line per survivor (how long after the death it raised, and its error), then one line of verdicts:
-    every survivor left a record, the first raised within ``first_within_s``, every error blames a
-    lost connection, and every survivor raised before the group's ``timeout_s``."""
+    line per survivor (how long after the death it raised, and its error), then, with ``verdicts``,
+    one line of verdicts: every survivor left a record, the first raised within ``first_within_s``,
+    every error blames a lost connection, and every survivor raised before the group's ``timeout_s``."""
     died_at = next(record["died_at"] for record in records.values() if "died_at" in record)
     noticed = {rank: (record["failed_at"] - died_at, record["error"])
                for rank, record in records.items() if "failed_at" in record}
     lines = [f"{world_size} ranks, rank {rank}: raised {after:5.2f} s after the death: {readable(error, 60)}"
              for rank, (after, error) in noticed.items()]
+    if not verdicts:
+        return lines
     afters = [after for after, _ in noticed.values()] or [float("inf")]
     lines.append(f"{world_size} ranks: every survivor left a record: {len(noticed) == world_size - 1}; "
                  f"the first failed within {first_within_s:.0f} s: {min(afters) < first_within_s}; "
