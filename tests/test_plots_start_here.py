@@ -36,6 +36,10 @@ def test_ddp_collectives_shows_broadcast_then_all_reduce_per_rank():
     assert "broadcast" in titles[0] and "all-reduce" in titles[1]
     drawn = texts(fig)
     assert drawn.count("weights\nW0") == 5 and drawn.count("gradient\nmean(g)") == 4
+    # the all-reduce combines: its panel has one "mean" box, with an arrow in from and out to each rank
+    assert [t.get_text() for t in fig.axes[1].texts].count("mean") == 1
+    arrows = [a for a in fig.axes[1].texts if a.get_text() == "" and hasattr(a, "xy")]
+    assert len(arrows) == 2 * 4
     plt.close(fig)
 
 

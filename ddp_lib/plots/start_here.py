@@ -93,14 +93,19 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
     steps = [("1. DDP(model): broadcast", "weights\nW{r}", "weights\nW0", "rank 0's weights copied to all"),
              ("2. loss.backward(): all-reduce", "gradient\ng{r}", "gradient\nmean(g)",
               "every rank gets the mean")]
+    middle = (world_size - 0.2) / 2  # the height of the all-reduce's "mean" box
     for panel, (ax, (title, before, after, note)) in enumerate(zip(axes, steps)):
+        if panel == 1:  # every rank's gradient goes into one mean, which every rank gets back
+            _box(ax, 1.6, middle - 0.3, 0.5, 0.6, "mean", "#f0f0f0")
         for rank in range(world_size):
             y = world_size - 1 - rank
             _box(ax, 0.0, y, 1.3, 0.8, before.format(r=rank), RANK_COLOURS[rank])
             _box(ax, 2.4, y, 1.3, 0.8, after, RANK_COLOURS[rank])
-            # the broadcast fans out from rank 0's box (the top row); the all-reduce keeps one arrow per row
-            source_y = world_size - 1 if panel == 0 else y
-            _arrow(ax, (1.35, source_y + 0.4), (2.35, y + 0.4))
+            if panel == 0:  # the broadcast fans out from rank 0's box, the top row
+                _arrow(ax, (1.35, world_size - 0.6), (2.35, y + 0.4))
+            else:
+                _arrow(ax, (1.35, y + 0.4), (1.6, middle))
+                _arrow(ax, (2.1, middle), (2.35, y + 0.4))
         ax.text(1.85, -0.45, note, ha="center", fontsize=9)
         ax.set_xlim(-0.1, 3.8)
         ax.set_ylim(-0.7, world_size)
