@@ -64,7 +64,7 @@ def plot_store_port(port: int = 12355) -> Figure:
     ax.annotate("", xy=(4.3, 1.75), xytext=(2.5, 0.75), arrowprops=dict(arrowstyle="->", color="tab:red"))
     ax.text(5.6, 0.6, f"listen on :{port}?  taken: EADDRINUSE,\n\"address already in use\"", ha="center",
             va="center", fontsize=9, color="tab:red")
-    ax.text(5, -0.15, "under torchrun the agent serves the store instead of rank 0; the clash is the same",
-            ha="center", fontsize=8.5)
+    ax.text(5, -0.15, "under torchrun with a fixed --master-port, the agent serves the store instead of rank 0: "
+            "the same clash", ha="center", fontsize=8.5)
     fig.tight_layout()
     return fig
