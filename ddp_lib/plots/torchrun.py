@@ -38,8 +38,8 @@ def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Fig
     arrow(ax, (4.3, 0.95), (5.5, 0.95), "purple", "<|-|>")
     ax.text(4.9, 0.1, "rank to rank (gloo / nccl): ports picked at run time", ha="center", va="top", fontsize=7,
             color="purple")
-    ax.set_title("Who listens where: the endpoint's host here is node 0, so its agent runs both stores;\n"
-                 "the ranks connect to each other directly", fontsize=10)
+    ax.set_title("Who listens where: here the endpoint's host is node 0, so its agent runs both stores\n"
+                 "(c10d may number another host 0); the ranks connect to each other directly", fontsize=10)
     fig.tight_layout()
     return fig
 
