@@ -146,7 +146,7 @@ def plot_step_schedules(layers: int = 3, strategies: tuple[str, ...] | None = No
 
 def plot_mesh_2x2():
     """A schematic of HSDP's 2x2 DeviceMesh: rank 2 * i + j at row i, column j. Each row is a
-    "shard" group (its ranks split the parameters, reduce-scatter), each column a "replicate" group
+    "shard" group (its ranks split the parameters: all-gather, reduce-scatter), each column a "replicate" group
     (its ranks hold the same shard, all-reduce). Returns the Figure."""
     fig, ax = plt.subplots(figsize=(5.5, 3.2))
     for i in range(2):
@@ -157,7 +157,8 @@ def plot_mesh_2x2():
             ax.text(x + 0.6, y + 0.2, f"shard {j} of each layer", ha="center", va="center", fontsize=7)
         y = 1.2 * (1 - i)  # a row: one shard group
         ax.add_patch(plt.Rectangle((-0.1, y - 0.08), 3.0, 0.96, fill=False, edgecolor="tab:green", lw=2))
-        ax.text(3.0, y + 0.4, f"shard group {i}:\nreduce-scatter", color="tab:green", va="center", fontsize=8)
+        label = f"shard group {i}:\nall-gather,\nreduce-scatter"
+        ax.text(3.0, y + 0.4, label, color="tab:green", va="center", fontsize=8)
     for j in range(2):  # a column: one replicate group
         x = 1.6 * j
         ax.add_patch(plt.Rectangle((x - 0.05, -0.15), 1.3, 2.3, fill=False, edgecolor="tab:red", lw=1.5, ls="--"))
