@@ -14,10 +14,10 @@ def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: in
     """A DDP loop on a 9-parameter model. After step ``every - 1`` (and every ``every`` steps), rank 0
     all-reduces its loss alone, as an evaluation guarded by ``if rank == 0:`` would; the other ranks
     meet it with the next step's gradient all-reduce. With ``batchnorm=True`` a ``BatchNorm1d`` comes
-    first: its buffers make DDP broadcast them at the start of each forward (``broadcast_buffers=True``,
-    the default; skipped after a forward under ``no_grad`` or ``no_sync``), so the other ranks meet the
-    metric with that broadcast instead, and both sides wait until the timeout. Returns the losses, if
-    it ever gets there."""
+    first: its buffers make DDP broadcast them at the start of each forward
+    (``forward_sync_buffers=True``, the default, ``broadcast_buffers`` before torch 2.13; skipped after
+    a forward under ``no_grad`` or ``no_sync``), so the other ranks meet the metric with that broadcast
+    instead, and both sides wait until the timeout. Returns the losses, if it ever gets there."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -49,9 +49,10 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
     """The classic form, with no collective in the evaluation: after each epoch rank 0 alone evaluates
     through the DDP model (``if rank == 0: evaluate(ddp, ...)``), then every rank meets in
     ``dist.barrier()``, as before saving a checkpoint. The model starts with a ``BatchNorm1d``, so DDP
-    broadcasts its buffers at the start of the first forward after a training step, even under
-    ``no_grad`` (``require_forward_param_sync``): rank 0 waits in that broadcast while the others wait
-    in the barrier, until the timeout. With ``through_module=True`` rank 0 evaluates ``ddp.module``,
+    broadcasts its buffers (``forward_sync_buffers=True``, the default) at the start of its first
+    forward and of the first forward after a training step, even under ``no_grad``
+    (``require_forward_param_sync``): rank 0 waits in that broadcast while the others wait in the
+    barrier, until the timeout. With ``through_module=True`` rank 0 evaluates ``ddp.module``,
     the plain model, which runs no collective: the fix. With ``probe=True`` rank 0 first calls
     ``monitored_barrier`` on a gloo group made for it, which names the ranks that skip the branch.
     Returns rank 0's evaluation loss per epoch (an empty list on the other ranks)."""

@@ -18,10 +18,12 @@ def _lanes(ax, names: list[str]) -> None:
         ax.spines[side].set_visible(False)
 
 
-def plot_dead_rank(world_size: int = 3) -> Figure:
-    """Every rank all-reduces in a loop; rank 1 is killed; the survivors' collectives break one
-    after another as the dead rank's connections, then the failed survivors', close."""
+def plot_dead_rank(world_size: int = 4) -> Figure:
+    """Every rank all-reduces in a loop; rank 1 is killed; its two neighbours in gloo's ring (ranks 0
+    and 2) raise together, as its connections close; any other survivor raises soon after, as the
+    failed survivors' connections close."""
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * world_size))
+    neighbours = {0, 2 % world_size}
     for rank in range(world_size):
         y = world_size - 1 - rank
         if rank == 1:
@@ -30,12 +32,12 @@ def plot_dead_rank(world_size: int = 3) -> Figure:
             ax.plot(3, y, "kX", markersize=14)
             ax.text(3.15, y, "SIGKILL: gone, no exception", va="center", fontsize=9)
         else:
-            end = 3.3 if rank == 0 else 4.1
+            end = 3.3 if rank in neighbours else 4.1
             ax.barh(y, end, left=0, color=SURVIVOR, edgecolor="black")
             ax.text(1.5, y, "all_reduce loop", ha="center", va="center")
             ax.plot(end, y, "rX", markersize=12)
-            label = ("one survivor raises at once: connection closed" if rank == 0
-                     else "the others soon after, as connections close")
+            label = ("rank 1's ring neighbour: raises at once, connection closed" if rank in neighbours
+                     else "soon after, as the raised ranks' connections close")
             ax.text(end + 0.15, y, label, color="red", va="center", fontsize=9)
     ax.axvline(3, color="grey", linestyle=":")
     ax.set_xlim(0, 9)
