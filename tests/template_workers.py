@@ -30,3 +30,16 @@ def train_with_cosine(rank: int, world_size: int, crash_after_epoch: int = 0, **
 
     template.save_checkpoint = save_then_crash
     return template.train_job(rank, world_size, **kwargs)
+
+
+def setup_job_with_one_gpu(rank: int, world_size: int) -> dict:
+    """template.setup_job on a machine that (as faked here) shows CUDA with one GPU: with more ranks
+    than GPUs it must join on gloo with the CPU, as ddp_lib's own runners do, not nccl."""
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.is_available = lambda: True
+    torch.cuda.device_count = lambda: 1
+    device = template.setup_job(rank, world_size)
+    dist.barrier()
+    return {"device": str(device), "backend": dist.get_backend()}

@@ -35,9 +35,9 @@ def test_report_prints_means_ranges_and_epochs_2_and_3():
     one_rank = [[0.5, 0.3, 0.10], [0.5, 0.3, 0.20]]
     losses = {"lr 0.1": [[0.6, 0.5, 0.30], [0.6, 0.5, 0.40]], "lr 0.4": [[0.4, 0.2, 0.105], [0.4, 0.4, 0.25]]}
     assert lr_scaling_report(summarize_lr_scaling(losses, one_rank)).splitlines() == [
-        "1 rank, lr 0.1: mean final loss 0.150 (2 seeds: 0.100 to 0.200)",
-        "        lr 0.1: mean final loss 0.350 (2 seeds: 0.300 to 0.400)",
-        "        lr 0.4: mean final loss 0.177 (2 seeds: 0.105 to 0.250)",
+        " 1 rank, lr 0.1: mean final loss 0.150 (2 seeds: 0.100 to 0.200)",
+        "4 ranks, lr 0.1: mean final loss 0.350 (2 seeds: 0.300 to 0.400)",
+        "4 ranks, lr 0.4: mean final loss 0.177 (2 seeds: 0.105 to 0.250)",
         "lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: True",
         "mean loss after epoch 2: lr 0.1 0.500, lr 0.4 0.300",
         "mean loss after epoch 3: lr 0.1 0.350, lr 0.4 0.177",

@@ -230,3 +230,26 @@ def test_a_checkpoint_of_another_model_is_refused_before_any_resuming_line(tmp_p
     assert "delete it or choose another --checkpoint-dir" in str(caught.value), caught.value
     printed = "".join(caught.value.outputs[0])
     assert "resuming" not in printed, printed  # no rank resumed, so none says so
+
+
+@pytest.mark.parametrize("env, world_size, gpus, expected", [
+    ({}, 2, 2, True),                                      # mp.spawn: both ranks here, a GPU each
+    ({}, 2, 1, False),                                     # mp.spawn on one GPU: gloo on the CPU
+    ({"RANK": "0", "LOCAL_WORLD_SIZE": "2"}, 2, 1, False),  # torchrun --nproc-per-node 2 on one GPU
+    ({"RANK": "0", "LOCAL_WORLD_SIZE": "2"}, 8, 2, True),   # torchrun on 4 nodes of 2 GPUs
+    ({"RANK": "3"}, 4, 1, True),                           # a scheduler shows each rank its own GPU
+    ({}, 2, 0, False),                                     # no GPU
+])
+def test_setup_job_takes_nccl_only_with_a_gpu_for_every_local_rank(monkeypatch, env, world_size, gpus, expected):
+    for name in ("RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    assert template.gpus_for_every_rank(world_size) is expected
+
+
+def test_setup_job_with_more_ranks_than_gpus_joins_on_gloo_with_the_cpu():
+    results = run_ranks(template_workers.setup_job_with_one_gpu, 2)
+    assert results == [{"device": "cpu", "backend": "gloo"}] * 2, results

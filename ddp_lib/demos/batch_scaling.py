@@ -80,9 +80,9 @@ def lr_scaling_report(scaling: dict) -> str:
     loss with its range over the seeds, whether lr 0.4 ends nearer 1 rank on every seed, and the mean
     losses after epochs 2 and 3."""
     lines = []
-    for name, label in {"1 rank, lr 0.1": ONE_RANK, **FOUR_RANKS}.items():
+    for name, label in {"1 rank, lr 0.1": ONE_RANK, **{f"4 ranks, {lr}": v for lr, v in FOUR_RANKS.items()}}.items():
         low, high = (curve[-1] for curve in scaling["ranges"][label])
-        lines.append(f"{name:>14}: mean final loss {scaling['means'][label][-1]:.3f} "
+        lines.append(f"{name:>15}: mean final loss {scaling['means'][label][-1]:.3f} "
                      f"({scaling['seeds']} seeds: {low:.3f} to {high:.3f})")
     lines.append(f"lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: {scaling['closer_every_seed']}")
     for epoch in (2, 3):

@@ -291,16 +291,30 @@ def setup_job(rank: int, world_size: int) -> torch.device:
     # torchrun and ddp_lib's launcher set these; mp.spawn does not, so give the tutorial's defaults.
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "12355")
-    if torch.cuda.is_available():
+    if gpus_for_every_rank(world_size):
         local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the rank's index on this machine
         # Lesson 03's device rule: the modulo also fits a scheduler that shows each rank one GPU only.
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", rank=rank, world_size=world_size, device_id=device)
-    else:
+    else:  # no GPU, or fewer GPUs than ranks on this machine: nccl refuses two ranks on one GPU
         device = torch.device("cpu")
         dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        if rank == 0 and torch.cuda.is_available():
+            print(f"{torch.cuda.device_count()} GPU(s) for {local_ranks(world_size)} ranks on this machine: "
+                  "gloo on the CPU", flush=True)
     return device
+
+
+def local_ranks(world_size: int) -> int:
+    """The ranks on this machine: LOCAL_WORLD_SIZE where torchrun or ddp_lib's launcher set it; all of
+    them under mp.spawn (no RANK set); else 1 (a scheduler that starts each rank itself)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", 1 if "RANK" in os.environ else world_size))
+
+
+def gpus_for_every_rank(world_size: int) -> bool:
+    """True where CUDA shows at least one GPU for each rank on this machine (then nccl, one GPU each)."""
+    return torch.cuda.is_available() and torch.cuda.device_count() >= local_ranks(world_size)
 
 
 def run_rank(rank: int, world_size: int, *settings) -> None:
@@ -330,7 +344,8 @@ if __name__ == "__main__":
     parser.add_argument("--checkpoint-dir", default="checkpoints",
                         help="where last.pt is saved; a last.pt already there is resumed (default: %(default)s)")
     parser.add_argument("--world-size", type=int, default=torch.cuda.device_count() or 2,
-                        help="processes to start without torchrun (default: one per GPU, or 2)")
+                        help="processes to start without torchrun (default: one per GPU, or 2; "
+                             "more ranks than GPUs: gloo on the CPU)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the weights and the data order (default: %(default)s)")
     parser.add_argument("--warmup-steps", type=int, default=0,
@@ -338,8 +353,6 @@ if __name__ == "__main__":
     parser.add_argument("--accumulate", type=int, default=1,
                         help="batches per optimizer step, no_sync between (default: %(default)s)")
     args = parser.parse_args()
-    if torch.cuda.is_available() and "RANK" not in os.environ and args.world_size > torch.cuda.device_count():
-        parser.error(f"--world-size {args.world_size} needs as many GPUs; this machine has {torch.cuda.device_count()}")
     # In train_job's order: mp.spawn passes arguments by position, after the rank.
     settings = (args.epochs, args.batch_size, args.lr, args.seed, args.checkpoint_dir, args.warmup_steps,
                 args.accumulate)
