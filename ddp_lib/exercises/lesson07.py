@@ -127,19 +127,19 @@ def check_missing_reading(named: object, waiting_in: object = None) -> Report:
     report = _check_named(named, 3, "the ranks rank 0's error names, as a set of ints", wrong)
     kind = waiting_in.strip().lower().replace("-", "_") if isinstance(waiting_in, str) else ""
     if not kind:
-        report.fail("write the kind of collective ranks 1 and 2 wait in, as a str; "
+        report.fail("write the kind of collective the other ranks wait in, as a str; "
                     f"got they_wait_in={waiting_in!r}")
     elif "broadcast" in kind:
         report.ok("they wait in DDP's broadcast (step 1's bucket rebuild) on DDP's own group, so neither "
                   "comes to the check on the default group")
     elif "monitored" in kind or "barrier" in kind:
-        report.fail("the monitored barrier is the check rank 0 waits in; ranks 1 and 2 never reach it: "
+        report.fail("the monitored barrier is the check rank 0 waits in; the other ranks never reach it: "
                     "where are they after step 0? Read the section's last paragraph")
     elif "all_reduce" in kind or "allreduce" in kind:
-        report.fail("the all-reduce is rank 0's stray call; ranks 1 and 2 went on to step 1's forward: "
+        report.fail("the all-reduce is rank 0's stray call; the other ranks went on to step 1's forward: "
                     "which collective does DDP run there? Read the section's last paragraph")
     else:
-        report.fail(f"{waiting_in!r} is not the collective ranks 1 and 2 wait in: they are in step 1's forward, "
+        report.fail(f"{waiting_in!r} is not the collective the other ranks wait in: they are in step 1's forward, "
                     "inside DDP (the section's last paragraph names it)")
     return report
 
