@@ -341,4 +341,8 @@ def run_rank(spec: RankSpec, wake_conn, lifeline, inherited_lifeline_fd: int | N
     except BaseException as exc:  # report everything, KeyboardInterrupt and SystemExit included
         kept.append(exc)  # its traceback holds the worker's frames: keep them too
         reporter.finish(1, ("error", _describe(exc)))
+    # The watcher polls: a worker that changed MASTER_ADDR/MASTER_PORT and finished before its next
+    # look must be told too, or it passes by luck of timing.
+    if spec.store_env and (problem := _store_env_changed(spec.store_env)):
+        reporter.finish(1, ("error", Failure("", problem, time=time.time())))
     reporter.finish(0, ("ok", value))
