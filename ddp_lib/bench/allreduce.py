@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ddp_lib.bench.model import fit_alpha_beta
-from ddp_lib.bench.ranks import allreduce_sweep
+from ddp_lib.bench.ranks import allreduce_sweep, loops_per_timing
 from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, human_bytes, run_main
 from ddp_lib.bench.stats import median
 from ddp_lib.launch import run_ranks
@@ -176,11 +176,6 @@ def held_fit(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYT
     """(alpha in seconds, beta in bytes per second) fitted to ``world_size``'s medians from ``from_bytes`` up."""
     mine = [r for r in result["rows"] if r["world_size"] == world_size and r["bytes"] >= from_bytes]
     return fit_alpha_beta([r["bytes"] for r in mine], [r["time_us"] * 1e-6 for r in mine])
-
-
-def loops_per_timing(nbytes: int) -> int:
-    """How many all-reduces ``allreduce_sweep`` times in one loop for a message of ``nbytes``."""
-    return max(1, min(20, (4 << 20) // nbytes))
 
 
 def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYTES) -> str:

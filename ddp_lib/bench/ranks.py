@@ -32,6 +32,11 @@ def _slowest(times: list[float]) -> list[float]:
     return t.tolist()
 
 
+def loops_per_timing(nbytes: int) -> int:
+    """How many all-reduces ``allreduce_sweep`` times in one loop for a message of ``nbytes``."""
+    return max(1, min(20, (4 << 20) // nbytes))
+
+
 def size_order(n_sizes: int, repeat: int) -> list[int]:
     """The order in which ``allreduce_sweep`` visits its sizes in one repeat: every size once,
     shuffled with the repeat as seed, so every rank draws the same order and a moment of load
@@ -54,7 +59,7 @@ def allreduce_sweep(rank: int, world_size: int, sizes: list[int], repeats: int =
             sides["ring_s"] = ring_all_reduce
         tensors = [torch.ones(max(1, nbytes // 4), device=device) for nbytes in sizes]
         # Small messages take microseconds: time a loop and divide, as nccl-tests does.
-        iters = [max(1, min(20, (4 << 20) // nbytes)) for nbytes in sizes]
+        iters = [loops_per_timing(nbytes) for nbytes in sizes]
         times: list[dict[str, list[float]]] = [{name: [] for name in sides} for _ in sizes]
         for repeat in range(repeats + 1):  # the first round is warm-up
             for i in size_order(len(sizes), repeat):
