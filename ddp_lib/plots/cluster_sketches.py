@@ -41,7 +41,7 @@ def plot_nnodes_mismatch() -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.0))
     cases = [(3, 2, "a round of 2 nodes: the job runs", "green"),
              (2, 3, "node1's count (3) is not reached. node0 checks, but no\n"
-                        "last-call deadline was ever set, so the round never closes:\n"
+                        "deadline to close the round was ever set, so it never closes:\n"
                         "node0 times out, node1 finds the rendezvous closed\n"
                         "or its store gone", "red")]
     for ax, (first, second, verdict, colour) in zip(axes, cases):
