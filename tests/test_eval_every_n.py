@@ -40,10 +40,25 @@ def test_rank_0_evaluating_through_ddp_waits_in_the_buffer_broadcast_while_the_o
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_the_probe_before_evaluate_ddp_names_every_rank_that_skips_the_branch(world_size):
     with pytest.raises(WorkerError) as caught:
-        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, world_size, kwargs=dict(probe=True),
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, world_size, kwargs=dict(probe="branch"),
                   show_output=False)
     missing = ", ".join(str(rank) for rank in range(1, world_size))
     assert f"Ranks {missing} failed to pass monitoredBarrier in 3000 ms" in caught.value.failures[0]
+
+
+def test_the_probe_at_the_epoch_end_names_rank_0_held_in_evaluate_ddp():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 3, kwargs=dict(probe="epoch_end"), show_output=False)
+    failures = caught.value.failures
+    for rank in (1, 2):
+        assert (f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting for "
+                "send/recv from rank 0") in failures[rank]
+
+
+def test_an_unknown_probe_is_refused():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 1, kwargs=dict(probe=True), show_output=False)
+    assert caught.value.exc_type == "ValueError"
 
 
 def test_rank_0_evaluating_ddp_module_runs_no_collective_and_every_epoch_ends():

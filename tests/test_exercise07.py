@@ -62,7 +62,7 @@ def test_barrier_reading_right_answers_written_differently_pass():
 def test_barrier_reading_mistakes_are_named():
     assert "FAIL write your reading" in str(check_barrier_reading(None))
     assert "FAIL write your reading" in str(check_barrier_reading("Ranks 1, 2, 3"))
-    assert "the 3-rank run's message: run the cell with 4 ranks" in str(check_barrier_reading({1, 2}))
+    assert "that is what 3 ranks give: run the cell with 4 ranks" in str(check_barrier_reading({1, 2}))
     assert "wait_all_ranks=True" in str(check_barrier_reading([1]))
     assert "rank 0 wrote the message" in str(check_barrier_reading({0, 1, 2, 3}))
     assert "rank 4: the run has ranks 0 to 3 only" in str(check_barrier_reading({1, 2, 3, 4}))

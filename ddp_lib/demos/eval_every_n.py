@@ -45,7 +45,7 @@ def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: in
 
 
 def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bool = False, epochs: int = 2,
-                                  timeout_s: float = 3.0, probe: bool = False) -> list[float]:
+                                  timeout_s: float = 3.0, probe: str = "") -> list[float]:
     """The classic form, with no collective in the evaluation: after each epoch rank 0 alone evaluates
     through the DDP model (``if rank == 0: evaluate(ddp, ...)``), then every rank meets in
     ``dist.barrier()``, as before saving a checkpoint. The model starts with a ``BatchNorm1d``, so DDP
@@ -53,8 +53,11 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
     forward and of the first forward after a training step, even under ``no_grad``
     (``require_forward_param_sync``): rank 0 waits in that broadcast while the others wait in the
     barrier, until the timeout. With ``through_module=True`` rank 0 evaluates ``ddp.module``,
-    the plain model, which runs no collective: the fix. With ``probe=True`` rank 0 first calls
-    ``monitored_barrier`` on a gloo group made for it, which names the ranks that skip the branch.
+    the plain model, which runs no collective: the fix. ``probe`` adds ``monitored_barrier``, on a
+    gloo group made for it: ``"epoch_end"`` puts it in place of the epoch-end ``dist.barrier()``, where
+    every rank should pass, so ranks 1 and up reach it and name rank 0, held in ``evaluate(ddp, ...)``;
+    ``"branch"`` puts it in rank 0's branch, before the evaluation, so rank 0 names every rank that
+    skips the branch.
     Returns rank 0's evaluation loss per epoch (an empty list on the other ranks)."""
     import torch
     import torch.distributed as dist
@@ -73,6 +76,8 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
     with process_group(rank, world_size, timeout=timeout):
         # The probe's group: every rank creates it (groups are numbered in creation order), only gloo
         # implements monitored_barrier, so a GPU job on nccl needs it too.
+        if probe not in ("", "epoch_end", "branch"):
+            raise ValueError(f'probe must be "", "epoch_end" or "branch", not {probe!r}')
         probe_group = dist.new_group(backend="gloo", timeout=timeout) if probe else None
         torch.manual_seed(0)
         ddp = DDP(torch.nn.Sequential(torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1)))
@@ -87,8 +92,11 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
                 loss.backward()
                 optimizer.step()
             if rank == 0:  # only rank 0 evaluates
-                if probe:  # while debugging: names the ranks that do not come, then remove it
+                if probe == "branch":  # while debugging: names the ranks that do not come, then remove it
                     dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)
                 evaluations.append(round(evaluate(ddp.module if through_module else ddp, inputs, targets), 4))
-            dist.barrier()  # every rank: wait for the evaluation, as before saving a checkpoint
+            if probe == "epoch_end":  # while debugging, in place of the barrier: names a rank that does not come
+                dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)
+            else:
+                dist.barrier()  # every rank: wait for the evaluation, as before saving a checkpoint
         return evaluations

@@ -106,10 +106,11 @@ def _check_named(named: object, world_size: int, form: str, wrong: Callable[[set
 
 
 def check_barrier_reading(named: object) -> Report:
-    """Exercise 1: the ranks that rank 0's monitored-barrier message names on 4 ranks (1, 2 and 3)."""
+    """Exercise 1: the ranks that rank 0's monitored-barrier message names on 4 ranks, the probe in rank 0's
+    branch (``probe="branch"``): 1, 2 and 3."""
     def wrong(ranks: set[int]) -> str | None:
         if ranks == {1, 2}:
-            return "that is the 3-rank run's message: run the cell with 4 ranks (run_ranks(..., 4))"
+            return "that is what 3 ranks give: run the cell with 4 ranks (run_ranks(..., 4, ...))"
         if len(ranks) == 1:
             return ("wait_all_ranks=True makes rank 0 wait for every rank and name all that did not come, "
                     "not the first only: read the whole message")
