@@ -69,8 +69,8 @@ def broadcast_from_0(rank: int, world_size: int) -> dict:
         mine = torch.arange(1.0, world_size + 1) + 10 * rank  # rank r: [10r + 1, ..., 10r + world_size]
         before = mine.tolist()
         dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
-        # Rank 0 needs no other rank's data, so it may finish first; but it serves the store, which a
-        # slower rank may still be using. Leave together.
+        # Rank 0 needs no other rank's data, so it may finish first; but a slower rank may still need
+        # rank 0's process, as its peer or as the store's server. Leave together.
         dist.barrier()
         return {"name": "broadcast", "rank": rank, "before": before, "after": mine.tolist(), "defined": True}
     finally:
