@@ -49,6 +49,7 @@ def test_busy_port_names_the_port_and_job_map_the_spawn_call():
     plt.close(fig)
     fig = plot_job_map(world_size=2)
     assert "args=(world_size,)" in texts(fig) and "fn(1, 2)" in texts(fig)
+    assert "run by the notebook's process" in texts(fig)  # mp.spawn is no process of its own
     plt.close(fig)
 
 

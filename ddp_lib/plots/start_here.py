@@ -33,7 +33,9 @@ def plot_job_map(world_size: int = 4) -> Figure:
     fig, ax = plt.subplots(figsize=(9, 5.2))
     width = 1.6 * world_size
     _box(ax, width / 2 - 1.4, 4.3, 2.8, 0.55, "notebook (Jupyter kernel)", "#f0f0f0")
-    _box(ax, width / 2 - 1.7, 3.3, 3.4, 0.55, "launcher: torch's mp.spawn", "#f0f0f0")
+    # mp.spawn is a function: it runs in the notebook's process and starts the ranks from there.
+    _box(ax, width / 2 - 2.2, 3.3, 4.4, 0.55, "launcher: torch's mp.spawn, a function\nrun by the notebook's process",
+         "#f0f0f0")
     _arrow(ax, (width / 2, 4.3), (width / 2, 3.85), "mp.spawn(fn, args=(world_size,), nprocs=world_size)")
     centres = []
     for rank in range(world_size):
@@ -59,7 +61,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
                         arrowprops=dict(arrowstyle="<->", color="grey", connectionstyle="arc3,rad=0.35"))
     ax.text(width + 0.1, 0.2, "2. process group: ranks\n    talk directly (gloo, nccl);\n    collectives run here",
             fontsize=8, va="center")
-    ax.set_xlim(min(-0.1, width / 2 - 2.0), width + 2.2)  # the store's box is wider than 2 ranks
+    ax.set_xlim(min(-0.1, width / 2 - 2.3), width + 2.2)  # the launcher's and store's boxes are wider than 2 ranks
     ax.set_ylim(-1.1, 5.0)
     ax.axis("off")
     ax.set_title(f"What runs where: one notebook, one launcher, {world_size} processes, one group")
