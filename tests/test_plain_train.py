@@ -42,3 +42,28 @@ def test_plain_train_runs_under_torchrun_and_resumes_exactly(tmp_path):
     resumed = _lines(_run(broken, "--resume"))
     assert first[:2] == lines[:2]
     assert resumed == lines[2:]  # epoch 2 and the accuracy, as in the unbroken run
+
+
+def test_evaluate_scores_every_sample_once():
+    """Each rank's shard, with the all-reduce of a one-process group leaving its counts as they are:
+    the shards of 3 ranks count 11 samples once each and add up to the exact accuracy."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import TensorDataset
+
+    from ddp_lib.demos.plain_train import evaluate
+
+    torch.manual_seed(0)
+    dataset = TensorDataset(torch.randn(11, 2), torch.randint(0, 2, (11,)))
+    model = nn.Linear(2, 2)
+    exact = (model(dataset.tensors[0]).argmax(1) == dataset.tensors[1]).float().mean().item()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        sizes = [len(range(rank, 11, 3)) for rank in range(3)]
+        accuracies = [evaluate(model, dataset, rank, 3, torch.device("cpu")) for rank in range(3)]
+    finally:
+        dist.destroy_process_group()
+    assert sizes == [4, 4, 3]
+    assert abs(sum(a * n for a, n in zip(accuracies, sizes)) / 11 - exact) < 1e-6
+    assert model.training  # evaluate puts the model back in training mode
