@@ -188,6 +188,18 @@ def test_the_new_lesson04_schematics_draw():
                                   plot_unused_head))
 
 
+def test_the_ddp_cycle_has_four_boxes_with_their_sections():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.buckets import DDP_CYCLE, plot_ddp_cycle
+
+    fig = plot_ddp_cycle()
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert len(fig.axes[0].patches) == 4
+    assert {call for call, *_ in DDP_CYCLE} <= texts and {where for *_, where in DDP_CYCLE} <= texts
+
+
 def test_no_sync_needs_the_forward_inside_it():
     # Lesson 04: a forward outside no_sync() makes the backward inside it synchronise anyway.
     for inside, expected in ((True, [0, 1]), (False, [1, 1])):
