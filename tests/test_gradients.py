@@ -130,10 +130,11 @@ def test_find_unused_parameters_adds_one_allreduce_per_step():
     assert runs[True]["collectives_per_step"] == [{"allreduce_": 2}] * 3
 
 
-def test_ddp_reducer_multiplies_by_one_over_world_size_the_python_hook_and_a_kept_bucket_view_divide():
+def test_ddp_reducer_multiplies_by_one_over_world_size_the_python_hook_a_kept_bucket_view_and_batched_copy_divide():
     for r in run_ranks(gradients.reducer_scaling, 3, show_output=False):
         assert r["entries_that_differ"] > 0
-        assert (r["built_in"], r["allreduce_hook"], r["bucket_view"]) == ("multiplied", "divided", "divided")
+        assert (r["built_in"], r["allreduce_hook"], r["bucket_view"], r["batched_copy"]) == (
+            "multiplied", "divided", "divided", "divided")
 
 
 def test_scratch_buckets_overlap_backward_and_allreduce_after_backward_does_not():
@@ -186,6 +187,18 @@ def test_the_new_lesson04_schematics_draw():
 
     assert all(f().axes for f in (plot_batch_split, plot_copy_vs_view, plot_fp16_flush_zone, plot_no_sync,
                                   plot_unused_head))
+
+
+def test_the_ddp_cycle_has_four_boxes_with_their_sections():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.buckets import DDP_CYCLE, plot_ddp_cycle
+
+    fig = plot_ddp_cycle()
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert len(fig.axes[0].patches) == 4
+    assert {call for call, *_ in DDP_CYCLE} <= texts and {where for *_, where in DDP_CYCLE} <= texts
 
 
 def test_no_sync_needs_the_forward_inside_it():

@@ -1,5 +1,6 @@
 """Lesson 04's pictures of buckets: their layouts, and what overlap saves when communication is slow: a
-schematic of two ways of putting buckets on a slow wire, and the measured backward times of each pass."""
+schematic of two ways of putting buckets on a slow wire, and the measured backward times of each pass;
+and the Summary's picture of one rank's whole DDP cycle (construction, forward, backward, step)."""
 
 from __future__ import annotations
 
@@ -102,5 +103,56 @@ def plot_scratch_ways(params: int = 6, per_bucket: int = 2) -> Figure:
     ax.set_xlabel("time (arbitrary units); p = a parameter's all-reduce, b = a bucket's")
     ax.set_title("When the three scratch DDPs send (one gradient ready per time unit)")
     ax.invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+DDP_CYCLE = (
+    ("DDP(model)", "construction", ("check that every rank's shapes match", "broadcast rank 0's parameters",
+                                    "  and buffers", "buckets for step 0: by default,", "  one of all parameters"),
+     "sections 1, 4"),
+    ("ddp_model(x)", "forward", ("broadcast buffers, unless the last",
+                                 "  ran under no_grad or no_sync",
+                                 "step 1: buckets rebuilt in the", "  order backward made gradients",
+                                 "find_unused_parameters: walk the", "  graph after it, mark unused ones"),
+     "sections 1, 4, 6"),
+    ("loss.backward()", "backward", ("gradient ready: x 1/N, into its",
+                                     "  bucket (by default)",
+                                     "bucket full: its all-reduce starts,", "  buckets in order",
+                                     "last bucket started: wait for all,", "  the means land in .grad",
+                                     "inside no_sync(): nothing sent",
+                                     "a comm hook replaces the all-reduce"),
+     "sections 2, 4, 5, 7"),
+    ("optimizer.step()", "step", ("local: the same mean gradient", "  on the same weights gives", "  the same step"),
+     "sections 2, 3"),
+)
+
+
+def plot_ddp_cycle() -> Figure:
+    """Schematic of one DDP training step on one rank: construction once, then forward, backward and
+    the optimizer step, each box listing what DDP does there and the sections of lesson 04 that show it."""
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    width, gap, top = 2.5, 0.4, 4.4
+    for k, (call, phase, lines, where) in enumerate(DDP_CYCLE):
+        left = k * (width + gap)
+        colour = "lightgray" if k == 0 else COMM_COLOURS[0] if k == 2 else "white"
+        ax.add_patch(plt.Rectangle((left, 0.3), width, top - 0.3, facecolor=colour, edgecolor="black", alpha=0.6))
+        ax.text(left + width / 2, top - 0.25, call, ha="center", va="center", fontsize=9, family="monospace",
+                weight="bold")
+        ax.text(left + width / 2, top - 0.6, phase + (", once" if k == 0 else ", every step"), ha="center",
+                va="center", fontsize=8, style="italic")
+        for i, line in enumerate(lines):
+            ax.text(left + 0.1, top - 1.0 - 0.36 * i, line, va="center", fontsize=7.5)
+        ax.text(left + width / 2, 0.5, where, ha="center", va="center", fontsize=8)
+        if k:
+            ax.annotate("", xy=(left, top / 2), xytext=(left - gap, top / 2),
+                        arrowprops=dict(arrowstyle="->", color="black"))
+    ax.annotate("", xy=(width + gap + width / 2, 0.3), xytext=(4 * width + 3 * gap - width / 2, 0.3),
+                arrowprops=dict(arrowstyle="->", color="gray", connectionstyle="arc3,rad=-0.15"))
+    ax.text(2.5 * width + 2 * gap, -0.25, "next step", ha="center", fontsize=8, color="gray")
+    ax.set_xlim(-0.1, 4 * width + 3 * gap + 0.1)
+    ax.set_ylim(-0.5, top + 0.1)
+    ax.axis("off")
+    ax.set_title("One rank's DDP, end to end: what each call does, and where this lesson shows it")
     fig.tight_layout()
     return fig

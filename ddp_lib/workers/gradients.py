@@ -77,8 +77,9 @@ def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_bat
 def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) -> dict:
     """Give every rank the same gradient ``g`` (n float32 values) and let DDP's backward average it,
     with no communication hook (the reducer's built-in all-reduce), with torch's Python
-    ``allreduce_hook``, and with ``gradient_as_bucket_view=True`` once ``.grad`` already is a view
-    into its bucket (a first backward, then ``.grad`` zeroed in place). Returns n, on how many entries
+    ``allreduce_hook``, with ``gradient_as_bucket_view=True`` once ``.grad`` already is a view
+    into its bucket (a first backward, then ``.grad`` zeroed in place), and with ``batched_grad_copy=True``
+    (a bucket's gradients copied in one go). Returns n, on how many entries
     ``g * (1 / world_size)`` and ``g / world_size`` differ in float32, and, for each way, which of the
     two summed over the ranks DDP's .grad equals bit for bit ("multiplied", "divided" or "neither").
 
@@ -94,9 +95,10 @@ def reducer_scaling(rank: int, world_size: int, seed: int = 0, n: int = 4096) ->
         sums = {name: sum([t] * world_size, torch.zeros_like(t)) for name, t in
                 (("multiplied", multiplied), ("divided", divided))}
         result = {"n": n, "entries_that_differ": int((multiplied != divided).sum())}
-        for way in ("built_in", "allreduce_hook", "bucket_view"):
+        for way in ("built_in", "allreduce_hook", "bucket_view", "batched_copy"):
             layer = nn.Linear(n, 1, bias=False)  # the gradient of its weight for input g is exactly g
-            ddp_model = wrap_ddp(layer.to(device), device, gradient_as_bucket_view=way == "bucket_view")
+            ddp_model = wrap_ddp(layer.to(device), device, gradient_as_bucket_view=way == "bucket_view",
+                                 batched_grad_copy=way == "batched_copy")
             if way == "allreduce_hook":
                 ddp_model.register_comm_hook(None, default_hooks.allreduce_hook)
             if way == "bucket_view":  # a first backward makes .grad a view into the bucket; zero it in place
