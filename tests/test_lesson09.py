@@ -607,3 +607,17 @@ def test_compile_split_lines_prints_each_rank_and_the_verdicts():
     assert len(lines) == 4 + 5 and all(line.endswith("True") for line in lines[4:])
     late = compile_split_lines([rank(0, 0), rank(1, 2)])  # rank 0's all-reduces all waited
     assert late[4 + 2].endswith("False") and late[4 + 3].endswith("True")
+
+
+def test_hide_profiler_skip_warning_keeps_errors_only():
+    import logging
+
+    from ddp_lib.demos.loop_runs import hide_profiler_skip_warning
+
+    logger = logging.getLogger("torch._dynamo.variables.ctx_manager")
+    before = logger.level
+    try:
+        hide_profiler_skip_warning()
+        assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
+    finally:
+        logger.setLevel(before)

@@ -7,6 +7,7 @@ computes (tests/test_lesson09.py).
     run_ranks(measured_runs, 2, kwargs=dict(runs={"bf16": dict(precision="bf16")}))
 """
 
+import logging
 import os
 import statistics
 import time
@@ -181,6 +182,12 @@ def counting_backend(name: str, graphs: list[torch.fx.GraphModule]) -> Callable:
         return compile_graph(gm, example_inputs)
 
     return backend
+
+
+def hide_profiler_skip_warning() -> None:
+    """Hide the warning dynamo logs once when it skips the profiler range that DDP's forward opens
+    (logger ``torch._dynamo.variables.ctx_manager``); its errors still show."""
+    logging.getLogger("torch._dynamo.variables.ctx_manager").setLevel(logging.ERROR)
 
 
 def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
