@@ -131,8 +131,8 @@ def plot_who_serves_the_store(nprocs: int = 2) -> Figure:
     arrow(spawn_ax, (2.4, 1.0), (2.1, 1.7), "tab:blue", "<|-|>")
     arrow(spawn_ax, (6.6, 1.0), (3.9, 2.0), "tab:blue")
     spawn_ax.text(6.4, 1.9, "connects", fontsize=8, color="tab:blue")
-    # torchrun: the agent runs the rendezvous, serves the store, then starts the ranks.
-    box(torchrun_ax, 0.3, 3.3, 4.2, 0.8, "agent (torchrun's process)\nruns the rendezvous", "#fde9c9")
+    # torchrun: the agent picks a free port, serves the store there, then starts the ranks.
+    box(torchrun_ax, 0.3, 3.3, 4.2, 0.8, "agent (torchrun's process)\npicks a free port", "#fde9c9")
     box(torchrun_ax, 5.6, 3.3, 4.1, 0.8, "store on MASTER_PORT\n(served by the agent)", "#d9ead3")
     arrow(torchrun_ax, (4.5, 3.7), (5.6, 3.7), "#b07000")
     torchrun_ax.text(5.05, 3.85, "serves", fontsize=7.5, ha="center", color="#b07000")
