@@ -1,0 +1,24 @@
+"""last_line and own_line read a traceback's error line, and the caller's own line in it."""
+
+import sys
+
+from ddp_lib.errors import last_line, own_line
+
+
+def test_last_line_and_own_line_read_a_real_traceback(tmp_path):
+    mine = tmp_path / "mine.py"
+    mine.write_text("def f():\n    return 1 / 0\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import mine
+        try:
+            mine.f()
+        except ZeroDivisionError as exc:
+            import traceback
+            text = "".join(traceback.format_exception(exc))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mine", None)
+    assert last_line(text) == "ZeroDivisionError: division by zero"
+    assert last_line(ZeroDivisionError("x\n")) == "x" and last_line("  \n", "none") == "none"
+    assert own_line(text) == "mine.py line 2: return 1 / 0"
