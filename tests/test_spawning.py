@@ -40,6 +40,7 @@ from ddp_lib.mp import labelled_spawn as ddp_spawn
 from ddp_lib.process_group import free_port
 from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import (
+    bytes_to_queue,
     chatty,
     describe_rank,
     fail_on_rank,
@@ -281,6 +282,18 @@ def test_exit_verdict_tells_the_abort_at_exit_from_a_real_failure():
     assert exit_verdict(_run(1, "group of 2 processes ready\n", spawn_abort), DONE).startswith(
         "exit code 1: a real failure; the last line of its error output: torch.multiprocessing")
     assert exit_verdict(_run(1, printed, "ValueError: boom\n"), DONE).endswith("ValueError: boom")
+
+
+def test_a_large_put_waits_for_the_parent_to_read_before_the_ranks_can_finish():
+    results = mp.get_context("forkserver").SimpleQueue()
+    context = mp.start_processes(bytes_to_queue, args=(1_000_000, results), nprocs=2, join=False,
+                                 start_method="forkserver")
+    assert context.join(timeout=1.0) is False  # both wait in their put: nobody reads yet
+    sizes = sorted((rank, len(value)) for rank, value in (results.get() for _ in range(2)))
+    while not context.join():
+        pass
+    assert sizes == [(0, 1_000_000), (1, 1_000_000)]
+    assert [process.exitcode for process in context.processes] == [0, 0]
 
 
 def test_time_start_methods_and_table():

@@ -147,6 +147,12 @@ def hello_to_queue(rank: int, world_size: int, results) -> None:
     results.put((rank, hello(rank, world_size)))
 
 
+def bytes_to_queue(rank: int, nbytes: int, results) -> None:
+    """Put ``(rank, bytes(nbytes))`` in ``results``, a queue. Over about 64 KiB (a pipe's size on
+    Linux), the ``put`` waits until the parent reads: the parent must ``get()`` before it joins."""
+    results.put((rank, bytes(nbytes)))
+
+
 def rank_from_environment(rank: int) -> int:
     """Return ``int(os.environ["RANK"])``, as code written for torchrun reads its rank: a
     ``KeyError`` under a launcher that does not set ``RANK`` (torch's ``mp.spawn``)."""
