@@ -94,7 +94,7 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     steps = [("1. DDP(model): broadcast", "weights\nW{r}", "weights\nW0", "rank 0's weights copied to all"),
              ("2. loss.backward(): all-reduce", "gradient\ng{r}", "gradient\nmean(g)",
-              "every rank gets the mean")]
+              "every rank gets the mean; this box is no process")]
     middle = (world_size - 0.2) / 2  # the height of the all-reduce's "mean" box
     for panel, (ax, (title, before, after, note)) in enumerate(zip(axes, steps)):
         if panel == 1:  # every rank's gradient goes into one mean, which every rank gets back
