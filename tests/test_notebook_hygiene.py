@@ -317,3 +317,50 @@ def test_lesson_00_stores_the_fixed_script_finishing():
     assert len(runs) == 1
     shown = "".join(text for output in runs[0].outputs for text in output_texts(output))
     assert "exit code: 0\n" in shown, "re-execute lesson 00: its stored fixed-script run failed"
+
+
+# A learner opens one folded Deeper section after running the main line: its cells must not use a name
+# that only another Deeper section defines. A cell that checks `globals()` for such a name, and says
+# which section to run first, is allowed.
+def names_from_another_deeper_section(nb: nbformat.NotebookNode) -> list[str]:
+    found, deeper_level = [], None
+    main_line, elsewhere, this_section = set(ALWAYS_DEFINED), {}, set()
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown":
+            for level, text, _ in headings_of(cell):
+                if deeper_level is not None and level <= deeper_level:
+                    deeper_level = None
+                if deeper_level is None and text.startswith(DEEPER):
+                    deeper_level, this_section = level, set()
+            continue
+        if cell.cell_type != "code" or cell.source.lstrip().startswith(NOT_PARSED):
+            continue
+        bound, read = names_in(cell.source)
+        if deeper_level is None:
+            main_line |= bound
+            continue
+        if "not in globals()" not in cell.source:
+            found += [f"code cell {index} uses {name!r}, defined in another Deeper section (cell {elsewhere[name]})"
+                      for name in sorted(read - main_line - this_section - bound) if name in elsewhere]
+        this_section |= bound
+        for name in bound:
+            elsewhere.setdefault(name, index)
+    return found
+
+
+def test_each_deeper_section_runs_after_the_main_line_alone(nb):
+    found = names_from_another_deeper_section(nb)
+    assert found == [], "import or define these in the section that uses them:\n" + "\n".join(found)
+
+
+def test_the_other_deeper_section_check_sees_what_it_should():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        code("import torch"),
+        md("### Deeper: one"), code("import inspect\nkept = torch.zeros(1)"), code("print(inspect, kept)"),
+        md("### Deeper: two"), code("print(inspect.getsource(print))"),
+        code('if "kept" not in globals():\n    print("run Deeper: one first")\nelse:\n    print(kept)'),
+        md("### Back on the main line"), code("print(torch)"),
+    ])
+    assert names_from_another_deeper_section(nb) == [
+        "code cell 5 uses 'inspect', defined in another Deeper section (cell 2)"]
