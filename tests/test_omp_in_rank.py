@@ -12,5 +12,5 @@ def test_the_variable_set_in_a_forked_rank_changes_nothing(monkeypatch):
     start_forkserver()
     results = mp.get_context("forkserver").SimpleQueue()
     mp.start_processes(threads_after_setting, args=(results,), nprocs=1, start_method="forkserver")
-    _, before, after = results.get()
-    assert before == after == torch.get_num_threads()
+    _, after_setting, after_computing = results.get()
+    assert after_setting == after_computing == torch.get_num_threads()

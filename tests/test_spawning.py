@@ -5,6 +5,7 @@ __main__ is lesson 02's own cell (notebooks/02_spawn.ipynb, its output compared 
 from __future__ import annotations
 
 import inspect
+import json
 import multiprocessing
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -54,6 +56,8 @@ from ddp_lib.workers.spawning import (
     step_fails_on_rank,
     step_shared_model,
 )
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -325,3 +329,20 @@ def test_errors_of_reads_each_message_whole_when_two_children_interleave_their_t
                 "AttributeError: Can't get attribute 'hello' on <module '__main__' (built-in)>\n")
     whole = "AttributeError: Can't get attribute 'hello' on <module '__main__' (built-in)>"
     assert err.errors_of("AttributeError") == [whole]
+
+
+def test_classic_changes_shows_what_lesson_02s_script_changed_from_lesson_00s_classic_example(tmp_path):
+    from ddp_lib.demos.spawning import classic_changes
+
+    lesson_02 = json.loads((NOTEBOOKS / "02_spawn.ipynb").read_text())
+    script = next("".join(c["source"]) for c in lesson_02["cells"]
+                  if "".join(c["source"]).startswith("%%writefile my_work/ddp_basic.py"))
+    path = tmp_path / "ddp_basic.py"
+    path.write_text(script.split("\n", 1)[1])
+    diff = classic_changes(str(NOTEBOOKS / "00_start_here.ipynb"), str(path)).splitlines()
+    assert diff[:2] == ["--- classic example", f"+++ {path}"]
+    assert "-    os.environ['MASTER_PORT'] = '12355'" in diff  # the fixed port, gone
+    assert "+if __name__ == '__main__':" in diff  # the guard, added
+    assert "-    model = ToyModel().to(rank)" in diff
+    # a line only moved under `try:` is not a change
+    assert not any(line[1:].strip() == "optimizer.step()" for line in diff if line[:1] in "+-")

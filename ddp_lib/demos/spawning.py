@@ -6,7 +6,9 @@ Only the lesson needs these; a training script does not.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import difflib
 import inspect
 import io
 import json
@@ -21,6 +23,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 import torch.multiprocessing as mp
@@ -366,3 +369,32 @@ def torchrun_side_by_side(script: str, jobs: int = 2, nproc_per_node: int = 2,
 
 if __name__ == "__main__":  # forkserver_first_and_later runs this in a fresh Python
     print(json.dumps(_time_forkserver_launches(int(sys.argv[1]), int(sys.argv[2]))))
+
+
+class _CodeLine(str):
+    """A line of code equal to the same line indented differently (moved under `try:`, say)."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and self.strip() == other.strip()
+
+    def __hash__(self) -> int:
+        return hash(self.strip())
+
+
+def _functions_and_main(source: str, names: tuple[str, ...]) -> list[_CodeLine]:
+    """The functions ``names`` of ``source`` and its ``if`` blocks (``__main__``), without comments."""
+    kept = [node for node in ast.parse(source).body
+            if getattr(node, "name", None) in names or isinstance(node, ast.If)]
+    return [_CodeLine(line) for node in kept for line in ast.unparse(node).splitlines()]
+
+
+def classic_changes(lesson_00: str, script: str) -> str:
+    """A unified diff, without context lines, from lesson 00's classic example (the file its
+    ``%%writefile my_work/classic_ddp.py`` cell writes, read from the notebook) to ``script``: their
+    ``setup``, ``demo_basic`` and launch (``run_demo`` against the ``__main__`` block)."""
+    cells = json.loads(Path(lesson_00).read_text())["cells"]
+    classic = next("".join(c["source"]) for c in cells
+                   if "".join(c["source"]).startswith("%%writefile my_work/classic_ddp.py"))
+    before = _functions_and_main(classic.split("\n", 1)[1], ("setup", "demo_basic", "run_demo"))
+    after = _functions_and_main(Path(script).read_text(), ("setup", "demo_basic"))
+    return "\n".join(difflib.unified_diff(before, after, "classic example", script, n=0, lineterm=""))
