@@ -270,21 +270,26 @@ def names_in(source: str) -> tuple[set[str], set[str]]:
     return bound, read
 
 
-def names_only_deeper_defines(nb: nbformat.NotebookNode) -> list[str]:
-    found, deeper_level = [], None
-    main_line, deeper = set(ALWAYS_DEFINED), {}
+def code_cells_by_section(nb: nbformat.NotebookNode):
+    """(index, bound names, read names, start of its Deeper section or None) for each parsed code cell."""
+    deeper_level, section = None, None
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             for level, text, _ in headings_of(cell):
                 if deeper_level is not None and level <= deeper_level:
-                    deeper_level = None
+                    deeper_level, section = None, None
                 if deeper_level is None and text.startswith(DEEPER):
-                    deeper_level = level
+                    deeper_level, section = level, index
             continue
         if cell.cell_type != "code" or cell.source.lstrip().startswith(NOT_PARSED):
             continue
-        bound, read = names_in(cell.source)
-        if deeper_level is not None:
+        yield (index, cell, section, *names_in(cell.source))
+
+
+def names_only_deeper_defines(nb: nbformat.NotebookNode) -> list[str]:
+    found, main_line, deeper = [], set(ALWAYS_DEFINED), {}
+    for index, _, section, bound, read in code_cells_by_section(nb):
+        if section is not None:
             for name in bound:
                 deeper.setdefault(name, index)
             continue
@@ -323,22 +328,13 @@ def test_lesson_00_stores_the_fixed_script_finishing():
 # that only another Deeper section defines. A cell that checks `globals()` for such a name, and says
 # which section to run first, is allowed.
 def names_from_another_deeper_section(nb: nbformat.NotebookNode) -> list[str]:
-    found, deeper_level = [], None
-    main_line, elsewhere, this_section = set(ALWAYS_DEFINED), {}, set()
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type == "markdown":
-            for level, text, _ in headings_of(cell):
-                if deeper_level is not None and level <= deeper_level:
-                    deeper_level = None
-                if deeper_level is None and text.startswith(DEEPER):
-                    deeper_level, this_section = level, set()
-            continue
-        if cell.cell_type != "code" or cell.source.lstrip().startswith(NOT_PARSED):
-            continue
-        bound, read = names_in(cell.source)
-        if deeper_level is None:
+    found, main_line, elsewhere, this_section, current = [], set(ALWAYS_DEFINED), {}, set(), None
+    for index, cell, section, bound, read in code_cells_by_section(nb):
+        if section is None:
             main_line |= bound
             continue
+        if section != current:
+            current, this_section = section, set()
         if "not in globals()" not in cell.source:
             found += [f"code cell {index} uses {name!r}, defined in another Deeper section (cell {elsewhere[name]})"
                       for name in sorted(read - main_line - this_section - bound) if name in elsewhere]
