@@ -317,3 +317,7 @@ def test_the_plan_reproduces_the_lessons_worked_gpu_plan():
     for bad in ({"n": 1}, {"busbw": 0}, {"backward_ms": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             plan(**{"params": 10, "n": 2, "alpha": 1e-5, "busbw": 1e9, "backward_ms": 1, **bad})
+
+
+def test_spread_text_writes_the_median_then_the_quartiles():
+    assert overlap.spread_text((4.25, 3.0, 5.5)) == "  4.2 ms [3.0-5.5]"

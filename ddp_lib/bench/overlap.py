@@ -250,6 +250,11 @@ def spread(result: dict, cap_mb: float, part: str) -> tuple[float, float, float]
     return (median(values), *quartiles(values))
 
 
+def spread_text(values: tuple[float, float, float]) -> str:
+    """A spread() as text: ``median ms [first quartile-third quartile]``."""
+    return f"{values[0]:5.1f} ms [{values[1]:.1f}-{values[2]:.1f}]"
+
+
 # Four comparisons of the profile (the step, the all-reduces, the wait, backward's computation), each asked both
 # ways: eight tests, which share the 5% error budget (Bonferroni's rule).
 PROFILE_TESTS = 8
