@@ -75,6 +75,29 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     assert "small buckets made the whole step shorter:" in overlap.step_verdict(profiled)
     cost = overlap.bucket_cost_verdict(profiled, alpha)
     assert cost.startswith("kept profile: 4 buckets ") and "per extra bucket" in cost and "a verdict needs" in cost
+    assert "times the fitted alpha of" in cost and "the model says" not in cost
     assert wide.verdict(wide.full_run()).count("a verdict needs") == 3
     lines = scaling.verdict(scaling.full_run()).splitlines()
     assert lines[0].startswith("2 ranks: ") and "oversubscribed" in lines[1]
+
+
+def test_extra_step_sets_the_2_rank_step_beside_measured_all_reduces_and_alpha():
+    from ddp_lib.bench import allreduce, scaling
+    from ddp_lib.workers.train import MoonsNet
+    assert scaling.gradient_bytes() == 4 * sum(p.numel() for p in MoonsNet().parameters())
+    # Made-up runs: 1 rank 16 samples per ms (a 1 ms step), 2 ranks 16 per ms (a 2 ms step: 1 ms extra).
+    runs = {"rows": [{"world_size": 1, "policy": "one", "samples_per_s": 16000.0},
+                     {"world_size": 2, "policy": "one", "samples_per_s": 16000.0}]}
+    nbytes = scaling.gradient_bytes()
+    below, above = 4 ** (nbytes.bit_length() // 2 - 1), 4 ** ((nbytes.bit_length() + 1) // 2)
+    assert below <= nbytes <= above
+    kept = {"rows": [{"world_size": 2, "bytes": below, "time_us": 1000.0},
+                     {"world_size": 2, "bytes": above, "time_us": 500.0},
+                     {"world_size": 4, "bytes": below, "time_us": 9.0}]}
+    lines = scaling.extra_step(runs, kept, alpha=250e-6).splitlines()
+    assert lines[0].startswith(f"gradients {nbytes} B;") and "took 1.00 ms" in lines[0] and "0.50 ms" in lines[0]
+    assert "= local step 1.00 ms + 1.00 ms: 1.0 to 2.0 of those measured all-reduces, 4.0 fitted alpha" in lines[1]
+    assert "1.60x with c = the fitted alpha, 1.00x to 1.33x with c = a measured all-reduce; measured 1.00x" in lines[2]
+    assert lines[3].endswith("slower measured all-reduce: True; of the estimate from the fitted alpha: False")
+    alpha, _ = allreduce.held_fit(allreduce.full_run())
+    assert len(scaling.extra_step(scaling.full_run(), allreduce.full_run(), alpha).splitlines()) == 4

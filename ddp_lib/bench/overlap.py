@@ -330,11 +330,12 @@ def step_verdict(result: dict) -> str:
 
 def bucket_cost_verdict(result: dict, alpha: float) -> str:
     """What an extra bucket cost in the kept profile: the two caps' median whole steps, their difference per
-    extra all-reduce in ms and in the fit's alpha (the model says one alpha each), and the sign test on the step."""
+    extra all-reduce in ms and as a multiple of the fitted alpha (itself in doubt: lesson 08 weighs it), and the
+    sign test on the step."""
     counts = [sum(r["lane"] == "all-reduce" for r in rows) for rows in (result["rows"], result["one_bucket"])]
     steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
     per_bucket_ms = (steps[0] - steps[1]) / (counts[0] - counts[1])
     return (f"kept profile: {counts[0]} buckets {steps[0]:.1f} ms, {counts[1]} bucket {steps[1]:.1f} ms "
-            f"(median whole steps); {per_bucket_ms:+.2f} ms per extra bucket, {per_bucket_ms * 1e-3 / alpha:.1f} alpha "
-            f"(the model says 1)\n"
+            f"(median whole steps); {per_bucket_ms:+.2f} ms per extra bucket, {per_bucket_ms * 1e-3 / alpha:.1f} times "
+            f"the fitted alpha of {alpha * 1e3:.2f} ms\n"
             f"whole step, small against one, {paired_verdict(result, 'step')}")

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from ddp_lib.bench.ranks import timed_train
-from ddp_lib.bench.report import run_main
+from ddp_lib.bench.report import human_bytes, run_main
 from ddp_lib.bench.stats import median
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import threads_per_rank
@@ -97,3 +97,37 @@ def verdict(result: dict, policy: str = "one") -> str:
                          f"faster than 1 rank: {r['speedup'] > 1}")
     lines.append(f"load average {result['load_average']} while it ran")
     return "\n".join(lines)
+
+
+def gradient_bytes() -> int:
+    """Bytes of the training worker's gradients in float32: 4 per parameter of its MoonsNet."""
+    from ddp_lib.workers.train import MoonsNet
+    return 4 * sum(p.numel() for p in MoonsNet().parameters())
+
+
+def extra_step(result: dict, allreduce_run: dict, alpha: float, policy: str = "one") -> str:
+    """What the 2-rank step added to the 1-rank step, beside the kept all-reduce run's measured 2-rank times
+    at the two kept sizes around the gradients' bytes, and beside the fitted ``alpha`` (seconds); then the
+    estimate 2 t / (t + c) of the 2-rank speed-up, with c the fitted alpha and with each measured time."""
+    rate = {r["world_size"]: r["samples_per_s"] for r in result["rows"] if r["policy"] == policy}
+    local = BATCH_SIZE / rate[1]  # one step of one batch
+    two = 2 * BATCH_SIZE / rate[2]  # one step of both ranks' batches
+    extra, nbytes = two - local, gradient_bytes()
+    times = {r["bytes"]: r["time_us"] * 1e-6 for r in allreduce_run["rows"] if r["world_size"] == 2}
+    below, above = max(b for b in times if b <= nbytes), min(b for b in times if b >= nbytes)
+    fast, slow = sorted((times[below], times[above]))
+    measured = rate[2] / rate[1]  # samples per second of both ranks together, against 1 rank
+
+    def estimate(cost: float) -> float:
+        return 2 * local / (local + cost)
+    return "\n".join([
+        f"gradients {nbytes} B; the kept all-reduce run, 2 ranks: {human_bytes(below)} took "
+        f"{times[below] * 1e3:.2f} ms, {human_bytes(above)} {times[above] * 1e3:.2f} ms; "
+        f"the fitted alpha is {alpha * 1e3:.2f} ms",
+        f"2-rank step {two * 1e3:.2f} ms = local step {local * 1e3:.2f} ms + {extra * 1e3:.2f} ms: "
+        f"{extra / slow:.1f} to {extra / fast:.1f} of those measured all-reduces, {extra / alpha:.1f} fitted alpha",
+        f"estimate 2t / (t + c) for 2 ranks: {estimate(alpha):.2f}x with c = the fitted alpha, "
+        f"{estimate(slow):.2f}x to {estimate(fast):.2f}x with c = a measured all-reduce; measured {measured:.2f}x",
+        f"the measured speed-up lies within 10% of the estimate from the slower measured all-reduce: "
+        f"{abs(measured / estimate(slow) - 1) < 0.1}; of the estimate from the fitted alpha: "
+        f"{abs(measured / estimate(alpha) - 1) < 0.1}"])
