@@ -45,6 +45,14 @@ def test_the_measured_loop_computes_what_the_copied_loop_computes():
             assert {k: m[k] for k in c} == c
 
 
+def test_the_measured_loop_keeps_the_short_last_batch_only_without_drop_last():
+    # 256 samples per rank in batches of 24: 10 full batches, then one of 16 (exercise 5's ragged epoch)
+    runs = {"dropped": dict(epochs=1, batch_size=24), "kept": dict(epochs=1, batch_size=24, drop_last=False)}
+    for r in run_ranks(measured_runs, 2, kwargs=dict(runs=runs), show_output=False):
+        assert len(r["dropped"]["step_seconds"]) == 10
+        assert len(r["kept"]["step_seconds"]) == 11
+
+
 def test_bf16_compression_sends_bfloat16_and_stays_close_to_fp32():
     fp32 = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=2), show_output=False)[0]
     compressed = run_ranks(train_loop_measured, 2, kwargs=dict(epochs=2, comm_hook="bf16_compress"),
@@ -136,7 +144,11 @@ def test_the_lesson_schematics_draw():
     # one graph: one backward box; pieces: one per bucket; an all-reduce per bucket in both rows
     assert len(plot_compiled_backward(3).axes[0].patches) == (1 + 3) + (3 + 3)
     assert len(plot_dtype_flow().axes[0].patches) == 8  # four forward boxes, four backward
-    assert len(plot_clipping(2).axes[0].patches) == 2 * 6 + 1  # six steps per rank, one frame
+    right, wrong = plot_clipping(2).axes  # six steps per rank and one frame in each panel
+    assert len(right.patches) == len(wrong.patches) == 2 * 6 + 1
+    # rank 0's coloured boxes (values that differ between ranks): backward only, or all four steps before the sync
+    coloured = [sum(p.get_facecolor()[:3] != (0.85, 0.85, 0.85) for p in ax.patches[:6]) for ax in (right, wrong)]
+    assert coloured == [1, 4]
     assert len(plot_collective_pairing().axes[0].patches) == 2 + 3  # rank 0's calls, rank 1's calls
     assert len(plot_scale_over_steps(7, 2).axes[0].lines) == 1 + 7  # the scale, a marker per step
 

@@ -50,7 +50,8 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
                seed: int = 0, precision: Literal["fp32", "bf16", "fp16"] = "fp32",
                comm_hook: Literal["none", "allreduce", "bf16_compress"] = "allreduce",
                max_norm: float | None = None, clip: Literal["after_sync", "before_sync"] = "after_sync",
-               compile: bool = False, compile_backend: str = "inductor", hidden: int = 32) -> dict:
+               compile: bool = False, compile_backend: str = "inductor", hidden: int = 32,
+               drop_last: bool = True) -> dict:
     """``ddp_lib.workers.training_loop.train_loop``, measured, with a comm hook and a wrong clipping to choose.
 
     Args:
@@ -72,6 +73,8 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
             needs a C++ compiler on a CPU), "aot_eager" (traces forward and backward, runs them op
             by op) or "eager" (runs the graphs dynamo captured as they are).
         hidden: width of the hidden layer.
+        drop_last: the DataLoader drops each epoch's last, short batch (True, as ``train_loop``);
+            False keeps it, a batch of another shape (a compiled model recompiles for it).
 
     Returns {"rank", "losses" (per epoch, mean over all ranks' samples), "grad_norms" (this rank's
     norm before clipping, per step), "dtypes" (of parameters, logits, loss, gradients, and what the
@@ -84,7 +87,7 @@ def train_loop_measured(rank: int, world_size: int, epochs: int = 4, batch_size:
         torch.manual_seed(seed)
         dataset = make_moons()
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
-        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last)
         model = LoopNet(hidden).to(device)
         compiled_graphs: list[torch.fx.GraphModule] = []
         if compile:  # compile the module, then wrap it, as train_loop does

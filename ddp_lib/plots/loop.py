@@ -125,33 +125,44 @@ def plot_dtype_flow():
 
 
 def plot_clipping(world_size: int = 2):
-    """A schematic of where clipping goes: per rank, backward gives a local gradient, DDP's all-reduce
-    averages it, the GradScaler unscales it (fp16 only), then the norm is measured and the gradient
-    clipped. Every rank measures the same averaged gradient, so every rank clips by the same factor.
+    """A schematic of where clipping goes, in two panels of one row per rank.
+
+    Upper panel, the right order: backward gives a local gradient, DDP's all-reduce averages it, the
+    GradScaler unscales it (fp16 only), then the norm is measured and the gradient clipped. Every rank
+    measures the same averaged gradient, so every rank clips by the same factor.
+    Lower panel, the mistake (clipping inside ``no_sync`` or before a hand-written all-reduce): each
+    rank measures its own gradient and clips it by its own factor; only then are they averaged.
+    Coloured boxes hold values that differ between ranks, grey ones the same values.
     Returns the Figure."""
-    steps = ["backward:\nlocal gradient", "all-reduce:\naverage", "unscale_\n(fp16 only)",
+    right = ["backward:\nlocal gradient", "all-reduce:\naverage", "unscale_\n(fp16 only)",
              "norm of the\naveraged gradient", "scale by\nmin(1, max_norm / norm)", "optimizer\nstep"]
-    fig, ax = plt.subplots(figsize=(11, 0.9 * world_size + 1))
-    for rank in range(world_size):
-        y = world_size - 1 - rank
-        for k, text in enumerate(steps):
-            colour = RANK_COLOURS[rank] if k == 0 else "0.85"
-            ax.add_patch(plt.Rectangle((k * 1.8, y - 0.3), 1.5, 0.6, facecolor=colour, alpha=0.5,
-                                       edgecolor="black"))
-            ax.text(k * 1.8 + 0.75, y, text, ha="center", va="center", fontsize=7)
-            if k:
-                ax.annotate("", xy=(k * 1.8, y), xytext=(k * 1.8 - 0.3, y),
-                            arrowprops=dict(arrowstyle="->", color="0.3"))
-        ax.text(-0.2, y, f"rank {rank}", ha="right", va="center", fontsize=9)
-    ax.add_patch(plt.Rectangle((1.8 - 0.1, -0.45), 1.7, world_size - 0.1, fill=False, edgecolor="tab:red",
-                               linestyle="--"))
-    ax.text(1.8 + 0.75, world_size - 0.45, "every rank: the same\naveraged gradient from here",
-            ha="center", fontsize=7, color="tab:red")
-    ax.set_xlim(-1.2, len(steps) * 1.8)
-    ax.set_ylim(-0.6, world_size + 0.1)
-    ax.axis("off")
-    ax.set_title("clip after the all-reduce (and after unscale_): every rank clips the same gradient "
-                 "by the same factor", fontsize=10)
+    wrong = ["backward:\nlocal gradient", "unscale_\n(fp16 only)", "norm of the\nlocal gradient",
+             "scale by its own\nmin(1, max_norm / norm)", "all-reduce:\naverage", "optimizer\nstep"]
+    fig, (upper, lower) = plt.subplots(2, 1, figsize=(11, 2 * (0.9 * world_size + 1)))
+    for ax, steps, synced_at, title in (
+            (upper, right, 1, "clip after the all-reduce (and after unscale_): every rank clips the same "
+                              "gradient by the same factor"),
+            (lower, wrong, 4, "the mistake, clipped before the all-reduce (under no_sync or a hand-written "
+                              "sync): each rank clips by its own factor")):
+        for rank in range(world_size):
+            y = world_size - 1 - rank
+            for k, text in enumerate(steps):
+                colour = RANK_COLOURS[rank] if k < synced_at else "0.85"
+                ax.add_patch(plt.Rectangle((k * 1.8, y - 0.3), 1.5, 0.6, facecolor=colour, alpha=0.5,
+                                           edgecolor="black"))
+                ax.text(k * 1.8 + 0.75, y, text, ha="center", va="center", fontsize=7)
+                if k:
+                    ax.annotate("", xy=(k * 1.8, y), xytext=(k * 1.8 - 0.3, y),
+                                arrowprops=dict(arrowstyle="->", color="0.3"))
+            ax.text(-0.2, y, f"rank {rank}", ha="right", va="center", fontsize=9)
+        ax.add_patch(plt.Rectangle((synced_at * 1.8 - 0.1, -0.45), 1.7, world_size - 0.1, fill=False,
+                                   edgecolor="tab:red", linestyle="--"))
+        ax.text(synced_at * 1.8 + 0.75, world_size - 0.45, "every rank: the same\naveraged gradient from here",
+                ha="center", fontsize=7, color="tab:red")
+        ax.set_xlim(-1.2, len(steps) * 1.8)
+        ax.set_ylim(-0.6, world_size + 0.1)
+        ax.axis("off")
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -162,7 +173,7 @@ def plot_collective_pairing():
     with the n-th of rank 1; the second pair differs in kind and shape, so it never finishes.
     Returns the Figure."""
     calls = {0: ["all-reduce\nfirst step's gradients", "all-reduce\nthe metric (evaluation)"],
-             1: ["all-reduce\nfirst step's gradients", "broadcast 1, second forward:\neach bucket's parameters",
+             1: ["all-reduce\nfirst step's gradients", "broadcast 1, second forward:\neach bucket's parameter indices",
                  "broadcast 2, second forward:\neach bucket's size"]}
     fig, ax = plt.subplots(figsize=(9, 2.4))
     for rank, names in calls.items():
