@@ -54,7 +54,11 @@ def test_paper_stages_1_and_2_send_an_all_reduce_and_stage_3_one_half_more():
 def test_bytes_table_returns_what_each_strategy_sends(capsys):
     sent = bytes_table(runs(2), runs(4))
     assert sent[2]["ddp"] == 4 * N and sent[4]["zero1"] == 1.5 * 4 * N * 3 / 4 * 2
-    assert "ZeRO-3, the paper" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    traced, formula = out.split("\n\n")  # the paper's rows apart, under their own heading
+    assert "formula" not in traced and formula.startswith("the paper's formula, not traced")
+    assert [line.split()[0] for line in formula.splitlines()[1:]] == ["ZeRO-1", "ZeRO-2", "ZeRO-3"]
+    assert all("(formula)" in line for line in formula.splitlines()[1:])
 
 
 def test_choice_table_rows(capsys):
@@ -90,5 +94,6 @@ def test_seven_b_table_says_what_fits(capsys):
     rows = seven_b_table(7e9, 8)
     out = capsys.readouterr().out
     assert list(rows) == ["DDP, bucket view", "ZeRO-1, bucket view", "FSDP2", "FSDP2 no reshard"]
+    assert out.splitlines()[0].endswith("GB per GPU, before activations")
     assert "does not fit in 80 GB" in out.splitlines()[1] and "3.0 GB left for activations" in out.splitlines()[2]
     assert round(rows["FSDP2"]["at_peak"] / 1e9, 1) == 17.5

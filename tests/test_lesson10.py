@@ -95,6 +95,11 @@ def test_hsdp_reduce_scatters_over_shard_and_all_reduces_over_replicate():
                                     "c10d::allreduce_": 2,  # what torch asked for; what gloo ran:
                                     "gloo:all_gather": 4, "gloo:all_reduce": 4}
         assert r["global_batch_gap"] < 1e-6
+        # each collective in the group its kind belongs to: gathers and reduce-scatters within the shard group
+        assert r["groups"] == {"all_gather": [r["shard_group"]], "reduce_scatter": [r["shard_group"]],
+                               "all_reduce": [r["replicate_group"]]}
+    assert [r["shard_group"] for r in ranks] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [r["replicate_group"] for r in ranks] == [[0, 2], [1, 3], [0, 2], [1, 3]]
     assert [r["local_shapes"][2] for r in ranks] == [[1, 8], [0, 8], [1, 8], [0, 8]]
 
 

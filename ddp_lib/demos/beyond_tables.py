@@ -49,7 +49,8 @@ def paper_bytes(stage: int, param_bytes: int, world_size: int) -> float:
 
 def bytes_table(runs2: dict, runs4: dict) -> dict:
     """Print the MB each strategy sends per rank per step, on 2 and 4 ranks, against DDP, with the
-    paper's three stages below; return {world_size: {strategy: bytes sent}}."""
+    paper's three stages below, after a blank line, from its formula (nothing traced them); return
+    {world_size: {strategy: bytes sent}}."""
     param_bytes = runs2["ddp"][0]["n_params"] * 4  # every parameter (or gradient) once, in float32
     sent = {n: {s: bytes_sent(runs[s][0]["payloads"], n) for s in runs} for n, runs in ((2, runs2), (4, runs4))}
     print(f"{'MB sent per rank per step':<26}{'2 ranks':>8}{'x DDP':>7}{'4 ranks':>9}{'x DDP':>7}"
@@ -58,9 +59,10 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
         two = f"{sent[2][s] / 1e6:>8.2f}{sent[2][s] / sent[2]['ddp']:>7.2f}"
         four = f"{sent[4][s] / 1e6:>9.2f}{sent[4][s] / sent[4]['ddp']:>7.2f}" if s in sent[4] else f"{'-':>9}{'-':>7}"
         print(f"{s:<26}{two}{four}  {carried(runs2[s][0]['payloads'])}")
+    print("\nthe paper's formula, not traced")
     for stage in (1, 2, 3):
         two, four = paper_bytes(stage, param_bytes, 2), paper_bytes(stage, param_bytes, 4)
-        print(f"{'ZeRO-' + str(stage) + ', the paper':<26}{two / 1e6:>8.2f}{two / sent[2]['ddp']:>7.2f}"
+        print(f"{'ZeRO-' + str(stage) + ' (formula)':<26}{two / 1e6:>8.2f}{two / sent[2]['ddp']:>7.2f}"
               f"{four / 1e6:>9.2f}{four / sent[4]['ddp']:>7.2f}")
     return sent
 
@@ -168,7 +170,8 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
             "ZeRO-1, bucket view": sized[names.index("DDP + ZeroRedundancyOptimizer") + 1],  # the same
             "FSDP2": sized[names.index("FSDP2, MixedPrecisionPolicy")],
             "FSDP2 no reshard": sized[names.index("reshard_after_forward=False")]}
-    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<20}{'GB held':>8}{'+ bwd':>7}{'+ step':>7}{'at peak':>8}")
+    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<20}{'GB held':>8}{'+ bwd':>7}{'+ step':>7}{'at peak':>8}"
+          "  GB per GPU, before activations")
     for label, row in rows.items():
         gb = row["at_peak"] / 1e9
         verdict = f"{80 - gb:.1f} GB left for activations" if gb < 80 else "does not fit in 80 GB"

@@ -279,7 +279,9 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
 
     Returns {"rank", "coordinate", "replicate_group", "shard_group" (ranks of this rank's groups),
     "placements", "local_shapes" (of each parameter), "collectives" (the step's c10d operators and
-    what gloo ran for them, by name), "grad_checksum" (of this rank's gradient shards), "loss",
+    what gloo ran for them, by name), "groups" ({"all_gather", "reduce_scatter", "all_reduce"}: the ranks
+    of each group that FSDP2 ran that collective in, in the step), "grad_checksum" (of this rank's gradient
+    shards), "loss",
     "global_batch_gap" (largest difference of the gradient from one process's on all 4 ranks' batches)}.
     """
     from torch.distributed.device_mesh import init_device_mesh
@@ -295,9 +297,30 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
                 fully_shard(layer, mesh=mesh)  # a 2-D mesh: replicated along dim 0, sharded along dim 1
         fully_shard(model, mesh=mesh)
         x, y = batch(0, rank, batch_size, width, seed)  # each of the 4 ranks its own samples
-        with profile(activities=[ProfilerActivity.CPU]) as trace:
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
+        # FSDP2 calls these three torch.distributed functions by name (torch 2.13's _fsdp_collectives.py):
+        # wrapped for the step, each call notes the ranks of the group it ran in.
+        wrapped = {"all_gather_single": "all_gather", "reduce_scatter_single": "reduce_scatter",
+                   "all_reduce": "all_reduce"}
+        originals = {name: getattr(dist, name) for name in wrapped}
+        groups: dict[str, list[list[int]]] = {kind: [] for kind in wrapped.values()}
+
+        def noting(name: str):
+            def call(*args, group=None, **kwargs):
+                ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
+                if ranks not in groups[wrapped[name]]:
+                    groups[wrapped[name]].append(ranks)
+                return originals[name](*args, group=group, **kwargs)
+            return call
+
+        for name in wrapped:
+            setattr(dist, name, noting(name))
+        try:
+            with profile(activities=[ProfilerActivity.CPU]) as trace:
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+        finally:
+            for name, original in originals.items():
+                setattr(dist, name, original)
         counts = Counter(e.name for e in trace.events() if e.name.startswith(("c10d::", "gloo:")))  # asked, ran
         # One process on all 4 ranks' batches: HSDP's gradient must be that one's average.
         reference = make_deep_mlp(width=width, layers=1, seed=seed)
@@ -311,7 +334,7 @@ def hsdp_step(rank: int, world_size: int, width: int = 8, batch_size: int = 4, s
                 "shard_group": dist.get_process_group_ranks(mesh.get_group("shard")),
                 "placements": [str(p) for p in next(model.parameters()).placements],
                 "local_shapes": [list(p.to_local().shape) for p in model.parameters()],
-                "collectives": dict(sorted(counts.items())),
+                "collectives": dict(sorted(counts.items())), "groups": groups,
                 "grad_checksum": round(sum(p.grad.to_local().double().sum().item() for p in model.parameters()), 6),
                 "loss": round(loss.item(), 6)}
 
