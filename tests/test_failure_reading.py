@@ -34,6 +34,36 @@ def test_death_noticed_says_when_a_survivor_is_missing_or_waited_for_its_timeout
                         "a connection error on every survivor: False; every survivor before the 10-s timeout: False")
 
 
+def test_death_verdict_says_every_survivor_lost_a_connection_before_the_timeout():
+    records = {0: {"failed_at": 10.5, "error": "Connection closed by peer [127.0.0.1]:1234"},
+               1: {"died_at": 10.0},
+               2: {"failed_at": 11.0, "error": "Read error: Connection reset by peer"}}
+    assert failure_reading.death_verdict(records, 3, timeout_s=10.0) == (
+        "every survivor raised a connection error: True; each before the 10-s timeout: True")
+
+
+def test_death_verdict_is_false_for_a_missing_survivor_or_one_that_waited_for_its_timeout():
+    late = {1: {"died_at": 0.0}, 0: {"failed_at": 0.1, "error": "Connection closed by peer"},
+            2: {"failed_at": 12.0, "error": "Timed out waiting 10000ms for recv"}}
+    assert failure_reading.death_verdict(late, 3, timeout_s=10.0) == (
+        "every survivor raised a connection error: False; each before the 10-s timeout: False")
+    missing = {1: {"died_at": 0.0}, 0: {"failed_at": 0.1, "error": "Connection closed by peer"}}
+    assert failure_reading.death_verdict(missing, 3, timeout_s=10.0) == (
+        "every survivor raised a connection error: False; each before the 10-s timeout: False")
+
+
+def test_ring_neighbours_first_compares_the_dead_ranks_neighbours_with_the_other_survivors():
+    def records(after):
+        return {1: {"died_at": 100.0}, **{rank: {"failed_at": 100.0 + s, "error": "x"} for rank, s in after.items()}}
+    assert failure_reading.ring_neighbours_first(records({0: 0.03, 2: 0.03, 3: 0.10}), 4) == (
+        "rank 1's ring neighbours, ranks 0 and 2, raised before rank 3: True "
+        "(rank 0 0.03 s, rank 2 0.03 s, rank 3 0.10 s)")
+    assert failure_reading.ring_neighbours_first(records({0: 0.03, 2: 0.20, 3: 0.10}), 4).endswith(
+        "raised before rank 3: False (rank 0 0.03 s, rank 2 0.20 s, rank 3 0.10 s)")
+    assert "raised before ranks 3, 4: True" in failure_reading.ring_neighbours_first(
+        records({0: 0.01, 2: 0.02, 3: 0.05, 4: 0.06}), 5)
+
+
 def test_detail_mismatch_names_each_ranks_collective():
     message = ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
                "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float), "
@@ -75,6 +105,16 @@ def test_a_busy_port_fails_and_the_same_port_starts_once_the_earlier_run_stopped
     assert busy.startswith("the same port: DistNetworkError: ")
     assert "port: PORT" in busy and "name: EADDRINUSE" in busy
     assert free == "the earlier run stopped, the same port: init_process_group started, world size 1"
+
+
+def test_stack_for_reading_drops_torchs_line_numbers_and_keeps_the_scripts():
+    dump = ('Current thread 0x00007f3a (most recent call first):\n'
+            '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 3252 in all_reduce\n'
+            '  File "/a/b/torchrun_failures.py", line 38 in main\n')
+    assert failure_reading.stack_for_reading(dump) == (
+        'Current thread 0x... (most recent call first):\n'
+        '  File "distributed_c10d.py", line ... in all_reduce\n'
+        '  File "torchrun_failures.py", line 38 in main\n')
 
 
 def test_stack_for_reading_drops_thread_ids_and_folders():

@@ -55,9 +55,11 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
     barrier, until the timeout. With ``through_module=True`` rank 0 evaluates ``ddp.module``,
     the plain model, which runs no collective: the fix. ``probe`` adds ``monitored_barrier``, on a
     gloo group made for it: ``"epoch_end"`` puts it in place of the epoch-end ``dist.barrier()``, where
-    every rank should pass, so ranks 1 and up reach it and name rank 0, held in ``evaluate(ddp, ...)``;
-    ``"branch"`` puts it in rank 0's branch, before the evaluation, so rank 0 names every rank that
-    skips the branch.
+    every rank should pass. Rank 0 coordinates the barrier: the errors of ranks 1 and up always point at
+    rank 0, and only rank 0's own error lists missing ranks. Here rank 0 never comes, held in
+    ``evaluate(ddp, ...)``, so it raises a plain timeout and that pointer at rank 0 is the whole clue.
+    ``"branch"`` puts it in rank 0's branch, before the evaluation, so rank 0's error names every rank
+    that skips the branch.
     Returns rank 0's evaluation loss per epoch (an empty list on the other ranks)."""
     import torch
     import torch.distributed as dist

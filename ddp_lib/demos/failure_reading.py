@@ -40,6 +40,35 @@ def death_noticed(records: dict[int, dict], world_size: int, timeout_s: float,
     return lines
 
 
+def death_verdict(records: dict[int, dict], world_size: int, timeout_s: float) -> str:
+    """One line of verdicts on ``faulty_ranks.die_in_collective``'s records: whether every survivor
+    left a record and raised a connection error, and whether each raised before the group's
+    ``timeout_s`` (seconds after the death)."""
+    died_at = next(record["died_at"] for record in records.values() if "died_at" in record)
+    failed = [record for record in records.values() if "failed_at" in record]
+    every = len(failed) == world_size - 1
+    connection = every and all(is_connection_error(record["error"]) for record in failed)
+    in_time = every and all(record["failed_at"] - died_at < timeout_s for record in failed)
+    return (f"every survivor raised a connection error: {connection}; "
+            f"each before the {timeout_s:.0f}-s timeout: {in_time}")
+
+
+def ring_neighbours_first(records: dict[int, dict], world_size: int) -> str:
+    """Whether the dead rank's two neighbours in gloo's ring (rank - 1 and rank + 1, modulo the world
+    size) raised before every other survivor, from ``faulty_ranks.die_in_collective``'s records.
+    The times are hundredths of a second apart: a busy machine can reorder them."""
+    dead = next(rank for rank, record in records.items() if "died_at" in record)
+    died_at = records[dead]["died_at"]
+    after = {rank: record["failed_at"] - died_at for rank, record in records.items() if "failed_at" in record}
+    neighbours = sorted({(dead - 1) % world_size, (dead + 1) % world_size} - {dead})
+    others = sorted(set(after) - set(neighbours))
+    first = (all(rank in after for rank in neighbours) and bool(others)
+             and max(after[rank] for rank in neighbours) < min(after[rank] for rank in others))
+    seconds = ", ".join(f"rank {rank} {after[rank]:.2f} s" for rank in sorted(after))
+    return (f"rank {dead}'s ring neighbours, ranks {' and '.join(map(str, neighbours))}, raised before "
+            f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}: {first} ({seconds})")
+
+
 def detail_mismatch(message: str) -> list[str]:
     """The collectives a ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatch error compares, one line each,
     such as ``"Rank 0: ALLREDUCE of shape [2]"``."""
@@ -59,6 +88,9 @@ def in_ddp_buffer_sync(traceback_text: str, n: int = 3) -> bool:
 
 
 def stack_for_reading(dump: str) -> str:
-    """A faulthandler stack dump without what changes from run to run: thread ids become ``0x...``
-    and each file keeps its name only, without its folders."""
-    return re.sub(r'File "[^"]*/', 'File "', re.sub(r"0x[0-9a-f]+", "0x...", dump))
+    """A faulthandler stack dump without what changes from run to run, or from one torch release to
+    the next: thread ids become ``0x...``, a frame in torch's own files keeps no line number
+    (``line ...``), and each file keeps its name only, without its folders."""
+    dump = re.sub(r"0x[0-9a-f]+", "0x...", dump)
+    dump = re.sub(r'(File "[^"]*/torch/[^"]*", line )\d+', r"\1...", dump)
+    return re.sub(r'File "[^"]*/', 'File "', dump)
