@@ -6,6 +6,7 @@ import torch
 from ddp_lib.demos.batch_scaling import (
     FOUR_RANKS,
     ONE_RANK,
+    SEEDS,
     global_batch_curves,
     lr_scaling_report,
     summarize_lr_scaling,
@@ -35,7 +36,7 @@ def test_report_prints_means_ranges_and_epochs_2_and_3():
     one_rank = [[0.5, 0.3, 0.10], [0.5, 0.3, 0.20]]
     losses = {"lr 0.1": [[0.6, 0.5, 0.30], [0.6, 0.5, 0.40]], "lr 0.4": [[0.4, 0.2, 0.105], [0.4, 0.4, 0.25]]}
     assert lr_scaling_report(summarize_lr_scaling(losses, one_rank)).splitlines() == [
-        " 1 rank, lr 0.1: mean final loss 0.150 (2 seeds: 0.100 to 0.200)",
+        "1 rank, lr 0.1:  mean final loss 0.150 (2 seeds: 0.100 to 0.200)",
         "4 ranks, lr 0.1: mean final loss 0.350 (2 seeds: 0.300 to 0.400)",
         "4 ranks, lr 0.4: mean final loss 0.177 (2 seeds: 0.105 to 0.250)",
         "lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: True",
@@ -52,16 +53,35 @@ def test_summary_when_the_scaled_rate_is_not_closer():
 
 
 def test_same_global_batch_runs_agree():
+    # Lesson 05's three jobs, one epoch: one job per world size; the 1-rank one also trains batch 16 per seed,
+    # and the 4-rank one the learning-rate runs, seed 0 at lr 0.1 first.
     two_ranks = run_ranks(train, 2, kwargs=dict(epochs=1, batch_size=16, lr=0.1), show_output=False)[0]
     one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
-    global_64 = {f"{n} rank{'s' if n > 1 else ''} x batch {64 // n}":  # lesson 05's three jobs, one epoch
-                 run_ranks(train, n, kwargs=dict(epochs=1, batch_size=64 // n, lr=0.1), **one_thread)
-                 for n in (1, 2, 4)}
-    runs = global_batch_curves(two_ranks["losses"], global_64, epochs=1)
+    one_rank = run_ranks(train_runs, 1, kwargs=dict(runs=[dict(epochs=1, batch_size=64, lr=0.1)] + [
+        dict(epochs=1, batch_size=16, lr=0.1, seed=s) for s in SEEDS]), **one_thread)[0]
+    four_ranks = run_ranks(train_runs, 4, kwargs=dict(runs=[dict(epochs=1, batch_size=16, lr=lr, seed=s)
+                                                            for s in SEEDS for lr in (0.1, 0.4)]), **one_thread)[0]
+    two_ranks_32 = run_ranks(train, 2, kwargs=dict(epochs=1, batch_size=32, lr=0.1), **one_thread)[0]
+    global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,
+                 "4 ranks x batch 16": four_ranks[0]}
+    runs = global_batch_curves(two_ranks["losses"], global_64, one_rank[1:])
     assert runs["losses_equal"] and runs["params_equal"]
     assert len(runs["global_64"]) == 3 and len(runs["per_rank_16"]) == 3
     assert runs["per_rank_16"]["2 ranks, global batch 32"] == two_ranks["losses"]
-    assert len(runs["one_rank_losses"]) == 5 and all(len(c) == 1 for c in runs["one_rank_losses"])
+    assert runs["per_rank_16"]["1 rank, global batch 16"] == one_rank[1]["losses"]  # seed 0
+    assert len(runs["one_rank_losses"]) == len(SEEDS) and all(len(c) == 1 for c in runs["one_rank_losses"])
+    # the 4-rank job's seed-0 run at lr 0.1 is the same training as a plain train() call
+    alone = run_ranks(train, 4, kwargs=dict(epochs=1, batch_size=16, lr=0.1), **one_thread)[0]
+    assert alone["params"] == four_ranks[0]["params"]
+
+
+def test_global_batch_curves_flags_unequal_parameters():
+    # global_batch_curves with a 4-rank seed-0 run that is not the same training: params_equal turns False
+    base = {"losses": [0.5], "params": [1.0, 2.0]}
+    runs = global_batch_curves([0.5], {"a": base, "b": base, "c": {"losses": [0.5], "params": [1.0, 2.5]}},
+                               [{"losses": [0.4]}])
+    assert runs["losses_equal"] and not runs["params_equal"]
+    assert runs["one_rank_losses"] == [[0.4]]
 
 
 def test_synchronised_batch_norm_matches_one_rank_and_per_rank_does_not():

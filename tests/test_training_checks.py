@@ -37,6 +37,16 @@ def test_batchnorm_statistics_are_rank_0s_unless_the_forward_sync_is_off():
     assert abs(apart[0]["averaged"] - apart[0]["global"]) < 0.02
 
 
+def test_batchnorm_data_sources_both_in_one_job_equal_two_jobs():
+    # lesson 05 runs both settings in one job; each must give what its own job gives
+    both = run_ranks(training_checks.batchnorm_data_sources_both, 2, show_output=False)
+    for sync in (True, False):
+        alone = run_ranks(training_checks.batchnorm_data_sources, 2, kwargs=dict(forward_sync_buffers=sync),
+                          show_output=False)
+        assert [r[sync] for r in both] == alone
+    assert both[0][True]["averaged"] != both[0][False]["averaged"]
+
+
 def test_strided_split_counts_each_sample_once_and_the_sampler_pads():
     counted = run_ranks(training_checks.accuracy_two_ways, 4, show_output=False)[0]
     assert counted == {"strided": (6, 10), "DistributedSampler": (7, 12), "true": (6, 10)}

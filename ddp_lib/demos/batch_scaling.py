@@ -1,22 +1,19 @@
-"""Lesson 05's batch-size and learning-rate runs: the jobs of "The same job on 1, 2 and 4 ranks" and
-"The learning rate for a bigger global batch", and the numbers the lesson quotes from them.
+"""Lesson 05's batch-size and learning-rate runs: the numbers the lesson quotes from the jobs of "The same
+job on 1, 2 and 4 ranks", which also train the runs of "The learning rate for a bigger global batch".
 
-    runs = global_batch_curves(two_rank_losses, global_64)  # global_64: the lesson's three jobs on 1, 2, 4 ranks
+    runs = global_batch_curves(two_rank_losses, global_64, one_rank_16)  # rank 0's results of the lesson's jobs
     scaling = summarize_lr_scaling(losses, runs["one_rank_losses"])  # losses: the lesson's 4-rank job, per lr
     print(lr_scaling_report(scaling))  # the lines the lesson prints
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
-losses within 1e-5. :func:`summarize_lr_scaling` is the arithmetic alone, without a job.
+losses within 1e-5. The functions here are the arithmetic alone: the lesson runs the jobs.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ddp_lib.launch import run_ranks
-from ddp_lib.workers.train_pitfalls import train_runs
-
-SEEDS = range(5)
+SEEDS = range(3)
 SETTINGS = {"lr 0.1": dict(lr=0.1), "lr 0.4": dict(lr=0.4)}
 ONE_RANK = "1 rank, lr 0.1 (global batch 16)"
 FOUR_RANKS = {"lr 0.1": "4 ranks, lr 0.1 (global batch 64)", "lr 0.4": "4 ranks, lr 0.4 (global batch 64)"}
@@ -26,28 +23,24 @@ def _max_gap(curves: list[list[float]]) -> float:
     return max(abs(a - b) for other in curves[1:] for a, b in zip(curves[0], other))
 
 
-def global_batch_curves(two_ranks_16: list[float], global_64: dict[str, list[dict]], epochs: int = 8) -> dict:
-    """Compare the global-batch-64 jobs ``global_64`` ({label: run_ranks' results}, the last on 4 ranks
-    x 16) and train 1 rank at batch 16, seeds 0 to 4 (one job), for the batch-16-per-rank curves.
-    ``two_ranks_16`` holds the losses of a 2-rank, batch-16 run already trained.
+def global_batch_curves(two_ranks_16: list[float], global_64: dict[str, dict], one_rank_16: list[dict]) -> dict:
+    """Compare the global-batch-64 runs ``global_64`` ({label: rank 0's result of ``train``}, the last
+    on 4 ranks x 16) and gather the batch-16-per-rank curves: ``one_rank_16`` holds 1 rank's results at
+    batch 16, one per seed in ``SEEDS`` (seed 0 first), and ``two_ranks_16`` the losses of a 2-rank,
+    batch-16 run. The lesson trains them all in three jobs, one per world size, before calling this.
 
     Returns {"per_rank_16": {label: losses}, "global_64": {label: losses}, "losses_equal" and
     "params_equal" (the global-batch-64 runs within 1e-5), and "one_rank_losses": 1 rank at batch 16,
-    seeds 0 to 4 (the learning-rate runs compare with them)}."""
-    # One thread: on a busy two-core machine, a second thread made this tiny model's job many times slower.
-    one_rank = run_ranks(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=16, lr=0.1, seed=s)
-                                                           for s in SEEDS]),
-                         show_output=False, env={"OMP_NUM_THREADS": "1"})[0]
-    runs = {label: results[0] for label, results in global_64.items()}  # rank 0's results
-    four_16 = list(runs.values())[-1]
+    per seed (the learning-rate runs compare with them)}."""
+    four_16 = list(global_64.values())[-1]
     per_rank_16 = {f"{n} rank{'s' if n > 1 else ''}, global batch {16 * n}": losses
-                   for n, losses in {1: one_rank[0]["losses"], 2: two_ranks_16, 4: four_16["losses"]}.items()}
-    params = [torch.tensor(r["params"]) for r in runs.values()]
+                   for n, losses in {1: one_rank_16[0]["losses"], 2: two_ranks_16, 4: four_16["losses"]}.items()}
+    params = [torch.tensor(r["params"]) for r in global_64.values()]
     return {"per_rank_16": per_rank_16,
-            "global_64": {label: r["losses"] for label, r in runs.items()},
-            "losses_equal": _max_gap([r["losses"] for r in runs.values()]) < 1e-5,
+            "global_64": {label: r["losses"] for label, r in global_64.items()},
+            "losses_equal": _max_gap([r["losses"] for r in global_64.values()]) < 1e-5,
             "params_equal": max((p - params[0]).abs().max().item() for p in params[1:]) < 1e-5,
-            "one_rank_losses": [r["losses"] for r in one_rank]}
+            "one_rank_losses": [r["losses"] for r in one_rank_16]}
 
 
 def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: list[list[float]]) -> dict:
@@ -82,7 +75,7 @@ def lr_scaling_report(scaling: dict) -> str:
     lines = []
     for name, label in {"1 rank, lr 0.1": ONE_RANK, **{f"4 ranks, {lr}": v for lr, v in FOUR_RANKS.items()}}.items():
         low, high = (curve[-1] for curve in scaling["ranges"][label])
-        lines.append(f"{name:>15}: mean final loss {scaling['means'][label][-1]:.3f} "
+        lines.append(f"{name + ':':<16} mean final loss {scaling['means'][label][-1]:.3f} "
                      f"({scaling['seeds']} seeds: {low:.3f} to {high:.3f})")
     lines.append(f"lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: {scaling['closer_every_seed']}")
     for epoch in (2, 3):

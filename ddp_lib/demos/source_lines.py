@@ -1,6 +1,6 @@
 """The few lines of a function's source behind a verdict a lesson prints, shown beside it.
 
-    display(source_lines(batch_scaling.global_batch_curves, "one_rank = run_ranks", "runs = {"))
+    display(source_lines(batch_scaling.summarize_lr_scaling, "gaps = {k:", '"near": sum('))
 """
 
 from __future__ import annotations

@@ -88,23 +88,34 @@ def batchnorm_data_sources(rank: int, world_size: int, forward_sync_buffers: boo
     average over the ranks (an all-reduce divided by the world size), and the running mean one process
     would keep over the global batches (the moving average of their means, with the layer's momentum)."""
     with process_group(rank, world_size) as device:
-        def batch(step: int, r: int) -> torch.Tensor:
-            noise = torch.randn(batch_size, 1, generator=torch.Generator().manual_seed(1000 * step + r))
-            return noise + 10.0 * r
+        return _batchnorm_sources(rank, world_size, device, forward_sync_buffers, steps, batch_size)
 
-        layer = nn.BatchNorm1d(1)
-        ddp_model = DDP(layer.to(device), device_ids=device_ids_for(device),
-                        forward_sync_buffers=forward_sync_buffers)
-        global_ema = 0.0  # the running mean starts at 0
-        for step in range(steps):
-            ddp_model(batch(step, rank).to(device)).square().mean().backward()
-            global_mean = torch.cat([batch(step, r) for r in range(world_size)]).mean().item()
-            global_ema = (1 - layer.momentum) * global_ema + layer.momentum * global_mean
-        averaged = layer.running_mean.clone()
-        dist.all_reduce(averaged)
-        averaged /= world_size
-        return {"own": round(layer.running_mean.item(), 2), "averaged": round(averaged.item(), 2),
-                "global": round(global_ema, 2)}
+
+def batchnorm_data_sources_both(rank: int, world_size: int, steps: int = 20, batch_size: int = 16) -> dict:
+    """:func:`batchnorm_data_sources` with ``forward_sync_buffers=True``, then ``False``, in one job (the
+    ranks start once). Returns {True: result, False: result}."""
+    with process_group(rank, world_size) as device:
+        return {sync: _batchnorm_sources(rank, world_size, device, sync, steps, batch_size) for sync in (True, False)}
+
+
+def _batchnorm_sources(rank: int, world_size: int, device: torch.device, forward_sync_buffers: bool, steps: int,
+                       batch_size: int) -> dict:
+    def batch(step: int, r: int) -> torch.Tensor:
+        noise = torch.randn(batch_size, 1, generator=torch.Generator().manual_seed(1000 * step + r))
+        return noise + 10.0 * r
+
+    layer = nn.BatchNorm1d(1)
+    ddp_model = DDP(layer.to(device), device_ids=device_ids_for(device), forward_sync_buffers=forward_sync_buffers)
+    global_ema = 0.0  # the running mean starts at 0
+    for step in range(steps):
+        ddp_model(batch(step, rank).to(device)).square().mean().backward()
+        global_mean = torch.cat([batch(step, r) for r in range(world_size)]).mean().item()
+        global_ema = (1 - layer.momentum) * global_ema + layer.momentum * global_mean
+    averaged = layer.running_mean.clone()
+    dist.all_reduce(averaged)
+    averaged /= world_size
+    return {"own": round(layer.running_mean.item(), 2), "averaged": round(averaged.item(), 2),
+            "global": round(global_ema, 2)}
 
 
 def rank0_eval_without_buffer_sync(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:
