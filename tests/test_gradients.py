@@ -201,6 +201,23 @@ def test_the_ddp_cycle_has_four_boxes_with_their_sections():
     assert {call for call, *_ in DDP_CYCLE} <= texts and {where for *_, where in DDP_CYCLE} <= texts
 
 
+def test_the_ddp_cycle_puts_unused_parameters_where_ddp_handles_them():
+    # Lesson 04's Summary: with find_unused_parameters=True the forward only finds the unused parameters;
+    # backward marks them ready, with its first gradient. Every box's lines stay above its section label.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.buckets import DDP_CYCLE, plot_ddp_cycle
+
+    boxes = {call: " ".join(line.strip() for line in lines) for call, _, lines, _ in DDP_CYCLE}
+    assert "find the unused ones" in boxes["ddp_model(x)"] and "mark" not in boxes["ddp_model(x)"]
+    assert "unused ones ready" in boxes["loss.backward()"]
+    fig = plot_ddp_cycle()
+    lowest_line = min(t.get_position()[1] for t in fig.axes[0].texts if t.get_fontsize() == 7.5)
+    label = max(t.get_position()[1] for t in fig.axes[0].texts if t.get_text().startswith("sections"))
+    assert lowest_line > label + 0.2
+
+
 def test_no_sync_needs_the_forward_inside_it():
     # Lesson 04: a forward outside no_sync() makes the backward inside it synchronise anyway.
     for inside, expected in ((True, [0, 1]), (False, [1, 1])):

@@ -114,15 +114,17 @@ DDP_CYCLE = (
     ("ddp_model(x)", "forward", ("broadcast buffers, unless the last",
                                  "  ran under no_grad or no_sync",
                                  "step 1: buckets rebuilt in the", "  order backward made gradients",
-                                 "find_unused_parameters: walk the", "  graph after it, mark unused ones"),
+                                 "find_unused_parameters: after it,", "  find the unused ones"),
      "sections 1, 4, 6"),
     ("loss.backward()", "backward", ("gradient ready: x 1/N, into its",
                                      "  bucket (by default)",
                                      "bucket full: its all-reduce starts,", "  buckets in order",
                                      "last bucket started: wait for all,", "  the means land in .grad",
                                      "inside no_sync(): nothing sent",
-                                     "a comm hook replaces the all-reduce"),
-     "sections 2, 4, 5, 7"),
+                                     "a comm hook replaces the all-reduce",
+                                     "find_unused_parameters: with the",
+                                     "  first gradient, unused ones ready"),
+     "sections 2, 4, 5, 6, 7"),
     ("optimizer.step()", "step", ("local: the same mean gradient", "  on the same weights gives", "  the same step"),
      "sections 2, 3"),
 )
@@ -131,8 +133,9 @@ DDP_CYCLE = (
 def plot_ddp_cycle() -> Figure:
     """Schematic of one DDP training step on one rank: construction once, then forward, backward and
     the optimizer step, each box listing what DDP does there and the sections of lesson 04 that show it."""
-    fig, ax = plt.subplots(figsize=(11, 3.6))
-    width, gap, top = 2.5, 0.4, 4.4
+    width, gap = 2.5, 0.4
+    top = 2.0 + 0.36 * (max(len(lines) for _, _, lines, _ in DDP_CYCLE) - 1)  # the longest box's lines fit
+    fig, ax = plt.subplots(figsize=(11, 0.75 * (top + 0.6)))
     for k, (call, phase, lines, where) in enumerate(DDP_CYCLE):
         left = k * (width + gap)
         colour = "lightgray" if k == 0 else COMM_COLOURS[0] if k == 2 else "white"
