@@ -7,6 +7,8 @@ from ddp_lib.demos.beyond_tables import (
     held,
     memory_bars,
     paper_bytes,
+    print_hsdp,
+    print_loop_parts,
     seven_b_table,
     sizing,
 )
@@ -65,8 +67,8 @@ def test_choice_table_rows(capsys):
     rows = choice_table(runs(2), runs(4))
     assert list(rows) == ["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"]
     assert rows["ddp"]["sent"] == 1 and rows["zero1"]["sent"] == 1.5
-    assert rows["fsdp_no_reshard"]["peak"] == rows["fsdp_no_reshard"]["held"] + 4 * N
-    assert rows["fsdp"]["peak"] == rows["fsdp"]["held"] + 4 * N  # the two largest all-gathers
+    assert rows["fsdp_no_reshard"]["held_gathered"] == rows["fsdp_no_reshard"]["held"] + 4 * N
+    assert rows["fsdp"]["held_gathered"] == rows["fsdp"]["held"] + 4 * N  # the two largest all-gathers
     out = capsys.readouterr().out
     assert "why" in out.splitlines()[0] and "state sharded, no bucket copy" in out
 
@@ -97,3 +99,34 @@ def test_seven_b_table_says_what_fits(capsys):
     assert out.splitlines()[0].endswith("GB per GPU, before activations")
     assert "does not fit in 80 GB" in out.splitlines()[1] and "3.0 GB left for activations" in out.splitlines()[2]
     assert round(rows["FSDP2"]["at_peak"] / 1e9, 1) == 17.5
+
+
+def test_print_hsdp_reads_each_rank(capsys):
+    def rank(r, coord, shard, rep, shapes):
+        return {"hsdp": {"rank": r, "coordinate": coord, "replicate_group": rep, "shard_group": shard,
+                         "placements": ["R", "S(0)"], "local_shapes": shapes,
+                         "collectives": {"c10d::all_gather_into_tensor_": 2}, "groups": {"all_gather": [shard]}}}
+    job4 = [rank(0, (0, 0), [0, 1], [0, 2], [[4, 8], [4]]), rank(1, (0, 1), [0, 1], [1, 3], [[4, 8], [0]]),
+            rank(2, (1, 0), [2, 3], [0, 2], [[4, 8], [4]]), rank(3, (1, 1), [2, 3], [1, 3], [[4, 8], [0]])]
+    hsdp = print_hsdp(job4)
+    out = capsys.readouterr().out.splitlines()
+    assert [r["rank"] for r in hsdp] == [0, 1, 2, 3]
+    assert out[0].startswith("rank 0 at (0, 0): replicate group [0, 2], shard group [0, 1]")
+    assert "parameters held: [36, 32, 36, 32] of 68;" in out[4]
+    assert out[-1] == "rank 0 ran them in groups: {'all_gather': [[0, 1]]}"
+
+
+def test_print_loop_parts_prints_rank_0(capsys):
+    extras = {"clip": {"ddp_norm": 0.5, "fsdp_norm": 0.5, "norm_type": "DTensor", "norm_placements": ["Replicate()"],
+                       "max_grad_diff": 0.0},
+              "mixed": {"compute_dtype": "bfloat16", "output_dtype": "bfloat16", "param_dtype": "float32",
+                        "grad_dtype": "float32", "loss_bf16": 0.8, "loss_fp32": 0.81},
+              "checkpointing": {"forward_bytes_checkpointed": 10, "forward_bytes": 30, "max_grad_diff": 0,
+                                "sharded_grad_diff": 2e-6, "all_gathers": {"sharded_checkpointed": 9, "sharded": 9}},
+              "order": {"optimizer_holds_model_params": False, "model_changed": False}}
+    assert print_loop_parts([{"extras": extras}, {"extras": {}}]) is extras
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 5
+    assert out[0].endswith("clipped gradients equal within 1e-6: True")
+    assert "gradients equal DDP's within 1e-6: False" in out[3]
+    assert out[4].endswith("its step changed the model: False")

@@ -5,7 +5,9 @@ Each ``runs`` argument maps a strategy to its results, one per rank, as the less
 returns them; the tables read rank 0's.
 """
 
-from ddp_lib.workers.beyond_ddp import bytes_sent, collectives_asked, zero_prediction
+import math
+
+from ddp_lib.workers.beyond_ddp import bytes_sent, collectives_asked, in_words, zero_prediction
 
 PARTS = ("parameters", "gradients", "optimizer state")
 STAGE = {"ddp": 0, "ddp_view": 0, "zero1": 1, "zero1_view": 1, "fsdp": 3, "fsdp_no_reshard": 3}  # ZeRO stage
@@ -68,10 +70,10 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
 
 
 def choice_table(runs2: dict, runs4: dict) -> dict:
-    """Print, for each strategy on rank 0, the MB held on 2 and 4 ranks, an estimated peak, the bytes
-    sent against DDP's, Adam's state against DDP's, the collectives a step and a short reason.
-    ``runs2`` includes ``zero1_view``.
-    Returns {strategy: {"held": bytes, "peak": bytes, "sent": x DDP}}."""
+    """Print, for each strategy on rank 0, the MB held on 2 and 4 ranks, held plus FSDP2's gathered
+    weights, the bytes sent against DDP's, Adam's state against DDP's, the collectives a step and a
+    short reason. ``runs2`` includes ``zero1_view``.
+    Returns {strategy: {"held": bytes, "held_gathered": bytes, "sent": x DDP}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     state = {s: r["bytes"]["optimizer state"] for s, r in r2.items()}
     # FSDP2 without reshard keeps every gathered weight until backward: counted, as what its forward
@@ -89,16 +91,18 @@ def choice_table(runs2: dict, runs4: dict) -> dict:
     }
     sent_ddp = bytes_sent(r2["ddp"]["payloads"], 2)
     rows = {}
-    print(f"{'strategy':<16}{'held MB, 2':>11}{'peak, est.':>11}{'held MB, 4':>11}{'state, x DDP':>13}"
+    print(f"{'strategy':<16}{'held MB, 2':>11}{'held + gathered':>16}{'held MB, 4':>11}{'state, x DDP':>13}"
           f"{'sent, x DDP':>12}{'calls':>6}  why")
     for s, why in advice.items():
-        rows[s] = {"held": held(r2[s]), "peak": held(r2[s]) + gathered.get(s, 0),
+        rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
                    "sent": bytes_sent(r2[s]["payloads"], 2) / sent_ddp}
         mb4 = f"{held(runs4[s][0]) / 1e6:.2f}" if s in runs4 else "-"
-        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['peak'] / 1e6:>11.2f}{mb4:>11}"
+        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['held_gathered'] / 1e6:>16.2f}{mb4:>11}"
               f"{state[s] / state['ddp']:>13.2f}{rows[s]['sent']:>12.2f}{collectives_asked(r2[s]):>6}  {why}")
-    print("peak, est.: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard every")
-    print("gathered weight (counted); state: Adam's state on 2 ranks; calls: collectives asked per step on 2 ranks")
+    print("held + gathered: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard")
+    print("every gathered weight (counted); not a peak: each strategy's activations and Adam's step come on top")
+    print("state: Adam's state on 2 ranks; sent: float32 (with bfloat16 gathers FSDP2 sends 1.00x, and 0.75x")
+    print("without reshard, folded); calls: collectives asked per step on 2 ranks")
     return rows
 
 
@@ -178,3 +182,42 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
         print(f"{label:<20}{row['after_backward'] / 1e9:>8.1f}{row['bwd'] * big / 1e9:>7.1f}"
               f"{row['step'] * big / 1e9:>7.1f}{gb:>8.1f}  {verdict}")
     return rows
+
+
+def print_hsdp(job4: list[dict]) -> list[dict]:
+    """Print what each rank of the 2x2 HSDP step held and where its collectives ran, from the
+    4-rank job's ``"hsdp"`` results. Returns those results, one per rank."""
+    hsdp = [r["hsdp"] for r in job4]
+    for r in hsdp:
+        print(f"rank {r['rank']} at {r['coordinate']}: replicate group {r['replicate_group']}, "
+              f"shard group {r['shard_group']}, placements {r['placements']}, local shapes {r['local_shapes']}")
+    held_hsdp = [sum(math.prod(shape) for shape in r["local_shapes"]) for r in hsdp]
+    whole_hsdp = held_hsdp[0] + held_hsdp[1]  # ranks 0 and 1, one shard group, hold the model between them
+    print(f"parameters held: {held_hsdp} of {whole_hsdp}; each shard group of 2 holds one copy, so a rank "
+          f"holds 1/2 of the model on average, against 1/4 under FSDP2 over all 4 ranks")
+    print("R is Replicate(): a full copy on every rank of that mesh dimension; S(0) as before")
+    print("collectives of the step, rank 0:", in_words(hsdp[0]["collectives"]))
+    print("rank 0 ran them in groups:", hsdp[0]["groups"])
+    return hsdp
+
+
+def print_loop_parts(loop: list[dict]) -> dict:
+    """Print rank 0's results of ``fsdp_extras``: clipping, mixed precision, activation checkpointing
+    and an optimizer created before ``fully_shard``. Returns rank 0's results."""
+    extras = loop[0]["extras"]
+    clip, mixed, ac = extras["clip"], extras["mixed"], extras["checkpointing"]
+    print(f"clip_grad_norm_: DDP's norm {clip['ddp_norm']}, FSDP2's {clip['fsdp_norm']} "
+          f"(returned as a {clip['norm_type']}, placements {clip['norm_placements']}); "
+          f"clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
+    print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}, "
+          f"sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}; "
+          f"loss {mixed['loss_bf16']} against float32's {mixed['loss_fp32']}")
+    print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
+          f"{ac['forward_bytes']:,}; gradients equal: {ac['max_grad_diff'] == 0}")
+    print(f"each block checkpointed, then sharded: gradients equal DDP's within 1e-6: "
+          f"{ac['sharded_grad_diff'] < 1e-6}; all-gathers in forward and backward "
+          f"{ac['all_gathers']['sharded_checkpointed']}, without checkpointing {ac['all_gathers']['sharded']}")
+    order = extras["order"]
+    print(f"Adam created before fully_shard: it holds the model's parameters: {order['optimizer_holds_model_params']}; "
+          f"its step changed the model: {order['model_changed']}")
+    return extras
