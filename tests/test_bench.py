@@ -72,10 +72,16 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     assert "steps with some overlap, of all" in overlap.overlap_verdict(profiled)
     assert set(overlap.parts_ms(profiled)) == {f"bucket_cap_mb={profiled['bucket_cap_mb']:g}",
                                                f"bucket_cap_mb={profiled['one_bucket_cap_mb']:g}"}
-    assert "small buckets made the whole step shorter:" in overlap.step_verdict(profiled)
+    step_lines = overlap.step_verdict(profiled).splitlines()
+    assert step_lines[0] == overlap.step_sentence(profiled) and "p = " not in overlap.step_verdict(profiled)
+    assert step_lines[0].startswith("4 small buckets: step ")
+    assert "paired rounds: small buckets made the step" in step_lines[0]
+    signs = overlap.sign_test_lines(profiled).splitlines()
+    assert len(signs) == 2 and all("a verdict needs 17" in line for line in signs)
+    assert signs[1] == f"whole step, small against one, {overlap.paired_verdict(profiled, 'step')}"
     cost = overlap.bucket_cost_verdict(profiled, alpha)
-    assert cost.startswith("kept profile: 4 buckets ") and "per extra bucket" in cost and "a verdict needs" in cost
-    assert "times the fitted alpha of" in cost and "the model says" not in cost
+    assert cost.startswith("kept profile: 4 buckets took ") and "Each extra bucket cost about" in cost
+    assert "times the fitted alpha of" in cost and "p = " not in cost
     assert wide.verdict(wide.full_run()).count("a verdict needs") == 3
     lines = scaling.verdict(scaling.full_run()).splitlines()
     assert lines[0].startswith("2 ranks: ") and "oversubscribed" in lines[1]
@@ -101,3 +107,27 @@ def test_extra_step_sets_the_2_rank_step_beside_measured_all_reduces_and_alpha()
     assert lines[3].endswith("slower measured all-reduce: True; of the estimate from the fitted alpha: False")
     alpha, _ = allreduce.held_fit(allreduce.full_run())
     assert len(scaling.extra_step(scaling.full_run(), allreduce.full_run(), alpha).splitlines()) == 4
+
+
+def _made_up_profile(small_steps_ms, one_steps_ms):
+    """A profile of made-up paired rounds: only the whole step's time, and one all-reduce bar per bucket."""
+    bar = {"lane": "all-reduce"}
+    return {"bucket_cap_mb": 1.0, "one_bucket_cap_mb": 25.0, "rows": [bar] * 4, "one_bucket": [bar],
+            "steps": {"1": [{"step": t} for t in small_steps_ms], "25": [{"step": t} for t in one_steps_ms]}}
+
+
+def test_step_sentence_says_the_cost_and_the_rounds_plainly():
+    from ddp_lib.bench import overlap
+    rounds = 21
+    longer = _made_up_profile([20.0] * rounds, [10.0] * rounds)
+    assert overlap.step_sentence(longer) == ("4 small buckets: step 20.0 ms; one bucket: step 10.0 ms (medians). "
+                                             "One bucket gave the shorter step in 21 of 21 paired rounds: "
+                                             "small buckets made the step longer.")
+    shorter = _made_up_profile([9.0] * rounds, [10.0] * rounds)
+    assert overlap.step_sentence(shorter).endswith("Small buckets gave the shorter step in 21 of 21 paired rounds: "
+                                                   "small buckets made the step shorter.")
+    mixed = _made_up_profile([9.0] * 11 + [11.0] * 10, [10.0] * rounds)
+    assert overlap.step_sentence(mixed).endswith("in 11 of 21 paired rounds: too few rounds to say which is shorter.")
+    assert overlap.bucket_cost_verdict(longer, alpha=1e-3) == (
+        "kept profile: 4 buckets took 20.0 ms a step, 1 bucket 10.0 ms (medians). "
+        "Each extra bucket cost about 3.3 ms, 3.3 times the fitted alpha of 1.00 ms.")

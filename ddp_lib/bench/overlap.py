@@ -306,36 +306,69 @@ def parts_ms(result: dict) -> dict[str, dict[str, float]]:
             for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])}
 
 
+def _round_wins(result: dict, part: str) -> tuple[int, int, int]:
+    """Over the profile's paired rounds: (rounds, small buckets' wins, one bucket's wins) on one part."""
+    rounds = list(zip(result["steps"][f"{result['bucket_cap_mb']:g}"],
+                      result["steps"][f"{result['one_bucket_cap_mb']:g}"]))
+    return (len(rounds), sum(s[part] < o[part] for s, o in rounds), sum(o[part] < s[part] for s, o in rounds))
+
+
+def _all_reduce_counts(result: dict) -> tuple[int, int]:
+    """All-reduces in the kept timeline of each cap: (small buckets, one bucket)."""
+    small, one = (sum(r["lane"] == "all-reduce" for r in rows) for rows in (result["rows"], result["one_bucket"]))
+    return small, one
+
+
+def step_sentence(result: dict) -> str:
+    """One plain sentence on the step's cost: both caps' median whole steps, the paired rounds each was shorter
+    in, and what that decides (with the cut of PROFILE_TESTS tests, as paired_verdict)."""
+    small_count, _ = _all_reduce_counts(result)
+    caps = (result["bucket_cap_mb"], result["one_bucket_cap_mb"])
+    small_ms, one_ms = (spread(result, cap, "step")[0] for cap in caps)
+    rounds, small_wins, one_wins = _round_wins(result, "step")
+    verdict = paired_verdict(result, "step").split(":")[0]
+    decided = {"lower": "small buckets made the step shorter", "higher": "small buckets made the step longer",
+               "undecided": "too few rounds to say which is shorter"}[verdict]
+    wins, who = (one_wins, "one bucket") if one_wins >= small_wins else (small_wins, "small buckets")
+    return (f"{small_count} small buckets: step {small_ms:.1f} ms; one bucket: step {one_ms:.1f} ms (medians). "
+            f"{who.capitalize()} gave the shorter step in {wins} of {rounds} paired rounds: {decided}.")
+
+
 def step_verdict(result: dict) -> str:
-    """The median parts of the step for both caps, and two sign tests, small buckets against one bucket:
-    the all-reduces' summed time and the whole step."""
+    """A plain sentence on the whole step (step_sentence), the median parts of the step for both caps, and the
+    all-reduces' summed time. The sign tests' p and cut are in sign_test_lines()."""
     parts, caps = parts_ms(result), (result["bucket_cap_mb"], result["one_bucket_cap_mb"])
     names = list(next(iter(parts.values())))
-    lines = [f"{'median (ms)':>18}" + "".join(f"{part:>26}" for part in names) + f"{'whole step':>12}"]
+    lines = [step_sentence(result), f"{'median (ms)':>18}" + "".join(f"{part:>26}" for part in names)
+             + f"{'whole step':>12}"]
     for (label, values), cap in zip(parts.items(), caps):
         lines.append(f"{label:>18}" + "".join(f"{ms:26.1f}" for ms in values.values())
                      + f"{spread(result, cap, 'step')[0]:12.1f}")
     steps = result["steps"][f"{caps[0]:g}"]
     summed = [spread(result, cap, "communication")[0] for cap in caps]
-    verdict = paired_verdict(result, "step")
     gap = max(s["step"] - sum(s[part] for part in names) for cap in caps for s in result["steps"][f"{cap:g}"])
     lines += [f"{len(steps)} paired rounds, small buckets first in {result['small_first']}; rank 0; in every step "
               f"the four parts add up to the step but for at most {gap:.1f} ms",
-              f"all-reduce bars summed (two can run at once): {summed[0]:.1f} ms small, {summed[1]:.1f} ms one "
-              f"(medians); small against one, {paired_verdict(result, 'communication')}",
-              f"whole step, small against one, {verdict}",
-              f"small buckets made the whole step shorter: {verdict.startswith('lower')}"]
+              f"all-reduces ran {summed[0]:.1f} ms in all with small buckets, {summed[1]:.1f} ms with one "
+              f"(medians; two can run at once)"]
     return "\n".join(lines)
 
 
+def sign_test_lines(result: dict) -> str:
+    """The sign tests behind step_verdict(), small buckets against one bucket, with p and the cut for
+    PROFILE_TESTS tests: the all-reduces' summed time and the whole step."""
+    return "\n".join([f"all-reduces summed, small against one, {paired_verdict(result, 'communication')}",
+                      f"whole step, small against one, {paired_verdict(result, 'step')}"])
+
+
 def bucket_cost_verdict(result: dict, alpha: float) -> str:
-    """What an extra bucket cost in the kept profile: the two caps' median whole steps, their difference per
-    extra all-reduce in ms and as a multiple of the fitted alpha (itself in doubt: lesson 08 weighs it), and the
-    sign test on the step."""
-    counts = [sum(r["lane"] == "all-reduce" for r in rows) for rows in (result["rows"], result["one_bucket"])]
+    """What an extra bucket cost in the kept profile, in one plain sentence: the two caps' median whole steps,
+    and their difference per extra all-reduce in ms and as a multiple of the fitted alpha (itself in doubt:
+    lesson 08 weighs it). The paired rounds' verdict is step_sentence()'s."""
+    counts = _all_reduce_counts(result)
     steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
     per_bucket_ms = (steps[0] - steps[1]) / (counts[0] - counts[1])
-    return (f"kept profile: {counts[0]} buckets {steps[0]:.1f} ms, {counts[1]} bucket {steps[1]:.1f} ms "
-            f"(median whole steps); {per_bucket_ms:+.2f} ms per extra bucket, {per_bucket_ms * 1e-3 / alpha:.1f} times "
-            f"the fitted alpha of {alpha * 1e3:.2f} ms\n"
-            f"whole step, small against one, {paired_verdict(result, 'step')}")
+    change, size_ms = ("cost" if per_bucket_ms >= 0 else "saved"), abs(per_bucket_ms)
+    return (f"kept profile: {counts[0]} buckets took {steps[0]:.1f} ms a step, {counts[1]} bucket {steps[1]:.1f} ms "
+            f"(medians). Each extra bucket {change} about {size_ms:.1f} ms, {size_ms * 1e-3 / alpha:.1f} "
+            f"times the fitted alpha of {alpha * 1e3:.2f} ms.")
