@@ -79,12 +79,14 @@ def test_clipping_after_sync_matches_one_process_and_before_sync_does_not():
     assert (torch.tensor(before[0]["params"]) - torch.tensor(one["params"])).abs().max() > 1e-3  # ...on a wrong step
 
 
-@pytest.mark.parametrize("fix, counted", [("none", 12), ("drop_last", 10), ("count_real", 11)])
+@pytest.mark.parametrize("fix, counted", [("none", 12), ("drop_last", 10), ("count_real", 11), ("subset", 11)])
 def test_evaluation_counts(fix, counted):
     ranks = run_ranks(evaluate_padded, 2, kwargs=dict(n_eval=11, fix=fix), show_output=False)
     assert [r["counted"] for r in ranks] == [counted, counted]
     exact = ranks[0]["accuracy"] == ranks[0]["reference"]
-    assert exact == (fix == "count_real")
+    assert exact == (fix in ("count_real", "subset"))
+    if fix == "subset":  # every second sample from the rank on, sample 0 once
+        assert [r["indices"] for r in ranks] == [[0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9]]
 
 
 def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
@@ -408,11 +410,12 @@ def test_in_one_job_runs_each_worker_in_the_same_group_in_order():
 
 
 def test_the_lesson_s_one_job_helpers_run_each_way_in_order():
-    from ddp_lib.demos.loop_runs import accumulate_fp32_and_fp16, evaluate_three_ways
+    from ddp_lib.demos.loop_runs import EVAL_WAYS, accumulate_fp32_and_fp16, evaluate_each_way
 
-    counting = run_ranks(evaluate_three_ways, 2, kwargs=dict(n_eval=11), show_output=False)
-    assert [list(r) for r in counting] == [["none", "drop_last", "count_real"]] * 2
-    assert [counting[0][way]["counted"] for way in ("none", "drop_last", "count_real")] == [12, 10, 11]
+    counting = run_ranks(evaluate_each_way, 2, kwargs=dict(n_eval=11), show_output=False)
+    assert EVAL_WAYS == ("none", "drop_last", "count_real", "subset")
+    assert [list(r) for r in counting] == [list(EVAL_WAYS)] * 2
+    assert [counting[0][way]["counted"] for way in EVAL_WAYS] == [12, 10, 11, 11]
     accumulated = run_ranks(accumulate_fp32_and_fp16, 2, show_output=False)
     assert [list(r) for r in accumulated] == [["fp32", "fp16"]] * 2
     assert all(r[p]["all_reduces"] == r[p]["steps"] for r in accumulated for p in ("fp32", "fp16"))

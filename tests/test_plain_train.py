@@ -67,3 +67,18 @@ def test_evaluate_scores_every_sample_once():
     assert sizes == [4, 4, 3]
     assert abs(sum(a * n for a, n in zip(accuracies, sizes)) / 11 - exact) < 1e-6
     assert model.training  # evaluate puts the model back in training mode
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:  # no device: the model's own, as in exercise 1's signature
+        assert evaluate(model, dataset, 0, 3) == accuracies[0]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_evaluate_passes_exercise_1_s_checker_on_2_and_3_ranks():
+    """The lesson calls plain_train's evaluate the answer to exercise 1: the checker runs it, with
+    exercise 1's four arguments, on 2 and 3 real processes."""
+    from ddp_lib.demos.plain_train import evaluate
+    from ddp_lib.exercises.lesson09 import check_evaluate
+
+    report = str(check_evaluate(evaluate))
+    assert "PASS world_size 2" in report and "PASS world_size 3" in report and "FAIL" not in report, report

@@ -208,14 +208,16 @@ def accumulate_fp32_and_fp16(rank: int, world_size: int) -> dict:
                 for precision in ("fp32", "fp16")}
 
 
-def evaluate_three_ways(rank: int, world_size: int, n_eval: int = 11) -> dict:
-    """``evaluate_padded`` once per way of counting ("none", "drop_last", "count_real"), in one job.
-    Returns {fix: its result on this rank}."""
+EVAL_WAYS = ("none", "drop_last", "count_real", "subset")
+
+
+def evaluate_each_way(rank: int, world_size: int, n_eval: int = 11, fixes: tuple[str, ...] = EVAL_WAYS) -> dict:
+    """``evaluate_padded`` once per way of counting (by default "none", "drop_last", "count_real",
+    "subset"), in one job. Returns {fix: its result on this rank}."""
     from ddp_lib.workers.training_loop import evaluate_padded
 
     with process_group(rank, world_size):
-        return {fix: evaluate_padded(rank, world_size, n_eval=n_eval, fix=fix)
-                for fix in ("none", "drop_last", "count_real")}
+        return {fix: evaluate_padded(rank, world_size, n_eval=n_eval, fix=fix) for fix in fixes}
 
 
 def compile_jobs(rank: int, world_size: int, settings: list[dict], timed: dict[str, dict]) -> dict:

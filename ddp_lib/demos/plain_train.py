@@ -68,10 +68,14 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
         print(f"held-out accuracy {accuracy:.4f}", flush=True)
 
 
-def evaluate(model: nn.Module, dataset: TensorDataset, rank: int, world_size: int, device: torch.device) -> float:
+def evaluate(model: nn.Module, dataset: TensorDataset, rank: int, world_size: int,
+             device: torch.device | None = None) -> float:
     """Accuracy over every sample once: each rank scores every world_size-th sample from its rank on, as
     ``Subset(dataset, range(rank, len(dataset), world_size))`` would (no padding, so no duplicate), in one
-    batch, then the ranks sum (correct, counted)."""
+    batch, then the ranks sum (correct, counted). ``device``: where the model is; None reads it from the
+    model's parameters, so ``evaluate(model, dataset, rank, world_size)`` is exercise 1's signature."""
+    if device is None:
+        device = next(model.parameters()).device
     x, y = (t[rank::world_size].to(device) for t in dataset.tensors)
     model.eval()
     with torch.no_grad():

@@ -27,7 +27,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.profiler import ProfilerActivity, profile
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 try:  # inside the ddp_lib package
     from ddp_lib.process_group import device_ids_for, process_group
@@ -237,7 +237,7 @@ def accumulate_and_clip(rank: int, world_size: int, steps: int = 3, micro_batche
 
 
 def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
-                    fix: Literal["none", "drop_last", "count_real"] = "none", seed: int = 0) -> dict:
+                    fix: Literal["none", "drop_last", "count_real", "subset"] = "none", seed: int = 0) -> dict:
     """Evaluate one model on ``n_eval`` held-out samples split by DistributedSampler, the naive way
     or with a fix for its padding, and sum the counts over ranks with all_reduce.
 
@@ -246,7 +246,8 @@ def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
         world_size: number of processes.
         n_eval: number of held-out samples (not a multiple of world_size, to see the padding).
         fix: "none" counts every index the sampler gives (duplicates too), "drop_last" uses
-            DistributedSampler(drop_last=True), "count_real" skips the padding positions.
+            DistributedSampler(drop_last=True), "count_real" skips the padding positions, "subset" reads
+            the indices of ``Subset(dataset, range(rank, len(dataset), world_size))`` instead of the sampler's.
         seed: seed of the model's weights (an untrained model: the point is the counting).
 
     Returns {"rank", "indices" (this rank's sample indices), "correct", "counted" (summed over
@@ -259,6 +260,8 @@ def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
         sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False,
                                      drop_last=fix == "drop_last")
         indices = list(sampler)
+        if fix == "subset":  # every world_size-th sample from rank on: no padding to skip
+            indices = list(Subset(dataset, range(rank, len(dataset), world_size)).indices)
         counts = torch.zeros(2, dtype=torch.float64, device=device)
         with torch.no_grad():
             x, y = dataset.tensors

@@ -10,6 +10,8 @@ from torch.utils.data import DistributedSampler
 
 
 def evaluate(model: nn.Module, dataset, rank: int, world_size: int) -> float:
+    # The starting point, fixed. Subset(dataset, range(rank, len(dataset), world_size)) reads the same
+    # samples without relying on the sampler's layout: plain_train.evaluate does that.
     sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
     counts = torch.zeros(2, dtype=torch.float64)  # correct, counted
     with torch.no_grad():
