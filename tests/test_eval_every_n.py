@@ -87,3 +87,22 @@ def test_with_buffers_a_skipped_backward_is_a_hang_until_the_timeout():
         run_ranks(skipped_backward.train_skipping_backward, 2, kwargs=dict(batchnorm=True), show_output=False)
     assert sorted(caught.value.failures) == [0, 1]
     assert all(re.search("timed out|timeout", message, re.I) for message in caught.value.failures.values())
+
+
+def test_the_source_without_the_probe_is_the_plain_loop_and_still_parses():
+    import ast
+
+    source = eval_every_n.source_without_probe()
+    ast.parse(source)  # the lines left are a whole function
+    assert "monitored_barrier" not in source and "probe_group" not in source
+    assert "dist.barrier()" in source and "evaluate(ddp.module if through_module else ddp" in source
+
+
+@pytest.mark.parametrize("probe", ["branch", "epoch_end"])
+def test_on_2_ranks_rank_0s_error_names_rank_1_only_when_rank_0_reaches_the_probe(probe):
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 2, kwargs=dict(probe=probe), show_output=False)
+    named = "Ranks 1 failed to pass monitoredBarrier" in caught.value.failures[0]
+    assert named == (probe == "branch")
+    if probe == "epoch_end":
+        assert "Rank 1 successfully reached monitoredBarrier" in caught.value.failures[1]
