@@ -130,3 +130,36 @@ def test_print_loop_parts_prints_rank_0(capsys):
     assert out[0].endswith("clipped gradients equal within 1e-6: True")
     assert "gradients equal DDP's within 1e-6: False" in out[3]
     assert out[4].endswith("its step changed the model: False")
+
+
+# The lesson's launches, with real processes on gloo (a few seconds each).
+
+def test_strategies_on_2_sets_zero1_view_apart():
+    from ddp_lib.demos.beyond_tables import strategies_on_2
+    runs2, zero1_view = strategies_on_2("ddp,zero1_view")
+    assert list(runs2) == ["ddp"] and len(runs2["ddp"]) == 2
+    assert zero1_view["layout"]["gradients_inside_buckets"]
+
+
+def test_four_rank_job_returns_the_strategies_and_each_ranks_checks():
+    from ddp_lib.demos.beyond_tables import four_rank_job
+    runs4, job4 = four_rank_job("fsdp")
+    assert list(runs4) == ["fsdp"] and len(runs4["fsdp"]) == 4
+    assert [sorted(r) for r in job4] == [["hsdp", "seeded"]] * 4
+    assert all(r["hsdp"]["groups"]["all_reduce"] == [r["hsdp"]["replicate_group"]] for r in job4)
+
+
+def test_checkpoint_job_resumes_to_the_same_losses(tmp_path):
+    from ddp_lib.demos.beyond_tables import checkpoint_job
+    saved = checkpoint_job(str(tmp_path))
+    assert sorted(saved[0]) == ["export", "loaded", "resumed", "straight", "zero_save"]
+    straight, resumed = saved[0]["straight"], saved[0]["resumed"]
+    assert resumed["losses"] == straight["losses"][2:] and resumed["checksum"] == straight["checksum"]
+
+
+def test_loop_job_reproduces_the_optimizer_before_fully_shard():
+    from ddp_lib.demos.beyond_tables import loop_job
+    loop = loop_job()
+    assert sorted(loop[0]) == ["accumulation", "extras", "meta", "scaler"]
+    order = loop[0]["extras"]["order"]
+    assert not order["optimizer_holds_model_params"] and not order["model_changed"]

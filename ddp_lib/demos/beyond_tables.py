@@ -1,13 +1,79 @@
 """Lesson 10's tables: the bytes each strategy sends in a step and the choice between the strategies,
 from ``compare_strategies``' results; and what a large model needs per GPU under each strategy.
 
-Each ``runs`` argument maps a strategy to its results, one per rank, as the lesson's ``by_strategy``
-returns them; the tables read rank 0's.
+Each ``runs`` argument maps a strategy to its results, one per rank, as ``by_strategy`` returns
+them; the tables read rank 0's. The lesson's four launches (``strategies_on_2``, ``four_rank_job``,
+``checkpoint_job`` and ``loop_job``) are here too: each runs its workers one after the other in one
+job with ``in_one_job``, so that each cell reads one line.
 """
 
 import math
 
-from ddp_lib.workers.beyond_ddp import bytes_sent, collectives_asked, in_words, zero_prediction
+from ddp_lib.launch import run_ranks
+from ddp_lib.process_group import in_one_job
+from ddp_lib.workers.beyond_ddp import (
+    STRATEGIES,
+    bytes_sent,
+    collectives_asked,
+    compare_strategies,
+    in_words,
+    zero_prediction,
+)
+
+W = "ddp_lib.workers.beyond_ddp:"  # in_one_job takes each worker as "module:function"
+
+
+def by_strategy(ranks: list[dict]) -> dict:
+    """[{strategy: result} per rank] -> {strategy: [result per rank]}."""
+    return {s: [r[s] for r in ranks] for s in ranks[0]}
+
+
+def strategies_on_2(strategies: str = ",".join(STRATEGIES)) -> tuple[dict, dict | None]:
+    """Run ``compare_strategies`` on 2 ranks for each strategy, one after the other. Returns
+    ({strategy: [result per rank]} without ``zero1_view``, rank 0's ``zero1_view`` result or None);
+    the lesson reads ``zero1_view`` only in its choice table."""
+    runs2 = by_strategy(run_ranks(compare_strategies, 2, kwargs=dict(strategies=strategies, timed_steps=0),
+                                  show_output=False))
+    zero1_view = runs2.pop("zero1_view", [None])[0]
+    return runs2, zero1_view
+
+
+def four_rank_job(strategies: str = "ddp,zero1,fsdp") -> tuple[dict, list[dict]]:
+    """One 4-rank launch: ``compare_strategies`` for ``strategies``, an HSDP step on a 2x2 mesh and
+    the seeding check. Returns ({strategy: [result per rank]}, [{"hsdp": ..., "seeded": ...} per rank])."""
+    job = run_ranks(in_one_job, 4, kwargs=dict(calls={
+        "strategies": (W + "compare_strategies", dict(strategies=strategies, timed_steps=0)),
+        "hsdp": (W + "hsdp_step", {}),
+        "seeded": (W + "seeded_by_rank", {}),  # each rank seeded by its rank
+    }), show_output=False)
+    return by_strategy([r.pop("strategies") for r in job]), job
+
+
+def checkpoint_job(checkpoint_dir: str) -> list[dict]:
+    """One 2-rank launch: ZeRO-1's consolidation; an FSDP2 run of 4 steps saved after step 2, the
+    same resumed from that checkpoint, and loaded without training; a full state dict exported.
+    Returns {name: result} per rank, names "zero_save", "straight", "resumed", "loaded", "export"."""
+    run = dict(steps=4, save_at=2, checkpoint_dir=checkpoint_dir)
+    return run_ranks(in_one_job, 2, kwargs=dict(calls={
+        "zero_save": ("ddp_lib.demos.zero_consolidate:consolidated_state", {}),
+        "straight": (W + "fsdp_checkpoint", run),  # saves after step 2
+        "resumed": (W + "fsdp_checkpoint", run | dict(resume=True)),
+        "loaded": (W + "fsdp_checkpoint", run | dict(steps=2, resume=True)),  # trains no step
+        "export": ("ddp_lib.demos.full_state_export:full_state_export", {}),
+    }), show_output=False)
+
+
+def loop_job() -> list[dict]:
+    """One 2-rank launch of what a sharded loop adds: ``fsdp_extras`` (clipping, mixed precision,
+    activation checkpointing, the optimizer's order), gradient accumulation, the GradScaler and the
+    meta device. Returns {name: result} per rank, names "extras", "accumulation", "scaler", "meta"."""
+    return run_ranks(in_one_job, 2, kwargs=dict(calls={
+        "extras": (W + "fsdp_extras", {}),
+        "accumulation": ("ddp_lib.demos.fsdp_accumulation:accumulation_counts", {}),
+        "scaler": ("ddp_lib.demos.fsdp_scaler:overflow_in_one_shard", {}),
+        "meta": ("ddp_lib.demos.meta_init:meta_init", {}),
+    }), show_output=False)
+
 
 PARTS = ("parameters", "gradients", "optimizer state")
 STAGE = {"ddp": 0, "ddp_view": 0, "zero1": 1, "zero1_view": 1, "fsdp": 3, "fsdp_no_reshard": 3}  # ZeRO stage
