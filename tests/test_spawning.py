@@ -309,6 +309,17 @@ def test_time_start_methods_and_table():
     assert [row.split()[:2] for row in table[1:]] == [["forkserver", "2"], ["fork", "1"]]
 
 
+def test_start_time_table_says_what_each_method_was_measured_on():
+    times = {"spawn": [1.5], "forkserver": [0.04, 0.05, 0.06], "fork": [0.03]}
+    table = start_time_table(times, measured={"spawn": "record_args, section 1", "forkserver": "noop"})
+    rows = table.splitlines()
+    assert rows[0].endswith("measured on")
+    assert rows[1].split() == ["spawn", "1", "1.500", "record_args,", "section", "1"]
+    assert rows[2].split() == ["forkserver", "3", "0.050", "noop"]
+    assert rows[3].split() == ["fork", "1", "0.030", "-"]  # a method not named
+    assert "measured on" not in start_time_table(times)  # without it, the table is as before
+
+
 @pytest.mark.parametrize("name", ["hello", "describe_rank", "fail_on_rank", "chatty"])
 def test_lesson_workers_are_runnable_by_name(name):
     assert callable(WORKERS[name].load())

@@ -176,11 +176,16 @@ def _time_forkserver_launches(nprocs: int, later: int) -> dict[str, list[float]]
     return {"first": seconds[:1], "later": seconds[1:]}
 
 
-def start_time_table(times: dict[str, list[float]]) -> str:
-    """A small text table: per start method, the launches measured and their median in seconds."""
-    rows = [f"{'start method':<12}  {'launches':>8}  {'median s':>8}"]
+def start_time_table(times: dict[str, list[float]], measured: dict[str, str] | None = None) -> str:
+    """A small text table: per start method, the launches measured and their median in seconds.
+
+    ``measured``, if given, adds a column saying what each method's launches ran (a method it
+    does not name gets ``-``), for times that do not all come from the same worker."""
+    header = f"{'start method':<12}  {'launches':>8}  {'median s':>8}"
+    rows = [header + ("  measured on" if measured else "")]
     for method, values in times.items():
-        rows.append(f"{method:<12}  {len(values):>8}  {statistics.median(values):>8.3f}")
+        row = f"{method:<12}  {len(values):>8}  {statistics.median(values):>8.3f}"
+        rows.append(row + (f"  {measured.get(method, '-')}" if measured else ""))
     return "\n".join(rows)
 
 
