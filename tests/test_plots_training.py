@@ -41,6 +41,7 @@ def test_the_crash_resume_figure_draws_the_runners_resume_every_rank_reads_the_n
     assert job2 and not [p for p in job2 if p.get_facecolor()[:3] == to_rgba("C1")[:3]]  # no collective
     assert [t.get_text() for t in ax.texts].count(f"read {newest}") == 2
     assert "every rank reads" in ax.get_title() and "send" not in ax.get_title().replace("is sent", "")
+    assert "not the template" in ax.get_title() and "rank 0 reads last.pt alone and broadcasts" in ax.get_title()
     bottom = min(p.get_y() for p in ax.patches)
     assert ax.get_ylim()[0] > bottom - 0.2  # no empty band below the last row
     plt.close(fig)
