@@ -1,7 +1,6 @@
 """Lesson 05's plots: the evaluation-shard schematic follows DistributedSampler's padding; loss curves shade
-the bands they are given; the crash/resume schematic draws the template's resume (rank 0 reads last.pt, then broadcasts)."""
-
-import os
+the bands they are given; the crash/resume schematic draws the template's resume (rank 0 reads last.pt,
+then broadcasts)."""
 
 import matplotlib
 

@@ -167,8 +167,8 @@ def test_template_with_crash_saves_the_epochs_before_it_and_the_resume_matches_a
     # Lesson 05's crash and resume: the template's train_job, rank 1 raising at epoch 2's first step.
     crashed = str(tmp_path / "crashed")
     with pytest.raises(WorkerError) as failure:
-        run_ranks(training_checks.template_with_crash, 2, kwargs=dict(crash_epoch=2, epochs=2, checkpoint_dir=crashed),
-                  show_output=False)
+        run_ranks(training_checks.template_with_crash, 2,
+                  kwargs=dict(crash_epoch=2, epochs=2, checkpoint_dir=crashed), show_output=False)
     assert "injected failure at epoch 2 on rank 1" in str(failure.value.failures[1])
     assert os.listdir(crashed) == ["last.pt"]
     assert torch.load(os.path.join(crashed, "last.pt"), weights_only=True)["epoch"] == 1
@@ -177,5 +177,6 @@ def test_template_with_crash_saves_the_epochs_before_it_and_the_resume_matches_a
                          show_output=False)[0]
     assert resumed["start_epoch"] == 1 and straight["start_epoch"] == 0
     assert [h["loss"] for h in resumed["history"]] == pytest.approx([h["loss"] for h in straight["history"]], abs=1e-5)
-    a, b = (torch.load(os.path.join(d, "last.pt"), weights_only=True)["model"] for d in (crashed, tmp_path / "straight"))
+    a, b = (torch.load(os.path.join(d, "last.pt"), weights_only=True)["model"]
+            for d in (crashed, tmp_path / "straight"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
