@@ -9,6 +9,7 @@ from ddp_lib.demos.batch_scaling import (
     SEEDS,
     global_batch_curves,
     lr_scaling_report,
+    run_scaling_jobs,
     summarize_lr_scaling,
 )
 from ddp_lib.launch import run_ranks
@@ -73,6 +74,23 @@ def test_same_global_batch_runs_agree():
     # the 4-rank job's seed-0 run at lr 0.1 is the same training as a plain train() call
     alone = run_ranks(train, 4, kwargs=dict(epochs=1, batch_size=16, lr=0.1), **one_thread)[0]
     assert alone["params"] == four_ranks[0]["params"]
+
+
+def test_run_scaling_jobs_prints_one_line_per_job_and_returns_the_lr_runs(capsys):
+    # The lesson's cell: the three jobs in one call, one epoch each.
+    two_ranks = run_ranks(train, 2, kwargs=dict(epochs=1, batch_size=16, lr=0.1), show_output=False)[0]
+    runs = run_scaling_jobs(two_ranks["losses"], epochs=1)
+    assert capsys.readouterr().out.splitlines() == [
+        "1 rank  x 64 at lr 0.1; 1 rank x 16 at lr 0.1, seeds 0-2 ...",
+        "2 ranks x 32 at lr 0.1 ...",
+        "4 ranks x 16 at lr 0.1 and 0.4, seeds 0-2 ...",
+    ]
+    assert runs["losses_equal"] and runs["params_equal"]
+    assert runs["per_rank_16"]["2 ranks, global batch 32"] == two_ranks["losses"]
+    assert set(runs["lr_losses"]) == {"lr 0.1", "lr 0.4"}
+    assert all(len(curves) == len(SEEDS) and all(len(c) == 1 for c in curves) for curves in runs["lr_losses"].values())
+    assert runs["lr_losses"]["lr 0.1"][0] == runs["global_64"]["4 ranks x batch 16"]  # seed 0 at lr 0.1
+    assert summarize_lr_scaling(runs["lr_losses"], runs["one_rank_losses"])["seeds"] == len(SEEDS)
 
 
 def test_global_batch_curves_flags_unequal_parameters():

@@ -161,3 +161,22 @@ def test_run_uneven_without_join_reports_the_rank_that_lost_its_peer():
     outcome = training_checks.run_uneven_without_join()
     assert outcome["failed_rank"] == 1  # rank 0 ran out of batches and left
     assert outcome["lost"] and outcome["error"].startswith("RuntimeError")
+
+
+def test_template_with_crash_saves_the_epochs_before_it_and_the_resume_matches_an_uninterrupted_run(tmp_path):
+    # Lesson 05's crash and resume: the template's train_job, rank 1 raising at epoch 2's first step.
+    crashed = str(tmp_path / "crashed")
+    with pytest.raises(WorkerError) as failure:
+        run_ranks(training_checks.template_with_crash, 2,
+                  kwargs=dict(crash_epoch=2, epochs=2, checkpoint_dir=crashed), show_output=False)
+    assert "injected failure at epoch 2 on rank 1" in str(failure.value.failures[1])
+    assert os.listdir(crashed) == ["last.pt"]
+    assert torch.load(os.path.join(crashed, "last.pt"), weights_only=True)["epoch"] == 1
+    resumed = run_ranks(template.train_job, 2, kwargs=dict(epochs=2, checkpoint_dir=crashed), show_output=False)[0]
+    straight = run_ranks(template.train_job, 2, kwargs=dict(epochs=2, checkpoint_dir=str(tmp_path / "straight")),
+                         show_output=False)[0]
+    assert resumed["start_epoch"] == 1 and straight["start_epoch"] == 0
+    assert [h["loss"] for h in resumed["history"]] == pytest.approx([h["loss"] for h in straight["history"]], abs=1e-5)
+    a, b = (torch.load(os.path.join(d, "last.pt"), weights_only=True)["model"]
+            for d in (crashed, tmp_path / "straight"))
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5

@@ -1,12 +1,12 @@
 """Lesson 05's batch-size and learning-rate runs: the numbers the lesson quotes from the jobs of "The same
 job on 1, 2 and 4 ranks", which also train the runs of "The learning rate for a bigger global batch".
 
-    runs = global_batch_curves(two_rank_losses, global_64, one_rank_16)  # rank 0's results of the lesson's jobs
-    scaling = summarize_lr_scaling(losses, runs["one_rank_losses"])  # losses: the lesson's 4-rank job, per lr
+    runs = run_scaling_jobs(two_rank_losses)  # the three jobs, then global_batch_curves on their results
+    scaling = summarize_lr_scaling(runs["lr_losses"], runs["one_rank_losses"])
     print(lr_scaling_report(scaling))  # the lines the lesson prints
 
 The jobs run ``train`` (``ddp_lib/workers/train.py``), the same loop as lesson 05's ``diff_loop``, with its
-losses within 1e-5. The functions here are the arithmetic alone: the lesson runs the jobs.
+losses within 1e-5. :func:`run_scaling_jobs` starts them; the other functions are the arithmetic alone.
 """
 
 from __future__ import annotations
@@ -82,3 +82,36 @@ def lr_scaling_report(scaling: dict) -> str:
         lines.append(f"mean loss after epoch {epoch}: " + ", ".join(
             f"{name} {curve[epoch - 1]:.3f}" for name, curve in scaling["epoch_means"].items()))
     return "\n".join(lines)
+
+
+def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
+    """Lesson 05's three jobs, one per world size, each rank on one thread (for speed on 2 cores); one
+    line is printed per job as it starts. ``two_ranks_16``: the losses of a 2-rank, batch-16 run at lr 0.1
+    (the lesson's diff job), the fourth curve.
+
+    - 1 rank: batch 64 at lr 0.1 (seed 0), then batch 16 at lr 0.1 for each seed in ``SEEDS``;
+    - 2 ranks: batch 32 per rank at lr 0.1 (seed 0);
+    - 4 ranks: batch 16 per rank at lr 0.1 and 0.4 for each seed (seed 0 at lr 0.1 first).
+
+    Returns :func:`global_batch_curves`'s dict (the three runs at global batch 64 are the seed-0 runs at
+    lr 0.1), plus "lr_losses": the 4-rank job's loss curves, {"lr 0.1": per seed, "lr 0.4": per seed}."""
+    from ddp_lib.launch import launch
+    from ddp_lib.workers.train import train
+    from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
+
+    one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
+    seeds = f"seeds {SEEDS[0]}-{SEEDS[-1]}"
+    print(f"1 rank  x 64 at lr 0.1; 1 rank x 16 at lr 0.1, {seeds} ...", flush=True)
+    one_rank = launch(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
+        dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS]), **one_thread).results[0]
+    print("2 ranks x 32 at lr 0.1 ...", flush=True)
+    two_ranks_32 = launch(train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), **one_thread).results[0]
+    print(f"4 ranks x 16 at lr 0.1 and 0.4, {seeds} ...", flush=True)
+    lr_runs = [dict(epochs=epochs, batch_size=16, lr=lr, seed=s) for s in SEEDS for lr in (0.1, 0.4)]
+    four_ranks = launch(train_runs, 4, kwargs=dict(runs=lr_runs), **one_thread).results[0]  # rank 0's results
+    global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,
+                 "4 ranks x batch 16": four_ranks[0]}
+    runs = global_batch_curves(two_ranks_16, global_64, one_rank[1:])
+    runs["lr_losses"] = {f"lr {lr}": [r["losses"] for r, run in zip(four_ranks, lr_runs) if run["lr"] == lr]
+                         for lr in (0.1, 0.4)}
+    return runs

@@ -363,3 +363,38 @@ def template_core_view() -> str:
             gap = indent - shift
         comments = []
     return "\n".join(view)
+
+
+def template_with_crash(rank: int, world_size: int, crash_epoch: int = 3, crash_rank: int = 1, **job) -> dict:
+    """The template's ``train_job`` with its ``make_optimizer`` wrapped: on ``crash_rank``, the first
+    optimizer step of epoch ``crash_epoch`` raises RuntimeError, so the epochs before it are in
+    ``last.pt``. ``job``: ``train_job``'s keywords; the epochs are counted from the job's start, so give
+    a ``checkpoint_dir`` with no checkpoint in it."""
+    from ddp_lib.workers import template
+
+    make_optimizer = template.make_optimizer
+    train_set, _ = template.make_datasets()
+    per_rank = -(-len(train_set) // world_size)  # DistributedSampler pads to a multiple of world_size
+    batches = -(-per_rank // job.get("batch_size", 32))
+    steps_before = (crash_epoch - 1) * -(-batches // job.get("accumulate", 1))  # optimizer steps of the earlier epochs
+
+    def crashing_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
+        optimizer = make_optimizer(model, lr)
+        if rank != crash_rank:
+            return optimizer
+        step, done = optimizer.step, [0]
+
+        def step_or_crash(*args, **kwargs):
+            if done[0] == steps_before:
+                raise RuntimeError(f"injected failure at epoch {crash_epoch} on rank {rank}")
+            done[0] += 1
+            return step(*args, **kwargs)
+
+        optimizer.step = step_or_crash
+        return optimizer
+
+    template.make_optimizer = crashing_optimizer
+    try:
+        return template.train_job(rank, world_size, **job)
+    finally:
+        template.make_optimizer = make_optimizer

@@ -131,10 +131,11 @@ def plot_join_timeline():
 
 
 
-def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
-    """Schematic of the lesson's runner: a job saves one checkpoint file per epoch (rank 0 writes,
-    then a barrier, in orange), rank 1 crashes in ``crash_epoch``; in a second job every rank reads
-    the newest file itself (no collective: the disk is shared), and both train the rest."""
+def plot_crash_resume(crash_epoch: int = 3, epochs: int = 3):
+    """Schematic of the template's crash and resume: a job trains one epoch at a time, then rank 0
+    saves ``last.pt`` and every rank waits at a barrier (orange: a collective); rank 1 crashes in
+    ``crash_epoch``. In a second job, rank 0 alone reads ``last.pt`` and broadcasts what it read to
+    every rank, then both train the rest."""
     rows = {"job 1, rank 0": [], "job 1, rank 1": [], "job 2, rank 0": [], "job 2, rank 1": []}
     for epoch in range(1, crash_epoch):
         x = (epoch - 1) * 1.3
@@ -144,14 +145,14 @@ def plot_crash_resume(crash_epoch: int = 5, epochs: int = 8):
     rows["job 1, rank 0"].append((f"e{crash_epoch}...", x, 1.0, "stuck"))
     rows["job 1, rank 1"].append(("crash", x, 1.0, "stuck"))
     start = x + 1.2
-    newest = f"epoch_{crash_epoch - 1:03d}.pt"
+    rows["job 2, rank 0"].append(("read last.pt", start, 1.9, "work"))
     for rank in (0, 1):
-        rows[f"job 2, rank {rank}"].append((f"read {newest}", start, 2.6, "work"))
+        rows[f"job 2, rank {rank}"].append(("broadcast", start + 2.0, 1.6, "collective"))
         for k, epoch in enumerate(range(crash_epoch, epochs + 1)):
-            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 2.7 + 1.1 * k, 1.0, "work"))
-    return plot_rank_timeline(rows, f"e = epoch, then rank 0 saves; orange = collective. "
+            rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 3.7 + 1.1 * k, 1.0, "work"))
+    return plot_rank_timeline(rows, f"e = epoch, then rank 0 saves last.pt; orange = collective. "
                                     f"Rank 1 crashes in epoch {crash_epoch}.\n"
-                                    f"In job 2, every rank reads {newest} itself: nothing is sent")
+                                    f"In job 2, rank 0 alone reads last.pt and broadcasts it to every rank")
 
 
 def plot_sync_batchnorm():
