@@ -195,6 +195,16 @@ def test_restart_tally_counts_the_recorded_runs(tmp_path):
     assert torchrun_batch.restart_tally(tmp_path) == {"shared": (1, 2), "fresh": (0, 2)}
 
 
+
+def test_static_restart_tally_counts_the_recorded_runs(tmp_path):
+    from pathlib import Path
+
+    failed, runs = torchrun_batch.static_restart_tally(Path(__file__).parents[1] / "notebooks" / "data")
+    assert 0 <= failed <= runs and runs > 0
+    (tmp_path / torchrun_batch.STATIC_TALLY).write_text(
+        "# limit_s node0 node1 trained error load\n60 124 1 no - 7.1\n\n60 0 0 yes - 2.0\n60 1 1 no refused 3.1\n")
+    assert torchrun_batch.static_restart_tally(tmp_path) == (2, 3)
+
 def test_restart_report_tells_the_abort_at_exit_from_a_failure():
     """Exit code 1 after epoch 4 with a rank ended by SIGABRT is torch's abort at exit, not a failed job."""
     aborted = RESTART_LOG.replace("torchrun's exit code: 0", "failed (exitcode: -6) local_rank: 0\n"

@@ -285,6 +285,18 @@ def restart_tally(folder: str | Path = "data") -> dict[str, tuple[int, int]]:
             for store in ("shared", "fresh")}
 
 
+
+STATIC_TALLY = "static_restart_runs.txt"
+
+
+def static_restart_tally(folder: str | Path = "data") -> tuple[int, int]:
+    """The recorded runs of the static restart in ``folder`` (:data:`STATIC_TALLY`, one line per run:
+    limit_s, node0, node1, trained, error, load): in how many runs attempt 1 did not train to the last
+    epoch, and of how many runs."""
+    runs = [line.split() for line in Path(folder, STATIC_TALLY).read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    return sum(run[3] == "no" for run in runs), len(runs)
+
 class _SkimTorch(pickle.Unpickler):
     """Unpickles a ``torch.save`` file's plain values; every tensor and torch object becomes ``None``."""
 
