@@ -227,3 +227,10 @@ def test_load_on_device_mistakes_are_refused_with_the_fix(case):
     report = check_load_on_device(_load_fn(source))
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and message in fails[0], str(report)
+
+
+def test_load_on_device_solution_passes():
+    from ddp_lib.exercises.solutions.lesson03 import load_on_device
+
+    report = check_load_on_device(load_on_device)
+    assert report.passed and len(report.lines) == 2, str(report)

@@ -9,6 +9,7 @@ import torch
 
 from ddp_lib.demos import placement_demos, spawning
 from ddp_lib.plots.placement import (
+    plot_backend_slots,
     plot_barrier_path,
     plot_checkpoint_locations,
     plot_device_id_effects,
@@ -118,3 +119,9 @@ def test_torchrun_side_by_side_raises_a_failure_it_is_not_about(tmp_path):
     with pytest.raises(RuntimeError, match=r"exited with 1; its error output ends:\n") as caught:
         spawning.torchrun_side_by_side(str(script), jobs=1, nproc_per_node=1)
     assert "rank 0 gave up" in str(caught.value)
+
+
+def test_backend_slots_picture_draws_a_slot_per_device_type():
+    fig = plot_backend_slots()
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "cpu -> no backend" in texts and "cpu -> gloo" in texts and texts.count("cuda -> nccl") == 2

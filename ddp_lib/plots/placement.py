@@ -106,6 +106,29 @@ def plot_input_path() -> Figure:
     return fig
 
 
+def plot_backend_slots() -> Figure:
+    """Schematic of section "nccl serves CUDA tensors only": a process group keeps one backend per
+    device type, and a collective takes the backend of its tensor's device type. A "nccl" group has a
+    slot for cuda only, so a CPU tensor finds none; a "cpu:gloo,cuda:nccl" group has a slot for each."""
+    fig, ax = _canvas(10, 3.0)
+    groups = (('init_process_group("nccl")', (("cpu", None), ("cuda", "nccl"))),
+              ('init_process_group("cpu:gloo,cuda:nccl")', (("cpu", "gloo"), ("cuda", "nccl"))))
+    for column, (title, slots) in enumerate(groups):
+        x0 = 0.2 + 5.0 * column
+        ax.text(x0 + 2.3, 2.75, title, ha="center", fontsize=9, weight="bold")
+        _box(ax, x0 + 0.1, 1.7, 1.6, 0.7, "CPU tensor\nall_reduce(metric)", "whitesmoke")
+        for row, (device_type, backend) in enumerate(slots):
+            found = backend is not None
+            _box(ax, x0 + 2.7, 1.7 - 1.2 * row, 1.8, 0.7, f"{device_type} -> {backend or 'no backend'}",
+                 "honeydew" if found else "mistyrose", "tab:green" if found else "tab:red")
+        ok = slots[0][1] is not None
+        _arrow(ax, (x0 + 1.75, 2.05), (x0 + 2.65, 2.05), "runs" if ok else "error", "tab:green" if ok else "tab:red")
+    fig.suptitle("A group keeps one backend per device type; a collective uses the one for its tensor's device",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def plot_ranks_on_one_gpu() -> Figure:
     """Schematic of one node with two ranks and two GPUs: without torch.cuda.set_device both ranks'
     "cuda" is GPU 0 (nccl refuses: "Duplicate GPU detected"); with set_device(local_rank) each

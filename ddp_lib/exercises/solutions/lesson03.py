@@ -1,4 +1,5 @@
-"""Lesson 03, exercise 1: a worker that finds its device from LOCAL_RANK and joins the group itself."""
+"""Lesson 03, exercise 1: a worker that finds its device from LOCAL_RANK and joins the group itself;
+exercise 3: a checkpoint saved on ``cuda:0`` loaded onto the rank's device."""
 
 import os
 
@@ -27,3 +28,7 @@ def one_step(rank: int, world_size: int) -> dict:
         return {"local_rank": local_rank, "device": str(device), "checksum": param_checksum(model)}
     finally:
         dist.destroy_process_group()
+
+
+def load_on_device(path, device: torch.device) -> dict:
+    return torch.load(path, map_location=device)  # every tensor onto device, whatever device saved it
