@@ -15,6 +15,11 @@ def test_sgd_two_right_answers_pass():
         assert report.passed, str(report)
 
 
+def test_sgd_right_answer_names_the_computed_bytes():
+    report = lesson10.check_sgd_prediction(SGD_RIGHT)
+    assert any(f"the sizes give {SGD_RIGHT['fsdp']:,}" in line for line in report.lines), str(report)
+
+
 def test_sgd_stub_fails_once():
     report = lesson10.check_sgd_prediction({"state": None, "ddp": None, "zero1": None, "fsdp": None})
     assert len(report.lines) == 1 and "FAIL predicted_sgd must give an int" in report.lines[0], str(report)

@@ -134,7 +134,7 @@ def check_sgd_prediction(predicted: dict) -> Report:
         guess, held = predicted[strategy], right[strategy]
         line = f"{strategy}: you predicted {guess:,} bytes on rank 0"
         if _near(guess, held):
-            report.ok(f"{line}, the bars show {held:,}")
+            report.ok(f"{line}; the sizes give {held:,}")
         elif why := next((why for wrong, why in mistakes[strategy] if _near(guess, wrong)), None):
             report.fail(f"{line}; {why}")
         else:
