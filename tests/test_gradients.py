@@ -212,6 +212,8 @@ def test_the_ddp_cycle_puts_unused_parameters_where_ddp_handles_them():
     boxes = {call: " ".join(line.strip() for line in lines) for call, _, lines, _ in DDP_CYCLE}
     assert "find the unused ones" in boxes["ddp_model(x)"] and "mark" not in boxes["ddp_model(x)"]
     assert "unused ones ready" in boxes["loss.backward()"]
+    # the forward decides whether the next backward syncs: no_sync() is named there too
+    assert "inside no_sync(): its backward will send nothing" in boxes["ddp_model(x)"]
     fig = plot_ddp_cycle()
     lowest_line = min(t.get_position()[1] for t in fig.axes[0].texts if t.get_fontsize() == 7.5)
     label = max(t.get_position()[1] for t in fig.axes[0].texts if t.get_text().startswith("sections"))

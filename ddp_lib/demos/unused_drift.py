@@ -16,8 +16,9 @@ from ddp_lib.workers.gradients import TwoHeads, c10d_ops
 
 def first_step_unaveraged(rank: int, world_size: int, lr: float = 0.1) -> dict:
     """One forward of ``TwoHeads`` without head b, one backward, one SGD step, on data of this
-    rank's own. Returns the trunk's weight gradient after backward and the trunk's weight after the
-    step (CPU tensors), to compare between ranks. No second forward: that one would raise.
+    rank's own. Returns ``backward_returned`` (True once ``backward()`` has returned), the trunk's
+    weight gradient after backward and the trunk's weight after the step (CPU tensors), to compare
+    between ranks. No second forward: that one would raise.
 
     Args:
         lr: the SGD step's learning rate.
@@ -29,9 +30,11 @@ def first_step_unaveraged(rank: int, world_size: int, lr: float = 0.1) -> dict:
         generator = torch.Generator().manual_seed(rank)  # each rank its own batch
         x, y = torch.randn(4, 8, generator=generator), torch.randn(4, 4, generator=generator)
         nn.functional.mse_loss(model(x.to(device)), y.to(device)).backward()  # head b unused
+        backward_returned = True  # reached only if backward() returned, without an error or a hang
         grad = model.module.trunk.weight.grad.detach().cpu().clone()
         optimizer.step()
-        return {"trunk_grad": grad, "trunk_weight": model.module.trunk.weight.detach().cpu().clone()}
+        return {"backward_returned": backward_returned, "trunk_grad": grad,
+                "trunk_weight": model.module.trunk.weight.detach().cpu().clone()}
 
 
 class InputLayerOptional(nn.Module):
