@@ -121,3 +121,12 @@ def test_stack_for_reading_drops_thread_ids_and_folders():
     dump = 'Current thread 0x00007f3a (most recent call first):\n  File "/a/b/torchrun_failures.py", line 38 in main\n'
     assert failure_reading.stack_for_reading(dump) == (
         'Current thread 0x... (most recent call first):\n  File "torchrun_failures.py", line 38 in main\n')
+
+
+def test_ddp_build_exit_codes_runs_the_reproducer_once_per_level():
+    import signal
+
+    codes = failure_reading.ddp_build_exit_codes(("DETAIL", "INFO", "OFF"))
+    assert list(codes) == ["DETAIL", "INFO", "OFF"]
+    assert codes["INFO"] == 0 and codes["OFF"] == 0  # DDP builds without DETAIL
+    assert codes["DETAIL"] in (0, -int(signal.SIGSEGV))  # torch 2.13 with gloo: SIGSEGV

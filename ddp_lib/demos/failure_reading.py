@@ -3,7 +3,10 @@ stderr or traceback, the lines a person reads first, so a notebook cell shows on
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 from ddp_lib.errors import readable
 
@@ -11,6 +14,23 @@ LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo
 _FINGERPRINT = re.compile(r"(Rank \d+) is running collective: CollectiveFingerPrint\("
                           r"SequenceNumber=\d+, OpType=(\w+), TensorShape=(\[[\d, ]*\])")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in (\S+)', re.MULTILINE)
+
+# a whole reproducer of DDP's crash under TORCH_DISTRIBUTED_DEBUG=DETAIL on torch 2.13 with gloo:
+# one process, its store a HashStore in the process's own memory, no launcher
+DDP_UNDER_DETAIL = ("import torch.distributed as dist, torch.nn as nn\n"
+                    "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+                    "nn.parallel.DistributedDataParallel(nn.Linear(4, 1))\n"
+                    "print('built the DDP model')")
+
+
+def ddp_build_exit_codes(levels: tuple[str, ...] = ("DETAIL", "INFO"), timeout_s: float = 300) -> dict[str, int]:
+    """Run ``DDP_UNDER_DETAIL`` in a fresh Python once per ``TORCH_DISTRIBUTED_DEBUG`` level, all at
+    once, and return each run's exit code: 0 if it built the DDP model, ``-signal`` if a signal ended
+    it (``-11`` for SIGSEGV)."""
+    runs = {level: subprocess.Popen([sys.executable, "-c", DDP_UNDER_DETAIL], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, env={**os.environ, "TORCH_DISTRIBUTED_DEBUG": level})
+            for level in levels}
+    return {level: run.wait(timeout=timeout_s) for level, run in runs.items()}
 
 
 def is_connection_error(message: str) -> bool:
