@@ -229,3 +229,14 @@ def test_start_main_jobs_runs_each_command_in_a_shell_and_returns_at_once(monkey
     assert {name: process.wait(30) for name, process in running.items()} == {"ok": 0, "bad": 3}
     assert Path("my_work/ok.out").read_text() == "out\n" and Path("my_work/ok.err").read_text() == "err\n"
     assert not Path("my_work/failing").exists()
+
+
+def test_show_masked_hides_this_machines_paths(tmp_path, capsys):
+    log = tmp_path / "restart.log"
+    log.write_text('File "/opt/env/lib/python3.12/site-packages/torch/x.py", line 1\n'
+                   "failed (exitcode: 1) of binary: /opt/env/bin/python3\n"
+                   "/home/me/repo/notebooks/my_work/train.py ran\n")
+    torchrun_batch.show_masked(log, repo="/home/me/repo")
+    assert capsys.readouterr().out == ('File ".../site-packages/torch/x.py", line 1\n'
+                                       "failed (exitcode: 1) of binary: PYTHON\n"
+                                       "REPO/notebooks/my_work/train.py ran\n")

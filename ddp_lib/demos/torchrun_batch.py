@@ -275,6 +275,17 @@ def restart_report(restart_log: str, first_log: str) -> dict:
 STORE_TALLIES = ("restart_store_runs.txt", "restart_store_runs_load.txt")
 
 
+def show_masked(path: str | Path, repo: str | Path | None = None) -> None:
+    """Print the log at ``path`` with this machine's paths hidden: any folder up to ``site-packages``
+    as ``...``, the Python torchrun names (``of binary: ...``) as ``PYTHON``, and the repository's
+    folder (``repo``, by default the parent of the current folder, as run from ``notebooks/``) as ``REPO``."""
+    repo = str(Path.cwd().parent if repo is None else repo)
+    text = Path(path).read_text()
+    text = re.sub(r'[^ "\n]*/site-packages/', ".../site-packages/", text)
+    text = re.sub(r"of binary: .*", "of binary: PYTHON", text)
+    print(text.replace(repo, "REPO"), end="")
+
+
 def restart_tally(folder: str | Path = "data") -> dict[str, tuple[int, int]]:
     """For each store of the recorded restart runs in ``folder`` (:data:`STORE_TALLIES`), ``"shared"``
     (without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``) and ``"fresh"`` (with it): in how many runs attempt 1
