@@ -57,7 +57,9 @@ def test_fit_verdict_fits_where_the_model_holds_and_names_the_hump():
     rows = [r for r in result["rows"] if r["world_size"] == 2 and r["bytes"] >= allreduce.HOLDS_FROM_BYTES]
     errors = [abs((alpha + r["bytes"] / beta) / (r["time_us"] * 1e-6) - 1) for r in rows]
     assert sorted(errors)[len(errors) // 2] < 0.25  # the median size fits within 25%
-    text = allreduce.fit_verdict(result)
+    assert len(allreduce.fit_verdict(result).splitlines()) == 3
+    assert "alpha = " in allreduce.fit_verdict(result) and "gloo" not in allreduce.fit_verdict(result)
+    text = allreduce.fit_verdict(result, detail=True)
     assert "8 messages (4 per rank)" in text and "the same at every size: True" in text
     assert "the same messages, so not gloo's algorithm" in text
     assert allreduce.loops_per_timing(16) == 20 and allreduce.loops_per_timing(64 << 20) == 1
@@ -67,7 +69,9 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     from ddp_lib.bench import allreduce, ddp, overlap, scaling, wide
     alpha, beta = allreduce.held_fit(allreduce.full_run())
     text = ddp.model_verdict(ddp.full_run(), alpha, beta)
-    assert "DDP added more than the prediction:" in text and "plus DDP's own work" in text and "largest:" in text
+    assert len(text.splitlines()) == 2 and "the same run's bare all-reduce" in text and "the fit alone:" in text
+    assert "within 25% of the prediction:" in text
+    assert "largest:" in ddp.model_verdict(ddp.full_run(), alpha, beta, detail=True)
     profiled = overlap.full_run()
     assert "steps with some overlap, of all" in overlap.overlap_verdict(profiled)
     assert set(overlap.parts_ms(profiled)) == {f"bucket_cap_mb={profiled['bucket_cap_mb']:g}",
@@ -103,8 +107,11 @@ def test_extra_step_sets_the_2_rank_step_beside_measured_all_reduces_and_alpha()
     lines = scaling.extra_step(runs, kept, alpha=250e-6).splitlines()
     assert lines[0].startswith(f"gradients {nbytes} B;") and "took 1.00 ms" in lines[0] and "0.50 ms" in lines[0]
     assert "= local step 1.00 ms + 1.00 ms: 1.0 to 2.0 of those measured all-reduces, 4.0 fitted alpha" in lines[1]
-    assert "1.60x with c = the fitted alpha, 1.00x to 1.33x with c = a measured all-reduce; measured 1.00x" in lines[2]
-    assert lines[3].endswith("slower measured all-reduce: True; of the estimate from the fitted alpha: False")
+    assert lines[2] == "prediction 2t / (t + alpha): 1.60x; measured 1.00x; within 10%: False"
+    assert lines[3].endswith("1.00x to 1.33x with c = a measured all-reduce") and "True" not in lines[3]
+    # The one prediction holds when the 2-rank step adds about one fitted alpha (a 1.25 ms step: 1.60x).
+    near = {"rows": [runs["rows"][0], {"world_size": 2, "policy": "one", "samples_per_s": 25600.0}]}
+    assert scaling.extra_step(near, kept, alpha=250e-6).splitlines()[2].endswith("within 10%: True")
     alpha, _ = allreduce.held_fit(allreduce.full_run())
     assert len(scaling.extra_step(scaling.full_run(), allreduce.full_run(), alpha).splitlines()) == 4
 

@@ -178,9 +178,10 @@ def held_fit(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYT
     return fit_alpha_beta([r["bytes"] for r in mine], [r["time_us"] * 1e-6 for r in mine])
 
 
-def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYTES) -> str:
-    """The fit where the model holds, its errors there and below, and why the small sizes are left out:
-    gloo's ring sends the same messages, looped as often, from 16 B to 64 KiB, yet the smaller took longer."""
+def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYTES, detail: bool = False) -> str:
+    """The fit where the model holds, its errors there, and alpha's share of a 4 KiB message (three lines).
+    With ``detail``, instead: the sizes below the fit and why they are left out: gloo's ring sends the same
+    messages, looped as often, from 16 B to 64 KiB, yet the smaller took longer."""
     from ddp_lib.bench.gloo_ring import ring_sends
     alpha, beta = held_fit(result, world_size, from_bytes)
     times = {r["bytes"]: r["time_us"] for r in result["rows"] if r["world_size"] == world_size}
@@ -193,10 +194,15 @@ def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_
     same = {(len(ring_sends(b, world_size)), loops_per_timing(b)) for b in hump + after}
     messages, loops = next(iter(same))
     slow, fast = min(times[b] for b in hump), max(times[b] for b in after)
-    return "\n".join([
+    fit = [
         f"{world_size} ranks, fitted from {human_bytes(from_bytes)} to {human_bytes(max(times))}: "
         f"alpha = {alpha * 1e6:.0f} us, beta = {beta / 1e9:.3f} GB/s, S1/2 = {alpha * beta / 1024:.0f} KiB",
         f"  within 25% on {within} of {len(fitted)} sizes; worst {errors[worst]:+.0%} (at {human_bytes(worst)})",
+        f"in the model, one 4 KiB message: alpha is {alpha / (alpha + 4096 / beta):.0%} of it; "
+        f"two 2 KiB messages cost {2 * (alpha + 2048 / beta) * 1e6:.0f} us, "
+        f"one 4 KiB {(alpha + 4096 / beta) * 1e6:.0f} us",
+    ]
+    below = [
         f"below {human_bytes(from_bytes)}: 16 B to 4 KiB took {slow:.0f}-{max(times[b] for b in hump):.0f} us, "
         f"the model says {alpha * 1e6:.0f} us; 16 to 64 KiB took {min(times[b] for b in after):.0f}-{fast:.0f} us",
         f"  16 B to 64 KiB: gloo's ring sends {messages} messages ({messages // world_size} per rank), "
@@ -204,7 +210,5 @@ def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_
         f"the same at every size: {len(same) == 1}",
         f"  yet 16 B to 4 KiB took longer than 16 to 64 KiB: {slow > fast}"
         + ("; the same messages, so not gloo's algorithm" if slow > fast and len(same) == 1 else ""),
-        f"in the model, one 4 KiB message: alpha is {alpha / (alpha + 4096 / beta):.0%} of it; "
-        f"two 2 KiB messages cost {2 * (alpha + 2048 / beta) * 1e6:.0f} us, "
-        f"one 4 KiB {(alpha + 4096 / beta) * 1e6:.0f} us",
-    ])
+    ]
+    return "\n".join(below if detail else fit)
