@@ -178,10 +178,11 @@ def test_raw_torch_stops_a_waiting_rank_and_its_unflushed_line_is_lost(tmp_path)
     init_method = f"tcp://127.0.0.1:{free_port()}"
     context = mp.start_processes(log_then_fail, args=(2, init_method, str(tmp_path)), nprocs=2,
                                  start_method="forkserver", join=False)
-    with capture_stderr(), pytest.raises(mp.ProcessRaisedException) as info:
+    with capture_stderr() as err, pytest.raises(mp.ProcessRaisedException) as info:
         context.join()
     assert info.value.error_index == 1
     assert [process.exitcode for process in context.processes] == [-15, 1]
+    assert err.torch_log == [f"Terminating process {context.processes[0].pid} via signal SIGTERM"]
     assert (tmp_path / "rank0.log").read_text().splitlines() == ["rank 0: line 1, flushed"]
 
 
@@ -357,3 +358,16 @@ def test_classic_changes_shows_what_lesson_02s_script_changed_from_lesson_00s_cl
     assert "-    model = ToyModel().to(rank)" in diff
     # a line only moved under `try:` is not a change
     assert not any(line[1:].strip() == "optimizer.step()" for line in diff if line[:1] in "+-")
+
+
+def test_capture_stderr_records_torch_spawn_messages_without_printing_them():
+    import logging
+
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    handlers, propagate = list(spawn_log.handlers), spawn_log.propagate
+    with capture_stderr() as err:
+        spawn_log.warning("Terminating process %s via signal SIGTERM", 12345)
+    assert err.torch_log == ["Terminating process 12345 via signal SIGTERM"]
+    assert "Terminating" not in err.text
+    assert spawn_log.handlers == handlers and spawn_log.propagate == propagate
+

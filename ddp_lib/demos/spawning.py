@@ -83,6 +83,10 @@ class Captured:
     """Text written to stderr inside a ``capture_stderr`` block (available after it ends)."""
 
     text: str = ""
+    torch_log: list[str]  # torch's spawn log messages, without their prefix (time, PID, file)
+
+    def __init__(self) -> None:
+        self.torch_log = []
 
     def errors_of(self, exc_type: str) -> list[str]:
         """The distinct ``exc_type: message`` errors written here, in first-seen order. Children share
@@ -92,11 +96,23 @@ class Captured:
         return list(dict.fromkeys(f"{exc_type}: {match.group(1).strip()}" for match in found))
 
 
+class _MessageRecorder(logging.Handler):
+    """A logging handler that appends each record's message to a list."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages = messages
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @contextlib.contextmanager
 def capture_stderr(torch_log: bool = False) -> Iterator[Captured]:
     """Send file descriptor 2 (inherited by child processes) and ``sys.stderr`` into a ``Captured``
     object instead of the screen. torch's "Terminating process N via signal SIGTERM" warning is
-    dropped, or, with ``torch_log``, left to torch's own log handler: it writes to the stderr that
+    kept off the screen, its message (no time, PID or file path) appended to ``torch_log``, or, with
+    ``torch_log=True``, left to torch's own log handler: it writes to the stderr that
     existed when torch set it up, in a notebook the cell's, and is flushed as the block ends.
 
     A child's stderr goes wherever fd 2 of its parent points: in JupyterLab into the cell, under
@@ -109,11 +125,18 @@ def capture_stderr(torch_log: bool = False) -> Iterator[Captured]:
     saved_fd = os.dup(2)
     with tempfile.TemporaryFile(mode="w+b") as tmp, contextlib.redirect_stderr(io.StringIO()) as py_err:
         os.dup2(tmp.fileno(), 2)
+        recorder = _MessageRecorder(captured.torch_log)
+        old_propagate = spawn_log.propagate
         if not torch_log:
-            spawn_log.setLevel(logging.ERROR)  # its warning carries a PID and a timestamp, and races
+            # its printed line carries a PID, a timestamp and torch's file path, and races: keep only the message
+            spawn_log.addHandler(recorder)
+            spawn_log.propagate = False
+            spawn_log.setLevel(logging.WARNING)
         try:
             yield captured
         finally:
+            spawn_log.removeHandler(recorder)
+            spawn_log.propagate = old_propagate
             spawn_log.setLevel(old_level)
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
