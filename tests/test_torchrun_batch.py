@@ -223,12 +223,28 @@ def test_restart_report_tells_the_abort_at_exit_from_a_failure():
 def test_start_main_jobs_runs_each_command_in_a_shell_and_returns_at_once(monkeypatch, tmp_path, capsys):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "my_work" / "failing").mkdir(parents=True)  # an old --log-dir, removed first
-    monkeypatch.setattr(torchrun_batch, "MAIN_JOBS", {"ok": "echo out; echo err >&2", "bad": "exit 3"})
+    monkeypatch.setattr(torchrun_batch, "MAIN_JOBS", {"ok": "echo out; echo err >&2", "bad": "exit 3",
+                                                      "failing": "true"})
+    monkeypatch.setattr(torchrun_batch, "_MAIN_RUNNING", {})
     running = torchrun_batch.start_main_jobs()
-    assert capsys.readouterr().out == "started in the background, for later sections: ok, bad\n"
-    assert {name: process.wait(30) for name, process in running.items()} == {"ok": 0, "bad": 3}
+    assert capsys.readouterr().out == ("started in the background, for later sections:\n"
+                                       "$ echo out; echo err >&2\n$ exit 3\n$ true\n")
+    assert {name: process.wait(30) for name, process in running.items()} == {"ok": 0, "bad": 3, "failing": 0}
     assert Path("my_work/ok.out").read_text() == "out\n" and Path("my_work/ok.err").read_text() == "err\n"
     assert not Path("my_work/failing").exists()
+    assert torchrun_batch.main_job("bad") == 3  # the same process, waited for, not run again
+    assert capsys.readouterr().out == "$ exit 3\n"
+
+
+def test_main_job_starts_a_job_that_was_not_started(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_work").mkdir()
+    monkeypatch.setattr(torchrun_batch, "MAIN_JOBS", {"once": "echo ran >> my_work/count; exit 2"})
+    monkeypatch.setattr(torchrun_batch, "_MAIN_RUNNING", {})
+    assert torchrun_batch.main_job("once") == 2
+    assert torchrun_batch.main_job("once") == 2  # kept: not run a second time
+    assert Path("my_work/count").read_text() == "ran\n"
+    assert capsys.readouterr().out == "$ echo ran >> my_work/count; exit 2\n" * 2
 
 
 def test_show_masked_hides_this_machines_paths(tmp_path, capsys):

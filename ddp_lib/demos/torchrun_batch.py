@@ -7,7 +7,7 @@ reading of the lesson's restart log.
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
 its Deeper sections' small jobs at once and each section reads its own job by name (the main line
 runs its own jobs as literal ``torchrun`` commands; :func:`start_main_jobs` starts three of them early,
-in the background). The ranks run ``launch_vars``, which reads the
+in the background, and :func:`main_job` waits for one). The ranks run ``launch_vars``, which reads the
 environment only; the two jobs of :data:`WATCHED` (a rank that hangs, and signals sent to torchrun)
 run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
 """
@@ -53,15 +53,36 @@ MAIN_JOBS = {
 }
 
 
+_MAIN_RUNNING: dict[str, subprocess.Popen] = {}  # the main jobs started so far, by name
+
+
+def _start_main_job(name: str) -> subprocess.Popen:
+    """Start the main job ``name`` in a shell, from the current folder, print its command, and return
+    at once. It writes ``my_work/<name>.out`` and ``my_work/<name>.err``; the failing job's old
+    ``--log-dir`` is removed first."""
+    if name == "failing":
+        shutil.rmtree("my_work/failing", ignore_errors=True)
+    command = MAIN_JOBS[name]
+    print("$", command)
+    _MAIN_RUNNING[name] = subprocess.Popen(f"({command}) > my_work/{name}.out 2> my_work/{name}.err", shell=True)
+    return _MAIN_RUNNING[name]
+
+
 def start_main_jobs() -> dict[str, subprocess.Popen]:
-    """Start :data:`MAIN_JOBS` in a shell each, side by side, from the current folder, and return at
-    once: each writes ``my_work/<name>.out`` and ``my_work/<name>.err``, and the section that reads a
-    job waits for its process and prints its command. Removes the failing job's old ``--log-dir`` first."""
-    shutil.rmtree("my_work/failing", ignore_errors=True)
-    running = {name: subprocess.Popen(f"({command}) > my_work/{name}.out 2> my_work/{name}.err", shell=True)
-               for name, command in MAIN_JOBS.items()}
-    print("started in the background, for later sections:", ", ".join(running))
-    return running
+    """Start :data:`MAIN_JOBS` in a shell each, side by side, printing each command, and return at
+    once (the processes, by name). The section that reads a job calls :func:`main_job`."""
+    print("started in the background, for later sections:")
+    return {name: _start_main_job(name) for name in MAIN_JOBS}
+
+
+def main_job(name: str) -> int:
+    """Wait for the main job ``name`` and return its exit code, after printing its command. If
+    :func:`start_main_jobs` did not start it (a fresh kernel, a section run on its own), start it now.
+    A job is run once: a later call waits for the same process."""
+    if name in _MAIN_RUNNING:
+        print("$", MAIN_JOBS[name])
+        return _MAIN_RUNNING[name].wait()
+    return _start_main_job(name).wait()
 
 
 # What run_together and node_commands add to a command, left out of the command as typed (see typed()).
