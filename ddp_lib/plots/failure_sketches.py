@@ -71,8 +71,9 @@ def plot_loop_collision() -> Figure:
 
 
 def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] = (10.0, 20.0, 30.0)) -> Figure:
-    """Rank 0 all-reduces 2 numbers, rank 1 all-reduces 3: rank 0 sums the first two of rank 1's
-    and carries on; rank 1's third number has no partner."""
+    """Rank 0 all-reduces 2 numbers, rank 1 all-reduces 3: rank 0 receives the first two of rank 1's,
+    sums them and carries on; rank 1 waits for a message rank 0 never sends, its numbers mixed up by then.
+    Arrows are drawn only into rank 0: what lands where on rank 1 depends on gloo's ring, not on pairs."""
     fig, ax = plt.subplots(figsize=(8, 2.4))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 3)
@@ -82,14 +83,15 @@ def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] =
     for i, value in enumerate(mine):
         box(ax, 1.6 + i * 1.1, 1.9, 0.9, 0.7, f"{value:g}", SURVIVOR)
     for i, value in enumerate(theirs):
-        box(ax, 1.6 + i * 1.1, 0.4, 0.9, 0.7, f"{value:g}", SURVIVOR if i < len(mine) else DEAD)
+        box(ax, 1.6 + i * 1.1, 0.4, 0.9, 0.7, f"{value:g}", SURVIVOR if i < len(mine) else WAITING)
         if i < len(mine):
-            arrow(ax, (2.05 + i * 1.1, 1.1), (2.05 + i * 1.1, 1.9), "black", "<|-|>")
-    ax.text(1.6 + len(theirs) * 1.1, 0.75, "no partner", color="red", fontsize=9, va="center")
+            arrow(ax, (2.05 + i * 1.1, 1.1), (2.05 + i * 1.1, 1.9), "black")
+    ax.text(1.6 + len(theirs) * 1.1, 0.75, "rank 1 waits for a third message rank 0 never sends;\n"
+            "its own numbers are mixed up by then", color="red", fontsize=8, va="center")
     sums = ", ".join(f"{a + b:g}" for a, b in zip(mine, theirs))
     ax.text(1.6 + len(mine) * 1.1 + 0.2, 2.25, f"rank 0 gets [{sums}] and carries on: no error", fontsize=9,
             va="center")
-    ax.set_title("all_reduce with different shapes: no rank compares them; here the pieces fit", fontsize=10)
+    ax.set_title("all_reduce with different shapes: no rank compares them; rank 0's pieces fit", fontsize=10)
     fig.tight_layout()
     return fig
 

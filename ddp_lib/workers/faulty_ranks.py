@@ -58,9 +58,6 @@ def die_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int
             while True:
                 if rank == bad_rank and time.monotonic() >= dies_at:
                     # Killed between two all-reduces, as the others wait for its part of the next.
-                    # Killed inside one, it could die just as a peer starts sending to it; a
-                    # hypothesis, not run: gloo (torch 2.13) might then wake that peer only at the
-                    # group's timeout.
                     time.sleep(0.1)
                     _die_now(record_dir, rank)
                 dist.all_reduce(data)
