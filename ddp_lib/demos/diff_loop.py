@@ -18,7 +18,8 @@ from ddp_lib.workers.train import MoonsNet
 
 def diff_loop(rank: int, world_size: int, epochs: int = 3, checkpoint: str = "last.pt",
               progress: bool = False) -> list[float]:
-    """The diff's loop: each epoch's loss over all ranks, printed by rank 0, which saves ``checkpoint``.
+    """The diff's loop: each epoch's loss over all ranks, printed by rank 0, which saves ``checkpoint``
+    (model, optimizer and epoch).
     With ``progress``, rank 0 alone also draws a tqdm bar over each epoch's batches."""
     device = setup_job(rank, world_size)
     torch.manual_seed(0)  # the same first weights on every rank (DDP would broadcast rank 0's anyway)
@@ -44,7 +45,8 @@ def diff_loop(rank: int, world_size: int, epochs: int = 3, checkpoint: str = "la
         losses.append((totals[0] / totals[1]).item())
         if dist.get_rank() == 0:
             print(f"epoch {epoch + 1}: loss {losses[-1]:.4f}")
-            torch.save(model.state_dict(), checkpoint)
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "epoch": epoch + 1}, checkpoint)
         dist.barrier()
     dist.destroy_process_group()
     return losses
