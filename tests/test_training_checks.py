@@ -109,7 +109,8 @@ def test_the_lessons_crash_at_epoch_3_then_resume_gives_diff_loops_losses_and_pa
     plain = run_ranks(diff_loop, 2, kwargs=dict(epochs=4, checkpoint=plain_path), show_output=False)[0]
     assert all(abs(a - b) < 1e-5 for a, b in zip(resumed["losses"], plain, strict=True))
     state = torch.load(os.path.join(settings["checkpoint_dir"], "epoch_004.pt"), map_location="cpu", weights_only=True)
-    saved = torch.load(plain_path, map_location="cpu", weights_only=True)["model"]  # diff_loop saves model, optimizer, epoch
+    # diff_loop saves the model, the optimizer and the epoch
+    saved = torch.load(plain_path, map_location="cpu", weights_only=True)["model"]
     assert max((state["model"][k] - saved[k]).abs().max().item() for k in saved) < 1e-6
 
 
