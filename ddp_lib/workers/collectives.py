@@ -70,7 +70,8 @@ def broadcast_from_0(rank: int, world_size: int) -> dict:
         before = mine.tolist()
         dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
         # Rank 0 needs no other rank's data, so it may finish first; but a slower rank may still need
-        # rank 0's process, as its peer or as the store's server. Leave together.
+        # rank 0's process, as its peer or as the store's server. Leave together: no rank returns
+        # from a barrier until every rank has called it.
         dist.barrier()
         return {"name": "broadcast", "rank": rank, "before": before, "after": mine.tolist(), "defined": True}
     finally:
