@@ -1,5 +1,7 @@
 """Lesson 03: where tensors live, on gloo with real processes (the GPU-only workers are skipped here)."""
 
+import os
+
 import pytest
 import torch
 
@@ -41,6 +43,18 @@ def test_two_nodes_of_two_ranks_number_gpus_from_zero_on_each_node():
     assert ranks == [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
     assert [r["right_gpu"] for r in results] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
     assert all(r["WORLD_SIZE"] == 4 and r["LOCAL_WORLD_SIZE"] == 2 for r in results)
+
+
+def _where_am_i_without_local_rank(rank, world_size):
+    """where_am_i as under plain mp.spawn, which sets no LOCAL_RANK."""
+    os.environ.pop("LOCAL_RANK", None)
+    return placement.where_am_i(rank, world_size)
+
+
+def test_where_am_i_takes_the_rank_as_local_rank_where_no_launcher_set_it():
+    results = run_ranks(_where_am_i_without_local_rank, 2, show_output=False)
+    assert [r["LOCAL_RANK"] for r in results] == [0, 1]
+    assert [r["right_gpu"] for r in results] == ["cuda:0", "cuda:1"]
 
 
 def test_map_location_puts_the_checkpoint_on_each_ranks_device(tmp_path):

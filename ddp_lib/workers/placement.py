@@ -55,7 +55,7 @@ def where_am_i(rank: int, world_size: int) -> dict:
     """What a rank learns from its environment, and the device it should use (LOCAL_RANK's).
     Under plain mp.spawn, which sets none of these, they read as setup() reads them: LOCAL_RANK
     = rank, LOCAL_WORLD_SIZE = world_size, GROUP_RANK = 0 (one node)."""
-    local_rank = env_int("LOCAL_RANK", rank)
+    local_rank = dist.get_node_local_rank(fallback_rank=rank)  # LOCAL_RANK where a launcher set it, else rank
     local_world_size = env_int("LOCAL_WORLD_SIZE", world_size)
     with process_group(rank, world_size):
         return {
