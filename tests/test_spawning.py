@@ -321,6 +321,14 @@ def test_start_time_table_says_what_each_method_was_measured_on():
     assert "measured on" not in start_time_table(times)  # without it, the table is as before
 
 
+def test_start_time_table_widens_for_a_long_row_name():
+    times = {"spawn": [1.5], "forkserver": [0.04], "forkserver, first start": [2.0]}
+    rows = start_time_table(times, measured={"forkserver, first start": "setup cell"}).splitlines()
+    medians_end = [rows[1].index("1.500"), rows[2].index("0.040"), rows[3].index("2.000")]
+    assert len(set(medians_end)) == 1  # the medians line up under one another
+    assert rows[3].split() == ["forkserver,", "first", "start", "1", "2.000", "setup", "cell"]
+
+
 @pytest.mark.parametrize("name", ["hello", "describe_rank", "fail_on_rank", "chatty"])
 def test_lesson_workers_are_runnable_by_name(name):
     assert callable(WORKERS[name].load())

@@ -1,12 +1,13 @@
 """ddp_lib.demos.torchrun_view under a real torchrun, and ddp_lib.demos.finally_barrier's hidden root error."""
 
+import subprocess
 import sys
 
 import torch.multiprocessing as mp
 
 from conftest import run_launcher
 from ddp_lib.demos.finally_barrier import barrier_in_finally
-from ddp_lib.demos.torchrun_view import views_from
+from ddp_lib.demos.torchrun_view import views_from, views_of_ranks
 from ddp_lib.process_group import free_port
 
 
@@ -20,6 +21,18 @@ def test_torchrun_sets_the_rank_variables():
     assert {view["env"]["MASTER_PORT"] for view in views} == {"set"}
     # torchrun's agent, the ranks' parent, serves the store on MASTER_PORT; no rank does
     assert [view["store"] for view in views] == [{"agent": True, "rank": False}] * 2
+
+
+def test_views_read_from_outside_match_what_the_ranks_print():
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                            "-m", "ddp_lib.demos.torchrun_view"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        outside = views_of_ranks(job.pid, nprocs=2)
+    finally:
+        stdout, stderr = job.communicate(timeout=300)
+    assert job.returncode == 0, stderr
+    assert outside == views_from(stdout)  # the same environment and the same listener, rank by rank
 
 
 def test_a_barrier_in_finally_hides_the_root_error():

@@ -203,11 +203,13 @@ def start_time_table(times: dict[str, list[float]], measured: dict[str, str] | N
     """A small text table: per start method, the launches measured and their median in seconds.
 
     ``measured``, if given, adds a column saying what each method's launches ran (a method it
-    does not name gets ``-``), for times that do not all come from the same worker."""
-    header = f"{'start method':<12}  {'launches':>8}  {'median s':>8}"
+    does not name gets ``-``), for times that do not all come from the same worker. The first
+    column widens for a longer row name, such as "forkserver, first start"."""
+    width = max([len("start method"), *(len(method) for method in times)])
+    header = f"{'start method':<{width}}  {'launches':>8}  {'median s':>8}"
     rows = [header + ("  measured on" if measured else "")]
     for method, values in times.items():
-        row = f"{method:<12}  {len(values):>8}  {statistics.median(values):>8.3f}"
+        row = f"{method:<{width}}  {len(values):>8}  {statistics.median(values):>8.3f}"
         rows.append(row + (f"  {measured.get(method, '-')}" if measured else ""))
     return "\n".join(rows)
 

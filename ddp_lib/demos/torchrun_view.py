@@ -1,15 +1,19 @@
 """Lesson 02: ``launcher_view`` under torchrun. Run ``torchrun --nproc-per-node 2 -m
 ddp_lib.demos.torchrun_view``: each rank prints what it finds as one JSON line, with which process
 listens on ``MASTER_PORT``: this rank, or its parent, torchrun's agent. The ranks do not import
-torch, so the job costs one import of torch, in torchrun's own process."""
+torch, so the job costs one import of torch, in torchrun's own process.
+
+``views_of_ranks`` reads the same from outside, for a torchrun job already running (Linux's /proc):
+the lesson takes it from the job it runs anyway, and starts no second one."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 
-from ddp_lib.demos.launcher_env import launcher_env
+from ddp_lib.demos.launcher_env import LAUNCHER_VARS, launcher_env
 from ddp_lib.ports import listens_on
 
 
@@ -27,6 +31,62 @@ def main() -> None:
     # can go out as two writes (unbuffered output), between which the other rank's line lands.
     sys.stdout.flush()
     os.write(sys.stdout.fileno(), (json.dumps({"rank": rank, "view": view}) + "\n").encode())
+
+
+def _view(env: dict, agent_pid: int, rank_pid: int) -> dict:
+    view = {"env": {name: env.get(name) for name in LAUNCHER_VARS}}
+    port = int(env["MASTER_PORT"])
+    view["store"] = {"agent": listens_on(agent_pid, port), "rank": listens_on(rank_pid, port)}
+    for name in ("MASTER_ADDR", "MASTER_PORT"):  # they change from run to run
+        if view["env"][name] is not None:
+            view["env"][name] = "set"
+    return view
+
+
+def _environ(pid: int) -> dict | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    pairs = (item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return dict(pairs)
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+            except OSError:
+                continue
+            if int(fields[1]) == pid:  # the parent's pid
+                children.append(int(entry))
+    return children
+
+
+def views_of_ranks(agent_pid: int, nprocs: int, give_up: float = 120.0) -> list[dict]:
+    """What each rank of a running torchrun job finds, as ``main`` prints it, read from outside.
+
+    ``agent_pid`` is torchrun's own process, the ranks' parent. Each rank's environment is read
+    from ``/proc/<pid>/environ`` (what the agent gave it when it started), and which process
+    listens on ``MASTER_PORT`` while the rank runs. Call it right after starting the job: it
+    waits until ``nprocs`` ranks have started, and raises if the agent ends or ``give_up`` s pass
+    first. Linux only; the views come in rank order."""
+    found: dict[int, dict] = {}
+    deadline = time.monotonic() + give_up
+    while len(found) < nprocs:
+        for pid in _children(agent_pid):
+            env = _environ(pid)
+            if env and "RANK" in env and int(env["RANK"]) not in found:  # after exec: the agent's env for it
+                found[int(env["RANK"])] = _view(env, agent_pid, pid)
+        if len(found) < nprocs:
+            if not os.path.exists(f"/proc/{agent_pid}") or time.monotonic() > deadline:
+                raise RuntimeError(f"saw {len(found)} of {nprocs} ranks of torchrun's agent {agent_pid}")
+            time.sleep(0.02)
+    return [found[rank] for rank in sorted(found)]
 
 
 def views_from(printed: str) -> list[dict]:
