@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -316,3 +317,8 @@ def test_the_runners_warmup_gives_the_templates_linearlr_rates():
         linear.step()
     assert [lr * warmup_factor(k, warmup_steps) for k in range(warmup_steps + 3)] == pytest.approx(rates, abs=1e-12)
     assert warmup_factor(0, warmup_steps) == 1 / warmup_steps and warmup_factor(warmup_steps, warmup_steps) == 1
+    # Lesson 05 reads LinearLR's rates from its closed form, on a stand-in with no optimizer: the same rates.
+    stand_in = dict(base_lrs=[lr], start_factor=1 / warmup_steps, end_factor=1.0, total_iters=warmup_steps)
+    closed = [torch.optim.lr_scheduler.LinearLR._get_closed_form_lr(SimpleNamespace(**stand_in, last_epoch=k))[0]
+              for k in range(warmup_steps + 3)]
+    assert closed == pytest.approx(rates, abs=1e-12)
