@@ -396,6 +396,8 @@ def test_ring_all_gather_right_answers_pass(case, tmp_path, monkeypatch):
     answer = load_answer(tmp_path, monkeypatch, f"ring01_{case}", RING_HEAD + RING_RIGHT[case], "ring_all_gather")
     report = check_ring_all_gather(answer, 8000 if case == "isend_then_recv" else 8e3)
     assert report.passed and len(report.lines) == 2, str(report)
+    assert "half of section 9's ring all-reduce of the gathered 12000-byte tensor" in report.lines[1], str(report)
+    assert "= 16000" in report.lines[1], str(report)
 
 
 @pytest.mark.parametrize("case", sorted(RING_WRONG))

@@ -320,7 +320,10 @@ def check_ring_all_gather(fn: Callable | None, bytes_each, timeout: float = 30.0
     elif isinstance(number, str):
         report.fail(f"bytes_each is {number}, not a number of bytes")
     elif _close(number, expected):
-        report.ok(f"bytes_each {expected}: (world_size - 1) steps of {size} bytes")
+        whole = n * size  # the gathered tensor
+        report.ok(f"bytes_each {expected}: (world_size - 1) steps of {size} bytes. That is half of section 9's "
+                  f"ring all-reduce of the gathered {whole}-byte tensor, 2(N-1)/N x {whole} = {2 * expected}: "
+                  "an all-gather is the ring all-reduce's second half")
     else:  # a mistake's figure rounded to whole bytes (5333 for 5333.33) is still that mistake
         hint = next((said for value, said in mistakes.items() if abs(number - value) < 1),
                     f"each of the {n - 1} steps sends one chunk of {_RING_NUMEL} float32")
