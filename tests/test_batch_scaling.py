@@ -81,9 +81,9 @@ def test_run_scaling_jobs_prints_one_line_per_job_and_returns_the_lr_runs(capsys
     two_ranks = run_ranks(train, 2, kwargs=dict(epochs=1, batch_size=16, lr=0.1), show_output=False)[0]
     runs = run_scaling_jobs(two_ranks["losses"], epochs=1)
     assert capsys.readouterr().out.splitlines() == [
-        "1 rank  x 64 at lr 0.1; 1 rank x 16 at lr 0.1, seeds 0-2 ...",
+        "1 rank  x 64 and x 16 at lr 0.1 (for the next section: x 16 on 3 seeds) ...",
         "2 ranks x 32 at lr 0.1 ...",
-        "4 ranks x 16 at lr 0.1 and 0.4, seeds 0-2 ...",
+        "4 ranks x 16 at lr 0.1 (for the next section: lr 0.1 and 0.4, 3 seeds each) ...",
     ]
     assert runs["losses_equal"] and runs["params_equal"]
     assert runs["per_rank_16"]["2 ranks, global batch 32"] == two_ranks["losses"]

@@ -1,6 +1,6 @@
 """Lesson 05's plots: the evaluation-shard schematic follows DistributedSampler's padding; loss curves shade
 the bands they are given; the crash/resume schematic draws the template's resume (rank 0 reads last.pt,
-then broadcasts)."""
+then broadcasts); the Join schematic labels every collective box as the all-reduce it is."""
 
 import matplotlib
 
@@ -9,7 +9,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from torch.utils.data import DistributedSampler  # noqa: E402
 
-from ddp_lib.plots.training import plot_crash_resume, plot_loss_curves, plot_padded_vs_strided  # noqa: E402
+from ddp_lib.plots.training import (  # noqa: E402
+    KIND_COLOURS,
+    plot_crash_resume,
+    plot_join_timeline,
+    plot_loss_curves,
+    plot_padded_vs_strided,
+)
 
 
 def test_the_padded_panel_draws_what_distributed_sampler_reads_and_the_strided_one_each_sample_once():
@@ -40,4 +46,23 @@ def test_the_crash_resume_figure_draws_the_templates_resume_rank_0_reads_last_pt
     assert "rank 0 alone reads last.pt and broadcasts" in ax.get_title()
     bottom = min(p.get_y() for p in ax.patches)
     assert ax.get_ylim()[0] > bottom - 0.2  # no empty band below the last row
+    plt.close(fig)
+
+
+def test_the_join_timeline_labels_each_collective_box_as_an_all_reduce_and_rank_0_shadows_two_steps():
+    from matplotlib.colors import to_rgba
+
+    fig = plot_join_timeline()
+    ax = fig.axes[0]
+    # each box's label is the text at its centre
+    centres = {(round(t.get_position()[0], 3), round(t.get_position()[1], 3)): t.get_text() for t in ax.texts}
+    boxes = [(centres[(round(p.get_x() + p.get_width() / 2, 3), round(p.get_y() + 0.2, 3))], p) for p in ax.patches]
+    not_work = [(label, p) for label, p in boxes
+                if p.get_facecolor()[:3] not in (to_rgba(KIND_COLOURS["work"])[:3], to_rgba(KIND_COLOURS["waits"])[:3])]
+    assert len(not_work) == 10  # 4 steps and the exit, on 2 ranks
+    assert all("all-reduce" in label for label, _ in not_work)
+    shadows = [(label, p) for label, p in not_work if p.get_facecolor()[:3] == to_rgba(KIND_COLOURS["shadow"])[:3]]
+    assert [label for label, _ in shadows] == ["all-reduce\nof zeros"] * 2
+    assert all(p.get_y() == 0 for _, p in shadows)  # rank 0's row, the top one
+    assert sum(label.startswith("leave Join") for label, _ in boxes) == 2
     plt.close(fig)

@@ -86,8 +86,9 @@ def lr_scaling_report(scaling: dict) -> str:
 
 def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
     """Lesson 05's three jobs, one per world size, each rank on one thread (for speed on 2 cores); one
-    line is printed per job as it starts. ``two_ranks_16``: the losses of a 2-rank, batch-16 run at lr 0.1
-    (the lesson's diff job), the fourth curve.
+    line is printed per job as it starts: the runs of "The same job on 1, 2 and 4 ranks" (lr 0.1, seed
+    0), then in brackets those trained for the next section. ``two_ranks_16``: the losses of a 2-rank,
+    batch-16 run at lr 0.1 (the lesson's diff job), the fourth curve.
 
     - 1 rank: batch 64 at lr 0.1 (seed 0), then batch 16 at lr 0.1 for each seed in ``SEEDS``;
     - 2 ranks: batch 32 per rank at lr 0.1 (seed 0);
@@ -100,13 +101,13 @@ def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
     from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
 
     one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
-    seeds = f"seeds {SEEDS[0]}-{SEEDS[-1]}"
-    print(f"1 rank  x 64 at lr 0.1; 1 rank x 16 at lr 0.1, {seeds} ...", flush=True)
+    # this section's runs are the seed-0 ones at lr 0.1; the brackets name the next section's
+    print(f"1 rank  x 64 and x 16 at lr 0.1 (for the next section: x 16 on {len(SEEDS)} seeds) ...", flush=True)
     one_rank = launch(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
         dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS]), **one_thread).results[0]
     print("2 ranks x 32 at lr 0.1 ...", flush=True)
     two_ranks_32 = launch(train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), **one_thread).results[0]
-    print(f"4 ranks x 16 at lr 0.1 and 0.4, {seeds} ...", flush=True)
+    print(f"4 ranks x 16 at lr 0.1 (for the next section: lr 0.1 and 0.4, {len(SEEDS)} seeds each) ...", flush=True)
     lr_runs = [dict(epochs=epochs, batch_size=16, lr=lr, seed=s) for s in SEEDS for lr in (0.1, 0.4)]
     four_ranks = launch(train_runs, 4, kwargs=dict(runs=lr_runs), **one_thread).results[0]  # rank 0's results
     global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,

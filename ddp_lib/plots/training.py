@@ -116,18 +116,20 @@ def plot_rank0_evaluation():
 
 def plot_join_timeline():
     """Schematic of Join for rank 0 with 2 batches and rank 1 with 4: in steps 3 and 4, rank 0, out
-    of data, answers rank 1's all-reduces with zeros ("shadows"), then both leave Join together."""
+    of data, answers rank 1's all-reduces with all-reduces of zeros ("shadows"), then both leave Join
+    together, with a few more all-reduces and the final broadcast of the model."""
     rows = {"rank 0": [], "rank 1": []}
     for step in range(4):
-        x = step * 1.7
-        rows["rank 1"] += [(f"step {step + 1}", x, 0.7, "work"), ("all-reduce", x + 0.7, 0.9, "collective")]
+        x = step * 2.0
+        rows["rank 1"] += [(f"step {step + 1}", x, 0.75, "work"), ("all-reduce", x + 0.75, 1.15, "collective")]
         if step < 2:
-            rows["rank 0"] += [(f"step {step + 1}", x, 0.7, "work"), ("all-reduce", x + 0.7, 0.9, "collective")]
+            rows["rank 0"] += [(f"step {step + 1}", x, 0.75, "work"), ("all-reduce", x + 0.75, 1.15, "collective")]
         else:
-            rows["rank 0"] += [("in Join", x, 0.7, "waits"), ("zeros", x + 0.7, 0.9, "shadow")]
+            rows["rank 0"] += [("in Join", x, 0.75, "waits"), ("all-reduce\nof zeros", x + 0.75, 1.15, "shadow")]
     for boxes in rows.values():
-        boxes.append(("leave Join", 6.8, 1.2, "collective"))
-    return plot_rank_timeline(rows, "Join: rank 0 runs out of data after step 2 and shadows steps 3 and 4")
+        boxes.append(("leave Join:\nall-reduces, broadcast", 8.0, 2.7, "collective"))
+    return plot_rank_timeline(rows, "Join: rank 0 runs out of data after step 2;\n"
+                                    "in steps 3 and 4 it answers rank 1's all-reduces with all-reduces of zeros")
 
 
 
