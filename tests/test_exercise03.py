@@ -5,6 +5,7 @@ import textwrap
 
 import pytest
 import torch
+import torch.distributed as dist
 
 from ddp_lib.exercises.lesson03 import check_device_worker, check_load_on_device
 
@@ -234,3 +235,21 @@ def test_load_on_device_solution_passes():
 
     report = check_load_on_device(load_on_device)
     assert report.passed and len(report.lines) == 2, str(report)
+
+
+@pytest.mark.parametrize("prefix", [..., "", "net1.", "m", "module"])
+def test_a_wrong_state_dict_prefix_fails(prefix):
+    from ddp_lib.exercises.lesson03 import check_state_dict_prefix
+
+    report = check_state_dict_prefix(prefix)
+    assert not report.passed, str(report)
+    assert not dist.is_initialized()  # the one-process group made for the check is gone
+
+
+def test_the_ddp_wrappers_prefix_passes_and_names_every_key():
+    from ddp_lib.exercises.lesson03 import check_state_dict_prefix, ddp_state_dict_keys
+
+    assert ddp_state_dict_keys() == ["module.net1.weight", "module.net1.bias", "module.net2.weight", "module.net2.bias"]
+    report = check_state_dict_prefix("module.")
+    assert report.passed and "module.net2.bias" in str(report), str(report)
+    assert not dist.is_initialized()

@@ -16,8 +16,8 @@ from ddp_lib.demos.gpu_outcomes import QUOTES, Quote
 @pytest.mark.parametrize("key", sorted(QUOTES))
 def test_each_quote_is_labelled_and_names_its_source(key):
     text = gpu_outcomes.quote(key)
-    assert text.startswith("Quoted, not run here: this machine has no GPU.")
-    assert text.splitlines()[2:] == ["  " + line for line in QUOTES[key].lines]  # the box holds nothing else
+    assert text.startswith("Not run here (no GPU). ")
+    assert text.splitlines()[1:] == ["  " + line for line in QUOTES[key].lines]  # one header, then the lines
     assert gpu_outcomes.provenance(key).startswith(f"Source: {QUOTES[key].source}.")
 
 
@@ -25,17 +25,20 @@ def test_each_quote_is_labelled_and_names_its_source(key):
 def test_each_quote_names_the_gpu_count_of_its_own_machine(key):
     quote = QUOTES[key]
     text = gpu_outcomes.quote(key)
+    record = json.loads(gpu_outcomes.RECORDED.read_text())
     gpus = f"{quote.gpus} GPU" + "s" * (quote.gpus != 1)
-    assert re.search(f"on a machine with {gpus}( \\(torch [0-9.]+\\), where| the cell is expected to print)",
-                     text.splitlines()[1])
+    header = text.splitlines()[0]
+    if gpu_outcomes.recorded_in_full(key, record):  # a recording names the GPUs of the machine that made it
+        assert re.search(f"Recorded on {record['gpus']} GPUs? \\(torch [0-9.]+\\):$", header)
+    else:
+        assert header.endswith(f"Expected on {gpus}:")
     assert all(int(n) == quote.gpus for n in re.findall(r"with (\d+) GPUs", quote.source)), quote.source
 
 
 def test_the_visible_devices_quote_is_from_a_machine_with_four_gpus():
     # with the variable unset, the child counts every GPU of the machine the quote comes from
     text = gpu_outcomes.quote("visible_devices")
-    assert text.startswith("Quoted, not run here: this machine has no GPU.")
-    assert text.splitlines()[1].endswith("on a machine with 4 GPUs the cell is expected to print:")
+    assert text.splitlines()[0] == "Not run here (no GPU). Expected on 4 GPUs:"
     assert "CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4" in text
 
 
@@ -101,11 +104,19 @@ def test_a_recording_without_the_quoted_words_says_no(tmp_path, monkeypatch):
     assert gpu_outcomes.recorded_line("barrier_warning").endswith("in what it printed: NO")
 
 
-def test_the_quote_label_says_it_is_quoted_on_every_machine_where_a_gpu_is_present(monkeypatch):
-    assert gpu_outcomes.quote("barrier_warning").startswith("Quoted, not run here: this machine has no GPU.")
+def test_the_quote_label_names_the_gpus_of_a_machine_that_has_some(monkeypatch):
+    assert gpu_outcomes.quote("barrier_warning").startswith("Not run here (no GPU). ")
     monkeypatch.setattr(gpu_outcomes.torch.cuda, "device_count", lambda: 1)
-    assert gpu_outcomes.quote("barrier_warning").startswith("Quoted, not run here: quoted on every machine "
-                                                            "(this one has 1 GPU).")
+    assert gpu_outcomes.quote("barrier_warning").startswith("Not run here (this machine has 1 GPU). ")
+    monkeypatch.setattr(gpu_outcomes.torch.cuda, "device_count", lambda: 2)
+    assert gpu_outcomes.quote("checkpoint_on_gpus").startswith("Not run here (this machine has 2 GPUs). ")
+
+
+def test_the_box_header_is_one_short_line():
+    # where the words come from is printed by provenance and checks, not in the box
+    for key in QUOTES:
+        header = gpu_outcomes.quote(key).splitlines()[0]
+        assert len(header.split()) <= 12, header
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))
@@ -129,16 +140,12 @@ def test_each_quote_names_its_recording_or_says_there_is_none(key):
 def test_a_box_says_plainly_whether_it_was_recorded_or_built_from_source(key):
     record = json.loads(gpu_outcomes.RECORDED.read_text())
     lines = gpu_outcomes.quote(key).splitlines()
-    assert lines[0] == "Quoted, not run here: this machine has no GPU."
     torch_version = record["torch"].split("+")[0]
     if gpu_outcomes.recorded_in_full(key, record):
-        assert lines[1].startswith(f"Recorded on a machine with {record['gpus']} GPU (torch {torch_version})")
-    elif key in record["cases"]:
-        assert lines[1].startswith(f"Built from torch's source and a recording on {record['gpus']} GPU "
-                                   f"(torch {torch_version}) of {QUOTES[key].recorded_part};")
-    else:
-        assert lines[1].startswith("Built from torch's source, never recorded on a GPU;")
-    assert not re.search(r"<[a-z ]+>|\.\.\.", "\n".join(lines[2:])), "no placeholder a learner could take for output"
+        assert lines[0] == f"Not run here (no GPU). Recorded on {record['gpus']} GPU (torch {torch_version}):"
+    else:  # built from torch's source; provenance says which part a GPU recorded
+        assert lines[0] == f"Not run here (no GPU). Expected on {QUOTES[key].gpus} GPUs:"
+    assert not re.search(r"<[a-z ]+>|\.\.\.", "\n".join(lines[1:])), "no placeholder a learner could take for output"
 
 
 @pytest.mark.parametrize("key", sorted(QUOTES))
@@ -146,7 +153,8 @@ def test_a_box_says_expected_unless_a_gpu_machine_printed_all_its_lines(key):
     record = json.loads(gpu_outcomes.RECORDED.read_text())
     seen = "\n".join(record["cases"].get(key, ()))
     full = key in record["cases"] and all(line.strip() in seen for line in QUOTES[key].lines)
-    assert ("the cell would print:" if full else "the cell is expected to print:") in gpu_outcomes.quote(key)
+    header = gpu_outcomes.quote(key).splitlines()[0]
+    assert (" Recorded on " in header) == full and (" Expected on " in header) == (not full)
     if key in record["cases"]:
         recorded = next(line for line in gpu_outcomes.provenance(key).splitlines() if line.startswith("Recorded on "))
         assert recorded.endswith(": every line of the box.") == full
@@ -155,7 +163,7 @@ def test_a_box_says_expected_unless_a_gpu_machine_printed_all_its_lines(key):
 
 def test_the_out_of_range_box_is_expected_not_recorded():
     # The recording ran on 1 GPU with cuda:1; the box quotes cuda:2 on a node with 2 GPUs.
-    assert "the cell is expected to print:" in gpu_outcomes.quote("device_id_out_of_range")
+    assert gpu_outcomes.quote("device_id_out_of_range").splitlines()[0].endswith("Expected on 2 GPUs:")
 
 
 def test_barrier_warnings_returns_the_warnings_of_a_real_barrier():

@@ -3,7 +3,7 @@ nccl's messages quoted word for word, each with where it comes from. Where torch
 fixed words of a message, ``checks`` tests that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
 (``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` gives the box, whose
-second line says what it is: a recording (which GPU count and torch), or built from torch's source;
+one header line says what it is: a recording (which GPU count and torch), or expected from torch's source;
 ``provenance`` names its source and that recording (torch version and GPU count), or says there is
 none; ``checks`` says whether the recorded words hold the quoted ones."""
 
@@ -167,28 +167,20 @@ def _gpus(n: int) -> str:
 
 
 def quote(key: str) -> str:
-    """The text a GPU-only cell prints on a machine without GPUs: a label saying it is quoted, then the
-    quoted lines. ``provenance`` names the source in full,
-    ``checks`` how far to trust them."""
+    """The text a GPU-only cell prints in place of a run: one short header line, then the quoted lines.
+    The header says the cell did not run here, and whether a GPU machine printed every line ("Recorded
+    on 1 GPU (torch ...):") or the lines are built from torch's source ("Expected on 2 GPUs:").
+    ``provenance`` names the source and the recording in full, ``checks`` how far to trust them."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
-    # Quoted on every machine, so that the lesson prints the same everywhere; the label says which case this is.
-    why = "this machine has no GPU" if gpus_here == 0 else f"quoted on every machine (this one has {_gpus(gpus_here)})"
+    # Quoted on every machine, so that the lesson prints the same everywhere; the header says which case this is.
+    here = "no GPU" if gpus_here == 0 else f"this machine has {_gpus(gpus_here)}"
     record = json.loads(RECORDED.read_text())
-    # A box a GPU machine printed in full says "would print";
-    # one built from the source, in whole or in part, says "is expected to print".
-    # The second line says plainly what the box is: a recording, or built from torch's source.
-    version = record["torch"].split("+")[0]
     if recorded_in_full(key, record):
-        what = (f"Recorded on a machine with {_gpus(record['gpus'])} (torch {version}), "
-                f"where the cell would print:")
-    elif key in record["cases"]:
-        what = (f"Built from torch's source and a recording on {_gpus(record['gpus'])} (torch {version}) of "
-                f"{q.recorded_part}; on a machine with {_gpus(q.gpus)} the cell is expected to print:")
-    else:
-        what = (f"Built from torch's source, never recorded on a GPU; "
-                f"on a machine with {_gpus(q.gpus)} the cell is expected to print:")
-    text = [f"Quoted, not run here: {why}.", what]
+        what = f"Recorded on {_gpus(record['gpus'])} (torch {record['torch'].split('+')[0]}):"
+    else:  # built from the source, in whole or in part
+        what = f"Expected on {_gpus(q.gpus)}:"
+    text = [f"Not run here ({here}). {what}"]
     text += ["  " + line for line in q.lines]
     return "\n".join(text)
 

@@ -1,5 +1,5 @@
 """Checkers for lesson 03's exercises: ``one_step`` uses LOCAL_RANK's device and calls ``set_device`` before
-``init_process_group``; ``load_on_device`` uses map_location."""
+``init_process_group``; the prefix of a DDP wrapper's state_dict keys; ``load_on_device`` uses map_location."""
 
 import contextlib
 import os
@@ -9,7 +9,9 @@ from collections.abc import Callable
 from unittest import mock
 
 import torch
+import torch.distributed as dist
 from torch.nn.modules.module import register_module_forward_pre_hook
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddp_lib.errors import readable
 from ddp_lib.exercises.checking import Report, check_on_ranks, load_worker, worker_name
@@ -183,6 +185,37 @@ def check_device_worker(fn: Callable, timeout: float = 120):
                           "of all ranks' gradients to the same parameters")
     report.lines.insert(0, f"PASS {NODE}: set_device(cuda:1), then init_process_group(\"nccl\", "
                            "device_id=cuda:1)")
+    return report
+
+
+# Exercise 2: the keys of ddp_model.state_dict().
+def ddp_state_dict_keys() -> list[str]:
+    """The keys of a DDP-wrapped ToyModel's ``state_dict()``, from a one-process gloo group made in this
+    process on an in-memory store (no process is started)."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        return list(DDP(ToyModel()).state_dict())
+    finally:
+        dist.destroy_process_group()
+
+
+def check_state_dict_prefix(prefix) -> Report:
+    """A report on ``prefix``: every key of ``ddp_model.state_dict()`` must start with it, and without it
+    the keys must be a plain ToyModel's, so that the stripped dict loads into ``ToyModel()``."""
+    report = Report()
+    if not isinstance(prefix, str) or not prefix:
+        report.fail("set prefix to the text that every key of ddp_model.state_dict() starts with")
+        return report
+    keys, plain = ddp_state_dict_keys(), list(ToyModel().state_dict())
+    if not all(key.startswith(prefix) for key in keys):
+        report.fail(f"not every key of ddp_model.state_dict() starts with {prefix!r}")
+        return report
+    if [key[len(prefix):] for key in keys] != plain:
+        report.fail(f"every key starts with {prefix!r}, but without it the keys are not a plain ToyModel's "
+                    f"({', '.join(plain)})")
+        return report
+    report.ok(f"every key of ddp_model.state_dict() is {prefix!r} + a plain ToyModel's key ({', '.join(keys)}); "
+              "save ddp_model.module.state_dict() to leave it out")
     return report
 
 
