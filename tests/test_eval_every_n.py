@@ -95,6 +95,7 @@ def test_the_source_without_the_probe_is_the_plain_loop_and_still_parses():
     source = eval_every_n.source_without_probe()
     ast.parse(source)  # the lines left are a whole function
     assert "monitored_barrier" not in source and "probe_group" not in source
+    assert "if not barrier" not in source and "continue" not in source  # the variant without the barrier
     assert "dist.barrier()" in source and "evaluate(ddp.module if through_module else ddp" in source
 
 
@@ -106,3 +107,28 @@ def test_on_2_ranks_rank_0s_error_names_rank_1_only_when_rank_0_reaches_the_prob
     assert named == (probe == "branch")
     if probe == "epoch_end":
         assert "Rank 1 successfully reached monitoredBarrier" in caught.value.failures[1]
+
+
+def test_without_the_barrier_rank_0s_first_evaluation_through_ddp_ends_and_only_the_last_one_fails():
+    from ddp_lib.demos import failure_reading
+
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 2, kwargs=dict(barrier=False, timeout_s=2.0),
+                  show_output=False)
+    error = caught.value
+    assert sorted(error.failures) == [0]  # rank 1 finished its epochs
+    assert error.outputs[0][0].strip() == "rank 0 finished its evaluation of epoch 0"
+    assert failure_reading.in_ddp_buffer_sync(error.worker_traceback)
+
+
+def test_the_probe_lines_are_the_workers_own_and_leave_out_comments_and_the_argument_check():
+    lines = eval_every_n.probe_lines()
+    assert "#" not in lines and "raise ValueError" not in lines and "print(" not in lines
+    assert lines.startswith("probe_group = dist.new_group(backend=\"gloo\", timeout=timeout) if probe else None\n")
+    assert lines.count("dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)") == 2
+    assert lines.index('if probe == "branch":') < lines.index("evaluations.append(") < lines.index(
+        'if probe == "epoch_end":') < lines.rindex("dist.barrier()")
+    # every line but the "..." that stand for left-out lines is a line of the worker
+    import inspect
+    source = inspect.getsource(eval_every_n.evaluate_through_ddp_on_rank0)
+    assert all(line.strip() in source for line in lines.splitlines() if line.strip() != "...")

@@ -41,9 +41,10 @@ def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: in
 
 
 def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bool = False, epochs: int = 2,
-                                  timeout_s: float = 3.0, probe: str = "") -> list[float]:
+                                  timeout_s: float = 3.0, probe: str = "", barrier: bool = True) -> list[float]:
     """After each epoch, rank 0 alone evaluates through the DDP model, then every rank meets in
     ``dist.barrier()``. ``through_module=True`` evaluates ``ddp.module``, the plain model: the fix.
+    ``barrier=False`` leaves the barrier out, and rank 0 prints a line after each evaluation.
     Returns rank 0's evaluation loss per epoch (an empty list on the other ranks)."""
     import torch
     import torch.distributed as dist
@@ -65,8 +66,8 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
         # probe: missing ranks. Lines that end in "# probe" are the probe's; the lesson shows the rest.
         # probe: every rank creates its group (groups are numbered in creation order); only gloo
         # probe: implements monitored_barrier, so a GPU job on nccl needs this group too.
-        if probe not in ("", "epoch_end", "branch"):  # probe
-            raise ValueError(f'probe must be "", "epoch_end" or "branch", not {probe!r}')  # probe
+        if probe not in ("", "epoch_end", "branch"):  # probe (argument check)
+            raise ValueError(f'probe must be "", "epoch_end" or "branch", not {probe!r}')  # probe (argument check)
         probe_group = dist.new_group(backend="gloo", timeout=timeout) if probe else None  # probe
         torch.manual_seed(0)
         ddp = DDP(torch.nn.Sequential(torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 1)))
@@ -74,7 +75,7 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
         inputs = torch.randn(16, 8)
         targets = inputs.sum(dim=1, keepdim=True)
         evaluations = []
-        for _epoch in range(epochs):
+        for epoch in range(epochs):
             for _step in range(2):
                 loss = torch.nn.functional.mse_loss(ddp(inputs), targets)
                 optimizer.zero_grad()
@@ -84,17 +85,50 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
                 if probe == "branch":  # probe: names the ranks that skip the branch; remove it once read
                     dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)  # probe
                 evaluations.append(round(evaluate(ddp.module if through_module else ddp, inputs, targets), 4))
+                if not barrier:  # variant: without the barrier below, say which evaluations ended
+                    print(f"rank 0 finished its evaluation of epoch {epoch}", flush=True)  # variant
             if probe == "epoch_end":  # probe: in place of the barrier, where every rank should pass
                 dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)  # probe
                 continue  # probe: the epoch ends here, without the barrier below
+            if not barrier:  # variant: the epoch ends without the barrier
+                continue  # variant
             dist.barrier()  # every rank: wait for the evaluation, as before saving a checkpoint
         return evaluations
 
 
 def source_without_probe() -> str:
-    """The source of :func:`evaluate_through_ddp_on_rank0` without the lines marked ``# probe``: the
-    loop as lesson 07 first shows it, before the monitored-barrier probe is introduced."""
+    """The source of :func:`evaluate_through_ddp_on_rank0` without the lines marked ``# probe`` or
+    ``# variant``: the loop as lesson 07 first shows it, before the monitored-barrier probe is
+    introduced, and without the switch that leaves the barrier out."""
     import inspect
 
     lines = inspect.getsource(evaluate_through_ddp_on_rank0).splitlines(keepends=True)
-    return "".join(line for line in lines if "# probe" not in line)
+    return "".join(line for line in lines if "# probe" not in line and "# variant" not in line)
+
+
+def probe_lines() -> str:
+    """The probe's own lines in :func:`evaluate_through_ddp_on_rank0`, as the worker runs them, in the
+    loop lines that hold them: each line marked ``# probe`` that is code (no comment-only line, no
+    argument check), and the loop's ``for``, ``if rank == 0:``, evaluation and barrier lines.
+    Comments are dropped, the lines dedented, and ``...`` stands where other lines were left out
+    (lines marked ``# variant`` are skipped without one)."""
+    import inspect
+    import re
+    import textwrap
+
+    anchors = ("for epoch", "if rank == 0:", "evaluations.append(", "dist.barrier()")
+    shown, gap = [], False
+    for line in inspect.getsource(evaluate_through_ddp_on_rank0).splitlines():
+        stripped = line.strip()
+        if "# variant" in line:
+            continue
+        is_probe = "# probe" in line and not stripped.startswith("#") and "# probe (argument check)" not in line
+        if is_probe or stripped.startswith(anchors):
+            code = re.sub(r"\s+#.*$", "", line)
+            if gap and shown:
+                shown.append(" " * (len(code) - len(code.lstrip())) + "...")
+            shown.append(code)
+            gap = False
+        else:
+            gap = True
+    return textwrap.dedent("\n".join(shown)) + "\n"
