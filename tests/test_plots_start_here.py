@@ -75,3 +75,17 @@ def test_spawn_stops_ranks_shows_the_first_failure_and_sigterm():
     drawn = texts(fig)
     assert "that first error only" in drawn and "SIGTERM to each rank still running" in drawn and "SIGKILL" in drawn
     plt.close(fig)
+
+
+def test_threads_on_cores_draws_more_threads_than_cores_then_one_per_core():
+    from ddp_lib.plots.start_here import plot_threads_on_cores
+
+    fig = plot_threads_on_cores(cores=2, world_size=2)
+    left, right = ([t.get_text() for t in ax.texts] for ax in fig.axes)
+    assert left.count("thread") == 4 and right.count("thread") == 2  # 2 ranks x 2 threads, then x 1
+    assert left.count("core 0") == right.count("core 0") == 1 and "core 2" not in left
+    assert "set_num_threads(1)" in fig.axes[1].get_title()
+    plt.close(fig)
+    fig = plot_threads_on_cores(cores=2, world_size=4)  # more ranks than cores: still one thread each
+    assert [t.get_text() for t in fig.axes[1].texts].count("thread") == 4
+    plt.close(fig)

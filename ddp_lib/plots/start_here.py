@@ -211,3 +211,39 @@ def plot_spawn_stops_ranks() -> Figure:
     ax.set_title("mp.spawn when one rank fails")
     fig.tight_layout()
     return fig
+
+
+def plot_threads_on_cores(cores: int = 2, world_size: int = 2) -> Figure:
+    """CPU threads on cores, two panels. Left, under torch's mp.spawn: each rank keeps torch's default thread
+    count (one per core here), so ``world_size`` x ``cores`` threads share ``cores`` cores. Right, after each
+    rank calls ``torch.set_num_threads(max(1, cores // world_size))``: one thread per core, or fewer."""
+    per_rank = max(1, cores // world_size)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.3))
+    panels = ((axes[0], cores, f"under mp.spawn: {cores} threads per rank\n"
+               f"{world_size * cores} threads on {cores} cores: they take turns"),
+              (axes[1], per_rank, f"after torch.set_num_threads({per_rank}) in each rank\n"
+               f"{world_size * per_rank} threads on {cores} cores"))
+    for ax, threads, title in panels:
+        width = 1.7 * world_size
+        core_width = width / cores
+        for core in range(cores):
+            _box(ax, core * core_width + 0.1, 0.1, core_width - 0.2, 0.5, f"core {core}", "#f0f0f0")
+        thread = 0
+        for rank in range(world_size):
+            x = 0.1 + 1.7 * rank
+            _box(ax, x, 1.9, 1.5, 0.5, f"rank {rank}", RANK_COLOURS[rank])
+            for t in range(threads):
+                tx = x + (t + 0.5) * 1.5 / threads
+                ax.add_patch(FancyBboxPatch((tx - 0.25, 1.15), 0.5, 0.35, facecolor=RANK_COLOURS[rank], **_BOX))
+                ax.text(tx, 1.325, "thread", ha="center", va="center", fontsize=7)
+                ax.annotate("", xy=(tx, 1.5), xytext=(tx, 1.9), arrowprops=dict(arrowstyle="-", color="black"))
+                core = thread % cores  # the system spreads the threads over the cores
+                _arrow(ax, (tx, 1.15), (core * core_width + core_width / 2, 0.6))
+                thread += 1
+        ax.set_xlim(-0.1, width + 0.1)
+        ax.set_ylim(0.0, 2.5)
+        ax.axis("off")
+        ax.set_title(title, fontsize=9)
+    fig.suptitle(f"{world_size} ranks on a CPU with {cores} cores")
+    fig.tight_layout()
+    return fig
