@@ -184,6 +184,7 @@ def test_raw_torch_stops_a_waiting_rank_and_its_unflushed_line_is_lost(tmp_path)
     assert [process.exitcode for process in context.processes] == [-15, 1]
     assert err.torch_log == [f"Terminating process {context.processes[0].pid} via signal SIGTERM"]
     assert (tmp_path / "rank0.log").read_text().splitlines() == ["rank 0: line 1, flushed"]
+    assert (tmp_path / "rank0.out").read_text() == ""  # the plain print() to standard output, lost too
 
 
 def test_a_rank_failing_mid_step_is_reported_at_once_with_no_collective_in_finally():

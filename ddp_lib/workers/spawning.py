@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import torch
@@ -160,14 +161,17 @@ def rank_from_environment(rank: int) -> int:
 
 
 def log_then_fail(rank: int, world_size: int, init_method: str, log_dir: str) -> None:
-    """Rank 0 writes two lines to ``log_dir/rank0.log``, only the first flushed, then waits for the
-    other ranks in ``init_process_group``. Every other rank raises once rank 0's first line is in
-    the file, before it reaches ``init_process_group``: rank 0 waits until its launcher stops it."""
+    """Rank 0 prints one line to its standard output, sent to ``log_dir/rank0.out`` and not
+    flushed, then writes two lines to ``log_dir/rank0.log``, only the first flushed, then waits for
+    the other ranks in ``init_process_group``. Every other rank raises once rank 0's first log line
+    is in the file, before it reaches ``init_process_group``: rank 0 waits until its launcher stops it."""
     log_path = os.path.join(log_dir, "rank0.log")
     if rank != 0:
         while not (os.path.exists(log_path) and os.path.getsize(log_path) > 0):  # rank 0 has logged
             time.sleep(0.01)
         raise ValueError(f"rank {rank} failed before init_process_group")
+    sys.stdout = open(os.path.join(log_dir, "rank0.out"), "w")  # standard output to a file, as `> rank0.out` does
+    print("rank 0: a print, not flushed")  # plain print(): held in this process until a flush
     with open(log_path, "w") as log:  # a job's log: a file
         print("rank 0: line 1, flushed", file=log, flush=True)
         print("rank 0: line 2, not flushed", file=log)  # held in this process until a flush
