@@ -181,3 +181,23 @@ def test_template_with_crash_saves_the_epochs_before_it_and_the_resume_matches_a
     a, b = (torch.load(os.path.join(d, "last.pt"), weights_only=True)["model"]
             for d in (crashed, tmp_path / "straight"))
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+
+
+def test_run_commands_runs_python_then_torchrun_in_one_folder_and_drops_only_torchruns_log_lines(tmp_path, capsys):
+    import shutil
+
+    shutil.copy(template.__file__, tmp_path)
+    commands = ["python template.py --epochs 1",
+                "torchrun --standalone --nproc-per-node 2 template.py --epochs 2",
+                "python -c \"print('W1206 10:23:26.1 42 run.py:874] a log line'); print('kept')\""]
+    shown = training_checks.run_commands(str(tmp_path), commands, keep_after_first="first.pt")
+    printed = capsys.readouterr().out
+    for command in commands:
+        assert f"$ {command}\n" in printed
+    assert "epoch 1/1: loss" in shown[0] and "(exit code" not in shown[0]
+    assert "resuming from checkpoints/last.pt: 1 epochs done" in shown[1] and "epoch 2/2: loss" in shown[1]
+    assert "epoch 1/2" not in shown[1]
+    assert shown[2] == "kept"  # the log line is left out, the rest kept
+    assert not any(training_checks._TORCHRUN_LOG.match(line) for out in shown for line in out.splitlines())
+    first = torch.load(tmp_path / "first.pt", map_location="cpu", weights_only=True)
+    assert first["epoch"] == 1  # the first command's checkpoint, kept before torchrun overwrote it

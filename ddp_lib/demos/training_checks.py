@@ -2,13 +2,18 @@
 describe; evaluation on rank 0 through the wrapper with the buffer sync off and with one process group;
 the template on the half-moons, with a crash on purpose; your own collective inside ``Join``; a
 save that fails half-way; and two runners that launch a 2-rank job and return its outcome
-(:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line."""
+(:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line; and
+:func:`run_commands`, which runs terminal commands (``python template.py``, ``torchrun ...``) as typed."""
 
 from __future__ import annotations
 
 import inspect
 import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 from datetime import timedelta
 from typing import Literal
 
@@ -21,7 +26,7 @@ from torch.utils.data import DistributedSampler
 
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
-from ddp_lib.process_group import device_ids_for, process_group
+from ddp_lib.process_group import device_ids_for, free_port, process_group
 from ddp_lib.workers import template
 from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.train import MoonsNet
@@ -398,3 +403,45 @@ def template_with_crash(rank: int, world_size: int, crash_epoch: int = 3, crash_
         return template.train_job(rank, world_size, **job)
     finally:
         template.make_optimizer = make_optimizer
+
+
+# torchrun's own log lines start "W1206 10:23:26.123456 4242 .../run.py:874] ": a level, a time and a process id
+_TORCHRUN_LOG = re.compile(r"[IWE]\d{4} [^\]]*\] ")
+
+
+def run_commands(directory: str, commands: list[str], keep_after_first: str | None = None,
+                 checkpoint: str = os.path.join("checkpoints", "last.pt")) -> list[str]:
+    """Run each command in ``directory``, one after the other, as typed in a terminal there: print
+    ``$ command``, then what it printed (stdout and stderr together), and its exit code if not 0.
+
+    The only change to the output: torchrun's own log lines, which carry a time and a process id, are
+    left out, but for its ``OMP_NUM_THREADS`` warning, printed as "torchrun's warning: ..." without them.
+    ``python`` and ``torchrun`` are this interpreter's (its directory first on ``PATH``). A ``python ...``
+    command also gets a free ``MASTER_PORT`` (a job may still hold the template's 12355) and
+    ``OMP_NUM_THREADS=1``, as torchrun sets it. With ``keep_after_first``, the first command's
+    ``checkpoint`` (relative to ``directory``) is copied to that name in ``directory``.
+    Returns each command's output as printed, one string per command."""
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    shown = []
+    for number, command in enumerate(commands):
+        print(f"$ {command}", flush=True)
+        env = dict(os.environ, PATH=path)
+        if shlex.split(command)[0] == "python":
+            env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+        job = subprocess.run(shlex.split(command), cwd=directory, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        lines = []
+        for line in job.stdout.splitlines():
+            logged = _TORCHRUN_LOG.match(line)
+            if not logged:
+                lines.append(line)
+            elif "OMP_NUM_THREADS" in line:
+                lines.append("torchrun's warning: " + line[logged.end():].strip())
+        if job.returncode:
+            lines.append(f"(exit code {job.returncode})")
+        if lines:
+            print("\n".join(lines), flush=True)
+        shown.append("\n".join(lines))
+        if number == 0 and keep_after_first:
+            shutil.copy(os.path.join(directory, checkpoint), os.path.join(directory, keep_after_first))
+    return shown
