@@ -21,7 +21,16 @@ from ddp_lib.cluster.hosts import (
     unavailable,
 )
 from ddp_lib.cluster.jobs import RDZV_PORT, node_command, run_on_hosts
-from ddp_lib.cluster.mistakes import MISTAKES, NAME_UNKNOWN, STORE_PORT, master_addr, run_mistakes, unresolved
+from ddp_lib.cluster.mistakes import (
+    MISTAKES,
+    NAME_UNKNOWN,
+    STORE_PORT,
+    master_addr,
+    raised,
+    run_mistakes,
+    since_rendezvous,
+    unresolved,
+)
 from ddp_lib.launch import run_ranks
 from ddp_lib.workers.train import train
 
@@ -132,6 +141,8 @@ def test_node1_given_127_0_0_1_waits_alone_until_the_join_timeout(mistakes):
         # The join deadline counts from the rendezvous's start, which torchrun logs at INFO: the
         # node ended at least join_timeout after it, whatever start-up took before.
         assert node.rendezvous_at is not None and 10 <= node.seconds - node.rendezvous_at < 10 + SLACK
+        # Its first error file too: the lesson's line times the failure, not the exit after it.
+        assert 10 <= since_rendezvous(node) < node.seconds - node.rendezvous_at + 1
     assert "s after its rendezvous began" in job.summary(rendezvous=True)
 
 
@@ -192,6 +203,10 @@ def test_mismatched_nnodes_completes_only_when_the_smaller_count_joins_second(mi
     assert max(node.seconds for node in stuck.nodes) < 60 + SLACK
     errors = [e for node in stuck.nodes for e in node.errors()]
     assert any(e.endswith("RendezvousTimeoutError") for e in errors), stuck.summary()
+    # node0 joined first and gives up first; node1 finds the rendezvous closed, or its store gone.
+    assert stuck.nodes[0].error() == "RendezvousTimeoutError", stuck.summary()
+    assert raised(stuck.nodes[1], "RendezvousClosedError") or raised(stuck.nodes[1], "RendezvousConnectionError"), \
+        stuck.nodes[1].stderr[-2000:]
 
 
 def test_a_tensor_an_error_and_a_hang_read_the_same_on_two_hosts_as_through_the_launcher():

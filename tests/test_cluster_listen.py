@@ -42,6 +42,19 @@ def test_agent_listening_and_store_names_the_rank_s_host_and_store():
     seen = job.results[0]
     assert seen["host"] == socket.gethostname() and seen["MASTER_ADDR"], seen
     assert len(seen["listening"]) == 2 and set(seen["listening"]) <= EVERY_INTERFACE, seen
+    # One of the agent's two stores is the ranks' store, at the MASTER_PORT its ranks were given.
+    assert len(seen["ports"]) == 2 and seen["MASTER_PORT"] in seen["ports"], seen
+
+
+def test_the_agent_s_ports_are_the_rendezvous_port_and_master_port():
+    endpoint_port = free_port()
+    listening = ["-m", "ddp_lib.torchrun", "ddp_lib.cluster.probe:agent_listening_and_store"]
+    cmd = torchrun_command(listening, nproc_per_node=1, nnodes=1, rdzv_endpoint=f"127.0.0.1:{endpoint_port}",
+                           options=("--local-addr=127.0.0.1",))
+    job = run_torchrun(cmd)
+    assert job.returncode == 0, job.stderr[-2000:]
+    seen = job.results[0]
+    assert seen["ports"] == sorted([endpoint_port, seen["MASTER_PORT"]]), seen
 
 
 def test_listening_unavailable_names_what_is_missing(monkeypatch):

@@ -7,6 +7,7 @@ matplotlib.use("Agg")
 from ddp_lib.plots.cluster import plot_first_mistakes  # noqa: E402
 from ddp_lib.plots.cluster_sketches import (  # noqa: E402
     plot_closed_port,
+    plot_name_unknown,
     plot_nnodes_mismatch,
     plot_what_listens_where,
 )
@@ -78,3 +79,10 @@ def test_the_cluster_sketches_say_what_each_mistake_gives():
     mismatch = texts(plot_nnodes_mismatch())
     assert any("the job runs" in t for t in mismatch) and any("node0 times out" in t for t in mismatch)
     assert any("listens on nothing" in t for t in texts(plot_what_listens_where()))
+
+
+def test_the_name_unknown_sketch_joins_by_address_and_fails_at_the_name():
+    shown = texts(plot_name_unknown("10.9.0.1", 29555))
+    assert "node1's agent\n--rdzv-endpoint=10.9.0.1:29555" in shown
+    assert any("the rendezvous completes" in t for t in shown)
+    assert any("look up 'node0'" in t for t in shown) and "rank 1\ndials MASTER_ADDR=node0" in shown

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from ddp_lib.cluster.hosts import Host, kill_everything_in
 from ddp_lib.errors import LaunchTimeout, WorkerError, readable
@@ -66,6 +67,20 @@ def rendezvous_began(stderr: str, started: float) -> float | None:
     return seconds if 0 <= seconds < 86400 else None  # not across a new year
 
 
+def outcome_at(log_dir: str, ranks: list, returncode: int | None, started: float) -> float | None:
+    """Seconds from ``started`` (a ``time.time()``) to one node's outcome, from its files' times: where
+    it succeeded (``returncode`` 0), when its last rank wrote its result; else when the first of its
+    error files was written (torchrun's own, or a rank's). None where it left no such file."""
+    if returncode == 0:
+        files = [Path(r.folder) / rank_files.RESULT_FILE for r in ranks]
+        pick = max
+    else:
+        files = [Path(log_dir) / rank_files.AGENT_ERROR_FILE] + [Path(r.folder) / rank_files.ERROR_FILE for r in ranks]
+        pick = min
+    times = [f.stat().st_mtime for f in files if f.is_file()]
+    return pick(times) - started if times else None
+
+
 @dataclass
 class NodeRun:
     """How one node's torchrun ended."""
@@ -77,6 +92,9 @@ class NodeRun:
     agent_error: str = ""  # what this torchrun raised itself, "Type: message", from its own error file
     rank_errors: list[str] = field(default_factory=list)  # what its ranks raised, from their error files
     rendezvous_at: float | None = None  # seconds from the job's start to this torchrun's rendezvous start
+    # Seconds from the job's start to this node's outcome: its first error file (torchrun's own or a
+    # rank's), or, where it succeeded, its last rank's result file; None where it left neither.
+    outcome_at: float | None = None
 
     def errors(self) -> list[str]:
         """What this node's torchrun raised, then what its ranks raised (``Type: message``),
@@ -108,18 +126,24 @@ class HostsJob:
 
     def summary(self, width: int = 200, rendezvous: bool = False) -> str:
         """One line per node: how it ended, after how many seconds, and its first error (without
-        torch's C++ source paths or peer ports). The seconds count from the job's start; with
-        ``rendezvous``, from the node's rendezvous start, where its rendezvous's deadlines count from."""
+        torch's C++ source paths or peer ports). The seconds count from the job's start to the node's
+        exit. With ``rendezvous``, they count from the node's rendezvous start, where its rendezvous's
+        deadlines count from, to its outcome (:attr:`NodeRun.outcome_at`): its first error, or its
+        ranks' results; start-up before it and the exit after it are left out."""
         lines = []
         for node in self.nodes:
             ended = "succeeded" if node.returncode == 0 else f"failed ({readable(node.error())[:width]})"
+            what = "its result" if node.returncode == 0 else "its first error"
             if not rendezvous:
                 lines.append(f"{node.host}: {ended} after {node.seconds:.0f} s")
             elif node.rendezvous_at is None:
                 lines.append(f"{node.host}: {ended} before any rendezvous start was logged")
+            elif node.outcome_at is None:
+                lines.append(f"{node.host}: {ended}, with no error file; it exited "
+                             f"{node.seconds - node.rendezvous_at:.0f} s after its rendezvous began")
             else:
-                since = node.seconds - node.rendezvous_at
-                lines.append(f"{node.host}: {ended} {since:.0f} s after its rendezvous began")
+                since = node.outcome_at - node.rendezvous_at
+                lines.append(f"{node.host}: {ended}, {what} {since:.0f} s after its rendezvous began")
         return "\n".join(lines)
 
 
@@ -173,10 +197,11 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
         for i, ((host, _), (_, log_dir), err) in enumerate(zip(runs, placed, errs)):
             err.seek(0)
             code = procs[i].returncode if i in ended else None
-            raised = [r.error for r in rank_files.read_ranks([log_dir]) if r.error]
+            ranks = rank_files.read_ranks([log_dir])
+            raised = [r.error for r in ranks if r.error]
             stderr = err.read()
             nodes.append(NodeRun(host.name, code, ended.get(i, timeout), stderr, rank_files.agent_error(log_dir),
-                                 raised, rendezvous_began(stderr, started)))
+                                 raised, rendezvous_began(stderr, started), outcome_at(log_dir, ranks, code, started)))
         # c10d numbers the nodes itself: each rank wrote its global rank in its folder (rank.json).
         run = rank_files.read_run([log_dir for _, log_dir in placed])
         folders = [folder for _, log_dir in placed for folder in rank_files.runs_in(log_dir)]

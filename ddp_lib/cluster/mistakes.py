@@ -129,11 +129,31 @@ def run_mistakes(names: tuple[str, ...] = tuple(MISTAKES)) -> dict[str, HostsJob
         return {name: future.result() for name, future in futures.items()}
 
 
+SHORT_JOIN_S = int(dict(kv.split("=") for kv in SHORT_JOIN.split(","))["join_timeout"])
+
+
+def since_rendezvous(node: NodeRun) -> float | None:
+    """Seconds from the node's rendezvous start to its outcome (its first error, or its result);
+    None where either is missing."""
+    if node.rendezvous_at is None or node.outcome_at is None:
+        return None
+    return node.outcome_at - node.rendezvous_at
+
+
+def raised(node: NodeRun, name: str) -> bool:
+    """Whether this node's torchrun, or one of its ranks, raised the exception ``name``: in its first
+    errors, or as the last line of torchrun's traceback (``...RendezvousConnectionError: ...``), which
+    wraps the inner error that :meth:`NodeRun.errors` shows."""
+    return any(name in e for e in node.errors()) or re.search(rf"^\S*\b{name}: ", node.stderr, re.M) is not None
+
+
 # What each job of MISTAKES should show, from the mistakes' explanations in lesson 06b:
 # (the prediction in words, a check of it against the job).
 PREDICTED = {
-    "rdzv_on_loopback": ("both nodes RendezvousTimeoutError",
-                         lambda job: all("RendezvousTimeoutError" in n.error() for n in job.nodes)),
+    "rdzv_on_loopback": (f"both nodes RendezvousTimeoutError, at least the {SHORT_JOIN_S} s join_timeout "
+                         "after their rendezvous began",
+                         lambda job: all("RendezvousTimeoutError" in n.error()
+                                         and (since_rendezvous(n) or 0) >= SHORT_JOIN_S for n in job.nodes)),
     "gloo_on_loopback": ("a rank's gloo connectFullMesh failed",
                          lambda job: any("connectFullMesh failed" in e for n in job.nodes for e in n.errors())),
     "gloo_on_eth0": ("both nodes succeeded", lambda job: job.ok),
@@ -141,15 +161,18 @@ PREDICTED = {
                     lambda job: f"to connect to (node0, {RDZV_PORT})" in job.nodes[1].error()),
     "nnodes_3_then_2": ("succeeded, world size 2 though node0 said 3",
                         lambda job: job.ok and all(len(r["hosts"]) == 2 for r in job.results)),
-    "nnodes_2_then_3": ("failed, a node RendezvousTimeoutError",
-                        lambda job: not job.ok and any("RendezvousTimeoutError" in n.error() for n in job.nodes)),
+    "nnodes_2_then_3": ("failed: node0 RendezvousTimeoutError, "
+                        "node1 RendezvousClosedError or RendezvousConnectionError",
+                        lambda job: not job.ok and "RendezvousTimeoutError" in job.nodes[0].error()
+                        and (raised(job.nodes[1], "RendezvousClosedError")
+                             or raised(job.nodes[1], "RendezvousConnectionError"))),
 }
 
 
 def report_mistakes(jobs: dict[str, HostsJob]) -> bool:
-    """Print each job's nodes (how each ended, its first error, when, from its rendezvous's start),
-    the world each rank that got as far as ``hello``'s all-gather ran in, then each job's
-    prediction from ``PREDICTED`` checked against the run. Returns True when every one held."""
+    """Print each job's nodes (how each ended, its first error, when: from its rendezvous's start to
+    its first error, or its result), the world each rank that got as far as ``hello``'s all-gather
+    ran in, then each job's prediction from ``PREDICTED`` checked against the run. Returns True when every one held."""
     for name, job in jobs.items():
         label = " (the correct job: the control)" if name == "gloo_on_eth0" else ""
         print(f"== {name}{label}\n{job.summary(rendezvous=True)}")

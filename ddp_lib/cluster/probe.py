@@ -35,18 +35,27 @@ def hello(rank: int, world_size: int) -> dict:
         return {"rank": rank, "host": socket.gethostname(), "hosts": hosts}
 
 
+def _agent_sockets() -> list[tuple[str, int]]:
+    """The (address, port) of each socket on which this rank's parent, the torchrun agent, accepts
+    connections, from ``ss -ltnp`` (Linux); sorted. Address ``*`` means every interface."""
+    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+    agent = f"pid={os.getppid()},"
+    found = (line.split()[3].rsplit(":", 1) for line in out.splitlines() if agent in line)
+    return sorted((address, int(port)) for address, port in found)
+
+
 def agent_listening(rank: int, world_size: int) -> list[str]:
     """The local addresses (ports left out) on which this rank's parent, the torchrun agent,
     accepts connections, from ``ss -ltnp`` (Linux). ``*`` means every interface."""
-    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
-    agent = f"pid={os.getppid()},"
-    return sorted(line.split()[3].rsplit(":", 1)[0] for line in out.splitlines() if agent in line)
+    return sorted(address for address, _ in _agent_sockets())
 
 
 def agent_listening_and_store(rank: int, world_size: int) -> dict:
-    """:func:`agent_listening`, the address of the ranks' store that torchrun gave this rank
-    (``MASTER_ADDR``), and this rank's host name."""
-    return {"listening": agent_listening(rank, world_size), "MASTER_ADDR": os.environ["MASTER_ADDR"],
+    """:func:`agent_listening`, the ports of those sockets, the address and port of the ranks' store
+    that torchrun gave this rank (``MASTER_ADDR``, ``MASTER_PORT``), and this rank's host name."""
+    sockets = _agent_sockets()
+    return {"listening": sorted(address for address, _ in sockets), "ports": sorted(port for _, port in sockets),
+            "MASTER_ADDR": os.environ["MASTER_ADDR"], "MASTER_PORT": int(os.environ["MASTER_PORT"]),
             "host": socket.gethostname()}
 
 

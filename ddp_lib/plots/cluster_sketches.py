@@ -89,3 +89,35 @@ def plot_what_listens_where(rdzv_port: int = 29400) -> Figure:
     ax.set_title("What listens where: '*' is every interface, whatever address the agent was given", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_name_unknown(address: str = "10.200.0.1", rdzv_port: int = 29400) -> Figure:
+    """node0's name unknown on node1 (mistake 5): node1's agent dials the rendezvous at node0's
+    ``address``, with no name to look up, and joins; the rendezvous then gives every rank
+    ``MASTER_ADDR=node0``, a name, and node1's rank cannot look it up, so it never reaches the ranks'
+    store, where rank 0 waits until the group's timeout."""
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 4.6)
+    ax.axis("off")
+    for node, x0 in enumerate((0.2, 5.6)):
+        ax.add_patch(plt.Rectangle((x0, 0.1), 4.2, 4.1, facecolor="#f7f7f7", edgecolor="grey", linestyle="--"))
+        ax.text(x0 + 0.1, 4.1, f"node{node}" + ("" if node == 0 else ": its /etc/hosts lacks node0"),
+                fontsize=9, weight="bold", va="top")
+    box(ax, 0.4, 2.3, 3.2, 1.4, f"node0's agent, at {address}\nrendezvous store :{rdzv_port}\n"
+        "ranks' store :MASTER_PORT\ngives MASTER_ADDR=node0", AGENT)
+    box(ax, 0.4, 1.0, 2.4, 0.8, "rank 0\nwaits for rank 1", RANK)
+    box(ax, 6.0, 2.6, 3.6, 0.9, f"node1's agent\n--rdzv-endpoint={address}:{rdzv_port}", AGENT)
+    box(ax, 6.0, 0.5, 3.6, 0.9, "rank 1\ndials MASTER_ADDR=node0", FAILED)
+    arrow(ax, (6.0, 3.05), (3.6, 3.05), "green")
+    ax.text(4.8, 3.2, "1. an address: no lookup,\nthe rendezvous completes", fontsize=8, color="green", ha="center",
+            va="bottom")
+    arrow(ax, (6.0, 0.95), (5.0, 0.95), "red")
+    ax.text(4.85, 0.95, "X", fontsize=14, color="red", weight="bold", ha="center", va="center")
+    ax.text(4.6, 1.25, "2. look up 'node0': unknown here,\nso it never reaches the ranks' store", fontsize=8,
+            color="red", ha="center", va="bottom")
+    ax.text(1.6, 0.9, "DistStoreError: wait timeout,\nafter the group's timeout", fontsize=8, color="red",
+            ha="center", va="top")
+    ax.set_title("node0's name unknown on node1: the endpoint is an address, but MASTER_ADDR is a name", fontsize=10)
+    fig.tight_layout()
+    return fig
