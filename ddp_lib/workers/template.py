@@ -47,6 +47,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, Te
 # which counts correct class picks: change it if your model is not a classifier). After changing
 # the model, delete the old --checkpoint-dir or give a new one: its checkpoint fits the old model only.
 
+METRIC = "accuracy"  # what each epoch's line calls evaluate()'s metric: rename it when you change the metric
+
 
 def make_datasets() -> tuple[Dataset, Dataset]:
     """The training set and the evaluation set. Every rank calls this and must get the same data:
@@ -157,7 +159,7 @@ def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32,
                             "evaluated": evaluated, "lr": optimizer.param_groups[0]["lr"]})
             if rank == 0:
                 print(f"epoch {epoch + 1}/{epochs}: loss {history[-1]['loss']:.4f}, "
-                      f"accuracy {accuracy:.3f} on {evaluated} samples", flush=True)
+                      f"{METRIC} {accuracy:.3f} on {evaluated} samples", flush=True)
                 # The unwrapped model: keys without "module.", loadable with or without DDP.
                 state = {name: part.state_dict() for name, part in parts.items() if part is not None}
                 save_checkpoint(checkpoint, {**state, "epoch": epoch + 1, "history": history, "settings": settings})
@@ -183,7 +185,8 @@ def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
              device: torch.device) -> tuple[float, int]:
     """Accuracy over ``dataset`` with every sample counted exactly once, and how many were counted.
     It assumes a classifier (the class with the highest output is the prediction): for another model,
-    change the line marked YOUR JOB to add up your metric.
+    change the line marked YOUR JOB to add up your metric, and METRIC, its name. evaluate() returns
+    that sum divided by the samples counted: a mean per sample.
     Rank r takes samples r, r + world_size, ... (no padding, unlike DistributedSampler), and one
     all-reduce adds up the counts. It runs the plain model, not the DDP wrapper: for a model with
     buffers (batch norm's running statistics), the wrapper's first forward after training starts a
@@ -192,7 +195,7 @@ def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
     no collective."""
     shard = Subset(dataset, range(rank, len(dataset), world_size))
     model.eval()
-    counts = torch.zeros(2, dtype=torch.float64, device=device)  # correct, samples
+    counts = torch.zeros(2, dtype=torch.float64, device=device)  # the metric's sum (correct picks), samples
     with torch.no_grad():
         for x, y in DataLoader(shard, batch_size=256):
             x, y = x.to(device), y.to(device)
