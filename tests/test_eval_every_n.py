@@ -132,3 +132,12 @@ def test_the_probe_lines_are_the_workers_own_and_leave_out_comments_and_the_argu
     import inspect
     source = inspect.getsource(eval_every_n.evaluate_through_ddp_on_rank0)
     assert all(line.strip() in source for line in lines.splitlines() if line.strip() != "...")
+
+
+def test_the_epoch_end_probe_lines_leave_out_the_branch_placement():
+    lines = eval_every_n.probe_lines(placement="epoch_end")
+    assert 'probe == "branch"' not in lines and "#" not in lines
+    assert lines.count("dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)") == 1
+    assert lines.index("if rank == 0:") < lines.index("evaluations.append(") < lines.index(
+        'if probe == "epoch_end":') < lines.rindex("dist.barrier()")
+    assert "if rank == 0:\n        evaluations.append(" in lines  # no "..." where the branch's lines were

@@ -64,6 +64,20 @@ def test_ring_neighbours_first_compares_the_dead_ranks_neighbours_with_the_other
         records({0: 0.01, 2: 0.02, 3: 0.05, 4: 0.06}), 5)
 
 
+def test_missing_by_the_rule_reads_rank_0s_list_or_the_others_pointing_at_rank_0():
+    named = {0: "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 2000 ms",
+             1: "RuntimeError: Connection closed by peer"}
+    assert failure_reading.missing_by_the_rule(named, 4) == [1, 3]
+    one = {0: "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms"}
+    assert failure_reading.missing_by_the_rule(one) == [1]
+    pointing = ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting "
+                "for send/recv from rank 0. Please check rank 0 logs for faulty rank.")
+    held = {0: "RuntimeError: Timed out waiting 2000ms for send operation to complete", 1: pointing}
+    assert failure_reading.missing_by_the_rule(held) == [0]
+    assert failure_reading.missing_by_the_rule({0: held[0], 1: pointing}, 3) == "unknown"  # rank 2 said nothing
+    assert failure_reading.missing_by_the_rule({0: held[0], 1: "Connection closed by peer"}) == "unknown"
+
+
 def test_detail_mismatch_names_each_ranks_collective():
     message = ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
                "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float), "

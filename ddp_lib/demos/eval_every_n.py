@@ -82,8 +82,8 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
                 loss.backward()
                 optimizer.step()
             if rank == 0:  # only rank 0 evaluates
-                if probe == "branch":  # probe: names the ranks that skip the branch; remove it once read
-                    dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)  # probe
+                if probe == "branch":  # probe branch: names the ranks that skip the branch; remove it once read
+                    dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)  # probe branch
                 evaluations.append(round(evaluate(ddp.module if through_module else ddp, inputs, targets), 4))
                 if not barrier:  # variant: without the barrier below, say which evaluations ended
                     print(f"rank 0 finished its evaluation of epoch {epoch}", flush=True)  # variant
@@ -106,12 +106,13 @@ def source_without_probe() -> str:
     return "".join(line for line in lines if "# probe" not in line and "# variant" not in line)
 
 
-def probe_lines() -> str:
+def probe_lines(placement: str = "") -> str:
     """The probe's own lines in :func:`evaluate_through_ddp_on_rank0`, as the worker runs them, in the
     loop lines that hold them: each line marked ``# probe`` that is code (no comment-only line, no
     argument check), and the loop's ``for``, ``if rank == 0:``, evaluation and barrier lines.
     Comments are dropped, the lines dedented, and ``...`` stands where other lines were left out
-    (lines marked ``# variant`` are skipped without one)."""
+    (lines marked ``# variant`` are skipped without one). ``placement="epoch_end"`` leaves out the
+    lines of the other placement (marked ``# probe branch``) the same way; ``""`` shows both."""
     import inspect
     import re
     import textwrap
@@ -120,7 +121,7 @@ def probe_lines() -> str:
     shown, gap = [], False
     for line in inspect.getsource(evaluate_through_ddp_on_rank0).splitlines():
         stripped = line.strip()
-        if "# variant" in line:
+        if "# variant" in line or (placement == "epoch_end" and "# probe branch" in line):
             continue
         is_probe = "# probe" in line and not stripped.startswith("#") and "# probe (argument check)" not in line
         if is_probe or stripped.startswith(anchors):

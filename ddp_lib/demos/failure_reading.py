@@ -89,6 +89,19 @@ def ring_neighbours_first(records: dict[int, dict], world_size: int) -> str:
             f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}: {first} ({seconds})")
 
 
+def missing_by_the_rule(failures: dict[int, str], world_size: int = 2) -> list[int] | str:
+    """The ranks a ``monitored_barrier`` probe's errors point at, read by the coordinator rule.
+    Rank 0 coordinates the probe: its error names the ranks that did not arrive. It never names rank 0
+    itself: if rank 0's error names none and every other rank's error points at rank 0 ("from rank 0"),
+    rank 0 is the one missing. ``failures`` maps a rank to its error message; "unknown" otherwise."""
+    named = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", failures.get(0, ""))
+    if named:
+        return sorted(int(rank) for rank in named.group(1).split(","))
+    if all("from rank 0" in failures.get(rank, "") for rank in range(1, world_size)):
+        return [0]
+    return "unknown"
+
+
 def detail_mismatch(message: str) -> list[str]:
     """The collectives a ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatch error compares, one line each,
     such as ``"Rank 0: ALLREDUCE of shape [2]"``."""
