@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 _LISTEN = "0A"  # TCP state LISTEN in /proc/net/tcp
 
@@ -81,3 +82,16 @@ def port_holder(port: int) -> str | None:
     if os.path.isdir("/proc/net"):
         return _holder_from_proc(port)
     return _holder_from_lsof(port)
+
+
+def holder_summary(port: int) -> tuple[int, str] | None:
+    """(PID, the first six words of its command line) of whoever listens on TCP ``port`` here, or None.
+
+    The Python interpreter's path shows as "python", so that the line reads the same on every machine."""
+    holder = port_holder(port)
+    found = re.fullmatch(r"process (\d+) \((.*)\)", holder or "", re.S)
+    if found is None:
+        return None
+    words = found.group(2).replace(sys.executable, "python").split()[:6]
+    return int(found.group(1)), " ".join(words)
+

@@ -9,15 +9,15 @@ import torch
 import torch.multiprocessing as mp
 
 import ddp_lib.mp
-from ddp_lib.demos.launcher_env import LAUNCHER_VARS, launcher_table, launcher_view
-from ddp_lib.process_group import threads_per_rank
+from ddp_lib.demos.launcher_env import LAUNCHER_VARS, launcher_table, launcher_view, launcher_view_with_fix
+from ddp_lib.process_group import threads_per_rank, usable_cores
 
 
-def _torch_views(world_size: int) -> list[dict]:
+def _torch_views(world_size: int, worker=launcher_view) -> list[dict]:
     # fork, so that the children start from this process's environment as it is now: a forkserver
     # started earlier in the session would hand them the environment it was started with.
     results = mp.get_context("fork").SimpleQueue()
-    mp.start_processes(launcher_view, args=(world_size, results), nprocs=world_size, join=True,
+    mp.start_processes(worker, args=(world_size, results), nprocs=world_size, join=True,
                        start_method="fork")
     return [view for _, view in sorted(results.get() for _ in range(world_size))]
 
@@ -51,3 +51,9 @@ def test_a_long_launcher_name_keeps_a_gap_to_the_next_column():
     views = [{"env": {name: None for name in LAUNCHER_VARS} | {"RANK": "0"}, "threads": 1}]
     header = launcher_table({"ddp_lib.mp.labelled_spawn": views, "torchrun": views}, parent_env={}).splitlines()[0]
     assert header.split() == ["ddp_lib.mp.labelled_spawn", "torchrun"]
+
+
+def test_the_fix_gives_each_of_torchs_ranks_its_share_of_the_cores():
+    for world_size in (2, 4):
+        views = _torch_views(world_size, launcher_view_with_fix)
+        assert [view["threads"] for view in views] == [max(1, usable_cores() // world_size)] * world_size

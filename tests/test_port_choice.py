@@ -34,3 +34,22 @@ def test_the_job_fails_on_a_port_another_store_holds():
             raise AssertionError("a job on a held port should fail")
     finally:
         del held
+
+
+def test_holder_summary_names_the_listening_child_by_pid():
+    import subprocess
+    import sys
+
+    from ddp_lib.ports import holder_summary
+
+    listen = ("import socket, time; s = socket.socket(); s.bind(('localhost', 0)); s.listen(); "
+              "print(s.getsockname()[1], flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", listen], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(child.stdout.readline())
+        pid, command = holder_summary(port)
+        assert pid == child.pid and command.startswith("python -c import socket,")
+    finally:
+        child.kill()
+        child.wait()
+        child.stdout.close()

@@ -31,6 +31,16 @@ def launcher_view(rank: int, world_size: int, results=None) -> dict:
     return view
 
 
+def launcher_view_with_fix(rank: int, world_size: int, results=None) -> dict:
+    """``launcher_view`` after the two lines lesson 00 tells a worker to start with: each rank takes
+    ``usable cores // world_size`` threads (at least 1)."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    torch.set_num_threads(max(1, cores // world_size))
+    return launcher_view(rank, world_size, results)
+
+
 def launcher_table(views: dict[str, list[dict]], parent_env: dict[str, str] | None = None) -> str:
     """One row per ``LAUNCHER_VARS`` entry, one column per launcher in ``views`` (its ranks' views
     in rank order): each rank's value where the launcher set it, "-" where the rank sees what
