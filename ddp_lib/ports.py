@@ -53,18 +53,18 @@ def listens_on(pid: int, port: int) -> bool:
     return _holds(pid, {f"socket:[{inode}]" for inode in _listening_inodes(port)})
 
 
-def _holder_from_proc(port: int) -> str | None:
+def _holder_from_proc(port: int) -> tuple[int | None, str] | None:
     inodes = _listening_inodes(port)
     if not inodes:
         return None
     wanted = {f"socket:[{inode}]" for inode in inodes}
     for entry in os.listdir("/proc"):
         if entry.isdigit() and _holds(entry, wanted):
-            return f"process {entry} ({_process_name(int(entry))})"
-    return "a process this user cannot see"
+            return int(entry), _process_name(int(entry))
+    return None, "a process this user cannot see"
 
 
-def _holder_from_lsof(port: int) -> str | None:
+def _holder_from_lsof(port: int) -> tuple[int, str] | None:
     lsof = shutil.which("lsof")
     if not lsof:
         return None
@@ -74,24 +74,31 @@ def _holder_from_lsof(port: int) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     pid, name = re.search(r"^p(\d+)", out, re.M), re.search(r"^c(.+)$", out, re.M)
-    return f"process {pid.group(1)} ({name.group(1) if name else '?'})" if pid else None
+    return (int(pid.group(1)), name.group(1) if name else "?") if pid else None
+
+
+def _holder(port: int) -> tuple[int | None, str] | None:
+    """(PID, command line) of whoever listens on TCP ``port`` here; PID None where /proc hides it."""
+    if os.path.isdir("/proc/net"):
+        return _holder_from_proc(port)
+    return _holder_from_lsof(port)
 
 
 def port_holder(port: int) -> str | None:
     """"process PID (command line)" of whoever listens on TCP ``port`` here, or None if unknown."""
-    if os.path.isdir("/proc/net"):
-        return _holder_from_proc(port)
-    return _holder_from_lsof(port)
+    found = _holder(port)
+    if found is None:
+        return None
+    pid, command = found
+    return command if pid is None else f"process {pid} ({command})"
 
 
 def holder_summary(port: int) -> tuple[int, str] | None:
     """(PID, the first six words of its command line) of whoever listens on TCP ``port`` here, or None.
 
     The Python interpreter's path shows as "python", so that the line reads the same on every machine."""
-    holder = port_holder(port)
-    found = re.fullmatch(r"process (\d+) \((.*)\)", holder or "", re.S)
-    if found is None:
+    found = _holder(port)
+    if found is None or found[0] is None:
         return None
-    words = found.group(2).replace(sys.executable, "python").split()[:6]
-    return int(found.group(1)), " ".join(words)
-
+    pid, command = found
+    return pid, " ".join(command.replace(sys.executable, "python").split()[:6])

@@ -53,20 +53,6 @@ def _environ(pid: int) -> dict | None:
     return dict(pairs)
 
 
-def _children(pid: int) -> list[int]:
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
-            except OSError:
-                continue
-            if int(fields[1]) == pid:  # the parent's pid
-                children.append(int(entry))
-    return children
-
-
 def views_of_ranks(agent_pid: int, nprocs: int, give_up: float = 120.0) -> list[dict]:
     """What each rank of a running torchrun job finds, as ``main`` prints it, read from outside.
 
@@ -75,13 +61,15 @@ def views_of_ranks(agent_pid: int, nprocs: int, give_up: float = 120.0) -> list[
     listens on ``MASTER_PORT`` while the rank runs. Call it right after starting the job: it
     waits until ``nprocs`` ranks have started, and raises if the agent ends or ``give_up`` s pass
     first. Linux only; the views come in rank order."""
+    from ddp_lib.demos.hung_ranks import rank_pids  # here: the ranks, which run main(), never import it
+
     found: dict[int, dict] = {}
     deadline = time.monotonic() + give_up
     while len(found) < nprocs:
-        for pid in _children(agent_pid):
+        for rank, pid in rank_pids(agent_pid).items():  # after exec: the agent's environment for it
             env = _environ(pid)
-            if env and "RANK" in env and int(env["RANK"]) not in found:  # after exec: the agent's env for it
-                found[int(env["RANK"])] = _view(env, agent_pid, pid)
+            if env and rank not in found:
+                found[rank] = _view(env, agent_pid, pid)
         if len(found) < nprocs:
             if not os.path.exists(f"/proc/{agent_pid}") or time.monotonic() > deadline:
                 raise RuntimeError(f"saw {len(found)} of {nprocs} ranks of torchrun's agent {agent_pid}")
