@@ -23,7 +23,10 @@ def test_with_batchnorm_the_metric_meets_ddps_buffer_broadcast_and_both_ranks_ti
         run_ranks(eval_every_n.evaluate_every_n_steps, 2, kwargs=dict(batchnorm=True), show_output=False)
     failures = caught.value.failures
     assert sorted(failures) == [0, 1]
-    assert "Timed out waiting 3000ms" in failures[0]
+    # whichever rank's 3-s timer runs out first says so; under load the other may see the pair closed first
+    assert any("Timed out waiting 3000ms" in message for message in failures.values())
+    assert all(re.search("timed out|timeout|closed by peer|reset by peer|broken pipe", message, re.I)
+               for message in failures.values())
     assert not any("SIGABRT" in message for message in failures.values())
 
 
@@ -85,8 +88,13 @@ def test_with_buffers_a_skipped_backward_is_a_hang_until_the_timeout():
 
     with pytest.raises(WorkerError) as caught:
         run_ranks(skipped_backward.train_skipping_backward, 2, kwargs=dict(batchnorm=True), show_output=False)
-    assert sorted(caught.value.failures) == [0, 1]
-    assert all(re.search("timed out|timeout", message, re.I) for message in caught.value.failures.values())
+    messages = caught.value.failures.values()
+    assert sorted(caught.value.failures) == [0, 1]  # neither rank finishes
+    # the rank whose timer runs out first times out; the other times out too, or, when load delayed its
+    # timer, sees that rank's side of the pair closed first (gloo words it either way)
+    assert any(re.search("timed out|timeout", message, re.I) for message in messages)
+    assert all(re.search("timed out|timeout|closed by peer|reset by peer|broken pipe", message, re.I)
+               for message in messages)
 
 
 def test_the_source_without_the_probe_is_the_plain_loop_and_still_parses():

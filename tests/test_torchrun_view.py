@@ -23,13 +23,23 @@ def test_torchrun_sets_the_rank_variables():
     assert [view["store"] for view in views] == [{"agent": True, "rank": False}] * 2
 
 
-def test_views_read_from_outside_match_what_the_ranks_print():
+def test_views_read_from_outside_match_what_the_ranks_print(tmp_path):
+    # main() ends in milliseconds (its ranks import no torch); these ranks stay until the views are read,
+    # as the lesson's DDP ranks do for seconds, so a loaded machine cannot end them before they are seen
+    seen = tmp_path / "seen"
+    rank_script = tmp_path / "rank_that_waits.py"
+    rank_script.write_text("import os, sys, time\n"
+                           "from ddp_lib.demos.torchrun_view import main\n"
+                           "main()\n"
+                           "deadline = time.monotonic() + 300\n"
+                           "while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:\n"
+                           "    time.sleep(0.02)\n")
     job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                            "-m", "ddp_lib.demos.torchrun_view"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+                            str(rank_script), str(seen)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         outside = views_of_ranks(job.pid, nprocs=2)
     finally:
+        seen.touch()
         stdout, stderr = job.communicate(timeout=300)
     assert job.returncode == 0, stderr
     assert outside == views_from(stdout)  # the same environment and the same listener, rank by rank
