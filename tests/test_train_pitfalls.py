@@ -14,8 +14,10 @@ def test_rank0_evaluation_works_through_module_and_times_out_through_the_wrapper
     assert results[0]["accuracy"] is not None and results[1]["accuracy"] is None
     with pytest.raises(WorkerError) as info:
         run_ranks(rank0_evaluation, 2, kwargs=dict(through="wrapper", timeout_s=2.0), show_output=False, timeout=60)
-    # gloo words it "Timed out waiting ..." or "Application timeout caused pair closure"
-    assert any(words in info.value.failures[0].lower() for words in ("timed out", "timeout"))
+    # gloo words it "Timed out waiting ..." or "Application timeout caused pair closure", on the rank
+    # whose timer runs out first (under load, the other may see the closed pair instead)
+    messages = [message.lower() for message in info.value.failures.values()]
+    assert any("timed out" in message or "timeout" in message for message in messages)
 
 
 def test_join_shadows_the_collectives_and_broadcasts_the_last_model():
