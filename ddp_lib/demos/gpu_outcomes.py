@@ -3,7 +3,8 @@ nccl's messages quoted word for word, each with where it comes from. Where torch
 fixed words of a message, ``checks`` tests that they are there in the installed torch, so a quote that
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
 (``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` gives the box, whose
-one header line says what it is: a recording (which GPU count and torch), or expected from torch's source;
+one header line says what it is: a recording (which GPU count and torch), or expected from torch's source,
+with part of it recorded or none;
 ``provenance`` names its source and that recording (torch version and GPU count), or says there is
 none; ``checks`` says whether the recorded words hold the quoted ones."""
 
@@ -169,17 +170,21 @@ def _gpus(n: int) -> str:
 def quote(key: str) -> str:
     """The text a GPU-only cell prints in place of a run: one short header line, then the quoted lines.
     The header says the cell did not run here, and whether a GPU machine printed every line ("Recorded
-    on 1 GPU (torch ...):") or the lines are built from torch's source ("Expected on 2 GPUs:").
+    on 1 GPU (torch ...):"), or the lines are built from torch's source ("Expected on 2 GPUs") with part
+    of them recorded ("; part recorded on 1 GPU (torch ...):") or none ("; not recorded on a GPU:").
     ``provenance`` names the source and the recording in full, ``checks`` how far to trust them."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
     # Quoted on every machine, so that the lesson prints the same everywhere; the header says which case this is.
     here = "no GPU" if gpus_here == 0 else f"this machine has {_gpus(gpus_here)}"
     record = json.loads(RECORDED.read_text())
-    if recorded_in_full(key, record):
-        what = f"Recorded on {_gpus(record['gpus'])} (torch {record['torch'].split('+')[0]}):"
-    else:  # built from the source, in whole or in part
-        what = f"Expected on {_gpus(q.gpus)}:"
+    recording = f"{_gpus(record['gpus'])} (torch {record['torch'].split('+')[0]})"
+    if recorded_in_full(key, record):  # evidence: a GPU machine printed every line
+        what = f"Recorded on {recording}:"
+    elif key in record["cases"]:  # built from the source; a GPU machine printed part of it
+        what = f"Expected on {_gpus(q.gpus)}; part recorded on {recording}:"
+    else:  # built from the source alone
+        what = f"Expected on {_gpus(q.gpus)}; not recorded on a GPU:"
     text = [f"Not run here ({here}). {what}"]
     text += ["  " + line for line in q.lines]
     return "\n".join(text)
