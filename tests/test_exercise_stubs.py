@@ -72,10 +72,10 @@ def test_lesson01_reduce_stub_raises_and_its_answer_passes(tmp_path, monkeypatch
     from ddp_lib.mp import RankRaisedError, labelled_spawn
 
     stub = stub_source("01_process_groups", "lesson01_reduce")
-    raise_line = '        raise NotImplementedError("write reduce_max_to_2")\n'
+    raise_line = '        raise NotImplementedError("write reduce_max_to_2")'
     assert raise_line in stub
     answer = stub.replace(raise_line, "        dist.reduce(mine, dst=2, op=dist.ReduceOp.MAX)\n"
-                                      "        return mine.tolist()\n")
+                                      "        return mine.tolist()")
     (tmp_path / "stub_lesson01_reduce.py").write_text(stub)
     (tmp_path / "answer_lesson01_reduce.py").write_text(answer)
     monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
