@@ -64,3 +64,24 @@ def test_lesson08_busbw_stub_fails_and_its_solution_passes():
     exec(cell.split("\n\n\nprint(")[0], namespace)  # the checker's import and the stub, as the notebook has them
     assert not lesson08.check_busbw(namespace["busbw"]).passed
     assert lesson08.check_busbw(busbw).passed
+
+
+def test_lesson01_reduce_stub_raises_and_its_answer_passes(tmp_path, monkeypatch):
+    """Exercise 2 of lesson 01: its stub raises NotImplementedError on every rank, and the stub with the
+    answer's two lines in place of the raise passes the checker."""
+    from ddp_lib.mp import RankRaisedError, labelled_spawn
+
+    stub = stub_source("01_process_groups", "lesson01_reduce")
+    raise_line = '        raise NotImplementedError("write reduce_max_to_2")'
+    assert raise_line in stub
+    answer = stub.replace(raise_line, "        dist.reduce(mine, dst=2, op=dist.ReduceOp.MAX)\n"
+                                      "        return mine.tolist()")
+    (tmp_path / "stub_lesson01_reduce.py").write_text(stub)
+    (tmp_path / "answer_lesson01_reduce.py").write_text(answer)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
+    importlib.invalidate_caches()
+
+    with pytest.raises(RankRaisedError, match="NotImplementedError"):
+        labelled_spawn(importlib.import_module("stub_lesson01_reduce").reduce_max_to_2, args=(4,), nprocs=4)
+    run = labelled_spawn(importlib.import_module("answer_lesson01_reduce").reduce_max_to_2, args=(4,), nprocs=4)
+    assert lesson01.check_reduce_max_to_2([2], run).startswith("Right"), run
