@@ -173,3 +173,13 @@ def test_metric_split_mistakes_name_the_fix(fn, says):
 
     report = check_metric_split(fn)
     assert not report.passed and says in str(report), str(report)
+
+
+def test_metric_split_names_the_first_sample_no_rank_reads():
+    from ddp_lib.exercises.lesson05 import check_metric_split
+
+    def blocks(rank, world_size, n):  # n // world_size samples per rank: the remainder is never read
+        return range(rank * (n // world_size), (rank + 1) * (n // world_size))
+
+    report = check_metric_split(blocks)
+    assert "read by no rank; the first is sample 200." in str(report), str(report)

@@ -231,7 +231,7 @@ def check_metric_split(fn: Callable):
                         "range(rank, n, world_size)")
             return report
         if missing := sorted(set(range(n)) - set(reads)):
-            report.fail(f"{where}: {len(missing)} sample(s) read by no rank, the first {missing[0]}. "
+            report.fail(f"{where}: {len(missing)} sample(s) read by no rank; the first is sample {missing[0]}. "
                         "n // world_size samples per rank, or drop_last=True, drops the remainder. "
                         "Give rank r the samples range(rank, n, world_size)")
             return report
