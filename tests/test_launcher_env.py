@@ -57,3 +57,14 @@ def test_the_fix_gives_each_of_torchs_ranks_its_share_of_the_cores():
     for world_size in (2, 4):
         views = _torch_views(world_size, launcher_view_with_fix)
         assert [view["threads"] for view in views] == [max(1, usable_cores() // world_size)] * world_size
+        # the count before the fix: torch's default, the same as this process's
+        assert [view["default_threads"] for view in views] == [torch.get_num_threads()] * world_size
+
+
+def test_the_fixed_worker_reports_both_counts_under_torchs_spawn():
+    # the launch lesson 00 runs: torch's mp.spawn, each rank a fresh Python
+    results = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(launcher_view_with_fix, args=(2, results), nprocs=2, join=True)
+    views = [view for _, view in sorted(results.get() for _ in range(2))]
+    assert [view["threads"] for view in views] == [max(1, usable_cores() // 2)] * 2
+    assert all(view["default_threads"] >= 1 for view in views)
