@@ -76,6 +76,13 @@ def test_device_id_check_runs_torchs_own_range_check_and_makes_no_group():
     assert torch.accelerator.current_accelerator() is None  # the fakes are gone (a CPU build)
 
 
+def test_device_id_verdict_is_the_checks_first_sentence():
+    assert placement_demos.device_id_verdict("cuda:1") == "accepted"
+    assert placement_demos.device_id_verdict("cuda:3") == "ValueError: device_id cuda:3 is out of range"
+    assert placement_demos.device_id_verdict(torch.device("cuda", 3), gpus=4) == "accepted"
+    assert not dist.is_initialized()
+
+
 def test_documented_returns_the_paragraph_torch_documents():
     text = placement_demos.documented(dist.init_process_group, "device_id (torch.device")
     assert "the communicator is immediately formed" in text

@@ -96,3 +96,20 @@ def test_nccl_is_refused_before_starting_without_gpus():
 def test_nccl_with_a_cpu_tensor_fails():
     with pytest.raises(WorkerError, match="No backend type associated with device type cpu"):
         run_ranks(placement.nccl_cpu_tensor, 2, backend="nccl", show_output=False)
+
+
+def test_with_set_device_is_without_set_device_plus_one_line():
+    # Lesson 03 shows the two GPU-only workers side by side as "the same worker with one more line".
+    import difflib
+    import inspect
+
+    from ddp_lib.workers import placement as workers
+
+    def body(fn):  # the code after the docstring
+        lines = inspect.getsource(fn).splitlines()
+        end = next(i for i, line in enumerate(lines) if line.rstrip().endswith('"""') and i > 1)
+        return [line for line in lines[end + 1:] if not line.strip().startswith("#")]
+
+    diff = [d for d in difflib.ndiff(body(workers.without_set_device), body(workers.with_set_device))
+            if d[:2] in ("- ", "+ ")]
+    assert len(diff) == 1 and diff[0].startswith("+ ") and "torch.cuda.set_device(rank)" in diff[0]

@@ -152,6 +152,13 @@ def device_id_check(device_id: torch.device, gpus: int) -> str:
     raise AssertionError("init_process_group returned without reaching _get_default_timeout")
 
 
+def device_id_verdict(device: str | torch.device, gpus: int = 2) -> str:
+    """``device_id_check`` for ``device`` (a ``torch.device`` or a string such as "cuda:1") on a node
+    faked to have ``gpus`` GPUs, cut to its first sentence: "accepted", or
+    "ValueError: device_id cuda:2 is out of range"."""
+    return device_id_check(torch.device(device), gpus=gpus).split(". ")[0]
+
+
 def load_and_report(path: str, map_location=None) -> str:
     """``torch.load(path, map_location=...)``; return where its tensors landed, or torch's error as
     "Type: message"."""

@@ -119,8 +119,10 @@ def with_set_device(rank: int, world_size: int) -> dict:
     dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
     try:
         tensor = torch.ones(1, device="cuda")
+        current = torch.cuda.current_device()
         dist.all_reduce(tensor)
-        return {"current_device": torch.cuda.current_device(), "sum": tensor.item()}
+        torch.cuda.synchronize()
+        return {"current_device": current, "sum": tensor.item()}
     finally:
         teardown()
 
