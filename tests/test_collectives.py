@@ -148,6 +148,16 @@ def test_barrier_releases_nobody_before_the_last_arrival():
     assert all(r["left"] >= last_arrival for r in results)
 
 
+def test_barrier_timeline_broadcast_lets_rank_0_leave_before_the_late_rank_arrives():
+    results = run_ranks(collectives.barrier_timeline, 4, (0.1, True))
+    assert all(r["left"] >= max(q["arrived"] for q in results) for r in results)  # the barrier still waits
+    # broadcast from rank 0: rank 0 sends to ranks 1 and 2 only, so it need not wait for rank 3
+    assert results[0]["broadcast_left"] < results[-1]["broadcast_arrived"]
+    # rank 1 sends to rank 3 in gloo's tree, so it waits for it
+    assert results[1]["broadcast_left"] >= results[-1]["broadcast_arrived"]
+    assert "broadcast_left" not in run_ranks(collectives.barrier_timeline, 2, (0.0,))[0]
+
+
 def test_subgroups_reduce_only_within_their_group():
     results = run_ranks(collectives.subgroups, 4)
     assert [r["group"] for r in results] == ["evens", "odds", "evens", "odds"]

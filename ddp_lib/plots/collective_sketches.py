@@ -71,8 +71,8 @@ WHEN_RANKS_DISAGREE = (
     ("a rank never joins (world size 3; a folded section)", ((0, "timeout", "waits for rank 2, then times out"),
                                                              (1, "timeout", "waits for rank 0's key, then times out"),
                                                              (2, "absent", "never starts"))),
-    ("the shapes differ (3 and 4 elements; a folded section)", ((0, "wrong", "in this run: a wrong sum, no error"),
-                                                                (1, "late error", "errors when rank 0 leaves"))),
+    ("the shapes differ (3 and 4 elements)", ((0, "wrong", "in this run: a wrong sum, no error"),
+                                               (1, "late error", "errors when rank 0 leaves"))),
     ("the calls come in different orders (a folded section)", ((0, "timeout", "waits, then times out"),
                                                                (1, "timeout", "waits, then times out"))),
 )

@@ -137,17 +137,27 @@ def run_collectives(rank: int | None = None, world_size: int | None = None,
         return {name: _collective(name, dist.get_rank(), dist.get_world_size(), device) for name in names}
 
 
-def barrier_timeline(rank: int | None = None, world_size: int | None = None, delay: float = 0.1) -> dict:
+def barrier_timeline(rank: int | None = None, world_size: int | None = None, delay: float = 0.1,
+                     broadcast: bool = False) -> dict:
     """Arrive at a barrier ``delay * rank`` seconds late; return when this rank arrived and left
-    (wall-clock seconds, comparable across processes on one machine)."""
+    (wall-clock seconds, comparable across processes on one machine). With ``broadcast``, then time
+    a broadcast from rank 0 that only the last rank reaches late: ``broadcast_arrived``, ``broadcast_left``."""
     with process_group(rank, world_size):
         rank = dist.get_rank()
         dist.barrier()  # line everyone up first, so the delays below are the only difference
         time.sleep(delay * rank)
         arrived = time.time()
         dist.barrier()
-        left = time.time()
-        return {"rank": rank, "arrived": arrived, "left": left}
+        timeline = {"rank": rank, "arrived": arrived, "left": time.time()}
+        if broadcast:
+            dist.barrier()
+            if rank == dist.get_world_size() - 1:
+                time.sleep(delay * rank)  # only the last rank is late this time
+            timeline["broadcast_arrived"] = time.time()
+            dist.broadcast(torch.zeros(1), src=0)
+            timeline["broadcast_left"] = time.time()
+            dist.barrier()  # leave together: a rank may return from broadcast before the others arrive
+        return timeline
 
 
 def subgroups(rank: int | None = None, world_size: int | None = None, local: bool = False) -> dict:
