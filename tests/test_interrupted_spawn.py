@@ -5,6 +5,7 @@ Under ddp_lib.mp.labelled_spawn, the launcher stops such ranks itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import tempfile
@@ -27,8 +28,31 @@ def test_ranks_waiting_in_a_collective_outlive_the_interrupt_and_a_sleeping_proc
         "processes still alive after SIGINT: 2 of 3",
         "exit codes of those that ended at SIGINT, by process: {2: 0}",
         "a rerun's rank 0 on the same port: DistNetworkError, EADDRINUSE: address already in use",
+        # ipykernel's restart signals the kernel's descendants in its process group, found with psutil
+        "the live ones a kernel restart would signal (psutil lists them): 2 of 2"
+        if importlib.util.find_spec("psutil") else
+        "the live ones a kernel restart would signal: 0 of 2 (psutil is not installed)",
         "their exit codes after terminate(): [-15, -15]",
     ]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="process groups are POSIX only")
+def test_restart_reach_counts_only_descendants_in_this_process_group():
+    import subprocess
+
+    from ddp_lib.demos.interrupted_spawn import _restart_reach
+
+    pytest.importorskip("psutil")
+    inside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        assert _restart_reach([inside.pid]).endswith(": 1 of 1")
+        assert _restart_reach([outside.pid]).endswith(": 0 of 1")  # its own session: a restart misses it
+        assert _restart_reach([os.getpid()]).endswith(": 0 of 1")  # not a descendant
+    finally:
+        for process in (inside, outside):
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to this process is POSIX only here")

@@ -5,7 +5,8 @@ each waits to receive from the other: a job that hangs inside torch. Process 2 o
 It then does to each what a notebook's stop button does to every process of the kernel's process
 group, SIGINT, and reports the processes still alive after the interrupt (once one has ended, or
 after 30 s, then 0.3 s more), the exit codes of those that ended, what rank 0 of a rerun meets on
-the same port while they live, and their exit codes once it stops them.
+the same port while they live, how many of them a kernel restart would signal, and their exit codes
+once it stops them.
 
 ``interrupt_when_ready`` and ``still_running`` show the same interrupt under ``ddp_lib.mp.labelled_spawn``, in the
 notebook's own process: SIGINT to the kernel while its ranks wait in the same receive.
@@ -93,8 +94,9 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
     sleeps in Python. Once all 3 wait, each gets SIGINT, as every process in the kernel's process
     group does. The processes still alive are counted once one has ended (or after 30 s), and
     0.3 s later, with the exit codes of those that ended. While they live, rank 0 of a rerun tries
-    the same port, in this process, as a rerun of the cell would. Then ``terminate()`` stops them.
-    Returns the four lines to print."""
+    the same port, in this process, as a rerun of the cell would, and ``_restart_reach`` counts those
+    that ipykernel's restart would signal. Then ``terminate()`` stops them. Returns the five lines
+    to print."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as ready_dir:
@@ -113,6 +115,7 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
         time.sleep(0.3)  # then a little more for the others to react too
         alive = [process for process in processes if process.is_alive()]
         rerun = _rerun_rank_0(init_method)  # while the ranks live: rank 0 still serves the store
+        reach = _restart_reach([process.pid for process in alive])  # while they live, too
         for process in alive:  # the clean-up: stop what was started, all at once
             process.terminate()
         for process in processes:
@@ -121,7 +124,29 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
     return [f"processes still alive after SIGINT: {len(alive)} of 3",
             f"exit codes of those that ended at SIGINT, by process: {ended}",
             f"a rerun's rank 0 on the same port: {rerun}",
+            reach,
             f"their exit codes after terminate(): {[process.exitcode for process in alive]}"]
+
+
+def _restart_reach(pids: list[int]) -> str:
+    """How many of ``pids`` a kernel restart would signal, if this process were the kernel.
+
+    ipykernel 7.4's restart sends SIGTERM, then SIGKILL, to the processes that its
+    ``_process_children`` (``ipykernel/kernelbase.py``) lists: with psutil, every descendant of the
+    kernel that is in the kernel's process group; without psutil, none. This reads the same list."""
+    try:
+        import psutil
+    except ImportError:
+        return f"the live ones a kernel restart would signal: 0 of {len(pids)} (psutil is not installed)"
+    group, in_reach = os.getpgrp(), set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if os.getpgid(child.pid) == group:
+                in_reach.add(child.pid)
+        except OSError:  # it has ended since
+            pass
+    found = sum(pid in in_reach for pid in pids)
+    return f"the live ones a kernel restart would signal (psutil lists them): {found} of {len(pids)}"
 
 
 def _rerun_rank_0(init_method: str) -> str:
