@@ -18,8 +18,8 @@ from datetime import timedelta
 def freeze_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: int = 1,
                          timeout_s: float = 2.0) -> None:
     """Every rank all-reduces in a loop; ``bad_rank`` freezes in the middle of it (SIGSTOP). A survivor
-    writes when its collective raised and how. It then ends the frozen rank (SIGKILL), as the
-    scheduler would end a lost node's job, so that the launcher need not wait for it."""
+    writes when it entered the collective that raised, when it raised, and how. It then ends the frozen
+    rank (SIGKILL), as the scheduler would end a lost node's job, so that the launcher need not wait for it."""
     import torch
     import torch.distributed as dist
 
@@ -33,9 +33,10 @@ def freeze_in_collective(rank: int, world_size: int, record_dir: str, bad_rank: 
             os.kill(os.getpid(), signal.SIGSTOP)
         try:
             while True:
+                entered_at = time.monotonic()  # the timeout counts from here, not from the freeze
                 dist.all_reduce(data)
         except RuntimeError as exc:
-            _write(record_dir, rank, {"failed_at": time.monotonic(), "error": str(exc)})
+            _write(record_dir, rank, {"entered_at": entered_at, "failed_at": time.monotonic(), "error": str(exc)})
             with open(os.path.join(record_dir, f"rank{bad_rank}.json")) as f:
                 os.kill(json.load(f)["pid"], signal.SIGKILL)
             raise

@@ -72,7 +72,7 @@ def plot_loop_collision() -> Figure:
 
 def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] = (10.0, 20.0, 30.0)) -> Figure:
     """Rank 0 all-reduces 2 numbers, rank 1 all-reduces 3: rank 0 receives the first two of rank 1's,
-    sums them and carries on; rank 1 waits for a message rank 0 never sends, its numbers mixed up by then.
+    sums them and carries on; rank 1 waits for a message rank 0 never sends, and fails when rank 0 exits.
     Arrows are drawn only into rank 0: what lands where on rank 1 depends on gloo's ring, not on pairs."""
     fig, ax = plt.subplots(figsize=(8, 2.4))
     ax.set_xlim(0, 10)
@@ -86,8 +86,8 @@ def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] =
         box(ax, 1.6 + i * 1.1, 0.4, 0.9, 0.7, f"{value:g}", SURVIVOR if i < len(mine) else WAITING)
         if i < len(mine):
             arrow(ax, (2.05 + i * 1.1, 1.1), (2.05 + i * 1.1, 1.9), "black")
-    ax.text(1.6 + len(theirs) * 1.1, 0.75, "rank 1 waits for a third message rank 0 never sends;\n"
-            "its own numbers are mixed up by then", color="red", fontsize=8, va="center")
+    ax.text(1.6 + len(theirs) * 1.1, 0.75, "rank 1 waits for a third message rank 0 never sends,\n"
+            "and fails when rank 0 exits", color="red", fontsize=8, va="center")
     sums = ", ".join(f"{a + b:g}" for a, b in zip(mine, theirs))
     ax.text(1.6 + len(mine) * 1.1 + 0.2, 2.25, f"rank 0 gets [{sums}] and carries on: no error", fontsize=9,
             va="center")
