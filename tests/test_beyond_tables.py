@@ -158,7 +158,9 @@ def test_four_rank_job_returns_the_strategies_and_each_ranks_checks():
     from ddp_lib.demos.beyond_tables import four_rank_job
     runs4, job4 = four_rank_job("fsdp")
     assert list(runs4) == ["fsdp"] and len(runs4["fsdp"]) == 4
-    assert [sorted(r) for r in job4] == [["hsdp", "seeded"]] * 4
+    assert [sorted(r) for r in job4] == [["costs", "hsdp", "seeded"]] * 4
+    # measured in each rank as in one process: Adam's foreach temporary and autocast's saved copies
+    assert all(r["costs"] == {"adam_step": 4.0, "saved_copies": 2.0, "first_layer_saved": False} for r in job4)
     assert all(r["hsdp"]["groups"]["all_reduce"] == [r["hsdp"]["replicate_group"]] for r in job4)
 
 

@@ -39,12 +39,14 @@ def strategies_on_2(strategies: str = ",".join(STRATEGIES)) -> tuple[dict, dict 
 
 
 def four_rank_job(strategies: str = "ddp,zero1,fsdp") -> tuple[dict, list[dict]]:
-    """One 4-rank launch: ``compare_strategies`` for ``strategies``, an HSDP step on a 2x2 mesh and
-    the seeding check. Returns ({strategy: [result per rank]}, [{"hsdp": ..., "seeded": ...} per rank])."""
+    """One 4-rank launch: ``compare_strategies`` for ``strategies``, an HSDP step on a 2x2 mesh, the
+    seeding check and ``per_parameter_costs`` (no collective: each rank measures the same).
+    Returns ({strategy: [result per rank]}, [{"hsdp": ..., "seeded": ..., "costs": ...} per rank])."""
     job = run_ranks(in_one_job, 4, kwargs=dict(calls={
         "strategies": (W + "compare_strategies", dict(strategies=strategies, timed_steps=0)),
         "hsdp": (W + "hsdp_step", {}),
         "seeded": (W + "seeded_by_rank", {}),  # each rank seeded by its rank
+        "costs": ("ddp_lib.demos.per_param_bytes:per_parameter_costs_in_a_rank", {}),
     }), show_output=False)
     return by_strategy([r.pop("strategies") for r in job]), job
 
