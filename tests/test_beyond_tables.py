@@ -3,6 +3,7 @@
 from ddp_lib.demos.beyond_tables import (
     bytes_table,
     carried,
+    choice_memory,
     choice_table,
     held,
     memory_bars,
@@ -64,13 +65,25 @@ def test_bytes_table_returns_what_each_strategy_sends(capsys):
 
 
 def test_choice_table_rows(capsys):
-    rows = choice_table(runs(2), runs(4))
+    rows = choice_table(runs(2))
     assert list(rows) == ["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"]
     assert rows["ddp"]["sent"] == 1 and rows["zero1"]["sent"] == 1.5
     assert rows["fsdp_no_reshard"]["held_gathered"] == rows["fsdp_no_reshard"]["held"] + 4 * N
     assert rows["fsdp"]["held_gathered"] == rows["fsdp"]["held"] + 4 * N  # the two largest all-gathers
     out = capsys.readouterr().out
-    assert "why" in out.splitlines()[0] and "state sharded, no bucket copy" in out
+    header = out.splitlines()[0].split()
+    assert header[:2] == ["strategy", "held"] and header[-2:] == ["calls", "why"] and "gathered" not in header
+    assert "state sharded, no bucket copy" in out
+
+
+def test_choice_memory_adds_the_gathered_weights_and_4_ranks(capsys):
+    rows = choice_memory(runs(2), runs(4))
+    assert list(rows) == ["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"]
+    assert rows["fsdp"]["held_gathered"] == rows["fsdp"]["held"] + 4 * N
+    assert rows["ddp"]["held_gathered"] == rows["ddp"]["held"] == rows["ddp"]["held_4"]
+    assert rows["zero1_view"]["held_4"] is None  # not run on 4 ranks: printed as "-"
+    lines = capsys.readouterr().out.splitlines()
+    assert "held + gathered" in lines[0] and lines[4].split()[-1] == "-"
 
 
 def test_sizing_a_7b_model_on_8_gpus():
@@ -145,7 +158,9 @@ def test_four_rank_job_returns_the_strategies_and_each_ranks_checks():
     from ddp_lib.demos.beyond_tables import four_rank_job
     runs4, job4 = four_rank_job("fsdp")
     assert list(runs4) == ["fsdp"] and len(runs4["fsdp"]) == 4
-    assert [sorted(r) for r in job4] == [["hsdp", "seeded"]] * 4
+    assert [sorted(r) for r in job4] == [["costs", "hsdp", "seeded"]] * 4
+    # measured in each rank as in one process: Adam's foreach temporary and autocast's saved copies
+    assert all(r["costs"] == {"adam_step": 4.0, "saved_copies": 2.0, "first_layer_saved": False} for r in job4)
     assert all(r["hsdp"]["groups"]["all_reduce"] == [r["hsdp"]["replicate_group"]] for r in job4)
 
 

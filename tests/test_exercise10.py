@@ -35,6 +35,8 @@ def test_sgd_stub_fails_once():
     ("fsdp", 1_582_092, "FSDP2 has no DDP bucket"),
     ("fsdp", 2_107_400, "rank 0 holds about half"),
     ("fsdp", 100, "too low"),
+    ("ddp", 3_161_100 + 82_048, "grey part"),  # the bars' activations added: 2.6 % high
+    ("fsdp", 1_054_728 + 82_048, "grey part"),
 ])
 def test_sgd_mistakes_are_named(key, value, named):
     report = lesson10.check_sgd_prediction({**SGD_RIGHT, key: value})

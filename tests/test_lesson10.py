@@ -44,6 +44,18 @@ def test_compare_strategies_runs_each_in_one_job():
         assert [kind for kind, _ in view["payloads"]].count("broadcast") == 2
 
 
+def test_each_run_in_one_job_walks_its_own_live_tensors():
+    # memory_run freezes what is alive before it starts, so that its walk and Python's collections skip
+    # torch's own objects: a later run in the same process must still find every tensor it made.
+    ranks = run_ranks(compare_strategies, 2, kwargs=dict(strategies="ddp,fsdp,fsdp_no_reshard", steps=2,
+                                                         timed_steps=0), show_output=False)
+    for r in ranks:
+        for strategy in ("fsdp", "fsdp_no_reshard"):
+            run = r[strategy]
+            counted = sum(run["bytes"][part] for part in ("parameters", "gradients", "optimizer state"))
+            assert abs(run["measured"]["live tensors"] - counted) < 5e3, (strategy, r[strategy]["rank"])
+
+
 def test_the_strategies_train_to_the_same_losses(runs):
     ddp = runs["ddp"][0]["losses"]
     for strategy in ("zero1", "fsdp"):

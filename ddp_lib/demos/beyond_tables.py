@@ -39,12 +39,14 @@ def strategies_on_2(strategies: str = ",".join(STRATEGIES)) -> tuple[dict, dict 
 
 
 def four_rank_job(strategies: str = "ddp,zero1,fsdp") -> tuple[dict, list[dict]]:
-    """One 4-rank launch: ``compare_strategies`` for ``strategies``, an HSDP step on a 2x2 mesh and
-    the seeding check. Returns ({strategy: [result per rank]}, [{"hsdp": ..., "seeded": ...} per rank])."""
+    """One 4-rank launch: ``compare_strategies`` for ``strategies``, an HSDP step on a 2x2 mesh, the
+    seeding check and ``per_parameter_costs`` (no collective: each rank measures the same).
+    Returns ({strategy: [result per rank]}, [{"hsdp": ..., "seeded": ..., "costs": ...} per rank])."""
     job = run_ranks(in_one_job, 4, kwargs=dict(calls={
         "strategies": (W + "compare_strategies", dict(strategies=strategies, timed_steps=0)),
         "hsdp": (W + "hsdp_step", {}),
         "seeded": (W + "seeded_by_rank", {}),  # each rank seeded by its rank
+        "costs": ("ddp_lib.demos.per_param_bytes:per_parameter_costs_in_a_rank", {}),
     }), show_output=False)
     return by_strategy([r.pop("strategies") for r in job]), job
 
@@ -135,18 +137,13 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
     return sent
 
 
-def choice_table(runs2: dict, runs4: dict) -> dict:
-    """Print, for each strategy on rank 0, the MB held on 2 and 4 ranks, held plus FSDP2's gathered
-    weights, the bytes sent against DDP's, Adam's state against DDP's, the collectives a step and a
-    short reason. ``runs2`` includes ``zero1_view``.
+def choice_table(runs2: dict) -> dict:
+    """Print, for each strategy on rank 0 on 2 ranks, the MB held, Adam's state against DDP's, the
+    bytes sent against DDP's, the collectives a step and a short reason. ``runs2`` includes
+    ``zero1_view``. ``choice_memory`` prints what is held on 4 ranks and with the gathered weights.
     Returns {strategy: {"held": bytes, "held_gathered": bytes, "sent": x DDP}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     state = {s: r["bytes"]["optimizer state"] for s, r in r2.items()}
-    # FSDP2 without reshard keeps every gathered weight until backward: counted, as what its forward
-    # leaves held beyond DDP's; with reshard, estimated as the two largest units gathered at once
-    kept_weights = r2["fsdp_no_reshard"]["bytes"]["activations"] - r2["ddp"]["bytes"]["activations"]
-    units = sorted(size for kind, size in r2["fsdp"]["payloads"] if kind == "all_gather")
-    gathered = {"fsdp": sum(units[-2:]), "fsdp_no_reshard": kept_weights}
     advice = {  # one short clause per row; the numbers are in their own columns
         "ddp": "simplest; holds the same on any number of ranks",
         "ddp_view": "DDP without its bucket copy",
@@ -156,19 +153,43 @@ def choice_table(runs2: dict, runs4: dict) -> dict:
         "fsdp_no_reshard": "DDP's bytes sent, gathered weights kept",
     }
     sent_ddp = bytes_sent(r2["ddp"]["payloads"], 2)
+    gathered = gathered_bytes(r2)
     rows = {}
-    print(f"{'strategy':<16}{'held MB, 2':>11}{'held + gathered':>16}{'held MB, 4':>11}{'state, x DDP':>13}"
-          f"{'sent, x DDP':>12}{'calls':>6}  why")
+    print(f"{'strategy':<16}{'held MB, 2':>11}{'state, x DDP':>13}{'sent, x DDP':>12}{'calls':>6}  why")
     for s, why in advice.items():
         rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
                    "sent": bytes_sent(r2[s]["payloads"], 2) / sent_ddp}
-        mb4 = f"{held(runs4[s][0]) / 1e6:.2f}" if s in runs4 else "-"
-        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['held_gathered'] / 1e6:>16.2f}{mb4:>11}"
-              f"{state[s] / state['ddp']:>13.2f}{rows[s]['sent']:>12.2f}{collectives_asked(r2[s]):>6}  {why}")
+        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{state[s] / state['ddp']:>13.2f}{rows[s]['sent']:>12.2f}"
+              f"{collectives_asked(r2[s]):>6}  {why}")
+    print("on 2 ranks; state: Adam's; sent: in float32 (with bfloat16 gathers FSDP2 sends 1.00x, and 0.75x")
+    print("without reshard, folded); calls: collectives asked per step")
+    return rows
+
+
+def gathered_bytes(r2: dict) -> dict:
+    """{strategy: bytes of gathered weights held beside the shards}, from rank 0's results on 2 ranks.
+    FSDP2 without reshard keeps every gathered weight until backward: counted, as what its forward
+    leaves held beyond DDP's. With reshard, estimated as the two largest units gathered at once."""
+    kept_weights = r2["fsdp_no_reshard"]["bytes"]["activations"] - r2["ddp"]["bytes"]["activations"]
+    units = sorted(size for kind, size in r2["fsdp"]["payloads"] if kind == "all_gather")
+    return {"fsdp": sum(units[-2:]), "fsdp_no_reshard": kept_weights}
+
+
+def choice_memory(runs2: dict, runs4: dict) -> dict:
+    """Print, for each strategy on rank 0, the MB held on 2 ranks, the same plus FSDP2's gathered
+    weights, and the MB held on 4 ranks. ``runs2`` includes ``zero1_view``.
+    Returns {strategy: {"held": bytes, "held_gathered": bytes, "held_4": bytes or None}}."""
+    r2 = {s: ranks[0] for s, ranks in runs2.items()}
+    gathered = gathered_bytes(r2)
+    rows = {}
+    print(f"{'strategy':<16}{'held MB, 2':>11}{'held + gathered':>16}{'held MB, 4':>11}")
+    for s in ("ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"):
+        rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
+                   "held_4": held(runs4[s][0]) if s in runs4 else None}
+        mb4 = f"{rows[s]['held_4'] / 1e6:.2f}" if rows[s]["held_4"] is not None else "-"
+        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['held_gathered'] / 1e6:>16.2f}{mb4:>11}")
     print("held + gathered: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard")
     print("every gathered weight (counted); not a peak: each strategy's activations and Adam's step come on top")
-    print("state: Adam's state on 2 ranks; sent: float32 (with bfloat16 gathers FSDP2 sends 1.00x, and 0.75x")
-    print("without reshard, folded); calls: collectives asked per step on 2 ranks")
     return rows
 
 

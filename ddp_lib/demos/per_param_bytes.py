@@ -54,3 +54,9 @@ def per_parameter_costs(width: int = 256, layers: int = 3, batch: int = 8) -> di
             "saved_copies": round(sum(t.numel() * t.element_size() for t in copies)
                                   / sum(w.numel() for w in weights[1:]), 2),
             "first_layer_saved": len(copies) == len(weights)}
+
+
+def per_parameter_costs_in_a_rank(rank: int, world_size: int, **sizes) -> dict:
+    """``per_parameter_costs(**sizes)`` as a worker: lesson 10 runs it in its 4-rank job, whose ranks
+    have already imported what an optimizer needs, so that the lesson's own process need not."""
+    return per_parameter_costs(**sizes)

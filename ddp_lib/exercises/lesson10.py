@@ -7,7 +7,15 @@ from torch import nn
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
 from ddp_lib.process_group import process_group
-from ddp_lib.workers.beyond_ddp import batch, make_deep_mlp, optimizer_state_bytes, tensor_bytes, train_step, wrap
+from ddp_lib.workers.beyond_ddp import (
+    activation_bytes,
+    batch,
+    make_deep_mlp,
+    optimizer_state_bytes,
+    tensor_bytes,
+    train_step,
+    wrap,
+)
 
 STRATEGIES = ("ddp", "zero1", "fsdp")
 PREDICTION_TOLERANCE = 0.02  # the ZeRO formula lands within 1% of DDP's and FSDP2's counts on 3 ranks
@@ -95,11 +103,14 @@ SGD_KEYS = ("state", "ddp", "zero1", "fsdp")
 
 
 def sgd_bytes(world_size: int = 2) -> dict[str, int]:
-    """Rank 0's bytes for the lesson's model under plain SGD: state, and the total under each strategy."""
-    shapes = [p.shape for p in make_deep_mlp(width=256, layers=4).parameters()]
+    """Rank 0's bytes for the lesson's model under plain SGD: state, and the total under each strategy;
+    also "activations", the bars' grey part on rank 0 (what one forward of its batch of 16 leaves held)."""
+    model = make_deep_mlp(width=256, layers=4)
+    shapes = [p.shape for p in model.parameters()]
     n = sum(s.numel() for s in shapes)
     rank0 = sum(-(-s[0] // world_size) * s[1:].numel() for s in shapes)  # FSDP2 cuts rows, rank 0 gets ceil
-    return {"state": 0, "ddp": 3 * n * 4, "zero1": 3 * n * 4, "fsdp": 2 * rank0 * 4, "n": n, "rank0": rank0}
+    return {"state": 0, "ddp": 3 * n * 4, "zero1": 3 * n * 4, "fsdp": 2 * rank0 * 4, "n": n, "rank0": rank0,
+            "activations": activation_bytes(model, *batch(0, 0, 16, 256))}
 
 
 def _near(value: int, target: int) -> bool:
@@ -133,9 +144,11 @@ def check_sgd_prediction(predicted: dict) -> Report:
     for strategy in ("ddp", "zero1", "fsdp"):
         guess, held = predicted[strategy], right[strategy]
         line = f"{strategy}: you predicted {guess:,} bytes on rank 0"
+        grey = ((held + right["activations"], "that counts the bars' grey part, the activations, which backward "
+                 "frees: leave it out"),)
         if _near(guess, held):
             report.ok(f"{line}; the sizes give {held:,}")
-        elif why := next((why for wrong, why in mistakes[strategy] if _near(guess, wrong)), None):
+        elif why := next((why for wrong, why in mistakes[strategy] + grey if _near(guess, wrong)), None):
             report.fail(f"{line}; {why}")
         else:
             report.fail(f"{line}: too {'high' if guess > held else 'low'}, by more than {PREDICTION_TOLERANCE:.0%}")

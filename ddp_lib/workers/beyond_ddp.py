@@ -70,7 +70,10 @@ def memory_run(rank: int, world_size: int, strategy: Strategy = "ddp", steps: in
 
     with process_group(rank, world_size):
         gc.collect()
-        before = live_tensor_bytes()  # what earlier runs in this process left: subtracted below
+        # What is alive now (torch's own objects, earlier runs' leftovers) leaves Python's collections
+        # and the walk below for good: both then look only at what this run makes, and take milliseconds.
+        gc.freeze()
+        before = live_tensor_bytes()  # what earlier runs in this process left, if any: subtracted below
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as trace:
             model = make_deep_mlp(width, layers, seed)
             n_params = sum(p.numel() for p in model.parameters())
@@ -656,7 +659,8 @@ def phase(trace: profile, name: str) -> tuple[int, int]:
 def live_tensor_bytes() -> int:
     """Bytes of the storages that the live tensors of this process point at, each storage once: every
     tensor Python's garbage collector tracks (a DTensor's local shard among them; not the tensors only
-    C++ holds, such as DDP's buckets), deduplicated by the storage's address. A storage resized to 0,
+    C++ holds, such as DDP's buckets, nor those ``gc.freeze()`` moved out of its lists), deduplicated by
+    the storage's address. A storage resized to 0,
     as FSDP2 leaves a freed gathered weight, counts 0."""
     storages: dict[int, int] = {}
     for obj in gc.get_objects():
