@@ -21,3 +21,8 @@ def who_serves_the_store(rank: int, world_size: int) -> dict:
         dist.barrier()
         found = re.match(r"process (\d+)", holder or "")
         return {"rank": rank, "pid": os.getpid(), "store_pid": int(found.group(1)) if found else None}
+
+
+def shown_url(url: str, store_dir: str) -> str:
+    """An init-method URL as the lesson prints it: this run's port as PORT, its temporary folder as /STORE_DIR."""
+    return re.sub(r":\d+$", ":PORT", url).replace(store_dir, "/STORE_DIR")
