@@ -44,6 +44,7 @@ from ddp_lib.workers import WORKERS
 from ddp_lib.workers.spawning import (
     bytes_to_queue,
     chatty,
+    ddp_step_shared_model,
     describe_rank,
     fail_on_rank,
     hang,
@@ -215,6 +216,14 @@ def test_a_cpu_model_in_args_is_one_shared_copy_that_every_rank_steps():
     torch.nn.init.zeros_(model.weight)
     mp.start_processes(step_shared_model, args=(model, 0.1), nprocs=2, start_method="forkserver")
     assert model.weight.item() == pytest.approx(-0.2)
+
+
+def test_a_cpu_model_in_args_takes_the_averaged_ddp_step_once_per_rank():
+    model = torch.nn.Linear(1, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    mp.start_processes(ddp_step_shared_model, args=(2, init_method, model), nprocs=2, start_method="forkserver")
+    assert model.weight.item() == pytest.approx(-2 * 0.1 * 4)
 
 
 def test_results_come_back_from_ddp_lib_not_from_torch():

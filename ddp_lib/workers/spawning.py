@@ -142,6 +142,21 @@ def step_shared_model(rank: int, model: nn.Module, lr: float) -> None:
     torch.optim.SGD(model.parameters(), lr=lr).step()
 
 
+def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: nn.Module) -> None:
+    """One DDP step (input ``torch.ones(4, 1)``, loss ``.sum()``, SGD with lr 0.1) on ``model``,
+    which came in ``args``: on CPU every rank's model is the parent's, so the averaged step
+    lands on the same weights once per rank."""
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
+    try:
+        ddp_model = DistributedDataParallel(model)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        ddp_model(torch.ones(4, 1)).sum().backward()
+        optimizer.step()
+        dist.barrier()  # no rank leaves while the other still steps
+    finally:
+        dist.destroy_process_group()
+
+
 def hello_to_queue(rank: int, world_size: int, results) -> None:
     """Put ``(rank, hello(rank, world_size))`` in ``results``, a queue: a launcher that drops
     return values (torch's ``mp.spawn``) still gets the value back."""
