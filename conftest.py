@@ -26,6 +26,7 @@ SHARED_UNITS = {
     "notebooks/07_failure_lab.ipynb": "port-12355",  # holds 12355 to show the launcher does not need it
     "notebooks/00_start_here.ipynb": "port-12355",  # runs the tutorial's own setup() on 12355, then holds it
     "tests/test_live_ranks.py": "port-12355",  # steps through the tutorial's own setup() on live ranks
+    "tests/test_start_here_port_section.py": "port-12355",  # lesson 00's busy-port section, on 12355
     "tests/test_cluster_hosts.py": "hosts",
     "tests/test_cluster_listen.py": "hosts",
     "tests/test_cluster_slurm.py": "hosts",  # counts every SLURM daemon on the machine
@@ -41,8 +42,9 @@ UNIT_SECONDS = {
     "notebooks/03_device_placement.ipynb": 12, "notebooks/04_gradient_sync.ipynb": 26,
     "notebooks/05_training.ipynb": 28, "notebooks/06_torchrun.ipynb": 36, "notebooks/08_performance.ipynb": 16,
     "notebooks/09_training_loop.ipynb": 21, "notebooks/10_beyond_ddp.ipynb": 18,
-    # lessons 00 (18 s) and 07 (49 s) with test_copy_workers and test_live_ranks (46 s)
-    "port-12355": 113,
+    # lessons 00 (18 s) and 07 (49 s) with test_copy_workers and test_live_ranks (46 s), and lesson 00's
+    # port section on its own (about 10 s)
+    "port-12355": 123,
     # the test files: their slowest tests' seconds in one run at load 17, scaled by 0.17 to load 2.5
     "tests/test_torchrun.py": 51, "tests/test_template_worker.py": 46, "tests/test_launch_guards.py": 43,
     "tests/test_exercise06.py": 40, "tests/test_launch.py": 36, "tests/test_cheatsheet.py": 23,
