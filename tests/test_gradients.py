@@ -246,3 +246,8 @@ def test_the_plain_worker_starts_from_rank0s_weights_and_stays_in_step(monkeypat
     assert results[0]["before"] != results[1]["before"]
     assert results[0]["after"] == results[1]["after"] == results[0]["before"]
     assert results[0]["trained"] == results[1]["trained"] != results[0]["after"]
+    # the checksums are fingerprints; the weights themselves agree exactly
+    weights = [r["weights"] for r in results]
+    assert not torch.equal(weights[0]["before"], weights[1]["before"])
+    assert all(torch.equal(w["after"], weights[0]["before"]) for w in weights)
+    assert torch.equal(weights[0]["trained"], weights[1]["trained"])

@@ -12,6 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.utils import parameters_to_vector
 
 from ddp_lib.workers.shared import make_mlp, param_checksum, rank_batch
 
@@ -19,9 +20,11 @@ from ddp_lib.workers.shared import make_mlp, param_checksum, rank_batch
 def worker(rank, world_size, steps=4, B=4):
     dist.init_process_group("gloo", rank=rank, world_size=world_size)  # meets at MASTER_ADDR:MASTER_PORT
     model = make_mlp(seed=rank)              # different weights on each rank
-    before = param_checksum(model)           # the sum of all parameters
+    before = param_checksum(model)           # the sum of all parameters: a fingerprint
+    weights = {"before": parameters_to_vector(model.parameters()).detach().clone()}  # every one, to compare
     ddp_model = DDP(model)                   # rank 0's weights on every rank
     after = param_checksum(model)
+    weights["after"] = parameters_to_vector(model.parameters()).detach().clone()
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
     for step in range(steps):
         x, y = rank_batch(step, rank, world_size, B)  # this rank's rows of the step's batch
@@ -30,9 +33,10 @@ def worker(rank, world_size, steps=4, B=4):
         loss.backward()                      # fills each .grad, averaged over the ranks
         optimizer.step()                     # uses .grad
     trained = param_checksum(model)
+    weights["trained"] = parameters_to_vector(model.parameters()).detach().clone()
     dist.destroy_process_group()
     print(f"checksum before DDP() {before:+.6f}, after DDP() {after:+.6f}, after {steps} steps {trained:+.6f}")
-    return {"before": before, "after": after, "trained": trained}  # mp.spawn drops it
+    return {"before": before, "after": after, "trained": trained, "weights": weights}  # mp.spawn drops it
 
 
 if __name__ == "__main__":
