@@ -69,8 +69,10 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     from ddp_lib.bench import allreduce, ddp, overlap, scaling, wide
     alpha, beta = allreduce.held_fit(allreduce.full_run())
     text = ddp.model_verdict(ddp.full_run(), alpha, beta)
-    assert len(text.splitlines()) == 2 and "the same run's bare all-reduce" in text and "the fit alone:" in text
-    assert "within 25% of the prediction:" in text
+    assert len(text.splitlines()) == 3 and "the fit within 25%: False" in text
+    assert "the parts add up within 25%: True" in text
+    text = ddp.model_verdict(ddp.full_run(), alpha, beta, sweep=allreduce.full_run())
+    assert len(text.splitlines()) == 4 and "x the all-reduce benchmark's" in text
     assert "largest:" in ddp.model_verdict(ddp.full_run(), alpha, beta, detail=True)
     profiled = overlap.full_run()
     assert "steps with some overlap, of all" in overlap.overlap_verdict(profiled)
@@ -79,7 +81,7 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     step_lines = overlap.step_verdict(profiled).splitlines()
     assert step_lines[0] == overlap.step_sentence(profiled) and "p = " not in overlap.step_verdict(profiled)
     assert step_lines[0].startswith("4 small buckets: step ")
-    assert "paired rounds: small buckets made the step" in step_lines[0]
+    assert "paired rounds (a sign test's cut: 17): small buckets made the step" in step_lines[0]
     signs = overlap.sign_test_lines(profiled).splitlines()
     assert len(signs) == 2 and all("a verdict needs 17" in line for line in signs)
     assert signs[1] == f"whole step, small against one, {overlap.paired_verdict(profiled, 'step')}"
@@ -128,13 +130,23 @@ def test_step_sentence_says_the_cost_and_the_rounds_plainly():
     rounds = 21
     longer = _made_up_profile([20.0] * rounds, [10.0] * rounds)
     assert overlap.step_sentence(longer) == ("4 small buckets: step 20.0 ms; one bucket: step 10.0 ms (medians). "
-                                             "One bucket gave the shorter step in 21 of 21 paired rounds: "
-                                             "small buckets made the step longer.")
+                                             "One bucket gave the shorter step in 21 of 21 paired rounds "
+                                             "(a sign test's cut: 17): small buckets made the step longer.")
     shorter = _made_up_profile([9.0] * rounds, [10.0] * rounds)
-    assert overlap.step_sentence(shorter).endswith("Small buckets gave the shorter step in 21 of 21 paired rounds: "
-                                                   "small buckets made the step shorter.")
+    assert overlap.step_sentence(shorter).endswith("Small buckets gave the shorter step in 21 of 21 paired rounds "
+                                                   "(a sign test's cut: 17): small buckets made the step shorter.")
     mixed = _made_up_profile([9.0] * 11 + [11.0] * 10, [10.0] * rounds)
-    assert overlap.step_sentence(mixed).endswith("in 11 of 21 paired rounds: too few rounds to say which is shorter.")
+    assert overlap.step_sentence(mixed).endswith("in 11 of 21 paired rounds (a sign test's cut: 17): "
+                                                 "too few rounds to say which is shorter.")
     assert overlap.bucket_cost_verdict(longer, alpha=1e-3) == (
         "kept profile: 4 buckets took 20.0 ms a step, 1 bucket 10.0 ms (medians). "
         "Each extra bucket cost about 3.3 ms, 3.3 times the fitted alpha of 1.00 ms.")
+
+
+def test_interpolated_us_reads_between_the_measured_sizes():
+    from ddp_lib.bench import ddp
+    rows = [{"world_size": 2, "bytes": 1000, "time_us": 100.0}, {"world_size": 2, "bytes": 3000, "time_us": 300.0},
+            {"world_size": 4, "bytes": 2000, "time_us": 9999.0}]
+    assert ddp.interpolated_us(rows, 2000) == 200.0 and ddp.interpolated_us(rows, 1000) == 100.0
+    with pytest.raises(ValueError):
+        ddp.interpolated_us(rows, 5000)

@@ -82,13 +82,26 @@ def main(argv: list[str]) -> int:
     return run_main(argv, "ddp", __doc__, measure, COLUMNS, _notes)
 
 
-def model_verdict(result: dict, alpha: float, beta: float, detail: bool = False) -> str:
-    """The step's prediction against DDP's extra time on 2 ranks (DDP step minus local step, medians). The
-    prediction takes its numbers from the same run: the bare all-reduce of the gradients' bytes plus DDP's own
-    work (the 1-rank DDP step minus the 1-rank local step: no partner). Beside it, what the alpha-beta fit
-    alone would say. Judged once, within 25%. With ``detail``, instead: the medians, the spread over
-    rounds, the extra time split into the bare all-reduce, DDP's own work and the rest, and the bare
-    all-reduce against the fit."""
+def interpolated_us(rows: list[dict], nbytes: int, world_size: int = 2) -> float:
+    """The all-reduce benchmark's median time (us) at ``nbytes``, interpolated linearly between the two
+    measured sizes around it (``world_size`` ranks)."""
+    points = sorted((r["bytes"], r["time_us"]) for r in rows if r["world_size"] == world_size)
+    for (b0, t0), (b1, t1) in zip(points, points[1:]):
+        if b0 <= nbytes <= b1:
+            return t0 + (t1 - t0) * (nbytes - b0) / (b1 - b0)
+    raise ValueError(f"{nbytes} B lies outside the measured sizes")
+
+
+def model_verdict(result: dict, alpha: float, beta: float, detail: bool = False,
+                  sweep: dict | None = None) -> str:
+    """Where DDP's extra time on 2 ranks goes (DDP step minus local step, medians). First the alpha-beta
+    fit's own estimate (one all-reduce of the gradients' bytes, plus DDP's own work: the 1-rank DDP step
+    minus the 1-rank local step, no partner), judged within 25%. Then the sum of two parts measured in the
+    same run, the bare all-reduce and DDP's own work: a check that the parts add up, within 25%. With
+    ``sweep`` (the all-reduce benchmark's result), a last line: the same run's bare all-reduce against the
+    benchmark's time at that size. With ``detail``, instead: the medians, the spread over rounds, the
+    extra time split into the bare all-reduce, DDP's own work and the rest, and the bare all-reduce
+    against the fit."""
     steps = {(r["world_size"], r["way"]): r["step_ms"] for r in result["rows"]}
     model_ms = (alpha + result["gradient_bytes"] / beta) * 1e3
     own_ms = steps[1, "torch"] - steps[1, "local"]
@@ -99,14 +112,20 @@ def model_verdict(result: dict, alpha: float, beta: float, detail: bool = False)
     largest = max(parts, key=parts.get)
     spread = result.get("extra_quartiles_ms")
     if not detail:
-        return "\n".join([
-            f"prediction: the same run's bare all-reduce {bare_ms:.2f} ms + DDP's own work {own_ms:.2f} ms "
-            f"(1 rank) = {predicted_ms:.2f} ms; the fit alone: {model_ms:.2f} + {own_ms:.2f} = "
-            f"{model_ms + own_ms:.2f} ms",
-            f"measured: DDP step - local step = {extra_ms:.2f} ms (medians); within 25% of the prediction: "
-            f"{abs(extra_ms / predicted_ms - 1) < 0.25}, {extra_ms - predicted_ms:+.2f} ms "
+        lines = [
+            f"measured: DDP step - local step = {extra_ms:.2f} ms (medians, 2 ranks)",
+            f"the fit: {model_ms:.2f} ms all-reduce + {own_ms:.2f} ms DDP's own work (1 rank) = "
+            f"{model_ms + own_ms:.2f} ms; the fit within 25%: {abs(extra_ms / (model_ms + own_ms) - 1) < 0.25}",
+            f"the same run's parts: bare all-reduce {bare_ms:.2f} ms + DDP's own work {own_ms:.2f} ms = "
+            f"{predicted_ms:.2f} ms; the parts add up within 25%: {abs(extra_ms / predicted_ms - 1) < 0.25} "
             f"({(extra_ms - predicted_ms) / predicted_ms:+.0%})",
-        ])
+        ]
+        if sweep is not None:
+            bench_ms = interpolated_us(sweep["rows"], result["gradient_bytes"]) / 1e3
+            lines.append(
+                f"this run's bare all-reduce of {result['gradient_bytes'] / 1e6:.2f} MB: {bare_ms:.2f} ms, "
+                f"{bare_ms / bench_ms:.1f}x the all-reduce benchmark's {bench_ms:.2f} ms at that size")
+        return "\n".join(lines)
     return "\n".join([
         f"median steps (ms): 2 ranks, local {steps[2, 'local']:.2f}, DDP {steps[2, 'torch']:.2f}; "
         f"1 rank, local {steps[1, 'local']:.2f}, DDP {steps[1, 'torch']:.2f}",
