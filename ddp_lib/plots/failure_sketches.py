@@ -152,7 +152,7 @@ def plot_unused_parameter() -> Figure:
     box(ax, 3.8, 0.4, 2.6, 0.8, "no gradient:\nnever ready", WAITING)
     arrow(ax, (2.8, 2.3), (3.8, 2.3), "black")
     arrow(ax, (2.8, 0.8), (3.8, 0.8), "grey")
-    box(ax, 7.4, 1.1, 4.4, 0.9, "the reducer waits for every bucket:\nthe next step raises", WAITING)
+    box(ax, 7.4, 1.1, 4.4, 0.9, "DDP waits for every bucket:\nthe next step raises", WAITING)
     arrow(ax, (6.4, 2.3), (7.4, 1.75), "black")
     arrow(ax, (6.4, 0.8), (7.4, 1.35), "red")
     ax.set_title("A parameter that gets no gradient, under DDP", fontsize=10)
