@@ -35,6 +35,16 @@ def test_the_mismatched_shapes_sketch_sums_rank_0s_numbers_and_shows_rank_1_wait
     assert "rank 0 gets [4] and carries on: no error" in texts(plot_mismatched_shapes([1.0], [3.0, 5.0]))
 
 
+def test_the_mismatched_shapes_sketch_labels_each_row_by_its_tensor_and_pairs_only_the_shared_pieces():
+    fig = plot_mismatched_shapes([1.0, 2.0], [10.0, 20.0, 30.0])
+    shown = texts(fig)
+    assert "rank 0: [1, 2]" in shown and "rank 1: [10, 20, 30]" in shown
+    assert not any(text.endswith("sends") for text in shown)  # a row is a rank's tensor: pieces go both ways
+    styles = [type(t.arrow_patch.get_arrowstyle()).__name__ for t in fig.axes[0].texts
+              if getattr(t, "arrow_patch", None)]
+    assert styles == ["CurveFilledAB", "CurveFilledAB"]  # two double-headed arrows, none on rank 1's third box
+
+
 def test_the_dead_rank_sketch_has_one_lane_per_rank_and_one_killed_rank():
     fig = plot_dead_rank(world_size=4)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 3", "rank 2", "rank 1", "rank 0"]
