@@ -1,11 +1,13 @@
 """Lesson 10's tables, on made-up results: the bytes sent per step and the choice table."""
 
 from ddp_lib.demos.beyond_tables import (
+    bucket_copy_gone,
     bytes_table,
     carried,
     choice_memory,
     choice_table,
     held,
+    hsdp_groups_match,
     memory_bars,
     paper_bytes,
     print_hsdp,
@@ -178,3 +180,21 @@ def test_loop_job_reproduces_the_optimizer_before_fully_shard():
     assert sorted(loop[0]) == ["accumulation", "extras", "meta", "scaler"]
     order = loop[0]["extras"]["order"]
     assert not order["optimizer_holds_model_params"] and not order["model_changed"]
+
+
+def test_bucket_copy_gone_needs_the_copy_under_ddp_none_with_the_view_and_equal_losses():
+    def with_losses(strategy, inside, losses):
+        r = result(strategy, [], 8 * N, inside=inside)[0] | {"losses": losses}
+        return [r, dict(r)]  # two ranks
+    runs2 = {"ddp": with_losses("ddp", False, [1.0, 0.5]), "ddp_view": with_losses("ddp_view", True, [1.0, 0.5])}
+    assert bucket_copy_gone(runs2)
+    assert not bucket_copy_gone(runs2 | {"ddp_view": with_losses("ddp_view", False, [1.0, 0.5])})
+    assert not bucket_copy_gone(runs2 | {"ddp_view": with_losses("ddp_view", True, [1.0, 0.6])})
+
+
+def test_hsdp_groups_match_each_kind_to_its_group():
+    good = {"shard_group": [0, 1], "replicate_group": [0, 2],
+            "groups": {"all_gather": [[0, 1]], "reduce_scatter": [[0, 1]], "all_reduce": [[0, 2]]}}
+    assert hsdp_groups_match([good])
+    swapped = good | {"groups": {"all_gather": [[0, 1]], "reduce_scatter": [[0, 2]], "all_reduce": [[0, 2]]}}
+    assert not hsdp_groups_match([good, swapped])

@@ -308,3 +308,21 @@ def print_loop_parts(loop: list[dict]) -> dict:
     print(f"Adam created before fully_shard: it holds the model's parameters: {order['optimizer_holds_model_params']}; "
           f"its step changed the model: {order['model_changed']}")
     return extras
+
+
+def bucket_copy_gone(runs2: dict) -> bool:
+    """Lesson 10's DDP verdict, from every rank on 2 ranks: plain DDP's buckets are a second copy as
+    large as the gradients (the gradients lie outside them), ``ddp_view``'s hold the gradients
+    themselves (no copy), and the two runs' losses agree within 1e-6."""
+    grad = runs2["ddp"][0]["bytes"]["gradients"]
+    copy = {s: [0 if r["layout"]["gradients_inside_buckets"] else r["layout"]["bucket_bytes"] for r in runs2[s]]
+            for s in ("ddp", "ddp_view")}
+    gap = max(abs(a - b) for a, b in zip(runs2["ddp"][0]["losses"], runs2["ddp_view"][0]["losses"]))
+    return all(c == grad for c in copy["ddp"]) and all(c == 0 for c in copy["ddp_view"]) and gap < 1e-6
+
+
+def hsdp_groups_match(hsdp: list[dict]) -> bool:
+    """Lesson 10's HSDP verdict: on every rank, the all-gathers and reduce-scatters ran in its shard
+    group only, and the all-reduces in its replicate group only. ``hsdp``: ``print_hsdp``'s list."""
+    return all(r["groups"] == {"all_gather": [r["shard_group"]], "reduce_scatter": [r["shard_group"]],
+                               "all_reduce": [r["replicate_group"]]} for r in hsdp)
