@@ -28,6 +28,28 @@ def plot_start_times(times: dict[str, list[float]], nprocs: int = 2) -> Figure:
     return fig
 
 
+def plot_shared_model(nprocs: int = 2, lr: float = 0.1, gradient: float = 4) -> Figure:
+    """A model passed in ``args`` under spawn or forkserver: its weight sits once in shared memory, and
+    each rank's SGD step (-lr x gradient) lands on that one copy; no rank gets a copy of its own."""
+    fig, ax = plt.subplots(figsize=(8, 2.8))
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 4)
+    ax.axis("off")
+    step = round(-lr * gradient, 4)
+    box(ax, 3.0, 0.3, 4.0, 1.0, f"the kernel's weight, in shared memory\n0 -> {round(nprocs * step, 4):g} "
+        f"after {nprocs} steps", "#fff3d6")
+    for i in range(nprocs):
+        x = 1.0 + i * 5.4 / (nprocs - 1) if nprocs > 1 else 3.7
+        box(ax, x, 2.6, 2.6, 0.8, f"rank {i}\nSGD step {step:g}", "white")
+        ax.text(x + 0.5, 1.85, "own copy", ha="center", va="center", fontsize=8, color="grey",
+                bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="lightgrey"))
+        ax.plot([x, x + 1.0], [1.65, 2.05], color="tab:red", lw=1.5, zorder=5)  # crossed out
+        ax.plot([x, x + 1.0], [2.05, 1.65], color="tab:red", lw=1.5, zorder=5)
+        arrow(ax, (x + 1.3, 2.6), (5.0, 1.3), "tab:blue")
+    fig.tight_layout()
+    return fig
+
+
 def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hello", nprocs: int = 2,
                         fails: bool = False) -> Figure:
     """The parent sends each child the worker, as (module, name), with i and args, from a loop over the ranks; each
