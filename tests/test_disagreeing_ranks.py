@@ -1,8 +1,19 @@
 """Lesson 01's failing collectives on real gloo groups: a peer that exits mid-collective, and ranks
 that all-reduce tensors of different shapes, with and without TORCH_DISTRIBUTED_DEBUG=DETAIL."""
 
+import pytest
+
 import ddp_lib.mp
 from ddp_lib.demos import disagreeing_ranks
+
+
+@pytest.fixture(autouse=True)
+def own_port(monkeypatch):
+    """A free port for the ranks, not the tutorial's default 12355, which other tests hold while they run."""
+    from ddp_lib.process_group import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
 
 
 def test_a_peer_that_exits_fails_the_waiting_rank_at_once():

@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from ddp_lib.exercises import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson07, lesson08
+from ddp_lib.process_group import free_port
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -80,6 +81,9 @@ def test_lesson01_reduce_stub_raises_and_its_answer_passes(tmp_path, monkeypatch
     (tmp_path / "answer_lesson01_reduce.py").write_text(answer)
     monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
     importlib.invalidate_caches()
+    # a free port, not the default 12355 that other tests and lessons 00 and 07 hold while they run
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
 
     with pytest.raises(RankRaisedError, match="NotImplementedError"):
         labelled_spawn(importlib.import_module("stub_lesson01_reduce").reduce_max_to_2, args=(4,), nprocs=4)

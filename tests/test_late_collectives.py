@@ -7,6 +7,15 @@ import ddp_lib.mp
 from ddp_lib.demos import late_collectives
 
 
+@pytest.fixture(autouse=True)
+def own_port(monkeypatch):
+    """A free port for the ranks, not the tutorial's default 12355, which other tests hold while they run."""
+    from ddp_lib.process_group import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+
+
 def test_the_data_decides_who_waits_for_a_late_rank():
     delay = 0.4
     results = ddp_lib.mp.labelled_spawn(late_collectives.late_in_each, args=(4, delay), nprocs=4)
