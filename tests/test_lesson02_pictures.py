@@ -60,3 +60,16 @@ def test_the_shared_model_picture_has_every_rank_step_the_one_weight():
     assert "rank 0\nSGD step -0.4" in shown and "rank 1\nSGD step -0.4" in shown
     assert "the kernel's weight, in shared memory\n0 -> -0.8 after 2 steps" in shown  # what lesson 02's cell prints
     assert shown.count("own copy") == 2  # one crossed-out copy per rank
+
+
+def test_start_time_labels_sit_right_of_every_dot():
+    """Each median label of the start-time plot is placed right of that method's slowest run, not on a dot."""
+    from ddp_lib.plots.spawning import plot_start_times
+
+    times = {"spawn": [0.2, 0.35, 0.18], "forkserver": [0.07, 0.09, 0.06]}
+    fig = plot_start_times(times)
+    ax = fig.axes[0]
+    labels = {a.get_text(): a.xy[0] for a in ax.texts}
+    assert labels == {"0.20 s": 0.35, "0.07 s": 0.09}
+    assert ax.get_xlim()[1] >= 4 * 0.35
+    matplotlib.pyplot.close(fig)

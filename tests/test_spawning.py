@@ -389,3 +389,17 @@ def test_capture_stderr_records_torch_spawn_messages_without_printing_them():
     assert "Terminating" not in err.text
     assert spawn_log.handlers == handlers and spawn_log.propagate == propagate
 
+
+
+def test_abort_at_exit_table_reads_the_kept_series(tmp_path):
+    """Lesson 02's table of aborts at exit comes from the kept JSON, labelled as recorded."""
+    from ddp_lib.demos.spawning import abort_at_exit_table
+
+    lines = abort_at_exit_table()
+    assert lines[0] == "recorded series, not run in this notebook:"
+    assert any("5 of 145 aborted" in line and "0 of 144 aborted" in line for line in lines)
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({"series": [{"series": "s", "without leave()": [1, 2], "with leave()": None,
+                                            "torch": "t", "python": "p"}]}))
+    assert abort_at_exit_table(kept)[2].split() == ["s", "1", "of", "2", "aborted", "not", "run",
+                                                    "torch", "t,", "Python", "p"]

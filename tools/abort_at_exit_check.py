@@ -1,6 +1,7 @@
 """Count the rare abort at exit of lesson 02's DDP script, without and with ``leave()``.
 
-Lesson 02's folded section "Deeper: the rare abort at exit" quotes how often a rank of
+Lesson 02's folded section "Deeper: the rare abort at exit" prints, from
+``ddp_lib/demos/recorded/abort_at_exit.json``, how often a rank of
 ``my_work/ddp_basic.py`` (written by the lesson) ends with SIGABRT after all its work, and that
 ``leave()`` (``os._exit`` after the worker) avoids it. This script reruns such a series on this
 machine: it alternates the script as written with the same worker ended by ``leave()``, and
@@ -8,6 +9,7 @@ counts, for each, the runs that printed every line and then aborted.
 
     PYTHONPATH=. .venv/bin/python tools/abort_at_exit_check.py --runs 20
     PYTHONPATH=. .venv/bin/python tools/abort_at_exit_check.py --runs 150   # a long series (an hour or more)
+    PYTHONPATH=. .venv/bin/python tools/abort_at_exit_check.py --runs 150 --record NAME   # kept for the lesson
 
 Run the lesson first, so that ``notebooks/my_work/ddp_basic.py`` exists. An abort is rare
 (a few in a hundred on a busy 2-core machine), so a short series often counts none.
@@ -16,6 +18,7 @@ Run the lesson first, so that ``notebooks/my_work/ddp_basic.py`` exists. An abor
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -61,6 +64,8 @@ def outcome(run: subprocess.CompletedProcess) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs of each kind (default 20)")
+    parser.add_argument("--record", metavar="NAME",
+                        help="append this series, named NAME, to ddp_lib/demos/recorded/abort_at_exit.json")
     args = parser.parse_args()
     if not SCRIPT.exists():
         sys.exit(f"{SCRIPT} is missing: run notebooks/02_spawn.ipynb first")
@@ -78,6 +83,17 @@ def main() -> None:
     print(f"\ntorch {__import__('torch').__version__}, Python {sys.version.split()[0]}")
     for kind, count in counts.items():
         print(f"{kind:16} {count['abort']} of {args.runs} aborted at exit, {count['failed']} failed otherwise")
+    if args.record:
+        from ddp_lib.demos.spawning import ABORT_SERIES
+
+        kept = json.loads(ABORT_SERIES.read_text())
+        entry = {"series": args.record}
+        for kind, count in counts.items():  # [aborted, runs that printed every line]
+            entry[kind] = [count["abort"], count["abort"] + count["ok"]]
+        entry["torch"] = __import__("torch").__version__
+        entry["python"] = ".".join(sys.version.split()[0].split(".")[:2])
+        kept["series"].append(entry)
+        ABORT_SERIES.write_text(json.dumps(kept, indent=1) + "\n")
 
 
 if __name__ == "__main__":

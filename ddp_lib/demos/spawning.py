@@ -428,3 +428,24 @@ def classic_changes(lesson_00: str, script: str) -> str:
     before = _functions_and_main(classic.split("\n", 1)[1], ("setup", "demo_basic", "run_demo"))
     after = _functions_and_main(Path(script).read_text(), ("setup", "demo_basic"))
     return "\n".join(difflib.unified_diff(before, after, "classic example", script, n=0, lineterm=""))
+
+
+ABORT_SERIES = Path(__file__).with_name("recorded") / "abort_at_exit.json"
+
+
+def abort_at_exit_table(path: Path = ABORT_SERIES) -> list[str]:
+    """The kept series of lesson 02's rare abort at exit, one line per series, labelled as recorded.
+
+    Each series gives [aborted at exit, runs] without and with ``leave()`` (null: not run);
+    ``tools/abort_at_exit_check.py --record NAME`` appends a new one."""
+    record = json.loads(Path(path).read_text())
+
+    def cell(count: list[int] | None) -> str:
+        return "not run" if count is None else f"{count[0]} of {count[1]} aborted"
+
+    lines = ["recorded series, not run in this notebook:",
+             f"{'series':24} {'without leave()':18} {'with leave()':18} versions"]
+    for entry in record["series"]:
+        lines.append(f"{entry['series']:24} {cell(entry['without leave()']):18} {cell(entry['with leave()']):18} "
+                     f"torch {entry['torch']}, Python {entry['python']}")
+    return lines

@@ -19,8 +19,10 @@ def plot_start_times(times: dict[str, list[float]], nprocs: int = 2) -> Figure:
     ax.barh(methods, medians, color="tab:blue", alpha=0.6)
     for y, method in enumerate(methods):
         ax.plot(times[method], [y] * len(times[method]), "k.", markersize=6)
-        ax.annotate(f"{medians[y]:.2f} s", (medians[y], y), xytext=(4, 0), textcoords="offset points", va="center")
+        right = max(medians[y], *times[method])  # the label sits right of every dot, not on one
+        ax.annotate(f"{medians[y]:.2f} s", (right, y), xytext=(6, 0), textcoords="offset points", va="center")
     ax.set_xscale("log")
+    ax.set_xlim(right=4 * max(max(seconds) for seconds in times.values()))  # room for the last label
     ax.set_xlabel(f"seconds to start {nprocs} processes and join them (log scale)")
     ax.set_ylabel("start method")
     ax.invert_yaxis()
