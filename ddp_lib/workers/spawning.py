@@ -145,14 +145,17 @@ def step_shared_model(rank: int, model: nn.Module, lr: float) -> None:
 def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: nn.Module) -> None:
     """One DDP step (input ``torch.ones(4, 1)``, loss ``.sum()``, SGD with lr 0.1) on ``model``,
     which came in ``args``: on CPU every rank's model is the parent's, so the averaged step
-    lands on the same weights once per rank."""
+    lands on the same weights once per rank. The ranks step in rank order, so no two steps overlap
+    and the result is exact."""
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
     try:
         ddp_model = DistributedDataParallel(model)
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
         ddp_model(torch.ones(4, 1)).sum().backward()
-        optimizer.step()
-        dist.barrier()  # no rank leaves while the other still steps
+        for turn in range(world_size):  # the ranks step one after the other
+            if rank == turn:
+                optimizer.step()
+            dist.barrier()
     finally:
         dist.destroy_process_group()
 
