@@ -253,3 +253,26 @@ def test_setup_job_takes_nccl_only_with_a_gpu_for_every_local_rank(monkeypatch, 
 def test_setup_job_with_more_ranks_than_gpus_joins_on_gloo_with_the_cpu():
     results = run_ranks(template_workers.setup_job_with_one_gpu, 2)
     assert results == [{"device": "cpu", "backend": "gloo"}] * 2, results
+
+
+def test_under_mp_spawn_the_template_shares_the_cores_and_leaves_a_set_thread_count_alone(monkeypatch):
+    # mp.spawn sets no OMP_NUM_THREADS: each rank would use every core and the ranks fight (lesson 00).
+    import torch.distributed as dist
+
+    from ddp_lib.workers import template
+
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: None)
+    for name in ("RANK", "LOCAL_WORLD_SIZE", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(template.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(template.os, "cpu_count", lambda: 8)
+    before = torch.get_num_threads()
+    try:
+        template.setup_job(0, 4)
+        assert torch.get_num_threads() == 2  # 8 cores shared by the 4 ranks on this machine
+        torch.set_num_threads(5)
+        monkeypatch.setenv("OMP_NUM_THREADS", "5")  # set by torchrun or the user: kept
+        template.setup_job(0, 4)
+        assert torch.get_num_threads() == 5
+    finally:
+        torch.set_num_threads(before)
