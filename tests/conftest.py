@@ -155,3 +155,13 @@ def start_kernel(cwd) -> tuple:
     client.start_channels()
     client.wait_for_ready(timeout=120)
     return km, client
+
+
+@pytest.fixture
+def free_master_port(monkeypatch):
+    """A free port for ranks that join a group without a launcher's port, instead of the tutorial's default
+    12355, which lessons 00 and 07 and the live-rank tests hold while they run on the other worker."""
+    from ddp_lib.process_group import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))

@@ -5,14 +5,7 @@ import pytest
 import ddp_lib.mp
 from ddp_lib.demos.missing_rank import one_rank_missing
 
-
-@pytest.fixture(autouse=True)
-def own_port(monkeypatch):
-    """A free port for the ranks, not the tutorial's default 12355, which other tests hold while they run."""
-    from ddp_lib.process_group import free_port
-
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+pytestmark = pytest.mark.usefixtures("free_master_port")  # not the tutorial's 12355
 
 
 def test_rank_0_names_the_missing_rank():

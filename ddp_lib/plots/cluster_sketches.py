@@ -59,6 +59,14 @@ def plot_nnodes_mismatch() -> Figure:
     fig.tight_layout()
     return fig
 
+def _two_hosts(ax, bottom: float, height: float, labels: tuple[str, str]) -> tuple[float, float]:
+    """node0's and node1's dashed frames, side by side, each labelled at its top; their left edges."""
+    lefts = (0.2, 5.6)
+    for x0, label in zip(lefts, labels):
+        ax.add_patch(plt.Rectangle((x0, bottom), 4.2, height, facecolor="#f7f7f7", edgecolor="grey", linestyle="--"))
+        ax.text(x0 + 0.1, bottom + height - 0.1, label, fontsize=9, weight="bold", va="top")
+    return lefts
+
 
 def plot_what_listens_where(rdzv_port: int = 29400) -> Figure:
     """Two hosts of a c10d job: on node0 the agent listens for the rendezvous store and the ranks'
@@ -68,9 +76,7 @@ def plot_what_listens_where(rdzv_port: int = 29400) -> Figure:
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 5)
     ax.axis("off")
-    for node, x0 in enumerate((0.2, 5.6)):
-        ax.add_patch(plt.Rectangle((x0, 0.2), 4.2, 4.3, facecolor="#f7f7f7", edgecolor="grey", linestyle="--"))
-        ax.text(x0 + 0.1, 4.4, f"node{node}", fontsize=9, weight="bold", va="top")
+    for node, x0 in enumerate(_two_hosts(ax, bottom=0.2, height=4.3, labels=("node0", "node1"))):
         box(ax, x0 + 0.3, 0.5, 1.9, 0.9, f"rank {node}: gloo\nlistens on its interface,\na port picked at run time",
             RANK)
     box(ax, 0.5, 2.6, 1.9, 1.1, "agent (torchrun)\nlistens on *:" + str(rdzv_port) + "\nand *:MASTER_PORT", AGENT)
@@ -100,10 +106,7 @@ def plot_name_unknown(address: str = "10.200.0.1", rdzv_port: int = 29400) -> Fi
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 4.6)
     ax.axis("off")
-    for node, x0 in enumerate((0.2, 5.6)):
-        ax.add_patch(plt.Rectangle((x0, 0.1), 4.2, 4.1, facecolor="#f7f7f7", edgecolor="grey", linestyle="--"))
-        ax.text(x0 + 0.1, 4.1, f"node{node}" + ("" if node == 0 else ": its /etc/hosts lacks node0"),
-                fontsize=9, weight="bold", va="top")
+    _two_hosts(ax, bottom=0.1, height=4.1, labels=("node0", "node1: its /etc/hosts lacks node0"))
     box(ax, 0.4, 2.3, 3.2, 1.4, f"node0's agent, at {address}\nrendezvous store :{rdzv_port}\n"
         "ranks' store :MASTER_PORT\ngives MASTER_ADDR=node0", AGENT)
     box(ax, 0.4, 1.0, 2.4, 0.8, "rank 0\nwaits for rank 1", RANK)
