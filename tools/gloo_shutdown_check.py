@@ -14,10 +14,12 @@ otherwise. Run it again after a torch upgrade, and update the counts quoted in
 
 Endings (the last step of the worker, right after its last backward pass):
 
-- ``destroy-return`` (plain processes): ``dist.destroy_process_group()``, no pause, then the DDP
+- ``destroy-return`` (plain processes): ``dist.destroy_process_group()``, then the DDP
   model freed, as when its function returns (its reducer holds the last reference to the group);
 - ``return-destroy`` (plain processes): the model freed first, then ``dist.destroy_process_group()``
   drops the last reference to the group;
+- ``teardown-return`` (plain processes, as under torchrun): ``ddp_lib.process_group.teardown()``,
+  then the model freed; each run joins through ``setup()``, which frees what the last one left;
 - ``returned`` (``ddp_lib.run_ranks``): return with the DDP model a local, the group never
   destroyed;
 - ``cleanup-returned`` (``ddp_lib.run_ranks``): the tutorial's ``cleanup()``
@@ -47,8 +49,9 @@ import sys
 import tempfile
 import time
 
-ENDINGS = ("destroy-return", "return-destroy", "returned", "cleanup-returned", "inner-cleanup", "teardown")
-PLAIN_ENDINGS = ("destroy-return", "return-destroy")
+ENDINGS = ("destroy-return", "return-destroy", "teardown-return", "returned", "cleanup-returned", "inner-cleanup",
+           "teardown")
+PLAIN_ENDINGS = ("destroy-return", "return-destroy", "teardown-return")
 RUNS_PER_PLAIN_JOB = 10
 BACKWARD_PASSES = 3
 
@@ -160,13 +163,17 @@ def plain_rank(rank: int, world_size: int, ending: str, store_dir: str, runs: in
     import torch
     import torch.distributed as dist
 
+    from ddp_lib.process_group import setup, teardown
+
     torch.set_num_threads(1)
     for run in range(runs):
-        dist.init_process_group("gloo", init_method=f"file://{store_dir}/run{run}", rank=rank,
-                                world_size=world_size)
+        setup(rank, world_size, backend="gloo", init_method=f"file://{store_dir}/run{run}")
         model = _train(rank)
         faulthandler.dump_traceback_later(hang_s, exit=True)  # only the ending is timed
-        if ending == "destroy-return":
+        if ending == "teardown-return":
+            teardown()
+            del model
+        elif ending == "destroy-return":
             dist.destroy_process_group()
             del model  # as a return would: the reducer drops the last reference to the group
         else:  # "return-destroy"
