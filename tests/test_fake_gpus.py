@@ -21,3 +21,11 @@ def test_a_model_on_two_gpus_needs_its_input_on_the_first_layers_gpu():
     assert "cpu and cuda:0" in forward_on_two_fake_gpus(None)
     assert forward_on_two_fake_gpus("cuda:0") == "input arrived on cuda:0, output on cuda:1"
     assert "cuda:1 and cuda:0" in forward_on_two_fake_gpus("cuda:1")
+
+
+def test_ddp_moves_tensors_in_tuples_lists_and_dicts_only():
+    from ddp_lib.demos.fake_gpus import containers_moved_by_ddp
+
+    assert containers_moved_by_ddp(1) == {"tuple": "cuda:1", "list": "cuda:1", "dict": "cuda:1",
+                                          "namedtuple": "cuda:1", "dataclass": "cpu", "UserDict": "cpu"}
+    assert containers_moved_by_ddp(0)["dict"] == "cuda:0"

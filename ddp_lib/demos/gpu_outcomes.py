@@ -4,7 +4,7 @@ fixed words of a message, ``checks`` tests that they are there in the installed 
 torch stops printing is noticed. The cases one GPU can show were also recorded on a GPU machine
 (``tools/record_gpu_quotes.py``, kept in ``recorded/gpu_quotes.json``). ``quote`` gives the box, whose
 one header line says what it is: a recording (which GPU count and torch), or expected from torch's source,
-with part of it recorded or none;
+with the part a GPU recorded named, or none recorded;
 ``provenance`` names its source and that recording (torch version and GPU count), or says there is
 none; ``checks`` says whether the recorded words hold the quoted ones."""
 
@@ -28,6 +28,7 @@ class Quote(NamedTuple):
     gpus: int = 2                    # how many GPUs the quoted machine has
     words_are: str = "torch's words"  # what fixed_words are: a message, a source line or a documented rule
     recorded_part: str = ""          # what a recording on fewer GPUs, or in other lines, printed of it
+    box_part: str = ""               # the same, in two or three words, for the box's header ("rank 0's line")
 
 
 QUOTES: dict[str, Quote] = {
@@ -39,7 +40,7 @@ QUOTES: dict[str, Quote] = {
         ("moved_inputs, moved_kwargs = _to_kwargs(",),
         recorded_words=("input arrived on cuda:0",),
         words_are="the source line these lines are built from",
-        recorded_part="rank 0's line"),
+        recorded_part="rank 0's line", box_part="rank 0's line"),
     "input_not_moved": Quote(
         ("input not moved: RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu,",
          "  different from other tensors on cuda:0 (when checking argument in method wrapper_CUDA_addmm)",
@@ -48,14 +49,14 @@ QUOTES: dict[str, Quote] = {
         "lib/libtorch_cpu.so",
         ("Expected all tensors to be on the same device, but got ", ", different from other tensors on ",
          " (when checking argument in method "),
-        recorded_part="the error, on cuda:0"),
+        recorded_part="the error, on cuda:0", box_part="the error"),
     "device_id_out_of_range": Quote(
         ("ValueError: device_id cuda:2 is out of range. Please use a device index less than the number of "
          "accelerators available: 2.",),
         "init_process_group's check of device_id, on a node with 2 GPUs",
         "distributed/distributed_c10d.py",
         ("is out of range. Please use a device index less than ", "the number of accelerators available: "),
-        recorded_part="the same error, for cuda:1 on 1 GPU"),
+        recorded_part="the same error, for cuda:1 on 1 GPU", box_part="the error's wording"),
     "barrier_warning": Quote(
         ("UserWarning: barrier(): using the device under current context. You can specify `device_id` in "
          "`init_process_group` to mute this warning.",),
@@ -69,7 +70,7 @@ QUOTES: dict[str, Quote] = {
         "init_process_group's check of device_id, on a machine with CUDA",
         "distributed/distributed_c10d.py",
         ("Please use a device_id with index.",),
-        recorded_part="the error message"),
+        recorded_part="the error message", box_part="the error"),
     "set_device_out_of_range": Quote(
         ("rank 1: torch.cuda.set_device(1): AcceleratorError: CUDA error: invalid device ordinal",),
         "CUDA's error for a GPU index the process does not see, on a node with 2 GPUs where each rank's "
@@ -96,7 +97,7 @@ QUOTES: dict[str, Quote] = {
         unchecked_why="the words are nccl's, and this CPU build of torch has no nccl",
         recorded_words=("ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
                         "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60"),
-        recorded_part="the error, with 2 ranks on 1 GPU"),
+        recorded_part="the error, with 2 ranks on 1 GPU", box_part="the error"),
     "bound_device": Quote(
         ("device_id given: False  bound device per rank: [None, None]  all-reduce sums: [2.0, 2.0]",
          "device_id given: True   bound device per rank: ['cuda:0', 'cuda:1']  all-reduce sums: [2.0, 2.0]"),
@@ -105,7 +106,7 @@ QUOTES: dict[str, Quote] = {
         ("pg.bound_device_id = device_id",),
         words_are="the source line these lines are built from",
         recorded_words=("device_id given: False  bound device: None", "device_id given: True  bound device: cuda:0"),
-        recorded_part="rank 0's two answers, in shorter lines"),
+        recorded_part="rank 0's two answers, in shorter lines", box_part="rank 0's answers"),
     "nccl_cpu_tensor": Quote(
         ("RuntimeError: No backend type associated with device type cpu",),
         "the process group's lookup of the backend for a tensor's device type, the same lookup that "
@@ -171,7 +172,8 @@ def quote(key: str) -> str:
     """The text a GPU-only cell prints in place of a run: one short header line, then the quoted lines.
     The header says the cell did not run here, and whether a GPU machine printed every line ("Recorded
     on 1 GPU (torch ...):"), or the lines are built from torch's source ("Expected on 2 GPUs") with part
-    of them recorded ("; part recorded on 1 GPU (torch ...):") or none ("; not recorded on a GPU:").
+    of them recorded, named ("; only rank 0's line recorded, on 1 GPU (torch ...):") or none ("; not recorded
+    on a GPU:").
     ``provenance`` names the source and the recording in full, ``checks`` how far to trust them."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
@@ -181,8 +183,8 @@ def quote(key: str) -> str:
     recording = f"{_gpus(record['gpus'])} (torch {record['torch'].split('+')[0]})"
     if recorded_in_full(key, record):  # evidence: a GPU machine printed every line
         what = f"Recorded on {recording}:"
-    elif key in record["cases"]:  # built from the source; a GPU machine printed part of it
-        what = f"Expected on {_gpus(q.gpus)}; part recorded on {recording}:"
+    elif key in record["cases"]:  # built from the source; a GPU machine printed part of it, named here
+        what = f"Expected on {_gpus(q.gpus)}; only {q.box_part} recorded, on {recording}:"
     else:  # built from the source alone
         what = f"Expected on {_gpus(q.gpus)}; not recorded on a GPU:"
     text = [f"Not run here ({here}). {what}"]
