@@ -183,6 +183,15 @@ def test_template_with_crash_saves_the_epochs_before_it_and_the_resume_matches_a
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 
 
+def test_run_commands_gives_a_python_command_a_free_port_and_no_thread_count(tmp_path, monkeypatch, capsys):
+    # Lesson 05 prints the command as typed: the template itself shares the cores under mp.spawn.
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    probe = ("python -c \"import os; "
+             "print(os.environ.get('OMP_NUM_THREADS', 'unset'), os.environ['MASTER_PORT'].isdigit())\"")
+    assert training_checks.run_commands(str(tmp_path), [probe]) == ["unset True"]
+
+
 def test_run_commands_runs_python_then_torchrun_in_one_folder_and_drops_only_torchruns_log_lines(tmp_path, capsys):
     import shutil
 

@@ -417,8 +417,9 @@ def run_commands(directory: str, commands: list[str], keep_after_first: str | No
     The only change to the output: torchrun's own log lines, which carry a time and a process id, are
     left out, but for its ``OMP_NUM_THREADS`` warning, printed as "torchrun's warning: ..." without them.
     ``python`` and ``torchrun`` are this interpreter's (its directory first on ``PATH``). A ``python ...``
-    command also gets a free ``MASTER_PORT`` (a job may still hold the template's 12355) and
-    ``OMP_NUM_THREADS=1``, as torchrun sets it. With ``keep_after_first``, the first command's
+    command also gets a free ``MASTER_PORT`` (a job may still hold the template's 12355), and nothing
+    else: no ``OMP_NUM_THREADS``, as in a terminal, so the template shares the cores among its ranks
+    itself under mp.spawn. With ``keep_after_first``, the first command's
     ``checkpoint`` (relative to ``directory``) is copied to that name in ``directory``.
     Returns each command's output as printed, one string per command."""
     path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
@@ -427,7 +428,7 @@ def run_commands(directory: str, commands: list[str], keep_after_first: str | No
         print(f"$ {command}", flush=True)
         env = dict(os.environ, PATH=path)
         if shlex.split(command)[0] == "python":
-            env.update(MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+            env["MASTER_PORT"] = str(free_port())
         job = subprocess.run(shlex.split(command), cwd=directory, env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         lines = []
