@@ -56,10 +56,12 @@ def test_the_finally_timeline_has_each_rank_wait_in_a_different_collective():
 def test_the_shared_model_picture_has_every_rank_step_the_one_weight():
     from ddp_lib.plots.spawning import plot_shared_model
 
-    shown = texts(plot_shared_model(nprocs=2, lr=0.1, gradient=4))
+    fig = plot_shared_model(nprocs=2, lr=0.1, gradient=4)
+    shown = texts(fig)
     assert "rank 0\nSGD step -0.4" in shown and "rank 1\nSGD step -0.4" in shown
     assert "the kernel's weight, in shared memory\n0 -> -0.8 after 2 steps" in shown  # what lesson 02's cell prints
-    assert shown.count("own copy") == 2  # one crossed-out copy per rank
+    assert shown.count("no own copy") == 2  # one label per rank, legible: no cross drawn over it
+    assert not any(line.get_color() == "tab:red" for ax in fig.axes for line in ax.lines)
 
 
 def test_start_time_labels_sit_right_of_every_dot():

@@ -230,6 +230,24 @@ def test_a_cpu_model_in_args_takes_the_averaged_ddp_step_once_per_rank():
     assert model.weight.item() == expected.item()
 
 
+def test_the_shared_model_ddp_step_ends_without_a_deadlock_at_exit():
+    # freeing the DDP model right after destroy_process_group() hung now and then on a loaded machine
+    # (a gloo thread waits for the GIL that the freeing thread holds); the worker's teardown() pauses first
+    assert "teardown()" in inspect.getsource(ddp_step_shared_model)
+    for _ in range(5):
+        model = torch.nn.Linear(1, 1, bias=False)
+        context = mp.start_processes(ddp_step_shared_model, args=(2, f"tcp://127.0.0.1:{free_port()}", model),
+                                     nprocs=2, join=False, start_method="forkserver")
+        try:
+            deadline = time.monotonic() + 120
+            while not context.join(timeout=5):  # False while a rank still runs
+                assert time.monotonic() < deadline, "a rank did not exit"
+        finally:
+            for process in context.processes:
+                if process.is_alive():
+                    process.terminate()
+
+
 def test_results_come_back_from_ddp_lib_not_from_torch():
     assert mp.start_processes(hello, args=(2,), nprocs=2, start_method="forkserver") is None
     assert run_ranks(hello, 3) == ["hello from rank 0 of 3", "hello from rank 1 of 3", "hello from rank 2 of 3"]

@@ -1,5 +1,6 @@
 """ddp_lib.demos.torchrun_view under a real torchrun, and ddp_lib.demos.finally_barrier's hidden root error."""
 
+import socket
 import subprocess
 import sys
 
@@ -12,13 +13,23 @@ from ddp_lib.process_group import free_port
 
 
 def test_torchrun_sets_the_rank_variables():
-    done = run_launcher([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-                         "-m", "ddp_lib.demos.torchrun_view"], timeout=300)
+    try:  # held, as lesson 02's cell holds it: torchrun on one node, given no port, picks a free one
+        port_29500 = socket.create_server(("127.0.0.1", 29500))
+    except OSError:  # another process holds it already, which serves as well
+        port_29500 = None
+    try:
+        done = run_launcher([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                             "-m", "ddp_lib.demos.torchrun_view"], timeout=300)
+    finally:
+        if port_29500 is not None:
+            port_29500.close()
     assert done.returncode == 0, done.stderr
     views = views_from(done.stdout)
     assert [view["env"]["RANK"] for view in views] == ["0", "1"]
     assert {view["env"]["WORLD_SIZE"] for view in views} == {"2"}
     assert {view["env"]["MASTER_PORT"] for view in views} == {"set"}
+    ports = {view["master_port"] for view in views}  # the number behind "set": one port, not the default
+    assert len(ports) == 1 and isinstance(next(iter(ports)), int) and 29500 not in ports
     # torchrun's agent, the ranks' parent, serves the store on MASTER_PORT; no rank does
     assert [view["store"] for view in views] == [{"agent": True, "rank": False}] * 2
 

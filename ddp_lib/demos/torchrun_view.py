@@ -18,11 +18,13 @@ from ddp_lib.ports import listens_on
 
 
 def main() -> None:
-    """Print this rank's launcher variables as ``{"rank": r, "view": {"env": {...}, "store": {...}}}``,
-    its address and port as "set", and whether this rank or its parent listens on ``MASTER_PORT``."""
+    """Print this rank's launcher variables as
+    ``{"rank": r, "view": {"env": {...}, "master_port": p, "store": {...}}}``, its address and port as
+    "set" in ``env`` (the port's number in ``master_port``), and whether this rank or its parent
+    listens on ``MASTER_PORT``."""
     rank = int(os.environ["RANK"])
     port = int(os.environ["MASTER_PORT"])
-    view = {"env": launcher_env(),
+    view = {"env": launcher_env(), "master_port": port,
             "store": {"agent": listens_on(os.getppid(), port), "rank": listens_on(os.getpid(), port)}}
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # they change from run to run
         if view["env"][name] is not None:
@@ -36,6 +38,7 @@ def main() -> None:
 def _view(env: dict, agent_pid: int, rank_pid: int) -> dict:
     view = {"env": {name: env.get(name) for name in LAUNCHER_VARS}}
     port = int(env["MASTER_PORT"])
+    view["master_port"] = port  # the number, for a check; the table shows "set"
     view["store"] = {"agent": listens_on(agent_pid, port), "rank": listens_on(rank_pid, port)}
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # they change from run to run
         if view["env"][name] is not None:

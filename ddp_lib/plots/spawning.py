@@ -43,10 +43,8 @@ def plot_shared_model(nprocs: int = 2, lr: float = 0.1, gradient: float = 4) -> 
     for i in range(nprocs):
         x = 1.0 + i * 5.4 / (nprocs - 1) if nprocs > 1 else 3.7
         box(ax, x, 2.6, 2.6, 0.8, f"rank {i}\nSGD step {step:g}", "white")
-        ax.text(x + 0.5, 1.85, "own copy", ha="center", va="center", fontsize=8, color="grey",
-                bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="lightgrey"))
-        ax.plot([x, x + 1.0], [1.65, 2.05], color="tab:red", lw=1.5, zorder=5)  # crossed out
-        ax.plot([x, x + 1.0], [2.05, 1.65], color="tab:red", lw=1.5, zorder=5)
+        ax.text(x + 0.5, 1.85, "no own copy", ha="center", va="center", fontsize=8, color="tab:red",
+                bbox=dict(boxstyle="round,pad=0.3", facecolor="white", edgecolor="tab:red"))
         arrow(ax, (x + 1.3, 2.6), (5.0, 1.3), "tab:blue")
     fig.tight_layout()
     return fig

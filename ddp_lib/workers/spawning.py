@@ -19,9 +19,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 try:  # inside the ddp_lib package
-    from ddp_lib.process_group import env_int, process_group
+    from ddp_lib.process_group import env_int, process_group, teardown
 except ModuleNotFoundError:  # copied into a project next to process_group.py
-    from process_group import env_int, process_group
+    from process_group import env_int, process_group, teardown
 
 
 def record_args(i: int, world_size: int, out_dir: str) -> None:
@@ -146,7 +146,8 @@ def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: n
     """One DDP step (input ``torch.ones(4, 1)``, loss ``.sum()``, SGD with lr 0.1) on ``model``,
     which came in ``args``: on CPU every rank's model is the parent's, so the averaged step
     lands on the same weights once per rank. The ranks step in rank order, so no two steps overlap
-    and the result is exact."""
+    and the result is exact. ``teardown`` (``ddp_lib.process_group``) pauses before ``destroy_process_group``: a DDP
+    model freed as the function returns would otherwise deadlock with gloo's threads now and then."""
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
     try:
         ddp_model = DistributedDataParallel(model)
@@ -157,7 +158,7 @@ def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: n
                 optimizer.step()
             dist.barrier()
     finally:
-        dist.destroy_process_group()
+        teardown()  # destroy_process_group(), once gloo's threads are done: freeing DDP first can deadlock
 
 
 def hello_to_queue(rank: int, world_size: int, results) -> None:
