@@ -12,11 +12,11 @@ are in ``ddp_lib/workers/shared.py``.
 
 from __future__ import annotations
 
-import atexit
 import errno
 import os
 import pkgutil
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -31,9 +31,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # (gloo's own default).
 COLLECTIVE_TIMEOUT = timedelta(seconds=60)
 
-# The groups teardown() left, each still referenced here so that a DDP model freed later never holds
-# its last reference (see teardown); freed by the next setup() or at exit.
-_LEFT_GROUPS: list = []
+# teardown()'s pause before destroying a group, in which gloo's threads finish releasing their work.
+GLOO_SETTLE_SECONDS = 0.02
 
 # The launcher passes a backend chosen in the parent (e.g. ``--backend gloo``) through this.
 BACKEND_ENV = "DDP_LIB_BACKEND"
@@ -187,7 +186,6 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
             f"this process is already rank {dist.get_rank()} of {dist.get_world_size()}; "
             f"call teardown() before joining as rank {rank} of {world_size}"
         )
-    _free_left_groups()  # what an earlier teardown() left: its gloo threads finished long ago
 
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(threads_per_rank(local_world_size))
@@ -217,25 +215,16 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
 def teardown() -> None:
     """Leave the process group, if this process is in one."""
     if dist.is_initialized():
-        # destroy_process_group() only drops torch's references (gloo has no shutdown). A DDP model
-        # still alive holds the group too; if its reducer dropped the last reference (as the model is
-        # freed when its function returns), the group's destructor would join gloo's threads with
-        # the GIL held, while one of them may still wait for the GIL to free the last all-reduce's
-        # state: a deadlock (docs/launcher.md, "A teardown deadlock"). So this module keeps a
-        # reference to every group (the default one and new_group()'s, from torch's registry) until
-        # the next setup() or the process's exit; freeing it there releases the GIL first (torch
-        # binds ProcessGroup with a holder that does), so nothing waits on the GIL.
-        _LEFT_GROUPS.extend(dist.distributed_c10d._world.pg_map)
+        # destroy_process_group() only drops torch's references (gloo has no shutdown); a DDP
+        # model still alive holds the group, and when it is freed (as its function returns) its
+        # reducer, freed with the GIL held, destroys the group, whose destructor joins gloo's
+        # threads. One of them may still be releasing the last backward's all-reduce, which needs
+        # the GIL: a deadlock. Sleeping releases the GIL so those threads finish first. Under
+        # ddp_lib's launcher (run_ranks, ddp_lib.mp) the rank's child code already keeps every group
+        # alive; this pause is for ranks started otherwise (torchrun, torch.multiprocessing, a copy).
+        # torch 2.13 (tools/gloo_shutdown_check.py): destroy-return 9 of 27 hung; teardown --unkept both 0 of 200.
+        time.sleep(GLOO_SETTLE_SECONDS)
         dist.destroy_process_group()
-
-
-def _free_left_groups() -> None:
-    """Free the groups teardown() left. At exit this runs before Python's shutdown begins, while
-    gloo's threads can still take the GIL."""
-    _LEFT_GROUPS.clear()
-
-
-atexit.register(_free_left_groups)
 
 
 @contextmanager

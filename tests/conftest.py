@@ -44,7 +44,7 @@ def run_launcher(command: list[str], *, timeout: float, **popen_kwargs) -> subpr
                 proc.kill()
                 stdout, stderr = "", "(not read: a process it started still held its output)"
             raise AssertionError(f"{' '.join(map(str, command))} did not finish within {timeout} s; "
-                                 f"stopped. stderr: {stderr[-3000:]}") from None
+                                 f"stopped. stderr: {stderr[-12000:]}") from None
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 

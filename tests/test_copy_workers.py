@@ -88,8 +88,11 @@ JOBS = [
 # Each worker module is imported from its own directory, which holds only the files the README
 # names for it. ddp_lib is made unimportable first, in this process and in its children.
 RUNNER = textwrap.dedent('''
-    import importlib, os, socket, sys, time
+    import faulthandler, importlib, os, signal, socket, sys, time
     sys.modules["ddp_lib"] = None  # the package is installed in this environment: hide it
+    # A rank still running when the test gives up gets SIGTERM (from torchrun, or the test): it
+    # writes every thread's stack to stderr first, which the test's error shows.
+    faulthandler.register(signal.SIGTERM, all_threads=True, chain=True)
     import torch
     import torch.multiprocessing as mp
 
@@ -136,6 +139,12 @@ RUNNER = textwrap.dedent('''
                           for r in range(world_size)):
                 time.sleep(0.01)
         torch.save(results, os.path.join(root, f"results.{sys.argv[1]}.{rank}.pt"))
+        if sys.argv[1] == "torchrun":
+            # Leave without Python's teardown, as the template does under torchrun: now and then a
+            # rank aborts or stalls there after its work is done (lesson 02, "the rare abort at exit").
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
     if __name__ == "__main__":
         root, jobs = sys.argv[2], eval(sys.argv[3])
@@ -261,7 +270,7 @@ def _run(root: pathlib.Path, how: str, env: dict) -> list[dict]:
         command = [str(TORCHRUN), "--standalone", "--nproc-per-node", "2", str(root / "runner.py")]
     env = {**{k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}, **env}
     proc = run_launcher(command + [how, str(root), repr(_jobs(root, how))], cwd=root, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stderr[-8000:]
     return [torch.load(root / f"results.{how}.{rank}.pt", weights_only=False) for rank in range(2)]
 
 

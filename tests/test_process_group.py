@@ -33,19 +33,6 @@ def clean_env(monkeypatch):
     teardown()
 
 
-def test_teardown_keeps_every_group_until_the_next_setup(clean_env):
-    # A DDP model freed after teardown() must not drop a group's last reference (the teardown
-    # deadlock, docs/launcher.md): teardown() keeps the default group and new_group()'s.
-    from ddp_lib import process_group as module
-
-    setup(0, 1)
-    groups = {dist.group.WORLD, dist.new_group([0])}
-    teardown()
-    assert not dist.is_initialized() and set(module._LEFT_GROUPS) == groups
-    setup(0, 1)
-    assert module._LEFT_GROUPS == []
-
-
 def test_a_single_process_group_can_be_joined_twice_in_one_process(clean_env):
     for _ in range(2):
         with process_group(0, 1) as device:

@@ -233,9 +233,9 @@ def test_a_group_destroyed_inside_a_function_the_worker_calls_is_held_from_its_c
 
 
 def test_process_groups_teardown_never_hangs_in_plain_processes():
-    # Under torchrun or mp.spawn no launcher keeps the group: teardown() keeps it itself, so the
-    # DDP model freed after it never drops the last reference. The same ending with
-    # destroy_process_group() in place of teardown() hung 8 of 40 runs on a busy 2-core machine.
+    # Under torchrun or mp.spawn no launcher keeps the group: teardown()'s pause lets gloo's threads
+    # finish before the DDP model, freed after it, drops the group's last reference. The same
+    # ending with destroy_process_group() alone hung 8 of 40 runs on a busy 2-core machine.
     tool = Path(__file__).resolve().parent.parent / "tools" / "gloo_shutdown_check.py"
     proc = subprocess.run([sys.executable, str(tool), "--runs", "20", "--hang-seconds", "10", "teardown-return"],
                           capture_output=True, text=True, timeout=600)

@@ -26,7 +26,7 @@ def one_process_group():
     try:
         yield
     finally:
-        teardown()  # not destroy_process_group alone: teardown keeps the group, against gloo's teardown deadlock
+        teardown()  # not destroy_process_group alone: the pause there avoids gloo's shutdown deadlock
 
 
 def _buffer_broadcasts(run) -> int:
