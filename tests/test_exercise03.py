@@ -176,6 +176,7 @@ def test_right_answers_pass_on_both_layouts(name, source, tmp_path, monkeypatch)
     report = check_device_worker(_write(tmp_path, monkeypatch, name, source))
     assert report.passed and len(report.lines) == 3, str(report)
     assert report.lines[0].startswith("PASS on a node with 4 GPUs and 2 ranks (faked)")
+    assert report.lines[0].endswith('then init_process_group("nccl", device_id=cuda:1)')
     assert report.lines[1].startswith("PASS 2 nodes x 2 ranks") and report.lines[2].startswith("PASS 1 node x 3 ranks")
 
 
@@ -253,3 +254,12 @@ def test_the_ddp_wrappers_prefix_passes_and_names_every_key():
     report = check_state_dict_prefix("module.")
     assert report.passed and "module.net2.bias" in str(report), str(report)
     assert not dist.is_initialized()
+
+
+def test_the_pass_line_shows_the_backend_as_written(tmp_path, monkeypatch):
+    """No backend name is valid: init_process_group picks nccl for cuda; the PASS line shows none either."""
+    source = GOOD.replace(SET_DEVICE_FIRST, SET_DEVICE_FIRST.replace('"nccl" if use_gpu else "gloo", ', ""))
+    assert source != GOOD
+    report = check_device_worker(_write(tmp_path, monkeypatch, "good03_no_backend", source))
+    assert report.passed, str(report)
+    assert report.lines[0].endswith("then init_process_group(device_id=cuda:1)"), report.lines[0]

@@ -29,3 +29,10 @@ def test_ddp_moves_tensors_in_tuples_lists_and_dicts_only():
     assert containers_moved_by_ddp(1) == {"tuple": "cuda:1", "list": "cuda:1", "dict": "cuda:1",
                                           "namedtuple": "cuda:1", "dataclass": "cpu", "UserDict": "cpu"}
     assert containers_moved_by_ddp(0)["dict"] == "cuda:0"
+
+
+def test_ddp_move_returns_a_tensor_already_on_the_device_as_itself():
+    from ddp_lib.demos.fake_gpus import ddp_move_keeps_a_moved_tensor
+
+    assert ddp_move_keeps_a_moved_tensor(1) is True
+    assert ddp_move_keeps_a_moved_tensor(0) is True

@@ -79,6 +79,15 @@ def containers_moved_by_ddp(gpu: int = 1) -> dict[str, str]:
         return {kind: str(_its_tensor(after).device) for kind, after in zip(batches, moved_args[0])}
 
 
+def ddp_move_keeps_a_moved_tensor(gpu: int = 1) -> bool:
+    """A fake tensor already on ``cuda:<gpu>``, as after your own ``.to(device)``, passed through the move
+    DDP's forward makes with ``device_ids=[gpu]``. Returns whether it came back as the same object (no copy)."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        t = torch.ones(2).to(torch.device("cuda", gpu))
+        moved_args, _ = _to_kwargs((t,), {}, torch.device("cuda", gpu), True)
+        return moved_args[0][0] is t
+
+
 class TwoGPUToyModel(torch.nn.Module):
     """ToyModel's layers spread over two GPUs: ``net1`` on cuda:0, ``net2`` on cuda:1. Its forward moves
     the activation from the first GPU to the second, as a model spread over devices must."""

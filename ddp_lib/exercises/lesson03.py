@@ -101,14 +101,15 @@ def diagnose(runs: list[dict]) -> str | None:
     return None
 
 
-def gpu_order(fn: Callable) -> str | None:
+def gpu_order(fn: Callable, joined: list | None = None) -> str | None:
     """Run ``fn(3, 4)`` in this process as rank 3, LOCAL_RANK 1, on a node said to have 4 CUDA GPUs, up to its
     ``init_process_group`` and the first error after it (its model cannot go to a GPU this machine lacks).
     ``torch.cuda.is_available``, ``device_count``, ``set_device`` and ``dist.init_process_group`` are
     stand-ins that record their calls, so no GPU is needed. Returns the first mistake in the GPU lines
     (set_device first, on cuda:1; then nccl with device_id=cuda:1), or None. The node runs 2 ranks on 4 GPUs,
     so RANK % 4 = 3 differs from LOCAL_RANK % 4 = 1: with as many GPUs as ranks per node, RANK % GPUs would
-    equal LOCAL_RANK, and an answer that reads RANK would pass here."""
+    equal LOCAL_RANK, and an answer that reads RANK would pass here. ``joined``, if given, gets the backend
+    argument of the first ``init_process_group`` call (None where none was passed)."""
     calls: list[tuple] = []
 
     def set_device(device) -> None:
@@ -151,6 +152,8 @@ def gpu_order(fn: Callable) -> str | None:
     if not joins:
         return f"{NODE}, rank 3 never called dist.init_process_group: join the group yourself"
     _, backend, device_id = calls[joins[0]]
+    if joined is not None:
+        joined.append(backend)
     devices = [call[1] for call in calls[:joins[0]] if call[0] == "set_device"]
     if not devices:
         later = " (it came after init_process_group)" if any(call[0] == "set_device" for call in calls) else ""
@@ -173,7 +176,8 @@ def gpu_order(fn: Callable) -> str | None:
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)``: first its GPU lines on a faked GPU node (``gpu_order``), then
     real runs on 2 simulated nodes x 2 ranks and 1 node x 3; stops at a failure."""
-    problem = gpu_order(fn)
+    joined: list = []
+    problem = gpu_order(fn, joined)
     if problem is not None:
         report = Report()
         report.fail(problem)
@@ -183,8 +187,8 @@ def check_device_worker(fn: Callable, timeout: float = 120):
                           passed=lambda runs: f"every rank used its LOCAL_RANK's device "
                           f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
                           "of all ranks' gradients to the same parameters")
-    report.lines.insert(0, f"PASS {NODE}: set_device(cuda:1), then init_process_group(\"nccl\", "
-                           "device_id=cuda:1)")
+    backend = f'"{joined[0]}", ' if joined and joined[0] is not None else ""  # as the learner wrote it
+    report.lines.insert(0, f"PASS {NODE}: set_device(cuda:1), then init_process_group({backend}device_id=cuda:1)")
     return report
 
 
