@@ -1,5 +1,7 @@
 """Lesson 04: what DDP does to parameters and gradients, checked on gloo with real processes."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -22,6 +24,13 @@ def test_after_backward_every_rank_holds_the_mean_gradient():
     assert all(r["all_ranks_equal"] and r["equals_mean_of_local"] for r in results)
     mean = (results[0]["local_grad_sum"] + results[1]["local_grad_sum"]) / 2
     assert results[0]["ddp_grad_sum"] == pytest.approx(mean, abs=1e-5)
+
+
+def test_mean_gradient_check_is_absolute_and_holds_on_three_ranks():
+    # The lesson prints this verdict: an absolute tolerance of 1e-7 (rtol=0), as its other checks state.
+    assert "allclose(synced, mean_of_local, rtol=0, atol=1e-7)" in inspect.getsource(gradients.grads_after_backward)
+    results = run_ranks(gradients.grads_after_backward, 3, show_output=False)
+    assert all(r["all_ranks_equal"] and r["equals_mean_of_local"] for r in results)
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -214,6 +223,8 @@ def test_the_ddp_cycle_puts_unused_parameters_where_ddp_handles_them():
     assert "unused ones ready" in boxes["loss.backward()"]
     # the forward decides whether the next backward syncs: no_sync() is named there too
     assert "inside no_sync(): its backward will send nothing" in boxes["ddp_model(x)"]
+    # the buffer broadcast depends on the forward before this one, not on the last backward
+    assert "unless the last forward ran in no_grad or no_sync" in boxes["ddp_model(x)"]
     fig = plot_ddp_cycle()
     lowest_line = min(t.get_position()[1] for t in fig.axes[0].texts if t.get_fontsize() == 7.5)
     label = max(t.get_position()[1] for t in fig.axes[0].texts if t.get_text().startswith("sections"))

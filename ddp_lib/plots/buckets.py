@@ -112,7 +112,7 @@ DDP_CYCLE = (
                                     "  and buffers", "buckets for step 0: by default,", "  one of all parameters"),
      "sections 1, 4"),
     ("ddp_model(x)", "forward", ("broadcast buffers, unless the last",
-                                 "  ran under no_grad or no_sync",
+                                 "  forward ran in no_grad or no_sync",
                                  "step 1: buckets rebuilt in the", "  order backward made gradients",
                                  "inside no_sync(): its backward",
                                  "  will send nothing",

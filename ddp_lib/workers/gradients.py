@@ -70,7 +70,7 @@ def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_bat
             "local_grad_sum": round(local.sum().item(), 6),
             "ddp_grad_sum": round(synced.sum().item(), 6),
             "all_ranks_equal": all(torch.equal(everyone[0], g) for g in everyone),
-            "equals_mean_of_local": torch.allclose(synced, mean_of_local, atol=1e-7),
+            "equals_mean_of_local": torch.allclose(synced, mean_of_local, rtol=0, atol=1e-7),
         }
 
 
