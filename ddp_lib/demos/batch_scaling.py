@@ -71,24 +71,24 @@ def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: 
 def lr_scaling_report(scaling: dict) -> str:
     """The lines lesson 05 prints from :func:`summarize_lr_scaling`'s result: each setting's mean final
     loss with its range over the seeds, whether lr 0.4 ends nearer 1 rank on every seed, and the mean
-    losses after epochs 2 and 3."""
+    losses after epochs 2 and 3, on one line."""
     lines = []
     for name, label in {"1 rank, lr 0.1": ONE_RANK, **{f"4 ranks, {lr}": v for lr, v in FOUR_RANKS.items()}}.items():
         low, high = (curve[-1] for curve in scaling["ranges"][label])
         lines.append(f"{name + ':':<16} mean final loss {scaling['means'][label][-1]:.3f} "
                      f"({scaling['seeds']} seeds: {low:.3f} to {high:.3f})")
     lines.append(f"lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: {scaling['closer_every_seed']}")
-    for epoch in (2, 3):
-        lines.append(f"mean loss after epoch {epoch}: " + ", ".join(
-            f"{name} {curve[epoch - 1]:.3f}" for name, curve in scaling["epoch_means"].items()))
+    lines.append("mean loss after epochs 2 and 3: " + "; ".join(
+        f"{name} {curve[1]:.3f}, {curve[2]:.3f}" for name, curve in scaling["epoch_means"].items()))
     return "\n".join(lines)
 
 
 def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
     """Lesson 05's three jobs, one per world size, each rank on one thread (for speed on 2 cores); one
-    line is printed per job as it starts: the runs of "The same job on 1, 2 and 4 ranks" (lr 0.1, seed
-    0), then in brackets those trained for the next section. ``two_ranks_16``: the losses of a 2-rank,
-    batch-16 run at lr 0.1 (the lesson's diff job), the fourth curve.
+    line ("1 rank ...", "2 ranks ...", "4 ranks ...") is printed per job as it starts. Each job trains
+    the runs of "The same job on 1, 2 and 4 ranks" (lr 0.1, seed 0) and those of the next section.
+    ``two_ranks_16``: the losses of a 2-rank, batch-16 run at lr 0.1 (the lesson's diff job), the fourth
+    curve.
 
     - 1 rank: batch 64 at lr 0.1 (seed 0), then batch 16 at lr 0.1 for each seed in ``SEEDS``;
     - 2 ranks: batch 32 per rank at lr 0.1 (seed 0);
@@ -101,13 +101,12 @@ def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
     from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
 
     one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
-    # this section's runs are the seed-0 ones at lr 0.1; the brackets name the next section's
-    print(f"1 rank  x 64 and x 16 at lr 0.1 (for the next section: x 16 on {len(SEEDS)} seeds) ...", flush=True)
+    print("1 rank ...", flush=True)  # batch 64, then the next section's batch-16 runs
     one_rank = launch(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
         dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS]), **one_thread).results[0]
-    print("2 ranks x 32 at lr 0.1 ...", flush=True)
+    print("2 ranks ...", flush=True)
     two_ranks_32 = launch(train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), **one_thread).results[0]
-    print(f"4 ranks x 16 at lr 0.1 (for the next section: lr 0.1 and 0.4, {len(SEEDS)} seeds each) ...", flush=True)
+    print("4 ranks ...", flush=True)  # lr 0.1 and 0.4 on each seed; seed 0 at lr 0.1 is this section's run
     lr_runs = [dict(epochs=epochs, batch_size=16, lr=lr, seed=s) for s in SEEDS for lr in (0.1, 0.4)]
     four_ranks = launch(train_runs, 4, kwargs=dict(runs=lr_runs), **one_thread).results[0]  # rank 0's results
     global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,
