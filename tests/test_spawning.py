@@ -26,6 +26,7 @@ from ddp_lib.cli import main as cli_main
 from ddp_lib.demos.spawning import (
     _cpu_ticks,
     capture_stderr,
+    checksums_by_stage,
     exit_verdict,
     fork_after_threads,
     fork_while_lock_held,
@@ -425,3 +426,26 @@ def test_abort_at_exit_table_reads_the_kept_series(tmp_path):
                                             "torch": "t", "python": "p"}]}))
     assert abort_at_exit_table(kept)[2].split() == ["s", "1", "of", "2", "aborted", "not", "run",
                                                     "torch", "t,", "Python", "p"]
+
+
+def test_checksums_by_stage_reads_the_scripts_lines():
+    printed = ("group of 2 processes ready (gloo on cpu), training one step\n"
+               "2 ranks, parameter checksum on each before DDP(...): [1.5, -0.25]\n"
+               "2 ranks, parameter checksum on each right after DDP(...): [1.5, 1.5]\n"
+               "2 ranks, parameter checksum on each after one step: [1.4, 1.4]\n")
+    assert checksums_by_stage(printed) == {"before DDP(...)": [1.5, -0.25], "right after DDP(...)": [1.5, 1.5],
+                                           "after one step": [1.4, 1.4]}
+
+
+def test_fork_hang_demo_in_a_fresh_process():
+    """Real forks, in a fresh Python whose thread pool has not started: on 1 thread both children
+    finish; a second call knows the control is void."""
+    code = ("from ddp_lib.demos.spawning import fork_hang_demo\n"
+            "print(repr(fork_hang_demo(threads=1)))\nprint(repr(fork_hang_demo(threads=1)))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    first, second = (eval(line) for line in done.stdout.splitlines())  # noqa: S307 (our own repr)
+    assert first[0].startswith("control, the parent has computed nothing:   child finished on 1 thread, in ")
+    assert first[1].startswith("the parent has computed on 1 threads first: child finished on 1 thread (given ")
+    assert first[2] == "finished: this OpenMP runtime survived the fork"
+    assert second == ["this kernel has computed on threads already: restart the kernel to rerun this comparison"]

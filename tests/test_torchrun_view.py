@@ -68,3 +68,21 @@ def test_a_barrier_in_finally_hides_the_root_error():
         assert last.startswith("RuntimeError"), last
     else:
         raise AssertionError("the job should fail")
+
+
+def test_run_holding_port_runs_torchrun_while_the_port_is_held(tmp_path):
+    """Lesson 02's torchrun cell: the job runs while 29500 is held, and the views read from /proc
+    match what the ranks print themselves."""
+    from ddp_lib.demos.torchrun_view import run_holding_port
+
+    rank_script = tmp_path / "rank_that_waits.py"  # the ranks live long enough to be read from outside
+    rank_script.write_text("import time\nfrom ddp_lib.demos.torchrun_view import main\nmain()\ntime.sleep(3)\n")
+    called = []
+    run, views = run_holding_port(rank_script, nprocs=2, hold=29500, while_starting=lambda: called.append(1))
+    assert run.returncode == 0, run.stderr
+    assert called == [1]
+    assert views == views_from(run.stdout)
+    assert all(view["master_port"] != 29500 for view in views)
+    with socket.create_server(("127.0.0.1", 0)):  # the held port was given back
+        pass
+    socket.create_server(("127.0.0.1", 29500)).close()

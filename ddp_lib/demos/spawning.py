@@ -259,6 +259,25 @@ def parent_has_computed() -> bool:
     return _parent_computed
 
 
+def fork_hang_demo(threads: int = 2) -> list[str]:
+    """Lesson 02's comparison, as lines to print: a forked child multiplies matrices on ``threads``
+    threads, first from a parent that has computed nothing (the control), then from one that has
+    (:func:`fork_after_threads`). The second child gets five times the control's time, at least 0.3 s,
+    before it counts as hung. Once this process has computed, the control is void: one line then says
+    to restart the kernel."""
+    if parent_has_computed():
+        return ["this kernel has computed on threads already: restart the kernel to rerun this comparison"]
+    started = time.perf_counter()
+    control = fork_after_threads(threads=threads, wait=5, parent_computes=False)
+    control_seconds = time.perf_counter() - started  # fork, the child's multiply, and its exit
+    wait = max(0.3, 5 * control_seconds)
+    second = fork_after_threads(threads=threads, wait=wait)
+    return [f"control, the parent has computed nothing:   child {control}, in {control_seconds:.2f} s",
+            f"the parent has computed on {threads} threads first: child {second} (given {wait:.2f} s)",
+            "hung, as expected with GNU OpenMP (libgomp, bundled with torch on Linux)" if second == "hung"
+            else "finished: this OpenMP runtime survived the fork"]
+
+
 def _matmul() -> float:
     a = torch.ones(256, 256)
     return float((a @ a)[0, 0])
@@ -326,6 +345,14 @@ def fork_after_threads(threads: int = 2, wait: float = 2.0, parent_computes: boo
 # How each launcher words a rank ended by SIGABRT: mp.spawn's ProcessExitedException, and the
 # failure summary of torchrun (torch.distributed.elastic.multiprocessing.errors, ProcessFailure).
 SIGABRT_WORDINGS = ("terminated with signal SIGABRT", "Signal 6 (SIGABRT)")
+
+
+def checksums_by_stage(printed: str) -> dict[str, list[float]]:
+    """The checksums that ``ddp_basic.py``'s ``report_checksums`` printed, by stage:
+    ``{"before DDP(...)": [...], "right after DDP(...)": [...], "after one step": [...]}``, from lines
+    such as ``2 ranks, parameter checksum on each after one step: [1.2, 1.2]``."""
+    return {line.split(" on each ")[1].split(":")[0]: ast.literal_eval(line.split(": ", 1)[1])
+            for line in printed.splitlines() if " checksum on each " in line}
 
 
 def exit_verdict(run: subprocess.CompletedProcess, done_line: str) -> str:

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from ddp_lib.demos.launcher_env import LAUNCHER_VARS, launcher_env
 from ddp_lib.ports import listens_on
@@ -78,6 +82,37 @@ def views_of_ranks(agent_pid: int, nprocs: int, give_up: float = 120.0) -> list[
                 raise RuntimeError(f"saw {len(found)} of {nprocs} ranks of torchrun's agent {agent_pid}")
             time.sleep(0.02)
     return [found[rank] for rank in sorted(found)]
+
+
+def run_holding_port(script: str | Path, nprocs: int = 2, hold: int = 29500,
+                     while_starting: Callable[[], object] | None = None,
+                     timeout: float = 300) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run ``torchrun --nproc-per-node nprocs script`` (as ``python -m torch.distributed.run``, the same
+    program) while this process holds port ``hold``, as another job might; a port some other process
+    holds already serves as well. Returns ``(run, views)``: the finished job, and what each rank found
+    (:func:`views_of_ranks`), read while it ran. ``while_starting``, if given, is called once the job
+    has started (to show a picture meanwhile). A job still running after ``timeout`` s is stopped."""
+    from ddp_lib.torchrun import stop_torchruns  # here: the ranks, which run main(), never import it
+
+    try:
+        held = socket.create_server(("127.0.0.1", hold))
+    except OSError:  # another process holds it already
+        held = None
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nprocs), str(script)]
+    try:
+        job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            if while_starting is not None:
+                while_starting()
+            views = views_of_ranks(job.pid, nprocs=nprocs)
+            stdout, stderr = job.communicate(timeout=timeout)
+        except BaseException:
+            stop_torchruns([job])
+            raise
+    finally:
+        if held is not None:
+            held.close()
+    return subprocess.CompletedProcess(command, job.returncode, stdout, stderr), views
 
 
 def views_from(printed: str) -> list[dict]:
