@@ -425,3 +425,15 @@ def test_rank0_only_evaluation_of_a_sharded_model_fails_at_the_timeout():
         run_ranks(rank0_evaluation, 2, show_output=False)
     assert sorted(failure.value.failures) == [0, 1]
     assert any("Timed out" in line for line in failure.value.failures.values())
+
+
+def test_the_step_schematic_labels_ddp_as_one_bucket():
+    import matplotlib.pyplot as plt
+
+    from ddp_lib.plots.beyond import plot_step_schedules
+
+    fig = plot_step_schedules(layers=3)
+    labels = [tick.get_text() for tick in fig.axes[0].get_yticklabels()]
+    plt.close(fig)
+    # top row first: DDP's single all-reduce is drawn after backward because this model fits one bucket
+    assert labels[::-1] == ["DDP (one bucket here)", "ZeRO-1 (torch)", "FSDP2", "FSDP2, no reshard"]
