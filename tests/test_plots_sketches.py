@@ -62,6 +62,7 @@ def test_the_log_dir_tree_nests_attempts_in_the_run_folder_and_ranks_in_attempts
     names = ("<log-dir>/", "<rdzv-id>_<random>/", "attempt_0/", "0/", "error.json", "attempt_1/")
     order = [shown.index(name) for name in names]
     assert order == sorted(order)
+    assert any("tempfile.gettempdir()" in text for text in shown)  # TMPDIR, TEMP, TMP, then /tmp: not TMPDIR alone
 
 
 def test_the_restart_sketch_numbers_epochs_from_0_as_train_py_prints_them():

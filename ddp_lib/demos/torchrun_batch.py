@@ -56,23 +56,26 @@ MAIN_JOBS = {
 _MAIN_RUNNING: dict[str, subprocess.Popen] = {}  # the main jobs started so far, by name
 
 
-def _start_main_job(name: str) -> subprocess.Popen:
-    """Start the main job ``name`` in a shell, from the current folder, print its command, and return
-    at once. It writes ``my_work/<name>.out`` and ``my_work/<name>.err``; the failing job's old
-    ``--log-dir`` is removed first."""
+def _start_main_job(name: str, show: bool = True) -> subprocess.Popen:
+    """Start the main job ``name`` in a shell, from the current folder, print its command if ``show``,
+    and return at once. It writes ``my_work/<name>.out`` and ``my_work/<name>.err``; the failing job's
+    old ``--log-dir`` is removed first."""
     if name == "failing":
         shutil.rmtree("my_work/failing", ignore_errors=True)
     command = MAIN_JOBS[name]
-    print("$", command)
+    if show:
+        print("$", command)
     _MAIN_RUNNING[name] = subprocess.Popen(f"({command}) > my_work/{name}.out 2> my_work/{name}.err", shell=True)
     return _MAIN_RUNNING[name]
 
 
 def start_main_jobs() -> dict[str, subprocess.Popen]:
-    """Start :data:`MAIN_JOBS` in a shell each, side by side, printing each command, and return at
-    once (the processes, by name). The section that reads a job calls :func:`main_job`."""
-    print("started in the background, for later sections:")
-    return {name: _start_main_job(name) for name in MAIN_JOBS}
+    """Start :data:`MAIN_JOBS` in a shell each, side by side, print one line that says so, and return at
+    once (the processes, by name). The section that reads a job calls :func:`main_job`, which prints
+    the job's command there."""
+    started = {name: _start_main_job(name, show=False) for name in MAIN_JOBS}
+    print(f"{len(started)} jobs started in the background for later sections; each section prints its command")
+    return started
 
 
 def main_job(name: str) -> int:

@@ -111,7 +111,7 @@ def plot_log_dir_tree() -> Figure:
     """The folders torchrun makes under --log-dir: one per run, one per attempt inside it, one per
     local rank inside that, with the files each rank's folder can hold and what writes them."""
     rows = [  # (depth, name, what it is)
-        (0, "<log-dir>/", "--log-dir; without it a new torchelastic_* folder in TMPDIR, else /tmp"),
+        (0, "<log-dir>/", "--log-dir; without it, a new torchelastic_* folder in tempfile.gettempdir()"),
         (1, "<rdzv-id>_<random>/", "one per run of torchrun"),
         (2, "attempt_0/", "the first start of this node's ranks"),
         (3, "0/", "local rank 0"),
