@@ -2,8 +2,10 @@
 words for it are still in the installed torch wherever a torch file is named, and the helpers that read
 CUDA_VISIBLE_DEVICES and torch's documentation return what torch says."""
 
+import importlib.util
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -152,7 +154,7 @@ def test_a_box_says_plainly_whether_it_was_recorded_or_built_from_source(key):
         assert lines[0] == f"Not run here (no GPU). Recorded on {record['gpus']} GPU (torch {torch_version}):"
     elif key in record["cases"]:  # built from torch's source, part of it recorded; provenance says which part
         assert lines[0] == (f"Not run here (no GPU). Expected on {QUOTES[key].gpus} GPUs; "
-                            f"only {QUOTES[key].box_part} recorded, on {record['gpus']} GPU (torch {torch_version}):")
+                            f"only {QUOTES[key].box_part} was recorded ({record['gpus']} GPU, torch {torch_version}):")
         assert QUOTES[key].box_part, "a box recorded in part names the recorded lines in its header"
     else:  # built from torch's source alone: the box says that no GPU printed any of it
         assert lines[0] == f"Not run here (no GPU). Expected on {QUOTES[key].gpus} GPUs; not recorded on a GPU:"
@@ -175,7 +177,7 @@ def test_a_box_says_expected_unless_a_gpu_machine_printed_all_its_lines(key):
 def test_the_out_of_range_box_is_expected_and_recorded_in_part():
     # The recording ran on 1 GPU with cuda:1; the box quotes cuda:2 on a node with 2 GPUs.
     header = gpu_outcomes.quote("device_id_out_of_range").splitlines()[0]
-    assert " Expected on 2 GPUs; only the error's wording recorded, on 1 GPU (torch " in header
+    assert " Expected on 2 GPUs; only the error's wording was recorded (1 GPU, torch " in header
 
 
 def test_barrier_warnings_returns_the_warnings_of_a_real_barrier():
@@ -183,3 +185,14 @@ def test_barrier_warnings_returns_the_warnings_of_a_real_barrier():
     from ddp_lib.launch import run_ranks
 
     assert run_ranks(placement_demos.barrier_warnings, 2, kwargs=dict(backend="gloo"), show_output=False) == [[], []]
+
+
+def test_the_recording_tool_records_every_quote_one_gpu_can_show():
+    # tools/record_gpu_quotes.py runs on a GPU machine; here only its list of cases is read
+    spec = importlib.util.spec_from_file_location(
+        "record_gpu_quotes", Path(__file__).parents[1] / "tools" / "record_gpu_quotes.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert set(tool.CASES) <= set(QUOTES)
+    assert {"nccl_cpu_tensor", "set_device_out_of_range", "checkpoint_on_gpus"} <= set(tool.CASES)
+    assert QUOTES["checkpoint_on_gpus"].box_part == "rank 0's line"  # one GPU records rank 0's line only

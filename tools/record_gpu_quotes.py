@@ -88,6 +88,25 @@ def bound_device() -> list[str]:
     return lines
 
 
+def nccl_cpu_tensor() -> list[str]:
+    _one_process_group()  # a one-rank nccl group: its only backend serves CUDA tensors
+    return [_error(lambda: dist.all_reduce(torch.ones(1)))]
+
+
+def checkpoint_on_gpus() -> list[str]:
+    path = f"/tmp/checkpoint_on_gpus_{os.getpid()}.pt"
+    torch.save(torch.nn.Linear(10, 5).cuda(0).state_dict(), path)
+    try:
+        saved_on = set()
+        torch.load(path, map_location=lambda storage, location: saved_on.add(location) or storage)
+        plain = torch.load(path)["weight"].device
+        mapped = torch.load(path, map_location=torch.device("cuda", 0))["weight"].device
+    finally:
+        os.remove(path)
+    return [f"rank 0: saved on {sorted(saved_on)}; loaded without map_location -> {plain}; "
+            f"with map_location=device -> {mapped}"]
+
+
 def _without_set_device(rank: int, world_size: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
@@ -114,7 +133,7 @@ def duplicate_gpu() -> list[str]:
 
 CASES = {f.__name__: f for f in (input_not_moved, input_moved_by_ddp, device_id_out_of_range,
                                    set_device_out_of_range, device_id_without_index, barrier_warning,
-                                   bound_device, duplicate_gpu)}
+                                   bound_device, nccl_cpu_tensor, checkpoint_on_gpus, duplicate_gpu)}
 
 
 def main() -> None:

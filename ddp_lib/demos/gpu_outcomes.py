@@ -119,6 +119,9 @@ QUOTES: dict[str, Quote] = {
         "torch.load's documentation: without map_location, tensors go back to the device they were saved from",
         "serialization.py",
         ("are then moved to the device they were saved from",),
+        recorded_words=("rank 0: saved on ['cuda:0']; loaded without map_location -> cuda:0; "
+                        "with map_location=device -> cuda:0",),
+        recorded_part="rank 0's line", box_part="rank 0's line",
         words_are="the documented rule these lines are built from"),
 }
 
@@ -172,7 +175,7 @@ def quote(key: str) -> str:
     """The text a GPU-only cell prints in place of a run: one short header line, then the quoted lines.
     The header says the cell did not run here, and whether a GPU machine printed every line ("Recorded
     on 1 GPU (torch ...):"), or the lines are built from torch's source ("Expected on 2 GPUs") with part
-    of them recorded, named ("; only rank 0's line recorded, on 1 GPU (torch ...):") or none ("; not recorded
+    of them recorded, named ("; only rank 0's line was recorded (1 GPU, torch ...):") or none ("; not recorded
     on a GPU:").
     ``provenance`` names the source and the recording in full, ``checks`` how far to trust them."""
     q = QUOTES[key]
@@ -184,7 +187,7 @@ def quote(key: str) -> str:
     if recorded_in_full(key, record):  # evidence: a GPU machine printed every line
         what = f"Recorded on {recording}:"
     elif key in record["cases"]:  # built from the source; a GPU machine printed part of it, named here
-        what = f"Expected on {_gpus(q.gpus)}; only {q.box_part} recorded, on {recording}:"
+        what = f"Expected on {_gpus(q.gpus)}; only {q.box_part} was recorded ({recording.replace(' (', ', ')[:-1]}):"
     else:  # built from the source alone
         what = f"Expected on {_gpus(q.gpus)}; not recorded on a GPU:"
     text = [f"Not run here ({here}). {what}"]
