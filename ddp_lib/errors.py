@@ -4,6 +4,7 @@ because a peer failed (from the exception's type and where it was raised, never 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sysconfig
@@ -307,6 +308,19 @@ def short_path(path: str) -> str:
         if marker in parts:
             return "/".join(parts[len(parts) - parts[::-1].index(marker):])
     return os.path.basename(path)
+
+
+def short_paths(message: str) -> str:
+    """``message`` with the current folder and the folder torch is installed in left out of its
+    paths, so that they read ``my_work/classic_ddp.py`` and ``torch/nn/modules/module.py``.
+    Display only: the same text on every machine."""
+    prefixes = [os.getcwd() + os.sep]
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:
+        prefixes.append(os.path.dirname(os.path.dirname(spec.origin)) + os.sep)
+    for prefix in prefixes:
+        message = message.replace(prefix, "")
+    return message
 
 
 # Display only: a message made stable for a person and a stored lesson output.
