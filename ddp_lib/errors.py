@@ -310,10 +310,11 @@ def short_path(path: str) -> str:
     return os.path.basename(path)
 
 
-def short_paths(message: str) -> str:
+def relative_paths(message: str) -> str:
     """``message`` with the current folder and the folder torch is installed in left out of its
     paths, so that they read ``my_work/classic_ddp.py`` and ``torch/nn/modules/module.py``.
-    Display only: the same text on every machine."""
+    Display only: the same text on every machine. (``ddp_lib.demos.spawning.short_paths`` instead
+    shortens a traceback's files to their name or their package path.)"""
     prefixes = [os.getcwd() + os.sep]
     spec = importlib.util.find_spec("torch")
     if spec is not None and spec.origin:

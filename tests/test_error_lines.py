@@ -25,16 +25,16 @@ def test_last_line_and_own_line_read_a_real_traceback(tmp_path):
     assert own_line(text) == "mine.py line 2: return 1 / 0"
 
 
-def test_short_paths_leaves_out_the_current_folder_and_torchs_install_folder(tmp_path, monkeypatch):
+def test_relative_paths_leaves_out_the_current_folder_and_torchs_install_folder(tmp_path, monkeypatch):
     import torch
 
-    from ddp_lib.errors import short_paths
+    from ddp_lib.errors import relative_paths
 
     monkeypatch.chdir(tmp_path)
     module = torch.nn.modules.module.__file__
     message = f'File "{tmp_path / "my_work" / "job.py"}", line 3\nFile "{module}", line 9'
-    shown = short_paths(message)
+    shown = relative_paths(message)
     assert shown.startswith('File "' + os.path.join("my_work", "job.py") + '"')
     assert os.path.join("torch", "nn", "modules", "module.py") in shown
     assert str(tmp_path) not in shown
-    assert short_paths("no path here") == "no path here"
+    assert relative_paths("no path here") == "no path here"
