@@ -175,12 +175,9 @@ def test_exercise5_mistakes_get_their_fix(answer, run, said):
     assert said in report and not report.startswith("Right")
 
 
-def test_exercise5_reads_a_real_run(monkeypatch):
+def test_exercise5_reads_a_real_run(free_master_port):
     import ddp_lib.mp
     from ddp_lib.demos import late_collectives
-    from ddp_lib.process_group import free_port
-
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # not the default 12355, which other tests hold
 
     run = ddp_lib.mp.labelled_spawn(late_collectives.late_in_each, args=(3, 0.3), nprocs=3)
     report = check_waiting_at_3([0], run, 0.3)
@@ -232,12 +229,10 @@ def reduce_max_to_2(rank, world_size):
 """
 
 
-def test_exercise2_reads_a_real_run(tmp_path, monkeypatch):
+def test_exercise2_reads_a_real_run(tmp_path, monkeypatch, free_master_port):
     import ddp_lib.mp
-    from ddp_lib.process_group import free_port
 
     worker = load_answer(tmp_path, monkeypatch, "right01_reduce_max", REDUCE_MAX, "reduce_max_to_2")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))  # not the default 12355, which other tests hold
     run = ddp_lib.mp.labelled_spawn(worker, args=(4,), nprocs=4)
     assert check_reduce_max_to_2([2], run).startswith("Right")
 

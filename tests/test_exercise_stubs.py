@@ -12,7 +12,6 @@ import nbformat
 import pytest
 
 from ddp_lib.exercises import lesson00, lesson01, lesson02, lesson03, lesson04, lesson05, lesson07, lesson08
-from ddp_lib.process_group import free_port
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -67,7 +66,7 @@ def test_lesson08_busbw_stub_fails_and_its_solution_passes():
     assert lesson08.check_busbw(busbw).passed
 
 
-def test_lesson01_reduce_stub_raises_and_its_answer_passes(tmp_path, monkeypatch):
+def test_lesson01_reduce_stub_raises_and_its_answer_passes(tmp_path, monkeypatch, free_master_port):
     """Exercise 2 of lesson 01: its stub raises NotImplementedError on every rank, and the stub with the
     answer's two lines in place of the raise passes the checker."""
     from ddp_lib.mp import RankRaisedError, labelled_spawn
@@ -81,9 +80,6 @@ def test_lesson01_reduce_stub_raises_and_its_answer_passes(tmp_path, monkeypatch
     (tmp_path / "answer_lesson01_reduce.py").write_text(answer)
     monkeypatch.syspath_prepend(str(tmp_path))  # the launcher passes sys.path on to the ranks
     importlib.invalidate_caches()
-    # a free port, not the default 12355 that other tests and lessons 00 and 07 hold while they run
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(free_port()))
 
     with pytest.raises(RankRaisedError, match="NotImplementedError"):
         labelled_spawn(importlib.import_module("stub_lesson01_reduce").reduce_max_to_2, args=(4,), nprocs=4)
