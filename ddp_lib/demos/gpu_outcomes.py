@@ -183,11 +183,11 @@ def quote(key: str) -> str:
     # Quoted on every machine, so that the lesson prints the same everywhere; the header says which case this is.
     here = "no GPU" if gpus_here == 0 else f"this machine has {_gpus(gpus_here)}"
     record = json.loads(RECORDED.read_text())
-    recording = f"{_gpus(record['gpus'])} (torch {record['torch'].split('+')[0]})"
+    gpus, version = _gpus(record["gpus"]), record["torch"].split("+")[0]
     if recorded_in_full(key, record):  # evidence: a GPU machine printed every line
-        what = f"Recorded on {recording}:"
+        what = f"Recorded on {gpus} (torch {version}):"
     elif key in record["cases"]:  # built from the source; a GPU machine printed part of it, named here
-        what = f"Expected on {_gpus(q.gpus)}; only {q.box_part} was recorded ({recording.replace(' (', ', ')[:-1]}):"
+        what = f"Expected on {_gpus(q.gpus)}; only {q.box_part} was recorded ({gpus}, torch {version}):"
     else:  # built from the source alone
         what = f"Expected on {_gpus(q.gpus)}; not recorded on a GPU:"
     text = [f"Not run here ({here}). {what}"]
