@@ -232,6 +232,41 @@ def test_a_checkpoint_of_another_model_is_refused_before_any_resuming_line(tmp_p
     assert "resuming" not in printed, printed  # no rank resumed, so none says so
 
 
+def _regression_copy(folder: pathlib.Path, target: str) -> None:
+    """The template edited as a learner edits it for a regression model: one output, MSE, metric "mse"."""
+    text = TEMPLATE.read_text()
+    edits = {
+        "    y = (x[:, :4].sum(1) > x[:, 4:].sum(1)).long()": f"    y = {target}",
+        "nn.Linear(64, 2))": "nn.Linear(64, 1))",
+        "return nn.CrossEntropyLoss()": "return nn.MSELoss()",
+        'METRIC = "accuracy"': 'METRIC = "mse"',
+        "counts[0] += (model(x).argmax(1) == y).sum()": "counts[0] += ((model(x) - y) ** 2).sum()",
+    }
+    for old, edit in edits.items():
+        assert text.count(old) == 1, old
+        text = text.replace(old, edit)
+    folder.mkdir()
+    (folder / "template.py").write_text(text)
+
+
+def test_a_regression_copy_names_its_metric_and_stops_on_targets_of_another_shape(tmp_path):
+    # Right: targets shaped (N, 1), like the output. The metric is printed and kept under its name.
+    _regression_copy(tmp_path / "right", "(x[:, :4].sum(1) - x[:, 4:].sum(1)).unsqueeze(1) / 4")
+    printed = _run([sys.executable, "-I", "template.py", "--epochs", "2", "--lr", "0.01"], tmp_path / "right")
+    mse = [float(m) for m in re.findall(r"^epoch \d/2: loss [\d.]+, mse ([\d.e-]+) on 201 samples$", printed, re.MULTILINE)]
+    assert len(mse) == 2 and mse[1] < mse[0], printed
+    history = _state(tmp_path / "right" / "checkpoints" / "last.pt")["history"]
+    assert [sorted(h) for h in history] == [["evaluated", "loss", "lr", "mse"]] * 2, history
+
+    # The honest mistake: targets shaped (N,). torch only warns; the copy stops on every rank, with torch's words.
+    _regression_copy(tmp_path / "wrong", "(x[:, :4].sum(1) - x[:, 4:].sum(1)) / 4")
+    printed = _run([sys.executable, "-I", "template.py", "--epochs", "2", "--lr", "0.01"], tmp_path / "wrong",
+                   returncode=1)
+    assert "Using a target size (torch.Size([32])) that is different to the input size (torch.Size([32, 1]))" \
+        in printed, printed
+    assert "epoch 1/2" not in printed, printed
+
+
 @pytest.mark.parametrize("env, world_size, gpus, expected", [
     ({}, 2, 2, True),                                      # mp.spawn: both ranks here, a GPU each
     ({}, 2, 1, False),                                     # mp.spawn on one GPU: gloo on the CPU

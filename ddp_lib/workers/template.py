@@ -47,7 +47,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, Te
 # which counts correct class picks: change it if your model is not a classifier). After changing
 # the model, delete the old --checkpoint-dir or give a new one: its checkpoint fits the old model only.
 
-METRIC = "accuracy"  # what each epoch's line calls evaluate()'s metric: rename it when you change the metric
+METRIC = "accuracy"  # the name of evaluate()'s metric, in each epoch's line and the history: rename it with the metric
 
 
 def make_datasets() -> tuple[Dataset, Dataset]:
@@ -98,8 +98,11 @@ def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32,
         warmup_steps: optimizer steps over which the learning rate rises linearly to lr (0: none).
         accumulate: batches per optimizer step; gradients are all-reduced once per step.
 
-    Returns {"rank", "start_epoch", "history" (per epoch: loss, accuracy, samples evaluated, lr)}.
+    Returns {"rank", "start_epoch", "history" (per epoch: loss, METRIC, samples evaluated, lr)}.
     """
+    # A target shaped (N,) against an output shaped (N, 1) broadcasts to an (N, N) loss: torch only
+    # warns, and the model learns the wrong thing. Stop at the first batch instead.
+    warnings.filterwarnings("error", message="Using a target size", category=UserWarning)
     device = setup_job(rank, world_size)
     try:
         # One seed on every rank: the same initial weights (DDP would broadcast rank 0's anyway).
@@ -154,12 +157,12 @@ def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32,
                 totals[0] += loss.detach().double() * len(y)
                 totals[1] += len(y)
             dist.all_reduce(totals)  # the epoch's mean loss: (sum of loss x n) / (sum of n), over every rank
-            accuracy, evaluated = evaluate(model, eval_set, rank, world_size, device)
-            history.append({"loss": round((totals[0] / totals[1]).item(), 6), "accuracy": round(accuracy, 6),
+            metric, evaluated = evaluate(model, eval_set, rank, world_size, device)
+            history.append({"loss": round((totals[0] / totals[1]).item(), 6), METRIC: round(metric, 6),
                             "evaluated": evaluated, "lr": optimizer.param_groups[0]["lr"]})
             if rank == 0:
                 print(f"epoch {epoch + 1}/{epochs}: loss {history[-1]['loss']:.4f}, "
-                      f"{METRIC} {accuracy:.3f} on {evaluated} samples", flush=True)
+                      f"{METRIC} {metric:.4g} on {evaluated} samples", flush=True)
                 # The unwrapped model: keys without "module.", loadable with or without DDP.
                 state = {name: part.state_dict() for name, part in parts.items() if part is not None}
                 save_checkpoint(checkpoint, {**state, "epoch": epoch + 1, "history": history, "settings": settings})
