@@ -253,7 +253,8 @@ def test_a_regression_copy_names_its_metric_and_stops_on_targets_of_another_shap
     # Right: targets shaped (N, 1), like the output. The metric is printed and kept under its name.
     _regression_copy(tmp_path / "right", "(x[:, :4].sum(1) - x[:, 4:].sum(1)).unsqueeze(1) / 4")
     printed = _run([sys.executable, "-I", "template.py", "--epochs", "2", "--lr", "0.01"], tmp_path / "right")
-    mse = [float(m) for m in re.findall(r"^epoch \d/2: loss [\d.]+, mse ([\d.e-]+) on 201 samples$", printed, re.MULTILINE)]
+    line = r"^epoch \d/2: loss [\d.]+, mse ([\d.e-]+) on 201 samples$"
+    mse = [float(m) for m in re.findall(line, printed, re.MULTILINE)]
     assert len(mse) == 2 and mse[1] < mse[0], printed
     history = _state(tmp_path / "right" / "checkpoints" / "last.pt")["history"]
     assert [sorted(h) for h in history] == [["evaluated", "loss", "lr", "mse"]] * 2, history
