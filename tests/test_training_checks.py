@@ -132,6 +132,8 @@ def test_template_core_view_marks_the_ddp_lines_and_keeps_the_make_calls():
     assert any("ddp_model = DDP(" in line for line in marked)
     for call in ("make_datasets()", "make_model()", "make_optimizer(", "make_loss()"):
         assert any(call in line for line in view), call
+    for kept in training_checks._TEMPLATE_KEEP:  # a line renamed in the template drops out of the view
+        assert any(kept in line for line in view), kept
     assert not any("  # " in line for line in view if not line.strip().startswith("#"))  # end-of-line comments dropped
     seeded = next(i for i, line in enumerate(view) if "torch.manual_seed(seed + rank)" in line)
     assert view[seeded - 1].strip().startswith("#")  # a comment kept: why each rank seeds differently

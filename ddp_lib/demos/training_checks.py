@@ -316,7 +316,7 @@ _TEMPLATE_KEEP = (
     "start_epoch, history = load_checkpoint", "ddp_model = DDP", "for epoch in", "sampler.set_epoch",
     "totals = torch.zeros", "for x, y in loader", "x, y = x.to(device)", "loss = loss_fn",
     "loss.backward()", "optimizer.step()", "optimizer.zero_grad()", "totals[",
-    "dist.all_reduce(totals)", "accuracy, evaluated = evaluate", "if rank == 0:",
+    "dist.all_reduce(totals)", "metric, evaluated = evaluate", "if rank == 0:",
     "save_checkpoint(", "dist.barrier()", "return {", "finally:", "dist.destroy_process_group()")
 _DDP_MARKS = ("setup_job(", "seed + rank", "DistributedSampler(", "sampler=sampler", ".to(device)", "load_checkpoint(",
               "DDP(", "set_epoch", "no_sync", "ddp_model(x)", "dist.", "evaluate(", "rank == 0", "save_checkpoint(",
