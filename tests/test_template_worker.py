@@ -259,12 +259,14 @@ def test_a_regression_copy_names_its_metric_and_stops_on_targets_of_another_shap
     history = _state(tmp_path / "right" / "checkpoints" / "last.pt")["history"]
     assert [sorted(h) for h in history] == [["evaluated", "loss", "lr", "mse"]] * 2, history
 
-    # The honest mistake: targets shaped (N,). torch only warns; the copy stops on every rank, with torch's words.
+    # The honest mistake: targets shaped (N,). torch only warns; the copy stops at the first batch, and
+    # torchrun's failure summary (@record) ends with torch's words, not only an exit code.
     _regression_copy(tmp_path / "wrong", "(x[:, :4].sum(1) - x[:, 4:].sum(1)) / 4")
-    printed = _run([sys.executable, "-I", "template.py", "--epochs", "2", "--lr", "0.01"], tmp_path / "wrong",
-                   returncode=1)
+    printed = _run([str(TORCHRUN), "--standalone", "--nproc-per-node", "2", "template.py", "--epochs", "2"],
+                   tmp_path / "wrong", returncode=1)
+    summary = printed[printed.index("Root Cause (first observed failure)"):]
     assert "Using a target size (torch.Size([32])) that is different to the input size (torch.Size([32, 1]))" \
-        in printed, printed
+        in summary, printed
     assert "epoch 1/2" not in printed, printed
 
 

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
@@ -325,6 +326,7 @@ def gpus_for_every_rank(world_size: int) -> bool:
     return torch.cuda.is_available() and torch.cuda.device_count() >= local_ranks(world_size)
 
 
+@record  # under torchrun, an exception that ends a rank goes into torchrun's failure summary (lesson 06)
 def run_rank(rank: int, world_size: int, *settings) -> None:
     """One rank started from the command line: train_job, then leave with exit code 0, or 2 for a
     refused resume (rank 0 has printed the reason; no rank prints a traceback)."""
