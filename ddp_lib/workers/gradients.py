@@ -163,7 +163,7 @@ def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_
                     else:  # the mistake: the forward runs before no_sync()
                         loss = nn.functional.mse_loss(ddp_model(x[rows]), y[rows]) / grad_accum_steps
                         with nullcontext() if last else ddp_model.no_sync():
-                            loss.backward()
+                            loss.backward()  # all-reduces even inside no_sync()
                 if step == 0:
                     allreduces_per_micro_batch.append(c10d_ops(prof).get("allreduce_", 0))
             optimizer.step()
