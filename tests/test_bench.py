@@ -73,6 +73,7 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     assert "the parts add up within 25%: True" in text
     text = ddp.model_verdict(ddp.full_run(), alpha, beta, sweep=allreduce.full_run())
     assert len(text.splitlines()) == 4 and "x the all-reduce benchmark's" in text
+    assert text.endswith("at that size, interpolated between its rows")
     assert "largest:" in ddp.model_verdict(ddp.full_run(), alpha, beta, detail=True)
     profiled = overlap.full_run()
     assert "steps with some overlap, of all" in overlap.overlap_verdict(profiled)
@@ -110,7 +111,8 @@ def test_extra_step_sets_the_2_rank_step_beside_measured_all_reduces_and_alpha()
     assert lines[0].startswith(f"gradients {nbytes} B;") and "took 1.00 ms" in lines[0] and "0.50 ms" in lines[0]
     assert "= local step 1.00 ms + 1.00 ms: 1.0 to 2.0 of those measured all-reduces, 4.0 fitted alpha" in lines[1]
     assert lines[2] == "prediction 2t / (t + alpha): 1.60x; measured 1.00x; within 10%: False"
-    assert lines[3].endswith("1.00x to 1.33x with c = a measured all-reduce") and "True" not in lines[3]
+    assert lines[3].endswith("1.00x to 1.33x with alpha replaced by a measured small all-reduce")
+    assert "True" not in lines[3]
     # The one prediction holds when the 2-rank step adds about one fitted alpha (a 1.25 ms step: 1.60x).
     near = {"rows": [runs["rows"][0], {"world_size": 2, "policy": "one", "samples_per_s": 25600.0}]}
     assert scaling.extra_step(near, kept, alpha=250e-6).splitlines()[2].endswith("within 10%: True")

@@ -154,3 +154,13 @@ def test_plot_allreduce_labels_oversubscribed_ranks_and_draws_a_given_fit_from_i
     assert "4 ranks on 2 cores (oversubscribed)" in labels and "2 ranks" in labels
     dashed = [line for line in fig.axes[0].get_lines() if line.get_linestyle() == "--"]
     assert len(dashed) == 1 and min(dashed[0].get_xdata()) == 64
+
+
+def test_the_step_breakdown_says_its_bars_are_medians_of_parts_not_the_median_step():
+    from ddp_lib.plots.performance import plot_step_breakdown
+
+    parts = {"forward": 1.0, "backward computation": 2.0, "communication not hidden": 3.0, "optimizer": 0.5}
+    fig = plot_step_breakdown({"bucket_cap_mb=1": parts, "bucket_cap_mb=25": parts})
+    title = fig.axes[0].get_title()
+    assert "median of each part" in title and "need not add up to the median step" in title
+    assert len(fig.axes[0].patches) == 8

@@ -124,7 +124,8 @@ def model_verdict(result: dict, alpha: float, beta: float, detail: bool = False,
             bench_ms = interpolated_us(sweep["rows"], result["gradient_bytes"]) / 1e3
             lines.append(
                 f"this run's bare all-reduce of {result['gradient_bytes'] / 1e6:.2f} MB: {bare_ms:.2f} ms, "
-                f"{bare_ms / bench_ms:.1f}x the all-reduce benchmark's {bench_ms:.2f} ms at that size")
+                f"{bare_ms / bench_ms:.1f}x the all-reduce benchmark's {bench_ms:.2f} ms at that size, "
+                "interpolated between its rows")
         return "\n".join(lines)
     return "\n".join([
         f"median steps (ms): 2 ranks, local {steps[2, 'local']:.2f}, DDP {steps[2, 'torch']:.2f}; "

@@ -109,8 +109,8 @@ def extra_step(result: dict, allreduce_run: dict, alpha: float, policy: str = "o
     """What the 2-rank step added to the 1-rank step, beside the kept all-reduce run's measured 2-rank times
     at the two kept sizes around the gradients' bytes, and beside the fitted ``alpha`` (seconds).
 
-    The prediction is fixed before it meets the measurement: the estimate 2 t / (t + c) of the 2-rank
-    speed-up with c the fitted alpha, the model's cost of one small all-reduce (the gradients' bytes over
+    The prediction is fixed before it meets the measurement: the estimate 2 t / (t + alpha) of the 2-rank
+    speed-up with the fitted alpha, the model's cost of one small all-reduce (the gradients' bytes over
     beta add well under a microsecond). It is judged once, within 10%. The two measured all-reduces give
     a range beside it, with no verdict: they come from another run at another load, and the kept rows
     cannot tell which of them is this machine's usual small all-reduce."""
@@ -135,4 +135,4 @@ def extra_step(result: dict, allreduce_run: dict, alpha: float, policy: str = "o
         f"prediction 2t / (t + alpha): {estimate(alpha):.2f}x; measured {measured:.2f}x; "
         f"within 10%: {held}",
         f"no verdict, another run's numbers: {estimate(slow):.2f}x to {estimate(fast):.2f}x "
-        f"with c = a measured all-reduce"])
+        f"with alpha replaced by a measured small all-reduce"])

@@ -182,7 +182,8 @@ def plot_step_breakdown(breakdowns: dict[str, dict[str, float]]):
     ax.set_yticks(range(len(breakdowns)), list(breakdowns))
     ax.invert_yaxis()
     ax.set_xlabel("ms of one profiled step (rank 0)")
-    ax.set_title("where a DDP step's time went: measured with torch.profiler")
+    ax.set_title("where a DDP step's time went, measured with torch.profiler\n"
+                 "bars: median of each part; they need not add up to the median step")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=4, fontsize=8, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
