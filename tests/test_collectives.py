@@ -106,6 +106,10 @@ def test_store_by_hand_then_process_group(tmp_path):
         assert r["seen"] == ["rank 0 is here", "rank 1 is here", "rank 2 is here"]
         assert r["arrival_in_range"] and r["sum_of_ranks"] == 3.0
     assert sorted(r["arrival"] for r in results) == [1, 2, 3]  # add() numbers the arrivals 1..3
+    # init_process_group left one key per rank in the store, named after the rank, the same for every rank
+    keys = results[0]["group_keys"]
+    assert len(keys) == 3 and [key.rsplit("/", 1)[1] for key in keys] == ["0", "1", "2"]
+    assert all(r["group_keys"] == keys and all(key.startswith("0/") for key in keys) for r in results)
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])

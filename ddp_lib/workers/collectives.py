@@ -109,9 +109,11 @@ def store_demo(rank: int, world_size: int, path: str) -> dict:
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
     try:
         total = torch.tensor([float(rank)])
-        dist.all_reduce(total)
+        dist.all_reduce(total)  # done: every rank has connected, so every rank's address key is in the store
+        # The keys init_process_group added, under the group's name ("0"): gloo's address of each rank.
+        group_keys = sorted(k for k in store.list_keys() if k.startswith(f"{dist.group.WORLD.group_name}/"))
         return {"rank": rank, "seen": seen, "arrival": arrival, "arrival_in_range": 1 <= arrival <= world_size,
-                "sum_of_ranks": total.item()}
+                "sum_of_ranks": total.item(), "group_keys": group_keys}
     finally:
         dist.destroy_process_group()
 
