@@ -155,14 +155,15 @@ def choice_table(runs2: dict) -> dict:
     sent_ddp = bytes_sent(r2["ddp"]["payloads"], 2)
     gathered = gathered_bytes(r2)
     rows = {}
-    print(f"{'strategy':<16}{'held MB, 2':>11}{'state, x DDP':>13}{'sent, x DDP':>12}{'calls':>6}  why")
+    columns = ("MB held (2 ranks)", "Adam state ×DDP", "bytes sent ×DDP", "collectives/step")
+    print(f"{'strategy':<16}" + "".join(f"{c:>{len(c) + 2}}" for c in columns) + "  why")
     for s, why in advice.items():
         rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
                    "sent": bytes_sent(r2[s]["payloads"], 2) / sent_ddp}
-        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{state[s] / state['ddp']:>13.2f}{rows[s]['sent']:>12.2f}"
-              f"{collectives_asked(r2[s]):>6}  {why}")
-    print("on 2 ranks; state: Adam's; sent: in float32 (with bfloat16 gathers FSDP2 sends 1.00x, and 0.75x")
-    print("without reshard, folded); calls: collectives asked per step")
+        cells = (f"{rows[s]['held'] / 1e6:.2f}", f"{state[s] / state['ddp']:.2f}", f"{rows[s]['sent']:.2f}",
+                 f"{collectives_asked(r2[s])}")
+        print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)) + f"  {why}")
+    print("rank 0 on 2 ranks; bytes sent in float32")
     return rows
 
 
