@@ -92,6 +92,8 @@ def test_choice_memory_adds_the_gathered_weights_and_4_ranks(capsys):
     assert rows["zero1_view"]["held_4"] is None  # not run on 4 ranks: printed as "-"
     lines = capsys.readouterr().out.splitlines()
     assert "held + gathered" in lines[0] and lines[4].split()[-1] == "-"
+    assert lines[0].split()[1:4] == ["MB", "held", "(2"] and lines[0].endswith("MB held (4 ranks)")
+    assert lines[1].endswith(f"{rows['ddp']['held_4'] / 1e6:.2f}")  # under the end of its column's name
 
 
 def test_sizing_a_7b_model_on_8_gpus():

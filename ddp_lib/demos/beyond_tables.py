@@ -183,12 +183,14 @@ def choice_memory(runs2: dict, runs4: dict) -> dict:
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     gathered = gathered_bytes(r2)
     rows = {}
-    print(f"{'strategy':<16}{'held MB, 2':>11}{'held + gathered':>16}{'held MB, 4':>11}")
+    columns = ("MB held (2 ranks)", "held + gathered", "MB held (4 ranks)")
+    print(f"{'strategy':<16}" + "".join(f"{c:>{len(c) + 2}}" for c in columns))
     for s in ("ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"):
         rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
                    "held_4": held(runs4[s][0]) if s in runs4 else None}
         mb4 = f"{rows[s]['held_4'] / 1e6:.2f}" if rows[s]["held_4"] is not None else "-"
-        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['held_gathered'] / 1e6:>16.2f}{mb4:>11}")
+        cells = (f"{rows[s]['held'] / 1e6:.2f}", f"{rows[s]['held_gathered'] / 1e6:.2f}", mb4)
+        print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)))
     print("held + gathered: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard")
     print("every gathered weight (counted); not a peak: each strategy's activations and Adam's step come on top")
     return rows
