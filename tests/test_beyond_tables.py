@@ -73,8 +73,14 @@ def test_choice_table_rows(capsys):
     assert rows["fsdp_no_reshard"]["held_gathered"] == rows["fsdp_no_reshard"]["held"] + 4 * N
     assert rows["fsdp"]["held_gathered"] == rows["fsdp"]["held"] + 4 * N  # the two largest all-gathers
     out = capsys.readouterr().out
-    header = out.splitlines()[0].split()
-    assert header[:2] == ["strategy", "held"] and header[-2:] == ["calls", "why"] and "gathered" not in header
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["strategy", "MB", "held"] and lines[0].endswith("collectives/step  why")
+    assert "gathered" not in lines[0]
+    # each number ends under the end of its column's name
+    ends = [lines[0].index(c) + len(c) for c in ("(2 ranks)", "state ×DDP", "sent ×DDP", "collectives/step")]
+    ddp = lines[1]
+    assert [ddp[end - 4:end] for end in ends] == ["0.02", "1.00", "1.00", "   1"]
+    assert lines[-1] == "rank 0 on 2 ranks; bytes sent in float32"
     assert "state sharded, no bucket copy" in out
 
 
@@ -86,6 +92,8 @@ def test_choice_memory_adds_the_gathered_weights_and_4_ranks(capsys):
     assert rows["zero1_view"]["held_4"] is None  # not run on 4 ranks: printed as "-"
     lines = capsys.readouterr().out.splitlines()
     assert "held + gathered" in lines[0] and lines[4].split()[-1] == "-"
+    assert lines[0].split()[1:4] == ["MB", "held", "(2"] and lines[0].endswith("MB held (4 ranks)")
+    assert lines[1].endswith(f"{rows['ddp']['held_4'] / 1e6:.2f}")  # under the end of its column's name
 
 
 def test_sizing_a_7b_model_on_8_gpus():

@@ -155,14 +155,15 @@ def choice_table(runs2: dict) -> dict:
     sent_ddp = bytes_sent(r2["ddp"]["payloads"], 2)
     gathered = gathered_bytes(r2)
     rows = {}
-    print(f"{'strategy':<16}{'held MB, 2':>11}{'state, x DDP':>13}{'sent, x DDP':>12}{'calls':>6}  why")
+    columns = ("MB held (2 ranks)", "Adam state ×DDP", "bytes sent ×DDP", "collectives/step")
+    print(f"{'strategy':<16}" + "".join(f"{c:>{len(c) + 2}}" for c in columns) + "  why")
     for s, why in advice.items():
         rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
                    "sent": bytes_sent(r2[s]["payloads"], 2) / sent_ddp}
-        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{state[s] / state['ddp']:>13.2f}{rows[s]['sent']:>12.2f}"
-              f"{collectives_asked(r2[s]):>6}  {why}")
-    print("on 2 ranks; state: Adam's; sent: in float32 (with bfloat16 gathers FSDP2 sends 1.00x, and 0.75x")
-    print("without reshard, folded); calls: collectives asked per step")
+        cells = (f"{rows[s]['held'] / 1e6:.2f}", f"{state[s] / state['ddp']:.2f}", f"{rows[s]['sent']:.2f}",
+                 f"{collectives_asked(r2[s])}")
+        print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)) + f"  {why}")
+    print("rank 0 on 2 ranks; bytes sent in float32")
     return rows
 
 
@@ -182,12 +183,14 @@ def choice_memory(runs2: dict, runs4: dict) -> dict:
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     gathered = gathered_bytes(r2)
     rows = {}
-    print(f"{'strategy':<16}{'held MB, 2':>11}{'held + gathered':>16}{'held MB, 4':>11}")
+    columns = ("MB held (2 ranks)", "held + gathered", "MB held (4 ranks)")
+    print(f"{'strategy':<16}" + "".join(f"{c:>{len(c) + 2}}" for c in columns))
     for s in ("ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"):
         rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
                    "held_4": held(runs4[s][0]) if s in runs4 else None}
         mb4 = f"{rows[s]['held_4'] / 1e6:.2f}" if rows[s]["held_4"] is not None else "-"
-        print(f"{s:<16}{rows[s]['held'] / 1e6:>11.2f}{rows[s]['held_gathered'] / 1e6:>16.2f}{mb4:>11}")
+        cells = (f"{rows[s]['held'] / 1e6:.2f}", f"{rows[s]['held_gathered'] / 1e6:.2f}", mb4)
+        print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)))
     print("held + gathered: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard")
     print("every gathered weight (counted); not a peak: each strategy's activations and Adam's step come on top")
     return rows
