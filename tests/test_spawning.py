@@ -424,8 +424,13 @@ def test_abort_at_exit_table_reads_the_kept_series(tmp_path):
     kept = tmp_path / "kept.json"
     kept.write_text(json.dumps({"series": [{"series": "s", "without leave()": [1, 2], "with leave()": None,
                                             "torch": "t", "python": "p"}]}))
-    assert abort_at_exit_table(kept)[2].split() == ["s", "1", "of", "2", "aborted", "not", "run",
+    assert abort_at_exit_table(kept)[2].split() == ["s", "1", "of", "2", "aborted", "not", "run", "not", "kept",
                                                     "torch", "t,", "Python", "p"]
+    kept.write_text(json.dumps({"series": [{"series": "s", "runs": 10, "without leave()": [1, 8],
+                                            "with leave()": [0, 9], "torch": "t", "python": "p"}]}))
+    row = abort_at_exit_table(kept)[2]
+    assert "2 without, 1 with" in row  # launched minus counted: the runs that failed otherwise
+    assert "failed otherwise" in abort_at_exit_table(kept)[1]
 
 
 def test_checksums_by_stage_reads_the_scripts_lines():

@@ -463,16 +463,26 @@ ABORT_SERIES = Path(__file__).with_name("recorded") / "abort_at_exit.json"
 def abort_at_exit_table(path: Path = ABORT_SERIES) -> list[str]:
     """The kept series of lesson 02's rare abort at exit, one line per series, labelled as recorded.
 
-    Each series gives [aborted at exit, runs] without and with ``leave()`` (null: not run);
-    ``tools/abort_at_exit_check.py --record NAME`` appends a new one."""
+    Each series gives [aborted at exit, runs counted] without and with ``leave()`` (null: not run),
+    runs counted being those that exited 0 or aborted after every line. A series that keeps
+    ``runs``, the runs launched of each kind, also gets its runs that failed otherwise (launched
+    minus counted); one without it says "not kept". ``tools/abort_at_exit_check.py --record NAME``
+    appends a new one."""
     record = json.loads(Path(path).read_text())
+    kinds = ("without leave()", "with leave()")
 
     def cell(count: list[int] | None) -> str:
         return "not run" if count is None else f"{count[0]} of {count[1]} aborted"
 
+    def failed(entry: dict) -> str:
+        if "runs" not in entry:
+            return "not kept"
+        return ", ".join(f"{entry['runs'] - entry[kind][1]} {kind.split()[0]}"
+                         for kind in kinds if entry[kind] is not None)
+
     lines = ["recorded series, not run in this notebook:",
-             f"{'series':24} {'without leave()':18} {'with leave()':18} versions"]
+             f"{'series':24} {'without leave()':18} {'with leave()':18} {'failed otherwise':20} versions"]
     for entry in record["series"]:
         lines.append(f"{entry['series']:24} {cell(entry['without leave()']):18} {cell(entry['with leave()']):18} "
-                     f"torch {entry['torch']}, Python {entry['python']}")
+                     f"{failed(entry):20} torch {entry['torch']}, Python {entry['python']}")
     return lines
