@@ -442,6 +442,18 @@ def test_checksums_by_stage_reads_the_scripts_lines():
                                            "after one step": [1.4, 1.4]}
 
 
+def test_fork_hang_demo_says_restart_when_the_control_hangs(monkeypatch):
+    """A control that hangs gives no baseline: the lines say to restart the kernel, and no second child runs."""
+    from ddp_lib.demos import spawning as demo
+
+    calls = []
+    monkeypatch.setattr(demo, "parent_has_computed", lambda: False)
+    monkeypatch.setattr(demo, "fork_after_threads", lambda **kwargs: calls.append(kwargs) or "hung")
+    lines = demo.fork_hang_demo(threads=2)
+    assert lines[-1] == "the control hung too: restart the kernel, then rerun this cell"
+    assert len(calls) == 1 and calls[0]["parent_computes"] is False
+
+
 def test_fork_hang_demo_in_a_fresh_process():
     """Real forks, in a fresh Python whose thread pool has not started: on 1 thread both children
     finish; a second call knows the control is void."""

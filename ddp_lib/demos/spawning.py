@@ -264,12 +264,15 @@ def fork_hang_demo(threads: int = 2) -> list[str]:
     threads, first from a parent that has computed nothing (the control), then from one that has
     (:func:`fork_after_threads`). The second child gets five times the control's time, at least 0.3 s,
     before it counts as hung. Once this process has computed, the control is void: one line then says
-    to restart the kernel."""
+    to restart the kernel. A control that hangs too ends the comparison with the same advice."""
     if parent_has_computed():
         return ["this kernel has computed on threads already: restart the kernel to rerun this comparison"]
     started = time.perf_counter()
     control = fork_after_threads(threads=threads, wait=5, parent_computes=False)
     control_seconds = time.perf_counter() - started  # fork, the child's multiply, and its exit
+    if control == "hung":  # no baseline to compare the second child against
+        return ["control, the parent has computed nothing:   child hung (given 5 s)",
+                "the control hung too: restart the kernel, then rerun this cell"]
     wait = max(0.3, 5 * control_seconds)
     second = fork_after_threads(threads=threads, wait=wait)
     return [f"control, the parent has computed nothing:   child {control}, in {control_seconds:.2f} s",
