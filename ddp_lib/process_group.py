@@ -213,7 +213,10 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
 
 
 def teardown() -> None:
-    """Leave the process group, if this process is in one."""
+    """Leave the process group, if this process is in one: a short pause, then ``destroy_process_group()``.
+
+    The pause lets gloo's threads finish the last backward's all-reduce first. Without it, a DDP
+    model freed right after can hang the rank now and then (see the comment below)."""
     if dist.is_initialized():
         # destroy_process_group() only drops torch's references (gloo has no shutdown); a DDP
         # model still alive holds the group, and when it is freed (as its function returns) its

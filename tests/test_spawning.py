@@ -424,8 +424,13 @@ def test_abort_at_exit_table_reads_the_kept_series(tmp_path):
     kept = tmp_path / "kept.json"
     kept.write_text(json.dumps({"series": [{"series": "s", "without leave()": [1, 2], "with leave()": None,
                                             "torch": "t", "python": "p"}]}))
-    assert abort_at_exit_table(kept)[2].split() == ["s", "1", "of", "2", "aborted", "not", "run",
+    assert abort_at_exit_table(kept)[2].split() == ["s", "1", "of", "2", "aborted", "not", "run", "not", "kept",
                                                     "torch", "t,", "Python", "p"]
+    kept.write_text(json.dumps({"series": [{"series": "s", "runs": 10, "without leave()": [1, 8],
+                                            "with leave()": [0, 9], "torch": "t", "python": "p"}]}))
+    row = abort_at_exit_table(kept)[2]
+    assert "2 without, 1 with" in row  # launched minus counted: the runs that failed otherwise
+    assert "failed otherwise" in abort_at_exit_table(kept)[1]
 
 
 def test_checksums_by_stage_reads_the_scripts_lines():
@@ -435,6 +440,18 @@ def test_checksums_by_stage_reads_the_scripts_lines():
                "2 ranks, parameter checksum on each after one step: [1.4, 1.4]\n")
     assert checksums_by_stage(printed) == {"before DDP(...)": [1.5, -0.25], "right after DDP(...)": [1.5, 1.5],
                                            "after one step": [1.4, 1.4]}
+
+
+def test_fork_hang_demo_says_restart_when_the_control_hangs(monkeypatch):
+    """A control that hangs gives no baseline: the lines say to restart the kernel, and no second child runs."""
+    from ddp_lib.demos import spawning as demo
+
+    calls = []
+    monkeypatch.setattr(demo, "parent_has_computed", lambda: False)
+    monkeypatch.setattr(demo, "fork_after_threads", lambda **kwargs: calls.append(kwargs) or "hung")
+    lines = demo.fork_hang_demo(threads=2)
+    assert lines[-1] == "the control hung too: restart the kernel, then rerun this cell"
+    assert len(calls) == 1 and calls[0]["parent_computes"] is False
 
 
 def test_fork_hang_demo_in_a_fresh_process():

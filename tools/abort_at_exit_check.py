@@ -87,8 +87,8 @@ def main() -> None:
         from ddp_lib.demos.spawning import ABORT_SERIES
 
         kept = json.loads(ABORT_SERIES.read_text())
-        entry = {"series": args.record}
-        for kind, count in counts.items():  # [aborted, runs that printed every line]
+        entry = {"series": args.record, "runs": args.runs}  # launched of each kind
+        for kind, count in counts.items():  # [aborted, runs counted]: runs minus these failed otherwise
             entry[kind] = [count["abort"], count["abort"] + count["ok"]]
         entry["torch"] = __import__("torch").__version__
         entry["python"] = ".".join(sys.version.split()[0].split(".")[:2])

@@ -264,12 +264,15 @@ def fork_hang_demo(threads: int = 2) -> list[str]:
     threads, first from a parent that has computed nothing (the control), then from one that has
     (:func:`fork_after_threads`). The second child gets five times the control's time, at least 0.3 s,
     before it counts as hung. Once this process has computed, the control is void: one line then says
-    to restart the kernel."""
+    to restart the kernel. A control that hangs too ends the comparison with the same advice."""
     if parent_has_computed():
         return ["this kernel has computed on threads already: restart the kernel to rerun this comparison"]
     started = time.perf_counter()
     control = fork_after_threads(threads=threads, wait=5, parent_computes=False)
     control_seconds = time.perf_counter() - started  # fork, the child's multiply, and its exit
+    if control == "hung":  # no baseline to compare the second child against
+        return ["control, the parent has computed nothing:   child hung (given 5 s)",
+                "the control hung too: restart the kernel, then rerun this cell"]
     wait = max(0.3, 5 * control_seconds)
     second = fork_after_threads(threads=threads, wait=wait)
     return [f"control, the parent has computed nothing:   child {control}, in {control_seconds:.2f} s",
@@ -463,16 +466,26 @@ ABORT_SERIES = Path(__file__).with_name("recorded") / "abort_at_exit.json"
 def abort_at_exit_table(path: Path = ABORT_SERIES) -> list[str]:
     """The kept series of lesson 02's rare abort at exit, one line per series, labelled as recorded.
 
-    Each series gives [aborted at exit, runs] without and with ``leave()`` (null: not run);
-    ``tools/abort_at_exit_check.py --record NAME`` appends a new one."""
+    Each series gives [aborted at exit, runs counted] without and with ``leave()`` (null: not run),
+    runs counted being those that exited 0 or aborted after every line. A series that keeps
+    ``runs``, the runs launched of each kind, also gets its runs that failed otherwise (launched
+    minus counted); one without it says "not kept". ``tools/abort_at_exit_check.py --record NAME``
+    appends a new one."""
     record = json.loads(Path(path).read_text())
+    kinds = ("without leave()", "with leave()")
 
     def cell(count: list[int] | None) -> str:
         return "not run" if count is None else f"{count[0]} of {count[1]} aborted"
 
+    def failed(entry: dict) -> str:
+        if "runs" not in entry:
+            return "not kept"
+        return ", ".join(f"{entry['runs'] - entry[kind][1]} {kind.split()[0]}"
+                         for kind in kinds if entry[kind] is not None)
+
     lines = ["recorded series, not run in this notebook:",
-             f"{'series':24} {'without leave()':18} {'with leave()':18} versions"]
+             f"{'series':24} {'without leave()':18} {'with leave()':18} {'failed otherwise':20} versions"]
     for entry in record["series"]:
         lines.append(f"{entry['series']:24} {cell(entry['without leave()']):18} {cell(entry['with leave()']):18} "
-                     f"torch {entry['torch']}, Python {entry['python']}")
+                     f"{failed(entry):20} torch {entry['torch']}, Python {entry['python']}")
     return lines

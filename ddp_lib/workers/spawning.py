@@ -146,8 +146,7 @@ def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: n
     """One DDP step (input ``torch.ones(4, 1)``, loss ``.sum()``, SGD with lr 0.1) on ``model``,
     which came in ``args``: on CPU every rank's model is the parent's, so the averaged step
     lands on the same weights once per rank. The ranks step in rank order, so no two steps overlap
-    and the result is exact. ``teardown`` (``ddp_lib.process_group``) pauses before ``destroy_process_group``: a DDP
-    model freed as the function returns would otherwise deadlock with gloo's threads now and then."""
+    and the result is exact. It ends with ``teardown`` (``ddp_lib.process_group``): see its docstring."""
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world_size)
     try:
         ddp_model = DistributedDataParallel(model)
@@ -158,7 +157,7 @@ def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: n
                 optimizer.step()
             dist.barrier()
     finally:
-        teardown()  # destroy_process_group(), once gloo's threads are done: freeing DDP first can deadlock
+        teardown()  # leave the group (see teardown)
 
 
 def hello_to_queue(rank: int, world_size: int, results) -> None:
