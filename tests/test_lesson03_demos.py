@@ -33,14 +33,14 @@ def test_each_quote_names_the_gpu_count_of_its_own_machine(key):
     if gpu_outcomes.recorded_in_full(key, record):  # a recording names the GPUs of the machine that made it
         assert re.search(f"Recorded on {record['gpus']} GPUs? \\(torch [0-9.]+\\):$", header)
     else:
-        assert f" Expected on {gpus}; " in header
+        assert f" Expected on {gpus} (torch's source); " in header
     assert all(int(n) == quote.gpus for n in re.findall(r"with (\d+) GPUs", quote.source)), quote.source
 
 
 def test_the_visible_devices_quote_is_from_a_machine_with_four_gpus():
     # with the variable unset, the child counts every GPU of the machine the quote comes from
     text = gpu_outcomes.quote("visible_devices")
-    assert text.splitlines()[0] == "Not run here (no GPU). Expected on 4 GPUs; not recorded on a GPU:"
+    assert text.splitlines()[0] == "Not run here (no GPU). Expected on 4 GPUs (torch's source); not recorded on a GPU:"
     assert "CUDA_VISIBLE_DEVICES=(not set)  -> torch.cuda.device_count() = 4" in text
 
 
@@ -153,11 +153,12 @@ def test_a_box_says_plainly_whether_it_was_recorded_or_built_from_source(key):
     if gpu_outcomes.recorded_in_full(key, record):
         assert lines[0] == f"Not run here (no GPU). Recorded on {record['gpus']} GPU (torch {torch_version}):"
     elif key in record["cases"]:  # built from torch's source, part of it recorded; provenance says which part
-        assert lines[0] == (f"Not run here (no GPU). Expected on {QUOTES[key].gpus} GPUs; "
-                            f"only {QUOTES[key].box_part} was recorded ({record['gpus']} GPU, torch {torch_version}):")
+        assert lines[0] == (f"Not run here (no GPU). Expected on {QUOTES[key].gpus} GPUs (torch's source); "
+                            f"{QUOTES[key].box_part} recorded on {record['gpus']} GPU (torch {torch_version}):")
         assert QUOTES[key].box_part, "a box recorded in part names the recorded lines in its header"
     else:  # built from torch's source alone: the box says that no GPU printed any of it
-        assert lines[0] == f"Not run here (no GPU). Expected on {QUOTES[key].gpus} GPUs; not recorded on a GPU:"
+        assert lines[0] == (f"Not run here (no GPU). Expected on {QUOTES[key].gpus} GPUs (torch's source); "
+                            "not recorded on a GPU:")
     assert not re.search(r"<[a-z ]+>|\.\.\.", "\n".join(lines[1:])), "no placeholder a learner could take for output"
 
 
@@ -177,7 +178,7 @@ def test_a_box_says_expected_unless_a_gpu_machine_printed_all_its_lines(key):
 def test_the_out_of_range_box_is_expected_and_recorded_in_part():
     # The recording ran on 1 GPU with cuda:1; the box quotes cuda:2 on a node with 2 GPUs.
     header = gpu_outcomes.quote("device_id_out_of_range").splitlines()[0]
-    assert " Expected on 2 GPUs; only the error's wording was recorded (1 GPU, torch " in header
+    assert " Expected on 2 GPUs (torch's source); the error's wording recorded on 1 GPU (torch " in header
 
 
 def test_barrier_warnings_returns_the_warnings_of_a_real_barrier():

@@ -174,9 +174,9 @@ def _gpus(n: int) -> str:
 def quote(key: str) -> str:
     """The text a GPU-only cell prints in place of a run: one short header line, then the quoted lines.
     The header says the cell did not run here, and whether a GPU machine printed every line ("Recorded
-    on 1 GPU (torch ...):"), or the lines are built from torch's source ("Expected on 2 GPUs") with part
-    of them recorded, named ("; only rank 0's line was recorded (1 GPU, torch ...):") or none ("; not recorded
-    on a GPU:").
+    on 1 GPU (torch ...):"), or the lines are built from torch's source ("Expected on 2 GPUs (torch's source)")
+    with part of them recorded, named ("; rank 0's line recorded on 1 GPU (torch ...):") or none ("; not
+    recorded on a GPU:").
     ``provenance`` names the source and the recording in full, ``checks`` how far to trust them."""
     q = QUOTES[key]
     gpus_here = torch.cuda.device_count()
@@ -187,9 +187,9 @@ def quote(key: str) -> str:
     if recorded_in_full(key, record):  # evidence: a GPU machine printed every line
         what = f"Recorded on {gpus} (torch {version}):"
     elif key in record["cases"]:  # built from the source; a GPU machine printed part of it, named here
-        what = f"Expected on {_gpus(q.gpus)}; only {q.box_part} was recorded ({gpus}, torch {version}):"
+        what = f"Expected on {_gpus(q.gpus)} (torch's source); {q.box_part} recorded on {gpus} (torch {version}):"
     else:  # built from the source alone
-        what = f"Expected on {_gpus(q.gpus)}; not recorded on a GPU:"
+        what = f"Expected on {_gpus(q.gpus)} (torch's source); not recorded on a GPU:"
     text = [f"Not run here ({here}). {what}"]
     text += ["  " + line for line in q.lines]
     return "\n".join(text)

@@ -84,7 +84,7 @@ def simulate_nodes(rank: int, world_size: int, nproc_per_node: int = 2,
 
 def without_set_device(rank: int, world_size: int) -> dict:
     """GPU only: init nccl without torch.cuda.set_device and use "cuda" (which means the current
-    device, cuda:0, on every rank), then all-reduce: two ranks of one nccl communicator on one GPU."""
+    device, cuda:0, on every rank), then all-reduce: two ranks of one nccl group on one GPU."""
     # No set_device before it; a short timeout so that a stuck communicator becomes an error.
     dist.init_process_group("nccl", rank=rank, world_size=world_size, timeout=timedelta(seconds=60))
     try:
