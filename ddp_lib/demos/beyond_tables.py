@@ -315,20 +315,21 @@ def print_loop_parts(loop: list[dict]) -> dict:
     and an optimizer created before ``fully_shard``. Returns rank 0's results."""
     extras = loop[0]["extras"]
     clip, mixed, ac = extras["clip"], extras["mixed"], extras["checkpointing"]
-    print(f"clip_grad_norm_: DDP's norm {clip['ddp_norm']}, FSDP2's {clip['fsdp_norm']} "
-          f"(returned as a {clip['norm_type']}, placements {clip['norm_placements']}); "
-          f"clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
-    print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}, "
-          f"sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}; "
-          f"loss {mixed['loss_bf16']} against float32's {mixed['loss_fp32']}")
+    more = "\n    "  # each verdict on its own short line, under its part
+    print(f"clip_grad_norm_: DDP's norm {clip['ddp_norm']}, FSDP2's {clip['fsdp_norm']}, "
+          f"returned as a {clip['norm_type']} {clip['norm_placements']}"
+          f"{more}clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
+    print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}"
+          f"{more}sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}"
+          f"{more}loss {mixed['loss_bf16']} against float32's {mixed['loss_fp32']}")
     print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
-          f"{ac['forward_bytes']:,}; gradients equal: {ac['max_grad_diff'] == 0}")
+          f"{ac['forward_bytes']:,}{more}gradients equal: {ac['max_grad_diff'] == 0}")
     print(f"each block checkpointed, then sharded: gradients equal DDP's within 1e-6: "
-          f"{ac['sharded_grad_diff'] < 1e-6}; all-gathers in forward and backward "
+          f"{ac['sharded_grad_diff'] < 1e-6}{more}all-gathers in forward and backward "
           f"{ac['all_gathers']['sharded_checkpointed']}, without checkpointing {ac['all_gathers']['sharded']}")
     order = extras["order"]
-    print(f"Adam created before fully_shard: it holds the model's parameters: {order['optimizer_holds_model_params']}; "
-          f"its step changed the model: {order['model_changed']}")
+    print(f"Adam created before fully_shard: it holds the model's parameters: {order['optimizer_holds_model_params']}"
+          f"{more}its step changed the model: {order['model_changed']}")
     return extras
 
 
