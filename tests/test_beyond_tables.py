@@ -8,9 +8,11 @@ from ddp_lib.demos.beyond_tables import (
     choice_table,
     held,
     hsdp_groups_match,
+    hsdp_share,
     memory_bars,
     paper_bytes,
     print_hsdp,
+    print_hsdp_details,
     print_loop_parts,
     seven_b_table,
     sizing,
@@ -62,8 +64,12 @@ def test_bytes_table_returns_what_each_strategy_sends(capsys):
     out = capsys.readouterr().out
     traced, formula = out.split("\n\n")  # the paper's rows apart, under their own heading
     assert "formula" not in traced and formula.startswith("the paper's formula, not traced")
-    assert [line.split()[0] for line in formula.splitlines()[1:]] == ["ZeRO-1", "ZeRO-2", "ZeRO-3"]
-    assert all("(formula)" in line for line in formula.splitlines()[1:])
+    rows = formula.splitlines()[1:-1]
+    assert [line.split()[0] for line in rows] == ["ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2"]
+    assert all("(formula)" in line for line in rows)
+    # bfloat16 gathers twice (2 x 2 bytes) and a float32 reduce-scatter (4 bytes): 1x DDP's all-reduce
+    assert rows[-1].split()[-4:] == ["0.00", "1.00", "0.01", "1.00"]
+    assert formula.splitlines()[-1].startswith("FSDP2 bf16/f32: the side-by-side's policy")
 
 
 def test_choice_table_rows(capsys):
@@ -135,7 +141,13 @@ def test_print_hsdp_reads_each_rank(capsys):
     hsdp = print_hsdp(job4)
     out = capsys.readouterr().out.splitlines()
     assert [r["rank"] for r in hsdp] == [0, 1, 2, 3]
-    assert out[0].startswith("rank 0 at (0, 0): replicate group [0, 2], shard group [0, 1]")
+    assert out == [f"rank {r} at {c}: replicate group {rep}, shard group {sh}"
+                   for r, c, rep, sh in ((0, (0, 0), [0, 2], [0, 1]), (1, (0, 1), [1, 3], [0, 1]),
+                                         (2, (1, 0), [0, 2], [2, 3]), (3, (1, 1), [1, 3], [2, 3]))]
+    assert hsdp_share(hsdp) == (36 + 32) / 2 / 68
+    print_hsdp_details(hsdp)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "rank 0: placements ['R', 'S(0)'], local shapes [[4, 8], [4]]"
     assert "parameters held: [36, 32, 36, 32] of 68;" in out[4]
     assert out[-1] == "rank 0 ran them in groups: {'all_gather': [[0, 1]]}"
 
@@ -150,19 +162,20 @@ def test_print_loop_parts_prints_rank_0(capsys):
               "order": {"optimizer_holds_model_params": False, "model_changed": False}}
     assert print_loop_parts([{"extras": extras}, {"extras": {}}]) is extras
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 5
-    assert out[0].endswith("clipped gradients equal within 1e-6: True")
-    assert "gradients equal DDP's within 1e-6: False" in out[3]
-    assert out[4].endswith("its step changed the model: False")
+    assert len(out) == 11 and max(len(line) for line in out) <= 100  # short lines, one verdict each
+    assert out[1] == "    clipped gradients equal within 1e-6: True"
+    assert "gradients equal DDP's within 1e-6: False" in out[7]
+    assert out[10] == "    its step changed the model: False"
 
 
 # The lesson's launches, with real processes on gloo (a few seconds each).
 
-def test_strategies_on_2_sets_zero1_view_apart():
+def test_strategies_on_2_returns_every_strategy_asked():
     from ddp_lib.demos.beyond_tables import strategies_on_2
-    runs2, zero1_view = strategies_on_2("ddp,zero1_view")
-    assert list(runs2) == ["ddp"] and len(runs2["ddp"]) == 2
-    assert zero1_view["layout"]["gradients_inside_buckets"]
+    runs2 = strategies_on_2("ddp,zero1_view")
+    assert list(runs2) == ["ddp", "zero1_view"] and all(len(ranks) == 2 for ranks in runs2.values())
+    assert runs2["zero1_view"][0]["layout"]["gradients_inside_buckets"]
+    assert not runs2["ddp"][0]["layout"]["gradients_inside_buckets"]
 
 
 def test_four_rank_job_returns_the_strategies_and_each_ranks_checks():

@@ -28,14 +28,11 @@ def by_strategy(ranks: list[dict]) -> dict:
     return {s: [r[s] for r in ranks] for s in ranks[0]}
 
 
-def strategies_on_2(strategies: str = ",".join(STRATEGIES)) -> tuple[dict, dict | None]:
+def strategies_on_2(strategies: str = ",".join(STRATEGIES)) -> dict:
     """Run ``compare_strategies`` on 2 ranks for each strategy, one after the other. Returns
-    ({strategy: [result per rank]} without ``zero1_view``, rank 0's ``zero1_view`` result or None);
-    the lesson reads ``zero1_view`` only in its choice table."""
-    runs2 = by_strategy(run_ranks(compare_strategies, 2, kwargs=dict(strategies=strategies, timed_steps=0),
-                                  show_output=False))
-    zero1_view = runs2.pop("zero1_view", [None])[0]
-    return runs2, zero1_view
+    {strategy: [result per rank]}."""
+    return by_strategy(run_ranks(compare_strategies, 2, kwargs=dict(strategies=strategies, timed_steps=0),
+                                 show_output=False))
 
 
 def four_rank_job(strategies: str = "ddp,zero1,fsdp") -> tuple[dict, list[dict]]:
@@ -119,7 +116,8 @@ def paper_bytes(stage: int, param_bytes: int, world_size: int) -> float:
 
 def bytes_table(runs2: dict, runs4: dict) -> dict:
     """Print the MB each strategy sends per rank per step, on 2 and 4 ranks, against DDP, with the
-    paper's three stages below, after a blank line, from its formula (nothing traced them); return
+    paper's three stages below, after a blank line, from its formula (nothing traced them), and FSDP2
+    under the side-by-side's bfloat16/float32 policy from the same formula; return
     {world_size: {strategy: bytes sent}}."""
     param_bytes = runs2["ddp"][0]["n_params"] * 4  # every parameter (or gradient) once, in float32
     sent = {n: {s: bytes_sent(runs[s][0]["payloads"], n) for s in runs} for n, runs in ((2, runs2), (4, runs4))}
@@ -134,13 +132,20 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
         two, four = paper_bytes(stage, param_bytes, 2), paper_bytes(stage, param_bytes, 4)
         print(f"{'ZeRO-' + str(stage) + ' (formula)':<26}{two / 1e6:>8.2f}{two / sent[2]['ddp']:>7.2f}"
               f"{four / 1e6:>9.2f}{four / sent[4]['ddp']:>7.2f}")
+    # the side-by-side's policy: weights gathered twice in bfloat16, gradients reduce-scattered in float32;
+    # DDP under autocast all-reduces float32 gradients, as the traced DDP row does
+    two, four = (bytes_sent([("all_gather", param_bytes // 2)] * 2 + [("reduce_scatter", param_bytes)], n)
+                 for n in (2, 4))
+    print(f"{'FSDP2 bf16/f32 (formula)':<26}{two / 1e6:>8.2f}{two / sent[2]['ddp']:>7.2f}"
+          f"{four / 1e6:>9.2f}{four / sent[4]['ddp']:>7.2f}")
+    print("FSDP2 bf16/f32: the side-by-side's policy, gathers in bfloat16 and reduce-scatters in float32")
     return sent
 
 
 def choice_table(runs2: dict) -> dict:
     """Print, for each strategy on rank 0 on 2 ranks, the MB held, Adam's state against DDP's, the
-    bytes sent against DDP's, the collectives a step and a short reason. ``runs2`` includes
-    ``zero1_view``. ``choice_memory`` prints what is held on 4 ranks and with the gathered weights.
+    bytes sent against DDP's, the collectives a step and a short reason. ``choice_memory``
+    prints what is held on 4 ranks and with the gathered weights.
     Returns {strategy: {"held": bytes, "held_gathered": bytes, "sent": x DDP}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     state = {s: r["bytes"]["optimizer state"] for s, r in r2.items()}
@@ -178,7 +183,7 @@ def gathered_bytes(r2: dict) -> dict:
 
 def choice_memory(runs2: dict, runs4: dict) -> dict:
     """Print, for each strategy on rank 0, the MB held on 2 ranks, the same plus FSDP2's gathered
-    weights, and the MB held on 4 ranks. ``runs2`` includes ``zero1_view``.
+    weights, and the MB held on 4 ranks.
     Returns {strategy: {"held": bytes, "held_gathered": bytes, "held_4": bytes or None}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     gathered = gathered_bytes(r2)
@@ -277,20 +282,32 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
 
 
 def print_hsdp(job4: list[dict]) -> list[dict]:
-    """Print what each rank of the 2x2 HSDP step held and where its collectives ran, from the
-    4-rank job's ``"hsdp"`` results. Returns those results, one per rank."""
+    """Print where each rank of the 2x2 HSDP step sits and its two groups, from the 4-rank job's
+    ``"hsdp"`` results. Returns those results, one per rank; ``print_hsdp_details`` prints the rest."""
     hsdp = [r["hsdp"] for r in job4]
     for r in hsdp:
         print(f"rank {r['rank']} at {r['coordinate']}: replicate group {r['replicate_group']}, "
-              f"shard group {r['shard_group']}, placements {r['placements']}, local shapes {r['local_shapes']}")
+              f"shard group {r['shard_group']}")
+    return hsdp
+
+
+def hsdp_share(hsdp: list[dict]) -> float:
+    """The share of the model's parameters a rank holds on average under HSDP, from each rank's local
+    shapes: ranks 0 and 1, one shard group, hold the model between them."""
     held_hsdp = [sum(math.prod(shape) for shape in r["local_shapes"]) for r in hsdp]
-    whole_hsdp = held_hsdp[0] + held_hsdp[1]  # ranks 0 and 1, one shard group, hold the model between them
-    print(f"parameters held: {held_hsdp} of {whole_hsdp}; each shard group of 2 holds one copy, so a rank "
-          f"holds 1/2 of the model on average, against 1/4 under FSDP2 over all 4 ranks")
+    return sum(held_hsdp) / len(hsdp) / (held_hsdp[0] + held_hsdp[1])
+
+
+def print_hsdp_details(hsdp: list[dict]) -> None:
+    """Print what each rank of the HSDP step held and rank 0's collectives with their groups."""
+    for r in hsdp:
+        print(f"rank {r['rank']}: placements {r['placements']}, local shapes {r['local_shapes']}")
+    held_hsdp = [sum(math.prod(shape) for shape in r["local_shapes"]) for r in hsdp]
+    print(f"parameters held: {held_hsdp} of {held_hsdp[0] + held_hsdp[1]}; each shard group of 2 holds one "
+          f"copy, so a rank holds 1/2 of the model on average, against 1/4 under FSDP2 over all 4 ranks")
     print("R is Replicate(): a full copy on every rank of that mesh dimension; S(0) as before")
     print("collectives of the step, rank 0:", in_words(hsdp[0]["collectives"]))
     print("rank 0 ran them in groups:", hsdp[0]["groups"])
-    return hsdp
 
 
 def print_loop_parts(loop: list[dict]) -> dict:
@@ -298,20 +315,21 @@ def print_loop_parts(loop: list[dict]) -> dict:
     and an optimizer created before ``fully_shard``. Returns rank 0's results."""
     extras = loop[0]["extras"]
     clip, mixed, ac = extras["clip"], extras["mixed"], extras["checkpointing"]
-    print(f"clip_grad_norm_: DDP's norm {clip['ddp_norm']}, FSDP2's {clip['fsdp_norm']} "
-          f"(returned as a {clip['norm_type']}, placements {clip['norm_placements']}); "
-          f"clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
-    print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}, "
-          f"sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}; "
-          f"loss {mixed['loss_bf16']} against float32's {mixed['loss_fp32']}")
+    more = "\n    "  # each verdict on its own short line, under its part
+    print(f"clip_grad_norm_: DDP's norm {clip['ddp_norm']}, FSDP2's {clip['fsdp_norm']}, "
+          f"returned as a {clip['norm_type']} {clip['norm_placements']}"
+          f"{more}clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
+    print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}"
+          f"{more}sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}"
+          f"{more}loss {mixed['loss_bf16']} against float32's {mixed['loss_fp32']}")
     print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
-          f"{ac['forward_bytes']:,}; gradients equal: {ac['max_grad_diff'] == 0}")
+          f"{ac['forward_bytes']:,}{more}gradients equal: {ac['max_grad_diff'] == 0}")
     print(f"each block checkpointed, then sharded: gradients equal DDP's within 1e-6: "
-          f"{ac['sharded_grad_diff'] < 1e-6}; all-gathers in forward and backward "
+          f"{ac['sharded_grad_diff'] < 1e-6}{more}all-gathers in forward and backward "
           f"{ac['all_gathers']['sharded_checkpointed']}, without checkpointing {ac['all_gathers']['sharded']}")
     order = extras["order"]
-    print(f"Adam created before fully_shard: it holds the model's parameters: {order['optimizer_holds_model_params']}; "
-          f"its step changed the model: {order['model_changed']}")
+    print(f"Adam created before fully_shard: it holds the model's parameters: {order['optimizer_holds_model_params']}"
+          f"{more}its step changed the model: {order['model_changed']}")
     return extras
 
 
