@@ -199,6 +199,15 @@ def test_warmup_then_the_learners_schedule_steps_per_optimizer_step_and_resumes_
         assert torch.equal(_final_model(tmp_path / "resumed")[name], tensor), name
 
 
+def test_a_resume_with_another_lr_trains_and_records_the_saved_rate(tmp_path):
+    # The optimizer's saved state brings its rate back, so a new --lr has no effect: the epoch's rate
+    # and the checkpoint's settings both keep the saved one, and a third run does not see a change.
+    run_ranks(template.train_job, 2, kwargs=dict(epochs=1, lr=0.05, checkpoint_dir=str(tmp_path)))
+    resumed = run_ranks(template.train_job, 2, kwargs=dict(epochs=2, lr=0.5, checkpoint_dir=str(tmp_path)))
+    assert [h["lr"] for h in resumed[0]["history"]] == [0.05, 0.05]
+    assert _state(tmp_path / "last.pt")["settings"]["lr"] == 0.05
+
+
 def test_a_refused_resume_prints_one_line_and_every_rank_exits_2_without_a_traceback(tmp_path):
     # A learner's copy with a schedule, trained 1 epoch, then asked for 2: the saved schedule would end early.
     source = TEMPLATE.read_text()

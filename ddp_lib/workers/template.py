@@ -254,6 +254,8 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
         if others(saved) != others(settings):
             warnings.warn(f"{path} was written with {saved}, this run has {settings}; the optimizer "
                           "continues with its saved learning rate", stacklevel=2)
+        # The optimizer's saved state brings back the saved rate, whatever --lr says: record that one.
+        settings["lr"] = saved.get("lr", settings["lr"])
         if None in (saved.get("schedule_steps"), settings["schedule_steps"]) and (
                 saved.get("schedule_steps") != settings["schedule_steps"]):
             had, has = ("a", "no") if settings["schedule_steps"] is None else ("no", "a")
