@@ -69,10 +69,7 @@ def broadcast_from_0(rank: int, world_size: int) -> dict:
         mine = torch.arange(1.0, world_size + 1) + 10 * rank  # rank r: [10r + 1, ..., 10r + world_size]
         before = mine.tolist()
         dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
-        # Rank 0 needs no other rank's data, so it may finish first; but a slower rank may still need
-        # rank 0's process, as its peer or as the store's server. Leave together: no rank returns
-        # from a barrier until every rank has called it.
-        dist.barrier()
+        dist.barrier()  # leave together: rank 0 may finish first, while a slower rank still needs it
         return {"name": "broadcast", "rank": rank, "before": before, "after": mine.tolist(), "defined": True}
     finally:
         dist.destroy_process_group()
@@ -194,9 +191,7 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
             dist.send(sender, group=group, group_dst=1)
         elif pair and dist.get_rank(group) == 1:
             dist.recv(sender, group=group, group_src=0)
-        # Each group's members meet in the store, which rank 0 serves under mp.spawn: a barrier of the
-        # whole group keeps rank 0, done with its own group, from leaving while the others still meet.
-        dist.barrier()
+        dist.barrier()  # leave together: rank 0 serves the store, where the other group may still meet
         return {"rank": rank, "group": "evens" if rank % 2 == 0 else "odds", "group_name": group.group_name,
                 "members": dist.get_process_group_ranks(group), "group_rank": dist.get_rank(group),
                 "group_size": dist.get_world_size(group), "sum": total.item(),

@@ -70,9 +70,40 @@ def ring_bytes_expected(numel: int, world_size: int, element_size: int = 4) -> f
     return 2 * (world_size - 1) / world_size * numel * element_size
 
 
+def bytes_written() -> int | None:
+    """The bytes this process has written so far, sockets included: ``wchar`` of Linux's
+    /proc/self/io. None where that file does not exist (macOS, Windows)."""
+    try:
+        with open("/proc/self/io") as io:
+            for line in io:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def all_reduce_written(numel: int = 2**18) -> float | None:
+    """Run dist.all_reduce on ``numel`` float32 ones (1 MiB by default) and return the bytes this
+    process wrote meanwhile, in tensor sizes, to two decimals. On gloo these are its socket sends.
+    None off gloo (nccl's GPU traffic is not written by the process) or without /proc/self/io."""
+    if dist.get_backend() != "gloo":
+        return None
+    tensor = torch.ones(numel)
+    dist.barrier()  # no other rank's traffic is on its way when the count starts
+    before = bytes_written()
+    dist.all_reduce(tensor)
+    after = bytes_written()
+    dist.barrier()
+    if before is None or after is None:
+        return None
+    return round((after - before) / (numel * tensor.element_size()), 2)
+
+
 def ring_check(rank: int | None = None, world_size: int | None = None, numel: int = 10, seed: int = 0) -> dict:
     """Run ring_all_reduce and dist.all_reduce on the same random tensor; return whether they
-    agree, the largest difference and the bytes this rank sent.
+    agree, the largest difference and the bytes this rank sent. ``gloo_written``: the bytes
+    dist.all_reduce of 1 MiB wrote on this rank, in tensor sizes (all_reduce_written).
 
     Args:
         numel: number of elements in the tensor.
@@ -89,7 +120,8 @@ def ring_check(rank: int | None = None, world_size: int | None = None, numel: in
         diff = (ours - reference).abs().max().item() if numel else 0.0
         return {"rank": rank, "numel": numel, "equal": bool(torch.allclose(ours, reference, atol=1e-5)),
                 "max_abs_diff": float(f"{diff:.1e}"), "bytes_sent": bytes_sent,
-                "bytes_expected": round(ring_bytes_expected(numel, world_size, mine.element_size()), 1)}
+                "bytes_expected": round(ring_bytes_expected(numel, world_size, mine.element_size()), 1),
+                "gloo_written": all_reduce_written()}
 
 
 def ring_steps(rank: int | None = None, world_size: int | None = None) -> dict:
