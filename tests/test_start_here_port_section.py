@@ -26,7 +26,7 @@ def _section(cells, first_heading, next_heading):
 def test_port_section_runs_after_the_first_sections_alone(tmp_path):
     nb = nbformat.read(LESSON, as_version=4)
     kept = (_section(nb.cells, "# 00 · Start here", "### Deeper: where torch passes")
-            + _section(nb.cells, '### "Address already in use" on a re-run', "### Deeper: what a kernel restart stops"))
+            + _section(nb.cells, '### "Address already in use" on a re-run', "## Where to go next"))
     subset = nbformat.v4.new_notebook(cells=kept, metadata=nb.metadata)
     (tmp_path / "my_work").mkdir()
     shutil.copy(ROOT / "notebooks" / "my_work" / "__init__.py", tmp_path / "my_work" / "__init__.py")
