@@ -45,6 +45,5 @@ def test_a_missing_folder_waits_past_the_timeout(tmp_path):
 def test_an_absent_or_empty_file_in_an_existing_folder_joins_at_once(tmp_path):
     (tmp_path / "empty_file").touch()
     for path in (tmp_path / "absent_file", tmp_path / "empty_file"):
-        rank = _start(path)
-        out, err = rank.communicate(timeout=60)
-        assert rank.returncode == 0 and out.strip() == "joined", err
+        rank = subprocess.run([sys.executable, "-c", RANK, path.as_uri()], capture_output=True, text=True, timeout=60)
+        assert rank.returncode == 0 and rank.stdout.split() == ["calling", "joined"], rank.stderr
