@@ -242,7 +242,7 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
     state, refusal = None, None
     if rank == 0 and os.path.exists(path):
         # map_location="cpu": the broadcast below pickles what it sends, and a GPU tensor would be
-        # unpickled onto rank 0's GPU on every rank; load_state_dict copies each onto the model's device.
+        # unpickled onto rank 0's GPU on every receiving rank; load_state_dict copies each onto the model's device.
         # weights_only: tensors and plain data only, never code the file names.
         state = torch.load(path, map_location="cpu", weights_only=True)
         saved = state.get("settings", settings)
