@@ -160,6 +160,19 @@ def test_barrier_timeline_broadcast_lets_rank_0_leave_before_the_late_rank_arriv
     # rank 1 sends to rank 3 in gloo's tree, so it waits for it
     assert results[1]["broadcast_left"] >= results[-1]["broadcast_arrived"]
     assert "broadcast_left" not in run_ranks(collectives.barrier_timeline, 2, (0.0,))[0]
+    # The picture draws both: the barrier, then the broadcast, each rank from its arrival to its leaving.
+    import matplotlib.pyplot as plt
+
+    from ddp_lib.plots.collectives import plot_barrier
+
+    fig = plot_barrier(results)
+    assert [ax.get_title().split("(")[0] for ax in fig.axes] == ["dist.barrier", "dist.broadcast"]
+    start = min(r["broadcast_arrived"] for r in results)
+    segments = [line.get_xdata() for line in fig.axes[1].lines if len(line.get_xdata()) == 2]
+    assert [list(x) for x in segments] == [[r["broadcast_arrived"] - start, r["broadcast_left"] - start]
+                                           for r in results]
+    assert len(plot_barrier([{k: r[k] for k in ("rank", "arrived", "left")} for r in results]).axes) == 1
+    plt.close("all")
 
 
 def test_subgroups_reduce_only_within_their_group():

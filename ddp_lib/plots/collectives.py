@@ -65,21 +65,29 @@ def plot_collective(results: list[dict], title: str | None = None) -> Figure:
 
 
 def plot_barrier(results: list[dict]) -> Figure:
-    """When each rank arrived at the barrier and when it left (seconds after the first arrival)."""
-    start = min(r["arrived"] for r in results)
-    fig = plt.figure(figsize=(6, 0.8 + 0.4 * len(results)), layout="constrained")
-    ax = fig.subplots()
-    for r in results:
-        arrived, left = r["arrived"] - start, r["left"] - start
-        ax.plot([arrived, left], [r["rank"]] * 2, color="grey", linewidth=3,
-                label="waiting" if r["rank"] == 0 else None)
-        ax.plot(arrived, r["rank"], "o", color="tab:blue", label="arrives" if r["rank"] == 0 else None)
-        ax.plot(left, r["rank"], "s", color="tab:green", label="leaves" if r["rank"] == 0 else None)
-    ax.set_yticks(range(len(results)), [f"rank {r['rank']}" for r in results])
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds after the first rank arrived")
-    ax.set_title("dist.barrier(): nobody leaves before the last rank arrives")
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    """When each rank arrived at the barrier and when it left (seconds after the first arrival). With
+    ``barrier_timeline(..., broadcast=True)``'s results, a second panel: the broadcast from rank 0 that
+    only the last rank reaches late, whose rank 0 may leave before that rank arrives."""
+    broadcast = all("broadcast_left" in r for r in results)
+    fig = plt.figure(figsize=(6, 0.8 + 0.4 * len(results) * (2 if broadcast else 1)), layout="constrained")
+    panels = [("arrived", "left", "dist.barrier(): nobody leaves before the last rank arrives")]
+    if broadcast:
+        panels.append(("broadcast_arrived", "broadcast_left",
+                       f"dist.broadcast(src=0), rank {len(results) - 1} late: rank 0 may leave before it arrives"))
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, (arrived_key, left_key, title) in zip(axes, panels):
+        start = min(r[arrived_key] for r in results)
+        for r in results:
+            arrived, left = r[arrived_key] - start, r[left_key] - start
+            ax.plot([arrived, left], [r["rank"]] * 2, color="grey", linewidth=3,
+                    label="waiting" if r["rank"] == 0 else None)
+            ax.plot(arrived, r["rank"], "o", color="tab:blue", label="arrives" if r["rank"] == 0 else None)
+            ax.plot(left, r["rank"], "s", color="tab:green", label="leaves" if r["rank"] == 0 else None)
+        ax.set_yticks(range(len(results)), [f"rank {r['rank']}" for r in results])
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds after the first rank arrived")
+        ax.set_title(title, fontsize=10)
+        ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     return fig
 
 
