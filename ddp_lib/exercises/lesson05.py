@@ -144,8 +144,9 @@ BATCHNORM_WHY = {
     ("batch", "rank 0"): "at the start of a forward DDP copies rank 0's buffers to every rank, so rank 0's are never "
                          "overwritten and only ever see rank 0's batches; rank 0 saves the checkpoint",
     ("batch", "all ranks"): "DDP averages gradients, not buffers: it broadcasts rank 0's buffers, so the "
-                            "checkpoint holds rank 0's statistics. To describe all ranks, all-reduce the buffers "
-                            "and divide by the world size before saving",
+                            "checkpoint holds rank 0's statistics. To describe all ranks, build DDP with "
+                            "forward_sync_buffers=False, then all-reduce the buffers and divide by the world size "
+                            "before saving",
     ("batch", "each rank"): "only rank 0 saves, and the other ranks' updates are overwritten by rank 0's buffers "
                             "at their next forward: the checkpoint describes rank 0's data",
     ("sync", "all ranks"): "each forward normalises with the mean and variance of the global batch and updates the "

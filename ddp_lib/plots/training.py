@@ -165,7 +165,7 @@ def plot_sync_batchnorm():
     for rank in (0, 1):
         rows[f"rank {rank}"] = [("stats of my 16", 0, 1.7, "work"),
                                 ("all-gather stats", 1.8, 1.9, "collective"),
-                                ("normalise: all 32", 3.8, 2.0, "work"),
+                                ("my 16, all-32 stats", 3.8, 2.0, "work"),
                                 ("bwd: all-reduce", 5.9, 1.9, "collective")]
     return plot_rank_timeline(rows, "SyncBatchNorm in one layer: forward, then backward (bwd)")
 
