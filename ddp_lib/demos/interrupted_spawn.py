@@ -14,6 +14,7 @@ notebook's own process: SIGINT to the kernel while its ranks wait in the same re
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import signal
@@ -95,8 +96,9 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
     group does. The processes still alive are counted once one has ended (or after 30 s), and
     0.3 s later, with the exit codes of those that ended. While they live, rank 0 of a rerun tries
     the same port, in this process, as a rerun of the cell would, and ``_restart_reach`` counts those
-    that ipykernel's restart would signal. Then ``terminate()`` stops them. Returns the five lines
-    to print."""
+    that ipykernel's restart would signal, and those ``multiprocessing.active_children()`` lists
+    (without psutil, a learner stops these by hand). Then ``terminate()`` stops them. Returns the
+    six lines to print."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as ready_dir:
@@ -116,6 +118,9 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
         alive = [process for process in processes if process.is_alive()]
         rerun = _rerun_rank_0(init_method)  # while the ranks live: rank 0 still serves the store
         reach = _restart_reach([process.pid for process in alive])  # while they live, too
+        listed = {child.pid for child in multiprocessing.active_children()}  # what a learner can stop by hand
+        listed_line = (f"the live ones multiprocessing.active_children() lists: "
+                       f"{sum(process.pid in listed for process in alive)} of {len(alive)}")
         for process in alive:  # the clean-up: stop what was started, all at once
             process.terminate()
         for process in processes:
@@ -125,6 +130,7 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
             f"exit codes of those that ended at SIGINT, by process: {ended}",
             f"a rerun's rank 0 on the same port: {rerun}",
             reach,
+            listed_line,
             f"their exit codes after terminate(): {[process.exitcode for process in alive]}"]
 
 

@@ -157,7 +157,7 @@ def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: n
                 optimizer.step()
             dist.barrier()
     finally:
-        teardown()  # leave the group (see teardown)
+        teardown()  # = dist.destroy_process_group() after a short pause (section 4, Deeper)
 
 
 def hello_to_queue(rank: int, world_size: int, results) -> None:
