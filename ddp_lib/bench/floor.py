@@ -15,10 +15,7 @@ def fit_uses(alpha: float, beta: float, ddp_run: dict, profile: dict, scaling_ru
     gradients; the wide model's one-bucket DDP step against half one process's step plus one all-reduce."""
     uses = {"the DDP run's bare all-reduce": (ddp_run["all_reduce_ms"],
                                               model.predict(alpha, beta, ddp_run["gradient_bytes"]) * 1e3)}
-    small, one = overlap._all_reduce_counts(profile)
-    caps = (profile["bucket_cap_mb"], profile["one_bucket_cap_mb"])
-    steps = [overlap.spread(profile, cap, "step")[0] for cap in caps]
-    uses["one extra bucket in the profile"] = ((steps[0] - steps[1]) / (small - one), alpha * 1e3)
+    uses["one extra bucket in the profile"] = (overlap.extra_bucket_ms(profile), alpha * 1e3)
     rate = {r["world_size"]: r["samples_per_s"] for r in scaling_run["rows"] if r["policy"] == "one"}
     extra_s = 2 * scaling.BATCH_SIZE / rate[2] - scaling.BATCH_SIZE / rate[1]
     uses["the moons model's extra 2-rank step"] = (extra_s * 1e3,

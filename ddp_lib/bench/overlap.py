@@ -364,13 +364,21 @@ def sign_test_lines(result: dict) -> str:
                       f"whole step, small against one, {paired_verdict(result, 'step')}"])
 
 
+def extra_bucket_ms(result: dict) -> float:
+    """What one extra bucket cost in the kept profile: the two caps' median whole steps apart, in ms,
+    per extra all-reduce."""
+    counts = _all_reduce_counts(result)
+    steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
+    return (steps[0] - steps[1]) / (counts[0] - counts[1])
+
+
 def bucket_cost_verdict(result: dict, alpha: float) -> str:
     """What an extra bucket cost in the kept profile, in one plain sentence: the two caps' median whole steps,
     and their difference per extra all-reduce in ms and as a multiple of the fitted alpha (itself in doubt:
     lesson 08 weighs it). The paired rounds' verdict is step_sentence()'s."""
     counts = _all_reduce_counts(result)
     steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
-    per_bucket_ms = (steps[0] - steps[1]) / (counts[0] - counts[1])
+    per_bucket_ms = extra_bucket_ms(result)
     change, size_ms = ("cost" if per_bucket_ms >= 0 else "saved"), abs(per_bucket_ms)
     return (f"kept profile: {counts[0]} buckets took {steps[0]:.1f} ms a step, {counts[1]} bucket {steps[1]:.1f} ms "
             f"(medians). Each extra bucket {change} about {size_ms:.1f} ms, {size_ms * 1e-3 / alpha:.1f} "

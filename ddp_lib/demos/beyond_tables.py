@@ -291,10 +291,15 @@ def print_hsdp(job4: list[dict]) -> list[dict]:
     return hsdp
 
 
+def _params_held(hsdp: list[dict]) -> list[int]:
+    """The parameters each rank of the HSDP step holds, from its local shapes."""
+    return [sum(math.prod(shape) for shape in r["local_shapes"]) for r in hsdp]
+
+
 def hsdp_share(hsdp: list[dict]) -> float:
-    """The share of the model's parameters a rank holds on average under HSDP, from each rank's local
-    shapes: ranks 0 and 1, one shard group, hold the model between them."""
-    held_hsdp = [sum(math.prod(shape) for shape in r["local_shapes"]) for r in hsdp]
+    """The share of the model's parameters a rank holds on average under HSDP: ranks 0 and 1, one
+    shard group, hold the model between them."""
+    held_hsdp = _params_held(hsdp)
     return sum(held_hsdp) / len(hsdp) / (held_hsdp[0] + held_hsdp[1])
 
 
@@ -302,7 +307,7 @@ def print_hsdp_details(hsdp: list[dict]) -> None:
     """Print what each rank of the HSDP step held and rank 0's collectives with their groups."""
     for r in hsdp:
         print(f"rank {r['rank']}: placements {r['placements']}, local shapes {r['local_shapes']}")
-    held_hsdp = [sum(math.prod(shape) for shape in r["local_shapes"]) for r in hsdp]
+    held_hsdp = _params_held(hsdp)
     print(f"parameters held: {held_hsdp} of {held_hsdp[0] + held_hsdp[1]}; each shard group of 2 holds one "
           f"copy, so a rank holds 1/2 of the model on average, against 1/4 under FSDP2 over all 4 ranks")
     print("R is Replicate(): a full copy on every rank of that mesh dimension; S(0) as before")
