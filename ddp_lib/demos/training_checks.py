@@ -3,7 +3,8 @@ describe; evaluation on rank 0 through the wrapper with the buffer sync off and 
 the template on the half-moons, with a crash on purpose; your own collective inside ``Join``; a
 save that fails half-way; and two runners that launch a 2-rank job and return its outcome
 (:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line; and
-:func:`run_commands`, which runs terminal commands (``python template.py``, ``torchrun ...``) as typed."""
+:func:`run_commands`, which runs terminal commands (``python template.py``, ``torchrun ...``) as typed;
+and :func:`warmup_rates`, the template's warm-up read from a real optimizer."""
 
 from __future__ import annotations
 
@@ -446,3 +447,17 @@ def run_commands(directory: str, commands: list[str], keep_after_first: str | No
         if number == 0 and keep_after_first:
             shutil.copy(os.path.join(directory, checkpoint), os.path.join(directory, keep_after_first))
     return shown
+
+
+def warmup_rates(rank: int, world_size: int, lr: float, warmup_steps: int) -> list[float]:
+    """The learning rate before each of the first ``warmup_steps + 1`` optimizer steps under the template's
+    warm-up (:func:`ddp_lib.workers.template.with_warmup`: torch's ``LinearLR``), read from a real SGD
+    optimizer and stepped as the template steps it: ``optimizer.step()`` then ``scheduler.step()``."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    scheduler = template.with_warmup(optimizer, None, warmup_steps)
+    rates = []
+    for _ in range(warmup_steps + 1):
+        rates.append(round(optimizer.param_groups[0]["lr"], 4))
+        optimizer.step()
+        scheduler.step()
+    return rates
