@@ -300,7 +300,7 @@ def setup_job(rank: int, world_size: int) -> torch.device:
     # torchrun and ddp_lib's launcher set these; mp.spawn does not, so give the tutorial's defaults.
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "12355")
-    if "OMP_NUM_THREADS" not in os.environ:  # mp.spawn: share the cores (lesson 00; torchrun sets 1 itself)
+    if "OMP_NUM_THREADS" not in os.environ:  # mp.spawn: share the cores (lesson 00; torchrun sets 1 for 2+ ranks)
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_ranks(world_size)))
     if gpus_for_every_rank(world_size):
         local_rank = int(os.environ.get("LOCAL_RANK", rank))  # the rank's index on this machine
