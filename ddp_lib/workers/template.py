@@ -45,8 +45,10 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, Te
 
 # ==== YOUR JOB: replace the bodies of these four functions ====================================
 # (a fifth, make_scheduler, for a learning-rate schedule; and the metric line in evaluate() below,
-# which counts correct class picks: change it if your model is not a classifier). After changing
-# the model, delete the old --checkpoint-dir or give a new one: its checkpoint fits the old model only.
+# which counts correct class picks: change it if your model is not a classifier). A regression's
+# targets take the output's shape, (N, 1), not (N,): the loss would broadcast them (the job stops
+# with torch's warning). After changing the model, delete the old --checkpoint-dir or give a new one:
+# its checkpoint fits the old model only.
 
 METRIC = "accuracy"  # the name of evaluate()'s metric, in each epoch's line and the history: rename it with the metric
 
