@@ -8,9 +8,6 @@ and computes nothing. The input is moved by the function DDP's forward calls wit
 
 from __future__ import annotations
 
-from collections import UserDict, namedtuple
-from dataclasses import dataclass
-
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parallel.distributed import _to_kwargs
@@ -50,33 +47,6 @@ def forward_on_fake_gpu(model_gpu: int, device_ids: list[int] | None, move_input
             moved_args, _ = _to_kwargs((inputs,), {}, torch.device("cuda", device_ids[0]), True)
             inputs = moved_args[0][0]
         return _forward_report(model, inputs)
-
-
-Pair = namedtuple("Pair", "x y")
-
-
-@dataclass
-class Batch:
-    """A batch as a dataclass, an object DDP's move does not open."""
-    x: torch.Tensor
-
-
-def _its_tensor(container):
-    if isinstance(container, (dict, UserDict)):
-        return container["x"]
-    return container.x if hasattr(container, "x") else container[0]
-
-
-def containers_moved_by_ddp(gpu: int = 1) -> dict[str, str]:
-    """One CPU tensor inside each kind of container, passed as a positional argument through the move
-    DDP's forward makes with ``device_ids=[gpu]``, on fake tensors. Returns, for each kind, the device
-    its tensor is on afterwards: ``cuda:<gpu>`` where DDP opened the container, ``cpu`` where it did not."""
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        t = torch.ones(2)  # on the CPU
-        batches = {"tuple": (t,), "list": [t], "dict": {"x": t}, "namedtuple": Pair(t, t),
-                   "dataclass": Batch(t), "UserDict": UserDict(x=t)}
-        moved_args, _ = _to_kwargs(tuple(batches.values()), {}, torch.device("cuda", gpu), True)
-        return {kind: str(_its_tensor(after).device) for kind, after in zip(batches, moved_args[0])}
 
 
 def ddp_move_keeps_a_moved_tensor(gpu: int = 1) -> bool:
