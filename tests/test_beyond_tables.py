@@ -90,6 +90,17 @@ def test_choice_table_rows(capsys):
     assert "state sharded, no bucket copy" in out
 
 
+def test_choice_table_adds_the_fastest_step_when_given(capsys):
+    step_ms = {"ddp": 2.69, "ddp_view": 2.43, "zero1": 3.61, "zero1_view": 2.74, "fsdp": 15.4,
+               "fsdp_no_reshard": 11.28}
+    choice_table(runs(2), step_ms=step_ms)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].endswith("collectives/step  fastest step ms  why")
+    end = lines[0].index("fastest step ms") + len("fastest step ms")
+    assert lines[1][end - 3:end] == "2.7" and lines[5][end - 4:end] == "15.4"  # under its column's name
+    assert lines[-1].endswith("fastest step: the least of the kept runs recorded on this CPU")
+
+
 def test_choice_memory_adds_the_gathered_weights_and_4_ranks(capsys):
     rows = choice_memory(runs(2), runs(4))
     assert list(rows) == ["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"]

@@ -3,7 +3,7 @@ step times (wall clock and the main thread's CPU time) and the memory the profil
 
 import time
 
-from ddp_lib.demos.fsdp_step_times import STRATEGIES, LoadSampler, best, kept_runs
+from ddp_lib.demos.fsdp_step_times import STRATEGIES, LoadSampler, best, kept_runs, slower_than_ddp
 
 
 def test_kept_runs_hold_every_strategy_and_a_load():
@@ -31,3 +31,12 @@ def test_load_sampler_samples_while_the_block_runs():
         time.sleep(0.2)
     assert len(load.samples) >= 2
     assert load.mean() >= 0
+
+
+def test_slower_than_ddp_asks_every_run():
+    kept = {"runs": [{"step_ms": {"ddp": [2.0, 3.0], "fsdp": [5.0, 2.5]}},
+                     {"step_ms": {"ddp": [1.0], "fsdp": [1.5]}}]}
+    assert slower_than_ddp(kept, ("fsdp",))
+    kept["runs"][1]["step_ms"]["fsdp"] = [0.9]  # one run where FSDP2's fastest step beats DDP's
+    assert not slower_than_ddp(kept, ("fsdp",))
+    assert slower_than_ddp(kept_runs())  # the kept runs: FSDP2, either setting, slower in every run

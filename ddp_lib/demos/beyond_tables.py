@@ -142,10 +142,11 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
     return sent
 
 
-def choice_table(runs2: dict) -> dict:
+def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
     """Print, for each strategy on rank 0 on 2 ranks, the MB held, Adam's state against DDP's, the
-    bytes sent against DDP's, the collectives a step and a short reason. ``choice_memory``
-    prints what is held on 4 ranks and with the gathered weights.
+    bytes sent against DDP's, the collectives a step, with ``step_ms`` ({strategy: ms}, such as
+    ``fsdp_step_times.best(kept, "step_ms")``) the fastest step of the kept runs, and a short reason.
+    ``choice_memory`` prints what is held on 4 ranks and with the gathered weights.
     Returns {strategy: {"held": bytes, "held_gathered": bytes, "sent": x DDP}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     state = {s: r["bytes"]["optimizer state"] for s, r in r2.items()}
@@ -161,14 +162,17 @@ def choice_table(runs2: dict) -> dict:
     gathered = gathered_bytes(r2)
     rows = {}
     columns = ("MB held (2 ranks)", "Adam state ×DDP", "bytes sent ×DDP", "collectives/step")
+    if step_ms is not None:
+        columns += ("fastest step ms",)
     print(f"{'strategy':<16}" + "".join(f"{c:>{len(c) + 2}}" for c in columns) + "  why")
     for s, why in advice.items():
         rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
                    "sent": bytes_sent(r2[s]["payloads"], 2) / sent_ddp}
         cells = (f"{rows[s]['held'] / 1e6:.2f}", f"{state[s] / state['ddp']:.2f}", f"{rows[s]['sent']:.2f}",
-                 f"{collectives_asked(r2[s])}")
+                 f"{collectives_asked(r2[s])}") + ((f"{step_ms[s]:.1f}",) if step_ms is not None else ())
         print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)) + f"  {why}")
-    print("rank 0 on 2 ranks; bytes sent in float32")
+    print("rank 0 on 2 ranks; bytes sent in float32"
+          + ("; fastest step: the least of the kept runs recorded on this CPU" if step_ms is not None else ""))
     return rows
 
 

@@ -74,6 +74,12 @@ def best(kept: dict, key: str) -> dict[str, float]:
     return {s: min(run["measured"][s][key][0] for run in runs) for s in runs[0]["measured"]}
 
 
+def slower_than_ddp(kept: dict, strategies: tuple = ("fsdp", "fsdp_no_reshard")) -> bool:
+    """Whether, in every kept run, each of ``strategies`` has a fastest step slower than DDP's fastest
+    step of the same run (rank 0's wall clock)."""
+    return all(min(run["step_ms"][s]) > min(run["step_ms"]["ddp"]) for run in kept["runs"] for s in strategies)
+
+
 def kept_runs() -> dict:
     """The kept runs: {"runs": [record_run() ...], "cpu_count", "torch"}."""
     return json.loads(KEPT_RUNS.read_text())
