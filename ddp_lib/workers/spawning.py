@@ -157,7 +157,8 @@ def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: n
                 optimizer.step()
             dist.barrier()
     finally:
-        teardown()  # = dist.destroy_process_group() after a short pause (section 4, Deeper)
+        # a demo helper: your scripts end with dist.destroy_process_group(), as section 4's script does
+        teardown()  # why the short pause: section 4, "Deeper: the rare abort at exit"
 
 
 def hello_to_queue(rank: int, world_size: int, results) -> None:
