@@ -6,7 +6,7 @@ reading of the lesson's restart log.
 
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
 its Deeper sections' small jobs at once and each section reads its own job by name (the main line
-runs its own jobs as literal ``torchrun`` commands; :func:`start_main_jobs` starts three of them early,
+runs its own jobs as literal ``torchrun`` commands; :func:`start_main_jobs` starts four of them early,
 in the background, and :func:`main_job` waits for one). The ranks run ``launch_vars``, which reads the
 environment only; the two jobs of :data:`WATCHED` (a rank that hangs, and signals sent to torchrun)
 run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
@@ -43,8 +43,9 @@ WATCHED = {
     "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
 }
 SLEEPER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
-# The main line's three jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
+# The main line's four jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
 MAIN_JOBS = {
+    "own_port": "torchrun --standalone --nproc-per-node 1 -m ddp_lib.demos.torchrun_own_port",
     "hang": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 --max-restarts 1"
             " -m ddp_lib.demos.torchrun_hang",
     "failing": "torchrun --standalone --nproc-per-node 2 --tee 3 --log-dir my_work/failing"

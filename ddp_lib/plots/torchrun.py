@@ -87,7 +87,7 @@ def plot_port_choice() -> Figure:
     """Two one-node jobs on one machine: left, each leaves the port to torchrun (c10d on a free
     port, as --standalone does) and both run; right, a job given --master-port finds it taken."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.6))
-    for ax, title in zip(axes, ("no port given: each job gets a free one", "--master-port 29500: taken")):
+    for ax, title in zip(axes, ("no port given: each job gets a free one", "--master-port P, a port already taken")):
         ax.set_xlim(0, 5)
         ax.set_ylim(0, 3)
         ax.axis("off")
@@ -98,9 +98,9 @@ def plot_port_choice() -> Figure:
         box(left, 2.9, 1.7 - i * 1.3, 1.8, 0.8, f"its ranks' store\n{port} (free)", "#d9ead3")
         arrow(left, (1.8, 2.1 - i * 1.3), (2.9, 2.1 - i * 1.3), "green")
     box(right, 0.2, 1.7, 1.6, 0.8, "another program", "#eeeeee")
-    box(right, 2.9, 1.05, 1.8, 0.8, "port 29500", "#f4cccc")
+    box(right, 2.9, 1.05, 1.8, 0.8, "port P", "#f4cccc")
     arrow(right, (1.8, 2.1), (2.9, 1.6), "grey")
-    box(right, 0.2, 0.4, 1.6, 0.8, "job C\n--master-port 29500", "#fde9c9")
+    box(right, 0.2, 0.4, 1.6, 0.8, "job C\n--master-port P", "#fde9c9")
     arrow(right, (1.8, 0.8), (2.9, 1.3), "red")
     right.text(2.35, 0.45, "address already in use", color="red", fontsize=8, ha="center")
     fig.tight_layout()

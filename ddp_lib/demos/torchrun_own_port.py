@@ -1,0 +1,38 @@
+"""The DDP tutorial's ``setup()`` kept under torchrun (lesson 06): each rank sets its own
+``MASTER_ADDR`` and ``MASTER_PORT=12355``, as ``mp.spawn``'s scripts do, then joins the group.
+
+    torchrun --standalone --nproc-per-node 1 -m ddp_lib.demos.torchrun_own_port
+
+torchrun's agent runs the ranks' store on a port it picks, and tells the ranks to connect to it
+only (``TORCHELASTIC_USE_AGENT_STORE=True``): no rank starts a store, not even rank 0
+(under ``mp.spawn``, rank 0 does). So every rank dials port 12355, where nothing listens, until the
+group's timeout; then ``init_process_group`` raises ``DistNetworkError``. One rank shows it.
+The tutorial gives no timeout, so its ranks would wait 30 minutes under gloo; this one gives 3 s.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+TIMEOUT_S = 3  # the lesson's; the tutorial's setup() gives none: 30 min under gloo
+
+
+def setup(rank: int, world_size: int) -> None:
+    """The tutorial's ``setup()``, with a short timeout."""
+    import torch.distributed as dist
+
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "12355"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=TIMEOUT_S))
+
+
+def main() -> None:
+    import torch.distributed as dist
+
+    setup(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]))
+    dist.destroy_process_group()  # not reached under torchrun
+
+
+if __name__ == "__main__":
+    main()
