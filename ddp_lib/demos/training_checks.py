@@ -29,6 +29,7 @@ from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import device_ids_for, free_port, process_group
 from ddp_lib.workers import template
+from ddp_lib.workers.point_to_point import gloo_message
 from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.train import MoonsNet
 from ddp_lib.workers.train_pitfalls import uneven_batches
@@ -147,13 +148,14 @@ def own_allreduce_in_join(rank: int, world_size: int, throw_on_early_termination
                           timeout_s: float = 2.0) -> dict:
     """Rank ``r`` trains ``2 + 2r`` steps inside ``with Join([ddp_model], ...)`` and all-reduces its
     own loss after each step, a collective ``Join`` does not know of. DDP's group has a ``timeout_s``
-    timeout. Returns {"rank", "steps" done, "error": None, "timed out" (this rank's timeout or its peer's ended
-    the wait), or the error's first line}."""
+    timeout. Returns {"rank", "steps" done, "error": None or the first sentence of the rank's error
+    (without gloo's source path and peer address), "timed_out": whether a timeout ended the wait, this
+    rank's own or its peer's, which then closes the connection}."""
     with process_group(rank, world_size) as device:
         group = dist.new_group(timeout=timedelta(seconds=timeout_s))
         ddp_model = DDP(nn.Linear(2, 1).to(device), device_ids=device_ids_for(device), process_group=group)
         x = torch.ones(4, 2, device=device)
-        steps, error = 0, None
+        steps, error, timed_out = 0, None, False
         try:
             with Join([ddp_model], throw_on_early_termination=throw_on_early_termination):
                 for _ in range(2 + 2 * rank):
@@ -162,10 +164,10 @@ def own_allreduce_in_join(rank: int, world_size: int, throw_on_early_termination
                     dist.all_reduce(loss.detach(), group=group)  # a per-step loss average: your own collective
                     steps += 1
         except RuntimeError as e:
+            error = gloo_message(str(e))  # its first sentence, without gloo's source path and peer address
             # The rank whose timeout ends first closes its connections, so the other may see that instead.
-            ended = ("Timed out", "timeout", "GLOO_PEER_FAILURE", "Connection closed by peer")
-            error = "timed out" if any(word in str(e) for word in ended) else str(e).splitlines()[0]
-        return {"rank": rank, "steps": steps, "error": error}
+            timed_out = any(word in str(e) for word in ("Timed out", "timeout", "Connection closed by peer"))
+        return {"rank": rank, "steps": steps, "error": error, "timed_out": timed_out}
 
 
 class _FailsWhenSaved:
