@@ -54,6 +54,10 @@ def test_a_cuda_only_group_given_a_cpu_tensor_raises_torchs_error():
     assert error == "RuntimeError: No backend type associated with device type cpu"
 
 
+def test_a_group_with_a_cpu_backend_all_reduces_the_cpu_tensor():
+    assert placement_demos.cuda_only_group_with_cpu_tensor("cpu:gloo,cuda:gloo") == "no error"
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU machine the checkpoint loads onto cuda:0")
 def test_the_committed_gpu_checkpoint_needs_map_location_here():
     assert placement_demos.load_and_report(str(CHECKPOINT)).startswith(

@@ -114,11 +114,11 @@ def output_device_on_cpu(output_device) -> str:
         dist.destroy_process_group()
 
 
-def cuda_only_group_with_cpu_tensor() -> str:
-    """Join a one-process group whose only backend serves CUDA tensors ("cuda:gloo"), all-reduce a
-    CPU tensor, and return torch's error as "Type: message" (runs without a GPU: the group
-    is made, but nothing in it can take a CPU tensor)."""
-    dist.init_process_group("cuda:gloo", store=dist.HashStore(), rank=0, world_size=1)
+def cuda_only_group_with_cpu_tensor(backend: str = "cuda:gloo") -> str:
+    """Join a one-process group with ``backend``, all-reduce a CPU tensor, and return torch's error as
+    "Type: message", or "no error" (runs without a GPU). With "cuda:gloo", the group's only backend
+    serves CUDA tensors, so nothing in it can take a CPU tensor; "cpu:gloo,cuda:gloo" adds one that can."""
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     try:
         dist.all_reduce(torch.ones(1))
         return "no error"

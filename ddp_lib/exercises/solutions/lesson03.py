@@ -1,8 +1,6 @@
 """Lesson 03, exercise 1: a worker that finds its device from LOCAL_RANK and joins the group itself;
 exercise 3: a checkpoint saved on ``cuda:0`` loaded onto the rank's device."""
 
-import os
-
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -11,7 +9,7 @@ from ddp_lib.workers.shared import ToyModel, param_checksum
 
 
 def one_step(rank: int, world_size: int) -> dict:
-    local_rank = int(os.environ["LOCAL_RANK"])  # GPUs are numbered per node: not RANK
+    local_rank = dist.get_node_local_rank()  # LOCAL_RANK: GPUs are numbered per node, not RANK
     if torch.cuda.is_available():  # lesson 03's rule; ddp_lib.process_group.local_device is the same
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)  # before init_process_group: "cuda" now means this rank's GPU
