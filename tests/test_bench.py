@@ -54,7 +54,10 @@ def test_fit_verdict_fits_where_the_model_holds_and_names_the_hump():
     from ddp_lib.bench import allreduce
     result = allreduce.full_run()
     alpha, beta = allreduce.held_fit(result, 2)
-    rows = [r for r in result["rows"] if r["world_size"] == 2 and r["bytes"] >= allreduce.HOLDS_FROM_BYTES]
+    start = allreduce.fit_start(result, 2)
+    assert start == 16 * 1024  # the kept run: 16 B to 4 KiB took longer than 16 KiB
+    assert "fitted from 16 KiB (where the medians stop falling)" in allreduce.fit_verdict(result)
+    rows = [r for r in result["rows"] if r["world_size"] == 2 and r["bytes"] >= start]
     errors = [abs((alpha + r["bytes"] / beta) / (r["time_us"] * 1e-6) - 1) for r in rows]
     assert sorted(errors)[len(errors) // 2] < 0.25  # the median size fits within 25%
     assert len(allreduce.fit_verdict(result).splitlines()) == 3
@@ -63,6 +66,18 @@ def test_fit_verdict_fits_where_the_model_holds_and_names_the_hump():
     assert "8 messages (4 per rank)" in text and "the same at every size: True" in text
     assert "the same messages, so not gloo's algorithm" in text
     assert allreduce.loops_per_timing(16) == 20 and allreduce.loops_per_timing(64 << 20) == 1
+
+
+def test_fit_start_is_where_the_medians_stop_falling():
+    from ddp_lib.bench import allreduce
+
+    def run(times_us):
+        return {"rows": [{"world_size": 2, "bytes": 4 ** k, "time_us": t} for k, t in enumerate(times_us, 1)]}
+    assert allreduce.fit_start(run([10, 20, 30, 40])) == 4  # never falls: the fit takes every size
+    assert allreduce.fit_start(run([90, 80, 10, 20, 30])) == 64  # 16 B and 4 B took longer than 64 B
+    assert allreduce.fit_start(run([10, 20, 18, 30])) == 4  # a fall of 10% is within the tolerance
+    assert allreduce.fit_start(run([10, 20, 18, 30]), tolerance=0) == 64
+    assert allreduce.held_fit(run([90, 80, 10, 20, 30])) == allreduce.held_fit(run([90, 80, 10, 20, 30]), from_bytes=64)
 
 
 def test_the_lesson_verdicts_read_the_kept_runs():
@@ -87,7 +102,7 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     assert len(signs) == 2 and all("a verdict needs 17" in line for line in signs)
     assert signs[1] == f"whole step, small against one, {overlap.paired_verdict(profiled, 'step')}"
     cost = overlap.bucket_cost_verdict(profiled, alpha)
-    assert cost.startswith("kept profile: 4 buckets took ") and "Each extra bucket cost about" in cost
+    assert cost.startswith("under the profiler: 4 buckets took ") and "Each extra bucket cost about" in cost
     assert "times the fitted alpha of" in cost and "p = " not in cost
     assert wide.verdict(wide.full_run()).count("a verdict needs") == 3
     lines = scaling.verdict(scaling.full_run()).splitlines()
@@ -141,7 +156,7 @@ def test_step_sentence_says_the_cost_and_the_rounds_plainly():
     assert overlap.step_sentence(mixed).endswith("in 11 of 21 paired rounds (a sign test's cut: 17): "
                                                  "too few rounds to say which is shorter.")
     assert overlap.bucket_cost_verdict(longer, alpha=1e-3) == (
-        "kept profile: 4 buckets took 20.0 ms a step, 1 bucket 10.0 ms (medians). "
+        "under the profiler: 4 buckets took 20.0 ms a step, 1 bucket 10.0 ms (medians). "
         "Each extra bucket cost about 3.3 ms, 3.3 times the fitted alpha of 1.00 ms.")
 
 

@@ -6,8 +6,9 @@ from ddp_lib.bench import allreduce, ddp, floor, overlap, scaling, wide
 def test_floor_verdict_counts_the_uses_whose_measured_time_was_longer():
     text = floor.floor_verdict({"a": (2.0, 1.0), "b": (0.5, 1.0)})
     assert "a: measured 2.00 ms, the model 1.00 ms (2.0x)" in text
-    assert text.splitlines()[-1] == "measured longer than the fit in 1 of 2 uses; the fit a floor in every one: False"
-    assert floor.floor_verdict({"a": (2.0, 1.0)}).endswith("in 1 of 1 uses; the fit a floor in every one: True")
+    assert text.splitlines()[-1] == ("measured longer than the fit in 1 of 2 uses; "
+                                     "the fit a lower bound in every one: False")
+    assert floor.floor_verdict({"a": (2.0, 1.0)}).endswith("in 1 of 1 uses; the fit a lower bound in every one: True")
 
 
 def test_every_kept_use_of_the_fit_measured_longer_than_the_model():
@@ -17,4 +18,4 @@ def test_every_kept_use_of_the_fit_measured_longer_than_the_model():
     assert len(uses) == 4
     assert all(measured > predicted > 0 for measured, predicted in uses.values())
     # the extra bucket is priced at one alpha
-    assert uses["one extra bucket in the profile"][1] == alpha * 1e3
+    assert uses["one extra bucket, under the profiler"][1] == alpha * 1e3

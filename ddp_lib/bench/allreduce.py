@@ -165,24 +165,37 @@ def main(argv: list[str]) -> int:
     return run_main(argv, "allreduce", __doc__, measure, COLUMNS, _notes)
 
 
-# Where the alpha-beta model holds in the kept run: on 2 ranks from 16 KiB up. Below, 16 B to 4 KiB took
-# longer than 16 to 64 KiB, though they send the same messages the same number of times (fit_verdict prints it).
-# That run timed each size's repeats back to back, so it cannot tell which of those rows load lengthened;
-# allreduce_sweep now draws a new order of sizes each repeat, and a re-recorded run can settle it.
-HOLDS_FROM_BYTES = 16 * 1024
+# A fall in the medians smaller than this share is within the fit's own tolerance (fit_verdict's "within 25%").
+FALL_TOLERANCE = 0.25
 
 
-def held_fit(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYTES) -> tuple[float, float]:
-    """(alpha in seconds, beta in bytes per second) fitted to ``world_size``'s medians from ``from_bytes`` up."""
+def fit_start(result: dict, world_size: int = 2, tolerance: float = FALL_TOLERANCE) -> int:
+    """The smallest size from which ``world_size``'s medians no longer fall: no larger size took less than
+    (1 - tolerance) times any size from there up. Below it, some smaller message took longer than a larger
+    one, which the model alpha + S / beta cannot draw (in the kept run, 16 B to 4 KiB)."""
+    times = sorted((r["bytes"], r["time_us"]) for r in result["rows"] if r["world_size"] == world_size)
+    start = times[-1][0]
+    for i in range(len(times) - 1, -1, -1):
+        if any(later < (1 - tolerance) * times[i][1] for _, later in times[i + 1:]):
+            break
+        start = times[i][0]
+    return start
+
+
+def held_fit(result: dict, world_size: int = 2, from_bytes: int | None = None) -> tuple[float, float]:
+    """(alpha in seconds, beta in bytes per second) fitted to ``world_size``'s medians from ``from_bytes`` up
+    (by default from ``fit_start``)."""
+    from_bytes = fit_start(result, world_size) if from_bytes is None else from_bytes
     mine = [r for r in result["rows"] if r["world_size"] == world_size and r["bytes"] >= from_bytes]
     return fit_alpha_beta([r["bytes"] for r in mine], [r["time_us"] * 1e-6 for r in mine])
 
 
-def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_BYTES, detail: bool = False) -> str:
+def fit_verdict(result: dict, world_size: int = 2, from_bytes: int | None = None, detail: bool = False) -> str:
     """The fit where the model holds, its errors there, and alpha's share of a 4 KiB message (three lines).
     With ``detail``, instead: the sizes below the fit and why they are left out: gloo's ring sends the same
     messages, looped as often, from 16 B to 64 KiB, yet the smaller took longer."""
     from ddp_lib.bench.gloo_ring import ring_sends
+    from_bytes = fit_start(result, world_size) if from_bytes is None else from_bytes
     alpha, beta = held_fit(result, world_size, from_bytes)
     times = {r["bytes"]: r["time_us"] for r in result["rows"] if r["world_size"] == world_size}
     fitted = [b for b in times if b >= from_bytes]
@@ -195,7 +208,8 @@ def fit_verdict(result: dict, world_size: int = 2, from_bytes: int = HOLDS_FROM_
     messages, loops = next(iter(same))
     slow, fast = min(times[b] for b in hump), max(times[b] for b in after)
     fit = [
-        f"{world_size} ranks, fitted from {human_bytes(from_bytes)} to {human_bytes(max(times))}: "
+        f"{world_size} ranks, fitted from {human_bytes(from_bytes)} (where the medians stop falling) to "
+        f"{human_bytes(max(times))}: "
         f"alpha = {alpha * 1e6:.0f} us, beta = {beta / 1e9:.3f} GB/s, S1/2 = {alpha * beta / 1024:.0f} KiB",
         f"  within 25% on {within} of {len(fitted)} sizes; worst {errors[worst]:+.0%} (at {human_bytes(worst)})",
         f"in the model, one 4 KiB message: alpha is {alpha / (alpha + 4096 / beta):.0%} of it; "

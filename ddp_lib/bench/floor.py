@@ -1,6 +1,7 @@
 """The alpha-beta fit against each kept run that lesson 08 uses it on: for each use, the measured time
-and the model's time, in ms, and how many of the uses took longer than the model. On shared CPU cores
-the fit is a floor, not a forecast: load, two all-reduces in flight or more ranks than cores only add."""
+and the model's time, in ms, and how many of the uses took longer than the model. The fit rests on the
+all-reduce run's fastest rows, so on this machine it is a lower bound, not a forecast: load, two all-reduces
+in flight or more ranks than cores only add."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def fit_uses(alpha: float, beta: float, ddp_run: dict, profile: dict, scaling_ru
     gradients; the wide model's one-bucket DDP step against half one process's step plus one all-reduce."""
     uses = {"the DDP run's bare all-reduce": (ddp_run["all_reduce_ms"],
                                               model.predict(alpha, beta, ddp_run["gradient_bytes"]) * 1e3)}
-    uses["one extra bucket in the profile"] = (overlap.extra_bucket_ms(profile), alpha * 1e3)
+    uses["one extra bucket, under the profiler"] = (overlap.extra_bucket_ms(profile), alpha * 1e3)
     rate = {r["world_size"]: r["samples_per_s"] for r in scaling_run["rows"] if r["policy"] == "one"}
     extra_s = 2 * scaling.BATCH_SIZE / rate[2] - scaling.BATCH_SIZE / rate[1]
     uses["the moons model's extra 2-rank step"] = (extra_s * 1e3,
@@ -33,6 +34,6 @@ def floor_verdict(uses: dict[str, tuple[float, float]]) -> str:
     lines = [f"{name}: measured {measured:.2f} ms, the model {predicted:.2f} ms ({measured / predicted:.1f}x)"
              for name, (measured, predicted) in uses.items()]
     above = sum(measured > predicted for measured, predicted in uses.values())
-    lines.append(f"measured longer than the fit in {above} of {len(uses)} uses; the fit a floor in every one: "
+    lines.append(f"measured longer than the fit in {above} of {len(uses)} uses; the fit a lower bound in every one: "
                  f"{above == len(uses)}")
     return "\n".join(lines)

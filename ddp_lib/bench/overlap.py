@@ -380,6 +380,6 @@ def bucket_cost_verdict(result: dict, alpha: float) -> str:
     steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
     per_bucket_ms = extra_bucket_ms(result)
     change, size_ms = ("cost" if per_bucket_ms >= 0 else "saved"), abs(per_bucket_ms)
-    return (f"kept profile: {counts[0]} buckets took {steps[0]:.1f} ms a step, {counts[1]} bucket {steps[1]:.1f} ms "
-            f"(medians). Each extra bucket {change} about {size_ms:.1f} ms, {size_ms * 1e-3 / alpha:.1f} "
-            f"times the fitted alpha of {alpha * 1e3:.2f} ms.")
+    return (f"under the profiler: {counts[0]} buckets took {steps[0]:.1f} ms a step, "
+            f"{counts[1]} bucket {steps[1]:.1f} ms (medians). Each extra bucket {change} about {size_ms:.1f} ms, "
+            f"{size_ms * 1e-3 / alpha:.1f} times the fitted alpha of {alpha * 1e3:.2f} ms.")
