@@ -16,6 +16,9 @@ import os
 from datetime import timedelta
 
 TIMEOUT_S = 3  # the lesson's; the tutorial's setup() gives none: 30 min under gloo
+# The tutorial's port. The tests set TUTORIAL_PORT to a free one, so that no other job on the machine
+# that listens on 12355 (lesson 00 does, for a while) turns the timeout into a join.
+TUTORIAL_PORT = os.environ.get("TUTORIAL_PORT", "12355")
 
 
 def setup(rank: int, world_size: int) -> None:
@@ -23,7 +26,7 @@ def setup(rank: int, world_size: int) -> None:
     import torch.distributed as dist
 
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = "12355"
+    os.environ["MASTER_PORT"] = TUTORIAL_PORT
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=TIMEOUT_S))
 
 
