@@ -33,6 +33,7 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import re
 import signal
 import sys
 import time
@@ -51,6 +52,7 @@ from ddp_lib.launch._output import (
     sweep_orphaned_logdirs,
 )
 from ddp_lib.launch._processes import stop_to_the_end
+from ddp_lib.ports import taken_port_hint
 
 # A cell still running after this is stopped, with where each rank was. Below the 60 s that ranks
 # started with --init give a collective (ddp_lib.process_group.COLLECTIVE_TIMEOUT): a cell stuck in
@@ -417,7 +419,9 @@ class LiveRanks:
         others = sorted(set(failures) - {blamed.rank})
         also = f"; {_ranks_text(others)} raised too" if others else ""
         at = f" (at {where})" if where else ""
-        error = RankCellError(blamed.rank, exc_type, first_line(blamed.message) + at + also + state, tb,
+        taken = taken_port_hint(_port_it_could_not_listen_on(message), "use a free port (lesson 00: a port "
+                                "already taken)")
+        error = RankCellError(blamed.rank, exc_type, first_line(blamed.message) + taken + at + also + state, tb,
                               blamed.failures)
         error.where = where
         return error
@@ -450,3 +454,10 @@ def load_ipython_extension(ipython) -> None:
     from ddp_lib._live_magic import register
 
     register(ipython)
+
+
+def _port_it_could_not_listen_on(message: str) -> int | None:
+    """The port in a store's "failed to listen ... port: P ... EADDRINUSE" error, else None."""
+    found = re.search(r"failed to listen.*?\bport: (\d+).*?EADDRINUSE", message, re.DOTALL)
+    return int(found[1]) if found else None
+

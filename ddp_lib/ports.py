@@ -102,3 +102,15 @@ def holder_summary(port: int) -> tuple[int, str] | None:
         return None
     pid, command = found
     return pid, " ".join(command.replace(sys.executable, "python").split()[:6])
+
+
+def taken_port_hint(port: int | None, fix: str = "set MASTER_PORT to a free port") -> str:
+    """" (port P is already taken by process PID (command): stop it, or <fix>)" when another process
+    holds ``port`` now, else "" (no port, or a port free again)."""
+    from ddp_lib.process_group import port_in_use  # imports torch: only when a rank failed
+
+    if port is None or not port_in_use(port):
+        return ""
+    holder = port_holder(port)
+    return f" (port {port} is already taken{f' by {holder}' if holder else ''}: stop it, or {fix})"
+

@@ -540,3 +540,20 @@ def test_a_kernel_that_ends_leaves_no_rank_behind(tmp_path, end):
     finally:
         client.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def test_a_store_port_another_process_holds_is_named_with_its_holder(ranks):
+    import socket
+
+    with socket.socket() as leftover:  # as a leftover rank 0 of an earlier run
+        leftover.bind(("", 0))
+        leftover.listen()
+        port = leftover.getsockname()[1]
+        ranks.start(1)
+        ranks.run(f"import torch.distributed as dist\nfrom datetime import timedelta\nport = {port}")
+        with pytest.raises(RankCellError) as caught:
+            ranks.run("dist.TCPStore('127.0.0.1', port, 1, True, timeout=timedelta(seconds=2))")
+    message = str(caught.value)
+    assert caught.value.exc_type == "DistNetworkError", message
+    assert f"(port {port} is already taken by process {os.getpid()} (" in message, message
+    assert "lesson 00" in message, message

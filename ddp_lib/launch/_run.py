@@ -19,7 +19,6 @@ JupyterLab, under nbval and in a terminal.
 
 from __future__ import annotations
 
-import errno
 import os
 import pickle
 import socket
@@ -41,7 +40,7 @@ from ddp_lib.launch._output import (
     sweep_orphaned_logdirs,
 )
 from ddp_lib.launch._processes import stop_to_the_end
-from ddp_lib.ports import port_holder
+from ddp_lib.ports import taken_port_hint
 from ddp_lib.process_group import BACKEND_ENV, threads_per_rank
 
 LAUNCH_TIMEOUT_S = 300.0  # a hung job becomes an error, not a cell that never ends
@@ -144,20 +143,7 @@ def _port_hint(failure: Failure) -> str:
     """What to do when the rank could not listen on its MASTER_PORT (a DistNetworkError, whose
     record keeps the port) because another process holds it: found by binding the port here
     (errno EADDRINUSE), not from the error's words."""
-    if failure.port is None or not _port_taken(failure.port):
-        return ""
-    holder = port_holder(failure.port)
-    return (f" (port {failure.port} is already taken{f' by {holder}' if holder else ''}: stop it, or set "
-            "MASTER_PORT to a free port)")
-
-
-def _port_taken(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("", port))
-        except OSError as exc:
-            return exc.errno == errno.EADDRINUSE
-    return False
+    return taken_port_hint(failure.port)
 
 
 class _loopback_store:
