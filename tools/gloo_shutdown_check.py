@@ -16,6 +16,8 @@ Endings (the last step of the worker, right after its last backward pass):
 
 - ``destroy-return`` (plain processes): ``dist.destroy_process_group()``, then the DDP
   model freed, as when its function returns (its reducer holds the last reference to the group);
+- ``barrier-destroy-return`` (plain processes): ``dist.barrier()``, then the same as
+  ``destroy-return``: the ending of lesson 02's script, a collective after the last backward;
 - ``return-destroy`` (plain processes): the model freed first, then ``dist.destroy_process_group()``
   drops the last reference to the group;
 - ``teardown-return`` (plain processes, as under torchrun): ``ddp_lib.process_group.teardown()``,
@@ -49,9 +51,9 @@ import sys
 import tempfile
 import time
 
-ENDINGS = ("destroy-return", "return-destroy", "teardown-return", "returned", "cleanup-returned", "inner-cleanup",
-           "teardown")
-PLAIN_ENDINGS = ("destroy-return", "return-destroy", "teardown-return")
+ENDINGS = ("destroy-return", "barrier-destroy-return", "return-destroy", "teardown-return", "returned",
+           "cleanup-returned", "inner-cleanup", "teardown")
+PLAIN_ENDINGS = ("destroy-return", "barrier-destroy-return", "return-destroy", "teardown-return")
 RUNS_PER_PLAIN_JOB = 10
 BACKWARD_PASSES = 3
 
@@ -173,7 +175,9 @@ def plain_rank(rank: int, world_size: int, ending: str, store_dir: str, runs: in
         if ending == "teardown-return":
             teardown()
             del model
-        elif ending == "destroy-return":
+        elif ending in ("destroy-return", "barrier-destroy-return"):
+            if ending == "barrier-destroy-return":
+                dist.barrier()  # a collective after the last backward, as lesson 02's script ends
             dist.destroy_process_group()
             del model  # as a return would: the reducer drops the last reference to the group
         else:  # "return-destroy"
