@@ -449,15 +449,14 @@ class LiveRanks:
 ranks = LiveRanks()  # the ranks a notebook's %ranks and %%ranks drive (one set per kernel)
 
 
-def load_ipython_extension(ipython) -> None:
-    """``%load_ext ddp_lib.live``: the ``%ranks`` and ``%%ranks`` magics, and ``ranks`` in the notebook."""
-    from ddp_lib._live_magic import register
-
-    register(ipython)
-
-
 def _port_it_could_not_listen_on(message: str) -> int | None:
     """The port in a store's "failed to listen ... port: P ... EADDRINUSE" error, else None."""
     found = re.search(r"failed to listen.*?\bport: (\d+).*?EADDRINUSE", message, re.DOTALL)
     return int(found[1]) if found else None
 
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext ddp_lib.live``: the ``%ranks`` and ``%%ranks`` magics, and ``ranks`` in the notebook."""
+    from ddp_lib._live_magic import register
+
+    register(ipython)

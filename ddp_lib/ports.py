@@ -113,4 +113,3 @@ def taken_port_hint(port: int | None, fix: str = "set MASTER_PORT to a free port
         return ""
     holder = port_holder(port)
     return f" (port {port} is already taken{f' by {holder}' if holder else ''}: stop it, or {fix})"
-

@@ -364,11 +364,16 @@ def sign_test_lines(result: dict) -> str:
                       f"whole step, small against one, {paired_verdict(result, 'step')}"])
 
 
+def _steps_by_cap(result: dict) -> tuple[tuple[int, int], list[float]]:
+    """The kept profile's all-reduce counts and median whole steps (ms), small cap first, then one bucket."""
+    steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
+    return _all_reduce_counts(result), steps
+
+
 def extra_bucket_ms(result: dict) -> float:
     """What one extra bucket cost in the kept profile: the two caps' median whole steps apart, in ms,
     per extra all-reduce."""
-    counts = _all_reduce_counts(result)
-    steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
+    counts, steps = _steps_by_cap(result)
     return (steps[0] - steps[1]) / (counts[0] - counts[1])
 
 
@@ -376,8 +381,7 @@ def bucket_cost_verdict(result: dict, alpha: float) -> str:
     """What an extra bucket cost in the kept profile, in one plain sentence: the two caps' median whole steps,
     and their difference per extra all-reduce in ms and as a multiple of the fitted alpha (itself in doubt:
     lesson 08 weighs it). The paired rounds' verdict is step_sentence()'s."""
-    counts = _all_reduce_counts(result)
-    steps = [spread(result, cap, "step")[0] for cap in (result["bucket_cap_mb"], result["one_bucket_cap_mb"])]
+    counts, steps = _steps_by_cap(result)
     per_bucket_ms = extra_bucket_ms(result)
     change, size_ms = ("cost" if per_bucket_ms >= 0 else "saved"), abs(per_bucket_ms)
     return (f"under the profiler: {counts[0]} buckets took {steps[0]:.1f} ms a step, "
