@@ -25,6 +25,7 @@ SHARED_UNITS = {
     "tests/test_copy_workers.py": "port-12355",  # plain mp.spawn on the tutorial's default port
     "notebooks/07_failure_lab.ipynb": "port-12355",  # holds 12355 to show the launcher does not need it
     "notebooks/00_start_here.ipynb": "port-12355",  # runs the tutorial's own setup() on 12355, then holds it
+    "notebooks/06_torchrun.ipynb": "port-12355",  # its rank dials 12355 and must find nothing listening there
     "tests/test_live_ranks.py": "port-12355",  # steps through the tutorial's own setup() on live ranks
     "tests/test_start_here_port_section.py": "port-12355",  # lesson 00's busy-port section, on 12355
     "tests/test_cluster_hosts.py": "hosts",
@@ -40,11 +41,11 @@ UNIT_SECONDS = {
     # the notebooks: each lesson's Run All at load 2.5, which its time under nbval follows
     "notebooks/01_process_groups.ipynb": 26, "notebooks/02_spawn.ipynb": 34,
     "notebooks/03_device_placement.ipynb": 12, "notebooks/04_gradient_sync.ipynb": 26,
-    "notebooks/05_training.ipynb": 28, "notebooks/06_torchrun.ipynb": 36, "notebooks/08_performance.ipynb": 16,
+    "notebooks/05_training.ipynb": 28, "notebooks/08_performance.ipynb": 16,
     "notebooks/09_training_loop.ipynb": 21, "notebooks/10_beyond_ddp.ipynb": 18,
-    # lessons 00 (18 s) and 07 (49 s) with test_copy_workers and test_live_ranks (46 s), and lesson 00's
-    # port section on its own (about 10 s)
-    "port-12355": 123,
+    # lessons 00 (18 s), 06 (36 s) and 07 (49 s) with test_copy_workers and test_live_ranks (46 s), and
+    # lesson 00's port section on its own (about 10 s)
+    "port-12355": 159,
     # the test files: their slowest tests' seconds in one run at load 17, scaled by 0.17 to load 2.5
     "tests/test_torchrun.py": 51, "tests/test_template_worker.py": 46, "tests/test_launch_guards.py": 43,
     "tests/test_exercise06.py": 40, "tests/test_launch.py": 36, "tests/test_cheatsheet.py": 23,
