@@ -60,9 +60,18 @@ def notebook_anchors(notebook: Path) -> set[str]:
         for line in "".join(cell["source"]).splitlines():
             level = len(line) - len(line.lstrip("#"))
             if 1 <= level <= 3 and line[level:level + 1] == " ":
-                title = line[level:].strip().lower()
+                title = HTML_ANCHOR.sub("", line[level:]).strip().lower()
                 found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
     return found
+
+
+def explicit_anchors(notebook: Path) -> set[str]:
+    """The ids of the `<a id="...">` anchors in a notebook's markdown cells."""
+    import json
+
+    cells = json.loads(notebook.read_text())["cells"]
+    return {anchor for cell in cells if cell["cell_type"] == "markdown"
+            for anchor in HTML_ANCHOR.findall("".join(cell["source"]))}
 
 
 def test_every_lesson_link_in_the_question_map_names_a_heading_that_exists():
@@ -131,3 +140,16 @@ def test_every_link_to_a_lesson_section_names_a_heading_that_exists():
     missing = [f"{where}: {target}" for where, target, destination in links
                if not destination.exists() or target.partition("#")[2] not in notebook_anchors(destination)]
     assert not missing, missing
+
+
+# JupyterLab scrolls to a link's section only through an element whose id is the link's anchor, and
+# the ids it gives headings keep their case and punctuation ("Deeper:-stores-in-torch"), so a linked
+# heading carries the book's and GitHub's anchor explicitly, at the end of its line.
+def test_every_linked_lesson_section_has_an_anchor_jupyterlab_finds():
+    links = lesson_links()
+    missing = sorted({f"{destination.name}: the heading of #{target.partition('#')[2]} "
+                      f"(linked from {where}) ends without <a id=\"{target.partition('#')[2]}\"></a>"
+                      for where, target, destination in links
+                      if destination.exists() and target.partition("#")[2] not in explicit_anchors(destination)})
+    assert not missing, "\n".join(missing)
+
