@@ -215,3 +215,22 @@ def test_run_commands_runs_python_then_torchrun_in_one_folder_and_drops_only_tor
     assert not any(training_checks._TORCHRUN_LOG.match(line) for out in shown for line in out.splitlines())
     first = torch.load(tmp_path / "first.pt", map_location="cpu", weights_only=True)
     assert first["epoch"] == 1  # the first command's checkpoint, kept before torchrun overwrote it
+
+
+def test_run_commands_at_once_runs_python_and_torchrun_side_by_side_to_the_same_losses(tmp_path, capsys):
+    import shutil
+
+    folders = [tmp_path / "spawn", tmp_path / "torchrun"]
+    for folder in folders:
+        folder.mkdir()
+        shutil.copy(template.__file__, folder)
+    commands = ["python template.py --epochs 2", "torchrun --standalone --nproc-per-node 2 template.py --epochs 2"]
+    shown = training_checks.run_commands_at_once([str(f) for f in folders], commands)
+    printed = capsys.readouterr().out
+    assert printed.index(f"$ cd spawn && {commands[0]}\n") < printed.index(f"$ cd torchrun && {commands[1]}\n")
+    losses = [re.findall(r"loss (\d\.\d+)", out) for out in shown]
+    assert len(losses[0]) == 2 and losses[0] == losses[1]  # the same job under both launchers
+    assert not any("(exit code" in out for out in shown)
+    assert not any(training_checks._TORCHRUN_LOG.match(line) for out in shown for line in out.splitlines())
+    for folder in folders:
+        assert torch.load(folder / "checkpoints" / "last.pt", map_location="cpu", weights_only=True)["epoch"] == 2

@@ -11,6 +11,8 @@ losses within 1e-5. :func:`run_scaling_jobs` starts them; the other functions ar
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import torch
 
 SEEDS = range(3)
@@ -84,9 +86,9 @@ def lr_scaling_report(scaling: dict) -> str:
 
 
 def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
-    """Lesson 05's three jobs, one per world size, each rank on one thread (for speed on 2 cores); one
-    line ("1 rank ...", "2 ranks ...", "4 ranks ...") is printed per job as it starts. Each job trains
-    the runs of "The same job on 1, 2 and 4 ranks" (lr 0.1, seed 0) and those of the next section.
+    """Lesson 05's three jobs, one per world size, each rank on one thread (for speed on 2 cores), run at
+    the same time; one line per job ("1 rank ...", "2 ranks ...", "4 ranks ...") is printed as they start.
+    Each job trains the runs of "The same job on 1, 2 and 4 ranks" (lr 0.1, seed 0) and those of the next section.
     ``two_ranks_16``: the losses of a 2-rank, batch-16 run at lr 0.1 (the lesson's diff job), the fourth
     curve.
 
@@ -101,14 +103,18 @@ def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
     from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
 
     one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
-    print("1 rank ...", flush=True)  # batch 64, then the next section's batch-16 runs
-    one_rank = launch(train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
-        dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS]), **one_thread).results[0]
-    print("2 ranks ...", flush=True)
-    two_ranks_32 = launch(train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), **one_thread).results[0]
-    print("4 ranks ...", flush=True)  # lr 0.1 and 0.4 on each seed; seed 0 at lr 0.1 is this section's run
     lr_runs = [dict(epochs=epochs, batch_size=16, lr=lr, seed=s) for s in SEEDS for lr in (0.1, 0.4)]
-    four_ranks = launch(train_runs, 4, kwargs=dict(runs=lr_runs), **one_thread).results[0]  # rank 0's results
+    for line in ("1 rank ...", "2 ranks ...", "4 ranks ..."):
+        print(line, flush=True)
+    # the three jobs at once: while one job's ranks wait for each other's messages, another's compute
+    with ThreadPoolExecutor(3) as pool:
+        one_rank = pool.submit(launch, train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
+            dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS]), **one_thread)
+        two_ranks_32 = pool.submit(launch, train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), **one_thread)
+        # lr 0.1 and 0.4 on each seed; seed 0 at lr 0.1 is this section's run
+        four_ranks = pool.submit(launch, train_runs, 4, kwargs=dict(runs=lr_runs), **one_thread)
+    # rank 0's results of each job
+    one_rank, two_ranks_32, four_ranks = (job.result().results[0] for job in (one_rank, two_ranks_32, four_ranks))
     global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,
                  "4 ranks x batch 16": four_ranks[0]}
     runs = global_batch_curves(two_ranks_16, global_64, one_rank[1:])

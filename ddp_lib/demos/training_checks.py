@@ -3,7 +3,8 @@ describe; evaluation on rank 0 through the wrapper with the buffer sync off and 
 the template on the half-moons, with a crash on purpose; your own collective inside ``Join``; a
 save that fails half-way; and two runners that launch a 2-rank job and return its outcome
 (:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line; and
-:func:`run_commands`, which runs terminal commands (``python template.py``, ``torchrun ...``) as typed;
+:func:`run_commands` and :func:`run_commands_at_once`, which run terminal commands (``python template.py``,
+``torchrun ...``) as typed;
 and :func:`warmup_rates`, the template's warm-up read from a real optimizer."""
 
 from __future__ import annotations
@@ -412,6 +413,30 @@ def template_with_crash(rank: int, world_size: int, crash_epoch: int = 3, crash_
 _TORCHRUN_LOG = re.compile(r"[IWE]\d{4} [^\]]*\] ")
 
 
+def _command_env(command: str) -> dict[str, str]:
+    """The environment :func:`run_commands` gives ``command``: this interpreter's directory first on
+    ``PATH``, and for a ``python ...`` command a free ``MASTER_PORT``."""
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    if shlex.split(command)[0] == "python":
+        env["MASTER_PORT"] = str(free_port())
+    return env
+
+
+def _shown(output: str, returncode: int) -> str:
+    """A command's output as :func:`run_commands` prints it: torchrun's log lines left out, but for its
+    ``OMP_NUM_THREADS`` warning, and the exit code added if not 0."""
+    lines = []
+    for line in output.splitlines():
+        logged = _TORCHRUN_LOG.match(line)
+        if not logged:
+            lines.append(line)
+        elif "OMP_NUM_THREADS" in line:
+            lines.append("torchrun's warning: " + line[logged.end():].strip())
+    if returncode:
+        lines.append(f"(exit code {returncode})")
+    return "\n".join(lines)
+
+
 def run_commands(directory: str, commands: list[str], keep_after_first: str | None = None,
                  checkpoint: str = os.path.join("checkpoints", "last.pt")) -> list[str]:
     """Run each command in ``directory``, one after the other, as typed in a terminal there: print
@@ -425,29 +450,35 @@ def run_commands(directory: str, commands: list[str], keep_after_first: str | No
     itself under mp.spawn. With ``keep_after_first``, the first command's
     ``checkpoint`` (relative to ``directory``) is copied to that name in ``directory``.
     Returns each command's output as printed, one string per command."""
-    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     shown = []
     for number, command in enumerate(commands):
         print(f"$ {command}", flush=True)
-        env = dict(os.environ, PATH=path)
-        if shlex.split(command)[0] == "python":
-            env["MASTER_PORT"] = str(free_port())
-        job = subprocess.run(shlex.split(command), cwd=directory, env=env, text=True,
+        job = subprocess.run(shlex.split(command), cwd=directory, env=_command_env(command), text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        lines = []
-        for line in job.stdout.splitlines():
-            logged = _TORCHRUN_LOG.match(line)
-            if not logged:
-                lines.append(line)
-            elif "OMP_NUM_THREADS" in line:
-                lines.append("torchrun's warning: " + line[logged.end():].strip())
-        if job.returncode:
-            lines.append(f"(exit code {job.returncode})")
-        if lines:
-            print("\n".join(lines), flush=True)
-        shown.append("\n".join(lines))
+        shown.append(_shown(job.stdout, job.returncode))
+        if shown[-1]:
+            print(shown[-1], flush=True)
         if number == 0 and keep_after_first:
             shutil.copy(os.path.join(directory, checkpoint), os.path.join(directory, keep_after_first))
+    return shown
+
+
+def run_commands_at_once(directories: list[str], commands: list[str]) -> list[str]:
+    """Run ``commands[i]`` in ``directories[i]``, all at the same time, each as :func:`run_commands` runs
+    one (the same environment, the same output kept). Each job's ranks import torch while the others'
+    do, so the jobs take less time together than one after the other. Once all have ended, print for
+    each, in the commands' order, ``$ cd <folder's name> && command`` and its output.
+    Returns each command's output as printed, one string per command."""
+    jobs = [subprocess.Popen(shlex.split(command), cwd=directory, env=_command_env(command), text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            for directory, command in zip(directories, commands, strict=True)]
+    shown = []
+    for directory, command, job in zip(directories, commands, jobs):
+        output, _ = job.communicate()
+        shown.append(_shown(output, job.returncode))
+        print(f"$ cd {os.path.basename(directory)} && {command}", flush=True)
+        if shown[-1]:
+            print(shown[-1], flush=True)
     return shown
 
 
