@@ -227,6 +227,7 @@ def test_run_commands_at_once_runs_python_and_torchrun_side_by_side_to_the_same_
     commands = ["python template.py --epochs 2", "torchrun --standalone --nproc-per-node 2 template.py --epochs 2"]
     shown = training_checks.run_commands_at_once([str(f) for f in folders], commands)
     printed = capsys.readouterr().out
+    assert printed.startswith("2 jobs starting at once")  # said before the wait, not after
     assert printed.index(f"$ cd spawn && {commands[0]}\n") < printed.index(f"$ cd torchrun && {commands[1]}\n")
     losses = [re.findall(r"loss (\d\.\d+)", out) for out in shown]
     assert len(losses[0]) == 2 and losses[0] == losses[1]  # the same job under both launchers

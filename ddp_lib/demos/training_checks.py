@@ -466,9 +466,10 @@ def run_commands(directory: str, commands: list[str], keep_after_first: str | No
 def run_commands_at_once(directories: list[str], commands: list[str]) -> list[str]:
     """Run ``commands[i]`` in ``directories[i]``, all at the same time, each as :func:`run_commands` runs
     one (the same environment, the same output kept). Each job's ranks import torch while the others'
-    do, so the jobs take less time together than one after the other. Once all have ended, print for
-    each, in the commands' order, ``$ cd <folder's name> && command`` and its output.
+    do, so the jobs take less time together than one after the other. Say so at once; once all have
+    ended, print for each, in the commands' order, ``$ cd <folder's name> && command`` and its output.
     Returns each command's output as printed, one string per command."""
+    print(f"{len(commands)} jobs starting at once; each one's output follows once all have ended ...", flush=True)
     jobs = [subprocess.Popen(shlex.split(command), cwd=directory, env=_command_env(command), text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             for directory, command in zip(directories, commands, strict=True)]
