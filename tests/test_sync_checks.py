@@ -92,3 +92,12 @@ def test_torchs_buckets_of_the_lessons_mlp_pass_the_cap():
     step0, step1 = sync_checks.bucket_layouts(width=8, bucket_cap_mb=0.001, steps=2, model=make_mlp(0))
     assert len(step0) == 1
     assert step1 == [["2.bias", "2.weight", "4.bias", "4.weight"], ["0.bias", "0.weight"]]
+
+
+def test_importing_the_module_imports_what_ddp_imports_when_first_built():
+    import subprocess
+    import sys
+
+    code = "import sys; import ddp_lib.demos.sync_checks; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"

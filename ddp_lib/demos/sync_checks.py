@@ -11,6 +11,10 @@ import contextlib
 from unittest import mock
 
 import torch
+
+# DDP() imports torch._dynamo when first built in a process (about 1 s). Imported here, it costs that in a
+# notebook's setup cell, while the forkserver the cell started imports torch too, not in the first demo below.
+import torch._dynamo  # noqa: F401
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
