@@ -225,7 +225,8 @@ def teardown() -> None:
         # the GIL: a deadlock. Sleeping releases the GIL so those threads finish first. Under
         # ddp_lib's launcher (run_ranks, ddp_lib.mp) the rank's child code already keeps every group
         # alive; this pause is for ranks started otherwise (torchrun, torch.multiprocessing, a copy).
-        # torch 2.13 (tools/gloo_shutdown_check.py): destroy-return 9 of 27 hung; teardown --unkept both 0 of 200.
+        # torch 2.13, tools/gloo_shutdown_check.py, one series of 30 runs per ending on a loaded 2-core machine:
+        # destroy-return hung 7 of 30, barrier-destroy-return 1 of 30 (longer series: docs/launcher.md).
         time.sleep(GLOO_SETTLE_SECONDS)
         dist.destroy_process_group()
 
