@@ -41,6 +41,19 @@ def test_join_shadows_the_collectives_and_broadcasts_the_last_model():
     assert long["grad_ratio"][2:] == [1.0, 1.0]
 
 
+def test_join_syncs_the_parameters_but_not_the_momentum():
+    short, long = run_ranks(uneven_batches, 2, kwargs=dict(use_join=1, momentum=0.9, steps_after=1),
+                            show_output=False)
+    # Join's final broadcast makes the parameters equal at the block's end...
+    assert short["checksum"] == long["checksum"]
+    # ...but each rank keeps its own momentum, so one more (all-reduced) step sets them apart.
+    assert len(short["checksums_after"]) == len(long["checksums_after"]) == 1
+    assert short["checksums_after"] != long["checksums_after"]
+    # Without momentum the same extra step keeps them equal.
+    short, long = run_ranks(uneven_batches, 2, kwargs=dict(use_join=1, steps_after=1), show_output=False)
+    assert short["checksums_after"] == long["checksums_after"]
+
+
 def test_stop_together_agrees_with_a_broadcast_and_fails_without_one():
     ranks = run_ranks(stop_together, 2, kwargs=dict(agree=True), show_output=False)
     assert ranks[0]["steps"] == ranks[1]["steps"] < 16  # 512 samples / (2 ranks x 16): 16 steps at most

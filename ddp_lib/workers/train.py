@@ -211,7 +211,8 @@ class MoonsNet(nn.Module):
 
 class AllReduceBatchNorm1d(nn.BatchNorm1d):
     """BatchNorm1d whose training statistics are those of the global batch (all ranks together),
-    the same computation as ``nn.SyncBatchNorm``, written with a differentiable all-reduce."""
+    the same computation as ``nn.SyncBatchNorm``, written with a differentiable all-reduce.
+    A teaching stand-in, not for inputs far from zero: its sums of squares then lose the variance."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):

@@ -54,17 +54,19 @@ def torch_sync_batchnorm(rank: int, world_size: int) -> str:
 
 
 def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_initial_world_size: bool = True,
-                   batch_size: int = 16, seed: int = 0) -> dict:
+                   batch_size: int = 16, seed: int = 0, momentum: float = 0.0, steps_after: int = 0) -> dict:
     """Rank r trains on 2 + 2*r batches (uneven on purpose), inside ``Join`` when use_join is 1.
-    Returns {"rank", "steps", "checksum" (at the end), "checksums" (after each own step),
+    Returns {"rank", "steps", "checksum" (at the block's end), "checksums" (after each own step),
     "collectives" ({"step 1": {operator: count}, ..., "Join's exit": ...}), "grad_ratio" (per own
-    step: the norm of the gradient DDP left over that of this rank's batch alone)}."""
+    step: the norm of the gradient DDP left over that of this rank's batch alone), "checksums_after"
+    (after each of ``steps_after`` steps that every rank takes after the block)}.
+    ``momentum`` is SGD's: its state stays on each rank, which ``Join`` does not sync."""
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
         x, y = make_moons().tensors
         steps = 2 + 2 * rank
         ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device))
-        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=momentum)
         loss_fn = nn.CrossEntropyLoss()
         checksums, grad_ratio = [], []  # after each of this rank's own steps
         log = CollectiveLog()
@@ -83,8 +85,16 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_init
                 optimizer.step()
                 checksums.append(round(param_checksum(ddp_model.module), 4))
             log.phase = "Join's exit"  # what the block's end runs
-        return {"rank": rank, "steps": steps, "checksum": round(param_checksum(ddp_model.module), 4),
-                "checksums": checksums, "collectives": log.counts, "grad_ratio": grad_ratio}
+        checksum, checksums_after = round(param_checksum(ddp_model.module), 4), []
+        for step in range(2 * world_size, 2 * world_size + steps_after):  # every rank: batches no rank used
+            start = (step * world_size + rank) * batch_size
+            xb, yb = x[start:start + batch_size].to(device), y[start:start + batch_size].to(device)
+            optimizer.zero_grad()
+            loss_fn(ddp_model(xb), yb).backward()
+            optimizer.step()
+            checksums_after.append(round(param_checksum(ddp_model.module), 4))
+        return {"rank": rank, "steps": steps, "checksum": checksum, "checksums": checksums,
+                "collectives": log.counts, "grad_ratio": grad_ratio, "checksums_after": checksums_after}
 
 
 def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wrapper"] = "module",
