@@ -9,6 +9,7 @@ from ddp_lib.demos.batch_scaling import (
     SEEDS,
     global_batch_curves,
     lr_scaling_report,
+    run_norm_jobs,
     run_scaling_jobs,
     summarize_lr_scaling,
 )
@@ -102,13 +103,11 @@ def test_global_batch_curves_flags_unequal_parameters():
 
 
 def test_synchronised_batch_norm_matches_one_rank_and_per_rank_does_not():
-    # Lesson 05's batch-norm cell, as it runs it: 2 ranks x 16 against 1 rank x 32.
-    one_rank = run_ranks(train, 1, kwargs=dict(epochs=2, batch_size=32, norm="batch"), show_output=False)[0]
-    norms = ("batch", "sync")
-    two_ranks = run_ranks(train_runs, 2, kwargs=dict(runs=[dict(epochs=2, batch_size=16, norm=n) for n in norms]),
-                          show_output=False)[0]
+    # Lesson 05's batch-norm cell, as it runs it: 2 ranks x 16 against 1 rank x 32, two jobs at once.
+    one_rank, two_ranks = run_norm_jobs(epochs=2)
+    assert len(two_ranks) == 2 and len(one_rank["losses"]) == len(two_ranks[0]["losses"]) == 2
     runs = {norm: {"difference": (torch.tensor(run["params"]) - torch.tensor(one_rank["params"])).abs().max().item()}
-            for norm, run in zip(norms, two_ranks)}
+            for norm, run in zip(("batch", "sync"), two_ranks)}
     assert runs["sync"]["difference"] < 1e-4
     assert runs["batch"]["difference"] > 1e-2
 

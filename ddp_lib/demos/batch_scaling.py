@@ -121,3 +121,21 @@ def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
     runs["lr_losses"] = {f"lr {lr}": [r["losses"] for r, run in zip(four_ranks, lr_runs) if run["lr"] == lr]
                          for lr in (0.1, 0.4)}
     return runs
+
+
+def run_norm_jobs(epochs: int = 4, norms: tuple[str, ...] = ("batch", "sync")) -> tuple[dict, list[dict]]:
+    """Lesson 05's batch-norm comparison: two jobs at the same time, each rank on one thread (for speed
+    on 2 cores). One rank trains ``train(batch_size=32, norm="batch")``; two ranks train
+    ``train(batch_size=16, norm=n)`` for each ``n`` in ``norms``, in one job.
+
+    Returns rank 0's results: the 1-rank run's dict, and the 2-rank runs' dicts in the order of ``norms``."""
+    from ddp_lib.launch import launch
+    from ddp_lib.workers.train import train
+    from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
+
+    one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
+    norm_runs = [dict(epochs=epochs, batch_size=16, norm=n) for n in norms]
+    with ThreadPoolExecutor(2) as pool:  # the two jobs at once
+        one_rank = pool.submit(launch, train, 1, kwargs=dict(epochs=epochs, batch_size=32, norm="batch"), **one_thread)
+        two_ranks = pool.submit(launch, train_runs, 2, kwargs=dict(runs=norm_runs), **one_thread)
+    return one_rank.result().results[0], two_ranks.result().results[0]
