@@ -218,15 +218,16 @@ def teardown() -> None:
     The pause lets gloo's threads finish the last backward's all-reduce first. Without it, a DDP
     model freed right after can hang the rank now and then (see the comment below)."""
     if dist.is_initialized():
-        # destroy_process_group() only drops torch's references (gloo has no shutdown); a DDP
-        # model still alive holds the group, and when it is freed (as its function returns) its
-        # reducer, freed with the GIL held, destroys the group, whose destructor joins gloo's
-        # threads. One of them may still be releasing the last backward's all-reduce, which needs
-        # the GIL: a deadlock. Sleeping releases the GIL so those threads finish first. Under
+        # destroy_process_group() only drops torch's references (gloo has no shutdown). In runs that
+        # hung, a debugger showed a DDP model freed after it (as its function returned): its reducer,
+        # freed with the GIL held, destroyed the group, whose destructor joined gloo's threads. One
+        # of them was still releasing the last backward's all-reduce, which needs the GIL: a
+        # deadlock. Sleeping releases the GIL so those threads finish first. Under
         # ddp_lib's launcher (run_ranks, ddp_lib.mp) the rank's child code already keeps every group
         # alive; this pause is for ranks started otherwise (torchrun, torch.multiprocessing, a copy).
         # torch 2.13, tools/gloo_shutdown_check.py, one series of 30 runs per ending on a loaded 2-core machine:
-        # destroy-return hung 7 of 30, barrier-destroy-return 1 of 30 (longer series: docs/launcher.md).
+        # destroy-return hung 7 of 30, barrier-destroy-return 1 of 30. docs/launcher.md counts other
+        # endings, teardown() then return among them.
         time.sleep(GLOO_SETTLE_SECONDS)
         dist.destroy_process_group()
 
