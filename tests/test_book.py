@@ -187,7 +187,9 @@ def deeper_headings(notebook: Path) -> list[str]:
     cells = json.loads(notebook.read_text())["cells"]
     sources = ["".join(c["source"]) if isinstance(c["source"], list) else c["source"]
                for c in cells if c["cell_type"] == "markdown"]
-    return [m.group(1) for source in sources for m in re.finditer(r"^#{1,6} (Deeper: .*)$", source, re.MULTILINE)]
+    # a linked heading ends with its anchor, <a id="..."></a>, which is no part of its text
+    return [re.sub(r'\s*<a id="[^"]*"></a>', "", m.group(1))
+            for source in sources for m in re.finditer(r"^#{1,6} (Deeper: .*)$", source, re.MULTILINE)]
 
 
 def plain(html: str) -> str:
