@@ -98,23 +98,18 @@ def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
 
     Returns :func:`global_batch_curves`'s dict (the three runs at global batch 64 are the seed-0 runs at
     lr 0.1), plus "lr_losses": the 4-rank job's loss curves, {"lr 0.1": per seed, "lr 0.4": per seed}."""
-    from ddp_lib.launch import launch
     from ddp_lib.workers.train import train
     from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
 
-    one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
     lr_runs = [dict(epochs=epochs, batch_size=16, lr=lr, seed=s) for s in SEEDS for lr in (0.1, 0.4)]
     for line in ("1 rank ...", "2 ranks ...", "4 ranks ..."):
         print(line, flush=True)
-    # the three jobs at once: while one job's ranks wait for each other's messages, another's compute
-    with ThreadPoolExecutor(3) as pool:
-        one_rank = pool.submit(launch, train_runs, 1, kwargs=dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
-            dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS]), **one_thread)
-        two_ranks_32 = pool.submit(launch, train, 2, kwargs=dict(epochs=epochs, batch_size=32, lr=0.1), **one_thread)
-        # lr 0.1 and 0.4 on each seed; seed 0 at lr 0.1 is this section's run
-        four_ranks = pool.submit(launch, train_runs, 4, kwargs=dict(runs=lr_runs), **one_thread)
-    # rank 0's results of each job
-    one_rank, two_ranks_32, four_ranks = (job.result().results[0] for job in (one_rank, two_ranks_32, four_ranks))
+    one_rank, two_ranks_32, four_ranks = _rank0_results_at_once([
+        (train_runs, 1, dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
+            dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS])),
+        (train, 2, dict(epochs=epochs, batch_size=32, lr=0.1)),
+        (train_runs, 4, dict(runs=lr_runs)),  # lr 0.1 and 0.4 on each seed; seed 0 at lr 0.1 is this section's run
+    ])
     global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,
                  "4 ranks x batch 16": four_ranks[0]}
     runs = global_batch_curves(two_ranks_16, global_64, one_rank[1:])
@@ -129,13 +124,21 @@ def run_norm_jobs(epochs: int = 4, norms: tuple[str, ...] = ("batch", "sync")) -
     ``train(batch_size=16, norm=n)`` for each ``n`` in ``norms``, in one job.
 
     Returns rank 0's results: the 1-rank run's dict, and the 2-rank runs' dicts in the order of ``norms``."""
-    from ddp_lib.launch import launch
     from ddp_lib.workers.train import train
     from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
 
-    one_thread = dict(show_output=False, env={"OMP_NUM_THREADS": "1"})
     norm_runs = [dict(epochs=epochs, batch_size=16, norm=n) for n in norms]
-    with ThreadPoolExecutor(2) as pool:  # the two jobs at once
-        one_rank = pool.submit(launch, train, 1, kwargs=dict(epochs=epochs, batch_size=32, norm="batch"), **one_thread)
-        two_ranks = pool.submit(launch, train_runs, 2, kwargs=dict(runs=norm_runs), **one_thread)
-    return one_rank.result().results[0], two_ranks.result().results[0]
+    one_rank, two_ranks = _rank0_results_at_once([(train, 1, dict(epochs=epochs, batch_size=32, norm="batch")),
+                                                  (train_runs, 2, dict(runs=norm_runs))])
+    return one_rank, two_ranks
+
+
+def _rank0_results_at_once(jobs: list[tuple]) -> list:
+    """Launch each ``(worker, nprocs, kwargs)`` job at the same time, each rank on one thread (for speed on
+    2 cores: while one job's ranks wait for each other's messages, another's compute); rank 0's result of each."""
+    from ddp_lib.launch import launch
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        started = [pool.submit(launch, worker, nprocs, kwargs=kwargs, show_output=False, env={"OMP_NUM_THREADS": "1"})
+                   for worker, nprocs, kwargs in jobs]
+    return [job.result().results[0] for job in started]
