@@ -5,6 +5,8 @@ the crash and resume of the lesson's runner."""
 
 import os
 import re
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -188,33 +190,47 @@ def test_template_with_crash_saves_the_epochs_before_it_and_the_resume_matches_a
     assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
 
 
-def test_run_commands_gives_a_python_command_a_free_port_and_no_thread_count(tmp_path, monkeypatch, capsys):
+def test_run_commands_at_once_gives_a_python_command_a_free_port_and_no_thread_count(tmp_path, monkeypatch, capsys):
     # Lesson 05 prints the command as typed: the template itself shares the cores under mp.spawn.
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("MASTER_PORT", raising=False)
     probe = ("python -c \"import os; "
              "print(os.environ.get('OMP_NUM_THREADS', 'unset'), os.environ['MASTER_PORT'].isdigit())\"")
-    assert training_checks.run_commands(str(tmp_path), [probe]) == ["unset True"]
+    assert training_checks.run_commands_at_once([str(tmp_path)], [probe]) == ["unset True"]
 
 
-def test_run_commands_runs_python_then_torchrun_in_one_folder_and_drops_only_torchruns_log_lines(tmp_path, capsys):
-    import shutil
+def test_run_commands_at_once_drops_only_torchruns_log_lines_and_adds_a_failed_exit_code(tmp_path, capsys):
+    commands = ["python -c \"print('W1206 10:23:26.1 42 run.py:874] a log line'); print('kept')\"",
+                "python -c \"print('I1206 10:23:26.1 42 api.py:9] Setting OMP_NUM_THREADS environment variable "
+                "for each process to be 1'); raise SystemExit(3)\""]
+    shown = training_checks.run_commands_at_once([str(tmp_path)] * 2, commands)
+    assert shown[0] == "kept"  # the log line is left out, the rest kept
+    assert shown[1] == ("torchrun's warning: Setting OMP_NUM_THREADS environment variable for each process to be 1"
+                        "\n(exit code 3)")
 
-    shutil.copy(template.__file__, tmp_path)
-    commands = ["python template.py --epochs 1",
-                "torchrun --standalone --nproc-per-node 2 template.py --epochs 2",
-                "python -c \"print('W1206 10:23:26.1 42 run.py:874] a log line'); print('kept')\""]
-    shown = training_checks.run_commands(str(tmp_path), commands, keep_after_first="first.pt")
-    printed = capsys.readouterr().out
-    for command in commands:
-        assert f"$ {command}\n" in printed
-    assert "epoch 1/1: loss" in shown[0] and "(exit code" not in shown[0]
-    assert "resuming from checkpoints/last.pt: 1 epochs done" in shown[1] and "epoch 2/2: loss" in shown[1]
-    assert "epoch 1/2" not in shown[1]
-    assert shown[2] == "kept"  # the log line is left out, the rest kept
-    assert not any(training_checks._TORCHRUN_LOG.match(line) for out in shown for line in out.splitlines())
-    first = torch.load(tmp_path / "first.pt", map_location="cpu", weights_only=True)
-    assert first["epoch"] == 1  # the first command's checkpoint, kept before torchrun overwrote it
+
+def test_run_commands_at_once_stops_a_job_past_its_deadline_with_what_it_started(tmp_path, capsys):
+    # The job starts a child of its own and hangs; both must be gone when the error is raised.
+    pid_file = tmp_path / "child.pid"
+    hang = ("python -c \"import subprocess, sys, time; "
+            "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            f"open(r'{pid_file}', 'w').write(str(child.pid)); time.sleep(600)\"")
+    with pytest.raises(TimeoutError, match="still running after 3 s"):
+        training_checks.run_commands_at_once([str(tmp_path)] * 2, ["python -c \"print('quick')\"", hang],
+                                             timeout_s=3)
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")
+    for _ in range(50):  # killed: gone, or a zombie until whoever adopted it reaps it
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the hung job's child is still running")
+
+
+def test_run_commands_at_once_wants_one_folder_per_command_before_starting_any(tmp_path, capsys):
+    with pytest.raises(ValueError, match="1 folders for 2 commands"):
+        training_checks.run_commands_at_once([str(tmp_path)], ["python -c pass", "python -c pass"])
+    assert capsys.readouterr().out == ""  # nothing said, nothing started
 
 
 def test_run_commands_at_once_runs_python_and_torchrun_side_by_side_to_the_same_losses(tmp_path, capsys):

@@ -13,9 +13,10 @@ import inspect
 import os
 import re
 import shlex
-import shutil
+import signal
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from typing import Literal
 
@@ -414,7 +415,7 @@ _TORCHRUN_LOG = re.compile(r"[IWE]\d{4} [^\]]*\] ")
 
 
 def _command_env(command: str) -> dict[str, str]:
-    """The environment :func:`run_commands` gives ``command``: this interpreter's directory first on
+    """The environment :func:`run_commands_at_once` gives ``command``: this interpreter's directory first on
     ``PATH``, and for a ``python ...`` command a free ``MASTER_PORT``."""
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if shlex.split(command)[0] == "python":
@@ -423,7 +424,7 @@ def _command_env(command: str) -> dict[str, str]:
 
 
 def _shown(output: str, returncode: int) -> str:
-    """A command's output as :func:`run_commands` prints it: torchrun's log lines left out, but for its
+    """A command's output as :func:`run_commands_at_once` prints it: torchrun's log lines left out, but for its
     ``OMP_NUM_THREADS`` warning, and the exit code added if not 0."""
     lines = []
     for line in output.splitlines():
@@ -437,45 +438,43 @@ def _shown(output: str, returncode: int) -> str:
     return "\n".join(lines)
 
 
-def run_commands(directory: str, commands: list[str], keep_after_first: str | None = None,
-                 checkpoint: str = os.path.join("checkpoints", "last.pt")) -> list[str]:
-    """Run each command in ``directory``, one after the other, as typed in a terminal there: print
-    ``$ command``, then what it printed (stdout and stderr together), and its exit code if not 0.
+def run_commands_at_once(directories: list[str], commands: list[str], timeout_s: float = 300.0) -> list[str]:
+    """Run ``commands[i]`` in ``directories[i]``, all at the same time, as typed in a terminal there. Each
+    job's ranks import torch while the others' do, so the jobs take less time together than one after the
+    other. Say so at once; once all have ended, print for each, in the commands' order,
+    ``$ cd <folder's name> && command`` and what it printed (stdout and stderr together), with its exit
+    code if not 0.
 
     The only change to the output: torchrun's own log lines, which carry a time and a process id, are
     left out, but for its ``OMP_NUM_THREADS`` warning, printed as "torchrun's warning: ..." without them.
     ``python`` and ``torchrun`` are this interpreter's (its directory first on ``PATH``). A ``python ...``
     command also gets a free ``MASTER_PORT`` (a job may still hold the template's 12355), and nothing
     else: no ``OMP_NUM_THREADS``, as in a terminal, so the template shares the cores among its ranks
-    itself under mp.spawn. With ``keep_after_first``, the first command's
-    ``checkpoint`` (relative to ``directory``) is copied to that name in ``directory``.
-    Returns each command's output as printed, one string per command."""
-    shown = []
-    for number, command in enumerate(commands):
-        print(f"$ {command}", flush=True)
-        job = subprocess.run(shlex.split(command), cwd=directory, env=_command_env(command), text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        shown.append(_shown(job.stdout, job.returncode))
-        if shown[-1]:
-            print(shown[-1], flush=True)
-        if number == 0 and keep_after_first:
-            shutil.copy(os.path.join(directory, checkpoint), os.path.join(directory, keep_after_first))
-    return shown
-
-
-def run_commands_at_once(directories: list[str], commands: list[str]) -> list[str]:
-    """Run ``commands[i]`` in ``directories[i]``, all at the same time, each as :func:`run_commands` runs
-    one (the same environment, the same output kept). Each job's ranks import torch while the others'
-    do, so the jobs take less time together than one after the other. Say so at once; once all have
-    ended, print for each, in the commands' order, ``$ cd <folder's name> && command`` and its output.
-    Returns each command's output as printed, one string per command."""
+    itself under mp.spawn. A job still running ``timeout_s`` seconds after the start is killed with
+    its ranks (each job runs in a session of its own), and so are the others; then ``TimeoutError``
+    names it. Returns each command's output as printed, one string per command."""
+    if len(directories) != len(commands):
+        raise ValueError(f"{len(directories)} folders for {len(commands)} commands: give one folder per command")
     print(f"{len(commands)} jobs starting at once; each one's output follows once all have ended ...", flush=True)
     jobs = [subprocess.Popen(shlex.split(command), cwd=directory, env=_command_env(command), text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-            for directory, command in zip(directories, commands, strict=True)]
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            for directory, command in zip(directories, commands)]
+    deadline = time.monotonic() + timeout_s
+    outputs = []
+    try:
+        for command, job in zip(commands, jobs):
+            try:
+                outputs.append(job.communicate(timeout=max(deadline - time.monotonic(), 0))[0])
+            except subprocess.TimeoutExpired:
+                raise TimeoutError(f"{command!r} still running after {timeout_s:g} s: stopped it and "
+                                   f"the other jobs") from None
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)  # the job's ranks too: they share its session
+                job.communicate()
     shown = []
-    for directory, command, job in zip(directories, commands, jobs):
-        output, _ = job.communicate()
+    for directory, command, job, output in zip(directories, commands, jobs, outputs):
         shown.append(_shown(output, job.returncode))
         print(f"$ cd {os.path.basename(directory)} && {command}", flush=True)
         if shown[-1]:
