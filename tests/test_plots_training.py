@@ -44,6 +44,8 @@ def test_the_crash_resume_figure_draws_the_templates_resume_rank_0_reads_last_pt
     texts = [t.get_text() for t in ax.texts]
     assert texts.count("read last.pt") == 1 and texts.count("broadcast") == 2 and texts.count("e3") == 2
     assert "rank 0 alone reads last.pt and broadcasts" in ax.get_title()
+    job1 = [p for p in ax.patches if p.get_y() > -1.0 and p.get_facecolor()[:3] == to_rgba("C1")[:3]]
+    assert len(job1) == 4 and texts.count("save +\nbarrier") == 4  # after epochs 1 and 2, on each rank: labelled
     bottom = min(p.get_y() for p in ax.patches)
     assert ax.get_ylim()[0] > bottom - 0.2  # no empty band below the last row
     plt.close(fig)
@@ -63,6 +65,7 @@ def test_the_join_timeline_labels_each_collective_box_as_an_all_reduce_and_rank_
     assert all("all-reduce" in label for label, _ in not_work)
     shadows = [(label, p) for label, p in not_work if p.get_facecolor()[:3] == to_rgba(KIND_COLOURS["shadow"])[:3]]
     assert [label for label, _ in shadows] == ["all-reduce\nof zeros"] * 2
+    assert "one orange box: a step's all-reduces" in ax.get_title()
     assert all(p.get_y() == 0 for _, p in shadows)  # rank 0's row, the top one
     assert sum(label.startswith("leave Join") for label, _ in boxes) == 2
     plt.close(fig)

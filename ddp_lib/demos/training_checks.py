@@ -332,8 +332,8 @@ _TEMPLATE_COMMENTED = ("torch.manual_seed(seed)", "torch.manual_seed(seed + rank
 # At --accumulate 1: the lines the view leaves out (a block header's block moves out by one level) and two
 # lines written as they then act.
 _AT_ACCUMULATE_1_DROP = ("first = ", "batches = ", "step_now = ", "with contextlib", "if step_now:")
-_AT_ACCUMULATE_1_PLAIN = {"for i, (x, y) in enumerate(loader):": "for x, y in loader:",
-                          "(loss / batches).backward()": "loss.backward()"}
+_AT_ACCUMULATE_1_PLAIN = {"for i, (x, y) in enumerate(loader):": "for x, y in loader:  # simplified",
+                          "(loss / batches).backward()": "loss.backward()  # simplified"}
 
 
 def template_core_view() -> str:
@@ -341,7 +341,8 @@ def template_core_view() -> str:
     calls and the lines DDP adds around them, each of those marked ``>>``; ``...`` stands for the lines
     left out, comments dropped but those above the two ``torch.manual_seed`` lines. At ``--accumulate 1``
     the ``with`` line is a plain block, ``if step_now:`` always holds and ``batches`` is 1, so the view
-    drops those lines, moves their blocks out by one level and writes the two lines that use them plainly."""
+    drops those lines, moves their blocks out by one level and writes the two lines that use them plainly,
+    each with the comment ``# simplified``: they are not the file's text."""
     source = inspect.getsource(template.train_job)
     view, gap, comments = [], None, []  # gap: the indent of the lines left out since the last line shown
     dropped = []  # the indents of the block headers left out, whose blocks move out by one level

@@ -117,7 +117,8 @@ def plot_rank0_evaluation():
 def plot_join_timeline():
     """Schematic of Join for rank 0 with 2 batches and rank 1 with 4: in steps 3 and 4, rank 0, out
     of data, answers rank 1's all-reduces with all-reduces of zeros ("shadows"), then both leave Join
-    together, with a few more all-reduces and the final broadcast of the model."""
+    together, with a few more all-reduces and the final broadcast of the model. One box stands for all of a
+    step's all-reduces (DDP's and Join's own), as the title says; its label keeps the singular to fit."""
     rows = {"rank 0": [], "rank 1": []}
     for step in range(4):
         x = step * 2.0
@@ -128,22 +129,23 @@ def plot_join_timeline():
             rows["rank 0"] += [("in Join", x, 0.75, "waits"), ("all-reduce\nof zeros", x + 0.75, 1.15, "shadow")]
     for boxes in rows.values():
         boxes.append(("leave Join:\nall-reduces, broadcast", 8.0, 2.7, "collective"))
-    return plot_rank_timeline(rows, "Join: rank 0 runs out of data after step 2;\n"
+    return plot_rank_timeline(rows, "Join: rank 0 runs out of data after step 2 "
+                                    "(one orange box: a step's all-reduces);\n"
                                     "in steps 3 and 4 it answers rank 1's all-reduces with all-reduces of zeros")
 
 
 
 def plot_crash_resume(crash_epoch: int = 3, epochs: int = 3):
     """Schematic of the template's crash and resume: a job trains one epoch at a time, then rank 0
-    saves ``last.pt`` and every rank waits at a barrier (orange: a collective); rank 1 crashes in
+    saves ``last.pt`` and every rank waits at a barrier (the orange box "save + barrier"); rank 1 crashes in
     ``crash_epoch``. In a second job, rank 0 alone reads ``last.pt`` and broadcasts what it read to
     every rank, then both train the rest."""
     rows = {"job 1, rank 0": [], "job 1, rank 1": [], "job 2, rank 0": [], "job 2, rank 1": []}
     for epoch in range(1, crash_epoch):
-        x = (epoch - 1) * 1.3
-        rows["job 1, rank 0"] += [(f"e{epoch}", x, 1.0, "work"), ("", x + 1.0, 0.25, "collective")]
-        rows["job 1, rank 1"] += [(f"e{epoch}", x, 1.0, "work"), ("", x + 1.0, 0.25, "collective")]
-    x = (crash_epoch - 1) * 1.3
+        x = (epoch - 1) * 2.0
+        rows["job 1, rank 0"] += [(f"e{epoch}", x, 1.0, "work"), ("save +\nbarrier", x + 1.0, 0.85, "collective")]
+        rows["job 1, rank 1"] += [(f"e{epoch}", x, 1.0, "work"), ("save +\nbarrier", x + 1.0, 0.85, "collective")]
+    x = (crash_epoch - 1) * 2.0
     rows["job 1, rank 0"].append((f"e{crash_epoch}...", x, 1.0, "stuck"))
     rows["job 1, rank 1"].append(("crash", x, 1.0, "stuck"))
     start = x + 1.2
@@ -152,7 +154,7 @@ def plot_crash_resume(crash_epoch: int = 3, epochs: int = 3):
         rows[f"job 2, rank {rank}"].append(("broadcast", start + 2.0, 1.6, "collective"))
         for k, epoch in enumerate(range(crash_epoch, epochs + 1)):
             rows[f"job 2, rank {rank}"].append((f"e{epoch}", start + 3.7 + 1.1 * k, 1.0, "work"))
-    return plot_rank_timeline(rows, f"e = epoch, then rank 0 saves last.pt; orange = collective. "
+    return plot_rank_timeline(rows, f"e = epoch; then rank 0 saves last.pt and every rank waits at a barrier. "
                                     f"Rank 1 crashes in epoch {crash_epoch}.\n"
                                     f"In job 2, rank 0 alone reads last.pt and broadcasts it to every rank")
 
