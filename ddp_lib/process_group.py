@@ -215,19 +215,20 @@ def setup(rank: int | None = None, world_size: int | None = None, *, backend: st
 def teardown() -> None:
     """Leave the process group, if this process is in one: a short pause, then ``destroy_process_group()``.
 
-    The pause lets gloo's threads finish the last backward's all-reduce first. Without it, a DDP
-    model freed right after can hang the rank now and then (see the comment below)."""
+    The pause lets gloo's threads most likely finish the last backward's all-reduce first; it does not
+    wait for them. Without it, a DDP model freed right after can hang the rank now and then (see the
+    comment below)."""
     if dist.is_initialized():
         # destroy_process_group() only drops torch's references (gloo has no shutdown). In runs that
         # hung, a debugger showed a DDP model freed after it (as its function returned): its reducer,
         # freed with the GIL held, destroyed the group, whose destructor joined gloo's threads. One
         # of them was still releasing the last backward's all-reduce, which needs the GIL: a
-        # deadlock. Sleeping releases the GIL so those threads finish first. Under
+        # deadlock. Sleeping releases the GIL, so those threads most likely finish first. Under
         # ddp_lib's launcher (run_ranks, ddp_lib.mp) the rank's child code already keeps every group
         # alive; this pause is for ranks started otherwise (torchrun, torch.multiprocessing, a copy).
         # torch 2.13, tools/gloo_shutdown_check.py, one series of 30 runs per ending on a loaded 2-core machine:
-        # destroy-return hung 7 of 30, barrier-destroy-return 1 of 30. docs/launcher.md counts other
-        # endings, teardown() then return among them.
+        # destroy-return hung 7 of 30, barrier-destroy-return 1 of 30; the rate depends on the load.
+        # docs/launcher.md counts other endings, teardown() then return among them (0 of 200).
         time.sleep(GLOO_SETTLE_SECONDS)
         dist.destroy_process_group()
 

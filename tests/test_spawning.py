@@ -397,8 +397,13 @@ def test_classic_changes_shows_what_lesson_02s_script_changed_from_lesson_00s_cl
     assert "-    os.environ['MASTER_PORT'] = '12355'" in diff  # the fixed port, gone
     assert "+if __name__ == '__main__':" in diff  # the guard, added
     assert "-    model = ToyModel().to(rank)" in diff
-    # a line only moved under `try:` is not a change
+    # a line only moved (into train_step) or re-indented is not a change
     assert not any(line[1:].strip() == "optimizer.step()" for line in diff if line[:1] in "+-")
+    assert not any(line[1:].strip() == "cleanup()" for line in diff if line[:1] in "+-")
+    # the training body is train_step's, which returns before demo_basic's cleanup(): the model is freed first
+    assert "+def train_step(rank, world_size, device):" in diff
+    assert "+        checksums = train_step(rank, world_size, device)" in diff
+    assert diff.index("+        checksums = train_step(rank, world_size, device)") < diff.index("+    finally:")
 
 
 def test_capture_stderr_records_torch_spawn_messages_without_printing_them():

@@ -451,12 +451,13 @@ def _functions_and_main(source: str, names: tuple[str, ...]) -> list[_CodeLine]:
 def classic_changes(lesson_00: str, script: str) -> str:
     """A unified diff, without context lines, from lesson 00's classic example (the file its
     ``%%writefile my_work/classic_ddp.py`` cell writes, read from the notebook) to ``script``: their
-    ``setup``, ``demo_basic`` and launch (``run_demo`` against the ``__main__`` block)."""
+    ``setup``, ``demo_basic`` and launch (``run_demo`` against the ``__main__`` block). The script's
+    ``train_step``, which holds the training body, goes with its ``demo_basic``."""
     cells = json.loads(Path(lesson_00).read_text())["cells"]
     classic = next("".join(c["source"]) for c in cells
                    if "".join(c["source"]).startswith("%%writefile my_work/classic_ddp.py"))
     before = _functions_and_main(classic.split("\n", 1)[1], ("setup", "demo_basic", "run_demo"))
-    after = _functions_and_main(Path(script).read_text(), ("setup", "demo_basic"))
+    after = _functions_and_main(Path(script).read_text(), ("setup", "train_step", "demo_basic"))
     return "\n".join(difflib.unified_diff(before, after, "classic example", script, n=0, lineterm=""))
 
 
