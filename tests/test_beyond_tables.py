@@ -64,12 +64,14 @@ def test_bytes_table_returns_what_each_strategy_sends(capsys):
     out = capsys.readouterr().out
     traced, formula = out.split("\n\n")  # the paper's rows apart, under their own heading
     assert "formula" not in traced and formula.startswith("the paper's formula, not traced")
-    rows = formula.splitlines()[1:-1]
+    assert traced.splitlines()[0] == "MB a rank sends per step (ring model, traced sizes)"
+    rows = formula.splitlines()[1:-2]
     assert [line.split()[0] for line in rows] == ["ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2"]
     assert all("(formula)" in line for line in rows)
     # bfloat16 gathers twice (2 x 2 bytes) and a float32 reduce-scatter (4 bytes): 1x DDP's all-reduce
     assert rows[-1].split()[-4:] == ["0.00", "1.00", "0.01", "1.00"]
-    assert formula.splitlines()[-1].startswith("FSDP2 bf16/f32: the side-by-side's policy")
+    assert formula.splitlines()[-2].startswith("FSDP2 bf16/f32: the side-by-side's policy")
+    assert formula.splitlines()[-1].startswith("gloo runs each reduce-scatter as an all-reduce")
 
 
 def test_choice_table_rows(capsys):
@@ -136,7 +138,7 @@ def test_seven_b_table_says_what_fits(capsys):
     rows = seven_b_table(7e9, 8)
     out = capsys.readouterr().out
     assert list(rows) == ["DDP, bucket view", "ZeRO-1, bucket view", "FSDP2", "FSDP2 no reshard"]
-    assert out.splitlines()[0].endswith("GB per GPU, before activations")
+    assert out.splitlines()[0].endswith("GB per GPU, before activations") and "GB after backward" in out
     assert "does not fit in 80 GB" in out.splitlines()[1]
     assert "fits (estimate), 3.0 GB left for activations" in out.splitlines()[2]
     assert round(rows["FSDP2"]["at_peak"] / 1e9, 1) == 17.5

@@ -61,6 +61,13 @@ def test_reshard_mistakes_are_named(predicted, named):
     assert not report.passed and named in str(report), str(report)
 
 
+def test_reshard_run_shows_the_answer(capsys):
+    """Real processes: 5 all-gathers over the 4 ranks in forward, then 5 within groups of 2 in backward."""
+    sizes = lesson10.show_reshard(4, 2)
+    assert sizes == [4] * 5 + [2] * 5
+    assert "10 all-gathers" in capsys.readouterr().out
+
+
 def test_resume():
     assert lesson10.check_resume_prediction(False).passed
     assert lesson10.check_resume_prediction(1 == 2).passed  # the same answer, computed

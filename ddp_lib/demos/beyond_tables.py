@@ -115,14 +115,15 @@ def paper_bytes(stage: int, param_bytes: int, world_size: int) -> float:
 
 
 def bytes_table(runs2: dict, runs4: dict) -> dict:
-    """Print the MB each strategy sends per rank per step, on 2 and 4 ranks, against DDP, with the
+    """Print the MB each strategy sends per rank per step, on 2 and 4 ranks, against DDP (a ring's bytes
+    for each traced collective's size), with the
     paper's three stages below, after a blank line, from its formula (nothing traced them), and FSDP2
     under the side-by-side's bfloat16/float32 policy from the same formula; return
     {world_size: {strategy: bytes sent}}."""
     param_bytes = runs2["ddp"][0]["n_params"] * 4  # every parameter (or gradient) once, in float32
     sent = {n: {s: bytes_sent(runs[s][0]["payloads"], n) for s in runs} for n, runs in ((2, runs2), (4, runs4))}
-    print(f"{'MB sent per rank per step':<26}{'2 ranks':>8}{'x DDP':>7}{'4 ranks':>9}{'x DDP':>7}"
-          "  collectives (2 ranks)")
+    print("MB a rank sends per step (ring model, traced sizes)")
+    print(f"{'strategy':<26}{'2 ranks':>8}{'x DDP':>7}{'4 ranks':>9}{'x DDP':>7}  collectives (2 ranks)")
     for s in runs2:
         two = f"{sent[2][s] / 1e6:>8.2f}{sent[2][s] / sent[2]['ddp']:>7.2f}"
         four = f"{sent[4][s] / 1e6:>9.2f}{sent[4][s] / sent[4]['ddp']:>7.2f}" if s in sent[4] else f"{'-':>9}{'-':>7}"
@@ -139,6 +140,7 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
     print(f"{'FSDP2 bf16/f32 (formula)':<26}{two / 1e6:>8.2f}{two / sent[2]['ddp']:>7.2f}"
           f"{four / 1e6:>9.2f}{four / sent[4]['ddp']:>7.2f}")
     print("FSDP2 bf16/f32: the side-by-side's policy, gathers in bfloat16 and reduce-scatters in float32")
+    print("gloo runs each reduce-scatter as an all-reduce and sends more (folded below)")
     return sent
 
 
@@ -274,14 +276,14 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
             "ZeRO-1, bucket view": sized[names.index("DDP + ZeroRedundancyOptimizer") + 1],  # the same
             "FSDP2": sized[names.index("FSDP2, MixedPrecisionPolicy")],
             "FSDP2 no reshard": sized[names.index("reshard_after_forward=False")]}
-    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<20}{'GB held':>8}{'+ bwd':>7}{'+ step':>7}{'at peak':>8}"
+    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<20}{'GB after backward':>18}{'+ bwd':>7}{'+ step':>7}{'GB at peak':>11}"
           "  GB per GPU, before activations")
     for label, row in rows.items():
         gb = row["at_peak"] / 1e9
         # an estimate: the root unit, nccl's buffers and fragmentation are left out (folded "sizing a real model")
         verdict = f"fits (estimate), {80 - gb:.1f} GB left for activations" if gb < 80 else "does not fit in 80 GB"
-        print(f"{label:<20}{row['after_backward'] / 1e9:>8.1f}{row['bwd'] * big / 1e9:>7.1f}"
-              f"{row['step'] * big / 1e9:>7.1f}{gb:>8.1f}  {verdict}")
+        print(f"{label:<20}{row['after_backward'] / 1e9:>18.1f}{row['bwd'] * big / 1e9:>7.1f}"
+              f"{row['step'] * big / 1e9:>7.1f}{gb:>11.1f}  {verdict}")
     return rows
 
 

@@ -3,6 +3,7 @@
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ddp_lib.exercises.checking import Report, run_on_ranks
@@ -182,6 +183,43 @@ def check_reshard_prediction(predicted: dict) -> Report:
         report.fail(f"forward: {forward!r}; after each layer's forward a rank keeps its weight sharded over 2 ranks, "
                     "a half: more than True's quarter, less than False's full weight")
     return report
+
+
+def reshard_groups(rank: int, world_size: int, reshard: int = 2) -> list[int]:
+    """In each rank: one step of the lesson's model, each Linear ``fully_shard``-ed with
+    ``reshard_after_forward=reshard``; the number of ranks in each all-gather's group, in call order."""
+    from torch.distributed.fsdp import fully_shard
+
+    sizes: list[int] = []
+    original = dist.all_gather_single  # FSDP2 calls it by this name in torch 2.13 (_fsdp_collectives.py)
+
+    def noting(*args, group=None, **kwargs):
+        sizes.append(dist.get_world_size(group))
+        return original(*args, group=group, **kwargs)
+
+    with process_group(rank, world_size):
+        model = make_deep_mlp(width=256, layers=4)  # the lesson's model, seeded alike on every rank
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, reshard_after_forward=reshard)
+        fully_shard(model)
+        x, y = batch(0, rank, 16, 256)
+        dist.all_gather_single = noting
+        try:
+            nn.functional.mse_loss(model(x), y).backward()
+        finally:
+            dist.all_gather_single = original
+    return sizes
+
+
+def show_reshard(world_size: int = 4, reshard: int = 2) -> list[int]:
+    """Run ``reshard_groups`` on ``world_size`` ranks; print rank 0's all-gathers and their group sizes."""
+    from ddp_lib.launch import run_ranks
+
+    sizes = run_ranks(reshard_groups, world_size, kwargs=dict(reshard=reshard), timeout=120, show_output=False)[0]
+    print(f"reshard_after_forward={reshard} on {world_size} ranks: {len(sizes)} all-gathers in a step; "
+          f"ranks in each one's group: {sizes}")
+    return sizes
 
 
 # Exercise 4: a checkpoint of 2 ranks resumed on 4, against a straight 4-rank run.
