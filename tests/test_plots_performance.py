@@ -22,6 +22,13 @@ def test_two_ranks_draw_one_line_named_for_both_and_four_ranks_two():
     assert not any("zero" in t.get_text() for t in fig.texts)
 
 
+def test_the_memory_copy_and_loopback_lines_are_named_inside_the_plot():
+    rows = [_row(2, 4, 300.0, 0.01), _row(2, 1024, 400.0, 0.1)]
+    fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})
+    named = {t.get_text(): t.get_position()[1] for t in fig.axes[1].texts}
+    assert named == {"memory copy": 10.0, "loopback": 3.0}
+
+
 def test_bandwidths_that_round_to_zero_in_the_table_are_still_drawn():
     rows = [_row(2, 4, 300.0, 0.0), _row(2, 1024, 400.0, 0.003)]  # 4 B in 300 us: 1.3e-5 GB/s, 0.000 rounded
     fig = plot_allreduce({"rows": rows, "copy_gbs": 10.0, "loopback_gbs": 3.0})

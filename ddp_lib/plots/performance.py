@@ -19,8 +19,8 @@ def plot_allreduce(result: dict, fits: dict[int, tuple[float, float]] | None = N
     """Left: time of one all-reduce against size (the middle half of the repeats as a band, and
     the fitted alpha-beta model dashed: ``fits`` {world size: (alpha s, beta B/s)} drawn from ``fit_from``
     bytes up, else the result's "models"); right: algbw and busbw against size, with the memory-copy and
-    loopback limits as horizontal lines. At 2 ranks busbw equals algbw, and the legend says so; more
-    ranks than the result's cores are labelled oversubscribed. Returns the Figure."""
+    loopback limits as horizontal lines, each named inside the plot. At 2 ranks busbw equals algbw, and
+    the legend says so; more ranks than the result's cores are labelled oversubscribed. Returns the Figure."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     not_drawn = 0
     for world_size in sorted({r["world_size"] for r in result["rows"]}):
@@ -57,6 +57,9 @@ def plot_allreduce(result: dict, fits: dict[int, tuple[float, float]] | None = N
                        label=f"algbw, {name}")
     right.axhline(result["copy_gbs"], color="grey", label="memory copy (1 thread)")
     right.axhline(result["loopback_gbs"], color="black", linestyle=":", label="loopback socket")
+    for gbs, name, color, va in ((result["copy_gbs"], "memory copy", "grey", "bottom"),
+                                 (result["loopback_gbs"], "loopback", "black", "top")):  # one above, one below
+        right.text(0.02, gbs, name, transform=right.get_yaxis_transform(), va=va, fontsize=8, color=color)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
