@@ -1,5 +1,6 @@
 """Lesson 09's workers and exercise checkers, run on real gloo ranks (the checkers on 2, then 3)."""
 
+import re
 import textwrap
 
 import pytest
@@ -7,7 +8,17 @@ import torch
 from answer_files import notebook_stub
 
 from ddp_lib.demos.early_stop import early_stop
-from ddp_lib.demos.loop_runs import measured_runs, plain_script, train_loop_measured
+from ddp_lib.demos.loop_runs import (
+    clip_norm_lines,
+    compile_order_lines,
+    count_graphs,
+    failure_lines,
+    max_param_diff,
+    measured_runs,
+    overflow_step_lines,
+    plain_script,
+    train_loop_measured,
+)
 from ddp_lib.errors import LaunchInputError, WorkerError
 from ddp_lib.exercises import lesson09
 from ddp_lib.exercises.solutions import lesson09 as solutions
@@ -16,11 +27,13 @@ from ddp_lib.launch._worker_params import COMPILE_BACKENDS
 from ddp_lib.process_group import in_one_job
 from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_for, small_bucket_error
 from ddp_lib.workers.training_loop import (
+    LoopNet,
     accumulate_and_clip,
     evaluate_padded,
     mismatched_collectives,
     rank0_evaluation,
     rank0_saves,
+    scaler_overflow,
     seeds_and_logging,
     train_loop,
 )
@@ -100,6 +113,57 @@ def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
     # Each rank's error names the collectives it called: rank 0's all-reduce met rank 1's broadcast.
     called = {rank: line.split("from the first step on: ")[-1] for rank, line in failed.value.failures.items()}
     assert called == {0: "allreduce, allreduce", 1: "allreduce, broadcast"}
+    lines = failure_lines(failed.value)  # the lesson's printed lines: rank order, no address or port
+    assert [line.split(":")[0] for line in lines] == ["rank 0", "rank 1"]
+    assert not any(re.search(r"\[[^.\]]+\]|:[0-9]{4,5}\b", line) for line in lines)
+
+
+def test_failure_lines_hide_addresses_and_ports_in_rank_order():
+    error = WorkerError(1, "RuntimeError", "x", failures={
+        1: "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:45231",
+        0: "RuntimeError: Timed out waiting 2000ms for recv operation to complete"})
+    assert failure_lines(error) == [
+        "rank 0: RuntimeError: Timed out waiting 2000ms for recv operation to complete",
+        "rank 1: RuntimeError: [...] Connection closed by peer [...]"]
+
+
+def test_clip_norm_lines_and_max_param_diff():
+    one = {"grad_norms": [0.7, 0.4, 0.3, 0.6, 0.2], "params": [1.0, 2.0]}
+    after = [dict(one, rank=r) for r in (0, 1)]
+    before = [{"rank": 0, "grad_norms": [0.6, 0.5, 0.4, 0.5]}, {"rank": 1, "grad_norms": [0.8, 0.4, 0.5, 0.3]}]
+    lines = clip_norm_lines(one, after, before, max_norm=0.5)
+    assert lines[0] == "one process:       gradient norms of the first steps [0.7, 0.4, 0.3, 0.6]"
+    assert lines[1] == "after sync, rank 0: gradient norms of the first steps [0.7, 0.4, 0.3, 0.6]"
+    assert lines[4] == "before sync, rank 1: gradient norms of the first steps [0.8, 0.4, 0.5, 0.3]"
+    assert lines[-1] == "2 of 5 steps had a norm above 0.5, and were clipped" and len(lines) == 6
+    assert max_param_diff({"params": [1.0, 2.5]}, one) == 0.5
+
+
+def test_compile_order_lines_count_the_graphs_of_each_way():
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ways = {"DDP(torch.compile(model))": lambda model, backend: DDP(torch.compile(model, backend=backend)),
+            "torch.compile(DDP(model))": lambda model, backend: torch.compile(DDP(model), backend=backend)}
+    loop_net = compile_order_lines(LoopNet, ways)
+    assert [line.split(": ")[1].split(";")[0] for line in loop_net] == ["1 graph(s)", "1 graph(s)"]
+    assert "'module._orig_mod.fc1.weight'" in loop_net[0] and "'_orig_mod.module.fc1.weight'" in loop_net[1]
+    seq = compile_order_lines(lambda: nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2)), ways)
+    assert [line.split(": ")[1].split(";")[0] for line in seq] == ["1 graph(s)", "0 graph(s)"]  # pytorch#140416
+    assert not torch.distributed.is_initialized()  # the one-process group is gone
+
+
+def test_count_graphs_without_ddp_sees_a_compiled_sequential_compile_nothing():
+    from torch import nn
+
+    def in_place(model, backend):
+        model.compile(backend=backend)
+        return model
+
+    seq = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2))
+    assert count_graphs(seq, in_place, torch.randn(4, 2))[0] == 0  # seq.compile() captures nothing
+    net = LoopNet()
+    assert count_graphs(net, lambda model, backend: torch.compile(model, backend=backend), torch.randn(4, 2))[0] == 1
 
 
 def test_a_stray_all_reduce_after_a_later_step_meets_the_gradient_all_reduce_and_gloo_aborts():
@@ -151,7 +215,10 @@ def test_the_lesson_schematics_draw():
     # rank 0's coloured boxes (values that differ between ranks): backward only, or all four steps before the sync
     coloured = [sum(p.get_facecolor()[:3] != (0.85, 0.85, 0.85) for p in ax.patches[:6]) for ax in (right, wrong)]
     assert coloured == [1, 4]
-    assert len(plot_collective_pairing().axes[0].patches) == 2 + 3  # rank 0's calls, rank 1's calls
+    pairing = plot_collective_pairing().axes[0]
+    assert len(pairing.patches) == 2 + 3  # rank 0's calls, rank 1's calls
+    # rank 1's broadcasts are named as DDP's own, without the bucket rebuild's details
+    assert [t.get_text() for t in pairing.texts].count("DDP's own broadcast\n(second forward)") == 2
     assert len(plot_scale_over_steps(7, 2).axes[0].lines) == 1 + 7  # the scale, a marker per step
 
 
@@ -636,3 +703,12 @@ def test_hide_profiler_skip_warning_keeps_errors_only():
         assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
     finally:
         logger.setLevel(before)
+
+
+def test_overflow_step_lines_on_a_real_overflow():
+    overflow = run_ranks(scaler_overflow, 2, kwargs=dict(steps=4, overflow_step=2), show_output=False)
+    lines = overflow_step_lines(overflow)
+    assert len(lines) == 4
+    assert lines[2] == ("step 2: scale   2048, gradients finite False | stepped: rank 0 False rank 1 False | "
+                        "same gradients on both ranks: True")
+    assert all("stepped: rank 0 True  rank 1 True " in line for i, line in enumerate(lines) if i != 2)

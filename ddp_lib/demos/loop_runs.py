@@ -9,6 +9,7 @@ computes (tests/test_lesson09.py).
 
 import logging
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -262,3 +263,71 @@ def compile_split_lines(section: list[dict], names: tuple[str, str] = ("split at
     gap = max(g["max_diff"] for results in graphs.values() for g in results)
     lines.append(f"both: parameters after 2 steps equal the uncompiled twin's within 1e-6: {gap < 1e-6}")
     return lines
+
+
+def clip_norm_lines(one: dict, after: list[dict], before: list[dict], max_norm: float, steps: int = 4) -> list[str]:
+    """The clipping section's gradient norms, as printable lines: the first ``steps`` norms of one
+    process on the global batch (``one``), then of each rank clipped after the sync (``after``) and
+    before it (``before``), both lists in rank order; last, how many steps after the sync had a norm
+    above ``max_norm``."""
+    lines = [f"one process:       gradient norms of the first steps {one['grad_norms'][:steps]}"]
+    for way, runs in (("after", after), ("before", before)):
+        lines += [f"{way} sync, rank {r['rank']}: gradient norms of the first steps {r['grad_norms'][:steps]}"
+                  for r in runs]
+    norms = after[0]["grad_norms"]
+    lines.append(f"{sum(n > max_norm for n in norms)} of {len(norms)} steps had a norm above {max_norm}, "
+                 "and were clipped")
+    return lines
+
+
+def max_param_diff(run: dict, reference: dict) -> float:
+    """The largest absolute difference between the final parameters of two runs."""
+    return (torch.tensor(run["params"]) - torch.tensor(reference["params"])).abs().max().item()
+
+
+def failure_lines(failure) -> list[str]:
+    """One line per failed rank of a ``WorkerError``, in rank order, with addresses and ports
+    (``[host]:port``) replaced by ``[...]`` so that runs compare line by line."""
+    return [f"rank {rank}: " + re.sub(r"\[[^]]*\]:?[0-9]*", "[...]", line)
+            for rank, line in sorted(failure.failures.items())]
+
+
+def count_graphs(model: nn.Module, wrap: Callable, batch: torch.Tensor) -> tuple[int, nn.Module]:
+    """How many graphs torch.compile captures in one training step: ``wrap(model, backend)`` compiles
+    (and wraps) ``model`` with a counting backend (the eager one), then a forward and backward run on
+    ``batch``. 0 means nothing compiled, silently. Returns the count and what ``wrap`` returned.
+    Under DDP, call it inside a process group."""
+    torch.compiler.reset()  # forget the graphs compiled before
+    graphs: list[torch.fx.GraphModule] = []
+    wrapped = wrap(model, counting_backend("eager", graphs))
+    wrapped(batch).sum().backward()
+    return len(graphs), wrapped
+
+
+def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Callable]) -> list[str]:
+    """The order-of-compile section's lines: for each entry of ``ways``, a name and its
+    ``wrap(model, backend)``, a fresh ``make_model()`` is wrapped, stepped once on 16 two-feature
+    samples in a one-process gloo group (a ``HashStore``, in memory), and its graphs counted; each line
+    also shows the first ``state_dict()`` key of the wrapper and of the model."""
+    hide_profiler_skip_warning()  # dynamo would warn once that it skips a profiler range of DDP's forward
+    lines = []
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # one process is enough
+    try:
+        for way, wrap in ways.items():
+            model = make_model()
+            n, wrapped = count_graphs(model, wrap, torch.randn(16, 2))
+            lines.append(f"{type(model).__name__:>10}, {way:>27}: {n} graph(s); first keys: the wrapper's "
+                         f"{list(wrapped.state_dict())[0]!r}, model's {list(model.state_dict())[0]!r}")
+    finally:
+        dist.destroy_process_group()
+    return lines
+
+
+def overflow_step_lines(overflow: list[dict]) -> list[str]:
+    """One line per step of ``scaler_overflow``'s result on 2 ranks (in rank order): rank 0's scale
+    and whether its gradients were finite, whether each rank stepped, and whether both ranks held the
+    same gradients."""
+    return [f"step {step}: scale {r0['scale']:>6g}, gradients finite {r0['finite']!s:5} | "
+            f"stepped: rank 0 {r0['stepped']!s:5} rank 1 {r1['stepped']!s:5} | same gradients on both ranks: "
+            f"{r0['grads'] == r1['grads']}"
+            for step, (r0, r1) in enumerate(zip(overflow[0]["steps"], overflow[1]["steps"]))]

@@ -173,8 +173,8 @@ def plot_collective_pairing():
     with the n-th of rank 1; the second pair differs in kind and shape, so it never finishes.
     Returns the Figure."""
     calls = {0: ["all-reduce\nfirst step's gradients", "all-reduce\nthe metric (evaluation)"],
-             1: ["all-reduce\nfirst step's gradients", "broadcast 1, second forward:\neach bucket's parameter indices",
-                 "broadcast 2, second forward:\neach bucket's size"]}
+             1: ["all-reduce\nfirst step's gradients", "DDP's own broadcast\n(second forward)",
+                 "DDP's own broadcast\n(second forward)"]}
     fig, ax = plt.subplots(figsize=(9, 2.4))
     for rank, names in calls.items():
         y = 1 - rank
