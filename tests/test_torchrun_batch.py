@@ -196,6 +196,24 @@ def test_restart_tally_counts_the_recorded_runs(tmp_path):
 
 
 
+def test_restart_verdict_tells_success_the_abort_at_exit_and_failure_apart():
+    report = torchrun_batch.restart_report(RESTART_LOG, FIRST_LOG)
+    assert torchrun_batch.restart_verdict(report) == "the job succeeded, and attempt 1 trained to the last epoch"
+    aborted = dict(report, **{"exit code": 1, "aborted at exit": True})
+    assert "exit code 1 is torch's rare abort at exit" in torchrun_batch.restart_verdict(aborted)
+    for failed in (dict(report, **{"exit code": 1}), dict(report, **{"attempt 1 trained to the last epoch": False})):
+        assert torchrun_batch.restart_verdict(failed).startswith("the job failed")
+
+
+def test_restart_tally_line_says_both_tallies(tmp_path):
+    first, second = torchrun_batch.STORE_TALLIES
+    (tmp_path / first).write_text("shared 45 1 no refused\nfresh 45 0 yes -\n")
+    (tmp_path / second).write_text("shared 60 0 yes - 0.4\n")
+    assert torchrun_batch.restart_tally_line(tmp_path).endswith(
+        "without the variable, attempt 1 failed in 1 of 2 runs; with it, in 0 of 1")
+
+
+
 def test_static_restart_tally_counts_the_recorded_runs(tmp_path):
     from pathlib import Path
 

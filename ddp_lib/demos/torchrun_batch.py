@@ -321,6 +321,25 @@ def restart_tally(folder: str | Path = "data") -> dict[str, tuple[int, int]]:
             for store in ("shared", "fresh")}
 
 
+def restart_verdict(report: dict) -> str:
+    """The restart job's verdict, from :func:`restart_report`: succeeded; or trained to the last epoch, then
+    ended by torch's rare abort at exit (lesson 02), which is not a failed restart; or failed."""
+    if report["attempt 1 trained to the last epoch"] and report["exit code"] == 0:
+        return "the job succeeded, and attempt 1 trained to the last epoch"
+    if report["attempt 1 trained to the last epoch"] and report["aborted at exit"]:  # SIGABRT after epoch 4
+        return (f"attempt 1 trained to the last epoch; exit code {report['exit code']} is torch's rare abort at exit,"
+                " after the work (lesson 02), not a failed restart")
+    return "the job failed, unlike the next paragraph says: read the log above"
+
+
+def restart_tally_line(folder: str | Path = "data") -> str:
+    """:func:`restart_tally` in one sentence: a kept record, not the run the lesson just made."""
+    tally = restart_tally(folder)
+    (shared, runs), (fresh, fresh_runs) = tally["shared"], tally["fresh"]
+    return ("kept record, not this run (Deeper: the shared-store bug): without the variable, attempt 1 failed"
+            f" in {shared} of {runs} runs; with it, in {fresh} of {fresh_runs}")
+
+
 
 STATIC_TALLY = "static_restart_runs.txt"
 

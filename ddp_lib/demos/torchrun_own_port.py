@@ -26,7 +26,7 @@ def setup(rank: int, world_size: int) -> None:
     import torch.distributed as dist
 
     os.environ["MASTER_ADDR"] = "localhost"
-    os.environ["MASTER_PORT"] = TUTORIAL_PORT
+    os.environ["MASTER_PORT"] = TUTORIAL_PORT  # "12355", the tutorial's port
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=TIMEOUT_S))
 
 
