@@ -11,6 +11,8 @@ import os
 import pathlib
 import re
 import shutil
+import signal
+import subprocess
 import sys
 
 import pytest
@@ -241,16 +243,19 @@ def test_a_checkpoint_of_another_model_is_refused_before_any_resuming_line(tmp_p
     assert "resuming" not in printed, printed  # no rank resumed, so none says so
 
 
-def _regression_copy(folder: pathlib.Path, target: str) -> None:
-    """The template edited as a learner edits it for a regression model: one output, MSE, metric "mse"."""
+def _regression_copy(folder: pathlib.Path, target: str, metric_line: bool = True) -> None:
+    """The template edited as a learner edits it for a regression model: one output, MSE, metric "mse"
+    (with ``metric_line=False``, evaluate()'s classifier line left as it is)."""
     text = TEMPLATE.read_text()
     edits = {
         "    y = (x[:, :4].sum(1) > x[:, 4:].sum(1)).long()": f"    y = {target}",
         "nn.Linear(64, 2))": "nn.Linear(64, 1))",
         "return nn.CrossEntropyLoss()": "return nn.MSELoss()",
         'METRIC = "accuracy"': 'METRIC = "mse"',
-        "counts[0] += (model(x).argmax(1) == y).sum()": "counts[0] += ((model(x) - y) ** 2).sum()",
+        "counts[0] += correct_picks(model(x), y)": "counts[0] += ((model(x) - y) ** 2).sum()",
     }
+    if not metric_line:
+        edits.pop("counts[0] += correct_picks(model(x), y)")
     for old, edit in edits.items():
         assert text.count(old) == 1, old
         text = text.replace(old, edit)
@@ -277,6 +282,15 @@ def test_a_regression_copy_names_its_metric_and_stops_on_targets_of_another_shap
     assert "Using a target size (torch.Size([32])) that is different to the input size (torch.Size([32, 1]))" \
         in summary, printed
     assert "epoch 1/2" not in printed, printed
+
+    # The other honest mistake: the classifier's metric line left in evaluate(). Argmax of one column is
+    # always 0, which would print a plausible "mse 0" every epoch; the copy stops at the first
+    # evaluation instead, naming the line to change.
+    _regression_copy(tmp_path / "metric_left", "(x[:, :4].sum(1) - x[:, 4:].sum(1)).unsqueeze(1) / 4",
+                     metric_line=False)
+    printed = _run([sys.executable, "-I", "template.py", "--epochs", "1"], tmp_path / "metric_left", returncode=1)
+    assert "evaluate() counts a classifier's correct picks, but the targets are torch.float32" in printed, printed
+    assert "epoch 1/1" not in printed, printed
 
 
 @pytest.mark.parametrize("env, world_size, gpus, expected", [
@@ -323,3 +337,24 @@ def test_under_mp_spawn_the_template_shares_the_cores_and_leaves_a_set_thread_co
         assert torch.get_num_threads() == 5
     finally:
         torch.set_num_threads(before)
+
+
+def test_two_python_template_jobs_at_once_each_pick_a_free_port_of_their_own(tmp_path):
+    # No MASTER_PORT, as a learner types it: two jobs on one port would collide (lesson 00's busy port).
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}
+    folders = [tmp_path / "first", tmp_path / "second"]
+    for folder in folders:
+        folder.mkdir()
+        shutil.copy(TEMPLATE, folder / "template.py")
+    jobs = [subprocess.Popen([sys.executable, "-I", "template.py", "--epochs", "1"], cwd=folder, env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+            for folder in folders]
+    try:
+        outputs = [job.communicate(timeout=240)[0] for job in jobs]
+    finally:
+        for job in jobs:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+    for job, output in zip(jobs, outputs):
+        assert job.returncode == 0, output[-3000:]
+        assert re.search(r"^epoch 1/1:", output, re.MULTILINE), output[-3000:]

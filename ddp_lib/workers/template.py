@@ -17,7 +17,8 @@ the machine that wrote it: one machine, or torchrun --node-rank (static rendezvo
 c10d rendezvous the ranks are dealt again at each restart: when the set of hosts changes (a requeue, a
 node gone), another machine can become rank 0, find no checkpoint and start from epoch 1: there, use a
 shared directory.
-Two mp.spawn jobs on one machine need different ports: MASTER_PORT=12356 python template.py.
+python template.py picks a free port for its ranks (MASTER_PORT, where set, instead), so two such jobs
+on one machine need nothing more.
 A resume with a schedule (make_scheduler) must keep the settings that set its length (--epochs,
 batch size, world size, --accumulate, --warmup-steps): otherwise rank 0 says what to do, and every
 rank exits with code 2.
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import socket
 import sys
 import warnings
 
@@ -205,10 +207,20 @@ def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
     with torch.no_grad():
         for x, y in DataLoader(shard, batch_size=256):
             x, y = x.to(device), y.to(device)
-            counts[0] += (model(x).argmax(1) == y).sum()  # YOUR JOB if not a classifier: your metric's sum
+            counts[0] += correct_picks(model(x), y)  # YOUR JOB if not a classifier: your metric's sum
             counts[1] += len(y)
     dist.all_reduce(counts)
     return (counts[0] / counts[1]).item(), int(counts[1].item())
+
+
+def correct_picks(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """How many rows of ``output`` give ``y``'s class the highest score: a classifier's metric, for
+    integer class targets. Float targets mean another model (a regression), whose metric this is not."""
+    if y.is_floating_point():
+        raise ValueError(f"evaluate() counts a classifier's correct picks, but the targets are {y.dtype}: for "
+                         "another model, put your metric's sum on evaluate()'s line marked YOUR JOB (for a "
+                         "regression, ((model(x) - y) ** 2).sum()) and rename METRIC")
+    return (output.argmax(1) == y).sum()
 
 
 def save_checkpoint(path: str, state: dict) -> None:
@@ -299,7 +311,8 @@ class ResumeRefused(RuntimeError):
 
 def setup_job(rank: int, world_size: int) -> torch.device:
     """Join the process group; return this rank's device (its own GPU, or the CPU)."""
-    # torchrun and ddp_lib's launcher set these; mp.spawn does not, so give the tutorial's defaults.
+    # torchrun, ddp_lib's launcher and this file's __main__ set these. A scheduler that starts each rank
+    # itself may not: then the tutorial's defaults, the same on every rank.
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "12355")
     if "OMP_NUM_THREADS" not in os.environ:  # mp.spawn: share the cores (lesson 00; torchrun sets 1 for 2+ ranks)
@@ -373,6 +386,11 @@ if __name__ == "__main__":
     if "RANK" in os.environ:  # started by torchrun: this process is one rank
         run_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), *settings)
     else:  # started by python: start the ranks here, run_rank(rank, world_size, *settings) in each
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if "MASTER_PORT" not in os.environ:  # a free port, picked once here: every rank inherits it (lesson 02)
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
         try:
             mp.spawn(run_rank, args=(args.world_size, *settings), nprocs=args.world_size)
         except mp.ProcessExitedException as e:
