@@ -42,13 +42,16 @@ def test_every_prediction_held_prints_true_lines(capsys):
             "rendezvous began, as predicted: True") in out
     assert ("nnodes_2_then_3: failed: node0 RendezvousTimeoutError, node1 RendezvousClosedError or "
             "RendezvousConnectionError, as predicted: True") in out
+    # The job that succeeded against node0's flag prints how many hosts hello returned on each rank.
+    assert ("nnodes_3_then_2: succeeded, world size 2 though node0 said 3 (hosts hello returned: 2 on rank 0), "
+            "as predicted: True") in out
     assert "port_closed" not in out  # a job that did not run is not checked
 
 
 def test_a_prediction_that_fails_is_reported(capsys):
     assert report_mistakes(_jobs(1)) is False
-    assert "nnodes_3_then_2: succeeded, world size 2 though node0 said 3, as predicted: False" in \
-        capsys.readouterr().out
+    assert ("nnodes_3_then_2: succeeded, world size 2 though node0 said 3 (hosts hello returned: 1 on rank 0), "
+            "as predicted: False") in capsys.readouterr().out
 
 
 def test_a_timeout_that_came_too_soon_or_the_wrong_node_s_error_is_not_as_predicted(capsys):

@@ -49,3 +49,18 @@ def test_each_honest_mistake_fails_with_its_own_line(change, says):
 def test_an_empty_reading_says_what_to_write():
     report = check_nnodes_reading()
     assert not report.passed and "check_nnodes_reading(completes=" in str(report)
+
+
+def test_the_reading_in_docs_answers_passes_the_checker():
+    """docs/answers.md gives exercise 4's reading as the lesson's checker call: it must pass that checker."""
+    import ast
+    import re
+    from pathlib import Path
+
+    answers = (Path(__file__).resolve().parents[1] / "docs" / "answers.md").read_text()
+    section = answers.partition("## Lesson 06b")[2].partition("\n## ")[0]
+    exercise = section.partition("### Exercise 4 · Mistake 4 without root (checked)")[2]
+    call = re.search(r"`check_nnodes_reading\((.+?)\)`", exercise)
+    assert call, "docs/answers.md: lesson 06b's exercise 4 gives no checker call"
+    report = check_nnodes_reading(*ast.literal_eval(f"({call[1]},)"))
+    assert report.passed, str(report)

@@ -147,8 +147,13 @@ def raised(node: NodeRun, name: str) -> bool:
     return any(name in e for e in node.errors()) or re.search(rf"^\S*\b{name}: ", node.stderr, re.M) is not None
 
 
+def hosts_returned(job: HostsJob) -> str:
+    """How many hosts ``hello`` returned on each rank of the job, in rank order."""
+    return ", ".join(f"{len(r['hosts'])} on rank {r['rank']}" for r in sorted(job.results, key=lambda r: r["rank"]))
+
+
 # What each job of MISTAKES should show, from the mistakes' explanations in lesson 06b:
-# (the prediction in words, a check of it against the job).
+# (the prediction in words, a check of it against the job[, what the job measured, printed beside it]).
 PREDICTED = {
     "rdzv_on_loopback": (f"both nodes RendezvousTimeoutError, at least the {SHORT_JOIN_S} s join_timeout "
                          "after their rendezvous began",
@@ -160,7 +165,8 @@ PREDICTED = {
     "port_closed": (f"node1 timed out connecting to (node0, {RDZV_PORT})",
                     lambda job: f"to connect to (node0, {RDZV_PORT})" in job.nodes[1].error()),
     "nnodes_3_then_2": ("succeeded, world size 2 though node0 said 3",
-                        lambda job: job.ok and all(len(r["hosts"]) == 2 for r in job.results)),
+                        lambda job: job.ok and all(len(r["hosts"]) == 2 for r in job.results),
+                        lambda job: f"hosts hello returned: {hosts_returned(job)}"),
     "nnodes_2_then_3": ("failed: node0 RendezvousTimeoutError, "
                         "node1 RendezvousClosedError or RendezvousConnectionError",
                         lambda job: not job.ok and "RendezvousTimeoutError" in job.nodes[0].error()
@@ -179,9 +185,10 @@ def report_mistakes(jobs: dict[str, HostsJob]) -> bool:
         for r in job.results:
             print(f"   rank {r['rank']} on {r['host']}: world size {len(r['hosts'])}, hosts gathered {r['hosts']}")
     held = True
-    for name, (predicted, check) in PREDICTED.items():
+    for name, (predicted, check, *measured) in PREDICTED.items():
         if name in jobs:
             ok = bool(check(jobs[name]))
             held = held and ok
-            print(f"{name}: {predicted}, as predicted: {ok}")
+            seen = "".join(f" ({m(jobs[name])})" for m in measured)
+            print(f"{name}: {predicted}{seen}, as predicted: {ok}")
     return held
