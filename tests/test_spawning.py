@@ -438,6 +438,20 @@ def test_abort_at_exit_table_reads_the_kept_series(tmp_path):
     assert "failed otherwise" in abort_at_exit_table(kept)[1]
 
 
+def test_gloo_shutdown_table_reads_the_kept_series(tmp_path):
+    """Lesson 02's table of hangs at the end comes from the kept JSON, labelled as recorded."""
+    from ddp_lib.demos.spawning import gloo_shutdown_table
+
+    lines = gloo_shutdown_table()
+    assert lines[0] == "recorded series, not run in this notebook:"
+    assert lines[1].split()[1:4] == ["destroy-return", "barrier-destroy-return", "return-destroy"]
+    assert any("7 of 30 hung" in line and "0 of 200 hung" in line for line in lines)
+    kept = tmp_path / "kept.json"
+    kept.write_text(json.dumps({"endings": ["a", "b"], "series": [{"series": "s", "a": [1, 2], "b": None,
+                                                                  "torch": "t"}]}))
+    assert gloo_shutdown_table(kept)[2].split() == ["s", "1", "of", "2", "hung", "not", "run", "torch", "t"]
+
+
 def test_checksums_by_stage_reads_the_scripts_lines():
     printed = ("group of 2 processes ready (gloo on cpu), training one step\n"
                "2 ranks, parameter checksum on each before DDP(...): [1.5, -0.25]\n"

@@ -6,7 +6,8 @@ thread that holds the GIL (as when DDP's reducer drops the group's last referenc
 for each other forever. This script runs tiny DDP jobs (2 ranks, CPU, gloo, a 16-16-4 model,
 3 backward passes) many times, each ending one way, and counts how many ended, hung, or failed
 otherwise. Run it again after a torch upgrade, and update the counts quoted in
-``ddp_lib/process_group.py`` (``teardown``), ``ddp_lib/launch/_child.py`` and ``docs/launcher.md``.
+``ddp_lib/process_group.py`` (``teardown``), ``ddp_lib/launch/_child.py``, ``docs/launcher.md``
+and ``ddp_lib/demos/recorded/gloo_shutdown.json`` (lesson 02's table).
 
     .venv/bin/python tools/gloo_shutdown_check.py                  # every ending, 200 runs or 3 minutes each
     .venv/bin/python tools/gloo_shutdown_check.py --runs 50 --minutes 1 returned teardown

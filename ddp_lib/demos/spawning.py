@@ -490,3 +490,25 @@ def abort_at_exit_table(path: Path = ABORT_SERIES) -> list[str]:
         lines.append(f"{entry['series']:24} {cell(entry['without leave()']):18} {cell(entry['with leave()']):18} "
                      f"{failed(entry):20} torch {entry['torch']}, Python {entry['python']}")
     return lines
+
+
+GLOO_SHUTDOWN_SERIES = Path(__file__).with_name("recorded") / "gloo_shutdown.json"
+
+
+def gloo_shutdown_table(path: Path = GLOO_SHUTDOWN_SERIES) -> list[str]:
+    """The kept series of lesson 02's hangs at the end of a gloo DDP worker, one line per series.
+
+    Each series gives [hung, runs] for each ending of ``tools/gloo_shutdown_check.py`` (null: not
+    run in that series), labelled as recorded like ``abort_at_exit_table``."""
+    record = json.loads(Path(path).read_text())
+    endings = record["endings"]
+
+    def cell(count: list[int] | None) -> str:
+        return "not run" if count is None else f"{count[0]} of {count[1]} hung"
+
+    lines = ["recorded series, not run in this notebook:",
+             f"{'series':22} " + " ".join(f"{ending:24}" for ending in endings) + " versions"]
+    for entry in record["series"]:
+        lines.append(f"{entry['series']:22} " + " ".join(f"{cell(entry[ending]):24}" for ending in endings)
+                     + f" torch {entry['torch']}")
+    return lines
