@@ -69,7 +69,7 @@ def broadcast_from_0(rank: int, world_size: int) -> dict:
         mine = torch.arange(1.0, world_size + 1) + 10 * rank  # rank r: [10r + 1, ..., 10r + world_size]
         before = mine.tolist()
         dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
-        dist.barrier()  # leave together: rank 0 may finish first, while a slower rank still needs it
+        dist.barrier()  # leave together: rank 0 serves the store, which a slower rank may still need
         return {"name": "broadcast", "rank": rank, "before": before, "after": mine.tolist(), "defined": True}
     finally:
         dist.destroy_process_group()
