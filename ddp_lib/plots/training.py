@@ -137,14 +137,16 @@ def plot_join_timeline():
 
 def plot_crash_resume(crash_epoch: int = 3, epochs: int = 3):
     """Schematic of the template's crash and resume: a job trains one epoch at a time, then rank 0
-    saves ``last.pt`` and every rank waits at a barrier (the orange box "save + barrier"); rank 1 crashes in
+    saves ``last.pt`` and every rank waits at a barrier (the orange boxes: "save + barrier" on rank 0,
+    "barrier" on rank 1); rank 1 crashes in
     ``crash_epoch``. In a second job, rank 0 alone reads ``last.pt`` and broadcasts what it read to
     every rank, then both train the rest."""
     rows = {"job 1, rank 0": [], "job 1, rank 1": [], "job 2, rank 0": [], "job 2, rank 1": []}
     for epoch in range(1, crash_epoch):
         x = (epoch - 1) * 2.0
         rows["job 1, rank 0"] += [(f"e{epoch}", x, 1.0, "work"), ("save +\nbarrier", x + 1.0, 0.85, "collective")]
-        rows["job 1, rank 1"] += [(f"e{epoch}", x, 1.0, "work"), ("save +\nbarrier", x + 1.0, 0.85, "collective")]
+        # only rank 0 saves
+        rows["job 1, rank 1"] += [(f"e{epoch}", x, 1.0, "work"), ("barrier", x + 1.0, 0.85, "collective")]
     x = (crash_epoch - 1) * 2.0
     rows["job 1, rank 0"].append((f"e{crash_epoch}...", x, 1.0, "stuck"))
     rows["job 1, rank 1"].append(("crash", x, 1.0, "stuck"))
