@@ -274,3 +274,32 @@ def test_show_masked_hides_this_machines_paths(tmp_path, capsys):
     assert capsys.readouterr().out == ('File ".../site-packages/torch/x.py", line 1\n'
                                        "failed (exitcode: 1) of binary: PYTHON\n"
                                        "REPO/notebooks/my_work/train.py ran\n")
+
+
+def test_first_run_verdict_tells_success_the_abort_at_exit_and_failure_apart():
+    trained = FIRST_LOG
+    assert torchrun_batch.first_run_verdict(trained + "torchrun's exit code: 0\n") == (
+        "verdict: trained to epoch 4; exit code 0")
+    aborted = torchrun_batch.first_run_verdict(
+        trained + "E1207 api.py] failed (exitcode: -6) local_rank: 1 (pid: 7) of binary: python\n"
+        "torchrun's exit code: 1\n")
+    assert aborted.startswith("verdict: trained to epoch 4; exit code 1 is the rare abort at exit")
+    # a SIGABRT before the last epoch is a failure, as is an exit code 1 without SIGABRT
+    early = "epoch 0: last loss 0.5\nexitcode: -6\n" + trained + "torchrun's exit code: 1\n"
+    assert torchrun_batch.first_run_verdict(early).startswith("verdict: the job failed (exit code 1)")
+    assert torchrun_batch.first_run_verdict("epoch 0: last loss 0.5\ntorchrun's exit code: 1\n").startswith(
+        "verdict: the job failed (exit code 1)")
+    assert "did not run to its end" in torchrun_batch.first_run_verdict(trained)
+
+
+def test_restart_report_picks_torchruns_own_lines_with_ids_masked():
+    agent = ("W1207 05:34:14.083000 25525 torch/distributed/elastic/multiprocessing/api.py:1028]"
+             " Sending process 25790 closing signal SIGTERM\n"
+             "E1207 05:34:14.517000 25525 torch/distributed/elastic/multiprocessing/api.py:1002]"
+             " failed (exitcode: 1) local_rank: 1 (pid: 25792) of binary: /some/venv/bin/python3\n"
+             "W1207 05:30:18.174000 21216 torch/distributed/run.py:874] Setting OMP_NUM_THREADS\n")
+    log = RESTART_LOG.replace("attempt 1:", agent + "attempt 1:")
+    assert torchrun_batch.restart_report(log, FIRST_LOG)["agent lines"] == [
+        "W ... Sending process PID closing signal SIGTERM",
+        "E ... failed (exitcode: 1) local_rank: 1 (pid: PID) of binary: PYTHON"]
+    assert torchrun_batch.restart_report(RESTART_LOG, FIRST_LOG)["agent lines"] == []

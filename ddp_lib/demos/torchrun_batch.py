@@ -240,6 +240,8 @@ def lesson_jobs() -> LessonJobs:
 RANK0_LINE = re.compile(r"attempt \d+: starting at epoch \d+|epoch \d+: last loss [\d.]+")
 # How torchrun names a rank ended by SIGABRT, in its failure line and in its summary.
 SIGABRT_AFTER = re.compile(r"exitcode: -6\b|Signal 6 \(SIGABRT\)")
+# torchrun's own W and E lines about its ranks: the stop it sends, and the rank that failed.
+AGENT_LINE = re.compile(r"^([WE])\d{4} [\d:.]+ +\d+ [^\]]*\] (.*(?:closing signal|failed \(exitcode).*)$", re.M)
 TEE_PREFIX = re.compile(r"^\[default\d+\]:", re.M)  # what --tee puts before a rank's console line (role default)
 
 
@@ -268,7 +270,8 @@ def restart_report(restart_log: str, first_log: str) -> dict:
     """What the restart job's log says: rank 0's lines, rank 1's error, torchrun's exit code, whether
     attempt 1 trained to the last epoch (whatever the exit code), whether a non-zero exit code came
     with a rank ended by SIGABRT after that last epoch (torch's rare abort at exit, lesson 02), rank 0's
-    lost-connection line (port and source location masked), and whether the losses equal those of
+    lost-connection line (port and source location masked), torchrun's own ``W`` and ``E`` lines about its
+    ranks (time, process ids and Python masked), and whether the losses equal those of
     the run without failure (``first_log``).
     ``--tee``'s ``[default<local rank>]:`` line prefixes are ignored."""
     restart_log = TEE_PREFIX.sub("", restart_log)
@@ -290,6 +293,9 @@ def restart_report(restart_log: str, first_log: str) -> dict:
         "attempt 1 trained to the last epoch": trained,
         "aborted at exit": exit_code != 0 and trained and SIGABRT_AFTER.search(
             restart_log[restart_log.rfind("epoch 4: last loss"):]) is not None,
+        "agent lines": [f"{level} ... " + re.sub(r"(process|pid:) \d+", r"\1 PID",
+                                                 re.sub(r"of binary: .*", "of binary: PYTHON", line))
+                        for level, line in AGENT_LINE.findall(restart_log)],
         "rank 0's lost connection": _whole_sentences(re.sub(r"\[/[^\]]*\] ", "", re.sub(r"\]:\d+", "]:PORT", lost))),
         "same losses as without the failure": losses == [
             line for line in RANK0_LINE.findall(first_log) if line.startswith("epoch")],
@@ -339,6 +345,25 @@ def restart_tally_line(folder: str | Path = "data") -> str:
     return ("kept record, not this run (Deeper: the shared-store bug): without the variable, attempt 1 failed"
             f" in {shared} of {runs} runs; with it, in {fresh} of {fresh_runs}")
 
+
+
+def first_run_verdict(run_log: str, epochs: int = 5) -> str:
+    """The verdict on ``train.py``'s first run, from its log (the command's output, then a line
+    "torchrun's exit code: N"): trained to the last epoch with exit code 0; trained, then ended by torch's
+    rare abort at exit (a rank ended by SIGABRT after the last epoch, lesson 02), which is not a failure;
+    or failed."""
+    found = re.search(r"torchrun's exit code: (\d+)", run_log)
+    if found is None:
+        return "verdict: the command did not run to its end: read its output above"
+    exit_code = int(found[1])
+    last = f"epoch {epochs - 1}: last loss"
+    trained = last in run_log
+    if trained and exit_code == 0:
+        return f"verdict: trained to epoch {epochs - 1}; exit code 0"
+    if trained and SIGABRT_AFTER.search(run_log[run_log.rfind(last):]):
+        return (f"verdict: trained to epoch {epochs - 1}; exit code {exit_code} is the rare abort at exit,"
+                " after the work (the setup notes above)")
+    return f"verdict: the job failed (exit code {exit_code}): read its output above"
 
 
 STATIC_TALLY = "static_restart_runs.txt"
