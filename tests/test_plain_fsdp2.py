@@ -16,3 +16,13 @@ def test_plain_fsdp2_runs_under_torchrun(tmp_path):
     epochs = [line for line in done.stdout.splitlines() if line.startswith("epoch ")]
     assert [line.split(":")[0] for line in epochs] == ["epoch 0", "epoch 1", "epoch 2"]
     assert (tmp_path / "fsdp2_checkpoint" / ".metadata").exists()
+
+
+def test_plain_fsdp2_seeds_each_rank_apart_after_sharding():
+    """Like lesson 09's plain_train.py: one seed for the data and weights, then a seed per rank for
+    dropout or augmentation, set once the model is sharded."""
+    lines = [line.strip() for line in SCRIPT.read_text().splitlines()]
+    root = next(i for i, line in enumerate(lines) if line.startswith("fully_shard(model,"))
+    first_seed = next(i for i, line in enumerate(lines) if line.startswith("torch.manual_seed(SEED)"))
+    rank_seed = next(i for i, line in enumerate(lines) if line.startswith("torch.manual_seed(SEED + rank)"))
+    assert first_seed < root < rank_seed

@@ -37,6 +37,7 @@ def train(rank: int, world_size: int, device: torch.device) -> None:
         if isinstance(layer, nn.Linear):
             fully_shard(layer, mp_policy=mp_policy)  # each Linear a unit: gathered in one all-gather, freed together
     fully_shard(model, mp_policy=mp_policy)  # then the root, the outermost module
+    torch.manual_seed(SEED + rank)  # from here on (dropout, augmentation), each rank draws its own numbers
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)  # after fully_shard: it holds the shards
     loss_fn = nn.MSELoss()
     for epoch in range(EPOCHS):
