@@ -32,6 +32,8 @@ ADVICE = ("This is typically caused by a remote worker crashing. Check the logs 
     "Connection closed by peer [127.0.0.1]:PORT. This is typically caused by a ...",  # cut by readable(m, limit)
     "Connection closed by peer [127.0.0.1]:PORT. This is ...",
     "Connection reset by peer",
+    "Read error [127.0.0.1]:43236: Connection reset by peer",
+    "Read error [127.0.0.1]:PORT: Connection reset by peer. ...",  # its port masked by readable()
 ])
 def test_each_wording_of_a_gloo_peer_failure_reads_the_same(message):
     assert sanitize(f"rank 0: RuntimeError: {message}\nranks that failed: [0, 1]\n") == (

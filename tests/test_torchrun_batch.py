@@ -1,5 +1,7 @@
 """ddp_lib.demos.torchrun_batch (lesson 06): its reading of a restart log, and its background jobs."""
 
+import json
+import re
 import threading
 from pathlib import Path
 
@@ -209,8 +211,10 @@ def test_restart_tally_line_says_both_tallies(tmp_path):
     first, second = torchrun_batch.STORE_TALLIES
     (tmp_path / first).write_text("shared 45 1 no refused\nfresh 45 0 yes -\n")
     (tmp_path / second).write_text("shared 60 0 yes - 0.4\n")
-    assert torchrun_batch.restart_tally_line(tmp_path).endswith(
-        "without the variable, attempt 1 failed in 1 of 2 runs; with it, in 0 of 1")
+    line = torchrun_batch.restart_tally_line(tmp_path)
+    assert line.endswith("without the variable, attempt 1 failed in 1 of 2 runs; with it, in 0 of 1")
+    # it says the numbers are earlier runs, and names the folded section that counts them
+    assert line.startswith('earlier runs of this job, counted in "Deeper: the shared-store bug":')
 
 
 
@@ -284,6 +288,10 @@ def test_first_run_verdict_tells_success_the_abort_at_exit_and_failure_apart():
         trained + "E1207 api.py] failed (exitcode: -6) local_rank: 1 (pid: 7) of binary: python\n"
         "torchrun's exit code: 1\n")
     assert aborted.startswith("verdict: trained to epoch 4; exit code 1 is the rare abort at exit")
+    # it names the folded section that explains the abort by its title, a heading of lesson 06
+    title = re.search(r'\("(Deeper: [^"]+)", above\)$', aborted)[1]
+    lesson = json.loads(Path(__file__).parents[1].joinpath("notebooks", "06_torchrun.ipynb").read_text())
+    assert any("".join(cell["source"]).startswith(f"## {title}") for cell in lesson["cells"]), title
     # a SIGABRT before the last epoch is a failure, as is an exit code 1 without SIGABRT
     early = "epoch 0: last loss 0.5\nexitcode: -6\n" + trained + "torchrun's exit code: 1\n"
     assert torchrun_batch.first_run_verdict(early).startswith("verdict: the job failed (exit code 1)")

@@ -342,8 +342,8 @@ def restart_tally_line(folder: str | Path = "data") -> str:
     """:func:`restart_tally` in one sentence: a kept record, not the run the lesson just made."""
     tally = restart_tally(folder)
     (shared, runs), (fresh, fresh_runs) = tally["shared"], tally["fresh"]
-    return ("kept record, not this run (Deeper: the shared-store bug): without the variable, attempt 1 failed"
-            f" in {shared} of {runs} runs; with it, in {fresh} of {fresh_runs}")
+    return ('earlier runs of this job, counted in "Deeper: the shared-store bug": without the variable,'
+            f" attempt 1 failed in {shared} of {runs} runs; with it, in {fresh} of {fresh_runs}")
 
 
 
@@ -362,7 +362,7 @@ def first_run_verdict(run_log: str, epochs: int = 5) -> str:
         return f"verdict: trained to epoch {epochs - 1}; exit code 0"
     if trained and SIGABRT_AFTER.search(run_log[run_log.rfind(last):]):
         return (f"verdict: trained to epoch {epochs - 1}; exit code {exit_code} is the rare abort at exit,"
-                " after the work (the setup notes above)")
+                ' after the work ("Deeper: the setup cell, and the rare abort at exit", above)')
     return f"verdict: the job failed (exit code {exit_code}): read its output above"
 
 
