@@ -4,7 +4,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from ddp_lib.plots.cluster import plot_first_mistakes  # noqa: E402
+from ddp_lib.plots.cluster import plot_first_mistakes, plot_two_hosts  # noqa: E402
 from ddp_lib.plots.cluster_sketches import (  # noqa: E402
     plot_closed_port,
     plot_name_unknown,
@@ -80,6 +80,13 @@ def test_the_lesson_07_and_cluster_sketches_name_what_goes_wrong():
     assert sum("all_gather" in t for t in texts(plot_detail_check())) == 2
     assert any("never ready" in t for t in texts(plot_unused_parameter()))
     assert any("its own loopback" in t for t in texts(plot_first_mistakes()))
+    assert sum("(GLOO_SOCKET_IFNAME=lo)" in t for t in texts(plot_first_mistakes())) == 2  # both ranks set it
+
+
+def test_the_first_cluster_picture_draws_only_what_the_lesson_has_defined_by_then():
+    shown = texts(plot_two_hosts(rdzv_port=29400))
+    assert "--rdzv-endpoint=node0:29400" in shown and sum(t.startswith("torchrun") for t in shown) == 2
+    assert not any("store" in t or "MASTER_PORT" in t or "agent" in t for t in shown)  # defined later, drawn later
 
 
 def test_the_agent_sketch_names_the_rank_that_fails():

@@ -11,8 +11,9 @@ from ddp_lib.plots.shapes import arrow, box
 
 def plot_two_hosts(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
     """Two hosts (network namespaces) joined by a veth pair: each with its own loopback and eth0
-    address, node0's agent running the rendezvous store on ``rdzv_port`` and the ranks' store,
-    node1's agent and rank reaching them by node0's address, and gloo between the ranks."""
+    address and a torchrun that starts one rank, node1's torchrun reaching node0's at ``rdzv_port``
+    by node0's name, and gloo between the ranks. The stores come later (``plot_what_listens_where``),
+    once the lesson has defined them."""
     fig, ax = plt.subplots(figsize=(9, 4.4))
     ax.set_xlim(0, 10)
     ax.set_ylim(0, 5.6)
@@ -22,17 +23,11 @@ def plot_two_hosts(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
                                     edgecolor="grey", linestyle="--"))
         ax.text(x0 + 0.1, 4.95, f"node{node}: a network namespace", fontsize=9, weight="bold", va="top")
         ax.text(x0 + 0.1, 4.6, f"eth0 {subnet}.{node + 1}   lo 127.0.0.1 (its own)", fontsize=8, va="top")
-        box(ax, x0 + 0.3, 3.0, 1.7, 0.8, f"agent (torchrun)\nnode{node}", "#fde9c9")
+        box(ax, x0 + 0.3, 3.0, 1.7, 0.8, f"torchrun\nnode{node}", "#fde9c9")
         box(ax, x0 + 0.3, 0.5, 1.7, 0.8, f"rank {node}\n(gloo on eth0)", "#cfe2f3")
-        arrow(ax, (x0 + 1.15, 3.0), (x0 + 1.15, 1.3), "#b07000")  # the agent starts its rank
-    box(ax, 2.5, 3.4, 1.8, 0.9, f"rendezvous store\n:{rdzv_port}", "#d9ead3")
-    box(ax, 2.5, 1.9, 1.8, 0.9, "ranks' store\nMASTER_PORT", "#d9ead3")
-    arrow(ax, (2.0, 3.5), (2.5, 3.8), "green", "<|-|>")  # node0's agent runs both stores
-    arrow(ax, (2.0, 3.1), (2.5, 2.4), "green", "<|-|>")
-    arrow(ax, (5.9, 3.5), (4.3, 3.85), "green", "<|-|>")
-    ax.text(5.1, 4.0, f"node0:{rdzv_port}", fontsize=7, color="green", ha="center")
-    arrow(ax, (1.5, 1.3), (2.9, 1.9), "tab:blue")  # each rank reaches the ranks' store
-    arrow(ax, (6.4, 1.3), (4.0, 2.0), "tab:blue")
+        arrow(ax, (x0 + 1.15, 3.0), (x0 + 1.15, 1.3), "#b07000")  # torchrun starts its rank
+    arrow(ax, (5.9, 3.4), (2.2, 3.4), "green")  # node1's torchrun dials node0's
+    ax.text(3.95, 3.55, f"--rdzv-endpoint=node0:{rdzv_port}", fontsize=7, color="green", ha="center")
     arrow(ax, (2.0, 0.8), (5.9, 0.8), "purple", "<|-|>")
     ax.text(3.95, 0.45, "gloo: ports picked at run time", fontsize=7, color="purple", ha="center")
     ax.plot([4.4, 5.6], [0.25, 0.25], color="black", lw=3)
@@ -61,7 +56,7 @@ def plot_first_mistakes(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Fig
     left.text(2.3, 0.9, "--rdzv-endpoint=node0:\nits own store", ha="center", va="top", fontsize=8)
     left.set_title("endpoint 127.0.0.1 on node1: two rendezvous, both time out", fontsize=9)
     box(right, 0.3, 2.2, 4.0, 1.2, "rank 0 on node0\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
-    box(right, 5.7, 2.2, 4.0, 1.2, "rank 1 on node1\ngloo bound to 127.0.0.1", "#fdb462")
+    box(right, 5.7, 2.2, 4.0, 1.2, "rank 1 on node1\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
     arrow(right, (5.7, 2.7), (4.3, 2.7), "red", style="<|-|>")
     right.text(5.0, 1.8, "one of the two dials (gloo picks which, run by run):\nit dials 127.0.0.1, "
                "the address its peer announced:\nits own loopback, where the peer is not",
