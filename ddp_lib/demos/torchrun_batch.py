@@ -291,8 +291,7 @@ def restart_report(restart_log: str, first_log: str) -> dict:
         "rank 1's error": error_found[0],
         "exit code": exit_code,
         "attempt 1 trained to the last epoch": trained,
-        "aborted at exit": exit_code != 0 and trained and SIGABRT_AFTER.search(
-            restart_log[restart_log.rfind("epoch 4: last loss"):]) is not None,
+        "aborted at exit": exit_code != 0 and trained and _aborted_after(restart_log, "epoch 4: last loss"),
         "agent lines": [f"{level} ... " + re.sub(r"(process|pid:) \d+", r"\1 PID",
                                                  re.sub(r"of binary: .*", "of binary: PYTHON", line))
                         for level, line in AGENT_LINE.findall(restart_log)],
@@ -346,6 +345,11 @@ def restart_tally_line(folder: str | Path = "data") -> str:
             f" attempt 1 failed in {shared} of {runs} runs; with it, in {fresh} of {fresh_runs}")
 
 
+def _aborted_after(log: str, last_line: str) -> bool:
+    """Whether torchrun names a rank ended by SIGABRT after the last occurrence of ``last_line`` in ``log``:
+    torch's rare abort at exit, after the work (lesson 02)."""
+    return SIGABRT_AFTER.search(log[log.rfind(last_line):]) is not None
+
 
 def first_run_verdict(run_log: str, epochs: int = 5) -> str:
     """The verdict on ``train.py``'s first run, from its log (the command's output, then a line
@@ -360,7 +364,7 @@ def first_run_verdict(run_log: str, epochs: int = 5) -> str:
     trained = last in run_log
     if trained and exit_code == 0:
         return f"verdict: trained to epoch {epochs - 1}; exit code 0"
-    if trained and SIGABRT_AFTER.search(run_log[run_log.rfind(last):]):
+    if trained and _aborted_after(run_log, last):
         return (f"verdict: trained to epoch {epochs - 1}; exit code {exit_code} is the rare abort at exit,"
                 ' after the work ("Deeper: the setup cell, and the rare abort at exit", above)')
     return f"verdict: the job failed (exit code {exit_code}): read its output above"
