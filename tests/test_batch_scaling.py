@@ -28,7 +28,8 @@ def test_summary_by_hand():
     assert s["closed"] == pytest.approx(1 - 0.0275 / 0.2)
     assert s["near"] == 1  # 0.105 is within 10% of 0.10; 0.25 is not within 10% of 0.20
     assert s["epoch_means"]["lr 0.4"] == pytest.approx([0.4, 0.1775])
-    assert set(s["means"]) == {ONE_RANK, *FOUR_RANKS.values()}
+    assert set(s["means"]) == {ONE_RANK, FOUR_RANKS["lr 0.1"], FOUR_RANKS["lr 0.4"]}  # no warm-up runs given
+    assert "warmup_lower_early" not in s
     low, high = s["ranges"][ONE_RANK]
     assert low == pytest.approx([0.5, 0.10]) and high == pytest.approx([0.5, 0.20])
     assert s["seeds"] == 2
@@ -44,6 +45,23 @@ def test_report_prints_means_ranges_and_epochs_2_and_3():
         "lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: True",
         "mean loss after epochs 2 and 3: lr 0.1 0.500, 0.350; lr 0.4 0.300, 0.177",
     ]
+
+
+def test_summary_and_report_with_the_warm_up_runs():
+    one_rank = [[0.5, 0.3, 0.2, 0.10]]
+    losses = {"lr 0.1": [[0.6, 0.5, 0.4, 0.30]], "lr 0.4": [[0.4, 0.45, 0.4, 0.105]],
+              "lr 0.4, warm-up": [[0.5, 0.40, 0.3, 0.11]]}
+    s = summarize_lr_scaling(losses, one_rank)
+    assert s["warmup_lower_early"] is True
+    assert s["closer_every_seed"] is True and s["gaps"]["lr 0.4"] == pytest.approx(0.005)
+    assert set(s["means"]) == {ONE_RANK, *FOUR_RANKS.values()}
+    lines = lr_scaling_report(s).splitlines()
+    assert lines[0] == "1 rank, lr 0.1:           mean final loss 0.100 (1 seeds: 0.100 to 0.100)"
+    assert lines[3] == "4 ranks, lr 0.4, warm-up: mean final loss 0.110 (1 seeds: 0.110 to 0.110)"
+    assert lines[-1] == ("mean loss after epochs 2 and 3: lr 0.1 0.500, 0.400; lr 0.4 0.450, 0.400; "
+                         "lr 0.4, warm-up 0.400, 0.300")
+    losses["lr 0.4, warm-up"] = [[0.5, 0.40, 0.5, 0.11]]  # higher after epoch 3
+    assert summarize_lr_scaling(losses, one_rank)["warmup_lower_early"] is False
 
 
 def test_summary_when_the_scaled_rate_is_not_closer():
@@ -96,10 +114,12 @@ def test_run_scaling_jobs_prints_one_line_per_job_and_returns_the_lr_runs(capsys
     ]
     assert max(_largest_gaps(runs)) < 1e-5
     assert runs["per_rank_16"]["2 ranks, global batch 32"] == two_ranks["losses"]
-    assert set(runs["lr_losses"]) == {"lr 0.1", "lr 0.4"}
+    assert set(runs["lr_losses"]) == {"lr 0.1", "lr 0.4", "lr 0.4, warm-up"}
     assert all(len(curves) == len(SEEDS) and all(len(c) == 1 for c in curves) for curves in runs["lr_losses"].values())
     assert runs["lr_losses"]["lr 0.1"][0] == runs["global_64"]["4 ranks x batch 16"]  # seed 0 at lr 0.1
-    assert summarize_lr_scaling(runs["lr_losses"], runs["one_rank_losses"])["seeds"] == len(SEEDS)
+    summary = summarize_lr_scaling(runs["lr_losses"], runs["one_rank_losses"])
+    assert summary["seeds"] == len(SEEDS) and "warmup_lower_early" not in summary  # 1 epoch: no epochs 2 and 3
+    assert runs["lr_losses"]["lr 0.4, warm-up"] != runs["lr_losses"]["lr 0.4"]  # the warm-up changed the first epoch
 
 
 def test_global_batch_curves_hands_each_runs_parameters_to_the_cells_comparison():

@@ -41,6 +41,19 @@ def test_join_shadows_the_collectives_and_broadcasts_the_last_model():
     assert long["grad_ratio"][2:] == [1.0, 1.0]
 
 
+def test_join_copies_the_buffers_only_when_forward_sync_buffers_is_on():
+    # Join's end broadcasts the last rank's parameters, and its buffers only under forward_sync_buffers=True
+    # (DDP's _sync_final_model passes broadcast_buffers=self.forward_sync_buffers).
+    for forward_sync_buffers, buffers_equal in ((True, True), (False, False)):
+        short, long = run_ranks(uneven_batches, 2, kwargs=dict(use_join=1, norm="batch",
+                                                               forward_sync_buffers=forward_sync_buffers),
+                                show_output=False)
+        assert short["checksum"] == long["checksum"]
+        assert (short["buffers"] == long["buffers"]) is buffers_equal, (short["buffers"], long["buffers"])
+    short, long = run_ranks(uneven_batches, 2, kwargs=dict(use_join=1), show_output=False)
+    assert short["buffers"] == long["buffers"] == 0  # MoonsNet without batch norm has no buffers
+
+
 def test_join_syncs_the_parameters_but_not_the_momentum():
     short, long = run_ranks(uneven_batches, 2, kwargs=dict(use_join=1, momentum=0.9, steps_after=1),
                             show_output=False)

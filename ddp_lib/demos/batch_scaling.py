@@ -16,9 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 SEEDS = range(3)
-SETTINGS = {"lr 0.1": dict(lr=0.1), "lr 0.4": dict(lr=0.4)}
+WARMUP_STEPS = 8  # one epoch of 4 ranks x 16: 512 samples / 64
+SETTINGS = {"lr 0.1": dict(lr=0.1), "lr 0.4": dict(lr=0.4), "lr 0.4, warm-up": dict(lr=0.4, warmup_steps=WARMUP_STEPS)}
 ONE_RANK = "1 rank, lr 0.1 (global batch 16)"
-FOUR_RANKS = {"lr 0.1": "4 ranks, lr 0.1 (global batch 64)", "lr 0.4": "4 ranks, lr 0.4 (global batch 64)"}
+FOUR_RANKS = {"lr 0.1": "4 ranks, lr 0.1 (global batch 64)", "lr 0.4": "4 ranks, lr 0.4 (global batch 64)",
+              "lr 0.4, warm-up": f"4 ranks, lr 0.4, warm-up {WARMUP_STEPS} steps (global batch 64)"}
 
 
 def global_batch_curves(two_ranks_16: list[float], global_64: dict[str, dict], one_rank_16: list[dict]) -> dict:
@@ -40,28 +42,37 @@ def global_batch_curves(two_ranks_16: list[float], global_64: dict[str, dict], o
 
 
 def summarize_lr_scaling(losses: dict[str, list[list[float]]], one_rank_losses: list[list[float]]) -> dict:
-    """The numbers the lesson quotes. ``losses`` maps "lr 0.1" and "lr 0.4" (4 ranks) to one loss curve
-    per seed; ``one_rank_losses`` holds 1 rank's curves at lr 0.1 on the same seeds.
+    """The numbers the lesson quotes. ``losses`` maps "lr 0.1" and "lr 0.4" (4 ranks), and optionally
+    "lr 0.4, warm-up", to one loss curve per seed; ``one_rank_losses`` holds 1 rank's curves at lr 0.1 on
+    the same seeds.
 
     Returns {"means" and "ranges" (per label: the seeds' mean curve, and their (lowest, highest) curves),
     "closer_every_seed" (lr 0.4 ends nearer 1 rank's final loss than lr 0.1, on each seed), "gaps"
     (mean distance of each setting's final loss from 1 rank's), "closed" (the share of lr 0.1's gap that
     lr 0.4 closes), "near" (seeds where lr 0.4 ends within 10% of the same seed's 1-rank final loss),
-    "epoch_means" (each setting's mean loss per epoch), "seeds" (how many)}."""
-    per_seed = {ONE_RANK: torch.tensor(one_rank_losses), **{FOUR_RANKS[k]: torch.tensor(losses[k]) for k in FOUR_RANKS}}
+    "epoch_means" (each setting's mean loss per epoch), "seeds" (how many), and with the warm-up runs
+    "warmup_lower_early" (their mean loss is lower than lr 0.4's without warm-up after epochs 2 and 3;
+    only for runs of 3 epochs or more)}."""
+    runs = [k for k in FOUR_RANKS if k in losses]  # the settings trained
+    per_seed = {ONE_RANK: torch.tensor(one_rank_losses), **{FOUR_RANKS[k]: torch.tensor(losses[k]) for k in runs}}
     one_final = [curve[-1] for curve in one_rank_losses]
-    finals = {k: [curve[-1] for curve in losses[k]] for k in FOUR_RANKS}
+    finals = {k: [curve[-1] for curve in losses[k]] for k in runs}
     n = len(one_final)
-    gaps = {k: sum(abs(f - o) for f, o in zip(finals[k], one_final)) / n for k in FOUR_RANKS}
-    return {"means": {label: t.mean(0).tolist() for label, t in per_seed.items()},
+    gaps = {k: sum(abs(f - o) for f, o in zip(finals[k], one_final)) / n for k in runs}
+    epoch_means = {k: torch.tensor(losses[k]).mean(0).tolist() for k in runs}
+    summary = {"means": {label: t.mean(0).tolist() for label, t in per_seed.items()},
             "ranges": {label: (t.min(0).values.tolist(), t.max(0).values.tolist()) for label, t in per_seed.items()},
             "closer_every_seed": all(abs(s - o) < abs(u - o)
                                      for s, u, o in zip(finals["lr 0.4"], finals["lr 0.1"], one_final)),
             "gaps": gaps,
             "closed": 1 - gaps["lr 0.4"] / gaps["lr 0.1"],
             "near": sum(abs(s - o) < 0.1 * o for s, o in zip(finals["lr 0.4"], one_final)),
-            "epoch_means": {k: torch.tensor(losses[k]).mean(0).tolist() for k in FOUR_RANKS},
+            "epoch_means": epoch_means,
             "seeds": n}
+    if "lr 0.4, warm-up" in losses and len(epoch_means["lr 0.4"]) >= 3:
+        summary["warmup_lower_early"] = all(epoch_means["lr 0.4, warm-up"][e - 1] < epoch_means["lr 0.4"][e - 1]
+                                            for e in (2, 3))
+    return summary
 
 
 def lr_scaling_report(scaling: dict) -> str:
@@ -69,9 +80,11 @@ def lr_scaling_report(scaling: dict) -> str:
     loss with its range over the seeds, whether lr 0.4 ends nearer 1 rank on every seed, and the mean
     losses after epochs 2 and 3, on one line."""
     lines = []
-    for name, label in {"1 rank, lr 0.1": ONE_RANK, **{f"4 ranks, {lr}": v for lr, v in FOUR_RANKS.items()}}.items():
+    names = {"1 rank, lr 0.1": ONE_RANK, **{f"4 ranks, {k}": v for k, v in FOUR_RANKS.items() if v in scaling["means"]}}
+    width = max(len(name) for name in names) + 1
+    for name, label in names.items():
         low, high = (curve[-1] for curve in scaling["ranges"][label])
-        lines.append(f"{name + ':':<16} mean final loss {scaling['means'][label][-1]:.3f} "
+        lines.append(f"{name + ':':<{width}} mean final loss {scaling['means'][label][-1]:.3f} "
                      f"({scaling['seeds']} seeds: {low:.3f} to {high:.3f})")
     lines.append(f"lr 0.4 ends closer to 1 rank than lr 0.1 on every seed: {scaling['closer_every_seed']}")
     lines.append("mean loss after epochs 2 and 3: " + "; ".join(
@@ -88,27 +101,29 @@ def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
 
     - 1 rank: batch 64 at lr 0.1 (seed 0), then batch 16 at lr 0.1 for each seed in ``SEEDS``;
     - 2 ranks: batch 32 per rank at lr 0.1 (seed 0);
-    - 4 ranks: batch 16 per rank at lr 0.1 and 0.4 for each seed (seed 0 at lr 0.1 first).
+    - 4 ranks: batch 16 per rank for each seed and each of ``SETTINGS``: lr 0.1, lr 0.4, and lr 0.4 with
+      a warm-up over its first ``WARMUP_STEPS`` steps (seed 0 at lr 0.1 first).
 
     Returns :func:`global_batch_curves`'s dict (the three runs at global batch 64 are the seed-0 runs at
-    lr 0.1), plus "lr_losses": the 4-rank job's loss curves, {"lr 0.1": per seed, "lr 0.4": per seed}."""
+    lr 0.1), plus "lr_losses": the 4-rank job's loss curves, {setting: per seed} for each of ``SETTINGS``."""
     from ddp_lib.workers.train import train
     from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
 
-    lr_runs = [dict(epochs=epochs, batch_size=16, lr=lr, seed=s) for s in SEEDS for lr in (0.1, 0.4)]
+    settings = [(name, s) for s in SEEDS for name in SETTINGS]
+    lr_runs = [dict(epochs=epochs, batch_size=16, seed=s, **SETTINGS[name]) for name, s in settings]
     for line in ("1 rank ...", "2 ranks ...", "4 ranks ..."):
         print(line, flush=True)
     one_rank, two_ranks_32, four_ranks = _rank0_results_at_once([
         (train_runs, 1, dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
             dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS])),
         (train, 2, dict(epochs=epochs, batch_size=32, lr=0.1)),
-        (train_runs, 4, dict(runs=lr_runs)),  # lr 0.1 and 0.4 on each seed; seed 0 at lr 0.1 is this section's run
+        (train_runs, 4, dict(runs=lr_runs)),  # every setting on each seed; seed 0 at lr 0.1 is this section's run
     ])
     global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,
                  "4 ranks x batch 16": four_ranks[0]}
     runs = global_batch_curves(two_ranks_16, global_64, one_rank[1:])
-    runs["lr_losses"] = {f"lr {lr}": [r["losses"] for r, run in zip(four_ranks, lr_runs) if run["lr"] == lr]
-                         for lr in (0.1, 0.4)}
+    runs["lr_losses"] = {name: [r["losses"] for r, (run_name, _) in zip(four_ranks, settings) if run_name == name]
+                         for name in SETTINGS}
     return runs
 
 

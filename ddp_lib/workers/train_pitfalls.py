@@ -54,18 +54,23 @@ def torch_sync_batchnorm(rank: int, world_size: int) -> str:
 
 
 def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_initial_world_size: bool = True,
-                   batch_size: int = 16, seed: int = 0, momentum: float = 0.0, steps_after: int = 0) -> dict:
+                   batch_size: int = 16, seed: int = 0, momentum: float = 0.0, steps_after: int = 0,
+                   norm: str = "none", forward_sync_buffers: bool = True) -> dict:
     """Rank r trains on 2 + 2*r batches (uneven on purpose), inside ``Join`` when use_join is 1.
     Returns {"rank", "steps", "checksum" (at the block's end), "checksums" (after each own step),
     "collectives" ({"step 1": {operator: count}, ..., "Join's exit": ...}), "grad_ratio" (per own
     step: the norm of the gradient DDP left over that of this rank's batch alone), "checksums_after"
-    (after each of ``steps_after`` steps that every rank takes after the block)}.
-    ``momentum`` is SGD's: its state stays on each rank, which ``Join`` does not sync."""
+    (after each of ``steps_after`` steps that every rank takes after the block), "buffers" (the sum
+    of the floating-point buffers at the block's end: batch norm's running statistics with
+    ``norm="batch"``, 0 without buffers)}.
+    ``momentum`` is SGD's: its state stays on each rank, which ``Join`` does not sync.
+    ``norm`` is MoonsNet's; ``forward_sync_buffers`` is DDP's (False: each rank keeps its own buffers)."""
     with process_group(rank, world_size) as device:
         torch.manual_seed(seed)
         x, y = make_moons().tensors
         steps = 2 + 2 * rank
-        ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device))
+        ddp_model = DDP(MoonsNet(norm=norm).to(device), device_ids=device_ids_for(device),
+                        forward_sync_buffers=forward_sync_buffers)
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1, momentum=momentum)
         loss_fn = nn.CrossEntropyLoss()
         checksums, grad_ratio = [], []  # after each of this rank's own steps
@@ -86,6 +91,7 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_init
                 checksums.append(round(param_checksum(ddp_model.module), 4))
             log.phase = "Join's exit"  # what the block's end runs
         checksum, checksums_after = round(param_checksum(ddp_model.module), 4), []
+        buffers = round(sum(b.double().sum().item() for b in ddp_model.module.buffers() if b.is_floating_point()), 4)
         for step in range(2 * world_size, 2 * world_size + steps_after):  # every rank: batches no rank used
             start = (step * world_size + rank) * batch_size
             xb, yb = x[start:start + batch_size].to(device), y[start:start + batch_size].to(device)
@@ -94,7 +100,8 @@ def uneven_batches(rank: int, world_size: int, use_join: int = 1, divide_by_init
             optimizer.step()
             checksums_after.append(round(param_checksum(ddp_model.module), 4))
         return {"rank": rank, "steps": steps, "checksum": checksum, "checksums": checksums,
-                "collectives": log.counts, "grad_ratio": grad_ratio, "checksums_after": checksums_after}
+                "collectives": log.counts, "grad_ratio": grad_ratio, "checksums_after": checksums_after,
+                "buffers": buffers}
 
 
 def rank0_evaluation(rank: int, world_size: int, through: Literal["module", "wrapper"] = "module",
