@@ -86,11 +86,16 @@ def test_the_template_runs_and_resumes_under_mp_spawn_torchrun_and_ddp_lib(proje
     # train and load_checkpoint as above, here in this process as a group of one rank.
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", str(free_port()))
-    with pytest.warns(UserWarning, match="was written with") as warned:
+    with pytest.warns(UserWarning, match="is not used") as warned:
         again = template.train_job(0, 1, epochs=2, lr=0.1, checkpoint_dir=str(project / "resumed"))
-    # The settings warning, not another one raised meanwhile (a ResourceWarning for an unclosed file, say).
-    message = next(str(w.message) for w in warned if "was written with" in str(w.message))
-    assert "'lr': 0.05" in message.split("this run has")[0] and "'lr': 0.1" in message.split("this run has")[1]
+    # One short line on the rate, then the other changed setting (1 rank here, 2 when it was written);
+    # no other warning raised meanwhile (a ResourceWarning for an unclosed file, say).
+    messages = [str(w.message) for w in warned if w.category is UserWarning]
+    assert messages[0] == ("--lr 0.1 is not used: the resumed optimizer keeps the saved learning rate 0.05 "
+                           "(for a new rate, give another --checkpoint-dir)"), messages
+    assert len(messages) == 2 and "was written with" in messages[1], messages
+    written, this_run = messages[1].split("this run has")
+    assert "'world_size': 2" in written and "'world_size': 1" in this_run, messages
     printed = capsys.readouterr().out
     assert "nothing left to train" in printed and "epoch 2/2" not in printed, printed
     assert again["start_epoch"] == 2 and again["history"] == b["history"]

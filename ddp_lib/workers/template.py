@@ -1,5 +1,7 @@
-"""A template for your own training job under DDP. Copy this one file (it needs only torch), put
-your data, model, loss and optimizer in the four functions under "YOUR JOB", and run it with
+"""A template for your own training job under DDP. Copy this one file (it needs only torch). Fill in
+what is marked "YOUR JOB": make_datasets, make_model, make_loss and make_optimizer (make_scheduler too,
+for a learning-rate schedule), METRIC, and evaluate()'s metric line if your model is not a classifier.
+Run it with
 
     python template.py --epochs 5                                        # mp.spawn: 2 processes (or one per GPU)
     torchrun --standalone --nproc-per-node 2 template.py --epochs 5      # torchrun starts the processes
@@ -45,9 +47,9 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
-# ==== YOUR JOB: replace the bodies of these four functions ====================================
-# (a fifth, make_scheduler, for a learning-rate schedule; and the metric line in evaluate() below,
-# which counts correct class picks: change it if your model is not a classifier). A regression's
+# ==== YOUR JOB: replace the bodies of make_datasets, make_model, make_loss, make_optimizer ======
+# (make_scheduler too, for a learning-rate schedule), set METRIC, and change the metric line in
+# evaluate() below if your model is not a classifier: it counts correct class picks. A regression's
 # targets take the output's shape, (N, 1), not (N,): the loss would broadcast them (the job stops
 # with torch's warning). After changing the model, delete the old --checkpoint-dir or give a new one:
 # its checkpoint fits the old model only.
@@ -262,12 +264,14 @@ def load_checkpoint(path: str, parts: dict, settings: dict, rank: int) -> tuple[
         saved = state.get("settings", settings)
         length = ("epochs", "schedule_steps")  # a longer run without a schedule may resume
 
-        def others(s: dict) -> dict:
-            return {k: v for k, v in s.items() if k not in length}
+        def others(s: dict) -> dict:  # the settings warned about together; lr has a line of its own
+            return {k: v for k, v in s.items() if k not in (*length, "lr")}
 
+        if saved.get("lr", settings["lr"]) != settings["lr"]:
+            warnings.warn(f"--lr {settings['lr']} is not used: the resumed optimizer keeps the saved learning "
+                          f"rate {saved['lr']} (for a new rate, give another --checkpoint-dir)", stacklevel=2)
         if others(saved) != others(settings):
-            warnings.warn(f"{path} was written with {saved}, this run has {settings}; the optimizer "
-                          "continues with its saved learning rate", stacklevel=2)
+            warnings.warn(f"{path} was written with {saved}, this run has {settings}", stacklevel=2)
         # The optimizer's saved state brings back the saved rate, whatever --lr says: record that one.
         settings["lr"] = saved.get("lr", settings["lr"])
         if None in (saved.get("schedule_steps"), settings["schedule_steps"]) and (
@@ -367,7 +371,8 @@ if __name__ == "__main__":
                         help="epochs to reach, counting those a resumed checkpoint holds (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per batch (default: %(default)s)")
     parser.add_argument("--lr", type=float, default=0.05,
-                        help="learning rate, chosen for make_optimizer's SGD (default: %(default)s)")
+                        help="learning rate, chosen for make_optimizer's SGD; for Adam try 1e-3 "
+                             "(default: %(default)s)")
     parser.add_argument("--checkpoint-dir", default="checkpoints",
                         help="where last.pt is saved; a last.pt already there is resumed (default: %(default)s)")
     parser.add_argument("--world-size", type=int, default=torch.cuda.device_count() or 2,
