@@ -244,6 +244,8 @@ def test_a_wrong_state_dict_prefix_fails(prefix):
 
     report = check_state_dict_prefix(prefix)
     assert not report.passed, str(report)
+    # A wrong prefix is answered with one real key, so the learner sees the keys' shape.
+    assert ("'module.net1.weight'" in str(report)) == (isinstance(prefix, str) and prefix != ""), str(report)
     assert not dist.is_initialized()  # the one-process group made for the check is gone
 
 

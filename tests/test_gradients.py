@@ -18,6 +18,15 @@ def test_ddp_broadcasts_rank0_parameters_at_construction():
     assert results[0]["after"] == results[1]["after"] == results[0]["before"]
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_forward_starts_with_rank0s_buffers(world_size):
+    results = run_ranks(gradients.buffers_at_forward, world_size, show_output=False)
+    assert [r["before"] for r in results] == [float(rank) for rank in range(world_size)]
+    assert [r["at_start"] for r in results] == [0.0] * world_size
+    # Each rank's own batch then moves its copy, so they differ again after the forward.
+    assert len({r["after"] for r in results}) == world_size
+
+
 def test_after_backward_every_rank_holds_the_mean_gradient():
     results = run_ranks(gradients.grads_after_backward, 2, show_output=False)
     assert results[0]["local_grad_sum"] != results[1]["local_grad_sum"]

@@ -212,11 +212,11 @@ def check_state_dict_prefix(prefix) -> Report:
         return report
     keys, plain = ddp_state_dict_keys(), list(ToyModel().state_dict())
     if not all(key.startswith(prefix) for key in keys):
-        report.fail(f"not every key of ddp_model.state_dict() starts with {prefix!r}")
+        report.fail(f"not every key of ddp_model.state_dict() starts with {prefix!r}; one of them is {keys[0]!r}")
         return report
     if [key[len(prefix):] for key in keys] != plain:
         report.fail(f"every key starts with {prefix!r}, but without it the keys are not a plain ToyModel's "
-                    f"({', '.join(plain)})")
+                    f"({', '.join(plain)}); one of ddp_model.state_dict()'s keys is {keys[0]!r}")
         return report
     report.ok(f"every key of ddp_model.state_dict() is {prefix!r} + a plain ToyModel's key ({', '.join(keys)}); "
               "save ddp_model.module.state_dict() to leave it out")

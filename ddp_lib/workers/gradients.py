@@ -49,6 +49,25 @@ def broadcast_at_construction(rank: int, world_size: int, seed: int = 0) -> dict
         return {"before": before, "after": param_checksum(model)}
 
 
+def buffers_at_forward(rank: int, world_size: int) -> dict:
+    """Wrap ``Linear(4, 4)`` then ``BatchNorm1d(4)`` in DDP, then set the batch norm's running mean to
+    this rank's number, so the ranks' buffers differ. Run one forward with gradients on, on this rank's
+    own batch. Returns the running mean's first entry before the forward, as the layers' forward starts
+    (recorded by a forward pre-hook), and after the forward."""
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(rank)  # each rank its own batch
+        model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).to(device)
+        ddp_model = wrap_ddp(model, device)
+        running_mean = model[1].running_mean
+        with torch.no_grad():
+            running_mean.fill_(float(rank))  # the ranks' buffers now differ
+        seen = []
+        model.register_forward_pre_hook(lambda _module, _args: seen.append(running_mean[0].item()))
+        before = running_mean[0].item()
+        ddp_model(torch.randn(8, 4, device=device)).sum().backward()
+        return {"before": before, "at_start": seen[0], "after": running_mean[0].item()}
+
+
 def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_batch: int = 4) -> dict:
     """One backward on this rank's data. Returns the gradient this rank would have alone
     (a plain copy of the model), the .grad DDP leaves, and whether all ranks hold the same .grad.
