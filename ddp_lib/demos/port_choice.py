@@ -28,13 +28,13 @@ def demo_basic(rank, world_size, port):
     """The fixed classic example on ``port``; returns every weight and bias, flattened into one list."""
     print(f"Running basic DDP example on rank {rank}.")
     setup(rank, world_size, port)
-    if torch.cuda.is_available():
-        device = torch.device("cuda", rank % torch.cuda.device_count())
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:  # one GPU per rank, else the CPU
+        device = torch.device("cuda", rank)
     else:
         device = torch.device("cpu")
     torch.manual_seed(rank)
     model = ToyModel().to(device)
-    ddp_model = DDP(model, device_ids=[device] if device.type == "cuda" else None)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
 
     loss_fn = nn.MSELoss()
     optimizer = optim.SGD(ddp_model.parameters(), lr=0.001)
