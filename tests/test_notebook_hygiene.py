@@ -12,8 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
-# Home directories, temporary directories and Windows profiles: they differ on every machine.
-MACHINE_PATH = re.compile(r"/root/|/home/[^/\s]+/|/tmp/|/Users/|[A-Za-z]:\\\\?Users\\", re.IGNORECASE)
+# Home directories, temporary directories and Windows profiles: they differ on every machine. So does an
+# environment's absolute path: torch prints its own files' paths relative to site-packages, but whole
+# when the environment is reached through a link.
+MACHINE_PATH = re.compile(r"/root/|/home/[^/\s]+/|/tmp/|/Users/|[A-Za-z]:\\\\?Users\\"
+                          r"|/[^\s'\"]*/(?:site-packages|\.venv)/", re.IGNORECASE)
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
