@@ -1,7 +1,8 @@
 """Lesson 05's checks, on real ranks: per-rank batch norm statistics and the wrapper's re-sync, whose data
 they describe with and without the forward buffer sync, a metric counted two ways, rank 0's
-evaluation with the buffer sync off, your own all-reduce inside Join, a save that fails half-way, and
-the crash and resume of the lesson's runner."""
+evaluation with the buffer sync off, the bucket rebuild's broadcasts in the first forward with gradients
+on, your own all-reduce inside Join, a save that fails half-way, and the crash and resume of the
+lesson's runner."""
 
 import os
 import re
@@ -63,6 +64,17 @@ def test_rank0_through_the_wrapper_fails_in_the_buffer_sync():
     with pytest.raises(WorkerError) as caught:
         run_ranks(rank0_evaluation, 2, kwargs=dict(through="wrapper", timeout_s=2.0), show_output=False)
     assert training_checks.failed_in_buffer_sync(caught.value)
+
+
+def test_the_first_forward_with_gradients_on_after_a_step_broadcasts_the_rebuilt_buckets_once():
+    for world_size in (1, 2):
+        for counts in run_ranks(training_checks.forward_collectives, world_size, show_output=False):
+            assert counts == {"training step 1": {"allreduce_": 1}, "forward 1, under torch.no_grad()": {},
+                              "forward 2, with gradients on": {"broadcast_": 2},
+                              "forward 3, with gradients on": {}}
+    # with no no_grad forward in between, the very next forward rebuilds
+    counts = run_ranks(training_checks.forward_collectives, 1, kwargs=dict(grad_on=(True,)), show_output=False)[0]
+    assert counts == {"training step 1": {"allreduce_": 1}, "forward 1, with gradients on": {"broadcast_": 2}}
 
 
 def test_own_allreduce_inside_join_times_out_and_throw_stops_every_rank():

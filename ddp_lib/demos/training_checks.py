@@ -2,7 +2,8 @@
 describe; evaluation on rank 0 through the wrapper with the buffer sync off and with one process group;
 the template on the half-moons, with a crash on purpose; your own collective inside ``Join``; a
 save that fails half-way; and two runners that launch a 2-rank job and return its outcome
-(:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line; and
+(:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line; the collectives
+of forwards through ``ddp_model`` after one training step (:func:`forward_collectives`); and
 :func:`run_commands` and :func:`run_commands_at_once`, which run terminal commands (``python template.py``,
 ``torchrun ...``) as typed;
 and :func:`warmup_rates`, the template's warm-up read from a real optimizer."""
@@ -34,7 +35,7 @@ from ddp_lib.workers import template
 from ddp_lib.workers.point_to_point import gloo_message
 from ddp_lib.workers.shared import make_moons
 from ddp_lib.workers.train import MoonsNet
-from ddp_lib.workers.train_pitfalls import uneven_batches
+from ddp_lib.workers.train_pitfalls import CollectiveLog, uneven_batches
 
 
 def _batchnorm_net() -> nn.Module:
@@ -286,6 +287,29 @@ def run_rank0_eval(through: Literal["module", "wrapper"], timeout_s: float = 2.0
                 "names_the_cause": one_group_failure(e)["a message names the cause"]}
     return {"finished": True, "accuracy": results[0]["accuracy"], "errors": {}, "in_buffer_broadcast": False,
             "names_the_cause": False}
+
+
+def forward_collectives(rank: int, world_size: int, grad_on: tuple[bool, ...] = (False, True, True)) -> dict:
+    """The diff's MoonsNet, which has no buffers, under DDP: one training forward and backward, then one
+    forward through ``ddp_model`` per entry of ``grad_on`` (False: under ``torch.no_grad()``; True: with
+    gradients on), as an evaluation would run them. Returns the c10d operators each ran, counted by
+    ``CollectiveLog``: {"training step 1": {operator: count}, "forward 1, under torch.no_grad()": {...},
+    "forward 2, with gradients on": {...}, ...}, {} for a forward that ran none."""
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(0)
+        x, y = make_moons().tensors
+        x, y = x.to(device), y.to(device)
+        ddp_model = DDP(MoonsNet().to(device), device_ids=device_ids_for(device))
+        log, phases = CollectiveLog(), ["training step 1"]
+        with log:  # counts each collective run inside, under the label in log.phase
+            log.phase = phases[0]
+            nn.functional.cross_entropy(ddp_model(x[:32]), y[:32]).backward()
+            for n, on in enumerate(grad_on, 1):
+                log.phase = f"forward {n}, " + ("with gradients on" if on else "under torch.no_grad()")
+                phases.append(log.phase)
+                with torch.set_grad_enabled(on):
+                    ddp_model(x)  # an evaluation through the wrapper
+        return {phase: log.counts.get(phase, {}) for phase in phases}
 
 
 # gloo words a peer that has gone "connection closed", "reset by peer" or "Read error", by timing.
