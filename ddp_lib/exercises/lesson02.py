@@ -51,6 +51,9 @@ def return_without_put(rank: int, values: list, silent_rank: int, results) -> No
 def _run_collect(collect: Callable, fn: Callable, args: tuple, nprocs: int, conn, dump_path: str) -> None:
     """In a process of its own: ``collect(fn, args, nprocs)``, its result or error sent on ``conn``.
     SIGUSR1 writes where it waits to ``dump_path``, for a checker that has waited too long."""
+    # A forkserver's child has the forkserver as its default start method; the learner's kernel has
+    # the platform's (fork on Linux up to Python 3.13), so mp.SimpleQueue() means what it means there.
+    multiprocessing.set_start_method(None, force=True)
     with open(dump_path, "w") as dump:
         faulthandler.register(signal.SIGUSR1, file=dump, all_threads=False)
         try:
