@@ -1,83 +1,121 @@
-"""Lesson 02's checker on real ranks: two right answers written differently from the solution
-pass on 2 and 3 ranks; each mistake learners make is refused with its fix named."""
-
-import functools
+"""Lesson 02's checkers on real processes: right answers written differently from the worked
+solutions pass; each mistake learners make is refused with its fix named."""
 
 import pytest
-import torch.multiprocessing as mp
 from answer_files import load_answer, notebook_stub
 
-import ddp_lib.mp
-from ddp_lib.exercises.lesson02 import check_partial_bad_rank, check_plan_launch, check_reassemble
-from ddp_lib.workers.spawning import fail_on_rank
+from ddp_lib.exercises.lesson02 import check_collect, check_plan_launch, check_script
+from ddp_lib.exercises.solutions.lesson02 import SCRIPT, collect
 
-HEAD = """
-import torch
-import torch.distributed as dist
-from ddp_lib.process_group import process_group
+# Exercise 1: collect(fn, args, nprocs), each rank's value back from mp.spawn through a queue.
+COLLECT_HEAD = """
+import queue
+import torch.multiprocessing as mp
 
-def reassemble(rank, world_size, share):
-    with process_group(rank, world_size):
 """
-RIGHT = {
-    "padded_tensors": """
-        longest = -(-sum(len(s) for s in [share]) // 1) + 1
-        n = torch.tensor([len(share)])
-        dist.all_reduce(n)
-        width = (int(n) + world_size - 1) // world_size
-        mine = torch.full((width,), -1, dtype=torch.long)
-        mine[:len(share)] = torch.tensor(share, dtype=torch.long)
-        everyone = [torch.empty_like(mine) for _ in range(world_size)]
-        dist.all_gather(everyone, mine)
-        return [v for v in torch.stack(everyone).T.reshape(-1).tolist() if v != -1][:int(n)]
-""",
-    "objects_then_slots": """
-        shares = [None] * world_size
-        dist.all_gather_object(shares, share)
-        whole = [None] * sum(map(len, shares))
-        for r, s in enumerate(shares):
-            whole[r::world_size] = s
-        return whole
+COLLECT_RIGHT = {
+    "a_queue_and_get_with_a_timeout": """
+def collect(fn, args, nprocs):
+    results = mp.get_context("spawn").Queue()
+    context = mp.spawn(fn, args=tuple(args) + (results,), nprocs=nprocs, join=False)
+    got = []
+    while True:
+        try:
+            got.append(results.get(timeout=0.2))
+        except queue.Empty:
+            pass
+        if context.join(timeout=0.05):
+            break
+    while len(got) < nprocs:  # what arrived between the last get and the end
+        try:
+            got.append(results.get(timeout=0.5))
+        except queue.Empty:
+            break
+    if sorted(rank for rank, _ in got) != list(range(nprocs)):
+        raise RuntimeError("a rank put no value")
+    return [value for _, value in sorted(got, key=lambda pair: pair[0])]
 """,
 }
-WRONG = {
-    "all_gather_unequal_lengths": ("""
-        mine = torch.tensor(share)
-        everyone = [torch.empty_like(mine) for _ in range(world_size)]
-        dist.all_gather(everyone, mine)
-        return torch.stack(everyone).T.reshape(-1).tolist()
-""", "FAIL world_size 2", "killed by SIGABRT", "Received data size doesn't match expected size"),
-    "hard_coded_two": ("""
-        shares = [None] * world_size
-        dist.all_gather_object(shares, share)
-        return [shares[i % 2][i // 2] for i in range(sum(map(len, shares)))]
-""", "FAIL world_size 3", "raised IndexError", ": return [shares[i % 2][i // 2]"),
-    "rank_by_rank": ("""
-        shares = [None] * world_size
-        dist.all_gather_object(shares, share)
-        return [x for s in shares for x in s]
-""", "FAIL world_size 2", "one after another", "the split is round robin"),
-    "own_share": ("""
-        return share
-""", "FAIL world_size 2", "no collective ran", "all_gather_object"),
+COLLECT_WRONG = {
+    "bare_get": ("""
+def collect(fn, args, nprocs):
+    results = mp.get_context("spawn").SimpleQueue()
+    context = mp.spawn(fn, args=(*args, results), nprocs=nprocs, join=False)
+    got = dict(results.get() for _ in range(nprocs))
+    context.join()
+    return [got[rank] for rank in range(nprocs)]
+""", "raises before its put", "A bare get() waits for ever"),
+    "join_true": ("""
+def collect(fn, args, nprocs):
+    results = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(fn, args=(*args, results), nprocs=nprocs)
+    got = dict(results.get() for _ in range(nprocs))
+    return [got[rank] for rank in range(nprocs)]
+""", "world_size 2", "Pass join=False"),
+    "default_queue": ("""
+def collect(fn, args, nprocs):
+    results = mp.SimpleQueue()
+    context = mp.spawn(fn, args=(*args, results), nprocs=nprocs, join=False)
+    got, ended = {}, False
+    while not ended:
+        ended = context.join(timeout=0.5)
+        while not results.empty():
+            rank, value = results.get()
+            got[rank] = value
+    return [got[rank] for rank in range(nprocs)]
+""", "world_size 2", 'mp.get_context("spawn").SimpleQueue()'),
+    "no_check_for_missing_values": ("""
+def collect(fn, args, nprocs):
+    results = mp.get_context("spawn").SimpleQueue()
+    context = mp.spawn(fn, args=(*args, results), nprocs=nprocs, join=False)
+    got, ended = {}, False
+    while not ended:
+        ended = context.join(timeout=0.5)
+        while not results.empty():
+            rank, value = results.get()
+            got[rank] = value
+    return [got[rank] for rank in sorted(got)]
+""", "returns without a put", "check that each put a value"),
+    "pairs": ("""
+def collect(fn, args, nprocs):
+    results = mp.get_context("spawn").SimpleQueue()
+    context = mp.spawn(fn, args=(*args, results), nprocs=nprocs, join=False)
+    got, ended = [], False
+    while not ended:
+        ended = context.join(timeout=0.5)
+        while not results.empty():
+            got.append(results.get())
+    return sorted(got, key=lambda pair: pair[0])
+""", "world_size 2", "return the values alone"),
 }
 
 
-@pytest.mark.parametrize("case", sorted(RIGHT))
-def test_right_answers_pass(case, tmp_path, monkeypatch):
-    answer = load_answer(tmp_path, monkeypatch, f"right02_{case}", HEAD + RIGHT[case], "reassemble")
-    report = check_reassemble(answer)
-    assert report.passed and len(report.lines) == 2, str(report)
+@pytest.mark.parametrize("case", sorted(COLLECT_RIGHT))
+def test_right_collects_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"collect02_{case}", COLLECT_HEAD + COLLECT_RIGHT[case], "collect")
+    report = check_collect(answer, world_sizes=(2,))
+    assert report.passed, str(report)
 
 
-@pytest.mark.parametrize("case", sorted(WRONG))
-def test_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
-    body, refusal, mistake, fix = WRONG[case]
-    answer = load_answer(tmp_path, monkeypatch, f"wrong02_{case}", HEAD + body, "reassemble")
-    report = check_reassemble(answer, world_sizes=(3,) if "3" in refusal else (2,))
+def test_the_worked_collect_passes_on_2_and_3_ranks():
+    report = check_collect(collect)
+    assert report.passed and len(report.lines) == 4, str(report)
+
+
+def test_the_collect_stub_is_refused_at_once(tmp_path, monkeypatch):
+    source = notebook_stub("02_spawn.ipynb", "my_work/lesson02_collect.py")
+    answer = load_answer(tmp_path, monkeypatch, "collectstub02", source, "collect")
+    report = check_collect(answer, world_sizes=(2,))
+    assert not report.passed and "NotImplementedError: write collect" in report.lines[0], str(report)
+
+
+@pytest.mark.parametrize("case", sorted(COLLECT_WRONG))
+def test_collect_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, where, fix = COLLECT_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"collectwrong02_{case}", COLLECT_HEAD + body, "collect")
+    report = check_collect(answer, world_sizes=(2,), timeout=15.0)
     fails = [line for line in report.lines if line.startswith("FAIL")]
-    assert len(fails) == 1 and fails[0].startswith(refusal), str(report)
-    assert mistake in fails[0] and fix in fails[0], str(report)
+    assert fails and where in fails[0] and fix in fails[0], str(report)
 
 
 # Exercise 2: plan_launch(world_size, out_dir), the keyword arguments of mp.spawn; no process starts.
@@ -163,71 +201,89 @@ def test_a_notebook_worker_is_refused_before_it_is_pickled():
     assert report.lines[0].startswith("FAIL world_size 2: fn is ") and "defined in the notebook" in report.lines[0]
 
 
-# Exercise 3: answers checked against what the learner's run printed, as the runs print it.
-RAN_0 = "Process 0 terminated with the following error (rank 0): ValueError: rank 0 of 2 was told to fail"
-RAN_1 = "Process 1 terminated with the following error (rank 1): ValueError: rank 1 of 2 was told to fail"
-TWICE = ("Process 0 terminated with the following error (rank 0): TypeError: fail_on_rank() got multiple "
-         "values for argument 'rank'")
+# Exercise 3: a script run as `python script.py` that launches with mp.spawn.
+SCRIPT_RIGHT = {
+    "a_main_function": """import torch.multiprocessing as mp
 
 
-def raised_by(launch, fn, args):
-    """The exception ``launch(fn, args=args, nprocs=2)`` raised, as the lesson's cell keeps it."""
-    try:
-        launch(fn, args=args, nprocs=2)
-    except Exception as e:
-        return e
-    raise AssertionError("the launch raised nothing")
+def work(rank, world_size):
+    print(f"rank {rank} of {world_size} works", flush=True)
 
 
-def start_from_forkserver(fn, args, nprocs):
-    return mp.start_processes(fn, args=args, nprocs=nprocs, start_method="forkserver")
+def main():
+    print("loading the data set ...", flush=True)
+    mp.spawn(work, args=(2,), nprocs=2)
+    print("all ranks done", flush=True)
 
 
-# Right answers written differently: each launch binds bad_rank=0 with functools.partial.
-PARTIAL_RUNS = {
-    "as_the_answers": (ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)),
-    "world_size_bound_too": (ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, world_size=2, bad_rank=0), []),
-    "torch_start_processes": (start_from_forkserver, functools.partial(fail_on_rank, bad_rank=0), (2,)),
+if __name__ == "__main__":
+    main()
+""",
+}
+SCRIPT_WRONG = {
+    "the_stub": (None, "runs at the top level", "read the error a child prints"),
+    "worker_under_the_guard": ("""import torch.multiprocessing as mp
+
+if __name__ == "__main__":
+    def work(rank, world_size):
+        print(f"rank {rank} of {world_size} works", flush=True)
+
+    print("loading the data set ...", flush=True)
+    mp.spawn(work, args=(2,), nprocs=2)
+    print("all ranks done", flush=True)
+""", "a child found no worker", "Define work at the top level"),
+    "loading_left_outside": ("""import torch.multiprocessing as mp
+
+print("loading the data set ...", flush=True)
+
+
+def work(rank, world_size):
+    print(f"rank {rank} of {world_size} works", flush=True)
+
+
+if __name__ == "__main__":
+    mp.spawn(work, args=(2,), nprocs=2)
+    print("all ranks done", flush=True)
+""", "printed 3 times", "Move the loading"),
+    "fork_instead": ("""import torch.multiprocessing as mp
+
+print("loading the data set ...", flush=True)
+
+
+def work(rank, world_size):
+    print(f"rank {rank} of {world_size} works", flush=True)
+
+
+mp.start_processes(work, args=(2,), nprocs=2, start_method="fork")
+print("all ranks done", flush=True)
+""", "no longer calls mp.spawn", "keep the launch"),
+    "wrong_name": ("""import torch.multiprocessing as mp
+
+
+def work(rank, world_size):
+    print(f"rank {rank} of {world_size} works", flush=True)
+
+
+if __name__ == "main":
+    print("loading the data set ...", flush=True)
+    mp.spawn(work, args=(2,), nprocs=2)
+    print("all ranks done", flush=True)
+""", "printed nothing", "compares __name__ with the name"),
 }
 
 
-@pytest.mark.parametrize("run", PARTIAL_RUNS)
-def test_partial_bad_rank_right_answers_pass(run):
-    report = check_partial_bad_rank(0, raised_by(*PARTIAL_RUNS[run]))
-    assert report.passed, report
+@pytest.mark.parametrize("case", ["worked_solution", *sorted(SCRIPT_RIGHT)])
+def test_right_scripts_pass(case, tmp_path):
+    path = tmp_path / "lesson02_script.py"
+    path.write_text(SCRIPT if case == "worked_solution" else SCRIPT_RIGHT[case])
+    report = check_script(path)
+    assert report.passed, str(report)
 
 
-def test_partial_bad_rank_needs_the_partial():
-    """The honest shortcut, bad_rank by position in args, raises the same error: the launch tells it apart."""
-    report = check_partial_bad_rank(0, raised_by(ddp_lib.mp.labelled_spawn, fail_on_rank, (2, 0)))
-    assert not report.passed and "did not go through a partial" in report.lines[0], report
-    assert "args=(2, 0)" in report.lines[0], report
-
-
-@pytest.mark.parametrize("error", [RAN_0, ValueError(RAN_0), "from_a_run"], ids=["text", "made_anew", "run_as_text"])
-def test_partial_bad_rank_wants_the_exception_itself(error):
-    if error == "from_a_run":
-        error = str(raised_by(ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, bad_rank=0), (2,)))
-    report = check_partial_bad_rank(0, error)
-    assert not report.passed and "partial_error = e" in report.lines[0], report
-
-
-@pytest.mark.parametrize("answer, error, fix", [
-    (None, None, "set named_rank"),
-    ("zero", RAN_0, "expected one rank number"),
-    (0, None, "set partial_error"),
-    (1, RAN_0, "default bad_rank, but your run says rank 0"),
-    (2, RAN_0, "read your run's error again"),
-    (0, RAN_1, "Pass fn=functools.partial(fail_on_rank, bad_rank=0)"),
-    (0, TWICE, "give only bad_rank by keyword"),
-    (0, "Process 0 terminated with the following error (rank 0): NameError: name 'x' is not defined",
-     "not fail_on_rank's ValueError"),
-    (0, "positional", "bind bad_rank by name"),
-], ids=["unset", "a_word", "no_run", "the_default", "world_size", "keyword_lost", "rank_by_keyword", "other_error",
-        "bound_by_position"])
-def test_partial_bad_rank_mistakes_are_named(answer, error, fix):
-    if error == "positional":  # functools.partial(fail_on_rank, 0): the launcher refuses it before any rank starts
-        error = raised_by(ddp_lib.mp.labelled_spawn, functools.partial(fail_on_rank, 0), (2,))
-    report = check_partial_bad_rank(answer, error)
-    assert not report.passed and len(report.lines) == 1 and fix in report.lines[0], report
-    assert "bad_rank=0" not in report.lines[0] or fix != "bind bad_rank by name", report  # a hint, not the answer
+@pytest.mark.parametrize("case", sorted(SCRIPT_WRONG))
+def test_script_mistakes_are_named_with_their_fix(case, tmp_path):
+    body, mistake, fix = SCRIPT_WRONG[case]
+    path = tmp_path / "lesson02_script.py"
+    path.write_text(notebook_stub("02_spawn.ipynb", "my_work/lesson02_script.py") if body is None else body)
+    report = check_script(path)
+    assert not report.passed and mistake in report.lines[0] and fix in report.lines[0], str(report)

@@ -191,6 +191,8 @@ def forkserver_first_and_later(nprocs: int = 2, later: int = 3) -> dict[str, lis
 def _time_forkserver_launches(nprocs: int, later: int) -> dict[str, list[float]]:
     from ddp_lib.workers.spawning import noop
 
+    # As ddp_lib's launcher does: without it the server preloads no torch, and every launch imports it.
+    multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
     seconds = []
     for _ in range(1 + later):
         start = time.perf_counter()

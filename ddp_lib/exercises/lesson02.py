@@ -1,56 +1,188 @@
-"""Checkers for lesson 02's exercises: ``reassemble(rank, world_size, share)``, the round-robin list
-rebuilt; ``plan_launch(world_size, out_dir)``, the arguments of ``mp.spawn``, checked as each child
-would use them, without starting a process; and the rank a ``functools.partial`` failure names."""
+"""Checkers for lesson 02's exercises: ``collect(fn, args, nprocs)``, each rank's value brought back
+from torch's ``mp.spawn`` through a queue, also when a rank fails or puts nothing;
+``plan_launch(world_size, out_dir)``, the arguments of ``mp.spawn``, checked as each child would use
+them, without starting a process; and a script that must run under ``python`` with ``mp.spawn``."""
 
+import ast
+import faulthandler
 import functools
 import inspect
+import linecache
+import multiprocessing
+import os
 import pickle
 import random
 import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from ddp_lib.exercises.checking import COLLECTIVES, Report, check_on_ranks, run_counted, worker_name
+from ddp_lib.exercises.checking import Report
 
 PLAN_OUT_DIR = "my_work/lesson02-calls"  # handed to plan_launch; nothing is written there
 
-HINTS = ((r"TypeError.*positional argument", "the checker calls fn(rank, world_size, share)"),
-         (r"doesn't match expected size", "all_gather needs a tensor of the same shape from every rank, and shares "
-          "differ in length: pad them to one length, or use all_gather_object"))
+# --- Exercise 1: collect(fn, args, nprocs), the values of mp.spawn's ranks through a queue ---------------
+
+BIG = 20_000  # numbers per value: a value pickles to about 100 KB, more than a pipe holds (64 KiB on Linux)
 
 
-def _diagnose(rank: int, got: object, shares: list[list], called: list[str]) -> str | None:
-    """Why ``got`` from ``rank`` is not the whole list (None: it is), the mistake named."""
-    # Round robin: item i is shares[i % world_size][i // world_size].
-    whole = [shares[i % len(shares)][i // len(shares)] for i in range(sum(map(len, shares)))]
-    got = got.tolist() if hasattr(got, "tolist") else got  # a tensor: its numbers
-    got = got if isinstance(got, list) else f"a {type(got).__name__}"
-    if got == whole:
-        return None
-    if isinstance(got, str):
-        return f"rank {rank} returned {got}; return the whole list of {len(whole)} numbers"
-    if not called:
-        return f"no collective ran, so rank {rank} has only its own share: use dist.all_gather_object"
-    if got == [x for share in shares for x in share]:
-        return (f"rank {rank} returned the shares one after another, rank by rank; the split is round robin: "
-                "item i is shares[i % world_size][i // world_size]")
-    if len(got) != len(whole):
-        return f"rank {rank} returned {len(got)} items; the whole list has {len(whole)}"
-    i = next(i for i, (a, b) in enumerate(zip(got, whole)) if a != b)
-    where = f"item {i} is {got[i]}, expected {whole[i]} (item {i // len(shares)} of rank {i % len(shares)}'s share)"
-    order = "the right items in the wrong order" if sorted(got) == sorted(whole) else "a wrong list"
-    return f"rank {rank} returned {order}: its {where}"
+def put_value(rank: int, values: list, results) -> None:
+    """A rank that puts ``(rank, values[rank])`` in ``results``."""
+    results.put((rank, values[rank]))
 
 
-def check_reassemble(fn: Callable, world_sizes: Sequence[int] = (2, 3), timeout: float = 60.0):
-    """A report on ``fn(rank, world_size, share)`` on each world size, shares drawn afresh."""
-    n = random.choice([n for n in range(9, 30) if n % 2 and n % 3])  # unequal shares on 2 and 3 ranks
-    shares = {size: [[random.randrange(1000) for _ in range(rank, n, size)] for rank in range(size)]
-              for size in world_sizes}
-    return check_on_ranks(run_counted, world_sizes, lambda runs: next(filter(None, (
-        _diagnose(rank, run["result"], shares[len(runs)], run["called"]) for rank, run in enumerate(runs))), None),
-        lambda size: (worker_name(fn), COLLECTIVES, shares[size]), "every rank returned the whole list in order",
-        where=lambda runs: f"world_size {len(runs)}, n {n}", timeout=timeout, hints=HINTS)
+def fail_before_put(rank: int, values: list, bad_rank: int, results) -> None:
+    """A rank that puts its value, except ``bad_rank``, which raises first."""
+    if rank == bad_rank:
+        raise ValueError(f"rank {rank} fails before its put")
+    results.put((rank, values[rank]))
 
+
+def return_without_put(rank: int, values: list, silent_rank: int, results) -> None:
+    """A rank that puts its value, except ``silent_rank``, which returns without a put."""
+    if rank != silent_rank:
+        results.put((rank, values[rank]))
+
+
+def _run_collect(collect: Callable, fn: Callable, args: tuple, nprocs: int, conn, dump_path: str) -> None:
+    """In a process of its own: ``collect(fn, args, nprocs)``, its result or error sent on ``conn``.
+    SIGUSR1 writes where it waits to ``dump_path``, for a checker that has waited too long."""
+    # A forkserver's child has the forkserver as its default start method; the learner's kernel has
+    # the platform's (fork on Linux up to Python 3.13), so mp.SimpleQueue() means what it means there.
+    multiprocessing.set_start_method(None, force=True)
+    with open(dump_path, "w") as dump:
+        faulthandler.register(signal.SIGUSR1, file=dump, all_threads=False)
+        try:
+            conn.send(("ok", collect(fn, args, nprocs)))
+        except BaseException as e:  # the learner's error, any kind: report it, then end
+            conn.send(("error", type(e).__name__, str(e)))
+
+
+def _waiting_line(dump_path: str, filename: str) -> str:
+    """The learner's line that the process was in when it dumped its stack ('' if none)."""
+    text = Path(dump_path).read_text() if os.path.exists(dump_path) else ""
+    lines = [int(n) for f, n in re.findall(r'File "([^"]+)", line (\d+)', text) if f == filename]
+    return linecache.getline(filename, lines[0]).strip() if lines else ""
+
+
+def _stop_with_children(process) -> None:
+    """End ``process`` and every process under it (its ranks)."""
+    import psutil
+
+    try:
+        children = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    for child in children:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    process.kill()
+    process.join()
+
+
+def _call_collect(collect: Callable, fn: Callable, args: tuple, nprocs: int, timeout: float):
+    """``("ok", result)``, ``("error", type name, message)`` or ``("hang", the learner's line)``."""
+    filename = inspect.getsourcefile(collect) or ""
+    context = multiprocessing.get_context("forkserver")  # torch is loaded there already: starts fast
+    receive, send = context.Pipe(duplex=False)
+    with tempfile.TemporaryDirectory(prefix="lesson02-collect-") as folder:
+        dump_path = os.path.join(folder, "stack.txt")
+        process = context.Process(target=_run_collect, args=(collect, fn, args, nprocs, send, dump_path))
+        process.start()
+        send.close()
+        if receive.poll(timeout):
+            try:
+                outcome = receive.recv()
+            except EOFError:
+                outcome = ("error", "exit", f"the process running collect ended with code {process.exitcode}")
+            process.join(10)
+            if process.is_alive():
+                _stop_with_children(process)
+            return outcome
+        os.kill(process.pid, signal.SIGUSR1)  # where is it waiting?
+        time.sleep(0.5)
+        line = _waiting_line(dump_path, filename)
+        _stop_with_children(process)
+        return ("hang", line)
+
+
+def _hang_said(line: str, timeout: float, why: str) -> str:
+    if ".get(" in line:
+        return (f"collect still waited after {timeout:.0f} s, in `{line}`: {why}. A bare get() waits for ever. "
+                "Read only what is there, in a loop on context.join(timeout=...), which raises once a rank has failed")
+    if "spawn(" in line or "start_processes(" in line:
+        return (f"collect still waited after {timeout:.0f} s, in `{line}`: with join=True, mp.spawn waits for the "
+                "ranks to end, and a rank's large put waits for a reader. Pass join=False and read while you join")
+    where = f" in `{line}`" if line else ""
+    return f"collect still waited after {timeout:.0f} s{where}: {why}"
+
+
+def _error_said(kind: str, message: str) -> str:
+    if "SemLock created in a fork context" in message:
+        return ("mp.spawn refused the queue: the default mp.SimpleQueue() is fork's on Linux. "
+                "Make it with mp.get_context(\"spawn\").SimpleQueue()")
+    last = [line for line in message.splitlines() if line.strip()]
+    return f"collect raised {kind}: {last[-1].strip() if last else message}"
+
+
+def check_collect(collect: Callable, world_sizes: Sequence[int] = (2, 3), timeout: float = 30.0) -> Report:
+    """A report on ``collect(fn, args, nprocs)``: on each world size, ranks that put values of about
+    100 KB must come back in rank order; then one rank raises before its put, and ``collect`` must
+    raise; then one rank puts nothing, and ``collect`` must raise too. A ``collect`` that still waits
+    after ``timeout`` seconds is stopped, and the line it waited in is named."""
+    report = Report()
+    for size in world_sizes:
+        values = [[random.randrange(10**6) for _ in range(BIG)] for _ in range(size)]
+        outcome = _call_collect(collect, put_value, (values,), size, timeout)
+        where = f"world_size {size}"
+        if outcome[0] == "hang":
+            report.fail(f"{where}: " + _hang_said(outcome[1], timeout, "every rank put its value"))
+        elif outcome[0] == "error":
+            report.fail(f"{where}: " + _error_said(outcome[1], outcome[2]))
+        elif outcome[1] == values:
+            report.ok(f"{where}: every rank's value came back, in rank order")
+        elif isinstance(outcome[1], list) and outcome[1] and isinstance(outcome[1][0], tuple):
+            report.fail(f"{where}: collect returned (rank, value) pairs; return the values alone, in rank order")
+        elif isinstance(outcome[1], list) and sorted(outcome[1]) == sorted(values):
+            report.fail(f"{where}: the values came back in the order the ranks put them; return them in rank order")
+        else:
+            shown = f"{len(outcome[1])} values" if isinstance(outcome[1], list) else repr(outcome[1])[:60]
+            report.fail(f"{where}: collect returned {shown}, not the {size} values the ranks put, in rank order")
+        if not report.passed:
+            return report
+    size = 2
+    values = [[random.randrange(10**6) for _ in range(10)] for _ in range(size)]
+    bad = random.randrange(size)
+    outcome = _call_collect(collect, fail_before_put, (values, bad), size, timeout)
+    where = f"rank {bad} of {size} raises before its put"
+    if outcome[0] == "hang":
+        report.fail(f"{where}: " + _hang_said(outcome[1], timeout, f"rank {bad} failed and will never put"))
+    elif outcome[0] == "ok":
+        report.fail(f"{where}: collect returned {outcome[1]!r:.60}; let the error of context.join reach the caller")
+    elif "fails before its put" in outcome[2]:
+        report.ok(f"{where}: collect raised {outcome[1]} with the rank's error")
+    else:
+        report.fail(f"{where}: " + _error_said(outcome[1], outcome[2]) + "; the rank's own error should come back")
+    silent = random.randrange(size)
+    outcome = _call_collect(collect, return_without_put, (values, silent), size, timeout)
+    where = f"rank {silent} of {size} returns without a put"
+    if outcome[0] == "hang":
+        report.fail(f"{where}: " + _hang_said(outcome[1], timeout, f"rank {silent} ended without a put"))
+    elif outcome[0] == "ok":
+        report.fail(f"{where}: collect returned {outcome[1]!r:.60}; once every rank has ended, check that each "
+                    "put a value, and raise if one did not")
+    else:
+        report.ok(f"{where}: collect raised {outcome[1]}")
+    return report
+
+
+# --- Exercise 2: plan_launch(world_size, out_dir), the keyword arguments of mp.spawn ---------------------
 
 def _plan_problem(plan: object, world_size: int, out_dir: str) -> str | None:
     """Why ``mp.spawn(**plan)`` would not run ``record_args(i, world_size, out_dir)`` in child i (None: it would)."""
@@ -115,94 +247,70 @@ def check_plan_launch(plan_launch: Callable, world_sizes: Sequence[int] = (2, 3)
     return report
 
 
-# Exercise 3: bad_rank=0 through functools.partial, started with ddp_lib.mp.labelled_spawn on 2 ranks.
+# --- Exercise 3: a script that launches with mp.spawn, run as `python script.py` ----------------------------
 
-def _rank_answer(answer) -> int | None:
-    """The answer as one rank number, or None if it is not a whole number."""
-    return answer if isinstance(answer, int) and not isinstance(answer, bool) else None
-
-
-_LAUNCHERS = {("ddp_lib.mp", "labelled_spawn"), ("torch.multiprocessing.spawn", "spawn"),
-              ("torch.multiprocessing.spawn", "start_processes")}  # (module, function) whose fn and args are read
+LOADING = "loading the data set"
+DONE = "all ranks done"
 
 
-def _launched(error) -> tuple[object, object] | None:
-    """The ``fn`` and ``args`` that the launch which raised ``error`` was given, read from the frame of
-    ``ddp_lib.mp.labelled_spawn`` (or torch's ``spawn``, ``start_processes``) that the exception's traceback keeps;
-    None for text, or an exception that no launch raised."""
-    tb = getattr(error, "__traceback__", None)
-    while tb is not None:
-        frame = tb.tb_frame
-        launcher = (frame.f_globals.get("__name__"), frame.f_code.co_name)
-        if launcher in _LAUNCHERS and {"fn", "args"} <= set(frame.f_locals):
-            return frame.f_locals["fn"], frame.f_locals["args"]
-        tb = tb.tb_next
-    return None
+def _launches(tree: ast.AST) -> list[ast.Call]:
+    """The calls of ``spawn`` or ``start_processes`` (``mp.spawn(...)``, ``spawn(...)``) in ``tree``."""
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("spawn", "start_processes")]
 
 
-def _partial_said(answer, error) -> str:
-    """Exercise 3's verdict, a sentence: "Right: ..." or what to fix."""
-    if answer is None:
-        return "Not yet: set named_rank to your answer, the rank number the error names, such as 1."
-    rank = _rank_answer(answer)
-    if rank is None:
-        return f"named_rank = {answer!r}: expected one rank number, such as 1."
-    if error is None:
-        return ("Not yet: set partial_error to the exception that ddp_lib.mp.labelled_spawn("
-                "functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2) raised "
-                "(except Exception as e: partial_error = e).")
-    said = str(error)
-    if "binds positional arguments" in said:
-        return ("your partial binds its value by position, and the launcher would pass the rank after it: "
-                "bind bad_rank by name in the partial.")
-    if "multiple values for argument" in said:
-        return (f"your run raised: {readable_line(said)}. The launcher passes the rank first, by position: "
-                "give only bad_rank by keyword, functools.partial(fail_on_rank, bad_rank=0).")
-    if "was told to fail" not in said:
-        return (f"partial_error says {readable_line(said)!r}, not fail_on_rank's ValueError: run "
-                "functools.partial(fail_on_rank, bad_rank=0) with args=(2,) and nprocs=2.")
-    failed = int(re.search(r"rank (\d+) of \d+ was told to fail", said).group(1))
-    if failed != 0:
-        return (f"your run failed on rank {failed}, fail_on_rank's default bad_rank: the keyword did not reach it. "
-                "Pass fn=functools.partial(fail_on_rank, bad_rank=0), not fail_on_rank itself.")
-    if rank == 1:
-        return (f"named_rank = {rank}: 1 is fail_on_rank's default bad_rank, but your run says rank 0. "
-                "The partial carries bad_rank=0 to every child.")
-    if rank != 0:
-        return f"named_rank = {rank}: read your run's error again; it names the rank in 'rank N of 2 was told to fail'."
-    launched = _launched(error)
-    if launched is None:
-        return ("partial_error is not the exception that ddp_lib.mp.labelled_spawn raised (its text, or an "
-                "exception made anew): the check reads from that exception what you launched. Keep it as it is: "
-                "except Exception as e: partial_error = e.")
-    fn, args = launched
-    if not (isinstance(fn, functools.partial) and fn.keywords.get("bad_rank") == 0):
-        shown = getattr(fn, "__qualname__", None) or repr(fn)
-        return (f"your run launched {shown:.60} with args={args!r:.40}: rank 0 failed, but bad_rank=0 did not "
-                "go through a partial. Launch fn=functools.partial(fail_on_rank, bad_rank=0) with args=(2,).")
-    return "Right: the error names rank 0. The partial pickles with bad_rank=0, and each child gets it."
+def _top_level_launch(tree: ast.Module) -> bool:
+    """Whether a launch runs as the script's own top-level statement (in no function, class or ``if``)."""
+    top = [node for node in tree.body if not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.If))]
+    return any(_launches(node) for node in top)
 
 
-def _as_report(said: str) -> Report:
-    """One PASS line for a "Right: ..." sentence, else one FAIL line, as the lesson's other checkers print."""
+def check_script(path: str | Path, nprocs: int = 2, timeout: float = 120.0) -> Report:
+    """A report on the script at ``path``, run as ``python path``: it must launch ``work`` on ``nprocs``
+    ranks with ``mp.spawn``, print LOADING once, each rank's line once, then DONE."""
     report = Report()
-    if said.startswith("Right: "):
-        report.ok(said.removeprefix("Right: "))
+    path = Path(path)
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError) as e:
+        report.fail(f"{path} does not read as Python: {type(e).__name__}: {e}")
+        return report
+    launches = _launches(tree)
+    if not any(getattr(call.func, "attr", getattr(call.func, "id", None)) == "spawn" for call in launches):
+        report.fail("the script no longer calls mp.spawn: keep the launch as it is; what must change is around it")
+        return report
+    if any(keyword.arg == "start_method" for call in launches for keyword in call.keywords):
+        report.fail("keep mp.spawn's own start method, spawn: the fix must hold on macOS and Windows too")
+        return report
+    if _top_level_launch(tree):
+        report.fail(f"mp.spawn runs at the top level of {path.name}. Run it (!python {path}) and read the error a "
+                    "child prints: section 4 explains it")
+        return report
+    run = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=timeout)
+    lines = run.stdout.splitlines()
+    if "Can't get attribute" in run.stderr and "__mp_main__" in run.stderr:
+        report.fail("a child found no worker: it runs the script as __mp_main__, where the guarded block does not "
+                    "run. Define work at the top level, and put only what the parent does under the guard")
+    elif "bootstrapping phase" in run.stderr:
+        report.fail("a child reached a launch while it ran the script again: every launch must be where only "
+                    "the parent runs it")
+    elif run.returncode != 0:
+        error = [line for line in run.stderr.splitlines() if line.strip()]
+        report.fail(f"python {path.name} exited with code {run.returncode}: {error[-1] if error else ''}")
+    elif not lines:
+        report.fail("the script printed nothing: no guarded block ran. Its test compares __name__ with the name "
+                    "python gives the script it runs")
     else:
-        report.fail(said.removeprefix("Not yet: "))
+        loads = run.stdout.count(LOADING)  # counted in the text: two ranks' lines may share one
+        ranks = [run.stdout.count(f"rank {r} of {nprocs} works") for r in range(nprocs)]
+        if loads != 1:
+            report.fail(f"'{LOADING}' printed {loads} times: each child runs the script's top-level code again, "
+                        "as __mp_main__. Move the loading to where only the parent runs it")
+        elif ranks != [1] * nprocs:
+            report.fail(f"each rank's line should print once; counts by rank: {ranks}")
+        elif run.stdout.count(DONE) != 1:
+            report.fail(f"'{DONE}' should print once, in the parent, after mp.spawn returns")
+        else:
+            report.ok(f"python {path.name}: the data loaded once, in the parent; each of the {nprocs} ranks ran "
+                      "work once")
     return report
-
-
-def check_partial_bad_rank(answer, error) -> Report:
-    """Exercise 3: ``answer``, the rank the error names, and ``error``, the exception that
-    ``ddp_lib.mp.labelled_spawn(functools.partial(fail_on_rank, bad_rank=0), args=(2,), nprocs=2)`` raised. Its
-    traceback keeps the launch's ``fn`` and ``args``: the check reads them to see that a partial carried
-    ``bad_rank=0``."""
-    return _as_report(_partial_said(answer, error))
-
-
-def readable_line(text: str, limit: int = 160) -> str:
-    """``text``'s last non-empty line, cut to ``limit`` characters."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    last = lines[-1] if lines else ""
-    return last if len(last) <= limit else last[:limit - 3] + "..."

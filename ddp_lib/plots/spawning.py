@@ -143,16 +143,20 @@ def plot_who_serves_the_store(nprocs: int = 2) -> Figure:
     ranks with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in their environment."""
     fig, (spawn_ax, torchrun_ax) = _two_panels(
         ("python ddp_basic.py 2  (mp.spawn)", "torchrun --nproc-per-node 2 ddp_basic.py"), 4.4, (10, 3.4), 9.5)
-    # mp.spawn: the script's process starts the ranks; rank 0's init_process_group serves the store.
-    box(spawn_ax, 3.0, 3.3, 4.0, 0.8, "python ddp_basic.py\nfree port -> MASTER_PORT", "#eeeeee")
-    box(spawn_ax, 0.3, 1.7, 3.6, 0.9, "store on MASTER_PORT\n(served by rank 0)", "#d9ead3")
-    for i in range(nprocs):
-        x = 0.6 + 5.0 * i
-        box(spawn_ax, x, 0.2, 3.6, 0.8, f"rank {i}", "#cfe2f3")
-        arrow(spawn_ax, (5.0, 3.3), (x + 1.8, 1.0), "#b07000")
-    arrow(spawn_ax, (2.4, 1.0), (2.1, 1.7), "tab:blue", "<|-|>")
-    arrow(spawn_ax, (6.6, 1.0), (3.9, 2.0), "tab:blue")
-    spawn_ax.text(6.4, 1.9, "connects", fontsize=8, color="tab:blue")
+    # mp.spawn: the script's process starts the ranks; rank 0's init_process_group serves the store,
+    # drawn to the ranks' side so that no arrow crosses it, each rank's arrow labelled.
+    box(spawn_ax, 0.1, 1.6, 2.7, 1.2, "python ddp_basic.py\nfree port ->\nMASTER_PORT", "#eeeeee")
+    box(spawn_ax, 6.6, 1.65, 3.3, 1.1, "store on MASTER_PORT\n(served by rank 0)", "#d9ead3")
+    spawn_ax.text(2.95, 2.2, "starts", fontsize=8, ha="left", va="center", color="#b07000")
+    for i, (y, label) in enumerate(zip((3.0, 0.4), ("serves it", "connects"))):
+        if i >= nprocs:
+            break
+        box(spawn_ax, 3.7, y, 2.1, 0.8, f"rank {i}", "#cfe2f3")
+        arrow(spawn_ax, (2.8, 2.2 + (0.4 if i == 0 else -0.4)), (3.7, y + 0.4), "#b07000")
+        arrow(spawn_ax, (5.8, y + 0.4), (6.6, 2.2 + (0.3 if i == 0 else -0.3)), "tab:blue",
+              "<|-|>" if i == 0 else "-|>")
+        spawn_ax.text(6.2, y + (0.95 if i == 0 else -0.15), label, fontsize=8, ha="center",
+                      va="bottom" if i == 0 else "top", color="tab:blue")
     # torchrun: the agent picks a free port, serves the store there, then starts the ranks.
     box(torchrun_ax, 0.3, 3.3, 4.2, 0.8, "agent (torchrun's process)\npicks a free port", "#fde9c9")
     box(torchrun_ax, 5.6, 3.3, 4.1, 0.8, "store on MASTER_PORT\n(served by the agent)", "#d9ead3")
