@@ -172,6 +172,12 @@ def test_scratch_sync_times_times_both_ways_in_one_job():
     for r in run_ranks(buckets.scratch_sync_times, 2, kwargs=dict(warmup=1, repeats=3), show_output=False):
         assert sorted(r["synced_ms_each"]) == ["after_backward", "buckets"]
         assert all(len(ts) == 3 and all(t > 0 for t in ts) for ts in r["synced_ms_each"].values())
+        # The pass lesson 04 draws: the one whose time is the median it prints, recorded in full.
+        for way, times in r["synced_ms_each"].items():
+            drawn = r["median_pass"][way]
+            assert drawn["synced_ms"] == sorted(times)[len(times) // 2], way
+            assert len(drawn["allreduces"]) == (14 if way == "after_backward" else 4), way
+            assert len(drawn["grad_ready"]) == 7 and drawn["backward_ms"] <= drawn["synced_ms"], way
 
 def test_fp16_hook_halves_the_bytes_and_the_time_on_a_slow_wire():
     # Lesson 04: the wire waits in proportion to the bytes, so half the bytes take less time.

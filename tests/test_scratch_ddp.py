@@ -102,3 +102,23 @@ def test_the_timeline_shades_the_wait_for_the_other_rank():
     pale = sorted(patch.get_width() for patch in fig.axes[0].patches
                   if patch.get_height() < 0.5 and patch.get_facecolor()[:3] == (1.0, 1.0, 1.0))
     assert pale == [0.0, 7.0]  # rank 0 waited 2 -> 9 ms; rank 1 started last and waited for no one
+
+
+def test_the_timeline_marks_when_every_gradient_was_averaged_and_centres_each_label_on_its_bars():
+    # Lesson 04's comparison: 14 all-reduces in one row, 4 in the next; a dashed line per row at synced_ms.
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_timeline
+
+    def timeline(n: int, synced: float) -> dict:
+        return {"backward_ms": 10.0, "synced_ms": synced, "grad_ready": [("w", 1.0)],
+                "allreduces": [{"bucket": b, "start": 2.0 + b, "end": 3.0 + b} for b in range(n)]}
+    fig = plot_timeline([timeline(14, 20.0), timeline(4, 12.0)], names=["after", "buckets"], mark_synced=True)
+    ax = fig.axes[0]
+    marks = [c for c in ax.collections if c.get_gid() == "synced"]
+    assert sorted(seg[0][0] for c in marks for seg in c.get_segments()) == [12.0, 20.0]
+    ticks = dict(zip((t.get_text() for t in ax.get_yticklabels()), ax.get_yticks()))
+    bars = [patch for patch in ax.patches if patch.get_height() < 0.5]
+    buckets_rows = [bar.get_y() + bar.get_height() / 2 for bar in bars[14:]]
+    assert abs(ticks["buckets: 4 all-reduces"] - (min(buckets_rows) + max(buckets_rows)) / 2) < 1e-9

@@ -96,12 +96,14 @@ def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
 
 
 def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces",
-                  names: list[str] | None = None, shade_waits: bool = False) -> Figure:
+                  names: list[str] | None = None, shade_waits: bool = False,
+                  mark_synced: bool = False) -> Figure:
     """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
     below it one bar per all-reduce. ``timelines`` are backward_timeline's results in rank order;
     ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank).
     ``shade_waits`` (rows that are the ranks of one job): each bar is pale until the last rank has
-    started that all-reduce, the part a rank can only wait, as the clocks started together."""
+    started that all-reduce, the part a rank can only wait, as the clocks started together.
+    ``mark_synced``: a dashed line across each row at its ``synced_ms``, when every gradient was averaged."""
     names = names or [f"rank {rank}" for rank in range(len(timelines))]
     lanes = max((ev["bucket"] for tl in timelines for ev in tl["allreduces"]), default=0) + 1
     last_start: dict[int, float] = {}  # bucket -> when the last rank started its all-reduce
@@ -130,8 +132,13 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
                 ax.barh(y, waited, left=ev["start"], height=0.38, color="white", alpha=0.65, edgecolor="black",
                         label=label)
             ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=7)
+        own_lanes = max((ev["bucket"] for ev in tl["allreduces"]), default=0) + 1
+        if mark_synced:  # from the backward bar down to this row's last lane
+            ax.vlines(tl["synced_ms"], y_backward - 0.4, y_backward + 0.8 + 0.45 * (own_lanes - 1) + 0.3,
+                      colors="crimson", linestyles="--", gid="synced",
+                      label="every gradient averaged" if row == 0 else None)
         labels += [f"{names[row]}: backward", f"{names[row]}: {len(tl['allreduces'])} all-reduces"]
-        ticks += [y_backward, y_backward + 0.8 + 0.45 * (lanes - 1) / 2]
+        ticks += [y_backward, y_backward + 0.8 + 0.45 * (own_lanes - 1) / 2]  # centred on this row's own bars
     ax.set_yticks(ticks, labels)
     ax.set_xlabel("ms since backward() was called, after a barrier (the ranks start together)")
     ax.set_title(title)

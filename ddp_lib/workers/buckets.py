@@ -284,9 +284,7 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
         events: list[tuple] = []
         ready: list[tuple[str, float]] = []
         module = make_mlp(0, TIMELINE_WIDTHS).to(device)
-        for name, p in module.named_parameters():  # before any DDP's own hooks, so these fire first
-            if name.endswith("weight"):
-                p.register_post_accumulate_grad_hook(lambda _p, name=name: ready.append((name, clock())))
+        _record_grad_ready(module, ready, clock)  # before any DDP's own hooks, so these fire first
         if way == "torch":
             model = wrap_ddp(module, device, bucket_cap_mb=bucket_cap_mb)
             model.register_comm_hook(None, _recording_hook(events, clock))
@@ -310,28 +308,42 @@ def backward_timeline(rank: int, world_size: int, bucket_cap_mb: float = 0.3, wa
             synced = clock()
             if i >= warmup:
                 synced_each.append(round(1000 * (synced - start), 3))
+        recorded = _pass_record(start, end, synced, events, ready, renumber=finish is not None)
+        return {**recorded, "synced_ms_each": synced_each}
 
-        def ms(t: float) -> float:
-            return round(1000 * (t - start), 3)
-        events.sort(key=lambda ev: ev[2])
-        if finish is not None:  # number the scratch all-reduces of the recorded pass from 0
-            events = [(i, *ev[1:]) for i, ev in enumerate(events)]
-        return {
-            "backward_ms": ms(end),
-            "synced_ms": ms(synced),
-            "synced_ms_each": synced_each,
-            "grad_ready": [(name, ms(t)) for name, t in ready],
-            "allreduces": [{"bucket": i, "bytes": nbytes, "start": ms(s), "end": ms(e)}
-                           for i, nbytes, s, e in events],
-        }
+
+def _record_grad_ready(module: nn.Module, ready: list[tuple[str, float]], clock) -> None:
+    """Append (name, time) to ``ready`` as each weight's gradient is accumulated."""
+    for name, p in module.named_parameters():
+        if name.endswith("weight"):
+            p.register_post_accumulate_grad_hook(lambda _p, name=name: ready.append((name, clock())))
+
+
+def _pass_record(start: float, end: float, synced: float, events: list[tuple],
+                 ready: list[tuple[str, float]], renumber: bool) -> dict:
+    """One backward pass as backward_timeline returns it, in ms since ``start``; ``renumber``
+    numbers a scratch DDP's all-reduces of this pass from 0."""
+    def ms(t: float) -> float:
+        return round(1000 * (t - start), 3)
+    events = sorted(events, key=lambda ev: ev[2])
+    if renumber:
+        events = [(i, *ev[1:]) for i, ev in enumerate(events)]
+    return {
+        "backward_ms": ms(end),
+        "synced_ms": ms(synced),
+        "grad_ready": [(name, ms(t)) for name, t in ready],
+        "allreduces": [{"bucket": i, "bytes": nbytes, "start": ms(s), "end": ms(e)}
+                       for i, nbytes, s, e in events],
+    }
 
 
 def scratch_sync_times(rank: int, world_size: int, bucket_cap_mb: float = 0.6, warmup: int = 2,
                        repeats: int = 15, per_rank_batch: int = 256) -> dict:
     """Time the scratch "after_backward" and "buckets" ways in one job, the two in turn, so that a
     change of load on the machine falls on both alike. Each pass runs backward and
-    finish_gradient_sync after a barrier; returns, per way, the ms of each timed pass until every
-    gradient was averaged.
+    finish_gradient_sync after a barrier. Returns, per way, the ms of each timed pass until every
+    gradient was averaged ("synced_ms_each"), and the pass whose time is the median
+    (``sorted(times)[len(times) // 2]``), recorded as backward_timeline records one ("median_pass").
 
     Args:
         bucket_cap_mb: bucket size in MiB (buckets).
@@ -339,23 +351,37 @@ def scratch_sync_times(rank: int, world_size: int, bucket_cap_mb: float = 0.6, w
         repeats: timed passes of each way.
         per_rank_batch: batch per rank.
     """
+    clock = time.perf_counter
     with process_group(rank, world_size) as device:
-        models = {way: make(way, make_mlp(0, TIMELINE_WIDTHS).to(device),
-                            **({"bucket_cap_mb": bucket_cap_mb} if way == "buckets" else {}))
-                  for way in ("after_backward", "buckets")}
+        models, records = {}, {}
+        for way in ("after_backward", "buckets"):
+            module = make_mlp(0, TIMELINE_WIDTHS).to(device)
+            events: list[tuple] = []
+            ready: list[tuple[str, float]] = []
+            _record_grad_ready(module, ready, clock)
+            models[way] = make(way, module, **({"bucket_cap_mb": bucket_cap_mb} if way == "buckets" else {}))
+            _recording_scratch_allreduce(models[way], events, clock)
+            records[way] = (events, ready)
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, widths=TIMELINE_WIDTHS))
-        times: dict[str, list[float]] = {way: [] for way in models}
+        passes: dict[str, list[dict]] = {way: [] for way in models}
         for i in range(warmup + repeats):
             for way, model in models.items():  # the two ways in turn
+                events, ready = records[way]
+                events.clear()
+                ready.clear()
                 model.zero_grad()
                 loss = nn.functional.mse_loss(model(x), y)
                 dist.barrier()
-                start = time.perf_counter()
+                start = clock()
                 loss.backward()
+                end = clock()
                 model.finish_gradient_sync()
+                synced = clock()
                 if i >= warmup:
-                    times[way].append(round(1000 * (time.perf_counter() - start), 3))
-        return {"synced_ms_each": times}
+                    passes[way].append(_pass_record(start, end, synced, events, ready, renumber=True))
+        times = {way: [p["synced_ms"] for p in each] for way, each in passes.items()}
+        median = {way: sorted(each, key=lambda p: p["synced_ms"])[len(each) // 2] for way, each in passes.items()}
+        return {"synced_ms_each": times, "median_pass": median}
 
 
 BUCKET_VIEW_SETTINGS = (("copy", False, True), ("view", True, True), ("view", True, False))
