@@ -160,23 +160,28 @@ def _set_rendezvous_defaults(rank: int, world_size: int) -> None:
 
 
 def setup(rank: int | None = None, world_size: int | None = None, *, backend: str | None = None,
-          init_method: str = "env://", timeout: timedelta = COLLECTIVE_TIMEOUT) -> torch.device:
+          init_method: str = "env://", timeout: timedelta = COLLECTIVE_TIMEOUT,
+          device: torch.device | str | None = None) -> torch.device:
     """Join the default process group and return this rank's device.
 
     ``rank``/``world_size`` default to RANK/WORLD_SIZE (set by ddp_lib's launcher and by
-    torchrun). The backend follows the device unless given. If this process already belongs
-    to a group of the same rank and size, that group is kept.
+    torchrun). ``device`` defaults to LOCAL_RANK's (``local_device``); ``device="cpu"`` keeps a
+    rank on the CPU where GPUs are too. The backend follows the device unless given. If this
+    process already belongs to a group of the same rank and size, that group is kept.
     """
     rank = env_int("RANK") if rank is None else rank
     world_size = env_int("WORLD_SIZE") if world_size is None else world_size
     local_rank = env_int("LOCAL_RANK", rank)
     local_world_size = env_int("LOCAL_WORLD_SIZE", world_size)
-    device = local_device(local_rank)
+    chosen_device = device is not None
+    device = torch.device(device) if chosen_device else local_device(local_rank)
     # A rank that sees a single GPU may be one of several ranks that each see only their own (a
     # scheduler's CUDA_VISIBLE_DEVICES per rank), so it cannot count the node's GPUs: there nccl's own
     # check ("Duplicate GPU detected") catches two ranks on one GPU.
     sees_node_gpus = torch.cuda.is_available() and torch.cuda.device_count() > 1
-    backend = check_backend(backend or os.environ.get(BACKEND_ENV) or backend_for(device),
+    # The launcher's backend suits the device it expects (LOCAL_RANK's); a device chosen here picks its own.
+    launcher_backend = None if chosen_device else os.environ.get(BACKEND_ENV)
+    backend = check_backend(backend or launcher_backend or backend_for(device),
                             local_world_size if sees_node_gpus else 1)
 
     if dist.is_initialized():

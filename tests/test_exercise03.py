@@ -159,7 +159,33 @@ WRONG = {
                               "this machine has no GPU: where torch.cuda.is_available() is False"),
     "bad_return": (GOOD.replace('return {"local_rank"', 'return {"rank"'),
                    "return a dict with keys 'local_rank', 'device' and 'checksum'"),
+    # The classic example's forward with the CPU model's device_ids: right on a CPU, wrong on a GPU.
+    "device_ids_none_and_input_unmoved": (
+        GOOD.replace('device_ids=[device.index] if device.type == "cuda" else None', "device_ids=None")
+            .replace("ddp(torch.randn(20, 10).to(device))", "ddp(torch.randn(20, 10))"),
+        "in DDP with device_ids=None and passed an input on cpu; DDP then moves nothing, and on a GPU the first "
+        "layer fails. Pass device_ids=[device.index] to DDP, or move the input with .to(device)"),
+    # The same with device_ids left to the tutorial's spelling for a CPU model, an empty list.
+    "device_ids_empty_and_input_unmoved": (
+        GOOD.replace('device_ids=[device.index] if device.type == "cuda" else None', "device_ids=[]")
+            .replace("ddp(torch.randn(20, 10).to(device))", "ddp(torch.randn(20, 10))"),
+        "in DDP with device_ids=[] and passed an input on cpu"),
+    # The tutorial's device_ids=[rank] on a node where the rank is not the GPU: DDP moves the input to cuda:3.
+    "device_ids_of_rank": (
+        GOOD.replace('device_ids=[device.index] if device.type == "cuda" else None',
+                     'device_ids=[rank] if device.type == "cuda" else None')
+            .replace("ddp(torch.randn(20, 10).to(device))", "ddp(torch.randn(20, 10))"),
+        "passed device_ids=[3] to DDP, which moved the input to cuda:3, but the model is on cuda:1 (that is the "
+        "global rank"),
+    # The model left on the CPU: set_device and the group are right, the forward is not on the GPU.
+    "model_not_moved": (GOOD.replace("model = ToyModel().to(device)", "model = ToyModel()"),
+                        "rank 3's model was on cpu at its forward: move it to the rank's device"),
 }
+
+# Right answers with the move written differently: DDP moves the input (the classic example's forward), or the
+# worker moves it and DDP gets device_ids=None (legal for a model on one GPU).
+GOOD_DDP_MOVES = GOOD.replace("ddp(torch.randn(20, 10).to(device))", "ddp(torch.randn(20, 10))")
+GOOD_WORKER_MOVES = GOOD.replace('device_ids=[device.index] if device.type == "cuda" else None', "device_ids=None")
 
 
 def _write(tmp_path, monkeypatch, name, source):
@@ -171,12 +197,25 @@ def _write(tmp_path, monkeypatch, name, source):
 
 
 @pytest.mark.parametrize("name, source", [("good03", GOOD), ("good03_by_hand", GOOD_BY_HAND),
-                                          ("good03_without_ddp", GOOD_WITHOUT_DDP)])
+                                          ("good03_without_ddp", GOOD_WITHOUT_DDP),
+                                          ("good03_ddp_moves", GOOD_DDP_MOVES),
+                                          ("good03_worker_moves", GOOD_WORKER_MOVES)])
 def test_right_answers_pass_on_both_layouts(name, source, tmp_path, monkeypatch):
     report = check_device_worker(_write(tmp_path, monkeypatch, name, source))
     assert report.passed and len(report.lines) == 3, str(report)
     assert report.lines[0].startswith("PASS on a node with 4 GPUs and 2 ranks (faked)")
-    assert report.lines[0].endswith('then init_process_group("nccl", device_id=cuda:1)')
+    assert 'then init_process_group("nccl", device_id=cuda:1)' in report.lines[0]
+    # The faked forward is reached where DDP wraps the model; the hand-written collectives fail before it.
+    reached = "; the forward's input reached the model on cuda:1" in report.lines[0]
+    assert reached == (name != "good03_without_ddp"), report.lines[0]
+
+
+def test_the_solution_passes_with_its_input_on_the_gpu():
+    from ddp_lib.exercises.solutions.lesson03 import one_step
+
+    report = check_device_worker(one_step)
+    assert report.passed and len(report.lines) == 3, str(report)
+    assert report.lines[0].endswith("; the forward's input reached the model on cuda:1"), report.lines[0]
     assert report.lines[1].startswith("PASS 2 nodes x 2 ranks") and report.lines[2].startswith("PASS 1 node x 3 ranks")
 
 
@@ -264,4 +303,4 @@ def test_the_pass_line_shows_the_backend_as_written(tmp_path, monkeypatch):
     assert source != GOOD
     report = check_device_worker(_write(tmp_path, monkeypatch, "good03_no_backend", source))
     assert report.passed, str(report)
-    assert report.lines[0].endswith("then init_process_group(device_id=cuda:1)"), report.lines[0]
+    assert "then init_process_group(device_id=cuda:1);" in report.lines[0], report.lines[0]

@@ -14,12 +14,35 @@ cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU 
 
 
 @pytest.mark.parametrize("move_inputs", [False, True])
-def test_without_device_ids_the_model_sees_the_input_where_it_was_made(move_inputs):
-    results = run_ranks(placement.input_placement, 2, (False, move_inputs), show_output=False)
+def test_a_cpu_model_sees_its_input_on_the_cpu_on_any_machine(move_inputs):
+    kwargs = dict(pass_device_ids=False, move_inputs=move_inputs, device="cpu")
+    results = run_ranks(placement.input_placement, 2, kwargs=kwargs, show_output=False)
+    assert results == [{"model_on": "cpu", "input_seen_on": "cpu", "output_on": "cpu"}] * 2
+
+
+def test_without_device_ids_a_moved_input_reaches_the_model_on_its_device():
+    results = run_ranks(placement.input_placement, 2, (False, True), show_output=False)
     for rank, r in enumerate(results):
-        expected = placement.expected_device(rank)
-        assert r["model_on"] == r["output_on"] == expected
-        assert r["input_seen_on"] == (expected if move_inputs else "cpu")
+        assert r["model_on"] == r["input_seen_on"] == r["output_on"] == placement.expected_device(rank)
+
+
+def test_without_device_ids_an_unmoved_input_stays_on_the_cpu():
+    """On the CPU the model takes it; on a GPU nothing moves it, and the first layer refuses it."""
+    if not torch.cuda.is_available():
+        results = run_ranks(placement.input_placement, 2, (False, False), show_output=False)
+        assert [r["input_seen_on"] for r in results] == ["cpu", "cpu"]
+        return
+    with pytest.raises(WorkerError) as info:
+        run_ranks(placement.input_placement, 2, (False, False), show_output=False)
+    assert info.value.exc_type == "RuntimeError"
+    assert "Expected all tensors to be on the same device" in info.value.message
+
+
+def test_device_ids_with_a_cpu_model_is_a_value_error_on_any_machine():
+    with pytest.raises(WorkerError) as info:
+        run_ranks(placement.input_placement, 2, kwargs=dict(pass_device_ids=True, device="cpu"), show_output=False)
+    assert info.value.exc_type == "ValueError"
+    assert "module parameters {device(type='cpu')}" in info.value.message
 
 
 @cpu_only

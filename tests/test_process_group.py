@@ -45,6 +45,13 @@ def test_a_single_process_group_can_be_joined_twice_in_one_process(clean_env):
     assert os.environ["MASTER_ADDR"] == "127.0.0.1"  # loopback unless told otherwise
 
 
+
+def test_a_chosen_cpu_device_joins_with_gloo_whatever_the_launcher_chose(clean_env, monkeypatch):
+    monkeypatch.setenv("DDP_LIB_BACKEND", "nccl")  # as the launcher sets it on a node with GPUs
+    with process_group(0, 1, device="cpu") as device:
+        assert device == torch.device("cpu") and dist.get_backend() == "gloo"
+        assert dist.distributed_c10d._get_default_group().bound_device_id is None  # no GPU bound
+
 def test_nested_setup_keeps_the_existing_group(clean_env):
     with process_group(0, 1):
         with process_group(0, 1):

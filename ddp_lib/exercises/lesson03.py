@@ -10,8 +10,10 @@ from unittest import mock
 
 import torch
 import torch.distributed as dist
+from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 from torch.nn.modules.module import register_module_forward_pre_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.nn.parallel.distributed import _to_kwargs
 
 from ddp_lib.errors import readable
 from ddp_lib.exercises.checking import Report, check_on_ranks, load_worker, worker_name
@@ -101,16 +103,87 @@ def diagnose(runs: list[dict]) -> str | None:
     return None
 
 
-def gpu_order(fn: Callable, joined: list | None = None) -> str | None:
+class _ForwardSeen(Exception):
+    """Raised at the faked node's first ToyModel forward, once its devices are recorded: nothing after it is run."""
+
+
+class _ToyModelOnFakeGpu(ToyModel):
+    """ToyModel for ``gpu_order``'s faked node: ``.to(cuda:i)`` gives weights on a fake ``cuda:i`` (a shape and a
+    device, no values), as ``fake_gpus`` makes them, so a CPU build can place it."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        with unset_fake_temporarily():  # real weights first: fake mode cannot move its own parameters
+            super().__init__(*args, **kwargs)
+
+    def to(self, *args, **kwargs):
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        if device is None or device.type != "cuda":
+            return super().to(*args, **kwargs)
+        with unset_fake_temporarily():
+            super().to("meta")  # the layers, with no values
+        return self.to_empty(device=device)  # in fake mode: weights "on" cuda:i
+
+
+def _ddp_recorder(seen: dict, current_device: Callable[[], int | None]) -> type:
+    """A stand-in for DistributedDataParallel that records ``device_ids`` and, in its forward, moves the inputs as
+    DDP's forward does (with ``device_ids=[i]``: DDP's own move to cuda:i; with None: nothing)."""
+
+    class DDPRecorder(torch.nn.Module):
+        def __init__(self, module, device_ids=None, *args, **kwargs) -> None:
+            super().__init__()
+            self.module, self.device_ids = module, device_ids
+            seen["device_ids"] = device_ids
+
+        def forward(self, *inputs, **kwargs):
+            if self.device_ids:
+                first = self.device_ids[0]
+                index = first.index if isinstance(first, torch.device) else first
+                index = current_device() if index is None else index  # [None]: DDP takes the current device
+                inputs, kwargs = _to_kwargs(inputs, kwargs, torch.device("cuda", index), True)
+                inputs, kwargs = inputs[0], kwargs[0]
+            return self.module(*inputs, **kwargs)
+
+    return DDPRecorder
+
+
+def _placement_problem(seen: dict) -> str | None:
+    """The mistake in where the faked node's forward found its input, from ``gpu_order``'s record (None: right)."""
+    if "model_on" not in seen:
+        return None  # no ToyModel forward ran on the faked node; the real runs check the rest
+    model_on, input_on, device_ids = seen["model_on"], seen["input_on"], seen.get("device_ids", "none")
+    if model_on != "cuda:1":
+        return (f"{NODE}, rank 3's model was on {model_on} at its forward: move it to the rank's device "
+                "(cuda:1) with .to(device) before wrapping it in DDP")
+    if input_on == model_on:
+        return None
+    if device_ids == "none":
+        return (f"{NODE}, rank 3 called its model, on cuda:1, with an input on {input_on}: move the input "
+                "with .to(device)")
+    if not device_ids:
+        return (f"{NODE}, rank 3 wrapped its model, on cuda:1, in DDP with device_ids={device_ids!r} and "
+                f"passed an input on {input_on}; DDP then moves nothing, and on a GPU the first layer fails. "
+                "Pass device_ids=[device.index] to DDP, or move the input with .to(device)")
+    hint = GLOBAL_RANK_HINT if input_on == "cuda:3" else ""
+    return (f"{NODE}, rank 3 passed device_ids={device_ids!r} to DDP, which moved the input to {input_on}, "
+            f"but the model is on cuda:1{hint}: pass device_ids=[device.index]")
+
+
+def gpu_order(fn: Callable, joined: list | None = None, seen: dict | None = None) -> str | None:
     """Run ``fn(3, 4)`` in this process as rank 3, LOCAL_RANK 1, on a node said to have 4 CUDA GPUs, up to its
-    ``init_process_group`` and the first error after it (its model cannot go to a GPU this machine lacks).
+    its first ToyModel forward (or the first error after ``init_process_group``).
     ``torch.cuda.is_available``, ``device_count``, ``set_device`` and ``dist.init_process_group`` are
-    stand-ins that record their calls, so no GPU is needed. Returns the first mistake in the GPU lines
-    (set_device first, on cuda:1; then nccl with device_id=cuda:1), or None. The node runs 2 ranks on 4 GPUs,
+    stand-ins that record their calls, so no GPU is needed. After the join, tensors are fake (a shape and a
+    device, no values), ``ToyModel`` goes to a fake ``cuda:1``, and ``DistributedDataParallel`` records its
+    ``device_ids`` and moves the inputs as DDP's forward does. Returns the first mistake in the GPU lines
+    (set_device first, on cuda:1; then nccl with device_id=cuda:1; then the input reaching the model on
+    cuda:1: device_ids=[1], or the input moved by the worker), or None. The node runs 2 ranks on 4 GPUs,
     so RANK % 4 = 3 differs from LOCAL_RANK % 4 = 1: with as many GPUs as ranks per node, RANK % GPUs would
     equal LOCAL_RANK, and an answer that reads RANK would pass here. ``joined``, if given, gets the backend
-    argument of the first ``init_process_group`` call (None where none was passed)."""
+    argument of the first ``init_process_group`` call (None where none was passed); ``seen``, if given, gets
+    the devices the faked forward found ("model_on", "input_on") and the ``device_ids`` passed to DDP."""
     calls: list[tuple] = []
+    seen = {} if seen is None else seen
+    fake_mode: list = []  # entered by the faked init_process_group, left with the other stand-ins
 
     def set_device(device) -> None:
         index = device if isinstance(device, int) else torch.device(device).index
@@ -120,6 +193,18 @@ def gpu_order(fn: Callable, joined: list | None = None) -> str | None:
         device_id = kwargs.get("device_id")
         calls.append(("init_process_group", backend,
                       device_id if isinstance(device_id, int) or device_id is None else torch.device(device_id).index))
+        if not fake_mode:  # from here on, tensors have a device but no values: a CPU build can "hold" cuda:1
+            fake_mode.append(FakeTensorMode(allow_non_fake_inputs=True))
+            stack.enter_context(fake_mode[0])
+
+    def current_device() -> int | None:
+        devices = [call[1] for call in calls if call[0] == "set_device"]
+        return devices[-1] if devices else 0
+
+    def on_forward(module, args):
+        if isinstance(module, _ToyModelOnFakeGpu) and args and isinstance(args[0], torch.Tensor):
+            seen.update(model_on=str(next(module.parameters()).device), input_on=str(args[0].device))
+            raise _ForwardSeen  # the devices are all this run is for
 
     stand_ins = {"torch.cuda.is_available": lambda: True, "torch.cuda.device_count": lambda: 4,
                  "torch.cuda.set_device": set_device, "torch.accelerator.set_device_index": set_device,
@@ -127,11 +212,15 @@ def gpu_order(fn: Callable, joined: list | None = None) -> str | None:
                  "torch.distributed.distributed_c10d.init_process_group": init_process_group,
                  # a group this process may really be in is left alone
                  "torch.distributed.destroy_process_group": lambda *args, **kwargs: None,
-                 "torch.distributed.distributed_c10d.destroy_process_group": lambda *args, **kwargs: None}
+                 "torch.distributed.distributed_c10d.destroy_process_group": lambda *args, **kwargs: None,
+                 "torch.nn.parallel.DistributedDataParallel": _ddp_recorder(seen, current_device),
+                 "torch.nn.parallel.distributed.DistributedDataParallel": _ddp_recorder(seen, current_device),
+                 "ddp_lib.workers.shared.ToyModel": _ToyModelOnFakeGpu}
     originals = {name: pkgutil.resolve_name(name) for name in stand_ins}
     env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1"}
     with mock.patch.dict(os.environ, env):
         with contextlib.ExitStack() as stack:
+            stack.callback(register_module_forward_pre_hook(on_forward).remove)
             for name, stand_in in stand_ins.items():
                 stack.enter_context(mock.patch(name, stand_in))
             for global_name, value in list(fn.__globals__.items()):  # from torch.cuda import set_device, ...
@@ -140,6 +229,8 @@ def gpu_order(fn: Callable, joined: list | None = None) -> str | None:
                         stack.enter_context(mock.patch.dict(fn.__globals__, {global_name: stand_ins[name]}))
             try:
                 fn(3, 4)
+            except _ForwardSeen:
+                pass
             except Exception as error:  # after the join: the faked GPU cannot hold a model. Before it: theirs
                 if not any(call[0] == "init_process_group" for call in calls):
                     said = str(error).splitlines()[0][:120] if str(error) else ""
@@ -170,14 +261,15 @@ def gpu_order(fn: Callable, joined: list | None = None) -> str | None:
     if device_id != 1:
         return (f"{NODE}, rank 3 passed device_id={device_id} to init_process_group: "
                 "pass device_id=device, the rank's GPU (cuda:1)")
-    return None
+    return _placement_problem(seen)
 
 
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)``: first its GPU lines on a faked GPU node (``gpu_order``), then
     real runs on 2 simulated nodes x 2 ranks and 1 node x 3; stops at a failure."""
     joined: list = []
-    problem = gpu_order(fn, joined)
+    seen: dict = {}
+    problem = gpu_order(fn, joined, seen)
     if problem is not None:
         report = Report()
         report.fail(problem)
@@ -188,7 +280,9 @@ def check_device_worker(fn: Callable, timeout: float = 120):
                           f"({', '.join(run['result']['device'] for run in runs)}) and stepped along the average "
                           "of all ranks' gradients to the same parameters")
     backend = f'"{joined[0]}", ' if joined and joined[0] is not None else ""  # as the learner wrote it
-    report.lines.insert(0, f"PASS {NODE}: set_device(cuda:1), then init_process_group({backend}device_id=cuda:1)")
+    forward = f"; the forward's input reached the model on {seen['input_on']}" if "input_on" in seen else ""
+    report.lines.insert(0, f"PASS {NODE}: set_device(cuda:1), then init_process_group({backend}device_id=cuda:1)"
+                           f"{forward}")
     return report
 
 

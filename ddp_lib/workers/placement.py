@@ -21,7 +21,7 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py an
 
 
 def input_placement(rank: int, world_size: int, pass_device_ids: bool = False,
-                    move_inputs: bool = False) -> dict:
+                    move_inputs: bool = False, device: str | None = None) -> dict:
     """The classic example's forward pass. Returns the device the model saw its input on and the
     device of the output.
 
@@ -29,8 +29,10 @@ def input_placement(rank: int, world_size: int, pass_device_ids: bool = False,
         pass_device_ids: True wraps with device_ids=[rank], as the example does (ValueError on CPU);
             False wraps with device_ids=None.
         move_inputs: move the inputs to the rank's device first.
+        device: "cpu" keeps the model on the CPU, with gloo, on any machine; None uses the rank's
+            device (a GPU where CUDA has one).
     """
-    with process_group(rank, world_size) as device:
+    with process_group(rank, world_size, device=device) as device:
         torch.manual_seed(0)
         model = ToyModel().to(device)
         ddp_model = DDP(model, device_ids=[rank] if pass_device_ids else None)
