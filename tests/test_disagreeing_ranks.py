@@ -2,6 +2,7 @@
 that all-reduce tensors of different shapes, with and without TORCH_DISTRIBUTED_DEBUG=DETAIL."""
 
 import pytest
+from torch.multiprocessing import ProcessExitedException
 
 import ddp_lib.mp
 from ddp_lib.demos import disagreeing_ranks
@@ -21,6 +22,13 @@ def test_mismatched_shapes_pass_silently_on_one_rank_without_detail():
     assert rank0["error"] == "" and rank0["after"] == [2.0, 4.0, 6.0]
     assert "by peer" in rank1["error"]
     assert rank1["done_at"] > rank0["done_at"]  # rank 1 failed once rank 0 had finished
+
+
+def test_one_element_off_in_a_large_tensor_kills_the_receiving_rank_with_gloos_size_error(capfd):
+    with pytest.raises(ProcessExitedException) as caught:
+        ddp_lib.mp.labelled_spawn(disagreeing_ranks.mismatched_shapes, args=(2, False, 1000), nprocs=2)
+    assert caught.value.error_index == 0 and caught.value.signal_name == "SIGABRT"
+    assert "Received data size doesn't match expected size" in caught.value.outputs[0][1]
 
 
 def test_detail_names_the_mismatch_on_every_rank_before_data_moves():

@@ -48,8 +48,8 @@ def detail_mismatch(error: str) -> str:
                      for field in differs)
 
 
-def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
-    """Rank r all-reduces ``[1, 2, ..., 3 + r]``: the ranks disagree on the shape. With ``detail``,
+def mismatched_shapes(rank: int, world_size: int, detail: bool = False, numel: int = 3) -> dict:
+    """Rank r all-reduces ``[1, 2, ..., numel + r]``: the ranks disagree on the shape. With ``detail``,
     the group is built as under ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, the error is returned whole, and
     ``mismatch`` says what differs (``detail_mismatch``). ``unchanged``: the tensor still holds its input.
     ``done_at`` is when this rank's all_reduce returned or raised, on the machine's monotonic clock."""
@@ -57,7 +57,7 @@ def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
         os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
         dist.set_debug_level_from_env()  # torch read the variable when this process imported it
     with process_group(rank, world_size):
-        mine = torch.arange(1.0, 4 + rank)
+        mine = torch.arange(1.0, numel + 1 + rank)
         try:
             dist.all_reduce(mine)
             error = ""
@@ -65,4 +65,4 @@ def mismatched_shapes(rank: int, world_size: int, detail: bool = False) -> dict:
             error = str(exc) if detail else gloo_message(str(exc))
         done_at = time.monotonic()  # one clock for every process of this machine
         return {"rank": rank, "numel": mine.numel(), "after": mine.tolist(), "error": error, "done_at": done_at,
-                "mismatch": detail_mismatch(error), "unchanged": mine.tolist() == list(range(1, 4 + rank))}
+                "mismatch": detail_mismatch(error), "unchanged": mine.tolist() == list(range(1, numel + 1 + rank))}

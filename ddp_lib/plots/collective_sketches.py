@@ -62,7 +62,8 @@ def plot_subgroups(world_size: int = 4) -> Figure:
 # What each rank does when the ranks disagree, as lesson 01's section "When ranks disagree" shows
 # it: (case, ((rank, outcome, label), ...)). Outcomes: "timeout" (waits until the group's timeout,
 # then raises), "error" (raises at once), "late error" (waits, raises when its peer leaves),
-# "wrong" (returns at once with a wrong result), "goes on" (does not call it), "exits", "absent".
+# "wrong" (returns at once with a wrong result), "killed" (its process is killed inside the call),
+# "stopped" (its process ends inside the call), "goes on" (does not call it), "exits", "absent".
 WHEN_RANKS_DISAGREE = (
     ("only rank 0 calls all_reduce", ((0, "timeout", "waits, then times out"),
                                       (1, "goes on", "never calls it: goes on"))),
@@ -73,6 +74,8 @@ WHEN_RANKS_DISAGREE = (
                                                              (2, "absent", "never starts"))),
     ("the shapes differ (3 and 4 elements)", ((0, "wrong", "in this run: a wrong sum, no error"),
                                                (1, "late error", "errors when rank 0 leaves"))),
+    ("the shapes differ (1000 and 1001 elements)", ((0, "killed", "killed by SIGABRT: gloo names the size"),
+                                                    (1, "stopped", "killed too, or stopped by the launcher"))),
     ("the calls come in different orders (a folded section)", ((0, "timeout", "waits, then times out"),
                                                                (1, "timeout", "waits, then times out"))),
 )
@@ -80,10 +83,11 @@ WHEN_RANKS_DISAGREE = (
 
 def plot_when_ranks_disagree(cases=WHEN_RANKS_DISAGREE, timeout: float = 8.0) -> Figure:
     """One row per rank in each case: how long it stays in the call, and how the call ends."""
-    ends = {"timeout": timeout, "error": 0.6, "late error": 2.2, "wrong": 0.6, "goes on": 0.0, "exits": 0.0,
-            "absent": 0.0}
+    ends = {"timeout": timeout, "error": 0.6, "late error": 2.2, "wrong": 0.6, "killed": 0.6, "stopped": 0.8,
+            "goes on": 0.0, "exits": 0.0, "absent": 0.0}
     marks = {"timeout": ("✗", "#d62728"), "error": ("✗", "#d62728"), "late error": ("✗", "#d62728"),
-             "wrong": ("!", "#d62728"), "goes on": ("→", "black"), "exits": ("■", "black"), "absent": ("", "black")}
+             "wrong": ("!", "#d62728"), "killed": ("✗", "#d62728"),
+             "stopped": ("■", "black"), "goes on": ("→", "black"), "exits": ("■", "black"), "absent": ("", "black")}
     rows = sum(len(ranks) for _, ranks in cases) + len(cases)
     fig, ax = plt.subplots(figsize=(9, 0.36 * rows + 1.0))
     y, ticks, labels = rows - 1, [], []
@@ -110,7 +114,7 @@ def plot_when_ranks_disagree(cases=WHEN_RANKS_DISAGREE, timeout: float = 8.0) ->
     ax.set_xticks([0], ["the call"])
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_xlabel("time →  (bar: the rank is inside the call;  ✗ error;  ! wrong result)")
+    ax.set_xlabel("time →  (bar: the rank is inside the call;  ✗ error or killed;  ! wrong result;  ■ process ends)")
     ax.set_title("When ranks disagree: who waits, who errors, who goes on with a wrong result", fontsize=10)
     fig.tight_layout()
     return fig

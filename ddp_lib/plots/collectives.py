@@ -32,8 +32,10 @@ def _draw_row(ax, x0: float, y: float, values: list | None, summed: bool, *,
         face = colour or (SUM_COLOUR if summed else _rank_colour(value))
         ax.add_patch(Rectangle((x0 + i, y - 0.4), 1, 0.8, facecolor=face, edgecolor="black",
                                alpha=0.35 if faded else 1.0, hatch="//" if faded else None))
+        # a scratch value's digits sit on a clear patch, so the hatching does not cross them
         ax.text(x0 + i + 0.5, y, f"{value:g}", ha="center", va="center", fontsize=8,
-                color="grey" if faded else "black")
+                color="dimgrey" if faded else "black",
+                bbox=dict(facecolor="white", edgecolor="none", pad=1.0) if faded else None)
 
 
 def _rank_axis(ax, world_size: int, width: float) -> None:
