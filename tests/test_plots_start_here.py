@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 from ddp_lib.plots.start_here import (
     plot_busy_port,
     plot_ddp_collectives,
+    plot_device_ids_move,
     plot_file_store,
     plot_gradient_average,
     plot_job_map,
@@ -88,4 +89,13 @@ def test_threads_on_cores_draws_more_threads_than_cores_then_one_per_core():
     plt.close(fig)
     fig = plot_threads_on_cores(cores=2, world_size=4)  # more ranks than cores: still one thread each
     assert [t.get_text() for t in fig.axes[1].texts].count("thread") == 4
+    plt.close(fig)
+
+
+def test_device_ids_move_moves_the_input_only_with_device_ids():
+    fig = plot_device_ids_move(gpu=1)
+    drawn = texts(fig)
+    assert "device_ids=[1])" in drawn and "moved to\ncuda:1" in drawn
+    assert "device_ids=None)" in drawn and "still on the CPU" in drawn
+    assert drawn.count("model\non cuda:1") == 2 and drawn.count("input\nmade on the CPU") == 2
     plt.close(fig)

@@ -247,3 +247,28 @@ def plot_threads_on_cores(cores: int = 2, world_size: int = 2) -> Figure:
     fig.suptitle(f"{world_size} ranks on a CPU with {cores} cores")
     fig.tight_layout()
     return fig
+
+
+def plot_device_ids_move(gpu: int = 0) -> Figure:
+    """One rank's forward pass on a GPU machine, two rows. With ``device_ids=[gpu]``, DDP moves the
+    input made on the CPU to ``cuda:gpu``, where the model is; with ``device_ids=None``, it passes the
+    input on as it is, and the model fails on a tensor on another device."""
+    fig, ax = plt.subplots(figsize=(9, 2.9))
+    rows = ((1.6, f"device_ids=[{gpu}]", f"moved to\ncuda:{gpu}", "the model runs", "#d9ead3"),
+            (0.3, "device_ids=None", "passed on as it is:\nstill on the CPU", "error: the input\nis on another device",
+             "#f4cccc"))
+    for y, device_ids, moved, outcome, colour in rows:
+        _box(ax, 0.0, y, 1.5, 0.8, "input\nmade on the CPU", "#f0f0f0")
+        _box(ax, 2.0, y, 1.9, 0.8, f"DDP(model,\n{device_ids})", RANK_COLOURS[0])
+        _box(ax, 4.4, y, 1.9, 0.8, moved, "#f0f0f0")
+        _box(ax, 6.8, y, 1.6, 0.8, f"model\non cuda:{gpu}", RANK_COLOURS[0])
+        for start, end in ((1.5, 2.0), (3.9, 4.4), (6.3, 6.8)):
+            _arrow(ax, (start, y + 0.4), (end, y + 0.4))
+        ax.text(8.55, y + 0.4, outcome, va="center", fontsize=8,
+                bbox=dict(boxstyle="round", facecolor=colour, edgecolor="none"))
+    ax.set_xlim(-0.1, 10.0)
+    ax.set_ylim(0.1, 2.6)
+    ax.axis("off")
+    ax.set_title(f"One rank's forward pass on a GPU machine: device_ids moves the input to cuda:{gpu}")
+    fig.tight_layout()
+    return fig
