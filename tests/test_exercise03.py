@@ -156,7 +156,7 @@ WRONG = {
     # A GPU device picked without asking whether CUDA is there: the hint is about this exercise, not process_group.
     "cuda_without_checking": (GOOD.replace("use_gpu = torch.cuda.is_available()", "use_gpu = True").replace(
                                   "local_rank % torch.cuda.device_count()", "local_rank"),
-                              "this machine has no GPU: where torch.cuda.is_available() is False"),
+                              "the checker's ranks see no GPU: where torch.cuda.is_available() is False"),
     "bad_return": (GOOD.replace('return {"local_rank"', 'return {"rank"'),
                    "return a dict with keys 'local_rank', 'device' and 'checksum'"),
     # The classic example's forward with the CPU model's device_ids: right on a CPU, wrong on a GPU.
@@ -175,6 +175,12 @@ WRONG = {
         GOOD.replace('device_ids=[device.index] if device.type == "cuda" else None',
                      'device_ids=[rank] if device.type == "cuda" else None')
             .replace("ddp(torch.randn(20, 10).to(device))", "ddp(torch.randn(20, 10))"),
+        "passed device_ids=[3] to DDP, which moved the input to cuda:3, but the model is on cuda:1 (that is the "
+        "global rank"),
+    # The same device_ids=[rank] with the input moved to the model's GPU: DDP moves it again, to cuda:3.
+    "device_ids_of_rank_input_moved": (
+        GOOD.replace('device_ids=[device.index] if device.type == "cuda" else None',
+                     'device_ids=[rank] if device.type == "cuda" else None'),
         "passed device_ids=[3] to DDP, which moved the input to cuda:3, but the model is on cuda:1 (that is the "
         "global rank"),
     # The model left on the CPU: set_device and the group are right, the forward is not on the GPU.
@@ -223,12 +229,21 @@ def test_the_solution_passes_with_its_input_on_the_gpu():
 @pytest.mark.parametrize("case", sorted(WRONG))
 def test_wrong_answers_are_refused_with_the_reason(case, tmp_path, monkeypatch):
     source, message = WRONG[case]
-    if case in ("device_ids_on_cpu", "cuda_without_checking") and torch.cuda.is_available():
-        pytest.skip("right on GPUs")
     report = check_device_worker(_write(tmp_path, monkeypatch, f"wrong03_{case}", source))
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and message in fails[0], str(report)
     assert "with process_group(" not in fails[0] and ".to(rank)" not in fails[0], str(report)  # lesson 01's hint
+
+
+def test_the_real_runs_see_no_gpu_where_cuda_is_available(tmp_path, monkeypatch):
+    """Both layouts run every rank on this machine: with GPUs, two ranks would share one. The ranks see none."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the checker's own process has CUDA
+    line = "    use_gpu = torch.cuda.is_available()\n"
+    source = GOOD.replace(line, line + '    assert use_gpu or os.environ["CUDA_VISIBLE_DEVICES"] == ""\n')
+    assert source != GOOD
+    report = check_device_worker(_write(tmp_path, monkeypatch, "good03_sees_no_gpu", source))
+    assert report.passed and len(report.lines) == 3, str(report)
+    assert "(cpu, cpu, cpu, cpu)" in report.lines[1] and "(cpu, cpu, cpu)" in report.lines[2], str(report)
 
 
 # Exercise 3: load_on_device(path, device), two right answers and the mistakes a learner makes.

@@ -110,7 +110,7 @@ QUOTES: dict[str, Quote] = {
     "nccl_cpu_tensor": Quote(
         ("RuntimeError: No backend type associated with device type cpu",),
         "the process group's lookup of the backend for a tensor's device type, the same lookup that "
-        "section 1b's stand-in for nccl (folded) reaches",
+        "section 2's stand-in for nccl (folded) reaches",
         "lib/libtorch_cpu.so",
         ("No backend type associated with device type ",)),
     "checkpoint_on_gpus": Quote(

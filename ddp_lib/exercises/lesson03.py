@@ -17,7 +17,7 @@ from torch.nn.parallel.distributed import _to_kwargs
 
 from ddp_lib.errors import readable
 from ddp_lib.exercises.checking import Report, check_on_ranks, load_worker, worker_name
-from ddp_lib.workers.placement import expected_device, simulate_nodes
+from ddp_lib.workers.placement import simulate_nodes
 from ddp_lib.workers.shared import ToyModel, param_checksum
 
 LAYOUTS = {4: (2, "2 nodes x 2 ranks"), 3: (3, "1 node x 3 ranks")}  # world size: (processes per node, said)
@@ -31,8 +31,8 @@ HINTS = ((r"device_id parameter must be an accelerator|device_id .* does not mat
           "device_id= is for a GPU: pass it only where CUDA is available, and call "
           "init_process_group(\"gloo\", rank=rank, world_size=world_size) without it on the CPU"),
          (r"device_ids", "device_ids is for a model on one GPU; with a CPU model pass device_ids=None"),
-         (r"accelerator|CUDA|cuda", "this machine has no GPU: where torch.cuda.is_available() is False, use "
-          "device cpu and \"gloo\", with no set_device and no device_id="))
+         (r"accelerator|CUDA|cuda", "the checker's ranks see no GPU: where torch.cuda.is_available() is False, "
+          "use device cpu and \"gloo\", with no set_device and no device_id="))
 
 
 def _flat(tensors) -> torch.Tensor:
@@ -41,6 +41,9 @@ def _flat(tensors) -> torch.Tensor:
 
 def _run_learner(rank: int, world_size: int, target: str) -> dict:
     """In each rank: the learner's result, and its first ToyModel's weights before, own gradient and weights after."""
+    # The simulated nodes all run on this machine: on GPUs, two ranks would get one GPU, which nccl refuses.
+    # So the ranks see no GPU (read when CUDA starts in the process) and run the learner's CPU lines on gloo.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     torch.manual_seed(int.from_bytes(os.urandom(8), "little"))  # weights and batch of this rank's own
     load_worker(target)  # read the learner's file fresh
     seen: dict = {}
@@ -71,8 +74,8 @@ def diagnose(runs: list[dict]) -> str | None:
             hint = GLOBAL_RANK_HINT if result["local_rank"] == rank else ""
             return (f"rank {rank} (node {rank // LAYOUTS[len(runs)][0]}) used local_rank {result['local_rank']}, "
                     f"expected {local_rank}{hint}")
-        if str(result["device"]) != expected_device(local_rank):
-            return f"rank {rank} used device {result['device']}, expected {expected_device(local_rank)}"
+        if str(result["device"]) != "cpu":  # the ranks see no GPU (_run_learner)
+            return f"rank {rank} used device {result['device']}, expected cpu: its ranks see no GPU"
         if watched is None:
             return f"rank {rank} never called a ToyModel: wrap ToyModel in DDP and call the DDP model on the batch"
         if watched["checksum"] != run["result"]["checksum"]:
@@ -139,7 +142,9 @@ def _ddp_recorder(seen: dict, current_device: Callable[[], int | None]) -> type:
                 first = self.device_ids[0]
                 index = first.index if isinstance(first, torch.device) else first
                 index = current_device() if index is None else index  # [None]: DDP takes the current device
-                inputs, kwargs = _to_kwargs(inputs, kwargs, torch.device("cuda", index), True)
+                # DDP passes True, a side stream for the copy: it changes when the copy runs, not where the
+                # tensor lands. A CPU build has no stream for a (fake) CUDA tensor, so the plain move here.
+                inputs, kwargs = _to_kwargs(inputs, kwargs, torch.device("cuda", index), False)
                 inputs, kwargs = inputs[0], kwargs[0]
             return self.module(*inputs, **kwargs)
 
@@ -266,7 +271,9 @@ def gpu_order(fn: Callable, joined: list | None = None, seen: dict | None = None
 
 def check_device_worker(fn: Callable, timeout: float = 120):
     """A report on ``fn(rank, world_size)``: first its GPU lines on a faked GPU node (``gpu_order``), then
-    real runs on 2 simulated nodes x 2 ranks and 1 node x 3; stops at a failure."""
+    real runs on 2 simulated nodes x 2 ranks and 1 node x 3; stops at a failure. The real runs are on the CPU
+    (gloo) on every machine: their ranks all run here, so on GPUs two of them would share one, and they are
+    started with ``CUDA_VISIBLE_DEVICES=""``. A machine with CUDA runs the learner's CPU branch there too."""
     joined: list = []
     seen: dict = {}
     problem = gpu_order(fn, joined, seen)
