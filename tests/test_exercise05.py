@@ -106,24 +106,27 @@ def test_a_prediction_that_is_not_a_bool_is_refused_in_one_line():
 
 
 # Exercise 3: whose data the checkpoint's batch-norm statistics describe.
-@pytest.mark.parametrize("batch, sync", [("rank 0", "all ranks"), ("Rank 0's data", "the global batch")])
-def test_right_batchnorm_answers_pass_however_written(batch, sync):
+@pytest.mark.parametrize("batch, without_sync, sync", [("rank 0", "rank 0", "all ranks"),
+                                                       ("Rank 0's data", "rank0", "the global batch")])
+def test_right_batchnorm_answers_pass_however_written(batch, without_sync, sync):
     from ddp_lib.exercises.lesson05 import check_batchnorm_prediction
 
-    report = check_batchnorm_prediction(batch=batch, sync=sync)
-    assert report.passed and len(report.lines) == 2, str(report)
+    report = check_batchnorm_prediction(batch=batch, batch_without_sync=without_sync, sync=sync)
+    assert report.passed and len(report.lines) == 3, str(report)
 
 
-@pytest.mark.parametrize("batch, sync, fix", [
-    ("all ranks", "all ranks", "DDP averages gradients, not buffers"),  # buffers averaged like gradients
-    ("each rank", "all ranks", "only rank 0 saves"),  # each rank keeps its own
-    ("rank 0", "rank 0", "every rank's running statistics come from the global batch"),  # the broadcast wins
-    ("rank 0", "each rank", "no rank keeps statistics of its own batches"),
+@pytest.mark.parametrize("batch, without_sync, sync, fix", [
+    ("all ranks", "rank 0", "all ranks", "DDP averages gradients, not buffers"),  # buffers averaged like gradients
+    ("each rank", "rank 0", "all ranks", "only rank 0 saves"),  # each rank keeps its own
+    ("rank 0", "all ranks", "all ranks", "turning the copy off averages nothing"),  # no copy taken for an average
+    ("rank 0", "each rank", "all ranks", "but only rank 0 saves"),  # each rank's own, but one file
+    ("rank 0", "rank 0", "rank 0", "every rank's running statistics come from the global batch"),  # the broadcast wins
+    ("rank 0", "rank 0", "each rank", "no rank keeps statistics of its own batches"),
 ])
-def test_batchnorm_mistakes_are_named_with_their_fix(batch, sync, fix):
+def test_batchnorm_mistakes_are_named_with_their_fix(batch, without_sync, sync, fix):
     from ddp_lib.exercises.lesson05 import check_batchnorm_prediction
 
-    report = check_batchnorm_prediction(batch=batch, sync=sync)
+    report = check_batchnorm_prediction(batch=batch, batch_without_sync=without_sync, sync=sync)
     fails = [line for line in report.lines if line.startswith("FAIL")]
     assert len(fails) == 1 and fix in fails[0], str(report)
 
@@ -132,7 +135,7 @@ def test_a_batchnorm_answer_outside_the_choices_is_refused_in_one_line():
     from ddp_lib.exercises.lesson05 import check_batchnorm_prediction
 
     with pytest.raises(ValueError, match=r"batch='the model': pass 'rank 0', 'all ranks' or 'each rank'"):
-        check_batchnorm_prediction(batch="the model", sync="all ranks")
+        check_batchnorm_prediction(batch="the model", batch_without_sync="rank 0", sync="all ranks")
 
 
 # Exercise 5: the metric split. Plain functions: the checker starts no process.

@@ -133,13 +133,16 @@ def check_resume_prediction(matches_4x8: bool, matches_4x16: bool, epochs: int =
     return Report(judge_resume(predictions, differences))
 
 
-# Exercise 3: whose data the running statistics in the final checkpoint describe, with norm="batch" and "sync".
+# Exercise 3: whose data the running statistics in the final checkpoint describe, with norm="batch" (DDP's
+# default, then forward_sync_buffers=False) and norm="sync".
 WHOSE = {  # an answer, written any of these ways (lower case, without a trailing "'s data"), -> its meaning
     "rank 0": ("rank 0", "rank0", "rank 0 only", "rank 0's", "0"),
     "all ranks": ("all ranks", "all", "every rank", "all ranks'", "the global batch", "global", "all the data"),
     "each rank": ("each rank", "each rank its own", "its own rank", "own", "the saving rank's own"),
 }
-BATCHNORM_ANSWERS = {"batch": "rank 0", "sync": "all ranks"}
+BATCHNORM_ANSWERS = {"batch": "rank 0", "batch_without_sync": "rank 0", "sync": "all ranks"}
+BATCHNORM_LABELS = {"batch": 'norm="batch"', "batch_without_sync": 'norm="batch", forward_sync_buffers=False',
+                    "sync": 'norm="sync"'}
 BATCHNORM_WHY = {
     ("batch", "rank 0"): "at the start of a forward DDP copies rank 0's buffers to every rank, so rank 0's are never "
                          "overwritten and only ever see rank 0's batches; rank 0 saves the checkpoint",
@@ -149,6 +152,14 @@ BATCHNORM_WHY = {
                             "before saving",
     ("batch", "each rank"): "only rank 0 saves, and the other ranks' updates are overwritten by rank 0's buffers "
                             "at their next forward: the checkpoint describes rank 0's data",
+    ("batch_without_sync", "rank 0"): "without the copy each rank's statistics follow its own batches, and rank 0 "
+                                      "saves its own: the checkpoint describes rank 0's data. For all ranks' data, "
+                                      "all-reduce the buffers and divide by the world size before saving",
+    ("batch_without_sync", "all ranks"): "turning the copy off averages nothing: each rank's statistics follow its own "
+                                         "batches, and rank 0 saves its own. All-reduce the buffers and divide by the "
+                                         "world size before saving to describe all ranks",
+    ("batch_without_sync", "each rank"): "each rank's statistics now follow its own batches, but only rank 0 saves: "
+                                         "the checkpoint describes rank 0's data",
     ("sync", "all ranks"): "each forward normalises with the mean and variance of the global batch and updates the "
                            "running statistics from them, so they are equal on every rank and describe all ranks' data",
     ("sync", "rank 0"): "DDP still broadcasts rank 0's buffers, but with norm=\"sync\" every rank's running "
@@ -170,19 +181,23 @@ def read_whose(name: str, value: object) -> str:
     raise ValueError(f"{name}={value!r}: pass 'rank 0', 'all ranks' or 'each rank'")
 
 
-def check_batchnorm_prediction(batch: str, sync: str):
-    """Exercise 3: judge whose data the checkpoint's running statistics describe, for norm="batch" and "sync"."""
+def check_batchnorm_prediction(batch: str, batch_without_sync: str, sync: str):
+    """Exercise 3: judge whose data the checkpoint's running statistics describe, for norm="batch" under DDP's
+    default, for norm="batch" with forward_sync_buffers=False, and for norm="sync"."""
     from ddp_lib.exercises.checking import Report
 
-    answers = {"batch": read_whose("batch", batch), "sync": read_whose("sync", sync)}
+    answers = {"batch": read_whose("batch", batch),
+               "batch_without_sync": read_whose("batch_without_sync", batch_without_sync),
+               "sync": read_whose("sync", sync)}
     report = Report()
-    for norm, said in answers.items():
-        right = BATCHNORM_ANSWERS[norm]
+    for case, said in answers.items():
+        right = BATCHNORM_ANSWERS[case]
         whose = right + ("'" if right.endswith("s") else "'s")  # "rank 0's", "all ranks'"
         if said == right:
-            report.ok(f'norm="{norm}": {whose} data: {BATCHNORM_WHY[norm, said]}')
+            report.ok(f"{BATCHNORM_LABELS[case]}: {whose} data: {BATCHNORM_WHY[case, said]}")
         else:
-            report.fail(f'norm="{norm}": you said {said}, but it is {whose} data: {BATCHNORM_WHY[norm, said]}')
+            report.fail(f"{BATCHNORM_LABELS[case]}: you said {said}, but it is {whose} data: "
+                        f"{BATCHNORM_WHY[case, said]}")
     return report
 
 

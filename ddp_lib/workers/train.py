@@ -71,7 +71,7 @@ def train(rank: int, world_size: int, epochs: int = 8, batch_size: int = 16, lr:
                         "epoch": epoch + 1, "model": model.state_dict(),
                         "optimizer": optimizer.state_dict(), "losses": losses})
             if checkpoint_dir:
-                dist.barrier()  # nobody reads or crashes past a checkpoint rank 0 has not finished
+                dist.barrier()  # past it, every rank knows this epoch's file is complete
 
         params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
         return {"rank": rank, "start_epoch": start_epoch, "losses": losses, "checksum": param_checksum(model),
