@@ -20,9 +20,9 @@ def texts(fig) -> list[str]:
 
 def test_the_store_picture_has_rank_0_serve_under_mp_spawn_and_the_agent_under_torchrun():
     shown = texts(plot_who_serves_the_store(nprocs=2))
-    assert "store on MASTER_PORT\n(served by rank 0)" in shown
+    assert "store on MASTER_PORT\n(served by rank 0's\ninit_process_group)" in shown
     assert "store on MASTER_PORT\n(served by the agent)" in shown
-    assert "agent (torchrun's process)\npicks a free port" in shown  # no term the lesson has not defined
+    assert "agent (torchrun's process)\npicks a free port (recent torch)" in shown  # no term the lesson has not defined
     assert sum(text.startswith("rank ") for text in shown) == 4  # two ranks in each of the two panels
 
 

@@ -203,6 +203,16 @@ def test_a_rank_failing_mid_step_is_reported_at_once_with_no_collective_in_final
     assert reported.startswith("ValueError: rank 1 of 2") or peer_left, reported
 
 
+def test_a_rank_that_exits_or_is_killed_gives_process_exited_exception():
+    from ddp_lib.workers.spawning import exit_early
+
+    for how, words, code in [("exit", "exit code 3", 3), ("kill", "signal SIGKILL", -9)]:
+        with pytest.raises(mp.ProcessExitedException) as info:
+            mp.start_processes(exit_early, args=(how,), nprocs=1, start_method="forkserver")
+        assert str(info.value) == f"process 0 terminated with {words}"
+        assert info.value.exit_code == code
+
+
 def test_a_hung_rank_is_stopped_by_join_timeout_and_terminate():
     context = mp.start_processes(hang, args=(60,), nprocs=2, join=False, start_method="forkserver")
     assert context.join(timeout=0.5) is False  # still running: join gave up after its timeout

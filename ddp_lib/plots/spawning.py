@@ -138,15 +138,17 @@ def plot_fork_with_lock() -> Figure:
 
 
 def plot_who_serves_the_store(nprocs: int = 2) -> Figure:
-    """Who serves the store, side by side: under ``mp.spawn`` rank 0 serves it on MASTER_PORT and the
-    other ranks connect; under torchrun the agent, torchrun's own process, serves it and starts the
-    ranks with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT in their environment."""
+    """Who serves the store, side by side: under ``mp.spawn`` with ``init_method`` env:// (the
+    default), rank 0's ``init_process_group`` serves it on MASTER_PORT and the other ranks connect;
+    under torchrun the agent, torchrun's own process, serves it and starts the ranks with RANK,
+    WORLD_SIZE, MASTER_ADDR and MASTER_PORT in their environment. The agent picks a free port in
+    recent torch (2.13); older releases default to 29500."""
     fig, (spawn_ax, torchrun_ax) = _two_panels(
         ("python ddp_basic.py 2  (mp.spawn)", "torchrun --nproc-per-node 2 ddp_basic.py"), 4.4, (10, 3.4), 9.5)
     # mp.spawn: the script's process starts the ranks; rank 0's init_process_group serves the store,
     # drawn to the ranks' side so that no arrow crosses it, each rank's arrow labelled.
     box(spawn_ax, 0.1, 1.6, 2.7, 1.2, "python ddp_basic.py\nfree port ->\nMASTER_PORT", "#eeeeee")
-    box(spawn_ax, 6.6, 1.65, 3.3, 1.1, "store on MASTER_PORT\n(served by rank 0)", "#d9ead3")
+    box(spawn_ax, 6.6, 1.6, 3.3, 1.2, "store on MASTER_PORT\n(served by rank 0's\ninit_process_group)", "#d9ead3")
     spawn_ax.text(2.95, 2.2, "starts", fontsize=8, ha="left", va="center", color="#b07000")
     for i, (y, label) in enumerate(zip((3.0, 0.4), ("serves it", "connects"))):
         if i >= nprocs:
@@ -158,7 +160,7 @@ def plot_who_serves_the_store(nprocs: int = 2) -> Figure:
         spawn_ax.text(6.2, y + (0.95 if i == 0 else -0.15), label, fontsize=8, ha="center",
                       va="bottom" if i == 0 else "top", color="tab:blue")
     # torchrun: the agent picks a free port, serves the store there, then starts the ranks.
-    box(torchrun_ax, 0.3, 3.3, 4.2, 0.8, "agent (torchrun's process)\npicks a free port", "#fde9c9")
+    box(torchrun_ax, 0.3, 3.3, 4.2, 0.8, "agent (torchrun's process)\npicks a free port (recent torch)", "#fde9c9")
     box(torchrun_ax, 5.6, 3.3, 4.1, 0.8, "store on MASTER_PORT\n(served by the agent)", "#d9ead3")
     arrow(torchrun_ax, (4.5, 3.7), (5.6, 3.7), "#b07000")
     torchrun_ax.text(5.05, 3.85, "serves", fontsize=7.5, ha="center", color="#b07000")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -122,6 +123,15 @@ def read_calls(out_dir: str) -> list[dict]:
             with open(os.path.join(out_dir, name)) as f:
                 calls.append(json.load(f))
     return sorted(calls, key=lambda call: call["i"])
+
+
+def exit_early(rank: int, how: str) -> None:
+    """End this process before ``fn`` returns: ``how="exit"`` calls ``sys.exit(3)``, ``how="kill"``
+    sends this process SIGKILL. Either way torch's launcher finds no error file, and raises
+    ``ProcessExitedException`` with the exit code or the signal."""
+    if how == "exit":
+        sys.exit(3)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def hang(rank: int, seconds: float = 3600.0) -> None:
