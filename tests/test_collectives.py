@@ -58,6 +58,21 @@ def test_the_plain_torch_worker_reports_through_a_queue_under_torchs_spawn(monke
     assert [(r["rank"], r["world_size"], r["sum_of_ranks"]) for r in results] == [(0, 2, 1.0), (1, 2, 1.0)]
 
 
+def test_joining_with_no_rank_works_under_labelled_spawn_and_fails_under_torchs_spawn(monkeypatch):
+    import torch.multiprocessing as mp
+
+    import ddp_lib.mp
+    from ddp_lib.process_group import free_port
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert ddp_lib.mp.labelled_spawn(collectives.join_from_env, args=(2,), nprocs=2) == [1.0, 1.0]
+    with pytest.raises(mp.ProcessRaisedException, match="environment variable RANK expected, but not set"):
+        mp.spawn(collectives.join_from_env, args=(2,), nprocs=2)
+
+
 def test_the_plain_torch_broadcast_gives_every_rank_rank_0s_tensor():
     results = run_ranks(collectives.broadcast_from_0, 3)
     assert [r["before"] for r in results] == [start(r, 3) for r in range(3)]

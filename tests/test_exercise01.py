@@ -10,7 +10,7 @@ from ddp_lib.exercises.lesson01 import (
     check_mean_across_ranks,
     check_reduce_max_to_2,
     check_ring_all_gather,
-    check_waiting_at_3,
+    check_sum_in_my_half,
 )
 
 HEAD = """
@@ -149,39 +149,75 @@ def test_the_drawn_values_never_have_a_whole_mean():
         assert not any((sum(values[:n]) / n).is_integer() for n in (2, 3))
 
 
-# Exercise 5: who waits in a broadcast on 3 ranks when rank 2 is late. Records shaped as late_in_each's.
-def _run(waiting: list[int], world_size: int = 3, delay: float = 0.2) -> list[dict]:
-    return [{"rank": r, "waited": {"broadcast": delay if r in waiting else 0.001}} for r in range(world_size)]
+# Exercise 5: sum_in_my_half(rank, world_size, x), the sum over the even or the odd ranks, in a subgroup.
+HALVES_HEAD = HEAD.replace("def mean_across_ranks(", "def sum_in_my_half(")
+HALVES_RIGHT = {
+    "one_group_per_half_in_a_loop": """
+        groups = [dist.new_group([r for r in range(world_size) if r % 2 == half]) for half in (0, 1)]
+        t = torch.tensor([x], dtype=torch.float64, device=device)
+        dist.all_reduce(t, group=groups[rank % 2])
+        return t
+""",
+    "new_subgroups_by_enumeration": """
+        mine, _ = dist.new_subgroups_by_enumeration([list(range(0, world_size, 2)), list(range(1, world_size, 2))])
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t, group=mine)
+        return float(t)
+""",
+}
+HALVES_WRONG = {
+    "no_group": ("""
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t)
+        return t.item()
+""", "made no subgroup"),
+    "groups_made_but_not_passed": ("""
+        evens, odds = dist.new_group(list(range(0, world_size, 2))), dist.new_group(list(range(1, world_size, 2)))
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t)
+        return t.item()
+""", "pass group= its own half's group to all_reduce"),
+    "the_other_half": ("""
+        evens, odds = dist.new_group(list(range(0, world_size, 2))), dist.new_group(list(range(1, world_size, 2)))
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t, group=odds if rank % 2 == 0 else evens)
+        return t.item()
+""", "ran in a group it is not in"),
+    "a_list": ("""
+        evens, odds = dist.new_group(list(range(0, world_size, 2))), dist.new_group(list(range(1, world_size, 2)))
+        t = torch.tensor([x], device=device)
+        dist.all_reduce(t, group=evens if rank % 2 == 0 else odds)
+        return t.tolist()
+""", "returned a list: return the sum as a float"),
+}
 
 
-@pytest.mark.parametrize("answer", [[0], (0,), {0}, 0])
-def test_exercise5_right_answers_written_differently_pass(answer):
-    assert check_waiting_at_3(answer, _run([0]), 0.2).startswith("Right")
+def test_exercise5_the_solution_passes():
+    from ddp_lib.exercises.solutions.lesson01 import sum_in_my_half
+
+    report = check_sum_in_my_half(sum_in_my_half)
+    assert report.passed and len(report.lines) == 2, str(report)
 
 
-@pytest.mark.parametrize(("answer", "run", "said"), [
-    (None, _run([0]), "set waiting_at_3"),
-    ("rank 0", _run([0]), "expected a list of rank numbers"),
-    ([0], None, "set run_at_3"),
-    ([0], _run([1], world_size=4), "launch late_in_each with args=(3, delay) and nprocs=3"),
-    ([0, 2], _run([0]), "rank 2 is the late one"),
-    ([1], _run([0]), "the answer on 4 ranks"),
-    ([0, 1], _run([0]), "sends nothing to rank 2"),
-    ([], _run([0]), "a rank waits if it sends to rank 2"),
-    ([0], _run([0, 1]), "run it again"),
-])
-def test_exercise5_mistakes_get_their_fix(answer, run, said):
-    report = check_waiting_at_3(answer, run, 0.2)
-    assert said in report and not report.startswith("Right")
+@pytest.mark.parametrize("case", sorted(HALVES_RIGHT))
+def test_exercise5_right_answers_written_differently_pass(case, tmp_path, monkeypatch):
+    answer = load_answer(tmp_path, monkeypatch, f"right01_halves_{case}", HALVES_HEAD + HALVES_RIGHT[case],
+                         "sum_in_my_half")
+    report = check_sum_in_my_half(answer)
+    assert report.passed, str(report)
 
 
-def test_exercise5_reads_a_real_run(free_master_port):
-    import ddp_lib.mp
-    from ddp_lib.demos import late_collectives
+@pytest.mark.parametrize("case", sorted(HALVES_WRONG))
+def test_exercise5_mistakes_are_named_with_their_fix(case, tmp_path, monkeypatch):
+    body, hint = HALVES_WRONG[case]
+    answer = load_answer(tmp_path, monkeypatch, f"wrong01_halves_{case}", HALVES_HEAD + body, "sum_in_my_half")
+    report = check_sum_in_my_half(answer)
+    assert not report.passed and hint in str(report), str(report)
 
-    run = ddp_lib.mp.labelled_spawn(late_collectives.late_in_each, args=(3, 0.3), nprocs=3)
-    report = check_waiting_at_3([0], run, 0.3)
-    assert report.startswith("Right") or "run it again" in report  # a busy machine can blur a run
+
+def test_exercise5_asks_for_the_worker_first():
+    report = check_sum_in_my_half(None)
+    assert not report.passed and "set halves_worker" in str(report)
 
 
 # Exercise 2: reduce with MAX to rank 2 on 4 ranks. Records as a worker returning mine.tolist() gives them.

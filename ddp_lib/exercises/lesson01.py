@@ -1,6 +1,6 @@
 """Checkers for lesson 01's exercises: ``mean_across_ranks(rank, world_size, x)``, the mean on every rank;
 reduce's result trusted on dst only; a swap with ``batch_isend_irecv``; ``ring_all_gather(tensor)`` and its
-bytes; who waits for a late rank in a broadcast."""
+bytes; ``sum_in_my_half(rank, world_size, x)``, the sum over the even or the odd ranks."""
 
 import math
 import random
@@ -86,19 +86,46 @@ def check_mean_across_ranks(fn: Callable, world_sizes: tuple[int, ...] = (2, 3),
                           where=lambda runs: f"world_size {len(runs)}, values {values[:len(runs)]}")
 
 
-# Exercise 5: who waits in a broadcast on 3 ranks, when rank 2 comes late.
+# Exercise 5: sum_in_my_half(rank, world_size, x): the sum of x over the even ranks, or over the odd ranks.
 
-def _late_rank_waiters(world_size: int, late: int) -> list[int]:
-    """The on-time ranks that wait for ``late`` in gloo's binomial-tree broadcast from rank 0: those
-    that send to it (gloo waits for each send to finish), and those whose data comes through it."""
-    from ddp_lib.plots.collectives import binomial_broadcast_sends
+_SUBGROUP_CALLS = ("all_reduce", "new_group", "new_subgroups_by_enumeration", "new_subgroups")
 
-    sends = sorted(binomial_broadcast_sends(world_size))  # (round, sender, receiver), round by round
-    below = {late}
-    for _, sender, receiver in sends:
-        if sender in below:
-            below.add(receiver)
-    return sorted({sender for _, sender, receiver in sends if receiver == late} | (below - {late}))
+
+def _halves_problem(runs: list[dict], values: list[float]) -> str | None:
+    """Why these ranks' results are not their halves' sums (None: they are), the mistake named with its fix."""
+    world_size = len(runs)
+    halves = [sum(values[r] for r in range(rank % 2, world_size, 2)) for rank in range(world_size)]
+    for rank, run in enumerate(runs):
+        got = as_number(run["result"])
+        if isinstance(got, str):
+            return f"rank {rank} returned {got}: return the sum as a float, such as t.item()"
+        if _close(got, halves[rank]):
+            continue
+        if not {"new_group", "new_subgroups_by_enumeration", "new_subgroups"} & set(run["called"]):
+            return (f"rank {rank} made no subgroup: on every rank, build both halves with "
+                    "dist.new_group(ranks), evens first, then odds")
+        if _close(got, sum(values[:world_size])):
+            return (f"rank {rank} returned the sum over all ranks, {got:g}: pass group= its own half's group "
+                    "to all_reduce")
+        if _close(got, values[rank]):
+            return (f"rank {rank} returned its own x, {got:g}: its all_reduce ran in a group it is not in, "
+                    "and such a call does nothing. Pass the group of rank % 2: evens for 0, odds for 1")
+        return f"rank {rank} returned {got:g}, expected {halves[rank]:g}, the sum of x over its half"
+    return None
+
+
+def check_sum_in_my_half(fn: Callable | None, world_sizes: tuple[int, ...] = (3, 4), timeout: float = 60.0):
+    """Exercise 5: a report on ``fn(rank, world_size, x)`` on 3 and 4 ranks: each rank returns the sum of
+    ``x`` over the ranks of its half, the even ranks or the odd ranks, all-reduced in a subgroup."""
+    if fn is None:
+        report = Report()
+        report.fail("set halves_worker to your worker, sum_in_my_half(rank, world_size, x), imported from my_work")
+        return report
+    values = [float(v) for v in random.sample(range(1, 1000), max(world_sizes))]  # rank r's x: values[r]
+    return check_on_ranks(run_counted, world_sizes, lambda runs: _halves_problem(runs, values),
+                          (worker_name(fn), _SUBGROUP_CALLS, values), timeout=timeout,
+                          passed="each rank returned the sum over its half",
+                          where=lambda runs: f"world_size {len(runs)}, values {values[:len(runs)]}")
 
 
 def _ranks(answer) -> list[int] | None:
@@ -110,40 +137,6 @@ def _ranks(answer) -> list[int] | None:
     except TypeError:
         return None
     return ranks if all(isinstance(r, int) and not isinstance(r, bool) for r in ranks) else None
-
-
-def check_waiting_at_3(answer, run: list[dict] | None, delay: float) -> str:
-    """Exercise 5: ``answer``, the on-time ranks that wait in the broadcast when rank 2 of 3 is late,
-    against gloo's tree and against ``run``, what ``late_in_each`` returned on 3 ranks with ``delay``."""
-    if answer is None:
-        return "Not yet: set waiting_at_3 to your answer, a list of ranks such as [0, 1]."
-    ranks = _ranks(answer)
-    if ranks is None:
-        return f"waiting_at_3 = {answer!r}: expected a list of rank numbers, such as [0, 1]."
-    if not run:
-        return ("Not yet: set run_at_3 to what ddp_lib.mp.labelled_spawn(late_collectives.late_in_each, "
-                "args=(3, delay), nprocs=3) returns.")
-    if len(run) != 3:
-        return f"run_at_3 holds {len(run)} ranks: launch late_in_each with args=(3, delay) and nprocs=3."
-    late = len(run) - 1
-    measured = [r["rank"] for r in run[:-1] if r["waited"]["broadcast"] > delay / 2]
-    expected = _late_rank_waiters(3, late)
-    seen = f"your run measured {measured} waiting"
-    if ranks == expected:
-        if measured == expected:
-            return f"Right: rank 0 sends to rank 2 itself, in the second round, and {seen}."
-        return (f"Your answer follows gloo's tree, but {seen}. A busy machine can blur a run: "
-                "run it again, with a larger delay such as 0.5.")
-    if late in ranks:
-        return f"waiting_at_3 = {ranks}: rank {late} is the late one. List only the on-time ranks that wait for it."
-    if ranks == [1]:
-        return (f"[1] is the answer on 4 ranks, where rank 1 sends to rank 3; {seen}. On 3 ranks, "
-                "follow binomial_broadcast_sends(3): which rank sends to rank 2?")
-    if ranks == [0, 1]:
-        return (f"waiting_at_3 = [0, 1]; {seen}. Rank 1 gets its data from rank 0 in the first round "
-                "and sends nothing to rank 2, so it has no reason to wait.")
-    return (f"waiting_at_3 = {ranks}; {seen}. Follow binomial_broadcast_sends(3): a rank waits if it sends "
-            "to rank 2, or if its data comes through rank 2.")
 
 
 # Exercise 2: reduce with MAX to rank 2, on 4 ranks whose tensors are start_tensor's [10r+1, ..., 10r+4].

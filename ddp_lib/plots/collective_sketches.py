@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 
 from ddp_lib.plots.collectives import RANK_COLOURS
 
@@ -81,6 +81,9 @@ WHEN_RANKS_DISAGREE = (
 )
 
 
+WAITS_COLOUR, BRIEF_COLOUR = "#fdd0a2", "#d9d9d9"  # when ranks disagree: a rank that waits, one that leaves soon
+
+
 def plot_when_ranks_disagree(cases=WHEN_RANKS_DISAGREE, timeout: float = 8.0) -> Figure:
     """One row per rank in each case: how long it stays in the call, and how the call ends."""
     ends = {"timeout": timeout, "error": 0.6, "late error": 2.2, "wrong": 0.6, "killed": 0.6, "stopped": 0.8,
@@ -97,7 +100,7 @@ def plot_when_ranks_disagree(cases=WHEN_RANKS_DISAGREE, timeout: float = 8.0) ->
         for rank, outcome, label in ranks:
             end = ends[outcome]
             if end:
-                colour = "#fdd0a2" if end > 1 else RANK_COLOURS[rank]
+                colour = WAITS_COLOUR if end > 1 else BRIEF_COLOUR
                 ax.add_patch(Rectangle((0, y - 0.3), end, 0.6, facecolor=colour, edgecolor="black"))
             mark, mark_colour = marks[outcome]
             ax.text(end + 0.15, y, mark, ha="left", va="center", fontsize=12, color=mark_colour, weight="bold")
@@ -114,6 +117,9 @@ def plot_when_ranks_disagree(cases=WHEN_RANKS_DISAGREE, timeout: float = 8.0) ->
     ax.set_xticks([0], ["the call"])
     for side in ("top", "right", "left"):
         ax.spines[side].set_visible(False)
+    ax.legend(handles=[Patch(facecolor=WAITS_COLOUR, edgecolor="black", label="inside the call, waiting"),
+                       Patch(facecolor=BRIEF_COLOUR, edgecolor="black", label="inside the call, briefly")],
+              loc="lower right", fontsize=8.5, frameon=False)
     ax.set_xlabel("time →  (bar: the rank is inside the call;  ✗ error or killed;  ! wrong result;  ■ process ends)")
     ax.set_title("When ranks disagree: who waits, who errors, who goes on with a wrong result", fontsize=10)
     fig.tight_layout()

@@ -51,6 +51,18 @@ def join_and_put(rank: int, world_size: int, results: SimpleQueue) -> None:
     results.put(join_and_sum(rank, world_size))
 
 
+def join_from_env(rank: int, world_size: int) -> float:
+    """Plain torch, with no rank= and no world_size=: env:// then reads them from RANK and WORLD_SIZE,
+    which ddp_lib.mp.labelled_spawn and torchrun set and torch.multiprocessing.spawn does not."""
+    dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    try:
+        total = torch.tensor([float(rank)])
+        dist.all_reduce(total)  # every rank receives the sum over all ranks
+        return total.item()
+    finally:
+        dist.destroy_process_group()
+
+
 def join_with_url(rank: int, world_size: int, url: str) -> float:
     """Plain torch: join the group through the init method ``url``, all-reduce the ranks, leave."""
     dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world_size)
