@@ -231,7 +231,7 @@ def test_the_ddp_cycle_puts_unused_parameters_where_ddp_handles_them():
     import matplotlib
 
     matplotlib.use("Agg")
-    from ddp_lib.plots.buckets import DDP_CYCLE, plot_ddp_cycle
+    from ddp_lib.plots.buckets import DDP_CYCLE, _joined, plot_ddp_cycle
 
     boxes = {call: " ".join(line.strip() for line in lines) for call, _, lines, _ in DDP_CYCLE}
     assert "find the unused ones" in boxes["ddp_model(x)"] and "mark" not in boxes["ddp_model(x)"]
@@ -239,11 +239,21 @@ def test_the_ddp_cycle_puts_unused_parameters_where_ddp_handles_them():
     # the forward decides whether the next backward syncs: no_sync() is named there too
     assert "inside no_sync(): its backward will send nothing" in boxes["ddp_model(x)"]
     # the buffer broadcast depends on the forward before this one, not on the last backward
-    assert "unless the last forward ran in no_grad or no_sync" in boxes["ddp_model(x)"]
+    assert "unless the previous forward ran in no_grad or no_sync" in boxes["ddp_model(x)"]
     fig = plot_ddp_cycle()
-    lowest_line = min(t.get_position()[1] for t in fig.axes[0].texts if t.get_fontsize() == 7.5)
-    label = max(t.get_position()[1] for t in fig.axes[0].texts if t.get_text().startswith("sections"))
-    assert lowest_line > label + 0.2
+    texts = fig.axes[0].texts
+    box_lines = {line for _, _, lines, _ in DDP_CYCLE for line in _joined(lines)}
+    assert all(t.get_fontsize() >= 9 for t in texts)  # readable at notebook width
+    for patch in fig.axes[0].patches:  # in each box, every line stays above its section label
+        inside = [t for t in texts if patch.contains_point(ax_point(fig, t.get_position()))]
+        lowest_line = min(t.get_position()[1] for t in inside if t.get_text() in box_lines)
+        label = max(t.get_position()[1] for t in inside if t.get_text().startswith("sections"))
+        assert lowest_line > label + 0.2
+
+
+def ax_point(fig, xy):
+    """A point in data coordinates of the figure's only axes, in display coordinates."""
+    return fig.axes[0].transData.transform(xy)
 
 
 def test_no_sync_needs_the_forward_inside_it():

@@ -111,7 +111,7 @@ DDP_CYCLE = (
     ("DDP(model)", "construction", ("check that every rank's shapes match", "broadcast rank 0's parameters",
                                     "  and buffers", "buckets for step 0: by default,", "  one of all parameters"),
      "sections 1, 4"),
-    ("ddp_model(x)", "forward", ("broadcast buffers, unless the last",
+    ("ddp_model(x)", "forward", ("broadcast buffers, unless the previous",
                                  "  forward ran in no_grad or no_sync",
                                  "step 1: buckets rebuilt in the", "  order backward made gradients",
                                  "inside no_sync(): its backward",
@@ -132,32 +132,52 @@ DDP_CYCLE = (
 )
 
 
+def _joined(lines: tuple[str, ...]) -> list[str]:
+    """The lines of a DDP_CYCLE box with each indented continuation joined to the line before it,
+    where the two fit in a wide box's 60 characters."""
+    items: list[str] = []
+    for text in lines:
+        if text.startswith("  ") and items and len(items[-1]) + len(text.strip()) < 60:
+            items[-1] += " " + text.strip()
+        else:
+            items.append(text)
+    return items
+
+
 def plot_ddp_cycle() -> Figure:
     """Schematic of one DDP training step on one rank: construction once, then forward, backward and
-    the optimizer step, each box listing what DDP does there and the sections of lesson 04 that show it."""
-    width, gap = 2.5, 0.4
-    top = 2.0 + 0.36 * (max(len(lines) for _, _, lines, _ in DDP_CYCLE) - 1)  # the longest box's lines fit
-    fig, ax = plt.subplots(figsize=(11, 0.75 * (top + 0.6)))
-    for k, (call, phase, lines, where) in enumerate(DDP_CYCLE):
-        left = k * (width + gap)
+    the optimizer step, each box listing what DDP does there and the sections of lesson 04 that show it.
+    Two boxes a row, so that each line reads at 9 pt at notebook width: construction and forward on top,
+    then the optimizer step and backward below, the cycle running clockwise."""
+    width, gap, line = 5.0, 0.8, 0.42
+    joined = [_joined(lines) for _, _, lines, _ in DDP_CYCLE]  # a wide box: each item on one line
+    height = 1.5 + line * max(len(lines) for lines in joined)  # the longest box's lines fit
+    places = ((0, 1), (1, 1), (1, 0), (0, 0))  # (column, row) of construction, forward, backward, step
+    fig, ax = plt.subplots(figsize=(11, 0.6 * (2 * height + gap + 0.6)))
+    for k, ((call, phase, _, where), lines, (column, row)) in enumerate(zip(DDP_CYCLE, joined, places)):
+        left, bottom = column * (width + gap), row * (height + gap)
         colour = "lightgray" if k == 0 else COMM_COLOURS[0] if k == 2 else "white"
-        ax.add_patch(plt.Rectangle((left, 0.3), width, top - 0.3, facecolor=colour, edgecolor="black", alpha=0.6))
-        ax.text(left + width / 2, top - 0.25, call, ha="center", va="center", fontsize=9, family="monospace",
+        ax.add_patch(plt.Rectangle((left, bottom), width, height, facecolor=colour, edgecolor="black", alpha=0.6))
+        top = bottom + height
+        ax.text(left + width / 2, top - 0.3, call, ha="center", va="center", fontsize=11, family="monospace",
                 weight="bold")
-        ax.text(left + width / 2, top - 0.6, phase + (", once" if k == 0 else ", every step"), ha="center",
-                va="center", fontsize=8, style="italic")
-        for i, line in enumerate(lines):
-            ax.text(left + 0.1, top - 1.0 - 0.36 * i, line, va="center", fontsize=7.5)
-        ax.text(left + width / 2, 0.5, where, ha="center", va="center", fontsize=8)
-        if k:
-            ax.annotate("", xy=(left, top / 2), xytext=(left - gap, top / 2),
-                        arrowprops=dict(arrowstyle="->", color="black"))
-    ax.annotate("", xy=(width + gap + width / 2, 0.3), xytext=(4 * width + 3 * gap - width / 2, 0.3),
-                arrowprops=dict(arrowstyle="->", color="gray", connectionstyle="arc3,rad=-0.15"))
-    ax.text(2.5 * width + 2 * gap, -0.25, "next step", ha="center", fontsize=8, color="gray")
-    ax.set_xlim(-0.1, 4 * width + 3 * gap + 0.1)
-    ax.set_ylim(-0.5, top + 0.1)
+        ax.text(left + width / 2, top - 0.7, phase + (", once" if k == 0 else ", every step"), ha="center",
+                va="center", fontsize=10, style="italic")
+        for i, text in enumerate(lines):
+            ax.text(left + 0.15, top - 1.1 - line * i, text, va="center", fontsize=9)
+        ax.text(left + width - 0.15, bottom + 0.25, where, ha="right", va="center", fontsize=9)
+    middle = height / 2
+    arrow = dict(arrowstyle="->", color="black", lw=1.5)
+    top_row = height + gap
+    ax.annotate("", xy=(width + gap, top_row + middle), xytext=(width, top_row + middle), arrowprops=arrow)
+    ax.annotate("", xy=(width + gap + width / 2, height), xytext=(width + gap + width / 2, top_row), arrowprops=arrow)
+    ax.annotate("", xy=(width, middle), xytext=(width + gap, middle), arrowprops=arrow)
+    ax.annotate("", xy=(width + gap + 0.4, top_row + 0.2), xytext=(width - 0.4, height - 0.2),
+                arrowprops=dict(arrowstyle="->", color="gray", lw=1.5, connectionstyle="arc3,rad=-0.2"))
+    ax.text(width + gap / 2 + 0.35, height + gap / 2, "next step", ha="left", va="center", fontsize=9, color="gray")
+    ax.set_xlim(-0.1, 2 * width + gap + 0.1)
+    ax.set_ylim(-0.1, 2 * height + gap + 0.1)
     ax.axis("off")
-    ax.set_title("One rank's DDP, end to end: what each call does, and where this lesson shows it")
+    ax.set_title("One rank's DDP, end to end: what each call does, and where this lesson shows it", fontsize=11)
     fig.tight_layout()
     return fig

@@ -125,13 +125,15 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
             y = y_backward + 0.8 + 0.45 * ev["bucket"]
             colour = COMM_COLOURS[ev["bucket"] % 2]
             ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38, color=colour, edgecolor="black",
-                    label="an all-reduce, start to end (b0 starts first)" if row == 0 and ev["bucket"] == 0 else None)
+                    label=None if row or ev["bucket"] > 1 else
+                    "an all-reduce, start to end (b0 starts first)" if ev["bucket"] == 0 else
+                    "the next bucket's all-reduce (colours alternate)")
             if shade_waits:  # pale over the bar's first part, until the last rank started it
                 waited = min(max(last_start[ev["bucket"]], ev["start"]), ev["end"]) - ev["start"]
                 label = "pale: waiting for the other rank to start it" if row == 0 and ev["bucket"] == 0 else None
                 ax.barh(y, waited, left=ev["start"], height=0.38, color="white", alpha=0.65, edgecolor="black",
                         label=label)
-            ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=7)
+            ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=9)
         own_lanes = max((ev["bucket"] for ev in tl["allreduces"]), default=0) + 1
         if mark_synced:  # from the backward bar down to this row's last lane
             ax.vlines(tl["synced_ms"], y_backward - 0.4, y_backward + 0.8 + 0.45 * (own_lanes - 1) + 0.3,
