@@ -55,8 +55,8 @@ def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hel
     """The parent sends each child the worker, as (module, name), with i and args, from a loop over the ranks; each
     child imports the module and looks the name up before calling fn(i, *args). With ``fails``,
     the lookup is drawn as the step that fails (a notebook's ``__main__`` worker in a fresh Python)."""
-    fig, ax = plt.subplots(figsize=(8, 1.2 + 1.1 * nprocs))
-    ax.set_xlim(0, 10)
+    fig, ax = plt.subplots(figsize=(9.5, 1.2 + 1.1 * nprocs))  # wide enough for a long module name
+    ax.set_xlim(0, 11.2)
     ax.set_ylim(-0.6, nprocs - 0.2)
     ax.axis("off")
     box = dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor="tab:blue")
@@ -76,7 +76,7 @@ def plot_pickled_worker(module: str = "my_work.lesson02_hello", name: str = "hel
                         bbox=dict(boxstyle="round,pad=0.4", facecolor="white", edgecolor=colour))
         if fails:
             child.set_color("tab:red")
-    ax.text(5, nprocs - 0.45, "a function travels as its module and name, not its code: "
+    ax.text(5.6, nprocs - 0.45, "a function travels as its module and name, not its code: "
             "each child must be able to import it", ha="center", fontsize=9)
     fig.tight_layout()
     return fig
