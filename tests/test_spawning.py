@@ -394,6 +394,21 @@ def test_errors_of_reads_each_message_whole_when_two_children_interleave_their_t
     assert err.errors_of("AttributeError") == [whole]
 
 
+def test_errors_of_ends_each_message_where_the_other_childs_traceback_starts_on_its_line():
+    # The other child's traceback can follow the message on the same line: it is not part of the message.
+    from ddp_lib.demos.spawning import Captured
+
+    whole = "AttributeError: Can't get attribute 'hello' on <module '__main__' (built-in)>"
+    for leaked in ('  File "<string>", line 1, in <module>', 'File "<string>", line 1, in <module>',
+                   "Traceback (most recent call last):", "   "):
+        err = Captured()
+        err.text = f"Traceback (most recent call last):\n{whole}{leaked}\n{whole}\n"
+        assert err.errors_of("AttributeError") == [whole], leaked
+    err = Captured()
+    err.text = "ValueError: a message with one space inside\n"
+    assert err.errors_of("ValueError") == ["ValueError: a message with one space inside"]
+
+
 def test_classic_changes_shows_what_lesson_02s_script_changed_from_lesson_00s_classic_example(tmp_path):
     from ddp_lib.demos.spawning import classic_changes
 

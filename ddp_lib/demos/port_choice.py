@@ -2,7 +2,8 @@
 
 ``setup(rank, world_size, port)`` is the classic ``setup()`` with ``MASTER_PORT`` taken from its third
 argument, and ``demo_basic(rank, world_size, port)`` is the lesson's fixed ``demo_basic`` that passes it
-on. A launch gives every rank the same port: ``mp.spawn(demo_basic, args=(world_size, port), ...)``.
+on, with its ``train_step``. A launch gives every rank the same port:
+``mp.spawn(demo_basic, args=(world_size, port), ...)``.
 """
 
 from __future__ import annotations
@@ -24,14 +25,8 @@ def setup(rank, world_size, port):
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
 
 
-def demo_basic(rank, world_size, port):
-    """The fixed classic example on ``port``; returns every weight and bias, flattened into one list."""
-    print(f"Running basic DDP example on rank {rank}.")
-    setup(rank, world_size, port)
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:  # one GPU per rank, else the CPU
-        device = torch.device("cuda", rank)
-    else:
-        device = torch.device("cpu")
+def train_step(rank, device):
+    """The fixed file's training step; returns every weight and bias, flattened into one list."""
     torch.manual_seed(rank)
     model = ToyModel().to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -44,6 +39,23 @@ def demo_basic(rank, world_size, port):
     labels = torch.randn(20, 5).to(device)
     loss_fn(outputs, labels).backward()
     optimizer.step()
-
-    dist.destroy_process_group()
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+
+
+def demo_basic(rank, world_size, port):
+    """The fixed classic example on ``port``; returns every weight and bias, flattened into one list."""
+    print(f"Running basic DDP example on rank {rank}.")
+    setup(rank, world_size, port)
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:  # one GPU per rank, else the CPU
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+    parameters = train_step(rank, device)  # DDP freed on return, before the group is left, as in lesson 00's file
+    dist.destroy_process_group()
+    return parameters
+
+
+def demo_basic_to_queue(rank, world_size, port, results):
+    """``demo_basic`` on ``port``, its parameters put in ``results`` as ``(rank, parameters)``: torch's
+    ``mp.spawn`` drops return values, and 165 floats fit a queue's pipe."""
+    results.put((rank, demo_basic(rank, world_size, port)))

@@ -91,8 +91,11 @@ class Captured:
     def errors_of(self, exc_type: str) -> list[str]:
         """The distinct ``exc_type: message`` errors written here, in first-seen order. Children share
         the stderr they inherit, and two that fail at once can write the pieces of their tracebacks
-        interleaved (``AttributeError :  Can't ...``): each message is read after the type's name."""
-        found = re.finditer(rf"{re.escape(exc_type)}[\s:]*:[\s:]*(\S.*)", self.text)
+        interleaved (``AttributeError :  Can't ...``): each message is read after the type's name, and
+        ends at its line's end, or where the other child's pieces start on the same line (two spaces, a
+        ``File "`` or a ``Traceback``)."""
+        found = re.finditer(rf"{re.escape(exc_type)}[\s:]*:[\s:]*(\S.*?)(?=\s{{2,}}|\s*File \"|\s*Traceback|$)",
+                            self.text, re.MULTILINE)
         return list(dict.fromkeys(f"{exc_type}: {match.group(1).strip()}" for match in found))
 
 
