@@ -197,3 +197,22 @@ def test_the_recording_tool_records_every_quote_one_gpu_can_show():
     assert set(tool.CASES) <= set(QUOTES)
     assert {"nccl_cpu_tensor", "set_device_out_of_range", "checkpoint_on_gpus"} <= set(tool.CASES)
     assert QUOTES["checkpoint_on_gpus"].box_part == "rank 0's line"  # one GPU records rank 0's line only
+
+
+def test_ddp_of_a_cpu_model_fails_in_the_constructor_without_a_cpu_backend():
+    assert placement_demos.ddp_of_cpu_model_in_group("cuda:gloo") == (
+        "RuntimeError: No backend type associated with device type cpu")
+    assert placement_demos.ddp_of_cpu_model_in_group("cpu:gloo,cuda:gloo") == "no error"
+    assert not dist.is_initialized()
+
+
+def test_no_backend_name_gives_one_backend_for_the_accelerator_only():
+    assert placement_demos.backends_without_a_name("cuda") == {"cuda": "nccl"}
+    if torch.version.cuda is None:  # a CPU-only build: its own accelerator is the CPU
+        assert placement_demos.backends_without_a_name() == {"cpu": "gloo"}
+
+
+def test_ddps_copy_of_a_cpu_tensor_is_a_plain_to():
+    text = placement_demos.ddp_copy_of_a_cpu_tensor_source()
+    assert 'if device.type == "cpu":' in text and "return (obj.to(target_device),)" in text
+    assert "non_blocking" not in text

@@ -93,6 +93,16 @@ def ddp_moves_inputs_source() -> str:
                          "args, kwargs = moved_inputs[0], moved_kwargs[0]")
 
 
+def ddp_copy_of_a_cpu_tensor_source() -> str:
+    """The lines of ``torch.distributed.utils._recursive_to``, which DDP's forward uses to move its
+    inputs, that copy one tensor: a CPU tensor gets a plain ``.to(target_device)``, never on a side
+    stream and never with ``non_blocking``."""
+    from torch.distributed.utils import _recursive_to
+
+    return _source_lines(_recursive_to, "if device == target_device:",
+                         "from torch.nn.parallel._functions import _get_stream")
+
+
 def barrier_device_source() -> str:
     """The lines of ``torch.distributed.barrier`` that choose the barrier's device and hand it to
     the process group, the warning included: Python chooses a device, it makes no tensor."""
@@ -126,6 +136,36 @@ def cuda_only_group_with_cpu_tensor(backend: str = "cuda:gloo") -> str:
         return f"{type(e).__name__}: {e}"
     finally:
         destroy_group_quietly()
+
+
+def ddp_of_cpu_model_in_group(backend: str = "cuda:gloo") -> str:
+    """Join a one-process group with ``backend`` and wrap a CPU ``nn.Linear`` in DDP with
+    ``device_ids=None``, as after a forgotten ``model.to(device)``; return torch's error as
+    "Type: message", or "no error". DDP's constructor checks the parameters with a collective on their
+    device, so a group with no backend for CPU tensors fails there, before any forward."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        DistributedDataParallel(torch.nn.Linear(2, 2))
+        return "no error"
+    except RuntimeError as e:
+        return f"{type(e).__name__}: {e}"
+    finally:
+        destroy_group_quietly()
+
+
+def backends_without_a_name(accelerator: str | None = None) -> dict[str, str]:
+    """The backend per device type that ``init_process_group()`` with no backend name gives its group:
+    torch's own table (``BackendConfig``) for ``Backend.UNDEFINED``. ``accelerator`` ("cuda", ...)
+    fakes the accelerator that torch reports; None uses this build's. Makes no group."""
+    c10d = dist.distributed_c10d
+    with contextlib.ExitStack() as stack:
+        if accelerator is not None:
+            stack.enter_context(mock.patch("torch._C._get_accelerator",
+                                           return_value=torch.device(accelerator)))
+        config = c10d.BackendConfig(dist.Backend(c10d.Backend.UNDEFINED))
+        return {device: str(backend) for device, backend in config.get_device_backend_map().items()}
 
 
 class _PastTheCheck(Exception):
