@@ -65,3 +65,11 @@ def test_a_rank_that_failed_otherwise_under_mp_spawn_is_not_hidden():
     for line in ("process 1 terminated with signal SIGSEGV (folded above: 'The rare exit code 1'; run it again)",
                  "process 1 terminated with exit code 1"):
         assert "SPAWN_00_FINISHED" not in sanitize(line + "\n")
+
+
+def test_an_exercise_stub_reads_the_same_whether_or_not_an_earlier_run_left_other_text():
+    fresh = "Wrote my_work/lesson02_launch.py.\n"
+    again = "Wrote my_work/lesson02_launch.py. Its previous text is in my_work/lesson02_launch.py.previous.\n"
+    assert sanitize(again) == sanitize(fresh) == fresh
+    kept = "Kept my_work/lesson02_launch.py: it was changed outside this cell\n"
+    assert sanitize(kept) == kept  # a kept file is another outcome, and still shows

@@ -85,6 +85,15 @@ def test_metadata_is_what_the_kernel_reports_and_nothing_else(nb):
     assert info["name"] == "python" and info["version"].startswith("3.")
 
 
+def test_exercise_stubs_stored_as_a_fresh_clone_writes_them(nb):
+    # A stored "Its previous text is in ...previous" means the lesson was executed over an earlier run's
+    # my_work/ files: a learner's first run says only "Wrote ...". Empty notebooks/my_work/ and re-execute.
+    found = [f"code cell {index}" for index, cell in enumerate(code_cells(nb))
+             for output in cell.get("outputs", []) for text in output_texts(output)
+             if "Its previous text is in" in text or text.startswith("Kept my_work/")]
+    assert found == []
+
+
 def test_no_machine_paths_in_outputs(nb):
     found = []
     for index, cell in enumerate(code_cells(nb)):
