@@ -53,15 +53,3 @@ def test_holder_summary_names_the_listening_child_by_pid():
         child.kill()
         child.wait()
         child.stdout.close()
-
-
-def test_the_queue_worker_brings_back_each_ranks_parameters_under_torchs_mp_spawn():
-    import torch.multiprocessing as mp
-
-    from ddp_lib.demos.port_choice import demo_basic_to_queue
-
-    results = mp.get_context("spawn").SimpleQueue()
-    mp.spawn(demo_basic_to_queue, args=(2, free_port(), results), nprocs=2, join=True)
-    returned = dict(results.get() for _ in range(2))
-    assert sorted(returned) == [0, 1] and len(returned[0]) == 165
-    assert returned[0] == returned[1]  # the replicas agree after one step

@@ -53,9 +53,3 @@ def demo_basic(rank, world_size, port):
     parameters = train_step(rank, device)  # DDP freed on return, before the group is left, as in lesson 00's file
     dist.destroy_process_group()
     return parameters
-
-
-def demo_basic_to_queue(rank, world_size, port, results):
-    """``demo_basic`` on ``port``, its parameters put in ``results`` as ``(rank, parameters)``: torch's
-    ``mp.spawn`` drops return values, and 165 floats fit a queue's pipe."""
-    results.put((rank, demo_basic(rank, world_size, port)))
