@@ -4,8 +4,8 @@ the template on the half-moons, with a crash on purpose; your own collective ins
 save that fails half-way; and two runners that launch a 2-rank job and return its outcome
 (:func:`run_rank0_eval`, :func:`run_uneven_without_join`), for the lesson's main line; the collectives
 of forwards through ``ddp_model`` after one training step (:func:`forward_collectives`); and
-:func:`run_commands` and :func:`run_commands_at_once`, which run terminal commands (``python template.py``,
-``torchrun ...``) as typed;
+:func:`run_commands_at_once`, which runs terminal commands (``python template.py``, ``torchrun ...``) as
+typed, side by side;
 and :func:`warmup_rates`, the template's warm-up read from a real optimizer."""
 
 from __future__ import annotations
