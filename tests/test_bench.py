@@ -55,17 +55,30 @@ def test_fit_verdict_fits_where_the_model_holds_and_names_the_hump():
     result = allreduce.full_run()
     alpha, beta = allreduce.held_fit(result, 2)
     start = allreduce.fit_start(result, 2)
-    assert start == 16 * 1024  # the kept run: 16 B to 4 KiB took longer than 16 KiB
-    assert "fitted from 16 KiB (where the medians stop falling)" in allreduce.fit_verdict(result)
+    assert start == 4  # the kept run, sizes in random order: no clear fall, so the fit takes every size
+    assert "fitted from 4 B (every size: the medians never clearly fall)" in allreduce.fit_verdict(result)
     rows = [r for r in result["rows"] if r["world_size"] == 2 and r["bytes"] >= start]
     errors = [abs((alpha + r["bytes"] / beta) / (r["time_us"] * 1e-6) - 1) for r in rows]
     assert sorted(errors)[len(errors) // 2] < 0.25  # the median size fits within 25%
     assert len(allreduce.fit_verdict(result).splitlines()) == 3
     assert "alpha = " in allreduce.fit_verdict(result) and "gloo" not in allreduce.fit_verdict(result)
     text = allreduce.fit_verdict(result, detail=True)
+    assert text.startswith("no size below the fit: it starts at the smallest, 4 B")
     assert "8 messages (4 per rank)" in text and "the same at every size: True" in text
-    assert "the same messages, so not gloo's algorithm" in text
+    assert text.endswith("the smaller sizes took longer: False")
     assert allreduce.loops_per_timing(16) == 20 and allreduce.loops_per_timing(64 << 20) == 1
+    # An earlier kept run, sizes timed one after another: 16 B to 4 KiB took longer than 16 KiB.
+    sizes = [4 ** k for k in range(1, 14)]
+    medians = [180, 1504, 1366, 1436, 600, 1120, 324, 428, 368, 575, 2337, 10424, 39908]
+    quartiles = [(162, 340), (1189, 2113), (1208, 1788), (784, 1960), (509, 1239), (452, 1405), (291, 811),
+                 (423, 671), (362, 379), (563, 625), (1932, 3790), (9486, 11386), (39222, 45496)]
+    hump = {"rows": [{"world_size": 2, "bytes": b, "time_us": t, "q1_us": q1, "q3_us": q3}
+                     for b, t, (q1, q3) in zip(sizes, medians, quartiles)]}
+    assert allreduce.fit_start(hump) == 16 * 1024
+    assert "fitted from 16 KiB (where the medians stop falling)" in allreduce.fit_verdict(hump)
+    text = allreduce.fit_verdict(hump, detail=True)
+    assert text.startswith("below 16 KiB: 4 B to 4 KiB took 180-1504 us")
+    assert "the smaller sizes took longer: True; the same messages, so not gloo's algorithm" in text
 
 
 def test_fit_start_is_where_the_medians_stop_falling():
@@ -78,13 +91,20 @@ def test_fit_start_is_where_the_medians_stop_falling():
     assert allreduce.fit_start(run([10, 20, 18, 30])) == 4  # a fall of 10% is within the tolerance
     assert allreduce.fit_start(run([10, 20, 18, 30]), tolerance=0) == 64
     assert allreduce.held_fit(run([90, 80, 10, 20, 30])) == allreduce.held_fit(run([90, 80, 10, 20, 30]), from_bytes=64)
+    # where the rows have middle halves, a fall counts only when they are apart
+    overlapping = run([10, 40, 20, 50])
+    for row, (q1, q3) in zip(overlapping["rows"], [(9, 11), (18, 60), (15, 30), (45, 55)]):
+        row.update(q1_us=q1, q3_us=q3)
+    assert allreduce.fit_start(overlapping) == 4  # 64 B's third quartile (30) above 16 B's first (18)
+    overlapping["rows"][2].update(q3_us=17)
+    assert allreduce.fit_start(overlapping) == 64  # now apart: 16 B took longer than 64 B
 
 
 def test_the_lesson_verdicts_read_the_kept_runs():
     from ddp_lib.bench import allreduce, ddp, overlap, scaling, wide
     alpha, beta = allreduce.held_fit(allreduce.full_run())
     text = ddp.model_verdict(ddp.full_run(), alpha, beta)
-    assert len(text.splitlines()) == 3 and "the fit within 25%: False" in text
+    assert len(text.splitlines()) == 3 and "the fit within 25%: True" in text
     assert "the parts add up within 25%: True" in text
     text = ddp.model_verdict(ddp.full_run(), alpha, beta, sweep=allreduce.full_run())
     assert len(text.splitlines()) == 4 and "x the all-reduce benchmark's" in text

@@ -181,7 +181,7 @@ def test_halved_bytes_checker_accepts_the_fit_exact_or_rounded():
     alpha, beta = kept_fit(2)
     nbytes = sum(gradient_bytes())
     assert check_halved_bytes((alpha + nbytes / beta) * 1e3, (alpha + nbytes / 2 / beta) * 1e3).passed
-    assert check_halved_bytes(2.05, torch.tensor(1.17)).passed  # worked by hand with the fit's rounded numbers
+    assert check_halved_bytes(2.84, torch.tensor(1.53)).passed  # worked by hand with the fit's rounded numbers
 
 
 def test_halved_bytes_checker_names_each_honest_mistake():
@@ -205,7 +205,7 @@ def test_model_at_work_checker_accepts_the_fit_exact_or_rounded():
     alpha, beta = kept_fit(2)
     nbytes = sum(gradient_bytes())
     assert check_model_at_work((alpha + nbytes / beta) * 1e3, (4 * alpha + nbytes / beta) * 1e3).passed
-    assert check_model_at_work(2.05, torch.tensor(2.90)).passed  # worked by hand, as docs/answers.md does
+    assert check_model_at_work(2.84, torch.tensor(3.48)).passed  # worked by hand, as docs/answers.md does
 
 
 def test_model_at_work_checker_names_each_honest_mistake():
@@ -225,7 +225,7 @@ def test_model_at_work_checker_names_each_honest_mistake():
 def test_two_rows_checker_accepts_the_hand_solution_exact_or_rounded():
     from ddp_lib.exercises.lesson08 import check_two_rows, two_rows
     assert check_two_rows(*two_rows()).passed
-    assert check_two_rows(180.4, 1.689, 801).passed  # worked by hand, as docs/answers.md does
+    assert check_two_rows(157.6, 1.408, 903).passed  # worked by hand, as docs/answers.md does
 
 
 def test_two_rows_checker_names_each_honest_mistake():

@@ -171,14 +171,20 @@ FALL_TOLERANCE = 0.25
 
 def fit_start(result: dict, world_size: int = 2, tolerance: float = FALL_TOLERANCE) -> int:
     """The smallest size from which ``world_size``'s medians no longer fall: no larger size took less than
-    (1 - tolerance) times any size from there up. Below it, some smaller message took longer than a larger
-    one, which the model alpha + S / beta cannot draw (in the kept run, 16 B to 4 KiB)."""
-    times = sorted((r["bytes"], r["time_us"]) for r in result["rows"] if r["world_size"] == world_size)
-    start = times[-1][0]
-    for i in range(len(times) - 1, -1, -1):
-        if any(later < (1 - tolerance) * times[i][1] for _, later in times[i + 1:]):
+    (1 - tolerance) times any size from there up, with middle halves apart (the larger size's third quartile
+    below the smaller's first), where the rows have them. Below it, some smaller message took longer than a
+    larger one, which the model alpha + S / beta cannot draw (in an earlier kept run, 16 B to 4 KiB)."""
+    rows = sorted((r for r in result["rows"] if r["world_size"] == world_size), key=lambda r: r["bytes"])
+
+    def fell(small: dict, large: dict) -> bool:
+        apart = large.get("q3_us", large["time_us"]) < small.get("q1_us", small["time_us"]) or tolerance == 0
+        return large["time_us"] < (1 - tolerance) * small["time_us"] and apart
+
+    start = rows[-1]["bytes"]
+    for i in range(len(rows) - 1, -1, -1):
+        if any(fell(rows[i], later) for later in rows[i + 1:]):
             break
-        start = times[i][0]
+        start = rows[i]["bytes"]
     return start
 
 
@@ -192,8 +198,8 @@ def held_fit(result: dict, world_size: int = 2, from_bytes: int | None = None) -
 
 def fit_verdict(result: dict, world_size: int = 2, from_bytes: int | None = None, detail: bool = False) -> str:
     """The fit where the model holds, its errors there, and alpha's share of a 4 KiB message (three lines).
-    With ``detail``, instead: the sizes below the fit and why they are left out: gloo's ring sends the same
-    messages, looped as often, from 16 B to 64 KiB, yet the smaller took longer."""
+    With ``detail``, instead: the sizes below the fit, if any, and whether 16 B to 4 KiB took longer than
+    16 to 64 KiB, where gloo's ring sends the same messages, looped as often (the hump of an earlier run)."""
     from ddp_lib.bench.gloo_ring import ring_sends
     from_bytes = fit_start(result, world_size) if from_bytes is None else from_bytes
     alpha, beta = held_fit(result, world_size, from_bytes)
@@ -202,13 +208,11 @@ def fit_verdict(result: dict, world_size: int = 2, from_bytes: int | None = None
     errors = {b: (alpha + b / beta) / (times[b] * 1e-6) - 1 for b in times}
     within = sum(abs(errors[b]) < 0.25 for b in fitted)
     worst = max(fitted, key=lambda b: abs(errors[b]))
-    hump = [b for b in times if 16 <= b <= 4 * 1024]
-    after = [b for b in times if from_bytes <= b <= 64 * 1024]
-    same = {(len(ring_sends(b, world_size)), loops_per_timing(b)) for b in hump + after}
-    messages, loops = next(iter(same))
-    slow, fast = min(times[b] for b in hump), max(times[b] for b in after)
+    smallest = min(times)
+    where = ("every size: the medians never clearly fall" if from_bytes == smallest
+             else "where the medians stop falling")
     fit = [
-        f"{world_size} ranks, fitted from {human_bytes(from_bytes)} (where the medians stop falling) to "
+        f"{world_size} ranks, fitted from {human_bytes(from_bytes)} ({where}) to "
         f"{human_bytes(max(times))}: "
         f"alpha = {alpha * 1e6:.0f} us, beta = {beta / 1e9:.3f} GB/s, S1/2 = {alpha * beta / 1024:.0f} KiB",
         f"  within 25% on {within} of {len(fitted)} sizes; worst {errors[worst]:+.0%} (at {human_bytes(worst)})",
@@ -216,13 +220,22 @@ def fit_verdict(result: dict, world_size: int = 2, from_bytes: int | None = None
         f"two 2 KiB messages cost {2 * (alpha + 2048 / beta) * 1e6:.0f} us, "
         f"one 4 KiB {(alpha + 4096 / beta) * 1e6:.0f} us",
     ]
+    hump = [b for b in times if 16 <= b <= 4 * 1024]
+    after = [b for b in times if 16 * 1024 <= b <= 64 * 1024]
+    same = {(len(ring_sends(b, world_size)), loops_per_timing(b)) for b in hump + after}
+    messages, loops = min(same)
+    slow, fast = min(times[b] for b in hump), max(times[b] for b in after)
+    left_out = [b for b in times if b < from_bytes]
     below = [
-        f"below {human_bytes(from_bytes)}: 16 B to 4 KiB took {slow:.0f}-{max(times[b] for b in hump):.0f} us, "
-        f"the model says {alpha * 1e6:.0f} us; 16 to 64 KiB took {min(times[b] for b in after):.0f}-{fast:.0f} us",
+        (f"below {human_bytes(from_bytes)}: {human_bytes(min(left_out))} to {human_bytes(max(left_out))} took "
+         f"{min(times[b] for b in left_out):.0f}-{max(times[b] for b in left_out):.0f} us, "
+         f"the model says {alpha * 1e6:.0f} us" if left_out
+         else f"no size below the fit: it starts at the smallest, {human_bytes(smallest)}"),
         f"  16 B to 64 KiB: gloo's ring sends {messages} messages ({messages // world_size} per rank), "
         f"each timing loops {loops} calls, "
         f"the same at every size: {len(same) == 1}",
-        f"  yet 16 B to 4 KiB took longer than 16 to 64 KiB: {slow > fast}"
+        f"  16 B to 4 KiB took {slow:.0f}-{max(times[b] for b in hump):.0f} us, 16 to 64 KiB "
+        f"{min(times[b] for b in after):.0f}-{fast:.0f} us; the smaller sizes took longer: {slow > fast}"
         + ("; the same messages, so not gloo's algorithm" if slow > fast and len(same) == 1 else ""),
     ]
     return "\n".join(below if detail else fit)

@@ -1,11 +1,17 @@
 """The alpha-beta fit against each kept run that lesson 08 uses it on: for each use, the measured time
 and the model's time, in ms, and how many of the uses took longer than the model. The fit rests on the
-all-reduce run's fastest rows, so on this machine it is a lower bound, not a forecast: load, two all-reduces
-in flight or more ranks than cores only add."""
+all-reduce run's medians, so on this machine it is about a lower bound, not a forecast: load, two
+all-reduces in flight or more ranks than cores only add. The fit itself moves from one recording to the
+next, so a use counts against the bound only when it took less than the model by more than the fit's own
+tolerance, 25% (``TOLERANCE``)."""
 
 from __future__ import annotations
 
 from ddp_lib.bench import model, overlap, scaling
+
+# The fit's own tolerance (allreduce.fit_verdict's "within 25%"): a use that took less than the model by
+# no more than this share is still at the bound, within the fit's error.
+TOLERANCE = 0.25
 
 
 def fit_uses(alpha: float, beta: float, ddp_run: dict, profile: dict, scaling_run: dict,
@@ -30,10 +36,11 @@ def fit_uses(alpha: float, beta: float, ddp_run: dict, profile: dict, scaling_ru
 
 def floor_verdict(uses: dict[str, tuple[float, float]]) -> str:
     """One line per use, measured against the model, and a last line: in how many uses the measured time
-    was longer than the model's."""
+    was longer than the model's, and whether none took less by more than ``TOLERANCE``."""
     lines = [f"{name}: measured {measured:.2f} ms, the model {predicted:.2f} ms ({measured / predicted:.1f}x)"
              for name, (measured, predicted) in uses.items()]
     above = sum(measured > predicted for measured, predicted in uses.values())
-    lines.append(f"measured longer than the fit in {above} of {len(uses)} uses; the fit a lower bound in every one: "
-                 f"{above == len(uses)}")
+    held = all(measured >= (1 - TOLERANCE) * predicted for measured, predicted in uses.values())
+    lines.append(f"measured longer than the fit in {above} of {len(uses)} uses; none more than {TOLERANCE:.0%} "
+                 f"shorter, so the fit a lower bound within its tolerance: {held}")
     return "\n".join(lines)

@@ -169,7 +169,7 @@ HALVED_REL_TOL = 0.02
 
 def kept_fit(world_size: int) -> tuple[float, float]:
     """(alpha in seconds, beta in bytes per second) of the kept full run's fit for ``world_size``, from
-    16 KiB up, where the model holds (the fit lesson 08's main line prints)."""
+    where the medians stop falling (``allreduce.fit_start``), the fit lesson 08's main line prints."""
     from ddp_lib.bench import allreduce
     return allreduce.held_fit(allreduce.full_run(), world_size)
 
