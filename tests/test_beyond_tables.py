@@ -97,10 +97,11 @@ def test_choice_table_adds_the_fastest_step_when_given(capsys):
                "fsdp_no_reshard": 11.28}
     choice_table(runs(2), step_ms=step_ms)
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].endswith("collectives/step  fastest step ms  why")
-    end = lines[0].index("fastest step ms") + len("fastest step ms")
+    assert lines[0].endswith("collectives/step  recorded step ms  why")
+    end = lines[0].index("recorded step ms") + len("recorded step ms")
     assert lines[1][end - 3:end] == "2.7" and lines[5][end - 4:end] == "15.4"  # under its column's name
-    assert lines[-1].endswith("fastest step: the least of the kept runs recorded on this CPU")
+    assert lines[-2].endswith("live: every column but the recorded step, from this run")
+    assert lines[-1].endswith("recorded earlier (file ddp_lib/demos/recorded/fsdp_step_times.json)")
 
 
 def test_choice_memory_adds_the_gathered_weights_and_4_ranks(capsys):

@@ -2,8 +2,20 @@
 step times (wall clock and the main thread's CPU time) and the memory the profiler measured."""
 
 import time
+from pathlib import Path
 
-from ddp_lib.demos.fsdp_step_times import STRATEGIES, LoadSampler, best, kept_runs, slower_than_ddp
+from ddp_lib.demos.fsdp_step_times import (
+    KEPT_RUNS,
+    KEPT_RUNS_NAME,
+    STRATEGIES,
+    LoadSampler,
+    best,
+    kept_runs,
+    live_run,
+    slower_than_ddp,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_kept_runs_hold_every_strategy_and_a_load():
@@ -40,3 +52,15 @@ def test_slower_than_ddp_asks_every_run():
     kept["runs"][1]["step_ms"]["fsdp"] = [0.9]  # one run where FSDP2's fastest step beats DDP's
     assert not slower_than_ddp(kept, ("fsdp",))
     assert slower_than_ddp(kept_runs())  # the kept runs: FSDP2, either setting, slower in every run
+
+
+def test_the_printed_name_is_the_kept_runs_file():
+    assert (ROOT / KEPT_RUNS_NAME).resolve() == KEPT_RUNS.resolve()
+
+
+def test_live_run_reads_rank_0s_times_in_the_kept_runs_shape():
+    runs2 = {s: [{"step_ms": [ms, ms / 2], "step_cpu_ms": [1.0]}, {"step_ms": [0.1], "step_cpu_ms": [0.1]}]
+             for s, ms in (("ddp", 2.0), ("fsdp", 9.0))}
+    live = live_run(runs2)
+    assert best(live, "step_ms") == {"ddp": 1.0, "fsdp": 4.5}  # rank 0's, not rank 1's
+    assert slower_than_ddp(live, ("fsdp",))

@@ -348,9 +348,12 @@ def test_bytes_sent_per_step_from_the_traced_collectives():
 def test_the_activation_checkpointing_schematic_keeps_one_input_and_recomputes():
     from ddp_lib.plots.beyond import plot_activation_checkpointing
 
-    # plain: 4 forwards, 4 kept activations, 4 backwards; checkpointed: 4 forwards, 1 kept input,
-    # 4 forwards again, 4 backwards; and the legend's box
-    assert len(plot_activation_checkpointing(4).axes[0].patches) == (4 + 4 + 4) + (4 + 1 + 4 + 4) + 1
+    # plain: 4 forwards, 4 backwards, 4 activations' lifetimes; checkpointed: 4 forwards, 4 forwards
+    # again, 4 backwards, the kept input's lifetime and 4 activations'; and the legend's two boxes
+    fig = plot_activation_checkpointing(4)
+    assert len(fig.axes[0].patches) == (4 + 4 + 4) + (4 + 4 + 4 + 1 + 4) + 2
+    bars = {text.get_text(): text for text in fig.axes[0].texts}
+    assert {"input", "layer 1", "layer 4"} <= set(bars)
 
 
 def test_the_who_holds_what_schematic_draws_every_stage():
@@ -437,3 +440,20 @@ def test_the_step_schematic_labels_ddp_as_one_bucket():
     plt.close(fig)
     # top row first: DDP's single all-reduce is drawn after backward because this model fits one bucket
     assert labels[::-1] == ["DDP (one bucket here)", "ZeRO-1 (torch)", "FSDP2", "FSDP2, no reshard"]
+
+
+def test_the_performance_pages_lesson_10_code_prints_what_the_page_shows():
+    import contextlib
+    import io
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "performance.md").read_text()
+    notes = page[page.index("## Lesson 10"):]
+    blocks = re.findall(r"```python\n(.*?)```", notes, re.S)
+    shown = re.findall(r"```text\n(.*?)```", notes, re.S)
+    assert len(blocks) == len(shown) == 2  # the 7B step priced; gloo's broadcast tree
+    for code, text in zip(blocks, shown):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(code, {})
+        assert out.getvalue() == text

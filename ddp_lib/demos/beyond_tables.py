@@ -9,6 +9,7 @@ job with ``in_one_job``, so that each cell reads one line.
 
 import math
 
+from ddp_lib.demos.fsdp_step_times import KEPT_RUNS_NAME
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import in_one_job
 from ddp_lib.workers.beyond_ddp import (
@@ -28,11 +29,11 @@ def by_strategy(ranks: list[dict]) -> dict:
     return {s: [r[s] for r in ranks] for s in ranks[0]}
 
 
-def strategies_on_2(strategies: str = ",".join(STRATEGIES)) -> dict:
-    """Run ``compare_strategies`` on 2 ranks for each strategy, one after the other. Returns
-    {strategy: [result per rank]}."""
-    return by_strategy(run_ranks(compare_strategies, 2, kwargs=dict(strategies=strategies, timed_steps=0),
-                                 show_output=False))
+def strategies_on_2(strategies: str = ",".join(STRATEGIES), timed_steps: int = 0) -> dict:
+    """Run ``compare_strategies`` on 2 ranks for each strategy, one after the other, then time
+    ``timed_steps`` steps of each in turn (0: none). Returns {strategy: [result per rank]}."""
+    return by_strategy(run_ranks(compare_strategies, 2,
+                                 kwargs=dict(strategies=strategies, timed_steps=timed_steps), show_output=False))
 
 
 def four_rank_job(strategies: str = "ddp,zero1,fsdp") -> tuple[dict, list[dict]]:
@@ -146,8 +147,9 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
 
 def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
     """Print, for each strategy on rank 0 on 2 ranks, the MB held, Adam's state against DDP's, the
-    bytes sent against DDP's, the collectives a step, with ``step_ms`` ({strategy: ms}, such as
-    ``fsdp_step_times.best(kept, "step_ms")``) the fastest step of the kept runs, and a short reason.
+    bytes sent against DDP's, the collectives a step (live: from ``runs2``), with ``step_ms``
+    ({strategy: ms}, such as ``fsdp_step_times.best(kept, "step_ms")``) the fastest step of the kept
+    runs (recorded), and a short reason.
     ``choice_memory`` prints what is held on 4 ranks and with the gathered weights.
     Returns {strategy: {"held": bytes, "held_gathered": bytes, "sent": x DDP}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
@@ -165,7 +167,7 @@ def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
     rows = {}
     columns = ("MB held (2 ranks)", "Adam state ×DDP", "bytes sent ×DDP", "collectives/step")
     if step_ms is not None:
-        columns += ("fastest step ms",)
+        columns += ("recorded step ms",)
     print(f"{'strategy':<16}" + "".join(f"{c:>{len(c) + 2}}" for c in columns) + "  why")
     for s, why in advice.items():
         rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
@@ -174,7 +176,9 @@ def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
                  f"{collectives_asked(r2[s])}") + ((f"{step_ms[s]:.1f}",) if step_ms is not None else ())
         print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)) + f"  {why}")
     print("rank 0 on 2 ranks; bytes sent in float32"
-          + ("; fastest step: the least of the kept runs recorded on this CPU" if step_ms is not None else ""))
+          + ("; live: every column but the recorded step, from this run" if step_ms is not None else ""))
+    if step_ms is not None:
+        print(f"recorded step ms: the fastest step of the kept runs, recorded earlier (file {KEPT_RUNS_NAME})")
     return rows
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 KEPT_RUNS = Path(__file__).with_name("recorded") / "fsdp_step_times.json"
+KEPT_RUNS_NAME = "ddp_lib/demos/recorded/fsdp_step_times.json"  # KEPT_RUNS from the repository's root, for printing
 STRATEGIES = "ddp,ddp_view,zero1,zero1_view,fsdp,fsdp_no_reshard"
 
 
@@ -78,6 +79,12 @@ def slower_than_ddp(kept: dict, strategies: tuple = ("fsdp", "fsdp_no_reshard"))
     """Whether, in every kept run, each of ``strategies`` has a fastest step slower than DDP's fastest
     step of the same run (rank 0's wall clock)."""
     return all(min(run["step_ms"][s]) > min(run["step_ms"]["ddp"]) for run in kept["runs"] for s in strategies)
+
+
+def live_run(runs: dict) -> dict:
+    """Rank 0's step times from a live ``strategies_on_2(timed_steps=...)`` result ({strategy: [result
+    per rank]}), in the kept runs' shape ({"runs": [one run]}), for ``best`` and ``slower_than_ddp``."""
+    return {"runs": [{key: {s: ranks[0][key] for s, ranks in runs.items()} for key in ("step_ms", "step_cpu_ms")}]}
 
 
 def kept_runs() -> dict:

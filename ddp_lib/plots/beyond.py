@@ -174,38 +174,45 @@ def plot_mesh_2x2():
 
 
 def plot_activation_checkpointing(layers: int = 4):
-    """A schematic of one step of ``layers`` layers, plain and as one checkpointed segment. Plain:
-    each layer's forward keeps its activation (a red box under it) until its backward. Checkpointed:
-    the forward keeps only the segment's input; backward first runs the segment's forward again,
-    then the backward. Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(11, 2.8))
-    rows = {"plain": 2.0, "checkpointed\nsegment": 0.4}
+    """A schematic of one step of ``layers`` layers, plain and as one checkpointed segment, each
+    activation drawn as a bar over its lifetime. Plain: layer i's activation lives from "forward i"
+    to "backward i". Checkpointed: the forward keeps only the segment's input, until the segment's
+    backward ends; backward first runs the forward again, and layer i's activation lives from
+    "forward i again" to "backward i". Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    bar_h, gap = 0.12, 0.05  # one thin bar per activation, stacked under its row
+    rows = {"plain": 2.6, "checkpointed\nsegment": 0.9}
     for name, y in rows.items():
         checkpointed = name != "plain"
-        x = 0.0
-        for k in range(layers):
-            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor="0.85", edgecolor="black"))
-            ax.text(x + 0.45, y + 0.25, f"forward\n{k + 1}", ha="center", va="center", fontsize=7)
-            if not checkpointed or k == 0:  # what stays held until backward
-                ax.add_patch(plt.Rectangle((x + 0.15, y - 0.35), 0.6, 0.25, facecolor="tab:red", alpha=0.6,
-                                           edgecolor="black"))
-            x += 1.0
+        steps = [("forward", k, "0.85", f"forward\n{k + 1}") for k in range(layers)]
         if checkpointed:
-            for k in range(layers):
-                ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor="tab:orange", alpha=0.5, edgecolor="black"))
-                ax.text(x + 0.45, y + 0.25, f"forward\n{k + 1} again", ha="center", va="center", fontsize=7)
-                x += 1.0
-        for k in reversed(range(layers)):
-            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor="tab:blue", alpha=0.4, edgecolor="black"))
-            ax.text(x + 0.45, y + 0.25, f"backward\n{k + 1}", ha="center", va="center", fontsize=7)
-            x += 1.0
-        ax.text(-0.15, y + 0.25, name, ha="right", va="center", fontsize=9)
-    ax.add_patch(plt.Rectangle((0, -0.35), 0.3, 0.2, facecolor="tab:red", alpha=0.6, edgecolor="black"))
-    ax.text(0.4, -0.25, "kept from forward until backward", va="center", fontsize=7)
-    ax.set_xlim(-1.6, 3 * layers + 0.2)
-    ax.set_ylim(-0.45, 2.7)
+            steps += [("again", k, "tab:orange", f"forward\n{k + 1} again") for k in range(layers)]
+        steps += [("backward", k, "tab:blue", f"backward\n{k + 1}") for k in reversed(range(layers))]
+        start = {}
+        for x, (kind, k, color, label) in enumerate(steps):
+            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor=color, alpha=0.5 if kind != "forward" else 1,
+                                       edgecolor="black"))
+            ax.text(x + 0.45, y + 0.25, label, ha="center", va="center", fontsize=7)
+            start[kind, k] = x
+        # lifetimes: from the start of the forward that makes an activation to the end of its backward
+        lives = [("input", start["forward", 0], start["backward", 0] + 0.9)] if checkpointed else []
+        lives += [(f"layer {k + 1}", start["again" if checkpointed else "forward", k], start["backward", k] + 0.9)
+                  for k in range(layers)]
+        for i, (what, first, last) in enumerate(lives):
+            bar_y = y - (i + 1) * (bar_h + gap)
+            color = "tab:green" if what == "input" else "tab:red"
+            ax.add_patch(plt.Rectangle((first, bar_y), last - first, bar_h, facecolor=color, alpha=0.6,
+                                       edgecolor="black"))
+            ax.text(first - 0.05, bar_y + bar_h / 2, what, ha="right", va="center", fontsize=6)
+        ax.text(-0.9, y + 0.25, name, ha="right", va="center", fontsize=9)
+    ax.add_patch(plt.Rectangle((0, -0.45), 0.3, 0.15, facecolor="tab:red", alpha=0.6, edgecolor="black"))
+    ax.text(0.4, -0.375, "a layer's activation, kept from the forward that makes it until its backward",
+            va="center", fontsize=7)
+    ax.add_patch(plt.Rectangle((6.5, -0.45), 0.3, 0.15, facecolor="tab:green", alpha=0.6, edgecolor="black"))
+    ax.text(6.9, -0.375, "the segment's input, kept until the segment's backward ends", va="center", fontsize=7)
+    ax.set_xlim(-2.4, 3 * layers + 0.2)
+    ax.set_ylim(-0.6, 3.2)
     ax.axis("off")
-    ax.set_title("activation checkpointing: keep only the segment's input, run its forward again in backward "
-                 "(time runs right)", fontsize=10)
+    ax.set_title("activation checkpointing: each bar is an activation's lifetime (time runs right)", fontsize=10)
     fig.tight_layout()
     return fig
