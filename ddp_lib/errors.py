@@ -136,7 +136,8 @@ class WorkerError(RuntimeError):
     """A rank failed: it raised, or exited without returning a result.
 
     ``rank``, ``exc_type`` and ``message`` say what happened; ``worker_traceback`` is the
-    traceback text from the child (empty if it died without raising); ``failures`` maps
+    traceback text from the child (empty if it died without raising); ``tracebacks`` maps
+    every rank that raised to its traceback text; ``failures`` maps
     every failed rank to its one-line description; ``outputs`` holds each rank's captured
     output; ``pid`` is the rank's process id and ``exit_code`` its exit code when it ended
     without a message (negative: the signal that killed it), else None.
@@ -151,6 +152,7 @@ class WorkerError(RuntimeError):
         self.exc_type = exc_type
         self.message = message
         self.worker_traceback = worker_traceback
+        self.tracebacks = {rank: worker_traceback} if worker_traceback else {}  # blaming() sets every rank's
         self.failures = failures or {}
         self.outputs = outputs or {}
         self.full_message = message  # the launcher sets it to every line of the worker's message
@@ -182,6 +184,7 @@ class WorkerError(RuntimeError):
         shown = message.strip() if whole else first_line(message)
         error = cls(rank, exc_type, shown + hint, tb, described, outputs, **details)
         error.full_message = message.strip() + hint  # every line of it, for the command line
+        error.tracebacks = {r: f[2] for r, f in sorted(failures.items()) if f[2]}
         error.echo = is_peer_failure(failures[rank])
         return error
 

@@ -119,6 +119,7 @@ def _as_torch_error(error: WorkerError) -> WorkerError:
     torch_error = cls(error.rank, error.exc_type, error.message, error.worker_traceback, error.failures,
                       error.outputs, error.pid, error.exit_code)
     torch_error.full_message = error.full_message
+    torch_error.tracebacks = error.tracebacks
     return torch_error
 
 

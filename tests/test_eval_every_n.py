@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from ddp_lib.demos import eval_every_n
+from ddp_lib.demos import eval_every_n, failure_reading
 from ddp_lib.errors import WorkerError
 from ddp_lib.launch import run_ranks
 
@@ -36,8 +36,8 @@ def test_rank_0_evaluating_through_ddp_waits_in_the_buffer_broadcast_while_the_o
     error = caught.value
     assert sorted(error.failures) == [0, 1]
     assert not any("SIGABRT" in message for message in error.failures.values())
-    if error.rank == 0:  # the launcher names the first rank to fail; rank 0's traceback is then at hand
-        assert "_sync_buffers" in error.worker_traceback
+    assert "_sync_buffers" in error.tracebacks[0]  # every rank's traceback, whichever rank the launcher names
+    assert failure_reading.innermost_calls(error.tracebacks[1], 1) == ["barrier"]
 
 
 @pytest.mark.parametrize("world_size", [3, 4])
@@ -49,11 +49,13 @@ def test_the_probe_before_evaluate_ddp_names_every_rank_that_skips_the_branch(wo
     assert f"Ranks {missing} failed to pass monitoredBarrier in 3000 ms" in caught.value.failures[0]
 
 
-def test_the_probe_at_the_epoch_end_points_ranks_1_and_2_at_rank_0_which_lists_no_missing_rank():
+@pytest.mark.parametrize("world_size", [3, 4])  # 4: lesson 07's exercise 1
+def test_the_probe_at_the_epoch_end_points_the_other_ranks_at_rank_0_which_lists_no_missing_rank(world_size):
     with pytest.raises(WorkerError) as caught:
-        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 3, kwargs=dict(probe="epoch_end"), show_output=False)
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, world_size, kwargs=dict(probe="epoch_end"),
+                  show_output=False)
     failures = caught.value.failures
-    for rank in (1, 2):
+    for rank in range(1, world_size):
         assert (f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting for "
                 "send/recv from rank 0") in failures[rank]
     # rank 0, held in evaluate(ddp, ...), never reached the barrier it coordinates: its error lists no rank

@@ -1,7 +1,7 @@
-"""Lesson 07's reading checkers: exercise 4 (the 3-rank shape mismatch under DETAIL), exercises 1 and 3 (the
-ranks rank 0's error names) and exercise 5 (the stray collective's function and step). No process: the runs
-themselves are in docs/answers.md. Right answers written differently pass; each honest mistake gets a line
-naming the fix."""
+"""Lesson 07's reading checkers: exercise 4 (the 3-rank shape mismatch under DETAIL), exercise 1 (the rank a
+monitored barrier finds missing), exercise 3 (the ranks rank 0's error names) and exercise 5 (the stray
+collective's function and step). No process: the runs themselves are in docs/answers.md. Right answers
+written differently pass; each honest mistake gets a line naming the fix."""
 
 import torch
 
@@ -54,18 +54,21 @@ def test_a_rank_outside_the_run_and_a_bad_pair():
 # Exercises 1, 3 and 5: readings of runs shown in docs/answers.md (no process here either).
 
 def test_barrier_reading_right_answers_written_differently_pass():
-    for named in ({1, 2, 3}, [3, 2, 1], range(1, 4), (torch.tensor(1), 2.0, 3)):
-        report = check_barrier_reading(named)
+    for missing in ({0}, [0], (0,), range(1), [torch.tensor(0)], [0.0]):
+        report = check_barrier_reading(missing)
         assert report.passed, str(report)
 
 
 def test_barrier_reading_mistakes_are_named():
     assert "FAIL write your reading" in str(check_barrier_reading(None))
-    assert "FAIL write your reading" in str(check_barrier_reading("Ranks 1, 2, 3"))
-    assert "that is what 3 ranks give: run the cell with 4 ranks" in str(check_barrier_reading({1, 2}))
-    assert "wait_all_ranks=True" in str(check_barrier_reading([1]))
-    assert "rank 0 wrote the message" in str(check_barrier_reading({0, 1, 2, 3}))
-    assert "rank 4: the run has ranks 0 to 3 only" in str(check_barrier_reading({1, 2, 3, 4}))
+    assert "FAIL write your reading" in str(check_barrier_reading("rank 0"))
+    # rank 0's message names no rank: an empty set is the reading of that message alone
+    assert "never names itself; read what rank 1's error points at" in str(check_barrier_reading(set()))
+    # the ranks whose errors were read, not the one they point at
+    for named in ({1, 2, 3}, {1}, [2, 3]):
+        assert "which one?" in str(check_barrier_reading(named))
+    assert "only the rank they point at is missing" in str(check_barrier_reading({0, 1, 2, 3}))
+    assert "rank 4: the run has ranks 0 to 3 only" in str(check_barrier_reading({0, 4}))
 
 
 def test_missing_reading_right_answers_and_mistakes():

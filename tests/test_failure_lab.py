@@ -325,6 +325,21 @@ def test_a_rank_killed_in_a_collective_is_noticed_by_every_survivor_within_the_t
     assert all(0 <= r["failed_at"] - died_at < 5.0 for r in records.values())
 
 
+def test_stack_dumps_are_read_in_the_order_written_each_without_the_lines_after_it():
+    stderr = ("I1207 torchrun log line\n"
+              "Current thread 0x00007f01 (most recent call first):\n"
+              '  File "/x/distributed_c10d.py", line 3 in all_reduce\n'
+              '  File "/x/torchrun_failures.py", line 38 in main\n'
+              "rank 0 printed this\n"
+              '  File "/x/other.py", line 1, in not_a_dump\n'
+              "Current thread 0x00007f02 (most recent call first):\n"
+              '  File "/x/torchrun_failures.py", line 39 in main\n')
+    assert hung_ranks.stack_dumps(stderr) == [
+        'Current thread 0x00007f01 (most recent call first):\n  File "/x/distributed_c10d.py", line 3 in all_reduce\n'
+        '  File "/x/torchrun_failures.py", line 38 in main',
+        'Current thread 0x00007f02 (most recent call first):\n  File "/x/torchrun_failures.py", line 39 in main']
+
+
 def test_a_torchrun_crash_is_read_from_the_error_files():
     # The crash demo of lesson 07 under real torchrun: rank 1 raises. (Lesson 07's hang cell, compared
     # by nbval, checks the stacks the ranks dump while they wait.)

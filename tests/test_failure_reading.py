@@ -10,48 +10,6 @@ def test_connection_errors_in_each_of_gloos_wordings():
     assert not failure_reading.is_connection_error("Timed out waiting 3000ms for recv operation to complete")
 
 
-def test_death_noticed_reads_each_survivor_then_the_verdicts():
-    records = {0: {"failed_at": 10.5, "error": "Connection closed by peer [127.0.0.1]:1234"},
-               1: {"died_at": 10.0},
-               2: {"failed_at": 11.0, "error": "Read error: Connection reset by peer"}}
-    assert failure_reading.death_noticed(records, 3, timeout_s=10.0) == [
-        "3 ranks, rank 0: raised  0.50 s after the death: Connection closed by peer [127.0.0.1]:PORT",
-        "3 ranks, rank 2: raised  1.00 s after the death: Read error: Connection reset by peer",
-        "3 ranks: every survivor left a record: True; the first failed within 3 s: True; "
-        "a connection error on every survivor: True; every survivor before the 10-s timeout: True"]
-
-
-def test_death_noticed_without_verdicts_gives_only_the_survivors_lines():
-    records = {0: {"failed_at": 10.5, "error": "Connection closed by peer [127.0.0.1]:1234"}, 1: {"died_at": 10.0}}
-    assert failure_reading.death_noticed(records, 2, timeout_s=10.0, verdicts=False) == [
-        "2 ranks, rank 0: raised  0.50 s after the death: Connection closed by peer [127.0.0.1]:PORT"]
-
-
-def test_death_noticed_says_when_a_survivor_is_missing_or_waited_for_its_timeout():
-    records = {1: {"died_at": 0.0}, 2: {"failed_at": 12.0, "error": "Timed out waiting 10000ms for recv"}}
-    verdicts = failure_reading.death_noticed(records, 3, timeout_s=10.0)[-1]
-    assert verdicts == ("3 ranks: every survivor left a record: False; the first failed within 3 s: False; "
-                        "a connection error on every survivor: False; every survivor before the 10-s timeout: False")
-
-
-def test_death_verdict_says_every_survivor_lost_a_connection_before_the_timeout():
-    records = {0: {"failed_at": 10.5, "error": "Connection closed by peer [127.0.0.1]:1234"},
-               1: {"died_at": 10.0},
-               2: {"failed_at": 11.0, "error": "Read error: Connection reset by peer"}}
-    assert failure_reading.death_verdict(records, 3, timeout_s=10.0) == (
-        "every survivor raised a connection error: True; each before the 10-s timeout: True")
-
-
-def test_death_verdict_is_false_for_a_missing_survivor_or_one_that_waited_for_its_timeout():
-    late = {1: {"died_at": 0.0}, 0: {"failed_at": 0.1, "error": "Connection closed by peer"},
-            2: {"failed_at": 12.0, "error": "Timed out waiting 10000ms for recv"}}
-    assert failure_reading.death_verdict(late, 3, timeout_s=10.0) == (
-        "every survivor raised a connection error: False; each before the 10-s timeout: False")
-    missing = {1: {"died_at": 0.0}, 0: {"failed_at": 0.1, "error": "Connection closed by peer"}}
-    assert failure_reading.death_verdict(missing, 3, timeout_s=10.0) == (
-        "every survivor raised a connection error: False; each before the 10-s timeout: False")
-
-
 def test_ring_neighbours_first_compares_the_dead_ranks_neighbours_with_the_other_survivors():
     def records(after):
         return {1: {"died_at": 100.0}, **{rank: {"failed_at": 100.0 + s, "error": "x"} for rank, s in after.items()}}
@@ -62,20 +20,6 @@ def test_ring_neighbours_first_compares_the_dead_ranks_neighbours_with_the_other
         "raised before rank 3: False (rank 0 0.03 s, rank 2 0.20 s, rank 3 0.10 s)")
     assert "raised before ranks 3, 4: True" in failure_reading.ring_neighbours_first(
         records({0: 0.01, 2: 0.02, 3: 0.05, 4: 0.06}), 5)
-
-
-def test_missing_by_the_rule_reads_rank_0s_list_or_the_others_pointing_at_rank_0():
-    named = {0: "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 2000 ms",
-             1: "RuntimeError: Connection closed by peer"}
-    assert failure_reading.missing_by_the_rule(named, 4) == [1, 3]
-    one = {0: "[Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms"}
-    assert failure_reading.missing_by_the_rule(one) == [1]
-    pointing = ("RuntimeError: Rank 1 successfully reached monitoredBarrier, but received errors while waiting "
-                "for send/recv from rank 0. Please check rank 0 logs for faulty rank.")
-    held = {0: "RuntimeError: Timed out waiting 2000ms for send operation to complete", 1: pointing}
-    assert failure_reading.missing_by_the_rule(held) == [0]
-    assert failure_reading.missing_by_the_rule({0: held[0], 1: pointing}, 3) == "unknown"  # rank 2 said nothing
-    assert failure_reading.missing_by_the_rule({0: held[0], 1: "Connection closed by peer"}) == "unknown"
 
 
 def test_detail_mismatch_names_each_ranks_collective():

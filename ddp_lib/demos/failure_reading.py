@@ -8,8 +8,6 @@ import re
 import subprocess
 import sys
 
-from ddp_lib.errors import readable
-
 LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo's words when the other end died
 _FINGERPRINT = re.compile(r"(Rank \d+) is running collective: CollectiveFingerPrint\("
                           r"SequenceNumber=\d+, OpType=(\w+), TensorShape=(\[[\d, ]*\])")
@@ -39,40 +37,6 @@ def is_connection_error(message: str) -> bool:
     return bool(LOST_PEER.search(message))
 
 
-def death_noticed(records: dict[int, dict], world_size: int, timeout_s: float,
-                  first_within_s: float = 3.0, verdicts: bool = True) -> list[str]:
-    """What ``faulty_ranks.die_in_collective``'s records (``faulty_ranks.read_records``) show, one
-    line per survivor (how long after the death it raised, and its error), then, with ``verdicts``,
-    one line of verdicts: every survivor left a record, the first raised within ``first_within_s``,
-    every error blames a lost connection, and every survivor raised before the group's ``timeout_s``."""
-    died_at = next(record["died_at"] for record in records.values() if "died_at" in record)
-    noticed = {rank: (record["failed_at"] - died_at, record["error"])
-               for rank, record in records.items() if "failed_at" in record}
-    lines = [f"{world_size} ranks, rank {rank}: raised {after:5.2f} s after the death: {readable(error, 60)}"
-             for rank, (after, error) in noticed.items()]
-    if not verdicts:
-        return lines
-    afters = [after for after, _ in noticed.values()] or [float("inf")]
-    lines.append(f"{world_size} ranks: every survivor left a record: {len(noticed) == world_size - 1}; "
-                 f"the first failed within {first_within_s:.0f} s: {min(afters) < first_within_s}; "
-                 f"a connection error on every survivor: {all(is_connection_error(e) for _, e in noticed.values())}; "
-                 f"every survivor before the {timeout_s:.0f}-s timeout: {max(afters) < timeout_s}")
-    return lines
-
-
-def death_verdict(records: dict[int, dict], world_size: int, timeout_s: float) -> str:
-    """One line of verdicts on ``faulty_ranks.die_in_collective``'s records: whether every survivor
-    left a record and raised a connection error, and whether each raised before the group's
-    ``timeout_s`` (seconds after the death)."""
-    died_at = next(record["died_at"] for record in records.values() if "died_at" in record)
-    failed = [record for record in records.values() if "failed_at" in record]
-    every = len(failed) == world_size - 1
-    connection = every and all(is_connection_error(record["error"]) for record in failed)
-    in_time = every and all(record["failed_at"] - died_at < timeout_s for record in failed)
-    return (f"every survivor raised a connection error: {connection}; "
-            f"each before the {timeout_s:.0f}-s timeout: {in_time}")
-
-
 def ring_neighbours_first(records: dict[int, dict], world_size: int) -> str:
     """Whether the dead rank's two neighbours in gloo's ring (rank - 1 and rank + 1, modulo the world
     size) raised before every other survivor, from ``faulty_ranks.die_in_collective``'s records.
@@ -87,19 +51,6 @@ def ring_neighbours_first(records: dict[int, dict], world_size: int) -> str:
     seconds = ", ".join(f"rank {rank} {after[rank]:.2f} s" for rank in sorted(after))
     return (f"rank {dead}'s ring neighbours, ranks {' and '.join(map(str, neighbours))}, raised before "
             f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}: {first} ({seconds})")
-
-
-def missing_by_the_rule(failures: dict[int, str], world_size: int = 2) -> list[int] | str:
-    """The ranks a ``monitored_barrier`` probe's errors point at, read by the coordinator rule.
-    Rank 0 coordinates the probe: its error names the ranks that did not arrive. It never names rank 0
-    itself: if rank 0's error names none and every other rank's error points at rank 0 ("from rank 0"),
-    rank 0 is the one missing. ``failures`` maps a rank to its error message; "unknown" otherwise."""
-    named = re.search(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier", failures.get(0, ""))
-    if named:
-        return sorted(int(rank) for rank in named.group(1).split(","))
-    if all("from rank 0" in failures.get(rank, "") for rank in range(1, world_size)):
-        return [0]
-    return "unknown"
 
 
 def detail_mismatch(message: str) -> list[str]:

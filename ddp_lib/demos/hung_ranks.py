@@ -22,7 +22,7 @@ class Finished:
     returncode: int
     stdout: str
     stderr: str  # torchrun's log and the ranks' stderr: timestamps, hosts and PIDs, not for printing
-    dumps: dict[int, str]  # rank -> its stack as faulthandler wrote it, for reading (not parsed)
+    dumps: list[str] | dict[int, str]  # the stacks faulthandler wrote, in order (run_and_dump_stacks: by rank)
     errors: dict[int, dict]  # rank -> its error file (written by @record when it raised); none if it did not
 
 
@@ -46,50 +46,78 @@ def rank_pids(torchrun_pid: int) -> dict[int, int]:
     return pids
 
 
-def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, timeout: float = 90) -> Finished:
-    """Start torchrun ``cmd`` (one node); once every rank has printed "started", wait ``after_s`` and
-    send each rank SIGUSR1, one at a time; wait for the job to end and read its error files."""
-    with (tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err,
-          tempfile.TemporaryDirectory() as log_dir):
+class TorchrunJob:
+    """A one-node torchrun job, as a ``with`` block. Entering starts ``cmd`` and returns once
+    ``world_size`` ranks have printed "started", and ``after_s`` more; ``pid`` is torchrun's process id.
+    Leaving waits for the job to end (stopping it after ``timeout`` s in all) and sets ``finished``:
+    exit code, output, and each rank's error file."""
+
+    def __init__(self, cmd: list[str], world_size: int, after_s: float = 1.0, timeout: float = 90):
+        self.cmd, self.world_size, self.after_s, self.timeout = cmd, world_size, after_s, timeout
+        self.finished: Finished | None = None
+
+    def __enter__(self) -> TorchrunJob:
+        self._out, self._err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+        self._log_dir = tempfile.TemporaryDirectory()
         # PET_LOG_DIR is torchrun's --log-dir: its ranks' error files land there, not in a
         # temporary folder of torchrun's own.
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=clean_env({"PET_LOG_DIR": log_dir}))
-        stacks_at: list[tuple[int, int]] = []  # (rank, offset in stderr where its dump starts)
-        try:
-            deadline = time.monotonic() + timeout
-            while proc.poll() is None and time.monotonic() < deadline:
-                out.seek(0)
-                if out.read().count(" started") >= world_size:
-                    break
-                time.sleep(0.1)
-            time.sleep(after_s)
-            for rank, pid in sorted(rank_pids(proc.pid).items()):
-                err.flush()
-                stacks_at.append((rank, os.fstat(err.fileno()).st_size))
-                try:
-                    os.kill(pid, signal.SIGUSR1)
-                except ProcessLookupError:  # it ended meanwhile (torchrun stopped it): no dump
-                    stacks_at.pop()
-                    continue
-                time.sleep(0.3)  # one dump at a time, so that they do not interleave
-            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        finally:
-            stop_torchruns([proc])  # torchrun and its ranks, which run in sessions of their own
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read(), err.read()
-        errors = error_files(log_dir)
-    dumps = {}
-    for (rank, start), (_, end) in zip(stacks_at, stacks_at[1:] + [(None, len(stderr))]):
-        # For display: the lines of faulthandler's format that the rank wrote to stderr after its
-        # signal, up to the first other line (torchrun's log, another rank's traceback).
-        lines = []
-        for line in stderr[start:end].splitlines():
-            if not line.startswith(("Current thread ", "Thread 0x", "  File ")):
+        self._proc = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err, text=True,
+                                      env=clean_env({"PET_LOG_DIR": self._log_dir.name}))
+        self.pid = self._proc.pid
+        self._deadline = time.monotonic() + self.timeout
+        while self._proc.poll() is None and time.monotonic() < self._deadline:
+            self._out.seek(0)
+            if self._out.read().count(" started") >= self.world_size:
                 break
-            lines.append(line)
-        dumps[rank] = "\n".join(lines)
-    return Finished(proc.returncode, stdout, stderr, dumps, errors)
+            time.sleep(0.1)
+        time.sleep(self.after_s)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        try:
+            if exc_info[0] is None:
+                self._proc.wait(timeout=max(1.0, self._deadline - time.monotonic()))
+        finally:
+            stop_torchruns([self._proc])  # torchrun and its ranks, which run in sessions of their own
+            for stream in (self._out, self._err):
+                stream.seek(0)
+            stdout, stderr = self._out.read(), self._err.read()
+            self.finished = Finished(self._proc.returncode, stdout, stderr, stack_dumps(stderr),
+                                     error_files(self._log_dir.name))
+            self._out.close()
+            self._err.close()
+            self._log_dir.cleanup()
+
+
+def stack_dumps(stderr: str) -> list[str]:
+    """The stacks ``faulthandler`` wrote to ``stderr``, in the order written: each from its
+    "Current thread" line, with the "File" lines after it."""
+    dumps: list[list[str]] = []
+    for line in stderr.splitlines():
+        if line.startswith("Current thread "):
+            dumps.append([line])
+        elif dumps and dumps[-1][-1] is not None and line.startswith('  File "'):
+            dumps[-1].append(line)
+        elif dumps:
+            dumps[-1].append(None)  # the dump has ended: the next "File" line is not its own
+    return ["\n".join(line for line in dump if line is not None) for dump in dumps]
+
+
+def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, timeout: float = 90) -> Finished:
+    """Start torchrun ``cmd`` (one node); once every rank has printed "started", wait ``after_s`` and
+    send each rank SIGUSR1, one at a time; wait for the job to end and read its error files.
+    ``dumps`` maps each rank signalled to its stack."""
+    signalled = []
+    with TorchrunJob(cmd, world_size, after_s, timeout) as job:
+        for rank, pid in sorted(rank_pids(job.pid).items()):
+            try:
+                os.kill(pid, signal.SIGUSR1)
+            except ProcessLookupError:  # it ended meanwhile (torchrun stopped it): no dump
+                continue
+            signalled.append(rank)
+            time.sleep(0.3)  # one dump at a time, so that they do not interleave
+    job.finished.dumps = dict(zip(signalled, job.finished.dumps))
+    return job.finished
 
 
 def error_files(log_dir: str) -> dict[int, dict]:

@@ -1,6 +1,7 @@
 """Checkers for lesson 07: exercise 2, ``evaluate(rank, world_size, metric)``, the mean on every rank, no hang;
-exercise 4, the reading of a shape mismatch on 3 ranks under DETAIL; exercises 1 and 3, the ranks rank 0's
-error names; exercise 5, the diagnosis of ``stray_report``'s failure (the function and the step)."""
+exercise 4, the reading of a shape mismatch on 3 ranks under DETAIL; exercise 1, the rank a monitored barrier
+finds missing; exercise 3, the ranks rank 0's error names; exercise 5, the diagnosis of ``stray_report``'s
+failure (the function and the step)."""
 
 import math
 import random
@@ -105,17 +106,28 @@ def _check_named(named: object, world_size: int, form: str, wrong: Callable[[set
     return report
 
 
-def check_barrier_reading(named: object) -> Report:
-    """Exercise 1: the ranks that rank 0's monitored-barrier message names on 4 ranks, the probe in rank 0's
-    branch (``probe="branch"``): 1, 2 and 3."""
-    def wrong(ranks: set[int]) -> str | None:
-        if ranks == {1, 2}:
-            return "that is what 3 ranks give: run the cell with 4 ranks (run_ranks(..., 4, ...))"
-        if len(ranks) == 1:
-            return ("wait_all_ranks=True makes rank 0 wait for every rank and name all that did not come, "
-                    "not the first only: read the whole message")
-        return None if ranks == {1, 2, 3} else "read the ranks the message lists after [Rank 0]: Ranks"
-    return _check_named(named, 4, "the ranks rank 0's message names, as a set of ints", wrong)
+def check_barrier_reading(missing: object) -> Report:
+    """Exercise 1: the rank the probe at the epoch end (``probe="epoch_end"``) finds missing on 4 ranks: rank 0.
+    Held in ``evaluate(ddp, ...)``, it never reaches the barrier it coordinates, so its error names no rank, and
+    the errors of ranks 1, 2 and 3 point at it ("from rank 0")."""
+    report, ranks = Report(), _ranks(missing)
+    if ranks is None and isinstance(missing, (set, list, tuple, range)) and not missing:
+        report.fail("rank 0's error names no rank, yet a rank is missing: rank 0 coordinates the barrier and never "
+                    "names itself; read what rank 1's error points at")
+    elif ranks is None:
+        report.fail(f"write your reading: the rank(s) missing from the barrier, as a set of ints, such as {{1}}; "
+                    f"got {missing!r}")
+    elif outside := sorted(ranks - set(range(4))):
+        report.fail(f"rank {outside[0]}: the run has ranks 0 to 3 only")
+    elif ranks == {0}:
+        report.ok("rank 0 is missing: its error names no rank, and ranks 1, 2 and 3 point at it, the coordinator")
+    elif ranks == {1, 2, 3} or 0 not in ranks:
+        report.fail("ranks 1, 2 and 3 reached the barrier: each error says so, and points at another rank "
+                    "(\"from rank ...\"): which one?")
+    else:
+        report.fail("ranks 1, 2 and 3 reached the barrier (each error says so): only the rank they point at "
+                    "is missing")
+    return report
 
 
 def check_missing_reading(named: object, waiting_in: object = None) -> Report:
