@@ -11,6 +11,7 @@ from ddp_lib.demos.early_stop import early_stop
 from ddp_lib.demos.loop_runs import (
     clip_norm_lines,
     compile_order_lines,
+    compile_order_pieces,
     count_graphs,
     failure_lines,
     max_param_diff,
@@ -151,6 +152,37 @@ def test_compile_order_lines_count_the_graphs_of_each_way():
     seq = compile_order_lines(lambda: nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2)), ways)
     assert [line.split(": ")[1].split(";")[0] for line in seq] == ["1 graph(s)", "0 graph(s)"]  # pytorch#140416
     assert not torch.distributed.is_initialized()  # the one-process group is gone
+
+
+def test_compile_order_pieces_match_ddps_buckets_in_every_order_and_torch_nn_classes_compile_nothing():
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(2, 2)
+
+        def forward(self, x):
+            return torch.tanh(self.linear(x))
+
+    def in_place(model, backend):
+        model.compile(backend=backend)
+        return DDP(model)
+
+    ways = {"model.compile(); DDP(model)": in_place,
+            "DDP(torch.compile(model))": lambda model, backend: DDP(torch.compile(model, backend=backend)),
+            "torch.compile(DDP(model))": lambda model, backend: torch.compile(DDP(model), backend=backend)}
+    pieces = compile_order_pieces(DeepNet, ways)
+    # DDP's default buckets: the first 1 MiB (the last layer and 4 hidden ones), the rest in the next
+    assert all(line.endswith("pieces [1054728, 1055744] (bytes, output side first); DDP all-reduced "
+                             "[1054728, 1055744]; split at buckets: True") for line in pieces), pieces
+    counts = {name: [line.split(": ")[1] for line in compile_order_lines(make, ways, name, keys=False)]
+              for name, make in {"linear": lambda: nn.Linear(2, 2),
+                                 "blocks": lambda: nn.Sequential(Block(), Block())}.items()}
+    assert counts == {"linear": ["0 graph(s)", "1 graph(s)", "0 graph(s)"],  # pytorch#150915, #140416
+                      "blocks": ["2 graph(s)", "1 graph(s)", "2 graph(s)"]}  # one graph per block of your own
+    assert not torch.distributed.is_initialized()
 
 
 def test_count_graphs_without_ddp_sees_a_compiled_sequential_compile_nothing():

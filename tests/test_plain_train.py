@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import run_launcher, torch_aborted_at_exit
 
 SCRIPT = Path(__file__).resolve().parent.parent / "ddp_lib" / "demos" / "plain_train.py"
@@ -82,3 +84,36 @@ def test_evaluate_passes_exercise_1_s_checker_on_2_and_3_ranks():
 
     report = str(check_evaluate(evaluate))
     assert "PASS world_size 2" in report and "PASS world_size 3" in report and "FAIL" not in report, report
+
+
+@pytest.mark.parametrize("first, then", [(True, False), (False, True)])
+def test_a_checkpoint_resumes_with_compile_turned_on_or_off(tmp_path, monkeypatch, capsys, first, then):
+    """With COMPILE on, the checkpoint still holds the model's own keys (no "_orig_mod."), so a run
+    saved compiled resumes uncompiled and back, and goes on as a run never stopped, in a one-process group."""
+    import functools
+
+    import torch
+    import torch.distributed as dist
+
+    from ddp_lib.demos import plain_train
+
+    # aot_eager instead of inductor: the same tracing, no C++ compiler, seconds instead of minutes
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    cpu = torch.device("cpu")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for directory, compiled, resume, epochs in (("unbroken", False, False, 2), ("broken", first, False, 1),
+                                                    ("broken", then, True, 2)):
+            (tmp_path / directory).mkdir(exist_ok=True)
+            monkeypatch.chdir(tmp_path / directory)
+            monkeypatch.setattr(plain_train, "COMPILE", compiled)
+            plain_train.train(0, 1, cpu, epochs, resume)
+            if directory == "broken" and not resume:
+                keys = list(torch.load("checkpoint.pt", weights_only=True)["model"])
+    finally:
+        dist.destroy_process_group()
+        torch.compiler.reset()
+    assert keys == ["0.weight", "0.bias", "2.weight", "2.bias"]  # the model's own, compiled or not
+    losses = [float(line.split()[-1]) for line in capsys.readouterr().out.splitlines() if line.startswith("epoch")]
+    assert len(losses) == 4  # unbroken: epochs 0 and 1; broken: epoch 0, then epoch 1 resumed
+    assert abs(losses[0] - losses[2]) < 1e-4 and abs(losses[1] - losses[3]) < 1e-4

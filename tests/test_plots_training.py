@@ -31,6 +31,8 @@ def test_the_padded_panel_draws_what_distributed_sampler_reads_and_the_strided_o
 def test_loss_curves_shade_a_band_only_for_the_labels_given():
     ax = plot_loss_curves({"a": [3.0, 2.0, 1.0], "b": [2.0, 1.5, 1.0]}, bands={"a": ([2.5, 1.5, 0.5], [3.5, 2.5, 1.5])})
     assert len(ax.lines) == 2 and len(ax.collections) == 1
+    ax.figure.canvas.draw()
+    assert all(tick == int(tick) for tick in ax.get_xticks())  # whole epochs only
     plt.close(ax.figure)
 
 

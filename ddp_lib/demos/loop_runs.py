@@ -304,11 +304,13 @@ def count_graphs(model: nn.Module, wrap: Callable, batch: torch.Tensor) -> tuple
     return len(graphs), wrapped
 
 
-def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Callable]) -> list[str]:
+def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Callable], name: str | None = None,
+                        keys: bool = True) -> list[str]:
     """The order-of-compile section's lines: for each entry of ``ways``, a name and its
     ``wrap(model, backend)``, a fresh ``make_model()`` is wrapped, stepped once on 16 two-feature
-    samples in a one-process gloo group (a ``HashStore``, in memory), and its graphs counted; each line
-    also shows the first ``state_dict()`` key of the wrapper and of the model."""
+    samples in a one-process gloo group (a ``HashStore``, in memory), and its graphs counted. Each line
+    starts with ``name`` (None: the model's class name); with ``keys``, it also shows the first
+    ``state_dict()`` key of the wrapper and of the model."""
     hide_profiler_skip_warning()  # dynamo would warn once that it skips a profiler range of DDP's forward
     lines = []
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # one process is enough
@@ -316,11 +318,58 @@ def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Cal
         for way, wrap in ways.items():
             model = make_model()
             n, wrapped = count_graphs(model, wrap, torch.randn(16, 2))
-            lines.append(f"{type(model).__name__:>10}, {way:>27}: {n} graph(s); first keys: the wrapper's "
-                         f"{list(wrapped.state_dict())[0]!r}, model's {list(model.state_dict())[0]!r}")
+            line = f"{name or type(model).__name__:>24}, {way:>27}: {n} graph(s)"
+            if keys:
+                line += (f"; first keys: the wrapper's {list(wrapped.state_dict())[0]!r}, "
+                         f"model's {list(model.state_dict())[0]!r}")
+            lines.append(line)
     finally:
         dist.destroy_process_group()
     return lines
+
+
+def compile_order_pieces(make_model: Callable[[], nn.Module], ways: dict[str, Callable], steps: int = 2) -> list[str]:
+    """Like ``compile_order_lines``, for a model with several of DDP's buckets: for each way, the bytes of
+    parameters in each graph (piece) dynamo hands the backend, output side first, against the bytes of each
+    all-reduce DDP started in the last of ``steps`` steps (from the second step on, DDP's rebuilt buckets).
+    Each line ends with "split at buckets: True" when the pieces are DDP's buckets."""
+    hide_profiler_skip_warning()
+    lines = []
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for way, wrap in ways.items():
+            model = make_model()
+            pieces, sent = pieces_and_buckets(model, wrap, steps)
+            lines.append(f"{type(model).__name__:>24}, {way:>27}: pieces {pieces} (bytes, output side first); "
+                         f"DDP all-reduced {sent}; split at buckets: {pieces == sent}")
+    finally:
+        dist.destroy_process_group()
+    return lines
+
+
+def pieces_and_buckets(model: nn.Module, wrap: Callable, steps: int = 2) -> tuple[list[int], list[int]]:
+    """``wrap(model, backend)`` (a DDP model, compiled in some order), stepped ``steps`` times on 16
+    two-feature samples inside a process group. Returns the parameter bytes of each graph the backend got,
+    output side first, and of each all-reduce DDP started in the last step."""
+    torch.compiler.reset()
+    pieces: list[int] = []
+    sent: list[int] = []
+
+    def recording_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable:
+        pieces.append(sum(t.numel() * t.element_size() for t in example_inputs if isinstance(t, nn.Parameter)))
+        return gm.forward  # run the piece as traced
+
+    def recording_allreduce(_state: None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        sent.append(bucket.buffer().numel() * bucket.buffer().element_size())
+        return default_hooks.allreduce_hook(None, bucket)
+
+    wrapped = wrap(model, recording_backend)
+    ddp_model = wrapped if isinstance(wrapped, DDP) else wrapped._orig_mod  # torch.compile(DDP(model))
+    ddp_model.register_comm_hook(None, recording_allreduce)
+    for _ in range(steps):
+        sent.clear()
+        wrapped(torch.randn(16, 2)).sum().backward()
+    return pieces[::-1], sent  # dynamo compiles from the input side; backward all-reduces from the output side
 
 
 def overflow_step_lines(overflow: list[dict]) -> list[str]:

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 EPOCHS, BATCH, LR, MOMENTUM, MAX_NORM, SEED, WARMUP_STEPS = 3, 16, 0.3, 0.9, 1.0, 0, 10
 AMP_DTYPE = None  # torch.bfloat16 for bf16 autocast; torch.float16 also turns the GradScaler on
+COMPILE = False  # True: torch.compile the model (inductor; its first step compiles, slowly)
 CHECKPOINT = "checkpoint.pt"  # written by rank 0, in the directory torchrun was started from
 
 
@@ -25,7 +26,10 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
     sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world_size, rank=rank, seed=SEED)
     loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, sampler=sampler, drop_last=True)
     model = nn.Sequential(nn.Linear(2, 32), nn.Tanh(), nn.Linear(32, 2)).to(device)
-    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # [torch.compile with DDP] compile the module, then wrap it. The checkpoint saves model.state_dict(),
+    # whose keys torch.compile leaves unchanged; ddp_model.module's would start with "_orig_mod.".
+    ddp_model = DDP(torch.compile(model) if COMPILE else model,
+                    device_ids=[device.index] if device.type == "cuda" else None)
     torch.manual_seed(SEED + rank)  # from here on (dropout, augmentation), each rank draws its own numbers
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR, momentum=MOMENTUM)  # buffers: in the checkpoint
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / WARMUP_STEPS))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 
 def plot_loss_curves(curves: dict[str, list[float]], title: str = "training loss", ax=None,
@@ -19,6 +20,7 @@ def plot_loss_curves(curves: dict[str, list[float]], title: str = "training loss
             low, high = bands[label]
             ax.fill_between(epochs, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     ax.set_xlabel("epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
     ax.set_ylabel("loss (mean over all ranks' samples)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
