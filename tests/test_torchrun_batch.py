@@ -17,7 +17,6 @@ epoch 1: last loss 0.4
 attempt 1: starting at epoch 2
 epoch 2: last loss 0.3
 epoch 3: last loss 0.2
-epoch 4: last loss 0.1
 torchrun's exit code: 0
 """
 FIRST_LOG = "".join(line + "\n" for line in RESTART_LOG.splitlines() if line.startswith("epoch"))
@@ -32,6 +31,8 @@ def test_restart_report_reads_the_verdicts():
     assert report["same losses as without the failure"]
     other = torchrun_batch.restart_report(RESTART_LOG, "epoch 0: last loss 0.9\n")
     assert not other["same losses as without the failure"]
+    # the last epoch is epochs - 1: a job of 5 epochs needs an epoch 4
+    assert not torchrun_batch.restart_report(RESTART_LOG, FIRST_LOG, epochs=5)["attempt 1 trained to the last epoch"]
 
 
 def test_restart_report_reads_a_log_that_tee_prefixed():
@@ -145,7 +146,7 @@ def test_the_lessons_recorded_restart_run_says_what_its_prose_says():
     # the job succeeded, or attempt 1 trained to the last epoch and only torch's abort at exit followed
     assert "verdict:" in printed and "attempt 1 trained to the last epoch" in printed, printed[-400:]
     assert "the job failed" not in printed, printed[-400:]
-    assert "trained to epoch 4" in "".join(cells[at + 1]["source"])
+    assert "trained to epoch 3" in "".join(cells[at + 1]["source"])
 
 
 def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
@@ -212,9 +213,9 @@ def test_restart_tally_line_says_both_tallies(tmp_path):
     (tmp_path / first).write_text("shared 45 1 no refused\nfresh 45 0 yes -\n")
     (tmp_path / second).write_text("shared 60 0 yes - 0.4\n")
     line = torchrun_batch.restart_tally_line(tmp_path)
-    assert line.endswith("without the variable, attempt 1 failed in 1 of 2 runs; with it, in 0 of 1")
-    # it says the numbers are earlier runs, and names the folded section that counts them
-    assert line.startswith('earlier runs of this job, counted in "Deeper: the shared-store bug":')
+    assert line.endswith("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1, attempt 1 failed in 1 of 2 runs; with it, in 0 of 1")
+    # it says the numbers are earlier runs, kept in files, not the run the lesson just made
+    assert line.startswith("earlier runs of the restart job, recorded in data/:")
 
 
 
@@ -228,7 +229,8 @@ def test_static_restart_tally_counts_the_recorded_runs(tmp_path):
     assert torchrun_batch.static_restart_tally(tmp_path) == (2, 3)
 
 def test_restart_report_tells_the_abort_at_exit_from_a_failure():
-    """Exit code 1 after epoch 4 with a rank ended by SIGABRT is torch's abort at exit, not a failed job."""
+    """Exit code 1 after the last epoch (3, of 4) with a rank ended by SIGABRT is torch's abort at exit,
+    not a failed job."""
     aborted = RESTART_LOG.replace("torchrun's exit code: 0", "failed (exitcode: -6) local_rank: 0\n"
                                   "  error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received by PID 7\n"
                                   "torchrun's exit code: 1")
@@ -237,7 +239,7 @@ def test_restart_report_tells_the_abort_at_exit_from_a_failure():
     assert not torchrun_batch.restart_report(RESTART_LOG, FIRST_LOG)["aborted at exit"]
     failed = RESTART_LOG.replace("torchrun's exit code: 0", "torchrun's exit code: 1")  # no SIGABRT: a failure
     assert not torchrun_batch.restart_report(failed, FIRST_LOG)["aborted at exit"]
-    never_trained = aborted.replace("epoch 4: last loss 0.1\n", "")
+    never_trained = aborted.replace("epoch 3: last loss 0.2\n", "")
     report = torchrun_batch.restart_report(never_trained, FIRST_LOG)
     assert not report["attempt 1 trained to the last epoch"] and not report["aborted at exit"]
 
@@ -283,11 +285,11 @@ def test_show_masked_hides_this_machines_paths(tmp_path, capsys):
 def test_first_run_verdict_tells_success_the_abort_at_exit_and_failure_apart():
     trained = FIRST_LOG
     assert torchrun_batch.first_run_verdict(trained + "torchrun's exit code: 0\n") == (
-        "verdict: trained to epoch 4; exit code 0")
+        "verdict: trained to epoch 3; exit code 0")
     aborted = torchrun_batch.first_run_verdict(
         trained + "E1207 api.py] failed (exitcode: -6) local_rank: 1 (pid: 7) of binary: python\n"
         "torchrun's exit code: 1\n")
-    assert aborted.startswith("verdict: trained to epoch 4; exit code 1 is the rare abort at exit")
+    assert aborted.startswith("verdict: trained to epoch 3; exit code 1 is the rare abort at exit")
     # it names the folded section that explains the abort by its title, a heading of lesson 06
     title = re.search(r'\("(Deeper: [^"]+)", above\)$', aborted)[1]
     lesson = json.loads(Path(__file__).parents[1].joinpath("notebooks", "06_torchrun.ipynb").read_text())

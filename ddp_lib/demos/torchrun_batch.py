@@ -266,13 +266,13 @@ def _whole_sentences(line: str, limit: int = 160) -> str:
     return line[:line.rfind(" ", 0, limit)] + " ..."
 
 
-def restart_report(restart_log: str, first_log: str) -> dict:
-    """What the restart job's log says: rank 0's lines, rank 1's error, torchrun's exit code, whether
-    attempt 1 trained to the last epoch (whatever the exit code), whether a non-zero exit code came
-    with a rank ended by SIGABRT after that last epoch (torch's rare abort at exit, lesson 02), rank 0's
-    lost-connection line (port and source location masked), torchrun's own ``W`` and ``E`` lines about its
-    ranks (time, process ids and Python masked), and whether the losses equal those of
-    the run without failure (``first_log``).
+def restart_report(restart_log: str, first_log: str, epochs: int = 4) -> dict:
+    """What the restart job's log says (``train.py`` run for ``epochs`` epochs): rank 0's lines, rank 1's
+    error, torchrun's exit code, whether attempt 1 trained to the last epoch, ``epochs - 1`` (whatever the
+    exit code), whether a non-zero exit code came with a rank ended by SIGABRT after that last epoch
+    (torch's rare abort at exit, lesson 02), rank 0's lost-connection line (port and source location
+    masked), torchrun's own ``W`` and ``E`` lines about its ranks (time, process ids and Python masked),
+    and whether the losses equal those of the run without failure (``first_log``).
     ``--tee``'s ``[default<local rank>]:`` line prefixes are ignored."""
     restart_log = TEE_PREFIX.sub("", restart_log)
     exit_found = _found(r"torchrun's exit code: (\d+)", restart_log, "torchrun's exit code",
@@ -285,13 +285,14 @@ def restart_report(restart_log: str, first_log: str) -> dict:
     lost = next((line for line in restart_log.splitlines()
                  if line.startswith("[rank0]") and LOST_PEER.search(line)), "")
     losses = [line for line in lines if line.startswith("epoch")]
-    trained = any(line.startswith("epoch 4:") for line in lines[resumed:])
+    last = f"epoch {epochs - 1}: last loss"
+    trained = any(line.startswith(last) for line in lines[resumed:])
     return {
         "rank 0's lines": lines,
         "rank 1's error": error_found[0],
         "exit code": exit_code,
         "attempt 1 trained to the last epoch": trained,
-        "aborted at exit": exit_code != 0 and trained and _aborted_after(restart_log, "epoch 4: last loss"),
+        "aborted at exit": exit_code != 0 and trained and _aborted_after(restart_log, last),
         "agent lines": [f"{level} ... " + re.sub(r"(process|pid:) \d+", r"\1 PID",
                                                  re.sub(r"of binary: .*", "of binary: PYTHON", line))
                         for level, line in AGENT_LINE.findall(restart_log)],
@@ -341,7 +342,7 @@ def restart_tally_line(folder: str | Path = "data") -> str:
     """:func:`restart_tally` in one sentence: a kept record, not the run the lesson just made."""
     tally = restart_tally(folder)
     (shared, runs), (fresh, fresh_runs) = tally["shared"], tally["fresh"]
-    return ('earlier runs of this job, counted in "Deeper: the shared-store bug": without the variable,'
+    return ("earlier runs of the restart job, recorded in data/: without TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1,"
             f" attempt 1 failed in {shared} of {runs} runs; with it, in {fresh} of {fresh_runs}")
 
 
@@ -351,7 +352,7 @@ def _aborted_after(log: str, last_line: str) -> bool:
     return SIGABRT_AFTER.search(log[log.rfind(last_line):]) is not None
 
 
-def first_run_verdict(run_log: str, epochs: int = 5) -> str:
+def first_run_verdict(run_log: str, epochs: int = 4) -> str:
     """The verdict on ``train.py``'s first run, from its log (the command's output, then a line
     "torchrun's exit code: N"): trained to the last epoch with exit code 0; trained, then ended by torch's
     rare abort at exit (a rank ended by SIGABRT after the last epoch, lesson 02), which is not a failure;

@@ -9,37 +9,39 @@ from matplotlib.patches import FancyBboxPatch
 from ddp_lib.plots.shapes import arrow, box
 
 
-def plot_torchrun_layout(nproc_per_node: int = 2, rdzv_port: int = 29400) -> Figure:
-    """Two nodes under torchrun's c10d rendezvous: each node's agent and ranks, the two stores
-    (the rendezvous store at --rdzv-endpoint, run by the agent on that host, here node 0's; the
-    ranks' store at MASTER_PORT, run by node 0's agent) and who connects to which."""
+def plot_torchrun_layout(rdzv_port: int = 29400) -> Figure:
+    """Two nodes of one rank each under torchrun's c10d rendezvous, as the lesson's run has them: each
+    node's agent and rank, the two stores that node 0's agent runs (the rendezvous store at
+    --rdzv-endpoint, where the agents meet; the ranks' store at MASTER_PORT, which every rank dials),
+    and the ranks' own connection to each other."""
+    rdzv_colour, ranks_colour = "#d9ead3", "#e4d7f5"  # green: the agents' store; violet: the ranks'
     fig, ax = plt.subplots(figsize=(9, 4.2))
     ax.set_xlim(0, 10)
-    ax.set_ylim(-0.4, 5.4)
+    ax.set_ylim(0, 5.2)
     ax.axis("off")
-    for node, x0 in enumerate((0.2, 5.2)):
-        ax.add_patch(FancyBboxPatch((x0, 0.2), 4.6, 5.0, boxstyle="round,pad=0.02", facecolor="none",
+    for node, (x0, width) in enumerate(((0.1, 5.9), (6.3, 3.6))):
+        ax.add_patch(FancyBboxPatch((x0, 0.15), width, 4.75, boxstyle="round,pad=0.02", facecolor="none",
                                     edgecolor="grey", linestyle="--"))
-        ax.text(x0 + 0.1, 5.0, f"node {node} (GROUP_RANK={node})", fontsize=9, weight="bold", va="top")
-        box(ax, x0 + 0.3, 3.3, 1.8, 0.8, f"agent (torchrun)\nnode {node}", "#fde9c9")
-        for local in range(nproc_per_node):
-            rank = node * nproc_per_node + local
-            box(ax, x0 + 0.3 + local * 2.2, 0.5, 1.9, 0.9, f"rank {rank}\nLOCAL_RANK={local}", "#cfe2f3")
-            arrow(ax, (x0 + 1.2, 3.3), (x0 + 1.25 + local * 2.2, 1.4), "#b07000")  # the agent starts its ranks
-    rdzv_label = f"rendezvous store\n--rdzv-endpoint :{rdzv_port}\n(on the endpoint's host)"
-    box(ax, 2.7, 4.15, 2.0, 0.8, rdzv_label, "#d9ead3")
-    box(ax, 2.7, 2.2, 2.0, 0.8, "ranks' store\nMASTER_PORT (free port)", "#d9ead3")
-    arrow(ax, (2.1, 3.5), (2.7, 2.75), "#b07000")  # node 0's agent runs the ranks' store too
-    ax.text(2.45, 3.2, "runs", fontsize=7, color="#b07000", ha="left")
-    arrow(ax, (2.1, 3.9), (2.7, 4.4), "green", "<|-|>")  # agents meet at the rendezvous store
-    arrow(ax, (5.5, 4.0), (4.7, 4.5), "green", "<|-|>")
-    for x in (1.3, 3.5, 6.3, 8.5):  # every rank reaches the ranks' store (init_process_group env://)
-        arrow(ax, (x, 1.4), (3.7, 2.2), "tab:blue")
-    arrow(ax, (4.3, 0.95), (5.5, 0.95), "purple", "<|-|>")
-    ax.text(4.9, 0.1, "rank to rank (gloo / nccl): ports picked at run time", ha="center", va="top", fontsize=7,
-            color="purple")
-    ax.set_title("Who listens where: here the endpoint's host is node 0, so its agent runs both stores\n"
-                 "(c10d may number another host 0); the ranks connect to each other directly", fontsize=10)
+        ax.text(x0 + 0.1, 4.8, f"node {node} (GROUP_RANK={node})", fontsize=9, weight="bold", va="top")
+    for node, x in enumerate((0.4, 7.6)):
+        box(ax, x, 3.3, 2.0, 0.9, f"agent (torchrun)\nnode {node}", "#fde9c9")
+        box(ax, x, 0.5, 2.0, 0.9, f"rank {node}\nRANK={node}, LOCAL_RANK=0", "#cfe2f3")
+        arrow(ax, (x + 1.0, 3.3), (x + 1.0, 1.4), "#b07000")  # the agent starts its rank
+        ax.text(x + 1.08, 2.35, "starts", fontsize=8, color="#b07000")
+    box(ax, 3.3, 3.4, 2.4, 0.8, f"rendezvous store\n--rdzv-endpoint :{rdzv_port}", rdzv_colour)
+    box(ax, 3.3, 2.0, 2.4, 0.8, "ranks' store\nMASTER_PORT (a free port)", ranks_colour)
+    arrow(ax, (2.4, 3.9), (3.3, 3.85), "green", "<|-|>")  # both agents meet at the rendezvous store
+    arrow(ax, (7.6, 3.9), (5.7, 3.85), "green", "<|-|>")
+    ax.text(6.65, 4.05, "agents meet", fontsize=8, color="green", ha="center")
+    arrow(ax, (2.4, 3.45), (3.3, 2.5), "#b07000")  # node 0's agent runs the ranks' store too
+    ax.text(2.3, 2.75, "runs both\nstores", fontsize=8, color="#b07000", ha="right")
+    for start, end in (((2.4, 1.2), (3.9, 2.0)), ((7.6, 1.2), (5.1, 2.0))):  # every rank dials the ranks' store
+        arrow(ax, start, end, "purple")
+    ax.text(4.5, 1.55, "each rank's\ninit_process_group", fontsize=8, color="purple", ha="center")
+    arrow(ax, (2.4, 0.7), (7.6, 0.7), "tab:blue", "<|-|>")
+    ax.text(5.0, 0.78, "rank to rank (gloo or nccl), on ports picked at run time", ha="center", va="bottom",
+            fontsize=8, color="tab:blue")
+    ax.set_title("Who listens where: two nodes of one rank each, as in the run below", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -84,10 +86,13 @@ def plot_restart_timeline(epochs: int, fail_in_epoch: int, world_size: int = 2) 
 
 
 def plot_port_choice() -> Figure:
-    """Two one-node jobs on one machine: left, each leaves the port to torchrun (c10d on a free
-    port, as --standalone does) and both run; right, a job given --master-port finds it taken."""
+    """Two one-node jobs on one machine: left, two --standalone jobs, each on a free port of its own
+    (a --master-port given beside --standalone is ignored); right, a job given --master-port without
+    --standalone finds that port taken."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.6))
-    for ax, title in zip(axes, ("no port given: each job gets a free one", "--master-port P, a port already taken")):
+    titles = ("--standalone (a --master-port is ignored): each job gets a free port",
+              "--master-port P without --standalone: P is taken")
+    for ax, title in zip(axes, titles):
         ax.set_xlim(0, 5)
         ax.set_ylim(0, 3)
         ax.axis("off")
