@@ -8,8 +8,38 @@ import math
 import pytest
 
 from ddp_lib.bench import allreduce, buckets, ddp, model, overlap, pinned, ring, scaling, startup, stats, wide
-from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, format_table, human_bytes, run_main
+from ddp_lib.bench.report import (
+    MACHINE_KEYS,
+    algbw_gbs,
+    bus_factor,
+    busbw_gbs,
+    format_table,
+    human_bytes,
+    machine,
+    recorded_machine,
+    run_main,
+)
 from ddp_lib.workers.shared import make_mlp
+
+
+def assert_machine_recorded(result):
+    """A run from now on records torch's version, the cores and the CPU's model beside its rows."""
+    import torch
+    assert {key: result[key] for key in MACHINE_KEYS} == machine()
+    assert result["torch"] == torch.__version__ and result["cpu_count"] >= 1 and result["cpu_model"]
+
+
+def test_a_kept_run_says_what_it_did_not_record():
+    assert recorded_machine({"torch": "2.13.0+cpu", "cpu_count": 2, "cpu_model": "AMD EPYC 7B13"}) == (
+        "torch 2.13.0+cpu, 2 cores, CPU AMD EPYC 7B13")
+    assert recorded_machine({"cpu_count": 2}) == "torch not recorded, 2 cores, CPU not recorded"
+    assert recorded_machine({}) == "torch not recorded, cores not recorded, CPU not recorded"
+
+
+def test_every_benchmark_records_the_machine_it_ran_on():
+    import inspect
+    for module in (allreduce, buckets, ddp, overlap, pinned, ring, scaling, startup, wide):
+        assert "**machine()" in inspect.getsource(module.measure), module.__name__
 
 
 def test_busbw_is_algbw_times_two_n_minus_one_over_n():
@@ -45,6 +75,7 @@ def test_allreduce_rows_have_nccl_tests_columns_and_the_limits():
         assert math.isclose(r["busbw_gbs"], r["algbw_gbs"] * bus_factor(2), abs_tol=1e-4)
     assert result["copy_gbs"] > 0 and result["loopback_gbs"] > 0
     assert result["repeats"] == 1 and [m["world_size"] for m in result["models"]] == [2]
+    assert_machine_recorded(result)
 
 
 def test_every_repeat_of_the_sweep_visits_every_size_in_a_drawn_order():
@@ -79,7 +110,9 @@ def test_the_kept_full_run_is_whole_and_its_models_follow_from_its_rows():
 
 
 def test_ring_rows_are_ratios_of_both_sides():
-    rows = ring.measure(repeats=1, world_sizes=(2,), sizes=[16, 4096])["rows"]
+    result = ring.measure(repeats=1, world_sizes=(2,), sizes=[16, 4096])
+    assert_machine_recorded(result)
+    rows = result["rows"]
     assert [r["bytes"] for r in rows] == [16, 4096]
     for r in rows:
         assert r["ring_us"] > 0 and r["all_reduce_us"] > 0
@@ -88,6 +121,7 @@ def test_ring_rows_are_ratios_of_both_sides():
 
 def test_ddp_rows_and_all_reduce_counts():
     result = ddp.measure(quick=True, repeats=1)
+    assert_machine_recorded(result)
     rows = {(r["world_size"], r["way"]): r for r in result["rows"]}
     assert set(rows) == {(1, "local"), (1, "torch"), (2, "local"), (2, "torch"),
                          (2, "after_backward"), (2, "per_parameter_hooks"), (2, "buckets")}
@@ -107,6 +141,7 @@ def test_ddp_rows_and_all_reduce_counts():
 
 def test_overlap_profile_has_the_phases_backward_and_every_bucket_all_reduce():
     result = overlap.measure(quick=True)
+    assert_machine_recorded(result)
     lanes = [r["lane"] for r in result["rows"]]
     # bucket_cap_mb=1 on the benchmark MLP: 4 buckets after DDP rebuilds them (lesson 08, exercise 3).
     assert lanes.count("all-reduce") == 4 and lanes.count("backward") >= 10
@@ -163,7 +198,9 @@ def test_overlapped_time_counts_only_all_reduce_time_before_backward_ends():
 
 
 def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
-    rows = buckets.measure(quick=True, repeats=1)["rows"]
+    result = buckets.measure(quick=True, repeats=1)
+    assert_machine_recorded(result)
+    rows = result["rows"]
     assert [r["bucket_cap_mb"] for r in rows] == buckets.QUICK_CAPS_MB
     by_cap = {r["bucket_cap_mb"]: r for r in rows}
     counts = [r["allreduces"] for r in rows if r["bucket_cap_mb"] is not None]
@@ -182,13 +219,17 @@ def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
 
 def test_startup_rows_name_each_launcher():
     assert set(startup.methods()) >= {"ddp_lib", "mp spawn", "mp forkserver"}
-    rows = startup.measure(repeats=1, world_sizes=(2,), names=("mp fork",))["rows"]
+    result = startup.measure(repeats=1, world_sizes=(2,), names=("mp fork",))
+    assert_machine_recorded(result)
+    rows = result["rows"]
     assert [r["method"] for r in rows] == ["ddp_lib", "mp fork"]
     assert all(r["seconds"] > 0 for r in rows) and rows[0]["ratio"] == 1.0
 
 
 def test_scaling_rows_per_world_size():
-    rows = scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 2))["rows"]
+    result = scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 2))
+    assert_machine_recorded(result)
+    rows = result["rows"]
     assert [(r["world_size"], r["policy"], r["threads_per_rank"]) for r in rows] == [(1, "one", 1), (2, "one", 1)]
     assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
 
@@ -227,6 +268,23 @@ def test_the_plain_torch_timer_hands_every_rank_the_slowest_time():
     assert [nbytes for nbytes, _ in per_rank[0]] == sizes
     assert all(seconds > 0 for _, seconds in per_rank[0])
     assert per_rank[0] == per_rank[1]  # the MAX all-reduce gives both ranks the same time
+
+
+def test_the_timer_runs_under_torchs_own_mp_spawn_through_a_queue():
+    import torch.multiprocessing as mp
+
+    from ddp_lib.demos.timing import time_allreduce_to_queue
+    from ddp_lib.process_group import free_port
+
+    sizes = [4, 4096]
+    results = mp.get_context("spawn").SimpleQueue()
+    try:
+        mp.spawn(time_allreduce_to_queue, args=(2, free_port(), sizes, results), nprocs=2, join=True)
+    except mp.ProcessExitedException as exc:  # torch's rare abort at exit, after the put (docs/reliability.md)
+        assert exc.signal_name == "SIGABRT", exc
+    by_rank = dict(results.get() for _ in range(2))
+    assert sorted(by_rank) == [0, 1] and by_rank[0] == by_rank[1]
+    assert [nbytes for nbytes, _ in by_rank[0]] == sizes and all(seconds > 0 for _, seconds in by_rank[0])
 
 
 def test_a_difference_is_called_only_when_the_middle_halves_do_not_overlap():

@@ -47,27 +47,37 @@ def measure_allreduce(rank, world_size, nbytes):
         dist.barrier()
         start = time.perf_counter()
         dist.all_reduce(tensor)
-        seconds = time.perf_counter() - start
+        elapsed = torch.tensor([time.perf_counter() - start])
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time
+        seconds = elapsed.item()
         algbw = nbytes / seconds / 1e9
         return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": algbw * 2 * (world_size - 1) / world_size}
 '''
 
 # Right answers written differently: the name imported from torch.distributed, distributed_c10d's
-# function, and a mean over several timed calls.
+# function, a mean over several timed calls, ReduceOp imported and passed by position, a float64 time.
 RIGHT = {
     "imported_name": GOOD.replace("import torch.distributed as dist\n",
                                   "import torch.distributed as dist\nfrom torch.distributed import all_reduce\n")
-                         .replace("dist.all_reduce(tensor)\n        seconds", "all_reduce(tensor)\n        seconds"),
-    "c10d": GOOD.replace("dist.all_reduce(tensor)\n        seconds",
-                         "dist.distributed_c10d.all_reduce(tensor)\n        seconds"),
-    "average_of_five": GOOD.replace("dist.all_reduce(tensor)\n        seconds = time.perf_counter() - start",
+                         .replace("dist.all_reduce(tensor)\n        elapsed", "all_reduce(tensor)\n        elapsed"),
+    "c10d": GOOD.replace("dist.all_reduce(tensor)\n        elapsed",
+                         "dist.distributed_c10d.all_reduce(tensor)\n        elapsed"),
+    "average_of_five": GOOD.replace("dist.all_reduce(tensor)\n        elapsed = torch.tensor([time.perf_counter()",
                                     "for _ in range(5):\n            dist.all_reduce(tensor)\n"
-                                    "        seconds = (time.perf_counter() - start) / 5"),
+                                    "        elapsed = torch.tensor([0.2 * (time.perf_counter()")
+                           .replace("- start])", "- start)])"),
+    "reduce_op_imported_positional": GOOD.replace("dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)",
+                                                  "dist.all_reduce(elapsed, ReduceOp.MAX)")
+                                         .replace("import torch.distributed as dist\n",
+                                                  "import torch.distributed as dist\n"
+                                                  "from torch.distributed import ReduceOp\n"),
+    "float64_time": GOOD.replace("torch.tensor([time.perf_counter() - start])",
+                                 "torch.tensor([time.perf_counter() - start], dtype=torch.float64)"),
 }
 
 WRONG = {
-    "one_element": (GOOD.replace("dist.all_reduce(tensor)\n        seconds",
-                                 "dist.all_reduce(torch.ones(1))\n        seconds")
+    "one_element": (GOOD.replace("dist.all_reduce(tensor)\n        elapsed",
+                                 "dist.all_reduce(torch.ones(1))\n        elapsed")
                     .replace("dist.all_reduce(tensor)  # warm-up", "dist.all_reduce(torch.ones(1))"),
                     "never a float32 tensor of"),
     "float64_twice_the_bytes": (GOOD.replace("torch.ones(nbytes // 4)", "torch.ones(nbytes // 4, dtype=torch.float64)"),
@@ -77,14 +87,28 @@ WRONG = {
     "no_warm_up": (GOOD.replace("dist.all_reduce(tensor)  # warm-up", "pass"),
                    "timed the first all-reduce it ran, which also sets up gloo's connections: run one all-reduce "
                    "first (a warm-up)"),
-    "made_up_time": (GOOD.replace("seconds = time.perf_counter() - start", "seconds = 1.0"),
-                     "but its all-reduces of"),
+    "made_up_time": (GOOD.replace("seconds = elapsed.item()", "seconds = 1.0"),
+                     "but their all-reduces of"),
     "no_factor": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw"), "busbw equals algbw"),
     "gib": (GOOD.replace("/ 1e9", "/ 2**30"), "that is GiB/s"),
     "world_size_hard_coded": (GOOD.replace("algbw * 2 * (world_size - 1) / world_size", "algbw * 1.5"),
                               "busbw / algbw is 1.5, expected 2(N-1)/N (1 for N=2)"),
-    "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        seconds", "tensor.add_(1)\n        seconds")
-                     .replace("dist.all_reduce(tensor)  # warm-up", "pass"), "ran no all-reduce"),
+    "no_allreduce": (GOOD.replace("dist.all_reduce(tensor)\n        elapsed", "tensor.add_(1)\n        elapsed")
+                     .replace("dist.all_reduce(tensor)  # warm-up", "pass")
+                     .replace("dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)", "pass"), "ran no all-reduce"),
+    # The honest mistake: each rank returns the time it measured itself.
+    "own_time": (GOOD.replace("        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's time\n",
+                              ""),
+                 "returned its own time, but an all-reduce ends only when the slowest rank is done: all_reduce the "
+                 "seconds with op=ReduceOp.MAX"),
+    "sum_of_times": (GOOD.replace("op=dist.ReduceOp.MAX", "op=dist.ReduceOp.SUM"),
+                     "all-reduced its time with SUM: use op=ReduceOp.MAX"),
+    "max_computed_but_own_time_returned": (GOOD.replace("seconds = elapsed.item()",
+                                                        "seconds = elapsed.item() if rank == 0 else own")
+                                           .replace("elapsed = torch.tensor([time.perf_counter() - start])",
+                                                    "own = time.perf_counter() - start\n"
+                                                    "        elapsed = torch.tensor([own])"),
+                                           "the ranks returned different seconds"),
     "list": (GOOD.replace('return {"seconds"', 'return [{"seconds"').replace("/ world_size}", "/ world_size}]"),
              "rank 0 returned list: return a dict with keys seconds, algbw_gbs, busbw_gbs"),
 }

@@ -3,23 +3,34 @@
 from ddp_lib.bench import allreduce, ddp, floor, overlap, scaling, wide
 
 
-def test_floor_verdict_counts_the_uses_whose_measured_time_was_longer():
-    text = floor.floor_verdict({"a": (2.0, 1.0), "b": (0.5, 1.0)})
-    assert "a: measured 2.00 ms, the model 1.00 ms (2.0x)" in text
-    assert text.splitlines()[-1] == ("measured longer than the fit in 1 of 2 uses; "
-                                     "none more than 25% shorter, so the fit a lower bound within its tolerance: False")
-    assert floor.floor_verdict({"a": (2.0, 1.0)}).endswith("in 1 of 1 uses; none more than 25% shorter, "
-                                                          "so the fit a lower bound within its tolerance: True")
-    # 10% shorter than the model is within the fit's own tolerance: still at the bound
-    assert floor.floor_verdict({"a": (0.9, 1.0)}).endswith("in 0 of 1 uses; none more than 25% shorter, "
-                                                          "so the fit a lower bound within its tolerance: True")
+def test_each_group_gets_a_computed_verdict_that_can_fail():
+    text = floor.floor_verdict({"large messages": {"a": (1.1, 1.0), "b": (2.0, 1.0)},
+                                "small messages": {"c": (7.0, 1.0), "d": (6.0, 1.0)}})
+    lines = text.splitlines()
+    assert lines[0] == "large messages: measured / model 1.1x and 2.0x; the model within 25% of each: False"
+    assert lines[1:3] == ["  a: measured 1.10 ms, the model 1.00 ms (1.1x)",
+                          "  b: measured 2.00 ms, the model 1.00 ms (2.0x)"]
+    assert lines[3] == ("small messages: measured / model 7.0x and 6.0x; the model within 25% of each: False; "
+                        "the model underestimates them about 6.5x on this machine: for them it is a floor")
 
 
-def test_every_kept_use_of_the_fit_is_at_or_above_the_model_within_its_tolerance():
+def test_the_model_within_its_tolerance_either_way():
+    assert floor.floor_verdict({"large messages": {"a": (1.2, 1.0), "b": (0.8, 1.0)}}).splitlines()[0].endswith(
+        "within 25% of each: True")
+    # 30% shorter than the model is outside the tolerance too: the verdict is not a one-sided bound
+    assert floor.floor_verdict({"large messages": {"a": (0.7, 1.0)}}).splitlines()[0].endswith(
+        "within 25% of each: False; the model overestimates them about 1.4x")
+    assert "overestimates them about 3.3x" in floor.floor_verdict({"small messages": {"a": (0.3, 1.0)}})
+    # a group with one use near the model and one far: no "about Nx", which would hide the near one
+    assert "about" not in floor.floor_verdict({"small messages": {"a": (1.1, 1.0), "b": (7.0, 1.0)}})
+
+
+def test_the_kept_uses_split_into_large_messages_near_the_model_and_small_ones_far_above_it():
     full = allreduce.full_run()
     alpha, beta = allreduce.held_fit(full)
     uses = floor.fit_uses(alpha, beta, ddp.full_run(), overlap.full_run(), scaling.full_run(), wide.full_run())
-    assert len(uses) == 4
-    assert all(measured >= (1 - floor.TOLERANCE) * predicted > 0 for measured, predicted in uses.values())
+    assert list(uses) == [floor.LARGE, floor.SMALL] and [len(group) for group in uses.values()] == [2, 2]
+    assert all(floor.within(*use) for use in uses[floor.LARGE].values())
+    assert all(measured > 2 * predicted for measured, predicted in uses[floor.SMALL].values())
     # the extra bucket is priced at one alpha
-    assert uses["one extra bucket, under the profiler"][1] == alpha * 1e3
+    assert uses[floor.SMALL]["one extra bucket, under the profiler"][1] == alpha * 1e3

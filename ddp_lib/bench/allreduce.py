@@ -21,7 +21,7 @@ import torch
 
 from ddp_lib.bench.model import fit_alpha_beta
 from ddp_lib.bench.ranks import allreduce_sweep, loops_per_timing
-from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, human_bytes, run_main
+from ddp_lib.bench.report import algbw_gbs, bus_factor, busbw_gbs, human_bytes, machine, run_main
 from ddp_lib.bench.stats import median
 from ddp_lib.launch import run_ranks
 
@@ -142,7 +142,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
             # Four significant digits: a small limit_bytes can give well under 0.001 GB/s.
             "copy_gbs": float(f"{copy_bandwidth_gbs(limit_bytes, repeats):.4g}"),
             "loopback_gbs": float(f"{loopback_bandwidth_gbs(limit_bytes, repeats):.4g}"),
-            "repeats": repeats, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "repeats": repeats, **machine(),
             "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
 
 

@@ -7,7 +7,7 @@ sizes stepped in turn in one run, one thread per rank.
 from __future__ import annotations
 
 from ddp_lib.bench.ranks import DDP_WIDTHS, bucket_sweep
-from ddp_lib.bench.report import run_main
+from ddp_lib.bench.report import machine, run_main
 from ddp_lib.launch import run_ranks
 
 # None: bucket_cap_mb left out. DDP then uses 25 MiB too, but a first bucket of at most 1 MiB
@@ -36,7 +36,8 @@ def measure(quick: bool = False, repeats: int | None = None, world_size: int = 2
              "step_ms": round(r["step_s"] * 1e3, 3), "ratio": round(r["step_s"] / step_25, 3),
              **{key: r[key] for key in ("first_step_allreduces", "first_step_bucket_bytes", "bucket_bytes")}}
             for r in sweep]
-    return {"rows": rows, "world_size": world_size, "model_widths": list(DDP_WIDTHS), "repeats": repeats}
+    return {"rows": rows, "world_size": world_size, "model_widths": list(DDP_WIDTHS), "repeats": repeats,
+            **machine()}
 
 
 def _notes(result: dict) -> str:

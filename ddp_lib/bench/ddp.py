@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, ddp_steps
-from ddp_lib.bench.report import run_main
+from ddp_lib.bench.report import machine, run_main
 from ddp_lib.launch import run_ranks
 
 FULL_RUN = Path(__file__).with_name("results") / "ddp.json"
@@ -57,7 +57,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
             "all_reduce_ms": all_reduce_ms,
             "extra_quartiles_ms": extra_quartiles_ms,
             "gradient_bytes": 4 * sum(a * b + b for a, b in zip(DDP_WIDTHS, DDP_WIDTHS[1:])),
-            "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
+            **machine(), "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
 
 
 def full_run() -> dict:

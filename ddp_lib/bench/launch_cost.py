@@ -12,7 +12,7 @@ import functools
 import torch.multiprocessing as mp
 
 from ddp_lib.bench.ranks import allreduce_once, plain_allreduce
-from ddp_lib.bench.report import run_main
+from ddp_lib.bench.report import machine, run_main
 from ddp_lib.bench.stats import median, time_in_turn
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import free_port
@@ -44,7 +44,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
         ours, quiet, plain = median(times["ddp_lib"]), median(times["quiet"]), median(times["mp.spawn"])
         rows.append({"world_size": world_size, "mp_spawn_s": round(plain, 4), "ddp_lib_s": round(ours, 4),
                      "ratio": round(ours / plain, 4), "quiet_s": round(quiet, 4)})
-    return {"rows": rows, "repeats": repeats}
+    return {"rows": rows, "repeats": repeats, **machine()}
 
 
 def _notes(result: dict) -> str:

@@ -26,7 +26,7 @@ from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, _train_step
-from ddp_lib.bench.report import run_main
+from ddp_lib.bench.report import machine, run_main
 from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import process_group, wrap_ddp
@@ -179,7 +179,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
     return {"rows": median_step(profiled[BUCKET_CAP_MB]), "bucket_cap_mb": BUCKET_CAP_MB,
             "one_bucket": median_step(profiled[ONE_BUCKET_CAP_MB]), "one_bucket_cap_mb": ONE_BUCKET_CAP_MB,
             "steps": steps, "small_first": sum(first == BUCKET_CAP_MB for first in ranks[0]["first"]),
-            "torch": torch.__version__, "cpu_count": os.cpu_count(), "load_average": round(os.getloadavg()[0], 1)}
+            **machine(), "load_average": round(os.getloadavg()[0], 1)}
 
 
 def full_run() -> dict:

@@ -22,7 +22,7 @@ import torch.distributed as dist
 
 from ddp_lib.bench.gloo_ring import ring_sends
 from ddp_lib.bench.ranks import _slowest
-from ddp_lib.bench.report import human_bytes, run_main
+from ddp_lib.bench.report import human_bytes, machine, run_main
 from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import process_group
@@ -91,7 +91,7 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
                          "time_us": round(median(us), 1), "middle_half": f"{low:.0f}-{high:.0f}",
                          "quartiles_us": [round(low, 1), round(high, 1)], "messages": messages,
                          "per_message_us": round(median(us) / messages, 1)})
-    return {"rows": rows, "repeats": repeats, "cpu_count": os.cpu_count(), "torch": torch.__version__,
+    return {"rows": rows, "repeats": repeats, **machine(),
             "load_average": round(os.getloadavg()[0], 1)}
 
 

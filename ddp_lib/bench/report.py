@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 from collections.abc import Callable
+
+# What a kept run records about the machine it ran on (``machine()``), so that a reader can tell
+# which torch and which CPU gave its numbers.
+MACHINE_KEYS = ("torch", "cpu_count", "cpu_model")
 
 
 def bus_factor(world_size: int) -> float:
@@ -33,6 +39,33 @@ def human_bytes(nbytes: int) -> str:
         if nbytes >= scale and nbytes % scale == 0:
             return f"{nbytes // scale} {unit}"
     return f"{nbytes} B"
+
+
+def cpu_model() -> str:
+    """The CPU's model name: Linux's ``/proc/cpuinfo``, else ``platform.processor()``, else the architecture."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.lower().startswith(("model name", "hardware")) and ":" in line:
+                    return line.split(":", 1)[1].strip()
+    except OSError:  # no /proc: macOS, Windows
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def machine() -> dict:
+    """The machine a benchmark runs on, recorded beside its rows: torch's version, the cores, the CPU's model."""
+    import torch  # here, not at the top: the command line's argument checks run without torch
+
+    return {"torch": torch.__version__, "cpu_count": os.cpu_count(), "cpu_model": cpu_model()}
+
+
+def recorded_machine(run: dict) -> str:
+    """What a kept run recorded of its machine, one line; "not recorded" for what an older record lacks."""
+    said = {key: run.get(key) for key in MACHINE_KEYS}
+    return (f"torch {said['torch'] or 'not recorded'}, "
+            f"{str(said['cpu_count']) + ' cores' if said['cpu_count'] else 'cores not recorded'}, "
+            f"CPU {said['cpu_model'] or 'not recorded'}")
 
 
 def format_table(rows: list[dict], columns: list[tuple[str, str, str]]) -> str:

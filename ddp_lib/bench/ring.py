@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddp_lib.bench.allreduce import SIZES  # the same sizes as the all-reduce sweep
 from ddp_lib.bench.ranks import allreduce_sweep
-from ddp_lib.bench.report import human_bytes, run_main
+from ddp_lib.bench.report import human_bytes, machine, run_main
 from ddp_lib.launch import run_ranks
 
 QUICK_SIZES = [4**k for k in (2, 5, 8, 12)]  # 16 B to 16 MiB
@@ -39,7 +39,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
             rows.append({"world_size": world_size, "bytes": r["bytes"], "size": human_bytes(r["bytes"]),
                          "ring_us": round(r["ring_s"] * 1e6, 1), "all_reduce_us": round(r["all_reduce_s"] * 1e6, 1),
                          "ratio": round(r["ring_s"] / r["all_reduce_s"], 3)})
-    return {"rows": rows, "repeats": repeats, "cpu_count": os.cpu_count(),
+    return {"rows": rows, "repeats": repeats, **machine(),
             "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
 
 

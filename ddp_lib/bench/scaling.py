@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 from ddp_lib.bench.ranks import timed_train
-from ddp_lib.bench.report import human_bytes, run_main
+from ddp_lib.bench.report import human_bytes, machine, run_main
 from ddp_lib.bench.stats import median
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import threads_per_rank
@@ -67,7 +67,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
                      "samples_per_s": round(median(r), 1), "speedup": round(median(r) / base, 3)})
     # Other programs' load decides how the cores are shared, so the run says what it was.
     return {"rows": rows, "batch_size_per_rank": BATCH_SIZE, "epochs": [short, long], "repeats": repeats,
-            "cpu_count": os.cpu_count(), "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
+            **machine(), "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
 
 
 def full_run() -> dict:

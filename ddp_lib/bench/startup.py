@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ddp_lib.bench.launch_cost import plain_launch
 from ddp_lib.bench.ranks import allreduce_once
-from ddp_lib.bench.report import run_main
+from ddp_lib.bench.report import machine, run_main
 from ddp_lib.bench.stats import median, time_in_turn
 from ddp_lib.launch import run_ranks
 
@@ -55,7 +55,7 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
         ours = median(times["ddp_lib"])
         rows += [{"world_size": world_size, "method": name, "seconds": round(median(t), 4),
                   "ratio": round(median(t) / ours, 2)} for name, t in times.items()]
-    return {"rows": rows, "repeats": repeats, "cpu_count": os.cpu_count(),
+    return {"rows": rows, "repeats": repeats, **machine(),
             "load_average": round(max(load_before, os.getloadavg()[0]), 1)}
 
 

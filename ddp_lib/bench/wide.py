@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from ddp_lib.bench.ranks import _slowest, _train_step
-from ddp_lib.bench.report import run_main
+from ddp_lib.bench.report import machine, run_main
 from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import process_group, wrap_ddp
@@ -108,8 +108,8 @@ def measure(quick: bool = False, repeats: int | None = None) -> dict:
                      "cores_busy": round(median([c / s for c, s in zip(result["cpu"][way], seconds[way])]), 2)})
     gradient_bytes = 4 * sum(p.numel() for p in make_mlp(0, WIDE_WIDTHS).parameters())
     return {"rows": rows, "world_size": world_size, "widths": list(WIDE_WIDTHS), "batch_per_rank": BATCH_PER_RANK,
-            "gradient_bytes": gradient_bytes, "repeats": repeats, "cpu_count": os.cpu_count(),
-            "torch": torch.__version__, "load_average": round(os.getloadavg()[0], 1)}
+            "gradient_bytes": gradient_bytes, "repeats": repeats, **machine(),
+            "load_average": round(os.getloadavg()[0], 1)}
 
 
 def sign_test_p(wins: int, rounds: int) -> float:

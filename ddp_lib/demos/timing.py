@@ -23,3 +23,9 @@ def time_allreduce(rank: int, world_size: int, port: int, sizes: list[int]) -> l
         times.append((nbytes, seconds.item()))
     dist.destroy_process_group()
     return times
+
+
+def time_allreduce_to_queue(rank: int, world_size: int, port: int, sizes: list[int], results) -> None:
+    """``time_allreduce`` for torch's ``mp.spawn``, which returns nothing: each rank puts (rank, its times)
+    in ``results``, a queue from ``mp.get_context("spawn").SimpleQueue()``."""
+    results.put((rank, time_allreduce(rank, world_size, port, sizes)))

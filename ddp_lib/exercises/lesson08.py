@@ -44,12 +44,34 @@ def check_busbw(busbw: Callable[[float, int], float], cases: int = 4) -> Report:
     return report
 
 
+def _ours(calls: list[dict], nbytes: int) -> list[dict]:
+    """The all-reduces of the float32 tensor of ``nbytes`` bytes that the exercise asks to time."""
+    return [c for c in calls if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32"]
+
+
+def _warm(calls: list[dict], ours: list[dict]) -> list[float]:
+    """The seconds of those all-reduces after the rank's first collective, which also connects."""
+    return [c["seconds"] for c in calls[1:] if c in ours]
+
+
+def _max_mistake(rank: int, calls: list[dict], ours: list[dict]) -> str | None:
+    """Whether ``rank`` all-reduced its time with MAX, the slowest rank's time (None: it did)."""
+    if any(c["op"] == "MAX" for c in calls if c not in ours):
+        return None
+    if after := calls[calls.index(ours[-1]) + 1:]:  # collectives after the timed one: the time's all-reduce
+        op = after[-1]["op"] or "the default SUM"
+        return (f"rank {rank} all-reduced its time with {op}: use op=ReduceOp.MAX, so that every rank returns "
+                "the slowest rank's time")
+    return (f"rank {rank} returned its own time, but an all-reduce ends only when the slowest rank is done: "
+            "all_reduce the seconds with op=ReduceOp.MAX and return that on every rank")
+
+
 def diagnose(results: list[dict], nbytes: int) -> str | None:
     """The first mistake in the ranks' results, named with its fix (None: all is right)."""
+    world_size = len(results)
     for rank, r in enumerate(results):
-        out, world_size, calls = r["result"], len(results), r["calls"]
-        ours = [c for c in calls if c["numel"] == nbytes // 4 and c["dtype"] == "torch.float32"]
-        warm = [c["seconds"] for c in calls[1:] if c in ours]  # the first all-reduce also connects
+        out, calls = r["result"], r["calls"]
+        ours = _ours(calls, nbytes)
         if not isinstance(out, dict) or any(k not in out for k in KEYS):
             return f"rank {rank} returned {type(out).__name__}: return a dict with keys {', '.join(KEYS)}"
         if not ours:
@@ -57,19 +79,33 @@ def diagnose(results: list[dict], nbytes: int) -> str | None:
             said = f"all-reduced {seen}, never" if calls else "ran no all-reduce of"
             return (f"rank {rank} {said} a float32 tensor of {nbytes} bytes: time dist.all_reduce of a tensor of "
                     "nbytes // 4 float32 elements")
-        seconds, algbw, busbw = (float(out[k]) for k in KEYS)
+        seconds = float(out["seconds"])
         if not seconds > 0:
             return f"rank {rank} measured {seconds} seconds: time the all-reduce with time.perf_counter()"
-        if not warm:
+        if not _warm(calls, ours):
             return (f"rank {rank} timed the first all-reduce it ran, which also sets up gloo's connections: run "
                     "one all-reduce first (a warm-up), then time another")
-        # Near one all-reduce's time or the mean of a run of them (a loop timed and divided).
+        if mistake := _max_mistake(rank, calls, ours):
+            return mistake
+    returned = [float(r["result"]["seconds"]) for r in results]
+    if len(set(returned)) > 1:
+        said = ", ".join(f"rank {rank} {s:.3g} s" for rank, s in enumerate(returned))
+        return (f"the ranks returned different seconds ({said}): return the seconds the MAX all-reduce gave, "
+                "the same on every rank")
+    # Near one all-reduce's time, or the mean of a run of them (a loop timed and divided), on some rank:
+    # the MAX hands every rank the slowest rank's time.
+    seconds, means, warm_all = returned[0], [], []
+    for r in results:
+        warm = _warm(r["calls"], _ours(r["calls"], nbytes))
         totals = list(itertools.accumulate(warm, initial=0.0))
-        means = [(totals[j] - totals[i]) / (j - i) for i in range(len(warm)) for j in range(i + 1, len(warm) + 1)]
-        if not any(m / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= m * MEASURED_FACTOR + MEASURED_SLACK_S
-                   for m in means):
-            return (f"rank {rank} reports {seconds:.3g} s, but its all-reduces of {nbytes} bytes took "
-                    f"{min(warm):.3g} to {max(warm):.3g} s after the first: time those, not other work")
+        means += [(totals[j] - totals[i]) / (j - i) for i in range(len(warm)) for j in range(i + 1, len(warm) + 1)]
+        warm_all += warm
+    if not any(m / MEASURED_FACTOR - MEASURED_SLACK_S <= seconds <= m * MEASURED_FACTOR + MEASURED_SLACK_S
+               for m in means):
+        return (f"the ranks report {seconds:.3g} s, but their all-reduces of {nbytes} bytes took "
+                f"{min(warm_all):.3g} to {max(warm_all):.3g} s after the first: time those, not other work")
+    for rank, r in enumerate(results):
+        algbw, busbw = float(r["result"]["algbw_gbs"]), float(r["result"]["busbw_gbs"])
         if not math.isclose(algbw, expected := nbytes / seconds / 1e9, rel_tol=REL_TOL):
             gib = math.isclose(algbw * 2**30, expected * 1e9, rel_tol=REL_TOL)
             return (f"rank {rank}: that is GiB/s (2**30 bytes); nccl-tests reports GB/s (1e9 bytes)" if gib else
@@ -84,8 +120,10 @@ def check_bandwidth_worker(fn: Callable, world_sizes: tuple[int, ...] = (2, 3), 
     nbytes = {world_size: 4 * random.randrange(1 << 20, 1 << 22) for world_size in world_sizes}
     return check_on_ranks(run_counted, world_sizes, lambda runs: diagnose(runs, nbytes[len(runs)]),
                           lambda size: (worker_name(fn), ("all_reduce",), [nbytes[size]] * size), stop=True,
-                          timeout=timeout, passed=lambda runs: f"every rank timed its all-reduce of a float32 tensor "
-                          f"of {nbytes[len(runs)]} bytes; algbw = bytes / seconds and busbw = algbw x "
+                          timeout=timeout,
+                          passed=lambda runs: f"every rank returned the slowest rank's time (MAX) for its "
+                          f"all-reduce of a float32 tensor of {nbytes[len(runs)]} bytes; algbw = bytes / seconds "
+                          f"and busbw = algbw x "
                           f"{bus_factor(len(runs)):g} (2(N-1)/N)")
 
 

@@ -7,6 +7,8 @@ import math
 
 import matplotlib.pyplot as plt
 
+from ddp_lib.bench.report import human_bytes
+
 
 def _positive(values: list[float]) -> tuple[list[float], int]:
     """``values`` with every value that is not above zero replaced by NaN (a log axis cannot show
@@ -20,8 +22,10 @@ def plot_allreduce(result: dict, fits: dict[int, tuple[float, float]] | None = N
     the fitted alpha-beta model dashed: ``fits`` {world size: (alpha s, beta B/s)} drawn from ``fit_from``
     bytes up, else the result's "models"); right: algbw and busbw against size, with the memory-copy and
     loopback limits as horizontal lines, each named inside the plot. At 2 ranks busbw equals algbw, and
-    the legend says so; more ranks than the result's cores are labelled oversubscribed. Returns the Figure."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    the legend says so; more ranks than the result's cores are labelled oversubscribed. A third, small
+    panel sets the largest size's busbw of each world size beside the two limits on a linear axis, where
+    the log axis squashes them together. Returns the Figure."""
+    fig, (left, right, limits) = plt.subplots(1, 3, figsize=(14, 4.4), gridspec_kw={"width_ratios": [1, 1, 0.6]})
     not_drawn = 0
     for world_size in sorted({r["world_size"] for r in result["rows"]}):
         rows = [r for r in result["rows"] if r["world_size"] == world_size]
@@ -57,9 +61,10 @@ def plot_allreduce(result: dict, fits: dict[int, tuple[float, float]] | None = N
                        label=f"algbw, {name}")
     right.axhline(result["copy_gbs"], color="grey", label="memory copy (1 thread)")
     right.axhline(result["loopback_gbs"], color="black", linestyle=":", label="loopback socket")
-    for gbs, name, color, va in ((result["copy_gbs"], "memory copy", "grey", "bottom"),
-                                 (result["loopback_gbs"], "loopback", "black", "top")):  # one above, one below
-        right.text(0.02, gbs, name, transform=right.get_yaxis_transform(), va=va, fontsize=8, color=color)
+    # One name above its line at the left, the other below its line at the right: apart on the log axis.
+    for gbs, name, color, va, x, ha in ((result["copy_gbs"], "memory copy", "grey", "bottom", 0.02, "left"),
+                                        (result["loopback_gbs"], "loopback", "black", "top", 0.98, "right")):
+        right.text(x, gbs, name, transform=right.get_yaxis_transform(), va=va, ha=ha, fontsize=8, color=color)
     for ax in (left, right):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
@@ -72,25 +77,55 @@ def plot_allreduce(result: dict, fits: dict[int, tuple[float, float]] | None = N
     right.set_ylabel("GB/s")
     right.set_title("bandwidth against size")
     right.legend(fontsize=9, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    _plot_limits(limits, result)
     if not_drawn:
         fig.text(0.01, 0.01, f"{not_drawn} point(s) of zero not drawn on the log axes", fontsize=8)
     fig.tight_layout()
     return fig
 
 
+def _plot_limits(ax, result: dict) -> None:
+    """Horizontal bars on a linear axis: each world size's busbw at the largest size, then the loopback
+    socket and one thread's memory copy, each bar's value written at its end."""
+    cores = result.get("cpu_count")
+    bars = []
+    for world_size in sorted({r["world_size"] for r in result["rows"]}):
+        largest = max((r for r in result["rows"] if r["world_size"] == world_size), key=lambda r: r["bytes"])
+        crowded = "\n(oversubscribed)" if cores and world_size > cores else ""
+        bars.append((f"busbw {human_bytes(largest['bytes'])},\n{world_size} ranks{crowded}",
+                     largest["bytes"] / (largest["time_us"] * 1e3) * 2 * (world_size - 1) / world_size, "tab:blue"))
+    bars += [("loopback", result["loopback_gbs"], "black"), ("memory copy", result["copy_gbs"], "grey")]
+    positions = range(len(bars))
+    ax.barh(positions, [value for _, value, _ in bars], color=[color for _, _, color in bars], alpha=0.7)
+    ax.set_yticks(list(positions), [label for label, _, _ in bars], fontsize=8)
+    ax.invert_yaxis()  # read top to bottom: the measured plateau, then the limits
+    top = max(value for _, value, _ in bars)
+    for position, (_, value, _) in zip(positions, bars):
+        ax.text(value + 0.02 * top, position, f"{value:.2f}", va="center", fontsize=8)
+    ax.set_xlim(0, 1.2 * top)
+    ax.set_xlabel("GB/s (linear)")
+    ax.set_title("plateau and limits")
+    ax.grid(axis="x", alpha=0.3)
+
+
 def plot_buckets(result: dict):
-    """Step time (bars) and all-reduces per step (line) for each bucket_cap_mb. Returns the Figure."""
+    """All-reduces per step for each bucket_cap_mb: bars from the second step on, and a dot for the first
+    step where the rows record it. Counts only, no time: a count does not move with the load. Returns the Figure."""
     rows = result["rows"]
     labels = [r["label"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 3.4))
-    ax.bar(labels, [r["step_ms"] for r in rows], color="tab:blue", alpha=0.7)
-    ax.set_xlabel("bucket_cap_mb")
-    ax.set_ylabel("median step time (ms)", color="tab:blue")
-    counts = ax.twinx()
-    counts.plot(labels, [r["allreduces"] for r in rows], color="tab:red", marker="o")
-    counts.set_ylabel("all-reduces per step", color="tab:red")
-    counts.set_ylim(bottom=0)
-    ax.set_title(f"DDP on {result['world_size']} ranks: step time and all-reduces per bucket_cap_mb (MiB)")
+    ax.bar(labels, [r["allreduces"] for r in rows], color="tab:red", alpha=0.7, label="from the second step on")
+    first = [r.get("first_step_allreduces") for r in rows]
+    if None not in first:
+        ax.plot(labels, first, linestyle="", marker="o", color="black", label="first step")
+    for position, row in enumerate(rows):
+        # the count above its bar, clear of the first step's dot (at 1, the height of a bar of 1)
+        ax.text(position, row["allreduces"] + 0.15, str(row["allreduces"]), ha="center", va="bottom", fontsize=9)
+    ax.set_xlabel("bucket_cap_mb (MiB)")
+    ax.set_ylabel("all-reduces per step")
+    ax.set_ylim(0, 1.3 * max(r["allreduces"] for r in rows) + 0.5)
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(f"DDP on {result['world_size']} ranks: all-reduces per step, counted")
     fig.tight_layout()
     return fig
 

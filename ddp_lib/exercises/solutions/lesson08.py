@@ -20,6 +20,9 @@ def measure_allreduce(rank: int, world_size: int, nbytes: int) -> dict:
         dist.barrier()  # start together, so no rank's time includes waiting for a late one
         start = time.perf_counter()
         dist.all_reduce(tensor)
-        seconds = time.perf_counter() - start
+        elapsed = torch.tensor([time.perf_counter() - start])
+        # The all-reduce is done only when the slowest rank is: every rank returns that rank's time.
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        seconds = elapsed.item()
         algbw = nbytes / seconds / 1e9
         return {"seconds": seconds, "algbw_gbs": algbw, "busbw_gbs": busbw(algbw, world_size)}
