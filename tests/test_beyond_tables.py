@@ -173,7 +173,8 @@ def test_print_loop_parts_prints_rank_0(capsys):
                         "grad_dtype": "float32", "loss_bf16": 0.8, "loss_fp32": 0.81},
               "checkpointing": {"forward_bytes_checkpointed": 10, "forward_bytes": 30, "max_grad_diff": 0,
                                 "sharded_grad_diff": 2e-6, "all_gathers": {"sharded_checkpointed": 9, "sharded": 9}},
-              "order": {"optimizer_holds_model_params": False, "model_changed": False}}
+              "order": {"optimizer_holds_model_params": False, "model_params_held": 0, "model_params": 10,
+                        "model_changed": False}}
     assert print_loop_parts([{"extras": extras}, {"extras": {}}]) is extras
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 11 and max(len(line) for line in out) <= 100  # short lines, one verdict each

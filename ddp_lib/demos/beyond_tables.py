@@ -343,7 +343,8 @@ def print_loop_parts(loop: list[dict]) -> dict:
           f"{ac['sharded_grad_diff'] < 1e-6}{more}all-gathers in forward and backward "
           f"{ac['all_gathers']['sharded_checkpointed']}, without checkpointing {ac['all_gathers']['sharded']}")
     order = extras["order"]
-    print(f"Adam created before fully_shard: it holds the model's parameters: {order['optimizer_holds_model_params']}"
+    print(f"Adam created before fully_shard: it holds {order['model_params_held']} of the model's "
+          f"{order['model_params']} parameters"
           f"{more}its step changed the model: {order['model_changed']}")
     return extras
 

@@ -365,6 +365,7 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     "forward_bytes_checkpointed", "max_grad_diff", "sharded_grad_diff" (each block checkpointed, then
     sharded: gradients gathered against DDP's), "all_gathers" ({"sharded", "sharded_checkpointed"}:
     c10d all-gathers of one forward and backward)}), "order" ({"optimizer_holds_model_params",
+    "model_params_held" (of the model's parameters, those the optimizer holds), "model_params",
     "model_changed"}: an Adam made before fully_shard, after one step)}.
     """
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
@@ -451,8 +452,9 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
         nn.functional.mse_loss(early(x), y).backward()
         early_optimizer.step()
         model_ids = {id(p) for p in early.parameters()}
-        order = {"optimizer_holds_model_params": all(id(p) in model_ids for g in early_optimizer.param_groups
-                                                      for p in g["params"]),
+        held = [id(p) in model_ids for g in early_optimizer.param_groups for p in g["params"]]
+        order = {"optimizer_holds_model_params": all(held),
+                 "model_params_held": sum(held), "model_params": len(model_ids),
                  "model_changed": any(not torch.equal(local(p), b) for p, b in zip(early.parameters(), before))}
         return {"rank": rank, "clip": clip, "mixed": mixed, "checkpointing": checkpointing, "order": order}
 
@@ -464,7 +466,8 @@ def seeded_by_rank(rank: int, world_size: int, width: int = 8) -> dict:
 
     Returns {"rank", and for "ddp", "fsdp", "hsdp": {"same_on_every_rank" (the full weights, gathered
     on every rank, agree), "rank0s_weights" (they are rank 0's initial ones)}, "own_rows" (under FSDP2
-    this rank's shard holds the rows of its own initial weights)}.
+    this rank's shard of the first weight holds the rows of its own initial weight), "own_rows_sums"
+    (the sums of that shard and of those rows, rounded to 4 places)}.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -490,7 +493,9 @@ def seeded_by_rank(rank: int, world_size: int, width: int = 8) -> dict:
         sharded = make_deep_mlp(width, 1, seed=rank)
         fully_shard(sharded)
         rows = width // world_size
-        result["own_rows"] = torch.equal(sharded[0].weight.to_local(), own_first[rank * rows:(rank + 1) * rows])
+        shard, own = sharded[0].weight.to_local(), own_first[rank * rows:(rank + 1) * rows]
+        result["own_rows"] = torch.equal(shard, own)
+        result["own_rows_sums"] = [round(shard.sum().item(), 4), round(own.sum().item(), 4)]
         result["fsdp"] = summary(full(sharded))
         mesh = init_device_mesh(device.type, (2, 2), mesh_dim_names=("replicate", "shard"))
         hybrid = make_deep_mlp(width, 1, seed=rank)
