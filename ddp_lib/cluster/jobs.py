@@ -148,11 +148,13 @@ class HostsJob:
 
 
 def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | None = None,
-                 timeout: float = 120, others_start_when: Callable[[], bool] | None = None) -> HostsJob:
+                 timeout: float = 120, others_start_when: Callable[[], bool] | None = None,
+                 terminate: tuple[int, float] | None = None) -> HostsJob:
     """Start each ``(host, command)`` at once; wait for all, up to ``timeout`` seconds in all;
     kill what is still running then. ``env``: extra variables for every command (torchrun logs
     at INFO unless ``env`` sets ``LOGLEVEL``). ``others_start_when``: start the first command alone,
-    the others once this returns True."""
+    the others once this returns True. ``terminate=(i, s)``: send SIGTERM to the i-th torchrun
+    ``s`` seconds after the start (a node that dies)."""
     env = {"LOGLEVEL": "INFO", **(env or {})}
     start, started = time.monotonic(), time.time()
     stacks = None
@@ -170,6 +172,9 @@ def run_on_hosts(runs: list[tuple[Host, list[str]]], *, env: dict[str, str] | No
                                               env=clean_env(agent_env(log_dir, env))))
             ended: dict[int, float] = {}
             while len(ended) < len(procs) and time.monotonic() - start < timeout:
+                if terminate and terminate[0] not in ended and time.monotonic() - start >= terminate[1]:
+                    procs[terminate[0]].terminate()  # the host's command execs torchrun: this is torchrun
+                    terminate = None
                 for i, proc in enumerate(procs):
                     if i not in ended and proc.poll() is not None:
                         ended[i] = time.monotonic() - start

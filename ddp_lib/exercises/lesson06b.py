@@ -1,30 +1,20 @@
-"""Checker for lesson 06b's exercise 4: mismatched ``--nnodes`` replayed with two torchruns on one machine.
+"""Checker for lesson 06b's exercise 4: mismatched ``--nnodes`` with three torchruns on one machine.
 
-The learner writes down what the two runs showed (or predicts it): which order completes, the world size
-``hello`` prints there, and how each torchrun of the other order ends. No torch is needed to check it.
+The learner writes down what the runs showed (or predicts it): the world size ``hello`` prints when the
+torchruns start with ``--nnodes`` 2, 3, 3, and how the first torchrun ends in the order 3, 3, 2.
+No torch is needed to check it.
 """
 
 import re
 
 from ddp_lib.exercises.checking import Report
 
-# The two errors the second torchrun of the failing order may end with, by a race (docs/answers.md):
-# the first closes the rendezvous on its way out, and it hosts the store, which ends with it.
-# torchrun's last line for a lost store is RendezvousConnectionError, with DistNetworkError inside.
-SECOND_ERRORS = ("RendezvousClosedError", "DistNetworkError", "RendezvousConnectionError")
-KNOWN_ERRORS = ("RendezvousTimeoutError", *SECOND_ERRORS, "DistStoreError", "TimeoutError")
-FORM = ("check_nnodes_reading(completes=(first --nnodes, second --nnodes), world_size=int, "
-        "first_error='ErrorName', second_error='ErrorName')")
-
-
-def _order(value: object) -> tuple[int, int] | None:
-    """An order of the two torchruns written as (3, 2), [3, 2], "3 then 2", "3,2" or "nnodes_3_then_2"."""
-    numbers = re.findall(r"\d+", value) if isinstance(value, str) else value
-    try:
-        first, second = (int(n) for n in numbers)
-    except (TypeError, ValueError):
-        return None
-    return first, second
+# What the other torchruns of the order 3, 3, 2 may end with, by a race (docs/answers.md): the first closes
+# the rendezvous on its way out, and it hosts the store, which ends with it. torchrun's last line for a lost
+# store is RendezvousConnectionError, with DistNetworkError inside.
+LATER_ERRORS = ("RendezvousClosedError", "DistNetworkError", "RendezvousConnectionError")
+KNOWN_ERRORS = ("RendezvousTimeoutError", *LATER_ERRORS, "DistStoreError", "TimeoutError")
+FORM = "check_three_nodes_reading(world_size=int, first_error='ErrorName')"
 
 
 def _whole(value: object) -> int | None:
@@ -51,45 +41,34 @@ def _error_name(value: object) -> str | None:
     return None
 
 
-def check_nnodes_reading(completes: object = None, world_size: object = None, first_error: object = None,
-                         second_error: object = None) -> Report:
-    """A report on exercise 4's reading, one line per part: the order that completes, ``hello``'s world
-    size in it, and the error of the first and of the second torchrun in the order that does not."""
+def check_three_nodes_reading(world_size: object = None, first_error: object = None) -> Report:
+    """A report on exercise 4's reading, one line per part: ``hello``'s world size when the three torchruns
+    start with ``--nnodes`` 2, 3, 3, and the error of the first torchrun in the order 3, 3, 2."""
     report = Report()
-    if completes is None and world_size is None and first_error is None and second_error is None:
+    if world_size is None and first_error is None:
         report.fail(f"write your reading: {FORM}")
         return report
-    order = _order(completes)
-    if order == (3, 2):
-        report.ok("--nnodes=3 first, then --nnodes=2 completes")
-    elif order == (2, 3):
-        report.fail("the round closes when the participants reach the count of the node that joins: in 2 then 3, "
-                    "the node that joins has 3, and only 2 ever come")
-    else:
-        report.fail(f"completes: give the two --nnodes in the order started, such as (3, 2); got {completes!r}")
     size = _whole(world_size)
-    if size == 2:
-        report.ok("hello prints a world of 2 ranks, whatever the first node's --nnodes said")
-    elif size == 3:
-        report.fail("world_size: the round closed with 2 participants; the ranks' world comes from the round, "
-                    "not from the first node's --nnodes (count the hosts hello gathered)")
+    if size == 3:
+        report.ok("2, 3, 3: the third torchrun's join makes 3 participants, its own count: hello prints a world "
+                  "of 3 ranks, though the first torchrun said 2")
+    elif size == 2:
+        report.fail("world_size: a round closes when a joining node's own --nnodes is reached; the second joins "
+                    "with 3 as the second participant, so the round waits for the third "
+                    "(count the hosts hello gathered)")
     else:
-        report.fail(f"world_size: give the number of ranks hello printed, as an int; got {world_size!r}")
+        report.fail("world_size: give the number of ranks hello printed in the order 2, 3, 3, as an int; "
+                    f"got {world_size!r}")
     first = _error_name(first_error)
     if first == "RendezvousTimeoutError":
-        report.ok("the first torchrun (--nnodes=2) waits alone until its join_timeout: RendezvousTimeoutError")
-    elif first in SECOND_ERRORS:
-        report.fail(f"first_error: {first} is what the second torchrun sees; the first one started earlier, so its "
-                    "join deadline passes first: read the first torchrun's last line")
+        report.ok("3, 3, 2 never completes: the third torchrun joins as the 3rd participant, not its own 2, so no "
+                  "node's count is met; the first waits until its join_timeout: RendezvousTimeoutError")
+    elif first in LATER_ERRORS:
+        report.fail(f"first_error: {first} is what the later torchruns see; the first one started earliest, so "
+                    "its join deadline passes first: read the first torchrun's last line")
+    elif _whole(first_error) is not None:
+        report.fail("first_error: 3, 3, 2 does not start: torch checks for a count equal to the joining node's "
+                    "--nnodes, and the third joins as the 3rd participant with 2: give the first torchrun's error")
     else:
         report.fail(f"first_error: give the name of the error the first torchrun raised; got {first_error!r}")
-    second = _error_name(second_error)
-    if second in SECOND_ERRORS:
-        report.ok(f"the second torchrun ends with {second}: the first closed the rendezvous and took its store "
-                  "with it (the other of the two errors can come instead, by timing)")
-    elif second == "RendezvousTimeoutError":
-        report.fail("second_error: the second torchrun's deadline is 10 s later than the first's; before it comes, "
-                    "the first closes the rendezvous and ends the store it hosts: read the second torchrun's own error")
-    else:
-        report.fail(f"second_error: give the name of the error the second torchrun raised; got {second_error!r}")
     return report

@@ -50,10 +50,15 @@ def plot_first_mistakes(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Fig
     left, right = axes
     box(left, 0.3, 2.2, 4.0, 1.2, f"node0 ({subnet}.1)\nstore on :{rdzv_port}\nwaits for a 2nd node", "#8dd3c7")
     box(left, 5.7, 2.2, 4.0, 1.2, f"node1 ({subnet}.2)\nits own store on :{rdzv_port}\nwaits for a 2nd node", "#fb8072")
-    arrow(left, (7.7, 2.2), (7.7, 1.2), "red")
-    left.text(7.7, 0.9, "--rdzv-endpoint=127.0.0.1:\nits own loopback", ha="center", va="top", fontsize=8, color="red")
-    arrow(left, (2.3, 2.2), (2.3, 1.2), "black")
-    left.text(2.3, 0.9, "--rdzv-endpoint=node0:\nits own store", ha="center", va="top", fontsize=8)
+    for x, colour, label in ((2.3, "black", "--rdzv-endpoint=node0:\nits own store"),
+                             (7.7, "red", "--rdzv-endpoint=127.0.0.1:\nits own loopback, its own store")):
+        # each agent dials its endpoint and arrives back at the store in its own box
+        left.annotate("", xy=(x + 0.8, 2.2), xytext=(x - 0.8, 2.2),
+                      arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.2, connectionstyle="arc3,rad=1.2"))
+        left.text(x, 1.35, label, ha="center", va="top", fontsize=8, color=colour)
+    left.annotate("", xy=(4.3, 2.8), xytext=(5.7, 2.8),
+                  arrowprops=dict(arrowstyle="-|>", color="grey", lw=1.2, linestyle="--"))
+    left.text(5.0, 3.6, "nobody comes\nto node0's store", ha="center", va="bottom", fontsize=8, color="grey")
     left.set_title("endpoint 127.0.0.1 on node1: two rendezvous, both time out", fontsize=9)
     box(right, 0.3, 2.2, 4.0, 1.2, "rank 0 on node0\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
     box(right, 5.7, 2.2, 4.0, 1.2, "rank 1 on node1\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
