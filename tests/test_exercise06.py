@@ -243,12 +243,14 @@ def test_ex3_only_the_failed_node_spending_a_restart_passes(tmp_path):
     report = _ex3(tmp_path, RESUMED.format(0), attempts=(("attempt_0",), ("attempt_0", "attempt_1")))
     assert report.passed, str(report)
     assert "n=1 spent a restart" in str(report) and "the other restarted for the new round" in str(report)
+    assert "attempt 0 again: this node's agent spent no restart" in str(report) and "outcome B" in str(report)
 
 
 def test_ex3_both_nodes_spending_a_restart_passes_with_rank_0_on_the_other_torchrun(tmp_path):
     report = _ex3(tmp_path, RESUMED.format(1), attempts=(("attempt_0", "attempt_1"),) * 2, rank0_on=1)
     assert report.passed, str(report)
     assert "ex3_node1.log" in str(report) and "both nodes counted a failure" in str(report)
+    assert "outcome B" not in str(report)  # attempt 1 after attempt 0: this node's agent spent a restart
 
 
 def test_ex3_a_plain_dollar_n_with_a_python_n_is_named(tmp_path):

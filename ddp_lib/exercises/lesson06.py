@@ -153,8 +153,11 @@ def check_two_node_restart(folder: str | Path = "my_work") -> Report:
         report.fail(f"the restart started at epoch {resumed} and {'reached' if 'epoch 4' in after else 'did not reach'}"
                     " epoch 4: expected a resume at epoch 2, trained to epoch 4. Read the log's end")
         return report
+    same = starts[1][0] == starts[0][0]  # outcome B: this node's agent joined the other node's new round
+    why = (f" (attempt {starts[1][0]} again: this node's agent spent no restart; the other node's restart "
+           "started the new round, outcome B)" if same else "")
     report.ok(f"node 0's rank 0 (ex3_node{n}.log): attempt {starts[0][0]} from epoch 0, "
-              f"then attempt {starts[1][0]} resumed at epoch 2 and trained to epoch 4")
+              f"then attempt {starts[1][0]} resumed at epoch 2 and trained to epoch 4{why}")
     spent = []
     for m in (0, 1):
         attempts = _attempt_folders(folder / f"ex3_node{m}")
