@@ -10,6 +10,7 @@ from answer_files import notebook_stub
 from ddp_lib.demos.early_stop import early_stop
 from ddp_lib.demos.loop_runs import (
     clip_norm_lines,
+    compile_order_counts,
     compile_order_lines,
     compile_order_pieces,
     count_graphs,
@@ -182,6 +183,18 @@ def test_compile_order_pieces_match_ddps_buckets_in_every_order_and_torch_nn_cla
                                  "blocks": lambda: nn.Sequential(Block(), Block())}.items()}
     assert counts == {"linear": ["0 graph(s)", "1 graph(s)", "0 graph(s)"],  # pytorch#150915, #140416
                       "blocks": ["2 graph(s)", "1 graph(s)", "2 graph(s)"]}  # one graph per block of your own
+    assert not torch.distributed.is_initialized()
+
+
+def test_compile_order_counts_tabulates_the_graphs_of_each_model_and_way():
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ways = {"DDP(torch.compile(model))": lambda model, backend: DDP(torch.compile(model, backend=backend)),
+            "torch.compile(DDP(model))": lambda model, backend: torch.compile(DDP(model), backend=backend)}
+    counts = compile_order_counts({"LoopNet": LoopNet, "nn.Linear": lambda: nn.Linear(2, 2)}, ways)
+    assert counts == {"LoopNet": {"DDP(torch.compile(model))": 1, "torch.compile(DDP(model))": 1},
+                      "nn.Linear": {"DDP(torch.compile(model))": 1, "torch.compile(DDP(model))": 0}}  # pytorch#140416
     assert not torch.distributed.is_initialized()
 
 

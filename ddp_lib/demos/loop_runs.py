@@ -328,6 +328,21 @@ def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Cal
     return lines
 
 
+def compile_order_counts(models: dict[str, Callable[[], nn.Module]],
+                         ways: dict[str, Callable]) -> dict[str, dict[str, int]]:
+    """The graphs each way compiles, for each model: ``{model name: {way: graphs}}``, counted as
+    ``compile_order_lines`` counts them, in one one-process gloo group."""
+    hide_profiler_skip_warning()
+    counts = {}
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for name, make_model in models.items():
+            counts[name] = {way: count_graphs(make_model(), wrap, torch.randn(16, 2))[0] for way, wrap in ways.items()}
+    finally:
+        dist.destroy_process_group()
+    return counts
+
+
 def compile_order_pieces(make_model: Callable[[], nn.Module], ways: dict[str, Callable], steps: int = 2) -> list[str]:
     """Like ``compile_order_lines``, for a model with several of DDP's buckets: for each way, the bytes of
     parameters in each graph (piece) dynamo hands the backend, output side first, against the bytes of each

@@ -62,7 +62,7 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
         dist.all_reduce(sums)  # [Logging on rank 0] sums of (loss x n, n): the exact mean over all ranks' samples
         if rank == 0:
             print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
-        if rank == 0:  # [folded: saving a checkpoint] all the next step depends on
+            # save everything the next epoch needs (Deeper: saving a checkpoint)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                         "next_epoch": epoch + 1}, CHECKPOINT)

@@ -43,25 +43,25 @@ def plot_compiled_backward(buckets: int = 3):
     piece's backward ends with its gradients ready, and that bucket's all-reduce starts while the next
     piece computes. With optimize_ddp=False one graph's backward ends with every gradient at once,
     so every all-reduce waits for it. Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(9, 2.6))
-    rows = {"optimize_ddp=True\n(pieces)": True, "optimize_ddp=False\n(one graph)": False}
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    rows = {"split at buckets\n(default)": True, "one graph\n(split turned off)": False}
     for row, split in enumerate(rows.values()):
         y = 2.2 - 1.6 * row  # a compute lane above a communication lane
         for b in range(buckets):
             start = b * 1.0
             if split:
                 ax.add_patch(plt.Rectangle((start, y), 1.0, 0.5, facecolor="0.85", edgecolor="black"))
-                ax.text(start + 0.5, y + 0.25, f"backward of\npiece {b}", ha="center", va="center", fontsize=7)
+                ax.text(start + 0.5, y + 0.25, f"backward of\npiece {b}", ha="center", va="center", fontsize=10)
                 ar_start = start + 1.0
             else:
                 ar_start = buckets * 1.0 + b * 0.8
             ax.add_patch(plt.Rectangle((ar_start, y - 0.6), 0.8, 0.5, facecolor="tab:red", alpha=0.7,
                                        edgecolor="black"))
-            ax.text(ar_start + 0.4, y - 0.35, f"all-reduce\nbucket {b}", ha="center", va="center", fontsize=7)
+            ax.text(ar_start + 0.4, y - 0.35, f"all-reduce\nbucket {b}", ha="center", va="center", fontsize=10)
         if not split:
             ax.add_patch(plt.Rectangle((0, y), buckets * 1.0, 0.5, facecolor="0.85", edgecolor="black"))
-            ax.text(buckets / 2, y + 0.25, "backward of the one graph: DDP's hooks fire only at its end",
-                    ha="center", va="center", fontsize=7)
+            ax.text(buckets / 2, y + 0.25, "one graph's backward: DDP's hooks fire at its end",
+                    ha="center", va="center", fontsize=10)
     ax.set_yticks([2.0, 0.4], list(rows))
     ax.set_xlim(0, buckets * 1.8 + 0.3)
     ax.set_ylim(-0.3, 2.9)
@@ -135,9 +135,9 @@ def plot_clipping(world_size: int = 2):
     Coloured boxes hold values that differ between ranks, grey ones the same values.
     Returns the Figure."""
     right = ["backward:\nlocal gradient", "all-reduce:\naverage", "unscale_\n(fp16 only)",
-             "norm of the\naveraged gradient", "scale by\nmin(1, max_norm / norm)", "optimizer\nstep"]
+             "norm of the\naveraged gradient", "scale by min(1,\nmax_norm/norm)", "optimizer\nstep"]
     wrong = ["backward:\nlocal gradient", "unscale_\n(fp16 only)", "norm of the\nlocal gradient",
-             "scale by its own\nmin(1, max_norm / norm)", "all-reduce:\naverage", "optimizer\nstep"]
+             "own scale min(1,\nmax_norm/norm)", "all-reduce:\naverage", "optimizer\nstep"]
     fig, (upper, lower) = plt.subplots(2, 1, figsize=(11, 2 * (0.9 * world_size + 1)))
     for ax, steps, synced_at, title in (
             (upper, right, 1, "clip after the all-reduce (and after unscale_): every rank clips the same "
@@ -148,18 +148,18 @@ def plot_clipping(world_size: int = 2):
             y = world_size - 1 - rank
             for k, text in enumerate(steps):
                 colour = RANK_COLOURS[rank] if k < synced_at else "0.85"
-                ax.add_patch(plt.Rectangle((k * 1.8, y - 0.3), 1.5, 0.6, facecolor=colour, alpha=0.5,
+                ax.add_patch(plt.Rectangle((k * 1.95, y - 0.3), 1.65, 0.6, facecolor=colour, alpha=0.5,
                                            edgecolor="black"))
-                ax.text(k * 1.8 + 0.75, y, text, ha="center", va="center", fontsize=7)
+                ax.text(k * 1.95 + 0.825, y, text, ha="center", va="center", fontsize=9)
                 if k:
-                    ax.annotate("", xy=(k * 1.8, y), xytext=(k * 1.8 - 0.3, y),
+                    ax.annotate("", xy=(k * 1.95, y), xytext=(k * 1.95 - 0.3, y),
                                 arrowprops=dict(arrowstyle="->", color="0.3"))
             ax.text(-0.2, y, f"rank {rank}", ha="right", va="center", fontsize=9)
-        ax.add_patch(plt.Rectangle((synced_at * 1.8 - 0.1, -0.45), 1.7, world_size - 0.1, fill=False,
+        ax.add_patch(plt.Rectangle((synced_at * 1.95 - 0.1, -0.45), 1.85, world_size - 0.1, fill=False,
                                    edgecolor="tab:red", linestyle="--"))
-        ax.text(synced_at * 1.8 + 0.75, world_size - 0.45, "every rank: the same\naveraged gradient from here",
-                ha="center", fontsize=7, color="tab:red")
-        ax.set_xlim(-1.2, len(steps) * 1.8)
+        ax.text(synced_at * 1.95 + 0.825, world_size - 0.45, "every rank: the same\naveraged gradient from here",
+                ha="center", fontsize=9, color="tab:red")
+        ax.set_xlim(-1.2, len(steps) * 1.95)
         ax.set_ylim(-0.6, world_size + 0.1)
         ax.axis("off")
         ax.set_title(title, fontsize=10)

@@ -9,10 +9,11 @@ import matplotlib.pyplot as plt
 RANK_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple")
 
 
-def _box(ax, x: float, y: float, width: float, text: str, colour: str = "0.85", hatch: str | None = None) -> None:
+def _box(ax, x: float, y: float, width: float, text: str, colour: str = "0.85", hatch: str | None = None,
+         fontsize: float = 7) -> None:
     ax.add_patch(plt.Rectangle((x, y - 0.3), width, 0.6, facecolor=colour, alpha=0.55, edgecolor="black",
                                hatch=hatch))
-    ax.text(x + width / 2, y, text, ha="center", va="center", fontsize=7)
+    ax.text(x + width / 2, y, text, ha="center", va="center", fontsize=fontsize)
 
 
 def _rank_labels(ax, world_size: int) -> None:
@@ -89,14 +90,14 @@ def plot_seeds(world_size: int = 2):
     fig, ax = plt.subplots(figsize=(10, 0.8 * world_size + 1.3))
     for rank in range(world_size):
         y = world_size - 1 - rank
-        _box(ax, 0, y, 2.6, "the same weights", "0.6")
-        _box(ax, 3.0, y, 2.6, f"mask of rank {rank}", RANK_COLOURS[rank])
+        _box(ax, 0, y, 2.6, "the same weights", "0.6", fontsize=10)
+        _box(ax, 3.0, y, 2.6, f"mask of rank {rank}", RANK_COLOURS[rank], fontsize=10)
         order = " ".join(str(i) for i in [7, 2, 5, 0, 3, 6, 1, 4][rank::world_size])
-        _box(ax, 6.0, y, 3.2, f"one order 7 2 5 0 3 6 1 4,\nrank {rank} reads {order}", "0.6")
+        _box(ax, 6.0, y, 3.2, f"one order 7 2 5 0 3 6 1 4,\nrank {rank} reads {order}", "0.6", fontsize=10)
     for k, (title, call) in enumerate(columns):
         left = (0, 3.0, 6.0)[k]
         width = (2.6, 2.6, 3.2)[k]
-        ax.text(left + width / 2, world_size - 0.25, f"{title}\n{call}", ha="center", va="bottom", fontsize=8)
+        ax.text(left + width / 2, world_size - 0.25, f"{title}\n{call}", ha="center", va="bottom", fontsize=10)
     _rank_labels(ax, world_size)
     ax.set_xlim(-1.0, 9.4)
     ax.set_ylim(-0.5, world_size + 0.6)
