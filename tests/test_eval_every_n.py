@@ -49,7 +49,7 @@ def test_the_probe_before_evaluate_ddp_names_every_rank_that_skips_the_branch(wo
     assert f"Ranks {missing} failed to pass monitoredBarrier in 3000 ms" in caught.value.failures[0]
 
 
-@pytest.mark.parametrize("world_size", [3, 4])  # 4: lesson 07's exercise 1
+@pytest.mark.parametrize("world_size", [3, 4])
 def test_the_probe_at_the_epoch_end_points_the_other_ranks_at_rank_0_which_lists_no_missing_rank(world_size):
     with pytest.raises(WorkerError) as caught:
         run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, world_size, kwargs=dict(probe="epoch_end"),
@@ -60,6 +60,23 @@ def test_the_probe_at_the_epoch_end_points_the_other_ranks_at_rank_0_which_lists
                 "send/recv from rank 0") in failures[rank]
     # rank 0, held in evaluate(ddp, ...), never reached the barrier it coordinates: its error lists no rank
     assert "failed to pass monitoredBarrier" not in failures[0]
+
+
+def test_the_probe_at_the_epoch_end_names_a_rank_that_skips_it_and_the_others_point_at_rank_0():
+    # lesson 07's exercise 1: the fixed evaluation, rank 2 skips the epoch's end
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 4,
+                  kwargs=dict(probe="epoch_end", through_module=True, skip_probe_rank=2), show_output=False)
+    failures = caught.value.failures
+    assert "Ranks 2 failed to pass monitoredBarrier in 3000 ms" in failures[0]
+    for rank in (1, 3):
+        assert (f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting for "
+                "send/recv from rank 0") in failures[rank]
+
+
+def test_the_lines_of_the_skipping_rank_are_shown_neither_with_the_loop_nor_with_the_probe():
+    assert "skip_probe_rank:" not in eval_every_n.source_without_probe().split('"""')[-1]
+    assert "skip_probe_rank" not in eval_every_n.probe_lines()
 
 
 def test_an_unknown_probe_is_refused():

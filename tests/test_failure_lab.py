@@ -30,6 +30,15 @@ def test_the_launcher_stops_the_ranks_still_busy_when_one_raises(tmp_path):
     assert time.monotonic() - started < 30  # stopped, not left to finish their 60 s
 
 
+def test_a_rank_killed_by_sigkill_under_mp_spawn_is_named_by_its_signal():
+    import torch.multiprocessing as mp
+
+    started = time.monotonic()
+    with pytest.raises(mp.ProcessExitedException, match="process 1 terminated with signal SIGKILL"):
+        mp.spawn(faulty_ranks.kill_on_rank, args=(2, 1, 60), nprocs=2)
+    assert time.monotonic() - started < 30  # the sleeping rank was stopped, not left to finish its 60 s
+
+
 def test_a_collective_only_rank_0_calls_times_out_within_seconds():
     with pytest.raises(WorkerError, match="Timed out waiting 3000ms"):
         run_ranks(lab.evaluate_on_rank0_only, 2, timeout=60, show_output=False)

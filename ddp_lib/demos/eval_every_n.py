@@ -41,10 +41,12 @@ def evaluate_every_n_steps(rank: int, world_size: int, every: int = 2, steps: in
 
 
 def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bool = False, epochs: int = 2,
-                                  timeout_s: float = 3.0, probe: str = "", barrier: bool = True) -> list[float]:
+                                  timeout_s: float = 3.0, probe: str = "", barrier: bool = True,
+                                  skip_probe_rank: int | None = None) -> list[float]:
     """After each epoch, rank 0 alone evaluates through the DDP model, then every rank meets in
     ``dist.barrier()``. ``through_module=True`` evaluates ``ddp.module``, the plain model: the fix.
     ``barrier=False`` leaves the barrier out, and rank 0 prints a line after each evaluation.
+    ``skip_probe_rank``: that rank skips the epoch's end (the probe and the barrier) and goes on.
     Returns rank 0's evaluation loss per epoch (an empty list on the other ranks)."""
     import torch
     import torch.distributed as dist
@@ -87,6 +89,8 @@ def evaluate_through_ddp_on_rank0(rank: int, world_size: int, through_module: bo
                 evaluations.append(round(evaluate(ddp.module if through_module else ddp, inputs, targets), 4))
                 if not barrier:  # variant: without the barrier below, say which evaluations ended
                     print(f"rank 0 finished its evaluation of epoch {epoch}", flush=True)  # variant
+            if rank == skip_probe_rank:  # variant: this rank skips the epoch's end (lesson 07, exercise 1)
+                continue  # variant
             if probe == "epoch_end":  # probe: in place of the barrier, where every rank should pass
                 dist.monitored_barrier(group=probe_group, timeout=timeout, wait_all_ranks=True)  # probe
                 continue  # probe: the epoch ends here, without the barrier below

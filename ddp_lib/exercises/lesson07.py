@@ -107,26 +107,28 @@ def _check_named(named: object, world_size: int, form: str, wrong: Callable[[set
 
 
 def check_barrier_reading(missing: object) -> Report:
-    """Exercise 1: the rank the probe at the epoch end (``probe="epoch_end"``) finds missing on 4 ranks: rank 0.
-    Held in ``evaluate(ddp, ...)``, it never reaches the barrier it coordinates, so its error names no rank, and
-    the errors of ranks 1, 2 and 3 point at it ("from rank 0")."""
+    """Exercise 1: the rank the probe at the epoch end (``probe="epoch_end"``) finds missing on 4 ranks, with the
+    fixed evaluation (``through_module=True``) and rank 2 skipping the epoch's end (``skip_probe_rank=2``): rank 2.
+    Rank 0 coordinates the barrier and reached it, so its error names rank 2; ranks 1 and 3 reached it too, and
+    point at rank 0 only because rank 0 gave up on the barrier and never answered them."""
     report, ranks = Report(), _ranks(missing)
     if ranks is None and isinstance(missing, (set, list, tuple, range)) and not missing:
-        report.fail("rank 0's error names no rank, yet a rank is missing: rank 0 coordinates the barrier and never "
-                    "names itself; read what rank 1's error points at")
+        report.fail("a rank is missing: rank 0's error names it (\"Ranks ... failed to pass monitoredBarrier\")")
     elif ranks is None:
         report.fail(f"write your reading: the rank(s) missing from the barrier, as a set of ints, such as {{1}}; "
                     f"got {missing!r}")
     elif outside := sorted(ranks - set(range(4))):
         report.fail(f"rank {outside[0]}: the run has ranks 0 to 3 only")
+    elif ranks == {2}:
+        report.ok("rank 2 is missing: rank 0, the coordinator, reached the barrier and its error names rank 2")
     elif ranks == {0}:
-        report.ok("rank 0 is missing: its error names no rank, and ranks 1, 2 and 3 point at it, the coordinator")
-    elif ranks == {1, 2, 3} or 0 not in ranks:
-        report.fail("ranks 1, 2 and 3 reached the barrier: each error says so, and points at another rank "
-                    "(\"from rank ...\"): which one?")
+        report.fail("ranks 1 and 3 point at rank 0, but rank 0's own error names a missing rank: the coordinator "
+                    "reached the barrier, so the rank it names is the missing one")
+    elif 2 not in ranks:
+        report.fail("ranks 1 and 3 reached the barrier (each error says so), and rank 0 coordinates it: read which "
+                    "rank rank 0's error names")
     else:
-        report.fail("ranks 1, 2 and 3 reached the barrier (each error says so): only the rank they point at "
-                    "is missing")
+        report.fail("only the rank that rank 0's error names is missing: the others reached the barrier")
     return report
 
 

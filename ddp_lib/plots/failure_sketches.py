@@ -19,9 +19,8 @@ def _lanes(ax, names: list[str]) -> None:
 
 
 def plot_dead_rank(world_size: int = 4) -> Figure:
-    """Every rank all-reduces in a loop; rank 1 is killed; every survivor raises within a fraction of a
-    second, its connection closed. (Which connection closes first, and so which survivor raises first,
-    the lesson's folded section reads from the run.)"""
+    """Every rank all-reduces in a loop; rank 1 is killed; every survivor raises well before the group's
+    timeout, its connection closed."""
     fig, ax = plt.subplots(figsize=(8, 1.2 + 0.6 * world_size))
     for rank in range(world_size):
         y = world_size - 1 - rank
@@ -34,7 +33,7 @@ def plot_dead_rank(world_size: int = 4) -> Figure:
             ax.barh(y, 3.3, left=0, color=SURVIVOR, edgecolor="black")
             ax.text(1.5, y, "all_reduce loop", ha="center", va="center")
             ax.plot(3.3, y, "rX", markersize=12)
-            ax.text(3.45, y, "raises within a fraction of a second: connection closed", color="red", va="center",
+            ax.text(3.45, y, "raises well before the timeout: connection closed", color="red", va="center",
                     fontsize=9)
     ax.axvline(3, color="grey", linestyle=":")
     ax.set_xlim(0, 9)

@@ -1,4 +1,4 @@
-"""Faulty ranks: workers where one chosen rank raises, dies in a collective or hangs (lesson 07;
+"""Faulty ranks: workers where one chosen rank raises, is killed, dies in a collective or hangs (lesson 07;
 the classic mistakes that break a job are in ``failure_lab.py``).
 
 ``raise_on_rank`` and ``hang_on_rank`` record their process id in ``pid_dir`` (when given), so
@@ -29,6 +29,15 @@ def raise_on_rank(rank: int, world_size: int, bad_rank: int = 1, pid_dir: str | 
     record_pid(rank, pid_dir)
     if rank == bad_rank:
         raise ValueError(f"rank {rank} was told to fail")
+    time.sleep(others_busy_s)
+    return rank
+
+
+def kill_on_rank(rank: int, world_size: int, bad_rank: int = 1, others_busy_s: float = 0.0) -> int:
+    """Rank ``bad_rank`` kills itself with SIGKILL, as the out-of-memory killer would: no exception,
+    no traceback. The others work ``others_busy_s`` seconds (asleep), then return their rank."""
+    if rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(others_busy_s)
     return rank
 
