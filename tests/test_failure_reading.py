@@ -10,18 +10,6 @@ def test_connection_errors_in_each_of_gloos_wordings():
     assert not failure_reading.is_connection_error("Timed out waiting 3000ms for recv operation to complete")
 
 
-def test_ring_neighbours_first_compares_the_dead_ranks_neighbours_with_the_other_survivors():
-    def records(after):
-        return {1: {"died_at": 100.0}, **{rank: {"failed_at": 100.0 + s, "error": "x"} for rank, s in after.items()}}
-    assert failure_reading.ring_neighbours_first(records({0: 0.03, 2: 0.03, 3: 0.10}), 4) == (
-        "rank 1's ring neighbours, ranks 0 and 2, raised before rank 3: True "
-        "(rank 0 0.03 s, rank 2 0.03 s, rank 3 0.10 s)")
-    assert failure_reading.ring_neighbours_first(records({0: 0.03, 2: 0.20, 3: 0.10}), 4).endswith(
-        "raised before rank 3: False (rank 0 0.03 s, rank 2 0.20 s, rank 3 0.10 s)")
-    assert "raised before ranks 3, 4: True" in failure_reading.ring_neighbours_first(
-        records({0: 0.01, 2: 0.02, 3: 0.05, 4: 0.06}), 5)
-
-
 def test_detail_mismatch_names_each_ranks_collective():
     message = ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
                "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float), "

@@ -37,22 +37,6 @@ def is_connection_error(message: str) -> bool:
     return bool(LOST_PEER.search(message))
 
 
-def ring_neighbours_first(records: dict[int, dict], world_size: int) -> str:
-    """Whether the dead rank's two neighbours in gloo's ring (rank - 1 and rank + 1, modulo the world
-    size) raised before every other survivor, from ``faulty_ranks.die_in_collective``'s records.
-    The times are hundredths of a second apart: a busy machine can reorder them."""
-    dead = next(rank for rank, record in records.items() if "died_at" in record)
-    died_at = records[dead]["died_at"]
-    after = {rank: record["failed_at"] - died_at for rank, record in records.items() if "failed_at" in record}
-    neighbours = sorted({(dead - 1) % world_size, (dead + 1) % world_size} - {dead})
-    others = sorted(set(after) - set(neighbours))
-    first = (all(rank in after for rank in neighbours) and bool(others)
-             and max(after[rank] for rank in neighbours) < min(after[rank] for rank in others))
-    seconds = ", ".join(f"rank {rank} {after[rank]:.2f} s" for rank in sorted(after))
-    return (f"rank {dead}'s ring neighbours, ranks {' and '.join(map(str, neighbours))}, raised before "
-            f"rank{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}: {first} ({seconds})")
-
-
 def detail_mismatch(message: str) -> list[str]:
     """The collectives a ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` mismatch error compares, one line each,
     such as ``"Rank 0: ALLREDUCE of shape [2]"``."""
