@@ -321,20 +321,17 @@ def _all_reduce_counts(result: dict) -> tuple[int, int]:
 
 def step_sentence(result: dict) -> str:
     """One plain sentence on the step's cost: both caps' median whole steps, the paired rounds each was shorter
-    in, the sign test's cut for PROFILE_TESTS tests, and what that decides (as paired_verdict)."""
+    in, and what the sign test decides (as paired_verdict; its p and cut are in sign_test_lines())."""
     small_count, _ = _all_reduce_counts(result)
     caps = (result["bucket_cap_mb"], result["one_bucket_cap_mb"])
     small_ms, one_ms = (spread(result, cap, "step")[0] for cap in caps)
     rounds, small_wins, one_wins = _round_wins(result, "step")
-    from ddp_lib.bench.wide import sign_test_wins
-
     verdict = paired_verdict(result, "step").split(":")[0]
     decided = {"lower": "small buckets made the step shorter", "higher": "small buckets made the step longer",
                "undecided": "too few rounds to say which is shorter"}[verdict]
     wins, who = (one_wins, "one bucket") if one_wins >= small_wins else (small_wins, "small buckets")
     return (f"{small_count} small buckets: step {small_ms:.1f} ms; one bucket: step {one_ms:.1f} ms (medians). "
-            f"{who.capitalize()} gave the shorter step in {wins} of {rounds} paired rounds "
-            f"(a sign test's cut: {sign_test_wins(rounds, tests=PROFILE_TESTS)}): {decided}.")
+            f"{who.capitalize()} gave the shorter step in {wins} of {rounds} paired rounds: {decided}.")
 
 
 def step_verdict(result: dict) -> str:

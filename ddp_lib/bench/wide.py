@@ -139,9 +139,10 @@ def main(argv: list[str]) -> int:
     return run_main(argv, "wide", __doc__, measure, COLUMNS)
 
 
-def verdict(result: dict, tests: int = 6) -> str:
+def verdict(result: dict, tests: int = 6, cut: bool = False) -> str:
     """Sign tests over the paired rounds: DDP on 2 ranks (default buckets) against one process on 1 and
-    on 2 threads, and default buckets against one bucket; ``tests`` sets the cut (Bonferroni's rule)."""
+    on 2 threads, and default buckets against one bucket; ``tests`` sets the cut (Bonferroni's rule),
+    which each line prints with ``cut``."""
     rounds = {r["way"]: r["rounds_ms"] for r in result["rows"]}
     ddp_ms = rounds["DDP, default buckets"]
     needed = sign_test_wins(len(ddp_ms), tests=tests)
@@ -155,7 +156,7 @@ def verdict(result: dict, tests: int = 6) -> str:
         if name == "default buckets":
             winner = "default buckets" if mine >= needed else winner
         lines.append(f"DDP{'' if name == 'one process' else ', default buckets'} against {label}: shorter in "
-                     f"{mine} of {len(ddp_ms)} rounds, {label} in {theirs}; a verdict needs {needed}; "
-                     f"shorter: {winner}")
+                     f"{mine} of {len(ddp_ms)} paired rounds, {label} in {theirs}; "
+                     + (f"a verdict needs {needed}; " if cut else "") + f"shorter: {winner}")
     lines.append(f"load average {result['load_average']} while it ran")
     return "\n".join(lines)
