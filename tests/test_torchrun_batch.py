@@ -219,14 +219,18 @@ def test_restart_tally_line_says_both_tallies(tmp_path):
 
 
 
-def test_static_restart_tally_counts_the_recorded_runs(tmp_path):
+def test_static_restart_tally_says_how_the_recorded_runs_ended(tmp_path):
     from pathlib import Path
 
-    failed, runs = torchrun_batch.static_restart_tally(Path(__file__).parents[1] / "notebooks" / "data")
-    assert 0 <= failed <= runs and runs > 0
+    line = torchrun_batch.static_restart_tally(Path(__file__).parents[1] / "notebooks" / "data")
+    assert line == ("attempt 1 did not finish in 8 of 8 recorded runs: 3 failed in gloo's first step,"
+                    " 5 still waiting at the 60-s limit")
     (tmp_path / torchrun_batch.STATIC_TALLY).write_text(
-        "# limit_s node0 node1 trained error load\n60 124 1 no - 7.1\n\n60 0 0 yes - 2.0\n60 1 1 no refused 3.1\n")
-    assert torchrun_batch.static_restart_tally(tmp_path) == (2, 3)
+        "# limit_s node0 node1 trained error load\n60 124 124 no - 7.1\n\n60 0 0 yes - 2.0\n"
+        "60 1 124 no connectFullMesh-failed 3.1\n60 1 1 no - 1.0\n")
+    assert torchrun_batch.static_restart_tally(tmp_path) == (
+        "attempt 1 did not finish in 3 of 4 recorded runs: 1 failed in gloo's first step,"
+        " 1 still waiting at the 60-s limit, 1 in another way")
 
 def test_restart_report_tells_the_abort_at_exit_from_a_failure():
     """Exit code 1 after the last epoch (3, of 4) with a rank ended by SIGABRT is torch's abort at exit,

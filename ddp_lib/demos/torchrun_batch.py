@@ -374,13 +374,22 @@ def first_run_verdict(run_log: str, epochs: int = 4) -> str:
 STATIC_TALLY = "static_restart_runs.txt"
 
 
-def static_restart_tally(folder: str | Path = "data") -> tuple[int, int]:
+def static_restart_tally(folder: str | Path = "data") -> str:
     """The recorded runs of the static restart in ``folder`` (:data:`STATIC_TALLY`, one line per run:
-    limit_s, node0, node1, trained, error, load): in how many runs attempt 1 did not train to the last
-    epoch, and of how many runs."""
+    limit_s, node0, node1, trained, error, load), in one line: in how many runs attempt 1 did not train to
+    the last epoch, of how many, and how each ended: gloo's first step (``connectFullMesh``) failed, or
+    no error and a node still waiting when it was stopped at the limit (exit code 124)."""
     runs = [line.split() for line in Path(folder, STATIC_TALLY).read_text().splitlines()
             if line.strip() and not line.startswith("#")]
-    return sum(run[3] == "no" for run in runs), len(runs)
+    unfinished = [run for run in runs if run[3] == "no"]
+    in_gloo = [run for run in unfinished if "connectFullMesh" in run[4]]
+    waiting = [run for run in unfinished if run[4] == "-" and "124" in run[1:3]]
+    limits = sorted({run[0] for run in waiting})
+    limit = f"the {limits[0]}-s limit" if len(limits) == 1 else "their limit"
+    line = (f"attempt 1 did not finish in {len(unfinished)} of {len(runs)} recorded runs: {len(in_gloo)} failed"
+            f" in gloo's first step, {len(waiting)} still waiting at {limit}")
+    others = len(unfinished) - len(in_gloo) - len(waiting)
+    return line + (f", {others} in another way" if others else "")
 
 class _SkimTorch(pickle.Unpickler):
     """Unpickles a ``torch.save`` file's plain values; every tensor and torch object becomes ``None``."""

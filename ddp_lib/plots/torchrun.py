@@ -9,39 +9,41 @@ from matplotlib.patches import FancyBboxPatch
 from ddp_lib.plots.shapes import arrow, box
 
 
-def plot_torchrun_layout(rdzv_port: int = 29400) -> Figure:
-    """Two nodes of one rank each under torchrun's c10d rendezvous, as the lesson's run has them: each
-    node's agent and rank, the two stores that node 0's agent runs (the rendezvous store at
-    --rdzv-endpoint, where the agents meet; the ranks' store at MASTER_PORT, which every rank dials),
-    and the ranks' own connection to each other."""
+def plot_torchrun_layout() -> Figure:
+    """Two nodes of one rank each under torchrun's c10d rendezvous: each node's agent and rank; the
+    rendezvous store at --rdzv-endpoint, where the agents meet, held by whichever agent there binds the
+    endpoint's port first (not necessarily node 0's); the ranks' store at MASTER_PORT, which node 0's
+    agent runs and every rank dials; and the ranks' own connection to each other."""
     rdzv_colour, ranks_colour = "#d9ead3", "#e4d7f5"  # green: the agents' store; violet: the ranks'
-    fig, ax = plt.subplots(figsize=(9, 4.2))
+    fig, ax = plt.subplots(figsize=(9, 5.2))
     ax.set_xlim(0, 10)
-    ax.set_ylim(0, 5.2)
+    ax.set_ylim(0, 6.4)
     ax.axis("off")
-    for node, (x0, width) in enumerate(((0.1, 5.9), (6.3, 3.6))):
+    for node, (x0, width, x_label, align) in enumerate(((0.1, 5.9, 5.9, "right"), (6.3, 3.6, 9.8, "right"))):
         ax.add_patch(FancyBboxPatch((x0, 0.15), width, 4.75, boxstyle="round,pad=0.02", facecolor="none",
                                     edgecolor="grey", linestyle="--"))
-        ax.text(x0 + 0.1, 4.8, f"node {node} (GROUP_RANK={node})", fontsize=9, weight="bold", va="top")
+        ax.text(x_label, 4.8, f"node {node} (GROUP_RANK={node})", fontsize=9, weight="bold", va="top", ha=align)
     for node, x in enumerate((0.4, 7.6)):
         box(ax, x, 3.3, 2.0, 0.9, f"agent (torchrun)\nnode {node}", "#fde9c9")
         box(ax, x, 0.5, 2.0, 0.9, f"rank {node}\nRANK={node}, LOCAL_RANK=0", "#cfe2f3")
         arrow(ax, (x + 1.0, 3.3), (x + 1.0, 1.4), "#b07000")  # the agent starts its rank
         ax.text(x + 1.08, 2.35, "starts", fontsize=8, color="#b07000")
-    box(ax, 3.3, 3.4, 2.4, 0.8, f"rendezvous store\n--rdzv-endpoint :{rdzv_port}", rdzv_colour)
+    # The rendezvous store belongs to no node: the agent that binds --rdzv-endpoint's port first holds it
+    box(ax, 3.4, 5.3, 3.2, 0.9, "rendezvous store, at --rdzv-endpoint\nheld by the agent there that binds it first",
+        rdzv_colour)
+    arrow(ax, (2.0, 4.2), (3.4, 5.6), "green", "<|-|>")  # both agents meet at the rendezvous store
+    arrow(ax, (8.0, 4.2), (6.6, 5.6), "green", "<|-|>")
+    ax.text(5.0, 5.24, "both agents meet here", fontsize=8, color="green", ha="center", va="top")
     box(ax, 3.3, 2.0, 2.4, 0.8, "ranks' store\nMASTER_PORT (a free port)", ranks_colour)
-    arrow(ax, (2.4, 3.9), (3.3, 3.85), "green", "<|-|>")  # both agents meet at the rendezvous store
-    arrow(ax, (7.6, 3.9), (5.7, 3.85), "green", "<|-|>")
-    ax.text(6.65, 4.05, "agents meet", fontsize=8, color="green", ha="center")
-    arrow(ax, (2.4, 3.45), (3.3, 2.5), "#b07000")  # node 0's agent runs the ranks' store too
-    ax.text(2.3, 2.75, "runs both\nstores", fontsize=8, color="#b07000", ha="right")
+    arrow(ax, (2.4, 3.45), (3.3, 2.5), "#b07000")  # node 0's agent runs the ranks' store
+    ax.text(2.3, 2.75, "runs the\nranks' store", fontsize=8, color="#b07000", ha="right")
     for start, end in (((2.4, 1.2), (3.9, 2.0)), ((7.6, 1.2), (5.1, 2.0))):  # every rank dials the ranks' store
         arrow(ax, start, end, "purple")
     ax.text(4.5, 1.55, "each rank's\ninit_process_group", fontsize=8, color="purple", ha="center")
     arrow(ax, (2.4, 0.7), (7.6, 0.7), "tab:blue", "<|-|>")
     ax.text(5.0, 0.78, "rank to rank (gloo or nccl), on ports picked at run time", ha="center", va="bottom",
             fontsize=8, color="tab:blue")
-    ax.set_title("Who listens where: two nodes of one rank each, as in the run below", fontsize=10)
+    ax.set_title("Who listens where: two nodes of one rank each", fontsize=10)
     fig.tight_layout()
     return fig
 
