@@ -15,8 +15,8 @@ def _row(ax, row: int, parts: list[tuple[str, float]], start: float = 0.0) -> fl
     """Draw ``parts`` (label, length) back to back on ``row`` from ``start``; return where they end."""
     for label, length in parts:
         _lane_bars(ax, row, [(start, start + length)], COLORS[label])
-        if length >= 0.45:
-            ax.text(start + length / 2, row, label, ha="center", va="center", fontsize=7)
+        if length >= 0.45 and label != "copy":  # copies are labelled outside, by the sketch that draws them
+            ax.text(start + length / 2, row, label, ha="center", va="center", fontsize=9)
         start += length
     return start
 
@@ -36,16 +36,23 @@ def draw_ddp_step_sketch(compute: float = 6.0, copy: float = 0.5, alpha: float =
     the same compute, with each gradient's copy into the bucket a thin sliver inside it (the copy
     runs in the gradient's autograd hook, during backward), then the all-reduce (α, then the bytes
     over β), the copy back, and the optimizer. Nothing hides the all-reduce. Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(9, 2.2))
+    fig, ax = plt.subplots(figsize=(9, 2.8))
     _row(ax, 0, [("compute", compute), ("opt.", 0.6)])
     added_from = compute
     slivers = 4  # gradients ready during backward, each copied into the bucket at once
     during = [part for _ in range(slivers) for part in (("compute", compute / slivers), ("copy", copy / slivers))]
     added_to = _row(ax, 1, during + [("α", alpha), ("S / β", bytes_time), ("copy", copy), ("opt.", 0.6)]) - 0.6
+    sliver_x = [(i + 1) * compute / slivers + i * copy / slivers + copy / slivers / 2 for i in range(slivers)]
+    for x in sliver_x:  # the grey slivers are too thin for a label inside: one label below, an arrow to each
+        ax.annotate("", xy=(x, 1.3), xytext=(compute / 2, 1.75), arrowprops={"arrowstyle": "->", "color": "grey"})
+    ax.text(compute / 2, 1.8, "grey: each gradient copied into the bucket", ha="center", va="top", fontsize=9)
+    ax.annotate("grey: the copy back to p.grad", xy=(added_to - copy / 2, 1.3), xytext=(added_to - 1.0, 1.8),
+                ha="left", va="top", fontsize=9, arrowprops={"arrowstyle": "->", "color": "grey"})
     ax.annotate("", xy=(added_from, 0.6), xytext=(added_to, 0.6),
                 arrowprops={"arrowstyle": "<->", "color": "black"})
     ax.text(added_to + 0.1, 0.6, "what DDP adds: about α + S / β or more", va="center", fontsize=9)
     ax.set_xlim(0, added_to + 5.5)
+    ax.set_ylim(-0.6, 2.1)
     return _finish(fig, ax, ["local step", "DDP step, each rank"],
                    "one bucket: the all-reduce starts when backward is done (a sketch)")
 
@@ -59,6 +66,7 @@ def draw_scaling_sketch(step: float = 1.0, alpha: float = 0.6):
         two_end = _row(ax, rank, [("compute", step), ("α", alpha)])
     ax.text(one_end + 0.05, 0, "2 t", va="center", fontsize=9)
     ax.text(two_end + 0.05, 2, "t + α", va="center", fontsize=9)
+    ax.set_xlim(0, one_end * 1.12)
     return _finish(fig, ax, ["1 rank, 2 batches", "rank 0 of 2", "rank 1 of 2"],
                    f"two batches: speed-up 2t / (t + α) = {2 * step / (step + alpha):.2f} here (a sketch)")
 
