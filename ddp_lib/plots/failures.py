@@ -32,7 +32,7 @@ def hang_timeline(world_size: int = 3, timeout_s: float = 3.0, stop_s: float = F
     ax.set_xlim(0, end + 0.8)
     ax.set_ylim(-1.0, world_size - 0.4)
     ax.set_xlabel('seconds since rank 0 entered all_reduce (3 s here; default 30 min, or 10 min for backend="nccl")')
-    ax.set_title("Evaluation under `if rank == 0:` waits until the timeout;\n"
+    ax.set_title("Evaluation under if rank == 0: waits until the timeout;\n"
                  "then the launcher stops the other ranks (■)")
     fig.tight_layout()
     return fig
