@@ -170,17 +170,34 @@ def test_print_loop_parts_prints_rank_0(capsys):
     extras = {"clip": {"ddp_norm": 0.5, "fsdp_norm": 0.5, "norm_type": "DTensor", "norm_placements": ["Replicate()"],
                        "max_grad_diff": 0.0},
               "mixed": {"compute_dtype": "bfloat16", "output_dtype": "bfloat16", "param_dtype": "float32",
-                        "grad_dtype": "float32", "loss_bf16": 0.8, "loss_fp32": 0.81},
+                        "grad_dtype": "float32", "output_rel_err": 0.004, "grad_rel_err": 0.07},
               "checkpointing": {"forward_bytes_checkpointed": 10, "forward_bytes": 30, "max_grad_diff": 0,
                                 "sharded_grad_diff": 2e-6, "all_gathers": {"sharded_checkpointed": 9, "sharded": 9}},
               "order": {"optimizer_holds_model_params": False, "model_params_held": 0, "model_params": 10,
                         "model_changed": False}}
     assert print_loop_parts([{"extras": extras}, {"extras": {}}]) is extras
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 11 and max(len(line) for line in out) <= 100  # short lines, one verdict each
+    assert len(out) == 12 and max(len(line) for line in out) <= 100  # short lines, one verdict each
+    assert out[4].endswith("below 1%: True; significant digits about 2")
     assert out[1] == "    clipped gradients equal within 1e-6: True"
-    assert "gradients equal DDP's within 1e-6: False" in out[7]
-    assert out[10] == "    its step changed the model: False"
+    assert "gradients equal DDP's within 1e-6: False" in out[8]
+    assert out[11] == "    its step changed the model: False"
+
+
+def test_precision_verdict_comes_out_both_ways():
+    from ddp_lib.demos.beyond_tables import precision_verdict
+    assert precision_verdict(0.004, 0.01) == "below 1%: True; significant digits about 2"
+    assert precision_verdict(0.07, 0.01) == "below 1%: False; significant digits about 1"
+    assert precision_verdict(0.0, 0.01) == "below 1%: True; significant digits about all"
+
+
+def test_relative_error_of_bfloat16():
+    import torch
+
+    from ddp_lib.workers.beyond_ddp import relative_error
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    assert relative_error(x, x) == 0
+    assert 1e-3 < relative_error(x.bfloat16().float(), x) < 4e-3  # 8 significant bits: within 2**-8
 
 
 # The lesson's launches, with real processes on gloo (a few seconds each).

@@ -280,14 +280,14 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
             "ZeRO-1, bucket view": sized[names.index("DDP + ZeroRedundancyOptimizer") + 1],  # the same
             "FSDP2": sized[names.index("FSDP2, MixedPrecisionPolicy")],
             "FSDP2 no reshard": sized[names.index("reshard_after_forward=False")]}
-    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<20}{'GB after backward':>18}{'+ bwd':>7}{'+ step':>7}{'GB at peak':>11}"
-          "  GB per GPU, before activations")
+    print(f"{f'{big / 1e9:g}B on {gpus} GPUs':<20}{'GB after backward':>18}{'+ bwd GB':>9}{'+ step GB':>10}"
+          f"{'GB at peak':>11}  GB per GPU, before activations")
     for label, row in rows.items():
         gb = row["at_peak"] / 1e9
         # an estimate: the root unit, nccl's buffers and fragmentation are left out (folded "sizing a real model")
         verdict = f"fits (estimate), {80 - gb:.1f} GB left for activations" if gb < 80 else "does not fit in 80 GB"
-        print(f"{label:<20}{row['after_backward'] / 1e9:>18.1f}{row['bwd'] * big / 1e9:>7.1f}"
-              f"{row['step'] * big / 1e9:>7.1f}{gb:>11.1f}  {verdict}")
+        print(f"{label:<20}{row['after_backward'] / 1e9:>18.1f}{row['bwd'] * big / 1e9:>9.1f}"
+              f"{row['step'] * big / 1e9:>10.1f}{gb:>11.1f}  {verdict}")
     return rows
 
 
@@ -336,7 +336,9 @@ def print_loop_parts(loop: list[dict]) -> dict:
           f"{more}clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
     print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}"
           f"{more}sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}"
-          f"{more}loss {mixed['loss_bf16']} against float32's {mixed['loss_fp32']}")
+          f"{more}against float32, same batch: outputs' relative error "
+          f"{precision_verdict(mixed['output_rel_err'], 0.01)}"
+          f"{more}reduce-scattered gradients' relative error {precision_verdict(mixed['grad_rel_err'], 0.1)}")
     print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
           f"{ac['forward_bytes']:,}{more}gradients equal: {ac['max_grad_diff'] == 0}")
     print(f"each block checkpointed, then sharded: gradients equal DDP's within 1e-6: "
@@ -365,3 +367,9 @@ def hsdp_groups_match(hsdp: list[dict]) -> bool:
     group only, and the all-reduces in its replicate group only. ``hsdp``: ``print_hsdp``'s list."""
     return all(r["groups"] == {"all_gather": [r["shard_group"]], "reduce_scatter": [r["shard_group"]],
                                "all_reduce": [r["replicate_group"]]} for r in hsdp)
+
+
+def precision_verdict(rel_err: float, bound: float) -> str:
+    """Say whether a relative error is below ``bound``, and about how many significant digits it keeps."""
+    digits = math.floor(-math.log10(rel_err)) if rel_err > 0 else "all"
+    return f"below {bound:.0%}: {rel_err < bound}; significant digits about {digits}"

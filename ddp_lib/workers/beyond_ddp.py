@@ -361,7 +361,8 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
     Returns {"rank", "clip" ({"ddp_norm", "fsdp_norm", "norm_type" (of FSDP2's returned norm),
     "norm_placements" (its DTensor placements), "max_grad_diff" (clipped gradients, FSDP2's gathered
     against DDP's)}), "mixed" ({"compute_dtype", "param_dtype", "grad_dtype" (of the sharded gradient),
-    "output_dtype" (of the model's output), "loss_fp32", "loss_bf16"}), "checkpointing" ({"forward_bytes",
+    "output_dtype" (of the model's output), "output_rel_err", "grad_rel_err" (bfloat16's outputs and
+    reduce-scattered gradients against float32's, by ``relative_error``)}), "checkpointing" ({"forward_bytes",
     "forward_bytes_checkpointed", "max_grad_diff", "sharded_grad_diff" (each block checkpointed, then
     sharded: gradients gathered against DDP's), "all_gathers" ({"sharded", "sharded_checkpointed"}:
     c10d all-gathers of one forward and backward)}), "order" ({"optimizer_holds_model_params",
@@ -404,12 +405,16 @@ def fsdp_extras(rank: int, world_size: int, width: int = 256, layers: int = 4, b
         loss_bf16 = nn.functional.mse_loss(output.float(), y)
         loss_bf16.backward()
         first = next(mixed_model.parameters())
+        # What bfloat16 changes, against float32 on the same batch: the outputs, and the gradients
+        # FSDP2 reduce-scatters (gathered), against DDP's float32 gradients of the same global batch.
+        bf16_grads = [p.grad.full_tensor() for p in mixed_model.parameters()]
         mixed = {"compute_dtype": str(seen[0]).removeprefix("torch."),
                  "param_dtype": str(first.dtype).removeprefix("torch."),
                  "grad_dtype": str(first.grad.dtype).removeprefix("torch."),
                  "output_dtype": str(output.dtype).removeprefix("torch."),
-                 "loss_bf16": round(loss_bf16.item(), 6),
-                 "loss_fp32": round(nn.functional.mse_loss(make_deep_mlp(width, layers, seed)(x), y).item(), 6)}
+                 "output_rel_err": relative_error(output.float(), make_deep_mlp(width, layers, seed)(x)),
+                 "grad_rel_err": relative_error(torch.cat([g.flatten() for g in bf16_grads]),
+                                                torch.cat([g.flatten() for g in ddp_grads]))}
 
         # Activation checkpointing: the hidden layers as one segment, which saves only its input.
         plain, checkpointed = make_deep_mlp(width, layers, seed), make_deep_mlp(width, layers, seed)
@@ -546,6 +551,11 @@ def batch(step: int, rank: int, batch_size: int, width: int, seed: int = 0) -> t
     so a resumed run reads the same data as an uninterrupted one."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
     return torch.randn(batch_size, width, generator=g), torch.randn(batch_size, 1, generator=g)
+
+
+def relative_error(approx: torch.Tensor, exact: torch.Tensor) -> float:
+    """The norm of ``approx - exact`` over the norm of ``exact``, as a float."""
+    return ((approx - exact).norm() / exact.norm()).item()
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
