@@ -46,7 +46,7 @@ def rank_pids(torchrun_pid: int) -> dict[int, int]:
     return pids
 
 
-class TorchrunJob:
+class RunningTorchrun:
     """A one-node torchrun job, as a ``with`` block. Entering starts ``cmd`` and returns once
     ``world_size`` ranks have printed "started", and ``after_s`` more; ``pid`` is torchrun's process id.
     Leaving waits for the job to end (stopping it after ``timeout`` s in all) and sets ``finished``:
@@ -56,7 +56,7 @@ class TorchrunJob:
         self.cmd, self.world_size, self.after_s, self.timeout = cmd, world_size, after_s, timeout
         self.finished: Finished | None = None
 
-    def __enter__(self) -> TorchrunJob:
+    def __enter__(self) -> RunningTorchrun:
         self._out, self._err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
         self._log_dir = tempfile.TemporaryDirectory()
         # PET_LOG_DIR is torchrun's --log-dir: its ranks' error files land there, not in a
@@ -108,7 +108,7 @@ def run_and_dump_stacks(cmd: list[str], world_size: int, after_s: float = 1.0, t
     send each rank SIGUSR1, one at a time; wait for the job to end and read its error files.
     ``dumps`` maps each rank signalled to its stack."""
     signalled = []
-    with TorchrunJob(cmd, world_size, after_s, timeout) as job:
+    with RunningTorchrun(cmd, world_size, after_s, timeout) as job:
         for rank, pid in sorted(rank_pids(job.pid).items()):
             try:
                 os.kill(pid, signal.SIGUSR1)
