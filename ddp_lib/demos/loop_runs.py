@@ -12,8 +12,8 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Literal
 
 import torch
@@ -304,6 +304,18 @@ def count_graphs(model: nn.Module, wrap: Callable, batch: torch.Tensor) -> tuple
     return len(graphs), wrapped
 
 
+@contextmanager
+def _compile_group() -> Iterator[None]:
+    """A one-process gloo group (a ``HashStore``, in memory), enough for DDP to wrap a model, with
+    dynamo's once-only warning about DDP's profiler range hidden; destroyed on the way out."""
+    hide_profiler_skip_warning()
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Callable], name: str | None = None,
                         keys: bool = True) -> list[str]:
     """The order-of-compile section's lines: for each entry of ``ways``, a name and its
@@ -311,10 +323,8 @@ def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Cal
     samples in a one-process gloo group (a ``HashStore``, in memory), and its graphs counted. Each line
     starts with ``name`` (None: the model's class name); with ``keys``, it also shows the first
     ``state_dict()`` key of the wrapper and of the model."""
-    hide_profiler_skip_warning()  # dynamo would warn once that it skips a profiler range of DDP's forward
     lines = []
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # one process is enough
-    try:
+    with _compile_group():
         for way, wrap in ways.items():
             model = make_model()
             n, wrapped = count_graphs(model, wrap, torch.randn(16, 2))
@@ -323,24 +333,16 @@ def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Cal
                 line += (f"; first keys: the wrapper's {list(wrapped.state_dict())[0]!r}, "
                          f"model's {list(model.state_dict())[0]!r}")
             lines.append(line)
-    finally:
-        dist.destroy_process_group()
     return lines
 
 
 def compile_order_counts(models: dict[str, Callable[[], nn.Module]],
                          ways: dict[str, Callable]) -> dict[str, dict[str, int]]:
     """The graphs each way compiles, for each model: ``{model name: {way: graphs}}``, counted as
-    ``compile_order_lines`` counts them, in one one-process gloo group."""
-    hide_profiler_skip_warning()
-    counts = {}
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        for name, make_model in models.items():
-            counts[name] = {way: count_graphs(make_model(), wrap, torch.randn(16, 2))[0] for way, wrap in ways.items()}
-    finally:
-        dist.destroy_process_group()
-    return counts
+    ``compile_order_lines`` counts them."""
+    with _compile_group():
+        return {name: {way: count_graphs(make_model(), wrap, torch.randn(16, 2))[0] for way, wrap in ways.items()}
+                for name, make_model in models.items()}
 
 
 def compile_order_pieces(make_model: Callable[[], nn.Module], ways: dict[str, Callable], steps: int = 2) -> list[str]:
@@ -348,17 +350,13 @@ def compile_order_pieces(make_model: Callable[[], nn.Module], ways: dict[str, Ca
     parameters in each graph (piece) dynamo hands the backend, output side first, against the bytes of each
     all-reduce DDP started in the last of ``steps`` steps (from the second step on, DDP's rebuilt buckets).
     Each line ends with "split at buckets: True" when the pieces are DDP's buckets."""
-    hide_profiler_skip_warning()
     lines = []
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
+    with _compile_group():
         for way, wrap in ways.items():
             model = make_model()
             pieces, sent = pieces_and_buckets(model, wrap, steps)
             lines.append(f"{type(model).__name__:>24}, {way:>27}: pieces {pieces} (bytes, output side first); "
                          f"DDP all-reduced {sent}; split at buckets: {pieces == sent}")
-    finally:
-        dist.destroy_process_group()
     return lines
 
 
