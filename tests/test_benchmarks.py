@@ -215,6 +215,31 @@ def test_bucket_sweep_counts_fewer_all_reduces_for_bigger_buckets():
     assert all(sum(r["bucket_bytes"]) == whole and len(r["bucket_bytes"]) == r["allreduces"] for r in rows)
     verdict = buckets.bucket_verdict({"rows": rows})
     assert "step 1 sent one bucket whatever the cap: True" in verdict and "and closed: True" in verdict
+    assert all(len(r["rounds_ms"]) == 1 and r["step_ms"] == r["rounds_ms"][0] for r in rows)
+
+
+def _bucket_rounds(rounds_ms: dict[str, list[float]]) -> dict:
+    return {"rows": [{"label": label, "rounds_ms": ms} for label, ms in rounds_ms.items()], "load_average": 1.0}
+
+
+def test_bucket_timed_verdict_names_the_shorter_side_or_undecided():
+    default = [10.0] * 20
+    result = _bucket_rounds({"0.01": [12.0] * 20, "2": [9.0] * 20, "25": [9.0, 11.0] * 10, "default": default})
+    lines = buckets.timed_verdict(result).splitlines()
+    # 3 caps, each judged both ways: 6 tests; 20 rounds of 20 is far past the cut, 10 of 20 is not.
+    assert lines[0].startswith("6 tests: a side counts as shorter in at least ")
+    assert lines[1].endswith("the default in 20; shorter: default")
+    assert lines[2].endswith("shorter in 20 of 20 rounds, the default in 0; shorter: cap 2")
+    assert lines[3].endswith("shorter in 10 of 20 rounds, the default in 10; shorter: undecided")
+    assert lines[4] == "load average 1.0 while it ran"
+
+
+def test_kept_bucket_run_judges_every_cap_against_the_default():
+    kept = buckets.full_run()
+    assert all(kept[key] for key in MACHINE_KEYS)  # recorded on some machine: not necessarily this one
+    assert [r["label"] for r in kept["rows"]][-1] == "default"
+    assert all(len(r["rounds_ms"]) == kept["repeats"] for r in kept["rows"])
+    assert len(buckets.timed_verdict(kept).splitlines()) == len(kept["rows"]) + 1
 
 
 def test_startup_rows_name_each_launcher():

@@ -159,8 +159,9 @@ def _counting_hook(counter: list[int]):
 
 def bucket_sweep(rank: int, world_size: int, caps_mb: list[float | None], repeats: int = 10,
                  seed: int = 0) -> list[dict]:
-    """For each bucket_cap_mb (None: left out, DDP's default), the median seconds of a torch DDP
-    step (bucket sizes taken in turn) and the all-reduces per step, counted by a hook on a second,
+    """For each bucket_cap_mb (None: left out, DDP's default), the seconds of a torch DDP step in
+    each round (the slowest rank's; the bucket sizes taken in turn, so a round's steps share the
+    machine's load) and their median, and the all-reduces per step, counted by a hook on a second,
     untimed copy."""
     with process_group(rank, world_size) as device:
         timed, counted, counters = {}, {}, {}
@@ -190,7 +191,9 @@ def bucket_sweep(rank: int, world_size: int, caps_mb: list[float | None], repeat
             first_step = counters[cap][0]
             counters[cap][0] = 0
             _train_step(counted[cap], spare, x, y)  # DDP rebuilt its buckets before this step's forward
-            rows.append({"bucket_cap_mb": cap, "step_s": median(_slowest(times[cap])), "allreduces": counters[cap][0],
+            rounds_s = _slowest(times[cap])
+            rows.append({"bucket_cap_mb": cap, "step_s": median(rounds_s), "rounds_s": rounds_s,
+                         "allreduces": counters[cap][0],
                          "first_step_allreduces": first_step, "first_step_bucket_bytes": first_sizes,
                          "bucket_bytes": bucket_sizes(counted[cap])})
         return rows
