@@ -104,8 +104,9 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     from ddp_lib.bench import allreduce, ddp, overlap, scaling, wide
     alpha, beta = allreduce.held_fit(allreduce.full_run())
     text = ddp.model_verdict(ddp.full_run(), alpha, beta)
-    assert len(text.splitlines()) == 3 and "the fit within 25%: True" in text
-    assert "the parts add up within 25%: True" in text
+    # the kept run: DDP's extra 2-rank time is further from both than 25%, a rest of it unexplained
+    assert len(text.splitlines()) == 3 and "the fit within 25%: False" in text
+    assert "the parts add up within 25%: False" in text
     text = ddp.model_verdict(ddp.full_run(), alpha, beta, sweep=allreduce.full_run())
     assert len(text.splitlines()) == 4 and "x the all-reduce benchmark's" in text
     assert text.endswith("at that size, interpolated between its rows")
@@ -117,7 +118,9 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     step_lines = overlap.step_verdict(profiled).splitlines()
     assert step_lines[0] == overlap.step_sentence(profiled) and "p = " not in overlap.step_verdict(profiled)
     assert step_lines[0].startswith("4 small buckets: step ")
-    assert "paired rounds: small buckets made the step" in step_lines[0] and "cut" not in step_lines[0]
+    # the kept profile: one bucket was shorter in 16 of 21 rounds, short of the 17 a verdict needs
+    assert step_lines[0].endswith("paired rounds: too few rounds to say which is shorter.")
+    assert "cut" not in step_lines[0]
     signs = overlap.sign_test_lines(profiled).splitlines()
     assert len(signs) == 2 and all("a verdict needs 17" in line for line in signs)
     assert signs[1] == f"whole step, small against one, {overlap.paired_verdict(profiled, 'step')}"
