@@ -76,3 +76,13 @@ def test_ddp_build_exit_codes_runs_the_reproducer_once_per_level():
     assert list(codes) == ["DETAIL", "INFO", "OFF"]
     assert codes["INFO"] == 0 and codes["OFF"] == 0  # DDP builds without DETAIL
     assert codes["DETAIL"] in (0, -int(signal.SIGSEGV))  # torch 2.13 with gloo: SIGSEGV
+
+
+def test_innermost_own_call_skips_torchs_frames():
+    text = ('Traceback (most recent call last):\n'
+            '  File "/home/me/train.py", line 9, in main\n    evaluate(ddp)\n'
+            '  File "/home/me/train.py", line 4, in evaluate\n    loss = model(inputs)\n'
+            '  File "/venv/site-packages/torch/nn/parallel/distributed.py", line 7, in forward\n    x()\n'
+            'RuntimeError: x\n')
+    assert failure_reading.innermost_own_call(text) == "evaluate: loss = model(inputs)"
+    assert failure_reading.innermost_own_call(text.replace("/home/me/", "/venv/torch/")) == ""

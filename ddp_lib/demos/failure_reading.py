@@ -12,6 +12,7 @@ LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo
 _FINGERPRINT = re.compile(r"(Rank \d+) is running collective: CollectiveFingerPrint\("
                           r"SequenceNumber=\d+, OpType=(\w+), TensorShape=(\[[\d, ]*\])")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in (\S+)', re.MULTILINE)
+_FRAME_AND_CODE = re.compile(r'^\s*File "(?P<path>[^"]*)", line \d+, in (?P<name>\S+)\n(?P<code>[^\n]*)', re.MULTILINE)
 
 # a whole reproducer of DDP's crash under TORCH_DISTRIBUTED_DEBUG=DETAIL on torch 2.13 with gloo:
 # one process, its store a HashStore in the process's own memory, no launcher
@@ -46,6 +47,14 @@ def detail_mismatch(message: str) -> list[str]:
 def innermost_calls(traceback_text: str, n: int = 3) -> list[str]:
     """The names of the ``n`` innermost functions of a Python traceback, innermost first."""
     return _FRAME.findall(traceback_text)[::-1][:n]
+
+
+def innermost_own_call(traceback_text: str) -> str:
+    """The innermost frame of a Python traceback outside torch's own files, as ``"function: code"``
+    (the line of the script that called into torch); "" when every frame is torch's."""
+    own = [(m["name"], m["code"].strip()) for m in _FRAME_AND_CODE.finditer(traceback_text)
+           if f"{os.sep}torch{os.sep}" not in m["path"]]
+    return f"{own[-1][0]}: {own[-1][1]}" if own else ""
 
 
 def in_ddp_buffer_sync(traceback_text: str, n: int = 3) -> bool:
