@@ -131,6 +131,25 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     assert "a verdict needs" not in wide.verdict(wide.full_run())
     lines = scaling.verdict(scaling.full_run()).splitlines()
     assert lines[0].startswith("2 ranks: ") and "oversubscribed" in lines[1]
+    assert all(line.endswith((": more", ": fewer", ": undecided")) for line in lines[:2])
+
+
+def test_scaling_verdict_judges_the_rounds_both_ways():
+    from ddp_lib.bench import scaling
+
+    def run(two, four):
+        return {"cpu_count": 2, "load_average": 1.0, "rows": [
+            {"world_size": ws, "policy": "one", "speedup": 1.0, "rounds_samples_per_s": rounds}
+            for ws, rounds in ((1, [100.0] * 9), (2, two), (4, four))]}
+    lines = scaling.verdict(run([50.0] * 9, [150.0] * 9)).splitlines()
+    assert lines[0].endswith("more samples/s than 1 rank in 0 of 9 rounds, fewer in 9; a verdict needs 9: fewer")
+    assert lines[1].endswith("in 9 of 9 rounds, fewer in 0; a verdict needs 9: more")
+    assert scaling.verdict(run([50.0, 150.0] * 4 + [50.0], [100.0] * 9)).splitlines()[0].endswith(": undecided")
+    assert lines[-1] == "load average 1.0 while it ran"
+    raised = {**run([50.0] * 9, [150.0] * 9), "niceness": -19}
+    assert scaling.verdict(raised).splitlines()[-1] == (
+        "load average 1.0 while it ran, the ranks at niceness -19: the other programs counted in the load got little "
+        "of the cores")
 
 
 def test_extra_step_sets_the_2_rank_step_beside_measured_all_reduces_and_alpha():
