@@ -3,6 +3,7 @@
 from ddp_lib.demos.beyond_tables import (
     bucket_copy_gone,
     bytes_table,
+    bytes_three_ways,
     carried,
     choice_memory,
     choice_table,
@@ -11,6 +12,8 @@ from ddp_lib.demos.beyond_tables import (
     hsdp_share,
     memory_bars,
     paper_bytes,
+    print_counted,
+    print_formula_gap,
     print_hsdp,
     print_hsdp_details,
     print_loop_parts,
@@ -88,7 +91,9 @@ def test_choice_table_rows(capsys):
     ends = [lines[0].index(c) + len(c) for c in ("(2 ranks)", "state ×DDP", "sent ×DDP", "collectives/step")]
     ddp = lines[1]
     assert [ddp[end - 4:end] for end in ends] == ["0.02", "1.00", "1.00", "   1"]
-    assert lines[-1] == "rank 0 on 2 ranks; bytes sent in float32"
+    assert lines[-2] == ("rank 0 on 2 ranks; bytes sent in float32, by the ring model on the traced sizes, "
+                         "as nccl runs it")
+    assert lines[-1] == "bytes sent ×DDP as gloo ran it here: fsdp 2.00, fsdp_no_reshard 1.50"
     assert "state sharded, no bucket copy" in out
 
 
@@ -100,7 +105,8 @@ def test_choice_table_adds_the_fastest_step_when_given(capsys):
     assert lines[0].endswith("collectives/step  recorded step ms  why")
     end = lines[0].index("recorded step ms") + len("recorded step ms")
     assert lines[1][end - 3:end] == "2.7" and lines[5][end - 4:end] == "15.4"  # under its column's name
-    assert lines[-2].endswith("live: every column but the recorded step, from this run")
+    assert lines[-3].endswith("live: every column but the recorded step, from this run")
+    assert lines[-2].startswith("bytes sent ×DDP as gloo ran it here: ")
     assert lines[-1].endswith("recorded earlier (file ddp_lib/demos/recorded/fsdp_step_times.json)")
 
 
@@ -177,11 +183,31 @@ def test_print_loop_parts_prints_rank_0(capsys):
                         "model_changed": False}}
     assert print_loop_parts([{"extras": extras}, {"extras": {}}]) is extras
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 12 and max(len(line) for line in out) <= 100  # short lines, one verdict each
+    assert len(out) == 14 and max(len(line) for line in out) <= 100  # short lines, one verdict each
     assert out[4].endswith("below 1%: True; significant digits about 2")
     assert out[1] == "    clipped gradients equal within 1e-6: True"
     assert "gradients equal DDP's within 1e-6: False" in out[8]
     assert out[11] == "    its step changed the model: False"
+    assert out[13] == "silent bug reproduced, that Adam trains nothing: True"
+
+
+def test_bytes_three_ways_prices_gloos_reduce_scatter_as_an_all_reduce(capsys):
+    table = bytes_three_ways(runs(2))
+    assert table["ring model, float32"] == {"zero1": 1.5, "fsdp": 1.5, "fsdp_no_reshard": 1.0}
+    assert table["ring model, bfloat16 gathers"] == {"zero1": 1.5, "fsdp": 1.0, "fsdp_no_reshard": 0.75}
+    assert table["as gloo ran it, float32"] == {"zero1": 1.5, "fsdp": 2.0, "fsdp_no_reshard": 1.5}
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[3].startswith("as gloo ran it, float32") and lines[3].endswith("1.50")
+
+
+def test_print_helpers_say_what_the_runs_show(capsys):
+    two = runs(2)
+    print_counted(two)
+    assert print_formula_gap(two, 2) in (True, False)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "ddp    rank 0 holds 0.014 MB of parameters, gradients and Adam's state"
+    assert out[4] == "the formula for DDP: 1,000 parameters x 16 bytes = 0.016 MB"
+    assert out[5].startswith("2 ranks, every strategy and rank: the largest gap from the ZeRO formula is ")
 
 
 def test_precision_verdict_comes_out_both_ways():

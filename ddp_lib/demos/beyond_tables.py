@@ -9,6 +9,9 @@ job with ``in_one_job``, so that each cell reads one line.
 
 import math
 
+import torch
+
+from ddp_lib.demos import fsdp_step_times
 from ddp_lib.demos.fsdp_step_times import KEPT_RUNS_NAME
 from ddp_lib.launch import run_ranks
 from ddp_lib.process_group import in_one_job
@@ -141,8 +144,32 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
     print(f"{'FSDP2 bf16/f32 (formula)':<26}{two / 1e6:>8.2f}{two / sent[2]['ddp']:>7.2f}"
           f"{four / 1e6:>9.2f}{four / sent[4]['ddp']:>7.2f}")
     print("FSDP2 bf16/f32: the side-by-side's policy, gathers in bfloat16 and reduce-scatters in float32")
-    print("gloo runs each reduce-scatter as an all-reduce and sends more (folded below)")
+    print("gloo runs each reduce-scatter as an all-reduce and sends more: bytes_three_ways' last row")
     return sent
+
+
+def as_gloo_ran(payloads: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """A traced step's collectives as gloo runs them: each reduce-scatter as an all-reduce of the same size."""
+    return [("all_reduce" if kind == "reduce_scatter" else kind, size) for kind, size in payloads]
+
+
+def bytes_three_ways(runs2: dict) -> dict:
+    """Print, on 2 ranks, the bytes ZeRO-1 and FSDP2 (with and without reshard) send per step against
+    DDP's, three ways: the ring model in float32, the same with the all-gathers in bfloat16 (the
+    side-by-side's policy; DDP under autocast still all-reduces float32), and as gloo ran it in float32.
+    Returns {way: {strategy: x DDP}}."""
+    names = {"zero1": "ZeRO-1", "fsdp": "FSDP2", "fsdp_no_reshard": "FSDP2 no reshard"}
+    ways = {"ring model, float32": lambda payloads: payloads,
+            "ring model, bfloat16 gathers": lambda payloads: [(kind, size // 2 if kind == "all_gather" else size)
+                                                              for kind, size in payloads],
+            "as gloo ran it, float32": as_gloo_ran}
+    ddp = bytes_sent(runs2["ddp"][0]["payloads"], 2)  # one float32 all-reduce, as gloo runs it too
+    table = {way: {s: bytes_sent(change(runs2[s][0]["payloads"]), 2) / ddp for s in names}
+             for way, change in ways.items()}
+    print(f"{'x DDP, 2 ranks':<30}" + "".join(f"{name:>18}" for name in names.values()))
+    for way, row in table.items():
+        print(f"{way:<30}" + "".join(f"{row[s]:>18.2f}" for s in names))
+    return table
 
 
 def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
@@ -175,8 +202,10 @@ def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
         cells = (f"{rows[s]['held'] / 1e6:.2f}", f"{state[s] / state['ddp']:.2f}", f"{rows[s]['sent']:.2f}",
                  f"{collectives_asked(r2[s])}") + ((f"{step_ms[s]:.1f}",) if step_ms is not None else ())
         print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)) + f"  {why}")
-    print("rank 0 on 2 ranks; bytes sent in float32"
+    print("rank 0 on 2 ranks; bytes sent in float32, by the ring model on the traced sizes, as nccl runs it"
           + ("; live: every column but the recorded step, from this run" if step_ms is not None else ""))
+    as_gloo = {s: bytes_sent(as_gloo_ran(r2[s]["payloads"]), 2) / sent_ddp for s in ("fsdp", "fsdp_no_reshard")}
+    print("bytes sent ×DDP as gloo ran it here: " + ", ".join(f"{s} {x:.2f}" for s, x in as_gloo.items()))
     if step_ms is not None:
         print(f"recorded step ms: the fastest step of the kept runs, recorded earlier (file {KEPT_RUNS_NAME})")
     return rows
@@ -348,7 +377,177 @@ def print_loop_parts(loop: list[dict]) -> dict:
     print(f"Adam created before fully_shard: it holds {order['model_params_held']} of the model's "
           f"{order['model_params']} parameters"
           f"{more}its step changed the model: {order['model_changed']}")
+    # bfloat16 keeps 8 significant bits: it rounds a number by up to half its eps, relative to the number
+    print(f"bfloat16 rounds each number by up to {torch.finfo(torch.bfloat16).eps / 2:.1%}")
+    print("silent bug reproduced, that Adam trains nothing:",
+          not order["optimizer_holds_model_params"] and not order["model_changed"])
     return extras
+
+
+def loop_lines():
+    """The four lines of ``fsdp_extras`` that "What a sharded loop adds" is about, highlighted."""
+    from IPython.display import Code
+
+    from ddp_lib.demos.source_lines import source_text
+    from ddp_lib.workers.beyond_ddp import fsdp_extras
+
+    firsts = ("fsdp_norm = nn.utils.clip_grad_norm_", "policy = MixedPrecisionPolicy(", "blocks = [Checkpointed(b)",
+              "early_optimizer = torch.optim.Adam(")
+    return Code("# from fsdp_extras\n" + "\n".join(source_text(fsdp_extras, f, f) for f in firsts), language="python")
+
+
+def print_counted(runs2: dict) -> None:
+    """Print rank 0's bytes of parameters, gradients and Adam's state under DDP, ZeRO-1 and FSDP2 on 2
+    ranks, counted from its tensors' sizes, and the ZeRO formula's bytes for DDP."""
+    for s in ("ddp", "zero1", "fsdp"):  # the variants in their own sections
+        print(f"{s:<6} rank 0 holds {counted(runs2[s][0]) / 1e6:.3f} MB of parameters, gradients and Adam's state")
+    print("(DDP's bucket copy comes on top: next section)")
+    n = runs2["ddp"][0]["n_params"]
+    print(f"the formula for DDP: {n:,} parameters x 16 bytes = {n * 16 / 1e6:.3f} MB")
+
+
+def print_formula_gap(runs: dict, world_size: int) -> bool:
+    """Print the largest gap between a rank's count and the ZeRO formula, over every strategy (variants
+    included) and rank, and whether it is within 0.005 MB. Returns that verdict."""
+    gap = formula_gap(runs, world_size)
+    print(f"{world_size} ranks, every strategy and rank: the largest gap from the ZeRO formula is {gap:,} B; "
+          f"within 0.005 MB: {gap < 5e3}")
+    return gap < 5e3
+
+
+def print_bucket_copy(runs2: dict) -> None:
+    """Print rank 0's gradient storages and DDP's bucket under ``ddp`` and ``ddp_view``, the bytes it holds
+    with and without DDP's bucket copy, and both ranks' bucket copy beside the gradients' bytes."""
+    for s in ("ddp", "ddp_view"):
+        layout = runs2[s][0]["layout"]
+        print(f"{s:>8}: gradients in {layout['gradient_storages']} storage(s), DDP's bucket of "
+              f"{layout['bucket_bytes'] / 1e6:.2f} MB; every gradient lies inside it: "
+              f"{layout['gradients_inside_buckets']}")
+    for s in ("ddp", "ddp_view", "zero1"):
+        r = runs2[s][0]
+        print(f"{s:>8}: rank 0 holds {counted(r) / 1e6:.3f} MB counted, {held(r) / 1e6:.3f} MB with DDP's bucket copy")
+    copy = {s: [held(r) - counted(r) for r in runs2[s]] for s in ("ddp", "ddp_view")}
+    print(f"bucket copy per rank: ddp {copy['ddp']} B, ddp_view {copy['ddp_view']} B; "
+          f"the gradients: {runs2['ddp'][0]['bytes']['gradients']:,} B")
+
+
+def _max_loss_gap(runs: dict, strategies: tuple, reference: str = "ddp") -> float:
+    """The largest gap between rank 0's losses under ``strategies`` and under ``reference``."""
+    return max(abs(a - b) for s in strategies for a, b in zip(runs[reference][0]["losses"], runs[s][0]["losses"]))
+
+
+def print_zero1(runs2: dict) -> None:
+    """Print ZeRO-1's collectives in one step (rank 0, both settings), each rank's share of DDP's
+    optimizer state, whether the losses equal DDP's, and the bytes sent against DDP's by the ring model."""
+    for s in ("zero1", "zero1_view"):
+        print(f"{s}, one step:", in_words(runs2[s][0]["collectives"]))
+    ddp_state = runs2["ddp"][0]["bytes"]["optimizer state"]
+    ratios = [r["bytes"]["optimizer state"] / ddp_state for r in runs2["zero1"]]
+    print("optimizer state per rank, as a share of DDP's:", [round(x, 3) for x in ratios])
+    print("each rank holds between 45% and 55% of it (1/world_size):", all(0.45 < x < 0.55 for x in ratios))
+    print(f"ZeRO-1 losses equal DDP's within 1e-6: {_max_loss_gap(runs2, ('zero1',)) < 1e-6}")
+    more = bytes_sent(runs2["zero1"][0]["payloads"], 2) / bytes_sent(runs2["ddp"][0]["payloads"], 2)
+    print(f"bytes a rank sends per step, by the ring model on the traced sizes, ZeRO-1 over DDP: {more:.2f}x, "
+          f"more than DDP: {more > 1}")
+
+
+def print_fsdp(runs2: dict) -> None:
+    """Print FSDP2's collectives in one step (rank 0, with and without reshard), whether the losses equal
+    DDP's, and what the forward leaves held on rank 0."""
+    strategies = ("fsdp", "fsdp_no_reshard")
+    for s in strategies:
+        print(f"{s}, one step:", in_words(runs2[s][0]["collectives"]))
+    print(f"FSDP2 losses (both settings) equal DDP's within 1e-5: {_max_loss_gap(runs2, strategies) < 1e-5}")
+    for s in strategies:
+        print(f"{s:<16} the forward leaves {runs2[s][0]['bytes']['activations'] / 1e6:.3f} MB held on rank 0")
+
+
+def print_seeded(job4: list[dict]) -> None:
+    """Print, from ``seeded_by_rank`` on 4 ranks, whether the full weights agree across the ranks and are
+    rank 0's under DDP and FSDP2, and under FSDP2 each rank's shard sum beside its own initial rows' sum."""
+    seeded = [r["seeded"] for r in job4]
+    header = ("seeded by rank, then", "gathered weights agree across ranks", "rank 0's initial weights")
+    print(f"{header[0]:<22}{header[1]:>38}{header[2]:>26}")
+    for way, name in (("ddp", "DDP"), ("fsdp", "FSDP2 over 4 ranks")):
+        same = all(r[way]["same_on_every_rank"] for r in seeded)
+        rank0s = all(r[way]["rank0s_weights"] for r in seeded)
+        print(f"{name:<22}{same!s:>38}{rank0s!s:>26}")
+    print("under FSDP2, the sum of each rank's shard of the first weight, and of the same rows of its own "
+          "initial weight:")
+    for r in seeded:
+        shard_sum, own_sum = r["own_rows_sums"]
+        print(f"    rank {r['rank']}: {shard_sum:+.4f} and {own_sum:+.4f}")
+
+
+def print_memory_ratios(runs2: dict, runs4: dict) -> bool:
+    """Print what FSDP2 holds on rank 0 against DDP (with the bucket view, and plain) on 2 and 4 ranks,
+    whether that is 1/N within 0.01, and whether every rank's Python-visible tensors, found between
+    two steps, add up to the count within 0.005 MB. Returns the 1/N verdict."""
+    ratio = {}
+    for n, runs in ((2, runs2), (4, runs4)):
+        fsdp, ddp = held(runs["fsdp"][0]), runs["ddp"][0]
+        ratio[n] = fsdp / counted(ddp)  # counted: DDP without its bucket copy, as the bucket view holds
+        print(f"{n} ranks: FSDP2 holds {ratio[n]:.2f} of DDP with the bucket view, {fsdp / held(ddp):.2f} of plain DDP")
+    one_over_n = all(abs(x - 1 / n) < 0.01 for n, x in ratio.items())
+    print("FSDP2 holds 1/N of DDP with the bucket view, within 0.01, on 2 and 4 ranks:", one_over_n)
+    sharded = [r for runs in (runs2, runs4) for s in ("fsdp", "fsdp_no_reshard") if s in runs for r in runs[s]]
+    gap = max(abs(r["measured"]["live tensors"] - counted(r)) for r in sharded)
+    print("FSDP2, every rank, 2 and 4 ranks: every Python-visible tensor, found and added up between two steps, "
+          "equals the count within 0.005 MB:", gap < 5e3)
+    return one_over_n
+
+
+def print_recorded_peak() -> dict:
+    """Print the profiler's peak on rank 0 of 2 ranks, the least of the kept runs (recorded earlier),
+    and FSDP2's against DDP's. Returns {strategy: bytes}."""
+    peak = fsdp_step_times.best(fsdp_step_times.kept_runs(), "peak")
+    print(f"recorded earlier (file {KEPT_RUNS_NAME}), the profiler's peak on rank 0 of 2 ranks, MB:")
+    print("    " + ", ".join(f"{s} {b / 1e6:.2f}" for s, b in peak.items()))
+    print(f"recorded peak, FSDP2 over plain DDP: {peak['fsdp'] / peak['ddp']:.2f}; "
+          f"over DDP with the bucket view: {peak['fsdp'] / peak['ddp_view']:.2f}")
+    return peak
+
+
+def print_checkpoint(saved: list[dict]) -> bool:
+    """Print ``checkpoint_job``'s results: rank 0's losses straight and resumed, whether the resumed steps
+    and final parameters match, and each rank's full state dict. Returns whether both match."""
+    straight, resumed = saved[0]["straight"], saved[0]["resumed"]
+    print("straight:", straight["losses"])
+    print("resumed at step", resumed["start_step"], ":", resumed["losses"])
+    same_losses = resumed["losses"] == straight["losses"][resumed["start_step"]:]
+    print("the resumed steps have the same losses:", same_losses)
+    print("and the same final parameters:", resumed["checksum"] == straight["checksum"])
+    for r in saved:
+        export = r["export"]
+        loads = export["loads_into_plain_model"] if export["entries"] else f"(rank {export['rank']} holds none)"
+        print(f"full state dict, rank {export['rank']}: {export['entries']} entries, no DTensor among them: "
+              f"{export['plain_tensors']}, loads into the plain model with the same weights: {loads}")
+    return same_losses and resumed["checksum"] == straight["checksum"]
+
+
+def print_hsdp_checks(job4: list[dict], runs4: dict) -> None:
+    """Print the HSDP step's checks from the 4-rank job: each collective ran in its group, the gradient
+    equals one process's on all 4 batches, the share of the parameters a rank holds against FSDP2 over
+    all 4 ranks, and whether ranks seeded by rank end with equal full weights."""
+    hsdp = [r["hsdp"] for r in job4]
+    print("on every rank, each collective ran in the group printed above:", hsdp_groups_match(hsdp))
+    print(f"gradient equals one process's on all 4 ranks' batches within 1e-6: "
+          f"{max(r['global_batch_gap'] for r in hsdp) < 1e-6}")
+    fsdp4 = runs4["fsdp"]  # FSDP2 over all 4 ranks: each rank's parameter bytes, over the whole model's in float32
+    fsdp_share = sum(r["bytes"]["parameters"] for r in fsdp4) / len(fsdp4) / (4 * fsdp4[0]["n_params"])
+    print(f"a rank holds {hsdp_share(hsdp):.2f} of the model's parameters on average; "
+          f"FSDP2 over all 4 ranks: {fsdp_share:.2f}")
+    print("HSDP on the 2x2 grid, each rank seeded by its rank: full weights equal on every rank:",
+          all(r["seeded"]["hsdp"]["same_on_every_rank"] for r in job4))
+
+
+def print_step_verdicts(kept: dict, runs2: dict) -> None:
+    """Print whether FSDP2's fastest step, either setting, was slower than DDP's in every kept run
+    (recorded earlier) and in the live run ``runs2``."""
+    print("recorded, in every kept run, FSDP2's fastest step, either setting, is slower than DDP's:",
+          fsdp_step_times.slower_than_ddp(kept))
+    print("live, this machine: FSDP2's fastest step, either setting, is slower than DDP's:",
+          fsdp_step_times.slower_than_ddp(fsdp_step_times.live_run(runs2)))
 
 
 def bucket_copy_gone(runs2: dict) -> bool:
