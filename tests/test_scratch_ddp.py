@@ -122,3 +122,17 @@ def test_the_timeline_marks_when_every_gradient_was_averaged_and_centres_each_la
     bars = [patch for patch in ax.patches if patch.get_height() < 0.5]
     buckets_rows = [bar.get_y() + bar.get_height() / 2 for bar in bars[14:]]
     assert abs(ticks["buckets: 4 all-reduces"] - (min(buckets_rows) + max(buckets_rows)) / 2) < 1e-9
+
+
+def test_the_timeline_labels_per_parameter_all_reduces_p_and_bucket_ones_b():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_timeline
+
+    def timeline(n: int) -> dict:
+        return {"backward_ms": 10.0, "synced_ms": 12.0, "grad_ready": [("w", 1.0)],
+                "allreduces": [{"bucket": b, "start": 2.0 + b, "end": 3.0 + b} for b in range(n)]}
+    labels = [t.get_text() for t in plot_timeline([timeline(3), timeline(2)], prefixes=["p", "b"]).axes[0].texts]
+    assert labels == ["p0", "p1", "p2", "b0", "b1"]
+    assert [t.get_text() for t in plot_timeline([timeline(2)]).axes[0].texts] == ["b0", "b1"]

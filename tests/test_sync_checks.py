@@ -51,9 +51,10 @@ def test_each_construction_checks_and_sends_what_torch_says():
     assert found["forward_sync_buffers=False"]["buffers_sent"] == 3
 
 
-def test_parameters_of_two_dtypes_go_to_separate_buckets():
-    assert sync_checks.bucket_dtypes() == [("torch.float64", ["b.bias", "b.weight"]),
-                                           ("torch.float32", ["a.bias", "a.weight"])]
+def test_parameters_of_two_dtypes_and_a_sparse_gradient_go_to_separate_buckets():
+    assert sync_checks.bucket_dtypes() == [("torch.float64", "dense", ["b.bias", "b.weight"]),
+                                           ("torch.float32", "dense", ["a.bias", "a.weight"]),
+                                           ("torch.float32", "sparse", ["e.weight"])]
 
 
 def test_forward_sync_buffers_false_sends_no_buffer_in_any_forward():

@@ -222,32 +222,35 @@ def bucket_layouts(layers: int = 4, width: int = 256, bucket_cap_mb: float = 0.3
         return layouts
 
 
-class _TwoDtypes(nn.Module):
-    """One float32 layer, then one float64 layer."""
+class _TwoDtypesAndSparse(nn.Module):
+    """A sparse embedding ``e``, then a float32 layer ``a``, then a float64 layer ``b``."""
 
     def __init__(self):
         super().__init__()
+        self.e = nn.Embedding(8, 4, sparse=True)  # its gradient is a sparse tensor
         self.a = nn.Linear(4, 4)
         self.b = nn.Linear(4, 4).double()
 
     def forward(self, x):
-        return self.b(self.a(x).double())
+        return self.b(self.a(x + self.e(torch.arange(len(x)))).double())
 
 
-def bucket_dtypes() -> list[tuple[str, list[str]]]:
-    """Wrap a model with a float32 layer and a float64 layer in DDP (default bucket cap) and run one
-    backward. Returns the buckets in the order their all-reduces started, each as its dtype and the
-    names of its parameters."""
+def bucket_dtypes() -> list[tuple[str, str, list[str]]]:
+    """Wrap a model with a sparse embedding, a float32 layer and a float64 layer in DDP (default
+    bucket cap) and run one backward. Returns the buckets in the order their all-reduces started,
+    each as its dtype, "sparse" or "dense", and the names of its parameters."""
     names: dict[int, str] = {}
-    sent: list[tuple[str, list[str]]] = []
+    sent: list[tuple[str, str, list[str]]] = []
 
     def recording_allreduce(state, bucket):
-        sent.append((str(bucket.buffer().dtype), sorted(names[id(p)] for p in bucket.parameters())))
+        buffer = bucket.buffer()
+        sent.append((str(buffer.dtype), "sparse" if buffer.is_sparse else "dense",
+                     sorted(names[id(p)] for p in bucket.parameters())))
         return default_hooks.allreduce_hook(state, bucket)
 
     torch.manual_seed(0)
     with one_process_group():
-        model = _TwoDtypes()
+        model = _TwoDtypesAndSparse()
         names.update({id(p): name for name, p in model.named_parameters()})
         ddp_model = DDP(model)
         ddp_model.register_comm_hook(state=None, hook=recording_allreduce)

@@ -97,14 +97,17 @@ def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
 
 def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces",
                   names: list[str] | None = None, shade_waits: bool = False,
-                  mark_synced: bool = False) -> Figure:
+                  mark_synced: bool = False, prefixes: list[str] | None = None) -> Figure:
     """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
     below it one bar per all-reduce. ``timelines`` are backward_timeline's results in rank order;
     ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank).
     ``shade_waits`` (rows that are the ranks of one job): each bar is pale until the last rank has
     started that all-reduce, the part a rank can only wait, as the clocks started together.
-    ``mark_synced``: a dashed line across each row at its ``synced_ms``, when every gradient was averaged."""
+    ``mark_synced``: a dashed line across each row at its ``synced_ms``, when every gradient was averaged.
+    ``prefixes``: per row, the letter before each all-reduce's number: "b" for a bucket's (the
+    default), "p" for one parameter's."""
     names = names or [f"rank {rank}" for rank in range(len(timelines))]
+    prefixes = prefixes or ["b"] * len(timelines)
     lanes = max((ev["bucket"] for tl in timelines for ev in tl["allreduces"]), default=0) + 1
     last_start: dict[int, float] = {}  # bucket -> when the last rank started its all-reduce
     for tl in timelines:
@@ -126,14 +129,14 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
             colour = COMM_COLOURS[ev["bucket"] % 2]
             ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38, color=colour, edgecolor="black",
                     label=None if row or ev["bucket"] > 1 else
-                    "an all-reduce, start to end (b0 starts first)" if ev["bucket"] == 0 else
-                    "the next bucket's all-reduce (colours alternate)")
+                    f"an all-reduce, start to end ({prefixes[0]}0 starts first)" if ev["bucket"] == 0 else
+                    "the next all-reduce (colours alternate)")
             if shade_waits:  # pale over the bar's first part, until the last rank started it
                 waited = min(max(last_start[ev["bucket"]], ev["start"]), ev["end"]) - ev["start"]
                 label = "pale: waiting for the other rank to start it" if row == 0 and ev["bucket"] == 0 else None
                 ax.barh(y, waited, left=ev["start"], height=0.38, color="white", alpha=0.65, edgecolor="black",
                         label=label)
-            ax.text(ev["start"], y, f"b{ev['bucket']}", ha="left", va="center", fontsize=9)
+            ax.text(ev["start"], y, f"{prefixes[row]}{ev['bucket']}", ha="left", va="center", fontsize=9)
         own_lanes = max((ev["bucket"] for ev in tl["allreduces"]), default=0) + 1
         if mark_synced:  # from the backward bar down to this row's last lane
             ax.vlines(tl["synced_ms"], y_backward - 0.4, y_backward + 0.8 + 0.45 * (own_lanes - 1) + 0.3,
