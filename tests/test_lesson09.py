@@ -31,6 +31,7 @@ from ddp_lib.workers.compiled import DeepNet, compiled_graphs, compiled_graphs_f
 from ddp_lib.workers.training_loop import (
     LoopNet,
     accumulate_and_clip,
+    batchnorm_drift,
     evaluate_padded,
     mismatched_collectives,
     rank0_evaluation,
@@ -118,6 +119,14 @@ def test_rank0_evaluation_without_collectives_works_and_with_one_times_out():
     lines = failure_lines(failed.value)  # the lesson's printed lines: rank order, no address or port
     assert [line.split(":")[0] for line in lines] == ["rank 0", "rank 1"]
     assert not any(re.search(r"\[[^.\]]+\]|:[0-9]{4,5}\b", line) for line in lines)
+
+
+def test_batch_norm_buffers_drift_apart_in_training_and_one_broadcast_each_makes_them_rank_0_s():
+    ranks = run_ranks(batchnorm_drift, 2, show_output=False)
+    for name in ("running_mean", "running_var", "logits"):
+        assert not torch.equal(ranks[0]["before"][name], ranks[1]["before"][name])  # two models
+        assert torch.equal(ranks[0]["after"][name], ranks[1]["after"][name])  # rank 0's, on both ranks
+    assert torch.equal(ranks[0]["before"]["running_mean"], ranks[0]["after"]["running_mean"])  # rank 0 kept its own
 
 
 def test_failure_lines_hide_addresses_and_ports_in_rank_order():

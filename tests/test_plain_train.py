@@ -86,6 +86,20 @@ def test_evaluate_passes_exercise_1_s_checker_on_2_and_3_ranks():
     assert "PASS world_size 2" in report and "PASS world_size 3" in report and "FAIL" not in report, report
 
 
+def test_evaluate_gives_every_rank_rank_0_s_batch_norm_buffers_first():
+    """Batch norm's running statistics differ by rank after DDP training: evaluate broadcasts rank 0's, so
+    that both ranks return the accuracy of rank 0's model, not a mix of the two models."""
+    from plain_train_workers import evaluate_drifted_buffers
+
+    from ddp_lib.launch import run_ranks
+
+    ranks = run_ranks(evaluate_drifted_buffers, 2, show_output=False)
+    assert abs(ranks[0]["mixed_accuracy"] - ranks[0]["rank0_accuracy"]) > 1e-6  # without the broadcast: a mix
+    for r in ranks:
+        assert r["buffers_are_rank0s"]
+        assert abs(r["accuracy"] - r["rank0_accuracy"]) < 1e-6
+
+
 @pytest.mark.parametrize("first, then", [(True, False), (False, True)])
 def test_a_checkpoint_resumes_with_compile_turned_on_or_off(tmp_path, monkeypatch, capsys, first, then):
     """With COMPILE on, the checkpoint still holds the model's own keys (no "_orig_mod."), so a run

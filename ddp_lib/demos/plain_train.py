@@ -76,10 +76,14 @@ def evaluate(model: nn.Module, dataset: TensorDataset, rank: int, world_size: in
              device: torch.device | None = None) -> float:
     """Accuracy over every sample once: each rank scores every world_size-th sample from its rank on, as
     ``Subset(dataset, range(rank, len(dataset), world_size))`` would (no padding, so no duplicate), in one
-    batch, then the ranks sum (correct, counted). ``device``: where the model is; None reads it from the
+    batch, then the ranks sum (correct, counted). First every rank takes rank 0's buffers (batch norm's
+    running statistics, which each rank's last training forward updated from its own batch), so that all
+    ranks evaluate one model, the one rank 0 saves. ``device``: where the model is; None reads it from the
     model's parameters, so ``evaluate(model, dataset, rank, world_size)`` is exercise 1's signature."""
     if device is None:
         device = next(model.parameters()).device
+    for buffer in model.buffers():  # none in this script's model; one broadcast each in a model with batch norm
+        dist.broadcast(buffer, src=0)
     x, y = (t[rank::world_size].to(device) for t in dataset.tensors)
     model.eval()
     with torch.no_grad():

@@ -275,6 +275,41 @@ def evaluate_padded(rank: int, world_size: int, n_eval: int = 11,
                 "accuracy": (counts[0] / counts[1]).item(), "reference": right.double().mean().item()}
 
 
+def batchnorm_drift(rank: int, world_size: int, steps: int = 3, seed: int = 0) -> dict:
+    """A model with batch norm trains ``steps`` DDP steps, each rank on its own batches. Then every rank
+    evaluates its unwrapped module on the same held-out samples, before and after taking rank 0's buffers.
+
+    Returns {"rank", "before", "after"}: each {"running_mean", "running_var", "logits"} (CPU tensors), so that
+    the caller can compare the ranks.
+    """
+    with process_group(rank, world_size) as device:
+        torch.manual_seed(seed)  # the same initial weights and buffers on every rank
+        model = nn.Sequential(nn.Linear(2, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 2)).to(device)
+        ddp_model = DDP(model, device_ids=device_ids_for(device))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = (t[rank::world_size].to(device) for t in make_moons().tensors)  # this rank's own samples
+        for step in range(steps):
+            batch = slice(16 * step, 16 * (step + 1))
+            optimizer.zero_grad()
+            # DDP's forward first copies rank 0's buffers here; batch norm then updates them from this rank's batch.
+            nn.functional.cross_entropy(ddp_model(x[batch]), y[batch]).backward()
+            optimizer.step()
+        held_out = make_moons(101, seed=EVAL_SEED).tensors[0].to(device)  # the same samples on every rank
+        seen = {}
+        for when in ("before", "after"):
+            if when == "after":
+                for buffer in model.buffers():  # the fix: every rank takes rank 0's buffers
+                    dist.broadcast(buffer, src=0)
+            model.eval()  # batch norm normalises with its running statistics
+            with torch.no_grad():
+                logits = model(held_out)
+            model.train()
+            norm = model[1]
+            seen[when] = {"running_mean": norm.running_mean.cpu().clone(),
+                          "running_var": norm.running_var.cpu().clone(), "logits": logits.cpu()}
+        return {"rank": rank, **seen}
+
+
 def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = False, timeout_s: float = 3.0,
                      eval_after_step: int = 0) -> dict:
     """Rank 0 alone evaluates the model after a training step, the others go on to the next step.
