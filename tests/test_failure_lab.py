@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 
 import ddp_lib
-from ddp_lib.demos import hung_ranks, leftovers
+from ddp_lib.demos import failure_reading, hung_ranks, leftovers
 from ddp_lib.errors import LaunchInputError, Stopped, WorkerError, readable, stopped_at
 from ddp_lib.exercises.lesson07 import check_evaluation
 from ddp_lib.launch import run_ranks
@@ -46,6 +46,16 @@ def test_a_collective_only_rank_0_calls_times_out_within_seconds():
 
 def test_every_rank_evaluating_is_the_fix():
     assert run_ranks(lab.evaluate_on_rank0_only, 2, kwargs=dict(fixed=True), show_output=False) == [3.0, 3.0]
+
+
+def test_the_rank_with_the_stray_collective_fails_with_a_lost_connection_when_its_peers_time_out_first():
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(lab.stray_after_peers_wait, 2, timeout=60, show_output=False)
+    failures = caught.value.failures
+    assert "Timed out waiting 3000ms for recv" in failures[1]
+    assert failure_reading.is_connection_error(failures[0]), failures[0]
+    assert failure_reading.innermost_own_call(caught.value.tracebacks[0]).startswith(
+        "stray_after_peers_wait: dist.all_reduce(metric)")
 
 
 def test_a_metric_all_reduce_on_rank_0_alone_in_a_ddp_loop_meets_ddps_gradient_all_reduce_and_hangs():

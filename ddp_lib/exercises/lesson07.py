@@ -161,7 +161,7 @@ def check_missing_reading(named: object, waiting_in: object = None) -> Report:
 
 # Exercise 5: stray_report.train on 3 ranks; the stray all_reduce is in _best_so_far, at the last step (2).
 STRAY_FUNCTION, STRAY_STEP, STRAY_STEPS = "_best_so_far", 2, 3
-DIAGNOSIS_FORM = "the script's function that called the stray collective (a str) and the step (an int)"
+DIAGNOSIS_FORM = "the script's function that contains the stray all_reduce line (a str) and the step (an int)"
 
 
 def check_diagnosis(function: object, step: object) -> Report:

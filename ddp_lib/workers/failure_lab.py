@@ -37,6 +37,19 @@ def evaluate_on_rank0_only(rank: int, world_size: int, fixed: bool = False) -> f
         return metric.item()
 
 
+def stray_after_peers_wait(rank: int, world_size: int, evaluate_s: float = 1.0) -> float:
+    """Rank 0 "evaluates" for ``evaluate_s``, then all-reduces its metric alone; the other ranks go
+    straight to ``dist.barrier()``. They wait first, so they time out first and exit: rank 0, the rank
+    with the extra collective, then fails with a lost connection, not a timeout."""
+    with process_group(rank, world_size, timeout=SHORT):
+        metric = torch.tensor([float(rank + 1)])
+        if rank == 0:
+            time.sleep(evaluate_s)  # the evaluation's own work
+            dist.all_reduce(metric)  # the stray collective: no other rank calls it
+        dist.barrier()
+        return metric.item()
+
+
 def metric_on_rank0_in_ddp_loop(rank: int, world_size: int, steps: int = 3) -> list[float]:
     """A real DDP loop whose rank 0 all-reduces a one-number metric after step 0, alone. The other
     ranks go on to step 1, whose forward runs DDP's one-time bucket rebuild (two broadcasts from
