@@ -141,9 +141,10 @@ def test_scaling_verdict_judges_the_rounds_both_ways():
         return {"cpu_count": 2, "load_average": 1.0, "rows": [
             {"world_size": ws, "policy": "one", "speedup": 1.0, "rounds_samples_per_s": rounds}
             for ws, rounds in ((1, [100.0] * 9), (2, two), (4, four))]}
-    lines = scaling.verdict(run([50.0] * 9, [150.0] * 9)).splitlines()
-    assert lines[0].endswith("more samples/s than 1 rank in 0 of 9 rounds, fewer in 9; a verdict needs 9: fewer")
-    assert lines[1].endswith("in 9 of 9 rounds, fewer in 0; a verdict needs 9: more")
+    lines = scaling.verdict(run([50.0] * 9, [150.0] * 9), cut=True).splitlines()
+    assert lines[0].endswith("more samples/s than 1 rank in 0 of 9 rounds, fewer in 9; a verdict needs 9; so: fewer")
+    assert lines[1].endswith("in 9 of 9 rounds, fewer in 0; a verdict needs 9; so: more")
+    assert scaling.verdict(run([50.0] * 9, [150.0] * 9)).splitlines()[0].endswith("fewer in 9; so: fewer")
     assert scaling.verdict(run([50.0, 150.0] * 4 + [50.0], [100.0] * 9)).splitlines()[0].endswith(": undecided")
     assert lines[-1] == "load average 1.0 while it ran"
     raised = {**run([50.0] * 9, [150.0] * 9), "niceness": -19}

@@ -225,7 +225,8 @@ def _bucket_rounds(rounds_ms: dict[str, list[float]]) -> dict:
 def test_bucket_timed_verdict_names_the_shorter_side_or_undecided():
     default = [10.0] * 20
     result = _bucket_rounds({"0.01": [12.0] * 20, "2": [9.0] * 20, "25": [9.0, 11.0] * 10, "default": default})
-    lines = buckets.timed_verdict(result).splitlines()
+    lines = buckets.timed_verdict(result, cut=True).splitlines()
+    assert buckets.timed_verdict(result).splitlines() == lines[1:]  # without the cut's line
     # 3 caps, each judged both ways: 6 tests; 20 rounds of 20 is far past the cut, 10 of 20 is not.
     assert lines[0].startswith("6 tests: a side counts as shorter in at least ")
     assert lines[1].endswith("the default in 20; shorter: default")
@@ -239,7 +240,7 @@ def test_kept_bucket_run_judges_every_cap_against_the_default():
     assert all(kept[key] for key in MACHINE_KEYS)  # recorded on some machine: not necessarily this one
     assert [r["label"] for r in kept["rows"]][-1] == "default"
     assert all(len(r["rounds_ms"]) == kept["repeats"] for r in kept["rows"])
-    assert len(buckets.timed_verdict(kept).splitlines()) == len(kept["rows"]) + 1
+    assert len(buckets.timed_verdict(kept, cut=True).splitlines()) == len(kept["rows"]) + 1
 
 
 def test_startup_rows_name_each_launcher():

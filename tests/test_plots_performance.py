@@ -173,17 +173,19 @@ def test_the_step_breakdown_says_its_bars_are_medians_of_parts_not_the_median_st
     assert len(fig.axes[0].patches) == 8
 
 
-def test_the_bucket_sweep_draws_each_cap_on_a_log_axis_labelled_with_its_all_reduces_and_the_default_as_a_band():
+def test_the_bucket_sweep_draws_each_caps_paired_differences_from_the_default_with_zero_marked():
     from ddp_lib.plots.performance import plot_bucket_sweep
     rows = [{"bucket_cap_mb": cap, "label": label, "allreduces": n, "rounds_ms": rounds}
             for cap, label, n, rounds in ((0.01, "0.01", 5, [14.0, 15.0, 16.0, 17.0]),
-                                          (25.0, "25", 1, [10.0, 11.0, 12.0, 13.0]),
+                                          (25.0, "25", 1, [10.0, 13.0, 12.0, 13.0]),
                                           (None, "default", 2, [11.0, 12.0, 12.0, 14.0]))]
     fig = plot_bucket_sweep({"rows": rows, "world_size": 2, "repeats": 4})
     ax = fig.axes[0]
     assert ax.get_xscale() == "log"
-    assert sorted(t.get_text() for t in ax.texts) == ["1", "5"]  # the caps' all-reduces per step, not the default's
-    (band,) = [p for p in ax.patches if p.get_y() > 0]  # the default's middle half, across the whole axis
-    assert (band.get_y(), band.get_y() + band.get_height()) == (11.75, 12.5)
-    (dashed,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
-    assert list(dashed.get_ydata()) == [12.0, 12.0] and "default" in dashed.get_label()
+    # each cap's all-reduces per step, then the rounds in which the default's step was shorter
+    assert sorted(t.get_text() for t in ax.texts) == ["1; 1", "5; 4"]
+    (zero,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+    assert list(zero.get_ydata()) == [0.0, 0.0] and "default" in zero.get_label()
+    (points,) = [ln for ln in ax.get_lines() if ln.get_marker() == "o"]
+    # medians of the paired differences: 0.01 is 3, 3, 4, 3 above the default; 25 is -1, 1, 0, -1
+    assert list(points.get_ydata()) == [3.0, -0.5]

@@ -58,14 +58,16 @@ def full_run() -> dict:
     return json.loads(FULL_RUN.read_text())
 
 
-def timed_verdict(result: dict) -> str:
+def timed_verdict(result: dict, cut: bool = False) -> str:
     """Each bucket_cap_mb's step against the default's (left out), round by round: a sign test over the
-    paired rounds, both ways for each cap, Bonferroni's rule over the whole family."""
+    paired rounds, both ways for each cap, Bonferroni's rule over the whole family. With ``cut``, a first
+    line prints the number of tests and the wins each side needs."""
     rounds = {r["label"]: r["rounds_ms"] for r in result["rows"]}
     default = rounds["default"]
     others = [label for label in rounds if label != "default"]
     needed = sign_test_wins(len(default), tests=2 * len(others))
-    lines = [f"{2 * len(others)} tests: a side counts as shorter in at least {needed} of {len(default)} paired rounds"]
+    lines = ([f"{2 * len(others)} tests: a side counts as shorter in at least {needed} of {len(default)} paired rounds"]
+             if cut else [])
     for label in others:
         mine = sum(c < d for c, d in zip(rounds[label], default))
         theirs = sum(d < c for c, d in zip(rounds[label], default))

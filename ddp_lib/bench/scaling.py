@@ -93,10 +93,10 @@ def main(argv: list[str]) -> int:
     return run_main(argv, "scaling", __doc__, measure, COLUMNS, _notes)
 
 
-def verdict(result: dict, policy: str = "one") -> str:
+def verdict(result: dict, policy: str = "one", cut: bool = False) -> str:
     """Samples per second on 2 (and 4) ranks against 1 rank, one thread per rank, judged by a sign test over
     the rounds (each round runs every configuration in turn, so they share its load), both ways for each
-    world size; ranks beyond the cores marked as oversubscribed."""
+    world size; ranks beyond the cores marked as oversubscribed. Each line prints the cut with ``cut``."""
     from ddp_lib.bench.wide import sign_test_wins
 
     cores = result["cpu_count"]
@@ -112,7 +112,8 @@ def verdict(result: dict, policy: str = "one") -> str:
         fewer = sum(x < y for x, y in zip(r["rounds_samples_per_s"], one))
         said = "more" if more >= needed else "fewer" if fewer >= needed else "undecided"
         lines.append(f"{ws} ranks{crowded}: {r['speedup']:.2f}x the 1-rank rate (medians); more samples/s than "
-                     f"1 rank in {more} of {len(one)} rounds, fewer in {fewer}; a verdict needs {needed}: {said}")
+                     f"1 rank in {more} of {len(one)} rounds, fewer in {fewer}; "
+                     + (f"a verdict needs {needed}; " if cut else "") + f"so: {said}")
     lines.append(f"load average {result['load_average']} while it ran" + _priority(result))
     return "\n".join(lines)
 

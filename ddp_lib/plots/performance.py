@@ -131,33 +131,35 @@ def plot_buckets(result: dict):
 
 
 def plot_bucket_sweep(result: dict):
-    """A kept bucket run's step time against bucket_cap_mb on a log axis: each cap's median over its rounds
-    with the middle half as a bar, labelled with its all-reduces per step; the default (bucket_cap_mb left
-    out, no value to place) as a horizontal band, its median and middle half. Returns the Figure."""
+    """A kept bucket run, paired: for each bucket_cap_mb on a log axis, the median over the rounds of (the
+    cap's step minus the default's step in the same round), with the middle half of those differences as
+    a bar, and zero (no difference) marked. Each point is labelled with its all-reduces per step and in how
+    many rounds the default's step was the shorter, the count the sign test judges. Returns the Figure."""
     from ddp_lib.bench.stats import median, quartiles
 
     rows = [r for r in result["rows"] if r["bucket_cap_mb"] is not None]
     default = next(r for r in result["rows"] if r["bucket_cap_mb"] is None)
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    low, high = quartiles(default["rounds_ms"])
-    ax.axhspan(low, high, color="tab:gray", alpha=0.25)
-    ax.axhline(median(default["rounds_ms"]), color="tab:gray", linestyle="--",
-               label=f"default (left out): {default['allreduces']} all-reduces/step, median and middle half")
+    ax.axhline(0, color="tab:gray", linestyle="--",
+               label=f"0: same as the default ({default['allreduces']} all-reduces/step)")
     caps = [r["bucket_cap_mb"] for r in rows]
-    medians = [median(r["rounds_ms"]) for r in rows]
-    spreads = [quartiles(r["rounds_ms"]) for r in rows]
+    diffs = [[c - d for c, d in zip(r["rounds_ms"], default["rounds_ms"])] for r in rows]
+    medians = [median(d) for d in diffs]
+    spreads = [quartiles(d) for d in diffs]
     ax.errorbar(caps, medians, yerr=[[m - q1 for m, (q1, _) in zip(medians, spreads)],
                                      [q3 - m for m, (_, q3) in zip(medians, spreads)]],
-                marker="o", color="tab:red", capsize=3, label="a cap passed: median and middle half")
-    for cap, m, row in zip(caps, medians, rows):  # beside its median, clear of the middle half's bar
-        ax.annotate(f"{row['allreduces']}", (cap, m), textcoords="offset points", xytext=(5, 3), fontsize=9)
-    top = max([q3 for _, q3 in spreads] + [high])
-    bottom = min([q1 for q1, _ in spreads] + [low])
-    ax.set_ylim(bottom - 0.05 * (top - bottom), top + 0.35 * (top - bottom))  # room for the legend
+                marker="o", color="tab:red", capsize=3,
+                label="cap minus default, same round: median and middle half")
+    for cap, m, row, d in zip(caps, medians, rows, diffs):  # beside its median, clear of the middle half's bar
+        won = sum(x > 0 for x in d)
+        ax.annotate(f"{row['allreduces']}; {won}", (cap, m), textcoords="offset points", xytext=(5, 3), fontsize=8)
+    top = max([q3 for _, q3 in spreads] + [0.0])
+    bottom = min([q1 for q1, _ in spreads] + [0.0])
+    ax.set_ylim(bottom - 0.1 * (top - bottom), top + 0.45 * (top - bottom))  # room for the legend
     ax.set_xscale("log")
     ax.set_xticks(caps, [f"{c:g}" for c in caps])
-    ax.set_xlabel("bucket_cap_mb (MiB, log scale); beside each point: all-reduces per step")
-    ax.set_ylabel("step time (ms)")
+    ax.set_xlabel("bucket_cap_mb (MiB, log scale); labels: all-reduces per step; rounds the default won")
+    ax.set_ylabel("cap's step - default's step (ms)")
     ax.set_title(f"DDP on {result['world_size']} ranks, {result['repeats']} paired rounds")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper right")
