@@ -211,3 +211,25 @@ def test_interpolated_us_reads_between_the_measured_sizes():
     assert ddp.interpolated_us(rows, 2000) == 200.0 and ddp.interpolated_us(rows, 1000) == 100.0
     with pytest.raises(ValueError):
         ddp.interpolated_us(rows, 5000)
+
+
+def test_scaling_takes_a_round_again_when_a_long_run_was_no_longer_than_the_short(monkeypatch):
+    from ddp_lib.bench import scaling
+
+    # Every run takes 0.1 s per epoch, but for the third call: the warm-up round's 2-rank long run, which
+    # takes less than its short run, so that round is taken again whole.
+    calls = []
+
+    def fake_run(world_size, epochs, threads):
+        calls.append((world_size, epochs))
+        return 0.05 if len(calls) == 3 else 0.1 * epochs
+    monkeypatch.setattr(scaling, "_run", fake_run)
+    result = scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 8))
+    assert len(calls) == 12  # the warm-up round twice (8 runs), round 1 (4 runs)
+    assert all(r["rounds_samples_per_s"] == [r["samples_per_s"]] and r["samples_per_s"] > 0 for r in result["rows"])
+
+    def never_longer(world_size, epochs, threads):
+        return 1.0
+    monkeypatch.setattr(scaling, "_run", never_longer)
+    with pytest.raises(RuntimeError, match="took no longer than a 1-epoch one three times"):
+        scaling.measure(quick=True, repeats=1, world_sizes=(1, 2), epochs=(1, 8))

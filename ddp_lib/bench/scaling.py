@@ -59,11 +59,21 @@ def measure(quick: bool = False, repeats: int | None = None, world_sizes: tuple[
     configs = [(policy, ws) for policy in policies for ws in world_sizes]
     rates: dict[tuple[str, int], list[float]] = {c: [] for c in configs}
     for repeat in range(repeats + 1):  # round 0 is warm-up
-        for policy, ws in configs:
-            threads = threads_for(policy, ws)
-            extra = _run(ws, long, threads) - _run(ws, short, threads)
-            if repeat:
-                rates[policy, ws].append(samples / max(extra, 1e-6))
+        for _attempt in range(3):
+            extras = {}
+            for policy, ws in configs:
+                threads = threads_for(policy, ws)
+                extras[policy, ws] = _run(ws, long, threads) - _run(ws, short, threads)
+            # A long run that took no longer than the short one was held up by something else: the round
+            # measured nothing, so it is taken again (whole, so that its rates still share one moment's load).
+            if min(extras.values()) > 0:
+                break
+        else:
+            raise RuntimeError(f"round {repeat}: a {long}-epoch run took no longer than a {short}-epoch one "
+                               "three times; the machine is too busy to time this")
+        if repeat:
+            for config, extra in extras.items():
+                rates[config].append(samples / extra)
     rows = []
     for (policy, ws), r in rates.items():
         base = median(rates[policy, world_sizes[0]])
