@@ -56,7 +56,8 @@ def test_a_long_launcher_name_keeps_a_gap_to_the_next_column():
 def test_the_fix_gives_each_of_torchs_ranks_its_share_of_the_cores():
     for world_size in (2, 4):
         views = _torch_views(world_size, launcher_view_with_fix)
-        assert [view["threads"] for view in views] == [max(1, usable_cores() // world_size)] * world_size
+        fair_share = max(1, min(torch.get_num_threads(), usable_cores() // world_size))  # never above torch's default
+        assert [view["threads"] for view in views] == [fair_share] * world_size
         # the count before the fix: torch's default, the same as this process's
         assert [view["default_threads"] for view in views] == [torch.get_num_threads()] * world_size
 
@@ -66,5 +67,6 @@ def test_the_fixed_worker_reports_both_counts_under_torchs_spawn():
     results = mp.get_context("spawn").SimpleQueue()
     mp.spawn(launcher_view_with_fix, args=(2, results), nprocs=2, join=True)
     views = [view for _, view in sorted(results.get() for _ in range(2))]
-    assert [view["threads"] for view in views] == [max(1, usable_cores() // 2)] * 2
+    expected = [max(1, min(view["default_threads"], usable_cores() // 2)) for view in views]
+    assert [view["threads"] for view in views] == expected
     assert all(view["default_threads"] >= 1 for view in views)

@@ -332,7 +332,7 @@ def test_lesson_00_stores_the_fixed_script_finishing():
     the kernel; the stored runs show every rank finishing, with no SIGABRT."""
     nb = load(ROOT / "notebooks" / "00_start_here.ipynb")
     for marker, finished in (("done.returncode", "exit code: 0\n"),
-                             ("mp.spawn(fixed_demo_basic", "torch's mp.spawn: every rank finished\n")):
+                             ("run_demo(fixed_demo_basic", "torch's mp.spawn: every rank finished\n")):
         runs = [c for c in code_cells(nb) if marker in c.source]
         assert len(runs) == 1, marker
         shown = "".join(text for output in runs[0].outputs for text in output_texts(output))

@@ -33,13 +33,14 @@ def launcher_view(rank: int, world_size: int, results=None) -> dict:
 
 def launcher_view_with_fix(rank: int, world_size: int, results=None) -> dict:
     """``launcher_view`` after the two lines lesson 00 tells a worker to start with: each rank takes
-    ``usable cores // world_size`` threads (at least 1). The view also holds ``"default_threads"``,
-    torch's count in the rank before those two lines, so that one launch shows both counts."""
+    ``usable cores // world_size`` threads (at least 1), never more than torch's default. The view
+    also holds ``"default_threads"``, torch's count in the rank before those two lines, so that one
+    launch shows both counts."""
     import torch
 
     default_threads = torch.get_num_threads()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    torch.set_num_threads(max(1, cores // world_size))
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), cores // world_size)))
     view = {"env": launcher_env(), "threads": torch.get_num_threads(), "default_threads": default_threads}
     if results is not None:
         results.put((rank, view))

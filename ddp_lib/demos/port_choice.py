@@ -2,7 +2,7 @@
 
 ``setup(rank, world_size, port)`` is the classic ``setup()`` with ``MASTER_PORT`` taken from its third
 argument, and ``demo_basic(rank, world_size, port)`` is the lesson's fixed ``demo_basic`` that passes it
-on, with its ``train_step``. A launch gives every rank the same port:
+on. A launch gives every rank the same port:
 ``mp.spawn(demo_basic, args=(world_size, port), ...)``.
 """
 
@@ -25,8 +25,14 @@ def setup(rank, world_size, port):
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
 
 
-def train_step(rank, device):
-    """The fixed file's training step; returns every weight and bias, flattened into one list."""
+def demo_basic(rank, world_size, port):
+    """The fixed classic example on ``port``; returns every weight and bias, flattened into one list."""
+    print(f"Running basic DDP example on rank {rank}.")
+    setup(rank, world_size, port)
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:  # one GPU per rank, else the CPU
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
     torch.manual_seed(rank)
     model = ToyModel().to(device)
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -39,17 +45,6 @@ def train_step(rank, device):
     labels = torch.randn(20, 5).to(device)
     loss_fn(outputs, labels).backward()
     optimizer.step()
+
+    dist.destroy_process_group()  # the classic cleanup()
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
-
-
-def demo_basic(rank, world_size, port):
-    """The fixed classic example on ``port``; returns every weight and bias, flattened into one list."""
-    print(f"Running basic DDP example on rank {rank}.")
-    setup(rank, world_size, port)
-    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:  # one GPU per rank, else the CPU
-        device = torch.device("cuda", rank)
-    else:
-        device = torch.device("cpu")
-    parameters = train_step(rank, device)  # DDP freed on return, before the group is left, as in lesson 00's file
-    dist.destroy_process_group()
-    return parameters
