@@ -94,6 +94,7 @@ def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
     with pytest.raises(WorkerError, match="Detected mismatch between collectives") as detail:
         run_ranks(lab.mismatched_shapes, 2, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, show_output=False)
     assert "TensorShape=[2]" in str(detail.value.failures) and "TensorShape=[3]" in str(detail.value.failures)
+    assert run_ranks(lab.mismatched_shapes, 2, kwargs=dict(fixed=True), show_output=False) == [[11.0, 22.0]] * 2
 
 
 def test_an_unused_parameter_fails_the_second_step_until_find_unused_parameters():

@@ -10,6 +10,15 @@ def test_connection_errors_in_each_of_gloos_wordings():
     assert not failure_reading.is_connection_error("Timed out waiting 3000ms for recv operation to complete")
 
 
+def test_timeouts_in_each_of_gloos_wordings():
+    assert failure_reading.is_timeout("Timed out waiting 3000ms for recv operation to complete")
+    assert failure_reading.is_timeout("Timed out waiting 2000ms for send operation to complete")
+    assert failure_reading.is_timeout("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Application timeout "
+                                      "caused pair closure")
+    assert not failure_reading.is_timeout("Connection closed by peer [127.0.0.1]:1234")
+    assert not failure_reading.is_timeout("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 2000 ms")
+
+
 def test_detail_mismatch_names_each_ranks_collective():
     message = ("Detected mismatch between collectives on ranks. Rank 0 is running collective: "
                "CollectiveFingerPrint(SequenceNumber=0, OpType=ALLREDUCE, TensorShape=[2], TensorDtypes=Float), "

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 LOST_PEER = re.compile(r"Connection (closed|reset) by peer|Broken pipe")  # gloo's words when the other end died
+TIMED_OUT = re.compile(r"Timed out waiting \d+ms for (send|recv) operation|Application timeout caused pair closure")
 _FINGERPRINT = re.compile(r"(Rank \d+) is running collective: CollectiveFingerPrint\("
                           r"SequenceNumber=\d+, OpType=(\w+), TensorShape=(\[[\d, ]*\])")
 _FRAME = re.compile(r'^\s*File "[^"]*", line \d+, in (\S+)', re.MULTILINE)
@@ -36,6 +37,13 @@ def is_connection_error(message: str) -> bool:
     """Whether ``message`` blames a lost connection, as gloo words it from run to run:
     "Connection closed by peer", "Connection reset by peer" or "Broken pipe"."""
     return bool(LOST_PEER.search(message))
+
+
+def is_timeout(message: str) -> bool:
+    """Whether ``message`` is gloo's timeout, as gloo words it from run to run:
+    "Timed out waiting ...ms for send (or recv) operation to complete" or "Application timeout caused
+    pair closure"."""
+    return bool(TIMED_OUT.search(message))
 
 
 def detail_mismatch(message: str) -> list[str]:
