@@ -10,3 +10,18 @@ def test_the_split_lets_allreduces_start_during_backward():
         on, off = r["optimize_ddp=True"], r["optimize_ddp=False"]
         assert on["backward_graphs"] == on["allreduces"] == 3 and on["started_during_backward"] == 2
         assert off["backward_graphs"] == 1 and off["allreduces"] == 3 and off["started_during_backward"] == 0
+        for setting in (on, off):  # the timeline starts at the first backward graph, in time order
+            times = [t for _, t in setting["timeline"]]
+            assert setting["timeline"][0] == ("backward graph starts", 0.0) and times == sorted(times)
+            assert [e for e, _ in setting["timeline"]].count("all-reduce") == setting["allreduces"]
+
+
+def test_the_measured_timeline_draws_one_box_per_backward_graph():
+    from ddp_lib.plots.loop import plot_measured_backward
+
+    def setting(graphs: int) -> dict:
+        timeline = [(e, 0.001 * i) for i, e in enumerate(["backward graph starts", "backward graph ends"] * graphs)]
+        return {"timeline": timeline + [("all-reduce", 0.001 * len(timeline))] * 3}
+
+    ax = plot_measured_backward({"optimize_ddp=True": setting(3), "optimize_ddp=False": setting(1)}).axes[0]
+    assert len(ax.patches) == 3 + 1 and len(ax.lines) == 3 + 3

@@ -1,10 +1,12 @@
 """Lesson 09: does an all-reduce start while a compiled backward still has work to do? DeepNet under
 DDP, compiled with torch's ``aot_eager`` compilers (AOTAutograd, graphs run as traced), once with
 dynamo's DDP graph split on and once with it off. The backward graphs and the comm hook log events
-in one list, in the order they happen.
+in one list, in the order they happen, each with its time.
 
     run_ranks(allreduces_during_backward, 2)
 """
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -21,18 +23,23 @@ def _one_setting(rank: int, device: torch.device, optimize_ddp: bool, steps: int
     torch._dynamo.reset()
     torch.manual_seed(seed)
     events: list[str] = []
+    times: list[float] = []  # time.perf_counter() of each event
+
+    def log(event: str) -> None:
+        events.append(event)
+        times.append(time.perf_counter())
 
     def logging_allreduce(_state: None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        events.append("all-reduce")
+        log("all-reduce")
         return default_hooks.allreduce_hook(None, bucket)
 
     def logging_backward(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         run = boxed_nop(gm, example_inputs)
 
         def logged(args: list) -> object:
-            events.append("backward graph starts")
+            log("backward graph starts")
             out = run(args)
-            events.append("backward graph ends")
+            log("backward graph ends")
             return out
 
         logged._boxed_call = True  # AOTAutograd passes the inputs as one list
@@ -47,16 +54,19 @@ def _one_setting(rank: int, device: torch.device, optimize_ddp: bool, steps: int
     with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
         for _ in range(steps):  # the last step runs with DDP's rebuilt buckets
             events.clear()
+            times.clear()
             x, y = torch.randn(16, 2, generator=g).to(device), torch.randint(0, 2, (16,), generator=g).to(device)
             torch.nn.functional.cross_entropy(compiled(x), y).backward()
     last_end = max(i for i, e in enumerate(events) if e == "backward graph ends")
     return {"backward_graphs": events.count("backward graph starts"), "allreduces": events.count("all-reduce"),
-            "started_during_backward": events[:last_end].count("all-reduce")}
+            "started_during_backward": events[:last_end].count("all-reduce"),
+            "timeline": [(event, t - times[0]) for event, t in zip(events, times)]}
 
 
 def allreduces_during_backward(rank: int, world_size: int, steps: int = 2, seed: int = 0) -> dict:
     """Per setting of dynamo's ``optimize_ddp`` (True, False): the backward graphs the last step ran,
-    the all-reduces DDP started in it, and how many of them started before the last backward graph ended.
+    the all-reduces DDP started in it, how many of them started before the last backward graph ended,
+    and its ``timeline``: each event with its time in seconds from the step's first event.
     """
     with process_group(rank, world_size) as device:
         return {"rank": rank, **{f"optimize_ddp={flag}": _one_setting(rank, device, flag, steps, seed)

@@ -223,10 +223,12 @@ def evaluate_each_way(rank: int, world_size: int, n_eval: int = 11, fixes: tuple
 
 def compile_jobs(rank: int, world_size: int, settings: list[dict], timed: dict[str, dict]) -> dict:
     """The compile section's main-line runs, in one job: ``compiled_graphs_for(settings)`` ("graphs"),
-    ``measured_runs(timed)`` ("timed") and ``allreduces_during_backward`` ("overlap")."""
+    ``measured_runs(timed)`` ("timed") and ``allreduces_during_backward`` ("overlap"). Each setting holds
+    ``bucket_cap_mb`` and ``split``: dynamo's setting ``torch._dynamo.config.optimize_ddp``."""
     from ddp_lib.demos.compiled_overlap import allreduces_during_backward
     from ddp_lib.workers.compiled import compiled_graphs_for
 
+    settings = [{"bucket_cap_mb": s["bucket_cap_mb"], "optimize_ddp": s["split"]} for s in settings]
     with process_group(rank, world_size):
         return {"graphs": compiled_graphs_for(rank, world_size, settings=settings),
                 "timed": measured_runs(rank, world_size, runs=timed),

@@ -57,7 +57,7 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
             nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)  # inf or nan on an fp16 overflow: step skipped
             scaler.step(optimizer)  # [fp16 and the GradScaler] skipped on every rank on an overflow
             scaler.update()
-            scheduler.step()  # [folded: the learning rate] warm-up, after scaler.step; a skipped step still counts
+            scheduler.step()  # [folded: a skipped step] warm-up, after scaler.step; a skipped step still counts
             sums += torch.stack([loss.detach().float() * len(yb), torch.tensor(float(len(yb)), device=device)])
         dist.all_reduce(sums)  # [Logging on rank 0] sums of (loss x n, n): the exact mean over all ranks' samples
         if rank == 0:

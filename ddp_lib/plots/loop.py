@@ -72,6 +72,35 @@ def plot_compiled_backward(buckets: int = 3):
     return fig
 
 
+def plot_measured_backward(overlap: dict):
+    """The measured counterpart of ``plot_compiled_backward``: one rank's last step, from
+    ``allreduces_during_backward``'s result (``overlap``), in the same layout. Grey boxes are the backward
+    graphs as they ran; red marks are the times DDP started an all-reduce. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(9, 3.4))
+    rows = {"split at buckets\n(default)": overlap["optimize_ddp=True"],
+            "one graph\n(split turned off)": overlap["optimize_ddp=False"]}
+    height = 0.0
+    for row, run in enumerate(rows.values()):
+        y = 2.2 - 1.6 * row  # a compute lane above a communication lane, as in the schematic
+        start = None
+        for event, t in run["timeline"]:
+            ms = t * 1e3
+            if event == "backward graph starts":
+                start = ms
+            elif event == "backward graph ends":
+                ax.add_patch(plt.Rectangle((start, y), ms - start, 0.5, facecolor="0.85", edgecolor="black"))
+            else:
+                ax.plot([ms, ms], [y - 0.6, y - 0.1], color="tab:red", linewidth=3)
+            height = max(height, ms)
+    ax.set_yticks([2.0, 0.4], list(rows))
+    ax.set_xlim(0, height * 1.05)
+    ax.set_ylim(-0.3, 2.9)
+    ax.set_xlabel("ms from the step's first backward graph (measured, rank 0's last step)")
+    ax.set_title("measured: grey boxes are backward graphs, red marks all-reduce starts", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 DTYPE_COLOURS = {"float32": "tab:blue", "16-bit": "tab:orange"}
 
 
