@@ -317,3 +317,48 @@ def test_restart_report_picks_torchruns_own_lines_with_ids_masked():
         "W ... Sending process PID closing signal SIGTERM",
         "E ... failed (exitcode: 1) local_rank: 1 (pid: PID) of binary: PYTHON"]
     assert torchrun_batch.restart_report(RESTART_LOG, FIRST_LOG)["agent lines"] == []
+    # the W line's process id is not the failed rank's: of two ranks, the other one got SIGTERM
+    assert torchrun_batch.restart_report(log, FIRST_LOG)["SIGTERM sent to local ranks"] == [0]
+    assert torchrun_batch.restart_report(RESTART_LOG, FIRST_LOG)["SIGTERM sent to local ranks"] == []
+
+
+HANG_ERR = "".join(line + "\n" for line in (
+    "W1207 14:40:37.620000 14757 torch/distributed/run.py:874] ",
+    "W1207 14:40:37.620000 14757 torch/distributed/run.py:874] *****************************************",
+    "W1207 14:40:37.620000 14757 torch/distributed/run.py:874] Setting OMP_NUM_THREADS environment variable",
+    "W1207 14:40:37.620000 14757 torch/distributed/run.py:874] *****************************************",
+    "[rank0]: some traceback line",
+    "W1207 14:40:39.000000 14757 torch/distributed/elastic/multiprocessing/api.py:1028]"
+    " Sending process 14790 closing signal SIGTERM",
+    "E1207 14:40:39.500000 14757 torch/distributed/elastic/multiprocessing/api.py:1002]"
+    " failed (exitcode: 1) local_rank: 0 (pid: 14789) of binary: /venv/bin/python3"))
+
+
+def test_agent_lines_leave_out_the_banner_and_the_process_ids():
+    assert torchrun_batch.agent_lines(HANG_ERR) == ["Sending closing signal SIGTERM",
+                                                    "failed (exitcode: 1) local_rank: 0"]
+    assert torchrun_batch.agent_lines("[rank0]: nothing torchrun logged\n") == []
+
+
+def test_store_error_and_tries_read_a_ranks_stderr():
+    err = ("W1207 1:1:1.0 1 socket.cpp:1] [c10d] The client socket has failed to connect to [localhost]:12355\n"
+           "W1207 1:1:1.0 1 TCPStore.cpp:1] [c10d] TCP client failed to connect/validate to host localhost:12355"
+           " - retrying (try=0, timeout=1000ms, delay=500ms): ...\n"
+           "E1207 1:1:1.0 1 TCPStore.cpp:1] [c10d] TCP client failed to connect/validate to host localhost:12355"
+           " - timed out (try=1, timeout=1000ms): ...\n"
+           "torch.distributed.DistNetworkError: The client socket has timed out after 1000ms while trying to"
+           " connect to (localhost, 12355).\n")
+    assert torchrun_batch.store_error(err).startswith("DistNetworkError: The client socket has timed out")
+    assert torchrun_batch.store_client_tries(err) == ["retrying", "timed out"]
+    assert torchrun_batch.store_error("a\nlast line\n") == "no DistNetworkError; last line: last line"
+
+
+def test_env_value_and_failure_lines():
+    env_log = "rank 0: MASTER_PORT   4242\nrank 1: MASTER_PORT   4243\n"
+    assert torchrun_batch.env_value(env_log, 1, "MASTER_PORT") == "4243"
+    err = ("E1207 1:1:1.0 1 errors/__init__.py:1] no error file defined for parent, to copy child error file"
+           " (/tmp/x/failing/run_ab/attempt_0/0/error.json)\n"
+           "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n")
+    assert torchrun_batch.failure_lines(err) == (
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+        "no error file defined for parent, to copy child error file (LOG_DIR/.../attempt_0/0/error.json)")

@@ -39,3 +39,10 @@ def test_the_lesson_runs_it_on_the_tutorials_port():
     code = "from ddp_lib.demos import torchrun_own_port as m; print(m.TUTORIAL_PORT)"
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True).stdout == "12355\n"
     assert "TUTORIAL_PORT" not in torchrun_batch.MAIN_JOBS["own_port"]
+
+
+def test_shown_is_the_two_functions_without_the_module_around_them():
+    shown = torchrun_own_port.shown()
+    assert shown.startswith("def setup(") and "def main() -> None:" in shown
+    assert shown.rstrip().endswith("dist.destroy_process_group()  # not reached under torchrun")
+    assert "__main__" not in shown and "TIMEOUT_S = 1" not in shown

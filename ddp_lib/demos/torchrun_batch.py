@@ -1,5 +1,5 @@
 """The small torchrun jobs of lesson 06's Deeper sections, started side by side in one call, and the
-reading of the lesson's restart log.
+reading of the lesson's logs (the restart job's, torchrun's own lines, a rank's store errors).
 
     batch = lesson_jobs()            # runs them all on the first call (printing each command), then keeps them
     batch["log_dir"].results         # what the ranks of the job named "log_dir" returned
@@ -39,8 +39,9 @@ JOBS = {
 # Started beside them and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
 WATCHED = {
     "sleeper": "one rank that sleeps, as a hung rank would, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
-            "then torchrun alone is sent SIGUSR1, which it does not handle",
-    "listed": "two ranks, SIGUSR1 in --signals-to-handle, the second rank with a SIGUSR1 handler",
+            "then torchrun alone is sent SIGUSR2, which it does not handle",
+    "listed": "two ranks, SIGUSR2 in --signals-to-handle, the second rank with faulthandler on SIGUSR1 and a "
+              "SIGUSR2 handler that saves",
 }
 SLEEPER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
 # The main line's four jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
@@ -245,6 +246,44 @@ AGENT_LINE = re.compile(r"^([WE])\d{4} [\d:.]+ +\d+ [^\]]*\] (.*(?:closing signa
 TEE_PREFIX = re.compile(r"^\[default\d+\]:", re.M)  # what --tee puts before a rank's console line (role default)
 
 
+# Any line torchrun (or torch in a rank) logs: "W1207 14:40:37.620000 14757 torch/distributed/run.py:874] text".
+LOG_LINE = re.compile(r"^[IWE]\d{4} .*?\] (.*)$", re.M)
+
+
+def agent_lines(err: str) -> list[str]:
+    """torchrun's own log lines in ``err`` (its stderr) after its start banner about ``OMP_NUM_THREADS``,
+    with process ids left out."""
+    lines = LOG_LINE.findall(err)
+    banner = [line for line in lines if "OMP_NUM_THREADS" in line or set(line) <= {"*"}]
+    return [re.sub(r" \(pid: \d+\).*|process \d+ ", "", line) for line in lines if line not in banner]
+
+
+def store_error(err: str) -> str:
+    """The ``DistNetworkError`` line in a rank's stderr ``err``; else a line saying there is none, with the
+    last line instead (none if another job holds the port the rank dials: lesson 00 finds it)."""
+    found = re.search(r"DistNetworkError: .*", err)
+    return found[0] if found else "no DistNetworkError; last line: " + (err.strip().splitlines() or [""])[-1]
+
+
+def store_client_tries(err: str) -> list[str]:
+    """How each try of a rank's store client ended, from torch's ``W``/``E`` lines in ``err``, in order:
+    ``"retrying"`` for each try after which it tried again, ``"timed out"`` for the last."""
+    return re.findall(r"connect/validate to host \S+ - (retrying|timed out) \(try=\d+", err)
+
+
+def env_value(env_log: str, rank: int, name: str) -> str:
+    """The value of the variable ``name`` that ``my_work/env.py`` printed for ``rank`` in ``env_log``."""
+    return re.search(rf"^rank {rank}: {name} +(\S+)", env_log, re.M)[1]
+
+
+def failure_lines(err: str) -> tuple[str, str]:
+    """From a failed torchrun's stderr ``err``: its traceback's last line, the ``ChildFailedError``, and its
+    ``E`` line about the error file, with the log folder and run id masked."""
+    child = re.search(r"\S*ChildFailedError:", err)[0]
+    e_line = re.search(r"^E\d{4} .*?\] (no error file defined for parent.*)$", err, re.M)[1]
+    return child, re.sub(r"\(\S*/(attempt_\d+/\d+/error\.json)\)", r"(LOG_DIR/.../\1)", e_line)
+
+
 def _found(pattern: str, log: str, what: str, meaning: str) -> re.Match:
     """The first match of ``pattern`` in ``log``; else a ValueError naming ``what`` is missing, what
     that means, and the log's last lines, which show what happened instead."""
@@ -266,13 +305,24 @@ def _whole_sentences(line: str, limit: int = 160) -> str:
     return line[:line.rfind(" ", 0, limit)] + " ..."
 
 
-def restart_report(restart_log: str, first_log: str, epochs: int = 4) -> dict:
+def _sigterm_to(restart_log: str, nproc: int) -> list[int]:
+    """The local ranks torchrun sent SIGTERM to, from its lines in ``restart_log``: its ``E`` line names the
+    failed local rank and its process id; a ``W`` line's process id is another one, and torchrun signals
+    only ranks still running, so with ``nproc`` ranks it is one of the others (with two, the other one)."""
+    failed = {int(pid): int(rank) for rank, pid in re.findall(r"local_rank: (\d+) \(pid: (\d+)\)", restart_log)}
+    others = sorted(set(range(nproc)) - set(failed.values()))
+    sent = [int(pid) for pid in re.findall(r"Sending process (\d+) closing signal SIGTERM", restart_log)]
+    return sorted({failed[pid] if pid in failed else (others[0] if len(others) == 1 else -1) for pid in sent})
+
+
+def restart_report(restart_log: str, first_log: str, epochs: int = 4, nproc: int = 2) -> dict:
     """What the restart job's log says (``train.py`` run for ``epochs`` epochs): rank 0's lines, rank 1's
     error, torchrun's exit code, whether attempt 1 trained to the last epoch, ``epochs - 1`` (whatever the
     exit code), whether a non-zero exit code came with a rank ended by SIGABRT after that last epoch
     (torch's rare abort at exit, lesson 02), rank 0's lost-connection line (port and source location
     masked), torchrun's own ``W`` and ``E`` lines about its ranks (time, process ids and Python masked),
-    and whether the losses equal those of the run without failure (``first_log``).
+    the local ranks its ``W`` lines sent SIGTERM to (-1: not known, with more than two ranks), and whether
+    the losses equal those of the run without failure (``first_log``).
     ``--tee``'s ``[default<local rank>]:`` line prefixes are ignored."""
     restart_log = TEE_PREFIX.sub("", restart_log)
     exit_found = _found(r"torchrun's exit code: (\d+)", restart_log, "torchrun's exit code",
@@ -296,6 +346,7 @@ def restart_report(restart_log: str, first_log: str, epochs: int = 4) -> dict:
         "agent lines": [f"{level} ... " + re.sub(r"(process|pid:) \d+", r"\1 PID",
                                                  re.sub(r"of binary: .*", "of binary: PYTHON", line))
                         for level, line in AGENT_LINE.findall(restart_log)],
+        "SIGTERM sent to local ranks": _sigterm_to(restart_log, nproc),
         "rank 0's lost connection": _whole_sentences(re.sub(r"\[/[^\]]*\] ", "", re.sub(r"\]:\d+", "]:PORT", lost))),
         "same losses as without the failure": losses == [
             line for line in RANK0_LINE.findall(first_log) if line.startswith("epoch")],

@@ -39,5 +39,14 @@ def main() -> None:
     dist.destroy_process_group()  # not reached under torchrun
 
 
+def shown() -> str:
+    """``setup()`` and ``main()`` as lesson 06 shows them: each from its ``def`` line to its group call,
+    without the module's docstring, constants and ``__main__`` guard."""
+    from ddp_lib.demos.source_lines import source_text
+
+    return (source_text(setup, "def setup", "dist.init_process_group") + "\n\n"
+            + source_text(main, "def main", "dist.destroy_process_group"))
+
+
 if __name__ == "__main__":
     main()
