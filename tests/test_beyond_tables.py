@@ -7,6 +7,7 @@ from ddp_lib.demos.beyond_tables import (
     carried,
     choice_memory,
     choice_table,
+    formula_bytes,
     held,
     hsdp_groups_match,
     hsdp_share,
@@ -64,17 +65,21 @@ def test_paper_stages_1_and_2_send_an_all_reduce_and_stage_3_one_half_more():
 def test_bytes_table_returns_what_each_strategy_sends(capsys):
     sent = bytes_table(runs(2), runs(4))
     assert sent[2]["ddp"] == 4 * N and sent[4]["zero1"] == 1.5 * 4 * N * 3 / 4 * 2
-    out = capsys.readouterr().out
-    traced, formula = out.split("\n\n")  # the paper's rows apart, under their own heading
-    assert "formula" not in traced and formula.startswith("the paper's formula, not traced")
-    assert traced.splitlines()[0] == "MB a rank sends per step (ring model, traced sizes)"
-    rows = formula.splitlines()[1:-2]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "MB a rank sends per step (ring model, traced sizes)"
+    assert not any("formula" in line for line in lines)  # the paper's rows: formula_bytes, in a folded section
+
+
+def test_formula_bytes_prints_the_papers_stages(capsys):
+    formula_bytes(runs(2), runs(4))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "the paper's formula, not traced"
+    rows = lines[2:-1]
     assert [line.split()[0] for line in rows] == ["ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2"]
     assert all("(formula)" in line for line in rows)
     # bfloat16 gathers twice (2 x 2 bytes) and a float32 reduce-scatter (4 bytes): 1x DDP's all-reduce
     assert rows[-1].split()[-4:] == ["0.00", "1.00", "0.01", "1.00"]
-    assert formula.splitlines()[-2].startswith("FSDP2 bf16/f32: the side-by-side's policy")
-    assert formula.splitlines()[-1].startswith("gloo runs each reduce-scatter as an all-reduce")
+    assert lines[-1].startswith("FSDP2 bf16/f32: the side-by-side's policy")
 
 
 def test_choice_table_rows(capsys):
@@ -91,9 +96,10 @@ def test_choice_table_rows(capsys):
     ends = [lines[0].index(c) + len(c) for c in ("(2 ranks)", "state ×DDP", "sent ×DDP", "collectives/step")]
     ddp = lines[1]
     assert [ddp[end - 4:end] for end in ends] == ["0.02", "1.00", "1.00", "   1"]
-    assert lines[-2] == ("rank 0 on 2 ranks; bytes sent in float32, by the ring model on the traced sizes, "
-                         "as nccl runs it")
-    assert lines[-1] == "bytes sent ×DDP as gloo ran it here: fsdp 2.00, fsdp_no_reshard 1.50"
+    assert lines[-2] == ("rank 0 on 2 ranks; bytes sent in float32, by the ring model on the traced sizes "
+                         "(nccl's ring algorithm; nccl may pick others)")
+    assert lines[-1] == ("bytes sent ×DDP by the ring model, on the collectives gloo ran here: "
+                         "fsdp 2.00, fsdp_no_reshard 1.50")
     assert "state sharded, no bucket copy" in out
 
 
@@ -106,7 +112,7 @@ def test_choice_table_adds_the_fastest_step_when_given(capsys):
     end = lines[0].index("recorded step ms") + len("recorded step ms")
     assert lines[1][end - 3:end] == "2.7" and lines[5][end - 4:end] == "15.4"  # under its column's name
     assert lines[-3].endswith("live: every column but the recorded step, from this run")
-    assert lines[-2].startswith("bytes sent ×DDP as gloo ran it here: ")
+    assert lines[-2].startswith("bytes sent ×DDP by the ring model, on the collectives gloo ran here: ")
     assert lines[-1].endswith("recorded earlier (file ddp_lib/demos/recorded/fsdp_step_times.json)")
 
 
@@ -195,9 +201,10 @@ def test_bytes_three_ways_prices_gloos_reduce_scatter_as_an_all_reduce(capsys):
     table = bytes_three_ways(runs(2))
     assert table["ring model, float32"] == {"zero1": 1.5, "fsdp": 1.5, "fsdp_no_reshard": 1.0}
     assert table["ring model, bfloat16 gathers"] == {"zero1": 1.5, "fsdp": 1.0, "fsdp_no_reshard": 0.75}
-    assert table["as gloo ran it, float32"] == {"zero1": 1.5, "fsdp": 2.0, "fsdp_no_reshard": 1.5}
+    assert table["ring model, on the collectives gloo ran"] == {"zero1": 1.5, "fsdp": 2.0, "fsdp_no_reshard": 1.5}
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 4 and lines[3].startswith("as gloo ran it, float32") and lines[3].endswith("1.50")
+    assert len(lines) == 4 and lines[3].startswith("ring model, on the collectives gloo ran")
+    assert lines[3].endswith("1.50")
 
 
 def test_print_helpers_say_what_the_runs_show(capsys):
