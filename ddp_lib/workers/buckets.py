@@ -103,7 +103,7 @@ class PerParameterHooksDDP(ScratchDDP):
 
 class BucketedOverlapDDP(ScratchDDP):
     """Gradients packed into buckets of at most ``bucket_cap_mb`` (a gradient larger than the cap gets
-    a bucket of its own; torch's DDP instead closes a bucket once it has reached the cap); one
+    a bucket of its own; torch's DDP instead closes a bucket once it has reached the cap, size >= cap); one
     asynchronous all-reduce per bucket, started when the bucket is full, in bucket order on every rank."""
 
     def __init__(self, module: nn.Module, process_group: dist.ProcessGroup | None = None,
