@@ -51,6 +51,7 @@ def test_the_probe_before_evaluate_ddp_names_every_rank_that_skips_the_branch(wo
 
 @pytest.mark.parametrize("world_size", [3, 4])
 def test_the_probe_at_the_epoch_end_points_the_other_ranks_at_rank_0_which_lists_no_missing_rank(world_size):
+    # lesson 07's exercise 1 on 4 ranks: rank 0, held in evaluate(ddp, ...), is the missing one
     with pytest.raises(WorkerError) as caught:
         run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, world_size, kwargs=dict(probe="epoch_end"),
                   show_output=False)
@@ -63,7 +64,7 @@ def test_the_probe_at_the_epoch_end_points_the_other_ranks_at_rank_0_which_lists
 
 
 def test_the_probe_at_the_epoch_end_names_a_rank_that_skips_it_and_the_others_point_at_rank_0():
-    # lesson 07's exercise 1: the fixed evaluation, rank 2 skips the epoch's end
+    # the fixed evaluation, rank 2 skips the epoch's end: rank 0 names it
     with pytest.raises(WorkerError) as caught:
         run_ranks(eval_every_n.evaluate_through_ddp_on_rank0, 4,
                   kwargs=dict(probe="epoch_end", through_module=True, skip_probe_rank=2), show_output=False)

@@ -108,27 +108,26 @@ def _check_named(named: object, world_size: int, form: str, wrong: Callable[[set
 
 def check_barrier_reading(missing: object) -> Report:
     """Exercise 1: the rank the probe at the epoch end (``probe="epoch_end"``) finds missing on 4 ranks, with the
-    fixed evaluation (``through_module=True``) and rank 2 skipping the epoch's end (``skip_probe_rank=2``): rank 2.
-    Rank 0 coordinates the barrier and reached it, so its error names rank 2; ranks 1 and 3 reached it too, and
-    point at rank 0 only because rank 0 gave up on the barrier and never answered them."""
+    worker as it comes: rank 0 evaluates through ``ddp`` and waits in DDP's buffer broadcast, so rank 0 is missing.
+    Rank 0's error is a timeout that names no rank; ranks 1 to 3 reached the barrier and point at rank 0, the
+    coordinator that never answered them."""
     report, ranks = Report(), _ranks(missing)
     if ranks is None and isinstance(missing, (set, list, tuple, range)) and not missing:
-        report.fail("a rank is missing: rank 0's error names it (\"Ranks ... failed to pass monitoredBarrier\")")
+        report.fail("a rank is missing: every rank raised, and ranks 1 to 3 say they reached the barrier")
     elif ranks is None:
         report.fail(f"write your reading: the rank(s) missing from the barrier, as a set of ints, such as {{1}}; "
                     f"got {missing!r}")
     elif outside := sorted(ranks - set(range(4))):
         report.fail(f"rank {outside[0]}: the run has ranks 0 to 3 only")
-    elif ranks == {2}:
-        report.ok("rank 2 is missing: rank 0, the coordinator, reached the barrier and its error names rank 2")
     elif ranks == {0}:
-        report.fail("ranks 1 and 3 point at rank 0, but rank 0's own error names a missing rank: the coordinator "
-                    "reached the barrier, so the rank it names is the missing one")
-    elif 2 not in ranks:
-        report.fail("ranks 1 and 3 reached the barrier (each error says so), and rank 0 coordinates it: read which "
-                    "rank rank 0's error names")
+        report.ok("rank 0 is missing: its error names no rank, so it never reached the barrier; ranks 1 to 3 "
+                  "reached it and point at rank 0")
+    elif 0 not in ranks:
+        report.fail("ranks 1 to 3 each say they reached the barrier. Rank 0's error names no rank: "
+                    "rank 0's error is anything else, so rank 0 is missing")
     else:
-        report.fail("only the rank that rank 0's error names is missing: the others reached the barrier")
+        report.fail("only rank 0 is missing: ranks 1 to 3 reached the barrier (each error says so) and point at "
+                    "rank 0")
     return report
 
 
