@@ -264,10 +264,11 @@ def test_ex3_a_kept_checkpoint_is_named(tmp_path):
 
 
 def test_ex3_no_failing_epoch_and_no_restart_are_named(tmp_path):
-    assert "second number" in str(_ex3(tmp_path, "attempt 0: starting at epoch 0\n" + _EPOCHS))
+    assert "set FAIL_IN_EPOCH=2" in str(_ex3(tmp_path, "attempt 0: starting at epoch 0\n" + _EPOCHS))
     (tmp_path / "again").mkdir()
     report = _ex3(tmp_path / "again", "attempt 0: starting at epoch 0\n" + _EPOCHS[:2 * 26])
     assert not report.passed and "--max-restarts 1" in str(report)
+    assert "before `torchrun`, as the restart cell's command does" in str(report) and "%env" not in str(report)
 
 
 def test_ex3_not_run_yet_is_said(tmp_path):

@@ -284,6 +284,9 @@ def test_show_masked_hides_this_machines_paths(tmp_path, capsys):
     assert capsys.readouterr().out == ('File ".../site-packages/torch/x.py", line 1\n'
                                        "failed (exitcode: 1) of binary: PYTHON\n"
                                        "REPO/notebooks/my_work/train.py ran\n")
+    torchrun_batch.show_masked(log, repo="/home/me/repo", last=2)  # the end only, masked the same way
+    assert capsys.readouterr().out == ("failed (exitcode: 1) of binary: PYTHON\n"
+                                       "REPO/notebooks/my_work/train.py ran\n")
 
 
 def test_first_run_verdict_tells_success_the_abort_at_exit_and_failure_apart():

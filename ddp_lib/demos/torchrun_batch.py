@@ -357,12 +357,15 @@ def restart_report(restart_log: str, first_log: str, epochs: int = 4, nproc: int
 STORE_TALLIES = ("restart_store_runs.txt", "restart_store_runs_load.txt")
 
 
-def show_masked(path: str | Path, repo: str | Path | None = None) -> None:
+def show_masked(path: str | Path, repo: str | Path | None = None, last: int | None = None) -> None:
     """Print the log at ``path`` with this machine's paths hidden: any folder up to ``site-packages``
     as ``...``, the Python torchrun names (``of binary: ...``) as ``PYTHON``, and the repository's
-    folder (``repo``, by default the parent of the current folder, as run from ``notebooks/``) as ``REPO``."""
+    folder (``repo``, by default the parent of the current folder, as run from ``notebooks/``) as ``REPO``.
+    With ``last``, only the log's last ``last`` lines, as ``tail -n`` prints them."""
     repo = str(Path.cwd().parent if repo is None else repo)
     text = Path(path).read_text()
+    if last is not None:
+        text = "".join(text.splitlines(keepends=True)[-last:])
     text = re.sub(r'[^ "\n]*/site-packages/', ".../site-packages/", text)
     text = re.sub(r"of binary: .*", "of binary: PYTHON", text)
     print(text.replace(repo, "REPO"), end="")

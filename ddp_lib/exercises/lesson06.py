@@ -142,10 +142,10 @@ def check_two_node_restart(folder: str | Path = "my_work") -> Report:
         return report
     if len(starts) == 1:
         if "epoch 4: last loss" in text:
-            report.fail("rank 1 never failed: run `train.py 5 2`, whose second number is the epoch that fails")
+            report.fail("rank 1 never failed: set FAIL_IN_EPOCH=2 before `torchrun`, the epoch in which rank 1 fails")
         else:
             report.fail("the job ended without a restart: give `--max-restarts 1`, and set "
-                        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the restart cell's %env) before the run")
+                        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 before `torchrun`, as the restart cell's command does")
         return report
     resumed = starts[1][1]
     after = text[text.rindex("starting at epoch"):]

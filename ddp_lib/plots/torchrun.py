@@ -88,11 +88,11 @@ def plot_restart_timeline(epochs: int, fail_in_epoch: int, world_size: int = 2) 
 
 
 def plot_port_choice() -> Figure:
-    """Two one-node jobs on one machine: left, two --standalone jobs, each on a free port of its own
-    (a --master-port given beside --standalone is ignored); right, a job given --master-port without
-    --standalone finds that port taken."""
+    """Three one-node jobs on one machine: left, a --standalone job (a --master-port given beside it is
+    ignored) and a job given no options, each on a free port of its own; right, a job given
+    --master-port without --standalone finds that port taken."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.6))
-    titles = ("--standalone (a --master-port is ignored): each job gets a free port",
+    titles = ("--standalone (a --master-port is ignored), or no options:\neach job gets a free port",
               "--master-port P without --standalone: P is taken")
     for ax, title in zip(axes, titles):
         ax.set_xlim(0, 5)
@@ -100,10 +100,12 @@ def plot_port_choice() -> Figure:
         ax.axis("off")
         ax.set_title(title, fontsize=9)
     left, right = axes
-    for i, (job, port) in enumerate((("job A", "port 41873"), ("job B", "port 52219"))):
-        box(left, 0.2, 1.7 - i * 1.3, 1.6, 0.8, f"{job}\n(torchrun)", "#fde9c9")
-        box(left, 2.9, 1.7 - i * 1.3, 1.8, 0.8, f"its ranks' store\n{port} (free)", "#d9ead3")
-        arrow(left, (1.8, 2.1 - i * 1.3), (2.9, 2.1 - i * 1.3), "green")
+    for i, (job, port) in enumerate((("job A\n--standalone", "port 41873"), ("job B\n--standalone", "port 52219"),
+                                     ("job D\n(no options)", "port 38507"))):
+        y = 2.2 - i * 1.0
+        box(left, 0.2, y, 1.6, 0.75, job, "#fde9c9")
+        box(left, 2.9, y, 1.8, 0.75, f"its ranks' store\n{port} (free)", "#d9ead3")
+        arrow(left, (1.8, y + 0.375), (2.9, y + 0.375), "green")
     box(right, 0.2, 1.7, 1.6, 0.8, "another program", "#eeeeee")
     box(right, 2.9, 1.05, 1.8, 0.8, "port P", "#f4cccc")
     arrow(right, (1.8, 2.1), (2.9, 1.6), "grey")
