@@ -766,3 +766,14 @@ def test_overflow_step_lines_on_a_real_overflow():
     assert lines[2] == ("step 2: scale   2048, gradients finite False | stepped: rank 0 False rank 1 False | "
                         "same gradients on both ranks: True")
     assert all("stepped: rank 0 True  rank 1 True " in line for i, line in enumerate(lines) if i != 2)
+
+
+def test_the_step_time_lines_and_the_compile_order_table():
+    from ddp_lib.demos.loop_runs import compile_order_table, compile_ways, step_time_lines
+
+    line, = step_time_lines({"eager": {"step_seconds": [1.0, 0.1, 0.002, 0.004, 0.006, 0.008]}})
+    assert line.strip().startswith("eager: first step 1.000 s") and "(median after 2) 5.00 ms" in line
+    assert list(compile_ways()) == ["model.compile(); DDP(model)", "DDP(torch.compile(model))",
+                                    "torch.compile(DDP(model))"]
+    table = compile_order_table({"LoopNet": {"a": 1, "b": 0}})
+    assert len(table) == 2 and table[1].split() == ["LoopNet", "1", "0"]

@@ -1,11 +1,12 @@
 """Lesson 09: does an all-reduce start while a compiled backward still has work to do? DeepNet under
 DDP, compiled with torch's ``aot_eager`` compilers (AOTAutograd, graphs run as traced), once with
 dynamo's DDP graph split on and once with it off. The backward graphs and the comm hook log events
-in one list, in the order they happen, each with its time.
+in one list, in the order they happen, each with its time; each all-reduce logs its start and its end.
 
     run_ranks(allreduces_during_backward, 2)
 """
 
+import threading
 import time
 
 import torch
@@ -24,14 +25,21 @@ def _one_setting(rank: int, device: torch.device, optimize_ddp: bool, steps: int
     torch.manual_seed(seed)
     events: list[str] = []
     times: list[float] = []  # time.perf_counter() of each event
+    lock = threading.Lock()  # an all-reduce ends on the backend's thread
 
     def log(event: str) -> None:
-        events.append(event)
-        times.append(time.perf_counter())
+        with lock:
+            events.append(event)
+            times.append(time.perf_counter())
 
     def logging_allreduce(_state: None, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         log("all-reduce")
-        return default_hooks.allreduce_hook(None, bucket)
+
+        def ended(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+            log("all-reduce ends")  # DDP waits for this future before backward() returns
+            return fut.value()
+
+        return default_hooks.allreduce_hook(None, bucket).then(ended)
 
     def logging_backward(gm: torch.fx.GraphModule, example_inputs: list) -> object:
         run = boxed_nop(gm, example_inputs)
@@ -66,7 +74,8 @@ def _one_setting(rank: int, device: torch.device, optimize_ddp: bool, steps: int
 def allreduces_during_backward(rank: int, world_size: int, steps: int = 2, seed: int = 0) -> dict:
     """Per setting of dynamo's ``optimize_ddp`` (True, False): the backward graphs the last step ran,
     the all-reduces DDP started in it, how many of them started before the last backward graph ended,
-    and its ``timeline``: each event with its time in seconds from the step's first event.
+    and its ``timeline``: each event ("backward graph starts", "backward graph ends", "all-reduce",
+    "all-reduce ends") with its time in seconds from the step's first event.
     """
     with process_group(rank, world_size) as device:
         return {"rank": rank, **{f"optimize_ddp={flag}": _one_setting(rank, device, flag, steps, seed)

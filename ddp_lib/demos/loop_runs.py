@@ -199,6 +199,18 @@ def compile_timing(step_seconds: list[float], warmup: int = 2) -> dict:
     return {"first_step_s": step_seconds[0], "steady_step_s": statistics.median(step_seconds[warmup:])}
 
 
+def step_time_lines(runs: dict[str, dict], warmup: int = 2) -> list[str]:
+    """One line per run of ``{name: run}``: its first step, its steady step (``compile_timing``) and the
+    middle half of its steps after ``warmup`` (the first to the third quartile)."""
+    lines = []
+    for name, run in runs.items():
+        first_step, steady_step = compile_timing(run["step_seconds"], warmup).values()
+        q1, _, q3 = statistics.quantiles(run["step_seconds"][warmup:], n=4)
+        lines.append(f"{name:>9}: first step {first_step:.3f} s, steady step (median after {warmup}) "
+                     f"{steady_step * 1000:.2f} ms, middle half of those steps {q1 * 1000:.2f} to {q3 * 1000:.2f} ms")
+    return lines
+
+
 def accumulate_fp32_and_fp16(rank: int, world_size: int) -> dict:
     """``accumulate_and_clip`` in float32, then in fp16 with a GradScaler, in one job.
     Returns {"fp32": its result on this rank, "fp16": ...}."""
@@ -336,6 +348,46 @@ def compile_order_lines(make_model: Callable[[], nn.Module], ways: dict[str, Cal
                          f"model's {list(model.state_dict())[0]!r}")
             lines.append(line)
     return lines
+
+
+class Block(nn.Module):
+    """A block class of your own: ``Linear(2, 2)``, then tanh."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(x))
+
+
+def compile_ways() -> dict[str, Callable]:
+    """The three orders of compile and DDP: ``{name: wrap(model, backend)}``."""
+
+    def compile_in_place(model, backend):
+        model.compile(backend=backend)  # compiles model itself, and returns None
+        return DDP(model)
+
+    return {"model.compile(); DDP(model)": compile_in_place,
+            "DDP(torch.compile(model))": lambda model, backend: DDP(torch.compile(model, backend=backend)),
+            "torch.compile(DDP(model))": lambda model, backend: torch.compile(DDP(model), backend=backend)}
+
+
+def compile_order_models() -> dict[str, Callable[[], nn.Module]]:
+    """The five models of the order-of-compile table: two classes of the lessons', torch.nn's own
+    classes, and an ``nn.Sequential`` of ``Block``s."""
+    from ddp_lib.workers.compiled import DeepNet
+
+    return {"LoopNet": LoopNet, "DeepNet": DeepNet, "nn.Linear": lambda: nn.Linear(2, 2),
+            "Sequential(Linear, ...)": lambda: nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 2)),
+            "Sequential(Block, Block)": lambda: nn.Sequential(Block(), Block())}
+
+
+def compile_order_table(counts: dict[str, dict[str, int]]) -> list[str]:
+    """``compile_order_counts``'s result as a table: a header of the ways, then one row per model."""
+    ways = next(iter(counts.values()))
+    return ([f"{'graphs compiled':>24}" + "".join(f"{way:>30}" for way in ways)]
+            + [f"{name:>24}" + "".join(f"{n:>30}" for n in row.values()) for name, row in counts.items()])
 
 
 def compile_order_counts(models: dict[str, Callable[[], nn.Module]],

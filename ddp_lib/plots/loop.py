@@ -1,10 +1,12 @@
 """Schematics for lesson 09: DistributedSampler's padded index list split between ranks, when
 DDP's all-reduces can start in the backward of a compiled model, with and without the split into
-pieces (optimize_ddp), how collectives pair by order, and a GradScaler's scale over the steps."""
+pieces (optimize_ddp), how collectives pair by order, and a GradScaler's scale over the steps; and the
+measured figures: two runs' losses and their gap, and each step's time."""
 
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 
 RANK_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple")
 
@@ -75,7 +77,8 @@ def plot_compiled_backward(buckets: int = 3):
 def plot_measured_backward(overlap: dict):
     """The measured counterpart of ``plot_compiled_backward``: one rank's last step, from
     ``allreduces_during_backward``'s result (``overlap``), in the same layout. Grey boxes are the backward
-    graphs as they ran; red marks are the times DDP started an all-reduce. Returns the Figure."""
+    graphs as they ran; red bars the all-reduces, from DDP starting each to its end (the n-th end is drawn
+    with the n-th start). Returns the Figure."""
     fig, ax = plt.subplots(figsize=(9, 3.4))
     rows = {"split at buckets\n(default)": overlap["optimize_ddp=True"],
             "one graph\n(split turned off)": overlap["optimize_ddp=False"]}
@@ -83,25 +86,32 @@ def plot_measured_backward(overlap: dict):
     for row, run in enumerate(rows.values()):
         y = 2.2 - 1.6 * row  # a compute lane above a communication lane, as in the schematic
         start = None
+        starts = [t * 1e3 for event, t in run["timeline"] if event == "all-reduce"]
+        ends = [t * 1e3 for event, t in run["timeline"] if event == "all-reduce ends"]
         for event, t in run["timeline"]:
             ms = t * 1e3
             if event == "backward graph starts":
                 start = ms
             elif event == "backward graph ends":
                 ax.add_patch(plt.Rectangle((start, y), ms - start, 0.5, facecolor="0.85", edgecolor="black"))
-            else:
-                ax.plot([ms, ms], [y - 0.6, y - 0.1], color="tab:red", linewidth=3)
             height = max(height, ms)
+        lane = 0.5 / max(len(starts), 1)  # one thin lane per all-reduce, so that bars do not hide each other
+        for k, ar_start in enumerate(starts):
+            bottom = y - 0.1 - (k + 1) * lane
+            if k < len(ends):
+                ax.add_patch(plt.Rectangle((ar_start, bottom), max(ends[k] - ar_start, 0.0), lane * 0.8,
+                                           facecolor="tab:red", alpha=0.5, edgecolor="black"))
+            ax.plot([ar_start, ar_start], [bottom, bottom + lane * 0.8], color="tab:red", linewidth=3)  # its start
     ax.set_yticks([2.0, 0.4], list(rows))
     ax.set_xlim(0, height * 1.05)
     ax.set_ylim(-0.3, 2.9)
     ax.set_xlabel("ms from the step's first backward graph (measured, rank 0's last step)")
-    ax.set_title("measured: grey boxes are backward graphs, red marks all-reduce starts", fontsize=10)
+    ax.set_title("measured: grey boxes are backward graphs, red bars all-reduces (start to end)", fontsize=10)
     fig.tight_layout()
     return fig
 
 
-DTYPE_COLOURS = {"float32": "tab:blue", "16-bit": "tab:orange"}
+DTYPE_COLOURS = {"float32": "tab:cyan", "16-bit": "tab:pink"}  # not RANK_COLOURS: a colour means one thing
 
 
 def _box(ax, x: float, y: float, text: str, dtype: str, width: float = 1.9) -> None:
@@ -261,3 +271,39 @@ def plot_scale_over_steps(steps: int = 7, overflow_step: int = 2, init_scale: fl
     ax.set_title(f"the scale: doubled after {growth_interval} clean steps, halved at an overflow", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def plot_loss_gap(runs: dict[str, dict]):
+    """Two panels for two runs ``{"fp32": run, "bf16": run}`` of ``train_loop_measured``: their loss
+    curves, and the gap between them per epoch on a log scale, against 1e-3. Returns the Figure."""
+    (name_a, a), (name_b, b) = runs.items()
+    gaps = [abs(x - y) for x, y in zip(a["losses"], b["losses"])]
+    epochs = range(1, len(gaps) + 1)
+    fig, (curves, gap_ax) = plt.subplots(1, 2, figsize=(10, 3))
+    for (name, run), style, dtype in zip(runs.items(), ("-o", "--x"), DTYPE_COLOURS):
+        curves.plot(epochs, run["losses"], style, label=name, color=DTYPE_COLOURS[dtype])
+    curves.set(xlabel="epoch", ylabel="loss", title="the two loss curves, 2 ranks")
+    gap_ax.semilogy(epochs, gaps, marker="o", color="0.3", label=f"|{name_b} loss - {name_a} loss|")
+    gap_ax.axhline(1e-3, color="grey", linestyle="--", label="1e-3")
+    gap_ax.set(xlabel="epoch", ylabel="loss difference (log scale)", title="their gap")
+    for ax in (curves, gap_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
+        ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_step_times(runs: dict[str, dict]):
+    """Each step's time of ``{name: run}`` (runs of ``train_loop_measured``), on a log scale, with the
+    last run's first step marked as the compile. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(5.5, 3))
+    for name, run in runs.items():
+        ax.semilogy([seconds * 1000 for seconds in run["step_seconds"]], marker="o", label=name)
+    first_ms = list(runs.values())[-1]["step_seconds"][0] * 1000
+    ax.annotate("compiles", (0, first_ms), xytext=(2, first_ms), va="center", arrowprops=dict(arrowstyle="->"))
+    ax.set(xlabel="step", ylabel="step time (ms, log scale)", title="one epoch of LoopNet, rank 0's steps")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
