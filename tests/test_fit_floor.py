@@ -28,7 +28,7 @@ def test_the_model_within_its_tolerance_either_way():
 def test_the_overhead_group_gets_no_verdict_on_the_fit():
     text = floor.floor_verdict({floor.OVERHEAD: {"a": (4.0, 1.0)}})
     assert text.splitlines()[0] == (f"{floor.OVERHEAD}: 4.0x one modelled all-reduce; "
-                                    "outside the model: it has no term for this cost")
+                                    "outside the model: it has no term for this time")
     assert "floor" not in text and "within" not in text
 
 

@@ -140,6 +140,24 @@ def test_the_two_bucket_rules_give_torchs_4_and_lesson_04s_7_buckets_at_1_mib():
     assert texts.count("4 all-reduces") == 1 and texts.count("7 all-reduces") == 1
 
 
+def test_the_busbw_sketch_sends_2_n_minus_1_chunks_per_rank():
+    from ddp_lib.plots.step_sketches import draw_busbw_sketch
+
+    ax = draw_busbw_sketch(world_size=4).axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [f"rank {r} sends" for r in range(4)]
+    assert texts.count("S/N") == 4 * 6 and texts.count("6 × S/N = 1.5 × S") == 4
+
+
+def test_draw_bucket_rules_draws_only_the_rules_asked():
+    from ddp_lib.plots.performance import draw_bucket_rules
+
+    sizes = [80, 20480, 2048, 1048576, 2048, 1048576]  # bias then weight, last layer first
+    ax = draw_bucket_rules(sizes, cap=10485, rules=("reached",)).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["torch: closes once it reached the cap"]
+    assert "3 all-reduces" in [t.get_text() for t in ax.texts]
+
+
 def test_the_step_sketches_draw_one_row_per_lane():
     from ddp_lib.plots.step_sketches import draw_ddp_step_sketch, draw_ring_vs_gloo, draw_scaling_sketch
 
@@ -147,7 +165,8 @@ def test_the_step_sketches_draw_one_row_per_lane():
     assert [t.get_text() for t in ddp.get_yticklabels()] == ["local step", "DDP step, each rank"]
     # the DDP row's compute is cut by the copies into the bucket, made during backward
     assert [t.get_text() for t in ddp.texts].count("compute") == 1 + 4
-    assert "1.25" in draw_scaling_sketch(step=1.0, alpha=0.6).axes[0].get_title()
+    title = draw_scaling_sketch(step=1.0, alpha=0.6).axes[0].get_title()
+    assert "1.25" in title and "illustrative" in title
     ring = draw_ring_vs_gloo(world_size=4).axes[0]
     texts = [t.get_text() for t in ring.texts]
     assert texts.count("Python") == 6 + 1 and "6 Python calls" in texts

@@ -1,9 +1,9 @@
 """The alpha-beta fit against each kept run that lesson 08 uses it on, in three groups. Large messages,
 where the bytes' term dominates, and bare small all-reduces, where α dominates: the fit models both, so
-the verdict asks whether it came within its own tolerance, 25% (``TOLERANCE``), either way. Per-step
-overhead beyond the all-reduce (what a 2-rank step adds to a 1-rank step besides its one small
-all-reduce: shared cores, DDP's own work) lies outside the model, so that group prints how many modelled
-all-reduces it took and no verdict on the fit."""
+the verdict asks whether it came within its own tolerance, 25% (``TOLERANCE``), either way. What a 2-rank
+step adds to a 1-rank step beyond its one small all-reduce (compute slowed by shared cores included, and
+DDP's own work; the run records no 2-rank local step to tell them apart) lies outside the model, so that
+group prints how many modelled all-reduces it took and no verdict on the fit."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from ddp_lib.bench import model, scaling
 
 # The fit's own tolerance (allreduce.fit_verdict's "within 25%").
 TOLERANCE = 0.25
-LARGE, SMALL, OVERHEAD = "large messages", "bare small all-reduces", "per-step overhead beyond the all-reduce"
+LARGE, SMALL = "large messages", "bare small all-reduces"
+OVERHEAD = "the 2-rank step's extra time beyond the all-reduce (compute slowed by shared cores included)"
 
 
 def fit_uses(alpha: float, beta: float, allreduce_run: dict, ddp_run: dict, scaling_run: dict,
@@ -50,7 +51,7 @@ def floor_verdict(uses: dict[str, dict[str, tuple[float, float]]]) -> str:
     """One line per use, measured against the model, then one verdict line per group: whether the model
     came within ``TOLERANCE`` of every use, and, where every use took longer than that, about how many
     times the model (the median of the ratios). The ``OVERHEAD`` group gets no verdict on the fit: it
-    prints how many modelled all-reduces the overhead took, a cost the model has no term for."""
+    prints how many modelled all-reduces that extra time took, a cost the model has no term for."""
     lines = []
     for group, group_uses in uses.items():
         ratios = [measured / predicted for measured, predicted in group_uses.values()]
@@ -59,7 +60,7 @@ def floor_verdict(uses: dict[str, dict[str, tuple[float, float]]]) -> str:
                          f"({measured / predicted:.1f}x)")
         if group == OVERHEAD:
             verdict = (f"{group}: {' and '.join(f'{r:.1f}x' for r in ratios)} one modelled all-reduce; "
-                       "outside the model: it has no term for this cost")
+                       "outside the model: it has no term for this time")
         else:
             verdict = (f"{group}: measured / model {' and '.join(f'{r:.1f}x' for r in ratios)}; "
                        f"the model within {TOLERANCE:.0%} of each: "

@@ -391,14 +391,15 @@ def fill_buckets(sizes: list[int], cap: int, rule: str) -> list[list[int]]:
     return [b for b in buckets if b]
 
 
-def draw_bucket_rules(sizes: list[int], cap: int):
-    """Schematic: the same gradients (bytes, in arrival order) packed by the two rules of
-    fill_buckets, one row each; each gradient a box as wide as its bytes (at least a sliver), the
+def draw_bucket_rules(sizes: list[int], cap: int, rules: tuple[str, ...] = ("reached", "overflow")):
+    """Schematic: the same gradients (bytes, in arrival order) packed by the rules of fill_buckets
+    named in ``rules``, one row each; each gradient a box as wide as its bytes (at least a sliver), the
     buckets told apart by colour. Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(10, 2.4))
+    fig, ax = plt.subplots(figsize=(10, 1.2 + 0.6 * len(rules)))
     widths = [max(size / cap, 0.04) for size in sizes]
-    rows = {"torch: closes once it reached the cap": "reached",
-            "lesson 04: closes before it would overflow": "overflow"}
+    names = {"reached": "torch: closes once it reached the cap",
+             "overflow": "lesson 04: closes before it would overflow"}
+    rows = {names[rule]: rule for rule in rules}
     colors = plt.get_cmap("tab10").colors
     for row, rule in enumerate(rows.values()):
         buckets = fill_buckets(sizes, cap, rule)
@@ -409,14 +410,15 @@ def draw_bucket_rules(sizes: list[int], cap: int):
                 ax.broken_barh([(left, widths[index])], (row - 0.3, 0.6), facecolor=colors[number % 10],
                                edgecolor="black", linewidth=0.5)
                 left += widths[index]
-            if left - start > 0.3:  # a sliver of a bucket has no room for its name
-                ax.text(left - 0.02, row - 0.38, f"bucket {number}", ha="right", fontsize=7)
-        ax.text(left + 0.05, row, f"{len(buckets)} all-reduces", va="center", fontsize=9)
+            if left - start > 0.08 * sum(widths):  # a sliver of a bucket has no room for its name
+                ax.text(left - 0.005 * sum(widths), row - 0.38, f"bucket {number}", ha="right", fontsize=7)
+        ax.text(left + 0.015 * sum(widths), row, f"{len(buckets)} all-reduces", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)), list(rows))
     ax.set_ylim(len(rows) - 0.4, -0.6)
-    ax.set_xlim(0, sum(widths) + 1.2)
+    ax.set_xlim(0, sum(widths) * 1.33)  # room on the right for the count
     ax.set_xticks([])
     ax.set_xlabel("gradients in the order backward produces them; width = bytes (cap = 1 unit)")
-    ax.set_title("two ways to fill buckets, same gradients, same cap")
+    ax.set_title("two ways to fill buckets, same gradients, same cap" if len(rules) > 1
+                 else "torch's buckets for these gradients and this cap")
     fig.tight_layout()
     return fig

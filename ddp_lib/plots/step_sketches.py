@@ -1,5 +1,6 @@
-"""Schematics for lesson 08, drawn before the measurements they explain: a DDP step against a
-local step, 1 rank against 2 on a short step, and lesson 01's Python ring against gloo's."""
+"""Schematics for lesson 08, drawn before the measurements they explain: the bytes a ring all-reduce
+sends per rank, a DDP step against a local step, 1 rank against 2 on a short step, and lesson 01's Python
+ring against gloo's."""
 
 from __future__ import annotations
 
@@ -29,6 +30,25 @@ def _finish(fig, ax, rows: list[str], title: str):
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def draw_busbw_sketch(world_size: int = 4):
+    """Schematic: a ring all-reduce of S bytes on N ranks, one row per rank. Each rank sends N - 1
+    chunks of S / N in the reduce-scatter, then N - 1 more in the all-gather: its link carries
+    2 (N - 1) / N × S bytes, which is why busbw = algbw × 2 (N - 1) / N. Returns the Figure."""
+    n = world_size
+    fig, ax = plt.subplots(figsize=(9, 0.45 * n + 1.3))
+    for rank in range(n):
+        for step in range(2 * (n - 1)):
+            _lane_bars(ax, rank, [(step, step + 0.9)], "tab:orange" if step < n - 1 else "tab:cyan")
+            ax.text(step + 0.45, rank, "S/N", ha="center", va="center", fontsize=8)
+        ax.text(2 * (n - 1) + 0.1, rank, f"{2 * (n - 1)} × S/N = {2 * (n - 1) / n:g} × S", va="center", fontsize=9)
+    ax.text((n - 1) / 2, -0.7, f"reduce-scatter: {n - 1} sends", ha="center", fontsize=9)
+    ax.text(1.5 * (n - 1), -0.7, f"all-gather: {n - 1} sends", ha="center", fontsize=9)
+    ax.set_xlim(0, 2 * (n - 1) + 2.5)
+    ax.set_ylim(-1.0, n - 0.5)
+    return _finish(fig, ax, [f"rank {rank} sends" for rank in range(n)],
+                   f"ring all-reduce of S bytes on {n} ranks: each rank's link carries 2(N-1)/N × S")
 
 
 def draw_ddp_step_sketch(compute: float = 6.0, copy: float = 0.5, alpha: float = 0.6, bytes_time: float = 2.5):
@@ -68,7 +88,8 @@ def draw_scaling_sketch(step: float = 1.0, alpha: float = 0.6):
     ax.text(two_end + 0.05, 2, "t + α", va="center", fontsize=9)
     ax.set_xlim(0, one_end * 1.12)
     return _finish(fig, ax, ["1 rank, 2 batches", "rank 0 of 2", "rank 1 of 2"],
-                   f"two batches: speed-up 2t / (t + α) = {2 * step / (step + alpha):.2f} here (a sketch)")
+                   f"two batches: speed-up 2t / (t + α) = {2 * step / (step + alpha):.2f} "
+                   "with illustrative t and α (a sketch)")
 
 
 def draw_ring_vs_gloo(world_size: int = 4, python: float = 0.8, transfer: float = 1.0):
