@@ -37,8 +37,8 @@ def test_ddp_collectives_shows_broadcast_then_all_reduce_per_rank():
     assert "broadcast" in titles[0] and "all-reduce" in titles[1]
     drawn = texts(fig)
     assert drawn.count("weights\nW0") == 5 and drawn.count("gradient\nmean(g)") == 4
-    # the all-reduce combines: its panel has one "mean" box, with an arrow in from and out to each rank
-    assert [t.get_text() for t in fig.axes[1].texts].count("mean") == 1
+    # the all-reduce combines: its panel has one "sum of g/4 = mean" box, with an arrow in from and out to each rank
+    assert [t.get_text() for t in fig.axes[1].texts].count("sum of\ng/4\n= mean") == 1
     assert "this box is no process" in drawn  # the ranks compute the mean together: no server
     arrows = [a for a in fig.axes[1].texts if a.get_text() == "" and hasattr(a, "xy")]
     assert len(arrows) == 2 * 4

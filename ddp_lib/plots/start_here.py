@@ -94,11 +94,11 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     steps = [("1. DDP(model): broadcast", "weights\nW{r}", "weights\nW0", "rank 0's weights copied to all"),
              ("2. loss.backward(): all-reduce", "gradient\ng{r}", "gradient\nmean(g)",
-              "every rank gets the mean; this box is no process")]
+              "every rank gets the sum of g/world_size, the mean; this box is no process")]
     middle = (world_size - 0.2) / 2  # the height of the all-reduce's "mean" box
     for panel, (ax, (title, before, after, note)) in enumerate(zip(axes, steps)):
         if panel == 1:  # every rank's gradient goes into one mean, which every rank gets back
-            _box(ax, 1.6, middle - 0.3, 0.5, 0.6, "mean", "#f0f0f0")
+            _box(ax, 1.45, middle - 0.45, 0.8, 0.9, f"sum of\ng/{world_size}\n= mean", "#f0f0f0")
         for rank in range(world_size):
             y = world_size - 1 - rank
             _box(ax, 0.0, y, 1.3, 0.8, before.format(r=rank), RANK_COLOURS[rank])
@@ -106,8 +106,8 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
             if panel == 0:  # the broadcast fans out from rank 0's box, the top row
                 _arrow(ax, (1.35, world_size - 0.6), (2.35, y + 0.4))
             else:
-                _arrow(ax, (1.35, y + 0.4), (1.6, middle))
-                _arrow(ax, (2.1, middle), (2.35, y + 0.4))
+                _arrow(ax, (1.35, y + 0.4), (1.45, middle))
+                _arrow(ax, (2.25, middle), (2.35, y + 0.4))
         ax.text(1.85, -0.45, note, ha="center", fontsize=9)
         ax.set_xlim(-0.1, 3.8)
         ax.set_ylim(-0.7, world_size)
@@ -170,14 +170,14 @@ def plot_gradient_average(world_size: int = 4) -> Figure:
     for rank in range(world_size):
         x = 0.1 + 1.6 * rank
         _box(ax, x, 2.3, 1.4, 0.7, f"rank {rank}\nbatch {rank} → g{rank}", RANK_COLOURS[rank])
-        _arrow(ax, (x + 0.7, 2.3), (width / 2, 1.75))
+        _arrow(ax, (x + 0.7, 2.3), (width / 2, 1.8))
     terms = " + ".join(f"g{rank}" for rank in range(world_size))
-    _box(ax, width / 2 - 1.9, 1.15, 3.8, 0.6,
-         f"the all-reduce's result, on every rank: mean = ({terms}) / {world_size}\n"
+    _box(ax, width / 2 - 1.9, 1.05, 3.8, 0.75,
+         f"the all-reduce's result, on every rank: the sum of g/{world_size}\n= ({terms}) / {world_size}, the mean\n"
          "(the ranks compute it with each other: this box is no process)", "#f0f0f0")
     for rank in range(world_size):
         x = 0.1 + 1.6 * rank
-        _arrow(ax, (width / 2, 1.15), (x + 0.7, 0.65))
+        _arrow(ax, (width / 2, 1.05), (x + 0.7, 0.65))
         _box(ax, x, 0.05, 1.4, 0.6, "w - lr × mean", RANK_COLOURS[rank])
     ax.set_xlim(-0.1, width)
     ax.set_ylim(-0.1, 3.1)
