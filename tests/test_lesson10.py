@@ -428,9 +428,17 @@ def test_the_mesh_schematic_draws_four_ranks_two_rows_and_two_columns():
 
 def test_rank0_only_evaluation_of_a_sharded_model_fails_at_the_timeout():
     with pytest.raises(WorkerError) as failure:
-        run_ranks(rank0_evaluation, 2, show_output=False)
+        run_ranks(rank0_evaluation, 2, kwargs=dict(detail=False), show_output=False)
     assert sorted(failure.value.failures) == [0, 1]
     assert any("Timed out" in line for line in failure.value.failures.values())
+
+
+def test_rank0_only_evaluation_under_detail_names_each_ranks_collective():
+    with pytest.raises(WorkerError) as failure:
+        run_ranks(rank0_evaluation, 2, show_output=False)
+    messages = failure.value.failures
+    assert "Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=2, OpType=_ALLGATHER_BASE" in messages[0]
+    assert "Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=2OpType=BARRIER" in messages[1]
 
 
 def test_the_step_schematic_labels_ddp_as_one_bucket():
