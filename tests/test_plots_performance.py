@@ -169,7 +169,8 @@ def test_the_step_sketches_draw_one_row_per_lane():
     assert "1.25" in title and "illustrative" in title
     ring = draw_ring_vs_gloo(world_size=4).axes[0]
     texts = [t.get_text() for t in ring.texts]
-    assert texts.count("Python") == 6 + 1 and "6 Python calls" in texts
+    assert texts.count("Py") == 6 + 1 and "6 Python calls, 6 messages of S/N" in texts
+    assert "1 Python call, 12 of S/2N" in texts and "more and smaller messages in gloo" in ring.get_title()
 
 
 def test_plot_allreduce_labels_oversubscribed_ranks_and_draws_a_given_fit_from_its_size():

@@ -9,14 +9,16 @@ import matplotlib.pyplot as plt
 from ddp_lib.plots.performance import _lane_bars
 
 COLORS = {"compute": "tab:blue", "copy": "lightgrey", "α": "tab:red", "S / β": "tab:orange",
-          "opt.": "tab:green", "Python": "tab:purple", "send/recv": "tab:orange"}
+          "opt.": "tab:green", "Python": "tab:purple", "Py": "tab:purple", "S/N": "tab:orange",
+          "S/2N": "tab:orange"}
 
 
-def _row(ax, row: int, parts: list[tuple[str, float]], start: float = 0.0) -> float:
+def _row(ax, row: int, parts: list[tuple[str, float]], start: float = 0.0, labelled: bool = True) -> float:
     """Draw ``parts`` (label, length) back to back on ``row`` from ``start``; return where they end."""
     for label, length in parts:
         _lane_bars(ax, row, [(start, start + length)], COLORS[label])
-        if length >= 0.45 and label != "copy":  # copies are labelled outside, by the sketch that draws them
+        # copies are labelled outside, by the sketch that draws them
+        if labelled and length >= 0.45 and label != "copy":
             ax.text(start + length / 2, row, label, ha="center", va="center", fontsize=9)
         start += length
     return start
@@ -93,15 +95,18 @@ def draw_scaling_sketch(step: float = 1.0, alpha: float = 0.6):
 
 
 def draw_ring_vs_gloo(world_size: int = 4, python: float = 0.8, transfer: float = 1.0):
-    """Schematic: lesson 01's ring makes a Python call (isend, recv, wait, add) at each of its
-    2 (N - 1) steps; gloo's all-reduce is one Python call, then its C++ loop sends and receives the
-    same steps with no Python in between. Returns the Figure."""
-    steps = 2 * (world_size - 1)
+    """Schematic of one rank ("Py": time in Python): lesson 01's ring makes a Python call (isend, recv,
+    wait, add) at each of its 2 (N - 1) steps, each sending S / N bytes; gloo's all-reduce is one Python
+    call, then its C++ loop sends the same bytes as 4 (N - 1) messages of S / 2N (a tensor below
+    2N MiB, every segment holding data) with no Python in between. Returns the Figure."""
+    steps, messages = 2 * (world_size - 1), 4 * (world_size - 1)
     fig, ax = plt.subplots(figsize=(9, 1.8))
-    ring_end = _row(ax, 0, [part for _ in range(steps) for part in (("Python", python), ("send/recv", transfer))])
-    gloo_end = _row(ax, 1, [("Python", python)] + [("send/recv", transfer)] * steps)
-    ax.text(ring_end + 0.2, 0, f"{steps} Python calls", va="center", fontsize=9)
-    ax.text(gloo_end + 0.2, 1, "1 Python call", va="center", fontsize=9)
-    ax.set_xlim(0, ring_end * 1.25)
+    ring_end = _row(ax, 0, [part for _ in range(steps) for part in (("Py", python), ("S/N", transfer))])
+    gloo_end = _row(ax, 1, [("Py", python)])
+    gloo_end = _row(ax, 1, [("S/2N", transfer / 2)] * messages, gloo_end, labelled=False)
+    ax.text(ring_end + 0.2, 0, f"{steps} Python calls, {steps} messages of S/N", va="center", fontsize=9)
+    ax.text(gloo_end + 0.2, 1, f"1 Python call, {messages} of S/2N", va="center", fontsize=9)
+    ax.set_xlim(0, ring_end * 1.45)
     return _finish(fig, ax, ["lesson 01's ring", "gloo's all_reduce"],
-                   f"{world_size} ranks, {steps} steps: the same messages, Python once or at each step (a sketch)")
+                   f"{world_size} ranks, one rank's sends: the same bytes, "
+                   "more and smaller messages in gloo (a sketch)")
