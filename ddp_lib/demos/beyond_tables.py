@@ -373,7 +373,7 @@ def print_loop_parts(loop: list[dict]) -> dict:
           f"{more}clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
     print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}"
           f"{more}sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}"
-          f"{more}against float32, on one batch of this MLP: outputs' relative error "
+          f"{more}one batch, against float32: outputs' relative error "
           f"{precision_verdict(mixed['output_rel_err'], 0.01)}"
           f"{more}reduce-scattered gradients' relative error {precision_verdict(mixed['grad_rel_err'], 0.1)}")
     print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
