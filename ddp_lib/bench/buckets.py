@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ddp_lib.bench.ranks import DDP_WIDTHS, bucket_sweep
 from ddp_lib.bench.report import machine, run_main
-from ddp_lib.bench.wide import sign_test_wins
+from ddp_lib.bench.wide import paired_wins, sign_test_wins
 from ddp_lib.launch import run_ranks
 
 FULL_RUN = Path(__file__).with_name("results") / "buckets.json"
@@ -69,8 +69,7 @@ def timed_verdict(result: dict, cut: bool = False) -> str:
     lines = ([f"{2 * len(others)} tests: a side counts as shorter in at least {needed} of {len(default)} paired rounds"]
              if cut else [])
     for label in others:
-        mine = sum(c < d for c, d in zip(rounds[label], default))
-        theirs = sum(d < c for c, d in zip(rounds[label], default))
+        mine, theirs = paired_wins(rounds[label], default)
         shorter = f"cap {label}" if mine >= needed else "default" if theirs >= needed else "undecided"
         lines.append(f"cap {label:>5} against the default: shorter in {mine} of {len(default)} rounds, "
                      f"the default in {theirs}; shorter: {shorter}")

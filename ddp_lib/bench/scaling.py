@@ -107,7 +107,7 @@ def verdict(result: dict, policy: str = "one", cut: bool = False) -> str:
     """Samples per second on 2 (and 4) ranks against 1 rank, one thread per rank, judged by a sign test over
     the rounds (each round runs every configuration in turn, so they share its load), both ways for each
     world size; ranks beyond the cores marked as oversubscribed. Each line prints the cut with ``cut``."""
-    from ddp_lib.bench.wide import sign_test_wins
+    from ddp_lib.bench.wide import paired_wins, sign_test_wins
 
     cores = result["cpu_count"]
     rows = {r["world_size"]: r for r in result["rows"] if r["policy"] == policy}
@@ -118,8 +118,7 @@ def verdict(result: dict, policy: str = "one", cut: bool = False) -> str:
     for ws in others:
         r = rows[ws]
         crowded = f" ({ws} ranks on {cores} cores: oversubscribed)" if ws > cores else ""
-        more = sum(x > y for x, y in zip(r["rounds_samples_per_s"], one))
-        fewer = sum(x < y for x, y in zip(r["rounds_samples_per_s"], one))
+        fewer, more = paired_wins(r["rounds_samples_per_s"], one)
         said = "more" if more >= needed else "fewer" if fewer >= needed else "undecided"
         lines.append(f"{ws} ranks{crowded}: {r['speedup']:.2f}x the 1-rank rate (medians); more samples/s than "
                      f"1 rank in {more} of {len(one)} rounds, fewer in {fewer}; "

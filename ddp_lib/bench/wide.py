@@ -130,6 +130,12 @@ def sign_test_wins(rounds: int, tests: int = 1, level: float = SIGN_TEST_LEVEL) 
     return rounds + 1
 
 
+def paired_wins(first: list[float], second: list[float]) -> tuple[int, int]:
+    """Over paired rounds, how many rounds ``first`` was lower in and how many ``second`` was (ties count
+    for neither): the two counts a sign test judges."""
+    return sum(a < b for a, b in zip(first, second)), sum(b < a for a, b in zip(first, second))
+
+
 def full_run() -> dict:
     """The run kept in the repository (``FULL_RUN``), as ``measure()`` returned it."""
     return json.loads(FULL_RUN.read_text())
@@ -150,8 +156,7 @@ def verdict(result: dict, tests: int = 6, cut: bool = False) -> str:
     for way, label, name in (("one process", "one process, 1 thread", "one process"),
                              ("one process, 2 threads", "one process, 2 threads", "one process"),
                              ("DDP, one bucket", "one bucket", "default buckets")):
-        mine = sum(d < a for d, a in zip(ddp_ms, rounds[way]))
-        theirs = sum(a < d for d, a in zip(ddp_ms, rounds[way]))
+        mine, theirs = paired_wins(ddp_ms, rounds[way])
         winner = "DDP" if mine >= needed else label if theirs >= needed else "undecided"
         if name == "default buckets":
             winner = "default buckets" if mine >= needed else winner
