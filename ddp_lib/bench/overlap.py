@@ -267,17 +267,16 @@ def paired_verdict(result: dict, part: str, tests: int = PROFILE_TESTS) -> str:
     """The sign test on one part of step_summary() over the profile's paired rounds, small buckets against
     one bucket: "lower" or "higher" (small buckets' part against one bucket's) or "undecided", with the
     wins each way, p and the cut for ``tests`` tests."""
-    from ddp_lib.bench.wide import sign_test_p, sign_test_wins
+    from ddp_lib.bench.wide import paired_wins, sign_test_p, sign_test_wins
 
-    rounds = list(zip(result["steps"][f"{result['bucket_cap_mb']:g}"],
-                      result["steps"][f"{result['one_bucket_cap_mb']:g}"]))
-    cut = sign_test_wins(len(rounds), tests=tests)
-    small_wins = sum(s[part] < o[part] for s, o in rounds)
-    one_wins = sum(o[part] < s[part] for s, o in rounds)
+    small = [step[part] for step in result["steps"][f"{result['bucket_cap_mb']:g}"]]
+    one = [step[part] for step in result["steps"][f"{result['one_bucket_cap_mb']:g}"]]
+    cut = sign_test_wins(len(small), tests=tests)
+    small_wins, one_wins = paired_wins(small, one)
     wins = max(small_wins, one_wins)
     verdict = "undecided" if wins < cut else ("lower" if small_wins > one_wins else "higher")
-    return (f"{verdict}: small buckets shorter in {small_wins} of {len(rounds)} rounds, one bucket in {one_wins}; "
-            f"p = {sign_test_p(wins, len(rounds)):.2g}, a verdict needs {cut}")
+    return (f"{verdict}: small buckets shorter in {small_wins} of {len(small)} rounds, one bucket in {one_wins}; "
+            f"p = {sign_test_p(wins, len(small)):.2g}, a verdict needs {cut}")
 
 
 def main(argv: list[str]) -> int:
