@@ -277,7 +277,15 @@ def test_the_lesson_schematics_draw():
 
 
 def test_the_habit_schematics_draw_one_row_per_rank():
-    from ddp_lib.plots.loop_sketches import plot_no_sync_accumulation, plot_save_then_barrier, plot_seeds
+    from ddp_lib.plots.loop_sketches import (
+        plot_buffer_drift,
+        plot_no_sync_accumulation,
+        plot_save_then_barrier,
+        plot_seeds,
+    )
+
+    # per step one broadcast across the ranks and a box per rank, then an evaluation box per rank
+    assert len(plot_buffer_drift(3, 2).axes[0].patches) == 3 * (1 + 2) + 2
 
     without, with_barrier = plot_save_then_barrier().axes
     assert len(without.patches) == 3 and len(with_barrier.patches) == 6  # the barrier adds its boxes
@@ -707,6 +715,9 @@ def test_the_kept_inductor_run_holds_the_three_backends_it_names():
     for name, run in kept["runs"].items():
         assert run["steps"] == 64 and run["first_step_s"] > 0 and run["steady_step_s"] > 0, name
         assert run["compiled_graphs"] == (0 if name == "eager" else 1), name
+        for key in ("first_step", "steady_step"):  # the median of the repeats, within their smallest and largest
+            low, high = run[f"{key}_range_s"]
+            assert low <= run[f"{key}_s"] <= high and run["repeats"] >= 2, (name, key)
     assert kept["runs"]["inductor"]["first_step_s"] > 10 * kept["runs"]["aot_eager"]["first_step_s"]
     assert kept["machine"]["cpus"] >= 1 and kept["torch"].startswith("2.")
 

@@ -1,8 +1,10 @@
 """Lesson 09's kept run of the compiled loop with inductor: ``LoopNet(hidden=256)`` for 4 epochs (64
 steps) on 2 gloo ranks, eager, then compiled with ``aot_eager``, then with ``inductor`` from an empty
 cache.
-Inductor's first step generates C++ and compiles it, about a minute on a 2-core machine: too long
-for the lesson's Run All, so the lesson reads this file. It needs a C++ compiler.
+Inductor's first step generates C++ and compiles it, tens of seconds on a 2-core machine: too long
+for the lesson's Run All, so the lesson reads this file. It needs a C++ compiler. The job runs
+``REPEATS`` times, each from a new empty cache; each number kept is the median of the repeats, with
+their smallest and largest.
 
     python -m ddp_lib.demos.inductor_timing > ddp_lib/demos/recorded/inductor_timing.json   # a new kept run
 """
@@ -10,6 +12,7 @@ for the lesson's Run All, so the lesson reads this file. It needs a C++ compiler
 import json
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -23,6 +26,7 @@ KEPT_RUN = Path(__file__).with_name("recorded") / "inductor_timing.json"
 WIDE = dict(epochs=4, hidden=256)  # the lesson's timed runs run 1 epoch: 4 give a steadier median
 TIMED = {"eager": WIDE, "aot_eager": dict(WIDE, compile=True, compile_backend="aot_eager"),
          "inductor": dict(WIDE, compile=True, compile_backend="inductor")}
+REPEATS = 3
 
 
 def kept_run() -> dict:
@@ -30,27 +34,37 @@ def kept_run() -> dict:
     return json.loads(KEPT_RUN.read_text())
 
 
-def record() -> dict:
-    """Run the three loops in one job on 2 ranks, inductor's cache in a new empty folder."""
+def record(repeats: int = REPEATS) -> dict:
+    """Run the three loops in one job on 2 ranks, ``repeats`` times, inductor's cache in a new empty folder
+    each time. Each timing is the median of the repeats; ``*_range_s`` holds their smallest and largest."""
     from ddp_lib.demos.loop_runs import measured_runs
     from ddp_lib.launch import run_ranks
 
     load_before = os.getloadavg()[0]
-    with tempfile.TemporaryDirectory() as cache:
-        ranks = run_ranks(measured_runs, 2, kwargs=dict(runs=TIMED), show_output=False, timeout=1800,
-                          env={"TORCHINDUCTOR_CACHE_DIR": cache})  # empty: the first step compiles
-    eager = ranks[0]["eager"]
+    jobs = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as cache:
+            jobs.append(run_ranks(measured_runs, 2, kwargs=dict(runs=TIMED), show_output=False, timeout=1800,
+                                  env={"TORCHINDUCTOR_CACHE_DIR": cache})[0])  # empty: the first step compiles
+    load_after = os.getloadavg()[0]
+    eager = jobs[0]["eager"]
     runs = {}
-    for name, run in ranks[0].items():
-        timing = compile_timing(run["step_seconds"])
+    for name, run in jobs[0].items():
+        timings = [compile_timing(job[name]["step_seconds"]) for job in jobs]
+        first = [t["first_step_s"] for t in timings]
+        steady = [t["steady_step_s"] for t in timings]
         max_diff = max(abs(a - b) for a, b in zip(run["params"], eager["params"]))
-        runs[name] = {"first_step_s": round(timing["first_step_s"], 4),
-                      "steady_step_s": round(timing["steady_step_s"], 6),
+        runs[name] = {"first_step_s": round(statistics.median(first), 4),
+                      "first_step_range_s": [round(min(first), 4), round(max(first), 4)],
+                      "steady_step_s": round(statistics.median(steady), 6),
+                      "steady_step_range_s": [round(min(steady), 6), round(max(steady), 6)],
+                      "repeats": repeats,
                       "steps": len(run["step_seconds"]), "compiled_graphs": run["compiled_graphs"],
                       "params_max_diff_from_eager": max_diff,
                       "loss_gap_from_eager": max(abs(a - b) for a, b in zip(run["losses"], eager["losses"]))}
     return {"runs": runs,
             "machine": {"cpus": os.cpu_count(), "load_average_before": round(load_before, 2),
+                        "load_average_after": round(load_after, 2),
                         "processor": platform.processor() or platform.machine()},
             "torch": torch.__version__, "recorded": time.strftime("%Y-%m-%d", time.gmtime())}
 

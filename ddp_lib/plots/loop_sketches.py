@@ -1,5 +1,6 @@
-"""Schematics for lesson 09's habits of a DDP loop: a barrier after rank-0-only saving, gradient
-accumulation under ``no_sync``, and which seed each kind of randomness takes. One row per rank,
+"""Schematics for lesson 09's habits of a DDP loop: batch norm's buffers drifting apart after the last
+step, a barrier after rank-0-only saving, gradient accumulation under ``no_sync``, and which seed each
+kind of randomness takes. One row per rank,
 time running right; boxes of one colour hold the same values on every rank."""
 
 from __future__ import annotations
@@ -19,6 +20,35 @@ def _box(ax, x: float, y: float, width: float, text: str, colour: str = "0.85", 
 def _rank_labels(ax, world_size: int) -> None:
     for rank in range(world_size):
         ax.text(-0.15, world_size - 1 - rank, f"rank {rank}", ha="right", va="center", fontsize=9)
+
+
+def plot_buffer_drift(steps: int = 2, world_size: int = 2):
+    """Batch norm's buffers under DDP: each training forward starts with DDP broadcasting rank 0's
+    buffers (grey, the same on every rank), then batch norm updates them from each rank's own batch
+    (coloured, different per rank). No forward follows the last step's, so the buffers stay different
+    until the evaluation broadcasts them. Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(11, 0.9 * world_size + 1.1))
+    x = 0.0
+    for step in range(steps):
+        ax.add_patch(plt.Rectangle((x, -0.35), 0.9, world_size - 0.3, facecolor="tab:red", alpha=0.5,
+                                   edgecolor="black"))
+        ax.text(x + 0.45, (world_size - 1) / 2, "DDP\nbroadcasts\nrank 0's\nbuffers", ha="center", va="center",
+                fontsize=7)
+        for rank in range(world_size):
+            _box(ax, x + 1.0, world_size - 1 - rank, 1.9, f"step {step + 1}: batch norm updates\n"
+                 "running_mean from\nthis rank's batch", RANK_COLOURS[rank])
+        x += 3.1
+    for rank in range(world_size):
+        _box(ax, x, world_size - 1 - rank, 1.6, "evaluate: buffers\ndiffer per rank", RANK_COLOURS[rank])
+    ax.text(x + 0.8, world_size - 0.45, "no forward follows the last step", ha="center", fontsize=7, color="0.3")
+    _rank_labels(ax, world_size)
+    ax.set_xlim(-1.0, x + 1.8)
+    ax.set_ylim(-0.5, world_size)
+    ax.axis("off")
+    ax.set_title("batch norm's buffers under DDP: equal after each broadcast, different after the last step "
+                 "(time runs right)", fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def plot_save_then_barrier():
