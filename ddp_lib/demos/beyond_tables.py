@@ -431,7 +431,7 @@ def print_bucket_copy(runs2: dict) -> None:
         print(f"{s:>8}: gradients in {layout['gradient_storages']} storage(s), DDP's bucket of "
               f"{layout['bucket_bytes'] / 1e6:.2f} MB; every gradient lies inside it: "
               f"{layout['gradients_inside_buckets']}")
-    for s in ("ddp", "ddp_view", "zero1"):
+    for s in ("ddp", "ddp_view"):
         r = runs2[s][0]
         print(f"{s:>8}: rank 0 holds {counted(r) / 1e6:.3f} MB counted, {held(r) / 1e6:.3f} MB with DDP's bucket copy")
     copy = {s: [held(r) - counted(r) for r in runs2[s]] for s in ("ddp", "ddp_view")}
