@@ -169,3 +169,17 @@ def test_the_epoch_end_probe_lines_leave_out_the_branch_placement():
     assert lines.index("if rank == 0:") < lines.index("evaluations.append(") < lines.index(
         'if probe == "epoch_end":') < lines.rindex("dist.barrier()")
     assert "if rank == 0:\n        evaluations.append(" in lines  # no "..." where the branch's lines were
+
+
+def test_a_skipped_backward_leaves_the_replicas_equal_and_skipping_on_every_rank_fixes_it():
+    from ddp_lib.demos import skipped_backward
+
+    with pytest.raises(WorkerError) as caught:
+        run_ranks(skipped_backward.train_skipping_backward, 2, show_output=False)
+    updates = [[line.split(": ")[1] for line in caught.value.outputs[rank][0].splitlines() if "after update" in line]
+               for rank in (0, 1)]
+    assert len(updates[0]) == len(updates[1]) == 3 and updates[0] == updates[1]  # pairs one step apart, same params
+    runs = run_ranks(skipped_backward.train_skipping_backward, 3, kwargs=dict(skip_on_every_rank=True),
+                     show_output=False)
+    assert [run["backwards"] for run in runs] == [3, 3, 3]
+    assert runs[0]["updates"] == runs[1]["updates"] == runs[2]["updates"]
