@@ -56,7 +56,8 @@ def test_the_dead_rank_sketch_has_one_lane_per_rank_and_one_killed_rank():
 def test_the_collision_and_port_sketches_name_what_goes_wrong():
     assert "same number (5th), different kinds: not matched, each waits" in texts(plot_loop_collision())
     assert "address already in use" in texts(plot_port_choice())
-    assert "job D\n(no options)" in texts(plot_port_choice())  # the plain job gets a free port too
+    assert "plain\n(no options)" in texts(plot_port_choice())  # the plain job gets a free port too
+    assert "taken\n--master-port P" in texts(plot_port_choice())  # named as the lesson's cell names its jobs
     assert "29500" not in texts(plot_port_choice())  # the lesson's cell takes a random port: P
 
 

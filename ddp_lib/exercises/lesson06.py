@@ -122,8 +122,9 @@ def check_two_node_restart(folder: str | Path = "my_work") -> Report:
     if not all(log.is_file() for log in logs):
         others = sorted(p.name for p in folder.glob("ex3_node*.log") if p not in logs)
         if others:
-            report.fail(f"found {', '.join(others)}, not ex3_node0.log and ex3_node1.log: in a `!` line write "
-                        "the shell's variable as `$$n`; a plain `$n` takes a Python variable `n` if one exists")
+            report.fail(f"found {', '.join(others)}, not ex3_node0.log and ex3_node1.log: run the loop in the "
+                        "exercise's `%%bash` cell; in a `!` line a plain `$n` takes a Python variable `n` if one "
+                        "exists, and the shell's is written `$$n`")
         else:
             report.fail(f"{folder / 'ex3_node0.log'} is missing: run exercise 3's cell first")
         return report
@@ -162,7 +163,8 @@ def check_two_node_restart(folder: str | Path = "my_work") -> Report:
     for m in (0, 1):
         attempts = _attempt_folders(folder / f"ex3_node{m}")
         if not attempts:
-            report.fail(f"{folder / f'ex3_node{m}'} holds no attempt folder: give `--log-dir my_work/ex3_node$$n`")
+            report.fail(f"{folder / f'ex3_node{m}'} holds no attempt folder: give"
+                        " `--log-dir my_work/ex3_node$n`, as the exercise's `%%bash` cell does")
             return report
         if "attempt_1" in attempts:
             spent.append(m)

@@ -88,9 +88,9 @@ def plot_restart_timeline(epochs: int, fail_in_epoch: int, world_size: int = 2) 
 
 
 def plot_port_choice() -> Figure:
-    """Three one-node jobs on one machine: left, a --standalone job (a --master-port given beside it is
-    ignored) and a job given no options, each on a free port of its own; right, a job given
-    --master-port without --standalone finds that port taken."""
+    """The three one-node jobs of lesson 06's port cell, named as there: left, ``standalone`` (its
+    --master-port P is ignored) and ``plain`` (no options), each on a free port of its own; right,
+    ``taken``, given --master-port P without --standalone, finds P held by another program."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 2.6))
     titles = ("--standalone (a --master-port is ignored), or no options:\neach job gets a free port",
               "--master-port P without --standalone: P is taken")
@@ -100,18 +100,18 @@ def plot_port_choice() -> Figure:
         ax.axis("off")
         ax.set_title(title, fontsize=9)
     left, right = axes
-    for i, (job, port) in enumerate((("job A\n--standalone", "port 41873"), ("job B\n--standalone", "port 52219"),
-                                     ("job D\n(no options)", "port 38507"))):
-        y = 2.2 - i * 1.0
-        box(left, 0.2, y, 1.6, 0.75, job, "#fde9c9")
+    for i, (job, port) in enumerate((("standalone\n--standalone --master-port P", "port 41873"),
+                                     ("plain\n(no options)", "port 38507"))):
+        y = 1.8 - i * 1.3
+        box(left, 0.1, y, 2.2, 0.75, job, "#fde9c9")
         box(left, 2.9, y, 1.8, 0.75, f"its ranks' store\n{port} (free)", "#d9ead3")
-        arrow(left, (1.8, y + 0.375), (2.9, y + 0.375), "green")
+        arrow(left, (2.3, y + 0.375), (2.9, y + 0.375), "green")
     box(right, 0.2, 1.7, 1.6, 0.8, "another program", "#eeeeee")
     box(right, 2.9, 1.05, 1.8, 0.8, "port P", "#f4cccc")
     arrow(right, (1.8, 2.1), (2.9, 1.6), "grey")
-    box(right, 0.2, 0.4, 1.6, 0.8, "job C\n--master-port P", "#fde9c9")
+    box(right, 0.2, 0.4, 1.6, 0.8, "taken\n--master-port P", "#fde9c9")
     arrow(right, (1.8, 0.8), (2.9, 1.3), "red")
-    right.text(2.35, 0.45, "address already in use", color="red", fontsize=8, ha="center")
+    right.text(1.9, 0.2, "address already in use", color="red", fontsize=8, ha="left")
     fig.tight_layout()
     return fig
 
