@@ -139,7 +139,10 @@ def labelled_spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, 
     """Run ``fn(i, *args)`` for i in range(nprocs), each in its own process; return the
     results in rank order. Raises RankRaisedError or RankExitedError (torch's
     ProcessRaisedException and ProcessExitedException, and WorkerError), LaunchTimeout
-    after ``timeout`` seconds (None: no deadline), LaunchInputError for bad input."""
+    after ``timeout`` seconds (None: no deadline), LaunchInputError for bad input.
+
+    ``start_method="spawn"``, the default, keeps torch's call as it is written but does not use the
+    spawn start method: the ranks start from ddp_lib's forkserver (see the module's docstring)."""
     if join is not True:
         raise LaunchInputError(
             f"join must be True, got {join!r}: ddp_lib.mp.labelled_spawn returns when every rank has finished, so that "

@@ -1,5 +1,6 @@
 """Lesson 01's failing collectives on real gloo groups: a peer that exits mid-collective, and ranks
-that all-reduce tensors of different shapes, with and without TORCH_DISTRIBUTED_DEBUG=DETAIL."""
+that all-reduce tensors of different shapes, with and without TORCH_DISTRIBUTED_DEBUG=DETAIL, or of
+different dtypes of one width."""
 
 import pytest
 from torch.multiprocessing import ProcessExitedException
@@ -50,3 +51,11 @@ def test_detail_mismatch_names_each_field_that_differs_and_nothing_else():
     assert disagreeing_ranks.detail_mismatch(error) == (
         "OpType: rank 0 ALLREDUCE, rank 1 BROADCAST; TensorShape: rank 0 [3, 2], rank 1 [4, 2]")
     assert disagreeing_ranks.detail_mismatch("Connection closed by peer") == ""
+
+
+def test_a_dtype_of_the_same_width_passes_silently_and_mixes_the_bits():
+    rank0, rank1 = ddp_lib.mp.labelled_spawn(disagreeing_ranks.mismatched_dtypes, args=(2,), nprocs=2)
+    assert (rank0["dtype"], rank1["dtype"]) == ("float32", "int32")
+    assert rank0["error"] == rank1["error"] == ""
+    assert rank0["as_other_dtype"] == rank1["after"] and rank1["as_other_dtype"] == rank0["after"]
+    assert [2, 4, 6] not in (rank0["after"], rank1["after"])

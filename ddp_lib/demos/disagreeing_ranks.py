@@ -1,6 +1,7 @@
-"""Lesson 01's two ways a collective fails at once: a peer that exits while a rank waits in it, and
-ranks that pass tensors of different shapes. Each returns the error gloo raised, without the parts
-that change from run to run (source paths, addresses, ports)."""
+"""Lesson 01's ranks that disagree: a peer that exits while a rank waits in a collective, ranks that
+pass tensors of different shapes, and ranks that pass one shape in two dtypes of one width (which
+gloo does not notice). Each returns the error gloo raised, without the parts that change from run to
+run (source paths, addresses, ports)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,19 @@ def mismatched_shapes(rank: int, world_size: int, detail: bool = False, numel: i
         done_at = time.monotonic()  # one clock for every process of this machine
         return {"rank": rank, "numel": mine.numel(), "after": mine.tolist(), "error": error, "done_at": done_at,
                 "mismatch": detail_mismatch(error), "unchanged": mine.tolist() == list(range(1, numel + 1 + rank))}
+
+
+def mismatched_dtypes(rank: int, world_size: int) -> dict:
+    """Rank 0 all-reduces float32 ``[1., 2., 3.]``, every other rank int32 ``[1, 2, 3]``: one shape,
+    one width (4 bytes), two dtypes. ``as_other_dtype``: this rank's result read as the other dtype's
+    bits, to compare with what the other ranks got."""
+    with process_group(rank, world_size):
+        mine = torch.tensor([1, 2, 3], dtype=torch.float32 if rank == 0 else torch.int32)
+        try:
+            dist.all_reduce(mine)
+            error = ""
+        except RuntimeError as exc:
+            error = gloo_message(str(exc))
+        other = torch.int32 if rank == 0 else torch.float32
+        return {"rank": rank, "dtype": str(mine.dtype).removeprefix("torch."), "after": mine.tolist(),
+                "as_other_dtype": mine.view(other).tolist(), "error": error}

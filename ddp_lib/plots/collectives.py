@@ -95,17 +95,20 @@ def plot_barrier(results: list[dict]) -> Figure:
 
 def plot_ring_steps(results: list[dict]) -> Figure:
     """Every rank's tensor after each step of the ring all-reduce (from ``ring_steps``): partial
-    sums grey, finished sums green."""
+    sums grey, finished sums green. Between two steps, an arrow from each rank to its right
+    neighbour, labelled with the chunk it sent: at step t, rank r sends chunk (r - t + 1) mod N."""
     world_size = len(results)
     steps = len(results[0]["history"])
+    gap = 1.6  # room for the arrows between two steps
+    stride = world_size + gap
     # A cell still holds a starting value if it equals some rank's start at that position
     # (with lesson 01's numbers, a partial sum never does for N <= 4).
     starts = [{r["history"][0][i] for r in results} for i in range(world_size)]
     final = results[0]["history"][-1]
-    fig = plt.figure(figsize=(1.2 + 0.42 * steps * (world_size + 1), 1.0 + 0.45 * world_size), layout="constrained")
+    fig = plt.figure(figsize=(1.2 + 0.42 * steps * stride, 1.0 + 0.45 * world_size), layout="constrained")
     ax = fig.subplots()
     for step in range(steps):
-        x0 = step * (world_size + 1)
+        x0 = step * stride
         for r in results:
             values = r["history"][step]
             for i, value in enumerate(values):
@@ -115,9 +118,21 @@ def plot_ring_steps(results: list[dict]) -> Figure:
         phase = "start" if step == 0 else ("reduce-scatter" if step < world_size else "all-gather")
         label = phase if step == 0 else f"{phase}\nstep {step if step < world_size else step - world_size + 1}"
         ax.text(x0 + world_size / 2, world_size - 0.3, label, ha="center", va="top", fontsize=8)
-    _rank_axis(ax, world_size, steps * (world_size + 1) - 1)
+        if step:  # the sends that led here, in the gap before this step's block
+            for sender in range(world_size):
+                x = x0 - gap + 0.3 + sender * (gap - 0.6) / max(world_size - 1, 1)
+                receiver = (sender + 1) % world_size
+                down = receiver > sender
+                ax.annotate("", xy=(x, receiver - 0.25 if down else receiver + 0.25),
+                            xytext=(x, sender + 0.25 if down else sender - 0.25),
+                            arrowprops=dict(arrowstyle="->", color="dimgrey", lw=1.3))
+                ax.text(x, sender + (0.12 if down else -0.12), str((sender - step + 1) % world_size),
+                        ha="center", va="top" if down else "bottom", fontsize=7.5,
+                        bbox=dict(facecolor="white", edgecolor="none", pad=0.3))
+    _rank_axis(ax, world_size, (steps - 1) * stride + world_size)
     ax.set_ylim(world_size + 0.5, -0.6)
-    ax.set_title("ring all-reduce: each rank sends one chunk to its right neighbour per step")
+    ax.set_title("ring all-reduce: each step, each rank sends one chunk (its number on the arrow) "
+                 "to its right neighbour", fontsize=9)
     return fig
 
 
