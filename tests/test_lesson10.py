@@ -450,7 +450,8 @@ def test_the_step_schematic_labels_ddp_as_one_bucket():
     labels = [tick.get_text() for tick in fig.axes[0].get_yticklabels()]
     plt.close(fig)
     # top row first: DDP's single all-reduce is drawn after backward because this model fits one bucket
-    assert labels[::-1] == ["DDP (one bucket here)", "ZeRO-1 (torch)", "FSDP2", "FSDP2, no reshard"]
+    assert labels[::-1] == ["DDP (one bucket here)", "ZeRO-1: broadcasts one\nper tensor, drawn per layer", "FSDP2",
+                            "FSDP2, no reshard"]
 
 
 def test_the_performance_pages_lesson_10_code_prints_what_the_page_shows():

@@ -128,17 +128,17 @@ def plot_step_schedules(layers: int = 3, strategies: tuple[str, ...] | None = No
         ax.text(x + 0.2, y, f"sent: {sent:g} layers", va="center", fontsize=9)
         right = max(right, x)
     # On this 1 MB model DDP's gradients fit one bucket: its all-reduce starts after the whole backward.
-    shown = {"DDP": "DDP (one bucket here)"}
+    shown = {"DDP": "DDP (one bucket here)", "ZeRO-1 (torch)": "ZeRO-1: broadcasts one\nper tensor, drawn per layer"}
     ax.set_yticks(range(len(schedules)), [shown.get(name, name) for name in reversed(schedules)])
     ax.set_xlim(0, right + 2.5)
     ax.set_ylim(-0.6, len(schedules) + 0.2)  # room for the legend above the top row
     ax.set_xticks([])
     if fixed_cost:
-        ax.set_xlabel(f"time, nothing overlapping. Collective width: a fixed cost of {fixed_cost:g} plus the bytes "
-                      "a rank sends, in units of one layer's weights. Compute boxes: fixed width", fontsize=8)
+        ax.set_xlabel(f"time, nothing overlapping. Collective width: a fixed cost of {fixed_cost:g} plus the bytes\n"
+                      "a rank sends, in units of one layer's weights. Compute boxes: fixed width", fontsize=10)
     else:
-        ax.set_xlabel("in order of the step, not time. Collective width: bytes a rank sends, in units of one layer's "
-                      "weights. Compute boxes: fixed width", fontsize=8)
+        ax.set_xlabel("in order of the step, not time. Collective width: bytes a rank sends, in units of one layer's\n"
+                      "weights. Compute boxes: fixed width", fontsize=10)
     ax.set_title(f"one step of {layers} layers on 2 ranks")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black") for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), fontsize="small", loc="upper right", ncol=5)
