@@ -62,10 +62,12 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
         dist.all_reduce(sums)  # [Logging on rank 0] sums of (loss x n, n): the exact mean over all ranks' samples
         if rank == 0:
             print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
-            # save everything the next epoch needs (Deeper: saving a checkpoint)
+            # save everything the next epoch needs, to a temporary name, then rename: a crash mid-save
+            # leaves the last whole checkpoint (Deeper: saving a checkpoint atomically)
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
-                        "next_epoch": epoch + 1}, CHECKPOINT)
+                        "next_epoch": epoch + 1}, CHECKPOINT + ".tmp")
+            os.replace(CHECKPOINT + ".tmp", CHECKPOINT)
         dist.barrier()  # every rank leaves the epoch only once the file is complete
     accuracy = evaluate(model, held_out, rank, world_size, device)  # every rank calls it: it all-reduces
     if rank == 0:
