@@ -28,11 +28,10 @@ cause. As under torch, a rank that calls ``sys.exit(0)``, ``exit()`` or ``os._ex
 finished (its result is None), and ``sys.exit(3)`` is exit code 3.
 
 Differences from torch, on purpose:
-- ``start_method="spawn"`` (torch's default) starts the ranks from ddp_lib's forkserver, which
-  has imported torch already: a child is still a fresh process that imports the main script
-  as ``__mp_main__``, as under spawn, but starts in milliseconds instead of seconds. "fork" and
-  "forkserver" are honoured as given. For real spawn, use ``ddp_lib.launch.run_ranks(...,
-  start_method="spawn")``.
+- The default start method is ddp_lib's forkserver (``start_method=None``), not spawn, torch's
+  default: the forkserver has imported torch already, so a child, still a fresh process that
+  imports the main script as ``__mp_main__`` as under spawn, starts in milliseconds instead of
+  seconds. "spawn", "fork" and "forkserver" are honoured as given.
 - ``join=False`` is refused: ranks run only inside the call, so that nothing is left running.
   Code that uses it goes on to read ``context.processes`` (multiprocessing.Process objects it may
   terminate, join or outlive) or to run its own loop around ``context.join(timeout)``; an object
@@ -135,21 +134,19 @@ def _iterable_args(args: object) -> tuple:
 
 
 def labelled_spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
-          start_method: str = "spawn", *, timeout: float | None = LAUNCH_TIMEOUT_S) -> list:
+          start_method: str | None = None, *, timeout: float | None = LAUNCH_TIMEOUT_S) -> list:
     """Run ``fn(i, *args)`` for i in range(nprocs), each in its own process; return the
     results in rank order. Raises RankRaisedError or RankExitedError (torch's
     ProcessRaisedException and ProcessExitedException, and WorkerError), LaunchTimeout
     after ``timeout`` seconds (None: no deadline), LaunchInputError for bad input.
 
-    ``start_method="spawn"``, the default, keeps torch's call as it is written but does not use the
-    spawn start method: the ranks start from ddp_lib's forkserver (see the module's docstring)."""
+    ``start_method=None``, the default, starts the ranks from ddp_lib's forkserver, where torch's
+    default is "spawn" (see the module's docstring); a start method given by name is used as given."""
     if join is not True:
         raise LaunchInputError(
             f"join must be True, got {join!r}: ddp_lib.mp.labelled_spawn returns when every rank has finished, so that "
             "nothing is left running; the ProcessContext that join=False returns hands out the rank processes "
             "themselves (for processes that outlive the call, use torch.multiprocessing)")
-    if start_method == "spawn":
-        start_method = None  # the forkserver where available: see the module's docstring
     checked = check_launch(fn, nprocs, _iterable_args(args), start_method=start_method, timeout=timeout,
                            passes_world_size=False)
     envs = rank_environments(checked.world_size, checked.backend, None, store_port=None)
