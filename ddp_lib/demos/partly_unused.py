@@ -1,9 +1,13 @@
 """Lesson 04's partly unused parameter: a head that only rank 1 uses. Without
 ``find_unused_parameters`` the rank that skips the head cannot finish its reduction, and its next
-forward raises; with it, that rank sends zeros for the head, so every rank ends with the average of
-the used rank's gradient and zeros."""
+forward raises, while the other rank waits in ``backward()`` for the group's timeout; with it, that
+rank sends zeros for the head, so every rank ends with the average of the used rank's gradient and
+zeros."""
 
 from __future__ import annotations
+
+import time
+from datetime import timedelta
 
 import torch
 from torch import nn
@@ -24,11 +28,17 @@ class TrunkAndHead(nn.Module):
         return h.sum(dim=1, keepdim=True) + (self.b(h) if use_b else 0)
 
 
-def head_used_by_rank_1(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 2) -> dict:
+def head_used_by_rank_1(rank: int, world_size: int, find_unused_parameters: bool = False, steps: int = 2,
+                        timeout_s: float = 3.0) -> dict:
     """Run ``steps`` steps where only rank 1 uses head ``b``. Returns this rank's own gradient of
     ``b.weight`` (computed without DDP; None where b is unused) and the one DDP leaves in ``.grad``
-    after the first step, both rounded to 4 places."""
-    with process_group(rank, world_size) as device:
+    after the first step, both rounded to 4 places.
+
+    Args:
+        timeout_s: the group's timeout. A rank whose forward raises prints its error and stays
+            alive past it, so that a rank left waiting in ``backward()`` reaches the timeout.
+    """
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)) as device:
         torch.manual_seed(0)
         plain = TrunkAndHead().to(device)
         model = DDP(plain, device_ids=[device.index] if device.type == "cuda" else None,
@@ -39,7 +49,13 @@ def head_used_by_rank_1(rank: int, world_size: int, find_unused_parameters: bool
         after = None
         for step in range(steps):
             model.zero_grad(set_to_none=True)
-            model(x, use_b).sum().backward()
+            try:
+                loss = model(x, use_b).sum()
+            except RuntimeError as e:  # the previous reduction did not finish on this rank
+                print(f"{type(e).__name__}: {str(e).split('. ')[0]}.", flush=True)
+                time.sleep(timeout_s + 30)  # alive, so the other rank waits out its timeout; stopped then
+                raise
+            loss.backward()
             if step == 0:
                 grad = plain.b.weight.grad
                 after = None if grad is None else [round(v, 4) for v in grad.flatten().tolist()]
