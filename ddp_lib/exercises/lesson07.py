@@ -108,26 +108,25 @@ def _check_named(named: object, world_size: int, form: str, wrong: Callable[[set
 
 def check_barrier_reading(missing: object) -> Report:
     """Exercise 1: the rank the probe at the epoch end (``probe="epoch_end"``) finds missing on 4 ranks, with the
-    worker as it comes: rank 0 evaluates through ``ddp`` and waits in DDP's buffer broadcast, so rank 0 is missing.
-    Rank 0's error is a timeout that names no rank; ranks 1 to 3 reached the barrier and point at rank 0, the
-    coordinator that never answered them."""
+    fixed evaluation (``through_module=True``) and rank 2 skipping the probe (``skip_probe_rank=2``). Rank 0's error
+    names rank 2; ranks 1 and 3 reached the barrier, and their "from rank 0" errors are echoes of rank 0's failure."""
     report, ranks = Report(), _ranks(missing)
     if ranks is None and isinstance(missing, (set, list, tuple, range)) and not missing:
-        report.fail("a rank is missing: every rank raised, and ranks 1 to 3 say they reached the barrier")
+        report.fail("a rank is missing: every rank raised, and rank 0's error names one")
     elif ranks is None:
         report.fail(f"write your reading: the rank(s) missing from the barrier, as a set of ints, such as {{1}}; "
                     f"got {missing!r}")
     elif outside := sorted(ranks - set(range(4))):
         report.fail(f"rank {outside[0]}: the run has ranks 0 to 3 only")
-    elif ranks == {0}:
-        report.ok("rank 0 is missing: its error names no rank, so it never reached the barrier; ranks 1 to 3 "
-                  "reached it and point at rank 0")
-    elif 0 not in ranks:
-        report.fail("ranks 1 to 3 each say they reached the barrier. Rank 0's error names no rank: "
-                    "rank 0's error is anything else, so rank 0 is missing")
+    elif ranks == {2}:
+        report.ok("rank 2 is missing: rank 0's error names it; ranks 1 and 3 reached the barrier, and their "
+                  "\"from rank 0\" errors are echoes of rank 0's failure")
+    elif 0 in ranks:
+        report.fail("rank 0's error names ranks, so rank 0 reached the barrier: read the ranks it names. "
+                    "The others' \"from rank 0\" errors are echoes of its failure")
     else:
-        report.fail("only rank 0 is missing: ranks 1 to 3 reached the barrier (each error says so) and point at "
-                    "rank 0")
+        report.fail("ranks 1 and 3 each say they reached the barrier: only the ranks rank 0's error names are "
+                    "missing")
     return report
 
 

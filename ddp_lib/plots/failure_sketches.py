@@ -54,7 +54,7 @@ def plot_loop_collision() -> Figure:
     ax.axis("off")
     box(ax, 0.2, 1.9, 2.6, 0.7, "rank 0: step, then\nif rank == 0: metric", SURVIVOR)
     box(ax, 3.4, 1.9, 3.0, 0.7, "all_reduce(metric)\n1 number", WAITING)
-    box(ax, 0.2, 0.4, 2.6, 0.7, "rank 1: next step's\nforward, backward", SURVIVOR)
+    box(ax, 0.2, 0.4, 2.6, 0.7, "rank 1: next step's\nforward", SURVIVOR)
     box(ax, 3.4, 0.4, 3.0, 0.7, "DDP's bucket rebuild:\nbroadcast from rank 0", WAITING)
     arrow(ax, (4.9, 1.9), (4.9, 1.1), "red", "<|-|>")
     ax.text(5.0, 1.5, "same number (5th), different kinds: not matched, each waits", color="red", fontsize=8,
