@@ -351,12 +351,17 @@ def test_bytes_sent_per_step_from_the_traced_collectives():
 def test_the_activation_checkpointing_schematic_keeps_one_input_and_recomputes():
     from ddp_lib.plots.beyond import plot_activation_checkpointing
 
-    # plain: 4 forwards, 4 backwards, 4 activations' lifetimes; checkpointed: 4 forwards, 4 forwards
-    # again, 4 backwards, the kept input's lifetime and 4 activations'; and the legend's two boxes
+    # plain: 4 forwards, 4 backwards, 4 activations' lifetimes; one segment: 4 forwards, 4 forwards
+    # again, 4 backwards, the kept input's lifetime and 4 activations'; each layer its own checkpoint:
+    # the same steps, 4 kept inputs and 4 activations; and the legend's two boxes
     fig = plot_activation_checkpointing(4)
-    assert len(fig.axes[0].patches) == (4 + 4 + 4) + (4 + 4 + 4 + 1 + 4) + 2
+    assert len(fig.axes[0].patches) == (4 + 4 + 4) + (4 + 4 + 4 + 1 + 4) + (4 + 4 + 4 + 4 + 4) + 2
     bars = {text.get_text(): text for text in fig.axes[0].texts}
-    assert {"input", "layer 1", "layer 4"} <= set(bars)
+    assert {"input", "input 1", "input 4", "layer 1", "layer 4"} <= set(bars)
+    # in the recipe's row, layer 4 runs again just before its backward, and layer 1 last
+    steps = [t.get_text() for t in fig.axes[0].texts if t.get_position()[1] == 1.5 + 0.3]
+    assert steps[4:12] == ["forward\n4 again", "backward\n4", "forward\n3 again", "backward\n3",
+                         "forward\n2 again", "backward\n2", "forward\n1 again", "backward\n1"]
 
 
 def test_the_who_holds_what_schematic_draws_every_stage():

@@ -174,45 +174,56 @@ def plot_mesh_2x2():
 
 
 def plot_activation_checkpointing(layers: int = 4):
-    """A schematic of one step of ``layers`` layers, plain and as one checkpointed segment, each
-    activation drawn as a bar over its lifetime. Plain: layer i's activation lives from "forward i"
-    to "backward i". Checkpointed: the forward keeps only the segment's input, until the segment's
-    backward ends; backward first runs the forward again, and layer i's activation lives from
-    "forward i again" to "backward i". Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(11, 3.6))
-    bar_h, gap = 0.12, 0.05  # one thin bar per activation, stacked under its row
-    rows = {"plain": 2.6, "checkpointed\nsegment": 0.9}
-    for name, y in rows.items():
-        checkpointed = name != "plain"
+    """A schematic of one step of ``layers`` layers, each activation drawn as a bar over its lifetime,
+    in three rows. Plain: layer i's activation lives from "forward i" to "backward i". One checkpointed
+    segment of all the layers: the forward keeps only the segment's input; backward first runs the whole
+    forward again, and layer i's activation lives from "forward i again" to "backward i". Each layer its
+    own checkpoint, as the lesson's recipe wraps each block: the forward keeps each layer's input, and
+    backward runs layer i's forward again just before "backward i". Returns the Figure."""
+    fig, ax = plt.subplots(figsize=(12, 7.2))
+    bar_h, gap = 0.2, 0.06  # one bar per kept tensor, stacked under its row
+    rows = {"plain": 6.0, f"one checkpointed\nsegment of {layers} layers": 3.9,
+            "each layer its own\ncheckpoint\n(the recipe below)": 1.5}
+    for row, (name, y) in enumerate(rows.items()):
         steps = [("forward", k, "0.85", f"forward\n{k + 1}") for k in range(layers)]
-        if checkpointed:
+        if row == 1:
             steps += [("again", k, "tab:orange", f"forward\n{k + 1} again") for k in range(layers)]
-        steps += [("backward", k, "tab:blue", f"backward\n{k + 1}") for k in reversed(range(layers))]
+        for k in reversed(range(layers)):
+            if row == 2:
+                steps.append(("again", k, "tab:orange", f"forward\n{k + 1} again"))
+            steps.append(("backward", k, "tab:blue", f"backward\n{k + 1}"))
         start = {}
         for x, (kind, k, color, label) in enumerate(steps):
-            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.5, facecolor=color, alpha=0.5 if kind != "forward" else 1,
+            ax.add_patch(plt.Rectangle((x, y), 0.9, 0.6, facecolor=color, alpha=0.5 if kind != "forward" else 1,
                                        edgecolor="black"))
-            ax.text(x + 0.45, y + 0.25, label, ha="center", va="center", fontsize=7)
+            ax.text(x + 0.45, y + 0.3, label, ha="center", va="center", fontsize=8)
             start[kind, k] = x
-        # lifetimes: from the start of the forward that makes an activation to the end of its backward
-        lives = [("input", start["forward", 0], start["backward", 0] + 0.9)] if checkpointed else []
-        lives += [(f"layer {k + 1}", start["again" if checkpointed else "forward", k], start["backward", k] + 0.9)
-                  for k in range(layers)]
+        # lifetimes: from the start of the forward that makes a tensor to the end of its backward
+        if row == 0:
+            lives = [(f"layer {k + 1}", start["forward", k], start["backward", k] + 0.9) for k in range(layers)]
+        elif row == 1:
+            lives = [("input", start["forward", 0], start["backward", 0] + 0.9)]
+            lives += [(f"layer {k + 1}", start["again", k], start["backward", k] + 0.9) for k in range(layers)]
+        else:
+            lives = [(f"input {k + 1}", start["forward", k], start["backward", k] + 0.9) for k in range(layers)]
+            lives += [(f"layer {k + 1}", start["again", k], start["backward", k] + 0.9) for k in range(layers)]
         for i, (what, first, last) in enumerate(lives):
             bar_y = y - (i + 1) * (bar_h + gap)
-            color = "tab:green" if what == "input" else "tab:red"
+            color = "tab:green" if what.startswith("input") else "tab:red"
             ax.add_patch(plt.Rectangle((first, bar_y), last - first, bar_h, facecolor=color, alpha=0.6,
                                        edgecolor="black"))
-            ax.text(first - 0.05, bar_y + bar_h / 2, what, ha="right", va="center", fontsize=6)
-        ax.text(-0.9, y + 0.25, name, ha="right", va="center", fontsize=9)
-    ax.add_patch(plt.Rectangle((0, -0.45), 0.3, 0.15, facecolor="tab:red", alpha=0.6, edgecolor="black"))
-    ax.text(0.4, -0.375, "a layer's activation, kept from the forward that makes it until its backward",
-            va="center", fontsize=7)
-    ax.add_patch(plt.Rectangle((6.5, -0.45), 0.3, 0.15, facecolor="tab:green", alpha=0.6, edgecolor="black"))
-    ax.text(6.9, -0.375, "the segment's input, kept until the segment's backward ends", va="center", fontsize=7)
-    ax.set_xlim(-2.4, 3 * layers + 0.2)
-    ax.set_ylim(-0.6, 3.2)
+            ax.text(first - 0.08, bar_y + bar_h / 2, what, ha="right", va="center", fontsize=9)
+        ax.text(-1.1, y + 0.3, name, ha="right", va="center", fontsize=10)
+    legend_y = -0.9
+    ax.add_patch(plt.Rectangle((0, legend_y), 0.3, 0.2, facecolor="tab:red", alpha=0.6, edgecolor="black"))
+    ax.text(0.4, legend_y + 0.1, "a layer's activation, kept from the forward that makes it until its backward",
+            va="center", fontsize=9)
+    ax.add_patch(plt.Rectangle((0, legend_y - 0.35), 0.3, 0.2, facecolor="tab:green", alpha=0.6, edgecolor="black"))
+    ax.text(0.4, legend_y - 0.25, "a checkpoint's input, kept until the checkpoint's backward ends",
+            va="center", fontsize=9)
+    ax.set_xlim(-3.6, 3 * layers + 0.2)
+    ax.set_ylim(legend_y - 0.5, 6.8)
     ax.axis("off")
-    ax.set_title("activation checkpointing: each bar is an activation's lifetime (time runs right)", fontsize=10)
+    ax.set_title("activation checkpointing: each bar is a kept tensor's lifetime (time runs right)", fontsize=11)
     fig.tight_layout()
     return fig
