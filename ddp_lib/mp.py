@@ -28,8 +28,8 @@ cause. As under torch, a rank that calls ``sys.exit(0)``, ``exit()`` or ``os._ex
 finished (its result is None), and ``sys.exit(3)`` is exit code 3.
 
 Differences from torch, on purpose:
-- The default start method is ddp_lib's forkserver (``start_method=None``), not spawn, torch's
-  default: the forkserver has imported torch already, so a child, still a fresh process that
+- The default start method is ddp_lib's forkserver (``start_method=None``), not spawn, which torch's
+  ``mp.spawn`` always uses: the forkserver has imported torch already, so a child, still a fresh process that
   imports the main script as ``__mp_main__`` as under spawn, starts in milliseconds instead of
   seconds. "spawn", "fork" and "forkserver" are honoured as given.
 - ``join=False`` is refused: ranks run only inside the call, so that nothing is left running.
@@ -141,7 +141,7 @@ def labelled_spawn(fn, args: Iterable = (), nprocs: int = 1, join: bool = True, 
     after ``timeout`` seconds (None: no deadline), LaunchInputError for bad input.
 
     ``start_method=None``, the default, starts the ranks from ddp_lib's forkserver, where torch's
-    default is "spawn" (see the module's docstring); a start method given by name is used as given."""
+    ``mp.spawn`` always uses "spawn" (see the module's docstring); a start method given by name is used as given."""
     if join is not True:
         raise LaunchInputError(
             f"join must be True, got {join!r}: ddp_lib.mp.labelled_spawn returns when every rank has finished, so that "
