@@ -165,13 +165,12 @@ def plot_late_arrival(results: list[dict], delay: float) -> Figure:
         xs = [i + (r["rank"] - (len(results) - 1) / 2) * width for i in range(len(names))]
         ax.bar(xs, [r["waited"][name] for name in names], width, color=RANK_COLOURS[r["rank"]],
                edgecolor="black", label=f"rank {r['rank']}" + (" (late)" if r["rank"] == len(results) - 1 else ""))
-    ax.axhline(delay, color="grey", linestyle="dashed", linewidth=1)
-    ax.text(len(names) - 0.5, delay, f" the late rank's delay ({delay:g} s)", va="bottom", ha="right", fontsize=8)
+    ax.axhline(delay, color="grey", linestyle="dashed", linewidth=1, label=f"the late rank's delay ({delay:g} s)")
     ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8.5)  # long names: tilted
     ax.set_ylabel("seconds inside the call")
     ax.set_ylim(0, delay * 1.35)
     ax.set_title("Who waits for a late rank")
-    ax.legend(fontsize=8, ncol=len(results), loc="upper center", bbox_to_anchor=(0.5, -0.38), frameon=False)
+    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.38), frameon=False)
     fig.tight_layout()
     return fig
 

@@ -71,7 +71,8 @@ def async_all_reduce(rank: int | None = None, world_size: int | None = None, num
                      patience: float = 10.0) -> dict:
     """all_reduce with async_op=True on ``numel`` floats: the call returns a Work at once. The
     rank asks the Work whether the transfer is done right after the call; then, never calling
-    wait(), it sleeps a millisecond at a time until the Work says done (``patience`` seconds at most)."""
+    wait(), it sleeps a millisecond at a time until the Work says done (``patience`` seconds at most). Then a
+    second all_reduce, whose wait() comes right after the call, is timed against is_completed()."""
     with process_group(rank, world_size) as device:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         total = torch.full((numel,), float(rank), device=device)
@@ -83,5 +84,13 @@ def async_all_reduce(rank: int | None = None, world_size: int | None = None, num
             time.sleep(0.001)  # other work: neither wait() nor the tensor is touched
         done_without_wait = work.is_completed()  # finished meanwhile, on gloo's own thread
         work.wait()  # only now may the rank read or write `total`
+        again = dist.all_reduce(torch.ones(numel, device=device), async_op=True)  # a second one, waited on at once
+        start = time.perf_counter()
+        again.is_completed()  # answers at once, done or not
+        asked = time.perf_counter() - start
+        start = time.perf_counter()
+        again.wait()  # called before the transfer ends: this thread blocks until it does
+        waited = time.perf_counter() - start
         return {"rank": rank, "work": type(work).__name__, "done_at_return": done_at_return,
-                "done_without_wait": done_without_wait, "sum": total[0].item(), "completed": work.is_completed()}
+                "done_without_wait": done_without_wait, "sum": total[0].item(), "completed": work.is_completed(),
+                "early_wait_took_longer": waited > asked}
