@@ -193,44 +193,45 @@ def epoch_end_accumulation(rank: int, world_size: int, micro_batches: int = 5, g
                            last_group: Literal["step_once_more", "synced"] = "synced",
                            per_rank_batch: int = 2, seed: int = 0) -> dict:
     """One epoch of gradient accumulation whose micro-batch count is not a multiple of
-    ``grad_accum_steps`` (K). Returns this rank's final parameters, and those of one process
-    without DDP that steps once per group of K global batches (fewer in the last group).
+    ``grad_accum_steps``. Returns this rank's final parameters, and those of one process
+    without DDP that steps once per group of grad_accum_steps global batches (fewer in the last
+    group).
 
     Args:
         micro_batches: micro-batches in the epoch, per rank.
-        grad_accum_steps: micro-batches per optimizer step (K).
-        last_group: "step_once_more" syncs every K-th micro-batch and divides each loss by K, then
-            steps once more after the loop: the leftover micro-batches ran inside no_sync(), so
-            that step uses this rank's own gradient. "synced" also syncs the epoch's last
-            micro-batch and divides each loss by its group's real size.
+        grad_accum_steps: micro-batches per optimizer step.
+        last_group: "step_once_more" syncs every grad_accum_steps-th micro-batch and divides each
+            loss by grad_accum_steps, then steps once more after the loop: the leftover micro-batches
+            ran inside no_sync(), so that step uses this rank's own gradient. "synced" also syncs the
+            epoch's last micro-batch and divides each loss by its group's real size.
         per_rank_batch: rows per micro-batch per rank.
         seed: seed of the model and data.
     """
-    n, K = micro_batches, grad_accum_steps
+    n = micro_batches
     with process_group(rank, world_size) as device:
         ddp_model = wrap_ddp(make_mlp(seed).to(device), device)
         optimizer = torch.optim.SGD(ddp_model.parameters(), lr=LR)
         for i in range(n):
             x, y = (t.to(device) for t in rank_batch(i, rank, world_size, per_rank_batch, seed))
             if last_group == "synced":
-                last = (i + 1) % K == 0 or i == n - 1
-                start = i - i % K  # the first micro-batch of this step
-                in_step = min(K, n - start)  # micro-batches in this step: K, or fewer at the epoch's end
+                last = (i + 1) % grad_accum_steps == 0 or i == n - 1
+                start = i - i % grad_accum_steps  # the first micro-batch of this step
+                in_step = min(grad_accum_steps, n - start)  # fewer at the epoch's end
             else:
-                last, in_step = (i + 1) % K == 0, K
+                last, in_step = (i + 1) % grad_accum_steps == 0, grad_accum_steps
             with nullcontext() if last else ddp_model.no_sync():
                 loss = nn.functional.mse_loss(ddp_model(x), y) / in_step
                 loss.backward()
             if last:
                 optimizer.step()
                 optimizer.zero_grad()
-        if last_group == "step_once_more" and n % K:
+        if last_group == "step_once_more" and n % grad_accum_steps:
             optimizer.step()  # on gradients that were never all-reduced
             optimizer.zero_grad()
     one = make_mlp(seed)  # the reference: one process, the global batches, no DDP
     one_optimizer = torch.optim.SGD(one.parameters(), lr=LR)
-    for first in range(0, n, K):
-        group = range(first, min(first + K, n))
+    for first in range(0, n, grad_accum_steps):
+        group = range(first, min(first + grad_accum_steps, n))
         for i in group:
             x, y = global_batch(i, world_size * per_rank_batch, seed)
             (nn.functional.mse_loss(one(x), y) / len(group)).backward()
