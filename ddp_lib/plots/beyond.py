@@ -67,7 +67,7 @@ def plot_memory_bars(panels: dict[str, dict[str, dict[str, int]]]):
         ax.set_title(title)
         ax.set_xlabel("strategy")
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].set_ylabel("MB held by rank 0")
+    axes[0][0].set_ylabel("MB on rank 0\nparts added, not one moment")
     axes[0][-1].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1))  # beside the bars
     fig.tight_layout()
     return fig
