@@ -146,7 +146,8 @@ def test_the_lessons_recorded_restart_run_says_what_its_prose_says():
     # the job succeeded, or attempt 1 trained to the last epoch and only torch's abort at exit followed
     assert "verdict:" in printed and "attempt 1 trained to the last epoch" in printed, printed[-400:]
     assert "the job failed" not in printed, printed[-400:]
-    assert "trained to epoch 3" in "".join(cells[at + 1]["source"])
+    prose = next(cell for cell in cells[at + 1:] if cell["cell_type"] == "markdown")  # the text after the run
+    assert "trained to epoch 3" in "".join(prose["source"])
 
 
 def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
