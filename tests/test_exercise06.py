@@ -151,6 +151,13 @@ def test_a_failure_names_group_rank_for_node_rank_and_a_start_up_race():
     assert "run the check again" in failure_line(race, 1)
 
 
+def test_a_worker_module_that_does_not_import_shows_the_ranks_error(tmp_path):
+    # The ranks fail before the worker runs, so they write no error file: the end of their stderr says why.
+    report = check_launch_info("not_in_this_folder:launch_info", str(tmp_path), layouts=((1, 1),))
+    fails = [line for line in str(report).splitlines() if line.startswith("FAIL")]
+    assert len(fails) == 1 and "ModuleNotFoundError: No module named 'not_in_this_folder'" in fails[0]
+
+
 def test_missing_ranks_and_keys():
     assert find_problems([{}], (1, 1)) == ["1 of 2 ranks returned a result; every rank must return a dict"]
     info = {"world_size": 2, "local_rank": 0, "local_world_size": 1}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ddp_lib.errors import WorkerError
 from ddp_lib.exercises.checking import Report, worker_name
+from ddp_lib.launch._record import NO_FILES
 from ddp_lib.torchrun import run_nodes
 
 HINTS = {"world_size": "WORLD_SIZE (all ranks of all nodes)", "local_rank": "LOCAL_RANK (not RANK)",
@@ -59,6 +60,9 @@ def failure_line(error: WorkerError | None, returncode: int) -> str:
         return f"torchrun exited with code {returncode}"
     messages = {text[:200] for text in error.failures.values()}
     said = f"{messages.pop()} (the same on every rank that reported)" if len(messages) == 1 else str(error)
+    if said.startswith(NO_FILES) and (tails := [err.strip().splitlines()[-1]
+                                                for _, err in error.outputs.values() if err.strip()]):
+        said += f"; a rank's stderr ends: {tails[0]}"  # e.g. an ImportError before the worker ran
     hint = next((fix for pattern, fix in FAILURE_HINTS if pattern in said), "")
     return f"{said}; {hint}" if hint else said
 
