@@ -13,7 +13,7 @@ def average_gradients(model) -> None:
         if p.grad is None:  # a parameter this backward did not reach
             # Safe only if it is unused on every rank: where other ranks have its gradient, they
             # all-reduce it and this rank does not, and the ranks' all-reduces no longer pair up
-            # (a mismatch or a hang; lesson 04, "Deeper: a parameter unused on some ranks only").
+            # (a mismatch or a hang; lesson 04, section 6).
             continue
         # Scale first, then sum, as DDP does (its reducer multiplies by a float32 1/world_size while
         # copying into its buckets; torch's Python allreduce_hook divides, as here).
