@@ -40,14 +40,12 @@ def strategies_on_2(strategies: str = ",".join(STRATEGIES), timed_steps: int = 0
 
 
 def four_rank_job(strategies: str = "ddp,zero1,fsdp") -> tuple[dict, list[dict]]:
-    """One 4-rank launch: ``compare_strategies`` for ``strategies``, an HSDP step on a 2x2 mesh, the
-    seeding check and ``per_parameter_costs`` (no collective: each rank measures the same).
-    Returns ({strategy: [result per rank]}, [{"hsdp": ..., "seeded": ..., "costs": ...} per rank])."""
+    """One 4-rank launch: ``compare_strategies`` for ``strategies``, an HSDP step on a 2x2 mesh and the
+    seeding check. Returns ({strategy: [result per rank]}, [{"hsdp": ..., "seeded": ...} per rank])."""
     job = run_ranks(in_one_job, 4, kwargs=dict(calls={
         "strategies": (W + "compare_strategies", dict(strategies=strategies, timed_steps=0)),
         "hsdp": (W + "hsdp_step", {}),
         "seeded": (W + "seeded_by_rank", {}),  # each rank seeded by its rank
-        "costs": ("ddp_lib.demos.per_param_bytes:per_parameter_costs_in_a_rank", {}),
     }), show_output=False)
     return by_strategy([r.pop("strategies") for r in job]), job
 
@@ -68,12 +66,11 @@ def checkpoint_job(checkpoint_dir: str) -> list[dict]:
 
 def loop_job() -> list[dict]:
     """One 2-rank launch of what a sharded loop adds: ``fsdp_extras`` (clipping, mixed precision,
-    activation checkpointing, the optimizer's order), gradient accumulation, the GradScaler and the
-    meta device. Returns {name: result} per rank, names "extras", "accumulation", "scaler", "meta"."""
+    activation checkpointing, the optimizer's order), gradient accumulation and the meta device.
+    Returns {name: result} per rank, names "extras", "accumulation", "meta"."""
     return run_ranks(in_one_job, 2, kwargs=dict(calls={
         "extras": (W + "fsdp_extras", {}),
         "accumulation": ("ddp_lib.demos.fsdp_accumulation:accumulation_counts", {}),
-        "scaler": ("ddp_lib.demos.fsdp_scaler:overflow_in_one_shard", {}),
         "meta": ("ddp_lib.demos.meta_init:meta_init", {}),
     }), show_output=False)
 
@@ -120,8 +117,7 @@ def paper_bytes(stage: int, param_bytes: int, world_size: int) -> float:
 
 def bytes_table(runs2: dict, runs4: dict) -> dict:
     """Print the MB each strategy sends per rank per step, on 2 and 4 ranks, against DDP (a ring's bytes
-    for each traced collective's size, in float32); return {world_size: {strategy: bytes sent}}.
-    ``formula_bytes`` prints the paper's stages beside them."""
+    for each traced collective's size, in float32); return {world_size: {strategy: bytes sent}}."""
     sent = {n: {s: bytes_sent(runs[s][0]["payloads"], n) for s in runs} for n, runs in ((2, runs2), (4, runs4))}
     print("MB a rank sends per step (ring model, traced sizes)")
     print(f"{'strategy':<26}{'2 ranks':>8}{'x DDP':>7}{'4 ranks':>9}{'x DDP':>7}  collectives (2 ranks)")
@@ -132,50 +128,9 @@ def bytes_table(runs2: dict, runs4: dict) -> dict:
     return sent
 
 
-def formula_bytes(runs2: dict, runs4: dict) -> None:
-    """Print the MB a rank sends per step under the paper's three stages, from its formula (nothing
-    traced them), and under FSDP2 with the side-by-side's bfloat16/float32 policy from the same
-    formula, on 2 and 4 ranks, against DDP's traced all-reduce, in ``bytes_table``'s columns."""
-    param_bytes = runs2["ddp"][0]["n_params"] * 4  # every parameter (or gradient) once, in float32
-    ddp = {n: bytes_sent(runs["ddp"][0]["payloads"], n) for n, runs in ((2, runs2), (4, runs4))}
-    print("the paper's formula, not traced")
-    print(f"{'strategy':<26}{'2 ranks':>8}{'x DDP':>7}{'4 ranks':>9}{'x DDP':>7}")
-    for stage in (1, 2, 3):
-        two, four = paper_bytes(stage, param_bytes, 2), paper_bytes(stage, param_bytes, 4)
-        print(f"{'ZeRO-' + str(stage) + ' (formula)':<26}{two / 1e6:>8.2f}{two / ddp[2]:>7.2f}"
-              f"{four / 1e6:>9.2f}{four / ddp[4]:>7.2f}")
-    # the side-by-side's policy: weights gathered twice in bfloat16, gradients reduce-scattered in float32;
-    # DDP under autocast all-reduces float32 gradients, as the traced DDP row does
-    two, four = (bytes_sent([("all_gather", param_bytes // 2)] * 2 + [("reduce_scatter", param_bytes)], n)
-                 for n in (2, 4))
-    print(f"{'FSDP2 bf16/f32 (formula)':<26}{two / 1e6:>8.2f}{two / ddp[2]:>7.2f}"
-          f"{four / 1e6:>9.2f}{four / ddp[4]:>7.2f}")
-    print("FSDP2 bf16/f32: the side-by-side's policy, gathers in bfloat16 and reduce-scatters in float32")
-
-
 def as_gloo_ran(payloads: list[tuple[str, int]]) -> list[tuple[str, int]]:
     """A traced step's collectives as gloo runs them: each reduce-scatter as an all-reduce of the same size."""
     return [("all_reduce" if kind == "reduce_scatter" else kind, size) for kind, size in payloads]
-
-
-def bytes_three_ways(runs2: dict) -> dict:
-    """Print, on 2 ranks, the bytes ZeRO-1 and FSDP2 (with and without reshard) send per step against
-    DDP's, three ways: the ring model in float32, the same with the all-gathers in bfloat16 (the
-    side-by-side's policy; DDP under autocast still all-reduces float32), and the ring model in float32 on
-    the collectives gloo ran (each reduce-scatter as an all-reduce).
-    Returns {way: {strategy: x DDP}}."""
-    names = {"zero1": "ZeRO-1", "fsdp": "FSDP2", "fsdp_no_reshard": "FSDP2 no reshard"}
-    ways = {"ring model, float32": lambda payloads: payloads,
-            "ring model, bfloat16 gathers": lambda payloads: [(kind, size // 2 if kind == "all_gather" else size)
-                                                              for kind, size in payloads],
-            "ring model, on the collectives gloo ran": as_gloo_ran}
-    ddp = bytes_sent(runs2["ddp"][0]["payloads"], 2)  # one float32 all-reduce, as gloo runs it too
-    table = {way: {s: bytes_sent(change(runs2[s][0]["payloads"]), 2) / ddp for s in names}
-             for way, change in ways.items()}
-    print(f"{'x DDP, 2 ranks':<40}" + "".join(f"{name:>18}" for name in names.values()))
-    for way, row in table.items():
-        print(f"{way:<40}" + "".join(f"{row[s]:>18.2f}" for s in names))
-    return table
 
 
 def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
@@ -183,7 +138,6 @@ def choice_table(runs2: dict, step_ms: dict | None = None) -> dict:
     bytes sent against DDP's, the collectives a step (live: from ``runs2``), with ``step_ms``
     ({strategy: ms}, such as ``fsdp_step_times.best(kept, "step_ms")``) the fastest step of the kept
     runs (recorded), and a short reason.
-    ``choice_memory`` prints what is held on 4 ranks and with the gathered weights.
     Returns {strategy: {"held": bytes, "held_gathered": bytes, "sent": x DDP}}."""
     r2 = {s: ranks[0] for s, ranks in runs2.items()}
     state = {s: r["bytes"]["optimizer state"] for s, r in r2.items()}
@@ -226,26 +180,6 @@ def gathered_bytes(r2: dict) -> dict:
     kept_weights = r2["fsdp_no_reshard"]["bytes"]["activations"] - r2["ddp"]["bytes"]["activations"]
     units = sorted(size for kind, size in r2["fsdp"]["payloads"] if kind == "all_gather")
     return {"fsdp": sum(units[-2:]), "fsdp_no_reshard": kept_weights}
-
-
-def choice_memory(runs2: dict, runs4: dict) -> dict:
-    """Print, for each strategy on rank 0, the MB held on 2 ranks, the same plus FSDP2's gathered
-    weights, and the MB held on 4 ranks.
-    Returns {strategy: {"held": bytes, "held_gathered": bytes, "held_4": bytes or None}}."""
-    r2 = {s: ranks[0] for s, ranks in runs2.items()}
-    gathered = gathered_bytes(r2)
-    rows = {}
-    columns = ("MB held (2 ranks)", "held + gathered", "MB held (4 ranks)")
-    print(f"{'strategy':<16}" + "".join(f"{c:>{len(c) + 2}}" for c in columns))
-    for s in ("ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"):
-        rows[s] = {"held": held(r2[s]), "held_gathered": held(r2[s]) + gathered.get(s, 0),
-                   "held_4": held(runs4[s][0]) if s in runs4 else None}
-        mb4 = f"{rows[s]['held_4'] / 1e6:.2f}" if rows[s]["held_4"] is not None else "-"
-        cells = (f"{rows[s]['held'] / 1e6:.2f}", f"{rows[s]['held_gathered'] / 1e6:.2f}", mb4)
-        print(f"{s:<16}" + "".join(f"{v:>{len(c) + 2}}" for c, v in zip(columns, cells)))
-    print("held + gathered: held, plus for fsdp the two largest units (an estimate) and for fsdp_no_reshard")
-    print("every gathered weight (counted); not a peak: each strategy's activations and Adam's step come on top")
-    return rows
 
 
 def sizing(big: float = 7e9, gpus: int = 8, blocks: int = 32) -> list[dict]:
@@ -330,7 +264,7 @@ def seven_b_table(big: float = 7e9, gpus: int = 8) -> dict:
 
 def print_hsdp(job4: list[dict]) -> list[dict]:
     """Print where each rank of the 2x2 HSDP step sits and its two groups, from the 4-rank job's
-    ``"hsdp"`` results. Returns those results, one per rank; ``print_hsdp_details`` prints the rest."""
+    ``"hsdp"`` results. Returns those results, one per rank."""
     hsdp = [r["hsdp"] for r in job4]
     for r in hsdp:
         print(f"rank {r['rank']} at {r['coordinate']}: replicate group {r['replicate_group']}, "
@@ -348,18 +282,6 @@ def hsdp_share(hsdp: list[dict]) -> float:
     shard group, hold the model between them."""
     held_hsdp = _params_held(hsdp)
     return sum(held_hsdp) / len(hsdp) / (held_hsdp[0] + held_hsdp[1])
-
-
-def print_hsdp_details(hsdp: list[dict]) -> None:
-    """Print what each rank of the HSDP step held and rank 0's collectives with their groups."""
-    for r in hsdp:
-        print(f"rank {r['rank']}: placements {r['placements']}, local shapes {r['local_shapes']}")
-    held_hsdp = _params_held(hsdp)
-    print(f"parameters held: {held_hsdp} of {held_hsdp[0] + held_hsdp[1]}; each shard group of 2 holds one "
-          f"copy, so a rank holds 1/2 of the model on average, against 1/4 under FSDP2 over all 4 ranks")
-    print("R is Replicate(): a full copy on every rank of that mesh dimension; S(0) as before")
-    print("collectives of the step, rank 0:", in_words(hsdp[0]["collectives"]))
-    print("rank 0 ran them in groups:", hsdp[0]["groups"])
 
 
 def print_loop_parts(loop: list[dict]) -> dict:
@@ -483,17 +405,6 @@ def print_memory_ratios(runs2: dict, runs4: dict) -> bool:
     print("FSDP2, every rank, 2 and 4 ranks: every Python-visible tensor, found and added up between two steps, "
           "equals the count within 0.005 MB:", gap < 5e3)
     return one_over_n
-
-
-def print_recorded_peak() -> dict:
-    """Print the profiler's peak on rank 0 of 2 ranks, the least of the kept runs (recorded earlier),
-    and FSDP2's against DDP's. Returns {strategy: bytes}."""
-    peak = fsdp_step_times.best(fsdp_step_times.kept_runs(), "peak")
-    print(f"recorded earlier (file {KEPT_RUNS_NAME}), the profiler's peak on rank 0 of 2 ranks, MB:")
-    print("    " + ", ".join(f"{s} {b / 1e6:.2f}" for s, b in peak.items()))
-    print(f"recorded peak, FSDP2 over plain DDP: {peak['fsdp'] / peak['ddp']:.2f}; "
-          f"over DDP with the bucket view: {peak['fsdp'] / peak['ddp_view']:.2f}")
-    return peak
 
 
 def print_checkpoint(saved: list[dict]) -> bool:
