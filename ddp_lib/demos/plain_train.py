@@ -63,7 +63,7 @@ def train(rank: int, world_size: int, device: torch.device, epochs: int, resume:
         if rank == 0:
             print(f"epoch {epoch}: loss {(sums[0] / sums[1]).item():.4f}", flush=True)
             # save everything the next epoch needs, to a temporary name, then rename: a crash mid-save
-            # leaves the last whole checkpoint (Deeper: saving a checkpoint atomically)
+            # leaves the last whole checkpoint
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
                         "next_epoch": epoch + 1}, CHECKPOINT + ".tmp")

@@ -115,50 +115,6 @@ def compiled_graphs_for(rank: int, world_size: int, settings: list[dict]) -> lis
         return results
 
 
-def sequential_graphs(rank: int, world_size: int, bucket_cap_mb: float = 1.0, seed: int = 0) -> dict:
-    """An nn.Sequential (DeepNet's layers) compiled four ways, one forward and backward each, with a
-    backend that counts the graphs it is handed and runs them as traced.
-
-    Args:
-        rank: this process's rank.
-        world_size: number of processes.
-        bucket_cap_mb: DDP's bucket size in MiB (at least 1: DDPOptimizer's first bucket).
-        seed: seed of the weights and the data.
-
-    Returns {"rank", "graphs": {way: bytes of the parameters in each graph, in the order compiled}}
-    for the ways "seq.compile()", "torch.compile(seq)", "DDP(seq.compile())", "DDP(torch.compile(seq))"
-    and "torch.compile(DDP(seq))".
-    """
-    with process_group(rank, world_size) as device:
-        graphs: list[int] = []
-
-        def counting(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):
-            graphs.append(sum(t.numel() * t.element_size() for t in example_inputs if isinstance(t, nn.Parameter)))
-            return gm.forward
-
-        def module_compile(seq: nn.Sequential) -> nn.Module:
-            seq.compile(backend=counting)  # compiles seq._call_impl, a function in torch/nn
-            return seq
-
-        ways = {"seq.compile()": module_compile,
-                "torch.compile(seq)": lambda seq: torch.compile(seq, backend=counting),
-                "DDP(seq.compile())": lambda seq: DDP(module_compile(seq), bucket_cap_mb=bucket_cap_mb),
-                "DDP(torch.compile(seq))": lambda seq: DDP(torch.compile(seq, backend=counting),
-                                                           bucket_cap_mb=bucket_cap_mb),
-                "torch.compile(DDP(seq))": lambda seq: torch.compile(DDP(seq, bucket_cap_mb=bucket_cap_mb),
-                                                                     backend=counting)}
-        found = {}
-        for way, build in ways.items():
-            torch._dynamo.reset()
-            graphs.clear()
-            torch.manual_seed(seed)
-            model = build(DeepNet().as_sequential().to(device))
-            x = torch.randn(16, 2, generator=torch.Generator().manual_seed(seed + rank)).to(device)
-            model(x).square().mean().backward()
-            found[way] = list(graphs)
-        return {"rank": rank, "graphs": found}
-
-
 def small_bucket_error(rank: int, world_size: int, bucket_cap_mb: float = 0.5, seed: int = 0) -> dict:
     """Compile ``DeepNet()``, wrap it in ``DDP(..., bucket_cap_mb=...)`` with a cap below DDPOptimizer's 1 MiB first
     bucket and run one forward, where dynamo compiles; report what torch raised.
