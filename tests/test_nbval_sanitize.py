@@ -52,8 +52,8 @@ def test_a_different_error_is_not_rewritten():
 
 @pytest.mark.parametrize("line", [
     "torch's mp.spawn: every rank finished",
-    "process 1 terminated with signal SIGABRT (folded above: 'The rare exit code 1'; run it again)",
-    "process 0 terminated with signal SIGABRT (folded above: 'The rare exit code 1'; run it again)",
+    "process 1 terminated with signal SIGABRT (folded above: 'Deeper: two rare problems at exit'; run it again)",
+    "process 0 terminated with signal SIGABRT (folded above: 'Deeper: two rare problems at exit'; run it again)",
 ])
 def test_lesson_00s_fixed_file_under_mp_spawn_reads_the_same_after_an_abort_at_exit(line):
     assert sanitize(f"ranks done\n{line}\n") == (
@@ -62,7 +62,8 @@ def test_lesson_00s_fixed_file_under_mp_spawn_reads_the_same_after_an_abort_at_e
 
 def test_a_rank_that_failed_otherwise_under_mp_spawn_is_not_hidden():
     # Another signal, or an exit code, is a real failure: nbval must still see it.
-    for line in ("process 1 terminated with signal SIGSEGV (folded above: 'The rare exit code 1'; run it again)",
+    for line in ("process 1 terminated with signal SIGSEGV"
+                 " (folded above: 'Deeper: two rare problems at exit'; run it again)",
                  "process 1 terminated with exit code 1"):
         assert "SPAWN_00_FINISHED" not in sanitize(line + "\n")
 

@@ -14,7 +14,6 @@ from ddp_lib.plots.start_here import (
     plot_gradient_average,
     plot_job_map,
     plot_live_ranks,
-    plot_spawn_stops_ranks,
 )
 
 
@@ -68,13 +67,6 @@ def test_gradient_average_draws_every_rank_and_one_mean():
     drawn = texts(fig)
     assert all(f"rank {r}\n" in drawn for r in range(3)) and "rank 3\n" not in drawn
     assert "(g0 + g1 + g2) / 3" in drawn and drawn.count("w - lr × mean") == 3
-    plt.close(fig)
-
-
-def test_spawn_stops_ranks_shows_the_first_failure_and_sigterm():
-    fig = plot_spawn_stops_ranks()
-    drawn = texts(fig)
-    assert "that first error only" in drawn and "SIGTERM to each rank still running" in drawn and "SIGKILL" in drawn
     plt.close(fig)
 
 

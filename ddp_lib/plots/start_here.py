@@ -187,32 +187,6 @@ def plot_gradient_average(world_size: int = 4) -> Figure:
     return fig
 
 
-def plot_spawn_stops_ranks() -> Figure:
-    """torch's mp.spawn when one rank fails: it takes the first failure it sees, sends SIGTERM to each rank
-    still running, SIGKILL to one still alive 30 s later, and raises that one failure in the caller."""
-    fig, ax = plt.subplots(figsize=(9, 3.0))
-    rows = {"your notebook": 2.4, "rank 0": 1.5, "rank 1": 0.6}
-    for name, y in rows.items():
-        ax.text(-0.2, y, name, ha="right", va="center", fontsize=9)
-    _box(ax, 0.0, 2.15, 4.6, 0.5, "mp.spawn(...) waits for the ranks", "#eeeeee")
-    _box(ax, 4.8, 2.15, 3.6, 0.5, "raises ProcessRaisedException:\nthat first error only", "#f4cccc")
-    _box(ax, 0.0, 1.25, 2.6, 0.5, "demo_basic(0, 2)", RANK_COLOURS[0])
-    ax.text(2.75, 1.5, "raises: exits", va="center", fontsize=9, color="#cc0000")
-    _box(ax, 0.0, 0.35, 3.4, 0.5, "demo_basic(1, 2)", RANK_COLOURS[1])
-    ax.text(3.55, 0.6, "stopped", va="center", fontsize=9)
-    _arrow(ax, (2.6, 1.75), (3.6, 2.15))
-    ax.text(3.05, 1.95, "the first failure seen", ha="right", va="center", fontsize=8)
-    _arrow(ax, (4.4, 2.15), (3.4, 0.85), linestyle="--")
-    ax.text(4.1, 1.25, "SIGTERM to each rank still running", va="center", fontsize=8)
-    ax.text(4.6, 0.25, "a rank still alive 30 s later gets SIGKILL", fontsize=8)
-    ax.set_xlim(-1.6, 8.6)
-    ax.set_ylim(0.0, 2.9)
-    ax.axis("off")
-    ax.set_title("mp.spawn when one rank fails")
-    fig.tight_layout()
-    return fig
-
-
 def plot_threads_on_cores(cores: int = 2, world_size: int = 2) -> Figure:
     """CPU threads on cores, two panels. Left, under torch's mp.spawn: each rank keeps torch's default thread
     count (one per core here), so ``world_size`` x ``cores`` threads share ``cores`` cores. Right, after each
