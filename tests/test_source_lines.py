@@ -35,7 +35,7 @@ def test_lesson04_shows_the_no_sync_loop_with_the_forward_inside_and_outside():
 
 def _source_calls(notebook):
     """Each ``source_lines(...)`` / ``source_text(...)`` call in ``notebook``'s code cells, with a namespace
-    holding the notebook's imports from ddp_lib (IPython magics left out)."""
+    holding the notebook's imports from ddp_lib and torch (IPython magics left out)."""
     import nbformat
 
     cells = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
@@ -44,8 +44,8 @@ def _source_calls(notebook):
     namespace: dict = {}
     for tree in trees:
         for node in tree.body:
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ddp_lib") or (
-                    isinstance(node, ast.Import) and node.names[0].name.startswith("ddp_lib")):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("ddp_lib", "torch")) or (
+                    isinstance(node, ast.Import) and node.names[0].name.startswith(("ddp_lib", "torch"))):
                 exec(compile(ast.Module([node], type_ignores=[]), str(notebook), "exec"), namespace)
     return [(node, namespace) for tree in trees for node in ast.walk(tree)
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("source_lines", "source_text")]

@@ -67,11 +67,6 @@ def plot_subgroups(world_size: int = 4) -> Figure:
 WHEN_RANKS_DISAGREE = (
     ("only rank 0 calls all_reduce", ((0, "timeout", "waits, then times out"),
                                       (1, "goes on", "never calls it: goes on"))),
-    ("a peer exits (a folded section)", ((0, "error", "error at once: connection closed"),
-                                         (1, "exits", "exits"))),
-    ("a rank never joins (world size 3; a folded section)", ((0, "timeout", "waits for rank 2, then times out"),
-                                                             (1, "timeout", "waits for rank 0's key, then times out"),
-                                                             (2, "absent", "never starts"))),
     ("the shapes differ (3 and 4 elements)", ((0, "wrong", "in this run: a wrong sum, no error"),
                                                (1, "late error", "errors when rank 0 leaves"))),
     ("the shapes differ (1000 and 1001 elements)", ((0, "killed", "killed by SIGABRT: gloo names the size"),

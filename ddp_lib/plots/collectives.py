@@ -1,5 +1,5 @@
 """Lesson 01's pictures: each rank's tensor before and after a collective, a barrier's timeline,
-the ring all-reduce step by step, and the bytes a rank sends.
+the ring all-reduce step by step, gloo's broadcast tree.
 
 Values follow lesson 01's convention (rank r starts with 10 r + 1, ..., 10 r + N): a cell holding
 a value one rank started with takes that rank's colour (its tens digit); a sum is grey.
@@ -133,45 +133,6 @@ def plot_ring_steps(results: list[dict]) -> Figure:
     ax.set_ylim(world_size + 0.5, -0.6)
     ax.set_title("ring all-reduce: each step, each rank sends one chunk (its number on the arrow) "
                  "to its right neighbour", fontsize=9)
-    return fig
-
-
-def plot_ring_bytes(measured: dict[int, float], numel: int, element_size: int = 4, max_world_size: int = 16) -> Figure:
-    """Bytes each rank sends, as a multiple of the tensor's size: the ring's 2 (N-1)/N (measured
-    at the given world sizes, and the formula) against sending everything through rank 0."""
-    size = numel * element_size
-    ns = list(range(2, max_world_size + 1))
-    fig = plt.figure(figsize=(6, 3.2), layout="constrained")
-    ax = fig.subplots()
-    ax.plot(ns, [2 * (n - 1) / n for n in ns], color="tab:blue", label="ring: 2 (N-1)/N per rank")
-    ax.plot(ns, [n - 1 for n in ns], color="tab:red", linestyle="--",
-            label="via rank 0 (reduce, then broadcast): rank 0 sends N-1")
-    ax.plot(list(measured), [b / size for b in measured.values()], "o", color="tab:blue",
-            label="ring_all_reduce, measured (mean over ranks)")
-    ax.set_xlabel("world size N (ranks)")
-    ax.set_ylabel("bytes sent / tensor bytes")
-    ax.set_ylim(0, 4.5)
-    ax.set_title("the ring's traffic per rank stays under 2x the tensor")
-    ax.legend(fontsize=8)
-    return fig
-
-
-def plot_late_arrival(results: list[dict], delay: float) -> Figure:
-    """Seconds each rank spent inside each collective when the last rank came ``delay`` s late."""
-    names = list(results[0]["waited"])
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    width = 0.8 / len(results)
-    for r in results:
-        xs = [i + (r["rank"] - (len(results) - 1) / 2) * width for i in range(len(names))]
-        ax.bar(xs, [r["waited"][name] for name in names], width, color=RANK_COLOURS[r["rank"]],
-               edgecolor="black", label=f"rank {r['rank']}" + (" (late)" if r["rank"] == len(results) - 1 else ""))
-    ax.axhline(delay, color="grey", linestyle="dashed", linewidth=1, label=f"the late rank's delay ({delay:g} s)")
-    ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8.5)  # long names: tilted
-    ax.set_ylabel("seconds inside the call")
-    ax.set_ylim(0, delay * 1.35)
-    ax.set_title("Who waits for a late rank")
-    ax.legend(fontsize=8, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.38), frameon=False)
-    fig.tight_layout()
     return fig
 
 
