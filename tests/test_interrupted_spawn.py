@@ -25,6 +25,7 @@ from ddp_lib.process_group import free_port
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a process group is POSIX only")
 def test_ranks_waiting_in_a_collective_outlive_the_interrupt_and_a_sleeping_process_does_not():
     assert interrupt_waiting_ranks(f"tcp://127.0.0.1:{free_port()}") == [
+        "the 3 processes were in this process's OS process group (os.getpgid): True",
         "processes still alive after SIGINT: 2 of 3",
         "exit codes of those that ended at SIGINT, by process: {2: 0}",
         "a rerun's rank 0 on the same port: DistNetworkError, EADDRINUSE: address already in use",

@@ -78,6 +78,6 @@ def test_an_exercise_stub_reads_the_same_whether_or_not_an_earlier_run_left_othe
 
 def test_lesson_02s_shared_model_run_reads_the_same_after_an_abort_at_exit():
     clean = "the kernel's weight: -0.8\n"
-    aborted = ("(rank 1 aborted at exit, after its step: torch's rare abort, section 4's Deeper)\n"
+    aborted = ("(rank 1 aborted at exit, after its work: torch's rare abort, docs/reliability.md)\n"
                "the kernel's weight: -0.8\n")
     assert sanitize(aborted) == sanitize(clean) == clean

@@ -508,5 +508,5 @@ def test_fork_hang_demo_in_a_fresh_process():
     first, second = (eval(line) for line in done.stdout.splitlines())  # noqa: S307 (our own repr)
     assert first[0].startswith("control, the parent has computed nothing:   child finished on 1 thread, in ")
     assert first[1].startswith("the parent has computed on 1 threads first: child finished on 1 thread (given ")
-    assert first[2] == "finished: this OpenMP runtime survived the fork"
-    assert second == ["this kernel has computed on threads already: restart the kernel to rerun this comparison"]
+    assert first[2] == "the second child finished: this OpenMP runtime survived the fork"
+    assert second == ["this comparison has run in this process before: restart the kernel to rerun it"]

@@ -32,6 +32,8 @@ def test_torchrun_sets_the_rank_variables():
     assert len(ports) == 1 and isinstance(next(iter(ports)), int) and 29500 not in ports
     # torchrun's agent, the ranks' parent, serves the store on MASTER_PORT; no rank does
     assert [view["store"] for view in views] == [{"agent": True, "rank": False}] * 2
+    # torchrun starts each rank in a session of its own, so outside its caller's OS process group
+    assert all(view["own session"] for view in views)
 
 
 def test_views_read_from_outside_match_what_the_ranks_print(tmp_path):

@@ -1,6 +1,6 @@
 """Count the rare abort at exit of lesson 02's DDP script, without and with ``leave()``.
 
-Lesson 02's folded section "Deeper: the rare abort at exit" prints, from
+Lesson 00 prints, from
 ``ddp_lib/demos/recorded/abort_at_exit.json``, how often a rank of
 ``my_work/ddp_basic.py`` (written by the lesson) ends with SIGABRT after all its work, and that
 ``leave()`` (``os._exit`` after the worker) avoids it. This script reruns such a series on this

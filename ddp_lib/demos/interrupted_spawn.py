@@ -95,10 +95,11 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
     sleeps in Python. Once all 3 wait, each gets SIGINT, as every process in the kernel's process
     group does. The processes still alive are counted once one has ended (or after 30 s), and
     0.3 s later, with the exit codes of those that ended. While they live, rank 0 of a rerun tries
-    the same port, in this process, as a rerun of the cell would, and ``_restart_reach`` counts those
+    the same port, in this process, as a rerun of the cell would, ``os.getpgid`` says whether they
+    share this process's OS process group, and ``_restart_reach`` counts those
     that ipykernel's restart would signal, and those ``multiprocessing.active_children()`` lists
     (without psutil, a learner stops these by hand). Then ``terminate()`` stops them. Returns the
-    six lines to print."""
+    seven lines to print."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as ready_dir:
@@ -109,6 +110,7 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
         while len(_ready_pids(ready_dir)) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.3)  # each has written its file: let it reach its wait
+        in_group = all(os.getpgid(process.pid) == os.getpgrp() for process in processes)
         for process in processes:
             os.kill(process.pid, signal.SIGINT)  # what the stop button sends each process of the group
         deadline = time.monotonic() + 30.0  # a busy machine can take seconds to act on SIGINT
@@ -126,7 +128,8 @@ def interrupt_waiting_ranks(init_method: str, timeout: float = 300.0) -> list[st
         for process in processes:
             process.join()
     ended = {i: process.exitcode for i, process in enumerate(processes) if process not in alive}
-    return [f"processes still alive after SIGINT: {len(alive)} of 3",
+    return [f"the 3 processes were in this process's OS process group (os.getpgid): {in_group}",
+            f"processes still alive after SIGINT: {len(alive)} of 3",
             f"exit codes of those that ended at SIGINT, by process: {ended}",
             f"a rerun's rank 0 on the same port: {rerun}",
             reach,

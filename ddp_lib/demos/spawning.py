@@ -111,6 +111,20 @@ class _MessageRecorder(logging.Handler):
 
 
 @contextlib.contextmanager
+def tolerate_abort_at_exit() -> Iterator[None]:
+    """Let a launch end well when a rank aborted with SIGABRT as Python shut down, after its work:
+    torch's rare abort at exit (docs/reliability.md). Prints one line saying so; any other failure
+    is raised as it came."""
+    try:
+        yield
+    except mp.ProcessExitedException as exc:
+        if exc.signal_name != "SIGABRT":
+            raise
+        print(f"(rank {exc.error_index} aborted at exit, after its work: torch's rare abort, "
+              "docs/reliability.md)")
+
+
+@contextlib.contextmanager
 def capture_stderr(torch_log: bool = False) -> Iterator[Captured]:
     """Send file descriptor 2 (inherited by child processes) and ``sys.stderr`` into a ``Captured``
     object instead of the screen. torch's "Terminating process N via signal SIGTERM" warning is
@@ -268,10 +282,11 @@ def fork_hang_demo(threads: int = 2) -> list[str]:
     """Lesson 02's comparison, as lines to print: a forked child multiplies matrices on ``threads``
     threads, first from a parent that has computed nothing (the control), then from one that has
     (:func:`fork_after_threads`). The second child gets five times the control's time, at least 0.3 s,
-    before it counts as hung. Once this process has computed, the control is void: one line then says
-    to restart the kernel. A control that hangs too ends the comparison with the same advice."""
+    before it counts as hung. Once it has run in this process, the control is void: one line then
+    says to restart the kernel (it sees only its own earlier runs). A control that hangs too ends the
+    comparison with the same advice."""
     if parent_has_computed():
-        return ["this kernel has computed on threads already: restart the kernel to rerun this comparison"]
+        return ["this comparison has run in this process before: restart the kernel to rerun it"]
     started = time.perf_counter()
     control = fork_after_threads(threads=threads, wait=5, parent_computes=False)
     control_seconds = time.perf_counter() - started  # fork, the child's multiply, and its exit
@@ -282,8 +297,18 @@ def fork_hang_demo(threads: int = 2) -> list[str]:
     second = fork_after_threads(threads=threads, wait=wait)
     return [f"control, the parent has computed nothing:   child {control}, in {control_seconds:.2f} s",
             f"the parent has computed on {threads} threads first: child {second} (given {wait:.2f} s)",
-            "hung, as expected with GNU OpenMP (libgomp, bundled with torch on Linux)" if second == "hung"
-            else "finished: this OpenMP runtime survived the fork"]
+            f"the second child hung; this process has GNU OpenMP (libgomp) loaded: {_libgomp_loaded()}"
+            if second == "hung" else "the second child finished: this OpenMP runtime survived the fork"]
+
+
+def _libgomp_loaded() -> bool | str:
+    """Whether GNU OpenMP's library is mapped into this process, from Linux's ``/proc/self/maps``
+    (torch's pip wheels for Linux bundle ``libgomp``); "unknown" where that file cannot be read."""
+    try:
+        with open("/proc/self/maps") as f:
+            return "libgomp" in f.read()
+    except OSError:
+        return "unknown"
 
 
 def _matmul() -> float:

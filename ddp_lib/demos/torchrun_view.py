@@ -23,13 +23,14 @@ from ddp_lib.ports import listens_on
 
 def main() -> None:
     """Print this rank's launcher variables as
-    ``{"rank": r, "view": {"env": {...}, "master_port": p, "store": {...}}}``, its address and port as
-    "set" in ``env`` (the port's number in ``master_port``), and whether this rank or its parent
-    listens on ``MASTER_PORT``."""
+    ``{"rank": r, "view": {"env": {...}, "master_port": p, "store": {...}, "own session": b}}``, its
+    address and port as "set" in ``env`` (the port's number in ``master_port``), whether this rank or
+    its parent listens on ``MASTER_PORT``, and whether this rank leads a session of its own."""
     rank = int(os.environ["RANK"])
     port = int(os.environ["MASTER_PORT"])
     view = {"env": launcher_env(), "master_port": port,
-            "store": {"agent": listens_on(os.getppid(), port), "rank": listens_on(os.getpid(), port)}}
+            "store": {"agent": listens_on(os.getppid(), port), "rank": listens_on(os.getpid(), port)},
+            "own session": os.getsid(0) == os.getpid()}  # torchrun starts each rank with start_new_session
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # they change from run to run
         if view["env"][name] is not None:
             view["env"][name] = "set"
@@ -44,6 +45,7 @@ def _view(env: dict, agent_pid: int, rank_pid: int) -> dict:
     port = int(env["MASTER_PORT"])
     view["master_port"] = port  # the number, for a check; the table shows "set"
     view["store"] = {"agent": listens_on(agent_pid, port), "rank": listens_on(rank_pid, port)}
+    view["own session"] = os.getsid(rank_pid) == rank_pid  # the rank leads a session, and a process group
     for name in ("MASTER_ADDR", "MASTER_PORT"):  # they change from run to run
         if view["env"][name] is not None:
             view["env"][name] = "set"

@@ -139,11 +139,6 @@ def hang(rank: int, seconds: float = 3600.0) -> None:
     time.sleep(seconds)
 
 
-def add_one(rank: int, tensor: torch.Tensor) -> None:
-    """Add 1 in place to ``tensor``, which came in ``args``: on CPU, every rank's is the parent's."""
-    tensor.add_(1)
-
-
 def step_shared_model(rank: int, model: nn.Module, lr: float) -> None:
     """One SGD step with every gradient 1 on ``model``, which came in ``args``: on CPU, every
     rank's model is the parent's, so each rank's step lands on the same weights."""
