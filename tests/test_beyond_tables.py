@@ -157,7 +157,7 @@ def test_print_loop_parts_prints_rank_0(capsys):
     assert print_loop_parts([{"extras": extras}, {"extras": {}}]) is extras
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 13 and max(len(line) for line in out) <= 100  # short lines, one verdict each
-    assert out[4].endswith("below 1%: True; significant digits about 2")
+    assert out[4].endswith("0.4%, below 1%: True; significant digits about 2")
     assert out[1] == "    clipped gradients equal within 1e-6: True"
     assert "gradients equal DDP's within 1e-6: False" in out[8]
     assert out[11] == "    its step changed the model: False"
@@ -176,9 +176,9 @@ def test_print_helpers_say_what_the_runs_show(capsys):
 
 def test_precision_verdict_comes_out_both_ways():
     from ddp_lib.demos.beyond_tables import precision_verdict
-    assert precision_verdict(0.004, 0.01) == "below 1%: True; significant digits about 2"
-    assert precision_verdict(0.07, 0.01) == "below 1%: False; significant digits about 1"
-    assert precision_verdict(0.0, 0.01) == "below 1%: True; significant digits about all"
+    assert precision_verdict(0.004, 0.01) == "0.4%, below 1%: True; significant digits about 2"
+    assert precision_verdict(0.07, 0.01) == "7.0%, below 1%: False; significant digits about 1"
+    assert precision_verdict(0.0, 0.01) == "0.0%, below 1%: True; significant digits about all"
 
 
 def test_relative_error_of_bfloat16():

@@ -56,6 +56,16 @@ def test_each_run_in_one_job_walks_its_own_live_tensors():
             assert abs(run["measured"]["live tensors"] - counted) < 5e3, (strategy, r[strategy]["rank"])
 
 
+def test_fully_shard_on_the_root_alone_keeps_every_gathered_weight_from_forward_to_backward():
+    # one unit for the whole model: the root reshards after backward only, as fsdp_no_reshard's units do
+    ranks = run_ranks(compare_strategies, 2, kwargs=dict(strategies="fsdp,fsdp_no_reshard,fsdp_root_only", steps=1,
+                                                         timed_steps=0), show_output=False)
+    for r in ranks:
+        held = {s: r[s]["bytes"]["activations"] for s in ("fsdp", "fsdp_no_reshard", "fsdp_root_only")}
+        assert held["fsdp_root_only"] == held["fsdp_no_reshard"] > held["fsdp"] + 1_000_000, held
+        assert r["fsdp_root_only"]["local_shape"] == [128, 256]  # still sharded between steps
+
+
 def test_the_strategies_train_to_the_same_losses(runs):
     ddp = runs["ddp"][0]["losses"]
     for strategy in ("zero1", "fsdp"):

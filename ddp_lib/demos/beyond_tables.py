@@ -8,6 +8,7 @@ job with ``in_one_job``, so that each cell reads one line.
 """
 
 import math
+import os
 
 import torch
 
@@ -60,7 +61,8 @@ def checkpoint_job(checkpoint_dir: str) -> list[dict]:
         "straight": (W + "fsdp_checkpoint", run),  # saves after step 2
         "resumed": (W + "fsdp_checkpoint", run | dict(resume=True)),
         "loaded": (W + "fsdp_checkpoint", run | dict(steps=2, resume=True)),  # trains no step
-        "export": ("ddp_lib.demos.full_state_export:full_state_export", {}),
+        "export": ("ddp_lib.demos.full_state_export:full_state_export",
+                   dict(path=os.path.join(checkpoint_dir, "model.pt"))),  # rank 0's one ordinary file
     }), show_output=False)
 
 
@@ -296,7 +298,7 @@ def print_loop_parts(loop: list[dict]) -> dict:
           f"{more}clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
     print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}"
           f"{more}sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}"
-          f"{more}one batch, against float32: outputs' relative error "
+          f"{more}against float32: outputs' relative error "
           f"{precision_verdict(mixed['output_rel_err'], 0.01)}"
           f"{more}reduce-scattered gradients' relative error {precision_verdict(mixed['grad_rel_err'], 0.1)}")
     print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
@@ -466,6 +468,6 @@ def hsdp_groups_match(hsdp: list[dict]) -> bool:
 
 
 def precision_verdict(rel_err: float, bound: float) -> str:
-    """Say whether a relative error is below ``bound``, and about how many significant digits it keeps."""
+    """The relative error, whether it is below ``bound``, and about how many significant digits it keeps."""
     digits = math.floor(-math.log10(rel_err)) if rel_err > 0 else "all"
-    return f"below {bound:.0%}: {rel_err < bound}; significant digits about {digits}"
+    return f"{rel_err:.1%}, below {bound:.0%}: {rel_err < bound}; significant digits about {digits}"

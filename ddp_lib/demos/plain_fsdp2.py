@@ -29,8 +29,7 @@ def train(rank: int, world_size: int, device: torch.device) -> None:
     model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1)).to(device)
     # A model too large for one device: build it under `with torch.device("meta"):` (shapes only), shard it
     # as below, then `model.to_empty(device=device)` and call `reset_parameters()` on each module that has it,
-    # or load the weights with dcp.load. On a CPU mesh, seed each rank apart first (lesson 10,
-    # "Deeper: gradient accumulation, and a model too large for one device").
+    # or load the weights with dcp.load.
     # Compute in bfloat16, reduce-scatter the gradients in float32; the shards stay float32.
     mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for layer in model:

@@ -32,7 +32,7 @@ except ModuleNotFoundError:  # copied into a project next to process_group.py
 # functions that use them: importing them takes seconds, and a lesson's kernel imports this module
 # only to show its source and its arithmetic (zero_prediction, bytes_sent).
 
-Strategy = Literal["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard"]
+Strategy = Literal["ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard", "fsdp_root_only"]
 STRATEGIES = ("ddp", "ddp_view", "zero1", "zero1_view", "fsdp", "fsdp_no_reshard")
 # Names of the events torch.profiler records for collectives (c10d's ops and gloo's own).
 COLLECTIVE_PREFIXES = ("c10d::", "gloo:")
@@ -614,7 +614,9 @@ def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, to
     gradient_as_bucket_view=True); DDP + ZeroRedundancyOptimizer (ZeRO-1; ``zero1_view``: its DDP
     with gradient_as_bucket_view=True and the optimizer with parameters_as_bucket_view=True);
     FSDP2 with each Linear its own unit (ZeRO-3-style); the same with reshard_after_forward=False
-    (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2")."""
+    (full parameters kept from forward to backward, as FSDP1's SHARD_GRAD_OP, "ZeRO-2");
+    ``fsdp_root_only``: ``fully_shard`` on the root alone, one unit for the whole model (not in
+    STRATEGIES: only lesson 10's "How large a unit?" runs it)."""
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -636,7 +638,11 @@ def wrap(model: nn.Module, strategy: Strategy, lr: float) -> tuple[nn.Module, to
         fully_shard(model)
         # Only now: fully_shard replaced every parameter with a new sharded one.
         return model, torch.optim.Adam(model.parameters(), lr=lr)
-    raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))}, got {strategy!r}")
+    if strategy == "fsdp_root_only":
+        fully_shard(model)  # one unit: every weight gathered together
+        return model, torch.optim.Adam(model.parameters(), lr=lr)
+    raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES + ('fsdp_root_only',)))}, "
+                     f"got {strategy!r}")
 
 
 def zero_prediction(n_params: int, world_size: int, stage: int, bytes_per_param: tuple = (4, 4, 8)) -> int:
@@ -699,7 +705,7 @@ def live_at(timeline: list[tuple[int, int]], t: int) -> int:
 def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> float:
     """One step; returns the loss averaged over all ranks."""
     optimizer.zero_grad()
-    with record_function("forward"):
+    with record_function("forward"):  # only a label: the profiler, when one runs, marks the forward
         loss = nn.functional.mse_loss(model(x), y)
     loss.backward()
     optimizer.step()
