@@ -30,7 +30,7 @@ def _arrow(ax, start: tuple[float, float], end: tuple[float, float], text: str =
 
 def plot_job_map(world_size: int = 4) -> Figure:
     """Notebook -> launcher -> ``world_size`` rank processes -> store -> process group, top to bottom."""
-    fig, ax = plt.subplots(figsize=(9, 5.2))
+    fig, ax = plt.subplots(figsize=(9, 4.6))
     width = 1.6 * world_size
     _box(ax, width / 2 - 1.4, 4.3, 2.8, 0.55, "notebook (Jupyter kernel)", "#f0f0f0")
     # mp.spawn is a function: it runs in the notebook's process and starts the ranks from there.
@@ -49,8 +49,8 @@ def plot_job_map(world_size: int = 4) -> Figure:
          "store: TCPStore at MASTER_ADDR:MASTER_PORT\n(under mp.spawn, rank 0 serves it)", "#ffffcc")
     for centre in centres:
         _arrow(ax, (centre, 2.1), (width / 2, 1.6), linestyle="dashed")
-    ax.text(width + 0.1, 1.75, "1. every rank registers\n    and reads the others'\n    addresses", fontsize=8,
-            va="center")
+    ax.text(width / 2 + 2.0, 1.27, "1. every rank registers here\n    and reads the others' addresses",
+            fontsize=8, va="center")  # beside the store, where the dashed arrows end
     # 2. the process group: a link between every pair of ranks (gloo: TCP; nccl: NVLink, InfiniBand)
     y = 0.2
     for i, a in enumerate(centres):
@@ -59,10 +59,11 @@ def plot_job_map(world_size: int = 4) -> Figure:
         for b in centres[i + 1:]:
             ax.annotate("", xy=(b - 0.35, y), xytext=(a + 0.35, y),
                         arrowprops=dict(arrowstyle="<->", color="grey", connectionstyle="arc3,rad=0.35"))
-    ax.text(width + 0.1, 0.2, "2. process group: ranks\n    talk directly (gloo, nccl);\n    collectives run here",
-            fontsize=8, va="center")
-    ax.set_xlim(min(-0.1, width / 2 - 2.3), width + 2.2)  # the launcher's and store's boxes are wider than 2 ranks
-    ax.set_ylim(-1.1, 5.0)
+    ax.text(centres[-1] + 0.45, y, "2. process group: a direct link between\n    every pair of ranks (gloo, nccl);\n"
+            "    the collectives run over these links", fontsize=8, va="center")  # beside the last rank
+    # the launcher's and store's boxes are wider than 2 ranks; the notes stand right of the store and the last rank
+    ax.set_xlim(min(-0.1, width / 2 - 2.3), max(width / 2 + 4.7, centres[-1] + 3.0))
+    ax.set_ylim(-0.3 if world_size <= 2 else -1.1, 5.0)  # the arcs between far ranks bend lower
     ax.axis("off")
     ax.set_title(f"What runs where: one notebook, one launcher, {world_size} processes, one group")
     fig.tight_layout()
@@ -96,18 +97,20 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
              ("2. loss.backward(): all-reduce", "gradient\ng{r}", "gradient\nmean(g)",
               "every rank gets the sum of g/world_size, the mean; this box is no process")]
     middle = (world_size - 0.2) / 2  # the height of the all-reduce's "mean" box
+    half = min(0.8, middle)  # half the mean box's height
     for panel, (ax, (title, before, after, note)) in enumerate(zip(axes, steps)):
         if panel == 1:  # every rank's gradient goes into one mean, which every rank gets back
-            _box(ax, 1.45, middle - 0.45, 0.8, 0.9, f"sum of\ng/{world_size}\n= mean", "#f0f0f0")
+            _box(ax, 1.4, middle - half, 0.9, 2 * half, f"sum of\ng/{world_size}\n= mean", "#f0f0f0")
         for rank in range(world_size):
             y = world_size - 1 - rank
-            _box(ax, 0.0, y, 1.3, 0.8, before.format(r=rank), RANK_COLOURS[rank])
-            _box(ax, 2.4, y, 1.3, 0.8, after, RANK_COLOURS[rank])
+            _box(ax, 0.0, y, 1.1, 0.8, before.format(r=rank), RANK_COLOURS[rank])
+            _box(ax, 2.6, y, 1.1, 0.8, after, RANK_COLOURS[rank])
             if panel == 0:  # the broadcast fans out from rank 0's box, the top row
-                _arrow(ax, (1.35, world_size - 0.6), (2.35, y + 0.4))
-            else:
-                _arrow(ax, (1.35, y + 0.4), (1.45, middle))
-                _arrow(ax, (2.25, middle), (2.35, y + 0.4))
+                _arrow(ax, (1.15, world_size - 0.6), (2.55, y + 0.4))
+            else:  # each arrow meets the mean box's edge at its rank's height, kept inside the box
+                edge = min(max(y + 0.4, middle - half + 0.1), middle + half - 0.1)
+                _arrow(ax, (1.15, y + 0.4), (1.38, edge))
+                _arrow(ax, (2.32, edge), (2.55, y + 0.4))
         ax.text(1.85, -0.45, note, ha="center", fontsize=9)
         ax.set_xlim(-0.1, 3.8)
         ax.set_ylim(-0.7, world_size)
@@ -131,7 +134,8 @@ def plot_busy_port(port: int = 12355) -> Figure:
     _arrow(ax, (5.8, 2.75), (4.2, 2.1))
     ax.text(3.0, 1.85, "holds", ha="center", fontsize=8)
     ax.text(5.4, 1.85, "refused", ha="center", fontsize=8)
-    ax.text(3.3, 2.75, "connects and writes\n(a new job joins an old store)", ha="center", fontsize=8)
+    ax.text(4.95, 2.45, "connects and writes\n(a new job joins an old store)", ha="right", va="bottom",
+            fontsize=8)  # just left of its arrow
     ax.text(4.2, 0.7, "EADDRINUSE: one listener per port. Stop the leftover, or use another port.",
             ha="center", fontsize=9)
     ax.set_xlim(-0.1, 8.5)
