@@ -319,10 +319,11 @@ def count_graphs(model: nn.Module, wrap: Callable, batch: torch.Tensor) -> tuple
 
 
 @contextmanager
-def _compile_group() -> Iterator[None]:
-    """A one-process gloo group (a ``HashStore``, in memory), enough for DDP to wrap a model, with
-    dynamo's once-only warning about DDP's profiler range hidden; destroyed on the way out."""
-    hide_profiler_skip_warning()
+def _compile_group(quiet: bool = True) -> Iterator[None]:
+    """A one-process gloo group (a ``HashStore``, in memory), enough for DDP to wrap a model; destroyed
+    on the way out. With ``quiet``, dynamo's once-only warning about DDP's profiler range is hidden."""
+    if quiet:
+        hide_profiler_skip_warning()
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         yield
@@ -393,8 +394,8 @@ def compile_order_table(counts: dict[str, dict[str, int]]) -> list[str]:
 def compile_order_counts(models: dict[str, Callable[[], nn.Module]],
                          ways: dict[str, Callable]) -> dict[str, dict[str, int]]:
     """The graphs each way compiles, for each model: ``{model name: {way: graphs}}``, counted as
-    ``compile_order_lines`` counts them."""
-    with _compile_group():
+    ``compile_order_lines`` counts them. Dynamo's warnings are left to show."""
+    with _compile_group(quiet=False):
         return {name: {way: count_graphs(make_model(), wrap, torch.randn(16, 2))[0] for way, wrap in ways.items()}
                 for name, make_model in models.items()}
 
