@@ -59,3 +59,9 @@ def test_a_dtype_of_the_same_width_passes_silently_and_mixes_the_bits():
     assert rank0["error"] == rank1["error"] == ""
     assert rank0["as_other_dtype"] == rank1["after"] and rank1["as_other_dtype"] == rank0["after"]
     assert [2, 4, 6] not in (rank0["after"], rank1["after"])
+
+
+def test_one_element_off_reports_the_abort_and_gloos_line():
+    report = disagreeing_ranks.one_element_off(1000)
+    assert report["error"] == "RankExitedError: process 0 terminated with signal SIGABRT"
+    assert report["gloo_says"] and report["gloo_says"][0].startswith("Received data size doesn't match expected size")

@@ -83,3 +83,25 @@ def mismatched_dtypes(rank: int, world_size: int) -> dict:
         other = torch.int32 if rank == 0 else torch.float32
         return {"rank": rank, "dtype": str(mine.dtype).removeprefix("torch."), "after": mine.tolist(),
                 "as_other_dtype": mine.view(other).tolist(), "error": error}
+
+
+def one_element_off(numel: int = 1000) -> dict:
+    """Launch ``mismatched_shapes`` on 2 ranks, ``numel`` elements on rank 0 and one more on rank 1,
+    with the ranks' output kept aside. ``error``: the launcher's error, as "Class: message" ("" when no
+    rank died); ``gloo_says``: the end of each line of rank 0's stderr from "Received data size" on."""
+    import contextlib
+    import io
+
+    from torch.multiprocessing import ProcessExitedException
+
+    import ddp_lib.mp
+
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            ddp_lib.mp.labelled_spawn(mismatched_shapes, args=(2, False, numel), nprocs=2)
+    except ProcessExitedException as exc:  # a rank died without raising; its stderr is kept in exc.outputs
+        stderr_0 = exc.outputs[0][1]
+        return {"error": f"{type(exc).__name__}: {exc}",
+                "gloo_says": [line[line.index("Received"):] for line in stderr_0.splitlines()
+                              if "Received data size" in line]}
+    return {"error": "", "gloo_says": []}

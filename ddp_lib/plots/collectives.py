@@ -127,12 +127,12 @@ def plot_ring_steps(results: list[dict]) -> Figure:
                             xytext=(x, sender + 0.25 if down else sender - 0.25),
                             arrowprops=dict(arrowstyle="->", color="dimgrey", lw=1.3))
                 ax.text(x, sender + (0.12 if down else -0.12), str((sender - step + 1) % world_size),
-                        ha="center", va="top" if down else "bottom", fontsize=7.5,
-                        bbox=dict(facecolor="white", edgecolor="none", pad=0.3))
+                        ha="center", va="top" if down else "bottom", fontsize=11, fontweight="bold",
+                        bbox=dict(facecolor="white", edgecolor="dimgrey", boxstyle="circle", pad=0.15))
     _rank_axis(ax, world_size, (steps - 1) * stride + world_size)
     ax.set_ylim(world_size + 0.5, -0.6)
-    ax.set_title("ring all-reduce: each step, each rank sends one chunk (its number on the arrow) "
-                 "to its right neighbour", fontsize=9)
+    ax.set_title("ring all-reduce: each step, each rank sends one chunk to its right neighbour; "
+                 "the circled number on each arrow is the chunk it carries", fontsize=10)
     return fig
 
 

@@ -83,16 +83,21 @@ def bytes_written() -> int | None:
     return None
 
 
-def all_reduce_written(numel: int = 2**18) -> float | None:
-    """Run dist.all_reduce on ``numel`` float32 ones (1 MiB by default) and return the bytes this
-    process wrote meanwhile, in tensor sizes, to two decimals. On gloo these are its socket sends.
-    None off gloo (nccl's GPU traffic is not written by the process) or without /proc/self/io."""
+def gloo_bytes_written(collective: str = "all_reduce", numel: int = 2**18) -> float | None:
+    """Run ``dist.all_reduce`` or ``dist.reduce_scatter`` on ``numel`` float32 ones (1 MiB by
+    default) and return the bytes this process wrote meanwhile, in sizes of that input, to two
+    decimals. On gloo these are its socket sends. None off gloo (nccl's GPU traffic is not written
+    by the process) or without /proc/self/io."""
     if dist.get_backend() != "gloo":
         return None
     tensor = torch.ones(numel)
+    pieces = list(tensor.chunk(dist.get_world_size()))  # reduce_scatter: piece j is summed into rank j
     dist.barrier()  # no other rank's traffic is on its way when the count starts
     before = bytes_written()
-    dist.all_reduce(tensor)
+    if collective == "all_reduce":
+        dist.all_reduce(tensor)
+    else:
+        dist.reduce_scatter(torch.empty_like(pieces[dist.get_rank()]), pieces)
     after = bytes_written()
     dist.barrier()
     if before is None or after is None:
@@ -103,7 +108,8 @@ def all_reduce_written(numel: int = 2**18) -> float | None:
 def ring_check(rank: int | None = None, world_size: int | None = None, numel: int = 10, seed: int = 0) -> dict:
     """Run ring_all_reduce and dist.all_reduce on the same random tensor; return whether they
     agree, the largest difference and the bytes this rank sent. ``gloo_written``: the bytes
-    dist.all_reduce of 1 MiB wrote on this rank, in tensor sizes (all_reduce_written).
+    dist.all_reduce of 1 MiB wrote on this rank, in tensor sizes; ``gloo_reduce_scatter_written``:
+    the same for dist.reduce_scatter (gloo_bytes_written).
 
     Args:
         numel: number of elements in the tensor.
@@ -121,7 +127,8 @@ def ring_check(rank: int | None = None, world_size: int | None = None, numel: in
         return {"rank": rank, "numel": numel, "equal": bool(torch.allclose(ours, reference, atol=1e-5)),
                 "max_abs_diff": float(f"{diff:.1e}"), "bytes_sent": bytes_sent,
                 "bytes_expected": round(ring_bytes_expected(numel, world_size, mine.element_size()), 1),
-                "gloo_written": all_reduce_written()}
+                "gloo_written": gloo_bytes_written("all_reduce"),
+                "gloo_reduce_scatter_written": gloo_bytes_written("reduce_scatter")}
 
 
 def ring_steps(rank: int | None = None, world_size: int | None = None) -> dict:
