@@ -118,12 +118,11 @@ def test_the_lesson_verdicts_read_the_kept_runs():
     step_lines = overlap.step_verdict(profiled).splitlines()
     assert step_lines[0] == overlap.step_sentence(profiled) and "p = " not in overlap.step_verdict(profiled)
     assert step_lines[0].startswith("4 small buckets: step ")
-    # the kept profile: one bucket was shorter in 16 of 21 rounds, short of the 17 a verdict needs
-    assert step_lines[0].endswith("paired rounds: too few rounds to say which is shorter.")
-    assert "cut" not in step_lines[0]
-    signs = overlap.sign_test_lines(profiled).splitlines()
-    assert len(signs) == 2 and all("a verdict needs 17" in line for line in signs)
-    assert signs[1] == f"whole step, small against one, {overlap.paired_verdict(profiled, 'step')}"
+    # the kept profile: one bucket was shorter in 16 of 21 rounds, the 16 a verdict needs with 2 tests
+    assert step_lines[0].endswith("a verdict needs 16 (2 tests: the question asked both ways): "
+                                  "small buckets made the step longer.")
+    assert overlap.paired_verdict(profiled, "step").endswith("a verdict needs 16")
+    assert overlap.paired_verdict(profiled, "step").startswith("higher: ")
     cost = overlap.bucket_cost_verdict(profiled, alpha)
     assert cost.startswith("under the profiler: 4 buckets took ") and "Each extra bucket cost about" in cost
     assert "times the fitted alpha of" in cost and "p = " not in cost
@@ -189,15 +188,17 @@ def _made_up_profile(small_steps_ms, one_steps_ms):
 def test_step_sentence_says_the_cost_and_the_rounds_plainly():
     from ddp_lib.bench import overlap
     rounds = 21
+    cut = "a verdict needs 16 (2 tests: the question asked both ways): "
     longer = _made_up_profile([20.0] * rounds, [10.0] * rounds)
     assert overlap.step_sentence(longer) == ("4 small buckets: step 20.0 ms; one bucket: step 10.0 ms (medians). "
-                                             "One bucket gave the shorter step in 21 of 21 paired rounds: "
+                                             "One bucket gave the shorter step in 21 of 21 paired rounds; "
+                                             "a verdict needs 16 (2 tests: the question asked both ways): "
                                              "small buckets made the step longer.")
     shorter = _made_up_profile([9.0] * rounds, [10.0] * rounds)
-    assert overlap.step_sentence(shorter).endswith("Small buckets gave the shorter step in 21 of 21 paired rounds: "
-                                                   "small buckets made the step shorter.")
+    assert overlap.step_sentence(shorter).endswith("Small buckets gave the shorter step in 21 of 21 paired rounds; "
+                                                   f"{cut}small buckets made the step shorter.")
     mixed = _made_up_profile([9.0] * 11 + [11.0] * 10, [10.0] * rounds)
-    assert overlap.step_sentence(mixed).endswith("in 11 of 21 paired rounds: "
+    assert overlap.step_sentence(mixed).endswith(f"in 11 of 21 paired rounds; {cut}"
                                                  "too few rounds to say which is shorter.")
     assert overlap.bucket_cost_verdict(longer, alpha=1e-3) == (
         "under the profiler: 4 buckets took 20.0 ms a step, 1 bucket 10.0 ms (medians). "

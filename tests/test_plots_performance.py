@@ -165,12 +165,14 @@ def test_the_step_sketches_draw_one_row_per_lane():
     assert [t.get_text() for t in ddp.get_yticklabels()] == ["local step", "DDP step, each rank"]
     # the DDP row's compute is cut by the copies into the bucket, made during backward
     assert [t.get_text() for t in ddp.texts].count("compute") == 1 + 4
-    title = draw_scaling_sketch(step=1.0, alpha=0.6).axes[0].get_title()
+    title = draw_scaling_sketch(step=1.0, allreduce=0.6).axes[0].get_title()
     assert "1.25" in title and "illustrative" in title
     ring = draw_ring_vs_gloo(world_size=4).axes[0]
     texts = [t.get_text() for t in ring.texts]
     assert texts.count("Py") == 6 + 1 and "6 Python calls, 6 messages of S/N" in texts
-    assert "1 Python call, 12 of S/2N" in texts and "more and smaller messages in gloo" in ring.get_title()
+    assert "1 Python call, 12 of S/2N" in texts and "sums one half-chunk while it sends the other" in ring.get_title()
+    # the ring adds after each of its 3 reduce-scatter messages; gloo's sums sit beside its sends, on their own row
+    assert texts.count("+") == 3 and len(ring.get_yticklabels()) == 3
 
 
 def test_plot_allreduce_labels_oversubscribed_ranks_and_draws_a_given_fit_from_its_size():

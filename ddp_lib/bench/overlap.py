@@ -255,15 +255,15 @@ def spread_text(values: tuple[float, float, float]) -> str:
     return f"{values[0]:5.1f} ms [{values[1]:.1f}-{values[2]:.1f}]"
 
 
-# Four comparisons of the profile (the step, the all-reduces, the wait, backward's computation), each asked both
-# ways: eight tests, which share the 5% error budget (Bonferroni's rule).
-PROFILE_TESTS = 8
+# One question of the profile, which cap gave the shorter whole step, asked both ways (is small shorter? is one
+# bucket shorter?): two tests, which share the 5% error budget (Bonferroni's rule).
+STEP_TESTS = 2
 # Three comparisons of the threads' times during backward (the training threads' CPU time and wait for a core,
 # gloo's threads' CPU time), each asked both ways: six tests, with a 5% budget of their own.
 THREAD_TESTS = 6
 
 
-def paired_verdict(result: dict, part: str, tests: int = PROFILE_TESTS) -> str:
+def paired_verdict(result: dict, part: str, tests: int = STEP_TESTS) -> str:
     """The sign test on one part of step_summary() over the profile's paired rounds, small buckets against
     one bucket: "lower" or "higher" (small buckets' part against one bucket's) or "undecided", with the
     wins each way, p and the cut for ``tests`` tests."""
@@ -320,22 +320,27 @@ def _all_reduce_counts(result: dict) -> tuple[int, int]:
 
 def step_sentence(result: dict) -> str:
     """One plain sentence on the step's cost: both caps' median whole steps, the paired rounds each was shorter
-    in, and what the sign test decides (as paired_verdict; its p and cut are in sign_test_lines())."""
+    in, the wins a verdict needs (STEP_TESTS tests: the question asked both ways), and what the sign test decides
+    (paired_verdict, which also gives p)."""
     small_count, _ = _all_reduce_counts(result)
     caps = (result["bucket_cap_mb"], result["one_bucket_cap_mb"])
     small_ms, one_ms = (spread(result, cap, "step")[0] for cap in caps)
     rounds, small_wins, one_wins = _round_wins(result, "step")
+    from ddp_lib.bench.wide import sign_test_wins
+
     verdict = paired_verdict(result, "step").split(":")[0]
+    cut = sign_test_wins(rounds, tests=STEP_TESTS)
     decided = {"lower": "small buckets made the step shorter", "higher": "small buckets made the step longer",
                "undecided": "too few rounds to say which is shorter"}[verdict]
     wins, who = (one_wins, "one bucket") if one_wins >= small_wins else (small_wins, "small buckets")
     return (f"{small_count} small buckets: step {small_ms:.1f} ms; one bucket: step {one_ms:.1f} ms (medians). "
-            f"{who.capitalize()} gave the shorter step in {wins} of {rounds} paired rounds: {decided}.")
+            f"{who.capitalize()} gave the shorter step in {wins} of {rounds} paired rounds; a verdict needs {cut} "
+            f"({STEP_TESTS} tests: the question asked both ways): {decided}.")
 
 
 def step_verdict(result: dict) -> str:
     """A plain sentence on the whole step (step_sentence), the median parts of the step for both caps, and the
-    all-reduces' summed time. The sign tests' p and cut are in sign_test_lines()."""
+    all-reduces' summed time."""
     parts, caps = parts_ms(result), (result["bucket_cap_mb"], result["one_bucket_cap_mb"])
     names = list(next(iter(parts.values())))
     lines = [step_sentence(result), f"{'median (ms)':>18}" + "".join(f"{part:>26}" for part in names)
@@ -351,13 +356,6 @@ def step_verdict(result: dict) -> str:
               f"all-reduces ran {summed[0]:.1f} ms in all with small buckets, {summed[1]:.1f} ms with one "
               f"(medians; two can run at once)"]
     return "\n".join(lines)
-
-
-def sign_test_lines(result: dict) -> str:
-    """The sign tests behind step_verdict(), small buckets against one bucket, with p and the cut for
-    PROFILE_TESTS tests: the all-reduces' summed time and the whole step."""
-    return "\n".join([f"all-reduces summed, small against one, {paired_verdict(result, 'communication')}",
-                      f"whole step, small against one, {paired_verdict(result, 'step')}"])
 
 
 def _steps_by_cap(result: dict) -> tuple[tuple[int, int], list[float]]:

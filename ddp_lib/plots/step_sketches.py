@@ -1,6 +1,6 @@
 """Schematics for lesson 08, drawn before the measurements they explain: the bytes a ring all-reduce
 sends per rank, a DDP step against a local step, 1 rank against 2 on a short step, and lesson 01's Python
-ring against gloo's."""
+ring against gloo's, which sums one half-chunk while it sends the other."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from ddp_lib.plots.performance import _lane_bars
 
 COLORS = {"compute": "tab:blue", "copy": "lightgrey", "α": "tab:red", "S / β": "tab:orange",
           "opt.": "tab:green", "Python": "tab:purple", "Py": "tab:purple", "S/N": "tab:orange",
-          "S/2N": "tab:orange"}
+          "S/2N": "tab:orange", "+": "tab:olive", "a": "tab:red"}
 
 
 def _row(ax, row: int, parts: list[tuple[str, float]], start: float = 0.0, labelled: bool = True) -> float:
@@ -79,34 +79,41 @@ def draw_ddp_step_sketch(compute: float = 6.0, copy: float = 0.5, alpha: float =
                    "one bucket: the all-reduce starts when backward is done (a sketch)")
 
 
-def draw_scaling_sketch(step: float = 1.0, alpha: float = 0.6):
+def draw_scaling_sketch(step: float = 1.0, allreduce: float = 0.6):
     """Schematic: 1 rank does two steps of its batch in 2 t; 2 ranks do one each, side by side,
-    and each pays one all-reduce, in t + α. The speed-up is 2 t / (t + α). Returns the Figure."""
+    and each pays one all-reduce a, in t + a. The speed-up is 2 t / (t + a). Returns the Figure."""
     fig, ax = plt.subplots(figsize=(8, 2.2))
     one_end = _row(ax, 0, [("compute", step), ("compute", step)])
     for rank in (1, 2):
-        two_end = _row(ax, rank, [("compute", step), ("α", alpha)])
+        two_end = _row(ax, rank, [("compute", step), ("a", allreduce)])
     ax.text(one_end + 0.05, 0, "2 t", va="center", fontsize=9)
-    ax.text(two_end + 0.05, 2, "t + α", va="center", fontsize=9)
+    ax.text(two_end + 0.05, 2, "t + a", va="center", fontsize=9)
     ax.set_xlim(0, one_end * 1.12)
     return _finish(fig, ax, ["1 rank, 2 batches", "rank 0 of 2", "rank 1 of 2"],
-                   f"two batches: speed-up 2t / (t + α) = {2 * step / (step + alpha):.2f} "
-                   "with illustrative t and α (a sketch)")
+                   f"two batches: speed-up 2t / (t + a) = {2 * step / (step + allreduce):.2f} "
+                   "with illustrative t and a, the all-reduce (a sketch)")
 
 
-def draw_ring_vs_gloo(world_size: int = 4, python: float = 0.8, transfer: float = 1.0):
-    """Schematic of one rank ("Py": time in Python): lesson 01's ring makes a Python call (isend, recv,
-    wait, add) at each of its 2 (N - 1) steps, each sending S / N bytes; gloo's all-reduce is one Python
-    call, then its C++ loop sends the same bytes as 4 (N - 1) messages of S / 2N (a tensor below
-    2N MiB, every segment holding data) with no Python in between. Returns the Figure."""
+def draw_ring_vs_gloo(world_size: int = 4, python: float = 0.8, transfer: float = 1.0, add: float = 0.5):
+    """Schematic of one rank ("Py": time in Python, "+": a sum): lesson 01's ring makes a Python call (isend,
+    recv, wait) at each of its 2 (N - 1) steps, each sending S / N bytes, and in the reduce-scatter adds the
+    received chunk only after it arrived. gloo's all-reduce is one Python call, then its C++ loop sends the
+    same bytes as 4 (N - 1) messages of S / 2N (a tensor below 2N MiB, every segment holding data), and sums
+    each received half-chunk while the next one is in flight. Returns the Figure."""
     steps, messages = 2 * (world_size - 1), 4 * (world_size - 1)
-    fig, ax = plt.subplots(figsize=(9, 1.8))
-    ring_end = _row(ax, 0, [part for _ in range(steps) for part in (("Py", python), ("S/N", transfer))])
-    gloo_end = _row(ax, 1, [("Py", python)])
-    gloo_end = _row(ax, 1, [("S/2N", transfer / 2)] * messages, gloo_end, labelled=False)
+    fig, ax = plt.subplots(figsize=(9, 2.6))
+    ring_parts = []
+    for step in range(steps):
+        ring_parts += [("Py", python), ("S/N", transfer)] + ([("+", add)] if step < world_size - 1 else [])
+    ring_end = _row(ax, 0, ring_parts)
+    start = _row(ax, 1, [("Py", python)])
+    gloo_end = _row(ax, 1, [("S/2N", transfer / 2)] * messages, start, labelled=False)
+    for message in range(1, messages // 2 + 1):  # reduce-scatter: sum the half-chunk received, the next in flight
+        _row(ax, 2, [("+", add / 2)], start + message * transfer / 2, labelled=False)
     ax.text(ring_end + 0.2, 0, f"{steps} Python calls, {steps} messages of S/N", va="center", fontsize=9)
     ax.text(gloo_end + 0.2, 1, f"1 Python call, {messages} of S/2N", va="center", fontsize=9)
+    ax.text(gloo_end + 0.2, 2, "each sum while the next half-chunk is sent", va="center", fontsize=9)
     ax.set_xlim(0, ring_end * 1.45)
-    return _finish(fig, ax, ["lesson 01's ring", "gloo's all_reduce"],
-                   f"{world_size} ranks, one rank's sends: the same bytes, "
-                   "more and smaller messages in gloo (a sketch)")
+    return _finish(fig, ax, ["lesson 01's ring", "gloo: sends", "gloo: sums (+)"],
+                   f"one of {world_size} ranks: the ring adds after each wait;\n"
+                   "gloo sums one half-chunk while it sends the other (a sketch)")
