@@ -300,25 +300,27 @@ def test_the_plain_torch_timer_hands_every_rank_the_slowest_time():
 def test_the_timer_runs_under_torchs_own_mp_spawn_through_a_queue():
     import torch.multiprocessing as mp
 
-    from ddp_lib.demos.timing import spawn_ignoring_exit_abort, time_allreduce_to_queue
+    from ddp_lib.demos.spawning import tolerate_abort_at_exit
+    from ddp_lib.demos.timing import time_allreduce_to_queue
     from ddp_lib.process_group import free_port
 
     sizes = [4, 4096]
     results = mp.get_context("spawn").SimpleQueue()
-    spawn_ignoring_exit_abort(time_allreduce_to_queue, args=(2, free_port(), sizes, results), nprocs=2)
+    with tolerate_abort_at_exit():
+        mp.spawn(time_allreduce_to_queue, args=(2, free_port(), sizes, results), nprocs=2, join=True)
     by_rank = dict(results.get() for _ in range(2))
     assert sorted(by_rank) == [0, 1] and by_rank[0] == by_rank[1]
     assert [nbytes for nbytes, _ in by_rank[0]] == sizes and all(seconds > 0 for _, seconds in by_rank[0])
 
 
 
-def test_spawn_ignoring_exit_abort_raises_any_other_failure():
+def test_tolerate_abort_at_exit_raises_any_other_failure():
     import torch.multiprocessing as mp
 
-    from ddp_lib.demos.timing import spawn_ignoring_exit_abort
+    from ddp_lib.demos.spawning import tolerate_abort_at_exit
 
-    with pytest.raises(mp.ProcessExitedException) as caught:  # rank 1 runs os._exit(1): exit code 1, no signal
-        spawn_ignoring_exit_abort(os._exit, args=(), nprocs=2)
+    with pytest.raises(mp.ProcessExitedException) as caught, tolerate_abort_at_exit():
+        mp.spawn(os._exit, args=(), nprocs=2, join=True)  # rank 1 runs os._exit(1): exit code 1, no signal
     assert caught.value.exit_code == 1 and caught.value.signal_name is None
 
 def test_a_difference_is_called_only_when_the_middle_halves_do_not_overlap():

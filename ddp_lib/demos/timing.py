@@ -6,7 +6,6 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 
 def time_allreduce(rank: int, world_size: int, port: int, sizes: list[int]) -> list[tuple[int, float]]:
@@ -30,14 +29,3 @@ def time_allreduce_to_queue(rank: int, world_size: int, port: int, sizes: list[i
     """``time_allreduce`` for torch's ``mp.spawn``, which returns nothing: each rank puts (rank, its times)
     in ``results``, a queue from ``mp.get_context("spawn").SimpleQueue()``."""
     results.put((rank, time_allreduce(rank, world_size, port, sizes)))
-
-
-def spawn_ignoring_exit_abort(fn, args: tuple, nprocs: int) -> None:
-    """``mp.spawn(fn, args=args, nprocs=nprocs, join=True)`` that lets one failure pass: a rank ended by
-    SIGABRT, torch's rare abort at exit (docs/reliability.md). Any other failure is raised. For the
-    lesson's timing cell only: in training code, let ``mp.spawn`` raise."""
-    try:
-        mp.spawn(fn, args=args, nprocs=nprocs, join=True)
-    except mp.ProcessExitedException as exc:
-        if exc.signal_name != "SIGABRT":
-            raise
