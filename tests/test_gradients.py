@@ -60,6 +60,19 @@ def test_summed_loss_gives_gradients_world_size_times_smaller_than_one_process()
     assert not torch.allclose(results[0]["first_grads"], reference["first_grads"], atol=1e-3)
 
 
+def test_unequal_tokens_need_the_all_reduced_count_to_match_one_process():
+    results = run_ranks(gradients.uneven_tokens, 2, kwargs=dict(tokens=(3, 12)))
+    one = gradients.uneven_tokens_one_process(tokens=(3, 12))
+    assert torch.equal(results[0]["mean"], results[1]["mean"])
+    assert not torch.allclose(results[0]["mean"], one, rtol=0, atol=1e-3)  # the mean of means is off
+    assert all(torch.allclose(r["fixed"], one, rtol=0, atol=1e-6) for r in results)
+
+
+def test_unequal_tokens_refuses_fewer_counts_than_ranks():
+    with pytest.raises(ValueError, match="one per rank"):
+        gradients.uneven_tokens(0, 3, tokens=(3, 12))
+
+
 def test_no_sync_accumulation_equals_the_large_batch_step():
     results = run_ranks(gradients.no_sync_run, 2, (4, 2, 3), show_output=False)
     reference = gradients.single_process_run(8, 3)

@@ -136,3 +136,20 @@ def test_the_timeline_labels_per_parameter_all_reduces_p_and_bucket_ones_b():
     labels = [t.get_text() for t in plot_timeline([timeline(3), timeline(2)], prefixes=["p", "b"]).axes[0].texts]
     assert labels == ["p0", "p1", "p2", "b0", "b1"]
     assert [t.get_text() for t in plot_timeline([timeline(2)]).axes[0].texts] == ["b0", "b1"]
+
+
+def test_the_timeline_with_mark_starts_puts_each_start_on_the_backward_band_and_hatches_the_wait():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from ddp_lib.plots.gradients import plot_timeline
+
+    timeline = {"backward_ms": 10.0, "synced_ms": 12.0, "grad_ready": [("w", 1.0)],
+                "allreduces": [{"bucket": b, "start": 2.0 + b, "end": 9.0} for b in range(3)]}
+    ax = plot_timeline([timeline], mark_starts=True).axes[0]
+    starts = [line for line in ax.lines if line.get_marker() == "v"]
+    assert [(line.get_xdata()[0], line.get_ydata()[0]) for line in starts] == [(2.0, 0), (3.0, 0), (4.0, 0)]
+    assert all(bar.get_hatch() == "//" for bar in ax.patches[1:])  # the first patch is the backward band
+    assert [t.get_text().strip() for t in ax.texts] == ["b0", "b1", "b2"]
+    assert all(t.get_horizontalalignment() == "right" for t in ax.texts)
+    assert "waiting: from its start until this rank saw it done" in [t.get_text() for t in ax.get_legend().texts]

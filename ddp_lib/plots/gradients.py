@@ -97,7 +97,7 @@ def plot_bucket_schedule(layers: int = 4, per_bucket: int = 2) -> Figure:
 
 def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradients ready vs bucket all-reduces",
                   names: list[str] | None = None, shade_waits: bool = False,
-                  mark_synced: bool = False, prefixes: list[str] | None = None) -> Figure:
+                  mark_synced: bool = False, prefixes: list[str] | None = None, mark_starts: bool = False) -> Figure:
     """Draw, per rank, the backward span with the moment each weight's gradient was ready, and
     below it one bar per all-reduce. ``timelines`` are backward_timeline's results in rank order;
     ``names`` label the rows instead of "rank 0", "rank 1", ... (e.g. to compare ways of one rank).
@@ -105,7 +105,9 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
     started that all-reduce, the part a rank can only wait, as the clocks started together.
     ``mark_synced``: a dashed line across each row at its ``synced_ms``, when every gradient was averaged.
     ``prefixes``: per row, the letter before each all-reduce's number: "b" for a bucket's (the
-    default), "p" for one parameter's."""
+    default), "p" for one parameter's.
+    ``mark_starts``: each all-reduce's start is a triangle on the backward band, and its bar is pale and
+    hatched, labelled as the wait until this rank saw it done (a bar alone looks like time on the wire)."""
     names = names or [f"rank {rank}" for rank in range(len(timelines))]
     prefixes = prefixes or ["b"] * len(timelines)
     lanes = max((ev["bucket"] for tl in timelines for ev in tl["allreduces"]), default=0) + 1
@@ -127,16 +129,27 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
             # Each all-reduce in a lane of its own, so two in flight at once stay apart.
             y = y_backward + 0.8 + 0.45 * ev["bucket"]
             colour = COMM_COLOURS[ev["bucket"] % 2]
-            ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38, color=colour, edgecolor="black",
-                    label=None if row or ev["bucket"] > 1 else
-                    f"an all-reduce, start to end ({prefixes[0]}0 starts first)" if ev["bucket"] == 0 else
-                    "the next all-reduce (colours alternate)")
+            if mark_starts:
+                first = row == 0 and ev["bucket"] == 0
+                ax.plot([ev["start"]], [y_backward], "v", color=colour, markeredgecolor="black", markersize=9,
+                        label="an all-reduce starts" if first else None)
+                ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38, color=colour, alpha=0.35,
+                        hatch="//", edgecolor="black",
+                        label="waiting: from its start until this rank saw it done" if first else None)
+            else:
+                ax.barh(y, ev["end"] - ev["start"], left=ev["start"], height=0.38, color=colour, edgecolor="black",
+                        label=None if row or ev["bucket"] > 1 else
+                        f"an all-reduce, start to end ({prefixes[0]}0 starts first)" if ev["bucket"] == 0 else
+                        "the next all-reduce (colours alternate)")
             if shade_waits:  # pale over the bar's first part, until the last rank started it
                 waited = min(max(last_start[ev["bucket"]], ev["start"]), ev["end"]) - ev["start"]
                 label = "pale: waiting for the other rank to start it" if row == 0 and ev["bucket"] == 0 else None
                 ax.barh(y, waited, left=ev["start"], height=0.38, color="white", alpha=0.65, edgecolor="black",
                         label=label)
-            ax.text(ev["start"], y, f"{prefixes[row]}{ev['bucket']}", ha="left", va="center", fontsize=9)
+            if mark_starts:  # the name beside the bar, left of its start
+                ax.text(ev["start"], y, f"{prefixes[row]}{ev['bucket']} ", ha="right", va="center", fontsize=9)
+            else:
+                ax.text(ev["start"], y, f"{prefixes[row]}{ev['bucket']}", ha="left", va="center", fontsize=9)
         own_lanes = max((ev["bucket"] for ev in tl["allreduces"]), default=0) + 1
         if mark_synced:  # from the backward bar down to this row's last lane
             ax.vlines(tl["synced_ms"], y_backward - 0.4, y_backward + 0.8 + 0.45 * (own_lanes - 1) + 0.3,

@@ -76,14 +76,14 @@ def grads_after_backward(rank: int, world_size: int, seed: int = 0, per_rank_bat
         seed: seed of the model and data.
         per_rank_batch: batch per rank.
     """
-    with process_group(rank, world_size) as device:
-        ddp_model = wrap_ddp(make_mlp(seed).to(device), device)
+    with process_group(rank, world_size) as device:  # init_process_group ... destroy_process_group
+        ddp_model = wrap_ddp(make_mlp(seed).to(device), device)  # DDP(model) on a CPU
         alone = copy.deepcopy(ddp_model.module)  # same weights, no DDP: what this rank computes by itself
         x, y = (t.to(device) for t in rank_batch(0, rank, world_size, per_rank_batch, seed))
         nn.functional.mse_loss(alone(x), y).backward()
         nn.functional.mse_loss(ddp_model(x), y).backward()  # the all-reduce happens inside this call
         local, synced = flat_grads(alone).to(device), flat_grads(ddp_model)
-        mean_of_local = sum(gather_flat(local)) / world_size
+        mean_of_local = sum(gather_flat(local)) / world_size  # all_gather of one flat tensor
         everyone = gather_flat(synced.to(device))
         return {
             "local_grad_sum": round(local.sum().item(), 6),
@@ -144,6 +144,51 @@ def ddp_run(rank: int, world_size: int, per_rank_batch: int = 4, steps: int = 5,
         ddp_model = wrap_ddp(make_mlp(seed + rank).to(device), device)
         return _train(ddp_model, lambda step: rank_batch(step, rank, world_size, per_rank_batch, seed),
                       steps, reduction, device, lr)
+
+
+def _token_batch(rank: int, n_tokens: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rank ``rank``'s ``n_tokens`` tokens: inputs of 4 features and one target each."""
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return torch.randn(n_tokens, 4, generator=g), torch.randn(n_tokens, 1, generator=g)
+
+
+def uneven_tokens(rank: int, world_size: int, tokens: tuple[int, ...] = (3, 12), seed: int = 0) -> dict:
+    """Rank r holds ``tokens[r]`` tokens and a per-token loss. One backward through DDP with each rank's
+    mean over its own tokens ("mean"), and one with each rank's summed loss divided by the all-reduced
+    token count, times ``world_size`` ("fixed"). Returns the .grad each leaves, flattened.
+
+    Args:
+        tokens: the number of tokens on each rank, one entry per rank at least.
+        seed: seed of the model and data.
+    """
+    if len(tokens) < world_size:
+        raise ValueError(f"tokens: {len(tokens)} entries for {world_size} ranks; give one per rank")
+    with process_group(rank, world_size) as device:
+        x, y = (t.to(device) for t in _token_batch(rank, tokens[rank], seed))
+        grads = {}
+        for way in ("mean", "fixed"):
+            torch.manual_seed(seed)
+            ddp_model = wrap_ddp(nn.Linear(4, 1).to(device), device)
+            per_token = nn.functional.mse_loss(ddp_model(x), y, reduction="none")
+            if way == "mean":
+                loss = per_token.mean()  # a mean over this rank's tokens only
+            else:
+                n_tokens = torch.tensor(float(per_token.numel()), device=device)
+                dist.all_reduce(n_tokens)  # every rank's count, summed: the tokens of the whole step
+                loss = per_token.sum() / n_tokens * world_size  # x world_size: DDP divides by it
+            loss.backward()
+            grads[way] = flat_grads(ddp_model).cpu()
+        return grads
+
+
+def uneven_tokens_one_process(tokens: tuple[int, ...] = (3, 12), seed: int = 0) -> torch.Tensor:
+    """:func:`uneven_tokens`'s reference: the gradient of one process's mean loss over every rank's
+    tokens together, flattened."""
+    x, y = (torch.cat(parts) for parts in zip(*(_token_batch(r, n, seed) for r, n in enumerate(tokens))))
+    torch.manual_seed(seed)
+    model = nn.Linear(4, 1)
+    nn.functional.mse_loss(model(x), y).backward()
+    return flat_grads(model)
 
 
 def no_sync_run(rank: int, world_size: int, per_rank_batch: int = 4, grad_accum_steps: int = 2,
