@@ -788,3 +788,11 @@ def test_the_step_time_lines_and_the_compile_order_table():
                                     "torch.compile(DDP(model))"]
     table = compile_order_table({"LoopNet": {"a": 1, "b": 0}})
     assert len(table) == 2 and table[1].split() == ["LoopNet", "1", "0"]
+
+
+def test_rank0_evaluation_longer_than_the_timeout_fails_and_a_larger_timeout_lets_it_finish():
+    with pytest.raises(WorkerError) as failed:
+        run_ranks(rank0_evaluation, 2, kwargs=dict(eval_seconds=2.5, timeout_s=2.0), show_output=False)
+    assert "Timed out" in failed.value.failures[1]  # rank 1 waited in its next collective
+    ranks = run_ranks(rank0_evaluation, 2, kwargs=dict(eval_seconds=2.5, timeout_s=5.0), show_output=False)
+    assert ranks[0]["checksum"] == ranks[1]["checksum"]

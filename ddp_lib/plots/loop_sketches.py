@@ -11,7 +11,7 @@ RANK_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:purple")
 
 
 def _box(ax, x: float, y: float, width: float, text: str, colour: str = "0.85", hatch: str | None = None,
-         fontsize: float = 7) -> None:
+         fontsize: float = 9) -> None:
     ax.add_patch(plt.Rectangle((x, y - 0.3), width, 0.6, facecolor=colour, alpha=0.55, edgecolor="black",
                                hatch=hatch))
     ax.text(x + width / 2, y, text, ha="center", va="center", fontsize=fontsize)
@@ -27,20 +27,20 @@ def plot_buffer_drift(steps: int = 2, world_size: int = 2):
     buffers (grey, the same on every rank), then batch norm updates them from each rank's own batch
     (coloured, different per rank). No forward follows the last step's, so the buffers stay different
     until the evaluation broadcasts them. Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(11, 0.9 * world_size + 1.1))
+    fig, ax = plt.subplots(figsize=(11, 1.1 * world_size + 1.2))
     x = 0.0
     for step in range(steps):
         ax.add_patch(plt.Rectangle((x, -0.35), 0.9, world_size - 0.3, facecolor="tab:red", alpha=0.5,
                                    edgecolor="black"))
-        ax.text(x + 0.45, (world_size - 1) / 2, "DDP\nbroadcasts\nrank 0's\nbuffers", ha="center", va="center",
-                fontsize=7)
+        ax.text(x + 0.45, (world_size - 1) / 2, "DDP\ncopies\nrank 0's\nbuffers", ha="center", va="center",
+                fontsize=9)
         for rank in range(world_size):
-            _box(ax, x + 1.0, world_size - 1 - rank, 1.9, f"step {step + 1}: batch norm updates\n"
-                 "running_mean from\nthis rank's batch", RANK_COLOURS[rank])
+            _box(ax, x + 1.0, world_size - 1 - rank, 1.9, f"step {step + 1}: batch norm\n"
+                 "updates its buffers\nfrom this rank's batch", RANK_COLOURS[rank])
         x += 3.1
     for rank in range(world_size):
-        _box(ax, x, world_size - 1 - rank, 1.6, "evaluate: buffers\ndiffer per rank", RANK_COLOURS[rank])
-    ax.text(x + 0.8, world_size - 0.45, "no forward follows the last step", ha="center", fontsize=7, color="0.3")
+        _box(ax, x, world_size - 1 - rank, 1.6, "evaluate:\nbuffers differ", RANK_COLOURS[rank])
+    ax.text(x + 0.8, world_size - 0.45, "no forward follows the last step", ha="center", fontsize=9, color="0.3")
     _rank_labels(ax, world_size)
     ax.set_xlim(-1.0, x + 1.8)
     ax.set_ylim(-0.5, world_size)
@@ -82,23 +82,23 @@ def plot_no_sync_accumulation(micro_batches: int = 2, world_size: int = 2):
     """One optimizer step of gradient accumulation under DDP: every micro-batch but the last runs
     forward and backward inside ``no_sync()`` (the gradients add up in .grad, nothing is sent); the
     last one's backward all-reduces the sum, once; then clip and step. Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(11, 0.9 * world_size + 1.1))
+    fig, ax = plt.subplots(figsize=(11, 1.1 * world_size + 1.2))
     x = 0.0
     for k in range(micro_batches):
         last = k == micro_batches - 1
         for rank in range(world_size):
-            text = f"micro-batch {k + 1}\nforward + backward" + ("" if last else "\ninside no_sync()")
+            text = f"micro-batch {k + 1}\nforward, backward" + ("" if last else "\nin no_sync()")
             _box(ax, x, world_size - 1 - rank, 1.8, text, RANK_COLOURS[rank])
         if not last:
-            ax.text(x + 1.9, world_size - 0.45, "adds to .grad,\nsends nothing", fontsize=7, color="0.3")
+            ax.text(x + 1.9, world_size - 0.45, "adds to .grad,\nsends nothing", fontsize=9, color="0.3")
         x += 2.4
     # DDP starts it in the last backward, as that backward's gradients become ready
     ax.add_patch(plt.Rectangle((x - 0.5, -0.35), 1.2, world_size - 0.3, facecolor="tab:red", alpha=0.5,
                                edgecolor="black"))
-    ax.text(x + 0.1, (world_size - 1) / 2, "one\nall-reduce\nof the sum\n(starts in the\nlast backward)",
-            ha="center", va="center", fontsize=7)
+    ax.text(x + 0.1, (world_size - 1) / 2, "one\nall-reduce\nof the sum",
+            ha="center", va="center", fontsize=9)
     for rank in range(world_size):
-        _box(ax, x + 0.9, world_size - 1 - rank, 1.2, "clip the\naveraged grad")
+        _box(ax, x + 0.9, world_size - 1 - rank, 1.2, "clip the\naverage")
         _box(ax, x + 2.3, world_size - 1 - rank, 1.0, "optimizer\nstep")
     _rank_labels(ax, world_size)
     ax.set_xlim(-1.0, x + 3.5)

@@ -311,7 +311,7 @@ def batchnorm_drift(rank: int, world_size: int, steps: int = 3, seed: int = 0) -
 
 
 def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = False, timeout_s: float = 3.0,
-                     eval_after_step: int = 0) -> dict:
+                     eval_after_step: int = 0, eval_seconds: float = 0.0) -> dict:
     """Rank 0 alone evaluates the model after a training step, the others go on to the next step.
 
     Args:
@@ -323,6 +323,7 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
             after a later step, the next backward's all-reduce of the gradients, of another size.
         timeout_s: the process group's timeout, after which a collective nobody matches fails.
         eval_after_step: the step after which rank 0 evaluates; the loop runs one more step after it.
+        eval_seconds: rank 0's evaluation lasts at least this long (it sleeps), as a long one would.
 
     Returns {"rank", "accuracy" (rank 0 only, else None), "checksum" (of the parameters after the steps)}.
     """
@@ -348,6 +349,7 @@ def rank0_evaluation(rank: int, world_size: int, collective_in_eval: bool = Fals
                             inputs, labels = (t.to(device) for t in dataset.tensors)  # where the model is
                             hits = (model(inputs).argmax(1) == labels).double().sum()
                             model.train()
+                        time.sleep(eval_seconds)  # the other ranks wait in their next collective
                         if collective_in_eval:
                             dist.all_reduce(hits)  # only rank 0 gets here
                         accuracy = hits.item() / len(dataset)
