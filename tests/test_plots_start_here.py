@@ -14,6 +14,7 @@ from ddp_lib.plots.start_here import (
     plot_gradient_average,
     plot_job_map,
     plot_live_ranks,
+    plot_pickle_by_name,
 )
 
 
@@ -90,4 +91,12 @@ def test_device_ids_move_moves_the_input_only_with_device_ids():
     assert "device_ids=[1])" in drawn and "moved to\ncuda:1" in drawn
     assert "device_ids=None)" in drawn and "still on the CPU" in drawn
     assert drawn.count("model\non cuda:1") == 2 and drawn.count("input\nmade on the CPU") == 2
+    plt.close(fig)
+
+
+def test_pickle_by_name_shows_both_messages_and_outcomes():
+    fig = plot_pickle_by_name()
+    drawn = texts(fig)
+    assert "('__main__', 'hello')" in drawn and "('my_work.classic_ddp',\n'demo_basic')" in drawn
+    assert "no hello\nfails" in drawn and "demo_basic\nruns" in drawn
     plt.close(fig)

@@ -9,6 +9,8 @@ on. A launch gives every rank the same port:
 from __future__ import annotations
 
 import os
+import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -48,3 +50,17 @@ def demo_basic(rank, world_size, port):
 
     dist.destroy_process_group()  # the classic cleanup()
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+
+
+def wait_in_python_or_store(rank, world_size, port):
+    """Rank 0 waits in Python code (``time.sleep``); rank 1 holds a store on ``port`` and waits in it.
+
+    Each rank prints ``rank R pid PID`` just before its wait; neither returns within 60 s.
+    """
+    if rank == 0:
+        print(f"rank {rank} pid {os.getpid()}", flush=True)
+        time.sleep(60)
+    else:
+        store = dist.TCPStore("localhost", port, world_size=1, is_master=True, timeout=timedelta(seconds=60))
+        print(f"rank {rank} pid {os.getpid()}", flush=True)
+        store.get("a key nobody sets")  # a wait inside torch's C++ code

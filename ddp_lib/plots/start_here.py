@@ -121,6 +121,30 @@ def plot_ddp_collectives(world_size: int = 4) -> Figure:
     return fig
 
 
+def plot_pickle_by_name() -> Figure:
+    """mp.spawn sends a function as its module and name: found in a file, not in a notebook's __main__."""
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    rows = ((2.1, "notebook cell\ndef hello", "('__main__', 'hello')", "new Python:\nimport __main__",
+             "no hello\nfails", "#ffcccc"),
+            (0.6, "my_work/classic_ddp.py\ndef demo_basic", "('my_work.classic_ddp',\n'demo_basic')",
+             "new Python:\nimport my_work.classic_ddp", "demo_basic\nruns", "#ccffcc"))
+    for y, source, message, child, outcome, colour in rows:
+        _box(ax, 0.0, y, 2.2, 0.8, source, "#dddddd")
+        _box(ax, 3.0, y, 2.2, 0.8, message, "#ffffcc")
+        _box(ax, 6.0, y, 2.4, 0.8, child, "#ddeeff")
+        _box(ax, 9.2, y, 1.4, 0.8, outcome, colour)
+        _arrow(ax, (2.2, y + 0.4), (3.0, y + 0.4))
+        _arrow(ax, (5.2, y + 0.4), (6.0, y + 0.4))
+        _arrow(ax, (8.4, y + 0.4), (9.2, y + 0.4))
+    ax.text(4.1, 3.05, "what mp.spawn sends: a module and a name, no code", ha="center", fontsize=9)
+    ax.set_xlim(-0.1, 10.7)
+    ax.set_ylim(0.4, 3.3)
+    ax.axis("off")
+    ax.set_title("mp.spawn sends a function by name")
+    fig.tight_layout()
+    return fig
+
+
 def plot_busy_port(port: int = 12355) -> Figure:
     """A leftover rank 0 still listens on the port, so the new rank 0 cannot listen there, and the
     new rank 1, a client, connects to the leftover's store and writes keys there."""
