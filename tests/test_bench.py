@@ -148,8 +148,8 @@ def test_scaling_verdict_judges_the_rounds_both_ways():
     assert lines[-1] == "load average 1.0 while it ran"
     raised = {**run([50.0] * 9, [150.0] * 9), "niceness": -19}
     assert scaling.verdict(raised).splitlines()[-1] == (
-        "load average 1.0 while it ran, the ranks at niceness -19: the other programs counted in the load got little "
-        "of the cores")
+        "load average 1.0 while it ran, the ranks given priority over other programs (as root): the other programs "
+        "counted in the load got little of the cores")
 
 
 def test_extra_step_sets_the_2_rank_step_beside_measured_all_reduces_and_alpha():

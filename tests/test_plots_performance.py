@@ -111,6 +111,9 @@ def test_gloo_ring_sends_follow_gloo_counts_and_direction():
     # 4 B is one float: one segment with data, sent N-1 times per phase.
     assert [len(ring_sends(n, 4)) for n in (4, 16, 64, 256 << 10)] == [6, 24, 48, 48]
     assert len(ring_sends(64, 2)) == 8
+    # above 2N MiB gloo cuts 1 MiB segments: 64 segments at 64 MiB on 2 ranks, 32 iterations per phase
+    assert [len(ring_sends(n << 20, 2)) for n in (1, 4, 8, 64)] == [8, 8, 16, 128]
+    assert [len(ring_sends(n << 20, 4)) for n in (8, 16, 64)] == [48, 96, 384]
     one_float = ring_sends(4, 4)
     assert [(s["rank"], s["to"]) for s in one_float if s["phase"] == "reduce-scatter"] == [(3, 2), (2, 1), (1, 0)]
     assert [(s["rank"], s["to"]) for s in one_float if s["phase"] == "all-gather"] == [(0, 3), (3, 2), (2, 1)]

@@ -130,7 +130,8 @@ def verdict(result: dict, policy: str = "one", cut: bool = False) -> str:
 def _priority(result: dict) -> str:
     """What the load average meant: said only for a run started at a raised priority (a negative niceness)."""
     niceness = result.get("niceness", 0)
-    return (f", the ranks at niceness {niceness}: the other programs counted in the load got little of the cores"
+    return (", the ranks given priority over other programs (as root): the other programs counted in the load "
+            "got little of the cores"
             if niceness < 0 else "")
 
 
