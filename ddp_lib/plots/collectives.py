@@ -95,44 +95,54 @@ def plot_barrier(results: list[dict]) -> Figure:
 
 def plot_ring_steps(results: list[dict]) -> Figure:
     """Every rank's tensor after each step of the ring all-reduce (from ``ring_steps``): partial
-    sums grey, finished sums green. Between two steps, an arrow from each rank to its right
-    neighbour, labelled with the chunk it sent: at step t, rank r sends chunk (r - t + 1) mod N."""
+    sums grey, finished sums green. Inside each step's panel, an arrow per send, from the chunk a
+    rank sent to the slot it lands in on its right neighbour: at step t, rank r sends chunk
+    (r - t + 1) mod N. The last rank's send to rank 0 leaves below and enters from above."""
     world_size = len(results)
     steps = len(results[0]["history"])
-    gap = 1.6  # room for the arrows between two steps
+    gap, row = 1.0, 1.7  # room between two panels; distance between two ranks' rows, for the arrows
     stride = world_size + gap
     # A cell still holds a starting value if it equals some rank's start at that position
     # (with lesson 01's numbers, a partial sum never does for N <= 4).
     starts = [{r["history"][0][i] for r in results} for i in range(world_size)]
     final = results[0]["history"][-1]
-    fig = plt.figure(figsize=(1.2 + 0.42 * steps * stride, 1.0 + 0.45 * world_size), layout="constrained")
+    fig = plt.figure(figsize=(1.2 + 0.62 * steps * stride, 1.6 + 0.62 * world_size * row), layout="constrained")
     ax = fig.subplots()
+    arrow = dict(arrowstyle="->", color="black", lw=1.4)
     for step in range(steps):
         x0 = step * stride
         for r in results:
-            values = r["history"][step]
-            for i, value in enumerate(values):
+            for i, value in enumerate(r["history"][step]):
                 original = value in starts[i]
                 colour = None if original else DONE_COLOUR if value == final[i] else SUM_COLOUR
-                _draw_row(ax, x0 + i, r["rank"], [value], not original, colour=colour)
+                _draw_row(ax, x0 + i, r["rank"] * row, [value], not original, colour=colour)
         phase = "start" if step == 0 else ("reduce-scatter" if step < world_size else "all-gather")
-        label = phase if step == 0 else f"{phase}\nstep {step if step < world_size else step - world_size + 1}"
-        ax.text(x0 + world_size / 2, world_size - 0.3, label, ha="center", va="top", fontsize=8)
-        if step:  # the sends that led here, in the gap before this step's block
-            for sender in range(world_size):
-                x = x0 - gap + 0.3 + sender * (gap - 0.6) / max(world_size - 1, 1)
-                receiver = (sender + 1) % world_size
-                down = receiver > sender
-                ax.annotate("", xy=(x, receiver - 0.25 if down else receiver + 0.25),
-                            xytext=(x, sender + 0.25 if down else sender - 0.25),
-                            arrowprops=dict(arrowstyle="->", color="dimgrey", lw=1.3))
-                ax.text(x, sender + (0.12 if down else -0.12), str((sender - step + 1) % world_size),
-                        ha="center", va="top" if down else "bottom", fontsize=11, fontweight="bold",
-                        bbox=dict(facecolor="white", edgecolor="dimgrey", boxstyle="circle", pad=0.15))
-    _rank_axis(ax, world_size, (steps - 1) * stride + world_size)
-    ax.set_ylim(world_size + 0.5, -0.6)
-    ax.set_title("ring all-reduce: each step, each rank sends one chunk to its right neighbour; "
-                 "the circled number on each arrow is the chunk it carries", fontsize=10)
+        label = phase if step == 0 else f"{phase}, step {step if step < world_size else step - world_size + 1}"
+        ax.text(x0 + world_size / 2, -1.15, label, ha="center", va="bottom", fontsize=10)
+        if not step:  # the chunks named once, above the start; the other panels have arrows there
+            for i in range(world_size):
+                ax.text(x0 + i + 0.5, -0.5, f"chunk {i}", ha="center", va="bottom", fontsize=8, color="dimgrey")
+            continue
+        for sender in range(world_size):  # the sends that led to this step's tensors
+            receiver = (sender + 1) % world_size
+            x = x0 + (sender - step + 1) % world_size + 0.5
+            if receiver > sender:
+                ax.annotate("", xy=(x, receiver * row - 0.42), xytext=(x, sender * row + 0.42), arrowprops=arrow)
+            else:  # the wrap-around: out of the last rank's chunk, into rank 0's
+                bottom = sender * row + 0.42
+                ax.annotate("", xy=(x, bottom + 0.55), xytext=(x, bottom), arrowprops=arrow)
+                ax.text(x, bottom + 0.6, f"to rank {receiver}", ha="center", va="top", fontsize=7)
+                ax.annotate("", xy=(x, receiver * row - 0.42), xytext=(x, receiver * row - 0.95), arrowprops=arrow)
+                ax.text(x + 0.08, receiver * row - 0.72, f"from rank {sender}", ha="left", va="center",
+                        fontsize=7)
+    ax.set_xlim(-0.2, (steps - 1) * stride + world_size + 0.4)
+    ax.set_ylim((world_size - 1) * row + 1.2, -1.3)
+    ax.set_yticks([r * row for r in range(world_size)], [f"rank {r}" for r in range(world_size)])
+    ax.set_xticks([])
+    for side in ("top", "right", "bottom"):
+        ax.spines[side].set_visible(False)
+    ax.set_title("ring all-reduce: in each step, each rank sends one chunk to its right neighbour; "
+                 "each arrow goes from the chunk sent to the slot it lands in", fontsize=11)
     return fig
 
 

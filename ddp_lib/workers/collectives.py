@@ -190,7 +190,9 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
             # Every rank calls new_group for every subgroup, in the same order, even for the groups
             # it is not in: each call takes the next number from a per-process counter, and that
             # number names the group (its members meet under it in the store). A rank that skipped
-            # a call would give every later group a different name from its peers.
+            # a call would give every later group a different name from its peers. And with
+            # TORCH_DIST_INIT_BARRIER=1, as process_group sets it, new_group ends with a store
+            # barrier over all ranks: the members would hang in the very call it skipped.
             evens = dist.new_group(list(range(0, world_size, 2)))
             odds = dist.new_group(list(range(1, world_size, 2)))
             group = evens if rank % 2 == 0 else odds
