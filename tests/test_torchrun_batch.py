@@ -150,27 +150,15 @@ def test_the_lessons_recorded_restart_run_says_what_its_prose_says():
     assert "trained to epoch 3" in "".join(prose["source"])
 
 
-def test_each_lesson_command_is_printed_as_it_runs(tmp_path):
-    """The launch cell prints the commands that run: the helper's run_together adds nothing more."""
-    from ddp_lib.torchrun import command_text, with_log_dir
+def test_typed_leaves_out_what_the_helper_adds():
+    """A command as typed lacks what run_together and node_commands add only to read the ranks back."""
+    from ddp_lib.torchrun import node_commands, with_log_dir
 
-    for name, node_cmds in torchrun_batch.lesson_commands(tmp_path).items():
-        for command in node_cmds:
-            assert with_log_dir(command, str(tmp_path / "other"))[0] == command, name
-            shown = command_text(command)
-            assert "--log-dir=" in shown and "--tee=" in shown, shown
-
-
-def test_typed_leaves_out_what_the_helper_adds(tmp_path):
-    commands = torchrun_batch.lesson_commands(tmp_path)
-    # the lesson runs its static rendezvous, its taken port and its failing job as plain cells
-    assert set(commands) == {"log_dir", "wrong_id"}
-    node = torchrun_batch.typed("wrong_id", commands["wrong_id"][0])
-    assert node.startswith("torchrun --nproc-per-node=1 --nnodes=2 --rdzv-backend=c10d")
+    node = with_log_dir(node_commands(torchrun_batch.PROGRAM, nnodes=2, nproc_per_node=1)[0], "DIR")[0]
+    shown = torchrun_batch.typed("c10d", node)
+    assert shown.startswith("torchrun --nproc-per-node=1 --nnodes=2 --rdzv-backend=c10d"), shown
     for added in ("--redirects", "--tee", "--log-dir", "--max-restarts"):
-        assert added not in node
-    # the section that reads a job's rank folders shows its --log-dir
-    assert "--log-dir=DIR" in torchrun_batch.typed("log_dir", commands["log_dir"][0])
+        assert added not in shown
 
 
 def test_typed_and_exit_codes_read_every_kind_of_job(tmp_path):

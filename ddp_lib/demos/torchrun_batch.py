@@ -2,11 +2,11 @@
 reading of the lesson's logs (the restart job's, torchrun's own lines, a rank's store errors).
 
     batch = lesson_jobs()            # runs them all on the first call (printing each command), then keeps them
-    batch["log_dir"].results         # what the ranks of the job named "log_dir" returned
+    batch.watched["cases"]           # what the signals sent to the watched jobs did
 
 Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
 its Deeper sections' small jobs at once and each section reads its own job by name (the main line
-runs its own jobs as literal ``torchrun`` commands; :func:`start_main_jobs` starts four of them early,
+runs its own jobs as literal ``torchrun`` commands; :func:`start_main_jobs` starts three of them early,
 in the background, and :func:`main_job` waits for one). The ranks run ``launch_vars``, which reads the
 environment only; the two jobs of :data:`WATCHED` (a rank that hangs, and signals sent to torchrun)
 run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
@@ -18,7 +18,6 @@ import pickle
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import zipfile
@@ -28,14 +27,11 @@ from pathlib import Path
 
 from ddp_lib.demos import torchrun_signals
 from ddp_lib.demos.failure_reading import LOST_PEER  # gloo's words when the other end died
-from ddp_lib.torchrun import TorchrunJob, command_text, node_commands, run_together, with_log_dir
+from ddp_lib.torchrun import TorchrunJob, command_text, run_together
 
 PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
-# The jobs, in the order of the lesson's sections, and what each shows.
-JOBS = {
-    "log_dir": "a plain job, with --log-dir: the rank folders",
-    "wrong_id": "one node of a two-node job, its partner sent to another --rdzv-id by mistake",
-}
+# The jobs of launch_vars the lesson reads by name: none now (its Deeper sections read the watched ones).
+JOBS: dict[str, str] = {}
 # Started beside them and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
 WATCHED = {
     "sleeper": "one rank that sleeps, as a hung rank would, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
@@ -51,7 +47,6 @@ MAIN_JOBS = {
             " -m ddp_lib.demos.torchrun_hang",
     "failing": "torchrun --standalone --nproc-per-node 2 --tee 3 --log-dir my_work/failing"
                " -m ddp_lib.workers.torchrun_failure",
-    "stale_store": "python -m ddp_lib.demos.stale_store",
 }
 
 
@@ -92,7 +87,7 @@ def main_job(name: str) -> int:
 
 # What run_together and node_commands add to a command, left out of the command as typed (see typed()).
 ADDED = ("--redirects=3", "--tee=2", "--max-restarts=0")
-READS_LOG_DIR = ("log_dir",)  # the jobs whose sections read their rank folders: --log-dir is shown
+READS_LOG_DIR: tuple[str, ...] = ()  # the jobs whose sections read their rank folders: --log-dir is shown
 
 
 def typed(name: str, command: list[str]) -> str:
@@ -101,11 +96,6 @@ def typed(name: str, command: list[str]) -> str:
     section reads its folders), as :func:`command_text` shows it."""
     return command_text([arg for arg in command if arg not in ADDED
                          and not (arg.startswith("--log-dir=") and name not in READS_LOG_DIR)])
-
-
-def _plain(*options: str) -> list[str]:
-    """torchrun OPTIONS --nproc-per-node=2 PROGRAM, as a list."""
-    return [sys.executable, "-m", "torch.distributed.run", *options, "--nproc-per-node=2", *PROGRAM]
 
 
 @dataclass
@@ -146,22 +136,9 @@ class LessonJobs:
 
 
 def lesson_commands(folder: Path) -> dict[str, list[list[str]]]:
-    """Each job's torchrun commands, one per node, exactly as they run: the ranks' folders go under
-    ``folder``, and each command already carries what ``run_together`` would add (``--log-dir``, and
-    ``--redirects=3 --tee=2`` unless it sets ``--tee``), so that a printed command is the one that ran."""
-    def logs(name: str) -> str:
-        return f"--log-dir={folder / name}"
-
-    # The partner of the lone node would have run --rdzv-id=job-a: leaving it out saves a torchrun.
-    wrong_id = [arg if arg != "--rdzv-id=ddp-lib" else "--rdzv-id=job-b" for arg in node_commands(
-        PROGRAM, nnodes=2, nproc_per_node=1,
-        options=(logs("wrong_id"), "--rdzv-conf=join_timeout=1,close_timeout=1"))[0]]
-    jobs = {
-        "log_dir": [_plain(logs("log_dir"))],
-        "wrong_id": [wrong_id],
-    }
-    return {name: [with_log_dir(command, str(folder / name))[0] for command in node_cmds]
-            for name, node_cmds in jobs.items()}
+    """Each job of :data:`JOBS`: its torchrun commands, one per node, exactly as they run, the ranks'
+    folders under ``folder`` (none now: the lesson reads only the watched jobs)."""
+    return {}
 
 
 def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None,
@@ -199,7 +176,7 @@ def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None,
     if printed is not None:
         printed.set()
     try:
-        done = run_together([command for _, command in flat], timeout=timeout)
+        done = run_together([command for _, command in flat], timeout=timeout) if flat else []
     finally:  # ends the watched jobs whatever happened to the others
         watched = torchrun_signals.finish(watch, timeout)
     node_jobs: dict[str, list[TorchrunJob]] = {}
