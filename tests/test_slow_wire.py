@@ -22,3 +22,16 @@ def test_every_way_is_timed_and_no_pass_beats_the_wire():
     # One wire sends the buckets one after another: a synchronised backward lasts at least buckets x delay.
     for way in ("overlap", "after_backward"):
         assert min(r["ms"][way]) >= r["buckets"] * r["delay_ms"]
+
+
+def test_the_report_names_the_way_that_returned_first_or_says_noise():
+    r = {"ms": {"no_sync": [50.0, 60, 70], "overlap": [200.0, 210, 220], "after_backward": [260.0, 270, 280]},
+         "buckets": 4, "delay_ms": 40.0}
+    lines = buckets.slow_wire_report(r)
+    assert lines[3] == "the wire alone: 4 buckets x 40 ms = 160 ms"
+    assert lines[5] == "verdict on this machine, now: overlap returned first, 60 ms earlier"
+    assert lines[6].endswith("(give or take 10 ms): True")
+    r["ms"]["after_backward"] = [205.0, 215, 300]
+    assert "within noise" in buckets.slow_wire_report(r)[5]
+    r["ms"]["after_backward"] = [100.0, 110, 120]
+    assert buckets.slow_wire_report(r)[5].endswith("after backward returned first")

@@ -512,6 +512,30 @@ def overlap_on_slow_wire(rank: int, world_size: int, delay_ms: float = 10.0, rep
         return {"ms": times, "buckets": buckets, "delay_ms": delay_ms}
 
 
+def slow_wire_report(r: dict, tolerance_ms: float = 10.0) -> list[str]:
+    """The lines that sum up one :func:`overlap_on_slow_wire` result ``r``: each way's median pass,
+    the wire's own time, the verdict on which way returned first, and whether overlap's lead stays
+    within the no-communication time (give or take ``tolerance_ms``, about one way's spread)."""
+    median = {way: sorted(times)[len(times) // 2] for way, times in r["ms"].items()}
+    labels = {"no_sync": "no communication", "overlap": "overlap", "after_backward": "after backward"}
+    lines = [f"{labels[way]:<17} backward returned after {median[way]:6.1f} ms "
+             f"(median of {len(times)}; from {min(times):.0f} to {max(times):.0f})"
+             for way, times in r["ms"].items()]
+    lines.append(f"the wire alone: {r['buckets']} buckets x {r['delay_ms']:g} ms = {r['buckets'] * r['delay_ms']:g} ms")
+    overlap, after = r["ms"]["overlap"], r["ms"]["after_backward"]
+    margin = median["after_backward"] - median["overlap"]
+    # a way wins only if its median pass beats the other way's fastest pass
+    verdict = (f"overlap returned first, {margin:.0f} ms earlier" if median["overlap"] < min(after)
+               else "after backward returned first" if median["after_backward"] < min(overlap)
+               else f"within noise: overlap's median ({median['overlap']:.0f} ms) was not below "
+                    f"the fastest after-backward pass ({min(after):.0f} ms)")
+    lines += ["rule: a way wins only if its median pass beats the other way's fastest pass",
+              f"verdict on this machine, now: {verdict}",
+              f"overlap's lead, {margin:.0f} ms, at most the no-communication time, {median['no_sync']:.0f} ms "
+              f"(give or take {tolerance_ms:g} ms): {margin <= median['no_sync'] + tolerance_ms}"]
+    return lines
+
+
 def slow_wire_gradients_match_default(rank: int, world_size: int, hold_until_last: bool = False,
                                       delay_ms: float = 1.0, per_rank_batch: int = 8) -> float:
     """One backward through two DDP copies of one model on this rank's data: one with SlowWire's hook,
