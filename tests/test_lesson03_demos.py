@@ -210,9 +210,3 @@ def test_no_backend_name_gives_one_backend_for_the_accelerator_only():
     assert placement_demos.backends_without_a_name("cuda") == {"cuda": "nccl"}
     if torch.version.cuda is None:  # a CPU-only build: its own accelerator is the CPU
         assert placement_demos.backends_without_a_name() == {"cpu": "gloo"}
-
-
-def test_ddps_copy_of_a_cpu_tensor_is_a_plain_to():
-    text = placement_demos.ddp_copy_of_a_cpu_tensor_source()
-    assert 'if device.type == "cpu":' in text and "return (obj.to(target_device),)" in text
-    assert "non_blocking" not in text

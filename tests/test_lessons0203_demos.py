@@ -10,7 +10,6 @@ import torch
 from ddp_lib.demos import placement_demos, spawning
 from ddp_lib.plots.placement import (
     plot_backend_slots,
-    plot_barrier_path,
     plot_checkpoint_locations,
     plot_device_id_effects,
     plot_input_path,
@@ -34,21 +33,6 @@ def test_ddp_moves_inputs_only_under_device_ids():
     assert source.splitlines()[1] == "if self.device_ids:" and "_to_kwargs(" in source
 
 
-def test_barriers_python_lines_choose_a_device_warn_and_make_no_tensor():
-    # Python only fills opts.device (the warning included); C++ makes the tensor (lesson 03's Deeper).
-    source = placement_demos.barrier_device_source()
-    assert "group.bound_device_id" in source and "barrier(): using the device under current context" in source
-    assert source.splitlines()[-1] == "work = group.barrier(opts=opts)"
-    assert "torch.empty" not in source and "torch.zeros" not in source
-
-
-def test_output_device_zero_is_dropped_on_a_cpu_model_and_other_values_refused():
-    assert placement_demos.output_device_on_cpu(0) == "accepted; ddp_model.output_device = None"
-    for refused in (1, "cpu"):
-        assert placement_demos.output_device_on_cpu(refused).startswith(
-            "ValueError: DistributedDataParallel device_ids and output_device arguments only work")
-
-
 def test_a_cuda_only_group_given_a_cpu_tensor_raises_torchs_error():
     error = placement_demos.cuda_only_group_with_cpu_tensor()
     assert error == "RuntimeError: No backend type associated with device type cpu"
@@ -67,7 +51,7 @@ def test_the_committed_gpu_checkpoint_needs_map_location_here():
 
 def test_the_pictures_draw():
     assert plot_pickled_worker().axes and plot_nodes_and_gpus().axes and plot_visible_devices().axes
-    assert all(f().axes for f in (plot_input_path, plot_ranks_on_one_gpu, plot_checkpoint_locations, plot_barrier_path,
+    assert all(f().axes for f in (plot_input_path, plot_ranks_on_one_gpu, plot_checkpoint_locations,
                                   plot_device_id_effects))
     assert len(plot_start_method_trees(nprocs=2).axes) == 3
 

@@ -93,37 +93,6 @@ def ddp_moves_inputs_source() -> str:
                          "args, kwargs = moved_inputs[0], moved_kwargs[0]")
 
 
-def ddp_copy_of_a_cpu_tensor_source() -> str:
-    """The lines of ``torch.distributed.utils._recursive_to``, which DDP's forward uses to move its
-    inputs, that copy one tensor: a CPU tensor gets a plain ``.to(target_device)``, never on a side
-    stream and never with ``non_blocking``."""
-    from torch.distributed.utils import _recursive_to
-
-    return _source_lines(_recursive_to, "if device == target_device:",
-                         "from torch.nn.parallel._functions import _get_stream")
-
-
-def barrier_device_source() -> str:
-    """The lines of ``torch.distributed.barrier`` that choose the barrier's device and hand it to
-    the process group, the warning included: Python chooses a device, it makes no tensor."""
-    return _source_lines(dist.barrier, "device = torch._C._get_accelerator()", "work = group.barrier(opts=opts)")
-
-
-def output_device_on_cpu(output_device) -> str:
-    """Wrap a CPU ``nn.Linear`` in DDP with ``output_device`` (one-process gloo group, in-memory
-    store); return what DDP kept in ``.output_device``, or torch's error as "Type: message"."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        ddp_model = DistributedDataParallel(torch.nn.Linear(2, 2), output_device=output_device)
-        return f"accepted; ddp_model.output_device = {ddp_model.output_device}"
-    except ValueError as e:
-        return f"{type(e).__name__}: {str(e).split(', but got')[0]}"
-    finally:
-        dist.destroy_process_group()
-
-
 def cuda_only_group_with_cpu_tensor(backend: str = "cuda:gloo") -> str:
     """Join a one-process group with ``backend``, all-reduce a CPU tensor, and return torch's error as
     "Type: message", or "no error" (runs without a GPU). With "cuda:gloo", the group's only backend

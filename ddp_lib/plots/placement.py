@@ -170,24 +170,6 @@ def plot_checkpoint_locations() -> Figure:
     return fig
 
 
-def plot_barrier_path() -> Figure:
-    """Schematic of one ``dist.barrier()`` call: Python chooses a device; torch's C++ process group
-    builds a one-element tensor there; the tensor's device type picks the backend; gloo (CPU)
-    waits for the other ranks, nccl (CUDA) chooses its own GPU and all-reduces a zero there."""
-    fig, ax = _canvas(10, 3.4)
-    _box(ax, 0.1, 1.25, 2.2, 1.0, "dist.barrier()\nPython: chooses a device\n(no tensor yet)", "whitesmoke")
-    _box(ax, 2.9, 1.25, 2.2, 1.0, "C++ process group:\nmakes a 1-element\nuint8 tensor there", "lightyellow")
-    _box(ax, 5.8, 2.2, 4.1, 0.9, "cpu tensor → gloo: waits for all ranks", "honeydew", "tab:green")
-    _box(ax, 5.8, 0.25, 4.1, 1.2, "cuda tensor → nccl: picks its own GPU\n(device_ids, device_id, a GPU used before,\n"
-         "else global rank % GPUs) and all-reduces a 0", "aliceblue", "tab:blue", size=8)
-    _arrow(ax, (2.35, 1.75), (2.85, 1.75))
-    _arrow(ax, (5.15, 1.9), (5.75, 2.6), "device type", "tab:green")
-    _arrow(ax, (5.15, 1.6), (5.75, 0.9), "device type", "tab:blue")
-    fig.suptitle("One barrier: the tensor's device picks the backend; nccl then picks the GPU", fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
 def plot_device_id_effects() -> Figure:
     """Schematic of one rank under nccl, without and with ``init_process_group(device_id=...)``: when
     the communicator forms, how a subgroup is made, and which GPU ``barrier()`` uses."""
