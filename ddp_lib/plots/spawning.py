@@ -11,14 +11,15 @@ from ddp_lib.plots.shapes import arrow, box
 
 
 def plot_start_times(times: dict[str, list[float]], nprocs: int = 2) -> Figure:
-    """A horizontal bar per start method: median seconds to start and join the processes
-    (log scale, each measured launch as a dot)."""
+    """A row per start method: each measured launch as a dot and the median as a tick, with its
+    value written beside it (log scale: no bars, whose lengths a log axis would distort)."""
     methods = list(times)
     fig, ax = plt.subplots(figsize=(6, 0.6 + 0.5 * len(methods)))
     medians = [statistics.median(times[m]) for m in methods]
-    ax.barh(methods, medians, color="tab:blue", alpha=0.6)
+    ax.set_yticks(range(len(methods)), methods)
     for y, method in enumerate(methods):
         ax.plot(times[method], [y] * len(times[method]), "k.", markersize=6)
+        ax.plot([medians[y]], [y], "|", color="tab:blue", markersize=16, markeredgewidth=2)
         right = max(medians[y], *times[method])  # the label sits right of every dot, not on one
         ax.annotate(f"{medians[y]:.2f} s", (right, y), xytext=(6, 0), textcoords="offset points", va="center")
     ax.set_xscale("log")
