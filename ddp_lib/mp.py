@@ -41,7 +41,7 @@ Differences from torch, on purpose:
 - ``daemon`` is accepted and has no effect: the ranks are always stopped when the call ends.
 - Each rank's environment also holds RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE, and,
   unless already set, OMP_NUM_THREADS (the usable cores shared out among the ranks),
-  TORCH_DIST_INIT_BARRIER=1 (no rank leaves init_process_group before all have joined) and
+  TORCH_DIST_INIT_BARRIER=1 (no rank leaves init_process_group before every rank has finished it) and
   GLOO_SOCKET_IFNAME (the loopback interface). Torch's spawn sets none of them, so code that reads
   ``os.environ["RANK"]`` works here and fails there. Neither sets MASTER_ADDR or MASTER_PORT.
 """

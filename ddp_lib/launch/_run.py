@@ -195,7 +195,8 @@ def rank_environments(world_size: int, backend: str, extra: list[dict[str, str]]
     # (exits, or destroys it) while a peer is still connecting breaks that peer's connect ("Gloo
     # connectFullMesh failed ... Connection closed by peer"): a worker that makes no collective, or
     # whose neighbours finish first, then fails now and then on a busy machine. Torch's own barrier
-    # at the end of init_process_group (TORCH_DIST_INIT_BARRIER, off by default) lets no rank leave before all joined.
+    # at the end of init_process_group (TORCH_DIST_INIT_BARRIER, off by default) lets no rank leave
+    # before every rank has finished its connections.
     base.setdefault("TORCH_DIST_INIT_BARRIER", "1")
     # A rank writes to files, not a terminal: no colour codes in its tracebacks, although a
     # Jupyter kernel sets FORCE_COLOR (Python 3.13 reads PYTHON_COLORS first; other tools NO_COLOR).
