@@ -75,7 +75,7 @@ if __name__ == "__main__":
     main()
     # These lines are not part of the FSDP2 loop. On gloo, now and then a rank ends after its last line
     # with "terminate called without an active exception" and SIGABRT, in Python's teardown, and torchrun
-    # reports the job as failed (lesson 02, "Deeper: the rare abort at exit"). Without these lines,
+    # reports the job as failed (lesson 02, "Deeper: ... the rare abort at exit"). Without these lines,
     # 2 of 36 runs of this script on a 2-core CPU machine (torch 2.13) ended so, each after every epoch
     # line; with them, none of 27. Keep them where a failed exit code costs you: a scheduler that retries
     # the job, or a test. os._exit(0) skips Python's teardown, atexit handlers and logging's final flush

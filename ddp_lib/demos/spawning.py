@@ -394,7 +394,7 @@ def exit_verdict(run: subprocess.CompletedProcess, done_line: str) -> str:
     ``done_line`` is text of the last line the job prints once every rank's work is done. Exit
     code 0: the job succeeded. A non-zero exit code after that line came out, with a rank ended by
     SIGABRT (in ``mp.spawn``'s words or torchrun's), is the abort at exit that torch's gloo threads
-    can cause after the work (lesson 02, "Deeper: the rare abort at exit"). Anything else is a
+    can cause after the work (lesson 02, "Deeper: ... the rare abort at exit"). Anything else is a
     real failure, reported with the last line of its stderr."""
     if run.returncode == 0:
         return "exit code 0: the job succeeded"

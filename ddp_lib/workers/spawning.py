@@ -163,7 +163,7 @@ def ddp_step_shared_model(rank: int, world_size: int, init_method: str, model: n
             dist.barrier()
     finally:
         # a demo helper: your scripts end with dist.destroy_process_group(), as section 4's script does
-        teardown()  # why the short pause: section 4, "Deeper: the rare abort at exit"
+        teardown()  # why the short pause: section 4, "Deeper: ... the rare abort at exit"
 
 
 def hello_to_queue(rank: int, world_size: int, results) -> None:

@@ -357,7 +357,7 @@ def run_rank(rank: int, world_size: int, *settings) -> None:
     except ResumeRefused:
         code = 2
     # Now and then a rank aborts in Python's teardown after its work is done ("terminate called without
-    # an active exception", lesson 02's "Deeper: the rare abort at exit"), and torchrun counts that as a
+    # an active exception", lesson 02's "Deeper: ... the rare abort at exit"), and torchrun counts that as a
     # failure. The checkpoint is saved and every line printed: leave without the teardown. os._exit also
     # skips atexit handlers, logging's final flush among them: flush your own log handlers before it.
     sys.stdout.flush()
