@@ -150,31 +150,6 @@ def test_the_lessons_recorded_restart_run_says_what_its_prose_says():
     assert "trained to epoch 3" in "".join(prose["source"])
 
 
-def test_typed_leaves_out_what_the_helper_adds():
-    """A command as typed lacks what run_together and node_commands add only to read the ranks back."""
-    from ddp_lib.torchrun import node_commands, with_log_dir
-
-    node = with_log_dir(node_commands(torchrun_batch.PROGRAM, nnodes=2, nproc_per_node=1)[0], "DIR")[0]
-    shown = torchrun_batch.typed("c10d", node)
-    assert shown.startswith("torchrun --nproc-per-node=1 --nnodes=2 --rdzv-backend=c10d"), shown
-    for added in ("--redirects", "--tee", "--log-dir", "--max-restarts"):
-        assert added not in shown
-
-
-def test_typed_and_exit_codes_read_every_kind_of_job(tmp_path):
-    """The lesson reads every job through batch[name], batch.typed(name) and batch.exit_codes(name):
-    a watched job's command comes back as typed, and a job of two nodes gives one exit code per node."""
-    from ddp_lib.torchrun import TorchrunJob, node_commands
-
-    commands = {"c10d": node_commands(torchrun_batch.PROGRAM, nnodes=2, nproc_per_node=1)}
-    nodes = [TorchrunJob(0, []), TorchrunJob(1, [])]
-    batch = torchrun_batch.LessonJobs(commands, {"c10d": nodes[0]}, {"c10d": nodes},
-                                      {"sleeper": "ENV=1 torchrun --standalone PROGRAM"}, {}, tmp_path, None)
-    assert batch.exit_codes("c10d") == [0, 1]
-    assert batch.typed("sleeper") == ["ENV=1 torchrun --standalone PROGRAM"]
-    assert len(batch.typed("c10d")) == 2 and batch["c10d"] is nodes[0]
-
-
 def test_restart_tally_counts_the_recorded_runs(tmp_path):
     from pathlib import Path
 

@@ -1,14 +1,14 @@
-"""The small torchrun jobs of lesson 06's Deeper sections, started side by side in one call, and the
-reading of the lesson's logs (the restart job's, torchrun's own lines, a rank's store errors).
+"""The small torchrun jobs of lesson 06, started in the background so that they run beside the cells
+that follow, and the reading of the lesson's logs (the restart job's, torchrun's own lines, a rank's
+store errors).
 
-    batch = lesson_jobs()            # runs them all on the first call (printing each command), then keeps them
-    batch.watched["cases"]           # what the signals sent to the watched jobs did
+    start_main_jobs()                # the main line's jobs (MAIN_JOBS), as typed in a terminal
+    main_job("hang")                 # a section waits for its job and reads its files
+    batch = lesson_jobs()            # the Deeper section's two watched jobs (WATCHED), run once and kept
+    batch.watched["cases"]           # what the signals sent to them did
 
-Each torchrun start costs a second or two of CPU (its agent imports torch), so the lesson starts
-its Deeper sections' small jobs at once and each section reads its own job by name (the main line
-runs its own jobs as literal ``torchrun`` commands; :func:`start_main_jobs` starts three of them early,
-in the background, and :func:`main_job` waits for one). The ranks run ``launch_vars``, which reads the
-environment only; the two jobs of :data:`WATCHED` (a rank that hangs, and signals sent to torchrun)
+Each torchrun start costs a second or two of CPU (its agent imports torch), which is why the jobs start
+early, side by side. The two jobs of :data:`WATCHED` (a rank that hangs, and signals sent to torchrun)
 run :mod:`ddp_lib.demos.torchrun_signals`. Imports no torch.
 """
 
@@ -18,21 +18,17 @@ import pickle
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 import zipfile
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddp_lib.demos import torchrun_signals
 from ddp_lib.demos.failure_reading import LOST_PEER  # gloo's words when the other end died
-from ddp_lib.torchrun import TorchrunJob, command_text, run_together
+from ddp_lib.torchrun import command_text
 
-PROGRAM = ["-m", "ddp_lib.torchrun", "ddp_lib.workers.torchrun_env:launch_vars"]
-# The jobs of launch_vars the lesson reads by name: none now (its Deeper sections read the watched ones).
-JOBS: dict[str, str] = {}
-# Started beside them and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
+# Started side by side and watched while they run (ddp_lib.demos.torchrun_signals), then sent a signal.
 WATCHED = {
     "sleeper": "one rank that sleeps, as a hung rank would, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: "
             "then torchrun alone is sent SIGUSR2, which it does not handle",
@@ -40,7 +36,7 @@ WATCHED = {
               "SIGUSR2 handler that saves",
 }
 SLEEPER_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}  # as set by the lesson's restart section
-# The main line's four jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
+# The main line's three jobs started early, as typed in a terminal from notebooks/ (start_main_jobs).
 MAIN_JOBS = {
     "own_port": "torchrun --standalone --nproc-per-node 1 -m ddp_lib.demos.torchrun_own_port",
     "hang": "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node 2 --max-restarts 1"
@@ -85,105 +81,28 @@ def main_job(name: str) -> int:
     return _start_main_job(name).wait()
 
 
-# What run_together and node_commands add to a command, left out of the command as typed (see typed()).
-ADDED = ("--redirects=3", "--tee=2", "--max-restarts=0")
-READS_LOG_DIR: tuple[str, ...] = ()  # the jobs whose sections read their rank folders: --log-dir is shown
-
-
-def typed(name: str, command: list[str]) -> str:
-    """The command of the job ``name`` as a learner would type it: without the options that only keep
-    each rank's output for the lesson to read back (:data:`ADDED`, and ``--log-dir`` unless the job's
-    section reads its folders), as :func:`command_text` shows it."""
-    return command_text([arg for arg in command if arg not in ADDED
-                         and not (arg.startswith("--log-dir=") and name not in READS_LOG_DIR)])
-
-
 @dataclass
 class LessonJobs:
-    """The commands of each named job (one per node), what each job gave back (``jobs``: its first
-    node's view; ``node_jobs``: every node's), the folder
-    that holds the ranks' folders (kept until this object goes), and the watched jobs of
-    :data:`WATCHED`: their commands as typed (``watched_commands``) and what
-    :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``: ``"sleeper"`` and ``"cases"``)."""
+    """The watched jobs of :data:`WATCHED`: their commands as typed, with the environment they ran with
+    (``commands``), and what :func:`ddp_lib.demos.torchrun_signals.finish` saw (``watched``:
+    ``"stack"`` and ``"cases"``)."""
 
-    commands: dict[str, list[list[str]]]
-    jobs: dict[str, TorchrunJob]
-    node_jobs: dict[str, list[TorchrunJob]]
-    watched_commands: dict[str, str]
+    commands: dict[str, str]
     watched: dict[str, dict]
-    folder: Path
-    _tmp: tempfile.TemporaryDirectory = field(repr=False)
-
-    def __getitem__(self, name: str) -> TorchrunJob:
-        if name not in self.jobs:
-            raise KeyError(f"no job named {name!r}; the jobs are {', '.join(self.jobs)}")
-        return self.jobs[name]
-
-    def typed(self, name: str) -> list[str]:
-        """The commands of the job ``name``, one per node, as typed (:func:`typed`); for a job of
-        :data:`WATCHED`, its one command, with the environment it ran with."""
-        if name in self.watched_commands:
-            return [self.watched_commands[name]]
-        return [typed(name, command) for command in self.commands[name]]
-
-    def exit_codes(self, name: str) -> list[int]:
-        """torchrun's exit code on each node of the job ``name``, in node order."""
-        return [job.returncode for job in self.node_jobs[name]]
-
-    def log_dir(self, name: str) -> Path:
-        """The --log-dir of the job ``name``: one folder per job, shared by its nodes."""
-        return self.folder / name
 
 
-def lesson_commands(folder: Path) -> dict[str, list[list[str]]]:
-    """Each job of :data:`JOBS`: its torchrun commands, one per node, exactly as they run, the ranks'
-    folders under ``folder`` (none now: the lesson reads only the watched jobs)."""
-    return {}
-
-
-def run_lesson_jobs(timeout: float = 300, show: tuple[str, ...] | None = None,
-                    printed: threading.Event | None = None) -> LessonJobs:
-    """Start every job of :data:`JOBS` and :data:`WATCHED` side by side; wait for all, and signal the
-    watched ones once the rank of ``sleeper`` has slept a while. Print each command of the jobs named
-    in ``show`` (every job when None) as typed (:func:`typed`), and only the names of the others, whose
-    sections print them; then set ``printed``, if given. A job of two nodes gives back its first node's
-    view, which holds the ranks of both nodes."""
-    tmp = tempfile.TemporaryDirectory(prefix="lesson06-jobs-")
-    folder = Path(tmp.name)
-    commands = lesson_commands(folder)
-    flat = [(name, command) for name, node_cmds in commands.items() for command in node_cmds]
-    starts = len(flat) + len(WATCHED)
-    print(f"starting {starts} torchruns side by side: a few seconds on an idle machine", flush=True)
-    later = []  # the jobs whose commands their own sections print
-    for name, node_cmds in commands.items():
-        if show is not None and name not in show:
-            later.append(name + (f" ({len(node_cmds)} nodes)" if len(node_cmds) > 1 else ""))
-            continue
-        for node, command in enumerate(node_cmds):
-            where = f" node {node}" if len(node_cmds) > 1 else ""
-            print(f"{name}{where}: {typed(name, command)}", flush=True)
+def run_lesson_jobs(timeout: float = 300, printed: threading.Event | None = None) -> LessonJobs:
+    """Start the jobs of :data:`WATCHED` side by side, print each command as typed, then set ``printed``,
+    if given; signal them once the rank of ``sleeper`` has slept a while, and wait for both."""
+    print(f"starting {len(WATCHED)} torchruns side by side: a few seconds on an idle machine", flush=True)
     watch = torchrun_signals.start(SLEEPER_ENV)
-    watched_commands = {name: command_text(command) for name, command in watch.commands.items()}
-    env_text = " ".join(f"{k}={v}" for k, v in SLEEPER_ENV.items())
-    watched_commands["sleeper"] = env_text + " " + watched_commands["sleeper"]
-    for name, command in watched_commands.items():
-        if show is not None and name not in show:
-            later.append(name)
-        else:
-            print(f"{name}: {command}", flush=True)
-    if later:
-        print("and, each printed in its own section:", ", ".join(later), flush=True)
+    commands = {name: command_text(command) for name, command in watch.commands.items()}
+    commands["sleeper"] = " ".join(f"{k}={v}" for k, v in SLEEPER_ENV.items()) + " " + commands["sleeper"]
+    for name, command in commands.items():
+        print(f"{name}: {command}", flush=True)
     if printed is not None:
         printed.set()
-    try:
-        done = run_together([command for _, command in flat], timeout=timeout) if flat else []
-    finally:  # ends the watched jobs whatever happened to the others
-        watched = torchrun_signals.finish(watch, timeout)
-    node_jobs: dict[str, list[TorchrunJob]] = {}
-    for (name, _), job in zip(flat, done):
-        node_jobs.setdefault(name, []).append(job)
-    return LessonJobs(commands, {name: nodes[0] for name, nodes in node_jobs.items()}, node_jobs, watched_commands,
-                      watched, folder, tmp)
+    return LessonJobs(commands, torchrun_signals.finish(watch, timeout))
 
 
 _KEPT: list[LessonJobs] = []  # lesson_jobs()'s result, once it has run
