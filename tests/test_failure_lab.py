@@ -97,6 +97,13 @@ def test_mismatched_shapes_are_silent_on_one_rank_and_named_with_debug_detail():
     assert run_ranks(lab.mismatched_shapes, 2, kwargs=dict(fixed=True), show_output=False) == [[11.0, 22.0]] * 2
 
 
+def test_mismatched_shapes_with_the_longer_tensor_on_rank_0_give_rank_1_wrong_numbers_silently():
+    with pytest.raises(WorkerError) as plain:
+        run_ranks(lab.mismatched_shapes, 2, kwargs=dict(longer_on_rank0=True), show_output=False)
+    assert sorted(plain.value.failures) == [0]  # rank 1 "succeeded"
+    assert "[3.0, 11.0]" in plain.value.outputs[1][0]  # not [11.0, 22.0]: its pieces met rank 0's out of place
+
+
 def test_an_unused_parameter_fails_the_second_step_until_find_unused_parameters():
     with pytest.raises(WorkerError, match="Expected to have finished reduction in the prior iteration"):
         run_ranks(lab.unused_parameter, 2, show_output=False)

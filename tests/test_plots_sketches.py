@@ -26,23 +26,22 @@ def texts(fig) -> list[str]:
     return [t.get_text() for ax in fig.axes for t in ax.texts]
 
 
-def test_the_mismatched_shapes_sketch_sums_rank_0s_numbers_and_shows_rank_1_waiting():
-    shown = texts(plot_mismatched_shapes([1.0, 2.0], [10.0, 20.0, 30.0]))
-    assert "rank 0 gets [11, 22] and carries on: no error" in shown
-    assert "rank 1 waits for a third message rank 0 never sends,\nand fails when rank 0 exits" in shown
-    assert "mixed up" not in " ".join(shown)  # rank 1 blocks before any sum is written into its tensor
-    assert "no partner" not in " ".join(shown)  # rank 1's numbers are not paired element-wise
-    assert "rank 0 gets [4] and carries on: no error" in texts(plot_mismatched_shapes([1.0], [3.0, 5.0]))
+def test_the_mismatched_shapes_sketch_shows_rank_1s_wrong_numbers_and_rank_0_waiting():
+    shown = texts(plot_mismatched_shapes([1.0, 2.0, 3.0], [10.0, 20.0], [3.0, 11.0]))
+    assert "rank 1 gets [3, 11], not [11, 22]: wrong, and no error" in shown
+    assert "rank 0 waits for a piece rank 1 never sends,\nand fails when rank 1 exits" in shown
+    assert "no partner" not in " ".join(shown)  # the ranks' numbers are not paired element-wise
+    assert "rank 1 gets [5], not [4]: wrong, and no error" in texts(plot_mismatched_shapes([1.0, 2.0], [3.0], [5.0]))
 
 
 def test_the_mismatched_shapes_sketch_labels_each_row_by_its_tensor_and_pairs_only_the_shared_pieces():
-    fig = plot_mismatched_shapes([1.0, 2.0], [10.0, 20.0, 30.0])
+    fig = plot_mismatched_shapes([1.0, 2.0, 3.0], [10.0, 20.0], [3.0, 11.0])
     shown = texts(fig)
-    assert "rank 0: [1, 2]" in shown and "rank 1: [10, 20, 30]" in shown
+    assert "rank 0: [1, 2, 3]" in shown and "rank 1: [10, 20]" in shown
     assert not any(text.endswith("sends") for text in shown)  # a row is a rank's tensor: pieces go both ways
     styles = [type(t.arrow_patch.get_arrowstyle()).__name__ for t in fig.axes[0].texts
               if getattr(t, "arrow_patch", None)]
-    assert styles == ["CurveFilledAB", "CurveFilledAB"]  # two double-headed arrows, none on rank 1's third box
+    assert styles == ["CurveFilledAB", "CurveFilledAB"]  # two double-headed arrows, none on rank 0's third box
 
 
 def test_the_dead_rank_sketch_has_one_lane_per_rank_and_one_killed_rank():

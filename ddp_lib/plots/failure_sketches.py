@@ -66,13 +66,13 @@ def plot_loop_collision() -> Figure:
     return fig
 
 
-def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] = (10.0, 20.0, 30.0)) -> Figure:
-    """Rank 0 all-reduces 2 numbers, rank 1 all-reduces 3. One row per rank, labelled with its tensor.
+def plot_mismatched_shapes(longer: list[float] = (1.0, 2.0, 3.0), shorter: list[float] = (10.0, 20.0),
+                           shorter_gets: list[float] = (3.0, 11.0)) -> Figure:
+    """Rank 0 all-reduces ``longer``, rank 1 ``shorter``. One row per rank, labelled with its tensor.
     A double-headed arrow joins each pair of pieces both ranks have: a message goes each way for it.
-    Rank 0 receives the first two of rank 1's numbers, sums them and carries on. Rank 1's third box has
-    no arrow: rank 1 waits for a third message rank 0 never sends, and fails when rank 0 exits. (Rank 0
-    sends back sums, which gloo's ring places in rank 1's tensor in its own order; the lesson's folded
-    sections tell it.)"""
+    Rank 1 finishes with ``shorter_gets`` (what the lesson's run prints on gloo), not the sums of the
+    first numbers. Rank 0's extra boxes have no arrow: rank 0 waits for a piece rank 1 never sends,
+    and fails when rank 1 exits."""
     def listed(values) -> str:
         return "[" + ", ".join(f"{value:g}" for value in values) + "]"
 
@@ -81,21 +81,21 @@ def plot_mismatched_shapes(mine: list[float] = (1.0, 2.0), theirs: list[float] =
     ax.set_ylim(0, 3)
     ax.axis("off")
     left = 2.3  # the first box, right of the row labels
-    ax.text(0.1, 2.25, f"rank 0: {listed(mine)}", fontsize=9, va="center")
-    ax.text(0.1, 0.75, f"rank 1: {listed(theirs)}", fontsize=9, va="center")
-    for i, value in enumerate(mine):
-        box(ax, left + i * 1.1, 1.9, 0.9, 0.7, f"{value:g}", SURVIVOR)
-    for i, value in enumerate(theirs):
-        paired = i < len(mine)
-        box(ax, left + i * 1.1, 0.4, 0.9, 0.7, f"{value:g}", SURVIVOR if paired else WAITING)
+    ax.text(0.1, 2.25, f"rank 0: {listed(longer)}", fontsize=9, va="center")
+    ax.text(0.1, 0.75, f"rank 1: {listed(shorter)}", fontsize=9, va="center")
+    for i, value in enumerate(longer):
+        paired = i < len(shorter)
+        box(ax, left + i * 1.1, 1.9, 0.9, 0.7, f"{value:g}", SURVIVOR if paired else WAITING)
         if paired:
             arrow(ax, (left + 0.45 + i * 1.1, 1.1), (left + 0.45 + i * 1.1, 1.9), "black", "<|-|>")
-    ax.text(left + len(theirs) * 1.1, 0.75, "rank 1 waits for a third message rank 0 never sends,\n"
-            "and fails when rank 0 exits", color="red", fontsize=8, va="center")
-    sums = ", ".join(f"{a + b:g}" for a, b in zip(mine, theirs))
-    ax.text(left + len(mine) * 1.1 + 0.2, 2.25, f"rank 0 gets [{sums}] and carries on: no error", fontsize=9,
-            va="center")
-    ax.set_title("all_reduce with different shapes: no rank compares them; rank 0's pieces fit", fontsize=10)
+    for i, value in enumerate(shorter):
+        box(ax, left + i * 1.1, 0.4, 0.9, 0.7, f"{value:g}", SURVIVOR)
+    ax.text(left + len(longer) * 1.1, 2.25, "rank 0 waits for a piece rank 1 never sends,\n"
+            "and fails when rank 1 exits", color="red", fontsize=8, va="center")
+    right = ", ".join(f"{a + b:g}" for a, b in zip(longer, shorter))
+    ax.text(left + len(shorter) * 1.1 + 0.2, 0.75, f"rank 1 gets {listed(shorter_gets)}, not [{right}]: "
+            "wrong, and no error", fontsize=9, va="center")
+    ax.set_title("all_reduce with different shapes: no rank compares them; rank 1's pieces fit", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -98,11 +98,13 @@ def metric_on_rank0_with_checked_group(rank: int, world_size: int, steps: int = 
         return [p.detach().flatten().tolist() for p in ddp.parameters()]
 
 
-def mismatched_shapes(rank: int, world_size: int, fixed: bool = False) -> list[float]:
+def mismatched_shapes(rank: int, world_size: int, fixed: bool = False, longer_on_rank0: bool = False) -> list[float]:
     """Each rank all-reduces a tensor of a different length (rank + 2 elements): rank 0 [1, 2],
-    rank 1 [10, 20, 30], so that a sum shows which elements met. ``fixed``: every rank 2 elements."""
+    rank 1 [10, 20, 30], so that a sum shows which elements met. ``longer_on_rank0``: the lengths
+    reversed (world_size + 1 - rank): rank 0 [1, 2, 3], rank 1 [10, 20]. ``fixed``: every rank 2 elements."""
     with process_group(rank, world_size, timeout=SHORT):
-        numel = 2 if fixed else rank + 2  # the fix: the same shape on every rank
+        numel = world_size + 1 - rank if longer_on_rank0 else rank + 2
+        numel = 2 if fixed else numel  # the fix: the same shape on every rank
         t = torch.arange(1.0, numel + 1) * 10**rank
         dist.all_reduce(t)
         # A rank that "succeeds" returns nothing if another rank fails: say what it computed.
