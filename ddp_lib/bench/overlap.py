@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, _train_step
+from ddp_lib.bench.ranks import DDP_BATCH, DDP_WIDTHS, train_step
 from ddp_lib.bench.report import machine, run_main
 from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.launch import run_ranks
@@ -45,7 +45,7 @@ COLUMNS = [("lane", "lane", "s"), ("name", "event", "s"), ("start_ms", "start (m
            ("end_ms", "end (ms)", ".3f")]
 
 
-def _labelled_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+def labelled_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
                    read_threads=lambda: None) -> None:
     """The benchmark's training step, each part marked for the profiler. With gloo, DDP's backward() returns
     only once every bucket's all-reduce is done, so its label spans the wait too. ``read_threads`` is
@@ -114,7 +114,7 @@ def profile_ddp_steps(rank: int, world_size: int, caps_mb: tuple[float, ...] = (
         y = torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g)
         for _ in range(3):  # DDP rebuilds its buckets after the first step; the rest warm up
             for cap in caps_mb:
-                _train_step(models[cap], optimizers[cap], x, y)
+                train_step(models[cap], optimizers[cap], x, y)
         order = torch.Generator().manual_seed(seed)  # the same seed on every rank: the same order
         tids = _thread_ids()
         result: dict = {"rows": {cap: [] for cap in caps_mb}, "threads": {cap: [] for cap in caps_mb}, "first": []}
@@ -125,7 +125,7 @@ def profile_ddp_steps(rank: int, world_size: int, caps_mb: tuple[float, ...] = (
                 torch.distributed.barrier()
                 reads: list[dict] = []
                 with profile(activities=[ProfilerActivity.CPU]) as prof:
-                    _labelled_step(models[cap], optimizers[cap], x, y, lambda out=reads: out.append(
+                    labelled_step(models[cap], optimizers[cap], x, y, lambda out=reads: out.append(
                         {"clock": time.monotonic_ns(), **{k: _cpu_and_wait_ns(v) for k, v in tids.items()}}))
                 events = prof.events()
                 origin = min(e.time_range.start for e in events if e.name in PHASES)

@@ -83,7 +83,7 @@ def allreduce_sweep(rank: int, world_size: int, sizes: list[int], repeats: int =
         return rows
 
 
-def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
     optimizer.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
     if hasattr(model, "finish_gradient_sync"):
@@ -113,7 +113,7 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
         g = torch.Generator().manual_seed(seed + rank)
         x = torch.randn(DDP_BATCH, DDP_WIDTHS[0], generator=g).to(device)
         y = torch.randn(DDP_BATCH, DDP_WIDTHS[-1], generator=g).to(device)
-        steps = {way: partial(_train_step, model, optimizers[way], x, y) for way, model in models.items()}
+        steps = {way: partial(train_step, model, optimizers[way], x, y) for way, model in models.items()}
         flat = torch.zeros(sum(p.numel() for p in make_mlp(seed, DDP_WIDTHS).parameters()), device=device)
         steps["all_reduce"] = partial(dist.all_reduce, flat)
         times: dict[str, list[float]] = {way: [] for way in ways}
@@ -130,7 +130,7 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
         for way, model in models.items():
             if hasattr(model, "allreduce_calls"):
                 before = model.allreduce_calls
-                _train_step(model, optimizers[way], x, y)
+                train_step(model, optimizers[way], x, y)
                 calls[way] = model.allreduce_calls - before
             elif way == "torch":  # torch's reducer runs in C++: count its bucket all-reduces on a
                 # second, untimed copy with a counting comm hook (as bucket_sweep does)
@@ -138,9 +138,9 @@ def ddp_steps(rank: int, world_size: int, ways: list[str], repeats: int = 10,
                 counted = buckets.make(way, make_mlp(seed, DDP_WIDTHS).to(device), bucket_cap_mb=bucket_cap_mb)
                 counted.register_comm_hook(None, _counting_hook(counter))
                 spare = torch.optim.SGD(counted.parameters(), lr=0.01)
-                _train_step(counted, spare, x, y)  # DDP rebuilds its buckets after the first step
+                train_step(counted, spare, x, y)  # DDP rebuilds its buckets after the first step
                 counter[0] = 0
-                _train_step(counted, spare, x, y)
+                train_step(counted, spare, x, y)
                 calls[way] = counter[0]
         rounds = {way: _slowest(t) for way, t in times.items()}
         result = {"step_s": {way: median(t) for way, t in rounds.items()}, "allreduces": calls}
@@ -180,17 +180,17 @@ def bucket_sweep(rank: int, world_size: int, caps_mb: list[float | None], repeat
             for cap in order:
                 dist.barrier()
                 start = time.perf_counter()
-                _train_step(timed[cap], optimizers[cap], x, y)
+                train_step(timed[cap], optimizers[cap], x, y)
                 if repeat >= 2:
                     times[cap].append(time.perf_counter() - start)
         rows = []
         for cap in caps_mb:
             spare = torch.optim.SGD(counted[cap].parameters(), lr=0.01)
             first_sizes = bucket_sizes(counted[cap])
-            _train_step(counted[cap], spare, x, y)
+            train_step(counted[cap], spare, x, y)
             first_step = counters[cap][0]
             counters[cap][0] = 0
-            _train_step(counted[cap], spare, x, y)  # DDP rebuilt its buckets before this step's forward
+            train_step(counted[cap], spare, x, y)  # DDP rebuilt its buckets before this step's forward
             rounds_s = _slowest(times[cap])
             rows.append({"bucket_cap_mb": cap, "step_s": median(rounds_s), "rounds_s": rounds_s,
                          "allreduces": counters[cap][0],

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ddp_lib.bench.ranks import _slowest, _train_step
+from ddp_lib.bench.ranks import _slowest, train_step
 from ddp_lib.bench.report import machine, run_main
 from ddp_lib.bench.stats import median, quartiles
 from ddp_lib.launch import run_ranks
@@ -68,10 +68,10 @@ def wide_steps(rank: int, world_size: int, repeats: int, seed: int = 0) -> dict[
                 if way in ALONE_THREADS:
                     if rank == 0:
                         torch.set_num_threads(ALONE_THREADS[way])
-                        _train_step(alone, alone_optimizer, x, y)
+                        train_step(alone, alone_optimizer, x, y)
                         torch.set_num_threads(1)
                 else:
-                    _train_step(models[way], optimizers[way], x[share], y[share])
+                    train_step(models[way], optimizers[way], x[share], y[share])
                 seconds = time.perf_counter() - start
                 if repeat:
                     times[way].append(seconds)
