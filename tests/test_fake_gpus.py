@@ -28,3 +28,10 @@ def test_ddp_move_returns_a_tensor_already_on_the_device_as_itself():
 
     assert ddp_move_keeps_a_moved_tensor(1) is True
     assert ddp_move_keeps_a_moved_tensor(0) is True
+
+
+def test_ddp_move_opens_a_dict_batch_but_not_a_dataclass():
+    from ddp_lib.demos.fake_gpus import ddp_move_of_batches
+
+    assert ddp_move_of_batches(1) == ["a dict batch: x on cuda:1, labels on cuda:1",
+                                      "a dataclass batch: x on cpu, labels on cpu"]

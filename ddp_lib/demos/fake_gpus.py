@@ -8,6 +8,8 @@ and computes nothing. The input is moved by the function DDP's forward calls wit
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.nn.parallel.distributed import _to_kwargs
@@ -56,6 +58,28 @@ def ddp_move_keeps_a_moved_tensor(gpu: int = 1) -> bool:
         t = torch.ones(2).to(torch.device("cuda", gpu))
         moved_args, _ = _to_kwargs((t,), {}, torch.device("cuda", gpu), True)
         return moved_args[0][0] is t
+
+
+@dataclasses.dataclass
+class Batch:
+    """A batch as a dataclass, which DDP's input move does not open."""
+    x: torch.Tensor
+    labels: torch.Tensor
+
+
+def ddp_move_of_batches(gpu: int = 1) -> list[str]:
+    """A dict batch and a dataclass batch, made on the CPU, passed through the move DDP's forward makes with
+    ``device_ids=[gpu]``, with fake tensors. Returns one line per batch: where each of its tensors ended up."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        batches = {"dict": {"x": torch.ones(2), "labels": torch.ones(2)},
+                   "dataclass": Batch(torch.ones(2), torch.ones(2))}
+        lines = []
+        for kind, batch in batches.items():
+            moved_args, _ = _to_kwargs((batch,), {}, torch.device("cuda", gpu), True)
+            moved = moved_args[0][0]
+            fields = moved if isinstance(moved, dict) else vars(moved)
+            lines.append(f"a {kind} batch: " + ", ".join(f"{k} on {t.device}" for k, t in fields.items()))
+        return lines
 
 
 class TwoGPUToyModel(torch.nn.Module):
