@@ -114,6 +114,7 @@ def test_run_scaling_jobs_prints_one_line_per_job_and_returns_the_lr_runs(capsys
     ]
     assert max(_largest_gaps(runs)) < 1e-5
     assert runs["per_rank_16"]["2 ranks, global batch 32"] == two_ranks["losses"]
+    assert runs["two_ranks_16_train"] == pytest.approx(two_ranks["losses"], abs=1e-6)  # train's own run of the job
     assert set(runs["lr_losses"]) == {"lr 0.1", "lr 0.4", "lr 0.4, warm-up"}
     assert all(len(curves) == len(SEEDS) and all(len(c) == 1 for c in curves) for curves in runs["lr_losses"].values())
     assert runs["lr_losses"]["lr 0.1"][0] == runs["global_64"]["4 ranks x batch 16"]  # seed 0 at lr 0.1

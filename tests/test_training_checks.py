@@ -71,9 +71,11 @@ def test_the_first_forward_with_gradients_on_after_a_step_broadcasts_the_rebuilt
         for counts in run_ranks(training_checks.forward_collectives, world_size, show_output=False):
             assert counts == {"training step 1": {"allreduce_": 1}, "forward 1, under torch.no_grad()": {},
                               "forward 2, with gradients on": {"broadcast_": 2},
-                              "forward 3, with gradients on": {}}
+                              "forward 3, with gradients on": {},
+                              "after a Join block, under torch.no_grad()": {"allreduce_": 2}}
     # with no no_grad forward in between, the very next forward rebuilds
-    counts = run_ranks(training_checks.forward_collectives, 1, kwargs=dict(grad_on=(True,)), show_output=False)[0]
+    counts = run_ranks(training_checks.forward_collectives, 1, kwargs=dict(grad_on=(True,), after_join=False),
+                      show_output=False)[0]
     assert counts == {"training step 1": {"allreduce_": 1}, "forward 1, with gradients on": {"broadcast_": 2}}
 
 

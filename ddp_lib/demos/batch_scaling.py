@@ -100,28 +100,29 @@ def run_scaling_jobs(two_ranks_16: list[float], epochs: int = 8) -> dict:
     curve.
 
     - 1 rank: batch 64 at lr 0.1 (seed 0), then batch 16 at lr 0.1 for each seed in ``SEEDS``;
-    - 2 ranks: batch 32 per rank at lr 0.1 (seed 0);
+    - 2 ranks: batch 32 per rank at lr 0.1 (seed 0), then batch 16 (the diff's job, trained by ``train``);
     - 4 ranks: batch 16 per rank for each seed and each of ``SETTINGS``: lr 0.1, lr 0.4, and lr 0.4 with
       a warm-up over its first ``WARMUP_STEPS`` steps (seed 0 at lr 0.1 first).
 
     Returns :func:`global_batch_curves`'s dict (the three runs at global batch 64 are the seed-0 runs at
-    lr 0.1), plus "lr_losses": the 4-rank job's loss curves, {setting: per seed} for each of ``SETTINGS``."""
-    from ddp_lib.workers.train import train
+    lr 0.1), plus "two_ranks_16_train": the losses of ``train``'s own 2-rank batch-16 run, and
+    "lr_losses": the 4-rank job's loss curves, {setting: per seed} for each of ``SETTINGS``."""
     from ddp_lib.workers.train_pitfalls import train_runs  # one train per dict of arguments, in one job
 
     settings = [(name, s) for s in SEEDS for name in SETTINGS]
     lr_runs = [dict(epochs=epochs, batch_size=16, seed=s, **SETTINGS[name]) for name, s in settings]
     for line in ("1 rank ...", "2 ranks ...", "4 ranks ..."):
         print(line, flush=True)
-    one_rank, two_ranks_32, four_ranks = _rank0_results_at_once([
+    one_rank, (two_ranks_32, two_ranks_16_train), four_ranks = _rank0_results_at_once([
         (train_runs, 1, dict(runs=[dict(epochs=epochs, batch_size=64, lr=0.1)] + [
             dict(epochs=epochs, batch_size=16, lr=0.1, seed=s) for s in SEEDS])),
-        (train, 2, dict(epochs=epochs, batch_size=32, lr=0.1)),
+        (train_runs, 2, dict(runs=[dict(epochs=epochs, batch_size=b, lr=0.1) for b in (32, 16)])),
         (train_runs, 4, dict(runs=lr_runs)),  # every setting on each seed; seed 0 at lr 0.1 is this section's run
     ])
     global_64 = {"1 rank x batch 64": one_rank[0], "2 ranks x batch 32": two_ranks_32,
                  "4 ranks x batch 16": four_ranks[0]}
     runs = global_batch_curves(two_ranks_16, global_64, one_rank[1:])
+    runs["two_ranks_16_train"] = two_ranks_16_train["losses"]  # train's own run of the diff's job
     runs["lr_losses"] = {name: [r["losses"] for r, (run_name, _) in zip(four_ranks, settings) if run_name == name]
                          for name in SETTINGS}
     return runs

@@ -1,7 +1,7 @@
 """Lesson 05's plain-torch loop under DDP, as its diff writes it: the one-process loop plus the lines marked ``+``.
 
-Only torch, the half-moons data, ``MoonsNet`` and the template's ``setup_job`` (``set_device`` and
-``init_process_group``). It runs under any launcher that passes ``rank`` and ``world_size``.
+Only torch, the half-moons data and ``MoonsNet``: gloo on the CPU, as the diff writes it. It runs under any
+launcher that passes ``rank`` and ``world_size`` and sets ``MASTER_ADDR`` and ``MASTER_PORT``.
 """
 
 import torch
@@ -12,7 +12,6 @@ from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
 
 from ddp_lib.workers.shared import make_moons
-from ddp_lib.workers.template import setup_job
 from ddp_lib.workers.train import MoonsNet
 
 
@@ -21,14 +20,15 @@ def diff_loop(rank: int, world_size: int, epochs: int = 3, checkpoint: str = "la
     """The diff's loop: each epoch's loss over all ranks, printed by rank 0, which saves ``checkpoint``
     (model, optimizer and epoch).
     With ``progress``, rank 0 alone also draws a tqdm bar over each epoch's batches."""
-    device = setup_job(rank, world_size)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)  # MASTER_ADDR, MASTER_PORT from the launcher
+    device = torch.device("cpu")
     torch.manual_seed(0)  # the same first weights on every rank (DDP would broadcast rank 0's anyway)
     dataset = make_moons()
     model = MoonsNet().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     sampler = DistributedSampler(dataset, seed=0)  # rank and world size from the group
     loader = DataLoader(dataset, batch_size=16, sampler=sampler)
-    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp_model = DDP(model)
     losses = []
     for epoch in range(epochs):
         sampler.set_epoch(epoch)

@@ -289,12 +289,14 @@ def run_rank0_eval(through: Literal["module", "wrapper"], timeout_s: float = 2.0
             "names_the_cause": False}
 
 
-def forward_collectives(rank: int, world_size: int, grad_on: tuple[bool, ...] = (False, True, True)) -> dict:
+def forward_collectives(rank: int, world_size: int, grad_on: tuple[bool, ...] = (False, True, True),
+                        after_join: bool = True) -> dict:
     """The diff's MoonsNet, which has no buffers, under DDP: one training forward and backward, then one
     forward through ``ddp_model`` per entry of ``grad_on`` (False: under ``torch.no_grad()``; True: with
     gradients on), as an evaluation would run them. Returns the c10d operators each ran, counted by
     ``CollectiveLog``: {"training step 1": {operator: count}, "forward 1, under torch.no_grad()": {...},
-    "forward 2, with gradients on": {...}, ...}, {} for a forward that ran none."""
+    "forward 2, with gradients on": {...}, ...}, {} for a forward that ran none. With ``after_join``, an
+    empty ``Join`` block (not counted), then one more forward under ``torch.no_grad()``."""
     with process_group(rank, world_size) as device:
         torch.manual_seed(0)
         x, y = make_moons().tensors
@@ -309,6 +311,14 @@ def forward_collectives(rank: int, world_size: int, grad_on: tuple[bool, ...] = 
                 phases.append(log.phase)
                 with torch.set_grad_enabled(on):
                     ddp_model(x)  # an evaluation through the wrapper
+            if after_join:
+                log.phase = "Join's exit"  # not returned
+                with Join([ddp_model]):
+                    pass  # an epoch's loop would run here
+                log.phase = "after a Join block, under torch.no_grad()"
+                phases.append(log.phase)
+                with torch.no_grad():
+                    ddp_model(x)  # an evaluation after Join
         return {phase: log.counts.get(phase, {}) for phase in phases}
 
 
