@@ -147,13 +147,13 @@ def check_missing_reading(named: object, waiting_in: object = None) -> Report:
                   "comes to the check on the default group")
     elif "monitored" in kind or "barrier" in kind:
         report.fail("the monitored barrier is the check rank 0 waits in; the other ranks never reach it: "
-                    "where are they after step 0? Read the section's last paragraph")
+                    "where are they after step 0? Read the exercise's hint on the bucket rebuild")
     elif "all_reduce" in kind or "allreduce" in kind:
         report.fail("the all-reduce is rank 0's stray call; the other ranks went on to step 1's forward: "
-                    "which collective does DDP run there? Read the section's last paragraph")
+                    "which collective does DDP's bucket rebuild run there? Read the exercise's hint")
     else:
         report.fail(f"{waiting_in!r} is not the collective the other ranks wait in: they are in step 1's forward, "
-                    "inside DDP (the section's last paragraph names it)")
+                    "inside DDP's bucket rebuild (the exercise's hint links it)")
     return report
 
 
