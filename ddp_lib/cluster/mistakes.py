@@ -9,11 +9,16 @@ join and 30 minutes for a gloo collective).
 from __future__ import annotations
 
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from ddp_lib.cluster.hosts import firewall_unavailable, listening, port_blocked, two_hosts
+from ddp_lib.cluster.hosts import Host, firewall_unavailable, listening, port_blocked, two_hosts
 from ddp_lib.cluster.jobs import HELLO, RDZV_PORT, HostsJob, NodeRun, node_command, run_on_hosts
+from ddp_lib.cluster.probe import TIMEOUT
+
+# hello, but a rank that fails stays alive a while (probe.hello_lingering): the other rank's long wait shows.
+HELLO_LINGERING = ["-m", "ddp_lib.torchrun", "ddp_lib.cluster.probe:hello_lingering"]
 
 # Jobs that are meant to fail at the rendezvous wait 10 s for their peers, not 20.
 SHORT_JOIN = "join_timeout=10,read_timeout=10,last_call_timeout=1,close_timeout=5"
@@ -26,17 +31,35 @@ DEADLINE = 300
 
 
 def rdzv_on_loopback() -> HostsJob:
-    """node1 is given 127.0.0.1 as the rendezvous address (copied from a one-machine run)."""
-    with two_hosts() as (node0, node1):
-        return run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
-                             (node1, node_command(HELLO, endpoint=f"127.0.0.1:{RDZV_PORT}", rdzv_conf=SHORT_JOIN))],
-                            timeout=DEADLINE)
+    """node1 is given 127.0.0.1 as the rendezvous address (copied from a one-machine run). While the job
+    runs, node1 is watched for a listener on the rendezvous port: ``job.node1_listened``."""
+    with two_hosts() as (node0, node1), ThreadPoolExecutor(1) as pool:
+        done = threading.Event()
+        watched = pool.submit(_watch_listening, node1, RDZV_PORT, done)
+        try:
+            job = run_on_hosts([(node0, node_command(HELLO, rdzv_conf=SHORT_JOIN)),
+                                (node1, node_command(HELLO, endpoint=f"127.0.0.1:{RDZV_PORT}", rdzv_conf=SHORT_JOIN))],
+                               timeout=DEADLINE)
+        finally:
+            done.set()
+        job.node1_listened = watched.result()
+        return job
+
+
+def _watch_listening(host: Host, port: int, done: threading.Event) -> bool:
+    """Whether something on ``host`` listened on ``port`` at some poll before ``done`` was set."""
+    while not done.is_set():
+        if listening(host, port):
+            return True
+        done.wait(0.5)
+    return False
 
 
 def gloo_on_loopback() -> HostsJob:
-    """gloo told to use the loopback interface (GLOO_SOCKET_IFNAME=lo, as on one machine)."""
+    """gloo told to use the loopback interface (GLOO_SOCKET_IFNAME=lo, as on one machine). A rank that
+    fails stays alive a while, so that the rank that waits reaches gloo's own timeout on either node."""
     with two_hosts() as (node0, node1):
-        return run_on_hosts([(node0, node_command(HELLO)), (node1, node_command(HELLO))],
+        return run_on_hosts([(node0, node_command(HELLO_LINGERING)), (node1, node_command(HELLO_LINGERING))],
                             env={"GLOO_SOCKET_IFNAME": "lo"}, timeout=DEADLINE)
 
 
@@ -155,15 +178,23 @@ def hosts_returned(job: HostsJob) -> str:
 # What each job of MISTAKES should show, from the mistakes' explanations in lesson 06b:
 # (the prediction in words, a check of it against the job[, what the job measured, printed beside it]).
 PREDICTED = {
-    "rdzv_on_loopback": (f"both nodes RendezvousTimeoutError, at least the {SHORT_JOIN_S} s join_timeout "
-                         "after their rendezvous began",
-                         lambda job: all("RendezvousTimeoutError" in n.error()
-                                         and (since_rendezvous(n) or 0) >= SHORT_JOIN_S for n in job.nodes)),
-    "gloo_on_loopback": ("a rank's gloo connectFullMesh failed",
-                         lambda job: any("connectFullMesh failed" in e for n in job.nodes for e in n.errors())),
+    "rdzv_on_loopback": (f"node1 listens on {RDZV_PORT}: a rendezvous store of its own; both nodes "
+                         f"RendezvousTimeoutError, at least the {SHORT_JOIN_S} s join_timeout after their "
+                         "rendezvous began",
+                         lambda job: getattr(job, "node1_listened", False)
+                         and all("RendezvousTimeoutError" in n.error()
+                                 and (since_rendezvous(n) or 0) >= SHORT_JOIN_S for n in job.nodes)),
+    "gloo_on_loopback": ("the rendezvous completed on both nodes; one rank's gloo connectFullMesh was refused at "
+                         f"remote=[127.0.0.1], the other's gave up with Connect timeout, at least 5 x the group's "
+                         f"{TIMEOUT.total_seconds():.0f} s after its rendezvous began",
+                         lambda job: all(master_addr(n) for n in job.nodes)
+                         and any("Connection refused, remote=[127.0.0.1]" in e for n in job.nodes for e in n.errors())
+                         and any("Connect timeout" in e and (since_rendezvous(n) or 0) >= 5 * TIMEOUT.total_seconds()
+                                 for n in job.nodes for e in n.errors())),
     "gloo_on_eth0": ("both nodes succeeded", lambda job: job.ok),
-    "port_closed": (f"node1 timed out connecting to (node0, {RDZV_PORT})",
-                    lambda job: f"to connect to (node0, {RDZV_PORT})" in job.nodes[1].error()),
+    "port_closed": (f"node1 timed out connecting to (node0, {RDZV_PORT}); node0 RendezvousTimeoutError",
+                    lambda job: f"to connect to (node0, {RDZV_PORT})" in job.nodes[1].error()
+                    and "RendezvousTimeoutError" in job.nodes[0].error()),
     "nnodes_3_then_2": ("succeeded, world size 2 though node0 said 3",
                         lambda job: job.ok and all(len(r["hosts"]) == 2 for r in job.results),
                         lambda job: f"hosts hello returned: {hosts_returned(job)}"),

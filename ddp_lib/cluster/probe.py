@@ -16,6 +16,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from ddp_lib.launch._record import write_error
 from ddp_lib.process_group import process_group
 
 # A peer that cannot be reached fails the first collective within this, not gloo's 30 minutes.
@@ -33,6 +34,24 @@ def hello(rank: int, world_size: int) -> dict:
         hosts = [None] * world_size
         dist.all_gather_object(hosts, socket.gethostname())
         return {"rank": rank, "host": socket.gethostname(), "hosts": hosts}
+
+
+# How long, in group timeouts from its start, a rank of hello_lingering that failed stays alive.
+LINGER = 7
+
+
+def hello_lingering(rank: int, world_size: int) -> dict:
+    """:func:`hello`, but a rank that fails writes its error at once, then stays alive until
+    ``LINGER`` group timeouts after it began. Its torchrun, and the ranks' store node 0's torchrun
+    hosts, then outlive gloo's five-fold wait for a first connection on the other rank."""
+    began = time.monotonic()
+    try:
+        return hello(rank, world_size)
+    except Exception as exc:
+        write_error(exc)  # the error's time is when it happened, not when the rank exits
+        print(f"[rank{rank}]: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        time.sleep(max(0.0, LINGER * TIMEOUT.total_seconds() - (time.monotonic() - began)))
+        os._exit(1)  # already reported: raising again would write the error file a second time
 
 
 def _agent_sockets() -> list[tuple[str, int]]:

@@ -41,7 +41,8 @@ def plot_two_hosts(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
 def plot_first_mistakes(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Figure:
     """Two of the lab's mistakes side by side, as a sketch: left, node1 given 127.0.0.1 as the
     rendezvous endpoint dials its own loopback and hosts a store of its own; right, gloo bound to
-    loopback tells the other host an address it cannot reach (whichever rank gloo picks to dial)."""
+    loopback tells the other host an address it cannot reach: one rank listens, the other dials and is
+    refused (gloo picks which from the pair's ports; the sketch shows rank 1 dialling)."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.2))
     for ax in axes:
         ax.set_xlim(0, 10)
@@ -56,15 +57,15 @@ def plot_first_mistakes(subnet: str = "10.200.0", rdzv_port: int = 29400) -> Fig
         left.annotate("", xy=(x + 0.8, 2.2), xytext=(x - 0.8, 2.2),
                       arrowprops=dict(arrowstyle="-|>", color=colour, lw=1.2, connectionstyle="arc3,rad=1.2"))
         left.text(x, 1.35, label, ha="center", va="top", fontsize=8, color=colour)
-    left.annotate("", xy=(4.3, 2.8), xytext=(5.7, 2.8),
-                  arrowprops=dict(arrowstyle="-|>", color="grey", lw=1.2, linestyle="--"))
-    left.text(5.0, 3.6, "nobody comes\nto node0's store", ha="center", va="bottom", fontsize=8, color="grey")
+    left.text(5.0, 2.8, "node1\nnever\ndials\nnode0", ha="center", va="center", fontsize=7, color="grey")
     left.set_title("endpoint 127.0.0.1 on node1: two rendezvous, both time out", fontsize=9)
-    box(right, 0.3, 2.2, 4.0, 1.2, "rank 0 on node0\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
-    box(right, 5.7, 2.2, 4.0, 1.2, "rank 1 on node1\ngloo bound to 127.0.0.1\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
-    arrow(right, (5.7, 2.7), (4.3, 2.7), "red", style="<|-|>")
-    right.text(5.0, 1.8, "one of the two dials (gloo picks which, run by run):\nit dials 127.0.0.1, "
-               "the address its peer announced:\nits own loopback, where the peer is not",
+    box(right, 0.3, 2.2, 4.0, 1.2, "rank 0 on node0\nlistens on 127.0.0.1:PORT\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
+    box(right, 5.7, 2.2, 4.0, 1.2, "rank 1 on node1\ndials 127.0.0.1: refused\n(GLOO_SOCKET_IFNAME=lo)", "#fdb462")
+    # the call goes to node1's own loopback and never reaches node0: an arrow that stops, crossed out
+    right.annotate("", xy=(4.6, 2.8), xytext=(5.7, 2.8), arrowprops=dict(arrowstyle="-|>", color="red", lw=1.2))
+    right.text(4.45, 2.8, "X", ha="center", va="center", fontsize=12, color="red", fontweight="bold")
+    right.text(5.0, 1.8, "rank 1 dials 127.0.0.1, the address rank 0 announced:\nits own loopback, where rank 0 "
+               "is not. The pair's\nports decide which rank dials; it can be the other way",
                ha="center", va="top", fontsize=8, color="red")
     right.set_title("gloo on loopback: the rendezvous works, connectFullMesh fails", fontsize=9)
     fig.tight_layout()
