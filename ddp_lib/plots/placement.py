@@ -172,14 +172,12 @@ def plot_checkpoint_locations() -> Figure:
 
 def plot_device_id_effects() -> Figure:
     """Schematic of one rank under nccl, without and with ``init_process_group(device_id=...)``: when
-    the communicator forms, how a subgroup is made, and which GPU ``barrier()`` uses."""
-    fig, ax = _canvas(10, 3.3)
-    steps = ("init_process_group", "first collective", "dist.new_group", "barrier()")
-    without = ("group made;\nno communicator", "communicator formed\non the tensors' GPUs",
-               "built at its own\nfirst collective", "GPU used before,\nelse a guess")
-    rows = (("without device_id", without, "whitesmoke", "gray"),
-            ("with device_id=cuda:r", ("communicator formed\non cuda:r", "uses it", "split from it",
-                                       "cuda:r"), "honeydew", "tab:green"))
+    the communicator forms, at init or at the first collective."""
+    fig, ax = _canvas(5.6, 3.3)
+    steps = ("init_process_group", "first collective")
+    rows = (("without device_id", ("group made;\nno communicator", "communicator formed\non the tensors' GPUs"),
+             "whitesmoke", "gray"),
+            ("with device_id=cuda:r", ("communicator formed\non cuda:r", "uses it"), "honeydew", "tab:green"))
     for column, step in enumerate(steps):
         ax.text(2.55 + 1.9 * column, 3.0, step, ha="center", fontsize=9, weight="bold")
     for row, (title, cells, colour, edge) in enumerate(rows):
@@ -187,6 +185,6 @@ def plot_device_id_effects() -> Figure:
         ax.text(0.05, y + 0.4, title, fontsize=9, va="center")
         for column, text in enumerate(cells):
             _box(ax, 1.75 + 1.9 * column, y, 1.6, 0.8, text, colour, edge, size=8)
-    fig.suptitle("What device_id= changes for one rank under nccl", fontsize=10)
+    fig.suptitle("When nccl forms the communicator", fontsize=10)
     fig.tight_layout()
     return fig
