@@ -149,6 +149,8 @@ def test_the_timeline_with_mark_starts_puts_each_start_on_the_backward_band_and_
     ax = plot_timeline([timeline], mark_starts=True).axes[0]
     starts = [line for line in ax.lines if line.get_marker() == "v"]
     assert [(line.get_xdata()[0], line.get_ydata()[0]) for line in starts] == [(2.0, 0), (3.0, 0), (4.0, 0)]
+    ticks = [line for line in ax.lines if line.get_marker() == "|"]
+    assert all(t.get_zorder() > s.get_zorder() for t in ticks for s in starts)  # a tick stays visible on a start
     assert all(bar.get_hatch() == "//" for bar in ax.patches[1:])  # the first patch is the backward band
     assert [t.get_text().strip() for t in ax.texts] == ["b0", "b1", "b2"]
     assert all(t.get_horizontalalignment() == "right" for t in ax.texts)

@@ -31,7 +31,9 @@ def test_the_report_names_the_way_that_returned_first_or_says_noise():
     assert lines[3] == "the wire alone: 4 buckets x 40 ms = 160 ms"
     assert lines[5] == "verdict on this machine, now: overlap returned first, 60 ms earlier"
     assert lines[6].endswith("(give or take 10 ms): True")
+    assert lines[7] == "round by round: overlap returned first in 3 of 3 rounds"
     r["ms"]["after_backward"] = [205.0, 215, 300]
     assert "within noise" in buckets.slow_wire_report(r)[5]
+    assert buckets.slow_wire_report(r)[7] == "round by round: overlap returned first in 3 of 3 rounds"
     r["ms"]["after_backward"] = [100.0, 110, 120]
     assert buckets.slow_wire_report(r)[5].endswith("after backward returned first")

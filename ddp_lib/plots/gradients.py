@@ -123,7 +123,8 @@ def plot_timeline(timelines: list[dict], title: str = "One DDP backward: gradien
         ax.barh(y_backward, tl["backward_ms"], left=0, height=0.6, color="lightgray",
                 label="backward (until it returns)" if row == 0 else None)
         ready = [t for _, t in tl["grad_ready"]]
-        ax.plot(ready, [y_backward] * len(ready), "k|", markersize=14,
+        # Above the start triangles (zorder), and taller: a bucket starts the moment its last gradient is ready.
+        ax.plot(ready, [y_backward] * len(ready), "k|", markersize=20, markeredgewidth=1.5, zorder=4,
                 label="a weight's gradient is ready" if row == 0 else None)
         for ev in tl["allreduces"]:
             # Each all-reduce in a lane of its own, so two in flight at once stay apart.

@@ -514,8 +514,9 @@ def overlap_on_slow_wire(rank: int, world_size: int, delay_ms: float = 10.0, rep
 
 def slow_wire_report(r: dict, tolerance_ms: float = 10.0) -> list[str]:
     """The lines that sum up one :func:`overlap_on_slow_wire` result ``r``: each way's median pass,
-    the wire's own time, the verdict on which way returned first, and whether overlap's lead stays
-    within the no-communication time (give or take ``tolerance_ms``, about one way's spread)."""
+    the wire's own time, the verdict on which way returned first, whether overlap's lead stays
+    within the no-communication time (give or take ``tolerance_ms``, about one way's spread), and in
+    how many rounds overlap returned before the same round's after-backward pass."""
     median = {way: sorted(times)[len(times) // 2] for way, times in r["ms"].items()}
     labels = {"no_sync": "no communication", "overlap": "overlap", "after_backward": "after backward"}
     lines = [f"{labels[way]:<17} backward returned after {median[way]:6.1f} ms "
@@ -533,6 +534,9 @@ def slow_wire_report(r: dict, tolerance_ms: float = 10.0) -> list[str]:
               f"verdict on this machine, now: {verdict}",
               f"overlap's lead, {margin:.0f} ms, at most the no-communication time, {median['no_sync']:.0f} ms "
               f"(give or take {tolerance_ms:g} ms): {margin <= median['no_sync'] + tolerance_ms}"]
+    # Each round times the ways one after the other, so a pair shares the machine's load of the moment.
+    wins = sum(o < a for o, a in zip(overlap, after))
+    lines.append(f"round by round: overlap returned first in {wins} of {len(overlap)} rounds")
     return lines
 
 
