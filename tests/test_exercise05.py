@@ -134,7 +134,7 @@ def test_batchnorm_mistakes_are_named_with_their_fix(batch, without_sync, sync, 
 def test_a_batchnorm_answer_outside_the_choices_is_refused_in_one_line():
     from ddp_lib.exercises.lesson05 import check_batchnorm_prediction
 
-    with pytest.raises(ValueError, match=r"batch='the model': pass 'rank 0', 'all ranks' or 'each rank'"):
+    with pytest.raises(ValueError, match=r"batch='the model': pass 'rank 0' or 'all ranks'"):
         check_batchnorm_prediction(batch="the model", batch_without_sync="rank 0", sync="all ranks")
 
 

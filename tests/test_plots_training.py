@@ -14,6 +14,7 @@ from ddp_lib.plots.training import (  # noqa: E402
     plot_crash_resume,
     plot_join_timeline,
     plot_loss_curves,
+    plot_lr_scaling,
     plot_padded_vs_strided,
 )
 
@@ -34,6 +35,17 @@ def test_loss_curves_shade_a_band_only_for_the_labels_given():
     ax.figure.canvas.draw()
     assert all(tick == int(tick) for tick in ax.get_xticks())  # whole epochs only
     plt.close(ax.figure)
+
+
+def test_the_learning_rate_panels_draw_each_setting_with_its_band_and_lr_04_in_one_colour():
+    from ddp_lib.demos.batch_scaling import summarize_lr_scaling
+
+    curves = {k: [[1.0, 0.6 + s / 10, 0.4] for s in range(3)] for k in ("lr 0.1", "lr 0.4", "lr 0.4, warm-up")}
+    fig = plot_lr_scaling(summarize_lr_scaling(curves, [[1.0, 0.5, 0.3]] * 3))
+    left, right = fig.axes
+    assert [len(ax.lines) for ax in (left, right)] == [3, 2] and [len(ax.collections) for ax in (left, right)] == [3, 2]
+    assert left.lines[2].get_color() == right.lines[0].get_color() == "tab:green"  # lr 0.4 in both panels
+    plt.close(fig)
 
 
 def test_the_crash_resume_figure_draws_the_templates_resume_rank_0_reads_last_pt_and_broadcasts():

@@ -248,22 +248,24 @@ def test_a_checkpoint_of_another_model_is_refused_before_any_resuming_line(tmp_p
     assert "resuming" not in printed, printed  # no rank resumed, so none says so
 
 
-def _regression_copy(folder: pathlib.Path, target: str, metric_line: bool = True) -> None:
+def _regression_copy(folder: pathlib.Path, target: str, metric_sum: bool = True) -> None:
     """The template edited as a learner edits it for a regression model: one output, MSE, metric "mse"
-    (with ``metric_line=False``, evaluate()'s classifier line left as it is)."""
+    (with ``metric_sum=False``, metric_sum's classifier body left as it is)."""
     text = TEMPLATE.read_text()
     edits = {
         "    y = (x[:, :4].sum(1) > x[:, 4:].sum(1)).long()": f"    y = {target}",
         "nn.Linear(64, 2))": "nn.Linear(64, 1))",
         "return nn.CrossEntropyLoss()": "return nn.MSELoss()",
         'METRIC = "accuracy"': 'METRIC = "mse"',
-        "counts[0] += correct_picks(model(x), y)": "counts[0] += ((model(x) - y) ** 2).sum()",
     }
-    if not metric_line:
-        edits.pop("counts[0] += correct_picks(model(x), y)")
     for old, edit in edits.items():
         assert text.count(old) == 1, old
         text = text.replace(old, edit)
+    if metric_sum:  # metric_sum's whole body, the float-target check included, becomes the squared error
+        last = "    return (output.argmax(1) == y).sum()\n"
+        start = text.index("    if y.is_floating_point():")
+        end = text.index(last, start) + len(last)
+        text = text[:start] + "    return ((output - y) ** 2).sum()\n" + text[end:]
     folder.mkdir()
     (folder / "template.py").write_text(text)
 
@@ -288,13 +290,14 @@ def test_a_regression_copy_names_its_metric_and_stops_on_targets_of_another_shap
         in summary, printed
     assert "epoch 1/2" not in printed, printed
 
-    # The other honest mistake: the classifier's metric line left in evaluate(). Argmax of one column is
+    # The other honest mistake: metric_sum's classifier body left as it is. Argmax of one column is
     # always 0, which would print a plausible "mse 0" every epoch; the copy stops at the first
-    # evaluation instead, naming the line to change.
+    # evaluation instead, naming the function to change.
     _regression_copy(tmp_path / "metric_left", "(x[:, :4].sum(1) - x[:, 4:].sum(1)).unsqueeze(1) / 4",
-                     metric_line=False)
+                     metric_sum=False)
     printed = _run([sys.executable, "-I", "template.py", "--epochs", "1"], tmp_path / "metric_left", returncode=1)
-    assert "evaluate() counts a classifier's correct picks, but the targets are torch.float32" in printed, printed
+    assert "metric_sum counts a classifier's correct picks, but the targets are torch.float32" in printed, printed
+    assert "make metric_sum return your metric's sum" in printed, printed
     assert "epoch 1/1" not in printed, printed
 
 

@@ -134,7 +134,8 @@ def check_resume_prediction(matches_4x8: bool, matches_4x16: bool, epochs: int =
 
 
 # Exercise 3: whose data the running statistics in the final checkpoint describe, with norm="batch" (DDP's
-# default, then forward_sync_buffers=False) and norm="sync".
+# default, then forward_sync_buffers=False) and norm="sync". The exercise offers "rank 0" and "all ranks";
+# "each rank" is read too, and judged with its reason.
 WHOSE = {  # an answer, written any of these ways (lower case, without a trailing "'s data"), -> its meaning
     "rank 0": ("rank 0", "rank0", "rank 0 only", "rank 0's", "0"),
     "all ranks": ("all ranks", "all", "every rank", "all ranks'", "the global batch", "global", "all the data"),
@@ -178,7 +179,7 @@ def read_whose(name: str, value: object) -> str:
     for meaning, spellings in WHOSE.items():
         if text in spellings:
             return meaning
-    raise ValueError(f"{name}={value!r}: pass 'rank 0', 'all ranks' or 'each rank'")
+    raise ValueError(f"{name}={value!r}: pass 'rank 0' or 'all ranks'")
 
 
 def check_batchnorm_prediction(batch: str, batch_without_sync: str, sync: str):

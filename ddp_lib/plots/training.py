@@ -38,6 +38,28 @@ def plot_loss_panels(panels: dict[str, dict[str, list[float]]]):
     return fig
 
 
+def plot_lr_scaling(scaling: dict):
+    """Lesson 05's learning-rate runs, from ``batch_scaling.summarize_lr_scaling``'s result: left, 1 rank at
+    lr 0.1 against 4 ranks at lr 0.1 and 0.4; right, 4 ranks at lr 0.4 with and without warm-up. Each line is
+    the mean over the seeds, shaded over their range; lr 0.4 keeps its colour in both. Returns the Figure."""
+    from ddp_lib.demos.batch_scaling import FOUR_RANKS, ONE_RANK
+
+    labels = {"1 rank": ONE_RANK, **FOUR_RANKS}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    panels = [(left, "scaling the learning rate",
+               {"1 rank": "tab:blue", "lr 0.1": "tab:orange", "lr 0.4": "tab:green"}),
+              (right, "lr 0.4 with and without warm-up", {"lr 0.4": "tab:green", "lr 0.4, warm-up": "tab:red"})]
+    for ax, title, colours in panels:
+        ax.set_prop_cycle(color=list(colours.values()))
+        shown = [labels[k] for k in colours]
+        plot_loss_curves({k: scaling["means"][k] for k in shown}, f"{title}\n(mean of {scaling['seeds']} seeds)",
+                         ax=ax, bands={k: scaling["ranges"][k] for k in shown})
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18))  # below the axes, off the curves
+    right.set_ylabel("")  # the axis is shared
+    fig.tight_layout()
+    return fig
+
+
 def plot_moons(dataset, title: str = "the generated dataset"):
     """Scatter the 2-D samples of ``dataset`` (a TensorDataset of x, y), one colour per class.
     Returns the matplotlib Axes."""

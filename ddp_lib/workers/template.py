@@ -1,6 +1,6 @@
 """A template for your own training job under DDP. Copy this one file (it needs only torch). Fill in
-what is marked "YOUR JOB": make_datasets, make_model, make_loss and make_optimizer (make_scheduler too,
-for a learning-rate schedule), METRIC, and evaluate()'s metric line if your model is not a classifier.
+what is marked "YOUR JOB": make_datasets, make_model, make_loss, METRIC and metric_sum, make_optimizer
+(make_scheduler too, for a learning-rate schedule), and pick --lr for your optimizer.
 Run it with
 
     python template.py --epochs 5                                        # mp.spawn: 2 processes (or one per GPU)
@@ -47,14 +47,12 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset, TensorDataset
 
-# ==== YOUR JOB: replace the bodies of make_datasets, make_model, make_loss, make_optimizer ======
-# (make_scheduler too, for a learning-rate schedule), set METRIC, and change the metric line in
-# evaluate() below if your model is not a classifier: it counts correct class picks. A regression's
-# targets take the output's shape, (N, 1), not (N,): the loss would broadcast them (the job stops
-# with torch's warning). After changing the model, delete the old --checkpoint-dir or give a new one:
-# its checkpoint fits the old model only.
-
-METRIC = "accuracy"  # the name of evaluate()'s metric, in each epoch's line and the history: rename it with the metric
+# ==== YOUR JOB: replace the bodies of make_datasets, make_model, make_loss, metric_sum, make_optimizer =
+# (make_scheduler too, for a learning-rate schedule), and set METRIC. A regression's targets take the
+# output's shape, (N, 1), not (N,): the loss would broadcast them (the job stops with torch's warning).
+# --lr's default, 0.05, suits make_optimizer's SGD: with another optimizer, pass a rate that suits it
+# (Adam wants about 1e-3). After changing the model, delete the old --checkpoint-dir or give a new
+# one: its checkpoint fits the old model only.
 
 
 def make_datasets() -> tuple[Dataset, Dataset]:
@@ -74,6 +72,20 @@ def make_loss() -> nn.Module:
     return nn.CrossEntropyLoss()  # the mean over the batch: DDP then averages these means
 
 
+METRIC = "accuracy"  # the name of metric_sum's metric, in each epoch's line and the history
+
+
+def metric_sum(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The batch's sum of METRIC; evaluate() divides the total by the samples counted. Here a
+    classifier's: the rows whose highest output is y's class. For a regression, return
+    ((output - y) ** 2).sum() and set METRIC = "mse"."""
+    if y.is_floating_point():  # float targets mean another model, whose metric this is not
+        raise ValueError(f"metric_sum counts a classifier's correct picks, but the targets are {y.dtype}: for "
+                         "another model, make metric_sum return your metric's sum (for a regression, "
+                         "((output - y) ** 2).sum()) and rename METRIC")
+    return (output.argmax(1) == y).sum()
+
+
 def make_optimizer(model: nn.Module, lr: float) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
 
@@ -87,7 +99,6 @@ def make_scheduler(optimizer: torch.optim.Optimizer, steps: int) -> torch.optim.
 
 
 # ==== THE DDP LOOP: the same for any model =====================================================
-# (except evaluate(), which assumes a classifier: see its line marked YOUR JOB)
 
 
 def train_job(rank: int, world_size: int, epochs: int = 5, batch_size: int = 32, lr: float = 0.05,
@@ -193,10 +204,8 @@ def with_warmup(optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_sche
 
 def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
              device: torch.device) -> tuple[float, int]:
-    """Accuracy over ``dataset`` with every sample counted exactly once, and how many were counted.
-    It assumes a classifier (the class with the highest output is the prediction): for another model,
-    change the line marked YOUR JOB to add up your metric, and METRIC, its name. evaluate() returns
-    that sum divided by the samples counted: a mean per sample.
+    """METRIC over ``dataset``, every sample counted exactly once: metric_sum's total divided by the
+    samples counted, and how many were counted.
     Rank r takes samples r, r + world_size, ... (no padding, unlike DistributedSampler), and one
     all-reduce adds up the counts. It runs the plain model, not the DDP wrapper: for a model with
     buffers (batch norm's running statistics), the wrapper's first forward after training starts a
@@ -205,24 +214,14 @@ def evaluate(model: nn.Module, dataset: Dataset, rank: int, world_size: int,
     no collective."""
     shard = Subset(dataset, range(rank, len(dataset), world_size))
     model.eval()
-    counts = torch.zeros(2, dtype=torch.float64, device=device)  # the metric's sum (correct picks), samples
+    counts = torch.zeros(2, dtype=torch.float64, device=device)  # metric_sum's total, samples
     with torch.no_grad():
         for x, y in DataLoader(shard, batch_size=256):
             x, y = x.to(device), y.to(device)
-            counts[0] += correct_picks(model(x), y)  # YOUR JOB if not a classifier: your metric's sum
+            counts[0] += metric_sum(model(x), y)
             counts[1] += len(y)
     dist.all_reduce(counts)
     return (counts[0] / counts[1]).item(), int(counts[1].item())
-
-
-def correct_picks(output: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """How many rows of ``output`` give ``y``'s class the highest score: a classifier's metric, for
-    integer class targets. Float targets mean another model (a regression), whose metric this is not."""
-    if y.is_floating_point():
-        raise ValueError(f"evaluate() counts a classifier's correct picks, but the targets are {y.dtype}: for "
-                         "another model, put your metric's sum on evaluate()'s line marked YOUR JOB (for a "
-                         "regression, ((model(x) - y) ** 2).sum()) and rename METRIC")
-    return (output.argmax(1) == y).sum()
 
 
 def save_checkpoint(path: str, state: dict) -> None:
