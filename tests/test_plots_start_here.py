@@ -83,6 +83,10 @@ def test_threads_on_cores_draws_more_threads_than_cores_then_one_per_core():
     fig = plot_threads_on_cores(cores=2, world_size=4)  # more ranks than cores: still one thread each
     assert [t.get_text() for t in fig.axes[1].texts].count("thread") == 4
     plt.close(fig)
+    fig = plot_threads_on_cores(cores=8, world_size=2, default_threads=4)  # torch's default below the cores
+    left, right = ([t.get_text() for t in ax.texts] for ax in fig.axes)
+    assert left.count("thread") == 8 and right.count("thread") == 8 and "take turns" not in fig.axes[0].get_title()
+    plt.close(fig)
 
 
 def test_device_ids_move_moves_the_input_only_with_device_ids():

@@ -215,14 +215,16 @@ def plot_gradient_average(world_size: int = 4) -> Figure:
     return fig
 
 
-def plot_threads_on_cores(cores: int = 2, world_size: int = 2) -> Figure:
+def plot_threads_on_cores(cores: int = 2, world_size: int = 2, default_threads: int | None = None) -> Figure:
     """CPU threads on cores, two panels. Left, under torch's mp.spawn: each rank keeps torch's default thread
-    count (one per core here), so ``world_size`` x ``cores`` threads share ``cores`` cores. Right, after each
-    rank calls ``torch.set_num_threads(max(1, cores // world_size))``: one thread per core, or fewer."""
-    per_rank = max(1, cores // world_size)
+    count, ``default_threads`` (``cores`` if None), all ranks sharing ``cores`` cores. Right, after each rank
+    calls ``torch.set_num_threads(max(1, min(default_threads, cores // world_size)))``: one per core, or fewer."""
+    default = cores if default_threads is None else default_threads
+    per_rank = max(1, min(default, cores // world_size))
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.3))
-    panels = ((axes[0], cores, f"under mp.spawn: {cores} threads per rank\n"
-               f"{world_size * cores} threads on {cores} cores: they take turns"),
+    verdict = ": they take turns" if world_size * default > cores else ""
+    panels = ((axes[0], default, f"under mp.spawn: {default} threads per rank\n"
+               f"{world_size * default} threads on {cores} cores{verdict}"),
               (axes[1], per_rank, f"after torch.set_num_threads({per_rank}) in each rank\n"
                f"{world_size * per_rank} threads on {cores} cores"))
     for ax, threads, title in panels:
