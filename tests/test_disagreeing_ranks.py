@@ -1,6 +1,8 @@
 """Lesson 01's failing collectives on real gloo groups: a peer that exits mid-collective, and ranks
 that all-reduce tensors of different shapes, with and without TORCH_DISTRIBUTED_DEBUG=DETAIL, or of
-different dtypes of one width."""
+different dtypes of one width; a rank that skips a new_group; ranks that leave right after init."""
+
+import os
 
 import pytest
 from torch.multiprocessing import ProcessExitedException
@@ -65,3 +67,19 @@ def test_one_element_off_reports_the_abort_and_gloos_line():
     report = disagreeing_ranks.one_element_off(1000)
     assert report["error"] == "RankExitedError: process 0 terminated with signal SIGABRT"
     assert report["gloo_says"] and report["gloo_says"][0].startswith("Received data size doesn't match expected size")
+
+
+def test_a_skipped_new_group_makes_every_rank_time_out_without_naming_the_skip():
+    results = ddp_lib.mp.labelled_spawn(disagreeing_ranks.skipped_new_group, args=(4, "1", 1.0), nprocs=4)
+    for r in results:
+        assert r["stopped_in"] in ("new_group(evens)", "new_group(odds)", "all_reduce")
+        assert "time" in r["error"].lower()
+        assert "/" not in r["error"].split("keys:")[0]  # no source path left in the message
+
+
+def test_exits_after_init_counts_the_launches_that_failed_and_restores_the_port(monkeypatch):
+    monkeypatch.setenv("MASTER_PORT", "1")  # a stand-in: each launch picks its own port
+    report = disagreeing_ranks.exits_after_init(runs=2, world_size=2)
+    assert 0 <= report["failed"] <= 2 and len(report["errors"]) <= report["failed"]
+    assert all(error and "launcher:" not in error for error in report["errors"])
+    assert os.environ["MASTER_PORT"] == "1"

@@ -1,17 +1,19 @@
 """Lesson 01's ranks that disagree: a peer that exits while a rank waits in a collective, ranks that
-pass tensors of different shapes, and ranks that pass one shape in two dtypes of one width (which
-gloo does not notice). Each returns the error gloo raised, without the parts that change from run to
-run (source paths, addresses, ports)."""
+pass tensors of different shapes, ranks that pass one shape in two dtypes of one width (which gloo
+does not notice), a rank that skips a new_group, and ranks that leave right after init. Each returns
+the error gloo raised, without the parts that change from run to run (source paths, addresses, ports)."""
 
 from __future__ import annotations
 
 import os
 import re
 import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from ddp_lib.demos.missing_rank import torch_cpp_logs_hidden
 from ddp_lib.process_group import COLLECTIVE_TIMEOUT, process_group
 from ddp_lib.workers.point_to_point import gloo_message
 
@@ -105,3 +107,61 @@ def one_element_off(numel: int = 1000) -> dict:
                 "gloo_says": [line[line.index("Received"):] for line in stderr_0.splitlines()
                               if "Received data size" in line]}
     return {"error": "", "gloo_says": []}
+
+
+def skipped_new_group(rank: int, world_size: int, init_barrier: str = "1", timeout_s: float = 2.0) -> dict:
+    """Every rank should call ``new_group`` for the evens, then for the odds; rank 1, not an even rank,
+    skips the first call. Then each rank all-reduces in its own group. ``init_barrier`` is the value of
+    ``TORCH_DIST_INIT_BARRIER`` ("1" as ``process_group`` sets it, "0" torch's default); every wait
+    ends after ``timeout_s``. Returns the call this rank stopped in ("" when it got through) and the
+    first line of its error, without paths and addresses. Which call fails varies from run to run:
+    rank 1's odds take the evens' name, so both groups write the same store keys."""
+    os.environ["TORCH_DIST_INIT_BARRIER"] = init_barrier
+    timeout = timedelta(seconds=timeout_s)
+    with process_group(rank, world_size, timeout=timeout), torch_cpp_logs_hidden():
+        call = "new_group(evens)"
+        try:
+            if rank != 1:  # the mistake: rank 1 skips the call for a group it is not in
+                evens = dist.new_group(list(range(0, world_size, 2)), timeout=timeout)
+            call = "new_group(odds)"
+            odds = dist.new_group(list(range(1, world_size, 2)), timeout=timeout)
+            call = "all_reduce"
+            dist.all_reduce(torch.ones(1), group=evens if rank % 2 == 0 else odds)
+            return {"rank": rank, "stopped_in": "", "error": ""}
+        except RuntimeError as exc:
+            error = re.sub(r"\[/[^\]]*\]\s*", "", gloo_message(str(exc)))  # "[/path/pair.h:311] " inside it
+            return {"rank": rank, "stopped_in": call, "error": error.split(" (")[0]}
+
+
+def init_then_return(rank: int, world_size: int) -> int:
+    """Join with plain torch's default, ``TORCH_DIST_INIT_BARRIER=0``, and return at once: the process
+    ends with no collective, no barrier and no ``destroy_process_group``."""
+    os.environ["TORCH_DIST_INIT_BARRIER"] = "0"
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    return rank
+
+
+def exits_after_init(runs: int = 20, world_size: int = 4) -> dict:
+    """Launch ``init_then_return`` ``runs`` times, each on a fresh port, with the ranks' output kept
+    aside. ``failed``: how many launches had a rank raise; ``errors``: their errors' first sentences,
+    each once."""
+    import contextlib
+    import io
+
+    import ddp_lib.mp
+    from ddp_lib.process_group import free_port
+
+    failed, errors, port = 0, set(), os.environ.get("MASTER_PORT")
+    try:
+        for _ in range(runs):
+            os.environ["MASTER_PORT"] = str(free_port())
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    ddp_lib.mp.labelled_spawn(init_then_return, args=(world_size,), nprocs=world_size)
+            except ddp_lib.mp.RankRaisedError as exc:
+                failed += 1
+                errors.add(gloo_message(str(exc).split(": ", 2)[-1]).split(" (launcher:")[0])
+    finally:
+        if port is not None:
+            os.environ["MASTER_PORT"] = port
+    return {"failed": failed, "errors": sorted(errors)}

@@ -65,8 +65,8 @@ def plot_subgroups(world_size: int = 4) -> Figure:
 # "wrong" (returns at once with a wrong result), "killed" (its process is killed inside the call),
 # "stopped" (its process ends inside the call), "goes on" (does not call it), "exits", "absent".
 WHEN_RANKS_DISAGREE = (
-    ("only rank 0 calls all_reduce", ((0, "timeout", "waits, then times out"),
-                                      (1, "goes on", "never calls it: goes on"))),
+    ("only rank 0 calls all_reduce (2 of the 4 ranks shown)", ((0, "timeout", "waits, then times out"),
+                                                                (1, "goes on", "never calls it: goes on"))),
     ("the shapes differ (3 and 4 elements)", ((0, "wrong", "in this run: a wrong sum, no error"),
                                                (1, "late error", "errors when rank 0 leaves"))),
     ("the shapes differ (1000 and 1001 elements)", ((0, "killed", "killed by SIGABRT: gloo names the size"),

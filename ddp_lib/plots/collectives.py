@@ -24,7 +24,7 @@ def _rank_colour(value: float) -> str:
 
 
 def _draw_row(ax, x0: float, y: float, values: list | None, summed: bool, *,
-              faded: bool = False, colour: str | None = None) -> None:
+              faded: bool = False, colour: str | None = None, text: str | None = None) -> None:
     if values is None:
         ax.text(x0 + 0.5, y, "-", ha="center", va="center", color="grey")
         return
@@ -33,7 +33,7 @@ def _draw_row(ax, x0: float, y: float, values: list | None, summed: bool, *,
         ax.add_patch(Rectangle((x0 + i, y - 0.4), 1, 0.8, facecolor=face, edgecolor="black",
                                alpha=0.35 if faded else 1.0, hatch="//" if faded else None))
         # a scratch value's digits sit on a clear patch, so the hatching does not cross them
-        ax.text(x0 + i + 0.5, y, f"{value:g}", ha="center", va="center", fontsize=8,
+        ax.text(x0 + i + 0.5, y, text or f"{value:g}", ha="center", va="center", fontsize=7 if text else 8,
                 color="dimgrey" if faded else "black",
                 bbox=dict(facecolor="white", edgecolor="none", pad=1.0) if faded else None)
 
@@ -93,11 +93,24 @@ def plot_barrier(results: list[dict]) -> Figure:
     return fig
 
 
+def _ring_addends(results: list[dict], i: int, value: float) -> str | None:
+    """A partial sum at position ``i`` written as the start values it adds ("1+11"): those of a run of
+    neighbours on the ring, as the reduce-scatter adds them. None when no run sums to ``value``."""
+    world_size = len(results)
+    for length in range(2, world_size):
+        for first in range(world_size):
+            ranks = sorted((first + k) % world_size for k in range(length))
+            starts = [results[r]["history"][0][i] for r in ranks]
+            if sum(starts) == value:
+                return "+".join(f"{start:g}" for start in starts)
+    return None
+
+
 def plot_ring_steps(results: list[dict]) -> Figure:
     """Every rank's tensor after each step of the ring all-reduce (from ``ring_steps``): partial
-    sums grey, finished sums green. Inside each step's panel, an arrow per send, from the chunk a
-    rank sent to the slot it lands in on its right neighbour: at step t, rank r sends chunk
-    (r - t + 1) mod N. The last rank's send to rank 0 leaves below and enters from above."""
+    sums grey, written as their addends ("1+11"), finished sums green. Inside each step's panel, an
+    arrow per send, from the chunk a rank sent to the slot it lands in on its right neighbour: at
+    step t, rank r sends chunk (r - t + 1) mod N. The last rank's send to rank 0 leaves below and enters from above."""
     world_size = len(results)
     steps = len(results[0]["history"])
     gap, row = 1.0, 1.7  # room between two panels; distance between two ranks' rows, for the arrows
@@ -115,7 +128,8 @@ def plot_ring_steps(results: list[dict]) -> Figure:
             for i, value in enumerate(r["history"][step]):
                 original = value in starts[i]
                 colour = None if original else DONE_COLOUR if value == final[i] else SUM_COLOUR
-                _draw_row(ax, x0 + i, r["rank"] * row, [value], not original, colour=colour)
+                text = _ring_addends(results, i, value) if colour == SUM_COLOUR else None
+                _draw_row(ax, x0 + i, r["rank"] * row, [value], not original, colour=colour, text=text)
         phase = "start" if step == 0 else ("reduce-scatter" if step < world_size else "all-gather")
         label = phase if step == 0 else f"{phase}, step {step if step < world_size else step - world_size + 1}"
         ax.text(x0 + world_size / 2, -1.15, label, ha="center", va="bottom", fontsize=10)

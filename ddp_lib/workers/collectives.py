@@ -81,7 +81,7 @@ def broadcast_from_0(rank: int, world_size: int) -> dict:
         mine = torch.arange(1.0, world_size + 1) + 10 * rank  # rank r: [10r + 1, ..., 10r + world_size]
         before = mine.tolist()
         dist.broadcast(mine, src=0)  # in place: rank 0's tensor overwrites everyone's
-        dist.barrier()  # leave together: rank 0 serves the store, which a slower rank may still need
+        dist.barrier()  # leave together: a slower rank may still be in init, reading the store rank 0 serves
         return {"name": "broadcast", "rank": rank, "before": before, "after": mine.tolist(), "defined": True}
     finally:
         dist.destroy_process_group()
@@ -187,12 +187,7 @@ def subgroups(rank: int | None = None, world_size: int | None = None, local: boo
             # take part, as long as every member holds as many groups as its peers.
             group = dist.new_group(mine, use_local_synchronization=True)
         else:
-            # Every rank calls new_group for every subgroup, in the same order, even for the groups
-            # it is not in: each call takes the next number from a per-process counter, and that
-            # number names the group (its members meet under it in the store). A rank that skipped
-            # a call would give every later group a different name from its peers. And with
-            # TORCH_DIST_INIT_BARRIER=1, as process_group sets it, new_group ends with a store
-            # barrier over all ranks: the members would hang in the very call it skipped.
+            # Every rank calls every new_group, in the same order (why: lesson 01, section 8).
             evens = dist.new_group(list(range(0, world_size, 2)))
             odds = dist.new_group(list(range(1, world_size, 2)))
             group = evens if rank % 2 == 0 else odds

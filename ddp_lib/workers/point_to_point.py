@@ -31,7 +31,7 @@ def send_recv(rank: int | None = None, world_size: int | None = None) -> dict:
             dist.send(mine, dst=1)  # on gloo over TCP: returns once rank 1 is receiving
         elif rank == 1:
             dist.recv(mine, src=0)  # overwrites mine in place
-        dist.barrier()  # leave together: rank 0 may finish first, while a slower rank still needs it
+        dist.barrier()  # leave together: a slower rank may still be in init, reading the store rank 0 serves
         return {"name": "send/recv (rank 0 -> rank 1)", "rank": rank, "before": before,
                 "after": mine.tolist(), "defined": True}
 
