@@ -796,3 +796,35 @@ def test_rank0_evaluation_longer_than_the_timeout_fails_and_a_larger_timeout_let
     assert "Timed out" in failed.value.failures[1]  # rank 1 waited in its next collective
     ranks = run_ranks(rank0_evaluation, 2, kwargs=dict(eval_seconds=2.5, timeout_s=5.0), show_output=False)
     assert ranks[0]["checksum"] == ranks[1]["checksum"]
+
+
+def test_clip_verdict_lines_compare_each_way_with_one_process():
+    from ddp_lib.demos.loop_runs import clip_verdict_lines
+
+    one = {"params": [1.0, 2.0]}
+    after = [{"params": [1.0, 2.0]}, {"params": [1.0, 2.0]}]
+    before = [{"params": [1.1, 2.0]}, {"params": [1.1, 2.0]}]
+    lines = clip_verdict_lines(one, after, before)
+    assert lines[0] == "clipped after sync: max parameter difference from one process below 1e-5; below 1e-5: True"
+    assert lines[1].startswith("clipped before sync: max parameter difference from one process 1e-01")
+    assert lines[1].endswith("False") and lines[2] == "clipped before sync, the ranks still agree: True"
+
+
+def test_kept_run_lines_print_each_backend_and_one_verdict():
+    from ddp_lib.demos.inductor_timing import kept_run, kept_run_lines
+
+    kept = kept_run()
+    lines = kept_run_lines(kept)
+    assert lines[0].startswith(f"kept run of {kept['recorded']}") and len(lines) == 1 + len(kept["runs"]) + 2
+    assert [line.split(":")[0].strip() for line in lines[1:4]] == list(kept["runs"])
+    assert "break-even" in lines[-1] or "no break-even" in lines[-1]
+
+
+def test_compile_order_logged_counts_and_keeps_dynamo_s_lines():
+    from ddp_lib.demos.loop_runs import compile_order_logged, compile_order_models, compile_ways
+
+    models = compile_order_models()
+    counts, logged, warned = compile_order_logged({"nn.Linear": models["nn.Linear"]}, compile_ways())
+    assert [way for way, graphs in counts["nn.Linear"].items() if graphs > 0] == ["DDP(torch.compile(model))"]
+    assert all(isinstance(line, str) and line.split()[0] in ("WARNING", "ERROR", "CRITICAL") for line in logged)
+    assert isinstance(warned, int)

@@ -10,6 +10,7 @@ their smallest and largest.
 """
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -32,6 +33,33 @@ REPEATS = 3
 def kept_run() -> dict:
     """The run kept in the repository: {"runs": {backend: rank 0's timings}, "machine", "torch", "recorded"}."""
     return json.loads(KEPT_RUN.read_text())
+
+
+def kept_run_lines(kept: dict) -> list[str]:
+    """A kept run as printable lines: the machine and its load, each backend's first and steady step
+    (median [smallest to largest]) and its distance from eager's parameters, then the verdict on
+    inductor's break-even against eager."""
+    machine = kept["machine"]
+    busy = machine["load_average_before"] > machine["cpus"]
+    lines = [f"kept run of {kept['recorded']}, torch {kept['torch']}, {machine['cpus']} CPUs, load average "
+             f"{machine['load_average_before']} as it started: {'a busy' if busy else 'an idle'} machine"]
+    for name, run in kept["runs"].items():
+        first, steady = run["first_step_range_s"], [t * 1000 for t in run["steady_step_range_s"]]
+        lines.append(f"{name:>9}: first step {run['first_step_s']:6.2f} s [{first[0]:.2f} to {first[1]:.2f}], "
+                     f"steady step {run['steady_step_s'] * 1000:.2f} ms [{steady[0]:.2f} to {steady[1]:.2f}], "
+                     f"parameters differ from eager's by up to {run['params_max_diff_from_eager']:.0e}")
+    eager, inductor = kept["runs"]["eager"], kept["runs"]["inductor"]
+    lines.append(f"inductor's first step lasted as long as {inductor['first_step_s'] / inductor['steady_step_s']:,.0f} "
+                 "of its steady steps")
+    if inductor["steady_step_range_s"][1] < eager["steady_step_range_s"][0]:  # faster in every repeat
+        break_even = inductor["first_step_s"] / (eager["steady_step_s"] - inductor["steady_step_s"])
+        lines.append(f"break-even, first step / (eager step - inductor step): about 10^{round(math.log10(break_even))} "
+                     "steps")
+    elif inductor["steady_step_range_s"][0] > eager["steady_step_range_s"][1]:  # slower in every repeat
+        lines.append("inductor's steady step was slower than eager's in every repeat: no break-even")
+    else:
+        lines.append("the repeats' steady steps of eager and inductor overlap: no measurable break-even")
+    return lines
 
 
 def record(repeats: int = REPEATS) -> dict:

@@ -12,6 +12,7 @@ import os
 import re
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from typing import Literal
@@ -294,6 +295,19 @@ def clip_norm_lines(one: dict, after: list[dict], before: list[dict], max_norm: 
     return lines
 
 
+def clip_verdict_lines(one: dict, after: list[dict], before: list[dict]) -> list[str]:
+    """The clipping section's verdicts: how far each way's final parameters (rank 0's) are from one
+    process on the global batch (``one``), and whether the ranks clipped before the sync still agree."""
+    lines = []
+    for way, r in (("after", after[0]), ("before", before[0])):
+        diff = max_param_diff(r, one)
+        size = f"{diff:.0e}" if diff >= 1e-5 else "below 1e-5"  # below it, float rounding: its size varies by run
+        lines.append(f"clipped {way} sync: max parameter difference from one process {size}; "
+                     f"below 1e-5: {diff < 1e-5}")
+    lines.append(f"clipped before sync, the ranks still agree: {before[0]['params'] == before[1]['params']}")
+    return lines
+
+
 def max_param_diff(run: dict, reference: dict) -> float:
     """The largest absolute difference between the final parameters of two runs."""
     return (torch.tensor(run["params"]) - torch.tensor(reference["params"])).abs().max().item()
@@ -398,6 +412,23 @@ def compile_order_counts(models: dict[str, Callable[[], nn.Module]],
     with _compile_group(quiet=False):
         return {name: {way: count_graphs(make_model(), wrap, torch.randn(16, 2))[0] for way, wrap in ways.items()}
                 for name, make_model in models.items()}
+
+
+def compile_order_logged(models: dict[str, Callable[[], nn.Module]],
+                         ways: dict[str, Callable]) -> tuple[dict[str, dict[str, int]], list[str], int]:
+    """``compile_order_counts``, with what it let through: the lines dynamo logged at WARNING or above
+    (``"LEVEL message"``), kept instead of shown, and the number of Python warnings raised."""
+    dynamo_log, logged = logging.getLogger("torch._dynamo"), []
+    catcher = logging.Handler(logging.WARNING)
+    catcher.emit = logged.append  # keep what dynamo logs, to return it
+    shown, dynamo_log.handlers = dynamo_log.handlers, [catcher]
+    try:
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            counts = compile_order_counts(models, ways)
+    finally:
+        dynamo_log.handlers = shown
+    return counts, [f"{r.levelname} {r.getMessage()}" for r in logged], len(warned)
 
 
 def compile_order_pieces(make_model: Callable[[], nn.Module], ways: dict[str, Callable], steps: int = 2) -> list[str]:
