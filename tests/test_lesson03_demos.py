@@ -210,3 +210,8 @@ def test_no_backend_name_gives_one_backend_for_the_accelerator_only():
     assert placement_demos.backends_without_a_name("cuda") == {"cuda": "nccl"}
     if torch.version.cuda is None:  # a CPU-only build: its own accelerator is the CPU
         assert placement_demos.backends_without_a_name() == {"cpu": "gloo"}
+
+
+def test_mp_spawn_sets_none_of_the_launch_variables():
+    seen = placement_demos.launch_variables_under_spawn(2)
+    assert seen == {0: [], 1: []}

@@ -1,5 +1,5 @@
 """Lesson 03's small demonstrations: DDP's input-moving and barrier lines, ``output_device`` on a CPU
-model, a CUDA-only group, loading a checkpoint, a child process's GPU
+model, a CUDA-only group, the launch variables ``mp.spawn`` sets, loading a checkpoint, a child process's GPU
 count, and what ``init_process_group(device_id=...)`` changes (nccl, GPUs only)."""
 
 from __future__ import annotations
@@ -195,6 +195,26 @@ def gpus_seen_by_a_child(cuda_visible_devices: str | None) -> dict:
                             check=True, timeout=300).stdout.strip()
     variable, count = report.split("|")
     return {"CUDA_VISIBLE_DEVICES": variable, "device_count": int(count)}
+
+
+# The variables torchrun sets for each rank (lesson 02), in the order the lesson names them.
+LAUNCH_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _report_launch_variables(rank: int, queue) -> None:
+    queue.put((rank, [name for name in LAUNCH_VARIABLES if name in os.environ]))
+
+
+def launch_variables_under_spawn(nprocs: int = 2) -> dict[int, list[str]]:
+    """Start ``nprocs`` processes with torch's own ``mp.spawn``, from a parent whose environment holds
+    none of ``LAUNCH_VARIABLES`` (removed for the call), and return, per rank, those each child sees."""
+    ctx = torch.multiprocessing.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    with mock.patch.dict(os.environ):
+        for name in LAUNCH_VARIABLES:
+            os.environ.pop(name, None)
+        torch.multiprocessing.spawn(_report_launch_variables, args=(queue,), nprocs=nprocs)
+    return dict(sorted(queue.get() for _ in range(nprocs)))
 
 
 def visible_gpus(cuda_visible_devices: str) -> list[int | str]:

@@ -34,10 +34,11 @@ def plot_nodes_and_gpus(nodes: int = 2, gpus_per_node: int = 2) -> Figure:
     return fig
 
 
-def plot_visible_devices(physical: int = 4, visible: tuple[int, ...] = (2, 3)) -> Figure:
+def plot_visible_devices(physical: int = 4, visible: tuple[int, ...] = (2, 3),
+                         process: str = "the process") -> Figure:
     """One node's physical GPUs (top row, numbered as nvidia-smi numbers them) and what a process
     started with CUDA_VISIBLE_DEVICES listing ``visible`` calls them (bottom row): cuda:0, cuda:1, ...
-    in the order listed; the others do not exist for it."""
+    in the order listed; the others do not exist for it. ``process`` names it in the title ("rank 1")."""
     fig, ax = plt.subplots(figsize=(1.5 * physical + 2.2, 2.7))
     ax.set_xlim(-2.2, 1.5 * physical)
     ax.set_ylim(0, 2.7)
@@ -57,7 +58,8 @@ def plot_visible_devices(physical: int = 4, visible: tuple[int, ...] = (2, 3)) -
         ax.annotate("", xy=(1.5 * index + 0.7, 0.9), xytext=(1.5 * gpu + 0.7, 1.65),
                     arrowprops=dict(arrowstyle="->", color="tab:green"))
     listed = ",".join(map(str, visible))
-    fig.suptitle(f"CUDA_VISIBLE_DEVICES={listed}: the process sees {len(visible)} GPUs, numbered from 0 "
+    gpus = f"{len(visible)} GPU" + ("s" if len(visible) != 1 else "")
+    fig.suptitle(f"CUDA_VISIBLE_DEVICES={listed}: {process} sees {gpus}, numbered from 0 "
                  "in the order listed", fontsize=10)
     fig.tight_layout()
     return fig
