@@ -111,6 +111,21 @@ def test_an_unused_parameter_fails_the_second_step_until_find_unused_parameters(
     assert losses[0] == losses[1] and len(losses[0]) == 2
 
 
+def test_an_unused_parameter_leaves_even_the_used_gradients_unaveraged_after_the_first_backward():
+    plain = run_ranks(lab.unused_parameter_first_gradients, 2, show_output=False)
+    assert plain[0] != plain[1]  # no error yet, but the replicas would diverge at optimizer.step()
+    found = run_ranks(lab.unused_parameter_first_gradients, 2, (True,), show_output=False)
+    assert found[0] == found[1]
+
+
+def test_a_timeout_shorter_than_a_slow_save_fails_a_healthy_job():
+    with pytest.raises(WorkerError) as short:
+        run_ranks(lab.slow_rank0_then_barrier, 2, kwargs=dict(timeout_s=1.0, save_s=2.0), show_output=False)
+    assert 1 in short.value.failures  # rank 1 waited in the barrier past its timeout
+    assert run_ranks(lab.slow_rank0_then_barrier, 2, kwargs=dict(timeout_s=5.0, save_s=2.0),
+                     show_output=False) == ["passed", "passed"]
+
+
 def test_device_ids_with_a_cpu_model_is_a_value_error():
     with pytest.raises(WorkerError) as info:
         run_ranks(lab.device_ids_on_cpu, 2, show_output=False)

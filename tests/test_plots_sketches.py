@@ -17,7 +17,9 @@ from ddp_lib.plots.failure_sketches import (  # noqa: E402
     plot_detail_check,
     plot_loop_collision,
     plot_mismatched_shapes,
+    plot_skipped_backward,
     plot_unused_parameter,
+    two_rank_ring,
 )
 from ddp_lib.plots.torchrun import plot_log_dir_tree, plot_port_choice, plot_restart_timeline  # noqa: E402
 
@@ -27,21 +29,28 @@ def texts(fig) -> list[str]:
 
 
 def test_the_mismatched_shapes_sketch_shows_rank_1s_wrong_numbers_and_rank_0_waiting():
-    shown = texts(plot_mismatched_shapes([1.0, 2.0, 3.0], [10.0, 20.0], [3.0, 11.0]))
+    shown = texts(plot_mismatched_shapes([1.0, 2.0, 3.0], [10.0, 20.0]))
     assert "rank 1 gets [3, 11], not [11, 22]: wrong, and no error" in shown
-    assert "rank 0 waits for a piece rank 1 never sends,\nand fails when rank 1 exits" in shown
-    assert "no partner" not in " ".join(shown)  # the ranks' numbers are not paired element-wise
-    assert "rank 1 gets [5], not [4]: wrong, and no error" in texts(plot_mismatched_shapes([1.0, 2.0], [3.0], [5.0]))
-
-
-def test_the_mismatched_shapes_sketch_labels_each_row_by_its_tensor_and_pairs_only_the_shared_pieces():
-    fig = plot_mismatched_shapes([1.0, 2.0, 3.0], [10.0, 20.0], [3.0, 11.0])
-    shown = texts(fig)
+    assert any("rank 0 then waits for a segment 2 rank 1 never sends" in text for text in shown)
     assert "rank 0: [1, 2, 3]" in shown and "rank 1: [10, 20]" in shown
-    assert not any(text.endswith("sends") for text in shown)  # a row is a rank's tensor: pieces go both ways
-    styles = [type(t.arrow_patch.get_arrowstyle()).__name__ for t in fig.axes[0].texts
-              if getattr(t, "arrow_patch", None)]
-    assert styles == ["CurveFilledAB", "CurveFilledAB"]  # two double-headed arrows, none on rank 0's third box
+    assert shown.count("empty") == 3  # rank 0's segment 3, rank 1's segments 2 and 3
+
+
+def test_the_two_rank_ring_reads_messages_in_the_order_sent_as_gloo_did_in_runs():
+    # what rank 1 finished with on gloo (torch 2.13.0), for these tensors: its first number is rank 0's last
+    assert two_rank_ring([1.0, 2.0, 3.0], [10.0, 20.0]) == ([3.0, 11.0], [[3.0], [11.0], [22.0]], [0, 1])
+    assert two_rank_ring([1.0, 2.0, 4.0], [16.0, 32.0])[0] == [4.0, 17.0]
+    assert two_rank_ring([1.0, 2.0], [10.0, 20.0])[0] == [11.0, 22.0]  # the same shapes: the sums
+    assert two_rank_ring([1.0, 2.0, 4.0, 8.0, 64.0], [16.0, 32.0, 128.0])[0] == "aborts"  # "8 vs 4" bytes
+    assert two_rank_ring([1.0, 2.0], [3.0])[0] == "waits"  # rank 0 waits for a second number: no sums sent
+
+
+def test_the_skipped_backward_sketch_pairs_rank_0s_step_k_with_rank_1s_step_k_plus_1():
+    fig = plot_skipped_backward(steps=4, skipped=1)
+    shown = texts(fig)
+    assert shown.count("skipped") == 1 and "no partner:\n\"closed by peer\"" in shown
+    colours = [t.arrow_patch.get_edgecolor() for t in fig.axes[0].texts if getattr(t, "arrow_patch", None)]
+    assert len(colours) == 3  # rank 0's steps 0, 1 and 2 meet rank 1's steps 0, 2 and 3; step 3 meets none
 
 
 def test_the_dead_rank_sketch_has_one_lane_per_rank_and_one_killed_rank():

@@ -2,9 +2,11 @@
 
     torchrun --standalone --nproc-per-node=2 -m ddp_lib.demos.torchrun_failures crash
     torchrun --standalone --nproc-per-node=2 -m ddp_lib.demos.torchrun_failures hang
+    torchrun --standalone --nproc-per-node=3 -m ddp_lib.demos.torchrun_failures late
 
 ``crash``: rank 1 raises while rank 0 trains. ``hang``: rank 0 alone calls ``all_reduce``
-(evaluation under ``if rank == 0``) until the group's 3-second timeout.
+(evaluation under ``if rank == 0``) until the group's 3-second timeout. ``late``: the last rank
+reaches ``init_process_group`` 10 s late, after the others' 3-second timeout.
 """
 
 import faulthandler
@@ -28,6 +30,8 @@ def main(failure: str) -> None:
     # No rank leaves init before all have joined: rank 1 raising at once could otherwise break a
     # peer still connecting ("connectFullMesh ... closed by peer") instead of showing its own error.
     os.environ.setdefault("TORCH_DIST_INIT_BARRIER", "1")
+    if failure == "late" and rank == int(os.environ["WORLD_SIZE"]) - 1:
+        time.sleep(10)  # held up before init: a slow start, or a crash before this line
     dist.init_process_group("gloo", timeout=timedelta(seconds=3))
     try:
         print(f"rank {rank} started", flush=True)

@@ -143,6 +143,28 @@ def unused_parameter(rank: int, world_size: int, find_unused_parameters: bool = 
         return losses
 
 
+def unused_parameter_first_gradients(rank: int, world_size: int, find_unused_parameters: bool = False) -> list[float]:
+    """One forward and backward of the model with an unused branch, on different data per rank: the
+    used branch's weight gradient after this first ``backward()``. DDP averages it only if its bucket
+    is all-reduced."""
+    with process_group(rank, world_size, timeout=SHORT):
+        torch.manual_seed(0)  # the same model on every rank
+        ddp = DDP(_TwoHeads(), find_unused_parameters=find_unused_parameters)
+        torch.manual_seed(1 + rank)  # different data per rank, as with a DistributedSampler
+        ddp(torch.randn(8, 4)).pow(2).mean().backward()
+        return [round(g, 6) for g in ddp.module.used.weight.grad.flatten().tolist()]
+
+
+def slow_rank0_then_barrier(rank: int, world_size: int, timeout_s: float, save_s: float = 2.0) -> str:
+    """A healthy job: rank 0 "saves a checkpoint" for ``save_s``, then every rank meets at a barrier.
+    With a group timeout shorter than the save, the waiting ranks fail."""
+    with process_group(rank, world_size, timeout=timedelta(seconds=timeout_s)):
+        if rank == 0:
+            time.sleep(save_s)  # the save: slow, but nothing is wrong
+        dist.barrier()
+        return "passed"
+
+
 def device_ids_on_cpu(rank: int, world_size: int) -> str:
     """DDP(model, device_ids=[rank]) with the model on the CPU."""
     with process_group(rank, world_size):
