@@ -69,7 +69,7 @@ def test_start_lesson_jobs_returns_once_the_commands_are_printed_and_lesson_jobs
     release = threading.Event()
     runs = []
 
-    def fake_run(printed=None):
+    def fake_run(printed=None, show=True):
         print("the commands")
         printed.set()
         release.wait(10)  # the jobs still run after start_lesson_jobs returned
@@ -88,7 +88,7 @@ def test_start_lesson_jobs_returns_once_the_commands_are_printed_and_lesson_jobs
 
 
 def test_lesson_jobs_raises_what_the_background_run_raised(monkeypatch):
-    def failing_run(printed=None):
+    def failing_run(printed=None, show=True):
         raise RuntimeError("a torchrun did not start")
 
     monkeypatch.setattr(torchrun_batch, "run_lesson_jobs", failing_run)

@@ -91,14 +91,16 @@ class LessonJobs:
     watched: dict[str, dict]
 
 
-def run_lesson_jobs(timeout: float = 300, printed: threading.Event | None = None) -> LessonJobs:
-    """Start the jobs of :data:`WATCHED` side by side, print each command as typed, then set ``printed``,
-    if given; signal them once the rank of ``sleeper`` has slept a while, and wait for both."""
-    print(f"starting {len(WATCHED)} torchruns side by side: a few seconds on an idle machine", flush=True)
+def run_lesson_jobs(timeout: float = 300, printed: threading.Event | None = None,
+                    show: bool = True) -> LessonJobs:
+    """Start the jobs of :data:`WATCHED` side by side, print each command as typed if ``show``, then set
+    ``printed``, if given; signal them once the rank of ``sleeper`` has slept a while, and wait for both."""
+    if show:
+        print(f"starting {len(WATCHED)} torchruns side by side: a few seconds on an idle machine", flush=True)
     watch = torchrun_signals.start(SLEEPER_ENV)
     commands = {name: command_text(command) for name, command in watch.commands.items()}
     commands["sleeper"] = " ".join(f"{k}={v}" for k, v in SLEEPER_ENV.items()) + " " + commands["sleeper"]
-    for name, command in commands.items():
+    for name, command in commands.items() if show else ():
         print(f"{name}: {command}", flush=True)
     if printed is not None:
         printed.set()
@@ -109,15 +111,16 @@ _KEPT: list[LessonJobs] = []  # lesson_jobs()'s result, once it has run
 _RUNNING: list[Future] = []  # run_lesson_jobs() in a background thread, started by start_lesson_jobs()
 
 
-def start_lesson_jobs() -> None:
+def start_lesson_jobs(show: bool = True) -> None:
     """Start :func:`run_lesson_jobs` in a background thread, once, and return as soon as it has
-    printed its commands (or failed): the jobs then run beside the cells that follow, and
-    :func:`lesson_jobs` waits for them. Does nothing if they have started or run already."""
+    started them and, if ``show``, printed their commands (or failed): the jobs then run beside the
+    cells that follow, and :func:`lesson_jobs` waits for them. Does nothing if they have started or
+    run already."""
     if _KEPT or _RUNNING:
         return
     printed = threading.Event()
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lesson06-jobs")
-    _RUNNING.append(pool.submit(run_lesson_jobs, printed=printed))
+    _RUNNING.append(pool.submit(run_lesson_jobs, printed=printed, show=show))
     pool.shutdown(wait=False)  # the thread ends with the jobs
     while not printed.wait(0.05) and not _RUNNING[0].done():
         pass
