@@ -61,6 +61,8 @@ def test_fit_verdict_fits_where_the_model_holds_and_names_the_hump():
     errors = [abs((alpha + r["bytes"] / beta) / (r["time_us"] * 1e-6) - 1) for r in rows]
     assert sorted(errors)[len(errors) // 2] < 0.25  # the median size fits within 25%
     assert len(allreduce.fit_verdict(result).splitlines()) == 3
+    # the sign said in words: the kept 4 B took 200 us, the model says 290 us
+    assert "furthest at 4 B: the model is 45% above the measured time" in allreduce.fit_verdict(result)
     assert "alpha = " in allreduce.fit_verdict(result) and "gloo" not in allreduce.fit_verdict(result)
     text = allreduce.fit_verdict(result, detail=True)
     assert text.startswith("no size below the fit: it starts at the smallest, 4 B")
@@ -176,6 +178,15 @@ def test_extra_step_sets_the_2_rank_step_beside_measured_all_reduces_and_alpha()
     assert scaling.extra_step(near, kept, alpha=250e-6).splitlines()[2].endswith("within 10%: True")
     alpha, _ = allreduce.held_fit(allreduce.full_run())
     assert len(scaling.extra_step(scaling.full_run(), allreduce.full_run(), alpha).splitlines()) == 4
+
+
+def test_prediction_returns_the_estimate_and_the_measured_speed_up():
+    from ddp_lib.bench import scaling
+    # 1 rank 16 samples per ms (a 1 ms step), 2 ranks 25.6 per ms: 2 * 1 / (1 + 0.25) = 1.6x predicted.
+    runs = {"rows": [{"world_size": 1, "policy": "one", "samples_per_s": 16000.0},
+                     {"world_size": 2, "policy": "one", "samples_per_s": 25600.0}]}
+    predicted, measured = scaling.prediction(runs, alpha=250e-6)
+    assert abs(predicted - 1.6) < 1e-9 and abs(measured - 1.6) < 1e-9
 
 
 def _made_up_profile(small_steps_ms, one_steps_ms):

@@ -215,7 +215,8 @@ def fit_verdict(result: dict, world_size: int = 2, from_bytes: int | None = None
         f"{world_size} ranks, fitted from {human_bytes(from_bytes)} ({where}) to "
         f"{human_bytes(max(times))}: "
         f"alpha = {alpha * 1e6:.0f} us, beta = {beta / 1e9:.3f} GB/s, S1/2 = {alpha * beta / 1024:.0f} KiB",
-        f"  within 25% on {within} of {len(fitted)} sizes; worst {errors[worst]:+.0%} (at {human_bytes(worst)})",
+        f"  within 25% on {within} of {len(fitted)} sizes; furthest at {human_bytes(worst)}: the model is "
+        f"{abs(errors[worst]):.0%} {'above' if errors[worst] > 0 else 'below'} the measured time",
         f"in the model, one 4 KiB message: alpha is {alpha / (alpha + 4096 / beta):.0%} of it; "
         f"two 2 KiB messages cost {2 * (alpha + 2048 / beta) * 1e6:.0f} us, "
         f"one 4 KiB {(alpha + 4096 / beta) * 1e6:.0f} us",

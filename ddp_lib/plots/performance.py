@@ -196,24 +196,28 @@ def _lane_bars(ax, row: int, spans: list[tuple[float, float]], color: str, heigh
 
 def draw_overlap_schematic():
     """Schematic: backward computes layer gradients last layer first; each bucket's all-reduce
-    starts as soon as its gradients are in, while backward goes on; the step waits only for the
+    starts once its gradients are in and one of gloo's two threads is free, while backward goes
+    on; a bucket ready while both threads are busy waits (dotted). The step waits only for the
     last one. Returns the Figure."""
-    fig, ax = plt.subplots(figsize=(8, 2.4))
+    fig, ax = plt.subplots(figsize=(8, 2.8))
     layers = [(0, 2), (2, 4), (4, 6), (6, 8)]
-    _lane_bars(ax, 1, layers, "tab:blue")
+    _lane_bars(ax, 2, layers, "tab:blue")
     for i, (start, end) in enumerate(layers):
-        ax.text((start + end) / 2, 1, f"layer {len(layers) - i}", ha="center", va="center", color="white", fontsize=9)
-    buckets = [(2, 4.5), (4.5, 7), (8, 10.5)]
-    _lane_bars(ax, 0, buckets, "tab:orange")
-    for i, (start, end) in enumerate(buckets):
-        ax.text((start + end) / 2, 0, f"bucket {i}", ha="center", va="center", fontsize=9)
+        ax.text((start + end) / 2, 2, f"layer {len(layers) - i}", ha="center", va="center", color="white", fontsize=9)
+    # (bucket, thread, ready, start, end): gloo runs a bucket on the first thread free after it is ready
+    buckets = [(0, 1, 2, 2, 6.5), (1, 0, 4, 4, 8.5), (2, 1, 6, 6.5, 9.5), (3, 0, 8, 8.5, 11)]
+    for index, thread, ready, start, end in buckets:
+        _lane_bars(ax, thread, [(start, end)], "tab:orange")
+        ax.text((start + end) / 2, thread, f"bucket {index}", ha="center", va="center", fontsize=9)
+        if start > ready:
+            ax.plot([ready, start], [thread, thread], color="black", linestyle=":", linewidth=1.5)
     ax.axvline(8, color="black", linestyle="--", linewidth=1)
-    ax.text(8.1, 1.55, "backward ends", fontsize=9)
-    ax.set_yticks([0, 1], ["all-reduce", "backward"])
-    ax.set_ylim(-0.6, 1.8)
+    ax.text(8.1, 2.55, "backward ends", fontsize=9)
+    ax.set_yticks([0, 1, 2], ["gloo thread 2", "gloo thread 1", "backward"])
+    ax.set_ylim(-0.6, 2.8)
     ax.set_xticks([])
     ax.set_xlabel("time")
-    ax.set_title("overlap: buckets 0 and 1 are sent, in index order, while backward still runs")
+    ax.set_title("overlap on two gloo threads: a ready bucket waits (dotted) until a thread is free")
     fig.tight_layout()
     return fig
 
@@ -394,7 +398,7 @@ def fill_buckets(sizes: list[int], cap: int, rule: str) -> list[list[int]]:
 def draw_bucket_rules(sizes: list[int], cap: int, rules: tuple[str, ...] = ("reached", "overflow")):
     """Schematic: the same gradients (bytes, in arrival order) packed by the rules of fill_buckets
     named in ``rules``, one row each; each gradient a box as wide as its bytes (at least a sliver), the
-    buckets told apart by colour. Returns the Figure."""
+    buckets told apart by colour and each numbered (a sliver by its number alone, below). Returns the Figure."""
     fig, ax = plt.subplots(figsize=(10, 1.2 + 0.6 * len(rules)))
     widths = [max(size / cap, 0.04) for size in sizes]
     names = {"reached": "torch: closes once it reached the cap",
@@ -410,11 +414,13 @@ def draw_bucket_rules(sizes: list[int], cap: int, rules: tuple[str, ...] = ("rea
                 ax.broken_barh([(left, widths[index])], (row - 0.3, 0.6), facecolor=colors[number % 10],
                                edgecolor="black", linewidth=0.5)
                 left += widths[index]
-            if left - start > 0.08 * sum(widths):  # a sliver of a bucket has no room for its name
+            if left - start > 0.08 * sum(widths):
                 ax.text(left - 0.005 * sum(widths), row - 0.38, f"bucket {number}", ha="right", fontsize=7)
+            else:  # a sliver of a bucket: its number alone, below the row
+                ax.text((start + left) / 2, row + 0.33, f"{number}", ha="center", va="top", fontsize=7)
         ax.text(left + 0.015 * sum(widths), row, f"{len(buckets)} all-reduces", va="center", fontsize=9)
     ax.set_yticks(range(len(rows)), list(rows))
-    ax.set_ylim(len(rows) - 0.4, -0.6)
+    ax.set_ylim(len(rows) - 0.3, -0.6)
     ax.set_xlim(0, sum(widths) * 1.33)  # room on the right for the count
     ax.set_xticks([])
     ax.set_xlabel("gradients in the order backward produces them; width = bytes (cap = 1 unit)")
