@@ -154,14 +154,16 @@ def test_print_loop_parts_prints_rank_0(capsys):
                                 "sharded_grad_diff": 2e-6, "all_gathers": {"sharded_checkpointed": 9, "sharded": 9}},
               "order": {"optimizer_holds_model_params": False, "model_params_held": 0, "model_params": 10,
                         "model_changed": False}}
-    assert print_loop_parts([{"extras": extras}, {"extras": {}}]) is extras
+    print_loop_parts([{"extras": extras}, {"extras": {}}])
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 13 and max(len(line) for line in out) <= 100  # short lines, one verdict each
     assert out[4].endswith("0.4%, below 1%: True; significant digits about 2")
     assert out[1] == "    clipped gradients equal within 1e-6: True"
-    assert "gradients equal DDP's within 1e-6: False" in out[8]
-    assert out[11] == "    its step changed the model: False"
-    assert out[12] == "bfloat16 rounds each number by up to 0.4%"
+    assert "gradients equal DDP's within 1e-6: False" in out[9]
+    assert out[6] == "bfloat16 rounds each number by up to 0.4%"
+    assert out[12] == "    its step changed the model: False"
+    print_loop_parts([{"extras": extras}], parts=("order",))  # one part alone
+    assert capsys.readouterr().out.splitlines() == out[11:]
 
 
 def test_print_helpers_say_what_the_runs_show(capsys):

@@ -286,33 +286,36 @@ def hsdp_share(hsdp: list[dict]) -> float:
     return sum(held_hsdp) / len(hsdp) / (held_hsdp[0] + held_hsdp[1])
 
 
-def print_loop_parts(loop: list[dict]) -> dict:
-    """Print rank 0's results of ``fsdp_extras``: clipping, mixed precision, activation checkpointing
-    and an optimizer created before ``fully_shard``. Returns rank 0's results; the lesson prints the
-    verdict on the optimizer itself."""
+def print_loop_parts(loop: list[dict], parts: tuple = ("clip", "mixed", "checkpointing", "order")) -> None:
+    """Print rank 0's results of ``fsdp_extras`` for the parts named: "clip" (clipping), "mixed" (mixed
+    precision), "checkpointing" (activation checkpointing) and "order" (an optimizer created before
+    ``fully_shard``). The lesson prints the verdict on the optimizer itself."""
     extras = loop[0]["extras"]
     clip, mixed, ac = extras["clip"], extras["mixed"], extras["checkpointing"]
     more = "\n    "  # each verdict on its own short line, under its part
-    print(f"clip_grad_norm_: DDP's norm {clip['ddp_norm']}, FSDP2's {clip['fsdp_norm']}, "
-          f"returned as a {clip['norm_type']} {clip['norm_placements']}"
-          f"{more}clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
-    print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}"
-          f"{more}sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}"
-          f"{more}against float32: outputs' relative error "
-          f"{precision_verdict(mixed['output_rel_err'], 0.01)}"
-          f"{more}reduce-scattered gradients' relative error {precision_verdict(mixed['grad_rel_err'], 0.1)}")
-    print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
-          f"{ac['forward_bytes']:,}{more}gradients equal: {ac['max_grad_diff'] == 0}")
-    print(f"each block checkpointed, then sharded: gradients equal DDP's within 1e-6: "
-          f"{ac['sharded_grad_diff'] < 1e-6}{more}all-gathers in forward and backward "
-          f"{ac['all_gathers']['sharded_checkpointed']}, without checkpointing {ac['all_gathers']['sharded']}")
-    order = extras["order"]
-    print(f"Adam created before fully_shard: it holds {order['model_params_held']} of the model's "
-          f"{order['model_params']} parameters"
-          f"{more}its step changed the model: {order['model_changed']}")
-    # bfloat16 keeps 8 significant bits: it rounds a number by up to half its eps, relative to the number
-    print(f"bfloat16 rounds each number by up to {torch.finfo(torch.bfloat16).eps / 2:.1%}")
-    return extras
+    if "clip" in parts:
+        print(f"clip_grad_norm_: DDP's norm {clip['ddp_norm']}, FSDP2's {clip['fsdp_norm']}, "
+              f"returned as a {clip['norm_type']} {clip['norm_placements']}"
+              f"{more}clipped gradients equal within 1e-6: {clip['max_grad_diff'] < 1e-6}")
+    if "mixed" in parts:
+        print(f"MixedPrecisionPolicy: forward computes in {mixed['compute_dtype']}, output {mixed['output_dtype']}"
+              f"{more}sharded parameters {mixed['param_dtype']}, sharded gradients {mixed['grad_dtype']}"
+              f"{more}against float32: outputs' relative error "
+              f"{precision_verdict(mixed['output_rel_err'], 0.01)}"
+              f"{more}reduce-scattered gradients' relative error {precision_verdict(mixed['grad_rel_err'], 0.1)}")
+        # bfloat16 keeps 8 significant bits: it rounds a number by up to half its eps, relative to the number
+        print(f"bfloat16 rounds each number by up to {torch.finfo(torch.bfloat16).eps / 2:.1%}")
+    if "checkpointing" in parts:
+        print(f"activation checkpointing: the forward keeps {ac['forward_bytes_checkpointed']:,} bytes instead of "
+              f"{ac['forward_bytes']:,}{more}gradients equal: {ac['max_grad_diff'] == 0}")
+        print(f"each block checkpointed, then sharded: gradients equal DDP's within 1e-6: "
+              f"{ac['sharded_grad_diff'] < 1e-6}{more}all-gathers in forward and backward "
+              f"{ac['all_gathers']['sharded_checkpointed']}, without checkpointing {ac['all_gathers']['sharded']}")
+    if "order" in parts:
+        order = extras["order"]
+        print(f"Adam created before fully_shard: it holds {order['model_params_held']} of the model's "
+              f"{order['model_params']} parameters"
+              f"{more}its step changed the model: {order['model_changed']}")
 
 
 def print_counted(runs2: dict) -> None:
@@ -399,9 +402,9 @@ def print_memory_ratios(runs2: dict, runs4: dict) -> bool:
     for n, runs in ((2, runs2), (4, runs4)):
         fsdp, ddp = held(runs["fsdp"][0]), runs["ddp"][0]
         ratio[n] = fsdp / counted(ddp)  # counted: DDP without its bucket copy, as the bucket view holds
-        print(f"{n} ranks: FSDP2 holds {ratio[n]:.2f} of DDP with the bucket view, {fsdp / held(ddp):.2f} of plain DDP")
+        print(f"{n} ranks: FSDP2 holds {ratio[n]:.2f} of DDP less its bucket copy, {fsdp / held(ddp):.2f} of plain DDP")
     one_over_n = all(abs(x - 1 / n) < 0.01 for n, x in ratio.items())
-    print("FSDP2 holds 1/N of DDP with the bucket view, within 0.01, on 2 and 4 ranks:", one_over_n)
+    print("FSDP2 holds 1/N of DDP less its bucket copy, within 0.01, on 2 and 4 ranks:", one_over_n)
     sharded = [r for runs in (runs2, runs4) for s in ("fsdp", "fsdp_no_reshard") if s in runs for r in runs[s]]
     gap = max(abs(r["measured"]["live tensors"] - counted(r)) for r in sharded)
     print("FSDP2, every rank, 2 and 4 ranks: every Python-visible tensor, found and added up between two steps, "
