@@ -2,7 +2,7 @@
 
 The notebook's kernel calls a launcher; the launcher starts ``world_size`` processes; each
 process calls ``init_process_group``, which meets the others through a store (a TCPStore at
-MASTER_ADDR:MASTER_PORT) and then builds the process group: direct links between every pair of
+MASTER_ADDR:MASTER_PORT) and then builds the process group: with gloo, direct links between every pair of
 ranks, over which the collectives run. Rank 0 serves the store, unless the launcher does.
 """
 
@@ -51,7 +51,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
         _arrow(ax, (centre, 2.1), (width / 2, 1.6), linestyle="dashed")
     ax.text(width / 2 + 2.0, 1.27, "1. every rank registers here\n    and reads the others' addresses",
             fontsize=8, va="center")  # beside the store, where the dashed arrows end
-    # 2. the process group: a link between every pair of ranks (gloo: TCP; nccl: NVLink, InfiniBand)
+    # 2. the process group: gloo links every pair of ranks over TCP (nccl's links differ)
     y = 0.2
     for i, a in enumerate(centres):
         ax.add_patch(FancyBboxPatch((a - 0.35, y - 0.15), 0.7, 0.3, facecolor=RANK_COLOURS[i], **_BOX))
@@ -59,7 +59,7 @@ def plot_job_map(world_size: int = 4) -> Figure:
         for b in centres[i + 1:]:
             ax.annotate("", xy=(b - 0.35, y), xytext=(a + 0.35, y),
                         arrowprops=dict(arrowstyle="<->", color="grey", connectionstyle="arc3,rad=0.35"))
-    ax.text(centres[-1] + 0.45, y, "2. process group: a direct link between\n    every pair of ranks (gloo, nccl);\n"
+    ax.text(centres[-1] + 0.45, y, "2. process group: with gloo, a direct link\n    between every pair of ranks;\n"
             "    the collectives run over these links", fontsize=8, va="center")  # beside the last rank
     # the launcher's and store's boxes are wider than 2 ranks; the notes stand right of the store and the last rank
     ax.set_xlim(min(-0.1, width / 2 - 2.3), max(width / 2 + 4.7, centres[-1] + 3.0))

