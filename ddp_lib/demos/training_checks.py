@@ -96,7 +96,9 @@ def batchnorm_data_sources(rank: int, world_size: int, forward_sync_buffers: boo
     """A ``BatchNorm1d(1)`` under ``DDP(..., forward_sync_buffers=...)`` trains ``steps`` steps, rank ``r``
     on batches of one feature around ``10·r``. Returns this rank's running mean after training, its
     average over the ranks (an all-reduce divided by the world size), and the running mean one process
-    would keep over the global batches (the moving average of their means, with the layer's momentum)."""
+    would keep over the global batches (the moving average of their means, with the layer's momentum).
+    The same for the running variance: "var_averaged" and "var_global" (the unbiased variance of each
+    global batch, as ``BatchNorm1d`` keeps it)."""
     with process_group(rank, world_size) as device:
         return _batchnorm_sources(rank, world_size, device, forward_sync_buffers, steps, batch_size)
 
@@ -116,16 +118,18 @@ def _batchnorm_sources(rank: int, world_size: int, device: torch.device, forward
 
     layer = nn.BatchNorm1d(1)
     ddp_model = DDP(layer.to(device), device_ids=device_ids_for(device), forward_sync_buffers=forward_sync_buffers)
-    global_ema = 0.0  # the running mean starts at 0
+    global_ema, global_var = 0.0, 1.0  # the running mean starts at 0, the running variance at 1
     for step in range(steps):
         ddp_model(batch(step, rank).to(device)).square().mean().backward()
-        global_mean = torch.cat([batch(step, r) for r in range(world_size)]).mean().item()
-        global_ema = (1 - layer.momentum) * global_ema + layer.momentum * global_mean
-    averaged = layer.running_mean.clone()
+        global_batch = torch.cat([batch(step, r) for r in range(world_size)])
+        global_ema = (1 - layer.momentum) * global_ema + layer.momentum * global_batch.mean().item()
+        global_var = (1 - layer.momentum) * global_var + layer.momentum * global_batch.var().item()
+    averaged = torch.cat([layer.running_mean, layer.running_var])  # both averaged over the ranks
     dist.all_reduce(averaged)
     averaged /= world_size
-    return {"own": round(layer.running_mean.item(), 2), "averaged": round(averaged.item(), 2),
-            "global": round(global_ema, 2)}
+    mean, var = averaged.tolist()
+    return {"own": round(layer.running_mean.item(), 2), "averaged": round(mean, 2), "global": round(global_ema, 2),
+            "var_averaged": round(var, 2), "var_global": round(global_var, 2)}
 
 
 def rank0_eval_without_buffer_sync(rank: int, world_size: int, timeout_s: float = 2.0) -> dict:

@@ -148,17 +148,19 @@ BATCHNORM_WHY = {
     ("batch", "rank 0"): "at the start of a forward DDP copies rank 0's buffers to every rank, so rank 0's are never "
                          "overwritten and only ever see rank 0's batches; rank 0 saves the checkpoint",
     ("batch", "all ranks"): "DDP averages gradients, not buffers: it broadcasts rank 0's buffers, so the "
-                            "checkpoint holds rank 0's statistics. To describe all ranks, build DDP with "
-                            "forward_sync_buffers=False, then all-reduce the buffers and divide by the world size "
-                            "before saving",
+                            "checkpoint holds rank 0's statistics. Averaging the buffers over the ranks would "
+                            "not fix it: under forward_sync_buffers=False it gives all ranks' running mean, but the "
+                            "averaged running variance leaves out the spread between the ranks' means. For both, "
+                            "use norm=\"sync\"",
     ("batch", "each rank"): "only rank 0 saves, and the other ranks' updates are overwritten by rank 0's buffers "
                             "at their next forward: the checkpoint describes rank 0's data",
     ("batch_without_sync", "rank 0"): "without the copy each rank's statistics follow its own batches, and rank 0 "
-                                      "saves its own: the checkpoint describes rank 0's data. For all ranks' data, "
-                                      "all-reduce the buffers and divide by the world size before saving",
+                                      "saves its own: the checkpoint describes rank 0's data. Averaging the buffers "
+                                      "over the ranks gives all ranks' running mean, not their variance: use "
+                                      "norm=\"sync\"",
     ("batch_without_sync", "all ranks"): "turning the copy off averages nothing: each rank's statistics follow its own "
-                                         "batches, and rank 0 saves its own. All-reduce the buffers and divide by the "
-                                         "world size before saving to describe all ranks",
+                                         "batches, and rank 0 saves its own. Averaging the buffers would give all "
+                                         "ranks' running mean, but not their variance",
     ("batch_without_sync", "each rank"): "each rank's statistics now follow its own batches, but only rank 0 saves: "
                                          "the checkpoint describes rank 0's data",
     ("sync", "all ranks"): "each forward normalises with the mean and variance of the global batch and updates the "
