@@ -113,7 +113,7 @@ DDP_CYCLE = (
      "sections 1, 4"),
     ("ddp_model(x)", "forward", ("broadcast buffers, unless the previous",
                                  "  forward ran in no_grad or no_sync",
-                                 "step 1: buckets rebuilt in the", "  order backward made gradients",
+                                 "step 1: buckets regrouped in the", "  order backward made gradients",
                                  "inside no_sync(): its backward",
                                  "  will send nothing",
                                  "find_unused_parameters: after it,", "  find the unused ones"),
